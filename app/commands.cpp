@@ -1,0 +1,296 @@
+#include "app/commands.hpp"
+
+#include <iostream>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "app/report.hpp"
+#include "common/catalog.hpp"
+#include "common/error.hpp"
+#include "common/text_table.hpp"
+#include "common/units.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+
+namespace po = boost::program_options;
+using Json = nlohmann::json;
+
+namespace trainyard::app {
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> all = {
+      {"list", "list built-in GPUs, nodes, models, strategies or precision policies", run_list},
+      {"show", "show a GPU, node or model (built-in name or JSON path) with derived figures", run_show},
+  };
+  return all;
+}
+
+namespace {
+
+// Parses `args` against `options` (+ positionals); true when --help was asked for and printed.
+bool parse(const std::vector<std::string>& args, const std::string& usage, po::options_description& options,
+           const po::positional_options_description& positional, po::variables_map& vm) {
+  options.add_options()("help,h", "show this help");
+  po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: " << usage << "\n\n" << options << "\n";
+    return true;
+  }
+  po::notify(vm);
+  return false;
+}
+
+// The scheme names the planner will offer; each lands with its issue, and until then says so.
+struct StrategyInfo {
+  const char* name;
+  const char* summary;
+  const char* status;
+};
+const StrategyInfo kStrategies[] = {
+    {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "not implemented yet (issue 5)"},
+    {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "not implemented yet (issue 4)"},
+    {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "not implemented yet (issue 4)"},
+    {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "not implemented yet (issue 4)"},
+    {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "not implemented yet (issue 4)"},
+    {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "not implemented yet (issue 4)"},
+    {"hotspa", "HotSPa: per-length-bucket strategies with hot switching", "not implemented yet (issue 10)"},
+};
+
+void list_gpus(bool as_json, Json& out) {
+  TextTable table({"name", "bf16 TFLOP/s", "HBM", "HBM GB/s", "PCIe", "NVLink GB/s/dir", "description"},
+                  {false, true, true, true, false, true, false});
+  for (const auto& name : hw::builtin_gpu_names()) {
+    const auto gpu = hw::load_gpu(name);
+    if (as_json) {
+      out["gpus"].push_back(gpu_json(gpu));
+      continue;
+    }
+    table.add_row({gpu.name, format_fixed(gpu.peak_tflops(hw::Dtype::bf16), 1), format_bytes(gpu.hbm_bytes.value),
+                   format_fixed(gpu.hbm_gbps.value, 0),
+                   "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value),
+                   format_fixed(gpu.nvlink_gbps_per_direction.value, 0), gpu.description});
+  }
+  if (!as_json) {
+    std::cout << "GPUs\n";
+    table.print(std::cout);
+  }
+}
+
+void list_nodes(bool as_json, Json& out) {
+  TextTable table({"name", "GPUs", "host DRAM", "DRAM GB/s", "NVLink", "NIC GB/s/GPU", "description"},
+                  {false, false, true, true, false, true, false});
+  for (const auto& name : hw::builtin_node_names()) {
+    const auto node = hw::load_node(name);
+    if (as_json) {
+      out["nodes"].push_back(node_json(node, 1));
+      continue;
+    }
+    const bool nvlink = node.count(hw::VertexType::nvswitch) > 0;
+    table.add_row({node.name, std::to_string(node.gpu_count()) + "x " + node.gpu.name,
+                   format_bytes(node.host_dram_bytes.value), format_fixed(node.host_dram_gbps(), 1),
+                   nvlink ? "NVSwitch" : "none", format_fixed(node.nic_gbps_per_gpu(), 1), node.description});
+  }
+  if (!as_json) {
+    std::cout << "nodes\n";
+    table.print(std::cout);
+  }
+}
+
+void list_models(bool as_json, Json& out) {
+  TextTable table({"name", "params", "layers", "hidden", "heads/kv", "ffn", "vocab", "description"},
+                  {false, true, true, true, true, true, true, false});
+  for (const auto& name : model::builtin_model_names()) {
+    const auto m = model::load_model(name);
+    if (as_json) {
+      out["models"].push_back(model_json(m, {4096, model::precision_policy("bf16-mixed"), nullptr, 1}));
+      continue;
+    }
+    table.add_row({m.name, format_count(m.params()), std::to_string(m.layers), std::to_string(m.hidden),
+                   std::to_string(m.heads) + "/" + std::to_string(m.kv_heads), std::to_string(m.ffn_hidden),
+                   std::to_string(m.vocab), m.description});
+  }
+  if (!as_json) {
+    std::cout << "models\n";
+    table.print(std::cout);
+  }
+}
+
+void list_strategies(bool as_json, Json& out) {
+  TextTable table({"name", "status", "description"});
+  for (const auto& s : kStrategies) {
+    if (as_json) {
+      out["strategies"].push_back({{"name", s.name}, {"summary", s.summary}, {"status", s.status}});
+    } else {
+      table.add_row({s.name, s.status, s.summary});
+    }
+  }
+  if (!as_json) {
+    std::cout << "strategies\n";
+    table.print(std::cout);
+  }
+}
+
+void list_precisions(bool as_json, Json& out) {
+  TextTable table({"name", "bytes/param", "description"}, {false, true, false});
+  for (const auto& p : model::precision_policies()) {
+    if (as_json) {
+      out["precisions"].push_back({{"name", p.name},
+                                   {"description", p.description},
+                                   {"weight_bytes", p.weight_bytes},
+                                   {"grad_bytes", p.grad_bytes},
+                                   {"master_bytes", p.master_bytes},
+                                   {"optimizer_bytes", p.optimizer_bytes}});
+    } else {
+      table.add_row({p.name, format_number(p.bytes_per_param()), p.description});
+    }
+  }
+  if (!as_json) {
+    std::cout << "precision policies\n";
+    table.print(std::cout);
+  }
+}
+
+}  // namespace
+
+int run_list(const std::vector<std::string>& args) {
+  po::options_description options("list options");
+  options.add_options()("what", po::value<std::string>()->default_value("all")->value_name("gpus|nodes|models|strategies|precisions|all"),
+                        "what to list")("json", po::bool_switch(), "print JSON instead of tables");
+  po::positional_options_description positional;
+  positional.add("what", 1);
+  po::variables_map vm;
+  if (parse(args, "trainyard list [gpus|nodes|models|strategies|precisions] [--json]", options, positional, vm)) return 0;
+  const std::string what = vm["what"].as<std::string>();
+  const bool as_json = vm["json"].as<bool>();
+
+  using Lister = void (*)(bool, Json&);
+  const std::pair<const char*, Lister> listers[] = {{"gpus", list_gpus},
+                                                    {"nodes", list_nodes},
+                                                    {"models", list_models},
+                                                    {"strategies", list_strategies},
+                                                    {"precisions", list_precisions}};
+  Json out = Json::object();
+  bool matched = false;
+  for (const auto& [name, lister] : listers) {
+    if (what != "all" && what != name) continue;
+    if (matched && !as_json) std::cout << "\n";
+    matched = true;
+    lister(as_json, out);
+  }
+  if (!matched) {
+    throw InputError("list", "what", "one of gpus, nodes, models, strategies, precisions, all", "\"" + what + "\"");
+  }
+  if (as_json) std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+int run_show(const std::vector<std::string>& args) {
+  po::options_description options("show options");
+  options.add_options()
+      ("name", po::value<std::string>()->value_name("name|path"), "a built-in GPU, node or model name, custom:..., or a JSON file")
+      ("hw", po::value<std::string>()->value_name("name|path"), "with a model: set its states against this node profile")
+      ("nodes", po::value<int>()->default_value(1)->value_name("int"), "number of nodes (cluster of identical nodes)")
+      ("seq", po::value<std::string>()->default_value("4K")->value_name("tokens"), "sequence length for attention FLOPs (e.g. 32K, 1M)")
+      ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy for model states (trainyard list precisions)")
+      ("json", po::bool_switch(), "print JSON instead of text");
+  po::positional_options_description positional;
+  positional.add("name", 1);
+  po::variables_map vm;
+  if (parse(args, "trainyard show <name|path> [--hw NODE] [--nodes N] [--seq S] [--precision P] [--json]", options,
+            positional, vm)) {
+    return 0;
+  }
+  if (!vm.count("name")) throw InputError("show", "name", "a GPU, node or model name or a JSON path", "nothing");
+  const std::string name = vm["name"].as<std::string>();
+  const bool as_json = vm["json"].as<bool>();
+  const int nodes = vm["nodes"].as<int>();
+  if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
+
+  // What kind of thing is it? A file says so in its "schema"; a name is looked up in each catalog.
+  enum class Kind { gpu, node, model } kind;
+  Json document;
+  std::string origin;
+  if (looks_like_path(name)) {
+    document = trainyard::json::parse_file(name);
+    origin = name;
+    const std::string schema = document.is_object() && document.contains("schema") && document["schema"].is_string()
+                                   ? document["schema"].get<std::string>()
+                                   : "";
+    if (schema == "trainyard.gpu.v1") kind = Kind::gpu;
+    else if (schema == "trainyard.node.v1") kind = Kind::node;
+    else if (schema == "trainyard.model.v1") kind = Kind::model;
+    else throw InputError(name, "schema", "\"trainyard.gpu.v1\", \"trainyard.node.v1\" or \"trainyard.model.v1\"",
+                          schema.empty() ? "nothing" : "\"" + schema + "\"");
+  } else if (hw::is_builtin_gpu(name)) {
+    kind = Kind::gpu;
+  } else if (hw::is_builtin_node(name)) {
+    kind = Kind::node;
+  } else if (model::is_builtin_model(name) || name.starts_with("custom:")) {
+    kind = Kind::model;
+  } else {
+    std::string known;
+    for (const auto& list : {hw::builtin_gpu_names(), hw::builtin_node_names(), model::builtin_model_names()}) {
+      for (const auto& n : list) known += (known.empty() ? "" : ", ") + n;
+    }
+    throw InputError("show: unknown name \"" + name + "\": expected a built-in GPU, node or model (" + known +
+                     "), custom:..., or a path to a .json file");
+  }
+  if (kind != Kind::model && vm.count("hw")) {
+    throw InputError("--hw", "value", "--hw only together with a model (show MODEL --hw NODE)", "--hw with a " +
+                     std::string(kind == Kind::gpu ? "GPU" : "node") + " profile");
+  }
+  if (kind != Kind::node && kind != Kind::model && nodes != 1) {
+    throw InputError("--nodes", "value", "--nodes only with a node profile or a model with --hw", std::to_string(nodes));
+  }
+
+  if (kind == Kind::gpu) {
+    const auto gpu = origin.empty() ? hw::load_gpu(name) : hw::gpu_from_document(document, origin);
+    if (as_json) std::cout << gpu_json(gpu).dump(2) << "\n";
+    else print_gpu(std::cout, gpu);
+    return 0;
+  }
+  if (kind == Kind::node) {
+    const auto node = origin.empty() ? hw::load_node(name) : hw::node_from_document(document, origin);
+    if (nodes > 1 && node.count(hw::VertexType::nic) == 0) {
+      throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster",
+                       std::to_string(nodes));
+    }
+    if (as_json) std::cout << node_json(node, nodes).dump(2) << "\n";
+    else print_node(std::cout, node, nodes);
+    return 0;
+  }
+
+  std::vector<std::string> defaults;
+  const auto m = origin.empty() ? model::load_model(name, "show", &defaults) : model::parse_model(document, origin);
+  ModelReportOptions report;
+  report.seq_len = parse_token_count(vm["seq"].as<std::string>(), "--seq");
+  report.precision = model::precision_policy(vm["precision"].as<std::string>());
+  report.nodes = nodes;
+  std::optional<hw::NodeProfile> node;
+  if (vm.count("hw")) {
+    node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
+    if (nodes > 1 && node->count(hw::VertexType::nic) == 0) {
+      throw InputError("--nodes", "value", "1: node profile \"" + node->name + "\" has no NIC to join a cluster",
+                       std::to_string(nodes));
+    }
+    report.hw = &*node;
+  } else if (nodes != 1) {
+    throw InputError("--nodes", "value", "--nodes with a model only together with --hw", std::to_string(nodes));
+  }
+  if (as_json) {
+    Json out = model_json(m, report);
+    if (!defaults.empty()) out["defaults_used"] = defaults;
+    std::cout << out.dump(2) << "\n";
+  } else {
+    if (!defaults.empty()) {
+      std::cout << "custom model: defaults used for";
+      for (const auto& d : defaults) std::cout << " " << d;
+      std::cout << "\n\n";
+    }
+    print_model(std::cout, m, report);
+  }
+  return 0;
+}
+
+}  // namespace trainyard::app

@@ -1,0 +1,249 @@
+#include "common/json_reader.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "common/units.hpp"
+
+namespace trainyard::json {
+
+namespace {
+
+// nlohmann reports a byte offset; people want line:column.
+std::string line_column(std::string_view text, std::size_t byte) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(column);
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+std::string format_bound(const Bound& bound) {
+  std::ostringstream out;
+  out << (bound.integer ? "an integer" : "a number") << " in [" << format_number(bound.min) << ", "
+      << format_number(bound.max) << "]";
+  if (!bound.unit.empty()) out << " " << bound.unit;
+  return out.str();
+}
+
+}  // namespace
+
+Json parse(std::string_view text, const std::string& origin) {
+  try {
+    return Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    // e.what() repeats the byte offset; keep only nlohmann's description after the last ": ".
+    std::string detail = e.what();
+    if (auto pos = detail.rfind(": "); pos != std::string::npos) detail = detail.substr(pos + 2);
+    throw InputError(origin + ":" + line_column(text, e.byte == 0 ? 0 : e.byte - 1) +
+                     ": malformed JSON: " + detail);
+  }
+}
+
+Json parse_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open file (expected a readable JSON file)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path);
+}
+
+std::string_view to_string(Source::Kind kind) {
+  switch (kind) {
+    case Source::Kind::datasheet: return "datasheet";
+    case Source::Kind::measured: return "measured";
+    case Source::Kind::estimate: return "estimate";
+  }
+  return "?";
+}
+
+std::string Source::describe() const {
+  switch (kind) {
+    case Kind::datasheet: return "datasheet: " + document;
+    case Kind::measured: return "measured " + date + ": " + command;
+    case Kind::estimate: return "estimate: " + basis;
+  }
+  return "?";
+}
+
+std::string describe(const Json& value) {
+  if (value.is_number() || value.is_boolean()) return value.dump();
+  if (value.is_string()) return value.dump();
+  if (value.is_null()) return "null";
+  if (value.is_array()) return "an array";
+  return "an object";
+}
+
+Reader::Reader(const Json& object, std::string origin, std::string path)
+    : json_(&object), origin_(std::move(origin)), path_(std::move(path)) {
+  if (!object.is_object()) {
+    throw InputError(origin_, path_.empty() ? "(top level)" : path_, "a JSON object", describe(object));
+  }
+}
+
+std::string Reader::field_path(std::string_view key) const {
+  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+}
+
+bool Reader::has(std::string_view key) const { return json_->contains(key); }
+
+void Reader::fail(std::string_view key, const std::string& expected, const std::string& got) const {
+  throw InputError(origin_, field_path(key), expected, got);
+}
+
+const Json& Reader::at(std::string_view key) const {
+  auto it = json_->find(key);
+  if (it == json_->end()) fail(key, "this field to be present", "nothing (missing field)");
+  used_.emplace(key);
+  return *it;
+}
+
+std::string Reader::string(std::string_view key) const {
+  const Json& value = at(key);
+  if (!value.is_string() || value.get_ref<const std::string&>().empty()) {
+    fail(key, "a non-empty string", describe(value));
+  }
+  return value.get<std::string>();
+}
+
+std::optional<std::string> Reader::optional_string(std::string_view key) const {
+  if (!has(key)) return std::nullopt;
+  return string(key);
+}
+
+std::string Reader::choice(std::string_view key, const std::vector<std::string>& allowed) const {
+  const Json& value = at(key);
+  if (value.is_string()) {
+    for (const auto& option : allowed) {
+      if (value.get_ref<const std::string&>() == option) return option;
+    }
+  }
+  fail(key, "one of: " + join(allowed), describe(value));
+}
+
+bool Reader::boolean(std::string_view key) const {
+  const Json& value = at(key);
+  if (!value.is_boolean()) fail(key, "true or false", describe(value));
+  return value.get<bool>();
+}
+
+double Reader::check_number(const Json& value, std::string_view key, const Bound& bound) const {
+  if (!value.is_number()) fail(key, format_bound(bound), describe(value));
+  const double x = value.get<double>();
+  const bool whole = std::floor(x) == x;
+  if (std::isfinite(x) && x >= bound.min && x <= bound.max && (!bound.integer || whole)) return x;
+  std::string got = describe(value);
+  if (x > 0 && x < bound.min && bound.bytes_given_in_gb && x * 1073741824.0 >= bound.min &&
+      x * 1073741824.0 <= bound.max) {
+    got += " (this looks like GB or GiB; the field is in bytes, e.g. " +
+           format_number(x * 1073741824.0) + " for " + describe(value) + " GiB)";
+  } else if (x <= 0 && bound.min > 0) {
+    got += " (sizes and rates must be positive)";
+  }
+  fail(key, format_bound(bound), got);
+}
+
+std::int64_t Reader::integer(std::string_view key, std::int64_t min, std::int64_t max) const {
+  Bound bound{static_cast<double>(min), static_cast<double>(max), "", true, false};
+  return static_cast<std::int64_t>(check_number(at(key), key, bound));
+}
+
+double Reader::number(std::string_view key, const Bound& bound) const {
+  return check_number(at(key), key, bound);
+}
+
+Reader Reader::object(std::string_view key) const {
+  const Json& value = at(key);
+  if (!value.is_object()) fail(key, "a JSON object", describe(value));
+  return Reader(value, origin_, field_path(key));
+}
+
+std::vector<Reader> Reader::objects(std::string_view key) const {
+  const Json& value = at(key);
+  if (!value.is_array() || value.empty()) fail(key, "a non-empty array of objects", describe(value));
+  std::vector<Reader> out;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    out.emplace_back(value[i], origin_, field_path(key) + "[" + std::to_string(i) + "]");
+  }
+  return out;
+}
+
+Sources Reader::sources(std::string_view key) const {
+  Sources out;
+  Reader all = object(key);
+  for (const auto& [id, value] : json_->at(std::string(key)).items()) {
+    Reader entry = all.object(id);
+    Source source;
+    const std::string kind = entry.choice("kind", {"datasheet", "measured", "estimate"});
+    if (kind == "datasheet") {
+      source.kind = Source::Kind::datasheet;
+      source.document = entry.string("document");
+    } else if (kind == "measured") {
+      source.kind = Source::Kind::measured;
+      source.date = entry.string("date");
+      source.command = entry.string("command");
+      if (source.date.size() != 10 || source.date[4] != '-' || source.date[7] != '-') {
+        entry.fail("date", "a date YYYY-MM-DD", "\"" + source.date + "\"");
+      }
+    } else {
+      source.kind = Source::Kind::estimate;
+      source.basis = entry.string("basis");
+    }
+    entry.finish();
+    out.emplace(id, std::move(source));
+  }
+  if (out.empty()) fail(key, "at least one source", "an empty object");
+  return out;
+}
+
+Figure Reader::figure(std::string_view key, const Bound& bound, const Sources& sources) const {
+  if (has(key) && !at(key).is_object()) {
+    fail(key, "a figure object {\"value\": ..., \"source\": ...} with value " + format_bound(bound),
+         describe(at(key)));
+  }
+  Reader entry = object(key);
+  Figure figure;
+  figure.value = entry.number("value", bound);
+  figure.source_id = entry.string("source");
+  auto it = sources.find(figure.source_id);
+  if (it == sources.end()) {
+    std::vector<std::string> ids;
+    for (const auto& [id, _] : sources) ids.push_back(id);
+    entry.fail("source", "an id listed in \"sources\" (" + join(ids) + ")", "\"" + figure.source_id + "\"");
+  }
+  figure.source = it->second;
+  figure.note = entry.optional_string("note").value_or("");
+  entry.finish();
+  return figure;
+}
+
+void Reader::expect_string(std::string_view key, std::string_view expected) const {
+  const Json& value = at(key);
+  if (!value.is_string() || value.get_ref<const std::string&>() != expected) {
+    fail(key, "\"" + std::string(expected) + "\"", describe(value));
+  }
+}
+
+void Reader::finish() const {
+  std::vector<std::string> known(used_.begin(), used_.end());
+  for (const auto& [key, _] : json_->items()) {
+    if (!used_.contains(key)) {
+      fail(key, "a known field (" + join(known) + ")", "an unknown field");
+    }
+  }
+}
+
+}  // namespace trainyard::json

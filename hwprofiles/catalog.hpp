@@ -1,0 +1,23 @@
+#pragma once
+// The built-in hardware profiles (hwprofiles/gpus/*.json, hwprofiles/nodes/*.json, compiled in) and loading
+// of user files by path.
+#include <string>
+#include <vector>
+
+#include "hwprofiles/node.hpp"
+
+namespace trainyard::hw {
+
+std::vector<std::string> builtin_gpu_names();
+std::vector<std::string> builtin_node_names();
+bool is_builtin_gpu(std::string_view name);
+bool is_builtin_node(std::string_view name);
+
+// `origin` names where the reference came from ("--hw"), for the unknown-name error.
+GpuProfile load_gpu(std::string_view name_or_path, const std::string& origin = "--gpu");
+NodeProfile load_node(std::string_view name_or_path, const std::string& origin = "--hw");
+// Parses an already-read document whose "schema" says it is a GPU or a node.
+GpuProfile gpu_from_document(const json::Json& document, const std::string& origin);
+NodeProfile node_from_document(const json::Json& document, const std::string& origin);
+
+}  // namespace trainyard::hw

@@ -1,0 +1,87 @@
+#include "hwprofiles/gpu.hpp"
+
+#include "common/error.hpp"
+#include "common/units.hpp"
+
+namespace trainyard::hw {
+
+std::string_view to_string(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::bf16: return "bf16";
+    case Dtype::fp16: return "fp16";
+    case Dtype::tf32: return "tf32";
+    case Dtype::fp32: return "fp32";
+  }
+  return "?";
+}
+
+double pcie_gbps_per_direction(int generation, int lanes) {
+  // Transfer rate per lane in GT/s and encoding efficiency, PCI Express Base Specifications 1.0-6.0.
+  double gtps = 0, encoding = 128.0 / 130.0;
+  switch (generation) {
+    case 1: gtps = 2.5; encoding = 0.8; break;
+    case 2: gtps = 5.0; encoding = 0.8; break;
+    case 3: gtps = 8.0; break;
+    case 4: gtps = 16.0; break;
+    case 5: gtps = 32.0; break;
+    case 6: gtps = 64.0; encoding = 242.0 / 256.0; break;  // FLIT mode
+    default: TRAINYARD_CHECK(false, "PCIe generation out of range: " + std::to_string(generation));
+  }
+  return gtps * encoding / 8.0 * lanes;
+}
+
+double GpuProfile::pcie_raw_gbps_per_direction() const {
+  return pcie_gbps_per_direction(static_cast<int>(pcie_generation.value), static_cast<int>(pcie_lanes.value));
+}
+
+double GpuProfile::ridge_flop_per_byte(Dtype dtype) const {
+  return peak_tflops(dtype) * 1e12 / (hbm_gbps.value * 1e9);
+}
+
+GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
+  using json::Bound;
+  json::Reader top(document, origin);
+  top.expect_string("schema", "trainyard.gpu.v1");
+  GpuProfile gpu;
+  gpu.origin = origin;
+  gpu.name = top.string("name");
+  gpu.description = top.string("description");
+  const json::Sources sources = top.sources("sources");
+
+  json::Reader peaks = top.object("peak_dense_tflops");
+  for (Dtype dtype : kAllDtypes) {
+    gpu.peak_dense_tflops[static_cast<int>(dtype)] =
+        peaks.figure(to_string(dtype), Bound{0.1, 100000, "TFLOP/s"}, sources);
+  }
+  peaks.finish();
+  // Bounds are wide but catch unit slips: HBM in GB instead of bytes, bandwidth in TB/s instead of GB/s.
+  gpu.hbm_bytes = top.figure("hbm_bytes", Bound{1073741824.0, 17592186044416.0, "bytes", true, true}, sources);
+  gpu.hbm_gbps = top.figure("hbm_gbps", Bound{50, 100000, "GB/s"}, sources);
+  gpu.sm_count = top.figure("sm_count", Bound{1, 10000, "SMs", true}, sources);
+  gpu.pcie_generation = top.figure("pcie_generation", Bound{1, 6, "", true}, sources);
+  gpu.pcie_lanes = top.figure("pcie_lanes", Bound{1, 32, "lanes", true}, sources);
+  gpu.nvlink_gbps_per_direction = top.figure("nvlink_gbps_per_direction", Bound{0, 10000, "GB/s"}, sources);
+
+  json::Reader sustained = top.object("sustained");
+  gpu.sustained.gemm_efficiency = sustained.figure("gemm_efficiency", Bound{0.01, 1, "(fraction of peak)"}, sources);
+  gpu.sustained.hbm_efficiency = sustained.figure("hbm_efficiency", Bound{0.01, 1, "(fraction of peak)"}, sources);
+  gpu.sustained.pcie_h2d_gbps = sustained.figure("pcie_h2d_gbps", Bound{0.1, 1000, "GB/s"}, sources);
+  gpu.sustained.pcie_d2h_gbps = sustained.figure("pcie_d2h_gbps", Bound{0.1, 1000, "GB/s"}, sources);
+  sustained.finish();
+  top.finish();
+
+  // A sustained copy rate above the link's raw rate is a unit or transcription mistake.
+  const double raw = gpu.pcie_raw_gbps_per_direction();
+  const std::pair<const char*, double> copies[] = {{"pcie_h2d_gbps", gpu.sustained.pcie_h2d_gbps.value},
+                                                   {"pcie_d2h_gbps", gpu.sustained.pcie_d2h_gbps.value}};
+  for (const auto& [key, value] : copies) {
+    if (value > raw) {
+      sustained.fail(key, "at most the raw PCIe rate of Gen" + std::to_string(int(gpu.pcie_generation.value)) +
+                              " x" + std::to_string(int(gpu.pcie_lanes.value)) + " (" + format_fixed(raw, 1) + " GB/s)",
+                     format_fixed(value, 1));
+    }
+  }
+  return gpu;
+}
+
+}  // namespace trainyard::hw

@@ -1,0 +1,47 @@
+#pragma once
+// A GPU model as described by hwprofiles/gpus/*.json: datasheet peaks, and separately the sustained figures
+// that calibration measures. Every figure keeps its source.
+#include <array>
+#include <string>
+
+#include "common/json_reader.hpp"
+
+namespace trainyard::hw {
+
+using json::Figure;
+
+enum class Dtype { bf16, fp16, tf32, fp32 };
+inline constexpr std::array<Dtype, 4> kAllDtypes = {Dtype::bf16, Dtype::fp16, Dtype::tf32, Dtype::fp32};
+std::string_view to_string(Dtype dtype);
+
+// Raw PCIe bandwidth per direction in GB/s for a generation and lane count (after line encoding:
+// 8b/10b for Gen1-2, 128b/130b for Gen3-5), e.g. Gen4 x16 = 31.5 GB/s.
+double pcie_gbps_per_direction(int generation, int lanes);
+
+struct GpuProfile {
+  std::string name;
+  std::string description;
+  std::string origin;  // the file it came from
+  std::array<Figure, 4> peak_dense_tflops;  // indexed by Dtype
+  Figure hbm_bytes;
+  Figure hbm_gbps;
+  Figure sm_count;
+  Figure pcie_generation;
+  Figure pcie_lanes;
+  Figure nvlink_gbps_per_direction;  // 0: no NVLink
+  struct Sustained {
+    Figure gemm_efficiency;  // fraction of the bf16 dense peak that large GEMMs reach
+    Figure hbm_efficiency;   // fraction of hbm_gbps that streaming kernels reach
+    Figure pcie_h2d_gbps;    // pinned host-to-device copies
+    Figure pcie_d2h_gbps;    // pinned device-to-host copies
+  } sustained;
+
+  double peak_tflops(Dtype dtype) const { return peak_dense_tflops[static_cast<int>(dtype)].value; }
+  double pcie_raw_gbps_per_direction() const;
+  // Arithmetic intensity (FLOP per HBM byte) above which a kernel is compute-bound at peak.
+  double ridge_flop_per_byte(Dtype dtype) const;
+};
+
+GpuProfile parse_gpu(const json::Json& document, const std::string& origin);
+
+}  // namespace trainyard::hw

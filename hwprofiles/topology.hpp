@@ -1,0 +1,72 @@
+#pragma once
+// The hardware as a graph (Boost Graph): vertices are GPUs, PCIe switches, root complexes, host memories,
+// NVSwitches, NICs and the inter-node fabric; edges are links with a bandwidth per direction and a latency.
+// A cluster is N copies of a node whose NICs all attach to one non-blocking fabric vertex.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/graph/adjacency_list.hpp>
+
+#include "hwprofiles/node.hpp"
+
+namespace trainyard::hw {
+
+struct TopoVertex {
+  std::string id;  // as in the node file ("gpu3"); the fabric is "fabric"
+  VertexType type = VertexType::gpu;
+  int node = -1;   // -1 for the fabric
+};
+
+struct TopoLink {
+  LinkType type = LinkType::pcie;
+  double gbps_per_direction = 0;
+  bool full_duplex = true;
+  std::int64_t latency_ns = 0;
+  double route_cost = 0;  // seconds per GB plus a small per-hop term: the fastest route wins
+};
+
+using TopologyGraph =
+    boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, TopoVertex, TopoLink>;
+using VertexId = TopologyGraph::vertex_descriptor;
+using LinkId = TopologyGraph::edge_descriptor;
+
+struct Route {
+  std::vector<VertexId> vertices;  // from .. to
+  std::vector<LinkId> links;
+  double bottleneck_gbps = 0;
+  std::int64_t latency_ns = 0;
+};
+
+class Topology {
+ public:
+  Topology(const NodeProfile& node, int node_count);
+
+  const TopologyGraph& graph() const { return graph_; }
+  int node_count() const { return node_count_; }
+  int gpus_per_node() const { return gpus_per_node_; }
+  bool pcie_peer_to_peer() const { return peer_to_peer_; }
+
+  VertexId vertex(int node, std::string_view id) const;  // InternalError if absent
+  VertexId gpu(int node, int index) const;
+  // The host memory on the GPU's nearest socket (fastest route); nullopt if none is connected.
+  std::optional<VertexId> nearest_host_memory(VertexId gpu) const;
+  // "gpu3" on one node, "n1.gpu3" in a cluster.
+  std::string name(VertexId v) const;
+
+  // Fastest route (least sum of 1/bandwidth); GPUs and host memories are endpoints only, never transit.
+  // Throws InternalError when there is none (a validated profile always connects GPUs to host memory).
+  Route route(VertexId from, VertexId to) const;
+  std::optional<Route> try_route(VertexId from, VertexId to) const;
+  std::string describe(const Route& route) const;  // "gpu0 -> sw0 -> cpu0 -> dram0 (31.5 GB/s, 2000 ns)"
+
+ private:
+  TopologyGraph graph_;
+  int node_count_ = 0;
+  int gpus_per_node_ = 0;
+  bool peer_to_peer_ = false;
+  std::vector<std::vector<VertexId>> gpus_;  // [node][gpu index]
+};
+
+}  // namespace trainyard::hw

@@ -1,0 +1,90 @@
+#pragma once
+// A transformer's shape (models/*.json or --model custom:...) and what follows from it: parameter counts,
+// FLOPs per token, and the bytes of model states under a precision policy.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/json_reader.hpp"
+
+namespace trainyard::model {
+
+enum class Activation { swiglu, gelu };
+enum class Norm { rmsnorm, layernorm };
+std::string_view to_string(Activation a);
+std::string_view to_string(Norm n);
+
+struct ParamCounts {
+  double embedding = 0;        // vocab * hidden
+  double lm_head = 0;          // 0 when tied to the embedding
+  double attention_per_layer = 0;
+  double mlp_per_layer = 0;
+  double norms_per_layer = 0;
+  double final_norm = 0;
+  double per_layer() const { return attention_per_layer + mlp_per_layer + norms_per_layer; }
+  double total(std::int64_t layers) const {
+    return embedding + lm_head + final_norm + per_layer() * static_cast<double>(layers);
+  }
+};
+
+struct ModelConfig {
+  std::string name;
+  std::string description;
+  std::string source;  // where the shape comes from
+  std::string origin;  // the file (or "--model") it was read from
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t ffn_hidden = 0;
+  std::int64_t vocab = 0;
+  Activation activation = Activation::swiglu;
+  Norm norm = Norm::rmsnorm;
+  bool bias = false;
+  bool tied_embeddings = false;
+  std::string dtype = "bf16";
+
+  std::int64_t q_dim() const { return heads * head_dim; }
+  std::int64_t kv_dim() const { return kv_heads * head_dim; }
+  ParamCounts param_counts() const;
+  double params() const { return param_counts().total(layers); }
+
+  // FLOP conventions (docs/flops.md): a multiply-add is 2 FLOPs; backward costs 2x forward.
+  // Dense: every weight matrix, LM head included (even when tied), 2 FLOPs per weight per token, forward.
+  double dense_flops_per_token_fwd() const;
+  // Attention scores and weighted sum (QK^T and PV): 4 * kv_len * q_dim per token per layer, forward, with
+  // kv_len averaged over the sequence: (S + 1) / 2 when causal, S otherwise.
+  double attention_flops_per_token_fwd(std::int64_t seq_len, bool causal) const;
+  // Forward + backward (3x forward), dense plus attention: the model FLOPs that MFU counts.
+  double training_flops_per_token(std::int64_t seq_len, bool causal) const;
+  // Megatron's per-iteration formula 72*B*s*L*h^2*(1 + s/(6h) + V/(12hL)) (Narayanan et al. 2021, without
+  // recomputation, non-causal, MHA with a 4h MLP assumed) divided by B*s, so figures compare with papers.
+  double megatron_flops_per_token(std::int64_t seq_len) const;
+};
+
+ModelConfig parse_model(const json::Json& document, const std::string& origin);
+
+// "custom:layers=24,hidden=2304,heads=24,..." -> a model with the rest defaulted. `defaults_used` receives
+// "field=value" for each default that was filled in, so the CLI can print them.
+ModelConfig parse_custom_model(std::string_view spec, std::vector<std::string>* defaults_used = nullptr);
+
+struct PrecisionPolicy {
+  std::string name;
+  std::string description;
+  double weight_bytes = 2;     // per parameter, the copy used for compute
+  double grad_bytes = 2;
+  double master_bytes = 4;     // fp32 master weights (0 when compute weights are already fp32)
+  double optimizer_bytes = 8;  // Adam m and v in fp32
+  double bytes_per_param() const { return weight_bytes + grad_bytes + master_bytes + optimizer_bytes; }
+};
+std::vector<PrecisionPolicy> precision_policies();
+PrecisionPolicy precision_policy(std::string_view name, const std::string& origin = "--precision");
+
+struct ModelStateBytes {
+  double weights = 0, grads = 0, master = 0, optimizer = 0;
+  double total() const { return weights + grads + master + optimizer; }
+};
+ModelStateBytes model_state_bytes(const ModelConfig& model, const PrecisionPolicy& policy);
+
+}  // namespace trainyard::model
