@@ -6,4 +6,11 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 export QT_QPA_PLATFORM=offscreen
-ctest --test-dir build --output-on-failure -j "$(nproc 2>/dev/null || echo 2)"
+status=0
+ctest --test-dir build --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" || status=$?
+# ctest lists skipped tests without their reason; show the reason each one gave (e.g. "no usable CUDA GPU").
+if grep -q "Skipped" build/Testing/Temporary/LastTest.log 2>/dev/null; then
+  echo "skip reasons:"
+  grep -h -A1 -E "^.*: Skipped$" build/Testing/Temporary/LastTest.log | grep -v -E "Skipped$|^--$" | sort | uniq -c
+fi
+exit "$status"

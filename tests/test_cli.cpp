@@ -1,0 +1,120 @@
+// The trainyard binary end to end: exit codes, output, and the bad-input messages a user sees.
+#include <gtest/gtest.h>
+
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "test_support.hpp"
+
+namespace trainyard {
+
+using test::run_cli;
+
+TEST(Cli, ListShowsEveryBuiltin) {
+  const auto r = run_cli("list");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& list : {hw::builtin_gpu_names(), hw::builtin_node_names(), model::builtin_model_names()}) {
+    for (const auto& name : list) EXPECT_NE(r.out.find(name), std::string::npos) << name;
+  }
+  EXPECT_NE(r.out.find("ringtrack"), std::string::npos);
+}
+
+TEST(Cli, ListJsonIsValidAndComplete) {
+  const auto r = run_cli("list models --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["models"].size(), model::builtin_model_names().size());
+  EXPECT_EQ(j.contains("gpus"), false);
+  for (const auto& m : j["models"]) EXPECT_GT(m["params"]["total"].get<double>(), 1e9);
+}
+
+TEST(Cli, ShowWorksForEveryBuiltinInTextAndJson) {
+  for (const auto& list : {hw::builtin_gpu_names(), hw::builtin_node_names(), model::builtin_model_names()}) {
+    for (const auto& name : list) {
+      SCOPED_TRACE(name);
+      const auto text = run_cli("show " + name);
+      EXPECT_EQ(text.exit_code, 0) << text.err;
+      EXPECT_NE(text.out.find(name), std::string::npos);
+      const auto as_json = run_cli("show " + name + " --json");
+      ASSERT_EQ(as_json.exit_code, 0) << as_json.err;
+      EXPECT_EQ(nlohmann::json::parse(as_json.out)["name"], name);
+    }
+  }
+}
+
+TEST(Cli, ShowNodeGivesDerivedFigures) {
+  const auto r = run_cli("show dgx-a100 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["gpu"]["derived"]["bf16_peak_tflops"].get<double>(), 312);
+  EXPECT_NEAR(j["gpu"]["derived"]["pcie_raw_gbps_per_direction"].get<double>(), 31.5, 0.01);
+  EXPECT_NEAR(j["gpu"]["derived"]["ridge_flop_per_byte_bf16"].get<double>(), 312e12 / 2039e9, 1e-6);
+  EXPECT_EQ(j["gpu"]["hbm_gbps"]["source"]["kind"], "datasheet");
+  const auto cluster = run_cli("show dgx-a100 --nodes 4 --json");
+  ASSERT_EQ(cluster.exit_code, 0) << cluster.err;
+  EXPECT_EQ(nlohmann::json::parse(cluster.out)["cluster"]["gpus"], 32);
+}
+
+TEST(Cli, ShowModelOnHardware) {
+  const auto r = run_cli("show llama3-70b --hw dgx-h100 --nodes 2 --seq 128K --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["flops_per_token"]["seq_len"], 131072);
+  EXPECT_EQ(j["on_hardware"]["gpus"], 16);
+  EXPECT_EQ(j["on_hardware"]["replicated_states_fit_hbm"], false);
+  EXPECT_EQ(j["on_hardware"]["sharded_states_fit_hbm"], true);
+}
+
+TEST(Cli, CustomModelPrintsItsDefaults) {
+  const auto r = run_cli("show custom:layers=24,hidden=2304,heads=24");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("defaults used"), std::string::npos);
+  EXPECT_NE(r.out.find("vocab=32000"), std::string::npos);
+}
+
+TEST(Cli, HelpShowsTypesAndDefaults) {
+  const auto r = run_cli("show --help");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--nodes int (=1)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--seq tokens (=4K)"), std::string::npos) << r.out;
+}
+
+// Usage and input errors exit 2 and say what was wrong.
+struct CliError {
+  std::string args;
+  std::vector<std::string> expected_in_stderr;
+};
+
+void PrintTo(const CliError& c, std::ostream* os) { *os << "trainyard " << c.args; }
+
+class CliBadInput : public ::testing::TestWithParam<CliError> {};
+
+TEST_P(CliBadInput, Exits2WithAClearMessage) {
+  const auto r = run_cli(GetParam().args);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_TRUE(r.out.empty()) << "nothing half-written to stdout: " << r.out;
+  for (const auto& part : GetParam().expected_in_stderr) EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliBadInput,
+    ::testing::Values(
+        CliError{"", {"usage"}},
+        CliError{"frobnicate", {"unknown command 'frobnicate'"}},
+        CliError{"list --colour", {"--colour"}},
+        CliError{"show h100-sxm --verbose", {"--verbose"}},
+        CliError{"list widgets", {"widgets", "gpus, nodes, models"}},
+        CliError{"show h300", {"unknown name \"h300\"", "h100-sxm"}},
+        CliError{"show llama3-8b --hw dgx-z100", {"--hw", "dgx-z100", "dgx-a100"}},
+        CliError{"show llama3-8b --seq 12X", {"--seq", "token count"}},
+        CliError{"show llama3-8b --precision int4", {"--precision", "bf16-mixed"}},
+        CliError{"show dgx-a100 --nodes 0", {"--nodes", "[1, 100000]"}},
+        CliError{"show lab-h100 --nodes 2", {"--nodes", "no NIC"}},
+        CliError{"show h100-sxm --hw dgx-a100", {"--hw", "only together with a model"}},
+        CliError{"show custom:layers=2,hidden=64", {"custom.heads"}},
+        CliError{"show " TRAINYARD_TEST_DATA_DIR "/malformed.json", {"malformed.json:5:", "malformed JSON"}},
+        CliError{"show " TRAINYARD_TEST_DATA_DIR "/no-schema.json", {"no-schema.json", "field 'schema'"}},
+        CliError{"show " TRAINYARD_TEST_DATA_DIR "/missing.json", {"missing.json", "cannot open"}},
+        CliError{"show " TRAINYARD_TEST_DATA_DIR "/gpu-hbm-in-gb.json",
+                 {"gpu-hbm-in-gb.json", "field 'hbm_bytes.value'", "looks like GB"}}));
+
+}  // namespace trainyard

@@ -1,0 +1,35 @@
+#pragma once
+// Helpers shared by the tests: temporary files, running the CLI, reading built-in JSON from the source tree.
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace trainyard::test {
+
+// A fresh directory under the system temp dir, removed when the object goes.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string write(const std::string& name, const std::string& text) const;  // returns the file's path
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A file of the source tree, parsed (e.g. "hwprofiles/gpus/h100-sxm.json").
+nlohmann::json source_json(const std::string& relative_path);
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+// Runs the built `trainyard` binary with `args` (shell-quoted by the caller where needed).
+CliResult run_cli(const std::string& args);
+
+}  // namespace trainyard::test
