@@ -70,6 +70,8 @@ class Reader {
   Sources sources(std::string_view key) const;
   // {"value": <number within bound>, "source": "<id in sources>", "note": "..."?}
   Figure figure(std::string_view key, const Bound& bound, const Sources& sources) const;
+  // The raw value (marked as read), for shapes the typed accessors do not cover.
+  const Json& raw(std::string_view key) const { return at(key); }
   // Requires `key` to equal `expected` exactly (used for the "schema" tag).
   void expect_string(std::string_view key, std::string_view expected) const;
 

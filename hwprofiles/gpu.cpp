@@ -1,5 +1,7 @@
 #include "hwprofiles/gpu.hpp"
 
+#include <cmath>
+
 #include "common/error.hpp"
 #include "common/units.hpp"
 
@@ -30,6 +32,18 @@ double pcie_gbps_per_direction(int generation, int lanes) {
   return gtps * encoding / 8.0 * lanes;
 }
 
+double EfficiencyTable::at(double flops) const {
+  TRAINYARD_CHECK(!points.empty(), "empty efficiency table");
+  if (flops <= points.front().first) return points.front().second;
+  if (flops >= points.back().first) return points.back().second;
+  std::size_t i = 1;
+  while (points[i].first < flops) ++i;
+  const auto& [x0, y0] = points[i - 1];
+  const auto& [x1, y1] = points[i];
+  const double t = (std::log10(flops) - std::log10(x0)) / (std::log10(x1) - std::log10(x0));
+  return y0 + t * (y1 - y0);
+}
+
 double GpuProfile::pcie_raw_gbps_per_direction() const {
   return pcie_gbps_per_direction(static_cast<int>(pcie_generation.value), static_cast<int>(pcie_lanes.value));
 }
@@ -37,6 +51,33 @@ double GpuProfile::pcie_raw_gbps_per_direction() const {
 double GpuProfile::ridge_flop_per_byte(Dtype dtype) const {
   return peak_tflops(dtype) * 1e12 / (hbm_gbps.value * 1e9);
 }
+
+namespace {
+
+// {"source": id, "points": [[flops, fraction], ...]} with FLOPs increasing and fractions in (0, 1].
+EfficiencyTable parse_table(const json::Reader& parent, std::string_view key, const json::Sources& sources) {
+  json::Reader r = parent.object(key);
+  EfficiencyTable table;
+  table.source_id = r.string("source");
+  auto it = sources.find(table.source_id);
+  if (it == sources.end()) r.fail("source", "an id listed in \"sources\"", "\"" + table.source_id + "\"");
+  table.source = it->second;
+  const json::Json& points = r.raw("points");
+  const std::string expected = "a non-empty array of [flops, fraction] pairs, flops increasing, fraction in (0, 1]";
+  if (!points.is_array() || points.empty()) r.fail("points", expected, json::describe(points));
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    const bool ok = p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number() &&
+                    p[0].get<double>() > 0 && p[1].get<double>() > 0 && p[1].get<double>() <= 1 &&
+                    (i == 0 || p[0].get<double>() > table.points.back().first);
+    if (!ok) r.fail("points[" + std::to_string(i) + "]", expected, p.dump());
+    table.points.emplace_back(p[0].get<double>(), p[1].get<double>());
+  }
+  r.finish();
+  return table;
+}
+
+}  // namespace
 
 GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   using json::Bound;
@@ -67,6 +108,12 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   gpu.sustained.hbm_efficiency = sustained.figure("hbm_efficiency", Bound{0.01, 1, "(fraction of peak)"}, sources);
   gpu.sustained.pcie_h2d_gbps = sustained.figure("pcie_h2d_gbps", Bound{0.1, 1000, "GB/s"}, sources);
   gpu.sustained.pcie_d2h_gbps = sustained.figure("pcie_d2h_gbps", Bound{0.1, 1000, "GB/s"}, sources);
+  json::Reader tables = sustained.object("efficiency_by_flops");
+  gpu.sustained.gemm = parse_table(tables, "gemm", sources);
+  gpu.sustained.attention_fwd = parse_table(tables, "attention_fwd", sources);
+  gpu.sustained.attention_bwd = parse_table(tables, "attention_bwd", sources);
+  tables.finish();
+  gpu.sustained.kernel_launch_ns = sustained.figure("kernel_launch_ns", Bound{0, 1e6, "ns"}, sources);
   sustained.finish();
   top.finish();
 

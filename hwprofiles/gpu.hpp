@@ -3,6 +3,8 @@
 // that calibration measures. Every figure keeps its source.
 #include <array>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/json_reader.hpp"
 
@@ -17,6 +19,15 @@ std::string_view to_string(Dtype dtype);
 // Raw PCIe bandwidth per direction in GB/s for a generation and lane count (after line encoding:
 // 8b/10b for Gen1-2, 128b/130b for Gen3-5), e.g. Gen4 x16 = 31.5 GB/s.
 double pcie_gbps_per_direction(int generation, int lanes);
+
+// Achieved fraction of the bf16 dense peak as a function of a kernel call's FLOPs, interpolated linearly in
+// log10(FLOPs) between measured or estimated points and clamped at both ends.
+struct EfficiencyTable {
+  std::vector<std::pair<double, double>> points;  // (FLOPs, fraction of peak), FLOPs strictly increasing
+  std::string source_id;
+  json::Source source;
+  double at(double flops) const;
+};
 
 struct GpuProfile {
   std::string name;
@@ -34,6 +45,10 @@ struct GpuProfile {
     Figure hbm_efficiency;   // fraction of hbm_gbps that streaming kernels reach
     Figure pcie_h2d_gbps;    // pinned host-to-device copies
     Figure pcie_d2h_gbps;    // pinned device-to-host copies
+    EfficiencyTable gemm;           // by the call's FLOPs
+    EfficiencyTable attention_fwd;
+    EfficiencyTable attention_bwd;
+    Figure kernel_launch_ns;  // fixed cost per kernel on a stream
   } sustained;
 
   double peak_tflops(Dtype dtype) const { return peak_dense_tflops[static_cast<int>(dtype)].value; }

@@ -16,7 +16,7 @@ namespace {
 constexpr double kHopCost = 1e-6;  // breaks ties between equally fast routes in favour of fewer hops
 
 TopoLink make_link(LinkType type, double gbps, bool full_duplex, std::int64_t latency_ns) {
-  return TopoLink{type, gbps, full_duplex, latency_ns, 1.0 / gbps + kHopCost};
+  return TopoLink{type, gbps, full_duplex, latency_ns, 1.0 / gbps + kHopCost, -1};
 }
 
 bool endpoint_only(VertexType type) { return type == VertexType::gpu || type == VertexType::host_memory; }
@@ -47,19 +47,22 @@ Topology::Topology(const NodeProfile& node, int node_count)
       TRAINYARD_CHECK(false, "link to unknown vertex " + id);
     };
     for (const auto& l : node.links) {
-      boost::add_edge(local(l.a), local(l.b), make_link(l.type, l.gbps_per_direction, l.full_duplex, latency(l.type)),
-                      graph_);
+      add_link(local(l.a), local(l.b), make_link(l.type, l.gbps_per_direction, l.full_duplex, latency(l.type)));
     }
     for (int g = 0; g < gpus_per_node_; ++g) gpus_[n].push_back(local("gpu" + std::to_string(g)));
     if (node_count > 1) {
       for (const auto& v : node.vertices) {
         if (v.type != VertexType::nic) continue;
-        boost::add_edge(local(v.id), fabric,
-                        make_link(LinkType::network, v.nic_gbps_per_direction->value, true, latency(LinkType::network)),
-                        graph_);
+        add_link(local(v.id), fabric,
+                 make_link(LinkType::network, v.nic_gbps_per_direction->value, true, latency(LinkType::network)));
       }
     }
   }
+}
+
+void Topology::add_link(VertexId a, VertexId b, TopoLink link) {
+  link.index = static_cast<int>(boost::num_edges(graph_));
+  boost::add_edge(a, b, link, graph_);
 }
 
 VertexId Topology::vertex(int node, std::string_view id) const {

@@ -25,6 +25,7 @@ struct TopoLink {
   bool full_duplex = true;
   std::int64_t latency_ns = 0;
   double route_cost = 0;  // seconds per GB plus a small per-hop term: the fastest route wins
+  int index = -1;         // 0..num_edges-1, dense, for per-link arrays in the simulator
 };
 
 using TopologyGraph =
@@ -46,6 +47,8 @@ class Topology {
   const TopologyGraph& graph() const { return graph_; }
   int node_count() const { return node_count_; }
   int gpus_per_node() const { return gpus_per_node_; }
+  int gpu_count() const { return gpus_per_node_ * node_count_; }
+  int link_count() const { return static_cast<int>(boost::num_edges(graph_)); }
   bool pcie_peer_to_peer() const { return peer_to_peer_; }
 
   VertexId vertex(int node, std::string_view id) const;  // InternalError if absent
@@ -62,6 +65,8 @@ class Topology {
   std::string describe(const Route& route) const;  // "gpu0 -> sw0 -> cpu0 -> dram0 (31.5 GB/s, 2000 ns)"
 
  private:
+  void add_link(VertexId a, VertexId b, TopoLink link);
+
   TopologyGraph graph_;
   int node_count_ = 0;
   int gpus_per_node_ = 0;
