@@ -12,6 +12,8 @@
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
+#include "sim/graph_json.hpp"
+#include "sim/report.hpp"
 
 namespace po = boost::program_options;
 using Json = nlohmann::json;
@@ -22,6 +24,7 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> all = {
       {"list", "list built-in GPUs, nodes, models, strategies or precision policies", run_list},
       {"show", "show a GPU, node or model (built-in name or JSON path) with derived figures", run_show},
+      {"simulate", "simulate one step of a task graph (JSON) on a cluster: step time, MFU, memory, trace", run_simulate},
   };
   return all;
 }
@@ -289,6 +292,63 @@ int run_show(const std::vector<std::string>& args) {
       std::cout << "\n\n";
     }
     print_model(std::cout, m, report);
+  }
+  return 0;
+}
+
+}  // namespace trainyard::app
+
+namespace trainyard::app {
+
+int run_simulate(const std::vector<std::string>& args) {
+  po::options_description options("simulate options");
+  options.add_options()
+      ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
+      ("hw", po::value<std::string>()->value_name("name|path"), "node profile (default: the graph's \"hw\")")
+      ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")
+      ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
+      ("json", po::bool_switch(), "print metrics as JSON");
+  po::positional_options_description positional;
+  po::variables_map vm;
+  if (parse(args, "trainyard simulate --graph FILE [--hw NODE] [--nodes N] [--trace FILE] [--json]", options,
+            positional, vm)) {
+    return 0;
+  }
+  if (!vm.count("graph")) throw InputError("--graph", "value", "a task graph JSON file", "nothing");
+  const std::string path = vm["graph"].as<std::string>();
+  sim::GraphDocument doc = sim::load_graph(path);
+  std::string hw_name;
+  if (vm.count("hw")) hw_name = vm["hw"].as<std::string>();
+  else if (doc.hw) hw_name = *doc.hw;
+  else throw InputError("--hw", "value", "a node profile (the graph file names none)", "nothing");
+  const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : doc.nodes.value_or(1);
+  if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
+  hw::NodeProfile node = hw::load_node(hw_name, vm.count("hw") ? "--hw" : path + ": field 'hw'");
+  if (nodes > 1 && node.count(hw::VertexType::nic) == 0) {
+    throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster",
+                     std::to_string(nodes));
+  }
+  const sim::Cluster cluster(std::move(node), nodes);
+  sim::validate(doc.graph, cluster.gpus(), cluster.nodes, path);
+  doc.graph.finalize();
+  const sim::SimResult result = sim::simulate(doc.graph, cluster);
+  if (vm.count("trace")) {
+    sim::write_file_atomically(vm["trace"].as<std::string>(), [&](std::ostream& out) {
+      sim::write_chrome_trace(out, result, doc.graph, cluster);
+    });
+  }
+  if (vm["json"].as<bool>()) {
+    std::cout << sim::metrics_json(result, doc.graph, cluster).dump(2) << "\n";
+  } else {
+    sim::print_metrics(std::cout, result, doc.graph, cluster);
+  }
+  if (result.oom) {
+    std::cerr << "error: " << path << ": " << result.oom->describe(doc.graph) << "\n";
+    return 2;
+  }
+  if (!result.stuck.empty()) {
+    std::cerr << "error: " << path << ": " << result.stuck << "\n";
+    return 2;
   }
   return 0;
 }

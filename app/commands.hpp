@@ -15,5 +15,6 @@ const std::vector<Command>& commands();
 
 int run_list(const std::vector<std::string>& args);
 int run_show(const std::vector<std::string>& args);
+int run_simulate(const std::vector<std::string>& args);
 
 }  // namespace trainyard::app

@@ -1,0 +1,97 @@
+#include "sim/collectives.hpp"
+
+#include "common/error.hpp"
+
+namespace trainyard::sim {
+
+namespace {
+
+int tree_depth(int n) {  // levels below the root in a heap-ordered binary tree of n ranks
+  int depth = 0;
+  while ((2 << depth) - 1 < n) ++depth;  // ranks at level d are [2^d - 1, 2^(d+1) - 2]
+  return depth;
+}
+
+}  // namespace
+
+int collective_steps(CollectiveOp op, Algorithm algorithm, int n) {
+  TRAINYARD_CHECK(n >= 2, "a collective needs at least two ranks");
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      return algorithm == Algorithm::ring ? 2 * (n - 1) : algorithm == Algorithm::direct ? 2 : 2 * tree_depth(n);
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_to_all:
+      TRAINYARD_CHECK(algorithm != Algorithm::tree, "tree is only modelled for all_reduce and broadcast");
+      return algorithm == Algorithm::ring ? n - 1 : 1;
+    case CollectiveOp::broadcast:
+      return algorithm == Algorithm::ring ? (n == 2 ? 1 : 2 * n - 3) : algorithm == Algorithm::direct ? 1 : tree_depth(n);
+  }
+  return 0;
+}
+
+void collective_step(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes, int step,
+                     std::vector<Transfer>& out) {
+  const double b = static_cast<double>(bytes);
+  const double slice = b / n;
+  auto all_pairs = [&](double each) {
+    for (int r = 0; r < n; ++r) {
+      for (int q = 0; q < n; ++q) {
+        if (q != r) out.push_back({r, q, each});
+      }
+    }
+  };
+  // Tree edges between `level` and `level + 1`, upwards (child -> parent) or downwards.
+  auto tree_level = [&](int level, bool up) {
+    for (int r = (1 << (level + 1)) - 1; r < n && r <= (2 << (level + 1)) - 2; ++r) {
+      const int parent = (r - 1) / 2;
+      out.push_back(up ? Transfer{r, parent, b} : Transfer{parent, r, b});
+    }
+  };
+  switch (op) {
+    case CollectiveOp::all_reduce:
+      if (algorithm == Algorithm::ring) {
+        for (int r = 0; r < n; ++r) out.push_back({r, (r + 1) % n, slice});
+      } else if (algorithm == Algorithm::direct) {
+        all_pairs(slice);
+      } else {
+        const int depth = tree_depth(n);
+        if (step < depth) tree_level(depth - 1 - step, true);  // deepest level first
+        else tree_level(step - depth, false);
+      }
+      return;
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter:
+      if (algorithm == Algorithm::ring) {
+        for (int r = 0; r < n; ++r) out.push_back({r, (r + 1) % n, slice});
+      } else {
+        all_pairs(slice);
+      }
+      return;
+    case CollectiveOp::all_to_all:
+      if (algorithm == Algorithm::ring) {
+        for (int r = 0; r < n; ++r) out.push_back({r, (r + step + 1) % n, slice});
+      } else {
+        all_pairs(slice);
+      }
+      return;
+    case CollectiveOp::broadcast:
+      if (algorithm == Algorithm::direct) {
+        for (int q = 1; q < n; ++q) out.push_back({0, q, b});
+      } else if (algorithm == Algorithm::tree) {
+        tree_level(step, false);
+      } else if (n == 2) {
+        out.push_back({0, 1, b});
+      } else {
+        // Hop j carries rank j -> j+1; at step s it forwards chunk s - j if that chunk exists.
+        const double chunk = b / (n - 1);
+        for (int j = 0; j < n - 1; ++j) {
+          const int c = step - j;
+          if (c >= 0 && c < n - 1) out.push_back({j, j + 1, chunk});
+        }
+      }
+      return;
+  }
+}
+
+}  // namespace trainyard::sim

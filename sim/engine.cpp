@@ -1,0 +1,490 @@
+#include "sim/engine.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "common/units.hpp"
+#include "sim/collectives.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/event_queue.hpp"
+#include "sim/flow_network.hpp"
+
+namespace trainyard::sim {
+
+Cluster::Cluster(hw::NodeProfile node_profile, int node_count)
+    : node(std::move(node_profile)), nodes(node_count), topology(node, node_count) {}
+
+double SimResult::mfu() const {
+  return step_ns > 0 ? model_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0;
+}
+double SimResult::hfu() const {
+  return step_ns > 0 ? hardware_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0;
+}
+
+std::string OomReport::describe(const TaskGraph& graph) const {
+  std::string out = "out of memory at task '" + graph.task(task).name + "': " + pool + " needs " +
+                    format_bytes(static_cast<double>(requested_bytes)) + " with " +
+                    format_bytes(static_cast<double>(in_use_bytes)) + " of " +
+                    format_bytes(static_cast<double>(capacity_bytes)) + " in use: " +
+                    format_bytes(static_cast<double>(excess_bytes)) + " (" + std::to_string(excess_bytes) +
+                    " bytes) over; largest live:";
+  for (const auto& [label, bytes] : largest_live) out += " " + label + " (" + format_bytes(static_cast<double>(bytes)) + "),";
+  if (!largest_live.empty()) out.pop_back();
+  return out;
+}
+
+namespace {
+
+enum EventKind : std::uint32_t { kTaskEnd = 0, kFlowEnd = 1, kStepDone = 2 };
+
+bool is_transfer(TaskKind k) { return k == TaskKind::copy || k == TaskKind::p2p || k == TaskKind::collective; }
+
+struct RouteResources {
+  std::vector<std::int32_t> resources;
+  std::int64_t latency_ns = 0;
+};
+
+class Engine {
+ public:
+  Engine(const TaskGraph& graph, const Cluster& cluster, const SimOptions& options)
+      : graph_(graph), cluster_(cluster), topo_(cluster.topology), options_(options), network_(capacities()) {}
+
+  SimResult run();
+
+ private:
+  std::vector<double> capacities() const {
+    std::vector<double> caps(static_cast<std::size_t>(2 * topo_.link_count()));
+    for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
+      const auto& link = topo_.graph()[*it];
+      caps[static_cast<std::size_t>(2 * link.index)] = link.gbps_per_direction;      // 1 GB/s = 1 byte/ns
+      caps[static_cast<std::size_t>(2 * link.index + 1)] = link.gbps_per_direction;
+    }
+    return caps;
+  }
+
+  void build_streams();
+  void release(TaskId t);  // one blocker gone; launches at zero
+  void launch(TaskId t);
+  void finish(TaskId t);
+  void start_flow(TaskId owner, const RouteResources& route, double bytes, double cap);
+  void push_changed_flows();
+  void start_collective_step(TaskId t);
+  void record_links();
+  const RouteResources& route(hw::VertexId from, hw::VertexId to);
+  const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
+  hw::VertexId gpu_vertex(DeviceId g) const {
+    return topo_.gpu(cluster_.node_of(g), g % topo_.gpus_per_node());
+  }
+  int pool_of(const Task& t, Pool pool) const {
+    if (pool == Pool::hbm) return t.device;
+    const int node = is_host(t.device) ? host_node(t.device) : cluster_.node_of(t.device);
+    return cluster_.gpus() + node;
+  }
+  std::string describe_stuck() const;
+
+  const TaskGraph& graph_;
+  const Cluster& cluster_;
+  const hw::Topology& topo_;
+  SimOptions options_;
+  FlowNetwork network_;
+  EventQueue queue_;
+  SimResult result_;
+
+  std::vector<std::int32_t> blocking_;     // unfinished deps + streams where the task is not yet at the head
+  std::vector<std::int32_t> task_stream_offset_;
+  std::vector<std::int32_t> task_streams_;  // stream ids each task occupies
+  struct StreamState {
+    DeviceId device;
+    Stream stream;
+    std::int32_t first = 0, count = 0, head = 0;  // into stream_tasks_
+    std::int64_t free_since = 0;
+  };
+  std::vector<StreamState> streams_;
+  std::vector<TaskId> stream_tasks_;
+  std::vector<std::int64_t> head_since_;  // when the task reached the head of its (first) stream
+  std::vector<TaskId> last_dep_;          // the dependency that finished last
+  std::vector<std::int64_t> tail_latency_ns_;  // added after a copy/p2p flow ends
+  struct CollectiveState {
+    int step = 0;
+    int steps = 0;
+    int outstanding = 0;
+    std::int64_t latency_ns = 0;
+  };
+  std::unordered_map<TaskId, CollectiveState> collectives_;
+  std::vector<Transfer> step_transfers_;
+  std::unordered_map<std::uint64_t, RouteResources> routes_;
+  std::unordered_map<int, std::vector<Sample>> link_samples_;  // per resource, when recorded
+  std::vector<std::int64_t> pool_in_use_;
+  std::vector<std::vector<TaskId>> pool_live_;
+  std::vector<std::int32_t> live_slot_;
+  std::size_t finished_ = 0;
+  bool stop_ = false;
+};
+
+void Engine::build_streams() {
+  const auto n = static_cast<TaskId>(graph_.size());
+  std::unordered_map<std::uint64_t, std::int32_t> ids;
+  auto stream_id = [&](DeviceId device, Stream s) {
+    const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 16) |
+                              (static_cast<std::uint64_t>(s.kind) << 8) | s.index;
+    auto [it, inserted] = ids.try_emplace(key, static_cast<std::int32_t>(streams_.size()));
+    if (inserted) streams_.push_back({device, s});
+    return it->second;
+  };
+  task_stream_offset_.assign(static_cast<std::size_t>(n) + 1, 0);
+  task_streams_.reserve(static_cast<std::size_t>(n));
+  for (TaskId t = 0; t < n; ++t) {
+    const Task& task = graph_.task(t);
+    if (const auto* c = std::get_if<Collective>(&task.params)) {
+      for (DeviceId member : graph_.groups()[static_cast<std::size_t>(c->group)]) {
+        task_streams_.push_back(stream_id(member, task.stream));
+      }
+    } else if (task.stream.kind != StreamKind::none) {
+      task_streams_.push_back(stream_id(task.device, task.stream));
+    }
+    task_stream_offset_[static_cast<std::size_t>(t) + 1] = static_cast<std::int32_t>(task_streams_.size());
+  }
+  // Each stream's tasks in submission order.
+  std::vector<std::int32_t> fill(streams_.size(), 0);
+  for (std::int32_t s : task_streams_) ++streams_[static_cast<std::size_t>(s)].count;
+  std::int32_t offset = 0;
+  for (auto& s : streams_) {
+    s.first = s.head = offset;
+    offset += s.count;
+  }
+  stream_tasks_.resize(task_streams_.size());
+  for (TaskId t = 0; t < n; ++t) {
+    for (std::int32_t i = task_stream_offset_[static_cast<std::size_t>(t)]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
+      auto& s = streams_[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])];
+      stream_tasks_[static_cast<std::size_t>(s.first + fill[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])]++)] = t;
+    }
+  }
+}
+
+SimResult Engine::run() {
+  TRAINYARD_CHECK(graph_.finalized(), "simulate() needs a finalized graph");
+  const auto n = static_cast<TaskId>(graph_.size());
+  const int gpus = cluster_.gpus();
+  result_.gpus = gpus;
+  result_.peak_flops_per_gpu = cluster_.node.gpu.peak_tflops(hw::Dtype::bf16) * 1e12;
+  result_.timing.assign(static_cast<std::size_t>(n), {});
+  result_.exposed_transfer_ns.assign(static_cast<std::size_t>(gpus), 0);
+  for (int g = 0; g < gpus; ++g) {
+    result_.pools.push_back({"gpu" + std::to_string(g) + " hbm", static_cast<std::int64_t>(cluster_.node.gpu.hbm_bytes.value), 0, {}});
+  }
+  for (int node = 0; node < cluster_.nodes; ++node) {
+    result_.pools.push_back({"host" + std::to_string(node) + " dram", static_cast<std::int64_t>(cluster_.node.host_dram_bytes.value), 0, {}});
+  }
+  pool_in_use_.assign(result_.pools.size(), 0);
+  pool_live_.assign(result_.pools.size(), {});
+  live_slot_.assign(static_cast<std::size_t>(n), -1);
+  head_since_.assign(static_cast<std::size_t>(n), 0);
+  last_dep_.assign(static_cast<std::size_t>(n), -1);
+  tail_latency_ns_.assign(static_cast<std::size_t>(n), 0);
+
+  build_streams();
+  blocking_.resize(static_cast<std::size_t>(n));
+  for (TaskId t = 0; t < n; ++t) {
+    blocking_[static_cast<std::size_t>(t)] =
+        graph_.predecessor_count(t) + task_stream_offset_[static_cast<std::size_t>(t) + 1] - task_stream_offset_[static_cast<std::size_t>(t)];
+  }
+  // Stream heads first (in stream order), then tasks with nothing to wait for, in task order.
+  for (auto& s : streams_) {
+    if (s.count > 0) release(stream_tasks_[static_cast<std::size_t>(s.first)]);
+  }
+  for (TaskId t = 0; t < n && !stop_; ++t) {
+    if (blocking_[static_cast<std::size_t>(t)] == 0 && result_.timing[static_cast<std::size_t>(t)].start_ns < 0) launch(t);
+  }
+
+  while (!queue_.empty() && !stop_) {
+    const Event e = queue_.pop();
+    ++result_.events;
+    switch (e.kind) {
+      case kTaskEnd: finish(e.id); break;
+      case kFlowEnd: {
+        if (e.version != network_.version(e.id)) break;  // its completion time moved; a newer event exists
+        const TaskId owner = network_.owner(e.id);
+        network_.finish(e.id, queue_.now_ns());
+        push_changed_flows();
+        if (options_.record_links) record_links();
+        auto it = collectives_.find(owner);
+        if (it == collectives_.end()) {
+          queue_.push(queue_.now_ns() + tail_latency_ns_[static_cast<std::size_t>(owner)], kTaskEnd, owner);
+        } else if (--it->second.outstanding == 0) {
+          queue_.push(queue_.now_ns() + it->second.latency_ns, kStepDone, owner);
+        }
+        break;
+      }
+      case kStepDone: {
+        auto& state = collectives_.at(e.id);
+        if (++state.step == state.steps) {
+          collectives_.erase(e.id);
+          finish(e.id);
+        } else {
+          start_collective_step(e.id);
+        }
+        break;
+      }
+      default: TRAINYARD_CHECK(false, "unknown event kind");
+    }
+  }
+
+  result_.completed = !stop_ && finished_ == graph_.size();
+  if (!stop_ && !result_.completed) result_.stuck = describe_stuck();
+  for (const auto& timing : result_.timing) result_.step_ns = std::max(result_.step_ns, timing.end_ns);
+
+  network_.settle(queue_.now_ns());
+  for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
+    const auto& link = topo_.graph()[*it];
+    const auto a = boost::source(*it, topo_.graph()), b = boost::target(*it, topo_.graph());
+    for (int dir = 0; dir < (link.full_duplex ? 2 : 1); ++dir) {
+      const int r = 2 * link.index + dir;
+      if (network_.bytes_moved(r) <= 0) continue;
+      const auto lo = std::min(a, b), hi = std::max(a, b);
+      const std::string name = link.full_duplex ? (dir == 0 ? topo_.name(lo) + "->" + topo_.name(hi) : topo_.name(hi) + "->" + topo_.name(lo))
+                                                : topo_.name(lo) + "<->" + topo_.name(hi);
+      LinkUsage usage{name, link.gbps_per_direction, network_.bytes_moved(r), network_.busy_ns(r), {}};
+      if (auto s = link_samples_.find(r); s != link_samples_.end()) usage.load_gbps = std::move(s->second);
+      result_.links.push_back(std::move(usage));
+    }
+  }
+  for (const auto& s : streams_) {
+    std::int64_t busy = 0;
+    for (std::int32_t i = s.first; i < s.first + s.count; ++i) {
+      const auto& timing = result_.timing[static_cast<std::size_t>(stream_tasks_[static_cast<std::size_t>(i)])];
+      if (timing.end_ns >= 0) busy += timing.end_ns - timing.start_ns;
+    }
+    result_.streams.push_back({s.device, s.stream, busy});
+  }
+  return std::move(result_);
+}
+
+void Engine::release(TaskId t) {
+  if (--blocking_[static_cast<std::size_t>(t)] == 0) launch(t);
+}
+
+void Engine::launch(TaskId t) {
+  const Task& task = graph_.task(t);
+  const std::int64_t now = queue_.now_ns();
+  result_.timing[static_cast<std::size_t>(t)].start_ns = now;
+  const TaskKind kind = task.kind();
+
+  // Exposed transfer time: the main compute stream sat idle waiting for a copy or message.
+  if (task.stream.kind == StreamKind::compute && task.stream.index == 0 && !is_host(task.device)) {
+    const TaskId dep = last_dep_[static_cast<std::size_t>(t)];
+    const std::int64_t idle_since = head_since_[static_cast<std::size_t>(t)];
+    if (dep >= 0 && is_transfer(graph_.task(dep).kind()) && now > idle_since) {
+      result_.exposed_transfer_ns[static_cast<std::size_t>(task.device)] += now - idle_since;
+    }
+  }
+
+  switch (kind) {
+    case TaskKind::gemm:
+    case TaskKind::attention:
+    case TaskKind::elementwise:
+    case TaskKind::optimizer: {
+      const ComputeCost cost = compute_cost(task);
+      result_.model_flops += cost.model_flops;
+      result_.hardware_flops += cost.hardware_flops;
+      queue_.push(now + compute_duration_ns(task, cluster_.node.gpu, cluster_.node), kTaskEnd, t);
+      break;
+    }
+    case TaskKind::copy: {
+      const auto& c = std::get<Copy>(task.params);
+      const hw::VertexId gpu = gpu_vertex(task.device);
+      const hw::VertexId host = *topo_.nearest_host_memory(gpu);
+      const bool h2d = c.direction == Copy::Direction::h2d;
+      const auto& sustained = cluster_.node.gpu.sustained;
+      // Pageable copies are staged through a pinned bounce buffer by the driver: about half the pinned rate.
+      const double cap = (h2d ? sustained.pcie_h2d_gbps.value : sustained.pcie_d2h_gbps.value) * (c.pinned ? 1.0 : 0.5);
+      const RouteResources& r = h2d ? route(host, gpu) : route(gpu, host);
+      start_flow(t, r, static_cast<double>(c.bytes), cap);
+      break;
+    }
+    case TaskKind::p2p: {
+      const auto& p = std::get<PointToPoint>(task.params);
+      start_flow(t, gpu_to_gpu(task.device, p.dst), static_cast<double>(p.bytes), FlowNetwork::kUncapped);
+      break;
+    }
+    case TaskKind::collective: {
+      const auto& c = std::get<Collective>(task.params);
+      const auto n = static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
+      collectives_[t] = {0, collective_steps(c.op, c.algorithm, n), 0, 0};
+      start_collective_step(t);
+      break;
+    }
+    case TaskKind::alloc: {
+      const auto& a = std::get<Alloc>(task.params);
+      const int pool = pool_of(task, a.pool);
+      auto& usage = result_.pools[static_cast<std::size_t>(pool)];
+      const std::int64_t in_use = pool_in_use_[static_cast<std::size_t>(pool)];
+      if (in_use + a.bytes > usage.capacity_bytes) {
+        OomReport oom{t, usage.name, a.bytes, in_use, usage.capacity_bytes, in_use + a.bytes - usage.capacity_bytes, {}};
+        std::vector<TaskId> live = pool_live_[static_cast<std::size_t>(pool)];
+        std::sort(live.begin(), live.end(), [&](TaskId x, TaskId y) {
+          const auto bx = std::get<Alloc>(graph_.task(x).params).bytes, by = std::get<Alloc>(graph_.task(y).params).bytes;
+          return bx != by ? bx > by : x < y;
+        });
+        for (std::size_t i = 0; i < live.size() && i < 5; ++i) {
+          const auto& la = std::get<Alloc>(graph_.task(live[i]).params);
+          oom.largest_live.emplace_back(graph_.labels()[static_cast<std::size_t>(la.label)], la.bytes);
+        }
+        result_.oom = std::move(oom);
+        result_.timing[static_cast<std::size_t>(t)].start_ns = -1;
+        stop_ = true;
+        return;
+      }
+      pool_in_use_[static_cast<std::size_t>(pool)] = in_use + a.bytes;
+      usage.peak_bytes = std::max(usage.peak_bytes, in_use + a.bytes);
+      live_slot_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(pool_live_[static_cast<std::size_t>(pool)].size());
+      pool_live_[static_cast<std::size_t>(pool)].push_back(t);
+      if (options_.record_memory) usage.level.push_back({now, static_cast<double>(in_use + a.bytes)});
+      queue_.push(now, kTaskEnd, t);
+      break;
+    }
+    case TaskKind::free: {
+      const TaskId a = std::get<Free>(task.params).alloc;
+      const Task& alloc_task = graph_.task(a);
+      const auto& alloc = std::get<Alloc>(alloc_task.params);
+      const int pool = pool_of(alloc_task, alloc.pool);
+      auto& live = pool_live_[static_cast<std::size_t>(pool)];
+      const std::int32_t slot = live_slot_[static_cast<std::size_t>(a)];
+      live[static_cast<std::size_t>(slot)] = live.back();
+      live_slot_[static_cast<std::size_t>(live.back())] = slot;
+      live.pop_back();
+      pool_in_use_[static_cast<std::size_t>(pool)] -= alloc.bytes;
+      if (options_.record_memory) {
+        result_.pools[static_cast<std::size_t>(pool)].level.push_back({now, static_cast<double>(pool_in_use_[static_cast<std::size_t>(pool)])});
+      }
+      queue_.push(now, kTaskEnd, t);
+      break;
+    }
+  }
+}
+
+void Engine::finish(TaskId t) {
+  const std::int64_t now = queue_.now_ns();
+  result_.timing[static_cast<std::size_t>(t)].end_ns = now;
+  ++finished_;
+  for (TaskId s : graph_.successors(t)) {
+    last_dep_[static_cast<std::size_t>(s)] = t;
+    release(s);
+  }
+  for (std::int32_t i = task_stream_offset_[static_cast<std::size_t>(t)]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
+    StreamState& s = streams_[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])];
+    ++s.head;
+    if (s.head < s.first + s.count) {
+      const TaskId next = stream_tasks_[static_cast<std::size_t>(s.head)];
+      head_since_[static_cast<std::size_t>(next)] = std::max(head_since_[static_cast<std::size_t>(next)], now);
+      release(next);
+    }
+  }
+}
+
+void Engine::start_flow(TaskId owner, const RouteResources& r, double bytes, double cap) {
+  if (collectives_.find(owner) == collectives_.end()) tail_latency_ns_[static_cast<std::size_t>(owner)] = r.latency_ns;
+  network_.start(r.resources, bytes, cap, queue_.now_ns(), owner);
+  push_changed_flows();
+  if (options_.record_links) record_links();
+}
+
+void Engine::push_changed_flows() {
+  for (int f : network_.changed()) queue_.push(network_.completion_ns(f), kFlowEnd, f, network_.version(f));
+}
+
+void Engine::record_links() {
+  for (int r : network_.touched_resources()) {
+    auto& samples = link_samples_[r];
+    const double load = network_.load(r);
+    if (!samples.empty() && samples.back().time_ns == queue_.now_ns()) {
+      samples.back().value = load;
+    } else if (samples.empty() || samples.back().value != load) {
+      samples.push_back({queue_.now_ns(), load});
+    }
+  }
+}
+
+void Engine::start_collective_step(TaskId t) {
+  const Task& task = graph_.task(t);
+  const auto& c = std::get<Collective>(task.params);
+  const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
+  auto& state = collectives_.at(t);
+  step_transfers_.clear();
+  collective_step(c.op, c.algorithm, static_cast<int>(members.size()), c.bytes, state.step, step_transfers_);
+  state.outstanding = static_cast<int>(step_transfers_.size());
+  state.latency_ns = 0;
+  if (step_transfers_.empty()) {  // a step with nothing to move (cannot happen for n >= 2, kept safe)
+    queue_.push(queue_.now_ns(), kStepDone, t);
+    return;
+  }
+  for (const Transfer& tr : step_transfers_) {
+    const RouteResources& r = gpu_to_gpu(members[static_cast<std::size_t>(tr.src_rank)], members[static_cast<std::size_t>(tr.dst_rank)]);
+    state.latency_ns = std::max(state.latency_ns, r.latency_ns);
+    start_flow(t, r, tr.bytes, FlowNetwork::kUncapped);
+  }
+}
+
+const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
+  const std::uint64_t key = (static_cast<std::uint64_t>(from) << 32) | static_cast<std::uint64_t>(to);
+  auto it = routes_.find(key);
+  if (it != routes_.end()) return it->second;
+  const hw::Route r = topo_.route(from, to);
+  RouteResources out;
+  out.latency_ns = r.latency_ns;
+  for (std::size_t i = 0; i < r.links.size(); ++i) {
+    const auto& link = topo_.graph()[r.links[i]];
+    // Full-duplex links: one resource per direction, the direction being "from the lower vertex id" or not.
+    const int dir = link.full_duplex && r.vertices[i] > r.vertices[i + 1] ? 1 : 0;
+    out.resources.push_back(2 * link.index + dir);
+  }
+  return routes_.emplace(key, std::move(out)).first->second;
+}
+
+const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
+  const hw::VertexId va = gpu_vertex(a), vb = gpu_vertex(b);
+  const std::uint64_t key = (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(va) << 32) | static_cast<std::uint64_t>(vb);
+  if (auto it = routes_.find(key); it != routes_.end()) return it->second;
+  RouteResources out = route(va, vb);
+  // Without PCIe peer-to-peer, GPUs of one node that lack NVLink exchange through host memory: the data
+  // crosses the sender's path to DRAM and then the receiver's.
+  const hw::Route direct = topo_.route(va, vb);
+  bool nvlink = false;
+  for (auto l : direct.links) nvlink = nvlink || topo_.graph()[l].type == hw::LinkType::nvlink;
+  const bool same_node = cluster_.node_of(a) == cluster_.node_of(b);
+  if (same_node && !nvlink && !topo_.pcie_peer_to_peer()) {
+    const hw::VertexId host = *topo_.nearest_host_memory(va);
+    RouteResources staged = route(va, host);
+    const RouteResources& second = route(host, vb);
+    staged.resources.insert(staged.resources.end(), second.resources.begin(), second.resources.end());
+    staged.latency_ns += second.latency_ns;
+    out = std::move(staged);
+  }
+  return routes_.emplace(key, std::move(out)).first->second;
+}
+
+std::string Engine::describe_stuck() const {
+  for (const auto& s : streams_) {
+    if (s.head >= s.first + s.count) continue;
+    const TaskId t = stream_tasks_[static_cast<std::size_t>(s.head)];
+    std::string waits;
+    for (const auto& [from, to] : graph_.edges()) {
+      if (to == t && result_.timing[static_cast<std::size_t>(from)].end_ns < 0) {
+        waits = graph_.task(from).name;
+        break;
+      }
+    }
+    return "stream-order deadlock: task '" + graph_.task(t).name + "' heads its stream on " +
+           (is_host(s.device) ? "host" + std::to_string(host_node(s.device)) : "gpu" + std::to_string(s.device)) +
+           " but waits for '" + waits + "', which is queued behind it on an in-order stream";
+  }
+  return "tasks left unfinished with nothing running";
+}
+
+}  // namespace
+
+SimResult simulate(const TaskGraph& graph, const Cluster& cluster, const SimOptions& options) {
+  Engine engine(graph, cluster, options);
+  return engine.run();
+}
+
+}  // namespace trainyard::sim

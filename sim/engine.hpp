@@ -1,0 +1,94 @@
+#pragma once
+// The discrete-event simulation of one training step: in-order streams per GPU (compute, H2D and D2H copy
+// engines, comm), transfers as max-min fair flows over the cluster topology, collectives decomposed into their
+// algorithm's steps, and memory pools (HBM per GPU, pinned DRAM per node) tracked over time.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hwprofiles/topology.hpp"
+#include "sim/task_graph.hpp"
+
+namespace trainyard::sim {
+
+// N identical nodes and the topology that joins them.
+struct Cluster {
+  Cluster(hw::NodeProfile node_profile, int node_count);
+  hw::NodeProfile node;
+  int nodes;
+  hw::Topology topology;
+  int gpus() const { return topology.gpu_count(); }
+  int node_of(DeviceId gpu) const { return gpu / topology.gpus_per_node(); }
+};
+
+struct SimOptions {
+  bool record_memory = true;  // memory level per pool after every alloc/free (trace counters)
+  bool record_links = true;   // load per link after every rate change (trace counters)
+};
+
+struct TaskTiming {
+  std::int64_t start_ns = -1;
+  std::int64_t end_ns = -1;
+};
+
+struct Sample {
+  std::int64_t time_ns = 0;
+  double value = 0;
+};
+
+struct PoolUsage {
+  std::string name;  // "gpu3 hbm", "host0 dram"
+  std::int64_t capacity_bytes = 0;
+  std::int64_t peak_bytes = 0;
+  std::vector<Sample> level;  // bytes in use over time
+};
+
+struct LinkUsage {
+  std::string name;  // "sw0->cpu0" (per direction) or "cpu0<->dram0" (shared)
+  double capacity_gbps = 0;
+  double bytes = 0;
+  std::int64_t busy_ns = 0;  // time with at least one flow
+  std::vector<Sample> load_gbps;
+};
+
+struct StreamUsage {
+  DeviceId device = 0;
+  Stream stream;
+  std::int64_t busy_ns = 0;
+};
+
+struct OomReport {
+  TaskId task = -1;
+  std::string pool;
+  std::int64_t requested_bytes = 0;
+  std::int64_t in_use_bytes = 0;
+  std::int64_t capacity_bytes = 0;
+  std::int64_t excess_bytes = 0;
+  std::vector<std::pair<std::string, std::int64_t>> largest_live;  // label, bytes; largest first
+  std::string describe(const TaskGraph& graph) const;
+};
+
+struct SimResult {
+  bool completed = false;
+  std::optional<OomReport> oom;
+  std::string stuck;  // when the run could not finish for another reason (stream-order deadlock)
+  std::int64_t step_ns = 0;
+  std::vector<TaskTiming> timing;
+  std::vector<PoolUsage> pools;  // GPUs' HBM first (index = GPU), then each node's DRAM
+  std::vector<LinkUsage> links;  // only resources that carried traffic
+  std::vector<StreamUsage> streams;
+  std::vector<std::int64_t> exposed_transfer_ns;  // per GPU: compute stream 0 idle waiting on a transfer
+  double model_flops = 0;
+  double hardware_flops = 0;
+  int gpus = 0;
+  double peak_flops_per_gpu = 0;  // bf16 dense
+  std::uint64_t events = 0;
+
+  double mfu() const;
+  double hfu() const;
+};
+
+SimResult simulate(const TaskGraph& graph, const Cluster& cluster, const SimOptions& options = {});
+
+}  // namespace trainyard::sim

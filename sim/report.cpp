@@ -1,0 +1,231 @@
+#include "sim/report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.hpp"
+#include "common/text_table.hpp"
+#include "common/units.hpp"
+
+namespace trainyard::sim {
+
+namespace {
+
+std::string stream_name(Stream s) {
+  return s.kind == StreamKind::compute ? "compute" + std::to_string(s.index) : std::string(to_string(s.kind));
+}
+
+double fraction(std::int64_t part, std::int64_t whole) {
+  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0;
+}
+
+struct GpuSummary {
+  std::int64_t compute_busy_ns = 0, h2d_busy_ns = 0, d2h_busy_ns = 0, comm_busy_ns = 0;
+};
+
+std::vector<GpuSummary> gpu_summaries(const SimResult& r) {
+  std::vector<GpuSummary> out(static_cast<std::size_t>(r.gpus));
+  for (const auto& s : r.streams) {
+    if (is_host(s.device)) continue;
+    auto& g = out[static_cast<std::size_t>(s.device)];
+    switch (s.stream.kind) {
+      case StreamKind::compute: g.compute_busy_ns = std::max(g.compute_busy_ns, s.busy_ns); break;
+      case StreamKind::h2d: g.h2d_busy_ns = s.busy_ns; break;
+      case StreamKind::d2h: g.d2h_busy_ns = s.busy_ns; break;
+      case StreamKind::comm: g.comm_busy_ns = s.busy_ns; break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluster& cluster) {
+  using json::Json;
+  Json out = {
+      {"completed", r.completed},
+      {"step_ns", r.step_ns},
+      {"step_s", static_cast<double>(r.step_ns) * 1e-9},
+      {"tasks", graph.size()},
+      {"events", r.events},
+      {"model_flops", r.model_flops},
+      {"hardware_flops", r.hardware_flops},
+      {"mfu", r.mfu()},
+      {"hfu", r.hfu()},
+      {"gpus", r.gpus},
+      {"hw", cluster.node.name},
+      {"nodes", cluster.nodes},
+      {"flops_convention", "model FLOPs exclude recomputation; attention backward = 2x forward (2.5x in hardware FLOPs)"},
+  };
+  if (r.oom) {
+    out["oom"] = {{"task", graph.task(r.oom->task).name},
+                  {"pool", r.oom->pool},
+                  {"requested_bytes", r.oom->requested_bytes},
+                  {"in_use_bytes", r.oom->in_use_bytes},
+                  {"capacity_bytes", r.oom->capacity_bytes},
+                  {"excess_bytes", r.oom->excess_bytes},
+                  {"largest_live", r.oom->largest_live}};
+  }
+  if (!r.stuck.empty()) out["stuck"] = r.stuck;
+  const auto summaries = gpu_summaries(r);
+  Json gpus = Json::array();
+  for (int g = 0; g < r.gpus; ++g) {
+    const auto& s = summaries[static_cast<std::size_t>(g)];
+    gpus.push_back({{"gpu", g},
+                    {"peak_hbm_bytes", r.pools[static_cast<std::size_t>(g)].peak_bytes},
+                    {"compute_busy", fraction(s.compute_busy_ns, r.step_ns)},
+                    {"h2d_busy", fraction(s.h2d_busy_ns, r.step_ns)},
+                    {"d2h_busy", fraction(s.d2h_busy_ns, r.step_ns)},
+                    {"comm_busy", fraction(s.comm_busy_ns, r.step_ns)},
+                    {"exposed_transfer_ns", r.exposed_transfer_ns[static_cast<std::size_t>(g)]}});
+  }
+  out["per_gpu"] = gpus;
+  Json nodes = Json::array();
+  for (int n = 0; n < cluster.nodes; ++n) {
+    nodes.push_back({{"node", n}, {"peak_dram_bytes", r.pools[static_cast<std::size_t>(r.gpus + n)].peak_bytes}});
+  }
+  out["per_node"] = nodes;
+  Json links = Json::array();
+  for (const auto& l : r.links) {
+    links.push_back({{"link", l.name},
+                     {"capacity_gbps", l.capacity_gbps},
+                     {"bytes", l.bytes},
+                     {"busy", fraction(l.busy_ns, r.step_ns)},
+                     {"utilization", r.step_ns > 0 ? l.bytes / (l.capacity_gbps * static_cast<double>(r.step_ns)) : 0}});
+  }
+  out["links"] = links;
+  return out;
+}
+
+void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster) {
+  if (r.oom) out << "simulation stopped: " << r.oom->describe(graph) << "\n\n";
+  if (!r.stuck.empty()) out << "simulation stopped: " << r.stuck << "\n\n";
+  out << "step time      " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms ("
+      << graph.size() << " tasks on " << r.gpus << " x " << cluster.node.gpu.name << ")\n"
+      << "model FLOPs    " << format_flops(r.model_flops) << "; MFU " << format_fixed(100 * r.mfu(), 1) << "%, HFU "
+      << format_fixed(100 * r.hfu(), 1) << "% of " << format_fixed(r.peak_flops_per_gpu * 1e-12, 1)
+      << " TFLOP/s bf16 per GPU\n\n";
+  const auto summaries = gpu_summaries(r);
+  TextTable gpus({"gpu", "peak HBM", "compute busy", "H2D busy", "D2H busy", "comm busy", "exposed transfer"},
+                 {false, true, true, true, true, true, true});
+  auto pct = [&](std::int64_t ns) { return format_fixed(100 * fraction(ns, r.step_ns), 1) + "%"; };
+  for (int g = 0; g < r.gpus; ++g) {
+    const auto& s = summaries[static_cast<std::size_t>(g)];
+    gpus.add_row({"gpu" + std::to_string(g), format_bytes(static_cast<double>(r.pools[static_cast<std::size_t>(g)].peak_bytes)),
+                  pct(s.compute_busy_ns), pct(s.h2d_busy_ns), pct(s.d2h_busy_ns), pct(s.comm_busy_ns),
+                  format_fixed(static_cast<double>(r.exposed_transfer_ns[static_cast<std::size_t>(g)]) * 1e-6, 3) + " ms"});
+  }
+  gpus.print(out);
+  out << "\n";
+  for (int n = 0; n < cluster.nodes; ++n) {
+    out << "host" << n << " peak pinned DRAM: "
+        << format_bytes(static_cast<double>(r.pools[static_cast<std::size_t>(r.gpus + n)].peak_bytes)) << "\n";
+  }
+  if (!r.links.empty()) {
+    std::vector<const LinkUsage*> links;
+    for (const auto& l : r.links) links.push_back(&l);
+    std::stable_sort(links.begin(), links.end(), [](const LinkUsage* a, const LinkUsage* b) { return a->busy_ns > b->busy_ns; });
+    out << "\nbusiest links\n";
+    TextTable table({"link", "GB/s", "bytes", "busy", "utilization"}, {false, true, true, true, true});
+    for (std::size_t i = 0; i < links.size() && i < 10; ++i) {
+      const auto* l = links[i];
+      table.add_row({l->name, format_fixed(l->capacity_gbps, 1), format_bytes(l->bytes), pct(l->busy_ns),
+                     format_fixed(100 * (r.step_ns > 0 ? l->bytes / (l->capacity_gbps * static_cast<double>(r.step_ns)) : 0), 1) + "%"});
+    }
+    table.print(out);
+  }
+}
+
+void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster) {
+  using json::Json;
+  constexpr int kLinksPid = 1000000;
+  auto pid_of = [&](DeviceId d) { return is_host(d) ? r.gpus + host_node(d) : d; };
+  auto tid_of = [](Stream s) {
+    switch (s.kind) {
+      case StreamKind::compute: return static_cast<int>(s.index);
+      case StreamKind::h2d: return 100;
+      case StreamKind::d2h: return 101;
+      case StreamKind::comm: return 102;
+      case StreamKind::host: return 103;
+      default: return 199;
+    }
+  };
+  auto us = [](std::int64_t ns) { return format_fixed(static_cast<double>(ns) / 1000.0, 3); };
+  bool first = true;
+  auto emit = [&](const std::string& event) {
+    out << (first ? "\n" : ",\n") << event;
+    first = false;
+  };
+  out << "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [";
+  for (int g = 0; g < r.gpus; ++g) {
+    emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(g) + ",\"args\":{\"name\":" +
+         Json(cluster.topology.name(cluster.topology.gpu(cluster.node_of(g), g % cluster.topology.gpus_per_node())) +
+              " (gpu" + std::to_string(g) + ")").dump() + "}}");
+  }
+  for (int n = 0; n < cluster.nodes; ++n) {
+    emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(r.gpus + n) + ",\"args\":{\"name\":\"host" +
+         std::to_string(n) + "\"}}");
+  }
+  emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kLinksPid) + ",\"args\":{\"name\":\"links\"}}");
+  for (const auto& s : r.streams) {
+    emit("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_of(s.device)) + ",\"tid\":" +
+         std::to_string(tid_of(s.stream)) + ",\"args\":{\"name\":\"" + stream_name(s.stream) + "\"}}");
+  }
+  for (TaskId t = 0; t < static_cast<TaskId>(graph.size()); ++t) {
+    const auto& timing = r.timing[static_cast<std::size_t>(t)];
+    if (timing.end_ns < 0) continue;
+    const Task& task = graph.task(t);
+    if (task.stream.kind == StreamKind::none) continue;  // alloc/free show as memory counters
+    const std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\"}";
+    auto slice = [&](DeviceId device) {
+      emit("{\"ph\":\"X\",\"name\":" + Json(task.name).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
+           ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" +
+           us(timing.end_ns - timing.start_ns) + ",\"args\":" + args + "}");
+    };
+    if (const auto* c = std::get_if<Collective>(&task.params)) {
+      for (DeviceId m : graph.groups()[static_cast<std::size_t>(c->group)]) slice(m);
+    } else {
+      slice(task.device);
+    }
+  }
+  for (std::size_t p = 0; p < r.pools.size(); ++p) {
+    const int pid = static_cast<int>(p);  // GPU pools first, then hosts: the same numbering as the pids
+    for (const auto& sample : r.pools[p].level) {
+      emit("{\"ph\":\"C\",\"name\":\"" + std::string(p < static_cast<std::size_t>(r.gpus) ? "HBM bytes" : "pinned DRAM bytes") +
+           "\",\"pid\":" + std::to_string(pid) + ",\"ts\":" + us(sample.time_ns) + ",\"args\":{\"bytes\":" +
+           format_fixed(sample.value, 0) + "}}");
+    }
+  }
+  for (const auto& l : r.links) {
+    for (const auto& sample : l.load_gbps) {
+      emit("{\"ph\":\"C\",\"name\":" + Json(l.name).dump() + ",\"pid\":" + std::to_string(kLinksPid) + ",\"ts\":" +
+           us(sample.time_ns) + ",\"args\":{\"GB/s\":" + format_fixed(sample.value, 3) + "}}");
+    }
+  }
+  out << "\n]}\n";
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw InputError(path + ": cannot write file (expected a writable path)");
+    write(out);
+    out.flush();
+    if (!out) {
+      std::filesystem::remove(temporary);
+      throw InputError(path + ": writing failed (disk full?)");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    std::filesystem::remove(temporary);
+    throw InputError(path + ": cannot move the finished file into place: " + ec.message());
+  }
+}
+
+}  // namespace trainyard::sim

@@ -1,0 +1,292 @@
+#include "sim/task_graph.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace trainyard::sim {
+
+std::string_view to_string(StreamKind kind) {
+  switch (kind) {
+    case StreamKind::none: return "none";
+    case StreamKind::compute: return "compute";
+    case StreamKind::h2d: return "h2d";
+    case StreamKind::d2h: return "d2h";
+    case StreamKind::comm: return "comm";
+    case StreamKind::host: return "host";
+  }
+  return "?";
+}
+
+std::string_view to_string(TaskKind kind) {
+  static constexpr std::string_view names[] = {"gemm", "attention", "elementwise", "optimizer", "copy",
+                                               "p2p",  "collective", "alloc",       "free"};
+  return names[static_cast<int>(kind)];
+}
+
+std::string_view to_string(CollectiveOp op) {
+  static constexpr std::string_view names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"};
+  return names[static_cast<int>(op)];
+}
+
+std::string_view to_string(Algorithm algorithm) {
+  static constexpr std::string_view names[] = {"ring", "tree", "direct"};
+  return names[static_cast<int>(algorithm)];
+}
+
+TaskId TaskGraph::add(Task task, std::span<const TaskId> deps) {
+  TRAINYARD_CHECK(!finalized_, "task added to a finalized graph");
+  const auto id = static_cast<TaskId>(tasks_.size());
+  tasks_.push_back(std::move(task));
+  for (TaskId d : deps) edges_.emplace_back(d, id);
+  return id;
+}
+
+void TaskGraph::add_dependency(TaskId before, TaskId after) {
+  TRAINYARD_CHECK(!finalized_, "dependency added to a finalized graph");
+  edges_.emplace_back(before, after);
+}
+
+std::int32_t TaskGraph::add_group(std::vector<DeviceId> members) {
+  groups_.push_back(std::move(members));
+  return static_cast<std::int32_t>(groups_.size() - 1);
+}
+
+std::int32_t TaskGraph::add_label(std::string label) {
+  labels_.push_back(std::move(label));
+  return static_cast<std::int32_t>(labels_.size() - 1);
+}
+
+TaskId TaskGraph::gemm(std::string name, DeviceId gpu, Gemm g, std::span<const TaskId> deps, int stream) {
+  return add({std::move(name), gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, g}, deps);
+}
+
+TaskId TaskGraph::attention(std::string name, DeviceId gpu, Attention a, std::span<const TaskId> deps, int stream) {
+  return add({std::move(name), gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, a}, deps);
+}
+
+TaskId TaskGraph::elementwise(std::string name, DeviceId gpu, Elementwise e, std::span<const TaskId> deps, int stream) {
+  return add({std::move(name), gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, e}, deps);
+}
+
+TaskId TaskGraph::copy(std::string name, DeviceId gpu, Copy c, std::span<const TaskId> deps) {
+  const StreamKind engine = c.direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h;
+  return add({std::move(name), gpu, {engine, 0}, false, c}, deps);
+}
+
+TaskId TaskGraph::send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps) {
+  return add({std::move(name), src, {StreamKind::comm, 0}, false, PointToPoint{dst, bytes}}, deps);
+}
+
+TaskId TaskGraph::collective(std::string name, Collective c, std::span<const TaskId> deps) {
+  TRAINYARD_CHECK(c.group >= 0 && static_cast<std::size_t>(c.group) < groups_.size() && !groups_[c.group].empty(),
+                  "collective with an unknown group");
+  return add({std::move(name), groups_[c.group].front(), {StreamKind::comm, 0}, false, c}, deps);
+}
+
+TaskId TaskGraph::alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label,
+                        std::span<const TaskId> deps) {
+  const std::int32_t l = add_label(std::move(label));
+  return add({std::move(name), device, {}, false, Alloc{pool, bytes, l}}, deps);
+}
+
+TaskId TaskGraph::free(std::string name, TaskId alloc, std::span<const TaskId> deps) {
+  TRAINYARD_CHECK(alloc >= 0 && static_cast<std::size_t>(alloc) < tasks_.size(), "free of an unknown task");
+  return add({std::move(name), tasks_[alloc].device, {}, false, Free{alloc}}, deps);
+}
+
+void TaskGraph::finalize() {
+  if (finalized_) return;
+  const std::size_t n = tasks_.size();
+  // A free always waits for its alloc, whether or not the builder said so.
+  for (std::size_t i = 0; i < n; ++i) {
+    if (const auto* f = std::get_if<Free>(&tasks_[i].params)) {
+      if (f->alloc >= 0 && static_cast<std::size_t>(f->alloc) < n) edges_.emplace_back(f->alloc, static_cast<TaskId>(i));
+    }
+  }
+  succ_offset_.assign(n + 1, 0);
+  pred_count_.assign(n, 0);
+  for (const auto& [from, to] : edges_) {
+    TRAINYARD_CHECK(from >= 0 && static_cast<std::size_t>(from) < n && to >= 0 && static_cast<std::size_t>(to) < n,
+                    "dependency on a task that does not exist");
+    ++succ_offset_[static_cast<std::size_t>(from) + 1];
+    ++pred_count_[static_cast<std::size_t>(to)];
+  }
+  for (std::size_t i = 0; i < n; ++i) succ_offset_[i + 1] += succ_offset_[i];
+  succ_.resize(edges_.size());
+  std::vector<std::int32_t> fill(succ_offset_.begin(), succ_offset_.end() - 1);
+  for (const auto& [from, to] : edges_) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(from)]++)] = to;
+  finalized_ = true;
+}
+
+std::span<const TaskId> TaskGraph::successors(TaskId id) const {
+  const auto i = static_cast<std::size_t>(id);
+  return {succ_.data() + succ_offset_[i], static_cast<std::size_t>(succ_offset_[i + 1] - succ_offset_[i])};
+}
+
+std::size_t TaskGraph::memory_bytes() const {
+  std::size_t bytes = tasks_.capacity() * sizeof(Task) + edges_.capacity() * sizeof(edges_[0]) +
+                      succ_offset_.capacity() * sizeof(std::int32_t) + succ_.capacity() * sizeof(TaskId) +
+                      pred_count_.capacity() * sizeof(std::int32_t);
+  for (const auto& t : tasks_) {
+    if (t.name.capacity() > 15) bytes += t.name.capacity() + 1;  // beyond the small-string buffer
+  }
+  for (const auto& l : labels_) bytes += sizeof(l) + l.capacity();
+  for (const auto& g : groups_) bytes += sizeof(g) + g.capacity() * sizeof(DeviceId);
+  return bytes;
+}
+
+namespace {
+
+std::string where(const TaskGraph& graph, TaskId id) {
+  return "tasks[" + std::to_string(id) + "] '" + graph.task(id).name + "'";
+}
+
+}  // namespace
+
+void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& origin) {
+  const auto n = static_cast<TaskId>(graph.size());
+  auto fail = [&](TaskId id, const std::string& field, const std::string& expected, const std::string& got) {
+    throw InputError(origin, where(graph, id) + (field.empty() ? "" : "." + field), expected, got);
+  };
+  auto gpu_ok = [&](DeviceId d) { return d >= 0 && d < gpus; };
+  auto device_name = [](DeviceId d) { return is_host(d) ? "host" + std::to_string(host_node(d)) : "gpu" + std::to_string(d); };
+  const std::string any_gpu = "a GPU gpu0..gpu" + std::to_string(gpus - 1);
+
+  std::vector<bool> freed(graph.size(), false);
+  for (TaskId id = 0; id < n; ++id) {
+    const Task& t = graph.task(id);
+    const TaskKind kind = t.kind();
+    const bool on_host = is_host(t.device);
+    if (on_host ? host_node(t.device) >= nodes : !gpu_ok(t.device)) {
+      fail(id, "device", any_gpu + " or a host host0..host" + std::to_string(nodes - 1), device_name(t.device));
+    }
+    // Which stream each kind runs on.
+    StreamKind want = StreamKind::compute;
+    switch (kind) {
+      case TaskKind::gemm: case TaskKind::attention: case TaskKind::elementwise: want = StreamKind::compute; break;
+      case TaskKind::optimizer: want = on_host ? StreamKind::host : StreamKind::compute; break;
+      case TaskKind::copy:
+        want = std::get<Copy>(t.params).direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h;
+        break;
+      case TaskKind::p2p: case TaskKind::collective: want = StreamKind::comm; break;
+      case TaskKind::alloc: case TaskKind::free: want = StreamKind::none; break;
+    }
+    if (t.stream.kind != want) {
+      fail(id, "stream", "\"" + std::string(to_string(want)) + "\" for a " + std::string(to_string(kind)) + " task",
+           "\"" + std::string(to_string(t.stream.kind)) + "\"");
+    }
+    if (on_host && kind != TaskKind::optimizer && kind != TaskKind::alloc && kind != TaskKind::free) {
+      fail(id, "device", any_gpu + " (only optimizer, alloc and free tasks run on a host)", device_name(t.device));
+    }
+    auto positive = [&](std::int64_t v, const char* field) {
+      if (v <= 0) fail(id, field, "a positive number", std::to_string(v));
+    };
+    switch (kind) {
+      case TaskKind::gemm: {
+        const auto& g = std::get<Gemm>(t.params);
+        positive(g.m, "m"); positive(g.n, "n"); positive(g.k, "k");
+        break;
+      }
+      case TaskKind::attention: {
+        const auto& a = std::get<Attention>(t.params);
+        positive(a.q_len, "q_len"); positive(a.kv_len, "kv_len"); positive(a.heads, "heads");
+        positive(a.kv_heads, "kv_heads"); positive(a.head_dim, "head_dim");
+        if (a.heads % a.kv_heads != 0) fail(id, "kv_heads", "a divisor of heads", std::to_string(a.kv_heads));
+        if (a.causal && a.q_len > a.kv_len) {
+          fail(id, "q_len", "at most kv_len for causal attention (queries are the last q_len positions)",
+               std::to_string(a.q_len));
+        }
+        break;
+      }
+      case TaskKind::elementwise: {
+        const auto& e = std::get<Elementwise>(t.params);
+        if (e.bytes_read < 0 || e.bytes_written < 0 || e.bytes_read + e.bytes_written == 0) {
+          fail(id, "bytes_read", "non-negative byte counts, not both zero",
+               std::to_string(e.bytes_read) + " and " + std::to_string(e.bytes_written));
+        }
+        break;
+      }
+      case TaskKind::optimizer: positive(std::get<OptimizerStep>(t.params).bytes, "bytes"); break;
+      case TaskKind::copy: positive(std::get<Copy>(t.params).bytes, "bytes"); break;
+      case TaskKind::p2p: {
+        const auto& p = std::get<PointToPoint>(t.params);
+        positive(p.bytes, "bytes");
+        if (!gpu_ok(p.dst)) fail(id, "dst", any_gpu, device_name(p.dst));
+        if (p.dst == t.device) fail(id, "dst", "a GPU other than the sender", device_name(p.dst));
+        break;
+      }
+      case TaskKind::collective: {
+        const auto& c = std::get<Collective>(t.params);
+        positive(c.bytes, "bytes");
+        if (c.group < 0 || static_cast<std::size_t>(c.group) >= graph.groups().size()) {
+          fail(id, "group", "a group of GPUs", "none");
+        }
+        const auto& members = graph.groups()[static_cast<std::size_t>(c.group)];
+        if (members.size() < 2) fail(id, "group", "at least 2 GPUs", std::to_string(members.size()));
+        std::vector<DeviceId> sorted = members;
+        std::sort(sorted.begin(), sorted.end());
+        for (std::size_t i = 0; i < sorted.size(); ++i) {
+          if (!gpu_ok(sorted[i])) fail(id, "group", any_gpu + " for every member", device_name(sorted[i]));
+          if (i > 0 && sorted[i] == sorted[i - 1]) fail(id, "group", "distinct GPUs", device_name(sorted[i]) + " twice");
+        }
+        const bool tree_ok = c.op == CollectiveOp::all_reduce || c.op == CollectiveOp::broadcast;
+        if (c.algorithm == Algorithm::tree && !tree_ok) {
+          fail(id, "algorithm", "ring or direct for " + std::string(to_string(c.op)), "\"tree\"");
+        }
+        if ((c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter ||
+             c.op == CollectiveOp::all_to_all || c.op == CollectiveOp::all_reduce) &&
+            c.bytes % static_cast<std::int64_t>(members.size()) != 0) {
+          fail(id, "bytes", "a multiple of the group size (" + std::to_string(members.size()) + ")",
+               std::to_string(c.bytes));
+        }
+        break;
+      }
+      case TaskKind::alloc: {
+        const auto& a = std::get<Alloc>(t.params);
+        positive(a.bytes, "bytes");
+        if (a.pool == Pool::hbm && on_host) fail(id, "pool", "\"dram\" on a host device", "\"hbm\"");
+        break;
+      }
+      case TaskKind::free: {
+        const TaskId a = std::get<Free>(t.params).alloc;
+        if (a < 0 || a >= n || graph.task(a).kind() != TaskKind::alloc) {
+          fail(id, "alloc", "the name of an alloc task", a >= 0 && a < n ? where(graph, a) : "nothing");
+        }
+        if (freed[static_cast<std::size_t>(a)]) fail(id, "alloc", "an allocation not freed already", where(graph, a));
+        freed[static_cast<std::size_t>(a)] = true;
+        break;
+      }
+    }
+  }
+
+  // Cycles: Kahn's algorithm; whatever is left over sits on or behind a cycle.
+  std::vector<std::int32_t> indegree(graph.size(), 0);
+  std::vector<std::vector<TaskId>> succ(graph.size());
+  for (const auto& [from, to] : graph.edges()) {
+    if (from < 0 || from >= n) fail(to, "deps", "existing tasks", "task index " + std::to_string(from));
+    if (from == to) fail(to, "deps", "no dependency on itself", "itself");
+    succ[static_cast<std::size_t>(from)].push_back(to);
+    ++indegree[static_cast<std::size_t>(to)];
+  }
+  std::vector<TaskId> ready;
+  for (TaskId i = 0; i < n; ++i) {
+    if (indegree[static_cast<std::size_t>(i)] == 0) ready.push_back(i);
+  }
+  std::size_t done = 0;
+  while (!ready.empty()) {
+    const TaskId t = ready.back();
+    ready.pop_back();
+    ++done;
+    for (TaskId s : succ[static_cast<std::size_t>(t)]) {
+      if (--indegree[static_cast<std::size_t>(s)] == 0) ready.push_back(s);
+    }
+  }
+  if (done != graph.size()) {
+    for (TaskId i = 0; i < n; ++i) {
+      if (indegree[static_cast<std::size_t>(i)] > 0) fail(i, "deps", "no dependency cycle", "a cycle (this task is on it or waits on it)");
+    }
+  }
+}
+
+}  // namespace trainyard::sim

@@ -1,0 +1,149 @@
+#pragma once
+// The plan IR: one training step as tasks with dependencies. The simulator (engine.hpp) predicts it and the
+// CUDA executor (issue 8) runs it, so both are judged on the very same schedule.
+//
+// Devices: GPU g is 0..gpus-1 across the cluster (node = g / gpus_per_node); the host of node n is
+// host_device(n) (a negative number). Streams are in-order like CUDA streams: a task starts when all its
+// dependencies are done and it is at the head of each stream it occupies (a collective occupies the comm
+// stream of every member of its group).
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "hwprofiles/gpu.hpp"
+
+namespace trainyard::sim {
+
+using TaskId = std::int32_t;
+using DeviceId = std::int32_t;
+constexpr DeviceId host_device(int node) { return -1 - node; }
+constexpr bool is_host(DeviceId d) { return d < 0; }
+constexpr int host_node(DeviceId d) { return -1 - d; }
+
+enum class StreamKind : std::uint8_t { none, compute, h2d, d2h, comm, host };
+std::string_view to_string(StreamKind kind);
+
+struct Stream {
+  StreamKind kind = StreamKind::none;
+  std::uint8_t index = 0;  // compute streams 0..; the others have one each
+};
+
+enum class Pool : std::uint8_t { hbm, dram };  // a GPU's HBM; the pinned host DRAM of a node
+
+// --- task kinds -------------------------------------------------------------------------------------------
+struct Gemm {
+  std::int64_t m = 0, n = 0, k = 0;
+  hw::Dtype dtype = hw::Dtype::bf16;
+};
+struct Attention {
+  std::int64_t q_len = 0, kv_len = 0;  // the queries are the last q_len positions of the kv_len keys
+  std::int32_t heads = 0, kv_heads = 0, head_dim = 0;
+  bool causal = true;
+  bool backward = false;
+};
+struct Elementwise {  // norms, activations, residuals, RoPE, loss: memory-bound
+  std::int64_t bytes_read = 0, bytes_written = 0;
+};
+struct OptimizerStep {  // bytes read + written by the update (weights, grads, moments)
+  std::int64_t bytes = 0;
+};
+struct Copy {  // between a GPU's HBM and its node's host DRAM; the direction picks the copy engine
+  enum class Direction : std::uint8_t { h2d, d2h } direction = Direction::h2d;
+  std::int64_t bytes = 0;
+  bool pinned = true;
+};
+struct PointToPoint {  // the task's device sends to `dst`
+  DeviceId dst = 0;
+  std::int64_t bytes = 0;
+};
+enum class CollectiveOp : std::uint8_t { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast };
+enum class Algorithm : std::uint8_t { ring, tree, direct };
+struct Collective {
+  CollectiveOp op = CollectiveOp::all_reduce;
+  Algorithm algorithm = Algorithm::ring;
+  std::int32_t group = 0;  // index into TaskGraph::groups(); the first member is the root of a broadcast
+  std::int64_t bytes = 0;  // the full buffer per GPU (all-gather: the gathered output)
+};
+struct Alloc {
+  Pool pool = Pool::hbm;
+  std::int64_t bytes = 0;
+  std::int32_t label = 0;  // index into TaskGraph::labels()
+};
+struct Free {
+  TaskId alloc = 0;
+};
+
+using TaskParams =
+    std::variant<Gemm, Attention, Elementwise, OptimizerStep, Copy, PointToPoint, Collective, Alloc, Free>;
+
+enum class TaskKind : std::uint8_t { gemm, attention, elementwise, optimizer, copy, p2p, collective, alloc, free };
+std::string_view to_string(TaskKind kind);
+std::string_view to_string(CollectiveOp op);
+std::string_view to_string(Algorithm algorithm);
+
+struct Task {
+  std::string name;  // says what it is: "F L3 C7 attn", "H2D kv L3 C5"
+  DeviceId device = 0;
+  Stream stream;
+  bool recompute = false;  // counted in HFU, not MFU
+  TaskParams params;
+
+  TaskKind kind() const { return static_cast<TaskKind>(params.index()); }
+};
+
+// Built by schemes through this API or read from JSON (graph_json.hpp). Dependencies are kept as an edge
+// list until finalize() turns them into compressed successor lists for the engine.
+class TaskGraph {
+ public:
+  TaskId add(Task task, std::span<const TaskId> deps = {});
+  TaskId add(Task task, std::initializer_list<TaskId> deps) { return add(std::move(task), std::span(deps.begin(), deps.size())); }
+  void add_dependency(TaskId before, TaskId after);
+  std::int32_t add_group(std::vector<DeviceId> members);
+  std::int32_t add_label(std::string label);
+
+  // Convenience builders used by the schemes; each returns the new task's id.
+  TaskId gemm(std::string name, DeviceId gpu, Gemm g, std::span<const TaskId> deps = {}, int stream = 0);
+  TaskId attention(std::string name, DeviceId gpu, Attention a, std::span<const TaskId> deps = {}, int stream = 0);
+  TaskId elementwise(std::string name, DeviceId gpu, Elementwise e, std::span<const TaskId> deps = {}, int stream = 0);
+  TaskId copy(std::string name, DeviceId gpu, Copy c, std::span<const TaskId> deps = {});
+  TaskId send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps = {});
+  TaskId collective(std::string name, Collective c, std::span<const TaskId> deps = {});
+  TaskId alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label,
+               std::span<const TaskId> deps = {});
+  TaskId free(std::string name, TaskId alloc, std::span<const TaskId> deps = {});
+
+  std::size_t size() const { return tasks_.size(); }
+  const Task& task(TaskId id) const { return tasks_[static_cast<std::size_t>(id)]; }
+  const std::vector<Task>& tasks() const { return tasks_; }
+  const std::vector<std::vector<DeviceId>>& groups() const { return groups_; }
+  const std::vector<std::string>& labels() const { return labels_; }
+  const std::vector<std::pair<TaskId, TaskId>>& edges() const { return edges_; }
+
+  // Successors and predecessor counts in compressed form; valid after finalize().
+  void finalize();
+  bool finalized() const { return finalized_; }
+  std::span<const TaskId> successors(TaskId id) const;
+  std::int32_t predecessor_count(TaskId id) const { return pred_count_[static_cast<std::size_t>(id)]; }
+
+  // Bytes held by the graph, for the benchmarks' memory-per-task figure.
+  std::size_t memory_bytes() const;
+
+ private:
+  std::vector<Task> tasks_;
+  std::vector<std::pair<TaskId, TaskId>> edges_;
+  std::vector<std::vector<DeviceId>> groups_;
+  std::vector<std::string> labels_;
+  std::vector<std::int32_t> succ_offset_;
+  std::vector<TaskId> succ_;
+  std::vector<std::int32_t> pred_count_;
+  bool finalized_ = false;
+};
+
+// Checks a graph against a cluster of `gpus` GPUs on `nodes` nodes: devices exist, each kind runs on a
+// stream that can run it, groups are valid, frees match allocs, no cycles. Throws InputError naming
+// `origin` (the graph file), the task ("tasks[12] 'F L3 C7 attn'") and what was expected.
+void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& origin);
+
+}  // namespace trainyard::sim
