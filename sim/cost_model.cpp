@@ -57,24 +57,23 @@ ComputeCost compute_cost(const Task& task) {
 
 std::int64_t compute_duration_ns(const Task& task, const hw::GpuProfile& gpu, const hw::NodeProfile& node) {
   const ComputeCost c = compute_cost(task);
-  double seconds = 0;
+  // Work in ns directly (1 GB/s = 1 byte/ns, 1 TFLOP/s = 1000 FLOP/ns) so that round figures stay exact.
   if (is_host(task.device)) {
     TRAINYARD_CHECK(task.kind() == TaskKind::optimizer, "only optimizer steps run on a host");
-    seconds = c.hbm_bytes / (node.host_dram_gbps() * 1e9);
-    return static_cast<std::int64_t>(std::ceil(seconds * 1e9));
+    return static_cast<std::int64_t>(std::ceil(c.hbm_bytes / node.host_dram_gbps()));
   }
-  double compute_s = 0;
+  double compute_ns = 0;
   if (c.hardware_flops > 0) {
     const bool attention = task.kind() == TaskKind::attention;
     const hw::EfficiencyTable& table = !attention ? gpu.sustained.gemm
                                        : std::get<Attention>(task.params).backward ? gpu.sustained.attention_bwd
                                                                                     : gpu.sustained.attention_fwd;
     const hw::Dtype dtype = attention ? hw::Dtype::bf16 : std::get<Gemm>(task.params).dtype;
-    compute_s = c.hardware_flops / (gpu.peak_tflops(dtype) * 1e12 * table.at(c.hardware_flops));
+    compute_ns = c.hardware_flops / (gpu.peak_tflops(dtype) * 1e3 * table.at(c.hardware_flops));
   }
-  const double memory_s = c.hbm_bytes / (gpu.hbm_gbps.value * 1e9 * gpu.sustained.hbm_efficiency.value);
-  seconds = std::max(compute_s, memory_s);
-  return static_cast<std::int64_t>(std::ceil(seconds * 1e9)) + static_cast<std::int64_t>(gpu.sustained.kernel_launch_ns.value);
+  const double memory_ns = c.hbm_bytes / (gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value);
+  return static_cast<std::int64_t>(std::ceil(std::max(compute_ns, memory_ns))) +
+         static_cast<std::int64_t>(gpu.sustained.kernel_launch_ns.value);
 }
 
 }  // namespace trainyard::sim

@@ -1,0 +1,221 @@
+// The simulator's parts on their own: max-min fair sharing, collective decomposition, the cost model, and the
+// task graph's JSON form with its error messages.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "sim/collectives.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/flow_network.hpp"
+#include "sim/graph_json.hpp"
+#include "test_support.hpp"
+
+namespace trainyard::sim {
+
+TEST(FlowNetwork, MaxMinFairShares) {
+  // r0 = 10, r1 = 4 bytes/ns. f1 on r0; f2 on r0 and r1; f3 on r1. r1 is the tightest: f2 = f3 = 2; then f1
+  // takes what r0 has left: 8.
+  FlowNetwork net({10, 4});
+  const std::int32_t r0[] = {0}, r01[] = {0, 1}, r1[] = {1};
+  const int f1 = net.start(r0, 1000, FlowNetwork::kUncapped, 0, 0);
+  EXPECT_DOUBLE_EQ(net.rate(f1), 10);
+  const int f2 = net.start(r01, 1000, FlowNetwork::kUncapped, 0, 1);
+  // r1 (4 for f2 alone) is tighter than r0 (10 / 2 = 5): f2 = 4, and f1 takes the 6 that r0 has left.
+  EXPECT_DOUBLE_EQ(net.rate(f2), 4);
+  EXPECT_DOUBLE_EQ(net.rate(f1), 6);
+  const int f3 = net.start(r1, 1000, FlowNetwork::kUncapped, 0, 2);
+  EXPECT_DOUBLE_EQ(net.rate(f2), 2);
+  EXPECT_DOUBLE_EQ(net.rate(f3), 2);
+  EXPECT_DOUBLE_EQ(net.rate(f1), 8);
+  EXPECT_EQ(net.active_flows(), 3);
+  // A cap below the fair share binds first; the others share the rest.
+  FlowNetwork capped({10});
+  const std::int32_t only[] = {0};
+  const int slow = capped.start(only, 100, 1.0, 0, 0);
+  const int fast = capped.start(only, 100, FlowNetwork::kUncapped, 0, 1);
+  EXPECT_DOUBLE_EQ(capped.rate(slow), 1);
+  EXPECT_DOUBLE_EQ(capped.rate(fast), 9);
+}
+
+TEST(FlowNetwork, FinishingAFlowSpeedsUpItsNeighbours) {
+  // Two flows of 100 bytes on a 10 bytes/ns link: 5 each. At t = 10 the first ends (50 bytes moved by each...
+  // it had only 50 bytes), the second then has 50 left at 10 bytes/ns: done at t = 15.
+  FlowNetwork net({10});
+  const std::int32_t r[] = {0};
+  const int a = net.start(r, 50, FlowNetwork::kUncapped, 0, 0);
+  const int b = net.start(r, 100, FlowNetwork::kUncapped, 0, 1);
+  EXPECT_EQ(net.completion_ns(a), 10);
+  EXPECT_EQ(net.completion_ns(b), 20);
+  net.finish(a, 10);
+  EXPECT_EQ(net.completion_ns(b), 15);
+  ASSERT_EQ(net.changed().size(), 1u);
+  EXPECT_EQ(net.changed()[0], b);
+  net.finish(b, 15);
+  EXPECT_DOUBLE_EQ(net.bytes_moved(0), 150);
+  EXPECT_EQ(net.busy_ns(0), 15);
+  EXPECT_EQ(net.active_flows(), 0);
+}
+
+TEST(FlowNetwork, ARouteMayCrossAHalfDuplexResourceTwice) {
+  // GPU -> DRAM -> GPU staging uses the DRAM resource for the write and the read: it consumes twice its rate.
+  FlowNetwork net({10, 100});
+  const std::int32_t route[] = {1, 0, 0, 1};
+  const int f = net.start(route, 100, FlowNetwork::kUncapped, 0, 0);
+  EXPECT_DOUBLE_EQ(net.rate(f), 5);
+  const std::int32_t other[] = {0};
+  const int g = net.start(other, 100, FlowNetwork::kUncapped, 0, 1);
+  net.finish(f, 7);
+  net.finish(g, 9);
+  EXPECT_EQ(net.active_flows(), 0);
+}
+
+TEST(Collectives, StepCountsAndBytesPerRank) {
+  EXPECT_EQ(collective_steps(CollectiveOp::all_reduce, Algorithm::ring, 8), 14);
+  EXPECT_EQ(collective_steps(CollectiveOp::all_reduce, Algorithm::direct, 8), 2);
+  EXPECT_EQ(collective_steps(CollectiveOp::all_reduce, Algorithm::tree, 8), 6);  // depth 3: up 3, down 3
+  EXPECT_EQ(collective_steps(CollectiveOp::all_gather, Algorithm::ring, 8), 7);
+  EXPECT_EQ(collective_steps(CollectiveOp::all_to_all, Algorithm::ring, 8), 7);
+  EXPECT_EQ(collective_steps(CollectiveOp::broadcast, Algorithm::ring, 8), 13);
+  EXPECT_EQ(collective_steps(CollectiveOp::broadcast, Algorithm::ring, 2), 1);
+  // Ring all-reduce: each rank sends 2(n-1)/n * B in total, always to its right neighbour.
+  const int n = 8;
+  const std::int64_t bytes = 8000;
+  std::vector<double> sent(n, 0);
+  for (int s = 0; s < collective_steps(CollectiveOp::all_reduce, Algorithm::ring, n); ++s) {
+    std::vector<Transfer> step;
+    collective_step(CollectiveOp::all_reduce, Algorithm::ring, n, bytes, s, step);
+    ASSERT_EQ(step.size(), static_cast<std::size_t>(n));
+    for (const auto& t : step) {
+      EXPECT_EQ(t.dst_rank, (t.src_rank + 1) % n);
+      sent[static_cast<std::size_t>(t.src_rank)] += t.bytes;
+    }
+  }
+  for (double s : sent) EXPECT_DOUBLE_EQ(s, 2.0 * (n - 1) / n * bytes);
+  // All-to-all (pairwise): every rank reaches every other rank exactly once.
+  std::vector<std::vector<int>> seen(n, std::vector<int>(n, 0));
+  for (int s = 0; s < n - 1; ++s) {
+    std::vector<Transfer> step;
+    collective_step(CollectiveOp::all_to_all, Algorithm::ring, n, bytes, s, step);
+    for (const auto& t : step) ++seen[static_cast<std::size_t>(t.src_rank)][static_cast<std::size_t>(t.dst_rank)];
+  }
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) EXPECT_EQ(seen[a][b], a == b ? 0 : 1);
+  }
+  // Pipelined ring broadcast: every rank but the root receives B in total.
+  std::vector<double> received(n, 0);
+  for (int s = 0; s < collective_steps(CollectiveOp::broadcast, Algorithm::ring, n); ++s) {
+    std::vector<Transfer> step;
+    collective_step(CollectiveOp::broadcast, Algorithm::ring, n, bytes, s, step);
+    for (const auto& t : step) received[static_cast<std::size_t>(t.dst_rank)] += t.bytes;
+  }
+  for (int r = 1; r < n; ++r) EXPECT_DOUBLE_EQ(received[static_cast<std::size_t>(r)], bytes);
+}
+
+TEST(CostModel, CausalAttentionCountsUnmaskedPairs) {
+  Attention a{4, 4, 1, 1, 1, true, false};
+  EXPECT_DOUBLE_EQ(attention_pairs(a), 10);  // 1 + 2 + 3 + 4
+  a.q_len = 2;                                // queries at positions 2, 3 of 4 keys: 3 + 4
+  EXPECT_DOUBLE_EQ(attention_pairs(a), 7);
+  a.causal = false;
+  EXPECT_DOUBLE_EQ(attention_pairs(a), 8);
+  Task t{"bwd", 0, {StreamKind::compute, 0}, false, Attention{1024, 1024, 8, 8, 64, true, true}};
+  const ComputeCost c = compute_cost(t);
+  const double fwd = 4.0 * (1024.0 * 1025 / 2) * 64 * 8;
+  EXPECT_DOUBLE_EQ(c.model_flops, 2 * fwd);
+  EXPECT_DOUBLE_EQ(c.hardware_flops, 2.5 * fwd);
+  t.recompute = true;
+  EXPECT_DOUBLE_EQ(compute_cost(t).model_flops, 0);
+}
+
+TEST(CostModel, RooflineAndEfficiencyTable) {
+  const hw::NodeProfile node = hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json");
+  // Compute-bound: 2e9 FLOPs at 100 TFLOP/s x 0.5 = 40,000 ns.
+  Task big{"g", 0, {StreamKind::compute, 0}, false, Gemm{1000, 1000, 1000, hw::Dtype::bf16}};
+  EXPECT_EQ(compute_duration_ns(big, node.gpu, node), 40'000);
+  // Memory-bound: m=1, n=1,000,000, k=1000 moves (m*k + k*n + m*n) x 2 = (1e3 + 1e9 + 1e6) x 2 bytes at
+  // 1000 GB/s = 2,002,002 ns, while its 2e9 FLOPs take 40,000 ns.
+  Task skinny{"s", 0, {StreamKind::compute, 0}, false, Gemm{1, 1'000'000, 1000, hw::Dtype::bf16}};
+  EXPECT_EQ(compute_duration_ns(skinny, node.gpu, node), 2'002'002);
+  // Small GEMMs reach less of the peak: 2e6 FLOPs sit between the table's (1e6, 0.1) and (1e9, 0.5) points,
+  // at log10 fraction 0.1003: efficiency 0.1401.
+  Task small{"m", 0, {StreamKind::compute, 0}, false, Gemm{100, 100, 100, hw::Dtype::bf16}};
+  const double eff = 0.1 + 0.4 * (std::log10(2e6) - 6) / 3;
+  EXPECT_EQ(compute_duration_ns(small, node.gpu, node), static_cast<std::int64_t>(std::ceil(2e6 / (100e3 * eff))));
+  // Elementwise: bytes over HBM.
+  Task norm{"n", 0, {StreamKind::compute, 0}, false, Elementwise{500'000, 500'000}};
+  EXPECT_EQ(compute_duration_ns(norm, node.gpu, node), 1'000);
+}
+
+// --- JSON form ---------------------------------------------------------------------------------------------
+
+namespace {
+std::string graph_error(const std::string& tasks_json) {
+  const std::string text = R"({"schema": "trainyard.taskgraph.v1", "tasks": )" + tasks_json + "}";
+  try {
+    GraphDocument doc = parse_graph(json::parse(text, "g.json"), "g.json");
+    validate(doc.graph, 8, 1, "g.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(GraphJson, RoundTripsThroughTheBuilder) {
+  TaskGraph g;
+  const TaskId a = g.alloc("alloc x", 0, Pool::hbm, 1024, "x layer 0");
+  const TaskId m = g.gemm("F L0 C0 qkv", 0, {64, 64, 64, hw::Dtype::bf16}, std::vector<TaskId>{a});
+  const auto group = g.add_group({0, 1});
+  g.collective("ar", {CollectiveOp::all_reduce, Algorithm::ring, group, 1024}, std::vector<TaskId>{m});
+  g.free("free x", a, std::vector<TaskId>{m});
+  g.finalize();
+  const json::Json j = graph_to_json(g);
+  const GraphDocument back = parse_graph(j, "roundtrip");
+  EXPECT_EQ(back.graph.size(), g.size());
+  EXPECT_EQ(graph_to_json(back.graph).dump(), j.dump());
+}
+
+TEST(GraphJson, MalformedGraphsAreRejectedClearly) {
+  const std::pair<std::string, std::vector<std::string>> cases[] = {
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1},
+           {"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1}])",
+       {"g.json", "tasks[1].name", "a name no other task has"}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "deps": ["nope"]}])",
+       {"tasks[0].deps[0]", "\"nope\""}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "deps": ["b"]},
+           {"name": "b", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "deps": ["a"]}])",
+       {"no dependency cycle", "'a'"}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1},
+           {"name": "f", "kind": "free", "device": "gpu0", "alloc": "a"}])",
+       {"tasks[1] 'f'.alloc", "the name of an alloc task"}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu9", "m": 1, "n": 1, "k": 1}])",
+       {"tasks[0] 'a'.device", "gpu0..gpu7", "gpu9"}},
+      {R"([{"name": "a", "kind": "gemm", "device": "cpu0", "m": 1, "n": 1, "k": 1}])",
+       {"tasks[0].device", "\"gpu0\""}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 0, "n": 1, "k": 1}])", {"tasks[0].m", "got 0"}},
+      {R"([{"name": "a", "kind": "matmul", "device": "gpu0"}])", {"tasks[0].kind", "gemm, attention"}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "flops": 5}])",
+       {"tasks[0].flops", "unknown field"}},
+      {R"([{"name": "c", "kind": "collective", "op": "all_reduce", "group": ["gpu0"], "bytes": 8}])",
+       {"tasks[0].group", "at least 2"}},
+      {R"([{"name": "c", "kind": "collective", "op": "all_gather", "algorithm": "tree", "group": ["gpu0", "gpu1"], "bytes": 8}])",
+       {"'c'.algorithm", "ring or direct"}},
+      {R"([{"name": "p", "kind": "p2p", "device": "gpu0", "dst": "gpu0", "bytes": 8}])",
+       {"'p'.dst", "other than the sender"}},
+      {R"([{"name": "x", "kind": "attention", "device": "gpu0", "q_len": 8, "kv_len": 4, "heads": 2, "kv_heads": 2, "head_dim": 8, "causal": true, "backward": false}])",
+       {"'x'.q_len", "at most kv_len"}},
+      {R"([{"name": "h", "kind": "gemm", "device": "host0", "m": 1, "n": 1, "k": 1}])",
+       {"'h'", "only optimizer, alloc and free tasks run on a host"}},
+  };
+  for (const auto& [tasks, expected] : cases) {
+    SCOPED_TRACE(tasks);
+    const std::string msg = graph_error(tasks);
+    ASSERT_FALSE(msg.empty()) << "accepted";
+    for (const auto& part : expected) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+  EXPECT_NE(graph_error("[]").find("non-empty array"), std::string::npos);
+}
+
+}  // namespace trainyard::sim
