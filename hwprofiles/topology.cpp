@@ -31,6 +31,7 @@ Topology::Topology(const NodeProfile& node, int node_count)
   if (node_count > 1) {
     TRAINYARD_CHECK(has_nics, "a multi-node cluster of a node without NICs");
     fabric = boost::add_vertex(TopoVertex{"fabric", VertexType::fabric, -1}, graph_);
+    fabric_ = fabric;
   }
   auto latency = [&](LinkType type) -> std::int64_t {
     auto it = node.latency_ns.find(type);
@@ -39,6 +40,8 @@ Topology::Topology(const NodeProfile& node, int node_count)
   gpus_.resize(node_count);
   for (int n = 0; n < node_count; ++n) {
     const auto first = boost::num_vertices(graph_);
+    first_vertex_.push_back(first);
+    first_link_.push_back(link_count());
     for (const auto& v : node.vertices) boost::add_vertex(TopoVertex{v.id, v.type, n}, graph_);
     auto local = [&](const std::string& id) {
       for (std::size_t i = 0; i < node.vertices.size(); ++i) {

@@ -49,6 +49,12 @@ class Topology {
   int gpus_per_node() const { return gpus_per_node_; }
   int gpu_count() const { return gpus_per_node_ * node_count_; }
   int link_count() const { return static_cast<int>(boost::num_edges(graph_)); }
+  // Layout: every node's vertices and links are contiguous blocks of the same size, in the same order, so a
+  // route inside node n is node 0's route shifted by n blocks (the simulator relies on this to compute each
+  // route shape once). The fabric vertex, when there is one, comes first.
+  VertexId first_vertex(int node) const { return first_vertex_[static_cast<std::size_t>(node)]; }
+  int first_link(int node) const { return first_link_[static_cast<std::size_t>(node)]; }
+  std::optional<VertexId> fabric() const { return fabric_; }
   bool pcie_peer_to_peer() const { return peer_to_peer_; }
 
   VertexId vertex(int node, std::string_view id) const;  // InternalError if absent
@@ -72,6 +78,9 @@ class Topology {
   int gpus_per_node_ = 0;
   bool peer_to_peer_ = false;
   std::vector<std::vector<VertexId>> gpus_;  // [node][gpu index]
+  std::vector<VertexId> first_vertex_;
+  std::vector<int> first_link_;
+  std::optional<VertexId> fabric_;
 };
 
 }  // namespace trainyard::hw

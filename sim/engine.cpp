@@ -47,7 +47,12 @@ struct RouteResources {
 class Engine {
  public:
   Engine(const TaskGraph& graph, const Cluster& cluster, const SimOptions& options)
-      : graph_(graph), cluster_(cluster), topo_(cluster.topology), options_(options), network_(capacities()) {}
+      : graph_(graph), cluster_(cluster), topo_(cluster.topology), options_(options), network_(capacities()) {
+    edge_by_index_.resize(static_cast<std::size_t>(topo_.link_count()));
+    for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
+      edge_by_index_[static_cast<std::size_t>(topo_.graph()[*it].index)] = *it;
+    }
+  }
 
   SimResult run();
 
@@ -74,6 +79,12 @@ class Engine {
   const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
   hw::VertexId gpu_vertex(DeviceId g) const {
     return topo_.gpu(cluster_.node_of(g), g % topo_.gpus_per_node());
+  }
+  hw::VertexId host_memory_of(DeviceId gpu) {  // the DRAM on the GPU's socket, looked up once per GPU
+    if (host_memory_.empty()) host_memory_.assign(static_cast<std::size_t>(cluster_.gpus()), -1);
+    auto& cached = host_memory_[static_cast<std::size_t>(gpu)];
+    if (cached < 0) cached = static_cast<std::int64_t>(*topo_.nearest_host_memory(gpu_vertex(gpu)));
+    return static_cast<hw::VertexId>(cached);
   }
   int pool_of(const Task& t, Pool pool) const {
     if (pool == Pool::hbm) return t.device;
@@ -113,7 +124,9 @@ class Engine {
   std::unordered_map<TaskId, CollectiveState> collectives_;
   std::vector<Transfer> step_transfers_;
   std::unordered_map<std::uint64_t, RouteResources> routes_;
-  std::unordered_map<int, std::vector<Sample>> link_samples_;  // per resource, when recorded
+  std::unordered_map<int, std::vector<Sample>> link_samples_;
+  std::vector<std::int64_t> host_memory_;
+  std::vector<hw::LinkId> edge_by_index_;  // per resource, when recorded
   std::vector<std::int64_t> pool_in_use_;
   std::vector<std::vector<TaskId>> pool_live_;
   std::vector<std::int32_t> live_slot_;
@@ -202,7 +215,11 @@ SimResult Engine::run() {
     switch (e.kind) {
       case kTaskEnd: finish(e.id); break;
       case kFlowEnd: {
-        if (e.version != network_.version(e.id)) break;  // its completion time moved; a newer event exists
+        if (e.version != network_.version(e.id)) break;  // its completion moved earlier; a newer event exists
+        if (network_.completion_ns(e.id) > queue_.now_ns()) {  // its completion moved later: wait until then
+          queue_.push(network_.completion_ns(e.id), kFlowEnd, e.id, e.version);
+          break;
+        }
         const TaskId owner = network_.owner(e.id);
         network_.finish(e.id, queue_.now_ns());
         push_changed_flows();
@@ -234,6 +251,15 @@ SimResult Engine::run() {
   for (const auto& timing : result_.timing) result_.step_ns = std::max(result_.step_ns, timing.end_ns);
 
   network_.settle(queue_.now_ns());
+  result_.flow_recomputes = network_.stats().recomputes;
+  result_.max_concurrent_flows = network_.stats().max_active_flows;
+  result_.engine_bytes = result_.timing.capacity() * sizeof(TaskTiming) + blocking_.capacity() * 4 +
+                         task_stream_offset_.capacity() * 4 + task_streams_.capacity() * 4 + stream_tasks_.capacity() * 4 +
+                         head_since_.capacity() * 8 + last_dep_.capacity() * 4 + tail_latency_ns_.capacity() * 8 +
+                         live_slot_.capacity() * 4;
+  result_.mean_component_flows = network_.stats().recomputes > 0
+                                     ? static_cast<double>(network_.stats().component_flows) / static_cast<double>(network_.stats().recomputes)
+                                     : 0;
   for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
     const auto& link = topo_.graph()[*it];
     const auto a = boost::source(*it, topo_.graph()), b = boost::target(*it, topo_.graph());
@@ -292,7 +318,7 @@ void Engine::launch(TaskId t) {
     case TaskKind::copy: {
       const auto& c = std::get<Copy>(task.params);
       const hw::VertexId gpu = gpu_vertex(task.device);
-      const hw::VertexId host = *topo_.nearest_host_memory(gpu);
+      const hw::VertexId host = host_memory_of(task.device);
       const bool h2d = c.direction == Copy::Direction::h2d;
       const auto& sustained = cluster_.node.gpu.sustained;
       // Pageable copies are staged through a pinned bounce buffer by the driver: about half the pinned rate.
@@ -426,16 +452,41 @@ void Engine::start_collective_step(TaskId t) {
 
 const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
   const std::uint64_t key = (static_cast<std::uint64_t>(from) << 32) | static_cast<std::uint64_t>(to);
-  auto it = routes_.find(key);
-  if (it != routes_.end()) return it->second;
-  const hw::Route r = topo_.route(from, to);
+  if (auto it = routes_.find(key); it != routes_.end()) return it->second;
+  const auto& g = topo_.graph();
+  const int from_node = g[from].node, to_node = g[to].node;  // -1: the fabric
   RouteResources out;
-  out.latency_ns = r.latency_ns;
-  for (std::size_t i = 0; i < r.links.size(); ++i) {
-    const auto& link = topo_.graph()[r.links[i]];
-    // Full-duplex links: one resource per direction, the direction being "from the lower vertex id" or not.
-    const int dir = link.full_duplex && r.vertices[i] > r.vertices[i + 1] ? 1 : 0;
-    out.resources.push_back(2 * link.index + dir);
+  // Every node is a copy of node 0 and nodes meet only at the fabric, so routes are computed for node 0 once
+  // and shifted; a route between nodes is the route to the fabric followed by the route from it.
+  auto shifted = [&](const RouteResources& base, int node) {
+    RouteResources r{{}, base.latency_ns};
+    const int link_shift = topo_.first_link(node) - topo_.first_link(0);
+    for (std::int32_t resource : base.resources) {
+      const std::int32_t link = resource / 2;
+      r.resources.push_back(2 * (link + link_shift) + resource % 2);
+    }
+    return r;
+  };
+  auto to_node0 = [&](hw::VertexId v) {
+    return g[v].node <= 0 ? v : v - topo_.first_vertex(g[v].node) + topo_.first_vertex(0);
+  };
+  if (from_node >= 0 && to_node >= 0 && from_node != to_node) {
+    const RouteResources first = route(from, *topo_.fabric());
+    const RouteResources& second = route(*topo_.fabric(), to);
+    out = first;
+    out.resources.insert(out.resources.end(), second.resources.begin(), second.resources.end());
+    out.latency_ns += second.latency_ns;
+  } else if (std::max(from_node, to_node) > 0) {
+    out = shifted(route(to_node0(from), to_node0(to)), std::max(from_node, to_node));
+  } else {
+    const hw::Route r = topo_.route(from, to);
+    out.latency_ns = r.latency_ns;
+    for (std::size_t i = 0; i < r.links.size(); ++i) {
+      const auto& link = g[r.links[i]];
+      // Full-duplex links: one resource per direction, the direction being "from the lower vertex id" or not.
+      const int dir = link.full_duplex && r.vertices[i] > r.vertices[i + 1] ? 1 : 0;
+      out.resources.push_back(2 * link.index + dir);
+    }
   }
   return routes_.emplace(key, std::move(out)).first->second;
 }
@@ -447,12 +498,13 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
   RouteResources out = route(va, vb);
   // Without PCIe peer-to-peer, GPUs of one node that lack NVLink exchange through host memory: the data
   // crosses the sender's path to DRAM and then the receiver's.
-  const hw::Route direct = topo_.route(va, vb);
   bool nvlink = false;
-  for (auto l : direct.links) nvlink = nvlink || topo_.graph()[l].type == hw::LinkType::nvlink;
+  for (std::int32_t r : out.resources) {
+    nvlink = nvlink || topo_.graph()[edge_by_index_[static_cast<std::size_t>(r / 2)]].type == hw::LinkType::nvlink;
+  }
   const bool same_node = cluster_.node_of(a) == cluster_.node_of(b);
   if (same_node && !nvlink && !topo_.pcie_peer_to_peer()) {
-    const hw::VertexId host = *topo_.nearest_host_memory(va);
+    const hw::VertexId host = host_memory_of(a);
     RouteResources staged = route(va, host);
     const RouteResources& second = route(host, vb);
     staged.resources.insert(staged.resources.end(), second.resources.begin(), second.resources.end());

@@ -15,11 +15,7 @@ FlowNetwork::FlowNetwork(std::vector<double> capacity_bytes_per_ns) {
   }
 }
 
-double FlowNetwork::load(int resource) const {
-  double sum = 0;
-  for (int f : resources_[static_cast<std::size_t>(resource)].flows) sum += flows_[static_cast<std::size_t>(f)].rate;
-  return sum;
-}
+double FlowNetwork::load(int resource) const { return resources_[static_cast<std::size_t>(resource)].load; }
 
 void FlowNetwork::advance(Flow& f, std::int64_t now_ns) {
   if (now_ns <= f.last_ns) return;
@@ -35,79 +31,102 @@ void FlowNetwork::settle(std::int64_t now_ns) {
   }
 }
 
-// Breadth-first over "shares a resource with": the flows whose rates a change at the seed can affect.
-void FlowNetwork::collect_component(int seed_flow, std::span<const std::int32_t> seed_resources) {
-  ++epoch_;
-  component_flows_.clear();
-  component_resources_.clear();
-  auto add_resource = [&](int r) {
-    Resource& res = resources_[static_cast<std::size_t>(r)];
-    if (res.mark == epoch_) return;
-    res.mark = epoch_;
-    component_resources_.push_back(r);
-  };
-  if (seed_flow >= 0) {
-    flows_[static_cast<std::size_t>(seed_flow)].mark = epoch_;
-    component_flows_.push_back(seed_flow);
-  }
-  for (int r : seed_resources) add_resource(r);
-  for (std::size_t next_resource = 0, next_flow = 0;
-       next_resource < component_resources_.size() || next_flow < component_flows_.size();) {
-    if (next_resource < component_resources_.size()) {
-      for (int f : resources_[static_cast<std::size_t>(component_resources_[next_resource])].flows) {
-        Flow& flow = flows_[static_cast<std::size_t>(f)];
-        if (flow.mark == epoch_) continue;
-        flow.mark = epoch_;
-        component_flows_.push_back(f);
+void FlowNetwork::visit(int r) {
+  Resource& res = resources_[static_cast<std::size_t>(r)];
+  if (res.mark == epoch_) return;
+  res.mark = epoch_;
+  res.old_component_load = 0;
+  res.component_flows = 0;
+  component_resources_.push_back(r);
+}
+
+// Every flow on `r` joins the component; their other resources are visited, and expanded when saturated.
+void FlowNetwork::expand(int r) {
+  visit(r);
+  Resource& res = resources_[static_cast<std::size_t>(r)];
+  if (res.expanded == epoch_) return;
+  res.expanded = epoch_;
+  expand_queue_.push_back(r);
+}
+
+void FlowNetwork::close_component() {
+  while (!expand_queue_.empty()) {
+    const int r = expand_queue_.back();
+    expand_queue_.pop_back();
+    for (int f : resources_[static_cast<std::size_t>(r)].flows) {
+      Flow& flow = flows_[static_cast<std::size_t>(f)];
+      if (flow.mark == epoch_) continue;
+      flow.mark = epoch_;
+      component_flows_.push_back(f);
+      for (int h = 0; h < flow.hops; ++h) {
+        const int other = flow.hop[h];
+        Resource& res = resources_[static_cast<std::size_t>(other)];
+        visit(other);
+        res.old_component_load += flow.rate;
+        ++res.component_flows;
+        if (saturated(res)) expand(other);
       }
-      ++next_resource;
-    } else {
-      const Flow& flow = flows_[static_cast<std::size_t>(component_flows_[next_flow])];
-      for (int h = 0; h < flow.hops; ++h) add_resource(flow.hop[h]);
-      ++next_flow;
     }
   }
 }
 
-// Progressive filling: raise every unfrozen flow's rate together; a flow freezes when it reaches its own cap
-// or when a resource it crosses runs out (then every unfrozen flow on that resource freezes at the share).
+// Progressive filling of the component's flows against what the other flows leave on each resource: raise
+// every unfrozen flow's rate together; a flow freezes at its own cap, or when a resource it crosses runs out
+// (then every unfrozen component flow on that resource freezes at the share).
 void FlowNetwork::fill_rates() {
+  active_resources_.clear();
   for (int r : component_resources_) {
     Resource& res = resources_[static_cast<std::size_t>(r)];
-    res.remaining_capacity = res.capacity;
-    res.unfrozen = static_cast<std::int32_t>(res.flows.size());
+    res.remaining_capacity = res.capacity - (res.load - res.old_component_load);
+    res.unfrozen = res.component_flows;
+    if (res.unfrozen > 0) active_resources_.push_back(r);
   }
+  unfrozen_flows_.assign(component_flows_.begin(), component_flows_.end());
   for (int f : component_flows_) flows_[static_cast<std::size_t>(f)].frozen = false;
-  std::size_t unfrozen = component_flows_.size();
   auto freeze = [&](Flow& flow, double rate) {
     flow.frozen = true;
     flow.new_rate = rate;
-    --unfrozen;
     for (int h = 0; h < flow.hops; ++h) {
       Resource& res = resources_[static_cast<std::size_t>(flow.hop[h])];
       res.remaining_capacity -= rate;
       --res.unfrozen;
     }
   };
-  while (unfrozen > 0) {
+  // Both lists shrink as flows freeze (swap-remove while scanning), so later rounds scan less.
+  while (!unfrozen_flows_.empty()) {
     double share = kUncapped;
     int bottleneck = -1;
-    for (int r : component_resources_) {
+    for (std::size_t i = 0; i < active_resources_.size();) {
+      const int r = active_resources_[i];
       const Resource& res = resources_[static_cast<std::size_t>(r)];
-      if (res.unfrozen == 0) continue;
+      if (res.unfrozen == 0) {
+        active_resources_[i] = active_resources_.back();
+        active_resources_.pop_back();
+        continue;
+      }
       const double s = std::max(0.0, res.remaining_capacity) / res.unfrozen;
-      if (s < share) {
+      if (s < share || (s == share && r < bottleneck)) {
         share = s;
         bottleneck = r;
       }
+      ++i;
     }
     double smallest_cap = kUncapped;
-    for (int f : component_flows_) {
-      const Flow& flow = flows_[static_cast<std::size_t>(f)];
-      if (!flow.frozen) smallest_cap = std::min(smallest_cap, flow.cap);
+    for (std::size_t i = 0; i < unfrozen_flows_.size();) {
+      const Flow& flow = flows_[static_cast<std::size_t>(unfrozen_flows_[i])];
+      if (flow.frozen) {
+        unfrozen_flows_[i] = unfrozen_flows_.back();
+        unfrozen_flows_.pop_back();
+        continue;
+      }
+      smallest_cap = std::min(smallest_cap, flow.cap);
+      ++i;
     }
+    if (unfrozen_flows_.empty()) break;
+    ++stats_.filling_steps;
+    stats_.filling_scans += active_resources_.size();
     if (smallest_cap <= share) {
-      for (int f : component_flows_) {
+      for (int f : unfrozen_flows_) {
         Flow& flow = flows_[static_cast<std::size_t>(f)];
         if (!flow.frozen && flow.cap <= smallest_cap) freeze(flow, flow.cap);
       }
@@ -116,21 +135,85 @@ void FlowNetwork::fill_rates() {
     TRAINYARD_CHECK(bottleneck >= 0, "a flow with neither a cap nor a resource");
     for (int f : resources_[static_cast<std::size_t>(bottleneck)].flows) {
       Flow& flow = flows_[static_cast<std::size_t>(f)];
-      if (!flow.frozen) freeze(flow, share);
+      if (flow.mark == epoch_ && !flow.frozen) freeze(flow, share);
     }
   }
+}
+
+// A boundary resource (visited, not expanded) that the new rates saturate must not leave a component flow
+// with less than an outside flow there: max-min gives the bottlenecked flow the largest share. If it would,
+// the outside flows join and the filling is redone.
+bool FlowNetwork::boundary_violated() {
+  bool violated = false;
+  const std::size_t count = component_resources_.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    const int r = component_resources_[i];
+    Resource& res = resources_[static_cast<std::size_t>(r)];
+    if (res.expanded == epoch_ || res.remaining_capacity > res.capacity * 1e-9) continue;
+    double smallest_inside = kUncapped, largest_outside = 0;
+    for (int f : res.flows) {
+      const Flow& flow = flows_[static_cast<std::size_t>(f)];
+      if (flow.mark == epoch_) smallest_inside = std::min(smallest_inside, flow.new_rate);
+      else largest_outside = std::max(largest_outside, flow.rate);
+    }
+    if (largest_outside > smallest_inside * (1 + 1e-9)) {
+      expand(r);
+      violated = true;
+    }
+  }
+  if (violated) close_component();
+  return violated;
+}
+
+void FlowNetwork::recompute(int new_flow, std::span<const std::int32_t> expand_first, std::int64_t now_ns) {
+  ++epoch_;
+  component_flows_.clear();
+  component_resources_.clear();
+  expand_queue_.clear();
+  if (new_flow >= 0) {
+    // The new flow joins alone; its resources pass the change on only where they are already saturated (or,
+    // via the boundary check, where its share would undercut the flows already there).
+    Flow& flow = flows_[static_cast<std::size_t>(new_flow)];
+    flow.mark = epoch_;
+    component_flows_.push_back(new_flow);
+    for (int h = 0; h < flow.hops; ++h) {
+      visit(flow.hop[h]);
+      ++resources_[static_cast<std::size_t>(flow.hop[h])].component_flows;
+    }
+    for (int h = 0; h < flow.hops; ++h) {
+      if (saturated(resources_[static_cast<std::size_t>(flow.hop[h])])) expand(flow.hop[h]);
+    }
+  }
+  for (int r : expand_first) expand(r);
+  close_component();
+  ++stats_.recomputes;
+  do {
+    fill_rates();
+    ++stats_.fill_rounds;
+  } while (boundary_violated() && ++stats_.boundary_redos);
+  stats_.component_flows += component_flows_.size();
+  for (int f : component_flows_) advance(flows_[static_cast<std::size_t>(f)], now_ns);
+  publish(now_ns);
 }
 
 void FlowNetwork::publish(std::int64_t now_ns) {
   changed_.clear();
   for (int f : component_flows_) {
     Flow& flow = flows_[static_cast<std::size_t>(f)];
-    if (flow.new_rate == flow.rate && flow.completion_ns != 0) continue;
+    const bool fresh = flow.completion_ns == 0;
+    if (flow.new_rate == flow.rate && !fresh) continue;
+    for (int h = 0; h < flow.hops; ++h) resources_[static_cast<std::size_t>(flow.hop[h])].load += flow.new_rate - flow.rate;
     flow.rate = flow.new_rate;
     TRAINYARD_CHECK(flow.rate > 0, "a flow got no bandwidth");
-    flow.completion_ns = now_ns + static_cast<std::int64_t>(std::ceil(flow.remaining / flow.rate));
-    ++flow.version;
-    changed_.push_back(f);
+    const std::int64_t completion = now_ns + static_cast<std::int64_t>(std::ceil(flow.remaining / flow.rate));
+    // Only an earlier completion needs a new event; a later one is found when the pending event fires early
+    // and is pushed again then (see the engine), which saves heap traffic when rates only ever go down.
+    const bool earlier = fresh || completion < flow.completion_ns;
+    flow.completion_ns = completion;
+    if (earlier) {
+      ++flow.version;
+      changed_.push_back(f);
+    }
   }
   touched_resources_.assign(component_resources_.begin(), component_resources_.end());
 }
@@ -157,9 +240,7 @@ int FlowNetwork::start(std::span<const std::int32_t> resources, double bytes, do
   flow.completion_ns = 0;
   flow.active = true;
   ++active_;
-  // Progress of the neighbours up to now at their old rates, before they change.
-  collect_component(-1, resources);
-  for (int f : component_flows_) advance(flows_[static_cast<std::size_t>(f)], now_ns);
+  stats_.max_active_flows = std::max<std::uint64_t>(stats_.max_active_flows, static_cast<std::uint64_t>(active_));
   for (int h = 0; h < flow.hops; ++h) {
     Resource& res = resources_[static_cast<std::size_t>(resources[h])];
     flow.hop[h] = resources[h];
@@ -167,10 +248,22 @@ int FlowNetwork::start(std::span<const std::int32_t> resources, double bytes, do
     if (res.flows.empty()) res.busy_since = now_ns;
     res.flows.push_back(id);
   }
-  component_flows_.push_back(id);
-  flow.mark = epoch_;
-  fill_rates();
-  publish(now_ns);
+  // Fast path: a capped flow that fits under its cap on every resource takes nothing from anyone.
+  bool fits = flow.cap < kUncapped;
+  for (int h = 0; h < flow.hops && fits; ++h) {
+    const Resource& res = resources_[static_cast<std::size_t>(flow.hop[h])];
+    const auto uses = std::count(flow.hop.begin(), flow.hop.begin() + flow.hops, flow.hop[h]);  // DRAM twice
+    fits = res.capacity - res.load >= static_cast<double>(uses) * flow.cap * (1 + 1e-12);
+  }
+  if (fits) {
+    ++epoch_;
+    component_flows_.assign(1, id);
+    component_resources_.assign(flow.hop.begin(), flow.hop.begin() + flow.hops);
+    flow.new_rate = flow.cap;
+    publish(now_ns);
+    return id;
+  }
+  recompute(id, {}, now_ns);
   return id;
 }
 
@@ -196,15 +289,31 @@ void FlowNetwork::finish(int id, std::int64_t now_ns) {
     }
     if (res.flows.empty()) res.busy_ns += now_ns - res.busy_since;
   }
+  // Only resources it saturated can have held other flows back: the change spreads from those alone (and if
+  // there are none, nobody's rate changes).
+  std::array<std::int32_t, kMaxHops> held_back{};
+  std::size_t held = 0;
+  for (int h = 0; h < flow.hops; ++h) {
+    Resource& res = resources_[static_cast<std::size_t>(flow.hop[h])];
+    if (saturated(res) && !res.flows.empty()) held_back[held++] = flow.hop[h];
+  }
+  for (int h = 0; h < flow.hops; ++h) resources_[static_cast<std::size_t>(flow.hop[h])].load -= flow.rate;
+  for (int h = 0; h < flow.hops; ++h) {
+    Resource& res = resources_[static_cast<std::size_t>(flow.hop[h])];
+    if (res.flows.empty()) res.load = 0;  // no drift survives an idle moment
+  }
   flow.active = false;
   flow.rate = 0;
   ++flow.version;
   --active_;
   free_ids_.push_back(id);
-  collect_component(-1, std::span<const std::int32_t>(flow.hop.data(), static_cast<std::size_t>(flow.hops)));
-  for (int f : component_flows_) advance(flows_[static_cast<std::size_t>(f)], now_ns);
-  fill_rates();
-  publish(now_ns);
+  if (held == 0) {
+    changed_.clear();
+    touched_resources_.assign(flow.hop.begin(), flow.hop.begin() + flow.hops);
+    return;
+  }
+  recompute(-1, std::span<const std::int32_t>(held_back.data(), held), now_ns);
+  touched_resources_.insert(touched_resources_.end(), flow.hop.begin(), flow.hop.begin() + flow.hops);
 }
 
 }  // namespace trainyard::sim

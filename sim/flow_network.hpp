@@ -1,8 +1,13 @@
 #pragma once
 // Transfers as fluid flows over shared resources (a link direction, or a half-duplex link such as host DRAM).
-// Active flows share resources max-min fairly (progressive filling); whenever a flow starts or ends, the rates
-// of the flows connected to it through shared resources (its component) are recomputed, and only the flows
-// whose rate changed get a new completion time. Rates are in bytes/ns (= GB/s).
+// Active flows share resources max-min fairly (progressive filling). When a flow starts or ends, only the
+// flows it can affect are recomputed: a change spreads from the flow's own resources through *saturated*
+// resources only (an unsaturated resource bottlenecks nobody, so it passes nothing on). The flows reached are
+// re-filled against the capacity the other flows leave them; if that would make a reached flow the loser on a
+// newly saturated boundary resource, that resource's flows join and the filling is redone. The result is the
+// exact max-min allocation, at a cost that follows the size of the bottleneck neighbourhood rather than the
+// number of flows in flight. Only flows whose rate changed get a new completion time. Rates are in bytes/ns
+// (= GB/s).
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -23,7 +28,9 @@ class FlowNetwork {
   int start(std::span<const std::int32_t> resources, double bytes, double cap, std::int64_t now_ns, std::int32_t owner);
   void finish(int flow, std::int64_t now_ns);
 
-  // The flows whose completion time changed in the last start()/finish() (the started flow included).
+  // The flows whose completion moved earlier in the last start()/finish() (a started flow included): they need
+  // a new event. A flow whose completion moved later keeps its pending event; when it fires before
+  // completion_ns(), push it again for completion_ns() with the same version.
   const std::vector<int>& changed() const { return changed_; }
   std::int64_t completion_ns(int flow) const { return flows_[static_cast<std::size_t>(flow)].completion_ns; }
   std::uint32_t version(int flow) const { return flows_[static_cast<std::size_t>(flow)].version; }
@@ -38,6 +45,12 @@ class FlowNetwork {
   double load(int resource) const;  // current sum of rates through it
   double capacity(int resource) const { return resources_[static_cast<std::size_t>(resource)].capacity; }
   int resource_count() const { return static_cast<int>(resources_.size()); }
+  // Work done so far, for the benchmarks: recomputations, flows and filling rounds they covered.
+  struct Stats {
+    std::uint64_t recomputes = 0, component_flows = 0, fill_rounds = 0, boundary_redos = 0, filling_steps = 0,
+                  filling_scans = 0, max_active_flows = 0;
+  };
+  const Stats& stats() const { return stats_; }
   // Resources whose load changed in the last start()/finish(), for the link-usage trace.
   const std::vector<int>& touched_resources() const { return touched_resources_; }
 
@@ -64,12 +77,22 @@ class FlowNetwork {
     double bytes_moved = 0;
     std::int64_t busy_ns = 0;
     std::int64_t busy_since = 0;
+    double load = 0;                // sum of the rates of its flows
     double remaining_capacity = 0;  // progressive-filling scratch
-    std::int32_t unfrozen = 0;      // progressive-filling scratch
-    std::uint32_t mark = 0;
+    double old_component_load = 0;  // scratch: the component's share of `load` before the change
+    std::int32_t unfrozen = 0;      // scratch
+    std::int32_t component_flows = 0;  // scratch
+    std::uint32_t mark = 0;         // visited in this round
+    std::uint32_t expanded = 0;     // all its flows joined this round
   };
 
-  void collect_component(int seed_flow, std::span<const std::int32_t> seed_resources);
+  bool saturated(const Resource& r) const { return r.load >= r.capacity * (1 - 1e-9); }
+  void visit(int resource);
+  void expand(int resource);
+  void close_component();
+  bool boundary_violated();
+  // Re-fills the flows a change can reach: `new_flow` (or -1) plus everything reachable from `expand_first`.
+  void recompute(int new_flow, std::span<const std::int32_t> expand_first, std::int64_t now_ns);
   void advance(Flow& f, std::int64_t now_ns);
   void fill_rates();
   void publish(std::int64_t now_ns);
@@ -78,10 +101,14 @@ class FlowNetwork {
   std::vector<int> free_ids_;
   std::vector<Resource> resources_;
   std::vector<int> component_flows_;
-  std::vector<int> component_resources_;
+  std::vector<int> component_resources_;  // every resource a component flow crosses
+  std::vector<int> expand_queue_;
+  std::vector<int> active_resources_;  // filling scratch: resources with unfrozen flows
+  std::vector<int> unfrozen_flows_;    // filling scratch
   std::vector<int> changed_;
   std::vector<int> touched_resources_;
   std::uint32_t epoch_ = 0;
+  Stats stats_;
   int active_ = 0;
 };
 

@@ -1,6 +1,9 @@
 // The simulator's parts on their own: max-min fair sharing, collective decomposition, the cost model, and the
 // task graph's JSON form with its error messages.
 #include <cmath>
+#include <map>
+#include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -216,6 +219,83 @@ TEST(GraphJson, MalformedGraphsAreRejectedClearly) {
     for (const auto& part : expected) EXPECT_NE(msg.find(part), std::string::npos) << msg;
   }
   EXPECT_NE(graph_error("[]").find("non-empty array"), std::string::npos);
+}
+
+}  // namespace trainyard::sim
+
+namespace trainyard::sim {
+
+// The incremental recomputation must give exactly what a from-scratch max-min filling of all active flows
+// gives, after every start and finish, on random routes, capacities and caps.
+TEST(FlowNetwork, IncrementalRatesEqualAFullRecomputation) {
+  struct RefFlow {
+    std::vector<std::int32_t> route;
+    double cap;
+  };
+  auto reference = [](const std::vector<double>& capacity, const std::map<int, RefFlow>& flows) {
+    std::map<int, double> rate;
+    std::vector<double> remaining = capacity;
+    std::set<int> unfrozen;
+    for (const auto& [id, _] : flows) unfrozen.insert(id);
+    while (!unfrozen.empty()) {
+      std::vector<int> count(capacity.size(), 0);
+      for (int id : unfrozen) {
+        for (auto r : flows.at(id).route) ++count[static_cast<std::size_t>(r)];
+      }
+      double share = FlowNetwork::kUncapped;
+      int bottleneck = -1;
+      for (std::size_t r = 0; r < capacity.size(); ++r) {
+        if (count[r] > 0 && std::max(0.0, remaining[r]) / count[r] < share) {
+          share = std::max(0.0, remaining[r]) / count[r];
+          bottleneck = static_cast<int>(r);
+        }
+      }
+      double cap = FlowNetwork::kUncapped;
+      for (int id : unfrozen) cap = std::min(cap, flows.at(id).cap);
+      std::vector<int> freeze;
+      for (int id : unfrozen) {
+        const auto& route = flows.at(id).route;
+        const bool on_bottleneck = std::find(route.begin(), route.end(), bottleneck) != route.end();
+        if (cap <= share ? flows.at(id).cap <= cap : on_bottleneck) freeze.push_back(id);
+      }
+      for (int id : freeze) {
+        rate[id] = cap <= share ? flows.at(id).cap : share;
+        for (auto r : flows.at(id).route) remaining[static_cast<std::size_t>(r)] -= rate[id];
+        unfrozen.erase(id);
+      }
+    }
+    return rate;
+  };
+
+  for (unsigned seed = 1; seed <= 300; ++seed) {
+    std::mt19937 rng(seed);
+    const int resources = 8;
+    std::vector<double> capacity;
+    for (int r = 0; r < resources; ++r) capacity.push_back(1 + static_cast<double>(rng() % 40));
+    FlowNetwork net(capacity);
+    std::map<int, RefFlow> live;
+    std::int64_t now = 0;
+    for (int op = 0; op < 200; ++op) {
+      now += static_cast<std::int64_t>(rng() % 5);
+      if (live.empty() || rng() % 3 != 0) {
+        RefFlow f;
+        const int hops = 1 + static_cast<int>(rng() % 4);
+        for (int h = 0; h < hops; ++h) f.route.push_back(static_cast<std::int32_t>(rng() % resources));
+        f.cap = rng() % 2 ? FlowNetwork::kUncapped : 1 + static_cast<double>(rng() % 20);
+        const int id = net.start(f.route, 1e12, f.cap, now, 0);
+        live[id] = f;
+      } else {
+        auto it = live.begin();
+        std::advance(it, static_cast<long>(rng() % live.size()));
+        net.finish(it->first, now);
+        live.erase(it);
+      }
+      const auto expected = reference(capacity, live);
+      for (const auto& [id, r] : expected) {
+        ASSERT_NEAR(net.rate(id), r, 1e-9 * std::max(1.0, r)) << "seed " << seed << " op " << op << " flow " << id;
+      }
+    }
+  }
 }
 
 }  // namespace trainyard::sim
