@@ -78,6 +78,41 @@ TEST(Cli, HelpShowsTypesAndDefaults) {
   EXPECT_NE(r.out.find("--seq tokens (=4K)"), std::string::npos) << r.out;
 }
 
+TEST(Cli, SimulateWritesMetricsAndATrace) {
+  test::TempDir dir;
+  const std::string trace = (dir.path() / "trace.json").string();
+  const auto r = run_cli("simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --json --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto metrics = nlohmann::json::parse(r.out);
+  EXPECT_EQ(metrics["completed"], true);
+  EXPECT_GT(metrics["step_ns"].get<double>(), 0);
+  EXPECT_EQ(metrics["hw"], "dgx-a100");
+  const auto events = nlohmann::json::parse(test::read_file(trace))["traceEvents"];
+  bool has_task = false, has_counter = false;
+  for (const auto& e : events) {
+    has_task = has_task || (e["ph"] == "X" && e["name"] == "F L0 C0 attn");
+    has_counter = has_counter || e["ph"] == "C";
+  }
+  EXPECT_TRUE(has_task);
+  EXPECT_TRUE(has_counter);
+}
+
+TEST(Cli, SimulateReportsOutOfMemoryAndKeepsTheTraceUpToIt) {
+  test::TempDir dir;
+  const std::string graph = dir.write("oom.json", R"({"schema": "trainyard.taskgraph.v1", "hw": "lab-h100", "tasks": [
+    {"name": "a", "kind": "alloc", "device": "gpu0", "pool": "hbm", "bytes": 60000000000, "label": "weights"},
+    {"name": "b", "kind": "alloc", "device": "gpu0", "pool": "hbm", "bytes": 30000000000, "label": "kv", "deps": ["a"]}]})");
+  const std::string trace = (dir.path() / "t.json").string();
+  const auto r = run_cli("simulate --graph " + graph + " --trace " + trace);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("out of memory at task 'b'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gpu0 hbm"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("weights"), std::string::npos) << r.err;
+  // The trace of the run up to the failure is complete JSON (written to a temporary file, then renamed).
+  EXPECT_NO_THROW(nlohmann::json::parse(test::read_file(trace)));
+  EXPECT_FALSE(std::filesystem::exists(trace + ".tmp"));
+}
+
 // Usage and input errors exit 2 and say what was wrong.
 struct CliError {
   std::string args;
@@ -114,6 +149,12 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/malformed.json", {"malformed.json:5:", "malformed JSON"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/no-schema.json", {"no-schema.json", "field 'schema'"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/missing.json", {"missing.json", "cannot open"}},
+        CliError{"simulate", {"--graph"}},
+        CliError{"simulate --graph " TRAINYARD_TEST_DATA_DIR "/malformed.json --hw dgx-a100", {"malformed.json:5:"}},
+        CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --hw lab-h100",
+                 {"two-gpu-offload.json", "'send act L0 C0'.dst", "gpu0..gpu0"}},
+        CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --nodes 2 --hw lab-h200",
+                 {"--nodes", "no NIC"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/gpu-hbm-in-gb.json",
                  {"gpu-hbm-in-gb.json", "field 'hbm_bytes.value'", "looks like GB"}}));
 

@@ -46,6 +46,17 @@ TEST(HwProfiles, DatasheetFiguresOfKnownGpus) {
   EXPECT_DOUBLE_EQ(load_gpu("rtx-4090").nvlink_gbps_per_direction.value, 0);
 }
 
+TEST(HwProfiles, EfficiencyTablesInterpolateInLogFlops) {
+  EfficiencyTable t;
+  t.points = {{1e6, 0.1}, {1e9, 0.4}};
+  EXPECT_DOUBLE_EQ(t.at(1e3), 0.1);  // clamped below
+  EXPECT_DOUBLE_EQ(t.at(1e12), 0.4);  // and above
+  EXPECT_NEAR(t.at(1e7), 0.2, 1e-12);  // a third of the way in log10
+  const GpuProfile h100 = load_gpu("h100-sxm");
+  EXPECT_LT(h100.sustained.gemm.at(1e8), h100.sustained.gemm.at(1e11));
+  EXPECT_DOUBLE_EQ(h100.sustained.gemm.at(1e13), h100.sustained.gemm_efficiency.value);
+}
+
 TEST(HwProfiles, PcieRates) {
   EXPECT_NEAR(pcie_gbps_per_direction(4, 16), 31.5, 0.01);
   EXPECT_NEAR(pcie_gbps_per_direction(5, 16), 63.02, 0.01);  // 32 GT/s x 128/130 x 16 lanes / 8
@@ -133,6 +144,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"measured_without_date", kGpu,
                 [](auto& j) { j["sources"]["datasheet"] = {{"kind", "measured"}, {"command", "x"}}; },
                 {"field 'sources.datasheet.date'", "missing"}},
+        BadCase{"efficiency_table_not_increasing", kGpu,
+                [](auto& j) { j["sustained"]["efficiency_by_flops"]["gemm"]["points"] = {{1e9, 0.5}, {1e6, 0.1}}; },
+                {"field 'sustained.efficiency_by_flops.gemm.points[1]'", "flops increasing"}},
+        BadCase{"efficiency_above_one", kGpu,
+                [](auto& j) { j["sustained"]["efficiency_by_flops"]["attention_fwd"]["points"] = {{1e9, 75}}; },
+                {"field 'sustained.efficiency_by_flops.attention_fwd.points[0]'", "fraction in (0, 1]"}},
         BadCase{"wrong_schema", kGpu, [](auto& j) { j["schema"] = "trainyard.node.v1"; },
                 {"field 'schema'", "trainyard.gpu.v1"}},
         BadCase{"unknown_gpu", kNode, [](auto& j) { j["gpu"] = "a200"; }, {"field 'gpu'", "unknown GPU profile", "a200"}},

@@ -17,6 +17,8 @@ std::string slurp(const std::filesystem::path& path) {
 }
 }  // namespace
 
+std::string read_file(const std::string& path) { return slurp(path); }
+
 TempDir::TempDir() {
   std::random_device rd;
   path_ = std::filesystem::temp_directory_path() / ("trainyard-test-" + std::to_string(rd()) + std::to_string(rd()));

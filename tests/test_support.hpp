@@ -24,6 +24,8 @@ class TempDir {
 // A file of the source tree, parsed (e.g. "hwprofiles/gpus/h100-sxm.json").
 nlohmann::json source_json(const std::string& relative_path);
 
+std::string read_file(const std::string& path);
+
 struct CliResult {
   int exit_code = -1;
   std::string out;
