@@ -44,6 +44,18 @@ bool parse(const std::vector<std::string>& args, const std::string& usage, po::o
   return false;
 }
 
+// --nodes: a count in range, and more than one only for nodes that have NICs to join a cluster.
+void check_node_count(int nodes) {
+  if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
+}
+void check_node_count(int nodes, const hw::NodeProfile& node) {
+  check_node_count(nodes);
+  if (nodes > 1 && node.count(hw::VertexType::nic) == 0) {
+    throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster",
+                     std::to_string(nodes));
+  }
+}
+
 // The scheme names the planner will offer; each lands with its issue, and until then says so.
 struct StrategyInfo {
   const char* name;
@@ -208,7 +220,7 @@ int run_show(const std::vector<std::string>& args) {
   const std::string name = vm["name"].as<std::string>();
   const bool as_json = vm["json"].as<bool>();
   const int nodes = vm["nodes"].as<int>();
-  if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
+  check_node_count(nodes);
 
   // What kind of thing is it? A file says so in its "schema"; a name is looked up in each catalog.
   enum class Kind { gpu, node, model } kind;
@@ -255,10 +267,7 @@ int run_show(const std::vector<std::string>& args) {
   }
   if (kind == Kind::node) {
     const auto node = origin.empty() ? hw::load_node(name) : hw::node_from_document(document, origin);
-    if (nodes > 1 && node.count(hw::VertexType::nic) == 0) {
-      throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster",
-                       std::to_string(nodes));
-    }
+    check_node_count(nodes, node);
     if (as_json) std::cout << node_json(node, nodes).dump(2) << "\n";
     else print_node(std::cout, node, nodes);
     return 0;
@@ -273,10 +282,7 @@ int run_show(const std::vector<std::string>& args) {
   std::optional<hw::NodeProfile> node;
   if (vm.count("hw")) {
     node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
-    if (nodes > 1 && node->count(hw::VertexType::nic) == 0) {
-      throw InputError("--nodes", "value", "1: node profile \"" + node->name + "\" has no NIC to join a cluster",
-                       std::to_string(nodes));
-    }
+    check_node_count(nodes, *node);
     report.hw = &*node;
   } else if (nodes != 1) {
     throw InputError("--nodes", "value", "--nodes with a model only together with --hw", std::to_string(nodes));
@@ -295,10 +301,6 @@ int run_show(const std::vector<std::string>& args) {
   }
   return 0;
 }
-
-}  // namespace trainyard::app
-
-namespace trainyard::app {
 
 int run_simulate(const std::vector<std::string>& args) {
   po::options_description options("simulate options");
@@ -322,12 +324,8 @@ int run_simulate(const std::vector<std::string>& args) {
   else if (doc.hw) hw_name = *doc.hw;
   else throw InputError("--hw", "value", "a node profile (the graph file names none)", "nothing");
   const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : doc.nodes.value_or(1);
-  if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
   hw::NodeProfile node = hw::load_node(hw_name, vm.count("hw") ? "--hw" : path + ": field 'hw'");
-  if (nodes > 1 && node.count(hw::VertexType::nic) == 0) {
-    throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster",
-                     std::to_string(nodes));
-  }
+  check_node_count(nodes, node);
   const sim::Cluster cluster(std::move(node), nodes);
   sim::validate(doc.graph, cluster.gpus(), cluster.nodes, path);
   doc.graph.finalize();
