@@ -1,5 +1,6 @@
 #include "hwprofiles/node.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "common/error.hpp"
@@ -200,6 +201,26 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
     if (!graph.nearest_host_memory(gpu)) {
       topology.fail("links", "a path of links from gpu" + std::to_string(i) + " to a host_memory vertex",
                     "none (gpu" + std::to_string(i) + " is not connected to host memory)");
+    }
+  }
+  // GPUs must reach each other (messages, collectives) and, when the node has NICs, a NIC (other nodes).
+  std::vector<VertexId> nics;
+  for (const auto& v : node.vertices) {
+    if (v.type == VertexType::nic) nics.push_back(graph.vertex(0, v.id));
+  }
+  for (int i = 0; i < gpus; ++i) {
+    const VertexId a = graph.gpu(0, i);
+    for (int j = i + 1; j < gpus; ++j) {
+      if (!graph.try_route(a, graph.gpu(0, j))) {
+        topology.fail("links", "a path of links between every two GPUs",
+                      "none between gpu" + std::to_string(i) + " and gpu" + std::to_string(j));
+      }
+    }
+    const bool reaches_nic = nics.empty() || std::any_of(nics.begin(), nics.end(), [&](VertexId nic) {
+                               return graph.try_route(a, nic).has_value();
+                             });
+    if (!reaches_nic) {
+      topology.fail("links", "a path of links from every GPU to a NIC", "none from gpu" + std::to_string(i));
     }
   }
   return node;

@@ -4,10 +4,20 @@
 #include <cmath>
 
 #include "common/error.hpp"
+#include "common/units.hpp"
+#include "sim/event_queue.hpp"
 
 namespace trainyard::sim {
 
 namespace {
+// A duration must fit the simulator's clock; sizes that break it are the graph's fault.
+std::int64_t checked_ns(const Task& task, double ns) {
+  if (!(ns <= static_cast<double>(kMaxTimeNs))) {
+    throw InputError("task '" + task.name + "' would take " + format_number(ns * 1e-9) +
+                     " s, beyond the simulator's time range (about 146 years): check its sizes");
+  }
+  return static_cast<std::int64_t>(ns);
+}
 double dtype_bytes(hw::Dtype d) { return d == hw::Dtype::fp32 || d == hw::Dtype::tf32 ? 4 : 2; }
 }  // namespace
 
@@ -60,7 +70,7 @@ std::int64_t compute_duration_ns(const Task& task, const hw::GpuProfile& gpu, co
   // Work in ns directly (1 GB/s = 1 byte/ns, 1 TFLOP/s = 1000 FLOP/ns) so that round figures stay exact.
   if (is_host(task.device)) {
     TRAINYARD_CHECK(task.kind() == TaskKind::optimizer, "only optimizer steps run on a host");
-    return static_cast<std::int64_t>(std::ceil(c.hbm_bytes / node.host_dram_gbps()));
+    return checked_ns(task, std::ceil(c.hbm_bytes / node.host_dram_gbps()));
   }
   double compute_ns = 0;
   if (c.hardware_flops > 0) {
@@ -72,8 +82,7 @@ std::int64_t compute_duration_ns(const Task& task, const hw::GpuProfile& gpu, co
     compute_ns = c.hardware_flops / (gpu.peak_tflops(dtype) * 1e3 * table.at(c.hardware_flops));
   }
   const double memory_ns = c.hbm_bytes / (gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value);
-  return static_cast<std::int64_t>(std::ceil(std::max(compute_ns, memory_ns))) +
-         static_cast<std::int64_t>(gpu.sustained.kernel_launch_ns.value);
+  return checked_ns(task, std::ceil(std::max(compute_ns, memory_ns)) + gpu.sustained.kernel_launch_ns.value);
 }
 
 }  // namespace trainyard::sim

@@ -77,14 +77,18 @@ class Engine {
   void record_links();
   const RouteResources& route(hw::VertexId from, hw::VertexId to);
   const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
+  void check_route_length(const RouteResources& r, hw::VertexId from, hw::VertexId to) const;
   hw::VertexId gpu_vertex(DeviceId g) const {
     return topo_.gpu(cluster_.node_of(g), g % topo_.gpus_per_node());
   }
-  hw::VertexId host_memory_of(DeviceId gpu) {  // the DRAM on the GPU's socket, looked up once per GPU
-    if (host_memory_.empty()) host_memory_.assign(static_cast<std::size_t>(cluster_.gpus()), -1);
-    auto& cached = host_memory_[static_cast<std::size_t>(gpu)];
-    if (cached < 0) cached = static_cast<std::int64_t>(*topo_.nearest_host_memory(gpu_vertex(gpu)));
-    return static_cast<hw::VertexId>(cached);
+  // The DRAM on the GPU's socket: found once for node 0's GPU of the same index, then shifted to its node.
+  hw::VertexId host_memory_of(DeviceId gpu) {
+    const int per_node = topo_.gpus_per_node();
+    if (host_memory_.empty()) {
+      for (int g = 0; g < per_node; ++g) host_memory_.push_back(*topo_.nearest_host_memory(topo_.gpu(0, g)));
+    }
+    const int node = cluster_.node_of(gpu);
+    return host_memory_[static_cast<std::size_t>(gpu % per_node)] - topo_.first_vertex(0) + topo_.first_vertex(node);
   }
   int pool_of(const Task& t, Pool pool) const {
     if (pool == Pool::hbm) return t.device;
@@ -125,7 +129,7 @@ class Engine {
   std::vector<Transfer> step_transfers_;
   std::unordered_map<std::uint64_t, RouteResources> routes_;
   std::unordered_map<int, std::vector<Sample>> link_samples_;
-  std::vector<std::int64_t> host_memory_;
+  std::vector<hw::VertexId> host_memory_;
   std::vector<hw::LinkId> edge_by_index_;  // per resource, when recorded
   std::vector<std::int64_t> pool_in_use_;
   std::vector<std::vector<TaskId>> pool_live_;
@@ -286,7 +290,8 @@ SimResult Engine::run() {
 }
 
 void Engine::release(TaskId t) {
-  if (--blocking_[static_cast<std::size_t>(t)] == 0) launch(t);
+  // After a failure nothing new starts: the report shows the state at the first failing task.
+  if (--blocking_[static_cast<std::size_t>(t)] == 0 && !stop_) launch(t);
 }
 
 void Engine::launch(TaskId t) {
@@ -312,7 +317,11 @@ void Engine::launch(TaskId t) {
       const ComputeCost cost = compute_cost(task);
       result_.model_flops += cost.model_flops;
       result_.hardware_flops += cost.hardware_flops;
-      queue_.push(now + compute_duration_ns(task, cluster_.node.gpu, cluster_.node), kTaskEnd, t);
+      const std::int64_t duration = compute_duration_ns(task, cluster_.node.gpu, cluster_.node);
+      if (duration > kMaxTimeNs - now) {
+        throw InputError("task '" + task.name + "' would end after the simulator's time range (about 146 years)");
+      }
+      queue_.push(now + duration, kTaskEnd, t);
       break;
     }
     case TaskKind::copy: {
@@ -488,7 +497,16 @@ const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
       out.resources.push_back(2 * link.index + dir);
     }
   }
+  check_route_length(out, from, to);
   return routes_.emplace(key, std::move(out)).first->second;
+}
+
+void Engine::check_route_length(const RouteResources& r, hw::VertexId from, hw::VertexId to) const {
+  if (r.resources.size() > static_cast<std::size_t>(FlowNetwork::kMaxHops)) {
+    throw InputError(cluster_.node.origin + ": the route from " + topo_.name(from) + " to " + topo_.name(to) +
+                     " crosses " + std::to_string(r.resources.size()) + " links; the simulator supports at most " +
+                     std::to_string(FlowNetwork::kMaxHops));
+  }
 }
 
 const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
@@ -509,6 +527,7 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
     const RouteResources& second = route(host, vb);
     staged.resources.insert(staged.resources.end(), second.resources.begin(), second.resources.end());
     staged.latency_ns += second.latency_ns;
+    check_route_length(staged, va, vb);
     out = std::move(staged);
   }
   return routes_.emplace(key, std::move(out)).first->second;
@@ -518,16 +537,24 @@ std::string Engine::describe_stuck() const {
   for (const auto& s : streams_) {
     if (s.head >= s.first + s.count) continue;
     const TaskId t = stream_tasks_[static_cast<std::size_t>(s.head)];
-    std::string waits;
+    auto where = [](DeviceId d) { return is_host(d) ? "host" + std::to_string(host_node(d)) : "gpu" + std::to_string(d); };
+    const std::string head = "stream-order deadlock: task '" + graph_.task(t).name + "' heads its " +
+                             std::string(to_string(s.stream.kind)) + " stream on " + where(s.device);
     for (const auto& [from, to] : graph_.edges()) {
       if (to == t && result_.timing[static_cast<std::size_t>(from)].end_ns < 0) {
-        waits = graph_.task(from).name;
-        break;
+        return head + " but waits for '" + graph_.task(from).name + "', which cannot start before it";
       }
     }
-    return "stream-order deadlock: task '" + graph_.task(t).name + "' heads its stream on " +
-           (is_host(s.device) ? "host" + std::to_string(host_node(s.device)) : "gpu" + std::to_string(s.device)) +
-           " but waits for '" + waits + "', which is queued behind it on an in-order stream";
+    // No dependency left: it also occupies another stream (a collective) where something else is ahead of it.
+    for (std::int32_t i = task_stream_offset_[static_cast<std::size_t>(t)]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
+      const StreamState& other = streams_[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])];
+      const TaskId ahead = stream_tasks_[static_cast<std::size_t>(other.head)];
+      if (ahead != t) {
+        return head + " but on " + where(other.device) + " it is queued behind '" + graph_.task(ahead).name +
+               "', which waits for it";
+      }
+    }
+    return head + " and cannot start";
   }
   return "tasks left unfinished with nothing running";
 }

@@ -8,6 +8,9 @@
 
 namespace trainyard::sim {
 
+// Simulated time stays below 2^62 ns (~146 years) so that sums of times cannot overflow.
+inline constexpr std::int64_t kMaxTimeNs = std::int64_t{1} << 62;
+
 struct Event {
   std::int64_t time_ns = 0;
   std::uint64_t seq = 0;

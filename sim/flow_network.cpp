@@ -205,7 +205,12 @@ void FlowNetwork::publish(std::int64_t now_ns) {
     for (int h = 0; h < flow.hops; ++h) resources_[static_cast<std::size_t>(flow.hop[h])].load += flow.new_rate - flow.rate;
     flow.rate = flow.new_rate;
     TRAINYARD_CHECK(flow.rate > 0, "a flow got no bandwidth");
-    const std::int64_t completion = now_ns + static_cast<std::int64_t>(std::ceil(flow.remaining / flow.rate));
+    const double duration_ns = std::ceil(flow.remaining / flow.rate);
+    if (duration_ns > kMaxTimeNs - static_cast<double>(now_ns)) {
+      throw InputError("a transfer would end after the simulator's time range (" + std::to_string(kMaxTimeNs) +
+                       " ns, about 146 years): check the task sizes");
+    }
+    const std::int64_t completion = now_ns + static_cast<std::int64_t>(duration_ns);
     // Only an earlier completion needs a new event; a later one is found when the pending event fires early
     // and is pushed again then (see the engine), which saves heap traffic when rates only ever go down.
     const bool earlier = fresh || completion < flow.completion_ns;
@@ -280,6 +285,7 @@ void FlowNetwork::finish(int id, std::int64_t now_ns) {
     const int moved = res.flows[static_cast<std::size_t>(last)];
     res.flows[static_cast<std::size_t>(slot)] = moved;
     res.flows.pop_back();
+    flow.slot[h] = -1;  // removed: must not match the fix-up below when the route crosses `res` again
     Flow& other = flows_[static_cast<std::size_t>(moved)];
     for (int k = 0; k < other.hops; ++k) {
       if (other.hop[k] == flow.hop[h] && other.slot[k] == last) {

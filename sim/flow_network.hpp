@@ -14,6 +14,8 @@
 #include <span>
 #include <vector>
 
+#include "sim/event_queue.hpp"
+
 namespace trainyard::sim {
 
 class FlowNetwork {

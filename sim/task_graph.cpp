@@ -263,11 +263,18 @@ void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& or
   // Cycles: Kahn's algorithm; whatever is left over sits on or behind a cycle.
   std::vector<std::int32_t> indegree(graph.size(), 0);
   std::vector<std::vector<TaskId>> succ(graph.size());
-  for (const auto& [from, to] : graph.edges()) {
+  auto edge = [&](TaskId from, TaskId to) {
     if (from < 0 || from >= n) fail(to, "deps", "existing tasks", "task index " + std::to_string(from));
     if (from == to) fail(to, "deps", "no dependency on itself", "itself");
     succ[static_cast<std::size_t>(from)].push_back(to);
     ++indegree[static_cast<std::size_t>(to)];
+  };
+  for (const auto& [from, to] : graph.edges()) edge(from, to);
+  // finalize() makes every free wait for its alloc: include those edges, or a cycle through them would pass.
+  if (!graph.finalized()) {
+    for (TaskId id = 0; id < n; ++id) {
+      if (const auto* f = std::get_if<Free>(&graph.task(id).params)) edge(f->alloc, id);
+    }
   }
   std::vector<TaskId> ready;
   for (TaskId i = 0; i < n; ++i) {

@@ -179,6 +179,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"stray_latency", kNode,
                 [](auto& j) { j["topology"]["latency_ns"]["ethernet"] = {{"value", 1}, {"source", "dgx"}}; },
                 {"field 'topology.latency_ns.ethernet'", "unknown field"}},
+        BadCase{"sockets_not_joined", "hwprofiles/nodes/pcie-a100x4.json",
+                [](auto& j) {
+                  nlohmann::json kept = nlohmann::json::array();
+                  for (auto& l : j["topology"]["links"]) {
+                    if (l["type"] != "socket") kept.push_back(l);
+                  }
+                  j["topology"]["links"] = kept;
+                  j["topology"]["latency_ns"].erase("socket");
+                },
+                {"field 'topology.links'", "between every two GPUs", "gpu0 and gpu2"}},
         BadCase{"gpu_cut_off_from_host", kNode,
                 [](auto& j) {
                   auto& links = j["topology"]["links"];

@@ -164,6 +164,54 @@ TEST(SimEngine, OutOfMemoryIsReportedAtTheRightTaskWithTheExcess) {
   EXPECT_NE(r.oom->describe(g).find("100.0 MiB (104857600 bytes) over"), std::string::npos) << r.oom->describe(g);
 }
 
+TEST(SimEngine, NothingRunsAfterTheFirstOutOfMemory) {
+  // x's successors: a1 does not fit, a2 would, a3 does not either. The run stops at a1 and starts nothing else.
+  const Cluster c = tiny();
+  TaskGraph g;
+  const TaskId x = g.gemm("x", 0, {100, 100, 100, hw::Dtype::bf16});
+  const std::vector<TaskId> after{x};
+  const TaskId a1 = g.alloc("a1", 0, Pool::hbm, 2LL << 30, "too big", after);
+  const TaskId a2 = g.alloc("a2", 0, Pool::hbm, 1 << 20, "fits", after);
+  g.alloc("a3", 0, Pool::hbm, 3LL << 30, "also too big", after);
+  validate(g, c.gpus(), c.nodes, "test graph");
+  g.finalize();
+  const SimResult r = simulate(g, c);
+  ASSERT_TRUE(r.oom.has_value());
+  EXPECT_EQ(r.oom->task, a1);
+  EXPECT_EQ(r.timing[a2].start_ns, -1);
+  EXPECT_EQ(r.pools[0].peak_bytes, 0);
+}
+
+TEST(SimEngine, SizesBeyondTheClockAreInputErrors) {
+  const Cluster c = tiny();
+  TaskGraph g;
+  g.gemm("huge", 0, {1LL << 30, 1LL << 30, 1LL << 30, hw::Dtype::bf16});
+  validate(g, c.gpus(), c.nodes, "test graph");
+  g.finalize();
+  try {
+    simulate(g, c);
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("task 'huge'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SimEngine, DeadlockBehindACollectiveNamesTheBlockingTask) {
+  // On gpu1's comm stream s0 comes first but depends on the all-reduce c1, which is queued behind it there.
+  const Cluster c = tiny();
+  TaskGraph g;
+  const auto group = g.add_group({0, 1});
+  const TaskId s0 = g.send("s0", 1, 2, 1000);
+  const TaskId c1 = g.collective("c1", {CollectiveOp::all_reduce, Algorithm::ring, group, 1000});
+  g.add_dependency(c1, s0);
+  validate(g, c.gpus(), c.nodes, "test graph");
+  g.finalize();
+  const SimResult r = simulate(g, c);
+  EXPECT_FALSE(r.completed);
+  EXPECT_NE(r.stuck.find("'s0'"), std::string::npos) << r.stuck;
+  EXPECT_NE(r.stuck.find("'c1'"), std::string::npos) << r.stuck;
+}
+
 TEST(SimEngine, MemoryPeaksAndDramPool) {
   const Cluster c = tiny();
   TaskGraph g;

@@ -219,6 +219,11 @@ TEST(GraphJson, MalformedGraphsAreRejectedClearly) {
     for (const auto& part : expected) EXPECT_NE(msg.find(part), std::string::npos) << msg;
   }
   EXPECT_NE(graph_error("[]").find("non-empty array"), std::string::npos);
+  // A cycle through the implicit alloc -> free edge is a cycle too.
+  const std::string through_free = graph_error(R"([
+      {"name": "a", "kind": "alloc", "device": "gpu0", "pool": "hbm", "bytes": 8, "label": "x", "deps": ["f"]},
+      {"name": "f", "kind": "free", "device": "gpu0", "alloc": "a"}])");
+  EXPECT_NE(through_free.find("no dependency cycle"), std::string::npos) << through_free;
 }
 
 }  // namespace trainyard::sim
@@ -279,7 +284,7 @@ TEST(FlowNetwork, IncrementalRatesEqualAFullRecomputation) {
       now += static_cast<std::int64_t>(rng() % 5);
       if (live.empty() || rng() % 3 != 0) {
         RefFlow f;
-        const int hops = 1 + static_cast<int>(rng() % 4);
+        const int hops = 1 + static_cast<int>(rng() % 6);  // with 8 resources, repeats (3+ times too) are common
         for (int h = 0; h < hops; ++h) f.route.push_back(static_cast<std::int32_t>(rng() % resources));
         f.cap = rng() % 2 ? FlowNetwork::kUncapped : 1 + static_cast<double>(rng() % 20);
         const int id = net.start(f.route, 1e12, f.cap, now, 0);
