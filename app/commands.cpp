@@ -1,6 +1,7 @@
 #include "app/commands.hpp"
 
 #include <iostream>
+#include <optional>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "models/catalog.hpp"
 #include "sim/graph_json.hpp"
 #include "sim/report.hpp"
+#include "planner/megatron.hpp"
 
 namespace po = boost::program_options;
 using Json = nlohmann::json;
@@ -303,50 +305,133 @@ int run_show(const std::vector<std::string>& args) {
 }
 
 int run_simulate(const std::vector<std::string>& args) {
-  po::options_description options("simulate options");
+  po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
   options.add_options()
       ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
-      ("hw", po::value<std::string>()->value_name("name|path"), "node profile (default: the graph's \"hw\")")
+      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: megatron")
+      ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
+      ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
       ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")
+      ("seq", po::value<std::string>()->value_name("tokens"), "sequence length, with --strategy (e.g. 32K, 1M)")
+      ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step")
+      ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
+      ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
+      ("tp", po::value<int>()->value_name("int"), "megatron: tensor-parallel degree (default 1)")
+      ("pp", po::value<int>()->value_name("int"), "megatron: pipeline stages (default 1)")
+      ("dp", po::value<int>()->value_name("int"), "megatron: data-parallel degree (default: GPUs / (tp * pp))")
+      ("vpp", po::value<int>()->value_name("int"), "megatron: virtual stages per pipeline rank (default 1)")
+      ("micro-batch", po::value<std::int64_t>()->value_name("int"), "megatron: sequences per micro-batch (default 1)")
+      ("sequence-parallel", po::bool_switch(), "megatron: sequence parallelism with TP")
+      ("recompute", po::value<std::string>()->value_name("none|selective|full"), "megatron: activation recomputation (default none)")
       ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
       ("json", po::bool_switch(), "print metrics as JSON");
   po::positional_options_description positional;
   po::variables_map vm;
-  if (parse(args, "trainyard simulate --graph FILE [--hw NODE] [--nodes N] [--trace FILE] [--json]", options,
-            positional, vm)) {
+  if (parse(args,
+            "trainyard simulate --graph FILE [--hw NODE] [--nodes N] [--trace FILE] [--json]\n"
+            "       trainyard simulate --strategy megatron --model M --hw NODE [--nodes N] --seq S\n"
+            "                          (--global-batch B | --tokens-per-step T) [scheme flags] [--trace FILE] [--json]",
+            options, positional, vm)) {
     return 0;
   }
-  if (!vm.count("graph")) throw InputError("--graph", "value", "a task graph JSON file", "nothing");
-  const std::string path = vm["graph"].as<std::string>();
-  sim::GraphDocument doc = sim::load_graph(path);
-  std::string hw_name;
-  if (vm.count("hw")) hw_name = vm["hw"].as<std::string>();
-  else if (doc.hw) hw_name = *doc.hw;
-  else throw InputError("--hw", "value", "a node profile (the graph file names none)", "nothing");
-  const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : doc.nodes.value_or(1);
-  hw::NodeProfile node = hw::load_node(hw_name, vm.count("hw") ? "--hw" : path + ": field 'hw'");
-  check_node_count(nodes, node);
-  const sim::Cluster cluster(std::move(node), nodes);
-  sim::validate(doc.graph, cluster.gpus(), cluster.nodes, path);
-  doc.graph.finalize();
-  const sim::SimResult result = sim::simulate(doc.graph, cluster);
+  const bool from_graph = vm.count("graph") > 0;
+  if (from_graph == (vm.count("strategy") > 0)) {
+    throw InputError("--graph/--strategy", "value", "exactly one of --graph FILE or --strategy NAME",
+                     from_graph ? "both" : "neither");
+  }
+  static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
+                                              "vpp", "micro-batch", "recompute"};
+  std::optional<sim::Cluster> cluster;
+  sim::TaskGraph graph;
+  std::string origin;
+  if (from_graph) {
+    for (const char* flag : kSchemeFlags) {
+      if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "no scheme flags with --graph", "--" + std::string(flag));
+    }
+    if (vm["sequence-parallel"].as<bool>()) throw InputError("--sequence-parallel", "value", "no scheme flags with --graph", "it");
+    origin = vm["graph"].as<std::string>();
+    sim::GraphDocument doc = sim::load_graph(origin);
+    std::string hw_name;
+    if (vm.count("hw")) hw_name = vm["hw"].as<std::string>();
+    else if (doc.hw) hw_name = *doc.hw;
+    else throw InputError("--hw", "value", "a node profile (the graph file names none)", "nothing");
+    const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : doc.nodes.value_or(1);
+    hw::NodeProfile node = hw::load_node(hw_name, vm.count("hw") ? "--hw" : origin + ": field 'hw'");
+    check_node_count(nodes, node);
+    cluster.emplace(std::move(node), nodes);
+    graph = std::move(doc.graph);
+    sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
+  } else {
+    const std::string strategy = vm["strategy"].as<std::string>();
+    if (strategy != "megatron") {
+      throw InputError("--strategy", "value",
+                       "megatron (the other schemes of 'trainyard list strategies' are not implemented yet)",
+                       "\"" + strategy + "\"");
+    }
+    for (const char* flag : {"model", "hw", "seq"}) {
+      if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value with --strategy", "nothing");
+    }
+    origin = "--strategy " + strategy;
+    const model::ModelConfig model = model::load_model(vm["model"].as<std::string>(), "--model");
+    const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : 1;
+    hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
+    check_node_count(nodes, node);
+    cluster.emplace(std::move(node), nodes);
+    planner::Workload workload;
+    workload.seq_len = parse_token_count(vm["seq"].as<std::string>(), "--seq");
+    if (vm.count("global-batch") == vm.count("tokens-per-step")) {
+      throw InputError("--global-batch/--tokens-per-step", "value", "exactly one of them", vm.count("global-batch") ? "both" : "neither");
+    }
+    if (vm.count("global-batch")) {
+      workload.global_batch = vm["global-batch"].as<std::int64_t>();
+    } else {
+      const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
+      if (tokens % workload.seq_len != 0) {
+        throw InputError("--tokens-per-step", "value", "a multiple of --seq (" + std::to_string(workload.seq_len) + ")",
+                         std::to_string(tokens));
+      }
+      workload.global_batch = tokens / workload.seq_len;
+    }
+    if (workload.global_batch < 1) throw InputError("--global-batch", "value", "a positive integer", std::to_string(workload.global_batch));
+    planner::MegatronParams p;
+    p.tp = vm.count("tp") ? vm["tp"].as<int>() : 1;
+    p.pp = vm.count("pp") ? vm["pp"].as<int>() : 1;
+    if (p.tp < 1 || p.pp < 1) throw InputError("--tp/--pp", "value", "positive integers", "a value below 1");
+    p.dp = vm.count("dp") ? vm["dp"].as<int>() : std::max(1, cluster->gpus() / (p.tp * p.pp));
+    p.vpp = vm.count("vpp") ? vm["vpp"].as<int>() : 1;
+    p.micro_batch = vm.count("micro-batch") ? vm["micro-batch"].as<std::int64_t>() : 1;
+    p.sequence_parallel = vm["sequence-parallel"].as<bool>();
+    if (vm.count("recompute")) {
+      const std::string r = vm["recompute"].as<std::string>();
+      if (r == "none") p.recompute = planner::Recompute::none;
+      else if (r == "selective") p.recompute = planner::Recompute::selective;
+      else if (r == "full") p.recompute = planner::Recompute::full;
+      else throw InputError("--recompute", "value", "none, selective or full", "\"" + r + "\"");
+    }
+    const planner::StepInputs inputs{model, *cluster, workload, model::precision_policy(vm["precision"].as<std::string>())};
+    graph = planner::build_megatron(inputs, p);
+    sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
+  }
+  graph.finalize();
+  const sim::SimResult result = sim::simulate(graph, *cluster);
   if (vm.count("trace")) {
     sim::write_file_atomically(vm["trace"].as<std::string>(), [&](std::ostream& out) {
-      sim::write_chrome_trace(out, result, doc.graph, cluster);
+      sim::write_chrome_trace(out, result, graph, *cluster);
     });
   }
   if (vm["json"].as<bool>()) {
-    std::cout << sim::metrics_json(result, doc.graph, cluster).dump(2) << "\n";
+    std::cout << sim::metrics_json(result, graph, *cluster).dump(2) << "\n";
   } else {
-    sim::print_metrics(std::cout, result, doc.graph, cluster);
+    sim::print_metrics(std::cout, result, graph, *cluster);
   }
+  // A plan that does not fit, or cannot finish, is not malformed input: exit 1 with the report.
   if (result.oom) {
-    std::cerr << "error: " << path << ": " << result.oom->describe(doc.graph) << "\n";
-    return 2;
+    std::cerr << "error: " << origin << ": " << result.oom->describe(graph) << "\n";
+    return 1;
   }
   if (!result.stuck.empty()) {
-    std::cerr << "error: " << path << ": " << result.stuck << "\n";
-    return 2;
+    std::cerr << "error: " << origin << ": " << result.stuck << "\n";
+    return 1;
   }
   return 0;
 }

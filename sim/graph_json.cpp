@@ -112,7 +112,7 @@ GraphDocument parse_graph(const json::Json& document, const std::string& origin)
       task.stream = {c.direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h, 0};
       task.params = c;
     } else if (kind == "p2p") {
-      task.stream = {StreamKind::comm, 0};
+      task.stream = {StreamKind::comm, static_cast<std::uint8_t>(r.has("stream") ? r.integer("stream", 0, 15) : 0)};
       task.params = PointToPoint{parse_device(r, "dst"), count("bytes")};
     } else if (kind == "collective") {
       Collective c;
@@ -136,7 +136,7 @@ GraphDocument parse_graph(const json::Json& document, const std::string& origin)
       }
       c.group = graph.add_group(std::move(members));
       task.device = graph.groups()[static_cast<std::size_t>(c.group)].front();
-      task.stream = {StreamKind::comm, 0};
+      task.stream = {StreamKind::comm, static_cast<std::uint8_t>(r.has("stream") ? r.integer("stream", 0, 15) : 0)};
       task.params = c;
     } else if (kind == "alloc") {
       Alloc a;
@@ -179,7 +179,9 @@ json::Json graph_to_json(const TaskGraph& graph) {
     const Task& t = graph.task(id);
     Json j = {{"name", t.name}, {"kind", to_string(t.kind())}};
     if (t.kind() != TaskKind::collective) j["device"] = device_name(t.device);
-    if (t.stream.kind == StreamKind::compute && t.stream.index != 0) j["stream"] = t.stream.index;
+    if ((t.stream.kind == StreamKind::compute || t.stream.kind == StreamKind::comm) && t.stream.index != 0) {
+      j["stream"] = t.stream.index;
+    }
     if (t.recompute) j["recompute"] = true;
     std::visit(
         [&](const auto& p) {

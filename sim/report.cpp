@@ -14,7 +14,10 @@ namespace trainyard::sim {
 namespace {
 
 std::string stream_name(Stream s) {
-  return s.kind == StreamKind::compute ? "compute" + std::to_string(s.index) : std::string(to_string(s.kind));
+  if (s.kind == StreamKind::compute || (s.kind == StreamKind::comm && s.index > 0)) {
+    return std::string(to_string(s.kind)) + std::to_string(s.index);
+  }
+  return std::string(to_string(s.kind));
 }
 
 double fraction(std::int64_t part, std::int64_t whole) {
@@ -34,7 +37,7 @@ std::vector<GpuSummary> gpu_summaries(const SimResult& r) {
       case StreamKind::compute: g.compute_busy_ns = std::max(g.compute_busy_ns, s.busy_ns); break;
       case StreamKind::h2d: g.h2d_busy_ns = s.busy_ns; break;
       case StreamKind::d2h: g.d2h_busy_ns = s.busy_ns; break;
-      case StreamKind::comm: g.comm_busy_ns = s.busy_ns; break;
+      case StreamKind::comm: g.comm_busy_ns = std::max(g.comm_busy_ns, s.busy_ns); break;
       default: break;
     }
   }
@@ -148,8 +151,8 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
       case StreamKind::compute: return static_cast<int>(s.index);
       case StreamKind::h2d: return 100;
       case StreamKind::d2h: return 101;
-      case StreamKind::comm: return 102;
-      case StreamKind::host: return 103;
+      case StreamKind::comm: return 102 + s.index;
+      case StreamKind::host: return 150;
       default: return 199;
     }
   };

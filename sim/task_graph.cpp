@@ -74,14 +74,17 @@ TaskId TaskGraph::copy(std::string name, DeviceId gpu, Copy c, std::span<const T
   return add({std::move(name), gpu, {engine, 0}, false, c}, deps);
 }
 
-TaskId TaskGraph::send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps) {
-  return add({std::move(name), src, {StreamKind::comm, 0}, false, PointToPoint{dst, bytes}}, deps);
+TaskId TaskGraph::send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps,
+                       int stream) {
+  return add({std::move(name), src, {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, PointToPoint{dst, bytes}},
+             deps);
 }
 
-TaskId TaskGraph::collective(std::string name, Collective c, std::span<const TaskId> deps) {
+TaskId TaskGraph::collective(std::string name, Collective c, std::span<const TaskId> deps, int stream) {
   TRAINYARD_CHECK(c.group >= 0 && static_cast<std::size_t>(c.group) < groups_.size() && !groups_[c.group].empty(),
                   "collective with an unknown group");
-  return add({std::move(name), groups_[c.group].front(), {StreamKind::comm, 0}, false, c}, deps);
+  return add({std::move(name), groups_[c.group].front(), {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, c},
+             deps);
 }
 
 TaskId TaskGraph::alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label,

@@ -108,8 +108,11 @@ class TaskGraph {
   TaskId attention(std::string name, DeviceId gpu, Attention a, std::span<const TaskId> deps = {}, int stream = 0);
   TaskId elementwise(std::string name, DeviceId gpu, Elementwise e, std::span<const TaskId> deps = {}, int stream = 0);
   TaskId copy(std::string name, DeviceId gpu, Copy c, std::span<const TaskId> deps = {});
-  TaskId send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps = {});
-  TaskId collective(std::string name, Collective c, std::span<const TaskId> deps = {});
+  // Messages and collectives run on comm stream `stream` (several let pipeline sends, tensor-parallel and
+  // data-parallel collectives proceed independently, as separate NCCL streams do).
+  TaskId send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps = {},
+              int stream = 0);
+  TaskId collective(std::string name, Collective c, std::span<const TaskId> deps = {}, int stream = 0);
   TaskId alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label,
                std::span<const TaskId> deps = {});
   TaskId free(std::string name, TaskId alloc, std::span<const TaskId> deps = {});

@@ -1,0 +1,320 @@
+#include "planner/megatron.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <tuple>
+
+#include "common/error.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+constexpr int kTpStream = 0, kPipeStream = 1, kDpStream = 2;
+constexpr std::int64_t kLossChunkTokens = 8192;  // the LM head and loss run in chunks so logits stay small
+
+std::string mb_name(std::int64_t mb) { return "mb" + std::to_string(mb); }
+
+// Embedding lookup (a gather writing b*S*h) and its backward (a scatter-add into the embedding gradient). The
+// vocab-parallel all-reduce of the lookup under TP is not modelled (b*S*h bytes once per micro-batch).
+void embedding(sim::TaskGraph& g, const std::vector<sim::DeviceId>& ranks, const std::string& name, std::int64_t s,
+               std::int64_t h, bool backward, std::vector<sim::TaskId>& last) {
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    std::vector<sim::TaskId> deps;
+    if (last[r] >= 0) deps.push_back(last[r]);
+    last[r] = g.elementwise(name, ranks[r], {backward ? 4 * s * h : 8 * s, 2 * s * h}, deps);
+  }
+}
+
+}  // namespace
+
+std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& p) {
+  return in.workload.global_batch / (p.dp * p.micro_batch);
+}
+
+void check_megatron(const StepInputs& in, const MegatronParams& p) {
+  const auto& m = in.model;
+  const int gpus = in.cluster.gpus();
+  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) {
+    throw InputError(flag, "value", expected, got);
+  };
+  if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.vpp < 1 || p.micro_batch < 1) {
+    fail("--tp/--pp/--dp/--vpp/--micro-batch", "positive integers", "a value below 1");
+  }
+  if (p.tp * p.pp * p.dp != gpus) {
+    fail("--tp/--pp/--dp", "tp * pp * dp = the cluster's " + std::to_string(gpus) + " GPUs",
+         std::to_string(p.tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " = " +
+             std::to_string(p.tp * p.pp * p.dp));
+  }
+  if (in.cluster.topology.gpus_per_node() % p.tp != 0) {
+    fail("--tp", "a divisor of the GPUs per node (" + std::to_string(in.cluster.topology.gpus_per_node()) +
+                     "): tensor parallelism stays inside a node", std::to_string(p.tp));
+  }
+  if (m.heads % p.tp != 0) fail("--tp", "a divisor of the model's heads (" + std::to_string(m.heads) + ")", std::to_string(p.tp));
+  if (m.ffn_hidden % p.tp != 0) fail("--tp", "a divisor of ffn_hidden (" + std::to_string(m.ffn_hidden) + ")", std::to_string(p.tp));
+  if (m.layers % (p.pp * p.vpp) != 0) {
+    fail("--pp/--vpp", "pp * vpp dividing the model's " + std::to_string(m.layers) + " layers",
+         std::to_string(p.pp) + " * " + std::to_string(p.vpp));
+  }
+  if (p.vpp > 1 && p.pp == 1) fail("--vpp", "1 unless --pp > 1 (interleaving needs a pipeline)", std::to_string(p.vpp));
+  if (p.sequence_parallel && p.tp == 1) fail("--sequence-parallel", "only with --tp > 1", "--tp 1");
+  if (in.workload.global_batch % (p.dp * p.micro_batch) != 0) {
+    fail("--global-batch", "a multiple of dp * micro-batch (" + std::to_string(p.dp * p.micro_batch) + ")",
+         std::to_string(in.workload.global_batch));
+  }
+  const std::int64_t mbs = megatron_micro_batches(in, p);
+  if (p.vpp > 1 && mbs % p.pp != 0) {
+    fail("--vpp", "micro-batches per step (" + std::to_string(mbs) + ") a multiple of pp for the interleaved schedule",
+         std::to_string(p.vpp));
+  }
+}
+
+std::vector<PipelineSlot> pipeline_schedule(int stage, int pp, std::int64_t micro_batches, int vpp) {
+  std::vector<PipelineSlot> out;
+  const std::int64_t total = micro_batches * vpp;
+  std::int64_t warmup = vpp == 1 ? std::min<std::int64_t>(pp - stage - 1, micro_batches)
+                                 : std::min<std::int64_t>(2 * (pp - stage - 1) + (vpp - 1) * pp, total);
+  // Megatron's interleaved order: virtual micro-batch k runs chunk (k / pp) % vpp of micro-batch
+  // (k / (pp * vpp)) * pp + k % pp; backward visits the chunks in reverse.
+  auto slot = [&](std::int64_t k, bool forward) {
+    if (vpp == 1) return PipelineSlot{forward, k, 0};
+    const int chunk = static_cast<int>((k / pp) % vpp);
+    return PipelineSlot{forward, (k / (pp * vpp)) * pp + k % pp, forward ? chunk : vpp - 1 - chunk};
+  };
+  for (std::int64_t k = 0; k < warmup; ++k) out.push_back(slot(k, true));
+  for (std::int64_t i = 0; i < total - warmup; ++i) {
+    out.push_back(slot(warmup + i, true));
+    out.push_back(slot(i, false));
+  }
+  for (std::int64_t i = total - warmup; i < total; ++i) out.push_back(slot(i, false));
+  return out;
+}
+
+sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
+  check_megatron(in, p);
+  const auto& model = in.model;
+  const std::int64_t mbs = megatron_micro_batches(in, p);
+  const int virtual_stages = p.pp * p.vpp;
+  const std::int64_t layers_per_chunk = model.layers / virtual_stages;
+  const LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+  const double act_per_layer = layer_activation_bytes(model, split, p.recompute).total();
+  const auto params = model.param_counts();
+  const double layer_params = params.per_layer() / p.tp;
+  const std::int64_t s = split.tokens();
+  const std::int64_t h = model.hidden;
+  const std::int64_t vocab_shard = (model.vocab + p.tp - 1) / p.tp;
+
+  sim::TaskGraph g;
+  auto gpu_of = [&](int stage, int d, int t) { return stage * p.dp * p.tp + d * p.tp + t; };
+  auto ranks_of = [&](int stage, int d) {
+    std::vector<sim::DeviceId> r;
+    for (int t = 0; t < p.tp; ++t) r.push_back(gpu_of(stage, d, t));
+    return r;
+  };
+
+  // Model states, resident for the whole step.
+  std::vector<double> gpu_params(static_cast<std::size_t>(in.cluster.gpus()), 0);
+  for (int stage = 0; stage < p.pp; ++stage) {
+    double stage_params = layer_params * static_cast<double>(layers_per_chunk * p.vpp);
+    if (stage == 0) stage_params += params.embedding / p.tp;
+    if (stage == p.pp - 1) stage_params += static_cast<double>(model.vocab * h) / p.tp + params.final_norm;
+    for (int d = 0; d < p.dp; ++d) {
+      for (sim::DeviceId gpu : ranks_of(stage, d)) {
+        gpu_params[static_cast<std::size_t>(gpu)] = stage_params;
+        g.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm,
+                static_cast<std::int64_t>(stage_params * in.precision.bytes_per_param()),
+                "model states (" + in.precision.name + ")");
+      }
+    }
+  }
+
+  struct SlotTasks {
+    std::vector<sim::TaskId> first, last, send;  // per TP rank
+  };
+  // [replica][virtual stage][micro-batch][forward = 0, backward = 1]
+  std::vector<std::vector<std::vector<std::array<SlotTasks, 2>>>> slots(
+      static_cast<std::size_t>(p.dp),
+      std::vector<std::vector<std::array<SlotTasks, 2>>>(static_cast<std::size_t>(virtual_stages),
+                                                         std::vector<std::array<SlotTasks, 2>>(static_cast<std::size_t>(mbs))));
+  struct Bucket {
+    int stage, t;
+    double params;
+    std::vector<sim::TaskId> ready;  // per replica
+  };
+  std::map<std::tuple<int, int, int>, Bucket> buckets;  // (stage, tp rank, bucket index), in creation order below
+  std::vector<std::tuple<int, int, int>> bucket_order;
+  std::vector<sim::TaskId> last_compute(static_cast<std::size_t>(in.cluster.gpus()), -1);
+
+  for (int d = 0; d < p.dp; ++d) {
+    for (int stage = 0; stage < p.pp; ++stage) {
+      const std::vector<sim::DeviceId> ranks = ranks_of(stage, d);
+      LayerEmitter layer(g, model, split, ranks);
+      const auto schedule = pipeline_schedule(stage, p.pp, mbs, p.vpp);
+      // The last backward of each chunk completes its gradients: buckets are cut there.
+      std::vector<std::int64_t> last_backward_mb(static_cast<std::size_t>(p.vpp), -1);
+      for (const auto& slot : schedule) {
+        if (!slot.forward) last_backward_mb[static_cast<std::size_t>(slot.chunk)] = slot.micro_batch;
+      }
+      int bucket_index = 0;
+      double bucket_params = 0;
+      for (const auto& slot : schedule) {
+        const int v = slot.chunk * p.pp + stage;
+        const std::int64_t mb = slot.micro_batch;
+        SlotTasks& tasks = slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)][slot.forward ? 0 : 1];
+        std::vector<sim::TaskId> last(ranks.size(), -1);
+        const std::string tag = mb_name(mb);
+        // Every slot opens with a zero-time task per rank that upstream stages' sends attach to.
+        if (slot.forward) {
+          for (std::size_t r = 0; r < ranks.size(); ++r) {
+            // Allocated when the GPU reaches this slot (after its previous slot), not before.
+            std::vector<sim::TaskId> after;
+            if (last_compute[static_cast<std::size_t>(ranks[r])] >= 0) after.push_back(last_compute[static_cast<std::size_t>(ranks[r])]);
+            last[r] = g.alloc("F V" + std::to_string(v) + " " + tag + " activations", ranks[r], sim::Pool::hbm,
+                              std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer * static_cast<double>(layers_per_chunk))),
+                              "activations virtual stage " + std::to_string(v) + " " + tag, after);
+            tasks.first.push_back(last[r]);
+          }
+          if (v == 0) embedding(g, ranks, "F " + tag + " embedding", s, h, false, last);
+          for (std::int64_t l = v * layers_per_chunk; l < (v + 1) * layers_per_chunk; ++l) {
+            layer.forward("F L" + std::to_string(l) + " " + tag, last);
+          }
+          if (v == virtual_stages - 1) {
+            // LM head and loss, fused forward and backward per chunk of tokens (the logits of a long sequence
+            // would not fit whole); the input gradient is ready for the backward pass.
+            for (std::int64_t c0 = 0; c0 < s; c0 += kLossChunkTokens) {
+              const std::int64_t c = std::min(kLossChunkTokens, s - c0);
+              const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
+              for (std::size_t r = 0; r < ranks.size(); ++r) {
+                const sim::TaskId logits = g.alloc(name + " logits", ranks[r], sim::Pool::hbm, c * vocab_shard * 4,
+                                                   "fp32 logits chunk " + tag, std::vector<sim::TaskId>{last[r]});
+                const sim::TaskId head = g.gemm(name + " lm_head", ranks[r], {c, vocab_shard, h, hw::Dtype::bf16},
+                                                std::vector<sim::TaskId>{logits});
+                const sim::TaskId loss = g.elementwise(name + " softmax xent", ranks[r],
+                                                       {c * vocab_shard * 4, c * vocab_shard * 2}, std::vector<sim::TaskId>{head});
+                const sim::TaskId dgrad = g.gemm(name + " lm_head dgrad", ranks[r], {c, h, vocab_shard, hw::Dtype::bf16},
+                                                 std::vector<sim::TaskId>{loss});
+                const sim::TaskId wgrad = g.gemm(name + " lm_head wgrad", ranks[r], {h, vocab_shard, c, hw::Dtype::bf16},
+                                                 std::vector<sim::TaskId>{dgrad});
+                g.free(name + " free logits", logits, std::vector<sim::TaskId>{wgrad});
+                last[r] = wgrad;
+              }
+            }
+          }
+          if (v + 1 < virtual_stages) {
+            const int next_stage = (v + 1) % p.pp;
+            if (next_stage != stage) {
+              for (std::size_t r = 0; r < ranks.size(); ++r) {
+                tasks.send.push_back(g.send("F V" + std::to_string(v) + " " + tag + " send act", ranks[r],
+                                            gpu_of(next_stage, d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s * h / p.tp),
+                                            std::vector<sim::TaskId>{last[r]}, kPipeStream));
+              }
+            }
+          }
+        } else {
+          const auto begin = static_cast<sim::TaskId>(g.size());
+          for (std::int64_t l = (v + 1) * layers_per_chunk - 1; l >= v * layers_per_chunk; --l) {
+            const std::string prefix = "B L" + std::to_string(l) + " " + tag;
+            if (p.recompute == Recompute::full) layer.forward("R L" + std::to_string(l) + " " + tag, last, true);
+            layer.backward(prefix, last);
+            if (mb == last_backward_mb[static_cast<std::size_t>(slot.chunk)]) {
+              bucket_params += layer_params;
+              const bool chunk_done = l == v * layers_per_chunk;
+              if (bucket_params >= p.bucket_params || chunk_done) {
+                for (int t = 0; t < p.tp; ++t) {
+                  const auto key = std::make_tuple(stage, t, bucket_index);
+                  auto [it, inserted] = buckets.try_emplace(key, Bucket{stage, t, bucket_params, {}});
+                  if (inserted) bucket_order.push_back(key);
+                  it->second.ready.push_back(last[static_cast<std::size_t>(t)]);
+                }
+                ++bucket_index;
+                bucket_params = 0;
+              }
+            }
+          }
+          if (v == 0) embedding(g, ranks, "B " + tag + " embedding", s, h, true, last);
+          // Upstream gradients attach to the slot's first task on each rank.
+          for (sim::DeviceId rank : ranks) {
+            for (auto id = begin; id < static_cast<sim::TaskId>(g.size()); ++id) {
+              if (g.task(id).device == rank && g.task(id).kind() != sim::TaskKind::collective) {
+                tasks.first.push_back(id);
+                break;
+              }
+            }
+          }
+          // Activations of this slot are no longer needed.
+          const SlotTasks& fwd = slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)][0];
+          for (std::size_t r = 0; r < ranks.size(); ++r) {
+            g.free("B V" + std::to_string(v) + " " + tag + " free activations", fwd.first[r], std::vector<sim::TaskId>{last[r]});
+          }
+          if (v > 0) {
+            const int prev_stage = (v - 1) % p.pp;
+            if (prev_stage != stage) {
+              for (std::size_t r = 0; r < ranks.size(); ++r) {
+                tasks.send.push_back(g.send("B V" + std::to_string(v) + " " + tag + " send grad", ranks[r],
+                                            gpu_of(prev_stage, d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s * h / p.tp),
+                                            std::vector<sim::TaskId>{last[r]}, kPipeStream));
+              }
+            }
+          }
+        }
+        tasks.last = last;
+        for (std::size_t r = 0; r < ranks.size(); ++r) last_compute[static_cast<std::size_t>(ranks[r])] = last[r];
+      }
+    }
+  }
+  (void)kTpStream;
+
+  // Pipeline edges: a slot starts when its input arrives from the neighbouring virtual stage, by message when
+  // that stage lives on another GPU, directly when it is on the same one.
+  for (int d = 0; d < p.dp; ++d) {
+    for (int v = 0; v < virtual_stages; ++v) {
+      for (std::int64_t mb = 0; mb < mbs; ++mb) {
+        auto& here = slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)];
+        auto link = [&](const SlotTasks& upstream, const SlotTasks& slot) {
+          for (std::size_t r = 0; r < slot.first.size(); ++r) {
+            g.add_dependency(upstream.send.empty() ? upstream.last[r] : upstream.send[r], slot.first[r]);
+          }
+        };
+        if (v > 0) link(slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v - 1)][static_cast<std::size_t>(mb)][0], here[0]);
+        if (v + 1 < virtual_stages) {
+          link(slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v + 1)][static_cast<std::size_t>(mb)][1], here[1]);
+        } else {
+          link(here[0], here[1]);  // the last stage's backward starts from its own loss
+        }
+      }
+    }
+  }
+
+  // Data-parallel gradient all-reduce, one collective per bucket, on its own stream so that it overlaps the
+  // rest of the backward pass; then the optimizer step on each GPU.
+  std::vector<std::vector<sim::TaskId>> gpu_reductions(static_cast<std::size_t>(in.cluster.gpus()));
+  if (p.dp > 1) {
+    std::map<std::pair<int, int>, std::int32_t> groups;
+    for (const auto& key : bucket_order) {
+      const Bucket& b = buckets.at(key);
+      auto [it, inserted] = groups.try_emplace({b.stage, b.t}, 0);
+      if (inserted) {
+        std::vector<sim::DeviceId> members;
+        for (int d = 0; d < p.dp; ++d) members.push_back(gpu_of(b.stage, d, b.t));
+        it->second = g.add_group(members);
+      }
+      const auto bytes = static_cast<std::int64_t>(b.params * in.precision.grad_bytes) / p.dp * p.dp + p.dp;
+      const sim::TaskId reduce = g.collective(
+          "DP all-reduce stage " + std::to_string(b.stage) + " tp" + std::to_string(b.t) + " bucket " +
+              std::to_string(std::get<2>(key)),
+          {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, it->second, bytes}, b.ready, kDpStream);
+      for (int d = 0; d < p.dp; ++d) gpu_reductions[static_cast<std::size_t>(gpu_of(b.stage, d, b.t))].push_back(reduce);
+    }
+  }
+  for (int gpu = 0; gpu < in.cluster.gpus(); ++gpu) {
+    std::vector<sim::TaskId> deps = gpu_reductions[static_cast<std::size_t>(gpu)];
+    if (last_compute[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last_compute[static_cast<std::size_t>(gpu)]);
+    g.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false,
+           sim::OptimizerStep{static_cast<std::int64_t>(gpu_params[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam)}},
+          deps);
+  }
+  return g;
+}
+
+}  // namespace trainyard::planner

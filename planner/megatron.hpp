@@ -1,0 +1,43 @@
+#pragma once
+// Megatron-LM: tensor parallelism (optionally with sequence parallelism), pipeline parallelism with the 1F1B
+// schedule (interleaved when vpp > 1), data parallelism with the gradient all-reduce overlapped with the last
+// micro-batch's backward in buckets, and none/selective/full activation recomputation.
+//
+// Rank layout (Megatron's default order, tensor-parallel innermost): GPU = pp_rank * dp * tp + dp_rank * tp +
+// tp_rank, so TP groups sit inside a node on NVLink and pipeline stages split across nodes. Streams: compute 0;
+// comm 0 for TP collectives, comm 1 for pipeline sends, comm 2 for the DP all-reduce.
+#include <cstdint>
+
+#include "planner/step.hpp"
+#include "planner/transformer.hpp"
+
+namespace trainyard::planner {
+
+struct MegatronParams {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int vpp = 1;                      // virtual stages (model chunks) per pipeline rank
+  std::int64_t micro_batch = 1;     // sequences per micro-batch
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  double bucket_params = 40e6;      // DP all-reduce bucket size in parameters (Megatron's default is 40M)
+};
+
+// Checks the parameters against the model, cluster and workload; throws InputError naming the flag.
+void check_megatron(const StepInputs& in, const MegatronParams& p);
+// The micro-batches per step: global_batch / (dp * micro_batch).
+std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& p);
+
+sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p);
+
+// The order in which pipeline rank `stage` runs its forward and backward passes (Megatron's 1F1B and
+// interleaved 1F1B): each entry is (forward?, micro-batch, model chunk).
+struct PipelineSlot {
+  bool forward;
+  std::int64_t micro_batch;
+  int chunk;
+};
+std::vector<PipelineSlot> pipeline_schedule(int stage, int pp, std::int64_t micro_batches, int vpp);
+
+}  // namespace trainyard::planner

@@ -1,0 +1,28 @@
+#pragma once
+// What every scheme builder gets: the model, the cluster, the workload of one optimizer step, and the
+// precision policy of the model states.
+#include <cstdint>
+
+#include "models/model.hpp"
+#include "sim/engine.hpp"
+
+namespace trainyard::planner {
+
+struct Workload {
+  std::int64_t seq_len = 0;       // tokens per sequence
+  std::int64_t global_batch = 1;  // sequences per optimizer step
+  std::int64_t tokens() const { return seq_len * global_batch; }
+};
+
+struct StepInputs {
+  const model::ModelConfig& model;
+  const sim::Cluster& cluster;
+  Workload workload;
+  model::PrecisionPolicy precision;
+};
+
+// AdamW reads the fp32 master weights, both moments and the gradient and writes the first three back plus the
+// bf16 copy: about 30 bytes of memory traffic per parameter.
+inline constexpr double kAdamBytesPerParam = 30;
+
+}  // namespace trainyard::planner

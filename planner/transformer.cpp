@@ -1,0 +1,173 @@
+#include "planner/transformer.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace trainyard::planner {
+
+std::string_view to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+namespace {
+constexpr double kBf16 = 2;
+// K/V heads per TP rank: split while there are enough, replicated below that.
+std::int64_t local_kv_heads(const model::ModelConfig& m, int tp) { return std::max<std::int64_t>(1, m.kv_heads / tp); }
+}  // namespace
+
+ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerSplit& split, Recompute recompute) {
+  const double s = static_cast<double>(split.tokens());
+  const double h = static_cast<double>(m.hidden);
+  const double t = split.tp;
+  // Tensors of the full hidden size are replicated across TP ranks unless sequence parallelism splits them.
+  const double replicated = split.sequence_parallel ? 1.0 / t : 1.0;
+  ActivationBytes a;
+  if (recompute == Recompute::full) {
+    a.norms = kBf16 * s * h * replicated;  // the layer input, from which everything is recomputed
+    return a;
+  }
+  const double q = static_cast<double>(m.q_dim()) / t;
+  const double kv = static_cast<double>(local_kv_heads(m, split.tp) * m.head_dim);
+  const double f = static_cast<double>(m.ffn_hidden) / t;
+  a.norms = 2 * kBf16 * s * h * replicated;
+  a.projection_inputs = 2 * kBf16 * s * h * replicated;
+  a.attention = kBf16 * s * (q + 2 * kv) + kBf16 * s * q + 4.0 * s * static_cast<double>(m.heads) / t;  // q,k,v; o; lse
+  a.mlp = m.activation == model::Activation::swiglu ? 3 * kBf16 * s * f   // gate, up, their product
+                                                    : 2 * kBf16 * s * f;  // GELU input and output
+  if (split.dropout) a.dropout_masks = 2 * s * h * replicated;           // after attention and after the MLP
+  return a;
+}
+
+double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split) {
+  const double t = split.tp;
+  if (split.tp == 1) return 0;
+  const double buffer = kBf16 * static_cast<double>(split.tokens()) * static_cast<double>(m.hidden);
+  return 2 * 2 * (t - 1) / t * buffer;
+}
+
+LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
+                           std::vector<sim::DeviceId> ranks)
+    : graph_(graph), model_(model), split_(split), ranks_(std::move(ranks)) {
+  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp, "one rank per TP shard");
+  if (split.tp > 1) group_ = graph_.add_group(ranks_);
+}
+
+void LayerEmitter::gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
+                        std::vector<sim::TaskId>& last, bool recompute) {
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    std::vector<sim::TaskId> deps;
+    if (last[r] >= 0) deps.push_back(last[r]);
+    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute,
+                          sim::Gemm{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1), std::max<std::int64_t>(k, 1), hw::Dtype::bf16}},
+                         deps);
+  }
+}
+
+void LayerEmitter::elementwise(const std::string& name, double read, double written, std::vector<sim::TaskId>& last,
+                               bool recompute) {
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    std::vector<sim::TaskId> deps;
+    if (last[r] >= 0) deps.push_back(last[r]);
+    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute,
+                          sim::Elementwise{static_cast<std::int64_t>(read), static_cast<std::int64_t>(written)}},
+                         deps);
+  }
+}
+
+void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
+  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);  // batch folded into heads
+  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    std::vector<sim::TaskId> deps;
+    if (last[r] >= 0) deps.push_back(last[r]);
+    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute,
+                          sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads),
+                                         static_cast<std::int32_t>(model_.head_dim), true, backward}},
+                         deps);
+  }
+}
+
+void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {
+  if (group_ < 0) return;
+  std::vector<sim::TaskId> deps;
+  for (auto id : last) {
+    if (id >= 0) deps.push_back(id);
+  }
+  const auto t = static_cast<std::int64_t>(split_.tp);
+  const auto rounded = (static_cast<std::int64_t>(bytes) + t - 1) / t * t;  // a multiple of the group size
+  const sim::TaskId c = graph_.collective(name, {op, sim::Algorithm::ring, group_, rounded}, deps);
+  std::fill(last.begin(), last.end(), c);
+}
+
+void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last, bool recompute) {
+  const std::int64_t s = split_.tokens();
+  const std::int64_t h = model_.hidden, t = split_.tp;
+  const double local = split_.sequence_parallel ? static_cast<double>(s) / static_cast<double>(t) : static_cast<double>(s);
+  const double hidden_bytes = kBf16 * static_cast<double>(s * h);  // the full b*S*h activation
+  const double hd = static_cast<double>(h);
+  const std::int64_t q = model_.q_dim() / t, kv = local_kv_heads(model_, split_.tp) * model_.head_dim;
+  const std::int64_t f = model_.ffn_hidden / t;
+  const bool sp = split_.sequence_parallel;
+  const bool swiglu = model_.activation == model::Activation::swiglu;
+
+  elementwise(p + " norm1", kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+  if (sp) collective(p + " ag1", sim::CollectiveOp::all_gather, hidden_bytes, last);
+  gemm(p + " qkv", s, q + 2 * kv, h, last, recompute);
+  elementwise(p + " rope", kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, recompute);
+  attention(p + " attn", false, last, recompute);
+  gemm(p + " proj", s, h, q, last, recompute);
+  collective(p + (sp ? " rs1" : " ar1"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
+             hidden_bytes, last);
+  elementwise(p + " residual1", 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+  elementwise(p + " norm2", kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+  if (sp) collective(p + " ag2", sim::CollectiveOp::all_gather, hidden_bytes, last);
+  gemm(p + " mlp_up", s, swiglu ? 2 * f : f, h, last, recompute);
+  elementwise(p + " act", kBf16 * static_cast<double>(s * (swiglu ? 2 * f : f)), kBf16 * static_cast<double>(s * f), last, recompute);
+  gemm(p + " mlp_down", s, h, f, last, recompute);
+  collective(p + (sp ? " rs2" : " ar2"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
+             hidden_bytes, last);
+  elementwise(p + " residual2", 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+}
+
+// Each GEMM's backward is two GEMMs (input gradient, weight gradient); elementwise backward reads the saved
+// input and the incoming gradient and writes one gradient; the TP collectives mirror the forward's.
+void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last) {
+  const std::int64_t s = split_.tokens();
+  const std::int64_t h = model_.hidden, t = split_.tp;
+  const double local = split_.sequence_parallel ? static_cast<double>(s) / static_cast<double>(t) : static_cast<double>(s);
+  const double hidden_bytes = kBf16 * static_cast<double>(s * h);
+  const double hd = static_cast<double>(h);
+  const std::int64_t q = model_.q_dim() / t, kv = local_kv_heads(model_, split_.tp) * model_.head_dim;
+  const std::int64_t f = model_.ffn_hidden / t;
+  const std::int64_t up = model_.activation == model::Activation::swiglu ? 2 * f : f;
+  const bool sp = split_.sequence_parallel;
+  auto gemm_backward = [&](const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k) {
+    gemm(name + " dgrad", m, k, n, last, false);  // dX = dY W^T
+    gemm(name + " wgrad", k, n, m, last, false);  // dW = X^T dY
+  };
+  elementwise(p + " residual2 bwd", kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
+  if (sp) collective(p + " ag2 bwd", sim::CollectiveOp::all_gather, hidden_bytes, last);
+  gemm_backward(p + " mlp_down", s, h, f);
+  elementwise(p + " act bwd", kBf16 * static_cast<double>(s * (up + f)), kBf16 * static_cast<double>(s * up), last, false);
+  gemm_backward(p + " mlp_up", s, up, h);
+  collective(p + (sp ? " rs2 bwd" : " ar2 bwd"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
+             hidden_bytes, last);
+  elementwise(p + " norm2 bwd", 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
+  elementwise(p + " residual1 bwd", kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
+  if (sp) collective(p + " ag1 bwd", sim::CollectiveOp::all_gather, hidden_bytes, last);
+  gemm_backward(p + " proj", s, h, q);
+  attention(p + " attn bwd", true, last, false);
+  elementwise(p + " rope bwd", kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, false);
+  gemm_backward(p + " qkv", s, q + 2 * kv, h);
+  collective(p + (sp ? " rs1 bwd" : " ar1 bwd"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
+             hidden_bytes, last);
+  elementwise(p + " norm1 bwd", 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
+}
+
+}  // namespace trainyard::planner

@@ -1,0 +1,72 @@
+#pragma once
+// One transformer layer as tasks, shared by every scheme: norm, QKV projection (GQA-aware), RoPE, flash-style
+// causal attention (no S^2 scores in memory), output projection, residual, norm, MLP (SwiGLU or GELU), with
+// tensor-parallel collectives (all-reduce, or all-gather + reduce-scatter with sequence parallelism), and the
+// activation bytes each op keeps for backward, so that recompute policies change memory and time together.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+#include "sim/task_graph.hpp"
+
+namespace trainyard::planner {
+
+enum class Recompute { none, selective, full };
+std::string_view to_string(Recompute r);
+
+// The slice of a layer's work one GPU does for one micro-batch.
+struct LayerSplit {
+  std::int64_t sequences = 1;  // micro-batch size b
+  std::int64_t seq_len = 0;    // tokens per sequence S
+  int tp = 1;
+  bool sequence_parallel = false;
+  bool dropout = false;        // GPT-3-style dropout masks (Korthikanti et al.); the built-in models train without
+  std::int64_t tokens() const { return sequences * seq_len; }
+};
+
+// Bytes of activations one layer keeps for backward on one GPU. Follows Korthikanti et al. (2022), "Reducing
+// Activation Recomputation in Large Transformer Models", with flash attention: Q, K, V, the attention output and
+// the fp32 log-sum-exp are kept, the S^2 scores never are, so "selective" equals "none"; "full" keeps the layer
+// input only.
+struct ActivationBytes {
+  double norms = 0;          // the inputs of both norms
+  double projection_inputs = 0;  // QKV and MLP-up inputs (the norms' outputs)
+  double attention = 0;      // q, k, v, attention output, lse
+  double mlp = 0;            // the MLP's intermediate tensors
+  double dropout_masks = 0;  // 1 byte per element, when dropout is on
+  double total() const { return norms + projection_inputs + attention + mlp + dropout_masks; }
+};
+ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerSplit& split, Recompute recompute);
+
+// Bytes each GPU moves in tensor-parallel collectives for one layer's forward (backward moves the same):
+// two all-reduces of the b*S*h activations (ring: 2(t-1)/t of the buffer per GPU), or with sequence
+// parallelism two all-gathers and two reduce-scatters ((t-1)/t each): the same volume.
+double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split);
+
+// Emits tasks into a graph for one TP group (one GPU per tensor-parallel rank, all doing the same ops on their
+// shards), threading each rank's chain of tasks through `last`.
+class LayerEmitter {
+ public:
+  LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
+               std::vector<sim::DeviceId> ranks);
+
+  // `last[i]` is rank i's most recent task (or -1); it is updated to the layer's final task.
+  void forward(const std::string& prefix, std::vector<sim::TaskId>& last, bool recompute = false);
+  void backward(const std::string& prefix, std::vector<sim::TaskId>& last);
+
+ private:
+  void gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, std::vector<sim::TaskId>& last,
+            bool recompute);
+  void elementwise(const std::string& name, double read, double written, std::vector<sim::TaskId>& last, bool recompute);
+  void attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
+  void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
+
+  sim::TaskGraph& graph_;
+  const model::ModelConfig& model_;
+  LayerSplit split_;
+  std::vector<sim::DeviceId> ranks_;
+  std::int32_t group_ = -1;
+};
+
+}  // namespace trainyard::planner
