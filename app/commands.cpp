@@ -69,7 +69,7 @@ const StrategyInfo kStrategies[] = {
     {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "not implemented yet (issue 4)"},
     {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "not implemented yet (issue 4)"},
     {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "not implemented yet (issue 4)"},
-    {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "not implemented yet (issue 4)"},
+    {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "simulate --strategy (plan search: issue 6)"},
     {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "not implemented yet (issue 4)"},
     {"hotspa", "HotSPa: per-length-bucket strategies with hot switching", "not implemented yet (issue 10)"},
 };

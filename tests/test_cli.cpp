@@ -113,6 +113,23 @@ TEST(Cli, SimulateReportsOutOfMemoryAndKeepsTheTraceUpToIt) {
   EXPECT_FALSE(std::filesystem::exists(trace + ".tmp"));
 }
 
+TEST(Cli, SimulateMegatronStrategy) {
+  const auto r = run_cli("simulate --strategy megatron --model llama3.2-1b --hw dgx-a100 --seq 4K --global-batch 16 "
+                         "--tp 2 --pp 2 --sequence-parallel --recompute full --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto metrics = nlohmann::json::parse(r.out);
+  EXPECT_EQ(metrics["completed"], true);
+  EXPECT_GT(metrics["mfu"].get<double>(), 0.05);
+  EXPECT_LT(metrics["mfu"].get<double>(), 1.0);
+  EXPECT_GT(metrics["hfu"].get<double>(), metrics["mfu"].get<double>());  // full recompute adds hardware FLOPs
+}
+
+TEST(Cli, SimulateMegatronThatDoesNotFitExits1WithTheReport) {
+  const auto r = run_cli("simulate --strategy megatron --model llama3-70b --hw dgx-a100 --seq 4K --global-batch 8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("out of memory at task 'model states gpu0'"), std::string::npos) << r.err;
+}
+
 // Usage and input errors exit 2 and say what was wrong.
 struct CliError {
   std::string args;
@@ -149,7 +166,15 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/malformed.json", {"malformed.json:5:", "malformed JSON"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/no-schema.json", {"no-schema.json", "field 'schema'"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/missing.json", {"missing.json", "cannot open"}},
-        CliError{"simulate", {"--graph"}},
+        CliError{"simulate", {"--graph/--strategy", "neither"}},
+        CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",
+                 {"--strategy", "not implemented yet"}},
+        CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --tp 3",
+                 {"--tp", "tp * pp * dp"}},
+        CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K", {"--global-batch/--tokens-per-step"}},
+        CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --recompute most",
+                 {"--recompute", "none, selective or full"}},
+        CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --tp 2", {"--tp", "no scheme flags"}},
         CliError{"simulate --graph " TRAINYARD_TEST_DATA_DIR "/malformed.json --hw dgx-a100", {"malformed.json:5:"}},
         CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --hw lab-h100",
                  {"two-gpu-offload.json", "'send act L0 C0'.dst", "gpu0..gpu0"}},

@@ -1,0 +1,197 @@
+// The shared transformer decomposition and the Megatron builder against the published formulas.
+#include <set>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/megatron.hpp"
+#include "planner/transformer.hpp"
+#include "sim/collectives.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+// A GPT-3-like layer as Korthikanti et al. assume it: MHA, GELU with a 4h MLP.
+model::ModelConfig gpt_like() {
+  return model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,activation=gelu,vocab=64");
+}
+
+}  // namespace
+
+TEST(Activations, MatchKorthikantiPerLayer) {
+  // Korthikanti et al. (2022), bytes per layer with b*s tokens and hidden h (no parallelism):
+  //   34 s b h + 5 a s^2 b   (the 5as^2b term is the stored attention scores; flash attention never stores
+  //                           them, which is what their selective recompute also achieves)
+  //   tensor parallel t:            s b h (10 + 24 / t)
+  //   tensor + sequence parallel t: s b h 34 / t
+  //   full recompute:               2 s b h (/ t with sequence parallelism)
+  // Flash attention also keeps the fp32 log-sum-exp: 4 bytes per token per head (per local head under TP).
+  const model::ModelConfig m = gpt_like();
+  const double s = 4096, b = 2, h = 1024, a = 16;
+  const double lse = 4 * s * b * a;
+  for (int t : {1, 2, 4, 8}) {
+    SCOPED_TRACE(t);
+    LayerSplit split{2, 4096, t, false, true};
+    const double tp_expected = s * b * h * (10 + 24.0 / t) + lse / t;
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(m, split, Recompute::none).total(), tp_expected);
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(m, split, Recompute::selective).total(), tp_expected);
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(m, split, Recompute::full).total(), 2 * s * b * h);
+    split.sequence_parallel = true;
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(m, split, Recompute::none).total(), s * b * h * 34 / t + lse / t);
+    EXPECT_DOUBLE_EQ(layer_activation_bytes(m, split, Recompute::full).total(), 2 * s * b * h / t);
+  }
+  // Without dropout (how the built-in models train) the two 1-byte masks go: 32 s b h.
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, LayerSplit{2, 4096, 1, false, false}, Recompute::none).total(),
+                   32 * s * b * h + lse);
+}
+
+TEST(Activations, SwigluAndGqaCountTheirOwnTensors) {
+  // llama3-8b, one 8K sequence, no parallelism: norms 4sh + projection inputs 4sh, q 2s*4096, k and v
+  // 2s*1024 each, output 2s*4096, lse 4*s*32, MLP gate/up/product 3 * 2s*14336.
+  const model::ModelConfig m = model::load_model("llama3-8b");
+  const double s = 8192;
+  const auto a = layer_activation_bytes(m, LayerSplit{1, 8192, 1, false, false}, Recompute::none);
+  EXPECT_DOUBLE_EQ(a.norms + a.projection_inputs, 8 * s * 4096);
+  EXPECT_DOUBLE_EQ(a.attention, 2 * s * (4096 + 2 * 1024) + 2 * s * 4096 + 4 * s * 32);
+  EXPECT_DOUBLE_EQ(a.mlp, 6 * s * 14336);
+}
+
+TEST(TensorParallel, BytesPerLayerMatchTheRingFormula) {
+  // Forward: two all-reduces of the b*S*h activation (2 bytes each); a ring all-reduce sends 2(t-1)/t of the
+  // buffer per GPU. Count what the emitted collectives actually send, step by step.
+  const model::ModelConfig m = gpt_like();
+  for (bool sp : {false, true}) {
+    const LayerSplit split{2, 4096, 4, sp, false};
+    sim::TaskGraph g;
+    LayerEmitter layer(g, m, split, {0, 1, 2, 3});
+    std::vector<sim::TaskId> last(4, -1);
+    layer.forward("F L0", last);
+    double sent_by_rank0 = 0;
+    for (const auto& task : g.tasks()) {
+      const auto* c = std::get_if<sim::Collective>(&task.params);
+      if (c == nullptr) continue;
+      for (int step = 0; step < sim::collective_steps(c->op, c->algorithm, 4); ++step) {
+        std::vector<sim::Transfer> transfers;
+        sim::collective_step(c->op, c->algorithm, 4, c->bytes, step, transfers);
+        for (const auto& tr : transfers) sent_by_rank0 += tr.src_rank == 0 ? tr.bytes : 0;
+      }
+    }
+    EXPECT_DOUBLE_EQ(sent_by_rank0, tp_bytes_per_layer_forward(m, split)) << "sequence parallel " << sp;
+    EXPECT_DOUBLE_EQ(tp_bytes_per_layer_forward(m, split), 2 * 2 * 3.0 / 4 * 2 * 2 * 4096 * 1024);
+  }
+}
+
+TEST(Pipeline, ScheduleIsOneForwardOneBackward) {
+  // pp = 4, m = 8: stage 0 warms up with 3 forwards; the last stage alternates from the start.
+  const auto first = pipeline_schedule(0, 4, 8, 1);
+  ASSERT_EQ(first.size(), 16u);
+  EXPECT_TRUE(first[0].forward && first[1].forward && first[2].forward && first[3].forward);
+  EXPECT_FALSE(first[4].forward);
+  EXPECT_EQ(first[4].micro_batch, 0);
+  const auto last = pipeline_schedule(3, 4, 8, 1);
+  EXPECT_TRUE(last[0].forward);
+  EXPECT_FALSE(last[1].forward);
+  // Interleaved: every (micro-batch, chunk) appears once forward and once backward.
+  const auto inter = pipeline_schedule(1, 4, 8, 2);
+  ASSERT_EQ(inter.size(), 32u);
+  std::set<std::tuple<bool, std::int64_t, int>> seen;
+  for (const auto& s : inter) seen.insert({s.forward, s.micro_batch, s.chunk});
+  EXPECT_EQ(seen.size(), 32u);
+}
+
+// Bubble fraction of 1F1B and interleaved 1F1B: (p - 1) / (v * m) of the ideal time (Narayanan et al. 2021).
+// Measured on the tiny 4-GPU node with a model whose layers dominate (vocabulary 64): the time stage 0's
+// compute stream is not busy before its optimizer step, over its busy time.
+TEST(Pipeline, BubbleFractionMatchesTheFormula) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=1024,heads=16,vocab=64");
+  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  for (const auto& [vpp, micro_batches] : std::vector<std::pair<int, int>>{{1, 8}, {1, 16}, {2, 8}}) {
+    SCOPED_TRACE("vpp " + std::to_string(vpp) + " m " + std::to_string(micro_batches));
+    const StepInputs in{m, cluster, {1024, micro_batches}, model::precision_policy("bf16-mixed")};
+    MegatronParams p;
+    p.pp = 4;
+    p.vpp = vpp;
+    sim::TaskGraph g = build_megatron(in, p);
+    sim::validate(g, cluster.gpus(), cluster.nodes, "megatron");
+    g.finalize();
+    const sim::SimResult r = sim::simulate(g, cluster);
+    ASSERT_TRUE(r.completed) << r.stuck << (r.oom ? r.oom->describe(g) : "");
+    std::int64_t busy = 0, end = 0;
+    for (sim::TaskId t = 0; t < static_cast<sim::TaskId>(g.size()); ++t) {
+      const auto& task = g.task(t);
+      if (task.device != 0 || task.stream.kind != sim::StreamKind::compute) continue;
+      if (task.kind() == sim::TaskKind::optimizer) continue;
+      busy += r.timing[t].end_ns - r.timing[t].start_ns;
+      end = std::max(end, r.timing[t].end_ns);
+    }
+    const double measured = static_cast<double>(end - busy) / static_cast<double>(busy);
+    const double formula = 3.0 / (vpp * micro_batches);
+    EXPECT_NEAR(measured, formula, 0.15 * formula) << "measured " << measured << " formula " << formula;
+  }
+}
+
+TEST(Megatron, BadParametersNameTheirFlag) {
+  const model::ModelConfig m = model::load_model("llama3-8b");
+  const sim::Cluster cluster(hw::load_node("dgx-a100"), 1);
+  const StepInputs in{m, cluster, {8192, 16}, model::precision_policy("bf16-mixed")};
+  auto error = [&](MegatronParams p) {
+    try {
+      check_megatron(in, p);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  MegatronParams p;
+  p.dp = 8;
+  EXPECT_EQ(error(p), "");
+  p.tp = 3;
+  p.dp = 1;
+  EXPECT_NE(error(p).find("tp * pp * dp"), std::string::npos);
+  p = {};
+  p.tp = 8;
+  p.sequence_parallel = true;
+  EXPECT_EQ(error(p), "");
+  p.tp = 1;
+  p.dp = 8;
+  EXPECT_NE(error(p).find("--sequence-parallel"), std::string::npos);
+  p = {};
+  p.pp = 8;
+  p.vpp = 3;
+  EXPECT_NE(error(p).find("--pp/--vpp"), std::string::npos);
+  p = {};
+  p.dp = 8;
+  p.micro_batch = 3;
+  EXPECT_NE(error(p).find("--global-batch"), std::string::npos);
+}
+
+TEST(Megatron, DataParallelStepAllReducesTheGradients) {
+  // dp = 4 on the tiny node: every GPU ends with an optimizer step after all-reduces whose payloads add up to
+  // its gradients (bf16: 2 bytes per parameter).
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,vocab=1024");
+  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const StepInputs in{m, cluster, {1024, 8}, model::precision_policy("bf16-mixed")};
+  MegatronParams p;
+  p.dp = 4;
+  p.bucket_params = 1e6;
+  sim::TaskGraph g = build_megatron(in, p);
+  double reduced = 0;
+  int optimizers = 0;
+  for (const auto& task : g.tasks()) {
+    if (const auto* c = std::get_if<sim::Collective>(&task.params)) reduced += static_cast<double>(c->bytes);
+    optimizers += task.kind() == sim::TaskKind::optimizer;
+  }
+  EXPECT_EQ(optimizers, 4);
+  EXPECT_NEAR(reduced, 2 * m.param_counts().per_layer() * 4, 64);  // layer gradients; rounding to the group size
+  sim::validate(g, cluster.gpus(), cluster.nodes, "megatron");
+  g.finalize();
+  const sim::SimResult r = sim::simulate(g, cluster);
+  EXPECT_TRUE(r.completed);
+  EXPECT_GT(r.mfu(), 0);
+}
+
+}  // namespace trainyard::planner
