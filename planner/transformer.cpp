@@ -58,39 +58,32 @@ LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& mode
   if (split.tp > 1) group_ = graph_.add_group(ranks_);
 }
 
-void LayerEmitter::gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
-                        std::vector<sim::TaskId>& last, bool recompute) {
+void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last,
+                             bool recompute) {
   for (std::size_t r = 0; r < ranks_.size(); ++r) {
     std::vector<sim::TaskId> deps;
     if (last[r] >= 0) deps.push_back(last[r]);
-    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute,
-                          sim::Gemm{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1), std::max<std::int64_t>(k, 1), hw::Dtype::bf16}},
-                         deps);
+    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute, params}, deps);
   }
+}
+
+void LayerEmitter::gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
+                        std::vector<sim::TaskId>& last, bool recompute) {
+  each_rank(name, sim::Gemm{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1), std::max<std::int64_t>(k, 1), hw::Dtype::bf16},
+            last, recompute);
 }
 
 void LayerEmitter::elementwise(const std::string& name, double read, double written, std::vector<sim::TaskId>& last,
                                bool recompute) {
-  for (std::size_t r = 0; r < ranks_.size(); ++r) {
-    std::vector<sim::TaskId> deps;
-    if (last[r] >= 0) deps.push_back(last[r]);
-    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute,
-                          sim::Elementwise{static_cast<std::int64_t>(read), static_cast<std::int64_t>(written)}},
-                         deps);
-  }
+  each_rank(name, sim::Elementwise{static_cast<std::int64_t>(read), static_cast<std::int64_t>(written)}, last, recompute);
 }
 
 void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);  // batch folded into heads
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
-  for (std::size_t r = 0; r < ranks_.size(); ++r) {
-    std::vector<sim::TaskId> deps;
-    if (last[r] >= 0) deps.push_back(last[r]);
-    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute,
-                          sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads),
-                                         static_cast<std::int32_t>(model_.head_dim), true, backward}},
-                         deps);
-  }
+  each_rank(name, sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads),
+                                 static_cast<std::int32_t>(model_.head_dim), true, backward},
+            last, recompute);
 }
 
 void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {

@@ -56,6 +56,8 @@ class LayerEmitter {
   void backward(const std::string& prefix, std::vector<sim::TaskId>& last);
 
  private:
+  // One task per rank, each after that rank's previous task.
+  void each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last, bool recompute);
   void gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, std::vector<sim::TaskId>& last,
             bool recompute);
   void elementwise(const std::string& name, double read, double written, std::vector<sim::TaskId>& last, bool recompute);
