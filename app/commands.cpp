@@ -16,6 +16,7 @@
 #include "sim/graph_json.hpp"
 #include "sim/report.hpp"
 #include "planner/megatron.hpp"
+#include "planner/zero.hpp"
 
 namespace po = boost::program_options;
 using Json = nlohmann::json;
@@ -67,10 +68,10 @@ struct StrategyInfo {
 const StrategyInfo kStrategies[] = {
     {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "not implemented yet (issue 5)"},
     {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "not implemented yet (issue 4)"},
-    {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "not implemented yet (issue 4)"},
+    {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "simulate --strategy (plan search: issue 6)"},
     {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "not implemented yet (issue 4)"},
     {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "simulate --strategy (plan search: issue 6)"},
-    {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "not implemented yet (issue 4)"},
+    {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "simulate --strategy (plan search: issue 6)"},
     {"hotspa", "HotSPa: per-length-bucket strategies with hot switching", "not implemented yet (issue 10)"},
 };
 
@@ -308,7 +309,7 @@ int run_simulate(const std::vector<std::string>& args) {
   po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
   options.add_options()
       ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
-      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: megatron")
+      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: megatron, zero, ulysses")
       ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
       ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
       ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")
@@ -320,9 +321,12 @@ int run_simulate(const std::vector<std::string>& args) {
       ("pp", po::value<int>()->value_name("int"), "megatron: pipeline stages (default 1)")
       ("dp", po::value<int>()->value_name("int"), "megatron: data-parallel degree (default: GPUs / (tp * pp))")
       ("vpp", po::value<int>()->value_name("int"), "megatron: virtual stages per pipeline rank (default 1)")
-      ("micro-batch", po::value<std::int64_t>()->value_name("int"), "megatron: sequences per micro-batch (default 1)")
+      ("micro-batch", po::value<std::int64_t>()->value_name("int"), "sequences per micro-batch (default 1)")
       ("sequence-parallel", po::bool_switch(), "megatron: sequence parallelism with TP")
-      ("recompute", po::value<std::string>()->value_name("none|selective|full"), "megatron: activation recomputation (default none)")
+      ("recompute", po::value<std::string>()->value_name("none|selective|full"), "activation recomputation (default none; full = activation checkpointing)")
+      ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")
+      ("offload", po::value<std::string>()->value_name("list"), "zero, ulysses: comma list of optimizer, grads, params, acts")
+      ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
       ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
       ("json", po::bool_switch(), "print metrics as JSON");
   po::positional_options_description positional;
@@ -340,7 +344,7 @@ int run_simulate(const std::vector<std::string>& args) {
                      from_graph ? "both" : "neither");
   }
   static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
-                                              "vpp", "micro-batch", "recompute"};
+                                              "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp"};
   std::optional<sim::Cluster> cluster;
   sim::TaskGraph graph;
   std::string origin;
@@ -363,11 +367,23 @@ int run_simulate(const std::vector<std::string>& args) {
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   } else {
     const std::string strategy = vm["strategy"].as<std::string>();
-    if (strategy != "megatron") {
+    if (strategy != "megatron" && strategy != "zero" && strategy != "ulysses") {
       throw InputError("--strategy", "value",
-                       "megatron (the other schemes of 'trainyard list strategies' are not implemented yet)",
+                       "megatron, zero or ulysses (the other schemes of 'trainyard list strategies' are not implemented yet)",
                        "\"" + strategy + "\"");
     }
+    // Flags of another scheme are errors, not silently ignored.
+    const std::vector<std::string> foreign = strategy == "megatron"
+                                                 ? std::vector<std::string>{"zero-stage", "offload", "sp"}
+                                                 : std::vector<std::string>{"tp", "pp", "dp", "vpp"};
+    for (const auto& flag : foreign) {
+      if (vm.count(flag)) throw InputError("--" + flag, "value", "no --" + flag + " with --strategy " + strategy, "--" + flag);
+    }
+    if (strategy != "megatron" && vm["sequence-parallel"].as<bool>()) {
+      throw InputError("--sequence-parallel", "value", "no --sequence-parallel with --strategy " + strategy + " (use --sp for Ulysses)", "it");
+    }
+    if (strategy == "zero" && vm.count("sp")) throw InputError("--sp", "value", "--strategy ulysses for sequence parallelism", "--sp with zero");
+    if (strategy == "ulysses" && !vm.count("sp")) throw InputError("--sp", "value", "a degree with --strategy ulysses", "nothing");
     for (const char* flag : {"model", "hw", "seq"}) {
       if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value with --strategy", "nothing");
     }
@@ -393,23 +409,49 @@ int run_simulate(const std::vector<std::string>& args) {
       workload.global_batch = tokens / workload.seq_len;
     }
     if (workload.global_batch < 1) throw InputError("--global-batch", "value", "a positive integer", std::to_string(workload.global_batch));
-    planner::MegatronParams p;
-    p.tp = vm.count("tp") ? vm["tp"].as<int>() : 1;
-    p.pp = vm.count("pp") ? vm["pp"].as<int>() : 1;
-    if (p.tp < 1 || p.pp < 1) throw InputError("--tp/--pp", "value", "positive integers", "a value below 1");
-    p.dp = vm.count("dp") ? vm["dp"].as<int>() : std::max(1, cluster->gpus() / (p.tp * p.pp));
-    p.vpp = vm.count("vpp") ? vm["vpp"].as<int>() : 1;
-    p.micro_batch = vm.count("micro-batch") ? vm["micro-batch"].as<std::int64_t>() : 1;
-    p.sequence_parallel = vm["sequence-parallel"].as<bool>();
+    planner::Recompute recompute = planner::Recompute::none;
     if (vm.count("recompute")) {
       const std::string r = vm["recompute"].as<std::string>();
-      if (r == "none") p.recompute = planner::Recompute::none;
-      else if (r == "selective") p.recompute = planner::Recompute::selective;
-      else if (r == "full") p.recompute = planner::Recompute::full;
+      if (r == "none") recompute = planner::Recompute::none;
+      else if (r == "selective") recompute = planner::Recompute::selective;
+      else if (r == "full") recompute = planner::Recompute::full;
       else throw InputError("--recompute", "value", "none, selective or full", "\"" + r + "\"");
     }
+    const std::int64_t micro_batch = vm.count("micro-batch") ? vm["micro-batch"].as<std::int64_t>() : 1;
     const planner::StepInputs inputs{model, *cluster, workload, model::precision_policy(vm["precision"].as<std::string>())};
-    graph = planner::build_megatron(inputs, p);
+    if (strategy == "megatron") {
+      planner::MegatronParams p;
+      p.tp = vm.count("tp") ? vm["tp"].as<int>() : 1;
+      p.pp = vm.count("pp") ? vm["pp"].as<int>() : 1;
+      if (p.tp < 1 || p.pp < 1) throw InputError("--tp/--pp", "value", "positive integers", "a value below 1");
+      p.dp = vm.count("dp") ? vm["dp"].as<int>() : std::max(1, cluster->gpus() / (p.tp * p.pp));
+      p.vpp = vm.count("vpp") ? vm["vpp"].as<int>() : 1;
+      p.micro_batch = micro_batch;
+      p.sequence_parallel = vm["sequence-parallel"].as<bool>();
+      p.recompute = recompute;
+      graph = planner::build_megatron(inputs, p);
+    } else {
+      planner::ZeroParams p;
+      p.stage = vm.count("zero-stage") ? vm["zero-stage"].as<int>() : 0;
+      p.sp = vm.count("sp") ? vm["sp"].as<int>() : 1;
+      p.micro_batch = micro_batch;
+      p.activation_checkpointing = recompute == planner::Recompute::full;
+      if (vm.count("offload")) {
+        std::string list = vm["offload"].as<std::string>();
+        std::size_t start = 0;
+        while (start <= list.size()) {
+          const std::size_t comma = std::min(list.find(',', start), list.size());
+          const std::string item = list.substr(start, comma - start);
+          if (item == "optimizer") p.offload_optimizer = true;
+          else if (item == "grads") p.offload_grads = true;
+          else if (item == "params") p.offload_params = true;
+          else if (item == "acts") p.offload_activations = true;
+          else throw InputError("--offload", "value", "a comma list of optimizer, grads, params, acts", "\"" + item + "\"");
+          start = comma + 1;
+        }
+      }
+      graph = planner::build_zero(inputs, p);
+    }
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   }
   graph.finalize();

@@ -22,7 +22,8 @@ std::int64_t local_kv_heads(const model::ModelConfig& m, int tp) { return std::m
 }  // namespace
 
 ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerSplit& split, Recompute recompute) {
-  const double s = static_cast<double>(split.tokens());
+  // Ulysses keeps everything for its b*S/P tokens (attention tensors are head-sharded, the same size).
+  const double s = static_cast<double>(split.local_tokens());
   const double h = static_cast<double>(m.hidden);
   const double t = split.tp;
   // Tensors of the full hidden size are replicated across TP ranks unless sequence parallelism splits them.
@@ -51,11 +52,18 @@ double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit&
   return 2 * 2 * (t - 1) / t * buffer;
 }
 
+double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split) {
+  if (split.ulysses == 1) return 0;
+  const double local = static_cast<double>(split.local_tokens());
+  return kBf16 * local * static_cast<double>(2 * m.q_dim() + 2 * m.kv_dim());
+}
+
 LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
                            std::vector<sim::DeviceId> ranks)
     : graph_(graph), model_(model), split_(split), ranks_(std::move(ranks)) {
-  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp, "one rank per TP shard");
-  if (split.tp > 1) group_ = graph_.add_group(ranks_);
+  TRAINYARD_CHECK(split.tp == 1 || split.ulysses == 1, "tensor parallelism and Ulysses are not combined");
+  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp * split.ulysses, "one rank per shard");
+  if (ranks_.size() > 1) group_ = graph_.add_group(ranks_);
 }
 
 void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last,
@@ -79,11 +87,16 @@ void LayerEmitter::elementwise(const std::string& name, double read, double writ
 }
 
 void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
-  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);  // batch folded into heads
-  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
+  const int shards = split_.tp * split_.ulysses;
+  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);  // batch folded into heads
+  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
   each_rank(name, sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads),
                                  static_cast<std::int32_t>(model_.head_dim), true, backward},
             last, recompute);
+}
+
+void LayerEmitter::ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last) {
+  if (split_.ulysses > 1) collective(name, sim::CollectiveOp::all_to_all, bytes, last);
 }
 
 void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {
@@ -92,14 +105,14 @@ void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, dou
   for (auto id : last) {
     if (id >= 0) deps.push_back(id);
   }
-  const auto t = static_cast<std::int64_t>(split_.tp);
+  const auto t = static_cast<std::int64_t>(ranks_.size());
   const auto rounded = (static_cast<std::int64_t>(bytes) + t - 1) / t * t;  // a multiple of the group size
   const sim::TaskId c = graph_.collective(name, {op, sim::Algorithm::ring, group_, rounded}, deps);
   std::fill(last.begin(), last.end(), c);
 }
 
 void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last, bool recompute) {
-  const std::int64_t s = split_.tokens();
+  const std::int64_t s = split_.local_tokens();
   const std::int64_t h = model_.hidden, t = split_.tp;
   const double local = split_.sequence_parallel ? static_cast<double>(s) / static_cast<double>(t) : static_cast<double>(s);
   const double hidden_bytes = kBf16 * static_cast<double>(s * h);  // the full b*S*h activation
@@ -113,7 +126,9 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   if (sp) collective(p + " ag1", sim::CollectiveOp::all_gather, hidden_bytes, last);
   gemm(p + " qkv", s, q + 2 * kv, h, last, recompute);
   elementwise(p + " rope", kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, recompute);
+  ulysses_exchange(p + " a2a qkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   attention(p + " attn", false, last, recompute);
+  ulysses_exchange(p + " a2a out", kBf16 * static_cast<double>(s * q), last);
   gemm(p + " proj", s, h, q, last, recompute);
   collective(p + (sp ? " rs1" : " ar1"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
              hidden_bytes, last);
@@ -131,7 +146,7 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
 // Each GEMM's backward is two GEMMs (input gradient, weight gradient); elementwise backward reads the saved
 // input and the incoming gradient and writes one gradient; the TP collectives mirror the forward's.
 void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last) {
-  const std::int64_t s = split_.tokens();
+  const std::int64_t s = split_.local_tokens();
   const std::int64_t h = model_.hidden, t = split_.tp;
   const double local = split_.sequence_parallel ? static_cast<double>(s) / static_cast<double>(t) : static_cast<double>(s);
   const double hidden_bytes = kBf16 * static_cast<double>(s * h);
@@ -155,7 +170,9 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   elementwise(p + " residual1 bwd", kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
   if (sp) collective(p + " ag1 bwd", sim::CollectiveOp::all_gather, hidden_bytes, last);
   gemm_backward(p + " proj", s, h, q);
+  ulysses_exchange(p + " a2a dout", kBf16 * static_cast<double>(s * q), last);
   attention(p + " attn bwd", true, last, false);
+  ulysses_exchange(p + " a2a dqkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   elementwise(p + " rope bwd", kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, false);
   gemm_backward(p + " qkv", s, q + 2 * kv, h);
   collective(p + (sp ? " rs1 bwd" : " ar1 bwd"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,

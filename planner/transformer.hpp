@@ -22,7 +22,9 @@ struct LayerSplit {
   int tp = 1;
   bool sequence_parallel = false;
   bool dropout = false;        // GPT-3-style dropout masks (Korthikanti et al.); the built-in models train without
+  int ulysses = 1;             // DeepSpeed-Ulysses degree: tokens split across ranks, heads split for attention
   std::int64_t tokens() const { return sequences * seq_len; }
+  std::int64_t local_tokens() const { return tokens() / ulysses; }
 };
 
 // Bytes of activations one layer keeps for backward on one GPU. Follows Korthikanti et al. (2022), "Reducing
@@ -44,8 +46,12 @@ ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerS
 // parallelism two all-gathers and two reduce-scatters ((t-1)/t each): the same volume.
 double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split);
 
-// Emits tasks into a graph for one TP group (one GPU per tensor-parallel rank, all doing the same ops on their
-// shards), threading each rank's chain of tasks through `last`.
+// Bytes each GPU puts into Ulysses all-to-alls for one layer's forward (backward moves the same): q, k, v before
+// attention and its output after, b*S/P tokens each (4 b S h / P elements for multi-head attention).
+double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split);
+
+// Emits tasks into a graph for one group of ranks doing the same ops on their shards: tensor-parallel ranks
+// (split.tp of them) or Ulysses ranks (split.ulysses of them), threading each rank's chain through `last`.
 class LayerEmitter {
  public:
   LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
@@ -63,6 +69,7 @@ class LayerEmitter {
   void elementwise(const std::string& name, double read, double written, std::vector<sim::TaskId>& last, bool recompute);
   void attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
+  void ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last);
 
   sim::TaskGraph& graph_;
   const model::ModelConfig& model_;

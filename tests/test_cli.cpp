@@ -124,6 +124,19 @@ TEST(Cli, SimulateMegatronStrategy) {
   EXPECT_GT(metrics["hfu"].get<double>(), metrics["mfu"].get<double>());  // full recompute adds hardware FLOPs
 }
 
+TEST(Cli, SimulateZeroAndUlysses) {
+  const auto zero = run_cli("simulate --strategy zero --model llama3.2-1b --hw dgx-a100 --seq 8K --global-batch 8 "
+                            "--zero-stage 3 --recompute full --offload optimizer,acts --json");
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  const auto z = nlohmann::json::parse(zero.out);
+  EXPECT_EQ(z["completed"], true);
+  EXPECT_GT(z["per_node"][0]["peak_dram_bytes"].get<double>(), 0);  // offloaded states and checkpoints
+  const auto ulysses = run_cli("simulate --strategy ulysses --sp 8 --zero-stage 2 --model llama3.2-1b --hw dgx-a100 "
+                               "--seq 64K --global-batch 1 --recompute full --json");
+  ASSERT_EQ(ulysses.exit_code, 0) << ulysses.err;
+  EXPECT_EQ(nlohmann::json::parse(ulysses.out)["completed"], true);
+}
+
 TEST(Cli, SimulateMegatronThatDoesNotFitExits1WithTheReport) {
   const auto r = run_cli("simulate --strategy megatron --model llama3-70b --hw dgx-a100 --seq 4K --global-batch 8");
   EXPECT_EQ(r.exit_code, 1);
@@ -167,8 +180,18 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/no-schema.json", {"no-schema.json", "field 'schema'"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/missing.json", {"missing.json", "cannot open"}},
         CliError{"simulate", {"--graph/--strategy", "neither"}},
-        CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",
+        CliError{"simulate --strategy fpdt --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",
                  {"--strategy", "not implemented yet"}},
+        CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --tp 2",
+                 {"--tp", "no --tp with --strategy zero"}},
+        CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --zero-stage 1",
+                 {"--zero-stage", "no --zero-stage with --strategy megatron"}},
+        CliError{"simulate --strategy ulysses --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",
+                 {"--sp", "a degree with --strategy ulysses"}},
+        CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --offload disk",
+                 {"--offload", "optimizer, grads, params, acts"}},
+        CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --offload params",
+                 {"--offload", "--zero-stage 3"}},
         CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --tp 3",
                  {"--tp", "tp * pp * dp"}},
         CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K", {"--global-batch/--tokens-per-step"}},

@@ -1,0 +1,39 @@
+#pragma once
+// Data parallelism with ZeRO (stages 0-3; stage 3 = FSDP) and optional host offload, optionally with
+// DeepSpeed-Ulysses sequence parallelism ("ulysses": sp > 1), activation checkpointing (AC: full
+// recompute) and checkpoint offload to host (OC), as DeepSpeed runs them:
+// - ZeRO groups are all GPUs. Stage >= 1 shards the optimizer states, >= 2 the gradients (reduce-scattered
+//   every micro-batch, layer by layer, during backward), 3 the parameters (all-gathered layer by layer before
+//   forward and again before backward, one layer ahead). Stages 0-1 all-reduce the gradients in the last
+//   micro-batch's backward; stages 1-2 all-gather the updated parameters after the optimizer step.
+// - Offload: optimizer (the AdamW step runs on the host over the GPU's shard, and the updated bf16 shard is
+//   copied back), grads (the reduced gradient shard is copied to host), params (stage 3: the bf16 shard lives in
+//   host DRAM and is copied in before each all-gather), acts (OC: layer-input checkpoints go to host DRAM after
+//   forward and come back before backward; implies AC).
+// - Ulysses: sp ranks share each sequence; all-to-alls around attention (planner/transformer.hpp).
+// Streams: compute 0; comm 0 for Ulysses all-to-alls, comm 1 for parameter all-gathers, comm 2 for gradient
+// reductions; the copy engines for offload.
+#include <cstdint>
+#include <string>
+
+#include "planner/step.hpp"
+#include "planner/transformer.hpp"
+
+namespace trainyard::planner {
+
+struct ZeroParams {
+  int stage = 0;
+  int sp = 1;                     // Ulysses degree
+  std::int64_t micro_batch = 1;   // sequences per micro-batch per sequence-parallel group
+  bool activation_checkpointing = false;  // AC
+  bool offload_optimizer = false;
+  bool offload_grads = false;
+  bool offload_params = false;
+  bool offload_activations = false;       // OC
+};
+
+void check_zero(const StepInputs& in, const ZeroParams& p);
+std::int64_t zero_micro_batches(const StepInputs& in, const ZeroParams& p);
+sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p);
+
+}  // namespace trainyard::planner

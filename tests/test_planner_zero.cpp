@@ -1,0 +1,146 @@
+// ZeRO stages, offload and Ulysses as task graphs.
+#include <gtest/gtest.h>
+
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/zero.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+struct Counts {
+  int all_gathers = 0, reduce_scatters = 0, all_reduces = 0, all_to_alls = 0, h2d = 0, d2h = 0, host_steps = 0;
+  double a2a_bytes = 0;
+};
+
+Counts count(const sim::TaskGraph& g) {
+  Counts c;
+  for (const auto& t : g.tasks()) {
+    if (const auto* col = std::get_if<sim::Collective>(&t.params)) {
+      c.all_gathers += col->op == sim::CollectiveOp::all_gather;
+      c.reduce_scatters += col->op == sim::CollectiveOp::reduce_scatter;
+      c.all_reduces += col->op == sim::CollectiveOp::all_reduce;
+      if (col->op == sim::CollectiveOp::all_to_all) {
+        ++c.all_to_alls;
+        c.a2a_bytes += static_cast<double>(col->bytes);
+      }
+    } else if (const auto* copy = std::get_if<sim::Copy>(&t.params)) {
+      (copy->direction == sim::Copy::Direction::h2d ? c.h2d : c.d2h) += 1;
+    } else if (t.kind() == sim::TaskKind::optimizer && sim::is_host(t.device)) {
+      ++c.host_steps;
+    }
+  }
+  return c;
+}
+
+std::int64_t alloc_bytes(const sim::TaskGraph& g, const std::string& name) {
+  for (const auto& t : g.tasks()) {
+    if (t.name == name) return std::get<sim::Alloc>(t.params).bytes;
+  }
+  return -1;
+}
+
+sim::SimResult run(sim::TaskGraph& g, const sim::Cluster& c) {
+  sim::validate(g, c.gpus(), c.nodes, "zero");
+  g.finalize();
+  return sim::simulate(g, c);
+}
+
+}  // namespace
+
+TEST(Zero, StagesShardModelStatesAndPickTheirCollectives) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,vocab=1024");
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const StepInputs in{m, c, {1024, 8}, model::precision_policy("bf16-mixed")};  // 2 micro-batches per GPU
+  const double p = m.params();
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE(stage);
+    ZeroParams z;
+    z.stage = stage;
+    sim::TaskGraph g = build_zero(in, z);
+    // Gradients: 2 bytes per parameter, sharded from stage 2; master + Adam: 12 bytes, sharded from stage 1.
+    EXPECT_NEAR(static_cast<double>(alloc_bytes(g, "grads gpu0")), 2 * (stage >= 2 ? p / 4 : p), 1);
+    EXPECT_NEAR(static_cast<double>(alloc_bytes(g, "optimizer gpu0")), 12 * (stage >= 1 ? p / 4 : p), 1);
+    const Counts k = count(g);
+    EXPECT_EQ(k.all_gathers, stage == 3 ? 2 * 4 * 2 : (stage >= 1 ? 1 : 0));  // per layer fwd + bwd; or after the step
+    EXPECT_EQ(k.reduce_scatters, stage >= 2 ? 4 * 2 : 0);                       // every micro-batch
+    EXPECT_EQ(k.all_reduces, stage <= 1 ? 4 : 0);                               // last micro-batch only
+    const sim::SimResult r = run(g, c);
+    EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+  }
+}
+
+TEST(Zero, OffloadMovesStatesAndCheckpointsToHostMemory) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,vocab=1024");
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const StepInputs in{m, c, {2048, 4}, model::precision_policy("bf16-mixed")};
+  ZeroParams base;
+  base.stage = 3;
+  base.activation_checkpointing = true;
+  sim::TaskGraph plain = build_zero(in, base);
+  const sim::SimResult r_plain = run(plain, c);
+  ASSERT_TRUE(r_plain.completed);
+  ZeroParams off = base;
+  off.offload_optimizer = off.offload_grads = off.offload_params = off.offload_activations = true;
+  sim::TaskGraph g = build_zero(in, off);
+  const Counts k = count(g);
+  EXPECT_EQ(k.host_steps, 4);        // the AdamW step of each GPU's shard runs on the host
+  EXPECT_EQ(k.d2h, 4 * 4 + 4 * 4);   // checkpoints (4 layers x 4 GPUs, 1 micro-batch) and gradient shards
+  EXPECT_GT(k.h2d, 4 * 4);           // checkpoints back, parameter shards before each gather
+  const sim::SimResult r = run(g, c);
+  ASSERT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+  EXPECT_GT(r.pools[4].peak_bytes, 0);                            // host DRAM holds states and checkpoints
+  EXPECT_LT(r.pools[0].peak_bytes, r_plain.pools[0].peak_bytes);  // and HBM holds less
+  EXPECT_GT(r.step_ns, r_plain.step_ns);                          // at the price of PCIe traffic
+}
+
+TEST(Ulysses, AllToAllBytesMatchTheFormula) {
+  // DeepSpeed-Ulysses moves q, k, v before attention and the output after: 4 b S h / P elements per GPU per
+  // layer forward for multi-head attention, 2 bytes each; backward moves the same.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=2,hidden=1024,heads=16,vocab=1024");
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const StepInputs in{m, c, {4096, 1}, model::precision_policy("bf16-mixed")};
+  ZeroParams z;
+  z.sp = 4;
+  z.stage = 3;
+  z.activation_checkpointing = true;
+  sim::TaskGraph g = build_zero(in, z);
+  const Counts k = count(g);
+  const double per_layer = 2.0 * 4 * 4096 * 1024 / 4;
+  LayerSplit split{1, 4096, 1, false, false};
+  split.ulysses = 4;
+  EXPECT_DOUBLE_EQ(ulysses_bytes_per_layer_forward(m, split), per_layer);
+  // 2 layers x (forward + recomputed forward + backward), two all-to-alls each.
+  EXPECT_EQ(k.all_to_alls, 2 * 3 * 2);
+  EXPECT_DOUBLE_EQ(k.a2a_bytes, 2 * 3 * per_layer);
+  const sim::SimResult r = run(g, c);
+  EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+}
+
+TEST(Zero, BadParametersNameTheirFlag) {
+  const model::ModelConfig m = model::load_model("llama3-8b");
+  const sim::Cluster c(hw::load_node("dgx-a100"), 1);
+  const StepInputs in{m, c, {65536, 1}, model::precision_policy("bf16-mixed")};
+  auto error = [&](ZeroParams p) {
+    try {
+      check_zero(in, p);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ZeroParams p;
+  p.sp = 8;
+  EXPECT_EQ(error(p), "");
+  p.sp = 3;
+  EXPECT_NE(error(p).find("--sp"), std::string::npos);
+  p.sp = 8;
+  p.offload_params = true;
+  EXPECT_NE(error(p).find("--zero-stage 3"), std::string::npos);
+  p = {};
+  EXPECT_NE(error(p).find("--global-batch"), std::string::npos);  // 1 sequence cannot feed 8 data-parallel GPUs
+}
+
+}  // namespace trainyard::planner
