@@ -114,17 +114,22 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
   };
 
   // Stage 3: the parameters of a layer are gathered into a whole-layer buffer on every GPU, one layer ahead of
-  // the compute that needs them (the gather of layer l waits for the buffer of layer l - 2 to be released).
+  // the compute that needs them (the buffer for layer l is allocated once layer l - 2's is released).
   std::vector<sim::TaskId> gather_chain;  // the gathers issued so far, in order
-  std::vector<std::vector<sim::TaskId>> gather_buffers;  // per gather, per GPU: the alloc of its buffer
+  std::vector<std::vector<sim::TaskId>> gather_buffers;   // per gather, per GPU: the alloc of its buffer
+  std::vector<std::vector<sim::TaskId>> gather_releases;  // per gather, per GPU: the free of its buffer
   auto gather_layer = [&](const std::string& name) -> sim::TaskId {
     if (p.stage != 3 || gpus == 1) return -1;
     std::vector<sim::TaskId> deps;
     if (!gather_chain.empty()) deps.push_back(gather_chain.back());
     std::vector<sim::TaskId> buffers;
     for (int gpu = 0; gpu < gpus; ++gpu) {
+      // At most two layer buffers: this one waits until the buffer of two gathers ago is released.
       std::vector<sim::TaskId> after;
-      if (gather_chain.size() >= 2) after.push_back(gather_chain[gather_chain.size() - 2]);
+      const std::size_t k = gather_chain.size();
+      if (k >= 2 && gather_releases[k - 2][static_cast<std::size_t>(gpu)] >= 0) {
+        after.push_back(gather_releases[k - 2][static_cast<std::size_t>(gpu)]);
+      }
       buffers.push_back(g.alloc(name + " buffer", gpu, sim::Pool::hbm, rounded(pol.weight_bytes * layer_params, 1),
                                 "gathered layer parameters", after));
       deps.push_back(buffers.back());
@@ -138,13 +143,15 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
                                             deps, kGatherStream);
     gather_chain.push_back(gather);
     gather_buffers.push_back(buffers);
+    gather_releases.emplace_back(static_cast<std::size_t>(gpus), -1);
     return gather;
   };
   auto release_gather = [&](std::size_t index, const std::string& name) {
     if (index >= gather_buffers.size()) return;
     for (int gpu = 0; gpu < gpus; ++gpu) {
-      g.free(name + " release", gather_buffers[index][static_cast<std::size_t>(gpu)],
-             std::vector<sim::TaskId>{last[static_cast<std::size_t>(gpu)]});
+      gather_releases[index][static_cast<std::size_t>(gpu)] =
+          g.free(name + " release", gather_buffers[index][static_cast<std::size_t>(gpu)],
+                 std::vector<sim::TaskId>{last[static_cast<std::size_t>(gpu)]});
     }
   };
   // A layer's compute waits for its gathered parameters: attach the gather to each GPU's first task of the
