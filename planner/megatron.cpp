@@ -12,20 +12,8 @@ namespace trainyard::planner {
 namespace {
 
 constexpr int kTpStream = 0, kPipeStream = 1, kDpStream = 2;
-constexpr std::int64_t kLossChunkTokens = 8192;  // the LM head and loss run in chunks so logits stay small
 
 std::string mb_name(std::int64_t mb) { return "mb" + std::to_string(mb); }
-
-// Embedding lookup (a gather writing b*S*h) and its backward (a scatter-add into the embedding gradient). The
-// vocab-parallel all-reduce of the lookup under TP is not modelled (b*S*h bytes once per micro-batch).
-void embedding(sim::TaskGraph& g, const std::vector<sim::DeviceId>& ranks, const std::string& name, std::int64_t s,
-               std::int64_t h, bool backward, std::vector<sim::TaskId>& last) {
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    std::vector<sim::TaskId> deps;
-    if (last[r] >= 0) deps.push_back(last[r]);
-    last[r] = g.elementwise(name, ranks[r], {backward ? 4 * s * h : 8 * s, 2 * s * h}, deps);
-  }
-}
 
 }  // namespace
 
@@ -175,31 +163,14 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                               "activations virtual stage " + std::to_string(v) + " " + tag, after);
             tasks.first.push_back(last[r]);
           }
-          if (v == 0) embedding(g, ranks, "F " + tag + " embedding", s, h, false, last);
+          if (v == 0) {
+            for (std::size_t r = 0; r < ranks.size(); ++r) last[r] = emit_embedding(g, ranks[r], "F " + tag + " embedding", s, h, false, last[r]);
+          }
           for (std::int64_t l = v * layers_per_chunk; l < (v + 1) * layers_per_chunk; ++l) {
             layer.forward("F L" + std::to_string(l) + " " + tag, last);
           }
           if (v == virtual_stages - 1) {
-            // LM head and loss, fused forward and backward per chunk of tokens (the logits of a long sequence
-            // would not fit whole); the input gradient is ready for the backward pass.
-            for (std::int64_t c0 = 0; c0 < s; c0 += kLossChunkTokens) {
-              const std::int64_t c = std::min(kLossChunkTokens, s - c0);
-              const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
-              for (std::size_t r = 0; r < ranks.size(); ++r) {
-                const sim::TaskId logits = g.alloc(name + " logits", ranks[r], sim::Pool::hbm, c * vocab_shard * 4,
-                                                   "fp32 logits chunk " + tag, std::vector<sim::TaskId>{last[r]});
-                const sim::TaskId head = g.gemm(name + " lm_head", ranks[r], {c, vocab_shard, h, hw::Dtype::bf16},
-                                                std::vector<sim::TaskId>{logits});
-                const sim::TaskId loss = g.elementwise(name + " softmax xent", ranks[r],
-                                                       {c * vocab_shard * 4, c * vocab_shard * 2}, std::vector<sim::TaskId>{head});
-                const sim::TaskId dgrad = g.gemm(name + " lm_head dgrad", ranks[r], {c, h, vocab_shard, hw::Dtype::bf16},
-                                                 std::vector<sim::TaskId>{loss});
-                const sim::TaskId wgrad = g.gemm(name + " lm_head wgrad", ranks[r], {h, vocab_shard, c, hw::Dtype::bf16},
-                                                 std::vector<sim::TaskId>{dgrad});
-                g.free(name + " free logits", logits, std::vector<sim::TaskId>{wgrad});
-                last[r] = wgrad;
-              }
-            }
+            for (std::size_t r = 0; r < ranks.size(); ++r) last[r] = emit_loss(g, ranks[r], tag, s, h, vocab_shard, last[r]);
           }
           if (v + 1 < virtual_stages) {
             const int next_stage = (v + 1) % p.pp;
@@ -232,7 +203,9 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
               }
             }
           }
-          if (v == 0) embedding(g, ranks, "B " + tag + " embedding", s, h, true, last);
+          if (v == 0) {
+            for (std::size_t r = 0; r < ranks.size(); ++r) last[r] = emit_embedding(g, ranks[r], "B " + tag + " embedding", s, h, true, last[r]);
+          }
           // Upstream gradients attach to the slot's first task on each rank.
           for (sim::DeviceId rank : ranks) {
             for (auto id = begin; id < static_cast<sim::TaskId>(g.size()); ++id) {

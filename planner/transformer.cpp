@@ -180,4 +180,34 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   elementwise(p + " norm1 bwd", 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
 }
 
+namespace {
+std::vector<sim::TaskId> after_of(sim::TaskId after) {
+  return after >= 0 ? std::vector<sim::TaskId>{after} : std::vector<sim::TaskId>{};
+}
+}  // namespace
+
+sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens,
+                           std::int64_t hidden, bool backward, sim::TaskId after) {
+  const std::int64_t read = backward ? 4 * tokens * hidden : 8 * tokens;  // ids, or gradient + table rows
+  return g.elementwise(name, gpu, {read, 2 * tokens * hidden}, after_of(after));
+}
+
+sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
+                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after) {
+  constexpr std::int64_t kChunkTokens = 8192;
+  sim::TaskId at = after;
+  for (std::int64_t c0 = 0; c0 < tokens; c0 += kChunkTokens) {
+    const std::int64_t c = std::min(kChunkTokens, tokens - c0);
+    const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
+    const sim::TaskId logits = g.alloc(name + " logits", gpu, sim::Pool::hbm, c * vocab_shard * 4, "fp32 logits chunk " + tag,
+                                       after_of(at));
+    at = g.gemm(name + " lm_head", gpu, {c, vocab_shard, hidden, hw::Dtype::bf16}, std::vector<sim::TaskId>{logits});
+    at = g.elementwise(name + " softmax xent", gpu, {c * vocab_shard * 4, c * vocab_shard * 2}, std::vector<sim::TaskId>{at});
+    at = g.gemm(name + " lm_head dgrad", gpu, {c, hidden, vocab_shard, hw::Dtype::bf16}, std::vector<sim::TaskId>{at});
+    at = g.gemm(name + " lm_head wgrad", gpu, {hidden, vocab_shard, c, hw::Dtype::bf16}, std::vector<sim::TaskId>{at});
+    g.free(name + " free logits", logits, std::vector<sim::TaskId>{at});
+  }
+  return at;
+}
+
 }  // namespace trainyard::planner

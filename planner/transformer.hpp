@@ -78,4 +78,14 @@ class LayerEmitter {
   std::int32_t group_ = -1;
 };
 
+// The ends of the model, per GPU, chained after `after` (or -1); each returns its last task.
+// Embedding lookup (a gather writing tokens*h*2 bytes) or its backward (a scatter-add into the embedding
+// gradient). Under TP the vocab-parallel lookup's all-reduce (tokens*h*2 bytes) is not modelled.
+sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens,
+                           std::int64_t hidden, bool backward, sim::TaskId after);
+// LM head and softmax cross-entropy over `tokens`, forward and backward fused per chunk of 8K tokens so that the
+// fp32 logits (tokens x vocab_shard x 4 bytes) never exist whole: logits, loss, input and weight gradients.
+sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
+                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after);
+
 }  // namespace trainyard::planner

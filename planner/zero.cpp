@@ -9,7 +9,6 @@ namespace trainyard::planner {
 namespace {
 
 constexpr int kGatherStream = 1, kReduceStream = 2;  // comm 0: Ulysses all-to-alls
-constexpr std::int64_t kLossChunkTokens = 8192;
 
 std::int64_t rounded(double bytes, std::int64_t group) {
   const auto b = std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes));
@@ -176,9 +175,8 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
     // Forward.
     std::vector<std::vector<sim::TaskId>> saved(static_cast<std::size_t>(model.layers));  // per layer, per GPU
     for (int gpu = 0; gpu < gpus; ++gpu) {
-      std::vector<sim::TaskId> deps;
-      if (last[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last[static_cast<std::size_t>(gpu)]);
-      last[static_cast<std::size_t>(gpu)] = g.elementwise("F " + tag + " embedding", gpu, {8 * s, 2 * s * h}, deps);
+      auto& at = last[static_cast<std::size_t>(gpu)];
+      at = emit_embedding(g, gpu, "F " + tag + " embedding", s, h, false, at);
     }
     for (std::int64_t l = 0; l < model.layers; ++l) {
       const std::string prefix = "F L" + std::to_string(l) + " " + tag;
@@ -225,20 +223,10 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
         }
       }
     }
-    // LM head and loss per chunk, forward and backward fused.
+    // LM head and loss, forward and backward fused per chunk.
     for (int gpu = 0; gpu < gpus; ++gpu) {
-      for (std::int64_t c0 = 0; c0 < s; c0 += kLossChunkTokens) {
-        const std::int64_t c = std::min(kLossChunkTokens, s - c0);
-        const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
-        auto& at = last[static_cast<std::size_t>(gpu)];
-        const sim::TaskId logits = g.alloc(name + " logits", gpu, sim::Pool::hbm, c * model.vocab * 4, "fp32 logits chunk",
-                                           std::vector<sim::TaskId>{at});
-        at = g.gemm(name + " lm_head", gpu, {c, model.vocab, h, hw::Dtype::bf16}, std::vector<sim::TaskId>{logits});
-        at = g.elementwise(name + " softmax xent", gpu, {c * model.vocab * 4, c * model.vocab * 2}, std::vector<sim::TaskId>{at});
-        at = g.gemm(name + " lm_head dgrad", gpu, {c, h, model.vocab, hw::Dtype::bf16}, std::vector<sim::TaskId>{at});
-        at = g.gemm(name + " lm_head wgrad", gpu, {h, model.vocab, c, hw::Dtype::bf16}, std::vector<sim::TaskId>{at});
-        g.free(name + " free logits", logits, std::vector<sim::TaskId>{at});
-      }
+      auto& at = last[static_cast<std::size_t>(gpu)];
+      at = emit_loss(g, gpu, tag, s, h, model.vocab, at);
     }
     // Backward, last layer first.
     for (std::int64_t l = model.layers - 1; l >= 0; --l) {
@@ -292,7 +280,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
     }
     for (int gpu = 0; gpu < gpus; ++gpu) {
       auto& at = last[static_cast<std::size_t>(gpu)];
-      at = g.elementwise("B " + tag + " embedding", gpu, {4 * s * h, 2 * s * h}, std::vector<sim::TaskId>{at});
+      at = emit_embedding(g, gpu, "B " + tag + " embedding", s, h, true, at);
     }
   }
 
