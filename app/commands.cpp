@@ -69,7 +69,7 @@ const StrategyInfo kStrategies[] = {
     {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "not implemented yet (issue 5)"},
     {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "not implemented yet (issue 4)"},
     {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "simulate --strategy (plan search: issue 6)"},
-    {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "not implemented yet (issue 4)"},
+    {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "simulate --strategy (plan search: issue 6)"},
     {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "simulate --strategy (plan search: issue 6)"},
     {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "simulate --strategy (plan search: issue 6)"},
     {"hotspa", "HotSPa: per-length-bucket strategies with hot switching", "not implemented yet (issue 10)"},
@@ -309,7 +309,7 @@ int run_simulate(const std::vector<std::string>& args) {
   po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
   options.add_options()
       ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
-      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: megatron, zero, ulysses")
+      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: megatron, zero, ulysses, ring-attention")
       ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
       ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
       ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")
@@ -327,6 +327,8 @@ int run_simulate(const std::vector<std::string>& args) {
       ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")
       ("offload", po::value<std::string>()->value_name("list"), "zero, ulysses: comma list of optimizer, grads, params, acts")
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
+      ("cp", po::value<int>()->value_name("int"), "ring-attention: context-parallel degree (required)")
+      ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")
       ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
       ("json", po::bool_switch(), "print metrics as JSON");
   po::positional_options_description positional;
@@ -344,7 +346,7 @@ int run_simulate(const std::vector<std::string>& args) {
                      from_graph ? "both" : "neither");
   }
   static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
-                                              "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp"};
+                                              "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp"};
   std::optional<sim::Cluster> cluster;
   sim::TaskGraph graph;
   std::string origin;
@@ -367,23 +369,29 @@ int run_simulate(const std::vector<std::string>& args) {
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   } else {
     const std::string strategy = vm["strategy"].as<std::string>();
-    if (strategy != "megatron" && strategy != "zero" && strategy != "ulysses") {
+    if (strategy != "megatron" && strategy != "zero" && strategy != "ulysses" && strategy != "ring-attention") {
       throw InputError("--strategy", "value",
-                       "megatron, zero or ulysses (the other schemes of 'trainyard list strategies' are not implemented yet)",
+                       "megatron, zero, ulysses or ring-attention (the other schemes of 'trainyard list strategies' are not implemented yet)",
                        "\"" + strategy + "\"");
     }
     // Flags of another scheme are errors, not silently ignored.
-    const std::vector<std::string> foreign = strategy == "megatron"
-                                                 ? std::vector<std::string>{"zero-stage", "offload", "sp"}
-                                                 : std::vector<std::string>{"tp", "pp", "dp", "vpp"};
+    std::vector<std::string> foreign = strategy == "megatron" ? std::vector<std::string>{"zero-stage", "offload", "sp", "cp"}
+                                                              : std::vector<std::string>{"tp", "pp", "dp", "vpp"};
+    if (strategy != "ulysses") foreign.push_back("sp");
+    if (strategy != "ring-attention") foreign.push_back("cp");
+    if (strategy != "ring-attention" && vm["zigzag"].as<bool>()) {
+      throw InputError("--zigzag", "value", "only with --strategy ring-attention", "--zigzag");
+    }
     for (const auto& flag : foreign) {
       if (vm.count(flag)) throw InputError("--" + flag, "value", "no --" + flag + " with --strategy " + strategy, "--" + flag);
     }
     if (strategy != "megatron" && vm["sequence-parallel"].as<bool>()) {
       throw InputError("--sequence-parallel", "value", "no --sequence-parallel with --strategy " + strategy + " (use --sp for Ulysses)", "it");
     }
-    if (strategy == "zero" && vm.count("sp")) throw InputError("--sp", "value", "--strategy ulysses for sequence parallelism", "--sp with zero");
     if (strategy == "ulysses" && !vm.count("sp")) throw InputError("--sp", "value", "a degree with --strategy ulysses", "nothing");
+    if (strategy == "ring-attention" && !vm.count("cp")) {
+      throw InputError("--cp", "value", "a degree with --strategy ring-attention", "nothing");
+    }
     for (const char* flag : {"model", "hw", "seq"}) {
       if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value with --strategy", "nothing");
     }
@@ -434,6 +442,8 @@ int run_simulate(const std::vector<std::string>& args) {
       planner::ZeroParams p;
       p.stage = vm.count("zero-stage") ? vm["zero-stage"].as<int>() : 0;
       p.sp = vm.count("sp") ? vm["sp"].as<int>() : 1;
+      p.cp = vm.count("cp") ? vm["cp"].as<int>() : 1;
+      p.zigzag = vm["zigzag"].as<bool>();
       p.micro_batch = micro_batch;
       p.activation_checkpointing = recompute == planner::Recompute::full;
       if (vm.count("offload")) {

@@ -52,6 +52,13 @@ double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit&
   return 2 * 2 * (t - 1) / t * buffer;
 }
 
+double ring_bytes_per_layer(const model::ModelConfig& m, const LayerSplit& split, bool backward) {
+  if (split.cp == 1) return 0;
+  const double block = static_cast<double>(split.local_tokens()) * static_cast<double>(m.kv_dim());  // elements of K
+  const double per_pass = backward ? 2 * block * kBf16 + 2 * block * 4 : 2 * block * kBf16;
+  return static_cast<double>(split.cp - 1) * per_pass;
+}
+
 double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split) {
   if (split.ulysses == 1) return 0;
   const double local = static_cast<double>(split.local_tokens());
@@ -61,8 +68,8 @@ double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerS
 LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
                            std::vector<sim::DeviceId> ranks)
     : graph_(graph), model_(model), split_(split), ranks_(std::move(ranks)) {
-  TRAINYARD_CHECK(split.tp == 1 || split.ulysses == 1, "tensor parallelism and Ulysses are not combined");
-  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp * split.ulysses, "one rank per shard");
+  TRAINYARD_CHECK((split.tp > 1) + (split.ulysses > 1) + (split.cp > 1) <= 1, "one kind of split per layer group");
+  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp * split.ulysses * split.cp, "one rank per shard");
   if (ranks_.size() > 1) group_ = graph_.add_group(ranks_);
 }
 
@@ -87,12 +94,55 @@ void LayerEmitter::elementwise(const std::string& name, double read, double writ
 }
 
 void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
+  if (split_.cp > 1) return ring_attention(name, backward, last, recompute);
   const int shards = split_.tp * split_.ulysses;
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);  // batch folded into heads
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
   each_rank(name, sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads),
                                  static_cast<std::int32_t>(model_.head_dim), true, backward},
             last, recompute);
+}
+
+// Ring attention over cp ranks: at step i rank r works on the K/V block that started on rank r - i, while it
+// passes the block it holds to rank r + 1 (a message on comm stream 1, overlapped with the block's attention).
+// Step 0 is the causal diagonal block. Without zigzag a block from a later rank is fully masked, so rank r
+// computes only r + 1 of the cp blocks (the imbalance zigzag removes); with zigzag every later step computes
+// half a block's pairs on every rank. Backward passes K, V and the fp32 dK, dV accumulators.
+void LayerEmitter::ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
+  const int cp = split_.cp;
+  const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
+  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads);
+  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * model_.kv_heads);
+  const auto head_dim = static_cast<std::int32_t>(model_.head_dim);
+  const auto pass_bytes = static_cast<std::int64_t>(ring_bytes_per_layer(model_, split_, backward) / (cp - 1));
+  std::vector<sim::TaskId> sent(static_cast<std::size_t>(cp), -1);  // the previous step's messages, by sender
+  for (int step = 0; step < cp; ++step) {
+    std::vector<sim::TaskId> now_sent(static_cast<std::size_t>(cp), -1);
+    for (int r = 0; r < cp; ++r) {
+      const std::size_t ri = static_cast<std::size_t>(r);
+      const sim::TaskId received = step == 0 ? -1 : sent[static_cast<std::size_t>((r - 1 + cp) % cp)];
+      if (step + 1 < cp) {  // pass on what this rank holds now
+        std::vector<sim::TaskId> deps{received >= 0 ? received : last[ri]};
+        now_sent[ri] = graph_.send(name + " ring pass " + std::to_string(step), ranks_[ri], ranks_[static_cast<std::size_t>((r + 1) % cp)],
+                                   std::max<std::int64_t>(1, pass_bytes), deps, 1);
+      }
+      const int source = r - step;  // the rank this block started on (negative: a later block, wrapped)
+      sim::Attention block{local, local, heads, kv_heads, head_dim, step == 0, backward};
+      if (split_.zigzag && step > 0) {
+        block.kv_len = local / 2;  // half of the pairs of a full block are unmasked
+      } else if (!split_.zigzag && source < 0) {
+        continue;  // fully masked: nothing to compute, the block only passes through
+      }
+      std::vector<sim::TaskId> deps{last[ri]};
+      if (received >= 0) deps.push_back(received);
+      last[ri] = graph_.add({name + " block " + std::to_string(step), ranks_[ri], {sim::StreamKind::compute, 0}, recompute, block},
+                            deps);
+    }
+    sent = now_sent;
+  }
+  // Merge the partial outputs by their log-sum-exp (forward), or finish the gradients (backward).
+  elementwise(name + " merge", kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
+              kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()), last, recompute);
 }
 
 void LayerEmitter::ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last) {

@@ -23,8 +23,10 @@ struct LayerSplit {
   bool sequence_parallel = false;
   bool dropout = false;        // GPT-3-style dropout masks (Korthikanti et al.); the built-in models train without
   int ulysses = 1;             // DeepSpeed-Ulysses degree: tokens split across ranks, heads split for attention
+  int cp = 1;                  // ring attention / context parallelism: tokens split, K/V blocks passed round
+  bool zigzag = false;         // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
   std::int64_t tokens() const { return sequences * seq_len; }
-  std::int64_t local_tokens() const { return tokens() / ulysses; }
+  std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
 };
 
 // Bytes of activations one layer keeps for backward on one GPU. Follows Korthikanti et al. (2022), "Reducing
@@ -50,8 +52,13 @@ double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit&
 // attention and its output after, b*S/P tokens each (4 b S h / P elements for multi-head attention).
 double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split);
 
+// Bytes each GPU sends around the ring for one layer's attention under context parallelism: cp - 1 passes of
+// its K and V block (forward); backward passes K, V and the fp32 dK, dV accumulators.
+double ring_bytes_per_layer(const model::ModelConfig& m, const LayerSplit& split, bool backward);
+
 // Emits tasks into a graph for one group of ranks doing the same ops on their shards: tensor-parallel ranks
-// (split.tp of them) or Ulysses ranks (split.ulysses of them), threading each rank's chain through `last`.
+// (split.tp of them), Ulysses ranks (split.ulysses) or context-parallel ranks (split.cp), threading each
+// rank's chain through `last`.
 class LayerEmitter {
  public:
   LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
@@ -70,6 +77,7 @@ class LayerEmitter {
   void attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
   void ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last);
+  void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
 
   sim::TaskGraph& graph_;
   const model::ModelConfig& model_;

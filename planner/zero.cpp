@@ -18,7 +18,7 @@ std::int64_t rounded(double bytes, std::int64_t group) {
 }  // namespace
 
 std::int64_t zero_micro_batches(const StepInputs& in, const ZeroParams& p) {
-  const std::int64_t groups = in.cluster.gpus() / p.sp;
+  const std::int64_t groups = in.cluster.gpus() / (p.sp * p.cp);
   return in.workload.global_batch / (groups * p.micro_batch);
 }
 
@@ -35,10 +35,17 @@ void check_zero(const StepInputs& in, const ZeroParams& p) {
          std::to_string(p.sp));
   }
   if (in.workload.seq_len % p.sp != 0) fail("--sp", "a divisor of the sequence length", std::to_string(p.sp));
+  if (p.cp < 1 || gpus % p.cp != 0) fail("--cp", "a divisor of the cluster's " + std::to_string(gpus) + " GPUs", std::to_string(p.cp));
+  if (p.cp > 1 && p.sp > 1) fail("--cp", "1 with --sp > 1 (Ulysses and ring attention are separate schemes here)", std::to_string(p.cp));
+  if (in.workload.seq_len % (p.zigzag ? 2 * p.cp : p.cp) != 0) {
+    fail("--cp", "a degree such that the sequence splits into " + std::string(p.zigzag ? "2 * cp" : "cp") + " equal chunks",
+         std::to_string(p.cp));
+  }
+  if (p.zigzag && p.cp == 1) fail("--zigzag", "only with --cp > 1", "--cp 1");
   if (p.micro_batch < 1) fail("--micro-batch", "a positive integer", std::to_string(p.micro_batch));
-  const std::int64_t groups = gpus / p.sp;
+  const std::int64_t groups = gpus / (p.sp * p.cp);
   if (in.workload.global_batch % (groups * p.micro_batch) != 0) {
-    fail("--global-batch", "a multiple of (GPUs / sp) * micro-batch = " + std::to_string(groups * p.micro_batch),
+    fail("--global-batch", "a multiple of (GPUs / (sp * cp)) * micro-batch = " + std::to_string(groups * p.micro_batch),
          std::to_string(in.workload.global_batch));
   }
   if (p.offload_params && p.stage != 3) fail("--offload", "params only with --zero-stage 3", "params");
@@ -54,6 +61,8 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
   const bool checkpoint = p.activation_checkpointing || p.offload_activations;
   LayerSplit split{p.micro_batch, in.workload.seq_len, 1, false, false};
   split.ulysses = p.sp;
+  split.cp = p.cp;
+  split.zigzag = p.zigzag;
   const double full_acts = layer_activation_bytes(model, split, Recompute::none).total();
   const double ckpt = layer_activation_bytes(model, split, Recompute::full).total();
   const auto params = model.param_counts();
@@ -86,12 +95,13 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
             p.offload_optimizer ? sim::Pool::dram : sim::Pool::hbm, rounded(optimizer, 1), "master weights and Adam moments");
   }
 
-  const int groups = gpus / p.sp;
+  const int group_size = p.sp * p.cp;
+  const int groups = gpus / group_size;
   std::vector<LayerEmitter> emitters;
   std::vector<std::vector<sim::DeviceId>> group_ranks;
   for (int grp = 0; grp < groups; ++grp) {
     std::vector<sim::DeviceId> ranks;
-    for (int r = 0; r < p.sp; ++r) ranks.push_back(grp * p.sp + r);
+    for (int r = 0; r < group_size; ++r) ranks.push_back(grp * group_size + r);
     group_ranks.push_back(ranks);
     emitters.emplace_back(g, model, split, ranks);
   }

@@ -1,7 +1,8 @@
 #pragma once
 // Data parallelism with ZeRO (stages 0-3; stage 3 = FSDP) and optional host offload, optionally with
-// DeepSpeed-Ulysses sequence parallelism ("ulysses": sp > 1), activation checkpointing (AC: full
-// recompute) and checkpoint offload to host (OC), as DeepSpeed runs them:
+// DeepSpeed-Ulysses sequence parallelism ("ulysses": sp > 1) or ring attention / context parallelism
+// ("ring-attention": cp > 1, zigzag optional), activation checkpointing (AC: full recompute) and checkpoint
+// offload to host (OC), as DeepSpeed runs them:
 // - ZeRO groups are all GPUs. Stage >= 1 shards the optimizer states, >= 2 the gradients (reduce-scattered
 //   every micro-batch, layer by layer, during backward), 3 the parameters (all-gathered layer by layer before
 //   forward and again before backward, one layer ahead). Stages 0-1 all-reduce the gradients in the last
@@ -11,8 +12,9 @@
 //   host DRAM and is copied in before each all-gather), acts (OC: layer-input checkpoints go to host DRAM after
 //   forward and come back before backward; implies AC).
 // - Ulysses: sp ranks share each sequence; all-to-alls around attention (planner/transformer.hpp).
-// Streams: compute 0; comm 0 for Ulysses all-to-alls, comm 1 for parameter all-gathers, comm 2 for gradient
-// reductions; the copy engines for offload.
+// - Ring attention: cp ranks share each sequence; K/V blocks travel round the ring (planner/transformer.hpp).
+// Streams: compute 0; comm 0 for Ulysses all-to-alls, comm 1 for parameter all-gathers and ring passes, comm 2
+// for gradient reductions; the copy engines for offload.
 #include <cstdint>
 #include <string>
 
@@ -24,6 +26,8 @@ namespace trainyard::planner {
 struct ZeroParams {
   int stage = 0;
   int sp = 1;                     // Ulysses degree
+  int cp = 1;                     // ring attention (context parallel) degree
+  bool zigzag = false;            // ring attention's causal load balancing
   std::int64_t micro_batch = 1;   // sequences per micro-batch per sequence-parallel group
   bool activation_checkpointing = false;  // AC
   bool offload_optimizer = false;

@@ -148,3 +148,45 @@ TEST(Zero, BadParametersNameTheirFlag) {
 }
 
 }  // namespace trainyard::planner
+
+namespace trainyard::planner {
+
+TEST(RingAttention, PassesKvBlocksRoundTheRingAndZigzagBalancesTheWork) {
+  // cp = 4, one sequence of 8K tokens: every layer's forward passes K and V (2 x 2K tokens x kv_dim x 2 bytes)
+  // three times round the ring, backward also the fp32 dK, dV. Without zigzag rank r computes r + 1 blocks, so
+  // the last rank is the busiest; zigzag gives every rank the same work.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=2,hidden=1024,heads=16,vocab=1024");
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const StepInputs in{m, c, {8192, 1}, model::precision_policy("bf16-mixed")};
+  LayerSplit split{1, 8192, 1, false, false};
+  split.cp = 4;
+  const double block = 2048.0 * 1024;
+  EXPECT_DOUBLE_EQ(ring_bytes_per_layer(m, split, false), 3 * 2 * block * 2);
+  EXPECT_DOUBLE_EQ(ring_bytes_per_layer(m, split, true), 3 * (2 * block * 2 + 2 * block * 4));
+  std::vector<std::vector<double>> busy;
+  for (bool zigzag : {false, true}) {
+    ZeroParams z;
+    z.cp = 4;
+    z.zigzag = zigzag;
+    sim::TaskGraph g = build_zero(in, z);
+    double passed = 0;
+    for (const auto& t : g.tasks()) {
+      if (const auto* p2p = std::get_if<sim::PointToPoint>(&t.params); p2p && t.device == 0) passed += static_cast<double>(p2p->bytes);
+    }
+    // 2 layers: forward and backward passes from rank 0.
+    EXPECT_NEAR(passed, 2 * (ring_bytes_per_layer(m, split, false) + ring_bytes_per_layer(m, split, true)), 8);
+    const sim::SimResult r = run(g, c);
+    ASSERT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+    std::vector<double> attention_ns(4, 0);
+    for (sim::TaskId t = 0; t < static_cast<sim::TaskId>(g.size()); ++t) {
+      if (g.task(t).kind() == sim::TaskKind::attention) {
+        attention_ns[static_cast<std::size_t>(g.task(t).device)] += static_cast<double>(r.timing[t].end_ns - r.timing[t].start_ns);
+      }
+    }
+    busy.push_back(attention_ns);
+  }
+  EXPECT_GT(busy[0][3], 3 * busy[0][0]);              // plain: rank 3 computes 4 blocks, rank 0 one
+  EXPECT_NEAR(busy[1][3] / busy[1][0], 1.0, 0.05);    // zigzag: balanced
+}
+
+}  // namespace trainyard::planner
