@@ -325,7 +325,7 @@ int run_simulate(const std::vector<std::string>& args) {
       ("sequence-parallel", po::bool_switch(), "megatron: sequence parallelism with TP")
       ("recompute", po::value<std::string>()->value_name("none|selective|full"), "activation recomputation (default none; full = activation checkpointing)")
       ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")
-      ("offload", po::value<std::string>()->value_name("list"), "zero, ulysses: comma list of optimizer, grads, params, acts")
+      ("offload", po::value<std::string>()->value_name("list"), "comma list of optimizer, grads, params, acts (megatron: acts only)")
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
       ("cp", po::value<int>()->value_name("int"), "ring-attention: context-parallel degree (required)")
       ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")
@@ -375,7 +375,7 @@ int run_simulate(const std::vector<std::string>& args) {
                        "\"" + strategy + "\"");
     }
     // Flags of another scheme are errors, not silently ignored.
-    std::vector<std::string> foreign = strategy == "megatron" ? std::vector<std::string>{"zero-stage", "offload", "sp", "cp"}
+    std::vector<std::string> foreign = strategy == "megatron" ? std::vector<std::string>{"zero-stage", "sp", "cp"}
                                                               : std::vector<std::string>{"tp", "pp", "dp", "vpp"};
     if (strategy != "ulysses") foreign.push_back("sp");
     if (strategy != "ring-attention") foreign.push_back("cp");
@@ -437,6 +437,12 @@ int run_simulate(const std::vector<std::string>& args) {
       p.micro_batch = micro_batch;
       p.sequence_parallel = vm["sequence-parallel"].as<bool>();
       p.recompute = recompute;
+      if (vm.count("offload")) {
+        if (vm["offload"].as<std::string>() != "acts") {
+          throw InputError("--offload", "value", "acts (the only offload megatron models)", "\"" + vm["offload"].as<std::string>() + "\"");
+        }
+        p.offload_activations = true;
+      }
       graph = planner::build_megatron(inputs, p);
     } else {
       planner::ZeroParams p;

@@ -47,6 +47,9 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
   }
   if (p.vpp > 1 && p.pp == 1) fail("--vpp", "1 unless --pp > 1 (interleaving needs a pipeline)", std::to_string(p.vpp));
   if (p.sequence_parallel && p.tp == 1) fail("--sequence-parallel", "only with --tp > 1", "--tp 1");
+  if (p.offload_activations && p.recompute != Recompute::full) {
+    fail("--offload", "acts only with --recompute full (the offloaded checkpoints are the layer inputs)", "acts");
+  }
   if (in.workload.global_batch % (p.dp * p.micro_batch) != 0) {
     fail("--global-batch", "a multiple of dp * micro-batch (" + std::to_string(p.dp * p.micro_batch) + ")",
          std::to_string(in.workload.global_batch));
@@ -87,6 +90,9 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   const std::int64_t layers_per_chunk = model.layers / virtual_stages;
   const LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
   const double act_per_layer = layer_activation_bytes(model, split, p.recompute).total();
+  const double full_layer = layer_activation_bytes(model, split, Recompute::none).total();
+  const bool full_recompute = p.recompute == Recompute::full;
+
   const auto params = model.param_counts();
   const double layer_params = params.per_layer() / p.tp;
   const std::int64_t s = split.tokens();
@@ -94,6 +100,18 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   const std::int64_t vocab_shard = (model.vocab + p.tp - 1) / p.tp;
 
   sim::TaskGraph g;
+  // Under full recompute a layer's whole activations exist only while its forward or backward runs.
+  auto transient = [&](const std::vector<sim::DeviceId>& ranks, const std::string& name, std::vector<sim::TaskId>& last) {
+    std::vector<sim::TaskId> ids;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      std::vector<sim::TaskId> after;
+      if (last[r] >= 0) after.push_back(last[r]);
+      ids.push_back(g.alloc(name + " working activations", ranks[r], sim::Pool::hbm,
+                            std::max<std::int64_t>(1, static_cast<std::int64_t>(full_layer)), "working activations " + name, after));
+      last[r] = ids.back();
+    }
+    return ids;
+  };
   auto gpu_of = [&](int stage, int d, int t) { return stage * p.dp * p.tp + d * p.tp + t; };
   auto ranks_of = [&](int stage, int d) {
     std::vector<sim::DeviceId> r;
@@ -158,16 +176,32 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
             // Allocated when the GPU reaches this slot (after its previous slot), not before.
             std::vector<sim::TaskId> after;
             if (last_compute[static_cast<std::size_t>(ranks[r])] >= 0) after.push_back(last_compute[static_cast<std::size_t>(ranks[r])]);
-            last[r] = g.alloc("F V" + std::to_string(v) + " " + tag + " activations", ranks[r], sim::Pool::hbm,
+            // The activations this slot keeps for backward (checkpoints under full recompute; in host DRAM
+            // with checkpoint offload).
+            last[r] = g.alloc("F V" + std::to_string(v) + " " + tag + " activations", ranks[r],
+                              p.offload_activations ? sim::Pool::dram : sim::Pool::hbm,
                               std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer * static_cast<double>(layers_per_chunk))),
-                              "activations virtual stage " + std::to_string(v) + " " + tag, after);
+                              (p.offload_activations ? "offloaded checkpoints virtual stage " : "activations virtual stage ") +
+                                  std::to_string(v) + " " + tag,
+                              after);
             tasks.first.push_back(last[r]);
           }
           if (v == 0) {
             for (std::size_t r = 0; r < ranks.size(); ++r) last[r] = emit_embedding(g, ranks[r], "F " + tag + " embedding", s, h, false, last[r]);
           }
           for (std::int64_t l = v * layers_per_chunk; l < (v + 1) * layers_per_chunk; ++l) {
-            layer.forward("F L" + std::to_string(l) + " " + tag, last);
+            const std::string prefix = "F L" + std::to_string(l) + " " + tag;
+            const auto working = full_recompute ? transient(ranks, prefix, last) : std::vector<sim::TaskId>{};
+            layer.forward(prefix, last);
+            for (std::size_t r = 0; r < working.size(); ++r) {
+              std::vector<sim::TaskId> done{last[r]};
+              if (p.offload_activations) {  // the layer input goes to host DRAM before its buffer is released
+                done.push_back(g.copy(prefix + " D2H checkpoint", ranks[r],
+                                      {sim::Copy::Direction::d2h, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), true},
+                                      std::vector<sim::TaskId>{last[r]}));
+              }
+              g.free(prefix + " release working activations", working[r], done);
+            }
           }
           if (v == virtual_stages - 1) {
             for (std::size_t r = 0; r < ranks.size(); ++r) last[r] = emit_loss(g, ranks[r], tag, s, h, vocab_shard, last[r]);
@@ -186,8 +220,24 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
           const auto begin = static_cast<sim::TaskId>(g.size());
           for (std::int64_t l = (v + 1) * layers_per_chunk - 1; l >= v * layers_per_chunk; --l) {
             const std::string prefix = "B L" + std::to_string(l) + " " + tag;
-            if (p.recompute == Recompute::full) layer.forward("R L" + std::to_string(l) + " " + tag, last, true);
+            std::vector<sim::TaskId> working;
+            if (full_recompute) {
+              if (p.offload_activations) {
+                for (std::size_t r = 0; r < ranks.size(); ++r) {
+                  std::vector<sim::TaskId> after;
+                  if (last[r] >= 0) after.push_back(last[r]);
+                  last[r] = g.copy(prefix + " H2D checkpoint", ranks[r],
+                                   {sim::Copy::Direction::h2d, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), true},
+                                   after);
+                }
+              }
+              working = transient(ranks, prefix, last);
+              layer.forward("R L" + std::to_string(l) + " " + tag, last, true);
+            }
             layer.backward(prefix, last);
+            for (std::size_t r = 0; r < working.size(); ++r) {
+              g.free(prefix + " release working activations", working[r], std::vector<sim::TaskId>{last[r]});
+            }
             if (mb == last_backward_mb[static_cast<std::size_t>(slot.chunk)]) {
               bucket_params += layer_params;
               const bool chunk_done = l == v * layers_per_chunk;

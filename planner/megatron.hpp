@@ -1,7 +1,9 @@
 #pragma once
 // Megatron-LM: tensor parallelism (optionally with sequence parallelism), pipeline parallelism with the 1F1B
 // schedule (interleaved when vpp > 1), data parallelism with the gradient all-reduce overlapped with the last
-// micro-batch's backward in buckets, and none/selective/full activation recomputation.
+// micro-batch's backward in buckets, none/selective/full activation recomputation, and checkpoint offload (OC):
+// the layer inputs kept under full recompute go to host DRAM after each layer's forward and come back before
+// its backward.
 //
 // Rank layout (Megatron's default order, tensor-parallel innermost): GPU = pp_rank * dp * tp + dp_rank * tp +
 // tp_rank, so TP groups sit inside a node on NVLink and pipeline stages split across nodes. Streams: compute 0;
@@ -21,6 +23,7 @@ struct MegatronParams {
   std::int64_t micro_batch = 1;     // sequences per micro-batch
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
+  bool offload_activations = false;  // OC: full-recompute checkpoints kept in host DRAM (needs recompute full)
   double bucket_params = 40e6;      // DP all-reduce bucket size in parameters (Megatron's default is 40M)
 };
 

@@ -16,7 +16,8 @@ TRAINYARD = sys.argv[1] if len(sys.argv) > 1 else "build/trainyard"
 ROWS = [
     ("TP", "32K", "64.3G", 9.4, ["--strategy", "megatron", "--tp", "8"]),
     ("TP + AC", "128K", "61.2G", 19.4, ["--strategy", "megatron", "--tp", "8", "--recompute", "full"]),
-    ("TP + AC + OC", "512K", "78.7G", 32.7, None),
+    ("TP + AC + OC", "512K", "78.7G", 32.7,
+     ["--strategy", "megatron", "--tp", "8", "--recompute", "full", "--offload", "acts"]),
     ("UL + ZeRO-1", "64K", "58.9G", 15.3, ["--strategy", "ulysses", "--sp", "8", "--zero-stage", "1"]),
     ("UL + ZeRO-2", "64K", "54.5G", 15.3, ["--strategy", "ulysses", "--sp", "8", "--zero-stage", "2"]),
     ("UL + ZeRO-3", "64K", "52.3G", 21.0, ["--strategy", "ulysses", "--sp", "8", "--zero-stage", "3"]),

@@ -184,6 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
                  {"--strategy", "not implemented yet"}},
         CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --tp 2",
                  {"--tp", "no --tp with --strategy zero"}},
+        CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --offload optimizer",
+                 {"--offload", "acts (the only offload megatron models)"}},
         CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --zero-stage 1",
                  {"--zero-stage", "no --zero-stage with --strategy megatron"}},
         CliError{"simulate --strategy ulysses --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",

@@ -134,6 +134,35 @@ TEST(Pipeline, BubbleFractionMatchesTheFormula) {
   }
 }
 
+TEST(Megatron, CheckpointOffloadMovesCheckpointsToHost) {
+  // Full recompute keeps each layer's input; with OC those inputs live in host DRAM, copied out after each
+  // layer's forward and back before its backward: HBM peaks lower, host DRAM holds the checkpoints.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=1024,heads=16,vocab=64");
+  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const StepInputs in{m, cluster, {8192, 4}, model::precision_policy("bf16-mixed")};
+  std::vector<sim::SimResult> results;
+  std::vector<int> copies;
+  for (bool oc : {false, true}) {
+    MegatronParams p;
+    p.tp = 4;
+    p.recompute = Recompute::full;
+    p.offload_activations = oc;
+    sim::TaskGraph g = build_megatron(in, p);
+    int n = 0;
+    for (const auto& t : g.tasks()) n += t.kind() == sim::TaskKind::copy;
+    copies.push_back(n);
+    sim::validate(g, cluster.gpus(), cluster.nodes, "megatron");
+    g.finalize();
+    results.push_back(sim::simulate(g, cluster));
+    ASSERT_TRUE(results.back().completed) << results.back().stuck;
+  }
+  EXPECT_EQ(copies[0], 0);
+  EXPECT_EQ(copies[1], 2 * 8 * 4 * 4);  // D2H and H2D per layer, micro-batch and TP rank
+  EXPECT_EQ(results[0].pools[4].peak_bytes, 0);
+  EXPECT_GT(results[1].pools[4].peak_bytes, 0);
+  EXPECT_LT(results[1].pools[0].peak_bytes, results[0].pools[0].peak_bytes);
+}
+
 TEST(Megatron, BadParametersNameTheirFlag) {
   const model::ModelConfig m = model::load_model("llama3-8b");
   const sim::Cluster cluster(hw::load_node("dgx-a100"), 1);
@@ -167,6 +196,10 @@ TEST(Megatron, BadParametersNameTheirFlag) {
   p.dp = 8;
   p.micro_batch = 3;
   EXPECT_NE(error(p).find("--global-batch"), std::string::npos);
+  p = {};
+  p.dp = 8;
+  p.offload_activations = true;
+  EXPECT_NE(error(p).find("--recompute full"), std::string::npos);
 }
 
 TEST(Megatron, DataParallelStepAllReducesTheGradients) {
