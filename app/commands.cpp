@@ -67,7 +67,7 @@ struct StrategyInfo {
 };
 const StrategyInfo kStrategies[] = {
     {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "not implemented yet (issue 5)"},
-    {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "not implemented yet (issue 4)"},
+    {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "simulate --strategy (plan search: issue 6)"},
     {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "simulate --strategy (plan search: issue 6)"},
     {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "simulate --strategy (plan search: issue 6)"},
     {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "simulate --strategy (plan search: issue 6)"},
@@ -309,7 +309,7 @@ int run_simulate(const std::vector<std::string>& args) {
   po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
   options.add_options()
       ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
-      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: megatron, zero, ulysses, ring-attention")
+      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: megatron, zero, ulysses, ring-attention, fpdt")
       ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
       ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
       ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")
@@ -329,6 +329,7 @@ int run_simulate(const std::vector<std::string>& args) {
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
       ("cp", po::value<int>()->value_name("int"), "ring-attention: context-parallel degree (required)")
       ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")
+      ("chunk", po::value<std::string>()->value_name("tokens"), "fpdt: attention chunk in global tokens (default 64K)")
       ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
       ("json", po::bool_switch(), "print metrics as JSON");
   po::positional_options_description positional;
@@ -346,7 +347,8 @@ int run_simulate(const std::vector<std::string>& args) {
                      from_graph ? "both" : "neither");
   }
   static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
-                                              "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp"};
+                                              "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp",
+                                              "chunk"};
   std::optional<sim::Cluster> cluster;
   sim::TaskGraph graph;
   std::string origin;
@@ -369,15 +371,18 @@ int run_simulate(const std::vector<std::string>& args) {
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   } else {
     const std::string strategy = vm["strategy"].as<std::string>();
-    if (strategy != "megatron" && strategy != "zero" && strategy != "ulysses" && strategy != "ring-attention") {
+    if (strategy != "megatron" && strategy != "zero" && strategy != "ulysses" && strategy != "ring-attention" &&
+        strategy != "fpdt") {
       throw InputError("--strategy", "value",
-                       "megatron, zero, ulysses or ring-attention (the other schemes of 'trainyard list strategies' are not implemented yet)",
+                       "megatron, zero, ulysses, ring-attention or fpdt (the other schemes of 'trainyard list strategies' "
+                       "are not implemented yet)",
                        "\"" + strategy + "\"");
     }
     // Flags of another scheme are errors, not silently ignored.
     std::vector<std::string> foreign = strategy == "megatron" ? std::vector<std::string>{"zero-stage", "sp", "cp"}
                                                               : std::vector<std::string>{"tp", "pp", "dp", "vpp"};
-    if (strategy != "ulysses") foreign.push_back("sp");
+    if (strategy != "ulysses" && strategy != "fpdt") foreign.push_back("sp");
+    if (strategy != "fpdt") foreign.push_back("chunk");
     if (strategy != "ring-attention") foreign.push_back("cp");
     if (strategy != "ring-attention" && vm["zigzag"].as<bool>()) {
       throw InputError("--zigzag", "value", "only with --strategy ring-attention", "--zigzag");
@@ -450,6 +455,7 @@ int run_simulate(const std::vector<std::string>& args) {
       p.sp = vm.count("sp") ? vm["sp"].as<int>() : 1;
       p.cp = vm.count("cp") ? vm["cp"].as<int>() : 1;
       p.zigzag = vm["zigzag"].as<bool>();
+      if (strategy == "fpdt") p.fpdt_chunk = parse_token_count(vm.count("chunk") ? vm["chunk"].as<std::string>() : "64K", "--chunk");
       p.micro_batch = micro_batch;
       p.activation_checkpointing = recompute == planner::Recompute::full;
       if (vm.count("offload")) {

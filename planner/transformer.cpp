@@ -95,6 +95,7 @@ void LayerEmitter::elementwise(const std::string& name, double read, double writ
 
 void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
   if (split_.cp > 1) return ring_attention(name, backward, last, recompute);
+  if (split_.fpdt_chunks > 1) return fpdt_attention(name, backward, last, recompute);
   const int shards = split_.tp * split_.ulysses;
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);  // batch folded into heads
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
@@ -141,6 +142,97 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
     sent = now_sent;
   }
   // Merge the partial outputs by their log-sum-exp (forward), or finish the gradients (backward).
+  elementwise(name + " merge", kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
+              kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()), last, recompute);
+}
+
+double fpdt_working_bytes(const model::ModelConfig& m, const LayerSplit& split) {
+  const double full = layer_activation_bytes(m, split, Recompute::none).total();
+  return split.fpdt_chunks <= 4 ? full : full * 4.0 / split.fpdt_chunks;
+}
+
+namespace {
+// Per chunk and rank, after the Ulysses exchange: c tokens with heads / sp heads.
+struct FpdtChunk {
+  double tokens, q, kv;  // tokens per chunk; q and kv widths per rank (elements per token)
+};
+FpdtChunk fpdt_chunk(const model::ModelConfig& m, const LayerSplit& split) {
+  const double shards = split.ulysses;
+  return {static_cast<double>(split.tokens()) / split.fpdt_chunks, static_cast<double>(m.q_dim()) / shards,
+          static_cast<double>(m.kv_dim()) / shards};
+}
+}  // namespace
+
+double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, bool backward) {
+  if (split.fpdt_chunks <= 1) return 0;
+  const auto c = fpdt_chunk(m, split);
+  const double u = split.fpdt_chunks;
+  const double kv_chunk = c.tokens * 2 * c.kv * kBf16;
+  if (!backward) return u * kv_chunk + u * (u - 1) / 2 * kv_chunk;  // each chunk out once, earlier ones back in
+  // Backward: each kv chunk in once; per (kv chunk i, q chunk j >= i) pair q, o, dO (bf16), lse and dq (fp32) in
+  // and dq out.
+  const double per_pair_in = c.tokens * (3 * c.q * kBf16 + c.q * 4) + c.tokens * 4;
+  const double per_pair_out = c.tokens * c.q * 4;
+  return u * kv_chunk + u * (u + 1) / 2 * (per_pair_in + per_pair_out);
+}
+
+// FPDT attention (seed 002; design.md 3.2). Forward: chunk i's K/V go to host DRAM as soon as they exist; its
+// queries attend to itself (causal) and then to every earlier chunk, whose K/V come back from host through two
+// buffers (the copy of chunk j waits until the block two steps back has released its buffer). Backward, FPDT's
+// order: outer loop over kv chunk i (K_i, V_i and fp32 dK_i, dV_i stay in HBM), inner loop over query chunks
+// j >= i, with q, o, lse, dO and the fp32 dq of chunk j streamed in and dq streamed back out.
+void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
+  const int u = split_.fpdt_chunks;
+  const auto c = fpdt_chunk(model_, split_);
+  const auto chunk_tokens = static_cast<std::int64_t>(c.tokens) / split_.sequences;
+  const int shards = split_.ulysses;
+  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);
+  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
+  const auto head_dim = static_cast<std::int32_t>(model_.head_dim);
+  const auto kv_bytes = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * 2 * c.kv * kBf16));
+  const auto pair_in = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * (3 * c.q * kBf16 + c.q * 4) + c.tokens * 4));
+  const auto pair_out = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * c.q * 4));
+  for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    const sim::DeviceId gpu = ranks_[r];
+    auto block = [&](const std::string& label, bool causal, std::vector<sim::TaskId> deps) {
+      if (last[r] >= 0) deps.push_back(last[r]);
+      last[r] = graph_.add({name + " " + label, gpu, {sim::StreamKind::compute, 0}, recompute,
+                            sim::Attention{chunk_tokens, chunk_tokens, heads, std::min(kv_heads, heads), head_dim, causal, backward}},
+                           deps);
+      return last[r];
+    };
+    auto copy = [&](const std::string& label, sim::Copy::Direction dir, std::int64_t bytes, std::vector<sim::TaskId> deps) {
+      return graph_.copy(name + " " + label, gpu, {dir, bytes, true}, deps);
+    };
+    const sim::TaskId start = last[r];
+    const std::vector<sim::TaskId> after_start = start >= 0 ? std::vector<sim::TaskId>{start} : std::vector<sim::TaskId>{};
+    if (!backward) {
+      std::vector<sim::TaskId> offloaded;
+      for (int i = 0; i < u; ++i) {
+        offloaded.push_back(copy("D2H kv C" + std::to_string(i), sim::Copy::Direction::d2h, kv_bytes, after_start));
+        std::vector<sim::TaskId> blocks{block("C" + std::to_string(i) + " x C" + std::to_string(i), true, {})};
+        for (int j = 0; j < i; ++j) {
+          std::vector<sim::TaskId> deps{offloaded[static_cast<std::size_t>(j)]};
+          if (blocks.size() >= 2) deps.push_back(blocks[blocks.size() - 2]);  // two buffers
+          const sim::TaskId in = copy("H2D kv C" + std::to_string(j) + " for C" + std::to_string(i), sim::Copy::Direction::h2d, kv_bytes, deps);
+          blocks.push_back(block("C" + std::to_string(i) + " x C" + std::to_string(j), false, {in}));
+        }
+      }
+    } else {
+      for (int i = u - 1; i >= 0; --i) {
+        const sim::TaskId kv_in = copy("H2D kv C" + std::to_string(i), sim::Copy::Direction::h2d, kv_bytes,
+                                       last[r] >= 0 ? std::vector<sim::TaskId>{last[r]} : after_start);
+        std::vector<sim::TaskId> blocks;
+        for (int j = i; j < u; ++j) {
+          std::vector<sim::TaskId> deps{kv_in};
+          if (blocks.size() >= 2) deps.push_back(blocks[blocks.size() - 2]);
+          const sim::TaskId in = copy("H2D q o dO lse dq C" + std::to_string(j), sim::Copy::Direction::h2d, pair_in, deps);
+          blocks.push_back(block("C" + std::to_string(j) + " x C" + std::to_string(i), i == j, {in}));
+          copy("D2H dq C" + std::to_string(j), sim::Copy::Direction::d2h, pair_out, {blocks.back()});
+        }
+      }
+    }
+  }
   elementwise(name + " merge", kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
               kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()), last, recompute);
 }

@@ -25,6 +25,8 @@ struct LayerSplit {
   int ulysses = 1;             // DeepSpeed-Ulysses degree: tokens split across ranks, heads split for attention
   int cp = 1;                  // ring attention / context parallelism: tokens split, K/V blocks passed round
   bool zigzag = false;         // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
+  int fpdt_chunks = 1;         // FPDT: the sequence's attention runs in this many chunks, K/V of earlier chunks
+                               // (and q, o, lse, dO, dq in backward) streamed from host DRAM
   std::int64_t tokens() const { return sequences * seq_len; }
   std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
 };
@@ -56,6 +58,12 @@ double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerS
 // its K and V block (forward); backward passes K, V and the fp32 dK, dV accumulators.
 double ring_bytes_per_layer(const model::ModelConfig& m, const LayerSplit& split, bool backward);
 
+// FPDT's HBM working set for one layer: the current chunk's tensors plus two prefetch buffers and the
+// accumulators, taken as 4 chunks' worth of the layer's activations (all of them when there is one chunk).
+double fpdt_working_bytes(const model::ModelConfig& m, const LayerSplit& split);
+// Bytes one GPU copies to or from host DRAM for one layer's FPDT attention (forward or backward).
+double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, bool backward);
+
 // Emits tasks into a graph for one group of ranks doing the same ops on their shards: tensor-parallel ranks
 // (split.tp of them), Ulysses ranks (split.ulysses) or context-parallel ranks (split.cp), threading each
 // rank's chain through `last`.
@@ -78,6 +86,7 @@ class LayerEmitter {
   void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
   void ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last);
   void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
+  void fpdt_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
 
   sim::TaskGraph& graph_;
   const model::ModelConfig& model_;

@@ -42,6 +42,10 @@ void check_zero(const StepInputs& in, const ZeroParams& p) {
          std::to_string(p.cp));
   }
   if (p.zigzag && p.cp == 1) fail("--zigzag", "only with --cp > 1", "--cp 1");
+  if (p.fpdt_chunk < 0 || (p.fpdt_chunk > 0 && (in.workload.seq_len % p.fpdt_chunk != 0 || p.fpdt_chunk % p.sp != 0))) {
+    fail("--chunk", "a chunk (global tokens) dividing the sequence length and divisible by sp", std::to_string(p.fpdt_chunk));
+  }
+  if (p.fpdt_chunk > 0 && p.cp > 1) fail("--chunk", "no FPDT chunking with ring attention", std::to_string(p.fpdt_chunk));
   if (p.micro_batch < 1) fail("--micro-batch", "a positive integer", std::to_string(p.micro_batch));
   const std::int64_t groups = gpus / (p.sp * p.cp);
   if (in.workload.global_batch % (groups * p.micro_batch) != 0) {
@@ -63,7 +67,14 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
   split.ulysses = p.sp;
   split.cp = p.cp;
   split.zigzag = p.zigzag;
-  const double full_acts = layer_activation_bytes(model, split, Recompute::none).total();
+  split.fpdt_chunks = p.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / p.fpdt_chunk) : 1;
+  // A layer's activations while it runs (FPDT: a few chunks' worth; its attention tensors wait in host DRAM).
+  const double full_acts = split.fpdt_chunks > 1 ? fpdt_working_bytes(model, split)
+                                                 : layer_activation_bytes(model, split, Recompute::none).total();
+  const double fpdt_host = split.fpdt_chunks > 1
+                               ? static_cast<double>(split.local_tokens()) *
+                                     (2.0 * static_cast<double>(2 * model.q_dim() + 2 * model.kv_dim()) + 4.0 * static_cast<double>(model.q_dim()))
+                               : 0;
   const double ckpt = layer_activation_bytes(model, split, Recompute::full).total();
   const auto params = model.param_counts();
   const double layer_params = params.per_layer();
@@ -178,6 +189,31 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
     }
   };
 
+  // FPDT keeps a layer's attention tensors (q, k, v, o, lse, and in backward dO, dq) in host DRAM while the
+  // layer runs.
+  auto fpdt_host_buffers = [&](const std::string& name) {
+    std::vector<sim::TaskId> ids;
+    if (fpdt_host <= 0) return ids;
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+      std::vector<sim::TaskId> after;
+      if (last[static_cast<std::size_t>(gpu)] >= 0) after.push_back(last[static_cast<std::size_t>(gpu)]);
+      ids.push_back(g.alloc(name + " FPDT host buffers", sim::host_device(in.cluster.node_of(gpu)), sim::Pool::dram,
+                            rounded(fpdt_host, 1), "FPDT attention tensors " + name, after));
+    }
+    return ids;
+  };
+  auto release_host_buffers = [&](const std::vector<sim::TaskId>& ids, const std::string& name) {
+    for (std::size_t gpu = 0; gpu < ids.size(); ++gpu) {
+      // Released once the layer's compute and the copies that read or write them are done: the copies are the
+      // last tasks on the GPU's copy engines, so wait for the GPU's chain and every copy of this layer.
+      std::vector<sim::TaskId> deps{last[gpu]};
+      for (sim::TaskId id = ids.back() + 1; id < static_cast<sim::TaskId>(g.size()); ++id) {
+        if (g.task(id).kind() == sim::TaskKind::copy && g.task(id).device == static_cast<sim::DeviceId>(gpu)) deps.push_back(id);
+      }
+      g.free(name + " release FPDT host buffers", ids[gpu], deps);
+    }
+  };
+
   std::vector<sim::TaskId> reductions;  // per GPU: gradient reductions the optimizer waits for
   for (std::int64_t mb = 0; mb < mbs; ++mb) {
     const std::string tag = "mb" + std::to_string(mb);
@@ -200,6 +236,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
             g.alloc(prefix + " activations", gpu, sim::Pool::hbm, rounded(full_acts, 1), "activations " + prefix, deps));
         last[static_cast<std::size_t>(gpu)] = saved[static_cast<std::size_t>(l)].back();
       }
+      const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
       const auto begin = static_cast<sim::TaskId>(g.size());
       for (int grp = 0; grp < groups; ++grp) {
         auto chain = ranks_last(grp);
@@ -207,6 +244,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
         store_last(grp, chain);
       }
       needs_gather(gather, begin);
+      release_host_buffers(host_buffers, prefix);
       release_gather(gather_index, prefix);
       if (checkpoint) {
         // Keep only the layer input: the rest of this layer's activations are dropped (AC); with OC the input
@@ -256,6 +294,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
           at = transient[static_cast<std::size_t>(gpu)];
         }
       }
+      const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
       const auto begin = static_cast<sim::TaskId>(g.size());
       for (int grp = 0; grp < groups; ++grp) {
         auto chain = ranks_last(grp);
@@ -264,6 +303,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
         store_last(grp, chain);
       }
       needs_gather(gather, begin);
+      release_host_buffers(host_buffers, prefix);
       for (int gpu = 0; gpu < gpus; ++gpu) {
         const sim::TaskId done = last[static_cast<std::size_t>(gpu)];
         if (transient[static_cast<std::size_t>(gpu)] >= 0) {

@@ -13,6 +13,9 @@
 //   forward and come back before backward; implies AC).
 // - Ulysses: sp ranks share each sequence; all-to-alls around attention (planner/transformer.hpp).
 // - Ring attention: cp ranks share each sequence; K/V blocks travel round the ring (planner/transformer.hpp).
+// - FPDT ("fpdt": fpdt_chunk > 0, on top of Ulysses with any sp): attention runs chunk by chunk with the K/V
+//   of earlier chunks (and q, o, lse, dO, dq in backward) in host DRAM, double-buffered (planner/transformer.hpp);
+//   a layer's HBM working set is a few chunks' worth.
 // Streams: compute 0; comm 0 for Ulysses all-to-alls, comm 1 for parameter all-gathers and ring passes, comm 2
 // for gradient reductions; the copy engines for offload.
 #include <cstdint>
@@ -28,6 +31,7 @@ struct ZeroParams {
   int sp = 1;                     // Ulysses degree
   int cp = 1;                     // ring attention (context parallel) degree
   bool zigzag = false;            // ring attention's causal load balancing
+  std::int64_t fpdt_chunk = 0;    // FPDT: attention chunk in global tokens (0: off); K/V etc. streamed via host
   std::int64_t micro_batch = 1;   // sequences per micro-batch per sequence-parallel group
   bool activation_checkpointing = false;  // AC
   bool offload_optimizer = false;

@@ -27,11 +27,16 @@ ROWS = [
      ["--strategy", "ulysses", "--sp", "8", "--zero-stage", "2", "--recompute", "full", "--offload", "acts"]),
     ("AC + OC + UL + ZeRO-3", "512K", "60.1G", 47.2,
      ["--strategy", "ulysses", "--sp", "8", "--zero-stage", "3", "--recompute", "full", "--offload", "acts"]),
-    ("AC + OC + ZeRO-3 + FPDT", "4M", "68.0G", 55.7, None),
+    ("AC + OC + ZeRO-3 + FPDT", "4M", "68.0G", 55.7,
+     ["--strategy", "fpdt", "--sp", "8", "--chunk", "64K", "--zero-stage", "3", "--recompute", "full", "--offload", "acts"]),
 ]
 
 
 def simulate(flags, seq_k):
+    flags = list(flags)
+    if "--chunk" in flags:  # FPDT's 64K chunk, or the whole sequence when it is shorter
+        i = flags.index("--chunk") + 1
+        flags[i] = f"{min(64, seq_k)}K"
     cmd = [TRAINYARD, "simulate", *flags, "--model", "llama3-8b", "--hw", "dgx-a100", "--seq", f"{seq_k}K",
            "--global-batch", "1", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True)
