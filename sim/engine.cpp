@@ -537,9 +537,8 @@ std::string Engine::describe_stuck() const {
   for (const auto& s : streams_) {
     if (s.head >= s.first + s.count) continue;
     const TaskId t = stream_tasks_[static_cast<std::size_t>(s.head)];
-    auto where = [](DeviceId d) { return is_host(d) ? "host" + std::to_string(host_node(d)) : "gpu" + std::to_string(d); };
     const std::string head = "stream-order deadlock: task '" + graph_.task(t).name + "' heads its " +
-                             std::string(to_string(s.stream.kind)) + " stream on " + where(s.device);
+                             std::string(to_string(s.stream.kind)) + " stream on " + device_name(s.device);
     for (const auto& [from, to] : graph_.edges()) {
       if (to == t && result_.timing[static_cast<std::size_t>(from)].end_ns < 0) {
         return head + " but waits for '" + graph_.task(from).name + "', which cannot start before it";
@@ -550,7 +549,7 @@ std::string Engine::describe_stuck() const {
       const StreamState& other = streams_[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])];
       const TaskId ahead = stream_tasks_[static_cast<std::size_t>(other.head)];
       if (ahead != t) {
-        return head + " but on " + where(other.device) + " it is queued behind '" + graph_.task(ahead).name +
+        return head + " but on " + device_name(other.device) + " it is queued behind '" + graph_.task(ahead).name +
                "', which waits for it";
       }
     }

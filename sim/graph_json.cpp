@@ -27,8 +27,6 @@ DeviceId parse_device(const json::Reader& r, std::string_view key) {
   r.fail(key, "a device such as \"gpu0\" or \"host0\"", "\"" + text + "\"");
 }
 
-std::string device_name(DeviceId d) { return is_host(d) ? "host" + std::to_string(host_node(d)) : "gpu" + std::to_string(d); }
-
 template <typename E>
 E enum_choice(const json::Reader& r, std::string_view key, std::initializer_list<std::pair<const char*, E>> options) {
   std::vector<std::string> names;

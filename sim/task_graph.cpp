@@ -6,6 +6,10 @@
 
 namespace trainyard::sim {
 
+std::string device_name(DeviceId d) {
+  return is_host(d) ? "host" + std::to_string(host_node(d)) : "gpu" + std::to_string(d);
+}
+
 std::string_view to_string(StreamKind kind) {
   switch (kind) {
     case StreamKind::none: return "none";
@@ -153,7 +157,6 @@ void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& or
     throw InputError(origin, where(graph, id) + (field.empty() ? "" : "." + field), expected, got);
   };
   auto gpu_ok = [&](DeviceId d) { return d >= 0 && d < gpus; };
-  auto device_name = [](DeviceId d) { return is_host(d) ? "host" + std::to_string(host_node(d)) : "gpu" + std::to_string(d); };
   const std::string any_gpu = "a GPU gpu0..gpu" + std::to_string(gpus - 1);
 
   std::vector<bool> freed(graph.size(), false);

@@ -21,6 +21,7 @@ using DeviceId = std::int32_t;
 constexpr DeviceId host_device(int node) { return -1 - node; }
 constexpr bool is_host(DeviceId d) { return d < 0; }
 constexpr int host_node(DeviceId d) { return -1 - d; }
+std::string device_name(DeviceId d);  // "gpu3", "host0": as graph files and reports write them
 
 enum class StreamKind : std::uint8_t { none, compute, h2d, d2h, comm, host };
 std::string_view to_string(StreamKind kind);
