@@ -11,7 +11,7 @@ namespace trainyard::planner {
 
 namespace {
 
-constexpr int kTpStream = 0, kPipeStream = 1, kDpStream = 2;
+constexpr int kPipeStream = 1, kDpStream = 2;  // comm 0: the TP collectives (LayerEmitter)
 
 std::string mb_name(std::int64_t mb) { return "mb" + std::to_string(mb); }
 
@@ -286,7 +286,6 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
       }
     }
   }
-  (void)kTpStream;
 
   // Pipeline edges: a slot starts when its input arrives from the neighbouring virtual stage, by message when
   // that stage lives on another GPU, directly when it is on the same one.
