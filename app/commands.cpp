@@ -1,7 +1,9 @@
 #include "app/commands.hpp"
 
 #include <iostream>
+#include <map>
 #include <optional>
+#include <set>
 
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include "sim/graph_json.hpp"
 #include "sim/report.hpp"
 #include "planner/megatron.hpp"
+#include "planner/ringtrack.hpp"
 #include "planner/zero.hpp"
 
 namespace po = boost::program_options;
@@ -66,7 +69,7 @@ struct StrategyInfo {
   const char* status;
 };
 const StrategyInfo kStrategies[] = {
-    {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "not implemented yet (issue 5)"},
+    {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "simulate --strategy (plan search: issue 6)"},
     {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "simulate --strategy (plan search: issue 6)"},
     {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "simulate --strategy (plan search: issue 6)"},
     {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "simulate --strategy (plan search: issue 6)"},
@@ -305,11 +308,48 @@ int run_show(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Ring-track's flags (validated by the builder, except the words of the placement flags, checked here).
+planner::RingTrackParams ringtrack_params(const po::variables_map& vm, const sim::Cluster& cluster) {
+  auto word = [&](const char* flag, const std::vector<std::string>& allowed, const std::string& fallback) {
+    const std::string value = vm.count(flag) ? vm[flag].as<std::string>() : fallback;
+    if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+      std::string expected;
+      for (const auto& a : allowed) expected += (expected.empty() ? "" : " or ") + a;
+      throw InputError(std::string("--") + flag, "value", expected, "\"" + value + "\"");
+    }
+    return value;
+  };
+  planner::RingTrackParams p;
+  p.ring = vm.count("ring") ? vm["ring"].as<int>() : cluster.gpus();
+  p.block = vm.count("block") ? vm["block"].as<int>() : 1;
+  p.chunk = parse_token_count(vm.count("chunk") ? vm["chunk"].as<std::string>() : "16K", "--chunk");
+  p.prefetch = vm.count("prefetch") ? vm["prefetch"].as<int>() : 2;
+  p.kv = word("kv", {"hbm", "dram"}, "dram") == "hbm" ? planner::Placement::hbm : planner::Placement::dram;
+  const std::string acts = word("acts", {"hbm", "dram", "recompute"}, "dram");
+  p.acts = acts == "hbm" ? planner::ActivationPolicy::hbm : acts == "dram" ? planner::ActivationPolicy::dram : planner::ActivationPolicy::recompute;
+  p.weights = word("weights", {"resident", "stream"}, "resident") == "stream" ? planner::WeightPolicy::stream : planner::WeightPolicy::resident;
+  p.states = word("states", {"hbm", "dram"}, "hbm") == "dram" ? planner::Placement::dram : planner::Placement::hbm;
+  if (vm.count("ring-order")) {
+    const std::string list = vm["ring-order"].as<std::string>();
+    std::size_t start = 0;
+    while (start <= list.size()) {
+      const std::size_t comma = std::min(list.find(',', start), list.size());
+      const std::string item = list.substr(start, comma - start);
+      if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 6) {
+        throw InputError("--ring-order", "value", "a comma list of ring positions (e.g. 0,2,1,3)", "\"" + list + "\"");
+      }
+      p.ring_order.push_back(std::stoi(item));
+      start = comma + 1;
+    }
+  }
+  return p;
+}
+
 int run_simulate(const std::vector<std::string>& args) {
   po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
   options.add_options()
       ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
-      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: megatron, zero, ulysses, ring-attention, fpdt")
+      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: ringtrack, megatron, zero, ulysses, ring-attention, fpdt")
       ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
       ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
       ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")
@@ -329,7 +369,15 @@ int run_simulate(const std::vector<std::string>& args) {
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
       ("cp", po::value<int>()->value_name("int"), "ring-attention: context-parallel degree (required)")
       ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")
-      ("chunk", po::value<std::string>()->value_name("tokens"), "fpdt: attention chunk in global tokens (default 64K)")
+      ("chunk", po::value<std::string>()->value_name("tokens"), "fpdt: attention chunk in global tokens (default 64K); ringtrack: chunk length (default 16K)")
+      ("ring", po::value<int>()->value_name("int"), "ringtrack: GPUs per ring (default: all); the rest are data-parallel replicas")
+      ("block", po::value<int>()->value_name("int"), "ringtrack: consecutive layers per ring position (default 1: fully cyclic)")
+      ("prefetch", po::value<int>()->value_name("int"), "ringtrack: HBM buffers in flight per stream from DRAM (default 2)")
+      ("kv", po::value<std::string>()->value_name("hbm|dram"), "ringtrack: where K/V of earlier chunks and dK/dV live (default dram)")
+      ("acts", po::value<std::string>()->value_name("hbm|dram|recompute"), "ringtrack: activations kept for backward (default dram)")
+      ("weights", po::value<std::string>()->value_name("resident|stream"), "ringtrack: layer weights in HBM, or streamed from DRAM per visit (default resident)")
+      ("states", po::value<std::string>()->value_name("hbm|dram"), "ringtrack: gradients and optimizer state; dram = optimizer on the CPU (default hbm)")
+      ("ring-order", po::value<std::string>()->value_name("list"), "ringtrack: ring positions in order, e.g. 0,2,1,3 (default: chosen from the topology)")
       ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
       ("json", po::bool_switch(), "print metrics as JSON");
   po::positional_options_description positional;
@@ -348,10 +396,12 @@ int run_simulate(const std::vector<std::string>& args) {
   }
   static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
                                               "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp",
-                                              "chunk"};
+                                              "chunk", "ring", "block", "prefetch", "kv", "acts", "weights", "states",
+                                              "ring-order"};
   std::optional<sim::Cluster> cluster;
   sim::TaskGraph graph;
   std::string origin;
+  std::optional<planner::RingTrackPlan> ring;  // ringtrack: the rings it chose, reported beside the metrics
   if (from_graph) {
     for (const char* flag : kSchemeFlags) {
       if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "no scheme flags with --graph", "--" + std::string(flag));
@@ -371,27 +421,32 @@ int run_simulate(const std::vector<std::string>& args) {
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   } else {
     const std::string strategy = vm["strategy"].as<std::string>();
-    if (strategy != "megatron" && strategy != "zero" && strategy != "ulysses" && strategy != "ring-attention" &&
-        strategy != "fpdt") {
+    // The flags each scheme takes; any other scheme flag is an error, not silently ignored.
+    static const std::map<std::string, std::set<std::string>> kSchemeTakes = {
+        {"megatron", {"tp", "pp", "dp", "vpp", "micro-batch", "sequence-parallel", "recompute", "offload"}},
+        {"zero", {"zero-stage", "micro-batch", "recompute", "offload"}},
+        {"ulysses", {"sp", "zero-stage", "micro-batch", "recompute", "offload"}},
+        {"ring-attention", {"cp", "zigzag", "zero-stage", "micro-batch", "recompute", "offload"}},
+        {"fpdt", {"sp", "chunk", "zero-stage", "micro-batch", "recompute", "offload"}},
+        {"ringtrack", {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"}},
+    };
+    const auto takes = kSchemeTakes.find(strategy);
+    if (takes == kSchemeTakes.end()) {
       throw InputError("--strategy", "value",
-                       "megatron, zero, ulysses, ring-attention or fpdt (the other schemes of 'trainyard list strategies' "
-                       "are not implemented yet)",
+                       "ringtrack, megatron, zero, ulysses, ring-attention or fpdt (hotspa is not implemented yet)",
                        "\"" + strategy + "\"");
     }
-    // Flags of another scheme are errors, not silently ignored.
-    std::vector<std::string> foreign = strategy == "megatron" ? std::vector<std::string>{"zero-stage", "sp", "cp"}
-                                                              : std::vector<std::string>{"tp", "pp", "dp", "vpp"};
-    if (strategy != "ulysses" && strategy != "fpdt") foreign.push_back("sp");
-    if (strategy != "fpdt") foreign.push_back("chunk");
-    if (strategy != "ring-attention") foreign.push_back("cp");
-    if (strategy != "ring-attention" && vm["zigzag"].as<bool>()) {
-      throw InputError("--zigzag", "value", "only with --strategy ring-attention", "--zigzag");
+    for (const char* flag : {"tp", "pp", "dp", "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp", "chunk",
+                             "ring", "block", "prefetch", "kv", "acts", "weights", "states", "ring-order"}) {
+      if (vm.count(flag) && !takes->second.count(flag)) {
+        throw InputError(std::string("--") + flag, "value", "no --" + std::string(flag) + " with --strategy " + strategy, std::string("--") + flag);
+      }
     }
-    for (const auto& flag : foreign) {
-      if (vm.count(flag)) throw InputError("--" + flag, "value", "no --" + flag + " with --strategy " + strategy, "--" + flag);
-    }
-    if (strategy != "megatron" && vm["sequence-parallel"].as<bool>()) {
-      throw InputError("--sequence-parallel", "value", "no --sequence-parallel with --strategy " + strategy + " (use --sp for Ulysses)", "it");
+    for (const char* flag : {"sequence-parallel", "zigzag"}) {
+      if (vm[flag].as<bool>() && !takes->second.count(flag)) {
+        throw InputError(std::string("--") + flag, "value", "no --" + std::string(flag) + " with --strategy " + strategy +
+                         (std::string(flag) == "sequence-parallel" ? " (use --sp for Ulysses)" : ""), std::string("--") + flag);
+      }
     }
     if (strategy == "ulysses" && !vm.count("sp")) throw InputError("--sp", "value", "a degree with --strategy ulysses", "nothing");
     if (strategy == "ring-attention" && !vm.count("cp")) {
@@ -449,6 +504,9 @@ int run_simulate(const std::vector<std::string>& args) {
         p.offload_activations = true;
       }
       graph = planner::build_megatron(inputs, p);
+    } else if (strategy == "ringtrack") {
+      ring.emplace(planner::build_ringtrack(inputs, ringtrack_params(vm, *cluster)));
+      graph = std::move(ring->graph);
     } else {
       planner::ZeroParams p;
       p.stage = vm.count("zero-stage") ? vm["zero-stage"].as<int>() : 0;
@@ -484,8 +542,16 @@ int run_simulate(const std::vector<std::string>& args) {
     });
   }
   if (vm["json"].as<bool>()) {
-    std::cout << sim::metrics_json(result, graph, *cluster).dump(2) << "\n";
+    Json out = sim::metrics_json(result, graph, *cluster);
+    if (ring) {
+      out["ring_order"] = ring->rings;
+      Json hops = Json::array();
+      for (const auto& hop : ring->hops) hops.push_back({{"from", hop.from}, {"to", hop.to}, {"gbps", hop.gbps}});
+      out["ring_hops"] = hops;
+    }
+    std::cout << out.dump(2) << "\n";
   } else {
+    if (ring) std::cout << "ring order     " << ring->describe() << "\n";
     sim::print_metrics(std::cout, result, graph, *cluster);
   }
   // A plan that does not fit, or cannot finish, is not malformed input: exit 1 with the report.

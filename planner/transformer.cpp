@@ -94,6 +94,7 @@ void LayerEmitter::elementwise(const std::string& name, double read, double writ
 }
 
 void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
+  if (attention_hook_) return attention_hook_(name, backward, last, recompute);
   if (split_.cp > 1) return ring_attention(name, backward, last, recompute);
   if (split_.fpdt_chunks > 1) return fpdt_attention(name, backward, last, recompute);
   const int shards = split_.tp * split_.ulysses;

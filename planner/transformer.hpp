@@ -4,6 +4,7 @@
 // tensor-parallel collectives (all-reduce, or all-gather + reduce-scatter with sequence parallelism), and the
 // activation bytes each op keeps for backward, so that recompute policies change memory and time together.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,12 @@ class LayerEmitter {
   void forward(const std::string& prefix, std::vector<sim::TaskId>& last, bool recompute = false);
   void backward(const std::string& prefix, std::vector<sim::TaskId>& last);
 
+  // Replaces the attention step (forward, recompute or backward) for schemes that stream it themselves
+  // (ring-track: one chunk against the K/V of all earlier chunks); the hook chains its tasks through `last`.
+  using AttentionHook =
+      std::function<void(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute)>;
+  void set_attention_hook(AttentionHook hook) { attention_hook_ = std::move(hook); }
+
  private:
   // One task per rank, each after that rank's previous task.
   void each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last, bool recompute);
@@ -93,6 +100,7 @@ class LayerEmitter {
   LayerSplit split_;
   std::vector<sim::DeviceId> ranks_;
   std::int32_t group_ = -1;
+  AttentionHook attention_hook_;
 };
 
 // The ends of the model, per GPU, chained after `after` (or -1); each returns its last task.
