@@ -39,9 +39,10 @@ struct Visit {
 
 // The order in which each GPU runs its visits (its compute stream is in order, so this order is the schedule):
 // a list schedule of the train with estimated visit costs. Forward, a visit is ready once its chunk has left
-// the previous stage and the previous chunk has left this stage; the visit that can start earliest goes next
-// (ties: the deeper stage, which keeps the train moving). Backward is the mirror image (stages and chunks
-// descending). Returned as one global sequence consistent with every GPU's order.
+// the previous stage and the previous chunk has left this stage. When a GPU is free it runs, of the visits ready
+// by then, the one of the deepest stage (the oldest chunk, which keeps the train moving); when none is ready it
+// waits for the earliest. GPUs are served in the order of those start times. Backward is the mirror image
+// (stages and chunks descending). Returned as one global sequence consistent with every GPU's.
 std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& stage_position, int positions, bool backward,
                                const std::function<double(int stage, int chunk)>& cost) {
   std::vector<int> next(static_cast<std::size_t>(stages), backward ? chunks - 1 : 0);  // per stage, next chunk
@@ -51,8 +52,9 @@ std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& s
   std::vector<Visit> order;
   const auto total = static_cast<std::size_t>(stages * chunks);
   while (order.size() < total) {
-    int best = -1;
-    double best_start = 0;
+    // Per position: the visit it runs next and when.
+    std::vector<int> pick(static_cast<std::size_t>(positions), -1);
+    std::vector<double> pick_start(static_cast<std::size_t>(positions), 0);
     for (int s = 0; s < stages; ++s) {
       const int k = next[static_cast<std::size_t>(s)];
       if (k < 0 || k >= chunks) continue;
@@ -63,11 +65,25 @@ std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& s
         if (at < 0) continue;
         ready = std::max(ready, at);
       }
-      const double start = std::max(ready, gpu_free[static_cast<std::size_t>(stage_position[static_cast<std::size_t>(s)])]);
-      const bool deeper = best >= 0 && (backward ? s < best : s > best);
-      if (best < 0 || start < best_start || (start == best_start && deeper)) {
-        best = s;
-        best_start = start;
+      const auto pos = static_cast<std::size_t>(stage_position[static_cast<std::size_t>(s)]);
+      const double start = std::max(ready, gpu_free[pos]);
+      const int cur = pick[pos];
+      const bool deeper = cur >= 0 && (backward ? s < cur : s > cur);
+      // "Ready" allows a wait of a quarter visit: the estimates are not exact, and a near-tie should go to the
+      // older chunk rather than to whichever estimate came out a hair earlier.
+      const double slack = 0.25 * cost(s, k);
+      const bool both_ready = cur >= 0 && start <= gpu_free[pos] + slack && pick_start[pos] <= gpu_free[pos] + slack;
+      if (cur < 0 || (both_ready ? deeper : start < pick_start[pos] || (start == pick_start[pos] && deeper))) {
+        pick[pos] = s;
+        pick_start[pos] = start;
+      }
+    }
+    int best = -1;
+    double best_start = 0;
+    for (int pos = 0; pos < positions; ++pos) {
+      if (pick[static_cast<std::size_t>(pos)] >= 0 && (best < 0 || pick_start[static_cast<std::size_t>(pos)] < best_start)) {
+        best = pick[static_cast<std::size_t>(pos)];
+        best_start = pick_start[static_cast<std::size_t>(pos)];
       }
     }
     TRAINYARD_CHECK(best >= 0, "the train always has a visit that can run");
@@ -355,7 +371,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
                                         "streamed layer weights", ids({visit_end_back(gpu, 2)}));
         return {buf, g.copy(name + " H2D weights", gpu, {sim::Copy::Direction::h2d, bytes(pol.weight_bytes * layer_params), true}, ids({buf}))};
       };
-      // The input of a stage's visit: the previous stage's output, sent over when it ran on another GPU.
+      // A visit's output on its way to the next stage's GPU (nothing to send when that is the same GPU).
       auto arrive = [&](sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name) -> sim::TaskId {
         if (produced < 0 || from_gpu == to_gpu) return produced;
         return g.send(name, from_gpu, to_gpu, bytes(hidden_chunk), ids({produced}), kSendStream);
@@ -374,8 +390,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
                                  gpu_last[static_cast<std::size_t>(gpu)]);
           gpu_last[static_cast<std::size_t>(gpu)] = input;
         } else {
-          input = arrive(saved[static_cast<std::size_t>(l - 1)][static_cast<std::size_t>(k)].out, gpu_of(l - 1), gpu,
-                         name + " recv input");
+          input = saved[static_cast<std::size_t>(l - 1)][static_cast<std::size_t>(k)].out;
         }
         const auto [wbuf, wcopy] = weights_in(gpu, name);
         const sim::TaskId prev = gpu_last[static_cast<std::size_t>(gpu)];
@@ -430,7 +445,10 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         // The visit's first op needs its input, its buffers and (streamed) its weights.
         for (sim::TaskId dep : ids({input, sv.kv_hbm, sv.work, wcopy})) g.add_dependency(dep, begin);
         const sim::TaskId out = chain[0];
-        sv.out = out;
+        // The output leaves for the next stage at once (sends are in order on the comm stream, so they are issued
+        // in the order the outputs are produced, not the order their consumers are emitted).
+        sv.out = l + 1 < L ? arrive(out, gpu, gpu_of(l + 1), "F" + seq_tag + " L" + std::to_string(l + 1) + " C" + std::to_string(k) + " recv input")
+                           : out;
         gpu_last[static_cast<std::size_t>(gpu)] = out;
         visit_ends[static_cast<std::size_t>(gpu)].push_back(out);
         for (auto buf : stream_buffers) g.free(name + " free kv buffer", buf, ids({out}));
@@ -486,14 +504,14 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           g.add_dependency(ready, begin_id);
           g.free(name + " free hidden", buf, ids({done}));
           if (sv.host >= 0) g.free(name + " free host hidden", sv.host, ids({ready}));
-          grad_out[static_cast<std::size_t>(L)][static_cast<std::size_t>(k)] = done;
+          grad_out[static_cast<std::size_t>(L)][static_cast<std::size_t>(k)] =
+              arrive(done, gpu, gpu_of(L - 1), "B" + seq_tag + " L" + std::to_string(L - 1) + " C" + std::to_string(k) + " recv grad");
           gpu_last[static_cast<std::size_t>(gpu)] = done;
           visit_ends[static_cast<std::size_t>(gpu)].push_back(done);
           continue;
         }
         const std::string name = "B" + seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k);
-        const sim::TaskId input = arrive(grad_out[static_cast<std::size_t>(l + 1)][static_cast<std::size_t>(k)], gpu_of(l + 1), gpu,
-                                         name + " recv grad");
+        const sim::TaskId input = grad_out[static_cast<std::size_t>(l + 1)][static_cast<std::size_t>(k)];
         const auto [wbuf, wcopy] = weights_in(gpu, name);
         std::vector<sim::TaskId> ready = ids({input, wcopy});
         // What forward kept: the activations (reloaded from DRAM, or the checkpoint to recompute from) and K/V.
@@ -571,7 +589,8 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         emitter.backward(name, chain);
         for (sim::TaskId dep : ready) g.add_dependency(dep, begin);
         const sim::TaskId out = chain[0];
-        grad_out[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] = out;
+        grad_out[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] =
+            l > 0 ? arrive(out, gpu, gpu_of(l - 1), "B" + seq_tag + " L" + std::to_string(l - 1) + " C" + std::to_string(k) + " recv grad") : out;
         gpu_last[static_cast<std::size_t>(gpu)] = out;
         visit_ends[static_cast<std::size_t>(gpu)].push_back(out);
         for (auto buf : stream_buffers) g.free(name + " free buffer", buf, ids({out}));

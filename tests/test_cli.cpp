@@ -137,6 +137,23 @@ TEST(Cli, SimulateZeroAndUlysses) {
   EXPECT_EQ(nlohmann::json::parse(ulysses.out)["completed"], true);
 }
 
+TEST(Cli, SimulateRingTrackShowsTheRingOrder) {
+  const std::string args = "simulate --strategy ringtrack --ring 4 --chunk 2K --block 1 --prefetch 2 --kv dram --acts recompute "
+                           "--weights resident --states dram --model llama3.2-1b --hw dgx-a100 --seq 16K --global-batch 2";
+  const auto text = run_cli(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("ring order     gpu0 -> "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("2 data-parallel replicas"), std::string::npos) << text.out;
+  const auto json = run_cli(args + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto metrics = nlohmann::json::parse(json.out);
+  EXPECT_EQ(metrics["completed"], true);
+  ASSERT_EQ(metrics["ring_order"].size(), 2u);
+  EXPECT_EQ(metrics["ring_order"][1].size(), 4u);
+  EXPECT_EQ(metrics["ring_hops"].size(), 4u);
+  EXPECT_GT(metrics["hfu"].get<double>(), metrics["mfu"].get<double>());  // recompute
+}
+
 TEST(Cli, SimulateMegatronThatDoesNotFitExits1WithTheReport) {
   const auto r = run_cli("simulate --strategy megatron --model llama3-70b --hw dgx-a100 --seq 4K --global-batch 8");
   EXPECT_EQ(r.exit_code, 1);
@@ -180,8 +197,16 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/no-schema.json", {"no-schema.json", "field 'schema'"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/missing.json", {"missing.json", "cannot open"}},
         CliError{"simulate", {"--graph/--strategy", "neither"}},
-        CliError{"simulate --strategy ringtrack --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",
-                 {"--strategy", "not implemented yet"}},
+        CliError{"simulate --strategy hotspa --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",
+                 {"--strategy", "hotspa is not implemented yet"}},
+        CliError{"simulate --strategy ringtrack --model llama3-8b --hw dgx-a100 --seq 64K --global-batch 1 --tp 2",
+                 {"--tp", "no --tp with --strategy ringtrack"}},
+        CliError{"simulate --strategy ringtrack --model llama3-8b --hw dgx-a100 --seq 64K --global-batch 1 --kv disk",
+                 {"--kv", "hbm or dram", "disk"}},
+        CliError{"simulate --strategy ringtrack --model llama3-8b --hw dgx-a100 --seq 64K --global-batch 1 --ring-order 0,x",
+                 {"--ring-order", "comma list"}},
+        CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 64K --global-batch 8 --ring 2",
+                 {"--ring", "no --ring with --strategy zero"}},
         CliError{"simulate --strategy fpdt --sp 8 --chunk 3K --model llama3-8b --hw dgx-a100 --seq 64K --global-batch 1",
                  {"--chunk", "dividing the sequence length"}},
         CliError{"simulate --strategy zero --chunk 8K --model llama3-8b --hw dgx-a100 --seq 64K --global-batch 8",
