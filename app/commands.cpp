@@ -436,17 +436,20 @@ int run_simulate(const std::vector<std::string>& args) {
                        "ringtrack, megatron, zero, ulysses, ring-attention or fpdt (hotspa is not implemented yet)",
                        "\"" + strategy + "\"");
     }
+    auto foreign = [&](const std::string& flag) {
+      std::string owners;
+      for (const auto& [scheme, flags] : kSchemeTakes) {
+        if (flags.count(flag)) owners += (owners.empty() ? "" : ", ") + scheme;
+      }
+      throw InputError("--" + flag, "value", "no --" + flag + " with --strategy " + strategy + " (it is a flag of " + owners + ")",
+                       "--" + flag);
+    };
     for (const char* flag : {"tp", "pp", "dp", "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp", "chunk",
                              "ring", "block", "prefetch", "kv", "acts", "weights", "states", "ring-order"}) {
-      if (vm.count(flag) && !takes->second.count(flag)) {
-        throw InputError(std::string("--") + flag, "value", "no --" + std::string(flag) + " with --strategy " + strategy, std::string("--") + flag);
-      }
+      if (vm.count(flag) && !takes->second.count(flag)) foreign(flag);
     }
     for (const char* flag : {"sequence-parallel", "zigzag"}) {
-      if (vm[flag].as<bool>() && !takes->second.count(flag)) {
-        throw InputError(std::string("--") + flag, "value", "no --" + std::string(flag) + " with --strategy " + strategy +
-                         (std::string(flag) == "sequence-parallel" ? " (use --sp for Ulysses)" : ""), std::string("--") + flag);
-      }
+      if (vm[flag].as<bool>() && !takes->second.count(flag)) foreign(flag);
     }
     if (strategy == "ulysses" && !vm.count("sp")) throw InputError("--sp", "value", "a degree with --strategy ulysses", "nothing");
     if (strategy == "ring-attention" && !vm.count("cp")) {

@@ -222,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"simulate --strategy ring-attention --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",
                  {"--cp", "a degree with --strategy ring-attention"}},
         CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --zigzag",
-                 {"--zigzag", "only with --strategy ring-attention"}},
+                 {"--zigzag", "no --zigzag with --strategy zero", "flag of ring-attention"}},
         CliError{"simulate --strategy ulysses --sp 8 --cp 2 --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 1",
                  {"--cp", "no --cp with --strategy ulysses"}},
         CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --offload disk",
