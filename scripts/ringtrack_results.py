@@ -95,6 +95,13 @@ def peak_dram(r):
     return max(n["peak_dram_bytes"] for n in r["per_node"])
 
 
+def max_cells(scheme, seq_k, r, i, floor):
+    """Table cells for a max-length result: length, config, MFU, peak HBM, peak DRAM."""
+    if seq_k is None:
+        return f"< {floor} | | | |"
+    return f"{fmt_len(seq_k)} | {LABEL[scheme]}{i + 1} | {100 * r['mfu']:.1f}% | {gib(peak_hbm(r))} | {gib(peak_dram(r))}"
+
+
 def comparison(model, hw, lengths_k, schemes):
     jobs = {}
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -116,12 +123,7 @@ def comparison(model, hw, lengths_k, schemes):
         rows.append("| scheme | max trainable length | config | MFU there | peak HBM/GPU (GiB) | peak DRAM/node (GiB) |")
         rows.append("|---|---|---|---|---|---|")
         for s in schemes:
-            seq_k, r, i = jobs[("max", s)].result()
-            if seq_k is None:
-                rows.append(f"| {s} | < 64K | | | | |")
-            else:
-                rows.append(f"| {s} | {fmt_len(seq_k)} | {LABEL[s]}{i + 1} | {100 * r['mfu']:.1f}% | {gib(peak_hbm(r))} | "
-                            f"{gib(peak_dram(r))} |")
+            rows.append(f"| {s} | {max_cells(s, *jobs[('max', s)].result(), floor='64K')} |")
     return rows
 
 
@@ -164,12 +166,7 @@ for hw in ("lab-h100", "lab-h200"):
             "peak HBM (GiB) | peak DRAM (GiB) |", "|---|---|---|---|---|---|---|"]
     for model in ("llama3.2-1b", "llama3-8b"):
         for s in ("ringtrack", "fpdt"):
-            seq_k, r, i = max_length(s, model, hw, start_k=16)
-            if seq_k is None:
-                out.append(f"| {model} | {s} | < 16K | | | | |")
-            else:
-                out.append(f"| {model} | {s} | {fmt_len(seq_k)} | {LABEL[s]}{i + 1} | {100 * r['mfu']:.1f}% | {gib(peak_hbm(r))} | "
-                           f"{gib(peak_dram(r))} |")
+            out.append(f"| {model} | {s} | {max_cells(s, *max_length(s, model, hw, start_k=16), floor='16K')} |")
     out.append("")
 out += ["### 4. Chunk size: ring-track on the DGX A100, Llama-3 8B at 1M tokens (config RT1 with --chunk varied)", "",
         *chunk_sweep("llama3-8b", "dgx-a100", K)]
