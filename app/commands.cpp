@@ -18,6 +18,7 @@
 #include "sim/graph_json.hpp"
 #include "sim/report.hpp"
 #include "planner/megatron.hpp"
+#include "planner/plan.hpp"
 #include "planner/ringtrack.hpp"
 #include "planner/zero.hpp"
 
@@ -30,12 +31,11 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> all = {
       {"list", "list built-in GPUs, nodes, models, strategies or precision policies", run_list},
       {"show", "show a GPU, node or model (built-in name or JSON path) with derived figures", run_show},
+      {"plan", "search chunk sizes, rings, offload and parallelism of every scheme; rank, explain, write a plan", run_plan},
       {"simulate", "simulate one step of a task graph (JSON) on a cluster: step time, MFU, memory, trace", run_simulate},
   };
   return all;
 }
-
-namespace {
 
 // Parses `args` against `options` (+ positionals); true when --help was asked for and printed.
 bool parse(const std::vector<std::string>& args, const std::string& usage, po::options_description& options,
@@ -50,6 +50,27 @@ bool parse(const std::vector<std::string>& args, const std::string& usage, po::o
   return false;
 }
 
+// --seq with --global-batch or --tokens-per-step.
+planner::Workload workload_from_flags(const po::variables_map& vm) {
+  planner::Workload workload;
+  workload.seq_len = parse_token_count(vm["seq"].as<std::string>(), "--seq");
+  if (vm.count("global-batch") == vm.count("tokens-per-step")) {
+    throw InputError("--global-batch/--tokens-per-step", "value", "exactly one of them", vm.count("global-batch") ? "both" : "neither");
+  }
+  if (vm.count("global-batch")) {
+    workload.global_batch = vm["global-batch"].as<std::int64_t>();
+  } else {
+    const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
+    if (tokens % workload.seq_len != 0) {
+      throw InputError("--tokens-per-step", "value", "a multiple of --seq (" + std::to_string(workload.seq_len) + ")",
+                       std::to_string(tokens));
+    }
+    workload.global_batch = tokens / workload.seq_len;
+  }
+  if (workload.global_batch < 1) throw InputError("--global-batch", "value", "a positive integer", std::to_string(workload.global_batch));
+  return workload;
+}
+
 // --nodes: a count in range, and more than one only for nodes that have NICs to join a cluster.
 void check_node_count(int nodes) {
   if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
@@ -61,6 +82,8 @@ void check_node_count(int nodes, const hw::NodeProfile& node) {
                      std::to_string(nodes));
   }
 }
+
+namespace {
 
 // The scheme names the planner will offer; each lands with its issue, and until then says so.
 struct StrategyInfo {
@@ -349,6 +372,7 @@ int run_simulate(const std::vector<std::string>& args) {
   po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
   options.add_options()
       ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
+      ("plan", po::value<std::string>()->value_name("path"), "plan file written by 'trainyard plan --out' (docs/planner.md)")
       ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: ringtrack, megatron, zero, ulysses, ring-attention, fpdt")
       ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
       ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
@@ -389,10 +413,11 @@ int run_simulate(const std::vector<std::string>& args) {
             options, positional, vm)) {
     return 0;
   }
-  const bool from_graph = vm.count("graph") > 0;
-  if (from_graph == (vm.count("strategy") > 0)) {
-    throw InputError("--graph/--strategy", "value", "exactly one of --graph FILE or --strategy NAME",
-                     from_graph ? "both" : "neither");
+  const bool from_graph = vm.count("graph") > 0, from_plan = vm.count("plan") > 0;
+  const int modes = static_cast<int>(from_graph) + static_cast<int>(from_plan) + static_cast<int>(vm.count("strategy") > 0);
+  if (modes != 1) {
+    throw InputError("--graph/--plan/--strategy", "value", "exactly one of --graph FILE, --plan FILE or --strategy NAME",
+                     modes == 0 ? "neither" : "more than one");
   }
   static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
                                               "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp",
@@ -402,10 +427,30 @@ int run_simulate(const std::vector<std::string>& args) {
   sim::TaskGraph graph;
   std::string origin;
   std::optional<planner::RingTrackPlan> ring;  // ringtrack: the rings it chose, reported beside the metrics
-  if (from_graph) {
+  if (from_graph || from_plan) {
+    const std::string mode = from_graph ? "--graph" : "--plan";
     for (const char* flag : kSchemeFlags) {
-      if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "no scheme flags with --graph", "--" + std::string(flag));
+      if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "no scheme flags with " + mode, "--" + std::string(flag));
     }
+  }
+  if (from_plan) {
+    if (vm.count("hw") || vm.count("nodes")) throw InputError("--hw/--nodes", "value", "none with --plan (the plan names its hardware)", "given");
+    origin = vm["plan"].as<std::string>();
+    const planner::PlanFile plan = planner::read_plan_file(origin);
+    const model::ModelConfig model = model::load_model(plan.model, origin + ": field 'model'");
+    hw::NodeProfile node = hw::load_node(plan.hw, origin + ": field 'hw'");
+    check_node_count(plan.nodes, node);
+    cluster.emplace(std::move(node), plan.nodes);
+    const planner::StepInputs inputs{model, *cluster, plan.workload, model::precision_policy(plan.precision, origin + ": field 'precision'")};
+    ring.emplace();
+    try {
+      graph = planner::build_plan(inputs, plan.spec, &*ring);
+    } catch (const InputError& e) {  // parameters this model or hardware cannot take
+      throw InputError(origin, "parameters", "parameters that " + plan.hw + " and " + plan.model + " can run", e.what());
+    }
+    if (plan.spec.scheme != "ringtrack") ring.reset();
+    sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
+  } else if (from_graph) {
     if (vm["sequence-parallel"].as<bool>()) throw InputError("--sequence-parallel", "value", "no scheme flags with --graph", "it");
     origin = vm["graph"].as<std::string>();
     sim::GraphDocument doc = sim::load_graph(origin);
@@ -464,22 +509,7 @@ int run_simulate(const std::vector<std::string>& args) {
     hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
     check_node_count(nodes, node);
     cluster.emplace(std::move(node), nodes);
-    planner::Workload workload;
-    workload.seq_len = parse_token_count(vm["seq"].as<std::string>(), "--seq");
-    if (vm.count("global-batch") == vm.count("tokens-per-step")) {
-      throw InputError("--global-batch/--tokens-per-step", "value", "exactly one of them", vm.count("global-batch") ? "both" : "neither");
-    }
-    if (vm.count("global-batch")) {
-      workload.global_batch = vm["global-batch"].as<std::int64_t>();
-    } else {
-      const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
-      if (tokens % workload.seq_len != 0) {
-        throw InputError("--tokens-per-step", "value", "a multiple of --seq (" + std::to_string(workload.seq_len) + ")",
-                         std::to_string(tokens));
-      }
-      workload.global_batch = tokens / workload.seq_len;
-    }
-    if (workload.global_batch < 1) throw InputError("--global-batch", "value", "a positive integer", std::to_string(workload.global_batch));
+    const planner::Workload workload = workload_from_flags(vm);
     planner::Recompute recompute = planner::Recompute::none;
     if (vm.count("recompute")) {
       const std::string r = vm["recompute"].as<std::string>();
@@ -490,6 +520,8 @@ int run_simulate(const std::vector<std::string>& args) {
     }
     const std::int64_t micro_batch = vm.count("micro-batch") ? vm["micro-batch"].as<std::int64_t>() : 1;
     const planner::StepInputs inputs{model, *cluster, workload, model::precision_policy(vm["precision"].as<std::string>())};
+    planner::PlanSpec spec;
+    spec.scheme = strategy;
     if (strategy == "megatron") {
       planner::MegatronParams p;
       p.tp = vm.count("tp") ? vm["tp"].as<int>() : 1;
@@ -506,10 +538,9 @@ int run_simulate(const std::vector<std::string>& args) {
         }
         p.offload_activations = true;
       }
-      graph = planner::build_megatron(inputs, p);
+      spec.megatron = p;
     } else if (strategy == "ringtrack") {
-      ring.emplace(planner::build_ringtrack(inputs, ringtrack_params(vm, *cluster)));
-      graph = std::move(ring->graph);
+      spec.ringtrack = ringtrack_params(vm, *cluster);
     } else {
       planner::ZeroParams p;
       p.stage = vm.count("zero-stage") ? vm["zero-stage"].as<int>() : 0;
@@ -533,8 +564,11 @@ int run_simulate(const std::vector<std::string>& args) {
           start = comma + 1;
         }
       }
-      graph = planner::build_zero(inputs, p);
+      spec.zero = p;
     }
+    ring.emplace();
+    graph = planner::build_plan(inputs, spec, &*ring);
+    if (spec.scheme != "ringtrack") ring.reset();
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   }
   graph.finalize();

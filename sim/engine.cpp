@@ -273,7 +273,7 @@ SimResult Engine::run() {
       const auto lo = std::min(a, b), hi = std::max(a, b);
       const std::string name = link.full_duplex ? (dir == 0 ? topo_.name(lo) + "->" + topo_.name(hi) : topo_.name(hi) + "->" + topo_.name(lo))
                                                 : topo_.name(lo) + "<->" + topo_.name(hi);
-      LinkUsage usage{name, link.gbps_per_direction, network_.bytes_moved(r), network_.busy_ns(r), {}};
+      LinkUsage usage{name, link.type, link.gbps_per_direction, network_.bytes_moved(r), network_.busy_ns(r), {}};
       if (auto s = link_samples_.find(r); s != link_samples_.end()) usage.load_gbps = std::move(s->second);
       result_.links.push_back(std::move(usage));
     }

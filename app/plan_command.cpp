@@ -1,0 +1,339 @@
+// `trainyard plan`: the plan search on the command line (planner/search.hpp does the work).
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/commands.hpp"
+#include "common/error.hpp"
+#include "common/text_table.hpp"
+#include "common/units.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/search.hpp"
+#include "sim/report.hpp"
+
+namespace po = boost::program_options;
+using Json = nlohmann::json;
+
+namespace trainyard::app {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted = true; }
+
+std::vector<std::string> scheme_list(const std::string& text) {
+  if (text == "all") return planner::kSchemes;
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (std::find(planner::kSchemes.begin(), planner::kSchemes.end(), item) == planner::kSchemes.end()) {
+      throw InputError("--strategies", "value", "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero",
+                       "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa is not implemented yet: issue 10)" : ""));
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
+
+Json metrics_json(const planner::PlanMetrics& m) {
+  return {{"fits", m.fits},
+          {"step_s", m.step_s},
+          {"tokens_per_s", m.tokens_per_s},
+          {"mfu", m.mfu},
+          {"hfu", m.hfu},
+          {"peak_hbm_bytes", m.peak_hbm_bytes},
+          {"peak_dram_bytes", m.peak_dram_bytes},
+          {"compute_s", m.compute_s},
+          {"exposed_transfer_s", m.exposed_transfer_s},
+          {"bubble_s", m.bubble_s},
+          {"recompute_s", m.recompute_s},
+          {"bottleneck", m.bottleneck},
+          {"busiest_link", m.busiest_link}};
+}
+
+Json plan_json(const planner::RankedPlan& p) {
+  return {{"scheme", p.spec.scheme}, {"summary", p.spec.summary()}, {"parameters", planner::parameters_json(p.spec)},
+          {"metrics", metrics_json(p.metrics)}};
+}
+
+void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p) {
+  const auto& m = p.metrics;
+  table.add_row({rank, p.spec.scheme, p.spec.summary(), seconds(m.step_s), format_number(std::round(m.tokens_per_s)),
+             format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
+             format_bytes(static_cast<double>(m.peak_dram_bytes)), m.bottleneck});
+}
+
+// Why `other` loses to `winner`, in one sentence: the largest per-GPU difference among recompute, other
+// compute, waiting on transfers and idling.
+std::string reason(const planner::RankedPlan& winner, const planner::RankedPlan& other) {
+  const auto& w = winner.metrics;
+  const auto& o = other.metrics;
+  const double slower = o.step_s / w.step_s;
+  struct Part {
+    double delta;
+    std::string words;
+  };
+  const double dense_w = w.compute_s - w.recompute_s, dense_o = o.compute_s - o.recompute_s;
+  std::vector<Part> parts{
+      {o.recompute_s - w.recompute_s, "it recomputes " + seconds(o.recompute_s) + " per GPU (HFU " + format_fixed(100 * o.hfu, 1) +
+                                          "% vs MFU " + format_fixed(100 * o.mfu, 1) + "%) against " + seconds(w.recompute_s)},
+      {dense_o - dense_w, "its kernels take longer: " + seconds(dense_o) + " of compute per GPU without recompute against " +
+                              seconds(dense_w) + " (smaller or less efficient calls)"},
+      {o.exposed_transfer_s - w.exposed_transfer_s, "it waits " + seconds(o.exposed_transfer_s) + " per GPU on transfers against " +
+                                                        seconds(w.exposed_transfer_s) +
+                                                        (o.busiest_link.empty() ? "" : " (busiest link " + o.busiest_link + ")")},
+      {o.bubble_s - w.bubble_s, "its GPUs idle " + seconds(o.bubble_s) + " per GPU in pipeline bubbles or imbalance against " +
+                                    seconds(w.bubble_s)},
+  };
+  const auto worst = std::max_element(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.delta < b.delta; });
+  return other.spec.scheme + " (" + other.spec.summary() + "): " + format_fixed(slower, 2) + "x the step time, mainly because " +
+         worst->words + ".";
+}
+
+void explain(std::ostream& out, const planner::SearchReport& report) {
+  const auto& win = report.ranked.front();
+  const auto& m = win.metrics;
+  out << "\nwhy " << win.spec.scheme << " (" << win.spec.summary() << ") wins\n";
+  TextTable t({"per GPU, mean", "time", "share of step"}, {false, true, true});
+  auto row = [&](const std::string& what, double s) { t.add_row({what, seconds(s), format_fixed(100 * s / m.step_s, 1) + "%"}); };
+  row("compute (model FLOPs)", m.compute_s - m.recompute_s);
+  row("compute beyond model FLOPs (recompute)", m.recompute_s);
+  row("exposed copies and communication", m.exposed_transfer_s);
+  row("bubbles and imbalance", m.bubble_s);
+  row("step", m.step_s);
+  t.print(out);
+  if (!m.busiest_link.empty()) out << "busiest link: " << m.busiest_link << "\n";
+  bool any = false;
+  for (const auto& best : report.best_of_scheme) {
+    if (best.spec.scheme == win.spec.scheme) continue;
+    if (!any) out << "\nthe best plan of each other scheme, and the one reason it loses\n";
+    any = true;
+    out << "- " << reason(win, best) << "\n";
+  }
+}
+
+}  // namespace
+
+int run_plan(const std::vector<std::string>& args) {
+  po::options_description options("plan options");
+  options.add_options()
+      ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model (required)")
+      ("hw", po::value<std::string>()->value_name("name|path"), "node profile (required)")
+      ("nodes", po::value<int>()->default_value(1)->value_name("int"), "number of nodes")
+      ("seq", po::value<std::string>()->value_name("tokens"), "sequence length (required), e.g. 256K, 1M")
+      ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step (default 1)")
+      ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
+      ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
+      ("strategies", po::value<std::string>()->default_value("all")->value_name("list"), "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero")
+      ("objective", po::value<std::string>()->default_value("throughput")->value_name("name"), "throughput, max-seq or min-hbm")
+      ("hbm-headroom", po::value<double>()->default_value(0.05)->value_name("fraction"), "fraction of each GPU's HBM kept free")
+      ("top", po::value<int>()->default_value(10)->value_name("int"), "plans to show")
+      ("threads", po::value<int>()->default_value(0)->value_name("int"), "simulation threads (0: all cores); the answer does not depend on it")
+      ("json", po::bool_switch(), "print the result as JSON")
+      ("out", po::value<std::string>()->value_name("path"), "write the best plan to a plan file (trainyard simulate --plan runs it)")
+      ("trace", po::value<std::string>()->value_name("path"), "write the best plan's Chrome trace")
+      ("explain", po::bool_switch(), "the winner's step-time breakdown and why each other scheme's best loses");
+  po::positional_options_description positional;
+  po::variables_map vm;
+  if (parse(args,
+            "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
+            "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10]\n"
+            "       [--json] [--out plan.json] [--trace best.json] [--explain]",
+            options, positional, vm)) {
+    return 0;
+  }
+  for (const char* flag : {"model", "hw", "seq"}) {
+    if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value", "nothing");
+  }
+  const double headroom = vm["hbm-headroom"].as<double>();
+  if (!(headroom >= 0 && headroom < 1)) throw InputError("--hbm-headroom", "value", "a fraction in [0, 1)", std::to_string(headroom));
+  const int top = vm["top"].as<int>();
+  if (top < 1) throw InputError("--top", "value", "a positive integer", std::to_string(top));
+  const int threads = vm["threads"].as<int>();
+  if (threads < 0 || threads > 1024) throw InputError("--threads", "value", "0 (all cores) to 1024", std::to_string(threads));
+  const std::string model_name = vm["model"].as<std::string>(), hw_name = vm["hw"].as<std::string>();
+  const model::ModelConfig model = model::load_model(model_name, "--model");
+  hw::NodeProfile node = hw::load_node(hw_name, "--hw");
+  const int nodes = vm["nodes"].as<int>();
+  check_node_count(nodes, node);
+  const sim::Cluster cluster(std::move(node), nodes);
+  planner::Workload workload;
+  if (vm.count("global-batch") || vm.count("tokens-per-step")) {
+    workload = workload_from_flags(vm);
+  } else {
+    workload.seq_len = parse_token_count(vm["seq"].as<std::string>(), "--seq");
+  }
+  const std::string precision = vm["precision"].as<std::string>();
+  const planner::StepInputs inputs{model, cluster, workload, model::precision_policy(precision)};
+  const planner::Objective objective = planner::parse_objective(vm["objective"].as<std::string>());
+  const bool as_json = vm["json"].as<bool>();
+  if (objective == planner::Objective::max_seq && (vm.count("out") || vm.count("trace"))) {
+    throw InputError("--out/--trace", "value", "none with --objective max-seq (each scheme gets its own length)", "given");
+  }
+
+  planner::SearchOptions search;
+  search.schemes = scheme_list(vm["strategies"].as<std::string>());
+  search.objective = objective;
+  search.hbm_headroom = headroom;
+  search.top = top;
+  search.threads = threads;
+  search.cancel = &g_interrupted;
+  // A progress line on a terminal only (not with --json, not when stderr is piped).
+  const bool show_progress = !as_json && isatty(STDERR_FILENO);
+  const auto started = std::chrono::steady_clock::now();
+  if (show_progress) {
+    search.progress = [&](std::size_t done, std::size_t total) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0;
+      const int width = 30;
+      const int filled = total ? static_cast<int>(width * done / total) : width;
+      std::cerr << "\r[" << std::string(static_cast<std::size_t>(filled), '#') << std::string(static_cast<std::size_t>(width - filled), '.')
+                << "] " << done << "/" << total << " plans, " << format_fixed(rate, 1) << "/s, ETA "
+                << format_fixed(rate > 0 ? static_cast<double>(total - done) / rate : 0, 0) << " s   " << std::flush;
+    };
+  }
+  g_interrupted = false;
+  const auto previous = std::signal(SIGINT, on_interrupt);
+
+  if (objective == planner::Objective::max_seq) {
+    Json out = Json::array();
+    TextTable table({"scheme", "max length", "plan", "MFU there", "peak HBM/GPU", "peak DRAM/node"},
+                    {false, true, false, true, true, true});
+    for (const auto& scheme : search.schemes) {
+      if (show_progress) std::cerr << "\rsearching the longest sequence for " << scheme << "...          " << std::flush;
+      const auto best = planner::max_sequence(inputs, scheme, search);
+      if (!best) {
+        table.add_row({scheme, "< 1K", "no plan fits", "", "", ""});
+        out.push_back({{"scheme", scheme}, {"max_seq_len", nullptr}});
+        continue;
+      }
+      const auto& m = best->plan.metrics;
+      table.add_row({scheme, format_tokens(best->seq_len), best->plan.spec.summary(), format_fixed(100 * m.mfu, 1) + "%",
+                 format_bytes(static_cast<double>(m.peak_hbm_bytes)), format_bytes(static_cast<double>(m.peak_dram_bytes))});
+      Json j = plan_json(best->plan);
+      j["max_seq_len"] = best->seq_len;
+      out.push_back(j);
+    }
+    std::signal(SIGINT, previous);
+    if (show_progress) std::cerr << "\r" << std::string(80, ' ') << "\r";
+    if (as_json) {
+      std::cout << Json{{"objective", "max-seq"}, {"interrupted", g_interrupted.load()}, {"schemes", out}}.dump(2) << "\n";
+    } else {
+      std::cout << "longest trainable sequence per scheme (multiples of 1K tokens), " << model.name << " on " << nodes << " x "
+                << cluster.node.name << (g_interrupted ? " (interrupted: partial)" : "") << "\n\n";
+      table.print(std::cout);
+    }
+    return 0;
+  }
+
+  const planner::SearchReport report = planner::search(inputs, search);
+  std::signal(SIGINT, previous);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (show_progress) std::cerr << "\r" << std::string(80, ' ') << "\r";
+
+  if (report.ranked.empty()) {
+    std::string miss = "no plan fits " + model.name + " at " + format_tokens(workload.seq_len) + " tokens on " + std::to_string(nodes) +
+                       " x " + cluster.node.name;
+    if (report.closest_miss) {
+      miss += "; closest miss: " + report.closest_miss->spec.scheme + " (" + report.closest_miss->spec.summary() + "), " +
+              report.closest_miss->metrics.failure + ", short by " + format_bytes(static_cast<double>(report.closest_miss->metrics.shortfall_bytes));
+    }
+    if (as_json) {
+      std::cout << Json{{"fits", false}, {"message", miss}, {"enumerated", report.enumerated}}.dump(2) << "\n";
+    }
+    std::cerr << "error: " << miss << (report.interrupted ? " (search interrupted)" : "") << "\n";
+    return 1;
+  }
+  const auto& best = report.ranked.front();
+  if (vm.count("out")) {
+    planner::PlanFile file;
+    file.model = model_name;
+    file.hw = hw_name;
+    file.nodes = nodes;
+    file.workload = workload;
+    file.precision = precision;
+    file.spec = best.spec;
+    file.predicted = metrics_json(best.metrics);
+    sim::write_file_atomically(vm["out"].as<std::string>(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });
+  }
+  if (vm.count("trace")) {
+    sim::TaskGraph graph = planner::build_plan(inputs, best.spec);
+    graph.finalize();
+    const sim::SimResult r = sim::simulate(graph, cluster);
+    sim::write_file_atomically(vm["trace"].as<std::string>(), [&](std::ostream& out) { sim::write_chrome_trace(out, r, graph, cluster); });
+  }
+  const double rate = elapsed > 0 ? static_cast<double>(report.simulated) / elapsed : 0;
+  if (as_json) {
+    Json ranked = Json::array(), per_scheme = Json::array();
+    for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) ranked.push_back(plan_json(report.ranked[i]));
+    for (const auto& p : report.best_of_scheme) per_scheme.push_back(plan_json(p));
+    Json out{{"model", model_name}, {"hw", hw_name}, {"nodes", nodes},
+             {"workload", {{"seq_len", workload.seq_len}, {"global_batch", workload.global_batch}}},
+             {"objective", vm["objective"].as<std::string>()}, {"ranked", ranked}, {"best_of_scheme", per_scheme},
+             {"enumerated", report.enumerated}, {"pruned_memory", report.pruned_memory}, {"pruned_time", report.pruned_time},
+             {"simulated", report.simulated}, {"interrupted", report.interrupted}, {"seconds", elapsed}};
+    if (vm["explain"].as<bool>()) {
+      Json reasons = Json::array();
+      for (const auto& p : report.best_of_scheme) {
+        if (p.spec.scheme != best.spec.scheme) reasons.push_back({{"scheme", p.spec.scheme}, {"reason", reason(best, p)}});
+      }
+      out["explain"] = reasons;
+    }
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "plans for " << model.name << " at " << format_tokens(workload.seq_len) << " tokens x " << workload.global_batch
+            << " per step on " << nodes << " x " << cluster.node.name << ", objective " << vm["objective"].as<std::string>()
+            << (report.interrupted ? " (interrupted: best found so far)" : "") << "\n\n";
+  TextTable table({"rank", "scheme", "parameters", "step", "tokens/s", "MFU", "peak HBM/GPU", "peak DRAM/node", "bottleneck"},
+                  {true, false, false, true, true, true, true, true, false});
+  for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) {
+    add_plan_row(table, std::to_string(i + 1), report.ranked[i]);
+  }
+  // The best plan of every scheme, even when it is not in the top k.
+  for (const auto& p : report.best_of_scheme) {
+    bool shown = false;
+    for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) {
+      shown = shown || (report.ranked[i].spec.scheme == p.spec.scheme && report.ranked[i].metrics.step_s == p.metrics.step_s &&
+                        report.ranked[i].spec.summary() == p.spec.summary());
+    }
+    if (!shown) {
+      const auto pos = static_cast<std::size_t>(std::find_if(report.ranked.begin(), report.ranked.end(), [&](const auto& r) {
+                                                   return &r == &p || (r.spec.summary() == p.spec.summary() && r.spec.scheme == p.spec.scheme);
+                                                 }) - report.ranked.begin());
+      add_plan_row(table, std::to_string(pos + 1), p);
+    }
+  }
+  table.print(std::cout);
+  for (const auto& scheme : search.schemes) {
+    if (std::none_of(report.best_of_scheme.begin(), report.best_of_scheme.end(), [&](const auto& p) { return p.spec.scheme == scheme; })) {
+      if (report.enumerated_by_scheme.count(scheme) == 0) {
+        std::cout << scheme << ": no valid configuration for this model, cluster and batch (e.g. fewer sequences per step than its "
+                     "data-parallel ranks)\n";
+      } else if (!report.interrupted) {
+        std::cout << scheme << ": none of its " << report.enumerated_by_scheme.at(scheme) << " configurations fits\n";
+      }
+    }
+  }
+  std::cout << "\n" << report.enumerated << " plans enumerated, " << report.pruned_memory << " pruned by memory bounds, "
+            << report.pruned_time << " by time bounds, " << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s ("
+            << format_fixed(rate, 1) << " plans/s)\n";
+  if (vm["explain"].as<bool>()) explain(std::cout, report);
+  if (vm.count("out")) std::cout << "\nplan written to " << vm["out"].as<std::string>() << " (run it: trainyard simulate --plan "
+                                 << vm["out"].as<std::string>() << ")\n";
+  return 0;
+}
+
+}  // namespace trainyard::app

@@ -1,0 +1,190 @@
+#include "planner/plan.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "common/json_reader.hpp"
+#include "common/units.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+using Json = nlohmann::json;
+
+std::string tokens(std::int64_t n) { return format_tokens(n); }
+
+std::string_view placement_name(Placement p) { return p == Placement::hbm ? "hbm" : "dram"; }
+std::string_view acts_name(ActivationPolicy a) {
+  return a == ActivationPolicy::hbm ? "hbm" : a == ActivationPolicy::dram ? "dram" : "recompute";
+}
+
+std::string offload_list(const ZeroParams& z) {
+  std::string out;
+  auto add = [&](bool on, const char* name) {
+    if (on) out += (out.empty() ? "" : ",") + std::string(name);
+  };
+  add(z.offload_optimizer, "optimizer");
+  add(z.offload_grads, "grads");
+  add(z.offload_params, "params");
+  add(z.offload_activations, "acts");
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+std::string PlanSpec::summary() const {
+  if (scheme == "ringtrack") {
+    const auto& p = ringtrack;
+    return "ring " + std::to_string(p.ring) + ", block " + std::to_string(p.block) + ", chunk " + tokens(p.chunk) + ", prefetch " +
+           std::to_string(p.prefetch) + ", kv " + std::string(placement_name(p.kv)) + ", acts " + std::string(acts_name(p.acts)) +
+           ", weights " + (p.weights == WeightPolicy::resident ? "resident" : "stream") + ", states " +
+           std::string(placement_name(p.states));
+  }
+  if (scheme == "megatron") {
+    const auto& p = megatron;
+    return "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " + std::to_string(p.dp) +
+           (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + ", mb " + std::to_string(p.micro_batch) +
+           (p.sequence_parallel ? ", sp" : "") + ", recompute " + std::string(to_string(p.recompute)) +
+           (p.offload_activations ? ", offload acts" : "");
+  }
+  const auto& z = zero;
+  std::string out = "zero-" + std::to_string(z.stage);
+  if (scheme == "ulysses" || scheme == "fpdt") out += ", sp " + std::to_string(z.sp);
+  if (scheme == "ring-attention") out += ", cp " + std::to_string(z.cp) + (z.zigzag ? " zigzag" : "");
+  if (scheme == "fpdt") out += ", chunk " + tokens(z.fpdt_chunk);
+  out += ", mb " + std::to_string(z.micro_batch);
+  if (z.activation_checkpointing) out += ", AC";
+  if (offload_list(z) != "none") out += ", offload " + offload_list(z);
+  return out;
+}
+
+sim::TaskGraph build_plan(const StepInputs& in, const PlanSpec& spec, RingTrackPlan* rings) {
+  if (spec.scheme == "ringtrack") {
+    RingTrackPlan plan = build_ringtrack(in, spec.ringtrack);
+    sim::TaskGraph graph = std::move(plan.graph);
+    if (rings) *rings = std::move(plan);
+    return graph;
+  }
+  if (spec.scheme == "megatron") return build_megatron(in, spec.megatron);
+  if (spec.scheme == "zero" || spec.scheme == "ulysses" || spec.scheme == "ring-attention" || spec.scheme == "fpdt") {
+    return build_zero(in, spec.zero);
+  }
+  throw InputError("scheme", "value", "one of ringtrack, fpdt, ulysses, ring-attention, megatron, zero", "\"" + spec.scheme + "\"");
+}
+
+Json parameters_json(const PlanSpec& spec) {
+  if (spec.scheme == "ringtrack") {
+    const auto& p = spec.ringtrack;
+    return {{"ring", p.ring}, {"block", p.block}, {"chunk", p.chunk}, {"prefetch", p.prefetch},
+            {"kv", placement_name(p.kv)}, {"acts", acts_name(p.acts)},
+            {"weights", p.weights == WeightPolicy::resident ? "resident" : "stream"}, {"states", placement_name(p.states)},
+            {"ring_order", p.ring_order}};
+  }
+  if (spec.scheme == "megatron") {
+    const auto& p = spec.megatron;
+    return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"vpp", p.vpp}, {"micro_batch", p.micro_batch},
+            {"sequence_parallel", p.sequence_parallel}, {"recompute", to_string(p.recompute)},
+            {"offload_activations", p.offload_activations}};
+  }
+  const auto& z = spec.zero;
+  return {{"zero_stage", z.stage}, {"sp", z.sp}, {"cp", z.cp}, {"zigzag", z.zigzag}, {"chunk", z.fpdt_chunk},
+          {"micro_batch", z.micro_batch}, {"activation_checkpointing", z.activation_checkpointing},
+          {"offload", offload_list(z)}};
+}
+
+PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, const std::string& origin) {
+  PlanSpec spec;
+  spec.scheme = scheme;
+  const json::Reader r(parameters, origin, "parameters");
+  constexpr std::int64_t kMaxTokens = std::int64_t{1} << 40;
+  if (scheme == "ringtrack") {
+    auto& p = spec.ringtrack;
+    p.ring = static_cast<int>(r.integer("ring", 1, 1 << 20));
+    p.block = static_cast<int>(r.integer("block", 1, 1 << 20));
+    p.chunk = r.integer("chunk", 1, kMaxTokens);
+    p.prefetch = static_cast<int>(r.integer("prefetch", 1, 8));
+    p.kv = r.choice("kv", {"hbm", "dram"}) == "hbm" ? Placement::hbm : Placement::dram;
+    const std::string acts = r.choice("acts", {"hbm", "dram", "recompute"});
+    p.acts = acts == "hbm" ? ActivationPolicy::hbm : acts == "dram" ? ActivationPolicy::dram : ActivationPolicy::recompute;
+    p.weights = r.choice("weights", {"resident", "stream"}) == "stream" ? WeightPolicy::stream : WeightPolicy::resident;
+    p.states = r.choice("states", {"hbm", "dram"}) == "dram" ? Placement::dram : Placement::hbm;
+    const Json& order = r.raw("ring_order");
+    if (!order.is_array() || !std::all_of(order.begin(), order.end(), [](const Json& v) { return v.is_number_integer(); })) {
+      r.fail("ring_order", "an array of ring positions (empty: chosen from the topology)", json::describe(order));
+    }
+    p.ring_order = order.get<std::vector<int>>();
+  } else if (scheme == "megatron") {
+    auto& p = spec.megatron;
+    p.tp = static_cast<int>(r.integer("tp", 1, 1 << 20));
+    p.pp = static_cast<int>(r.integer("pp", 1, 1 << 20));
+    p.dp = static_cast<int>(r.integer("dp", 1, 1 << 20));
+    p.vpp = static_cast<int>(r.integer("vpp", 1, 1 << 20));
+    p.micro_batch = r.integer("micro_batch", 1, 1 << 20);
+    p.sequence_parallel = r.boolean("sequence_parallel");
+    const std::string rc = r.choice("recompute", {"none", "selective", "full"});
+    p.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;
+    p.offload_activations = r.boolean("offload_activations");
+  } else if (scheme == "zero" || scheme == "ulysses" || scheme == "ring-attention" || scheme == "fpdt") {
+    auto& z = spec.zero;
+    z.stage = static_cast<int>(r.integer("zero_stage", 0, 3));
+    z.sp = static_cast<int>(r.integer("sp", 1, 1 << 20));
+    z.cp = static_cast<int>(r.integer("cp", 1, 1 << 20));
+    z.zigzag = r.boolean("zigzag");
+    z.fpdt_chunk = r.integer("chunk", 0, kMaxTokens);
+    z.micro_batch = r.integer("micro_batch", 1, 1 << 20);
+    z.activation_checkpointing = r.boolean("activation_checkpointing");
+    const std::string list = r.string("offload");
+    if (list != "none") {
+      std::size_t start = 0;
+      while (start <= list.size()) {
+        const std::size_t comma = std::min(list.find(',', start), list.size());
+        const std::string item = list.substr(start, comma - start);
+        if (item == "optimizer") z.offload_optimizer = true;
+        else if (item == "grads") z.offload_grads = true;
+        else if (item == "params") z.offload_params = true;
+        else if (item == "acts") z.offload_activations = true;
+        else r.fail("offload", "\"none\" or a comma list of optimizer, grads, params, acts", "\"" + list + "\"");
+        start = comma + 1;
+      }
+    }
+  } else {
+    throw InputError(origin, "scheme", "one of ringtrack, fpdt, ulysses, ring-attention, megatron, zero", "\"" + scheme + "\"");
+  }
+  r.finish();
+  return spec;
+}
+
+Json plan_file_json(const PlanFile& plan) {
+  return {{"format", "trainyard.plan.v1"},
+          {"model", plan.model},
+          {"hw", plan.hw},
+          {"nodes", plan.nodes},
+          {"workload", {{"seq_len", plan.workload.seq_len}, {"global_batch", plan.workload.global_batch}}},
+          {"precision", plan.precision},
+          {"scheme", plan.spec.scheme},
+          {"parameters", parameters_json(plan.spec)},
+          {"predicted", plan.predicted}};
+}
+
+PlanFile read_plan_file(const std::string& path) {
+  const Json doc = json::parse_file(path);
+  const json::Reader r(doc, path);
+  r.expect_string("format", "trainyard.plan.v1");
+  PlanFile plan;
+  plan.model = r.string("model");
+  plan.hw = r.string("hw");
+  plan.nodes = static_cast<int>(r.integer("nodes", 1, 100000));
+  const json::Reader w = r.object("workload");
+  plan.workload.seq_len = w.integer("seq_len", 1, std::int64_t{1} << 40);
+  plan.workload.global_batch = w.integer("global_batch", 1, std::int64_t{1} << 30);
+  w.finish();
+  plan.precision = r.string("precision");
+  const std::string scheme = r.choice("scheme", kSchemes);
+  plan.spec = parse_parameters(scheme, r.raw("parameters"), path);
+  if (r.has("predicted")) plan.predicted = r.raw("predicted");
+  r.finish();
+  return plan;
+}
+
+}  // namespace trainyard::planner

@@ -1,0 +1,50 @@
+#pragma once
+// A plan: one scheme with all its parameters. The search produces them, plan files store them
+// (trainyard.plan.v1), `simulate --plan` and the executor rebuild the same task graph from them.
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/megatron.hpp"
+#include "planner/ringtrack.hpp"
+#include "planner/zero.hpp"
+
+namespace trainyard::planner {
+
+// The schemes in the order the planner lists them.
+inline const std::vector<std::string> kSchemes = {"ringtrack", "fpdt", "ulysses", "ring-attention", "megatron", "zero"};
+
+struct PlanSpec {
+  std::string scheme;         // one of kSchemes
+  MegatronParams megatron;    // scheme "megatron"
+  ZeroParams zero;            // schemes "zero", "ulysses", "ring-attention", "fpdt"
+  RingTrackParams ringtrack;  // scheme "ringtrack"
+
+  std::string summary() const;  // the key parameters in a few words: "ring 8, chunk 16K, kv dram, ..."
+};
+
+// Builds the step's task graph (validated by the scheme's checks: InputError names the flag). For ringtrack,
+// `rings` receives the chosen ring orders when given.
+sim::TaskGraph build_plan(const StepInputs& in, const PlanSpec& spec, RingTrackPlan* rings = nullptr);
+
+// The "parameters" object of a plan file, and back. Every parameter of the scheme is written and required.
+nlohmann::json parameters_json(const PlanSpec& spec);
+PlanSpec parse_parameters(const std::string& scheme, const nlohmann::json& parameters, const std::string& origin);
+
+// A plan file (trainyard.plan.v1): what to run and what the planner predicted. Model and hardware are kept as
+// the names (or paths, or custom: specs) the user gave, so `simulate --plan` and the executor load the same ones.
+struct PlanFile {
+  std::string model;
+  std::string hw;
+  int nodes = 1;
+  Workload workload;
+  std::string precision = "bf16-mixed";
+  PlanSpec spec;
+  nlohmann::json predicted = nlohmann::json::object();  // metrics at planning time
+};
+nlohmann::json plan_file_json(const PlanFile& plan);
+// Reads and checks a plan file; every error names the file and the field.
+PlanFile read_plan_file(const std::string& path);
+
+}  // namespace trainyard::planner

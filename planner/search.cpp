@@ -1,0 +1,581 @@
+#include "planner/search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <thread>
+
+#include "common/error.hpp"
+#include "common/units.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+constexpr std::size_t kWave = 8;  // candidates simulated between pruning decisions (fixed: determinism)
+constexpr std::int64_t kMinChunk = 1024, kMaxChunk = 256 * 1024;
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+// Chunk lengths to try: powers of two from 1K to 256K that divide the sequence, and S / 2^j where the sequence
+// is not a power of two (so that a sequence of 1000K still gets chunks of 125K, 62.5K...).
+std::vector<std::int64_t> chunk_sizes(std::int64_t seq) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t c = kMinChunk; c <= kMaxChunk && c <= seq; c *= 2) {
+    if (seq % c == 0) out.push_back(c);
+  }
+  for (std::int64_t c = seq; c >= kMinChunk; c /= 2) {
+    if (c <= kMaxChunk && seq % c == 0 && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    if (c % 2 != 0) break;
+  }
+  if (out.empty() && seq < kMinChunk) out.push_back(seq);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// ZeRO offload sets that make sense for a stage: (optimizer, grads, params).
+std::vector<std::array<bool, 3>> offload_sets(int stage) {
+  std::vector<std::array<bool, 3>> out{{false, false, false}};
+  if (stage >= 1) out.push_back({true, false, false});
+  if (stage >= 2) out.push_back({true, true, false});
+  if (stage == 3) out.push_back({true, true, true});
+  return out;
+}
+
+bool valid(const StepInputs& in, const PlanSpec& spec) {
+  try {
+    if (spec.scheme == "ringtrack") check_ringtrack(in, spec.ringtrack);
+    else if (spec.scheme == "megatron") check_megatron(in, spec.megatron);
+    else check_zero(in, spec.zero);
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+Objective parse_objective(const std::string& name) {
+  if (name == "throughput") return Objective::throughput;
+  if (name == "max-seq") return Objective::max_seq;
+  if (name == "min-hbm") return Objective::min_hbm;
+  throw InputError("--objective", "value", "throughput, max-seq or min-hbm", "\"" + name + "\"");
+}
+
+// --- enumeration -------------------------------------------------------------------------------------------
+
+std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<std::string>& schemes) {
+  const auto& m = in.model;
+  const int gpus = in.cluster.gpus();
+  const std::int64_t S = in.workload.seq_len;
+  const int L = static_cast<int>(m.layers);
+  std::vector<PlanSpec> out;
+  auto add = [&](PlanSpec spec) {
+    if (valid(in, spec)) out.push_back(std::move(spec));
+  };
+  // The ZeRO-family variants on top of a sequence/context split: every stage, with and without activation
+  // checkpointing (AC), checkpoint offload (OC, needs AC) and the offload sets of the stage.
+  auto zero_variants = [&](const std::string& scheme, ZeroParams base, bool require_ac) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (const auto& set : offload_sets(stage)) {
+        for (int ac = require_ac ? 1 : 0; ac <= 1; ++ac) {
+          for (int oc = 0; oc <= ac; ++oc) {
+            PlanSpec spec;
+            spec.scheme = scheme;
+            spec.zero = base;
+            spec.zero.stage = stage;
+            spec.zero.offload_optimizer = set[0];
+            spec.zero.offload_grads = set[1];
+            spec.zero.offload_params = set[2];
+            spec.zero.activation_checkpointing = ac == 1;
+            spec.zero.offload_activations = oc == 1;
+            add(spec);
+          }
+        }
+      }
+    }
+  };
+  for (const auto& scheme : schemes) {
+    if (scheme == "ringtrack") {
+      for (int ring : divisors(gpus)) {
+        std::vector<int> blocks{1};
+        const int staged = (L + ring - 1) / ring;
+        if (staged != 1) blocks.push_back(staged);
+        for (int block : blocks) {
+          for (std::int64_t chunk : chunk_sizes(S)) {
+            // K/V stream in blocks of at least 64K tokens; depths beyond the most blocks a visit reads build the
+            // same graph, and without streaming (kv in HBM) the depth does not matter at all.
+            const std::int64_t span = std::max<std::int64_t>(1, (65536 + chunk - 1) / chunk);
+            const std::int64_t most_blocks = (S / chunk - 1 + span - 1) / span;
+            for (Placement kv : {Placement::dram, Placement::hbm}) {
+              std::vector<int> depths;
+              for (int d = 1; d <= 3 && (d == 1 || d <= most_blocks); ++d) depths.push_back(d);
+              if (kv == Placement::hbm) depths = {2};
+              for (int prefetch : depths) {
+                for (ActivationPolicy acts : {ActivationPolicy::recompute, ActivationPolicy::dram, ActivationPolicy::hbm}) {
+                  for (auto [weights, states] : {std::pair{WeightPolicy::resident, Placement::hbm}, std::pair{WeightPolicy::resident, Placement::dram},
+                                                 std::pair{WeightPolicy::stream, Placement::dram}}) {
+                    PlanSpec spec;
+                    spec.scheme = scheme;
+                    spec.ringtrack = {ring, block, chunk, prefetch, kv, acts, weights, states, {}};
+                    add(spec);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    } else if (scheme == "megatron") {
+      for (int tp : divisors(gpus)) {
+        for (int pp : divisors(gpus / tp)) {
+          const int dp = gpus / (tp * pp);
+          for (int vpp : {1, 2}) {
+            if (vpp > 1 && pp == 1) continue;
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1) continue;
+              // Selective recompute keeps what "none" keeps once attention is flash-style (planner/transformer.hpp):
+              // the same graph, so it is not tried separately.
+              for (Recompute rc : {Recompute::none, Recompute::full}) {
+                for (bool oc : {false, true}) {
+                  if (oc && rc != Recompute::full) continue;
+                  PlanSpec spec;
+                  spec.scheme = scheme;
+                  spec.megatron = {tp, pp, dp, vpp, 1, sp, rc, oc, MegatronParams{}.bucket_params};
+                  add(spec);
+                }
+              }
+            }
+          }
+        }
+      }
+    } else if (scheme == "zero") {
+      zero_variants(scheme, ZeroParams{}, false);
+    } else if (scheme == "ulysses") {
+      for (int sp : divisors(gpus)) {
+        if (sp == 1) continue;
+        ZeroParams base;
+        base.sp = sp;
+        zero_variants(scheme, base, false);
+      }
+    } else if (scheme == "ring-attention") {
+      for (int cp : divisors(gpus)) {
+        if (cp == 1) continue;
+        ZeroParams base;
+        base.cp = cp;
+        // Zigzag balances the causal work at the same traffic; the plain ring only where zigzag cannot split.
+        base.zigzag = S % (2 * cp) == 0;
+        zero_variants(scheme, base, false);
+      }
+    } else if (scheme == "fpdt") {
+      for (int sp : divisors(gpus)) {
+        for (std::int64_t chunk : chunk_sizes(S)) {
+          if (chunk < 16 * 1024 || chunk >= S) continue;  // FPDT's chunks are tens of K tokens (default 64K)
+          ZeroParams base;
+          base.sp = sp;
+          base.fpdt_chunk = chunk;
+          zero_variants(scheme, base, true);  // FPDT runs with activation checkpointing
+        }
+      }
+    } else {
+      throw InputError("--strategies", "value", "a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero (or all)",
+                       "\"" + scheme + "\"");
+    }
+  }
+  return out;
+}
+
+// --- lower bounds ------------------------------------------------------------------------------------------
+
+Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
+  const auto& m = in.model;
+  const auto& pol = in.precision;
+  const auto& gpu = in.cluster.node.gpu;
+  const int gpus = in.cluster.gpus();
+  const double S = static_cast<double>(in.workload.seq_len);
+  const double tokens = static_cast<double>(in.workload.tokens());
+  const auto pc = m.param_counts();
+  const double layer_params = pc.per_layer();
+  const double L = static_cast<double>(m.layers);
+  const double resident_params = pc.embedding + static_cast<double>(m.vocab * m.hidden) + pc.final_norm;
+  const double all_params = m.params();
+  const double states_per_param = pol.master_bytes + pol.optimizer_bytes;
+  Bounds b;
+
+  // Compute: every FLOP at the best efficiency the profile's tables reach (GEMMs at the table's value for the
+  // call size where the shapes are known).
+  auto table_max = [](const hw::EfficiencyTable& t) {
+    double best = 0;
+    for (const auto& [flops, eff] : t.points) best = std::max(best, eff);
+    return best;
+  };
+  const double peak = gpu.peak_tflops(hw::Dtype::bf16) * 1e12;
+  const double dense_fwd = 2 * layer_params * L * tokens;  // the layers' weights; the LM head is added below
+  const double head_fwd = 2 * static_cast<double>(m.vocab * m.hidden) * tokens;
+  const double attn_fwd = m.attention_flops_per_token_fwd(in.workload.seq_len, true) * tokens;
+  double dense_recompute = 0, attn_recompute = 0;
+  if (spec.scheme == "ringtrack") {
+    dense_recompute = spec.ringtrack.acts == ActivationPolicy::recompute ? 1 : 0;
+  } else if (spec.scheme == "megatron") {
+    dense_recompute = attn_recompute = spec.megatron.recompute == Recompute::full ? 1 : 0;
+  } else if (spec.zero.activation_checkpointing || spec.zero.offload_activations) {
+    dense_recompute = attn_recompute = 1;
+  }
+  double gemm_eff = table_max(gpu.sustained.gemm);
+  if (spec.scheme == "ringtrack") {  // the chunk's GEMMs have known sizes: the MLP up-projection is the largest
+    const double c = static_cast<double>(spec.ringtrack.chunk);
+    gemm_eff = gpu.sustained.gemm.at(2 * c * static_cast<double>(m.hidden) * static_cast<double>(2 * m.ffn_hidden));
+  }
+  const double compute_s = ((dense_fwd * (3 + dense_recompute) + head_fwd * 3) / gemm_eff +
+                            attn_fwd * (1 + attn_recompute) / table_max(gpu.sustained.attention_fwd) +
+                            attn_fwd * 2.5 / table_max(gpu.sustained.attention_bwd)) /
+                           (peak * gpus);
+  double copy_s = 0;
+
+  if (spec.scheme == "ringtrack") {
+    const auto& p = spec.ringtrack;
+    const int P = p.ring;
+    const double c = static_cast<double>(p.chunk);
+    const double C = S / c;
+    const double sequences = tokens / S / (gpus / P);  // per replica
+    // The most layers any ring position holds; the embedding and head add to positions of their own.
+    std::vector<double> owned(static_cast<std::size_t>(P), 0);
+    for (std::int64_t l = 0; l < m.layers; ++l) owned[static_cast<std::size_t>((l / p.block) % P)] += 1;
+    const double most = *std::max_element(owned.begin(), owned.end());
+    const double kv_token = 4.0 * static_cast<double>(m.kv_dim());  // K and V, bf16
+    LayerSplit split;
+    split.seq_len = p.chunk;
+    const double kept_token = layer_activation_bytes(m, split, Recompute::none).total() / c - kv_token;
+    const double ckpt_token = 2.0 * static_cast<double>(m.hidden + m.q_dim()) + 4.0 * static_cast<double>(m.heads);
+    double hbm = 0;
+    const int head_pos = static_cast<int>(((m.layers - 1) / p.block + 1) % P);
+    const double head_params = static_cast<double>(m.vocab * m.hidden) + pc.final_norm;
+    for (int pos = 0; pos < P; ++pos) {
+      const double layers = owned[static_cast<std::size_t>(pos)] * layer_params;
+      const double extra = (pos == 0 ? pc.embedding : 0) + (pos == head_pos ? head_params : 0);
+      double bytes = pol.weight_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
+                     pol.grad_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
+                     (p.states == Placement::hbm ? states_per_param * (layers + extra) : 0);
+      if (p.kv == Placement::hbm) bytes += kv_token * S * owned[static_cast<std::size_t>(pos)];
+      if (p.acts == ActivationPolicy::hbm) bytes += kept_token * S * owned[static_cast<std::size_t>(pos)];
+      hbm = std::max(hbm, bytes);
+    }
+    b.hbm_bytes = hbm;
+    // Host DRAM of one node at the turn from forward to backward: everything of every layer that lives there.
+    // Whole rings per node (a ring spanning nodes: no bound, to stay below the truth).
+    const int per_node = in.cluster.topology.gpus_per_node();
+    const double node_share = P <= per_node ? static_cast<double>(per_node / P) : 0;
+    double host_per_ring = 0;
+    if (p.kv == Placement::dram) host_per_ring += kv_token * S * L;
+    if (p.acts == ActivationPolicy::dram) host_per_ring += kept_token * S * L;
+    if (p.acts == ActivationPolicy::recompute) host_per_ring += ckpt_token * S * L;
+    if (p.states == Placement::dram) host_per_ring += (states_per_param + pol.grad_bytes) * (L * layer_params + resident_params);
+    if (p.weights == WeightPolicy::stream) host_per_ring += pol.weight_bytes * L * layer_params;
+    b.dram_bytes = host_per_ring * node_share;
+    // Copies of the GPU with the most layers: K/V of earlier chunks re-read for every later chunk (forward and
+    // backward), the dK/dV accumulators read and written in backward, the activations out and back.
+    if (P >= 1) {
+      const double pairs = C * (C - 1) / 2;  // (chunk, earlier chunk) pairs per layer
+      const double kv_chunk = kv_token * c, acc_chunk = 2 * kv_token * c;
+      double h2d = 0, d2h = 0;
+      if (p.kv == Placement::dram) {
+        h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (C - 1)) * acc_chunk;
+        d2h += C * kv_chunk + pairs * acc_chunk;
+      }
+      const double out_token = p.acts == ActivationPolicy::dram ? kept_token : p.acts == ActivationPolicy::recompute ? ckpt_token : 0;
+      h2d += out_token * S;
+      d2h += out_token * S;
+      if (p.weights == WeightPolicy::stream) {
+        h2d += 2 * C * pol.weight_bytes * layer_params;
+        d2h += C * pol.grad_bytes * layer_params;
+      }
+      copy_s = sequences * most *
+               std::max(h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9), d2h / (gpu.sustained.pcie_d2h_gbps.value * 1e9));
+    }
+    // The train's critical path: chunk by chunk through layer 0, chunk C-1 through the other layers and back, then
+    // chunk by chunk back through layer 0; each visit at least its GEMMs and attention at the best efficiencies.
+    const double dense_visit = 2 * layer_params * c / (peak * gemm_eff);
+    auto attention_visit = [&](double k, bool backward) {
+      const double flops = 4 * static_cast<double>(m.q_dim()) * (k * c * c + c * c / 2);
+      return backward ? 2.5 * flops / (peak * table_max(gpu.sustained.attention_bwd)) : flops / (peak * table_max(gpu.sustained.attention_fwd));
+    };
+    const double recompute_visit = p.acts == ActivationPolicy::recompute ? dense_visit : 0;
+    double chain = 0;
+    for (double k = 0; k < C; ++k) chain += dense_visit + attention_visit(k, false);                   // layer 0, forward
+    chain += (L - 1) * (dense_visit + attention_visit(C - 1, false));                                    // chunk C-1, forward
+    chain += L * (2 * dense_visit + recompute_visit + attention_visit(C - 1, true));                      // chunk C-1, backward
+    for (double k = 0; k < C - 1; ++k) chain += 2 * dense_visit + recompute_visit + attention_visit(k, true);  // layer 0
+    copy_s = std::max(copy_s, sequences * chain);
+  } else if (spec.scheme == "megatron") {
+    const auto& p = spec.megatron;
+    // Without a distributed optimizer every rank keeps the full states of its shard of the model; the ends of
+    // the model sit on the first and last stages.
+    const double ends = p.pp == 1 ? resident_params : std::max(pc.embedding, static_cast<double>(m.vocab * m.hidden));
+    b.hbm_bytes = pol.bytes_per_param() * (layer_params * L / p.pp + ends) / p.tp;
+  } else {
+    const auto& z = spec.zero;
+    const double n = gpus;
+    const double layers_params = layer_params * L;
+    double weights = pol.weight_bytes * ((z.stage == 3 ? layers_params / n : layers_params) + resident_params);
+    if (z.offload_params) weights -= pol.weight_bytes * layers_params / n;
+    const double grads = z.offload_grads ? 0 : pol.grad_bytes * (z.stage >= 2 ? all_params / n : all_params);
+    const double optimizer = z.offload_optimizer ? 0 : states_per_param * (z.stage >= 1 ? all_params / n : all_params);
+    LayerSplit split{z.micro_batch, in.workload.seq_len, 1, false, false};
+    split.ulysses = z.sp;
+    split.cp = z.cp;
+    split.fpdt_chunks = z.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / z.fpdt_chunk) : 1;
+    const bool checkpoint = z.activation_checkpointing || z.offload_activations;
+    const double full = split.fpdt_chunks > 1 ? fpdt_working_bytes(m, split) : layer_activation_bytes(m, split, Recompute::none).total();
+    const double ckpt = layer_activation_bytes(m, split, Recompute::full).total();
+    const double acts = !checkpoint ? full * L : z.offload_activations ? 0 : ckpt * L;
+    b.hbm_bytes = weights + grads + optimizer + acts;
+    const int per_node = in.cluster.topology.gpus_per_node();
+    double host = 0;
+    if (z.offload_params) host += pol.weight_bytes * layers_params / n;
+    if (z.offload_grads) host += pol.grad_bytes * (z.stage >= 2 ? all_params / n : all_params);
+    if (z.offload_optimizer) host += states_per_param * (z.stage >= 1 ? all_params / n : all_params);
+    if (z.offload_activations) host += ckpt * L;
+    b.dram_bytes = host * per_node;
+  }
+  b.step_s = std::max(compute_s, copy_s);
+  return b;
+}
+
+// --- measuring a simulated plan ------------------------------------------------------------------------------
+
+PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_headroom) {
+  PlanMetrics pm;
+  const int gpus = in.cluster.gpus();
+  const double usable = in.cluster.node.gpu.hbm_bytes.value * (1 - hbm_headroom);
+  for (int g = 0; g < gpus && g < static_cast<int>(r.pools.size()); ++g) {
+    pm.peak_hbm_bytes = std::max(pm.peak_hbm_bytes, r.pools[static_cast<std::size_t>(g)].peak_bytes);
+  }
+  for (std::size_t i = static_cast<std::size_t>(gpus); i < r.pools.size(); ++i) pm.peak_dram_bytes = std::max(pm.peak_dram_bytes, r.pools[i].peak_bytes);
+  pm.step_s = static_cast<double>(r.step_ns) * 1e-9;
+  if (!r.completed) {
+    if (r.oom) {
+      pm.failure = "out of memory in " + r.oom->pool + ": " + format_bytes(static_cast<double>(r.oom->excess_bytes)) + " over";
+      pm.shortfall_bytes = r.oom->excess_bytes;
+    } else {
+      pm.failure = r.stuck.empty() ? "did not finish" : r.stuck;
+    }
+    return pm;
+  }
+  if (static_cast<double>(pm.peak_hbm_bytes) > usable) {
+    pm.failure = "peak HBM " + format_bytes(static_cast<double>(pm.peak_hbm_bytes)) + " exceeds the " + format_bytes(usable) +
+                 " left after the HBM headroom";
+    pm.shortfall_bytes = static_cast<std::int64_t>(static_cast<double>(pm.peak_hbm_bytes) - usable);
+    return pm;
+  }
+  pm.fits = true;
+  pm.tokens_per_s = static_cast<double>(in.workload.tokens()) / pm.step_s;
+  pm.mfu = r.mfu();
+  pm.hfu = r.hfu();
+  double busy_ns = 0;
+  for (const auto& s : r.streams) {
+    if (!sim::is_host(s.device) && s.stream.kind == sim::StreamKind::compute) busy_ns += static_cast<double>(s.busy_ns);
+  }
+  double exposed_ns = 0;
+  for (auto e : r.exposed_transfer_ns) exposed_ns += static_cast<double>(e);
+  pm.compute_s = busy_ns / gpus * 1e-9;
+  pm.exposed_transfer_s = exposed_ns / gpus * 1e-9;
+  pm.bubble_s = std::max(0.0, pm.step_s - pm.compute_s - pm.exposed_transfer_s);
+  pm.recompute_s = r.hardware_flops > 0 ? pm.compute_s * (r.hardware_flops - r.model_flops) / r.hardware_flops : 0;
+  // The busiest link by time with traffic, as a fraction of the step.
+  const sim::LinkUsage* busiest = nullptr;
+  for (const auto& link : r.links) {
+    if (!busiest || link.busy_ns > busiest->busy_ns) busiest = &link;
+  }
+  if (busiest) {
+    pm.busiest_link = busiest->name + " busy " + format_fixed(100.0 * static_cast<double>(busiest->busy_ns) / static_cast<double>(r.step_ns), 0) + "%";
+  }
+  const double idle = pm.exposed_transfer_s + pm.bubble_s;
+  if (idle < 0.15 * pm.step_s) {
+    pm.bottleneck = "compute";
+  } else if (pm.bubble_s >= pm.exposed_transfer_s) {
+    pm.bottleneck = "bubble";
+  } else if (busiest && busiest->type == hw::LinkType::dram) {
+    pm.bottleneck = "DRAM";
+  } else if (busiest && busiest->type == hw::LinkType::pcie) {
+    pm.bottleneck = "PCIe";
+  } else {
+    pm.bottleneck = "link";
+  }
+  return pm;
+}
+
+// --- the search ------------------------------------------------------------------------------------------------
+
+namespace {
+
+double objective_key(Objective o, const PlanMetrics& m) {
+  return o == Objective::min_hbm ? static_cast<double>(m.peak_hbm_bytes) : m.step_s;
+}
+double bound_key(Objective o, const Bounds& b) { return o == Objective::min_hbm ? b.hbm_bytes : b.step_s; }
+
+RankedPlan simulate_plan(const StepInputs& in, const PlanSpec& spec, const Bounds& bounds, double headroom) {
+  sim::TaskGraph graph = build_plan(in, spec);
+  graph.finalize();
+  sim::SimOptions options;
+  options.record_memory = false;
+  options.record_links = false;
+  const sim::SimResult r = sim::simulate(graph, in.cluster, options);
+  return {spec, measure(r, in, headroom), bounds};
+}
+
+}  // namespace
+
+SearchReport search(const StepInputs& in, const SearchOptions& options) {
+  SearchReport report;
+  const std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
+  report.enumerated = specs.size();
+  for (const auto& spec : specs) ++report.enumerated_by_scheme[spec.scheme];
+  const double hbm_usable = in.cluster.node.gpu.hbm_bytes.value * (1 - options.hbm_headroom);
+  const double dram_capacity = in.cluster.node.host_dram_bytes.value;
+
+  struct Candidate {
+    std::size_t index;
+    Bounds bounds;
+  };
+  std::vector<Candidate> alive;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const Bounds b = lower_bounds(in, specs[i]);
+    if (b.hbm_bytes > hbm_usable || b.dram_bytes > dram_capacity) {
+      ++report.pruned_memory;
+      const double shortfall = std::max(b.hbm_bytes - hbm_usable, b.dram_bytes - dram_capacity);
+      if (!report.closest_miss || shortfall < static_cast<double>(report.closest_miss->metrics.shortfall_bytes)) {
+        PlanMetrics miss;
+        miss.failure = b.hbm_bytes > hbm_usable
+                           ? "needs at least " + format_bytes(b.hbm_bytes) + " of HBM per GPU; " + format_bytes(hbm_usable) + " usable"
+                           : "needs at least " + format_bytes(b.dram_bytes) + " of host DRAM per node; the node has " + format_bytes(dram_capacity);
+        miss.shortfall_bytes = static_cast<std::int64_t>(shortfall);
+        report.closest_miss = RankedPlan{specs[i], miss, b};
+      }
+      continue;
+    }
+    alive.push_back({i, b});
+  }
+  std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
+    return bound_key(options.objective, a.bounds) < bound_key(options.objective, b.bounds);
+  });
+
+  const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
+  std::vector<double> found;                 // objective keys of fitting plans, sorted
+  std::map<std::string, double> scheme_best;  // objective key of each scheme's best so far
+  const int threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<RankedPlan> fitting;
+  for (std::size_t start = 0; start < alive.size(); start += kWave) {
+    if (options.cancel && options.cancel->load()) {
+      report.interrupted = true;
+      break;
+    }
+    // Decide the wave from the results of earlier waves only.
+    std::vector<std::size_t> wave;  // positions in `alive`
+    for (std::size_t i = start; i < std::min(alive.size(), start + kWave); ++i) {
+      const double key = bound_key(options.objective, alive[i].bounds);
+      const std::string& scheme = specs[alive[i].index].scheme;
+      const bool beaten_overall = found.size() >= top && key >= found[top - 1];
+      const auto best = scheme_best.find(scheme);
+      const bool beaten_in_scheme = best != scheme_best.end() && key >= best->second;
+      if (beaten_overall && beaten_in_scheme) {
+        ++report.pruned_time;
+      } else {
+        wave.push_back(i);
+      }
+    }
+    std::vector<RankedPlan> results(wave.size());
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+      for (std::size_t w = next++; w < wave.size(); w = next++) {
+        const Candidate& c = alive[wave[w]];
+        results[w] = simulate_plan(in, specs[c.index], c.bounds, options.hbm_headroom);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::min<int>(threads, static_cast<int>(wave.size())); ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    report.simulated += wave.size();
+    for (auto& r : results) {
+      if (r.metrics.fits) {
+        const double key = objective_key(options.objective, r.metrics);
+        found.insert(std::upper_bound(found.begin(), found.end(), key), key);
+        auto [it, inserted] = scheme_best.emplace(r.spec.scheme, key);
+        if (!inserted) it->second = std::min(it->second, key);
+        fitting.push_back(std::move(r));
+      } else if (!report.closest_miss || r.metrics.shortfall_bytes < report.closest_miss->metrics.shortfall_bytes) {
+        report.closest_miss = std::move(r);
+      }
+    }
+    if (options.progress) options.progress(std::min(alive.size(), start + kWave) + report.pruned_memory, specs.size());
+  }
+  std::stable_sort(fitting.begin(), fitting.end(), [&](const RankedPlan& a, const RankedPlan& b) {
+    return objective_key(options.objective, a.metrics) < objective_key(options.objective, b.metrics);
+  });
+  for (const auto& scheme : kSchemes) {
+    for (const auto& r : fitting) {
+      if (r.spec.scheme == scheme) {
+        report.best_of_scheme.push_back(r);
+        break;
+      }
+    }
+  }
+  report.ranked = std::move(fitting);
+  if (!report.ranked.empty()) report.closest_miss.reset();
+  return report;
+}
+
+std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string& scheme, const SearchOptions& options) {
+  SearchOptions probe = options;
+  probe.schemes = {scheme};
+  probe.objective = Objective::min_hbm;
+  probe.top = 1;
+  probe.progress = nullptr;
+  auto fits_at = [&](std::int64_t seq) -> std::optional<RankedPlan> {
+    const StepInputs at{in.model, in.cluster, {seq, in.workload.global_batch}, in.precision};
+    SearchReport r = search(at, probe);
+    if (r.ranked.empty()) return std::nullopt;
+    return r.ranked.front();
+  };
+  constexpr std::int64_t kStep = 1024, kLimit = std::int64_t{64} << 20;
+  std::int64_t good = 0, bad = 0;
+  for (std::int64_t seq = 4 * kStep; seq <= kLimit; seq *= 2) {
+    if (options.cancel && options.cancel->load()) break;
+    if (fits_at(seq)) {
+      good = seq;
+    } else {
+      bad = seq;
+      break;
+    }
+  }
+  if (good == 0) {
+    if (!fits_at(kStep)) return std::nullopt;
+    good = kStep;
+    bad = 4 * kStep;
+  }
+  while (bad != 0 && bad - good > kStep) {
+    if (options.cancel && options.cancel->load()) break;
+    const std::int64_t mid = (good + bad) / 2 / kStep * kStep;
+    if (mid <= good) break;
+    (fits_at(mid) ? good : bad) = mid;
+  }
+  // The best throughput plan at that length.
+  const StepInputs at{in.model, in.cluster, {good, in.workload.global_batch}, in.precision};
+  SearchOptions best = options;
+  best.schemes = {scheme};
+  best.objective = Objective::throughput;
+  best.top = 1;
+  best.progress = nullptr;
+  SearchReport r = search(at, best);
+  if (r.ranked.empty()) return std::nullopt;
+  return MaxSeqResult{good, r.ranked.front()};
+}
+
+}  // namespace trainyard::planner

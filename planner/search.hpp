@@ -1,0 +1,88 @@
+#pragma once
+// The plan search: enumerate the configurations of every selected scheme, drop those that cheap sound lower
+// bounds show cannot fit or cannot beat the plans already found, simulate the rest on all cores, and rank.
+//
+// Determinism: candidates are visited in order of their time lower bound (ties: enumeration order) in waves of
+// a fixed size; pruning decisions are taken between waves from the results of whole waves, so the plans
+// simulated, the counts and the ranking are the same for any number of threads.
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/plan.hpp"
+#include "sim/engine.hpp"
+
+namespace trainyard::planner {
+
+enum class Objective { throughput, max_seq, min_hbm };
+Objective parse_objective(const std::string& name);  // InputError naming --objective
+
+// What one simulated plan achieved, and where its time went.
+struct PlanMetrics {
+  bool fits = false;
+  double step_s = 0, tokens_per_s = 0, mfu = 0, hfu = 0;
+  std::int64_t peak_hbm_bytes = 0;   // the fullest GPU
+  std::int64_t peak_dram_bytes = 0;  // the fullest node
+  // Per GPU, averaged: compute stream busy (recompute included), idle while waiting on a transfer, other idle
+  // (pipeline fill and drain, imbalance between GPUs), and the recompute part of the busy time.
+  double compute_s = 0, exposed_transfer_s = 0, bubble_s = 0, recompute_s = 0;
+  std::string bottleneck;    // compute, PCIe, DRAM, link, bubble
+  std::string busiest_link;  // its name and utilisation, when transfers matter
+  std::string failure;       // when it does not fit: why
+  std::int64_t shortfall_bytes = 0;
+};
+PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_headroom);
+
+// Cheap bounds, never above what the simulation would report: the bytes that must sit in one GPU's HBM and in
+// one node's DRAM, and the step time (compute at the best efficiency the profile allows for every FLOP, or the
+// copies one GPU's copy engine must make at its sustained rate, whichever is longer).
+struct Bounds {
+  double hbm_bytes = 0;
+  double dram_bytes = 0;
+  double step_s = 0;
+};
+Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec);
+
+// Every configuration of the schemes that passes the schemes' own checks (divisibility, heads, batch).
+std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<std::string>& schemes);
+
+struct RankedPlan {
+  PlanSpec spec;
+  PlanMetrics metrics;
+  Bounds bounds;
+};
+
+struct SearchOptions {
+  std::vector<std::string> schemes = kSchemes;
+  Objective objective = Objective::throughput;  // throughput or min_hbm (max_seq: max_sequence below)
+  double hbm_headroom = 0.05;                   // fraction of each GPU's HBM kept free
+  int top = 10;
+  int threads = 0;                              // 0: all cores
+  std::function<void(std::size_t done, std::size_t total)> progress;
+  const std::atomic<bool>* cancel = nullptr;    // set (e.g. by Ctrl-C): stop after the current wave
+};
+
+struct SearchReport {
+  std::vector<RankedPlan> ranked;          // every simulated plan that fits, best first
+  std::vector<RankedPlan> best_of_scheme;  // the best fitting plan of each scheme, in kSchemes order
+  std::optional<RankedPlan> closest_miss;  // when nothing fits: the candidate that missed by the least
+  std::size_t enumerated = 0, pruned_memory = 0, pruned_time = 0, simulated = 0;
+  std::map<std::string, std::size_t> enumerated_by_scheme;  // valid configurations per scheme
+  bool interrupted = false;
+};
+
+SearchReport search(const StepInputs& in, const SearchOptions& options);
+
+// The longest sequence (a multiple of 1K tokens, found by doubling then bisection) at which `scheme` has a
+// plan that fits, with that plan; nullopt when not even 1K tokens fit.
+struct MaxSeqResult {
+  std::int64_t seq_len = 0;
+  RankedPlan plan;
+};
+std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string& scheme, const SearchOptions& options);
+
+}  // namespace trainyard::planner
