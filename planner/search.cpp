@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/units.hpp"
+#include "sim/cost_model.hpp"
 
 namespace trainyard::planner {
 
@@ -58,6 +59,28 @@ bool valid(const StepInputs& in, const PlanSpec& spec) {
   } catch (const InputError&) {
     return false;
   }
+}
+
+// Seconds GPU 0's compute stream spends on one layer's dense ops (everything but attention, which the bounds
+// count separately at its best efficiency): forward, backward and, with `recompute`, the forward again. Exact
+// for these ops, since they are the very tasks the builders emit, timed by the simulator's own cost model.
+double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute) {
+  sim::TaskGraph g;
+  std::vector<sim::DeviceId> ranks;
+  for (int r = 0; r < split.tp * split.ulysses * split.cp; ++r) ranks.push_back(r);
+  LayerEmitter emitter(g, in.model, split, ranks);
+  emitter.set_attention_hook([](const std::string&, bool, std::vector<sim::TaskId>&, bool) {});
+  std::vector<sim::TaskId> last(ranks.size(), -1);
+  emitter.forward("F", last);
+  if (recompute) emitter.forward("R", last, true);
+  emitter.backward("B", last);
+  double ns = 0;
+  for (const auto& t : g.tasks()) {
+    if (t.device == 0 && t.stream.kind == sim::StreamKind::compute) {
+      ns += static_cast<double>(sim::compute_duration_ns(t, in.cluster.node.gpu, in.cluster.node));
+    }
+  }
+  return ns * 1e-9;
 }
 
 }  // namespace
@@ -217,7 +240,6 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     return best;
   };
   const double peak = gpu.peak_tflops(hw::Dtype::bf16) * 1e12;
-  const double dense_fwd = 2 * layer_params * L * tokens;  // the layers' weights; the LM head is added below
   const double head_fwd = 2 * static_cast<double>(m.vocab * m.hidden) * tokens;
   const double attn_fwd = m.attention_flops_per_token_fwd(in.workload.seq_len, true) * tokens;
   double dense_recompute = 0, attn_recompute = 0;
@@ -228,15 +250,35 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
   } else if (spec.zero.activation_checkpointing || spec.zero.offload_activations) {
     dense_recompute = attn_recompute = 1;
   }
-  double gemm_eff = table_max(gpu.sustained.gemm);
-  if (spec.scheme == "ringtrack") {  // the chunk's GEMMs have known sizes: the MLP up-projection is the largest
-    const double c = static_cast<double>(spec.ringtrack.chunk);
-    gemm_eff = gpu.sustained.gemm.at(2 * c * static_cast<double>(m.hidden) * static_cast<double>(2 * m.ffn_hidden));
+  const double gemm_max = table_max(gpu.sustained.gemm);
+  // Attention (and, where every GPU does the same share, the LM head): the per-GPU mean at the best efficiency.
+  const double attention_s = (attn_fwd * (1 + attn_recompute) / table_max(gpu.sustained.attention_fwd) +
+                              attn_fwd * 2.5 / table_max(gpu.sustained.attention_bwd)) /
+                             (peak * gpus);
+  const double head_s = head_fwd * 3 / (gemm_max * peak * gpus);
+  // Dense ops of the busiest GPU: its layers' tasks, timed exactly (dense_layer_seconds).
+  double dense_s = 0;
+  if (spec.scheme == "ringtrack") {
+    const auto& p = spec.ringtrack;
+    std::vector<double> owned(static_cast<std::size_t>(p.ring), 0);
+    for (std::int64_t l = 0; l < m.layers; ++l) owned[static_cast<std::size_t>((l / p.block) % p.ring)] += 1;
+    LayerSplit split;
+    split.seq_len = p.chunk;
+    dense_s = *std::max_element(owned.begin(), owned.end()) * (S / static_cast<double>(p.chunk)) * (tokens / S / (gpus / p.ring)) *
+              dense_layer_seconds(in, split, dense_recompute > 0);
+  } else if (spec.scheme == "megatron") {
+    const auto& p = spec.megatron;
+    LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+    dense_s = L / p.pp * static_cast<double>(megatron_micro_batches(in, p)) * dense_layer_seconds(in, split, dense_recompute > 0);
+  } else {
+    const auto& z = spec.zero;
+    LayerSplit split{z.micro_batch, in.workload.seq_len, 1, false, false};
+    split.ulysses = z.sp;
+    split.cp = z.cp;
+    split.fpdt_chunks = z.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / z.fpdt_chunk) : 1;
+    dense_s = L * static_cast<double>(zero_micro_batches(in, z)) * dense_layer_seconds(in, split, dense_recompute > 0) + head_s;
   }
-  const double compute_s = ((dense_fwd * (3 + dense_recompute) + head_fwd * 3) / gemm_eff +
-                            attn_fwd * (1 + attn_recompute) / table_max(gpu.sustained.attention_fwd) +
-                            attn_fwd * 2.5 / table_max(gpu.sustained.attention_bwd)) /
-                           (peak * gpus);
+  const double compute_s = dense_s + attention_s;
   double copy_s = 0;
 
   if (spec.scheme == "ringtrack") {
@@ -301,7 +343,13 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     }
     // The train's critical path: chunk by chunk through layer 0, chunk C-1 through the other layers and back, then
     // chunk by chunk back through layer 0; each visit at least its GEMMs and attention at the best efficiencies.
-    const double dense_visit = 2 * layer_params * c / (peak * gemm_eff);
+    LayerSplit visit_split;
+    visit_split.seq_len = p.chunk;
+    const double visit_all = dense_layer_seconds(in, visit_split, false);  // forward + backward, dense ops
+    // The chain below has as many forward as backward visits, so splitting the pair a third / two thirds is exact
+    // in sum whatever the real split.
+    const double dense_visit = visit_all / 3;
+
     auto attention_visit = [&](double k, bool backward) {
       const double flops = 4 * static_cast<double>(m.q_dim()) * (k * c * c + c * c / 2);
       return backward ? 2.5 * flops / (peak * table_max(gpu.sustained.attention_bwd)) : flops / (peak * table_max(gpu.sustained.attention_fwd));
@@ -447,7 +495,7 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   std::vector<Candidate> alive;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const Bounds b = lower_bounds(in, specs[i]);
-    if (b.hbm_bytes > hbm_usable || b.dram_bytes > dram_capacity) {
+    if (options.prune && (b.hbm_bytes > hbm_usable || b.dram_bytes > dram_capacity)) {
       ++report.pruned_memory;
       const double shortfall = std::max(b.hbm_bytes - hbm_usable, b.dram_bytes - dram_capacity);
       if (!report.closest_miss || shortfall < static_cast<double>(report.closest_miss->metrics.shortfall_bytes)) {
@@ -484,7 +532,7 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
       const bool beaten_overall = found.size() >= top && key >= found[top - 1];
       const auto best = scheme_best.find(scheme);
       const bool beaten_in_scheme = best != scheme_best.end() && key >= best->second;
-      if (beaten_overall && beaten_in_scheme) {
+      if (options.prune && beaten_overall && beaten_in_scheme) {
         ++report.pruned_time;
       } else {
         wave.push_back(i);

@@ -64,6 +64,7 @@ struct SearchOptions {
   int threads = 0;                              // 0: all cores
   std::function<void(std::size_t done, std::size_t total)> progress;
   const std::atomic<bool>* cancel = nullptr;    // set (e.g. by Ctrl-C): stop after the current wave
+  bool prune = true;                            // false: simulate every candidate (tests compare the two)
 };
 
 struct SearchReport {

@@ -1,0 +1,163 @@
+// The plan search: sound bounds, pruning that never loses the best plan, determinism, plan files.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/search.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+const std::string kData = TRAINYARD_TEST_DATA_DIR;
+
+std::vector<std::string> summaries(const std::vector<RankedPlan>& plans) {
+  std::vector<std::string> out;
+  for (const auto& p : plans) out.push_back(p.spec.scheme + ": " + p.spec.summary());
+  return out;
+}
+
+}  // namespace
+
+TEST(Search, LowerBoundsNeverExceedTheSimulation) {
+  // Every configuration of every scheme on a small case: the bounds must stay below what the simulation reports.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};  // FPDT needs chunks of 16K+
+  const auto specs = enumerate_plans(in, kSchemes);
+  ASSERT_GT(specs.size(), 100u);
+  std::map<std::string, int> checked, seen, total;
+  for (const auto& spec : specs) ++total[spec.scheme];
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    // Every third configuration of the large schemes, to keep the test quick; all of the small ones.
+    if (seen[specs[i].scheme]++ % (total[specs[i].scheme] > 60 ? 3 : 1) != 0) continue;
+    const Bounds b = lower_bounds(in, specs[i]);
+    sim::TaskGraph g = build_plan(in, specs[i]);
+    g.finalize();
+    const sim::SimResult r = sim::simulate(g, c);
+    std::int64_t hbm = 0, dram = 0;
+    for (int gpu = 0; gpu < 4; ++gpu) hbm = std::max(hbm, r.pools[static_cast<std::size_t>(gpu)].peak_bytes);
+    dram = r.pools[4].peak_bytes;
+    const std::string what = specs[i].scheme + ": " + specs[i].summary();
+    if (r.completed) {
+      EXPECT_LE(b.step_s, static_cast<double>(r.step_ns) * 1e-9 * (1 + 1e-9)) << what;
+      EXPECT_LE(b.hbm_bytes, static_cast<double>(hbm) + 1) << what;
+      EXPECT_LE(b.dram_bytes, static_cast<double>(dram) + 1) << what;
+      ++checked[specs[i].scheme];
+    }
+  }
+  for (const auto& scheme : kSchemes) EXPECT_GT(checked[scheme], 0) << scheme << " had no completed configuration to check";
+}
+
+TEST(Search, PruningNeverLosesTheBestPlan) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  for (const std::int64_t seq : {4096, 16384}) {
+    const StepInputs in{m, c, {seq, 4}, model::precision_policy("bf16-mixed")};
+    for (Objective objective : {Objective::throughput, Objective::min_hbm}) {
+      SearchOptions pruned;
+      pruned.objective = objective;
+      pruned.top = 3;
+      SearchOptions full = pruned;
+      full.prune = false;
+      const SearchReport a = search(in, pruned), b = search(in, full);
+      ASSERT_FALSE(a.ranked.empty());
+      EXPECT_LT(a.simulated, b.simulated) << "pruning removed nothing";
+      EXPECT_EQ(a.enumerated, b.enumerated);
+      // The top plans and the best plan of each scheme are the same with and without pruning.
+      const std::size_t k = std::min<std::size_t>(3, b.ranked.size());
+      EXPECT_EQ(summaries({a.ranked.begin(), a.ranked.begin() + static_cast<std::ptrdiff_t>(k)}),
+                summaries({b.ranked.begin(), b.ranked.begin() + static_cast<std::ptrdiff_t>(k)}))
+          << seq;
+      EXPECT_EQ(summaries(a.best_of_scheme), summaries(b.best_of_scheme)) << seq;
+    }
+  }
+}
+
+TEST(Search, TheAnswerDoesNotDependOnTheThreadCount) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const StepInputs in{m, c, {16384, 4}, model::precision_policy("bf16-mixed")};
+  std::vector<SearchReport> reports;
+  for (int threads : {1, 2, 5}) {
+    SearchOptions o;
+    o.threads = threads;
+    reports.push_back(search(in, o));
+  }
+  for (std::size_t i = 1; i < reports.size(); ++i) {
+    EXPECT_EQ(summaries(reports[i].ranked), summaries(reports[0].ranked));
+    EXPECT_EQ(reports[i].simulated, reports[0].simulated);
+    EXPECT_EQ(reports[i].pruned_time, reports[0].pruned_time);
+    ASSERT_EQ(reports[i].ranked.size(), reports[0].ranked.size());
+    for (std::size_t j = 0; j < reports[0].ranked.size(); ++j) {
+      EXPECT_EQ(reports[i].ranked[j].metrics.step_s, reports[0].ranked[j].metrics.step_s);
+    }
+  }
+}
+
+TEST(Search, NothingFitsReportsTheClosestMiss) {
+  const model::ModelConfig m = model::load_model("llama3-405b");
+  const sim::Cluster c(hw::load_node("lab-h100"), 1);
+  const StepInputs in{m, c, {8192, 1}, model::precision_policy("bf16-mixed")};
+  const SearchReport r = search(in, {});
+  EXPECT_TRUE(r.ranked.empty());
+  ASSERT_TRUE(r.closest_miss.has_value());
+  EXPECT_GT(r.closest_miss->metrics.shortfall_bytes, 0);
+  EXPECT_FALSE(r.closest_miss->metrics.failure.empty());
+}
+
+TEST(PlanFile, RoundTripsEveryScheme) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};
+  const auto specs = enumerate_plans(in, kSchemes);
+  const std::string path = ::testing::TempDir() + "/roundtrip-plan.json";
+  std::map<std::string, int> seen, count;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (count[specs[i].scheme]++ % 7 != 0) continue;
+    PlanFile file;
+    file.model = "custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048";
+    file.hw = kData + "/ring-node.json";
+    file.workload = in.workload;
+    file.spec = specs[i];
+    std::ofstream(path) << plan_file_json(file).dump(2);
+    const PlanFile back = read_plan_file(path);
+    EXPECT_EQ(back.spec.scheme, specs[i].scheme);
+    EXPECT_EQ(parameters_json(back.spec), parameters_json(specs[i]));
+    EXPECT_EQ(back.spec.summary(), specs[i].summary());
+    ++seen[specs[i].scheme];
+  }
+  for (const auto& scheme : kSchemes) EXPECT_GT(seen[scheme], 0) << scheme;
+}
+
+TEST(PlanFile, BadFilesNameTheFieldAndTheFile) {
+  const std::string path = ::testing::TempDir() + "/bad-plan.json";
+  auto error_of = [&](const std::string& text) -> std::string {
+    std::ofstream(path) << text;
+    try {
+      read_plan_file(path);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string head = R"({"format": "trainyard.plan.v1", "model": "llama3-8b", "hw": "dgx-a100", "nodes": 1,
+    "workload": {"seq_len": 65536, "global_batch": 1}, "precision": "bf16-mixed", )";
+  const std::string ring = R"("parameters": {"ring": 8, "block": 1, "chunk": 16384, "prefetch": 2, "kv": "dram",
+    "acts": "recompute", "weights": "resident", "states": "hbm", "ring_order": []}})";
+  EXPECT_EQ(error_of(head + R"("scheme": "ringtrack", )" + ring), "no error");
+  const std::string unknown = error_of(head + R"("scheme": "warp-drive", )" + ring);
+  EXPECT_NE(unknown.find("bad-plan.json"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("scheme"), std::string::npos) << unknown;
+  std::string missing = ring;
+  missing.replace(missing.find(R"("prefetch": 2, )"), 15, "");
+  const std::string miss = error_of(head + R"("scheme": "ringtrack", )" + missing);
+  EXPECT_NE(miss.find("parameters.prefetch"), std::string::npos) << miss;
+  const std::string typo = error_of(head + R"("scheme": "ringtrack", )" + ring.substr(0, ring.size() - 2) + R"(, "chunks": 3}})");
+  EXPECT_NE(typo.find("parameters.chunks"), std::string::npos) << typo;
+}
+
+}  // namespace trainyard::planner
