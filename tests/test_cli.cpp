@@ -1,6 +1,8 @@
 // The trainyard binary end to end: exit codes, output, and the bad-input messages a user sees.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "test_support.hpp"
@@ -154,6 +156,40 @@ TEST(Cli, SimulateRingTrackShowsTheRingOrder) {
   EXPECT_GT(metrics["hfu"].get<double>(), metrics["mfu"].get<double>());  // recompute
 }
 
+TEST(Cli, PlanWritesAPlanThatSimulateReproducesExactly) {
+  const std::string out = ::testing::TempDir() + "/cli-plan.json";
+  const auto plan = run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --strategies ringtrack,fpdt,ulysses --top 3 --explain --out " + out);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("rank"), std::string::npos);
+  EXPECT_NE(plan.out.find("plans enumerated"), std::string::npos);
+  EXPECT_NE(plan.out.find("the one reason it loses"), std::string::npos) << plan.out;
+  const auto planned = nlohmann::json::parse(std::ifstream(out));
+  EXPECT_EQ(planned["format"], "trainyard.plan.v1");
+  const auto sim = run_cli("simulate --plan " + out + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const auto metrics = nlohmann::json::parse(sim.out);
+  EXPECT_EQ(metrics["step_s"].get<double>(), planned["predicted"]["step_s"].get<double>());
+  EXPECT_EQ(metrics["mfu"].get<double>(), planned["predicted"]["mfu"].get<double>());
+}
+
+TEST(Cli, PlanJsonListsTheBestOfEveryScheme) {
+  const auto r = run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --strategies ringtrack,ulysses,megatron --top 2 --json --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_LE(j["ranked"].size(), 2u);
+  EXPECT_EQ(j["best_of_scheme"].size(), 3u);
+  EXPECT_EQ(j["enumerated"].get<int>(), j["pruned_memory"].get<int>() + j["pruned_time"].get<int>() + j["simulated"].get<int>());
+  EXPECT_TRUE(r.err.empty()) << "no progress output when not a terminal: " << r.err;
+}
+
+TEST(Cli, PlanForAModelThatFitsNowhereExits1WithTheClosestMiss) {
+  const auto r = run_cli("plan --model llama3-405b --hw lab-h100 --seq 8K");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no plan fits"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("closest miss"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("short by"), std::string::npos) << r.err;
+}
+
 TEST(Cli, SimulateMegatronThatDoesNotFitExits1WithTheReport) {
   const auto r = run_cli("simulate --strategy megatron --model llama3-70b --hw dgx-a100 --seq 4K --global-batch 8");
   EXPECT_EQ(r.exit_code, 1);
@@ -196,7 +232,11 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/malformed.json", {"malformed.json:5:", "malformed JSON"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/no-schema.json", {"no-schema.json", "field 'schema'"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/missing.json", {"missing.json", "cannot open"}},
-        CliError{"simulate", {"--graph/--strategy", "neither"}},
+        CliError{"simulate", {"--graph/--plan/--strategy", "neither"}},
+        CliError{"plan --model llama3-8b --hw dgx-a100 --seq 64K --objective fastest", {"--objective", "throughput, max-seq or min-hbm"}},
+        CliError{"plan --model llama3-8b --hw dgx-a100 --seq 64K --strategies ringtrack,hotspa", {"--strategies", "hotspa", "issue 10"}},
+        CliError{"plan --model llama3-8b --hw dgx-a100 --seq 64K --hbm-headroom 1.5", {"--hbm-headroom", "[0, 1)"}},
+        CliError{"simulate --plan " TRAINYARD_TEST_DATA_DIR "/missing-plan.json", {"missing-plan.json", "cannot open"}},
         CliError{"simulate --strategy hotspa --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8",
                  {"--strategy", "hotspa is not implemented yet"}},
         CliError{"simulate --strategy ringtrack --model llama3-8b --hw dgx-a100 --seq 64K --global-batch 1 --tp 2",
