@@ -586,33 +586,33 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   probe.objective = Objective::min_hbm;
   probe.top = 1;
   probe.progress = nullptr;
-  auto fits_at = [&](std::int64_t seq) -> std::optional<RankedPlan> {
+  // Whether some configuration fits at `seq`; nullopt when the scheme has no valid configuration there at all
+  // (FPDT below its smallest chunk, say), which does not end the doubling.
+  auto fits_at = [&](std::int64_t seq) -> std::optional<bool> {
     const StepInputs at{in.model, in.cluster, {seq, in.workload.global_batch}, in.precision};
     SearchReport r = search(at, probe);
-    if (r.ranked.empty()) return std::nullopt;
-    return r.ranked.front();
+    if (r.enumerated == 0) return std::nullopt;
+    return !r.ranked.empty();
   };
   constexpr std::int64_t kStep = 1024, kLimit = std::int64_t{64} << 20;
   std::int64_t good = 0, bad = 0;
-  for (std::int64_t seq = 4 * kStep; seq <= kLimit; seq *= 2) {
+  for (std::int64_t seq = kStep; seq <= kLimit; seq *= 2) {
     if (options.cancel && options.cancel->load()) break;
-    if (fits_at(seq)) {
-      good = seq;
-    } else {
+    const auto fits = fits_at(seq);
+    if (!fits) continue;
+    if (!*fits) {
+      if (good == 0) return std::nullopt;  // the shortest length it can run does not fit
       bad = seq;
       break;
     }
+    good = seq;
   }
-  if (good == 0) {
-    if (!fits_at(kStep)) return std::nullopt;
-    good = kStep;
-    bad = 4 * kStep;
-  }
+  if (good == 0) return std::nullopt;
   while (bad != 0 && bad - good > kStep) {
     if (options.cancel && options.cancel->load()) break;
     const std::int64_t mid = (good + bad) / 2 / kStep * kStep;
     if (mid <= good) break;
-    (fits_at(mid) ? good : bad) = mid;
+    (fits_at(mid).value_or(false) ? good : bad) = mid;
   }
   // The best throughput plan at that length.
   const StepInputs at{in.model, in.cluster, {good, in.workload.global_batch}, in.precision};

@@ -161,3 +161,25 @@ TEST(PlanFile, BadFilesNameTheFieldAndTheFile) {
 }
 
 }  // namespace trainyard::planner
+
+namespace trainyard::planner {
+
+TEST(Search, MaxSequenceIsTheLongestThatFits) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1);
+  const StepInputs in{m, c, {4096, 1}, model::precision_policy("bf16-mixed")};
+  SearchOptions o;
+  o.top = 1;
+  const auto best = max_sequence(in, "ulysses", o);
+  ASSERT_TRUE(best.has_value());
+  EXPECT_EQ(best->seq_len % 1024, 0);
+  EXPECT_TRUE(best->plan.metrics.fits);
+  // One step of 1K longer does not fit (or has no valid configuration).
+  o.schemes = {"ulysses"};
+  const StepInputs longer{m, c, {best->seq_len + 1024, 1}, model::precision_policy("bf16-mixed")};
+  EXPECT_TRUE(search(longer, o).ranked.empty()) << best->seq_len;
+  const StepInputs at{m, c, {best->seq_len, 1}, model::precision_policy("bf16-mixed")};
+  EXPECT_FALSE(search(at, o).ranked.empty());
+}
+
+}  // namespace trainyard::planner
