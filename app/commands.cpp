@@ -354,15 +354,11 @@ planner::RingTrackParams ringtrack_params(const po::variables_map& vm, const sim
   p.states = word("states", {"hbm", "dram"}, "hbm") == "dram" ? planner::Placement::dram : planner::Placement::hbm;
   if (vm.count("ring-order")) {
     const std::string list = vm["ring-order"].as<std::string>();
-    std::size_t start = 0;
-    while (start <= list.size()) {
-      const std::size_t comma = std::min(list.find(',', start), list.size());
-      const std::string item = list.substr(start, comma - start);
+    for (const auto& item : split_commas(list)) {
       if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 6) {
         throw InputError("--ring-order", "value", "a comma list of ring positions (e.g. 0,2,1,3)", "\"" + list + "\"");
       }
       p.ring_order.push_back(std::stoi(item));
-      start = comma + 1;
     }
   }
   return p;
@@ -551,17 +547,10 @@ int run_simulate(const std::vector<std::string>& args) {
       p.micro_batch = micro_batch;
       p.activation_checkpointing = recompute == planner::Recompute::full;
       if (vm.count("offload")) {
-        std::string list = vm["offload"].as<std::string>();
-        std::size_t start = 0;
-        while (start <= list.size()) {
-          const std::size_t comma = std::min(list.find(',', start), list.size());
-          const std::string item = list.substr(start, comma - start);
-          if (item == "optimizer") p.offload_optimizer = true;
-          else if (item == "grads") p.offload_grads = true;
-          else if (item == "params") p.offload_params = true;
-          else if (item == "acts") p.offload_activations = true;
-          else throw InputError("--offload", "value", "a comma list of optimizer, grads, params, acts", "\"" + item + "\"");
-          start = comma + 1;
+        for (const auto& item : split_commas(vm["offload"].as<std::string>())) {
+          if (!planner::set_offload(p, item)) {
+            throw InputError("--offload", "value", "a comma list of optimizer, grads, params, acts", "\"" + item + "\"");
+          }
         }
       }
       spec.zero = p;

@@ -31,16 +31,12 @@ extern "C" void on_interrupt(int) { g_interrupted = true; }
 std::vector<std::string> scheme_list(const std::string& text) {
   if (text == "all") return planner::kSchemes;
   std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
+  for (const auto& item : split_commas(text)) {
     if (std::find(planner::kSchemes.begin(), planner::kSchemes.end(), item) == planner::kSchemes.end()) {
       throw InputError("--strategies", "value", "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero",
                        "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa is not implemented yet: issue 10)" : ""));
     }
     if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
-    start = comma + 1;
   }
   return out;
 }

@@ -81,4 +81,15 @@ std::string format_flops(double flops) {
   return scaled(flops, 1000.0, units, 7);
 }
 
+std::vector<std::string> split_commas(std::string_view text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    out.emplace_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace trainyard

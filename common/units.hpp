@@ -3,12 +3,15 @@
 // long-context literature does (a "128K" context is 131072 tokens); bandwidths are decimal (1 GB/s = 1e9 B/s).
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace trainyard {
 
 // "4096", "32K", "1M", "1.5M" -> tokens. Throws InputError naming `origin` on anything else.
 std::int64_t parse_token_count(std::string_view text, const std::string& origin);
+// "a,b,c" -> {"a", "b", "c"} (empty items kept, so that callers can reject them).
+std::vector<std::string> split_commas(std::string_view text);
 
 std::string format_number(double value);         // 12, 0.5, 8.03e+09 -> short, exact where it can be
 std::string format_fixed(double value, int decimals);

@@ -33,6 +33,15 @@ std::string offload_list(const ZeroParams& z) {
 
 }  // namespace
 
+bool set_offload(ZeroParams& z, const std::string& target) {
+  if (target == "optimizer") z.offload_optimizer = true;
+  else if (target == "grads") z.offload_grads = true;
+  else if (target == "params") z.offload_params = true;
+  else if (target == "acts") z.offload_activations = true;
+  else return false;
+  return true;
+}
+
 std::string PlanSpec::summary() const {
   if (scheme == "ringtrack") {
     const auto& p = ringtrack;
@@ -136,16 +145,8 @@ PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, con
     z.activation_checkpointing = r.boolean("activation_checkpointing");
     const std::string list = r.string("offload");
     if (list != "none") {
-      std::size_t start = 0;
-      while (start <= list.size()) {
-        const std::size_t comma = std::min(list.find(',', start), list.size());
-        const std::string item = list.substr(start, comma - start);
-        if (item == "optimizer") z.offload_optimizer = true;
-        else if (item == "grads") z.offload_grads = true;
-        else if (item == "params") z.offload_params = true;
-        else if (item == "acts") z.offload_activations = true;
-        else r.fail("offload", "\"none\" or a comma list of optimizer, grads, params, acts", "\"" + list + "\"");
-        start = comma + 1;
+      for (const auto& item : split_commas(list)) {
+        if (!set_offload(z, item)) r.fail("offload", "\"none\" or a comma list of optimizer, grads, params, acts", "\"" + list + "\"");
       }
     }
   } else {

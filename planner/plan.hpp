@@ -24,6 +24,9 @@ struct PlanSpec {
   std::string summary() const;  // the key parameters in a few words: "ring 8, chunk 16K, kv dram, ..."
 };
 
+// Turns on one ZeRO offload target ("optimizer", "grads", "params" or "acts"); false for any other word.
+bool set_offload(ZeroParams& z, const std::string& target);
+
 // Builds the step's task graph (validated by the scheme's checks: InputError names the flag). For ringtrack,
 // `rings` receives the chosen ring orders when given.
 sim::TaskGraph build_plan(const StepInputs& in, const PlanSpec& spec, RingTrackPlan* rings = nullptr);
