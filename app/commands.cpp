@@ -92,12 +92,12 @@ struct StrategyInfo {
   const char* status;
 };
 const StrategyInfo kStrategies[] = {
-    {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "simulate --strategy (plan search: issue 6)"},
-    {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "simulate --strategy (plan search: issue 6)"},
-    {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "simulate --strategy (plan search: issue 6)"},
-    {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "simulate --strategy (plan search: issue 6)"},
-    {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "simulate --strategy (plan search: issue 6)"},
-    {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "simulate --strategy (plan search: issue 6)"},
+    {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "simulate --strategy, plan"},
+    {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "simulate --strategy, plan"},
+    {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "simulate --strategy, plan"},
+    {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "simulate --strategy, plan"},
+    {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "simulate --strategy, plan"},
+    {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "simulate --strategy, plan"},
     {"hotspa", "HotSPa: per-length-bucket strategies with hot switching", "not implemented yet (issue 10)"},
 };
 
