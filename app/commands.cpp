@@ -404,7 +404,8 @@ int run_simulate(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (parse(args,
             "trainyard simulate --graph FILE [--hw NODE] [--nodes N] [--trace FILE] [--json]\n"
-            "       trainyard simulate --strategy megatron --model M --hw NODE [--nodes N] --seq S\n"
+            "       trainyard simulate --plan FILE [--trace FILE] [--json]\n"
+            "       trainyard simulate --strategy NAME --model M --hw NODE [--nodes N] --seq S\n"
             "                          (--global-batch B | --tokens-per-step T) [scheme flags] [--trace FILE] [--json]",
             options, positional, vm)) {
     return 0;
