@@ -182,6 +182,19 @@ TEST(Cli, PlanJsonListsTheBestOfEveryScheme) {
   EXPECT_TRUE(r.err.empty()) << "no progress output when not a terminal: " << r.err;
 }
 
+TEST(Cli, PlanStopsCleanlyOnCtrlCWithTheBestFoundSoFar) {
+  // The full 1M search takes about a minute; SIGINT after 3 s stops it after the current wave.
+  test::TempDir dir;
+  const auto out = dir.path() / "out";
+  const std::string command = "timeout -s INT 3 " + std::string(TRAINYARD_BINARY) +
+                              " plan --model llama3-8b --hw dgx-a100 --seq 1M --top 3 >" + out.string() + " 2>&1";
+  std::system(command.c_str());
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("interrupted: best found so far"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank"), std::string::npos) << text;
+}
+
 TEST(Cli, PlanForAModelThatFitsNowhereExits1WithTheClosestMiss) {
   const auto r = run_cli("plan --model llama3-405b --hw lab-h100 --seq 8K");
   EXPECT_EQ(r.exit_code, 1);
