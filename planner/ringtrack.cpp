@@ -102,38 +102,61 @@ std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& s
 
 // --- ring order ------------------------------------------------------------------------------------------------
 
-std::vector<RingHop> ring_hops(const sim::Cluster& cluster, const std::vector<int>& order) {
-  const auto& topo = cluster.topology;
-  const int per_node = topo.gpus_per_node();
-  const std::size_t n = order.size();
-  std::vector<hw::Route> routes;
-  // Flows per link direction (a half-duplex link counts both directions together).
-  std::map<std::pair<int, int>, int> load;
-  auto key = [&](const hw::Route& r, std::size_t i) {
-    const auto& link = topo.graph()[r.links[i]];
-    const int dir = link.full_duplex ? static_cast<int>(r.vertices[i] < r.vertices[i + 1]) : 2;
-    return std::make_pair(link.index, dir);
-  };
-  for (std::size_t i = 0; i < n; ++i) {
-    const int a = order[i], b = order[(i + 1) % n];
-    routes.push_back(topo.route(topo.gpu(a / per_node, a % per_node), topo.gpu(b / per_node, b % per_node)));
-    for (std::size_t j = 0; j < routes.back().links.size(); ++j) ++load[key(routes.back(), j)];
-  }
-  std::vector<RingHop> hops;
-  for (std::size_t i = 0; i < n; ++i) {
-    double gbps = routes[i].bottleneck_gbps;
-    for (std::size_t j = 0; j < routes[i].links.size(); ++j) {
-      const auto& link = topo.graph()[routes[i].links[j]];
-      gbps = std::min(gbps, link.gbps_per_direction / load[key(routes[i], j)]);
+namespace {
+
+// Routes between GPUs of a ring, computed once per pair (the order search scores thousands of cycles).
+class HopScorer {
+ public:
+  explicit HopScorer(const sim::Cluster& cluster) : cluster_(cluster) {}
+
+  // The hops of a cyclic order: each hop's bandwidth with every hop of the ring active at once, hops that share a
+  // link direction sharing its bandwidth (a half-duplex link counts both directions together).
+  std::vector<RingHop> hops(const std::vector<int>& order) {
+    const auto& graph = cluster_.topology.graph();
+    const std::size_t n = order.size();
+    load_.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      const hw::Route& r = route(order[i], order[(i + 1) % n]);
+      for (std::size_t j = 0; j < r.links.size(); ++j) ++load_[key(r, j)];
     }
-    hops.push_back({order[i], order[(i + 1) % n], gbps});
+    std::vector<RingHop> out;
+    for (std::size_t i = 0; i < n; ++i) {
+      const hw::Route& r = route(order[i], order[(i + 1) % n]);
+      double gbps = r.bottleneck_gbps;
+      for (std::size_t j = 0; j < r.links.size(); ++j) gbps = std::min(gbps, graph[r.links[j]].gbps_per_direction / load_[key(r, j)]);
+      out.push_back({order[i], order[(i + 1) % n], gbps});
+    }
+    return out;
   }
-  return hops;
-}
+
+ private:
+  const hw::Route& route(int a, int b) {
+    auto [it, inserted] = routes_.try_emplace({a, b});
+    if (inserted) {
+      const auto& topo = cluster_.topology;
+      const int per_node = topo.gpus_per_node();
+      it->second = topo.route(topo.gpu(a / per_node, a % per_node), topo.gpu(b / per_node, b % per_node));
+    }
+    return it->second;
+  }
+  std::pair<int, int> key(const hw::Route& r, std::size_t i) const {
+    const auto& link = cluster_.topology.graph()[r.links[i]];
+    return {link.index, link.full_duplex ? static_cast<int>(r.vertices[i] < r.vertices[i + 1]) : 2};
+  }
+
+  const sim::Cluster& cluster_;
+  std::map<std::pair<int, int>, hw::Route> routes_;
+  std::map<std::pair<int, int>, int> load_;
+};
+
+}  // namespace
+
+std::vector<RingHop> ring_hops(const sim::Cluster& cluster, const std::vector<int>& order) { return HopScorer(cluster).hops(order); }
 
 std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<int>& members) {
   if (members.size() <= 2) return members;
   const int per_node = cluster.topology.gpus_per_node();
+  HopScorer scorer(cluster);
   struct Score {
     double slowest = 0;
     int crossings = 0;
@@ -141,7 +164,7 @@ std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<
   };
   auto score = [&](const std::vector<int>& order) {
     Score s;
-    const auto hops = ring_hops(cluster, order);
+    const auto hops = scorer.hops(order);
     s.slowest = hops.front().gbps;
     for (const auto& h : hops) {
       s.slowest = std::min(s.slowest, h.gbps);
@@ -183,7 +206,7 @@ std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<
       std::size_t pick = 0;
       double pick_gbps = -1;
       for (std::size_t i = 0; i < left.size(); ++i) {
-        const double gbps = ring_hops(cluster, {at, left[i]}).front().gbps;
+        const double gbps = scorer.hops({at, left[i]}).front().gbps;
         if (gbps > pick_gbps) {
           pick = i;
           pick_gbps = gbps;
