@@ -274,7 +274,10 @@ int run_plan(const std::vector<std::string>& args) {
   if (as_json) {
     Json ranked = Json::array(), per_scheme = Json::array();
     for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) ranked.push_back(plan_json(report.ranked[i]));
-    for (const auto& p : report.best_of_scheme) per_scheme.push_back(plan_json(p));
+    for (const auto& p : report.best_of_scheme) {
+      per_scheme.push_back(plan_json(p));
+      per_scheme.back()["gap"] = p.gap;
+    }
     Json out{{"model", model_name}, {"hw", hw_name}, {"nodes", nodes},
              {"workload", {{"seq_len", workload.seq_len}, {"global_batch", workload.global_batch}}},
              {"objective", vm["objective"].as<std::string>()}, {"ranked", ranked}, {"best_of_scheme", per_scheme},
@@ -313,6 +316,12 @@ int run_plan(const std::vector<std::string>& args) {
     }
   }
   table.print(std::cout);
+  for (const auto& p : report.best_of_scheme) {
+    if (p.gap > 0) {
+      std::cout << p.spec.scheme << ": the best of its simulated plans; by the bounds, none of its skipped plans can be more than "
+                << format_fixed(100 * p.gap, 1) << "% better\n";
+    }
+  }
   for (const auto& scheme : search.schemes) {
     if (std::none_of(report.best_of_scheme.begin(), report.best_of_scheme.end(), [&](const auto& p) { return p.spec.scheme == scheme; })) {
       if (report.enumerated_by_scheme.count(scheme) == 0) {

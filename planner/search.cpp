@@ -516,7 +516,8 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
 
   const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
   std::vector<double> found;                 // objective keys of fitting plans, sorted
-  std::map<std::string, double> scheme_best;  // objective key of each scheme's best so far
+  std::map<std::string, double> scheme_best;     // objective key of each scheme's best so far
+  std::map<std::string, double> scheme_skipped;  // the best bound among each scheme's skipped candidates
   const int threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   std::vector<RankedPlan> fitting;
   for (std::size_t start = 0; start < alive.size(); start += kWave) {
@@ -530,10 +531,11 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
       const double key = bound_key(options.objective, alive[i].bounds);
       const std::string& scheme = specs[alive[i].index].scheme;
       const bool beaten_overall = found.size() >= top && key >= found[top - 1];
-      const auto best = scheme_best.find(scheme);
-      const bool beaten_in_scheme = best != scheme_best.end() && key >= best->second;
-      if (options.prune && beaten_overall && beaten_in_scheme) {
+      const bool scheme_has_plan = scheme_best.count(scheme) > 0;
+      if (options.prune && beaten_overall && scheme_has_plan) {
         ++report.pruned_time;
+        auto [it, inserted] = scheme_skipped.emplace(scheme, key);
+        if (!inserted) it->second = std::min(it->second, key);
       } else {
         wave.push_back(i);
       }
@@ -571,6 +573,9 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
     for (const auto& r : fitting) {
       if (r.spec.scheme == scheme) {
         report.best_of_scheme.push_back(r);
+        const auto skipped = scheme_skipped.find(scheme);
+        const double key = objective_key(options.objective, r.metrics);
+        if (skipped != scheme_skipped.end() && skipped->second < key) report.best_of_scheme.back().gap = (key - skipped->second) / key;
         break;
       }
     }

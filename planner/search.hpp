@@ -2,6 +2,10 @@
 // The plan search: enumerate the configurations of every selected scheme, drop those that cheap sound lower
 // bounds show cannot fit or cannot beat the plans already found, simulate the rest on all cores, and rank.
 //
+// Pruning follows the bounds: a candidate is skipped when its bound is no better than the k-th best plan found
+// (so the top k are exact) and its scheme already has a plan that fits; for each skipped candidate its bound is
+// remembered, so the report can say how far each scheme's best shown plan can be from its true best.
+//
 // Determinism: candidates are visited in order of their time lower bound (ties: enumeration order) in waves of
 // a fixed size; pruning decisions are taken between waves from the results of whole waves, so the plans
 // simulated, the counts and the ranking are the same for any number of threads.
@@ -54,6 +58,9 @@ struct RankedPlan {
   PlanSpec spec;
   PlanMetrics metrics;
   Bounds bounds;
+  // For the best plan of a scheme outside the top k: how much better (as a fraction of its objective) an
+  // unsimulated plan of the same scheme could still be, by the bounds; 0 when it is that scheme's exact best.
+  double gap = 0;
 };
 
 struct SearchOptions {
@@ -69,7 +76,9 @@ struct SearchOptions {
 
 struct SearchReport {
   std::vector<RankedPlan> ranked;          // every simulated plan that fits, best first
-  std::vector<RankedPlan> best_of_scheme;  // the best fitting plan of each scheme, in kSchemes order
+  // The best simulated plan of each scheme that has one fitting, in kSchemes order. Exact for the schemes in the
+  // top k; for the others, `gap` bounds how far their true best can be ahead of it.
+  std::vector<RankedPlan> best_of_scheme;
   std::optional<RankedPlan> closest_miss;  // when nothing fits: the candidate that missed by the least
   std::size_t enumerated = 0, pruned_memory = 0, pruned_time = 0, simulated = 0;
   std::map<std::string, std::size_t> enumerated_by_scheme;  // valid configurations per scheme
