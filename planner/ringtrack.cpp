@@ -16,10 +16,6 @@ namespace {
 
 constexpr double kBf16 = 2, kFp32 = 4;
 constexpr int kSendStream = 0, kReduceStream = 2;
-// K/V of earlier chunks are streamed from host DRAM in blocks of at least this many tokens (several chunks when
-// chunks are small), so each copy is long against its latency and the task count stays moderate; the blocks'
-// HBM buffers do not depend on the sequence length.
-constexpr std::int64_t kKvBlockTokens = 65536;
 constexpr int kExhaustiveRingLimit = 9;
 
 std::int64_t bytes(double b) { return std::max<std::int64_t>(1, static_cast<std::int64_t>(b)); }

@@ -22,6 +22,11 @@
 
 namespace trainyard::planner {
 
+// K/V of earlier chunks stream from host DRAM in blocks of at least this many tokens (several chunks when chunks
+// are small), so each copy is long against its latency and the task count stays moderate; the blocks' HBM
+// buffers do not depend on the sequence length.
+inline constexpr std::int64_t kKvBlockTokens = 65536;
+
 enum class Placement { hbm, dram };
 enum class ActivationPolicy { hbm, dram, recompute };
 enum class WeightPolicy { resident, stream };

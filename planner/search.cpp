@@ -135,7 +135,7 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
           for (std::int64_t chunk : chunk_sizes(S)) {
             // K/V stream in blocks of at least 64K tokens; depths beyond the most blocks a visit reads build the
             // same graph, and without streaming (kv in HBM) the depth does not matter at all.
-            const std::int64_t span = std::max<std::int64_t>(1, (65536 + chunk - 1) / chunk);
+            const std::int64_t span = std::max<std::int64_t>(1, (kKvBlockTokens + chunk - 1) / chunk);
             const std::int64_t most_blocks = (S / chunk - 1 + span - 1) / span;
             for (Placement kv : {Placement::dram, Placement::hbm}) {
               std::vector<int> depths;
@@ -280,6 +280,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
   }
   const double compute_s = dense_s + attention_s;
   double copy_s = 0;
+  double serial_copy_s = 0;  // copies during which the busiest GPU's compute stream must wait
 
   if (spec.scheme == "ringtrack") {
     const auto& p = spec.ringtrack;
@@ -338,6 +339,19 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
         h2d += 2 * C * pol.weight_bytes * layer_params;
         d2h += C * pol.grad_bytes * layer_params;
       }
+      // One prefetch buffer: a block's copy cannot start before the previous block's attention is done, and the
+      // compute stream's next task is the attention that needs it, so every block after a visit's first is
+      // copied while that GPU computes nothing.
+      if (p.kv == Placement::dram && p.prefetch == 1) {
+        const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / c));
+        double chunks_after_first = 0, with_accumulators = 0;  // per layer, over the visits
+        for (double k = 0; k < C; ++k) {
+          chunks_after_first += std::max(0.0, k - span);
+          if (k < C - 1) with_accumulators += std::max(0.0, k - span);
+        }
+        serial_copy_s = sequences * most * (2 * chunks_after_first * kv_chunk + with_accumulators * acc_chunk) /
+                        (gpu.sustained.pcie_h2d_gbps.value * 1e9);
+      }
       copy_s = sequences * most *
                std::max(h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9), d2h / (gpu.sustained.pcie_d2h_gbps.value * 1e9));
     }
@@ -392,7 +406,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     if (z.offload_activations) host += ckpt * L;
     b.dram_bytes = host * per_node;
   }
-  b.step_s = std::max(compute_s, copy_s);
+  b.step_s = std::max(compute_s + serial_copy_s, copy_s);
   return b;
 }
 

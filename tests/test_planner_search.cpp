@@ -52,6 +52,32 @@ TEST(Search, LowerBoundsNeverExceedTheSimulation) {
   for (const auto& scheme : kSchemes) EXPECT_GT(checked[scheme], 0) << scheme << " had no completed configuration to check";
 }
 
+TEST(Search, RingTrackBoundsHoldWhereKvBlocksStreamThroughOneBuffer) {
+  // Long sequences in small chunks: many K/V blocks per visit, where the one-buffer bound adds the copies.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const StepInputs in{m, c, {256 * 1024, 1}, model::precision_policy("bf16-mixed")};
+  for (const std::int64_t chunk : {1024, 4096}) {
+    std::map<int, double> bound;
+    for (int prefetch : {1, 2}) {
+      PlanSpec spec;
+      spec.scheme = "ringtrack";
+      spec.ringtrack.ring = 4;
+      spec.ringtrack.chunk = chunk;
+      spec.ringtrack.prefetch = prefetch;
+      spec.ringtrack.acts = ActivationPolicy::recompute;
+      const Bounds b = lower_bounds(in, spec);
+      sim::TaskGraph g = build_plan(in, spec);
+      g.finalize();
+      const sim::SimResult r = sim::simulate(g, c);
+      ASSERT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+      EXPECT_LE(b.step_s, static_cast<double>(r.step_ns) * 1e-9) << spec.summary();
+      bound[prefetch] = b.step_s;
+    }
+    EXPECT_GT(bound[1], bound[2]) << "the one-buffer copies are counted, chunk " << chunk;
+  }
+}
+
 TEST(Search, PruningNeverLosesTheBestPlan) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
   const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
