@@ -284,6 +284,9 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
 
   RingTrackPlan plan;
   auto& g = plan.graph;
+  // About 60 tasks per visit (the layer's ops, their buffers, copies and sends) plus the streamed K/V blocks.
+  const double kv_blocks = static_cast<double>(C) * static_cast<double>(C) / (2.0 * static_cast<double>(std::max<std::int64_t>(1, kKvBlockTokens / p.chunk)));
+  g.reserve(static_cast<std::size_t>(static_cast<double>(replicas * sequences * (L + 1)) * (60.0 * C + (p.kv == Placement::dram ? 8 * kv_blocks : 0))));
   // Per GPU: the last backward task of each layer of the last sequence, and (streamed weights) the host's sums
   // of each visit's weight gradients.
   std::vector<std::vector<sim::TaskId>> layer_done(static_cast<std::size_t>(gpus), std::vector<sim::TaskId>(static_cast<std::size_t>(L), -1));

@@ -119,6 +119,11 @@ class TaskGraph {
   TaskId free(std::string name, TaskId alloc, std::span<const TaskId> deps = {});
 
   std::size_t size() const { return tasks_.size(); }
+  // Room for about `tasks` tasks and twice as many edges, for builders that know their graph's size.
+  void reserve(std::size_t tasks) {
+    tasks_.reserve(tasks);
+    edges_.reserve(2 * tasks);
+  }
   const Task& task(TaskId id) const { return tasks_[static_cast<std::size_t>(id)]; }
   const std::vector<Task>& tasks() const { return tasks_; }
   const std::vector<std::vector<DeviceId>>& groups() const { return groups_; }
