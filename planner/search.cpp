@@ -105,21 +105,26 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
   };
   // The ZeRO-family variants on top of a sequence/context split: every stage, with and without activation
   // checkpointing (AC), checkpoint offload (OC, needs AC) and the offload sets of the stage.
+  // Micro-batches of 1, 2 or 4 sequences (where the batch splits so; the schemes' checks drop the rest).
+  const std::vector<std::int64_t> micro_batches{1, 2, 4};
   auto zero_variants = [&](const std::string& scheme, ZeroParams base, bool require_ac) {
-    for (int stage = 0; stage <= 3; ++stage) {
-      for (const auto& set : offload_sets(stage)) {
-        for (int ac = require_ac ? 1 : 0; ac <= 1; ++ac) {
-          for (int oc = 0; oc <= ac; ++oc) {
-            PlanSpec spec;
-            spec.scheme = scheme;
-            spec.zero = base;
-            spec.zero.stage = stage;
-            spec.zero.offload_optimizer = set[0];
-            spec.zero.offload_grads = set[1];
-            spec.zero.offload_params = set[2];
-            spec.zero.activation_checkpointing = ac == 1;
-            spec.zero.offload_activations = oc == 1;
-            add(spec);
+    for (std::int64_t mb : micro_batches) {
+      for (int stage = 0; stage <= 3; ++stage) {
+        for (const auto& set : offload_sets(stage)) {
+          for (int ac = require_ac ? 1 : 0; ac <= 1; ++ac) {
+            for (int oc = 0; oc <= ac; ++oc) {
+              PlanSpec spec;
+              spec.scheme = scheme;
+              spec.zero = base;
+              spec.zero.micro_batch = mb;
+              spec.zero.stage = stage;
+              spec.zero.offload_optimizer = set[0];
+              spec.zero.offload_grads = set[1];
+              spec.zero.offload_params = set[2];
+              spec.zero.activation_checkpointing = ac == 1;
+              spec.zero.offload_activations = oc == 1;
+              add(spec);
+            }
           }
         }
       }
@@ -169,10 +174,12 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
               for (Recompute rc : {Recompute::none, Recompute::full}) {
                 for (bool oc : {false, true}) {
                   if (oc && rc != Recompute::full) continue;
-                  PlanSpec spec;
-                  spec.scheme = scheme;
-                  spec.megatron = {tp, pp, dp, vpp, 1, sp, rc, oc, MegatronParams{}.bucket_params};
-                  add(spec);
+                  for (std::int64_t mb : micro_batches) {
+                    PlanSpec spec;
+                    spec.scheme = scheme;
+                    spec.megatron = {tp, pp, dp, vpp, mb, sp, rc, oc, MegatronParams{}.bucket_params};
+                    add(spec);
+                  }
                 }
               }
             }
