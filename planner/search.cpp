@@ -286,7 +286,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     dense_s = L * static_cast<double>(zero_micro_batches(in, z)) * dense_layer_seconds(in, split, dense_recompute > 0) + head_s;
   }
   const double compute_s = dense_s + attention_s;
-  double copy_s = 0;
+  double paced_s = 0;  // bounds from how the work is paced: copy engines, critical paths, idle turns
   double serial_copy_s = 0;  // copies during which the busiest GPU's compute stream must wait
 
   if (spec.scheme == "ringtrack") {
@@ -359,29 +359,44 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
         serial_copy_s = sequences * most * (2 * chunks_after_first * kv_chunk + with_accumulators * acc_chunk) /
                         (gpu.sustained.pcie_h2d_gbps.value * 1e9);
       }
-      copy_s = sequences * most *
+      paced_s = sequences * most *
                std::max(h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9), d2h / (gpu.sustained.pcie_d2h_gbps.value * 1e9));
     }
-    // The train's critical path: chunk by chunk through layer 0, chunk C-1 through the other layers and back, then
-    // chunk by chunk back through layer 0; each visit at least its GEMMs and attention at the best efficiencies.
+    // Per visit at the best efficiencies: a layer's dense ops forward and backward (the forward timed on its own as
+    // the recomputation pass), and its attention for chunk k.
     LayerSplit visit_split;
     visit_split.seq_len = p.chunk;
-    const double visit_all = dense_layer_seconds(in, visit_split, false);  // forward + backward, dense ops
-    // The chain below has as many forward as backward visits, so splitting the pair a third / two thirds is exact
-    // in sum whatever the real split.
-    const double dense_visit = visit_all / 3;
-
+    const double both = dense_layer_seconds(in, visit_split, false);
+    const double fwd = dense_layer_seconds(in, visit_split, true) - both;
+    const double bwd = both - fwd;
+    const double rec = p.acts == ActivationPolicy::recompute ? fwd : 0;
     auto attention_visit = [&](double k, bool backward) {
       const double flops = 4 * static_cast<double>(m.q_dim()) * (k * c * c + c * c / 2);
       return backward ? 2.5 * flops / (peak * table_max(gpu.sustained.attention_bwd)) : flops / (peak * table_max(gpu.sustained.attention_fwd));
     };
-    const double recompute_visit = p.acts == ActivationPolicy::recompute ? dense_visit : 0;
+    // The train's critical path: chunk by chunk through layer 0, chunk C-1 through the other layers and back, then
+    // chunk by chunk back through layer 0.
     double chain = 0;
-    for (double k = 0; k < C; ++k) chain += dense_visit + attention_visit(k, false);                   // layer 0, forward
-    chain += (L - 1) * (dense_visit + attention_visit(C - 1, false));                                    // chunk C-1, forward
-    chain += L * (2 * dense_visit + recompute_visit + attention_visit(C - 1, true));                      // chunk C-1, backward
-    for (double k = 0; k < C - 1; ++k) chain += 2 * dense_visit + recompute_visit + attention_visit(k, true);  // layer 0
-    copy_s = std::max(copy_s, sequences * chain);
+    for (double k = 0; k < C; ++k) chain += fwd + attention_visit(k, false);                // layer 0, forward
+    chain += (L - 1) * (fwd + attention_visit(C - 1, false));                                 // chunk C-1, forward
+    chain += L * (bwd + rec + attention_visit(C - 1, true));                                   // chunk C-1, backward
+    for (double k = 0; k < C - 1; ++k) chain += bwd + rec + attention_visit(k, true);        // layer 0, backward
+    paced_s = std::max(paced_s, sequences * chain);
+    // The turn from forward to backward: once a GPU has run its last forward visit (its deepest layer with the
+    // last chunk, which needs all its other forward visits), all its backward visits wait for the last chunk to
+    // go through the deeper layers, the head and back. A GPU other than the head's idles all that time.
+    double per_layer_work = C * (both + rec);
+    for (double k = 0; k < C; ++k) per_layer_work += attention_visit(k, false) + attention_visit(k, true);
+    const double last_chunk_visit = fwd + attention_visit(C - 1, false) + bwd + rec + attention_visit(C - 1, true);
+    for (int pos = 0; pos < P; ++pos) {
+      if (pos == head_pos || owned[static_cast<std::size_t>(pos)] == 0) continue;
+      std::int64_t deepest = 0;
+      for (std::int64_t l = 0; l < m.layers; ++l) {
+        if ((l / p.block) % P == pos) deepest = l;
+      }
+      const double idle = static_cast<double>(m.layers - 1 - deepest) * last_chunk_visit;
+      paced_s = std::max(paced_s, sequences * (owned[static_cast<std::size_t>(pos)] * per_layer_work + idle));
+    }
   } else if (spec.scheme == "megatron") {
     const auto& p = spec.megatron;
     // Without a distributed optimizer every rank keeps the full states of its shard of the model; the ends of
@@ -413,7 +428,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     if (z.offload_activations) host += ckpt * L;
     b.dram_bytes = host * per_node;
   }
-  b.step_s = std::max(compute_s + serial_copy_s, copy_s);
+  b.step_s = std::max(compute_s + serial_copy_s, paced_s);
   return b;
 }
 
