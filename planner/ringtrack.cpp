@@ -27,11 +27,6 @@ std::vector<sim::TaskId> ids(std::initializer_list<sim::TaskId> list) {
   return out;
 }
 
-// A (stage, chunk) visit; stage L is the LM head and loss.
-struct Visit {
-  int stage = 0;
-  int chunk = 0;
-};
 
 // The order in which each GPU runs its visits (its compute stream is in order, so this order is the schedule):
 // a list schedule of the train with estimated visit costs. Forward, a visit is ready once its chunk has left
@@ -230,6 +225,31 @@ std::string RingTrackPlan::describe() const {
   return out.str();
 }
 
+// --- the order of the train -------------------------------------------------------------------------------------
+
+TrainSchedule train_schedule(const model::ModelConfig& model, const RingTrackParams& p, std::int64_t seq_len) {
+  const int L = static_cast<int>(model.layers);
+  const int C = static_cast<int>(seq_len / p.chunk);
+  const double c = static_cast<double>(p.chunk);
+  TrainSchedule t;
+  // Stages 0..L-1 are layers, stage L the LM head and loss: the ring's next stop after the last layer.
+  t.stage_position.resize(static_cast<std::size_t>(L + 1));
+  for (int l = 0; l < L; ++l) t.stage_position[static_cast<std::size_t>(l)] = (l / p.block) % p.ring;
+  t.stage_position[static_cast<std::size_t>(L)] = ((L - 1) / p.block + 1) % p.ring;
+  // Visit costs for ordering the train, in FLOPs: the dense ops of a chunk, its attention against itself and the
+  // earlier chunks (growing with k), backward twice forward plus what recompute runs again; the head stage is the
+  // LM head and loss (forward, input gradient and weight gradient GEMMs).
+  const double dense_flops = 2 * model.param_counts().per_layer() * c;
+  auto attention_flops = [&](int k) { return 4.0 * c * c * (k + 0.5) * static_cast<double>(model.q_dim()); };
+  const bool recompute = p.acts == ActivationPolicy::recompute;
+  t.forward = train_order(L, C, t.stage_position, p.ring, false, [&](int, int k) { return dense_flops + attention_flops(k); });
+  t.backward = train_order(L + 1, C, t.stage_position, p.ring, true, [&](int s, int k) {
+    if (s == L) return 6 * c * static_cast<double>(model.vocab * model.hidden);
+    return 2 * (dense_flops + attention_flops(k)) + (recompute ? dense_flops : 0);
+  });
+  return t;
+}
+
 // --- checks ----------------------------------------------------------------------------------------------------
 
 void check_ringtrack(const StepInputs& in, const RingTrackParams& p) {
@@ -307,10 +327,10 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
   }
   plan.hops = P > 1 ? ring_hops(in.cluster, plan.rings.front()) : std::vector<RingHop>{};
 
-  // Stages 0..L-1 are layers, stage L the LM head and loss: the ring's next stop after the last layer.
-  std::vector<int> stage_position(static_cast<std::size_t>(L + 1));
-  for (int l = 0; l < L; ++l) stage_position[static_cast<std::size_t>(l)] = (l / p.block) % P;
-  stage_position[static_cast<std::size_t>(L)] = ((L - 1) / p.block + 1) % P;
+  const TrainSchedule schedule = train_schedule(model, p, in.workload.seq_len);
+  const std::vector<int>& stage_position = schedule.stage_position;
+  const std::vector<Visit>& forward_order = schedule.forward;
+  const std::vector<Visit>& backward_order = schedule.backward;
 
   // Sizes.
   LayerSplit chunk_split;
@@ -331,18 +351,6 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
   const bool acts_hbm = p.acts == ActivationPolicy::hbm, recompute = p.acts == ActivationPolicy::recompute;
   const bool stream_weights = p.weights == WeightPolicy::stream;
   const bool states_dram = p.states == Placement::dram;
-  // Visit costs for ordering the train, in FLOPs: the dense ops of a chunk, its attention against itself and the
-  // earlier chunks (growing with k), backward twice forward plus what recompute runs again; the head stage is the
-  // LM head and loss (forward, input gradient and weight gradient GEMMs).
-  const double dense_flops = 2 * layer_params * static_cast<double>(c);
-  auto attention_flops = [&](int k) { return 4.0 * static_cast<double>(c * c) * (k + 0.5) * static_cast<double>(model.q_dim()); };
-  const auto forward_order = train_order(L, C, stage_position, P, false,
-                                         [&](int, int k) { return dense_flops + attention_flops(k); });
-  const auto backward_order = train_order(L + 1, C, stage_position, P, true, [&](int s, int k) {
-    if (s == L) return 6 * static_cast<double>(c * model.vocab * h);
-    return 2 * (dense_flops + attention_flops(k)) + (recompute ? dense_flops : 0);
-  });
-
   for (int r = 0; r < replicas; ++r) {
     const auto& ring = plan.rings[static_cast<std::size_t>(r)];
     auto gpu_of = [&](int stage) { return ring[static_cast<std::size_t>(stage_position[static_cast<std::size_t>(stage)])]; };

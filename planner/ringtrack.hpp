@@ -70,6 +70,19 @@ struct RingTrackPlan {
   std::string describe() const;         // "gpu0 -> gpu2 -> gpu1 -> gpu3 -> gpu0 (slowest hop 150.0 GB/s)"
 };
 
+// A (stage, chunk) visit; stage L is the LM head and loss.
+struct Visit {
+  int stage = 0;
+  int chunk = 0;
+};
+// Where each stage runs (its ring position) and the order in which the GPUs run their visits, forward and
+// backward: the builder emits the visits in this order, and each GPU's compute stream is in order.
+struct TrainSchedule {
+  std::vector<int> stage_position;  // L + 1 entries
+  std::vector<Visit> forward, backward;
+};
+TrainSchedule train_schedule(const model::ModelConfig& model, const RingTrackParams& p, std::int64_t seq_len);
+
 void check_ringtrack(const StepInputs& in, const RingTrackParams& p);
 RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p);
 

@@ -307,15 +307,51 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     double hbm = 0;
     const int head_pos = static_cast<int>(((m.layers - 1) / p.block + 1) % P);
     const double head_params = static_cast<double>(m.vocab * m.hidden) + pc.final_norm;
+    // HBM of each GPU when one of its layers starts its backward (the last chunk first): the model states; the K/V
+    // and kept activations (when they stay in HBM) of every chunk whose backward visit has not run yet; the dK/dV
+    // accumulators (K/V in HBM) of every layer between its first and last backward visit; and what that visit
+    // allocates (the chunk's fp32 dK/dV, its activations brought back, K/V and stream buffers from DRAM). The
+    // visit order is the builder's own (train_schedule), so this holds for the graph that will be simulated.
+    const double acc_chunk = 2 * kv_token * c;
+    const double per_chunk = (p.kv == Placement::hbm ? kv_token * c : 0) + (p.acts == ActivationPolicy::hbm ? kept_token * c : 0);
+    double visit_extra = acc_chunk + (p.acts == ActivationPolicy::hbm ? 0 : kept_token * c);
+    if (p.kv == Placement::dram && C > 1) {
+      const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / c));
+      visit_extra += kv_token * c + std::min<double>(p.prefetch, std::ceil((C - 1) / span)) * span * (kv_token * c + acc_chunk);
+    }
+    std::vector<double> held(static_cast<std::size_t>(P), 0);  // per position: the most bytes beyond model states
+    if (per_chunk > 0 && C > 1) {
+      const TrainSchedule schedule = train_schedule(m, p, in.workload.seq_len);
+      const auto layers_n = static_cast<std::size_t>(m.layers), chunks_n = static_cast<std::size_t>(C);
+      std::vector<std::size_t> at(layers_n * chunks_n, 0);  // position of B(l, j) in the backward order
+      for (std::size_t i = 0; i < schedule.backward.size(); ++i) {
+        const Visit& v = schedule.backward[i];
+        if (v.stage < m.layers) at[static_cast<std::size_t>(v.stage) * chunks_n + static_cast<std::size_t>(v.chunk)] = i;
+      }
+      for (std::size_t l = 0; l < layers_n; ++l) {
+        const int pos = schedule.stage_position[l];
+        const std::size_t start = at[l * chunks_n + chunks_n - 1];
+        double chunks_held = 0, accumulators = 0;
+        for (std::size_t o = 0; o < layers_n; ++o) {
+          if (schedule.stage_position[o] != pos) continue;
+          for (std::size_t j = 0; j < chunks_n; ++j) chunks_held += at[o * chunks_n + j] >= start;
+          accumulators += at[o * chunks_n + chunks_n - 1] <= start && at[o * chunks_n] >= start;
+        }
+        const double bytes = chunks_held * per_chunk + (p.kv == Placement::hbm ? accumulators * (C - 1) * acc_chunk : 0) + visit_extra;
+        held[static_cast<std::size_t>(pos)] = std::max(held[static_cast<std::size_t>(pos)], bytes);
+      }
+    } else {
+      for (int pos = 0; pos < P; ++pos) {
+        if (owned[static_cast<std::size_t>(pos)] > 0) held[static_cast<std::size_t>(pos)] = owned[static_cast<std::size_t>(pos)] * C * per_chunk + visit_extra;
+      }
+    }
     for (int pos = 0; pos < P; ++pos) {
       const double layers = owned[static_cast<std::size_t>(pos)] * layer_params;
       const double extra = (pos == 0 ? pc.embedding : 0) + (pos == head_pos ? head_params : 0);
-      double bytes = pol.weight_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
-                     pol.grad_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
-                     (p.states == Placement::hbm ? states_per_param * (layers + extra) : 0);
-      if (p.kv == Placement::hbm) bytes += kv_token * S * owned[static_cast<std::size_t>(pos)];
-      if (p.acts == ActivationPolicy::hbm) bytes += kept_token * S * owned[static_cast<std::size_t>(pos)];
-      hbm = std::max(hbm, bytes);
+      const double states = pol.weight_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
+                            pol.grad_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
+                            (p.states == Placement::hbm ? states_per_param * (layers + extra) : 0);
+      hbm = std::max(hbm, states + held[static_cast<std::size_t>(pos)]);
     }
     b.hbm_bytes = hbm;
     // Host DRAM of one node at the turn from forward to backward: everything of every layer that lives there.
@@ -323,7 +359,8 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     const int per_node = in.cluster.topology.gpus_per_node();
     const double node_share = P <= per_node ? static_cast<double>(per_node / P) : 0;
     double host_per_ring = 0;
-    if (p.kv == Placement::dram) host_per_ring += kv_token * S * L;
+    // ... and, when K/V live in DRAM, the first backward visit's dK/dV accumulators for the earlier chunks.
+    if (p.kv == Placement::dram) host_per_ring += kv_token * S * L + 2 * kv_token * c * (C - 1);
     if (p.acts == ActivationPolicy::dram) host_per_ring += kept_token * S * L;
     if (p.acts == ActivationPolicy::recompute) host_per_ring += ckpt_token * S * L;
     if (p.states == Placement::dram) host_per_ring += (states_per_param + pol.grad_bytes) * (L * layer_params + resident_params);
@@ -333,7 +370,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     // backward), the dK/dV accumulators read and written in backward, the activations out and back.
     if (P >= 1) {
       const double pairs = C * (C - 1) / 2;  // (chunk, earlier chunk) pairs per layer
-      const double kv_chunk = kv_token * c, acc_chunk = 2 * kv_token * c;
+      const double kv_chunk = kv_token * c;
       double h2d = 0, d2h = 0;
       if (p.kv == Placement::dram) {
         h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (C - 1)) * acc_chunk;
@@ -546,8 +583,11 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
     }
     alive.push_back({i, b});
   }
+  // Best bound first; among equal bounds the smaller memory bound first, as the likelier to fit (a scheme's
+  // skipped plans need one of its plans to fit first).
   std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
-    return bound_key(options.objective, a.bounds) < bound_key(options.objective, b.bounds);
+    const double ka = bound_key(options.objective, a.bounds), kb = bound_key(options.objective, b.bounds);
+    return ka != kb ? ka < kb : a.bounds.hbm_bytes < b.bounds.hbm_bytes;
   });
 
   const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
