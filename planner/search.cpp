@@ -564,6 +564,17 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   struct Candidate {
     std::size_t index;
     Bounds bounds;
+    double size;  // visits or attention blocks the graph has, roughly: what simulating it costs
+  };
+  // Only orders candidates whose bounds tie; nothing is decided on it.
+  auto graph_size = [&](const PlanSpec& spec) {
+    const double layers = static_cast<double>(in.model.layers), S = static_cast<double>(in.workload.seq_len);
+    if (spec.scheme == "ringtrack") return layers * S / static_cast<double>(spec.ringtrack.chunk);
+    if (spec.zero.fpdt_chunk > 0) {
+      const double u = S / static_cast<double>(spec.zero.fpdt_chunk);
+      return layers * u * u;
+    }
+    return layers;
   };
   std::vector<Candidate> alive;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -581,13 +592,15 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
       }
       continue;
     }
-    alive.push_back({i, b});
+    alive.push_back({i, b, graph_size(specs[i])});
   }
-  // Best bound first; among equal bounds the smaller memory bound first, as the likelier to fit (a scheme's
-  // skipped plans need one of its plans to fit first).
+  // Best bound first; among equal bounds the cheaper simulation first, then the smaller memory bound (the likelier
+  // to fit: a scheme's plans can only be skipped once one of them fits).
   std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
     const double ka = bound_key(options.objective, a.bounds), kb = bound_key(options.objective, b.bounds);
-    return ka != kb ? ka < kb : a.bounds.hbm_bytes < b.bounds.hbm_bytes;
+    if (ka != kb) return ka < kb;
+    if (a.size != b.size) return a.size < b.size;
+    return a.bounds.hbm_bytes < b.bounds.hbm_bytes;
   });
 
   const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
