@@ -172,6 +172,28 @@ TEST(Cli, PlanWritesAPlanThatSimulateReproducesExactly) {
   EXPECT_EQ(metrics["mfu"].get<double>(), planned["predicted"]["mfu"].get<double>());
 }
 
+TEST(Cli, APlanThatNoLongerFitsItsHardwareIsAClearError) {
+  test::TempDir dir;
+  const auto plan_path = [&](const std::string& name, const std::string& hw, std::int64_t seq) {
+    const auto path = dir.path() / name;
+    std::ofstream(path) << R"({"format": "trainyard.plan.v1", "model": "llama3-8b", "hw": ")" << hw << R"(", "nodes": 1,
+      "workload": {"seq_len": )" << seq << R"(, "global_batch": 1}, "precision": "bf16-mixed", "scheme": "ringtrack",
+      "parameters": {"ring": 8, "block": 1, "chunk": 16384, "prefetch": 2, "kv": "hbm", "acts": "hbm",
+                     "weights": "resident", "states": "hbm", "ring_order": []}})";
+    return path.string();
+  };
+  // Hardware that cannot take the parameters: a ring of 8 on one GPU.
+  const auto wrong = run_cli("simulate --plan " + plan_path("one-gpu.json", "lab-h100", 65536));
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find("one-gpu.json"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("--ring"), std::string::npos) << wrong.err;
+  // A plan that does not fit any more (K/V and activations of 1M tokens in HBM): the out-of-memory report, exit 1.
+  const auto big = run_cli("simulate --plan " + plan_path("too-long.json", "dgx-a100", 1048576));
+  EXPECT_EQ(big.exit_code, 1);
+  EXPECT_NE(big.err.find("too-long.json"), std::string::npos) << big.err;
+  EXPECT_NE(big.err.find("out of memory"), std::string::npos) << big.err;
+}
+
 TEST(Cli, PlanJsonListsTheBestOfEveryScheme) {
   const auto r = run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --strategies ringtrack,ulysses,megatron --top 2 --json --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
