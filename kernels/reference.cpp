@@ -1,0 +1,243 @@
+#include "kernels/reference.hpp"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "common/error.hpp"
+
+namespace trainyard::kernels {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+std::size_t at(std::size_t row, std::size_t head, std::size_t dim, std::size_t heads, std::size_t d) {
+  return (row * heads + head) * d + dim;
+}
+
+void check_attention(const AttentionShape& s, std::size_t q, std::size_t kv) {
+  TRAINYARD_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0, "attention heads");
+  TRAINYARD_CHECK(q == static_cast<std::size_t>(s.q_len) * static_cast<std::size_t>(s.heads * s.head_dim), "q size");
+  TRAINYARD_CHECK(kv == static_cast<std::size_t>(s.kv_len) * static_cast<std::size_t>(s.kv_heads * s.head_dim), "k/v size");
+}
+
+bool visible(const AttentionShape& s, int i, int j) {
+  return !s.causal || s.kv_offset + j <= s.q_offset + i;
+}
+
+double silu(double g) { return g / (1 + std::exp(-g)); }
+
+}  // namespace
+
+std::uint16_t to_bf16(float x) {
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  if (std::isnan(x)) return static_cast<std::uint16_t>((bits >> 16) | 0x40);  // stays a (quiet) NaN
+  const std::uint32_t rounding = 0x7fff + ((bits >> 16) & 1);                 // to nearest, ties to even
+  return static_cast<std::uint16_t>((bits + rounding) >> 16);
+}
+
+float from_bf16(std::uint16_t x) { return std::bit_cast<float>(static_cast<std::uint32_t>(x) << 16); }
+
+float AttentionShape::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
+
+void attention_forward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
+                           std::span<const float> v, std::span<float> o, std::span<float> lse) {
+  check_attention(s, q.size(), k.size());
+  const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
+  const std::size_t group = H / KH;
+  const double scale = s.scale();
+  std::vector<double> score(static_cast<std::size_t>(s.kv_len));
+  for (std::size_t h = 0; h < H; ++h) {
+    const std::size_t kh = h / group;
+    for (int i = 0; i < s.q_len; ++i) {
+      double best = kNegInf;
+      for (int j = 0; j < s.kv_len; ++j) {
+        double dot = 0;
+        for (std::size_t d = 0; d < D; ++d) {
+          dot += static_cast<double>(q[at(static_cast<std::size_t>(i), h, d, H, D)]) * k[at(static_cast<std::size_t>(j), kh, d, KH, D)];
+        }
+        score[static_cast<std::size_t>(j)] = visible(s, i, j) ? dot * scale : kNegInf;
+        best = std::max(best, score[static_cast<std::size_t>(j)]);
+      }
+      double sum = 0;
+      for (int j = 0; j < s.kv_len; ++j) sum += best == kNegInf ? 0 : std::exp(score[static_cast<std::size_t>(j)] - best);
+      for (std::size_t d = 0; d < D; ++d) {
+        double acc = 0;
+        for (int j = 0; j < s.kv_len && sum > 0; ++j) {
+          acc += std::exp(score[static_cast<std::size_t>(j)] - best) * v[at(static_cast<std::size_t>(j), kh, d, KH, D)];
+        }
+        o[at(static_cast<std::size_t>(i), h, d, H, D)] = sum > 0 ? static_cast<float>(acc / sum) : 0.0f;
+      }
+      lse[h * static_cast<std::size_t>(s.q_len) + static_cast<std::size_t>(i)] =
+          sum > 0 ? static_cast<float>(best + std::log(sum)) : -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
+void attention_merge_ref(int q_len, int heads, int head_dim, std::span<float> o_acc, std::span<float> lse_acc,
+                         std::span<const float> o_part, std::span<const float> lse_part) {
+  const auto H = static_cast<std::size_t>(heads), D = static_cast<std::size_t>(head_dim);
+  for (std::size_t h = 0; h < H; ++h) {
+    for (std::size_t i = 0; i < static_cast<std::size_t>(q_len); ++i) {
+      const std::size_t li = h * static_cast<std::size_t>(q_len) + i;
+      const double a = lse_acc[li], b = lse_part[li];
+      const double top = std::max(a, b);
+      if (top == kNegInf) continue;  // neither side saw a key
+      const double wa = a == kNegInf ? 0 : std::exp(a - top), wb = b == kNegInf ? 0 : std::exp(b - top);
+      const double total = wa + wb;
+      for (std::size_t d = 0; d < D; ++d) {
+        const std::size_t oi = at(i, h, d, H, D);
+        o_acc[oi] = static_cast<float>((wa * o_acc[oi] + wb * o_part[oi]) / total);
+      }
+      lse_acc[li] = static_cast<float>(top + std::log(total));
+    }
+  }
+}
+
+void attention_backward_prep_ref(int q_len, int heads, int head_dim, std::span<const float> o, std::span<const float> d_o,
+                                 std::span<float> delta) {
+  const auto H = static_cast<std::size_t>(heads), D = static_cast<std::size_t>(head_dim);
+  for (std::size_t h = 0; h < H; ++h) {
+    for (std::size_t i = 0; i < static_cast<std::size_t>(q_len); ++i) {
+      double sum = 0;
+      for (std::size_t d = 0; d < D; ++d) sum += static_cast<double>(o[at(i, h, d, H, D)]) * d_o[at(i, h, d, H, D)];
+      delta[h * static_cast<std::size_t>(q_len) + i] = static_cast<float>(sum);
+    }
+  }
+}
+
+void attention_backward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
+                            std::span<const float> v, std::span<const float> d_o, std::span<const float> lse,
+                            std::span<const float> delta, std::span<float> dq, std::span<float> dk, std::span<float> dv) {
+  check_attention(s, q.size(), k.size());
+  const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
+  const std::size_t group = H / KH;
+  const double scale = s.scale();
+  for (std::size_t h = 0; h < H; ++h) {
+    const std::size_t kh = h / group;
+    for (int i = 0; i < s.q_len; ++i) {
+      const std::size_t ii = static_cast<std::size_t>(i);
+      const double l = lse[h * static_cast<std::size_t>(s.q_len) + ii];
+      if (l == kNegInf) continue;
+      const double di = delta[h * static_cast<std::size_t>(s.q_len) + ii];
+      for (int j = 0; j < s.kv_len; ++j) {
+        if (!visible(s, i, j)) continue;
+        const std::size_t jj = static_cast<std::size_t>(j);
+        double dot = 0, dp = 0;
+        for (std::size_t d = 0; d < D; ++d) {
+          dot += static_cast<double>(q[at(ii, h, d, H, D)]) * k[at(jj, kh, d, KH, D)];
+          dp += static_cast<double>(d_o[at(ii, h, d, H, D)]) * v[at(jj, kh, d, KH, D)];
+        }
+        const double p = std::exp(dot * scale - l);
+        const double ds = p * (dp - di) * scale;
+        for (std::size_t d = 0; d < D; ++d) {
+          dv[at(jj, kh, d, KH, D)] += static_cast<float>(p * d_o[at(ii, h, d, H, D)]);
+          dq[at(ii, h, d, H, D)] += static_cast<float>(ds * k[at(jj, kh, d, KH, D)]);
+          dk[at(jj, kh, d, KH, D)] += static_cast<float>(ds * q[at(ii, h, d, H, D)]);
+        }
+      }
+    }
+  }
+}
+
+void rmsnorm_forward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w, std::span<float> y) {
+  const auto C = static_cast<std::size_t>(cols);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    double ms = 0;
+    for (std::size_t c = 0; c < C; ++c) ms += static_cast<double>(x[r * C + c]) * x[r * C + c];
+    const double inv = 1 / std::sqrt(ms / static_cast<double>(C) + eps);
+    for (std::size_t c = 0; c < C; ++c) y[r * C + c] = static_cast<float>(x[r * C + c] * inv * w[c]);
+  }
+}
+
+void rmsnorm_backward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w,
+                          std::span<const float> dy, std::span<float> dx, std::span<float> dw) {
+  const auto C = static_cast<std::size_t>(cols);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    double ms = 0, dot = 0;
+    for (std::size_t c = 0; c < C; ++c) {
+      ms += static_cast<double>(x[r * C + c]) * x[r * C + c];
+      dot += static_cast<double>(dy[r * C + c]) * w[c] * x[r * C + c];
+    }
+    const double inv = 1 / std::sqrt(ms / static_cast<double>(C) + eps);
+    // y = x * inv * w: dx = inv * (dy*w - x * inv^2 * mean(dy*w*x))
+    for (std::size_t c = 0; c < C; ++c) {
+      dx[r * C + c] = static_cast<float>(inv * (dy[r * C + c] * w[c] - x[r * C + c] * inv * inv * dot / static_cast<double>(C)));
+      dw[c] += static_cast<float>(dy[r * C + c] * x[r * C + c] * inv);
+    }
+  }
+}
+
+void swiglu_forward_ref(std::span<const float> gate, std::span<const float> up, std::span<float> y) {
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(silu(gate[i]) * up[i]);
+}
+
+void swiglu_backward_ref(std::span<const float> gate, std::span<const float> up, std::span<const float> dy,
+                         std::span<float> d_gate, std::span<float> d_up) {
+  for (std::size_t i = 0; i < dy.size(); ++i) {
+    const double g = gate[i], sig = 1 / (1 + std::exp(-g));
+    d_up[i] = static_cast<float>(dy[i] * g * sig);
+    d_gate[i] = static_cast<float>(dy[i] * up[i] * sig * (1 + g * (1 - sig)));
+  }
+}
+
+void rope_ref(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, std::span<float> x) {
+  const auto H = static_cast<std::size_t>(heads), D = static_cast<std::size_t>(head_dim), half = D / 2;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    const double pos = static_cast<double>(position_offset) + static_cast<double>(r);
+    for (std::size_t i = 0; i < half; ++i) {
+      const double angle = pos * std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const double c = std::cos(angle), sn = inverse ? -std::sin(angle) : std::sin(angle);
+      for (std::size_t h = 0; h < H; ++h) {
+        const double a = x[at(r, h, i, H, D)], b = x[at(r, h, i + half, H, D)];
+        x[at(r, h, i, H, D)] = static_cast<float>(a * c - b * sn);
+        x[at(r, h, i + half, H, D)] = static_cast<float>(b * c + a * sn);
+      }
+    }
+  }
+}
+
+void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets,
+                               std::span<float> loss, std::span<float> lse) {
+  const auto V = static_cast<std::size_t>(vocab);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    double best = kNegInf;
+    for (std::size_t c = 0; c < V; ++c) best = std::max(best, static_cast<double>(logits[r * V + c]));
+    double sum = 0;
+    for (std::size_t c = 0; c < V; ++c) sum += std::exp(logits[r * V + c] - best);
+    const double l = best + std::log(sum);
+    lse[r] = static_cast<float>(l);
+    loss[r] = static_cast<float>(l - logits[r * V + static_cast<std::size_t>(targets[r])]);
+  }
+}
+
+void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets,
+                                std::span<const float> lse, std::span<const float> dloss, std::span<float> dlogits) {
+  const auto V = static_cast<std::size_t>(vocab);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    for (std::size_t c = 0; c < V; ++c) {
+      const double p = std::exp(static_cast<double>(logits[r * V + c]) - lse[r]);
+      dlogits[r * V + c] = static_cast<float>((p - (static_cast<std::int32_t>(c) == targets[r] ? 1.0 : 0.0)) * dloss[r]);
+    }
+  }
+}
+
+void adamw_ref(const AdamW& opt, int step, std::span<float> master, std::span<float> m, std::span<float> v,
+               std::span<const float> grad, std::span<float> weights_bf16) {
+  const double c1 = 1 - std::pow(static_cast<double>(opt.beta1), step), c2 = 1 - std::pow(static_cast<double>(opt.beta2), step);
+  for (std::size_t i = 0; i < master.size(); ++i) {
+    const double g = grad[i];
+    const double mi = opt.beta1 * static_cast<double>(m[i]) + (1 - opt.beta1) * g;
+    const double vi = opt.beta2 * static_cast<double>(v[i]) + (1 - opt.beta2) * g * g;
+    double w = master[i];
+    w -= opt.lr * opt.weight_decay * w;
+    w -= opt.lr * (mi / c1) / (std::sqrt(vi / c2) + opt.eps);
+    m[i] = static_cast<float>(mi);
+    v[i] = static_cast<float>(vi);
+    master[i] = static_cast<float>(w);
+    weights_bf16[i] = round_bf16(master[i]);
+  }
+}
+
+}  // namespace trainyard::kernels

@@ -1,0 +1,236 @@
+// The CPU references of kernels/ checked on their own (they run everywhere): chunked attention with the
+// log-sum-exp merge equals unchunked attention forward and backward, and every backward matches finite
+// differences of its forward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "kernels/reference.hpp"
+
+namespace trainyard::kernels {
+
+namespace {
+
+std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> out(n);
+  for (auto& x : out) x = dist(rng);
+  return out;
+}
+
+double max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  return worst;
+}
+
+// Central differences of a scalar function of `x` at the given indices.
+std::vector<double> numeric_gradient(std::vector<float>& x, const std::vector<std::size_t>& indices, const std::function<double()>& f) {
+  std::vector<double> out;
+  for (std::size_t i : indices) {
+    const float keep = x[i];
+    const float h = 1e-2f * std::max(1.0f, std::abs(keep));
+    x[i] = keep + h;
+    const double up = f();
+    x[i] = keep - h;
+    const double down = f();
+    x[i] = keep;
+    out.push_back((up - down) / (2.0 * static_cast<double>(h)));
+  }
+  return out;
+}
+
+double dot(std::span<const float> a, std::span<const float> b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+struct Chunked {
+  int chunks = 3, chunk = 16, heads = 4, kv_heads = 2, dim = 8;
+  int seq() const { return chunks * chunk; }
+  std::size_t q_size(int len) const { return static_cast<std::size_t>(len * heads * dim); }
+  std::size_t kv_size(int len) const { return static_cast<std::size_t>(len * kv_heads * dim); }
+};
+
+}  // namespace
+
+TEST(KernelReference, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(from_bf16(0x3F80), 1.0f);
+  EXPECT_EQ(to_bf16(1.0f + 1.0f / 256), 0x3F80);      // halfway: ties to the even 1.0
+  EXPECT_EQ(to_bf16(1.0f + 3.0f / 256), 0x3F82);      // halfway between 0x3F81 and 0x3F82: to even
+  EXPECT_EQ(round_bf16(-2.5f), -2.5f);                // exactly representable
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isinf(round_bf16(std::numeric_limits<float>::infinity())));
+}
+
+TEST(KernelReference, ChunkedAttentionWithMergeEqualsUnchunked) {
+  const Chunked c;
+  const int S = c.seq();
+  const auto q = random_vector(c.q_size(S), 1), k = random_vector(c.kv_size(S), 2), v = random_vector(c.kv_size(S), 3);
+  // Unchunked causal attention of the whole sequence.
+  AttentionShape whole{S, S, c.heads, c.kv_heads, c.dim, true, 0, 0};
+  std::vector<float> o_full(c.q_size(S)), lse_full(static_cast<std::size_t>(c.heads * S));
+  attention_forward_ref(whole, q, k, v, o_full, lse_full);
+  for (int qi = 0; qi < c.chunks; ++qi) {
+    const auto q_chunk = std::span(q).subspan(c.q_size(qi * c.chunk), c.q_size(c.chunk));
+    std::vector<float> o_acc(c.q_size(c.chunk), 0.0f);
+    std::vector<float> lse_acc(static_cast<std::size_t>(c.heads * c.chunk), -std::numeric_limits<float>::infinity());
+    for (int kj = qi; kj >= 0; --kj) {  // the diagonal block first, then the earlier chunks, as the builders do
+      AttentionShape pair{c.chunk, c.chunk, c.heads, c.kv_heads, c.dim, kj == qi, std::int64_t{qi} * c.chunk, std::int64_t{kj} * c.chunk};
+      std::vector<float> o_part(c.q_size(c.chunk)), lse_part(static_cast<std::size_t>(c.heads * c.chunk));
+      attention_forward_ref(pair, q_chunk, std::span(k).subspan(c.kv_size(kj * c.chunk), c.kv_size(c.chunk)),
+                            std::span(v).subspan(c.kv_size(kj * c.chunk), c.kv_size(c.chunk)), o_part, lse_part);
+      attention_merge_ref(c.chunk, c.heads, c.dim, o_acc, lse_acc, o_part, lse_part);
+    }
+    EXPECT_LT(max_abs_diff(o_acc, std::span<const float>(o_full).subspan(c.q_size(qi * c.chunk), c.q_size(c.chunk))), 1e-5) << qi;
+    for (int h = 0; h < c.heads; ++h) {
+      for (int i = 0; i < c.chunk; ++i) {
+        EXPECT_NEAR(lse_acc[static_cast<std::size_t>(h * c.chunk + i)], lse_full[static_cast<std::size_t>(h * S + qi * c.chunk + i)], 1e-5);
+      }
+    }
+  }
+}
+
+TEST(KernelReference, AttentionBackwardMatchesFiniteDifferences) {
+  AttentionShape s{6, 9, 2, 1, 4, true, 3, 0};  // queries at positions 3..8 over keys 0..8, GQA 2:1
+  auto q = random_vector(static_cast<std::size_t>(6 * 2 * 4), 4), k = random_vector(static_cast<std::size_t>(9 * 4), 5),
+       v = random_vector(static_cast<std::size_t>(9 * 4), 6);
+  const auto w = random_vector(q.size(), 7);  // the loss is sum(o * w), so dO = w
+  auto loss = [&] {
+    std::vector<float> o(q.size()), lse(static_cast<std::size_t>(2 * 6));
+    attention_forward_ref(s, q, k, v, o, lse);
+    return dot(o, w);
+  };
+  std::vector<float> o(q.size()), lse(static_cast<std::size_t>(2 * 6)), delta(lse.size());
+  attention_forward_ref(s, q, k, v, o, lse);
+  attention_backward_prep_ref(6, 2, 4, o, w, delta);
+  std::vector<float> dq(q.size(), 0), dk(k.size(), 0), dv(v.size(), 0);
+  attention_backward_ref(s, q, k, v, w, lse, delta, dq, dk, dv);
+  const std::vector<std::size_t> some{0, 5, 13, 22, 31};
+  for (auto [x, grad] : {std::pair{&q, &dq}, std::pair{&k, &dk}, std::pair{&v, &dv}}) {
+    const auto numeric = numeric_gradient(*x, some, loss);
+    for (std::size_t i = 0; i < some.size(); ++i) EXPECT_NEAR((*grad)[some[i]], numeric[i], 2e-3 + 2e-2 * std::abs(numeric[i])) << some[i];
+  }
+}
+
+TEST(KernelReference, ChunkedAttentionBackwardEqualsUnchunked) {
+  const Chunked c;
+  const int S = c.seq();
+  const auto q = random_vector(c.q_size(S), 11), k = random_vector(c.kv_size(S), 12), v = random_vector(c.kv_size(S), 13);
+  const auto d_o = random_vector(c.q_size(S), 14);
+  AttentionShape whole{S, S, c.heads, c.kv_heads, c.dim, true, 0, 0};
+  std::vector<float> o(c.q_size(S)), lse(static_cast<std::size_t>(c.heads * S)), delta(lse.size());
+  attention_forward_ref(whole, q, k, v, o, lse);
+  attention_backward_prep_ref(S, c.heads, c.dim, o, d_o, delta);
+  std::vector<float> dq(q.size(), 0), dk(k.size(), 0), dv(v.size(), 0);
+  attention_backward_ref(whole, q, k, v, d_o, lse, delta, dq, dk, dv);
+  // Chunk pairs, query chunk outer and descending (ring-track's order), with each query chunk's lse and D.
+  std::vector<float> dq_c(q.size(), 0), dk_c(k.size(), 0), dv_c(v.size(), 0);
+  for (int qi = c.chunks - 1; qi >= 0; --qi) {
+    std::vector<float> lse_chunk(static_cast<std::size_t>(c.heads * c.chunk)), delta_chunk(lse_chunk.size());
+    for (int h = 0; h < c.heads; ++h) {
+      for (int i = 0; i < c.chunk; ++i) {
+        lse_chunk[static_cast<std::size_t>(h * c.chunk + i)] = lse[static_cast<std::size_t>(h * S + qi * c.chunk + i)];
+        delta_chunk[static_cast<std::size_t>(h * c.chunk + i)] = delta[static_cast<std::size_t>(h * S + qi * c.chunk + i)];
+      }
+    }
+    for (int kj = qi; kj >= 0; --kj) {
+      AttentionShape pair{c.chunk, c.chunk, c.heads, c.kv_heads, c.dim, kj == qi, std::int64_t{qi} * c.chunk, std::int64_t{kj} * c.chunk};
+      auto sub_q = [&](auto& x) { return std::span(x).subspan(c.q_size(qi * c.chunk), c.q_size(c.chunk)); };
+      auto sub_kv = [&](auto& x) { return std::span(x).subspan(c.kv_size(kj * c.chunk), c.kv_size(c.chunk)); };
+      attention_backward_ref(pair, sub_q(q), sub_kv(k), sub_kv(v), sub_q(d_o), lse_chunk, delta_chunk, sub_q(dq_c), sub_kv(dk_c),
+                             sub_kv(dv_c));
+    }
+  }
+  EXPECT_LT(max_abs_diff(dq_c, dq), 1e-4);
+  EXPECT_LT(max_abs_diff(dk_c, dk), 1e-4);
+  EXPECT_LT(max_abs_diff(dv_c, dv), 1e-4);
+}
+
+TEST(KernelReference, NormActivationAndLossBackwardsMatchFiniteDifferences) {
+  const int rows = 3, cols = 7;
+  // RMSNorm.
+  auto x = random_vector(static_cast<std::size_t>(rows * cols), 21), w = random_vector(static_cast<std::size_t>(cols), 22);
+  const auto g = random_vector(x.size(), 23);
+  auto norm_loss = [&] {
+    std::vector<float> y(x.size());
+    rmsnorm_forward_ref(rows, cols, 1e-5f, x, w, y);
+    return dot(y, g);
+  };
+  std::vector<float> dx(x.size()), dw(w.size(), 0);
+  rmsnorm_backward_ref(rows, cols, 1e-5f, x, w, g, dx, dw);
+  const std::vector<std::size_t> some{0, 4, 9, 20};
+  auto n = numeric_gradient(x, some, norm_loss);
+  for (std::size_t i = 0; i < some.size(); ++i) EXPECT_NEAR(dx[some[i]], n[i], 2e-3 + 2e-2 * std::abs(n[i]));
+  const std::vector<std::size_t> columns{0, 3, 6};
+  n = numeric_gradient(w, columns, norm_loss);
+  for (std::size_t i = 0; i < columns.size(); ++i) EXPECT_NEAR(dw[columns[i]], n[i], 2e-3 + 2e-2 * std::abs(n[i]));
+  // SwiGLU.
+  auto gate = random_vector(x.size(), 24), up = random_vector(x.size(), 25);
+  auto act_loss = [&] {
+    std::vector<float> y(x.size());
+    swiglu_forward_ref(gate, up, y);
+    return dot(y, g);
+  };
+  std::vector<float> dgate(x.size()), dup(x.size());
+  swiglu_backward_ref(gate, up, g, dgate, dup);
+  n = numeric_gradient(gate, some, act_loss);
+  for (std::size_t i = 0; i < some.size(); ++i) EXPECT_NEAR(dgate[some[i]], n[i], 2e-3 + 2e-2 * std::abs(n[i]));
+  n = numeric_gradient(up, some, act_loss);
+  for (std::size_t i = 0; i < some.size(); ++i) EXPECT_NEAR(dup[some[i]], n[i], 2e-3 + 2e-2 * std::abs(n[i]));
+  // Cross-entropy (the loss is sum(loss * dloss)).
+  const int vocab = 11;
+  auto logits = random_vector(static_cast<std::size_t>(rows * vocab), 26, 2.0f);
+  const std::vector<std::int32_t> targets{3, 0, 10};
+  const std::vector<float> dloss{0.5f, 1.0f, -0.25f};
+  auto ce_loss = [&] {
+    std::vector<float> loss(rows), lse(rows);
+    cross_entropy_forward_ref(rows, vocab, logits, targets, loss, lse);
+    return dot(loss, dloss);
+  };
+  std::vector<float> loss(rows), lse(rows), dlogits(logits.size());
+  cross_entropy_forward_ref(rows, vocab, logits, targets, loss, lse);
+  cross_entropy_backward_ref(rows, vocab, logits, targets, lse, dloss, dlogits);
+  const std::vector<std::size_t> cells{3, 5, 11, 32};
+  n = numeric_gradient(logits, cells, ce_loss);
+  for (std::size_t i = 0; i < cells.size(); ++i) EXPECT_NEAR(dlogits[cells[i]], n[i], 2e-3 + 2e-2 * std::abs(n[i]));
+  EXPECT_GT(loss[0], 0.0f);
+}
+
+TEST(KernelReference, RopeInverseUndoesItAndChunksCompose) {
+  const int rows = 10, heads = 2, dim = 8;
+  const auto x = random_vector(static_cast<std::size_t>(rows * heads * dim), 31);
+  auto y = x;
+  rope_ref(rows, heads, dim, 100, 500000.0f, false, y);
+  EXPECT_GT(max_abs_diff(x, y), 1e-2);  // it did rotate
+  auto back = y;
+  rope_ref(rows, heads, dim, 100, 500000.0f, true, back);
+  EXPECT_LT(max_abs_diff(back, x), 1e-5);
+  // Rows 100..109 in two chunks with their own position offsets equal the whole.
+  auto a = std::vector<float>(x.begin(), x.begin() + 4 * heads * dim), b = std::vector<float>(x.begin() + 4 * heads * dim, x.end());
+  rope_ref(4, heads, dim, 100, 500000.0f, false, a);
+  rope_ref(6, heads, dim, 104, 500000.0f, false, b);
+  a.insert(a.end(), b.begin(), b.end());
+  EXPECT_LT(max_abs_diff(a, y), 1e-6);
+}
+
+TEST(KernelReference, AdamWStepByHand) {
+  AdamW opt;
+  std::vector<float> master{1.0f, -2.0f}, m{0.0f, 0.1f}, v{0.0f, 0.01f}, bf16(2);
+  const std::vector<float> grad{0.5f, -1.0f};
+  adamw_ref(opt, 1, master, m, v, grad, bf16);
+  // Step 1: m = 0.1 * g, v = 0.05 * g^2, bias-corrected m/(1-b1) = g, v/(1-b2) = g^2: the update is lr * sign(g).
+  EXPECT_NEAR(m[0], 0.05f, 1e-7);
+  EXPECT_NEAR(v[0], 0.05f * 0.25f, 1e-7);
+  EXPECT_NEAR(master[0], 1.0f - 1e-4f * 0.1f * 1.0f - 1e-4f * (0.5f / (0.5f + 1e-8f)), 1e-6);
+  EXPECT_EQ(bf16[0], round_bf16(master[0]));
+  EXPECT_NEAR(m[1], 0.9f * 0.1f + 0.1f * -1.0f, 1e-7);
+}
+
+}  // namespace trainyard::kernels
