@@ -1,0 +1,256 @@
+// Memory-bound kernels: conversion, RMSNorm, SwiGLU, RoPE, cross-entropy, AdamW. Math in fp32, bf16 in and out.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/kernels.hpp"
+
+namespace trainyard::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float load(const bf16_bits* p, std::int64_t i) {
+  return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
+}
+__device__ __forceinline__ void store(bf16_bits* p, std::int64_t i, float x) {
+  reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
+}
+
+unsigned blocks_for(std::int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ float block_sum(float x) {
+  __shared__ float partial[32];
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  __syncthreads();  // `partial` may still be read by a previous call
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  float total = lane < warps ? partial[lane] : 0.0f;
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  return total;
+}
+__device__ float block_max(float x) {
+  __shared__ float partial[32];
+  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  __syncthreads();
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  float top = lane < warps ? partial[lane] : -INFINITY;
+  for (int offset = 16; offset > 0; offset /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+  return top;
+}
+
+__global__ void to_bf16_kernel(const float* x, bf16_bits* y, std::int64_t n) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) store(y, i, x[i]);
+}
+
+__global__ void rmsnorm_forward_kernel(int cols, float eps, const bf16_bits* x, const bf16_bits* w, bf16_bits* y) {
+  const std::int64_t row = blockIdx.x;
+  float ss = 0;
+  for (int c = static_cast<int>(threadIdx.x); c < cols; c += static_cast<int>(blockDim.x)) {
+    const float v = load(x, row * cols + c);
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
+  for (int c = static_cast<int>(threadIdx.x); c < cols; c += static_cast<int>(blockDim.x)) {
+    store(y, row * cols + c, load(x, row * cols + c) * inv * load(w, c));
+  }
+}
+
+// dx = inv * (dy*w - x * inv^2 * mean(dy*w*x)); also records inv per row for the dw pass.
+__global__ void rmsnorm_backward_dx_kernel(int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy,
+                                           bf16_bits* dx, float* inv_rows) {
+  const std::int64_t row = blockIdx.x;
+  float ss = 0, dot = 0;
+  for (int c = static_cast<int>(threadIdx.x); c < cols; c += static_cast<int>(blockDim.x)) {
+    const float xv = load(x, row * cols + c);
+    ss += xv * xv;
+    dot += load(dy, row * cols + c) * load(w, c) * xv;
+  }
+  const float total_ss = block_sum(ss);
+  const float total_dot = block_sum(dot);
+  const float inv = rsqrtf(total_ss / static_cast<float>(cols) + eps);
+  for (int c = static_cast<int>(threadIdx.x); c < cols; c += static_cast<int>(blockDim.x)) {
+    const float xv = load(x, row * cols + c);
+    store(dx, row * cols + c, inv * (load(dy, row * cols + c) * load(w, c) - xv * inv * inv * total_dot / static_cast<float>(cols)));
+  }
+  if (threadIdx.x == 0) inv_rows[row] = inv;
+}
+
+__global__ void rmsnorm_backward_dw_kernel(int rows, int cols, const bf16_bits* x, const bf16_bits* dy, const float* inv_rows,
+                                           float* dw) {
+  const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (c >= cols) return;
+  float sum = 0;
+  for (int r = 0; r < rows; ++r) {
+    const std::int64_t i = static_cast<std::int64_t>(r) * cols + c;
+    sum += load(dy, i) * load(x, i) * inv_rows[r];
+  }
+  dw[c] += sum;
+}
+
+__global__ void swiglu_forward_kernel(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, bf16_bits* y) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = load(gate, i);
+  store(y, i, g / (1.0f + __expf(-g)) * load(up, i));
+}
+
+__global__ void swiglu_backward_kernel(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy,
+                                       bf16_bits* d_gate, bf16_bits* d_up) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = load(gate, i), u = load(up, i), d = load(dy, i);
+  const float sig = 1.0f / (1.0f + __expf(-g));
+  store(d_up, i, d * g * sig);
+  store(d_gate, i, d * u * sig * (1.0f + g * (1.0f - sig)));
+}
+
+// One thread per (row, head, pair i < head_dim / 2).
+__global__ void rope_kernel(int rows, int heads, int head_dim, std::int64_t offset, float base, float sign, bf16_bits* x) {
+  const int half = head_dim / 2;
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= static_cast<std::int64_t>(rows) * heads * half) return;
+  const int i = static_cast<int>(t % half);
+  const std::int64_t row_head = t / half;
+  const std::int64_t row = row_head / heads;
+  // Angles in double: positions reach millions, where fp32 loses the phase.
+  const double angle = static_cast<double>(offset + row) * pow(static_cast<double>(base), -2.0 * i / head_dim);
+  double s, c;
+  sincos(angle, &s, &c);
+  const std::int64_t base_index = row_head * head_dim;
+  const float a = load(x, base_index + i), b = load(x, base_index + i + half);
+  const float cf = static_cast<float>(c), sf = sign * static_cast<float>(s);
+  store(x, base_index + i, a * cf - b * sf);
+  store(x, base_index + i + half, b * cf + a * sf);
+}
+
+// One block per row: max, then sum of exponentials, over up to the whole vocabulary.
+__global__ void cross_entropy_forward_kernel(int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss, float* lse) {
+  const std::int64_t row = blockIdx.x;
+  const bf16_bits* z = logits + row * vocab;
+  float top = -INFINITY;
+  for (int c = static_cast<int>(threadIdx.x); c < vocab; c += static_cast<int>(blockDim.x)) top = fmaxf(top, load(z, c));
+  top = block_max(top);
+  float sum = 0;
+  for (int c = static_cast<int>(threadIdx.x); c < vocab; c += static_cast<int>(blockDim.x)) sum += __expf(load(z, c) - top);
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) {
+    const float l = top + logf(sum);
+    lse[row] = l;
+    loss[row] = l - load(z, targets[row]);
+  }
+}
+
+__global__ void cross_entropy_backward_kernel(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets,
+                                              const float* lse, const float* dloss, bf16_bits* dlogits) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<std::int64_t>(rows) * vocab) return;
+  const std::int64_t row = i / vocab;
+  const int c = static_cast<int>(i % vocab);
+  const float p = __expf(load(logits, i) - lse[row]);
+  store(dlogits, i, (p - (c == targets[row] ? 1.0f : 0.0f)) * dloss[row]);
+}
+
+__global__ void adamw_kernel(AdamW opt, float c1, float c2, std::int64_t n, float* master, float* m, float* v, const float* grad,
+                             bf16_bits* weights) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = grad[i];
+  const float mi = opt.beta1 * m[i] + (1.0f - opt.beta1) * g;
+  const float vi = opt.beta2 * v[i] + (1.0f - opt.beta2) * g * g;
+  float w = master[i];
+  w -= opt.lr * opt.weight_decay * w;
+  w -= opt.lr * (mi / c1) / (sqrtf(vi / c2) + opt.eps);
+  m[i] = mi;
+  v[i] = vi;
+  master[i] = w;
+  store(weights, i, w);
+}
+
+// Threads per row for the row-wise kernels: enough to cover short rows, at most 1024.
+unsigned row_threads(int cols) {
+  int t = 32;
+  while (t < cols && t < 1024) t *= 2;
+  return static_cast<unsigned>(t);
+}
+
+}  // namespace
+
+void to_bf16(const float* x, bf16_bits* y, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsnorm_forward(int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, bf16_bits* y, cudaStream_t stream) {
+  if (rows == 0) return;
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, stream>>>(cols, eps, x, w, y);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void rmsnorm_backward(int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy, bf16_bits* dx,
+                      float* dw, cudaStream_t stream) {
+  if (rows == 0) return;
+  float* inv_rows = nullptr;
+  TRAINYARD_CUDA_CHECK(cudaMallocAsync(&inv_rows, sizeof(float) * static_cast<std::size_t>(rows), stream));
+  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, stream>>>(cols, eps, x, w, dy, dx, inv_rows);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+  rmsnorm_backward_dw_kernel<<<blocks_for(cols), kThreads, 0, stream>>>(rows, cols, x, dy, inv_rows, dw);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+  TRAINYARD_CUDA_CHECK(cudaFreeAsync(inv_rows, stream));
+}
+
+void swiglu_forward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, bf16_bits* y, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, gate, up, y);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate,
+                     bf16_bits* d_up, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, gate, up, dy, d_gate, d_up);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x,
+          cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(rows) * heads * (head_dim / 2);
+  if (n == 0) return;
+  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(rows, heads, head_dim, position_offset, base, inverse ? -1.0f : 1.0f, x);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void cross_entropy_forward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss, float* lse,
+                           cudaStream_t stream) {
+  if (rows == 0) return;
+  cross_entropy_forward_kernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(vocab, logits, targets, loss, lse);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void cross_entropy_backward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse,
+                            const float* dloss, bf16_bits* dlogits, cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(rows) * vocab;
+  if (n == 0) return;
+  cross_entropy_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(rows, vocab, logits, targets, lse, dloss, dlogits);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void adamw(const AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad, bf16_bits* weights,
+           cudaStream_t stream) {
+  if (n == 0) return;
+  const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta1), step));
+  const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta2), step));
+  adamw_kernel<<<blocks_for(n), kThreads, 0, stream>>>(opt, c1, c2, n, master, m, v, grad, weights);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace trainyard::kernels
