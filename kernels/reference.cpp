@@ -223,6 +223,20 @@ void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logi
   }
 }
 
+void gemm_ref(int m, int n, int k, std::span<const float> a, bool transpose_a, std::span<const float> b, bool transpose_b,
+              std::span<float> c, float alpha, float beta) {
+  const auto M = static_cast<std::size_t>(m), N = static_cast<std::size_t>(n), K = static_cast<std::size_t>(k);
+  for (std::size_t i = 0; i < M; ++i) {
+    for (std::size_t j = 0; j < N; ++j) {
+      double sum = 0;
+      for (std::size_t p = 0; p < K; ++p) {
+        sum += static_cast<double>(transpose_a ? a[p * M + i] : a[i * K + p]) * (transpose_b ? b[j * K + p] : b[p * N + j]);
+      }
+      c[i * N + j] = static_cast<float>(alpha * sum + beta * static_cast<double>(c[i * N + j]));
+    }
+  }
+}
+
 void adamw_ref(const AdamW& opt, int step, std::span<float> master, std::span<float> m, std::span<float> v,
                std::span<const float> grad, std::span<float> weights_bf16) {
   const double c1 = 1 - std::pow(static_cast<double>(opt.beta1), step), c2 = 1 - std::pow(static_cast<double>(opt.beta2), step);

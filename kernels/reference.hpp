@@ -69,6 +69,11 @@ void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logit
 void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets,
                                 std::span<const float> lse, std::span<const float> dloss, std::span<float> dlogits);
 
+// Row-major C[m][n] = alpha * op(A) * op(B) + beta * C, where A is [m][k] ([k][m] when transpose_a) and B is
+// [k][n] ([n][k] when transpose_b): what the cuBLASLt wrapper computes.
+void gemm_ref(int m, int n, int k, std::span<const float> a, bool transpose_a, std::span<const float> b, bool transpose_b,
+              std::span<float> c, float alpha, float beta);
+
 // One AdamW step (decoupled weight decay, bias-corrected moments, step t >= 1) on fp32 master weights and
 // moments; `weights_bf16` receives the rounded copy the forward pass uses.
 struct AdamW {

@@ -220,6 +220,19 @@ TEST(KernelReference, RopeInverseUndoesItAndChunksCompose) {
   EXPECT_LT(max_abs_diff(a, y), 1e-6);
 }
 
+TEST(KernelReference, GemmWithTransposesByHand) {
+  const std::vector<float> a{1, 2, 3, 4, 5, 6};     // [2][3]
+  const std::vector<float> b{1, 0, 0, 1, 1, 1};     // [3][2]
+  std::vector<float> c{10, 20, 30, 40};
+  gemm_ref(2, 2, 3, a, false, b, false, c, 1.0f, 0.5f);  // [[4, 5], [10, 11]] + c / 2
+  EXPECT_EQ(c, (std::vector<float>{9, 15, 25, 31}));
+  // The same product from A stored transposed ([3][2]) and B stored transposed ([2][3]).
+  const std::vector<float> at{1, 4, 2, 5, 3, 6}, bt{1, 0, 1, 0, 1, 1};
+  std::vector<float> d(4, 0.0f);
+  gemm_ref(2, 2, 3, at, true, bt, true, d, 1.0f, 0.0f);
+  EXPECT_EQ(d, (std::vector<float>{4, 5, 10, 11}));
+}
+
 TEST(KernelReference, AdamWStepByHand) {
   AdamW opt;
   std::vector<float> master{1.0f, -2.0f}, m{0.0f, 0.1f}, v{0.0f, 0.01f}, bf16(2);

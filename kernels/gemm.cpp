@@ -1,0 +1,85 @@
+#include "kernels/gemm.hpp"
+
+#include <cublasLt.h>
+
+#include <string>
+
+#include "common/error.hpp"
+
+namespace trainyard::kernels {
+
+namespace {
+
+void check(cublasStatus_t status, const char* call, int line) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw InternalError(std::string(call) + " failed with cublasStatus_t " + std::to_string(static_cast<int>(status)), __FILE__, line);
+  }
+}
+#define TRAINYARD_CUBLAS_CHECK(call) check((call), #call, __LINE__)
+
+// Owns the cuBLASLt descriptors of one call.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~Descriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace
+
+Gemm::Gemm() {
+  cublasLtHandle_t handle = nullptr;
+  TRAINYARD_CUBLAS_CHECK(cublasLtCreate(&handle));
+  handle_ = handle;
+  TRAINYARD_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+Gemm::~Gemm() {
+  cudaFree(workspace_);
+  cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+void Gemm::run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const bf16_bits* b, bool transpose_b, void* c, bool c_fp32,
+               float alpha, float beta, cudaStream_t stream) {
+  // cuBLASLt is column-major: a row-major [r][c] matrix is a column-major c x r one. So row-major C = op(A) op(B)
+  // is column-major C^T = op(B)^T op(A)^T: cuBLASLt's first operand is B, its second is A.
+  Descriptors d;
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_first = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  const auto u = [](int x) { return static_cast<std::uint64_t>(x); };
+  // Stored shapes (column-major rows x cols, leading dimension = rows).
+  if (transpose_b) {
+    TRAINYARD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, u(k), u(n), k));
+  } else {
+    TRAINYARD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16BF, u(n), u(k), n));
+  }
+  if (transpose_a) {
+    TRAINYARD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, u(m), u(k), m));
+  } else {
+    TRAINYARD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16BF, u(k), u(m), k));
+  }
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, c_fp32 ? CUDA_R_32F : CUDA_R_16BF, u(n), u(m), n));
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.preference));
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                              sizeof(workspace_bytes_)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  auto handle = static_cast<cublasLtHandle_t>(handle_);
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, d.op, d.a, d.b, d.c, d.c, d.preference, 1, &heuristic, &found));
+  if (found == 0) {
+    throw InternalError("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " GEMM",
+                        __FILE__, __LINE__);
+  }
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmul(handle, d.op, &alpha, b, d.a, a, d.b, &beta, c, d.c, c, d.c, &heuristic.algo, workspace_,
+                                        workspace_bytes_, stream));
+}
+
+}  // namespace trainyard::kernels
