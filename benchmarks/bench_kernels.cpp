@@ -1,0 +1,113 @@
+// Throughput of the CUDA kernels on the device (CUDA events around each launch): attention chunk pairs in TFLOP/s
+// (causal FLOPs counted for the unmasked pairs only), elementwise kernels in GB/s beside a device-to-device copy
+// of the same bytes measured in the same run. Without a usable GPU every benchmark reports an error and runs
+// nothing. The comparison with PyTorch's SDPA is a separate script run on the GPU machine.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "backend/device_info.hpp"
+#include "kernels/kernels.hpp"
+
+namespace {
+
+using namespace trainyard;
+
+bool have_gpu(benchmark::State& state) {
+  const auto found = backend::query_cuda_devices();
+  if (found.devices.empty()) {
+    state.SkipWithError(("no usable CUDA GPU: " + found.reason).c_str());
+    return false;
+  }
+  return true;
+}
+
+struct Buffer {
+  explicit Buffer(std::size_t bytes) { TRAINYARD_CUDA_CHECK(cudaMalloc(&ptr, bytes)); TRAINYARD_CUDA_CHECK(cudaMemset(ptr, 0, bytes)); }
+  ~Buffer() { cudaFree(ptr); }
+  template <typename T> T* as() { return static_cast<T*>(ptr); }
+  void* ptr = nullptr;
+};
+
+// Times `launch` with CUDA events; reports it as the iteration time.
+template <typename F>
+void timed(benchmark::State& state, F launch) {
+  cudaEvent_t start, stop;
+  TRAINYARD_CUDA_CHECK(cudaEventCreate(&start));
+  TRAINYARD_CUDA_CHECK(cudaEventCreate(&stop));
+  launch();  // warm-up
+  for (auto _ : state) {
+    TRAINYARD_CUDA_CHECK(cudaEventRecord(start));
+    launch();
+    TRAINYARD_CUDA_CHECK(cudaEventRecord(stop));
+    TRAINYARD_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms * 1e-3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+// q = kv = range(0) tokens, 32 heads, head_dim 128, causal diagonal block (the 16K shape).
+void BM_AttentionForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int n = static_cast<int>(state.range(0)), heads = 32, dim = 128;
+  const kernels::AttentionShape s{n, n, heads, heads, dim, true, 0, 0};
+  const std::size_t elems = static_cast<std::size_t>(n) * heads * dim;
+  Buffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2), lse(static_cast<std::size_t>(n) * heads * 4);
+  timed(state, [&] { kernels::attention_forward(s, q.as<std::uint16_t>(), k.as<std::uint16_t>(), v.as<std::uint16_t>(), o.as<std::uint16_t>(), lse.as<float>(), nullptr); });
+  const double flops = 4.0 * heads * dim * (static_cast<double>(n) * (n + 1) / 2);
+  state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionForward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+void BM_AttentionBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int n = static_cast<int>(state.range(0)), heads = 32, dim = 128;
+  const kernels::AttentionShape s{n, n, heads, heads, dim, true, 0, 0};
+  const std::size_t elems = static_cast<std::size_t>(n) * heads * dim;
+  Buffer q(elems * 2), k(elems * 2), v(elems * 2), d_o(elems * 2), lse(static_cast<std::size_t>(n) * heads * 4),
+      delta(static_cast<std::size_t>(n) * heads * 4), dq(elems * 4), dk(elems * 4), dv(elems * 4);
+  timed(state, [&] {
+    kernels::attention_backward(s, q.as<std::uint16_t>(), k.as<std::uint16_t>(), v.as<std::uint16_t>(), d_o.as<std::uint16_t>(), lse.as<float>(),
+                                delta.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(), nullptr);
+  });
+  const double flops = 2.5 * 4.0 * heads * dim * (static_cast<double>(n) * (n + 1) / 2);
+  state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionBackward)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// Elementwise kernels against a device-to-device copy of the bytes they read and write.
+void BM_CopyDeviceToDevice(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const std::size_t bytes = static_cast<std::size_t>(state.range(0));
+  Buffer a(bytes), b(bytes);
+  timed(state, [&] { TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice)); });
+  state.counters["GB/s"] = benchmark::Counter(2.0 * static_cast<double>(bytes) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CopyDeviceToDevice)->Arg(std::int64_t{1} << 28)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
+void BM_SwiGluForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const std::int64_t n = state.range(0);
+  Buffer g(static_cast<std::size_t>(n) * 2), u(static_cast<std::size_t>(n) * 2), y(static_cast<std::size_t>(n) * 2);
+  timed(state, [&] { kernels::swiglu_forward(n, g.as<std::uint16_t>(), u.as<std::uint16_t>(), y.as<std::uint16_t>(), nullptr); });
+  state.counters["GB/s"] = benchmark::Counter(6.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SwiGluForward)->Arg(std::int64_t{1} << 27)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
+void BM_RmsNormForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int rows = static_cast<int>(state.range(0)), cols = 4096;
+  const std::size_t n = static_cast<std::size_t>(rows) * cols;
+  Buffer x(n * 2), w(static_cast<std::size_t>(cols) * 2), y(n * 2);
+  timed(state, [&] { kernels::rmsnorm_forward(rows, cols, 1e-5f, x.as<std::uint16_t>(), w.as<std::uint16_t>(), y.as<std::uint16_t>(), nullptr); });
+  state.counters["GB/s"] = benchmark::Counter(4.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_RmsNormForward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
+}  // namespace
+
+BENCHMARK_MAIN();
