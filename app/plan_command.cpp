@@ -303,17 +303,11 @@ int run_plan(const std::vector<std::string>& args) {
   }
   // The best plan of every scheme, even when it is not in the top k.
   for (const auto& p : report.best_of_scheme) {
-    bool shown = false;
-    for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) {
-      shown = shown || (report.ranked[i].spec.scheme == p.spec.scheme && report.ranked[i].metrics.step_s == p.metrics.step_s &&
-                        report.ranked[i].spec.summary() == p.spec.summary());
-    }
-    if (!shown) {
-      const auto pos = static_cast<std::size_t>(std::find_if(report.ranked.begin(), report.ranked.end(), [&](const auto& r) {
-                                                   return &r == &p || (r.spec.summary() == p.spec.summary() && r.spec.scheme == p.spec.scheme);
-                                                 }) - report.ranked.begin());
-      add_plan_row(table, std::to_string(pos + 1), p);
-    }
+    // Its rank: the best plan of a scheme is the first of that scheme in the ranking.
+    const auto rank = static_cast<std::size_t>(
+        std::find_if(report.ranked.begin(), report.ranked.end(), [&](const auto& r) { return r.spec.scheme == p.spec.scheme; }) -
+        report.ranked.begin());
+    if (rank >= static_cast<std::size_t>(top)) add_plan_row(table, std::to_string(rank + 1), p);
   }
   table.print(std::cout);
   for (const auto& p : report.best_of_scheme) {

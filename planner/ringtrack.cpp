@@ -227,15 +227,26 @@ std::string RingTrackPlan::describe() const {
 
 // --- the order of the train -------------------------------------------------------------------------------------
 
+std::vector<int> stage_positions(std::int64_t layers, const RingTrackParams& p) {
+  const int L = static_cast<int>(layers);
+  std::vector<int> out(static_cast<std::size_t>(L + 1));
+  for (int l = 0; l < L; ++l) out[static_cast<std::size_t>(l)] = (l / p.block) % p.ring;
+  out[static_cast<std::size_t>(L)] = ((L - 1) / p.block + 1) % p.ring;
+  return out;
+}
+
+std::vector<int> layers_per_position(const std::vector<int>& stage_positions, int ring) {
+  std::vector<int> out(static_cast<std::size_t>(ring), 0);
+  for (std::size_t l = 0; l + 1 < stage_positions.size(); ++l) ++out[static_cast<std::size_t>(stage_positions[l])];
+  return out;
+}
+
 TrainSchedule train_schedule(const model::ModelConfig& model, const RingTrackParams& p, std::int64_t seq_len) {
   const int L = static_cast<int>(model.layers);
   const int C = static_cast<int>(seq_len / p.chunk);
   const double c = static_cast<double>(p.chunk);
   TrainSchedule t;
-  // Stages 0..L-1 are layers, stage L the LM head and loss: the ring's next stop after the last layer.
-  t.stage_position.resize(static_cast<std::size_t>(L + 1));
-  for (int l = 0; l < L; ++l) t.stage_position[static_cast<std::size_t>(l)] = (l / p.block) % p.ring;
-  t.stage_position[static_cast<std::size_t>(L)] = ((L - 1) / p.block + 1) % p.ring;
+  t.stage_position = stage_positions(model.layers, p);
   // Visit costs for ordering the train, in FLOPs: the dense ops of a chunk, its attention against itself and the
   // earlier chunks (growing with k), backward twice forward plus what recompute runs again; the head stage is the
   // LM head and loss (forward, input gradient and weight gradient GEMMs).
@@ -351,6 +362,15 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
   const bool acts_hbm = p.acts == ActivationPolicy::hbm, recompute = p.acts == ActivationPolicy::recompute;
   const bool stream_weights = p.weights == WeightPolicy::stream;
   const bool states_dram = p.states == Placement::dram;
+  // Parameters each ring position holds: its layers, the embedding with layer 0, the LM head at the head's stop.
+  const std::vector<int> owned_layers = layers_per_position(stage_position, P);
+  std::vector<double> resident_params(static_cast<std::size_t>(P), 0), owned_params(static_cast<std::size_t>(P), 0);
+  for (int pos = 0; pos < P; ++pos) {
+    const auto i = static_cast<std::size_t>(pos);
+    resident_params[i] = (pos == stage_position[0] ? embedding_params : 0) + (pos == stage_position[static_cast<std::size_t>(L)] ? head_params : 0);
+    owned_params[i] = layer_params * owned_layers[i] + resident_params[i];
+  }
+
   for (int r = 0; r < replicas; ++r) {
     const auto& ring = plan.rings[static_cast<std::size_t>(r)];
     auto gpu_of = [&](int stage) { return ring[static_cast<std::size_t>(stage_position[static_cast<std::size_t>(stage)])]; };
@@ -359,12 +379,9 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
     // Model states of each ring position.
     for (int pos = 0; pos < P; ++pos) {
       const int gpu = ring[static_cast<std::size_t>(pos)];
-      int owned_layers = 0;
-      for (int l = 0; l < L; ++l) owned_layers += stage_position[static_cast<std::size_t>(l)] == pos;
-      const double resident = (pos == stage_position[0] ? embedding_params : 0) +
-                              (pos == stage_position[static_cast<std::size_t>(L)] ? head_params : 0);
-      const double layers = layer_params * owned_layers;
-      const double owned = layers + resident;
+      const double resident = resident_params[static_cast<std::size_t>(pos)];
+      const double owned = owned_params[static_cast<std::size_t>(pos)];
+      const double layers = owned - resident;
       const std::string tag = " gpu" + std::to_string(gpu);
       g.alloc("weights" + tag, gpu, sim::Pool::hbm, bytes(pol.weight_bytes * (stream_weights ? resident : owned)), "weights");
       if (stream_weights) g.alloc("host weights" + tag, host_of(gpu), sim::Pool::dram, bytes(pol.weight_bytes * layers), "streamed weights");
@@ -680,10 +697,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
     const int r = gpu / P;
     const auto& ring = plan.rings[static_cast<std::size_t>(r)];
     const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), gpu) - ring.begin());
-    int owned_layers = 0;
-    for (int l = 0; l < L; ++l) owned_layers += stage_position[static_cast<std::size_t>(l)] == pos;
-    const double owned = layer_params * owned_layers + (pos == stage_position[0] ? embedding_params : 0) +
-                         (pos == stage_position[static_cast<std::size_t>(L)] ? head_params : 0);
+    const double owned = owned_params[static_cast<std::size_t>(pos)];
     // The optimizer waits for everything on this GPU (its compute stream is in order) and its reductions.
     std::vector<sim::TaskId> deps = reduced[static_cast<std::size_t>(gpu)];
     for (sim::TaskId id = static_cast<sim::TaskId>(g.size()) - 1; id >= 0; --id) {

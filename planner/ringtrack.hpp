@@ -70,6 +70,12 @@ struct RingTrackPlan {
   std::string describe() const;         // "gpu0 -> gpu2 -> gpu1 -> gpu3 -> gpu0 (slowest hop 150.0 GB/s)"
 };
 
+// The ring position of each stage: layer l at (l / block) mod ring, stage L (the LM head and loss) the ring's next
+// stop after the last layer. L + 1 entries.
+std::vector<int> stage_positions(std::int64_t layers, const RingTrackParams& p);
+// How many layers (stages 0..L-1) each ring position holds.
+std::vector<int> layers_per_position(const std::vector<int>& stage_positions, int ring);
+
 // A (stage, chunk) visit; stage L is the LM head and loss.
 struct Visit {
   int stage = 0;

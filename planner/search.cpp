@@ -263,12 +263,16 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
                               attn_fwd * 2.5 / table_max(gpu.sustained.attention_bwd)) /
                              (peak * gpus);
   const double head_s = head_fwd * 3 / (gemm_max * peak * gpus);
+  // Ring-track: the ring position of each stage and the layers each position holds.
+  std::vector<int> positions, owned;
+  if (spec.scheme == "ringtrack") {
+    positions = stage_positions(m.layers, spec.ringtrack);
+    owned = layers_per_position(positions, spec.ringtrack.ring);
+  }
   // Dense ops of the busiest GPU: its layers' tasks, timed exactly (dense_layer_seconds).
   double dense_s = 0;
   if (spec.scheme == "ringtrack") {
     const auto& p = spec.ringtrack;
-    std::vector<double> owned(static_cast<std::size_t>(p.ring), 0);
-    for (std::int64_t l = 0; l < m.layers; ++l) owned[static_cast<std::size_t>((l / p.block) % p.ring)] += 1;
     LayerSplit split;
     split.seq_len = p.chunk;
     dense_s = *std::max_element(owned.begin(), owned.end()) * (S / static_cast<double>(p.chunk)) * (tokens / S / (gpus / p.ring)) *
@@ -296,8 +300,6 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     const double C = S / c;
     const double sequences = tokens / S / (gpus / P);  // per replica
     // The most layers any ring position holds; the embedding and head add to positions of their own.
-    std::vector<double> owned(static_cast<std::size_t>(P), 0);
-    for (std::int64_t l = 0; l < m.layers; ++l) owned[static_cast<std::size_t>((l / p.block) % P)] += 1;
     const double most = *std::max_element(owned.begin(), owned.end());
     const double kv_token = 4.0 * static_cast<double>(m.kv_dim());  // K and V, bf16
     LayerSplit split;
@@ -305,7 +307,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     const double kept_token = layer_activation_bytes(m, split, Recompute::none).total() / c - kv_token;
     const double ckpt_token = 2.0 * static_cast<double>(m.hidden + m.q_dim()) + 4.0 * static_cast<double>(m.heads);
     double hbm = 0;
-    const int head_pos = static_cast<int>(((m.layers - 1) / p.block + 1) % P);
+    const int head_pos = positions.back();
     const double head_params = static_cast<double>(m.vocab * m.hidden) + pc.final_norm;
     // HBM of each GPU when one of its layers starts its backward (the last chunk first): the model states; the K/V
     // and kept activations (when they stay in HBM) of every chunk whose backward visit has not run yet; the dK/dV
@@ -429,7 +431,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
       if (pos == head_pos || owned[static_cast<std::size_t>(pos)] == 0) continue;
       std::int64_t deepest = 0;
       for (std::int64_t l = 0; l < m.layers; ++l) {
-        if ((l / p.block) % P == pos) deepest = l;
+        if (positions[static_cast<std::size_t>(l)] == pos) deepest = l;
       }
       const double idle = static_cast<double>(m.layers - 1 - deepest) * last_chunk_visit;
       paced_s = std::max(paced_s, sequences * (owned[static_cast<std::size_t>(pos)] * per_layer_work + idle));
