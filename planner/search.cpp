@@ -283,10 +283,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     dense_s = L / p.pp * static_cast<double>(megatron_micro_batches(in, p)) * dense_layer_seconds(in, split, dense_recompute > 0);
   } else {
     const auto& z = spec.zero;
-    LayerSplit split{z.micro_batch, in.workload.seq_len, 1, false, false};
-    split.ulysses = z.sp;
-    split.cp = z.cp;
-    split.fpdt_chunks = z.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / z.fpdt_chunk) : 1;
+    const LayerSplit split = zero_layer_split(in, z);
     dense_s = L * static_cast<double>(zero_micro_batches(in, z)) * dense_layer_seconds(in, split, dense_recompute > 0) + head_s;
   }
   const double compute_s = dense_s + attention_s;
@@ -450,10 +447,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     if (z.offload_params) weights -= pol.weight_bytes * layers_params / n;
     const double grads = z.offload_grads ? 0 : pol.grad_bytes * (z.stage >= 2 ? all_params / n : all_params);
     const double optimizer = z.offload_optimizer ? 0 : states_per_param * (z.stage >= 1 ? all_params / n : all_params);
-    LayerSplit split{z.micro_batch, in.workload.seq_len, 1, false, false};
-    split.ulysses = z.sp;
-    split.cp = z.cp;
-    split.fpdt_chunks = z.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / z.fpdt_chunk) : 1;
+    const LayerSplit split = zero_layer_split(in, z);
     const bool checkpoint = z.activation_checkpointing || z.offload_activations;
     const double full = split.fpdt_chunks > 1 ? fpdt_working_bytes(m, split) : layer_activation_bytes(m, split, Recompute::none).total();
     const double ckpt = layer_activation_bytes(m, split, Recompute::full).total();

@@ -57,17 +57,22 @@ void check_zero(const StepInputs& in, const ZeroParams& p) {
   if (p.offload_optimizer && p.stage < 1) fail("--offload", "optimizer only with --zero-stage 1 to 3", "optimizer");
 }
 
+LayerSplit zero_layer_split(const StepInputs& in, const ZeroParams& p) {
+  LayerSplit split{p.micro_batch, in.workload.seq_len, 1, false, false};
+  split.ulysses = p.sp;
+  split.cp = p.cp;
+  split.zigzag = p.zigzag;
+  split.fpdt_chunks = p.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / p.fpdt_chunk) : 1;
+  return split;
+}
+
 sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
   check_zero(in, p);
   const auto& model = in.model;
   const int gpus = in.cluster.gpus();
   const std::int64_t mbs = zero_micro_batches(in, p);
   const bool checkpoint = p.activation_checkpointing || p.offload_activations;
-  LayerSplit split{p.micro_batch, in.workload.seq_len, 1, false, false};
-  split.ulysses = p.sp;
-  split.cp = p.cp;
-  split.zigzag = p.zigzag;
-  split.fpdt_chunks = p.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / p.fpdt_chunk) : 1;
+  const LayerSplit split = zero_layer_split(in, p);
   // A layer's activations while it runs (FPDT: a few chunks' worth; its attention tensors wait in host DRAM).
   const double full_acts = split.fpdt_chunks > 1 ? fpdt_working_bytes(model, split)
                                                  : layer_activation_bytes(model, split, Recompute::none).total();

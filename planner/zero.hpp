@@ -41,6 +41,8 @@ struct ZeroParams {
 };
 
 void check_zero(const StepInputs& in, const ZeroParams& p);
+// The slice of each layer one GPU runs for one micro-batch under these parameters.
+LayerSplit zero_layer_split(const StepInputs& in, const ZeroParams& p);
 std::int64_t zero_micro_batches(const StepInputs& in, const ZeroParams& p);
 sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p);
 
