@@ -1,7 +1,8 @@
 // Throughput of the CUDA kernels on the device (CUDA events around each launch): attention chunk pairs in TFLOP/s
 // (causal FLOPs counted for the unmasked pairs only), elementwise kernels in GB/s beside a device-to-device copy
 // of the same bytes measured in the same run. Without a usable GPU every benchmark reports an error and runs
-// nothing. The comparison with PyTorch's SDPA is a separate script run on the GPU machine.
+// nothing. The comparison with PyTorch's SDPA on the same shapes is scripts/gpu_kernels_check.sh, which runs this
+// binary and scripts/sdpa_bench.py on the GPU machine and writes the table.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -50,34 +51,41 @@ void timed(benchmark::State& state, F launch) {
   cudaEventDestroy(stop);
 }
 
-// q = kv = range(0) tokens, 32 heads, head_dim 128, causal diagonal block (the 16K shape).
+kernels::AttentionPath path_of(benchmark::State& state) {
+  return state.range(1) == 0 ? kernels::AttentionPath::tensor_cores : kernels::AttentionPath::cuda_cores;
+}
+
+// q = kv = range(0) tokens, 32 heads, head_dim 128, causal diagonal block (the 16K shape); range(1):
+// 0 tensor cores, 1 CUDA cores.
 void BM_AttentionForward(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int n = static_cast<int>(state.range(0)), heads = 32, dim = 128;
+  const auto path = path_of(state);
   const kernels::AttentionShape s{n, n, heads, heads, dim, true, 0, 0};
   const std::size_t elems = static_cast<std::size_t>(n) * heads * dim;
   Buffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2), lse(static_cast<std::size_t>(n) * heads * 4);
-  timed(state, [&] { kernels::attention_forward(s, q.as<std::uint16_t>(), k.as<std::uint16_t>(), v.as<std::uint16_t>(), o.as<std::uint16_t>(), lse.as<float>(), nullptr); });
+  timed(state, [&] { kernels::attention_forward(s, q.as<std::uint16_t>(), k.as<std::uint16_t>(), v.as<std::uint16_t>(), o.as<std::uint16_t>(), lse.as<float>(), nullptr, path); });
   const double flops = 4.0 * heads * dim * (static_cast<double>(n) * (n + 1) / 2);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AttentionForward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_AttentionForward)->Args({16384, 0})->Args({4096, 0})->Args({4096, 1})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void BM_AttentionBackward(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int n = static_cast<int>(state.range(0)), heads = 32, dim = 128;
+  const auto path = path_of(state);
   const kernels::AttentionShape s{n, n, heads, heads, dim, true, 0, 0};
   const std::size_t elems = static_cast<std::size_t>(n) * heads * dim;
   Buffer q(elems * 2), k(elems * 2), v(elems * 2), d_o(elems * 2), lse(static_cast<std::size_t>(n) * heads * 4),
       delta(static_cast<std::size_t>(n) * heads * 4), dq(elems * 4), dk(elems * 4), dv(elems * 4);
   timed(state, [&] {
     kernels::attention_backward(s, q.as<std::uint16_t>(), k.as<std::uint16_t>(), v.as<std::uint16_t>(), d_o.as<std::uint16_t>(), lse.as<float>(),
-                                delta.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(), nullptr);
+                                delta.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>(), nullptr, path);
   });
   const double flops = 2.5 * 4.0 * heads * dim * (static_cast<double>(n) * (n + 1) / 2);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AttentionBackward)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_AttentionBackward)->Args({16384, 0})->Args({4096, 0})->Args({4096, 1})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
 // Elementwise kernels against a device-to-device copy of the bytes they read and write.
 void BM_CopyDeviceToDevice(benchmark::State& state) {

@@ -1,50 +1,27 @@
 // Chunk-pair attention: forward with the log-sum-exp, the merge of partial results, and the backward.
 //
-// These are correctness-first kernels on CUDA cores (fp32 math, no tensor cores): the forward runs a warp per
-// query row over K/V tiles in shared memory with an online softmax; the backward runs a warp per (key, head),
-// keeping dK/dV in registers and adding dQ with atomics. They are the executor's reference path; reaching the
-// issue's throughput targets (>= 0.5x of FlashAttention forward) needs a tensor-core version, not written yet.
+// The chunk-pair forward and backward here run on CUDA cores (fp32 math): the forward a warp per query row over
+// K/V tiles in shared memory with an online softmax, the backward a warp per (key, head) keeping dK/dV in
+// registers and adding dQ with atomics. They are simple enough to check by eye and serve as a second
+// implementation beside the tensor-core kernels (attention_tc.cu), which AttentionPath::tensor_cores (the
+// default) selects. The merge and the backward prep are memory-bound and have one version.
 #include <cuda_bf16.h>
 
 #include <cmath>
 
 #include "common/error.hpp"
+#include "kernels/device_common.cuh"
 #include "kernels/kernels.hpp"
 
 namespace trainyard::kernels {
 
 namespace {
 
+using namespace detail;
+
 constexpr int kWarps = 4;          // warps per block
 constexpr int kRowsPerWarp = 4;    // forward: query rows per warp
 constexpr int kKeysPerTile = 32;   // forward: keys per shared-memory tile (one per lane)
-
-__device__ __forceinline__ float load(const bf16_bits* p, std::int64_t i) {
-  return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
-}
-__device__ __forceinline__ void store(bf16_bits* p, std::int64_t i, float x) {
-  reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
-}
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-
-struct Geometry {
-  int q_len, kv_len, heads, kv_heads;
-  bool causal;
-  long long q_offset, kv_offset;
-  float scale;
-};
-
-Geometry geometry(const AttentionShape& s) {
-  return {s.q_len, s.kv_len, s.heads, s.kv_heads, s.causal, static_cast<long long>(s.q_offset), static_cast<long long>(s.kv_offset),
-          s.scale()};
-}
 
 // grid (ceil(q_len / 16), heads), block 128 threads.
 template <int D>
@@ -213,9 +190,10 @@ void check_shape(const AttentionShape& s) {
 }  // namespace
 
 void attention_forward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o, float* lse,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, AttentionPath path) {
   check_shape(s);
   if (s.q_len == 0) return;
+  if (path == AttentionPath::tensor_cores) return detail::attention_forward_tensor_cores(s, q, k, v, o, lse, stream);
   const dim3 grid(static_cast<unsigned>((s.q_len + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp)), static_cast<unsigned>(s.heads));
   if (s.head_dim == 64) {
     attention_forward_kernel<64><<<grid, kWarps * 32, 0, stream>>>(geometry(s), q, k, v, o, lse);
@@ -242,10 +220,11 @@ void attention_backward_prep(int q_len, int heads, int head_dim, const bf16_bits
 }
 
 void attention_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o,
-                        const float* lse, const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
+                        const float* lse, const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream, AttentionPath path) {
   check_shape(s);
   const long long warps = static_cast<long long>(s.kv_len) * s.heads;
   if (warps == 0 || s.q_len == 0) return;
+  if (path == AttentionPath::tensor_cores) return detail::attention_backward_tensor_cores(s, q, k, v, d_o, lse, delta, dq, dk, dv, stream);
   if (s.head_dim == 64) {
     attention_backward_kernel<64><<<warps_to_blocks(warps), kWarps * 32, 0, stream>>>(geometry(s), q, k, v, d_o, lse, delta, dq, dk, dv);
   } else {

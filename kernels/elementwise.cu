@@ -2,6 +2,8 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
 #include "kernels/kernels.hpp"
 
@@ -19,6 +21,45 @@ __device__ __forceinline__ void store(bf16_bits* p, std::int64_t i, float x) {
 }
 
 unsigned blocks_for(std::int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+// The bandwidth-bound kernels move eight bf16 per thread with one 16-byte access where they can (`vec`: every
+// pointer 16-byte aligned and the eight in range); otherwise, and for the tail, element by element.
+constexpr int kVec = 8;
+struct Eight {
+  float v[kVec];
+};
+__device__ __forceinline__ Eight load8(const bf16_bits* p, std::int64_t i, std::int64_t n, bool vec) {
+  Eight x;
+  if (vec && i + kVec <= n) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p + i);
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    for (int e = 0; e < kVec / 2; ++e) {
+      const float2 f = __bfloat1622float2(pairs[e]);
+      x.v[2 * e] = f.x;
+      x.v[2 * e + 1] = f.y;
+    }
+  } else {
+    for (int e = 0; e < kVec; ++e) x.v[e] = i + e < n ? load(p, i + e) : 0.0f;
+  }
+  return x;
+}
+__device__ __forceinline__ void store8(bf16_bits* p, std::int64_t i, std::int64_t n, bool vec, const Eight& x) {
+  if (vec && i + kVec <= n) {
+    uint4 raw;
+    auto* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
+    for (int e = 0; e < kVec / 2; ++e) pairs[e] = __floats2bfloat162_rn(x.v[2 * e], x.v[2 * e + 1]);
+    *reinterpret_cast<uint4*>(p + i) = raw;
+  } else {
+    for (int e = 0; e < kVec && i + e < n; ++e) store(p, i + e, x.v[e]);
+  }
+}
+bool aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+unsigned blocks_for_eights(std::int64_t n) { return blocks_for((n + kVec - 1) / kVec); }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 __device__ float block_sum(float x) {
@@ -51,16 +92,21 @@ __global__ void to_bf16_kernel(const float* x, bf16_bits* y, std::int64_t n) {
   if (i < n) store(y, i, x[i]);
 }
 
-__global__ void rmsnorm_forward_kernel(int cols, float eps, const bf16_bits* x, const bf16_bits* w, bf16_bits* y) {
-  const std::int64_t row = blockIdx.x;
+// One block per row, eight columns per thread and step; the second pass re-reads the row from cache.
+__global__ void rmsnorm_forward_kernel(int cols, float eps, bool vec, const bf16_bits* x, const bf16_bits* w, bf16_bits* y) {
+  const bf16_bits* xr = x + static_cast<std::int64_t>(blockIdx.x) * cols;
+  bf16_bits* yr = y + static_cast<std::int64_t>(blockIdx.x) * cols;
   float ss = 0;
-  for (int c = static_cast<int>(threadIdx.x); c < cols; c += static_cast<int>(blockDim.x)) {
-    const float v = load(x, row * cols + c);
-    ss += v * v;
+  for (int c = kVec * static_cast<int>(threadIdx.x); c < cols; c += kVec * static_cast<int>(blockDim.x)) {
+    const Eight xv = load8(xr, c, cols, vec);
+    for (float e : xv.v) ss += e * e;
   }
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
-  for (int c = static_cast<int>(threadIdx.x); c < cols; c += static_cast<int>(blockDim.x)) {
-    store(y, row * cols + c, load(x, row * cols + c) * inv * load(w, c));
+  for (int c = kVec * static_cast<int>(threadIdx.x); c < cols; c += kVec * static_cast<int>(blockDim.x)) {
+    Eight out = load8(xr, c, cols, vec);
+    const Eight wv = load8(w, c, cols, vec);
+    for (int e = 0; e < kVec; ++e) out.v[e] *= inv * wv.v[e];
+    store8(yr, c, cols, vec, out);
   }
 }
 
@@ -96,21 +142,29 @@ __global__ void rmsnorm_backward_dw_kernel(int rows, int cols, const bf16_bits* 
   dw[c] += sum;
 }
 
-__global__ void swiglu_forward_kernel(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, bf16_bits* y) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+// Eight elements per thread.
+__global__ void swiglu_forward_kernel(std::int64_t n, bool vec, const bf16_bits* gate, const bf16_bits* up, bf16_bits* y) {
+  const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (i >= n) return;
-  const float g = load(gate, i);
-  store(y, i, g / (1.0f + __expf(-g)) * load(up, i));
+  const Eight g = load8(gate, i, n, vec), u = load8(up, i, n, vec);
+  Eight out;
+  for (int e = 0; e < kVec; ++e) out.v[e] = g.v[e] / (1.0f + __expf(-g.v[e])) * u.v[e];
+  store8(y, i, n, vec, out);
 }
 
-__global__ void swiglu_backward_kernel(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy,
+__global__ void swiglu_backward_kernel(std::int64_t n, bool vec, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy,
                                        bf16_bits* d_gate, bf16_bits* d_up) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (i >= n) return;
-  const float g = load(gate, i), u = load(up, i), d = load(dy, i);
-  const float sig = 1.0f / (1.0f + __expf(-g));
-  store(d_up, i, d * g * sig);
-  store(d_gate, i, d * u * sig * (1.0f + g * (1.0f - sig)));
+  const Eight g = load8(gate, i, n, vec), u = load8(up, i, n, vec), d = load8(dy, i, n, vec);
+  Eight dg, du;
+  for (int e = 0; e < kVec; ++e) {
+    const float sig = 1.0f / (1.0f + __expf(-g.v[e]));
+    du.v[e] = d.v[e] * g.v[e] * sig;
+    dg.v[e] = d.v[e] * u.v[e] * sig * (1.0f + g.v[e] * (1.0f - sig));
+  }
+  store8(d_up, i, n, vec, du);
+  store8(d_gate, i, n, vec, dg);
 }
 
 // One thread per (row, head, pair i < head_dim / 2).
@@ -192,7 +246,8 @@ void to_bf16(const float* x, bf16_bits* y, std::int64_t n, cudaStream_t stream) 
 
 void rmsnorm_forward(int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, bf16_bits* y, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, stream>>>(cols, eps, x, w, y);
+  const bool vec = cols % kVec == 0 && aligned16({x, w, y});
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(rows), row_threads((cols + kVec - 1) / kVec), 0, stream>>>(cols, eps, vec, x, w, y);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -210,14 +265,15 @@ void rmsnorm_backward(int rows, int cols, float eps, const bf16_bits* x, const b
 
 void swiglu_forward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, bf16_bits* y, cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, gate, up, y);
+  swiglu_forward_kernel<<<blocks_for_eights(n), kThreads, 0, stream>>>(n, aligned16({gate, up, y}), gate, up, y);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
 void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate,
                      bf16_bits* d_up, cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, gate, up, dy, d_gate, d_up);
+  swiglu_backward_kernel<<<blocks_for_eights(n), kThreads, 0, stream>>>(n, aligned16({gate, up, dy, d_gate, d_up}), gate, up, dy, d_gate,
+                                                                        d_up);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -18,10 +18,14 @@ void cuda_check(cudaError_t status, const char* call, const char* file, int line
 
 using bf16_bits = std::uint16_t;
 
-// --- attention (attention.cu) -----------------------------------------------------------------------------
+// --- attention (attention.cu, attention_tc.cu) -----------------------------------------------------------
+// Two implementations of the chunk pair: FlashAttention-2 style on tensor cores (the default; bf16 pointers
+// 16-byte aligned) and a plain one on CUDA cores, kept as an independent cross-check.
+enum class AttentionPath { tensor_cores, cuda_cores };
+
 // One chunk pair: o (bf16) and lse (fp32, [heads][q_len]); head_dim 64 or 128.
 void attention_forward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o,
-                       float* lse, cudaStream_t stream);
+                       float* lse, cudaStream_t stream, AttentionPath path = AttentionPath::tensor_cores);
 // Folds a partial (o_part bf16, lse_part) into running fp32 accumulators (o_acc, lse_acc), exactly.
 void attention_merge(int q_len, int heads, int head_dim, float* o_acc, float* lse_acc, const bf16_bits* o_part,
                      const float* lse_part, cudaStream_t stream);
@@ -31,7 +35,7 @@ void attention_backward_prep(int q_len, int heads, int head_dim, const bf16_bits
 // Adds one chunk pair's share to the fp32 accumulators dq, dk, dv.
 void attention_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
                         const bf16_bits* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv,
-                        cudaStream_t stream);
+                        cudaStream_t stream, AttentionPath path = AttentionPath::tensor_cores);
 
 // --- elementwise (elementwise.cu) --------------------------------------------------------------------------
 void to_bf16(const float* x, bf16_bits* y, std::int64_t n, cudaStream_t stream);

@@ -1,5 +1,6 @@
 #include "kernels/reference.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -138,6 +139,109 @@ void attention_backward_ref(const AttentionShape& s, std::span<const float> q, s
         }
       }
     }
+  }
+}
+
+namespace {
+
+// Probabilities of one chunk pair as the naive bf16 path has them: P[h][i][j] (0 where masked), with the scores
+// rounded after the matmul and after the scale, P after the softmax. lse_out receives the fp32 lse when given;
+// otherwise `lse_in` (the forward's) normalises, as a recomputing backward does.
+std::vector<float> naive_probabilities(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
+                                       std::span<const float> lse_in, std::span<float> lse_out) {
+  const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
+  const auto Q = static_cast<std::size_t>(s.q_len), K = static_cast<std::size_t>(s.kv_len);
+  const float scale = s.scale();
+  std::vector<float> p(H * Q * K, 0.0f), score(K);
+  for (std::size_t h = 0; h < H; ++h) {
+    const std::size_t kh = h / (H / KH);
+    for (std::size_t i = 0; i < Q; ++i) {
+      float best = -std::numeric_limits<float>::infinity();
+      for (std::size_t j = 0; j < K; ++j) {
+        float dot = 0;
+        for (std::size_t d = 0; d < D; ++d) dot += q[at(i, h, d, H, D)] * k[at(j, kh, d, KH, D)];
+        score[j] = visible(s, static_cast<int>(i), static_cast<int>(j)) ? round_bf16(round_bf16(dot) * scale)
+                                                                       : -std::numeric_limits<float>::infinity();
+        best = std::max(best, score[j]);
+      }
+      float* row = &p[(h * Q + i) * K];
+      if (best == -std::numeric_limits<float>::infinity()) {
+        if (!lse_out.empty()) lse_out[h * Q + i] = best;
+        continue;
+      }
+      float sum = 0;
+      for (std::size_t j = 0; j < K; ++j) sum += std::exp(score[j] - best);
+      const float lse = lse_out.empty() ? lse_in[h * Q + i] : best + std::log(sum);
+      if (!lse_out.empty()) lse_out[h * Q + i] = lse;
+      for (std::size_t j = 0; j < K; ++j) row[j] = round_bf16(std::exp(score[j] - lse));
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+void attention_forward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
+                                  std::span<const float> v, std::span<float> o, std::span<float> lse) {
+  check_attention(s, q.size(), k.size());
+  const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
+  const auto Q = static_cast<std::size_t>(s.q_len), K = static_cast<std::size_t>(s.kv_len);
+  const auto p = naive_probabilities(s, q, k, {}, lse);
+  for (std::size_t h = 0; h < H; ++h) {
+    const std::size_t kh = h / (H / KH);
+    for (std::size_t i = 0; i < Q; ++i) {
+      for (std::size_t d = 0; d < D; ++d) {
+        float acc = 0;
+        for (std::size_t j = 0; j < K; ++j) acc += p[(h * Q + i) * K + j] * v[at(j, kh, d, KH, D)];
+        o[at(i, h, d, H, D)] = round_bf16(acc);
+      }
+    }
+  }
+}
+
+void attention_backward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
+                                   std::span<const float> v, std::span<const float> d_o, std::span<const float> lse,
+                                   std::span<const float> delta, std::span<float> dq, std::span<float> dk, std::span<float> dv) {
+  check_attention(s, q.size(), k.size());
+  const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
+  const auto Q = static_cast<std::size_t>(s.q_len), K = static_cast<std::size_t>(s.kv_len);
+  const float scale = s.scale();
+  const auto p = naive_probabilities(s, q, k, lse, {});
+  // dS = P * (dP - D) with dP = dO V^T, each rounded as a bf16 op would.
+  std::vector<float> ds(p.size(), 0.0f);
+  for (std::size_t h = 0; h < H; ++h) {
+    const std::size_t kh = h / (H / KH);
+    for (std::size_t i = 0; i < Q; ++i) {
+      for (std::size_t j = 0; j < K; ++j) {
+        float dp = 0;
+        for (std::size_t d = 0; d < D; ++d) dp += d_o[at(i, h, d, H, D)] * v[at(j, kh, d, KH, D)];
+        ds[(h * Q + i) * K + j] = round_bf16(p[(h * Q + i) * K + j] * (round_bf16(dp) - delta[h * Q + i]));
+      }
+    }
+  }
+  std::vector<float> dk_sum(dk.size(), 0.0f), dv_sum(dv.size(), 0.0f);  // the heads of a K/V head add up
+  for (std::size_t h = 0; h < H; ++h) {
+    const std::size_t kh = h / (H / KH);
+    for (std::size_t d = 0; d < D; ++d) {
+      for (std::size_t i = 0; i < Q; ++i) {
+        float acc = 0;
+        for (std::size_t j = 0; j < K; ++j) acc += ds[(h * Q + i) * K + j] * k[at(j, kh, d, KH, D)];
+        dq[at(i, h, d, H, D)] = round_bf16(acc * scale);
+      }
+      for (std::size_t j = 0; j < K; ++j) {
+        float acc_k = 0, acc_v = 0;
+        for (std::size_t i = 0; i < Q; ++i) {
+          acc_k += ds[(h * Q + i) * K + j] * q[at(i, h, d, H, D)];
+          acc_v += p[(h * Q + i) * K + j] * d_o[at(i, h, d, H, D)];
+        }
+        dk_sum[at(j, kh, d, KH, D)] += round_bf16(acc_k * scale);
+        dv_sum[at(j, kh, d, KH, D)] += round_bf16(acc_v);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < dk.size(); ++i) {
+    dk[i] = round_bf16(dk_sum[i]);
+    dv[i] = round_bf16(dv_sum[i]);
   }
 }
 

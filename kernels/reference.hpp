@@ -48,6 +48,16 @@ void attention_backward_ref(const AttentionShape& s, std::span<const float> q, s
                             std::span<const float> v, std::span<const float> d_o, std::span<const float> lse,
                             std::span<const float> delta, std::span<float> dq, std::span<float> dk, std::span<float> dv);
 
+// What a naive bf16 implementation of the same chunk pair computes (PyTorch's unfused math path in bf16): every
+// matmul's output, the scaled scores and the softmax rounded to bf16, sums in fp32. Its error against the fp64
+// references above is the yardstick for the kernels' tolerance: a fused kernel should be within a small multiple
+// of it. The backward writes (not adds) bf16-rounded dq, dk, dv.
+void attention_forward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
+                                  std::span<const float> v, std::span<float> o, std::span<float> lse);
+void attention_backward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
+                                   std::span<const float> v, std::span<const float> d_o, std::span<const float> lse,
+                                   std::span<const float> delta, std::span<float> dq, std::span<float> dk, std::span<float> dv);
+
 // y = x / sqrt(mean(x^2) + eps) * w over each row; backward gives dx and adds to dw.
 void rmsnorm_forward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w, std::span<float> y);
 void rmsnorm_backward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w,

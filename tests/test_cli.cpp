@@ -205,14 +205,21 @@ TEST(Cli, PlanJsonListsTheBestOfEveryScheme) {
 }
 
 TEST(Cli, PlanStopsCleanlyOnCtrlCWithTheBestFoundSoFar) {
-  // The full 1M search takes about a minute; SIGINT after 3 s stops it after the current wave.
+  // On one thread the full 1M search takes minutes; SIGINT stops it after the current wave. On a loaded machine
+  // no plan may have fitted yet when the signal comes ("search interrupted" with the closest miss, also a clean
+  // stop), so wait longer and try again before judging.
   test::TempDir dir;
   const auto out = dir.path() / "out";
-  const std::string command = "timeout -s INT 3 " + std::string(TRAINYARD_BINARY) +
-                              " plan --model llama3-8b --hw dgx-a100 --seq 1M --top 3 >" + out.string() + " 2>&1";
-  std::system(command.c_str());
-  std::ifstream in(out);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  for (int seconds : {3, 6, 12}) {
+    const std::string command = "timeout -s INT " + std::to_string(seconds) + " " + std::string(TRAINYARD_BINARY) +
+                                " plan --model llama3-8b --hw dgx-a100 --seq 1M --top 3 --threads 1 >" + out.string() + " 2>&1";
+    std::system(command.c_str());
+    std::ifstream in(out);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (text.find("best found so far") != std::string::npos) break;
+    EXPECT_NE(text.find("(search interrupted)"), std::string::npos) << "neither a plan nor a clean stop after " << seconds << " s:\n" << text;
+  }
   EXPECT_NE(text.find("interrupted: best found so far"), std::string::npos) << text;
   EXPECT_NE(text.find("rank"), std::string::npos) << text;
 }

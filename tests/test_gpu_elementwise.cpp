@@ -32,7 +32,7 @@ TEST(GpuElementwise, RmsNormForwardAndBackward) {
 
 TEST(GpuElementwise, SwiGluForwardAndBackward) {
   TRAINYARD_REQUIRE_GPU();
-  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1003}, std::size_t{1} << 20}) {  // 1003: 16-byte path and tail
     const auto gate = test::random_bf16_values(n, 4), up = test::random_bf16_values(n, 5), dy = test::random_bf16_values(n, 6);
     std::vector<float> y_ref(n), dg_ref(n), du_ref(n);
     swiglu_forward_ref(gate, up, y_ref);

@@ -1,6 +1,6 @@
 // The CPU references of kernels/ checked on their own (they run everywhere): chunked attention with the
-// log-sum-exp merge equals unchunked attention forward and backward, and every backward matches finite
-// differences of its forward.
+// log-sum-exp merge equals unchunked attention forward and backward, every backward matches finite differences
+// of its forward, and the naive bf16 attention (the GPU tests' error yardstick) is close but not exact.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -151,6 +151,41 @@ TEST(KernelReference, ChunkedAttentionBackwardEqualsUnchunked) {
   EXPECT_LT(max_abs_diff(dq_c, dq), 1e-4);
   EXPECT_LT(max_abs_diff(dk_c, dk), 1e-4);
   EXPECT_LT(max_abs_diff(dv_c, dv), 1e-4);
+}
+
+// The naive bf16 attention sets the GPU tests' tolerance, so it must be a real yardstick: close to the exact
+// result (a few bf16 ulps of the largest value), not equal to it, and masking like the reference.
+TEST(KernelReference, NaiveBf16AttentionIsCloseButNotExact) {
+  const AttentionShape s{40, 56, 4, 2, 64, true, 16, 0};
+  const auto round_all = [](std::vector<float> x) {
+    for (auto& v : x) v = round_bf16(v);
+    return x;
+  };
+  const auto q = round_all(random_vector(static_cast<std::size_t>(40 * 4 * 64), 31));
+  const auto k = round_all(random_vector(static_cast<std::size_t>(56 * 2 * 64), 32)), v = round_all(random_vector(k.size(), 33));
+  const auto d_o = round_all(random_vector(q.size(), 34));
+  std::vector<float> o(q.size()), lse(static_cast<std::size_t>(4 * 40)), o_naive(o.size()), lse_naive(lse.size()), delta(lse.size());
+  attention_forward_ref(s, q, k, v, o, lse);
+  attention_forward_naive_bf16(s, q, k, v, o_naive, lse_naive);
+  const auto largest = [](const std::vector<float>& x) {
+    double m = 0;
+    for (float e : x) m = std::max(m, static_cast<double>(std::abs(e)));
+    return m;
+  };
+  const double forward_error = max_abs_diff(o_naive, o);
+  EXPECT_GT(forward_error, 0.0);
+  EXPECT_LT(forward_error, largest(o) / 32);
+  EXPECT_LT(max_abs_diff(lse_naive, lse), 1e-2);
+
+  attention_backward_prep_ref(40, 4, 64, o, d_o, delta);
+  std::vector<float> dq(q.size(), 0), dk(k.size(), 0), dv(v.size(), 0), dq_naive(q.size()), dk_naive(k.size()), dv_naive(v.size());
+  attention_backward_ref(s, q, k, v, d_o, lse, delta, dq, dk, dv);
+  attention_backward_naive_bf16(s, q, k, v, d_o, lse, delta, dq_naive, dk_naive, dv_naive);
+  for (auto [naive, exact] : {std::pair{&dq_naive, &dq}, std::pair{&dk_naive, &dk}, std::pair{&dv_naive, &dv}}) {
+    const double error = max_abs_diff(*naive, *exact);
+    EXPECT_GT(error, 0.0);
+    EXPECT_LT(error, largest(*exact) / 32);
+  }
 }
 
 TEST(KernelReference, NormActivationAndLossBackwardsMatchFiniteDifferences) {
