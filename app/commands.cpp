@@ -33,6 +33,7 @@ const std::vector<Command>& commands() {
       {"show", "show a GPU, node or model (built-in name or JSON path) with derived figures", run_show},
       {"plan", "search chunk sizes, rings, offload and parallelism of every scheme; rank, explain, write a plan", run_plan},
       {"simulate", "simulate one step of a task graph (JSON) on a cluster: step time, MFU, memory, trace", run_simulate},
+      {"compare", "compare a predicted timeline with a measured one: per task class, per stream, step and peak HBM", run_compare},
   };
   return all;
 }

@@ -142,7 +142,14 @@ void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph
   }
 }
 
-void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster) {
+std::string task_class(const Task& task) {
+  if (const auto* a = std::get_if<Attention>(&task.params)) return a->backward ? "attention bwd" : "attention fwd";
+  if (const auto* c = std::get_if<Copy>(&task.params)) return c->direction == Copy::Direction::h2d ? "H2D" : "D2H";
+  return std::string(to_string(task.kind()));
+}
+
+void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster,
+                        std::string_view source) {
   using json::Json;
   constexpr int kLinksPid = 1000000;
   auto pid_of = [&](DeviceId d) { return is_host(d) ? r.gpus + host_node(d) : d; };
@@ -182,7 +189,7 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
     if (timing.end_ns < 0) continue;
     const Task& task = graph.task(t);
     if (task.stream.kind == StreamKind::none) continue;  // alloc/free show as memory counters
-    const std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\"}";
+    const std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\",\"class\":\"" + task_class(task) + "\"}";
     auto slice = [&](DeviceId device) {
       emit("{\"ph\":\"X\",\"name\":" + Json(task.name).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
            ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" +
@@ -208,7 +215,10 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
            us(sample.time_ns) + ",\"args\":{\"GB/s\":" + format_fixed(sample.value, 3) + "}}");
     }
   }
-  out << "\n]}\n";
+  Json peaks = Json::array();
+  for (int g = 0; g < r.gpus; ++g) peaks.push_back(r.pools[static_cast<std::size_t>(g)].peak_bytes);
+  const Json other{{"trainyard", "timeline.v1"}, {"source", source}, {"step_ns", r.step_ns}, {"peak_hbm_bytes", peaks}};
+  out << "\n],\n\"otherData\": " << other.dump() << "}\n";
 }
 
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {

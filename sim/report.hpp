@@ -13,8 +13,16 @@ json::Json metrics_json(const SimResult& result, const TaskGraph& graph, const C
 void print_metrics(std::ostream& out, const SimResult& result, const TaskGraph& graph, const Cluster& cluster);
 
 // Chrome trace JSON: a process per GPU and per host, a track per stream/engine, memory pools as counter tracks,
-// and a "links" process with each loaded link's GB/s as a counter track.
-void write_chrome_trace(std::ostream& out, const SimResult& result, const TaskGraph& graph, const Cluster& cluster);
+// and a "links" process with each loaded link's GB/s as a counter track. Each task slice carries its kind and
+// class (task_class) in args; "otherData" holds what `trainyard compare` needs beside the slices: the source
+// ("simulated" or "measured"), the step time and each GPU's peak HBM. The executor writes its measured
+// timeline with this same function.
+void write_chrome_trace(std::ostream& out, const SimResult& result, const TaskGraph& graph, const Cluster& cluster,
+                        std::string_view source = "simulated");
+
+// The classes a comparison groups tasks by: "gemm", "attention fwd", "attention bwd", "elementwise",
+// "optimizer", "H2D", "D2H", "p2p", "collective" ("alloc"/"free" have no time).
+std::string task_class(const Task& task);
 // Writes to `path` through a temporary file renamed into place, so a failed run leaves no half-written trace.
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write);
 

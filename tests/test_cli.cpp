@@ -204,6 +204,23 @@ TEST(Cli, PlanJsonListsTheBestOfEveryScheme) {
   EXPECT_TRUE(r.err.empty()) << "no progress output when not a terminal: " << r.err;
 }
 
+TEST(Cli, CompareReadsTwoTimelines) {
+  test::TempDir dir;
+  const std::string trace = (dir.path() / "trace.json").string();
+  ASSERT_EQ(run_cli("simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --trace " + trace).exit_code, 0);
+  const auto r = run_cli("compare " + trace + " " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("step time: predicted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("error +0.0%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention fwd"), std::string::npos) << r.out;
+  const auto missing = run_cli("compare " + trace);
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("two timelines"), std::string::npos) << missing.err;
+  const auto not_a_trace = run_cli("compare " + trace + " " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json");
+  EXPECT_EQ(not_a_trace.exit_code, 2);
+  EXPECT_NE(not_a_trace.err.find("otherData: missing"), std::string::npos) << not_a_trace.err;
+}
+
 TEST(Cli, PlanStopsCleanlyOnCtrlCWithTheBestFoundSoFar) {
   // On one thread the full 1M search takes minutes; SIGINT stops it after the current wave. On a loaded machine
   // no plan may have fitted yet when the signal comes ("search interrupted" with the closest miss, also a clean
