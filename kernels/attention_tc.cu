@@ -185,7 +185,10 @@ __global__ void __launch_bounds__(kThreads) attention_backward_tc_kernel(Geometr
 
   // With causal masking, queries before the block's first key see none of its keys.
   int first_query = 0;
-  if (g.causal) first_query = static_cast<int>(max(0LL, g.kv_offset + first_key - g.q_offset)) / kBackwardQueries * kBackwardQueries;
+  if (g.causal) {
+    const long long first_seen = min(static_cast<long long>(g.q_len), max(0LL, g.kv_offset + first_key - g.q_offset));
+    first_query = static_cast<int>(first_seen) / kBackwardQueries * kBackwardQueries;
+  }
   for (int tile = first_query; tile < g.q_len; tile += kBackwardQueries) {
     __syncthreads();  // the previous tile's q, dO and dS are no longer read (and K, V are loaded on the first pass)
     load_query_rows<D>(g, head, tile, kBackwardQueries, q, sm.q);
@@ -277,12 +280,8 @@ template <int D>
 void launch_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o,
                      const float* lse, const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
   constexpr int kBytes = sizeof(BackwardTiles<D>);
-  // Above the 48 KiB default for D = 128: opt in once per process (sm_80 and sm_90 allow far more).
-  static const bool opted_in = [] {
-    TRAINYARD_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
-    return true;
-  }();
-  (void)opted_in;
+  // Above the 48 KiB default for D = 128. The opt-in is per device, so it is set before every launch (cheap).
+  TRAINYARD_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
   const dim3 grid(static_cast<unsigned>((s.kv_len + kKeysPerTile - 1) / kKeysPerTile), static_cast<unsigned>(s.heads));
   attention_backward_tc_kernel<D><<<grid, kThreads, kBytes, stream>>>(geometry(s), q, k, v, d_o, lse, delta, dq, dk, dv);
 }
