@@ -1,0 +1,240 @@
+#include "backend/schedule.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+#include <set>
+
+#include "common/error.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+using sim::DeviceId;
+using sim::Stream;
+using sim::StreamKind;
+using sim::Task;
+using sim::TaskGraph;
+using sim::TaskId;
+
+struct Involvement {
+  bool involved = false;
+  bool receive = false;
+  DeviceId device = 0;  // whose stream
+};
+
+Involvement involvement(const TaskGraph& graph, const Task& task, int rank, int gpus_per_node) {
+  const int node = rank / gpus_per_node;
+  const bool first_of_node = rank % gpus_per_node == 0;
+  if (const auto* c = std::get_if<sim::Collective>(&task.params)) {
+    const auto& members = graph.groups()[static_cast<std::size_t>(c->group)];
+    return {std::find(members.begin(), members.end(), rank) != members.end(), false, rank};
+  }
+  if (const auto* p = std::get_if<sim::PointToPoint>(&task.params)) {
+    if (task.device == rank) return {true, false, rank};
+    return {p->dst == rank, true, rank};
+  }
+  if (sim::is_host(task.device)) return {first_of_node && sim::host_node(task.device) == node, false, task.device};
+  return {task.device == rank, false, rank};
+}
+
+// Offline placement of one pool's buffers, knowing every lifetime in advance (positions in submission order):
+// largest first, each at the lowest offset free of the buffers it is live beside (the greedy-by-size strategy
+// of TFLite's arena planner; near the live-bytes peak where an online first fit fragments). Returns, per
+// buffer, the frees of earlier occupants of its bytes, which it must wait for.
+struct Buffer {
+  TaskId alloc = 0, free_task = -1;
+  std::int64_t start = 0, end = 0;  // [start, end) in submission positions; end = max when never freed
+  std::int64_t size = 0;
+  std::int64_t offset = -1;
+};
+
+std::vector<std::vector<TaskId>> place_buffers(std::vector<Buffer>& buffers, Arena& arena) {
+  std::vector<std::size_t> by_size(buffers.size());
+  for (std::size_t i = 0; i < by_size.size(); ++i) by_size[i] = i;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](std::size_t x, std::size_t y) { return buffers[x].size > buffers[y].size; });
+  std::vector<std::size_t> placed;
+  for (std::size_t i : by_size) {
+    Buffer& b = buffers[i];
+    std::vector<std::pair<std::int64_t, std::int64_t>> taken;  // address ranges of buffers live beside b
+    for (std::size_t j : placed) {
+      const Buffer& o = buffers[j];
+      if (o.start < b.end && b.start < o.end) taken.emplace_back(o.offset, o.offset + o.size);
+    }
+    std::sort(taken.begin(), taken.end());
+    std::int64_t offset = 0;
+    for (const auto& [lo, hi] : taken) {
+      if (lo - offset >= b.size) break;
+      offset = std::max(offset, hi);
+    }
+    b.offset = offset;
+    placed.push_back(i);
+    arena.size_bytes = std::max(arena.size_bytes, offset + b.size);
+    arena.offset_bytes[b.alloc] = offset;
+  }
+  std::vector<std::vector<TaskId>> reuse(buffers.size());
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    for (const Buffer& o : buffers) {
+      const bool before = o.free_task >= 0 && o.end <= buffers[i].start;
+      if (before && o.offset < buffers[i].offset + buffers[i].size && buffers[i].offset < o.offset + o.size) reuse[i].push_back(o.free_task);
+    }
+  }
+  return reuse;
+}
+
+}  // namespace
+
+std::string StreamSlot::name() const {
+  std::string s = sim::device_name(device) + " " + std::string(sim::to_string(stream.kind));
+  if (stream.kind == StreamKind::compute || stream.kind == StreamKind::comm) s += std::to_string(stream.index);
+  return receive ? s + " recv" : s;
+}
+
+RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, std::span<const sim::TaskTiming> predicted) {
+  TRAINYARD_CHECK(graph.finalized(), "make_schedule needs a finalized graph");
+  TRAINYARD_CHECK(predicted.empty() || predicted.size() == graph.size(), "make_schedule: one predicted timing per task");
+  TRAINYARD_CHECK(gpus_per_node > 0 && rank >= 0, "make_schedule: rank and gpus_per_node");
+  const auto n = static_cast<TaskId>(graph.size());
+  RankSchedule out;
+  out.rank = rank;
+  out.waited_on.assign(static_cast<std::size_t>(n), false);
+
+  // Which tasks are ours, and on which slot.
+  std::vector<int> slot_of(static_cast<std::size_t>(n), -2);  // -2: not ours; -1: ours without a stream
+  std::map<std::tuple<DeviceId, int, int, bool>, int> slot_ids;
+  for (TaskId t = 0; t < n; ++t) {
+    const Task& task = graph.task(t);
+    const Involvement inv = involvement(graph, task, rank, gpus_per_node);
+    if (!inv.involved) continue;
+    if (task.stream.kind == StreamKind::none) {
+      slot_of[static_cast<std::size_t>(t)] = -1;
+      continue;
+    }
+    const auto key = std::tuple{inv.device, static_cast<int>(task.stream.kind), static_cast<int>(task.stream.index), inv.receive};
+    auto [it, inserted] = slot_ids.try_emplace(key, static_cast<int>(out.streams.size()));
+    if (inserted) out.streams.push_back({inv.device, task.stream, inv.receive});
+    slot_of[static_cast<std::size_t>(t)] = it->second;
+  }
+
+  // Local predecessors: dependencies and the previous task on the same slot.
+  std::vector<std::vector<TaskId>> preds(static_cast<std::size_t>(n)), succs(static_cast<std::size_t>(n));
+  for (const auto& [before, after] : graph.edges()) {
+    if (slot_of[static_cast<std::size_t>(after)] == -2) continue;
+    if (slot_of[static_cast<std::size_t>(before)] == -2) {
+      ++out.remote_dependencies;
+      continue;
+    }
+    preds[static_cast<std::size_t>(after)].push_back(before);
+  }
+  std::vector<int> stream_pending(static_cast<std::size_t>(n), 0);
+  std::vector<TaskId> last_on_slot(out.streams.size(), -1);
+  std::vector<TaskId> next_on_slot(static_cast<std::size_t>(n), -1);
+  for (TaskId t = 0; t < n; ++t) {
+    const int slot = slot_of[static_cast<std::size_t>(t)];
+    if (slot < 0) continue;
+    if (last_on_slot[static_cast<std::size_t>(slot)] >= 0) {
+      next_on_slot[static_cast<std::size_t>(last_on_slot[static_cast<std::size_t>(slot)])] = t;
+      stream_pending[static_cast<std::size_t>(t)] = 1;
+    }
+    last_on_slot[static_cast<std::size_t>(slot)] = t;
+  }
+  std::vector<int> pending(static_cast<std::size_t>(n), 0);
+  for (TaskId t = 0; t < n; ++t) {
+    for (TaskId p : preds[static_cast<std::size_t>(t)]) succs[static_cast<std::size_t>(p)].push_back(t);
+    pending[static_cast<std::size_t>(t)] = static_cast<int>(preds[static_cast<std::size_t>(t)].size()) + stream_pending[static_cast<std::size_t>(t)];
+  }
+
+  // Kahn's algorithm, earliest predicted start (then lowest task id) first.
+  using Key = std::pair<std::int64_t, TaskId>;
+  auto key = [&](TaskId t) { return Key{predicted.empty() ? 0 : predicted[static_cast<std::size_t>(t)].start_ns, t}; };
+  std::priority_queue<Key, std::vector<Key>, std::greater<>> ready;
+  for (TaskId t = 0; t < n; ++t) {
+    if (slot_of[static_cast<std::size_t>(t)] != -2 && pending[static_cast<std::size_t>(t)] == 0) ready.push(key(t));
+  }
+  auto release = [&](TaskId t) {
+    if (--pending[static_cast<std::size_t>(t)] == 0) ready.push(key(t));
+  };
+  std::vector<TaskId> order;
+  while (!ready.empty()) {
+    const TaskId t = ready.top().second;
+    ready.pop();
+    order.push_back(t);
+    for (TaskId s : succs[static_cast<std::size_t>(t)]) release(s);
+    if (next_on_slot[static_cast<std::size_t>(t)] >= 0) release(next_on_slot[static_cast<std::size_t>(t)]);
+  }
+  int ours = 0;
+  for (int s : slot_of) ours += s != -2;
+  if (static_cast<int>(order.size()) != ours) {
+    for (TaskId t = 0; t < n; ++t) {
+      if (slot_of[static_cast<std::size_t>(t)] != -2 && pending[static_cast<std::size_t>(t)] > 0) {
+        throw InputError("task '" + graph.task(t).name + "' on gpu" + std::to_string(rank) +
+                         " can never start: its stream runs tasks in task order and an earlier task on it depends on a later one "
+                         "(expected dependencies that follow stream order)");
+      }
+    }
+  }
+
+  // Arenas: lifetimes in submission positions, then the placement and the frees each allocation waits for.
+  std::vector<std::int64_t> at(static_cast<std::size_t>(n), -1);
+  for (std::size_t i = 0; i < order.size(); ++i) at[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(i);
+  std::vector<Buffer> pools[2];
+  std::map<TaskId, std::size_t> buffer_of;
+  for (TaskId t : order) {
+    if (const auto* a = std::get_if<sim::Alloc>(&graph.task(t).params)) {
+      auto& pool = pools[a->pool == sim::Pool::hbm ? 0 : 1];
+      buffer_of[t] = pool.size();
+      const std::int64_t size = (std::max<std::int64_t>(a->bytes, 1) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+      pool.push_back({t, -1, at[static_cast<std::size_t>(t)], std::numeric_limits<std::int64_t>::max(), size});
+    } else if (const auto* f = std::get_if<sim::Free>(&graph.task(t).params)) {
+      const auto& alloc = std::get<sim::Alloc>(graph.task(f->alloc).params);
+      const auto it = buffer_of.find(f->alloc);
+      if (it == buffer_of.end()) continue;  // freeing another rank's allocation: validate() rules it out
+      Buffer& b = pools[alloc.pool == sim::Pool::hbm ? 0 : 1][it->second];
+      b.free_task = t;
+      b.end = at[static_cast<std::size_t>(t)];
+    }
+  }
+  std::map<TaskId, std::vector<TaskId>> reuse_frees;
+  for (int p = 0; p < 2; ++p) {
+    const auto reuse = place_buffers(pools[p], p == 0 ? out.hbm : out.pinned);
+    for (std::size_t i = 0; i < pools[p].size(); ++i) reuse_frees[pools[p][i].alloc] = reuse[i];
+  }
+
+  // Event waits, in submission order. What "t is done" means in events: a step is its own event; an alloc or
+  // a free, the events it waited for (an alloc also those of the frees whose bytes it reuses).
+  std::vector<std::vector<TaskId>> done_events(static_cast<std::size_t>(n));
+  std::vector<int> position(static_cast<std::size_t>(n), -1);  // index of a step within its slot
+  std::vector<int> slot_count(out.streams.size(), 0);
+  for (TaskId t : order) {
+    std::vector<TaskId> waits;
+    for (TaskId p : preds[static_cast<std::size_t>(t)]) {
+      const auto& e = done_events[static_cast<std::size_t>(p)];
+      waits.insert(waits.end(), e.begin(), e.end());
+    }
+    if (const auto it = reuse_frees.find(t); it != reuse_frees.end()) {
+      for (TaskId f : it->second) waits.insert(waits.end(), done_events[static_cast<std::size_t>(f)].begin(), done_events[static_cast<std::size_t>(f)].end());
+    }
+    const int slot = slot_of[static_cast<std::size_t>(t)];
+    // Keep the latest task per other slot; drop this slot's own (stream order covers them).
+    std::map<int, TaskId> latest;
+    for (TaskId w : waits) {
+      const int s = slot_of[static_cast<std::size_t>(w)];
+      if (s == slot) continue;
+      auto [it, inserted] = latest.try_emplace(s, w);
+      if (!inserted && position[static_cast<std::size_t>(w)] > position[static_cast<std::size_t>(it->second)]) it->second = w;
+    }
+    std::vector<TaskId> pruned;
+    for (const auto& [s, w] : latest) pruned.push_back(w);
+    if (slot < 0) {
+      done_events[static_cast<std::size_t>(t)] = std::move(pruned);
+    } else {
+      for (TaskId w : pruned) out.waited_on[static_cast<std::size_t>(w)] = true;
+      position[static_cast<std::size_t>(t)] = slot_count[static_cast<std::size_t>(slot)]++;
+      done_events[static_cast<std::size_t>(t)] = {t};
+      out.steps.push_back({t, slot, out.streams[static_cast<std::size_t>(slot)].receive, std::move(pruned)});
+    }
+  }
+  return out;
+}
+}  // namespace trainyard::backend

@@ -1,0 +1,178 @@
+// The executor's plan, checked on the CPU: per-rank steps in a valid submission order, event waits pruned to
+// what stream order does not already give, arenas with offsets that never overlap in time, and reuse that waits
+// for the previous owner's last user.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "backend/schedule.hpp"
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/ringtrack.hpp"
+#include "sim/engine.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+using sim::Stream;
+using sim::StreamKind;
+using sim::TaskGraph;
+using sim::TaskId;
+
+const Step& step_of(const RankSchedule& s, TaskId t) {
+  for (const auto& step : s.steps) {
+    if (step.task == t) return step;
+  }
+  throw std::runtime_error("task " + std::to_string(t) + " not scheduled");
+}
+
+// Every wait refers to a step submitted earlier, on another stream; every task appears once.
+void expect_valid(const RankSchedule& s) {
+  std::map<TaskId, std::size_t> at;
+  for (std::size_t i = 0; i < s.steps.size(); ++i) {
+    EXPECT_TRUE(at.emplace(s.steps[i].task, i).second) << "task " << s.steps[i].task << " twice";
+    for (TaskId w : s.steps[i].waits) {
+      ASSERT_TRUE(at.count(w)) << "step " << s.steps[i].task << " waits for " << w << ", not submitted before it";
+      EXPECT_NE(s.steps[at[w]].slot, s.steps[i].slot);
+      EXPECT_TRUE(s.waited_on[static_cast<std::size_t>(w)]);
+    }
+  }
+}
+
+sim::Task compute(const std::string& name, sim::DeviceId gpu) {
+  return {name, gpu, {StreamKind::compute, 0}, false, sim::Gemm{128, 128, 128}};
+}
+
+}  // namespace
+
+TEST(BackendSchedule, CrossStreamDependenciesBecomeWaitsPrunedByStreamOrder) {
+  TaskGraph g;
+  const TaskId a = g.add(compute("a", 0));
+  const TaskId b = g.add(compute("b", 0));
+  const TaskId up = g.copy("H2D x", 0, {sim::Copy::Direction::h2d, 1 << 20, true}, {{a}});
+  const TaskId c = g.add(compute("c", 0), {a, b, up});  // a and b: same stream, no wait; up: another stream
+  const TaskId down = g.copy("D2H y", 0, {sim::Copy::Direction::d2h, 1 << 20, true}, {{a, b}});  // b is later on compute0
+  g.finalize();
+  const RankSchedule s = make_schedule(g, 0, 8);
+  expect_valid(s);
+  ASSERT_EQ(s.steps.size(), 5u);
+  EXPECT_EQ(s.streams.size(), 3u);
+  EXPECT_EQ(step_of(s, c).waits, std::vector<TaskId>{up});
+  EXPECT_EQ(step_of(s, down).waits, std::vector<TaskId>{b});  // a is implied: compute0 runs a before b
+  EXPECT_EQ(step_of(s, up).waits, std::vector<TaskId>{a});
+  EXPECT_FALSE(s.waited_on[static_cast<std::size_t>(c)]);
+  EXPECT_EQ(s.streams[static_cast<std::size_t>(step_of(s, up).slot)].name(), "gpu0 h2d");
+}
+
+TEST(BackendSchedule, ArenaReusesFreedBytesOnlyAfterTheirLastUser) {
+  TaskGraph g;
+  const TaskId x = g.alloc("alloc x", 0, sim::Pool::hbm, 4000, "x");
+  const TaskId use_x = g.copy("H2D x", 0, {sim::Copy::Direction::h2d, 4000, true}, {{x}});
+  const TaskId free_x = g.free("free x", x, {{use_x}});
+  const TaskId y = g.alloc("alloc y", 0, sim::Pool::hbm, 4000, "y", {{free_x}});
+  const TaskId z = g.alloc("alloc z", 0, sim::Pool::hbm, 1000, "z");  // live beside x and y
+  const TaskId use_y = g.add(compute("use y", 0), {y, z});
+  g.finalize();
+  const RankSchedule s = make_schedule(g, 0, 8);
+  expect_valid(s);
+  ASSERT_EQ(s.steps.size(), 2u);  // allocs and frees take no stream
+  EXPECT_EQ(s.hbm.offset_bytes.at(x), 0);
+  EXPECT_EQ(s.hbm.offset_bytes.at(y), 0);     // x's bytes, reused
+  EXPECT_EQ(s.hbm.offset_bytes.at(z), 4096);  // beside them, 256-byte aligned
+  EXPECT_EQ(s.hbm.size_bytes, 4096 + 1024);
+  // use_y runs on compute0; y's bytes were last used by the H2D copy, so it waits for it through the free.
+  EXPECT_EQ(step_of(s, use_y).waits, std::vector<TaskId>{use_x});
+}
+
+TEST(BackendSchedule, ReuseWaitsEvenWithoutADependencyOnTheFree) {
+  // Two independent buffers in sequence: the second reuses the first's bytes, so its user waits for the first's.
+  TaskGraph g;
+  const TaskId x = g.alloc("alloc x", 0, sim::Pool::hbm, 4096, "x");
+  const TaskId use_x = g.copy("D2H x", 0, {sim::Copy::Direction::d2h, 4096, true}, {{x}});
+  g.free("free x", x, {{use_x}});
+  const TaskId later = g.add(compute("later", 0), {use_x});
+  const TaskId y = g.alloc("alloc y", 0, sim::Pool::hbm, 2048, "y", {{later}});
+  const TaskId use_y = g.copy("H2D y", 0, {sim::Copy::Direction::h2d, 2048, true}, {{y}});
+  g.finalize();
+  const RankSchedule s = make_schedule(g, 0, 8);
+  expect_valid(s);
+  EXPECT_EQ(s.hbm.offset_bytes.at(y), 0);
+  const auto& waits = step_of(s, use_y).waits;
+  EXPECT_TRUE(std::find(waits.begin(), waits.end(), later) != waits.end());
+  EXPECT_TRUE(std::find(waits.begin(), waits.end(), use_x) != waits.end());
+}
+
+TEST(BackendSchedule, SendsReceivesAndCollectivesReachEveryRankInvolved) {
+  TaskGraph g;
+  const TaskId f0 = g.add(compute("F gpu0", 0));
+  const std::vector<TaskId> after_f0{f0};
+  const TaskId send = g.send("send act", 0, 1, 1 << 20, after_f0);
+  const TaskId f1 = g.add(compute("F gpu1", 1), {send});
+  const auto group = g.add_group({0, 1});
+  const TaskId ar = g.collective("ar grads", {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, group, 1 << 20}, std::vector<TaskId>{f0, f1}, 1);
+  const TaskId alone = g.add(compute("gpu2 only", 2));
+  g.finalize();
+  const RankSchedule r0 = make_schedule(g, 0, 8), r1 = make_schedule(g, 1, 8);
+  expect_valid(r0);
+  expect_valid(r1);
+  EXPECT_EQ(r0.steps.size(), 3u);  // F gpu0, send, ar
+  EXPECT_EQ(r1.steps.size(), 3u);  // recv, F gpu1, ar
+  EXPECT_FALSE(step_of(r0, send).receive);
+  EXPECT_TRUE(step_of(r1, send).receive);
+  EXPECT_EQ(r1.streams[static_cast<std::size_t>(step_of(r1, send).slot)].name(), "gpu1 comm0 recv");
+  EXPECT_EQ(step_of(r1, f1).waits, std::vector<TaskId>{send});
+  EXPECT_EQ(step_of(r1, ar).waits, std::vector<TaskId>{f1});
+  // The receive's and the all-reduce's dependencies on gpu0's forward: held by NCCL (the send matches the
+  // receive only after gpu0's forward; the all-reduce completes only with gpu0's share).
+  EXPECT_EQ(r1.remote_dependencies, 2);
+  for (const auto& st : r0.steps) EXPECT_NE(st.task, alone);
+}
+
+TEST(BackendSchedule, StreamOrderAgainstTheDependenciesIsAnError) {
+  TaskGraph g;
+  const TaskId first = g.add(compute("first", 0));
+  const TaskId second = g.add(compute("second", 0));
+  g.add_dependency(second, first);  // compute0 runs `first` before `second`, yet it waits for `second`
+  g.finalize();
+  try {
+    make_schedule(g, 0, 8);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'first' on gpu0 can never start"), std::string::npos) << e.what();
+  }
+}
+
+// A real ring-track plan scheduled in the simulator's order: every rank's schedule is valid, and its HBM arena
+// holds the simulator's peak (it can only be larger: alignment and fragmentation), within 5%.
+TEST(BackendSchedule, RingTrackPlanSchedulesOnEveryRank) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,vocab=1024");
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1);
+  const planner::StepInputs in{m, c, {2048, 2}, model::precision_policy("bf16-mixed")};  // two replicas of a 2-GPU ring
+  planner::RingTrackParams p;
+  p.ring = 2;
+  p.chunk = 512;
+  p.kv = planner::Placement::dram;
+  planner::RingTrackPlan plan = planner::build_ringtrack(in, p);
+  sim::validate(plan.graph, c.gpus(), c.nodes, "ringtrack");
+  plan.graph.finalize();
+  const auto predicted = sim::simulate(plan.graph, c);
+  ASSERT_TRUE(predicted.completed) << predicted.stuck;
+  std::size_t steps = 0;
+  for (int rank = 0; rank < c.gpus(); ++rank) {
+    const RankSchedule s = make_schedule(plan.graph, rank, c.topology.gpus_per_node(), predicted.timing);
+    expect_valid(s);
+    steps += s.steps.size();
+    const auto peak = predicted.pools[static_cast<std::size_t>(rank)].peak_bytes;
+    EXPECT_GE(s.hbm.size_bytes, peak) << "rank " << rank;
+    EXPECT_LE(static_cast<double>(s.hbm.size_bytes), 1.05 * static_cast<double>(peak)) << "rank " << rank;
+    std::set<std::string> kinds;
+    for (const auto& slot : s.streams) kinds.insert(std::string(sim::to_string(slot.stream.kind)));
+    EXPECT_TRUE(kinds.count("h2d") && kinds.count("d2h") && kinds.count("compute")) << "rank " << rank;
+  }
+  EXPECT_GT(steps, 100u);
+}
+
+}  // namespace trainyard::backend
