@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 #include <queue>
-#include <set>
 
 #include "common/error.hpp"
 
@@ -117,8 +116,9 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
     slot_of[static_cast<std::size_t>(t)] = it->second;
   }
 
-  // Local predecessors: dependencies and the previous task on the same slot.
+  // Local predecessors: dependencies and the previous task on the same slot; `pending` counts both.
   std::vector<std::vector<TaskId>> preds(static_cast<std::size_t>(n)), succs(static_cast<std::size_t>(n));
+  std::vector<int> pending(static_cast<std::size_t>(n), 0);
   for (const auto& [before, after] : graph.edges()) {
     if (slot_of[static_cast<std::size_t>(after)] == -2) continue;
     if (slot_of[static_cast<std::size_t>(before)] == -2) {
@@ -126,8 +126,9 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
       continue;
     }
     preds[static_cast<std::size_t>(after)].push_back(before);
+    succs[static_cast<std::size_t>(before)].push_back(after);
+    ++pending[static_cast<std::size_t>(after)];
   }
-  std::vector<int> stream_pending(static_cast<std::size_t>(n), 0);
   std::vector<TaskId> last_on_slot(out.streams.size(), -1);
   std::vector<TaskId> next_on_slot(static_cast<std::size_t>(n), -1);
   for (TaskId t = 0; t < n; ++t) {
@@ -135,14 +136,9 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
     if (slot < 0) continue;
     if (last_on_slot[static_cast<std::size_t>(slot)] >= 0) {
       next_on_slot[static_cast<std::size_t>(last_on_slot[static_cast<std::size_t>(slot)])] = t;
-      stream_pending[static_cast<std::size_t>(t)] = 1;
+      ++pending[static_cast<std::size_t>(t)];
     }
     last_on_slot[static_cast<std::size_t>(slot)] = t;
-  }
-  std::vector<int> pending(static_cast<std::size_t>(n), 0);
-  for (TaskId t = 0; t < n; ++t) {
-    for (TaskId p : preds[static_cast<std::size_t>(t)]) succs[static_cast<std::size_t>(p)].push_back(t);
-    pending[static_cast<std::size_t>(t)] = static_cast<int>(preds[static_cast<std::size_t>(t)].size()) + stream_pending[static_cast<std::size_t>(t)];
   }
 
   // Kahn's algorithm, earliest predicted start (then lowest task id) first.
@@ -232,7 +228,7 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
       for (TaskId w : pruned) out.waited_on[static_cast<std::size_t>(w)] = true;
       position[static_cast<std::size_t>(t)] = slot_count[static_cast<std::size_t>(slot)]++;
       done_events[static_cast<std::size_t>(t)] = {t};
-      out.steps.push_back({t, slot, out.streams[static_cast<std::size_t>(slot)].receive, std::move(pruned)});
+      out.steps.push_back({t, slot, std::move(pruned)});
     }
   }
   return out;

@@ -37,8 +37,7 @@ struct StreamSlot {
 
 struct Step {
   sim::TaskId task = 0;
-  int slot = 0;                    // index into RankSchedule::streams
-  bool receive = false;            // the receiving side of a point-to-point task
+  int slot = 0;                    // index into RankSchedule::streams (a receive slot: the receiving side of a send)
   std::vector<sim::TaskId> waits;  // tasks on other slots to wait for (their completion events)
 };
 

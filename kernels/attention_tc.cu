@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_tc_kernel(Geometr
 }
 
 void check_aligned(const void* p, const char* what) {
-  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) {
+  if (!aligned16({p})) {
     throw InternalError(std::string("tensor-core attention: ") + what + " must be 16-byte aligned", __FILE__, __LINE__);
   }
 }

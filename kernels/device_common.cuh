@@ -1,9 +1,10 @@
 #pragma once
-// Device helpers shared by the attention kernels: bf16 loads and stores, warp reductions, the launch geometry of a
+// Device helpers shared by the kernels: bf16 loads and stores, warp reductions, the launch geometry of a
 // chunk pair, and (sm_80+) the bf16 tensor-core MMA m16n8k16 with fp32 accumulation.
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/kernels.hpp"
 
@@ -74,6 +75,14 @@ __device__ __forceinline__ void c_to_a(const float (&left)[4], const float (&rig
   a[1] = pack_bf16(left[2], left[3]);
   a[2] = pack_bf16(right[0], right[1]);
   a[3] = pack_bf16(right[2], right[3]);
+}
+
+// Every pointer 16-byte aligned: what one uint4 access per eight bf16 needs.
+inline bool aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
 }
 
 // The tensor-core launches (attention_tc.cu), behind attention_forward/attention_backward's AttentionPath.

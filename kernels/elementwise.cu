@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 
+#include "kernels/device_common.cuh"
 #include "kernels/kernels.hpp"
 
 namespace trainyard::kernels {
@@ -13,12 +13,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float load(const bf16_bits* p, std::int64_t i) {
-  return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
-}
-__device__ __forceinline__ void store(bf16_bits* p, std::int64_t i, float x) {
-  reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
-}
+using detail::load;
+using detail::store;
 
 unsigned blocks_for(std::int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
@@ -53,12 +49,7 @@ __device__ __forceinline__ void store8(bf16_bits* p, std::int64_t i, std::int64_
     for (int e = 0; e < kVec && i + e < n; ++e) store(p, i + e, x.v[e]);
   }
 }
-bool aligned16(std::initializer_list<const void*> pointers) {
-  for (const void* p : pointers) {
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
-  }
-  return true;
-}
+using detail::aligned16;
 unsigned blocks_for_eights(std::int64_t n) { return blocks_for((n + kVec - 1) / kVec); }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.

@@ -20,22 +20,9 @@ constexpr const char* kClassOrder[] = {"gemm", "attention fwd", "attention bwd",
 
 std::int64_t microseconds_to_ns(double us) { return std::llround(us * 1000.0); }
 
-const Json& field(const Json& object, const char* key, const std::string& where) {
-  if (!object.is_object() || !object.contains(key)) throw InputError(where + "." + key + ": missing (expected a trainyard timeline)");
-  return object.at(key);
-}
-
-double number(const Json& object, const char* key, const std::string& where) {
-  const Json& v = field(object, key, where);
-  if (!v.is_number()) throw InputError(where + "." + key + ": expected a number, got " + v.dump());
-  return v.get<double>();
-}
-
-std::string text(const Json& object, const char* key, const std::string& where) {
-  const Json& v = field(object, key, where);
-  if (!v.is_string()) throw InputError(where + "." + key + ": expected a string, got " + v.dump());
-  return v.get<std::string>();
-}
+// Accepted ranges: times up to 1e13 us (about 116 days; no step is longer), pids and tids that fit an int.
+const json::Bound kTime{0, 1e13, "us"};
+const json::Bound kId{0, 2147483647, "", true};
 
 std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + format_fixed(100 * fraction, 1) + "%"; }
 
@@ -58,54 +45,56 @@ Json row_json(const ComparisonRow& r) {
 
 }  // namespace
 
-std::string Timeline::stream_label(int pid, int tid) const {
+std::string Timeline::device_label(int pid) const {
   const auto p = process_names.find(pid);
+  return p != process_names.end() ? p->second : "pid" + std::to_string(pid);
+}
+
+std::string Timeline::stream_label(int pid, int tid) const {
   const auto s = stream_names.find({pid, tid});
-  return (p != process_names.end() ? p->second : "pid" + std::to_string(pid)) + " " +
-         (s != stream_names.end() ? s->second : "tid" + std::to_string(tid));
+  return device_label(pid) + " " + (s != stream_names.end() ? s->second : "tid" + std::to_string(tid));
 }
 
 Timeline parse_timeline(const Json& document, const std::string& origin) {
   Timeline t;
   t.origin = origin;
-  const Json& other = field(document, "otherData", origin);
-  if (text(other, "trainyard", origin + ".otherData") != "timeline.v1") {
-    throw InputError(origin + ".otherData.trainyard: expected \"timeline.v1\"");
+  const json::Reader top(document, origin);
+  const json::Reader other = top.object("otherData");
+  other.expect_string("trainyard", "timeline.v1");
+  t.source = other.string("source");
+  t.step_ns = static_cast<std::int64_t>(other.number("step_ns", {0, 1e16, "ns", true}));
+  const Json& peaks = other.raw("peak_hbm_bytes");
+  if (!peaks.is_array()) other.fail("peak_hbm_bytes", "an array of bytes per GPU", json::describe(peaks));
+  for (std::size_t g = 0; g < peaks.size(); ++g) {
+    if (!peaks[g].is_number() || peaks[g].get<double>() < 0) {
+      throw InputError(origin, "otherData.peak_hbm_bytes[" + std::to_string(g) + "]", "bytes (a number >= 0)", json::describe(peaks[g]));
+    }
+    t.peak_hbm_bytes.push_back(peaks[g].get<std::int64_t>());
   }
-  t.source = text(other, "source", origin + ".otherData");
-  t.step_ns = static_cast<std::int64_t>(number(other, "step_ns", origin + ".otherData"));
-  const Json& peaks = field(other, "peak_hbm_bytes", origin + ".otherData");
-  if (!peaks.is_array()) throw InputError(origin + ".otherData.peak_hbm_bytes: expected an array of bytes per GPU");
-  for (const Json& p : peaks) {
-    if (!p.is_number()) throw InputError(origin + ".otherData.peak_hbm_bytes: expected numbers, got " + p.dump());
-    t.peak_hbm_bytes.push_back(p.get<std::int64_t>());
-  }
-  const Json& events = field(document, "traceEvents", origin);
-  if (!events.is_array()) throw InputError(origin + ".traceEvents: expected an array of trace events");
+  const Json& events = top.raw("traceEvents");
+  if (!events.is_array()) top.fail("traceEvents", "an array of trace events", json::describe(events));
   for (std::size_t i = 0; i < events.size(); ++i) {
-    const Json& e = events[i];
-    const std::string where = origin + ".traceEvents[" + std::to_string(i) + "]";
-    const std::string ph = text(e, "ph", where);
+    const json::Reader e(events[i], origin, "traceEvents[" + std::to_string(i) + "]");
+    const std::string ph = e.string("ph");
     if (ph == "M") {
-      const std::string name = text(e, "name", where);
-      const std::string value = text(field(e, "args", where), "name", where + ".args");
-      const int pid = static_cast<int>(number(e, "pid", where));
+      const std::string name = e.string("name");
+      const std::string value = e.object("args").string("name");
+      const int pid = static_cast<int>(e.number("pid", kId));
       if (name == "process_name") {
         // "A100 SXM (gpu0)" -> "gpu0": the device is what identifies a track across two runs.
         const auto open = value.rfind('('), close = value.rfind(')');
         t.process_names[pid] = open != std::string::npos && close > open ? value.substr(open + 1, close - open - 1) : value;
       } else if (name == "thread_name") {
-        t.stream_names[{pid, static_cast<int>(number(e, "tid", where))}] = value;
+        t.stream_names[{pid, static_cast<int>(e.number("tid", kId))}] = value;
       }
     } else if (ph == "X") {
       TimelineSlice s;
-      s.name = text(e, "name", where);
-      s.pid = static_cast<int>(number(e, "pid", where));
-      s.tid = static_cast<int>(number(e, "tid", where));
-      s.start_ns = microseconds_to_ns(number(e, "ts", where));
-      s.duration_ns = microseconds_to_ns(number(e, "dur", where));
-      s.task_class = text(field(e, "args", where), "class", where + ".args");
-      if (s.duration_ns < 0) throw InputError(where + ".dur: expected a duration >= 0, got " + field(e, "dur", where).dump());
+      s.name = e.string("name");
+      s.pid = static_cast<int>(e.number("pid", kId));
+      s.tid = static_cast<int>(e.number("tid", kId));
+      s.start_ns = microseconds_to_ns(e.number("ts", kTime));
+      s.duration_ns = microseconds_to_ns(e.number("dur", kTime));
+      s.task_class = e.object("args").string("class");
       t.slices.push_back(std::move(s));
     }
   }
@@ -151,14 +140,10 @@ Comparison compare(const Timeline& predicted, const Timeline& measured) {
 
   // Tasks match by name and device (the device's name, so pids may differ between the files).
   std::map<std::pair<std::string, std::string>, const TimelineSlice*> measured_by_key;
-  for (const auto& s : measured.slices) {
-    const auto p = measured.process_names.find(s.pid);
-    measured_by_key[{s.name, p != measured.process_names.end() ? p->second : std::to_string(s.pid)}] = &s;
-  }
+  for (const auto& s : measured.slices) measured_by_key[{s.name, measured.device_label(s.pid)}] = &s;
   std::set<const TimelineSlice*> matched;
   for (const auto& s : predicted.slices) {
-    const auto p = predicted.process_names.find(s.pid);
-    const auto it = measured_by_key.find({s.name, p != predicted.process_names.end() ? p->second : std::to_string(s.pid)});
+    const auto it = measured_by_key.find({s.name, predicted.device_label(s.pid)});
     if (it == measured_by_key.end()) {
       ++c.only_predicted;
       continue;

@@ -31,6 +31,7 @@ struct Timeline {
   std::vector<TimelineSlice> slices;
   std::map<int, std::string> process_names;                // pid -> "gpu0" style name
   std::map<std::pair<int, int>, std::string> stream_names;  // (pid, tid) -> "compute0"
+  std::string device_label(int pid) const;                   // "gpu0"
   std::string stream_label(int pid, int tid) const;          // "gpu0 compute0"
 };
 

@@ -120,8 +120,8 @@ TEST(BackendSchedule, SendsReceivesAndCollectivesReachEveryRankInvolved) {
   expect_valid(r1);
   EXPECT_EQ(r0.steps.size(), 3u);  // F gpu0, send, ar
   EXPECT_EQ(r1.steps.size(), 3u);  // recv, F gpu1, ar
-  EXPECT_FALSE(step_of(r0, send).receive);
-  EXPECT_TRUE(step_of(r1, send).receive);
+  EXPECT_FALSE(r0.streams[static_cast<std::size_t>(step_of(r0, send).slot)].receive);
+  EXPECT_TRUE(r1.streams[static_cast<std::size_t>(step_of(r1, send).slot)].receive);
   EXPECT_EQ(r1.streams[static_cast<std::size_t>(step_of(r1, send).slot)].name(), "gpu1 comm0 recv");
   EXPECT_EQ(step_of(r1, f1).waits, std::vector<TaskId>{send});
   EXPECT_EQ(step_of(r1, ar).waits, std::vector<TaskId>{f1});
