@@ -34,6 +34,8 @@ const std::vector<Command>& commands() {
       {"plan", "search chunk sizes, rings, offload and parallelism of every scheme; rank, explain, write a plan", run_plan},
       {"simulate", "simulate one step of a task graph (JSON) on a cluster: step time, MFU, memory, trace", run_simulate},
       {"compare", "compare a predicted timeline with a measured one: per task class, per stream, step and peak HBM", run_compare},
+      {"run", "run a plan's step with real tensors (CPU reference executor so far): --check against the unchunked step, training", run_run},
+      {"calibrate", "measure the GPU at hand (GEMM, attention, copies, launches); fit and write a GPU profile", run_calibrate},
   };
   return all;
 }

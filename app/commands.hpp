@@ -23,6 +23,8 @@ int run_show(const std::vector<std::string>& args);
 int run_simulate(const std::vector<std::string>& args);
 int run_plan(const std::vector<std::string>& args);     // app/plan_command.cpp
 int run_compare(const std::vector<std::string>& args);  // app/compare_command.cpp
+int run_run(const std::vector<std::string>& args);      // app/run_command.cpp
+int run_calibrate(const std::vector<std::string>& args);  // app/calibrate_command.cpp
 
 // Shared by the commands. Parses `args` against `options` (+ positionals); true when --help was printed.
 bool parse(const std::vector<std::string>& args, const std::string& usage, boost::program_options::options_description& options,

@@ -73,7 +73,8 @@ std::string_view to_string(Source::Kind kind) {
 std::string Source::describe() const {
   switch (kind) {
     case Kind::datasheet: return "datasheet: " + document;
-    case Kind::measured: return "measured " + date + ": " + command;
+    case Kind::measured:
+      return "measured " + date + (device.empty() ? "" : " on " + device) + ": " + command + (basis.empty() ? "" : " (" + basis + ")");
     case Kind::estimate: return "estimate: " + basis;
   }
   return "?";
@@ -195,6 +196,8 @@ Sources Reader::sources(std::string_view key) const {
       source.kind = Source::Kind::measured;
       source.date = entry.string("date");
       source.command = entry.string("command");
+      source.device = entry.optional_string("device").value_or("");
+      source.basis = entry.optional_string("basis").value_or("");
       if (source.date.size() != 10 || source.date[4] != '-' || source.date[7] != '-') {
         entry.fail("date", "a date YYYY-MM-DD", "\"" + source.date + "\"");
       }

@@ -27,7 +27,8 @@ struct Source {
   std::string document;  // datasheet
   std::string date;      // measured: YYYY-MM-DD
   std::string command;   // measured: the command that produced it
-  std::string basis;     // estimate: why this number
+  std::string basis;     // estimate: why this number; measured (optional): how the points became the figure
+  std::string device;    // measured (optional): the device it ran on
 
   std::string describe() const;  // "datasheet: NVIDIA A100 ..." / "measured 2026-11-21: trainyard ..." / ...
 };

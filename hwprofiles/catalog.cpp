@@ -47,6 +47,10 @@ NodeProfile node_from_document(const json::Json& document, const std::string& or
   return parse_node(document, origin, &load_gpu_for_node);
 }
 
+LoadedDocument load_gpu_document(std::string_view name_or_path, const std::string& origin) {
+  return gpus().load(name_or_path, origin);
+}
+
 GpuProfile load_gpu(std::string_view name_or_path, const std::string& origin) {
   LoadedDocument doc = gpus().load(name_or_path, origin);
   return gpu_from_document(doc.json, doc.origin);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/catalog.hpp"
 #include "hwprofiles/node.hpp"
 
 namespace trainyard::hw {
@@ -16,6 +17,8 @@ bool is_builtin_node(std::string_view name);
 // `origin` names where the reference came from ("--hw"), for the unknown-name error.
 GpuProfile load_gpu(std::string_view name_or_path, const std::string& origin = "--gpu");
 NodeProfile load_node(std::string_view name_or_path, const std::string& origin = "--hw");
+// The document of a GPU profile as written (built-in or file), not yet parsed: what calibration starts from.
+LoadedDocument load_gpu_document(std::string_view name_or_path, const std::string& origin = "--gpu");
 // Parses an already-read document whose "schema" says it is a GPU or a node.
 GpuProfile gpu_from_document(const json::Json& document, const std::string& origin);
 NodeProfile node_from_document(const json::Json& document, const std::string& origin);

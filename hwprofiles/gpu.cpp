@@ -115,6 +115,10 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   tables.finish();
   gpu.sustained.kernel_launch_ns = sustained.figure("kernel_launch_ns", Bound{0, 1e6, "ns"}, sources);
   sustained.finish();
+  // What `trainyard calibrate` measured and fitted (backend/calibration.hpp): a record for people, not read here.
+  if (top.has("calibration") && !top.raw("calibration").is_object()) {
+    top.fail("calibration", "an object (the record trainyard calibrate writes)", json::describe(top.raw("calibration")));
+  }
   top.finish();
 
   // A sustained copy rate above the link's raw rate is a unit or transcription mistake.

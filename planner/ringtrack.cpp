@@ -316,11 +316,13 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
   RingTrackPlan plan;
   auto& g = plan.graph;
   // About 60 tasks per visit (the layer's ops, their buffers, copies and sends) plus the streamed K/V blocks.
-  const double kv_blocks = static_cast<double>(C) * static_cast<double>(C) / (2.0 * static_cast<double>(std::max<std::int64_t>(1, kKvBlockTokens / p.chunk)));
+  const double kv_blocks = static_cast<double>(C) * static_cast<double>(C) / (2.0 * static_cast<double>(std::max<std::int64_t>(1, p.kv_block_tokens / p.chunk)));
   g.reserve(static_cast<std::size_t>(static_cast<double>(replicas * sequences * (L + 1)) * (60.0 * C + (p.kv == Placement::dram ? 8 * kv_blocks : 0))));
   // Per GPU: the last backward task of each layer of the last sequence, and (streamed weights) the host's sums
   // of each visit's weight gradients.
-  std::vector<std::vector<sim::TaskId>> layer_done(static_cast<std::size_t>(gpus), std::vector<sim::TaskId>(static_cast<std::size_t>(L), -1));
+  // Per GPU: the last backward task of each layer of the last sequence (then the head's and the embedding's: L + 2
+  // entries), and (streamed weights) the host's sums of each visit's weight gradients.
+  std::vector<std::vector<sim::TaskId>> layer_done(static_cast<std::size_t>(gpus), std::vector<sim::TaskId>(static_cast<std::size_t>(L + 2), -1));
   std::vector<std::vector<sim::TaskId>> grads_ready(static_cast<std::size_t>(gpus));
   std::vector<std::vector<sim::TaskId>> reduced(static_cast<std::size_t>(gpus));
 
@@ -357,7 +359,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
   const double layer_params = params.per_layer();
   const double embedding_params = params.embedding;
   const double head_params = static_cast<double>(model.vocab * model.hidden) + params.final_norm;
-  const int span = static_cast<int>(std::max<std::int64_t>(1, (kKvBlockTokens + c - 1) / c));  // chunks per K/V block
+  const int span = static_cast<int>(std::max<std::int64_t>(1, (p.kv_block_tokens + c - 1) / c));  // chunks per K/V block
   const bool kv_dram = p.kv == Placement::dram;
   const bool acts_hbm = p.acts == ActivationPolicy::hbm, recompute = p.acts == ActivationPolicy::recompute;
   const bool stream_weights = p.weights == WeightPolicy::stream;
@@ -371,6 +373,11 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
     owned_params[i] = layer_params * owned_layers[i] + resident_params[i];
   }
 
+  // Model states are moved and updated whole; the executor tracks them per process (sim::OpCode::states).
+  auto states = [&](sim::TaskId id) {
+    g.set_op(id, {sim::OpCode::states});
+    return id;
+  };
   for (int r = 0; r < replicas; ++r) {
     const auto& ring = plan.rings[static_cast<std::size_t>(r)];
     auto gpu_of = [&](int stage) { return ring[static_cast<std::size_t>(stage_position[static_cast<std::size_t>(stage)])]; };
@@ -383,13 +390,13 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
       const double owned = owned_params[static_cast<std::size_t>(pos)];
       const double layers = owned - resident;
       const std::string tag = " gpu" + std::to_string(gpu);
-      g.alloc("weights" + tag, gpu, sim::Pool::hbm, bytes(pol.weight_bytes * (stream_weights ? resident : owned)), "weights");
-      if (stream_weights) g.alloc("host weights" + tag, host_of(gpu), sim::Pool::dram, bytes(pol.weight_bytes * layers), "streamed weights");
+      states(g.alloc("weights" + tag, gpu, sim::Pool::hbm, bytes(pol.weight_bytes * (stream_weights ? resident : owned)), "weights"));
+      if (stream_weights) states(g.alloc("host weights" + tag, host_of(gpu), sim::Pool::dram, bytes(pol.weight_bytes * layers), "streamed weights"));
       // Gradients accumulate over the chunks where the weights are (on the host when they are streamed).
-      g.alloc("grads" + tag, gpu, sim::Pool::hbm, bytes(pol.grad_bytes * (stream_weights ? resident : owned)), "gradients");
-      if (states_dram) g.alloc("host grads" + tag, host_of(gpu), sim::Pool::dram, bytes(pol.grad_bytes * owned), "gradients on host");
-      g.alloc("optimizer" + tag, states_dram ? host_of(gpu) : gpu, states_dram ? sim::Pool::dram : sim::Pool::hbm,
-              bytes((pol.master_bytes + pol.optimizer_bytes) * owned), "master weights and Adam moments");
+      states(g.alloc("grads" + tag, gpu, sim::Pool::hbm, bytes(pol.grad_bytes * (stream_weights ? resident : owned)), "gradients"));
+      if (states_dram) states(g.alloc("host grads" + tag, host_of(gpu), sim::Pool::dram, bytes(pol.grad_bytes * owned), "gradients on host"));
+      states(g.alloc("optimizer" + tag, states_dram ? host_of(gpu) : gpu, states_dram ? sim::Pool::dram : sim::Pool::hbm,
+              bytes((pol.master_bytes + pol.optimizer_bytes) * owned), "master weights and Adam moments"));
     }
 
     std::vector<sim::TaskId> gpu_last(static_cast<std::size_t>(gpus), -1);  // latest compute task per GPU
@@ -406,22 +413,30 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
       // Per (layer, chunk): what forward leaves for backward.
       struct Saved {
         sim::TaskId kv_hbm = -1, kv_host = -1, kv_d2h = -1;  // K/V in HBM, or in host DRAM and its copy
-        sim::TaskId work = -1, host = -1;                     // kept activations in HBM, or their host copy
+        sim::TaskId work = -1, host = -1, host_d2h = -1;      // kept activations in HBM, or their host copy
         sim::TaskId out = -1;                                 // the visit's last task
       };
       std::vector<std::vector<Saved>> saved(static_cast<std::size_t>(L + 1), std::vector<Saved>(static_cast<std::size_t>(C)));
+      // Tags a task with what it is in the model's terms (sim::Op), for the executor.
+      auto at = [&](sim::OpCode code, int l, int k, int first = -1, int last = -1) {
+        return sim::Op{code, static_cast<std::int32_t>(r * sequences + seq), l, k, first, last};  // the step's sequence number
+      };
+      auto mark = [&](sim::TaskId id, sim::Op op) {
+        g.set_op(id, op);
+        return id;
+      };
 
       // Weights streamed for a visit: a buffer per visit in flight, copied in on the H2D engine.
       auto weights_in = [&](int gpu, const std::string& name) -> std::pair<sim::TaskId, sim::TaskId> {
         if (!stream_weights) return {-1, -1};
-        const sim::TaskId buf = g.alloc(name + " weights buffer", gpu, sim::Pool::hbm, bytes(pol.weight_bytes * layer_params),
-                                        "streamed layer weights", ids({visit_end_back(gpu, 2)}));
-        return {buf, g.copy(name + " H2D weights", gpu, {sim::Copy::Direction::h2d, bytes(pol.weight_bytes * layer_params), true}, ids({buf}))};
+        const sim::TaskId buf = states(g.alloc(name + " weights buffer", gpu, sim::Pool::hbm, bytes(pol.weight_bytes * layer_params),
+                                        "streamed layer weights", ids({visit_end_back(gpu, 2)})));
+        return {buf, states(g.copy(name + " H2D weights", gpu, {sim::Copy::Direction::h2d, bytes(pol.weight_bytes * layer_params), true}, ids({buf})))};
       };
       // A visit's output on its way to the next stage's GPU (nothing to send when that is the same GPU).
-      auto arrive = [&](sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name) -> sim::TaskId {
+      auto arrive = [&](sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name, sim::Op what) -> sim::TaskId {
         if (produced < 0 || from_gpu == to_gpu) return produced;
-        return g.send(name, from_gpu, to_gpu, bytes(hidden_chunk), ids({produced}), kSendStream);
+        return mark(g.send(name, from_gpu, to_gpu, bytes(hidden_chunk), ids({produced}), kSendStream), what);
       };
 
       // ---- forward -------------------------------------------------------------------------------------------
@@ -434,38 +449,43 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         sim::TaskId input;
         if (l == 0) {
           input = emit_embedding(g, gpu, "F" + seq_tag + " C" + std::to_string(k) + " embedding", c, h, false,
-                                 gpu_last[static_cast<std::size_t>(gpu)]);
+                                 gpu_last[static_cast<std::size_t>(gpu)], at(sim::OpCode::embed, 0, k));
           gpu_last[static_cast<std::size_t>(gpu)] = input;
         } else {
           input = saved[static_cast<std::size_t>(l - 1)][static_cast<std::size_t>(k)].out;
         }
         const auto [wbuf, wcopy] = weights_in(gpu, name);
         const sim::TaskId prev = gpu_last[static_cast<std::size_t>(gpu)];
-        sv.kv_hbm = g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({prev}));
-        sv.work = g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({prev}));
+        sv.kv_hbm = mark(g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({prev})), at(sim::OpCode::kv, l, k, k, k));
+        sv.work = mark(g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({prev})),
+                       at(sim::OpCode::acts, l, k));
 
         std::vector<sim::TaskId> stream_buffers;
         LayerEmitter emitter(g, model, chunk_split, {gpu});
+        emitter.set_coordinates(static_cast<int>(r * sequences + seq), l, k);
         emitter.set_attention_hook([&](const std::string& an, bool, std::vector<sim::TaskId>& last, bool rec) {
           if (kv_dram) {
-            sv.kv_host = g.alloc(an + " host kv", host, sim::Pool::dram, bytes(kv_chunk), "K/V in host DRAM", ids({last[0]}));
-            sv.kv_d2h = g.copy(an + " D2H kv", gpu, {sim::Copy::Direction::d2h, bytes(kv_chunk), true}, ids({sv.kv_host, last[0]}));
+            sv.kv_host = mark(g.alloc(an + " host kv", host, sim::Pool::dram, bytes(kv_chunk), "K/V in host DRAM", ids({last[0]})),
+                              at(sim::OpCode::kv, l, k, k, k));
+            sv.kv_d2h = mark(g.copy(an + " D2H kv", gpu, {sim::Copy::Direction::d2h, bytes(kv_chunk), true}, ids({sv.kv_host, last[0]})),
+                             at(sim::OpCode::kv, l, k, k, k));
           }
           const auto heads = static_cast<std::int32_t>(model.heads), kv_heads = static_cast<std::int32_t>(model.kv_heads);
           const auto hd = static_cast<std::int32_t>(model.head_dim);
           last[0] = g.add({an + " C" + std::to_string(k) + " x C" + std::to_string(k), gpu, {sim::StreamKind::compute, 0}, rec,
-                           sim::Attention{c, c, heads, kv_heads, hd, true, false}},
+                           sim::Attention{c, c, heads, kv_heads, hd, true, false}, at(sim::OpCode::attn, l, k, k, k)},
                           ids({last[0]}));
           if (k == 0) return;
           if (!kv_dram) {  // every earlier chunk's K/V is in HBM: one call
             last[0] = g.add({an + " C" + std::to_string(k) + " x C0..C" + std::to_string(k - 1), gpu, {sim::StreamKind::compute, 0}, rec,
-                             sim::Attention{c, c * k, heads, kv_heads, hd, false, false}},
+                             sim::Attention{c, c * k, heads, kv_heads, hd, false, false}, at(sim::OpCode::attn, l, k, 0, k - 1)},
                             ids({last[0]}));
           } else {
             std::vector<sim::TaskId> blocks;
             for (int d = 0; d < std::min(p.prefetch, (k + span - 1) / span); ++d) {
-              stream_buffers.push_back(g.alloc(an + " kv buffer " + std::to_string(d), gpu, sim::Pool::hbm, bytes(kv_chunk * span),
-                                               "K/V stream buffers", ids({prev})));
+              stream_buffers.push_back(mark(g.alloc(an + " kv buffer " + std::to_string(d), gpu, sim::Pool::hbm, bytes(kv_chunk * span),
+                                                    "K/V stream buffers", ids({prev})),
+                                            at(sim::OpCode::kv, l, k, 0, k - 1)));
             }
             for (int j0 = 0, b = 0; j0 < k; j0 += span, ++b) {
               const int j1 = std::min(k, j0 + span);
@@ -473,10 +493,11 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
               for (int j = j0; j < j1; ++j) deps.push_back(saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);
               if (b >= p.prefetch) deps.push_back(blocks[static_cast<std::size_t>(b - p.prefetch)]);  // its buffer is free again
               const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
-              const sim::TaskId in_copy = g.copy(an + " H2D kv " + range, gpu,
-                                                 {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps);
+              const sim::TaskId in_copy = mark(g.copy(an + " H2D kv " + range, gpu,
+                                                      {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps),
+                                               at(sim::OpCode::kv, l, k, j0, j1 - 1));
               last[0] = g.add({an + " C" + std::to_string(k) + " x " + range, gpu, {sim::StreamKind::compute, 0}, rec,
-                               sim::Attention{c, c * (j1 - j0), heads, kv_heads, hd, false, false}},
+                               sim::Attention{c, c * (j1 - j0), heads, kv_heads, hd, false, false}, at(sim::OpCode::attn, l, k, j0, j1 - 1)},
                               ids({last[0], in_copy}));
               blocks.push_back(last[0]);
             }
@@ -485,6 +506,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           last[0] = g.elementwise(an + " merge", gpu, {bytes(2 * kBf16 * static_cast<double>(c * model.q_dim())),
                                                       bytes(kBf16 * static_cast<double>(c * model.q_dim()))},
                                   ids({last[0]}), 0);
+          mark(last[0], at(sim::OpCode::attn_merge, l, k));
         });
         std::vector<sim::TaskId> chain{prev};
         const auto begin = static_cast<sim::TaskId>(g.size());
@@ -494,7 +516,8 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         const sim::TaskId out = chain[0];
         // The output leaves for the next stage at once (sends are in order on the comm stream, so they are issued
         // in the order the outputs are produced, not the order their consumers are emitted).
-        sv.out = l + 1 < L ? arrive(out, gpu, gpu_of(l + 1), "F" + seq_tag + " L" + std::to_string(l + 1) + " C" + std::to_string(k) + " recv input")
+        sv.out = l + 1 < L ? arrive(out, gpu, gpu_of(l + 1), "F" + seq_tag + " L" + std::to_string(l + 1) + " C" + std::to_string(k) + " recv input",
+                                    at(sim::OpCode::input, l + 1, k))
                            : out;
         gpu_last[static_cast<std::size_t>(gpu)] = out;
         visit_ends[static_cast<std::size_t>(gpu)].push_back(out);
@@ -506,9 +529,13 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         }
         if (!acts_hbm) {  // to host DRAM: everything kept, or only what recompute needs
           const double out_bytes = recompute ? checkpoint : kept;
-          sv.host = g.alloc(name + " host activations", host, sim::Pool::dram, bytes(out_bytes),
-                            recompute ? "checkpoints in host DRAM" : "activations in host DRAM", ids({out}));
-          const sim::TaskId d2h = g.copy(name + " D2H activations", gpu, {sim::Copy::Direction::d2h, bytes(out_bytes), true}, ids({sv.host}));
+          const sim::Op kept_op = at(recompute ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k);
+          sv.host = mark(g.alloc(name + " host activations", host, sim::Pool::dram, bytes(out_bytes),
+                                 recompute ? "checkpoints in host DRAM" : "activations in host DRAM", ids({out})),
+                         kept_op);
+          const sim::TaskId d2h =
+              mark(g.copy(name + " D2H activations", gpu, {sim::Copy::Direction::d2h, bytes(out_bytes), true}, ids({sv.host})), kept_op);
+          sv.host_d2h = d2h;
           g.free(name + " free activations", sv.work, ids({d2h}));
           sv.work = -1;
         }
@@ -516,13 +543,15 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           const int head_gpu = gpu_of(L);
           Saved& hs = saved[static_cast<std::size_t>(L)][static_cast<std::size_t>(k)];
           const std::string hname = "F" + seq_tag + " head C" + std::to_string(k);
-          hs.out = arrive(out, gpu, head_gpu, hname + " recv hidden");
+          const sim::Op hidden = at(sim::OpCode::input, L, k);
+          hs.out = arrive(out, gpu, head_gpu, hname + " recv hidden", hidden);
           if (acts_hbm) {
-            hs.work = g.alloc(hname + " hidden", head_gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({hs.out}));
+            hs.work = mark(g.alloc(hname + " hidden", head_gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({hs.out})), hidden);
           } else {
-            hs.host = g.alloc(hname + " host hidden", host_of(head_gpu), sim::Pool::dram, bytes(hidden_chunk), "final hidden states in host DRAM",
-                              ids({hs.out}));
-            hs.out = g.copy(hname + " D2H hidden", head_gpu, {sim::Copy::Direction::d2h, bytes(hidden_chunk), true}, ids({hs.host}));
+            hs.host = mark(g.alloc(hname + " host hidden", host_of(head_gpu), sim::Pool::dram, bytes(hidden_chunk), "final hidden states in host DRAM",
+                                ids({hs.out})),
+                           hidden);
+            hs.out = mark(g.copy(hname + " D2H hidden", head_gpu, {sim::Copy::Direction::d2h, bytes(hidden_chunk), true}, ids({hs.host})), hidden);
           }
         }
       }
@@ -543,18 +572,22 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           sim::TaskId ready = sv.out;
           sim::TaskId buf = sv.work;
           if (!acts_hbm) {
-            buf = g.alloc(name + " hidden", gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({reuse}));
-            ready = g.copy(name + " H2D hidden", gpu, {sim::Copy::Direction::h2d, bytes(hidden_chunk), true}, ids({buf, sv.out}));
+            buf = mark(g.alloc(name + " hidden", gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({reuse})),
+                       at(sim::OpCode::input, L, k));
+            ready = mark(g.copy(name + " H2D hidden", gpu, {sim::Copy::Direction::h2d, bytes(hidden_chunk), true}, ids({buf, sv.out})),
+                         at(sim::OpCode::input, L, k));
           }
           const sim::TaskId begin_id = static_cast<sim::TaskId>(g.size());
-          const sim::TaskId done = emit_loss(g, gpu, "C" + std::to_string(k) + seq_tag, c, h, model.vocab, prev);
+          const sim::TaskId done = emit_loss(g, gpu, "C" + std::to_string(k) + seq_tag, c, h, model.vocab, prev, at(sim::OpCode::none, L, k));
           g.add_dependency(ready, begin_id);
           g.free(name + " free hidden", buf, ids({done}));
           if (sv.host >= 0) g.free(name + " free host hidden", sv.host, ids({ready}));
           grad_out[static_cast<std::size_t>(L)][static_cast<std::size_t>(k)] =
-              arrive(done, gpu, gpu_of(L - 1), "B" + seq_tag + " L" + std::to_string(L - 1) + " C" + std::to_string(k) + " recv grad");
+              arrive(done, gpu, gpu_of(L - 1), "B" + seq_tag + " L" + std::to_string(L - 1) + " C" + std::to_string(k) + " recv grad",
+                     at(sim::OpCode::input_grad, L, k));
           gpu_last[static_cast<std::size_t>(gpu)] = done;
           visit_ends[static_cast<std::size_t>(gpu)].push_back(done);
+          if (k == 0 && last_sequence) layer_done[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(L)] = done;
           continue;
         }
         const std::string name = "B" + seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k);
@@ -563,26 +596,32 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         std::vector<sim::TaskId> ready = ids({input, wcopy});
         // What forward kept: the activations (reloaded from DRAM, or the checkpoint to recompute from) and K/V.
         if (!acts_hbm) {
-          sv.work = g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({reuse}));
+          sv.work = mark(g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({reuse})),
+                         at(sim::OpCode::acts, l, k));
           const double in_bytes = recompute ? checkpoint : kept;
-          ready.push_back(g.copy(name + " H2D activations", gpu, {sim::Copy::Direction::h2d, bytes(in_bytes), true}, ids({sv.work})));
+          ready.push_back(mark(g.copy(name + " H2D activations", gpu, {sim::Copy::Direction::h2d, bytes(in_bytes), true}, ids({sv.work, sv.host_d2h})),
+                               at(recompute ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k)));
         }
         if (kv_dram) {
-          sv.kv_hbm = g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({reuse}));
+          sv.kv_hbm = mark(g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({reuse})), at(sim::OpCode::kv, l, k, k, k));
           if (!recompute) {  // recompute produces this chunk's K/V again
-            ready.push_back(g.copy(name + " H2D kv", gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk), true}, ids({sv.kv_hbm})));
+            ready.push_back(mark(g.copy(name + " H2D kv", gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk), true}, ids({sv.kv_hbm, sv.kv_d2h})),
+                                 at(sim::OpCode::kv, l, k, k, k)));
           }
         }
         if (k == C - 1 && C > 1) {  // dK/dV of every earlier chunk accumulate over this layer's backward
           accumulators[static_cast<std::size_t>(l)] =
-              g.alloc(name + " dkv accumulators", kv_dram ? host : gpu, kv_dram ? sim::Pool::dram : sim::Pool::hbm,
-                      bytes(acc_chunk * (C - 1)), "fp32 dK/dV accumulators", ids({prev}));
+              mark(g.alloc(name + " dkv accumulators", kv_dram ? host : gpu, kv_dram ? sim::Pool::dram : sim::Pool::hbm,
+                           bytes(acc_chunk * (C - 1)), "fp32 dK/dV accumulators", ids({prev})),
+                   at(sim::OpCode::dkv, l, k, 0, C - 2));
         }
         std::vector<sim::TaskId> stream_buffers;
         // The chunk's own fp32 dK/dV (finished in this visit) and, with K/V in DRAM, the stream buffers.
-        const sim::TaskId own_acc = g.alloc(name + " dkv", gpu, sim::Pool::hbm, bytes(acc_chunk), "fp32 dK/dV of a chunk", ids({prev}));
+        const sim::TaskId own_acc = mark(g.alloc(name + " dkv", gpu, sim::Pool::hbm, bytes(acc_chunk), "fp32 dK/dV of a chunk", ids({prev})),
+                                         at(sim::OpCode::dkv, l, k, k, k));
         auto& written = acc_written[static_cast<std::size_t>(l)];
         LayerEmitter emitter(g, model, chunk_split, {gpu});
+        emitter.set_coordinates(static_cast<int>(r * sequences + seq), l, k);
         emitter.set_attention_hook([&](const std::string& an, bool backward, std::vector<sim::TaskId>& last, bool rec) {
           if (!backward) return;  // recompute keeps the attention output and lse: attention is not run again
           const auto heads = static_cast<std::int32_t>(model.heads), kv_heads = static_cast<std::int32_t>(model.kv_heads);
@@ -591,23 +630,25 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           // the last chunk).
           sim::TaskId acc_in = -1;
           if (kv_dram && k < C - 1) {
-            acc_in = g.copy(an + " H2D dkv C" + std::to_string(k), gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk), true},
-                            ids({own_acc, written.empty() ? -1 : written[static_cast<std::size_t>(k / span)]}));
+            acc_in = mark(g.copy(an + " H2D dkv C" + std::to_string(k), gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk), true},
+                                 ids({own_acc, written.empty() ? -1 : written[static_cast<std::size_t>(k / span)]})),
+                          at(sim::OpCode::dkv, l, k, k, k));
           }
           last[0] = g.add({an + " C" + std::to_string(k) + " x C" + std::to_string(k), gpu, {sim::StreamKind::compute, 0}, rec,
-                           sim::Attention{c, c, heads, kv_heads, hd, true, true}},
+                           sim::Attention{c, c, heads, kv_heads, hd, true, true}, at(sim::OpCode::attn_bwd, l, k, k, k)},
                           ids({last[0], acc_in}));
           if (k == 0) return;
           if (!kv_dram) {
             last[0] = g.add({an + " C" + std::to_string(k) + " x C0..C" + std::to_string(k - 1), gpu, {sim::StreamKind::compute, 0}, rec,
-                             sim::Attention{c, c * k, heads, kv_heads, hd, false, true}},
+                             sim::Attention{c, c * k, heads, kv_heads, hd, false, true}, at(sim::OpCode::attn_bwd, l, k, 0, k - 1)},
                             ids({last[0]}));
             return;
           }
           const int nblocks = (k + span - 1) / span;
           for (int d = 0; d < std::min(p.prefetch, nblocks); ++d) {
-            stream_buffers.push_back(g.alloc(an + " kv dkv buffer " + std::to_string(d), gpu, sim::Pool::hbm,
-                                             bytes((kv_chunk + acc_chunk) * span), "K/V and dK/dV stream buffers", ids({prev})));
+            stream_buffers.push_back(mark(g.alloc(an + " kv dkv buffer " + std::to_string(d), gpu, sim::Pool::hbm,
+                                                  bytes((kv_chunk + acc_chunk) * span), "K/V and dK/dV stream buffers", ids({prev})),
+                                          at(sim::OpCode::kv_dkv, l, k, 0, k - 1)));
           }
           std::vector<sim::TaskId> blocks, now_written;
           for (int j0 = 0, b = 0; j0 < k; j0 += span, ++b) {
@@ -615,18 +656,24 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
             const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
             std::vector<sim::TaskId> deps{stream_buffers[static_cast<std::size_t>(b % p.prefetch)]};
             if (b >= p.prefetch) deps.push_back(blocks[static_cast<std::size_t>(b - p.prefetch)]);
-            const sim::TaskId kv_in = g.copy(an + " H2D kv " + range, gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps);
+            for (int j = j0; j < j1; ++j) deps.push_back(saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);  // forward wrote them
+            const sim::TaskId kv_in =
+                mark(g.copy(an + " H2D kv " + range, gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps),
+                     at(sim::OpCode::kv, l, k, j0, j1 - 1));
             std::vector<sim::TaskId> block_deps{last[0], kv_in};
             if (k < C - 1) {  // read-modify-write of the accumulators (the last chunk writes them first)
               if (static_cast<std::size_t>(b) < written.size()) deps.push_back(written[static_cast<std::size_t>(b)]);
-              block_deps.push_back(g.copy(an + " H2D dkv " + range, gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk * (j1 - j0)), true}, deps));
+              block_deps.push_back(
+                  mark(g.copy(an + " H2D dkv " + range, gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk * (j1 - j0)), true}, deps),
+                       at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
             }
             last[0] = g.add({an + " C" + std::to_string(k) + " x " + range, gpu, {sim::StreamKind::compute, 0}, rec,
-                             sim::Attention{c, c * (j1 - j0), heads, kv_heads, hd, false, true}},
+                             sim::Attention{c, c * (j1 - j0), heads, kv_heads, hd, false, true}, at(sim::OpCode::attn_bwd, l, k, j0, j1 - 1)},
                             block_deps);
             blocks.push_back(last[0]);
-            now_written.push_back(g.copy(an + " D2H dkv " + range, gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk * (j1 - j0)), true},
-                                         ids({last[0]})));
+            now_written.push_back(mark(g.copy(an + " D2H dkv " + range, gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk * (j1 - j0)), true},
+                                              ids({last[0]})),
+                                       at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
           }
           written = now_written;
         });
@@ -637,10 +684,16 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         for (sim::TaskId dep : ready) g.add_dependency(dep, begin);
         const sim::TaskId out = chain[0];
         grad_out[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] =
-            l > 0 ? arrive(out, gpu, gpu_of(l - 1), "B" + seq_tag + " L" + std::to_string(l - 1) + " C" + std::to_string(k) + " recv grad") : out;
+            l > 0 ? arrive(out, gpu, gpu_of(l - 1), "B" + seq_tag + " L" + std::to_string(l - 1) + " C" + std::to_string(k) + " recv grad",
+                           at(sim::OpCode::input_grad, l, k))
+                  : out;
         gpu_last[static_cast<std::size_t>(gpu)] = out;
         visit_ends[static_cast<std::size_t>(gpu)].push_back(out);
-        for (auto buf : stream_buffers) g.free(name + " free buffer", buf, ids({out}));
+        if (!stream_buffers.empty()) {  // the buffers are read until the last dK/dV block is back in host DRAM
+          std::vector<sim::TaskId> deps{out};
+          deps.insert(deps.end(), written.begin(), written.end());
+          for (auto buf : stream_buffers) g.free(name + " free buffer", buf, deps);
+        }
         g.free(name + " free dkv", own_acc, ids({out}));
         if (wbuf >= 0) g.free(name + " free weights buffer", wbuf, ids({out}));
         if (sv.work >= 0) g.free(name + " free activations", sv.work, ids({out}));
@@ -649,14 +702,15 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         if (sv.host >= 0) g.free(name + " free host activations", sv.host, ids({out}));
         if (stream_weights) {  // this visit's weight gradients go to the host and are added there
           const double grad_bytes = pol.grad_bytes * layer_params;
-          const sim::TaskId d2h = g.copy(name + " D2H weight grads", gpu, {sim::Copy::Direction::d2h, bytes(grad_bytes), true}, ids({out}));
+          const sim::TaskId d2h = states(g.copy(name + " D2H weight grads", gpu, {sim::Copy::Direction::d2h, bytes(grad_bytes), true}, ids({out})));
           grads_ready[static_cast<std::size_t>(gpu)].push_back(g.add({name + " host accumulate grads", host, {sim::StreamKind::host, 0}, false,
-                                            sim::OptimizerStep{bytes(grad_bytes + 2 * pol.grad_bytes * layer_params)}},
+                                            sim::OptimizerStep{bytes(grad_bytes + 2 * pol.grad_bytes * layer_params)}, {sim::OpCode::states}},
                                            ids({d2h})));
         }
         if (l == 0) {
           gpu_last[static_cast<std::size_t>(gpu)] =
-              emit_embedding(g, gpu, "B" + seq_tag + " C" + std::to_string(k) + " embedding", c, h, true, out);
+              emit_embedding(g, gpu, "B" + seq_tag + " C" + std::to_string(k) + " embedding", c, h, true, out, at(sim::OpCode::embed_bwd, 0, k));
+          if (k == 0 && last_sequence) layer_done[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(L + 1)] = gpu_last[static_cast<std::size_t>(gpu)];
         }
         if (k == 0) {  // layer l's backward is complete for this sequence
           if (accumulators[static_cast<std::size_t>(l)] >= 0) {
@@ -670,25 +724,28 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
     }
   }
 
-  // Per ring position: all-reduce each layer's gradients across the replicas as soon as the layer's backward is
-  // complete everywhere (overlapped with the rest of backward), then the optimizer step where the states live.
+  // Per ring position: all-reduce each layer's gradients (then the LM head's and the embedding's) across the
+  // replicas as soon as that part's backward is complete everywhere (overlapped with the rest of backward), then
+  // the optimizer step where the states live.
   if (replicas > 1) {
     for (int pos = 0; pos < P; ++pos) {
       std::vector<sim::DeviceId> members;
       for (int r = 0; r < replicas; ++r) members.push_back(plan.rings[static_cast<std::size_t>(r)][static_cast<std::size_t>(pos)]);
       const std::int32_t group = g.add_group(members);
-      for (int l = 0; l < L; ++l) {
-        if (stage_position[static_cast<std::size_t>(l)] != pos) continue;
+      for (int l = 0; l < L + 2; ++l) {
+        const bool head = l == L, embedding = l == L + 1;
+        if (stage_position[static_cast<std::size_t>(embedding ? 0 : l)] != pos) continue;
         std::vector<sim::TaskId> deps;
         for (auto m : members) {
           deps.push_back(layer_done[static_cast<std::size_t>(m)][static_cast<std::size_t>(l)]);
           for (auto id : grads_ready[static_cast<std::size_t>(m)]) deps.push_back(id);  // streamed: the host's sums
         }
-        const double grad_bytes = pol.grad_bytes * layer_params;
-        const sim::TaskId ar = g.collective("all-reduce grads L" + std::to_string(l),
+        const double grad_bytes = pol.grad_bytes * (head ? head_params : embedding ? embedding_params : layer_params);
+        const std::string part = head ? "head" : embedding ? "embedding" : "L" + std::to_string(l);
+        const sim::TaskId ar = states(g.collective("all-reduce grads " + part,
                                             {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, group,
                                              (bytes(grad_bytes) + replicas - 1) / replicas * replicas},
-                                            deps, kReduceStream);
+                                            deps, kReduceStream));
         for (auto m : members) reduced[static_cast<std::size_t>(m)].push_back(ar);
       }
     }
@@ -712,19 +769,21 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
       const sim::DeviceId host = sim::host_device(in.cluster.node_of(gpu));
       std::vector<sim::TaskId> host_deps = deps;
       if (!stream_weights) {
-        host_deps = {g.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol.grad_bytes * owned), true}, deps)};
+        host_deps = {states(g.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol.grad_bytes * owned), true}, deps))};
       } else {  // the host's sums of this GPU's per-visit gradients
         for (auto id : grads_ready[static_cast<std::size_t>(gpu)]) host_deps.push_back(id);
       }
       const sim::TaskId step = g.add({"optimizer step host for gpu" + std::to_string(gpu), host, {sim::StreamKind::host, 0}, false,
-                                      sim::OptimizerStep{opt_bytes}},
+                                      sim::OptimizerStep{opt_bytes}, {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
                                      host_deps);
       if (!stream_weights) {
-        g.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol.weight_bytes * owned), true},
-               ids({step}));
+        states(g.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol.weight_bytes * owned), true},
+                      ids({step})));
       }
     } else {
-      g.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{opt_bytes}}, deps);
+      g.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{opt_bytes},
+             {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
+            deps);
     }
   }
   return plan;

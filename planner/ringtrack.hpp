@@ -48,6 +48,9 @@ struct RingTrackParams {
   // the host CPU, updated bf16 weights copied back).
   Placement states = Placement::hbm;
   std::vector<int> ring_order;     // positions 0..P-1 in ring order (same pattern in every replica); empty: from the topology
+  // Tokens per streamed K/V block: not a plan-file parameter (plans use kKvBlockTokens); tests lower it to stream
+  // several blocks through the prefetch buffers at small sizes.
+  std::int64_t kv_block_tokens = kKvBlockTokens;
 };
 
 // The cyclic order of GPUs `members` (cluster GPU indices) that maximises the slowest hop's bandwidth, counting

@@ -74,23 +74,23 @@ LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& mode
 }
 
 void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last,
-                             bool recompute) {
+                             bool recompute, sim::OpCode code) {
   for (std::size_t r = 0; r < ranks_.size(); ++r) {
     std::vector<sim::TaskId> deps;
     if (last[r] >= 0) deps.push_back(last[r]);
-    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute, params}, deps);
+    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute, params, op(code)}, deps);
   }
 }
 
-void LayerEmitter::gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
+void LayerEmitter::gemm(const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
                         std::vector<sim::TaskId>& last, bool recompute) {
   each_rank(name, sim::Gemm{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1), std::max<std::int64_t>(k, 1), hw::Dtype::bf16},
-            last, recompute);
+            last, recompute, code);
 }
 
-void LayerEmitter::elementwise(const std::string& name, double read, double written, std::vector<sim::TaskId>& last,
+void LayerEmitter::elementwise(const std::string& name, sim::OpCode code, double read, double written, std::vector<sim::TaskId>& last,
                                bool recompute) {
-  each_rank(name, sim::Elementwise{static_cast<std::int64_t>(read), static_cast<std::int64_t>(written)}, last, recompute);
+  each_rank(name, sim::Elementwise{static_cast<std::int64_t>(read), static_cast<std::int64_t>(written)}, last, recompute, code);
 }
 
 void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
@@ -100,9 +100,15 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
   const int shards = split_.tp * split_.ulysses;
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);  // batch folded into heads
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
+  const auto before = static_cast<sim::TaskId>(graph_.size());
   each_rank(name, sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads),
                                  static_cast<std::int32_t>(model_.head_dim), true, backward},
-            last, recompute);
+            last, recompute, backward ? sim::OpCode::attn_bwd : sim::OpCode::attn);
+  for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()); ++id) {  // the whole causal square: its own chunk
+    sim::Op o = graph_.task(id).op;
+    o.first = o.last = o.chunk;
+    graph_.set_op(id, o);
+  }
 }
 
 // Ring attention over cp ranks: at step i rank r works on the K/V block that started on rank r - i, while it
@@ -143,7 +149,7 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
     sent = now_sent;
   }
   // Merge the partial outputs by their log-sum-exp (forward), or finish the gradients (backward).
-  elementwise(name + " merge", kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
+  elementwise(name + " merge", sim::OpCode::none, kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
               kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()), last, recompute);
 }
 
@@ -234,7 +240,7 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
       }
     }
   }
-  elementwise(name + " merge", kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
+  elementwise(name + " merge", sim::OpCode::none, kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
               kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()), last, recompute);
 }
 
@@ -265,25 +271,25 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   const bool sp = split_.sequence_parallel;
   const bool swiglu = model_.activation == model::Activation::swiglu;
 
-  elementwise(p + " norm1", kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+  elementwise(p + " norm1", sim::OpCode::norm1, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   if (sp) collective(p + " ag1", sim::CollectiveOp::all_gather, hidden_bytes, last);
-  gemm(p + " qkv", s, q + 2 * kv, h, last, recompute);
-  elementwise(p + " rope", kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, recompute);
+  gemm(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, last, recompute);
+  elementwise(p + " rope", sim::OpCode::rope, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, recompute);
   ulysses_exchange(p + " a2a qkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   attention(p + " attn", false, last, recompute);
   ulysses_exchange(p + " a2a out", kBf16 * static_cast<double>(s * q), last);
-  gemm(p + " proj", s, h, q, last, recompute);
+  gemm(p + " proj", sim::OpCode::proj, s, h, q, last, recompute);
   collective(p + (sp ? " rs1" : " ar1"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
              hidden_bytes, last);
-  elementwise(p + " residual1", 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
-  elementwise(p + " norm2", kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+  elementwise(p + " residual1", sim::OpCode::residual1, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+  elementwise(p + " norm2", sim::OpCode::norm2, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   if (sp) collective(p + " ag2", sim::CollectiveOp::all_gather, hidden_bytes, last);
-  gemm(p + " mlp_up", s, swiglu ? 2 * f : f, h, last, recompute);
-  elementwise(p + " act", kBf16 * static_cast<double>(s * (swiglu ? 2 * f : f)), kBf16 * static_cast<double>(s * f), last, recompute);
-  gemm(p + " mlp_down", s, h, f, last, recompute);
+  gemm(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, last, recompute);
+  elementwise(p + " act", sim::OpCode::act, kBf16 * static_cast<double>(s * (swiglu ? 2 * f : f)), kBf16 * static_cast<double>(s * f), last, recompute);
+  gemm(p + " mlp_down", sim::OpCode::mlp_down, s, h, f, last, recompute);
   collective(p + (sp ? " rs2" : " ar2"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
              hidden_bytes, last);
-  elementwise(p + " residual2", 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+  elementwise(p + " residual2", sim::OpCode::residual2, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
 }
 
 // Each GEMM's backward is two GEMMs (input gradient, weight gradient); elementwise backward reads the saved
@@ -298,29 +304,29 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   const std::int64_t f = model_.ffn_hidden / t;
   const std::int64_t up = model_.activation == model::Activation::swiglu ? 2 * f : f;
   const bool sp = split_.sequence_parallel;
-  auto gemm_backward = [&](const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k) {
-    gemm(name + " dgrad", m, k, n, last, false);  // dX = dY W^T
-    gemm(name + " wgrad", k, n, m, last, false);  // dW = X^T dY
+  auto gemm_backward = [&](const std::string& name, sim::OpCode dgrad, std::int64_t m, std::int64_t n, std::int64_t k) {
+    gemm(name + " dgrad", dgrad, m, k, n, last, false);  // dX = dY W^T
+    gemm(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad) + 1), k, n, m, last, false);  // dW = X^T dY
   };
-  elementwise(p + " residual2 bwd", kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
+  elementwise(p + " residual2 bwd", sim::OpCode::residual2_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
   if (sp) collective(p + " ag2 bwd", sim::CollectiveOp::all_gather, hidden_bytes, last);
-  gemm_backward(p + " mlp_down", s, h, f);
-  elementwise(p + " act bwd", kBf16 * static_cast<double>(s * (up + f)), kBf16 * static_cast<double>(s * up), last, false);
-  gemm_backward(p + " mlp_up", s, up, h);
+  gemm_backward(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f);
+  elementwise(p + " act bwd", sim::OpCode::act_bwd, kBf16 * static_cast<double>(s * (up + f)), kBf16 * static_cast<double>(s * up), last, false);
+  gemm_backward(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h);
   collective(p + (sp ? " rs2 bwd" : " ar2 bwd"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
              hidden_bytes, last);
-  elementwise(p + " norm2 bwd", 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
-  elementwise(p + " residual1 bwd", kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
+  elementwise(p + " norm2 bwd", sim::OpCode::norm2_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
+  elementwise(p + " residual1 bwd", sim::OpCode::residual1_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
   if (sp) collective(p + " ag1 bwd", sim::CollectiveOp::all_gather, hidden_bytes, last);
-  gemm_backward(p + " proj", s, h, q);
+  gemm_backward(p + " proj", sim::OpCode::proj_dgrad, s, h, q);
   ulysses_exchange(p + " a2a dout", kBf16 * static_cast<double>(s * q), last);
   attention(p + " attn bwd", true, last, false);
   ulysses_exchange(p + " a2a dqkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
-  elementwise(p + " rope bwd", kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, false);
-  gemm_backward(p + " qkv", s, q + 2 * kv, h);
+  elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, false);
+  gemm_backward(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h);
   collective(p + (sp ? " rs1 bwd" : " ar1 bwd"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
              hidden_bytes, last);
-  elementwise(p + " norm1 bwd", 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
+  elementwise(p + " norm1 bwd", sim::OpCode::norm1_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
 }
 
 namespace {
@@ -330,24 +336,39 @@ std::vector<sim::TaskId> after_of(sim::TaskId after) {
 }  // namespace
 
 sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens,
-                           std::int64_t hidden, bool backward, sim::TaskId after) {
+                           std::int64_t hidden, bool backward, sim::TaskId after, sim::Op at) {
   const std::int64_t read = backward ? 4 * tokens * hidden : 8 * tokens;  // ids, or gradient + table rows
-  return g.elementwise(name, gpu, {read, 2 * tokens * hidden}, after_of(after));
+  const sim::TaskId id = g.elementwise(name, gpu, {read, 2 * tokens * hidden}, after_of(after));
+  at.code = backward ? sim::OpCode::embed_bwd : sim::OpCode::embed;
+  at.layer = 0;
+  g.set_op(id, at);
+  return id;
 }
 
 sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
-                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after) {
+                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op coordinates) {
   constexpr std::int64_t kChunkTokens = 8192;
   sim::TaskId at = after;
+  auto piece = [&](sim::OpCode code, std::int64_t first, std::int64_t count) {
+    sim::Op o = coordinates;
+    o.code = code;
+    o.first = static_cast<std::int32_t>(first);
+    o.last = static_cast<std::int32_t>(first + count);
+    g.set_op(at, o);
+  };
   for (std::int64_t c0 = 0; c0 < tokens; c0 += kChunkTokens) {
     const std::int64_t c = std::min(kChunkTokens, tokens - c0);
     const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
     const sim::TaskId logits = g.alloc(name + " logits", gpu, sim::Pool::hbm, c * vocab_shard * 4, "fp32 logits chunk " + tag,
                                        after_of(at));
     at = g.gemm(name + " lm_head", gpu, {c, vocab_shard, hidden, hw::Dtype::bf16}, std::vector<sim::TaskId>{logits});
+    piece(sim::OpCode::head_logits, c0, c);
     at = g.elementwise(name + " softmax xent", gpu, {c * vocab_shard * 4, c * vocab_shard * 2}, std::vector<sim::TaskId>{at});
+    piece(sim::OpCode::head_xent, c0, c);
     at = g.gemm(name + " lm_head dgrad", gpu, {c, hidden, vocab_shard, hw::Dtype::bf16}, std::vector<sim::TaskId>{at});
+    piece(sim::OpCode::head_dgrad, c0, c);
     at = g.gemm(name + " lm_head wgrad", gpu, {hidden, vocab_shard, c, hw::Dtype::bf16}, std::vector<sim::TaskId>{at});
+    piece(sim::OpCode::head_wgrad, c0, c);
     g.free(name + " free logits", logits, std::vector<sim::TaskId>{at});
   }
   return at;

@@ -73,6 +73,15 @@ class LayerEmitter {
   LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
                std::vector<sim::DeviceId> ranks);
 
+  // Where the next forward()/backward() is in the step: every task they emit carries these coordinates and
+  // its op code (sim::Op), which is what lets the executor run the graph with real tensors.
+  void set_coordinates(int seq, int layer, int chunk) { at_ = {sim::OpCode::none, seq, layer, chunk, -1, -1}; }
+  sim::Op op(sim::OpCode code) const {
+    sim::Op o = at_;
+    o.code = code;
+    return o;
+  }
+
   // `last[i]` is rank i's most recent task (or -1); it is updated to the layer's final task.
   void forward(const std::string& prefix, std::vector<sim::TaskId>& last, bool recompute = false);
   void backward(const std::string& prefix, std::vector<sim::TaskId>& last);
@@ -85,10 +94,12 @@ class LayerEmitter {
 
  private:
   // One task per rank, each after that rank's previous task.
-  void each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last, bool recompute);
-  void gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, std::vector<sim::TaskId>& last,
-            bool recompute);
-  void elementwise(const std::string& name, double read, double written, std::vector<sim::TaskId>& last, bool recompute);
+  void each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last, bool recompute,
+                 sim::OpCode code);
+  void gemm(const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
+            std::vector<sim::TaskId>& last, bool recompute);
+  void elementwise(const std::string& name, sim::OpCode code, double read, double written, std::vector<sim::TaskId>& last,
+                   bool recompute);
   void attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
   void ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last);
@@ -101,16 +112,19 @@ class LayerEmitter {
   std::vector<sim::DeviceId> ranks_;
   std::int32_t group_ = -1;
   AttentionHook attention_hook_;
+  sim::Op at_;
 };
 
 // The ends of the model, per GPU, chained after `after` (or -1); each returns its last task.
 // Embedding lookup (a gather writing tokens*h*2 bytes) or its backward (a scatter-add into the embedding
 // gradient). Under TP the vocab-parallel lookup's all-reduce (tokens*h*2 bytes) is not modelled.
+// `at` gives the coordinates (sequence, chunk) its tasks carry.
 sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens,
-                           std::int64_t hidden, bool backward, sim::TaskId after);
+                           std::int64_t hidden, bool backward, sim::TaskId after, sim::Op at = {});
 // LM head and softmax cross-entropy over `tokens`, forward and backward fused per chunk of 8K tokens so that the
 // fp32 logits (tokens x vocab_shard x 4 bytes) never exist whole: logits, loss, input and weight gradients.
+// The final norm runs inside the LM head's pieces (its cost is not modelled: h elements per token).
 sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
-                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after);
+                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op at = {});
 
 }  // namespace trainyard::planner

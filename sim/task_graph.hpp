@@ -84,12 +84,53 @@ std::string_view to_string(TaskKind kind);
 std::string_view to_string(CollectiveOp op);
 std::string_view to_string(Algorithm algorithm);
 
+// What a task computes or moves in the model's terms, for the executor (backend/reference_step.hpp and the CUDA
+// executor); the simulator ignores it. Builders that annotate every task of a step make it executable with real
+// tensors; a graph with a task left at `none` can only be simulated.
+//
+// Coordinates: sequence `seq` of the step, `layer` (the LM head is layer == the model's layer count), query
+// chunk `chunk`. `first`/`last` are chunk numbers (inclusive) for K/V ranges (attention pairs, K/V and dK/dV
+// moves), token offsets [first, last) inside the chunk for the LM head's pieces, and the GPU whose parameters an
+// optimizer step updates.
+enum class OpCode : std::uint8_t {
+  none,
+  // forward of layer `layer` on chunk `chunk` (recompute reruns them with Task::recompute set)
+  embed, norm1, qkv, rope, attn, attn_merge, proj, residual1, norm2, mlp_up, act, mlp_down, residual2,
+  // backward, in the order a layer runs them
+  residual2_bwd, mlp_down_dgrad, mlp_down_wgrad, act_bwd, mlp_up_dgrad, mlp_up_wgrad, norm2_bwd, residual1_bwd,
+  proj_dgrad, proj_wgrad, attn_bwd, rope_bwd, qkv_dgrad, qkv_wgrad, norm1_bwd, embed_bwd,
+  // the final norm, LM head and cross-entropy on tokens [first, last) of the chunk: forward and backward fused
+  head_logits, head_xent, head_dgrad, head_wgrad,
+  optimizer,  // AdamW on the parameters the task's device (or the GPU it serves) owns
+  // What a copy or send moves, and what an allocation holds (its free drops it): tensors of (layer, chunk)
+  kv,          // K and V of chunks [first, last]
+  dkv,         // fp32 dK/dV accumulators of chunks [first, last]
+  kv_dkv,      // both (the backward's stream buffers)
+  acts,        // what forward keeps for backward except K/V: layer input, norm outputs, q, o, lse, MLP tensors
+  checkpoint,  // what recompute keeps: the layer input, the attention output and its lse
+  input,       // the layer's input (the previous layer's output; layer L: the final hidden state)
+  input_grad,  // the gradient of the layer's input
+  states,      // model states (weights, gradients, master weights, moments) of the device's layers
+};
+std::string_view to_string(OpCode code);
+
+struct Op {
+  OpCode code = OpCode::none;
+  std::int32_t seq = 0, layer = -1, chunk = -1;
+  std::int32_t first = -1, last = -1;
+};
+
 struct Task {
+  Task() = default;
+  Task(std::string name_, DeviceId device_, Stream stream_, bool recompute_, TaskParams params_, Op op_ = {})
+      : name(std::move(name_)), device(device_), stream(stream_), recompute(recompute_), params(std::move(params_)), op(op_) {}
+
   std::string name;  // says what it is: "F L3 C7 attn", "H2D kv L3 C5"
   DeviceId device = 0;
   Stream stream;
   bool recompute = false;  // counted in HFU, not MFU
   TaskParams params;
+  Op op;  // what it is in the model's terms, when the builder says (else code none)
 
   TaskKind kind() const { return static_cast<TaskKind>(params.index()); }
 };
@@ -101,6 +142,7 @@ class TaskGraph {
   TaskId add(Task task, std::span<const TaskId> deps = {});
   TaskId add(Task task, std::initializer_list<TaskId> deps) { return add(std::move(task), std::span(deps.begin(), deps.size())); }
   void add_dependency(TaskId before, TaskId after);
+  void set_op(TaskId id, Op op) { tasks_[static_cast<std::size_t>(id)].op = op; }
   std::int32_t add_group(std::vector<DeviceId> members);
   std::int32_t add_label(std::string label);
 

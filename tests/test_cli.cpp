@@ -221,6 +221,43 @@ TEST(Cli, CompareReadsTwoTimelines) {
   EXPECT_NE(not_a_trace.err.find("field 'otherData': expected this field to be present"), std::string::npos) << not_a_trace.err;
 }
 
+TEST(Cli, RunChecksTheChunkedPlanAgainstTheUnchunkedStepAndTrains) {
+  const std::string plan = TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json";
+  const auto check = run_cli("run --plan " + plan + " --device cpu --check --json");
+  ASSERT_EQ(check.exit_code, 0) << check.err;
+  const auto j = nlohmann::json::parse(check.out);
+  EXPECT_TRUE(j["check"]["pass"].get<bool>());
+  EXPECT_TRUE(j["check"]["race_checked"].get<bool>());
+  EXPECT_LT(j["check"]["loss_relative_error"].get<double>(), 2e-3);
+  EXPECT_GT(j["check"]["reads_checked"].get<int>(), 100);
+
+  test::TempDir dir;
+  const std::string curve = (dir.path() / "curve.csv").string();
+  std::string text;
+  while (text.size() < 4000) text += "the quick brown fox jumps over the lazy dog. ";
+  const auto train = run_cli("run --plan " + plan + " --device cpu --steps 3 --lr 1e-2 --text " + dir.write("text.txt", text) +
+                             " --loss-curve " + curve + " --json");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const auto steps = nlohmann::json::parse(train.out)["steps"];
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_LT(steps[2]["loss"].get<double>(), steps[0]["loss"].get<double>());
+  EXPECT_NE(test::read_file(curve).find("step,loss,seconds\n1,"), std::string::npos);
+
+  // Not yet on a GPU, and only ring-track plans: both said plainly.
+  const auto gpu = run_cli("run --plan " + plan);
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_NE(gpu.err.find("CUDA executor"), std::string::npos) << gpu.err;
+  std::string big = test::read_file(plan);
+  const auto model_at = big.find("custom:");
+  big.replace(model_at, big.find('"', model_at) - model_at, "llama3.2-1b");
+  const auto too_big = run_cli("run --device cpu --plan " + dir.write("big.json", big));
+  EXPECT_EQ(too_big.exit_code, 2);
+  EXPECT_NE(too_big.err.find("GFLOP per step"), std::string::npos) << too_big.err;
+  const auto missing_text = run_cli("run --plan " + plan + " --device cpu --text " + (dir.path() / "nope.txt").string());
+  EXPECT_EQ(missing_text.exit_code, 2);
+  EXPECT_NE(missing_text.err.find("nope.txt"), std::string::npos) << missing_text.err;
+}
+
 TEST(Cli, PlanStopsCleanlyOnCtrlCWithTheBestFoundSoFar) {
   // On one thread the full 1M search takes minutes; SIGINT stops it after the current wave. On a loaded machine
   // no plan may have fitted yet when the signal comes ("search interrupted" with the closest miss, also a clean

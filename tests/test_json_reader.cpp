@@ -17,7 +17,7 @@ std::string error_of(F&& f) {
   ADD_FAILURE() << "no InputError thrown";
   return "";
 }
-const Sources kSources = {{"ds", Source{Source::Kind::datasheet, "Some datasheet", "", "", ""}}};
+const Sources kSources = {{"ds", Source{Source::Kind::datasheet, "Some datasheet", "", "", "", ""}}};
 }  // namespace
 
 TEST(JsonReader, SyntaxErrorGivesLineAndColumn) {

@@ -81,10 +81,10 @@ TEST(RingTrack, VisitsFollowTheTrainDependencies) {
   int kv_reads = 0;
   for (const auto& t : plan.graph.tasks()) kv_reads += t.name == "F L2 C3 attn H2D kv C0..C2" && t.device == 0;
   EXPECT_EQ(kv_reads, 1);
-  // Data-parallel replicas all-reduce each layer's gradients once per step.
+  // Data-parallel replicas all-reduce each layer's gradients once per step, and the LM head's and the embedding's.
   int all_reduces = 0;
   for (const auto& t : plan.graph.tasks()) all_reduces += t.kind() == sim::TaskKind::collective;
-  EXPECT_EQ(all_reduces, L);
+  EXPECT_EQ(all_reduces, L + 2);
 }
 
 TEST(RingTrack, OnlyChunkActivationsCrossBetweenGpus) {

@@ -1,0 +1,144 @@
+#include "backend/model_state.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "common/error.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+Parameter make(std::string name, std::size_t size) {
+  Parameter p;
+  p.name = std::move(name);
+  p.weight.assign(size, 0.0f);
+  p.grad.assign(size, 0.0f);
+  p.master.assign(size, 0.0f);
+  p.m.assign(size, 0.0f);
+  p.v.assign(size, 0.0f);
+  return p;
+}
+
+void fill_normal(Parameter& p, float stddev, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p.master[i] = normal(rng);
+    p.weight[i] = kernels::round_bf16(p.master[i]);
+  }
+}
+
+void fill_ones(Parameter& p) {
+  std::fill(p.master.begin(), p.master.end(), 1.0f);
+  std::fill(p.weight.begin(), p.weight.end(), 1.0f);
+}
+
+}  // namespace
+
+ModelState::ModelState(const model::ModelConfig& model, std::uint64_t seed) : model_(model) {
+  const std::string origin = model.origin.empty() ? "--model" : model.origin;
+  if (model.activation != model::Activation::swiglu) throw InputError(origin, "activation", "swiglu (the executors run Llama-style layers)", "gelu");
+  if (model.norm != model::Norm::rmsnorm) throw InputError(origin, "norm", "rmsnorm (the executors run Llama-style layers)", "layernorm");
+  if (model.bias) throw InputError(origin, "bias", "false (the executors run Llama-style layers without biases)", "true");
+  if (model.head_dim % 2 != 0) throw InputError(origin, "head_dim", "an even number (RoPE rotates pairs)", std::to_string(model.head_dim));
+  const auto h = static_cast<std::size_t>(model.hidden), q = static_cast<std::size_t>(model.q_dim()),
+             kv = static_cast<std::size_t>(model.kv_dim()), f = static_cast<std::size_t>(model.ffn_hidden),
+             vocab = static_cast<std::size_t>(model.vocab);
+  std::mt19937_64 rng(seed);
+  constexpr float kStd = 0.02f;
+  const float out_std = kStd / std::sqrt(2.0f * static_cast<float>(model.layers));
+  for (std::int64_t l = 0; l < model.layers; ++l) {
+    const std::string tag = "L" + std::to_string(l) + " ";
+    LayerParameters p{make(tag + "norm1", h), make(tag + "wqkv", (q + 2 * kv) * h), make(tag + "wo", h * q),
+                      make(tag + "norm2", h), make(tag + "wup", 2 * f * h),      make(tag + "wdown", h * f)};
+    fill_ones(p.norm1);
+    fill_normal(p.wqkv, kStd, rng);
+    fill_normal(p.wo, out_std, rng);
+    fill_ones(p.norm2);
+    fill_normal(p.wup, kStd, rng);
+    fill_normal(p.wdown, out_std, rng);
+    layers_.push_back(std::move(p));
+  }
+  embedding_ = make("embedding", vocab * h);
+  fill_normal(embedding_, kStd, rng);
+  final_norm_ = make("final norm", h);
+  fill_ones(final_norm_);
+  if (!model.tied_embeddings) {
+    lm_head_ = make("lm head", vocab * h);
+    fill_normal(lm_head_, kStd, rng);
+  }
+}
+
+std::vector<Parameter*> ModelState::group(int group) {
+  if (group == kEmbeddingGroup) return {&embedding_};
+  if (group == kHeadGroup) {
+    if (model_.tied_embeddings) return {&final_norm_};  // the tied matrix is updated with the embedding group
+    return {&final_norm_, &lm_head_};
+  }
+  TRAINYARD_CHECK(group >= 0 && group < static_cast<int>(layers_.size()), "parameter group out of range");
+  auto& l = layers_[static_cast<std::size_t>(group)];
+  return {&l.norm1, &l.wqkv, &l.wo, &l.norm2, &l.wup, &l.wdown};
+}
+
+std::vector<Parameter*> ModelState::all() {
+  std::vector<Parameter*> out;
+  for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {
+    for (Parameter* p : group(l)) out.push_back(p);
+  }
+  out.push_back(&embedding_);
+  for (Parameter* p : group(kHeadGroup)) out.push_back(p);
+  return out;
+}
+
+std::vector<const Parameter*> ModelState::all() const {
+  const auto mutable_all = const_cast<ModelState*>(this)->all();  // the same list, read-only
+  return {mutable_all.begin(), mutable_all.end()};
+}
+
+void ModelState::zero_grads() {
+  for (Parameter* p : all()) std::fill(p->grad.begin(), p->grad.end(), 0.0f);
+}
+
+void ModelState::adamw_step(int group, const kernels::AdamW& opt, int step) {
+  for (Parameter* p : this->group(group)) {
+    // Norm gains are not decayed (the usual practice).
+    kernels::AdamW o = opt;
+    if (p->name.find("norm") != std::string::npos) o.weight_decay = 0;
+    kernels::adamw_ref(o, step, p->master, p->m, p->v, p->grad, p->weight);
+  }
+}
+
+std::vector<std::vector<std::int32_t>> text_windows(const std::string& path, std::int64_t seq_len, std::int64_t sequences,
+                                                    std::int64_t offset) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path, "file", "a readable text file", "cannot open it");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto n = static_cast<std::int64_t>(text.size());
+  if (n < seq_len + 1) {
+    throw InputError(path, "length", "at least " + std::to_string(seq_len + 1) + " bytes (one sequence and its last target)",
+                     std::to_string(n) + " bytes");
+  }
+  std::vector<std::vector<std::int32_t>> out;
+  for (std::int64_t s = 0; s < sequences; ++s) {
+    std::vector<std::int32_t> window(static_cast<std::size_t>(seq_len + 1));
+    const std::int64_t start = (offset + s * seq_len) % n;
+    for (std::int64_t i = 0; i <= seq_len; ++i) window[static_cast<std::size_t>(i)] = static_cast<unsigned char>(text[static_cast<std::size_t>((start + i) % n)]);
+    out.push_back(std::move(window));
+  }
+  return out;
+}
+
+std::vector<std::vector<std::int32_t>> random_windows(std::int64_t vocab, std::int64_t seq_len, std::int64_t sequences,
+                                                      std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab - 1));
+  std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(sequences), std::vector<std::int32_t>(static_cast<std::size_t>(seq_len + 1)));
+  for (auto& w : out) {
+    for (auto& t : w) t = token(rng);
+  }
+  return out;
+}
+
+}  // namespace trainyard::backend

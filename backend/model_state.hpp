@@ -1,0 +1,78 @@
+#pragma once
+// The model's parameters with real values, for the executors: bf16 weights (held as floats rounded to bf16),
+// their fp32 gradients, and the fp32 master weights and AdamW moments. Layouts are the ones the layer's GEMMs use
+// (row-major [out][in], y = x W^T): see the per-tensor comments.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/reference.hpp"
+#include "models/model.hpp"
+
+namespace trainyard::backend {
+
+// One parameter tensor with everything the optimizer needs.
+struct Parameter {
+  std::string name;            // "L3 wqkv", "embedding"
+  std::vector<float> weight;   // what forward reads (bf16 values)
+  std::vector<float> grad;     // fp32, summed over the step's chunks and sequences
+  std::vector<float> master;   // fp32 master copy
+  std::vector<float> m, v;     // AdamW moments
+  std::size_t size() const { return weight.size(); }
+};
+
+struct LayerParameters {
+  Parameter norm1;  // [hidden]
+  Parameter wqkv;   // [q_dim + 2 kv_dim][hidden]: the rows of q, then k, then v
+  Parameter wo;     // [hidden][q_dim]
+  Parameter norm2;  // [hidden]
+  Parameter wup;    // [2 ffn][hidden]: the gate rows, then the up rows
+  Parameter wdown;  // [hidden][ffn]
+};
+
+// Parameter groups, as the optimizer sees them: one per layer, the embedding, the head (final norm and LM head).
+constexpr int kEmbeddingGroup = -1;
+constexpr int kHeadGroup = -2;
+
+class ModelState {
+ public:
+  // Seeded: weights ~ N(0, 0.02^2) (the output projections scaled by 1/sqrt(2 layers), GPT-2 style), norms 1.
+  // Throws InputError (origin --model) for shapes the executors do not run: gelu, layernorm, bias, an odd head_dim.
+  ModelState(const model::ModelConfig& model, std::uint64_t seed);
+
+  const model::ModelConfig& model() const { return model_; }
+  std::vector<LayerParameters>& layers() { return layers_; }
+  const std::vector<LayerParameters>& layers() const { return layers_; }
+  Parameter& embedding() { return embedding_; }
+  const Parameter& embedding() const { return embedding_; }
+  Parameter& final_norm() { return final_norm_; }
+  const Parameter& final_norm() const { return final_norm_; }
+  // The LM head's [vocab][hidden] matrix: the embedding itself when the model ties them.
+  Parameter& lm_head() { return model_.tied_embeddings ? embedding_ : lm_head_; }
+  const Parameter& lm_head() const { return model_.tied_embeddings ? embedding_ : lm_head_; }
+
+  // Every parameter of a group (a layer index, kEmbeddingGroup or kHeadGroup).
+  std::vector<Parameter*> group(int group);
+  std::vector<Parameter*> all();
+  std::vector<const Parameter*> all() const;
+
+  void zero_grads();
+  // One AdamW step (step >= 1) on a group: master weights and moments updated, bf16 weights refreshed.
+  void adamw_step(int group, const kernels::AdamW& opt, int step);
+
+ private:
+  model::ModelConfig model_;
+  std::vector<LayerParameters> layers_;
+  Parameter embedding_, final_norm_, lm_head_;
+};
+
+// Byte-level tokens (vocab 256) of a text file, cut into `sequences` windows of seq_len + 1 tokens (inputs and
+// next-token targets) starting at `offset` and wrapping round the file. Throws InputError naming the file when
+// it cannot be read or is shorter than one window.
+std::vector<std::vector<std::int32_t>> text_windows(const std::string& path, std::int64_t seq_len, std::int64_t sequences,
+                                                    std::int64_t offset);
+// Seeded uniform tokens in [0, vocab), same shape.
+std::vector<std::vector<std::int32_t>> random_windows(std::int64_t vocab, std::int64_t seq_len, std::int64_t sequences,
+                                                      std::uint64_t seed);
+
+}  // namespace trainyard::backend

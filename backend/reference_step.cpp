@@ -1,0 +1,747 @@
+#include "backend/reference_step.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <queue>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "common/error.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+constexpr float kNormEps = 1e-5f;
+
+// The tensors of one (layer, chunk), by role. Forward: x (the layer's input), n1, q, k, v (after RoPE), o_run and
+// lse (the running attention state), o, p (projection), h1, n2, gu (gate | up), a, then the next layer's x.
+// Backward: dx is the gradient of x (OpCode::input_grad), dkv the fp32 dK | dV of a chunk.
+enum class Role : std::uint8_t {
+  x, n1, q, k, v, o_run, o, lse, p, h1, n2, gu, a, mo,
+  dm, dh1, da, dgu, dn2, dp, d_o, delta, dq, dkv, dqkv, dn1, dx,
+  nf, logits, dlogits,  // the LM head's pieces (sub = the piece's first token)
+};
+constexpr const char* kRoleNames[] = {"x (layer input)", "norm1 output", "Q", "K", "V", "running attention output",
+                                      "attention output", "attention lse", "projection output", "residual1 output",
+                                      "norm2 output", "gate|up", "MLP activation", "MLP output", "dMLP", "dh1", "dact", "dgate|up",
+                                      "dnorm2", "dproj", "dO", "attention delta", "dQ", "dK|dV accumulator", "dQKV",
+                                      "dnorm1", "dx (input gradient)", "final norm output", "logits", "dlogits"};
+static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::dlogits) + 1);
+
+struct Key {
+  Role role;
+  std::int32_t seq, layer, chunk, sub = 0;
+  auto operator<=>(const Key&) const = default;
+};
+
+std::string describe(const Key& k) {
+  std::ostringstream out;
+  out << kRoleNames[static_cast<int>(k.role)] << " of layer " << k.layer << " chunk " << k.chunk << " (sequence " << k.seq << ")";
+  return out.str();
+}
+
+// A tensor's copy at one place.
+struct Slot {
+  std::vector<float> data;
+  std::int64_t version = 0;
+  sim::TaskId producer = -1;
+  std::vector<sim::TaskId> readers;  // since the last write
+};
+
+// The parameter groups, with what wrote their gradients (for the optimizer's order check).
+struct GroupState {
+  std::set<sim::DeviceId> owners;
+  std::vector<sim::TaskId> grad_writers;
+  bool updated = false;
+};
+
+class Interpreter {
+ public:
+  Interpreter(const sim::TaskGraph& graph, ModelState& state, std::int64_t chunk, int gpus_per_node,
+              std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options)
+      : g_(graph), s_(state), m_(state.model()), c_(chunk), gpn_(gpus_per_node), tokens_(tokens), opt_(options) {
+    TRAINYARD_CHECK(!tokens.empty(), "a step has at least one sequence");
+    seq_len_ = static_cast<std::int64_t>(tokens.front().size()) - 1;
+    TRAINYARD_CHECK(chunk > 0 && seq_len_ % chunk == 0, "the chunk length divides the sequence length");
+    total_tokens_ = seq_len_ * static_cast<std::int64_t>(tokens.size());
+  }
+
+  ReferenceResult run() {
+    const auto order = topological_order();
+    check_annotated();
+    if (static_cast<std::int64_t>(g_.size()) <= opt_.race_check_max_tasks) build_ancestors(order);
+    find_owners();
+    s_.zero_grads();
+    for (sim::TaskId id : order) run_task(id);
+    ReferenceResult r;
+    r.loss = loss_sum_ / static_cast<double>(total_tokens_);
+    r.tokens = total_tokens_;
+    r.tasks_run = static_cast<std::int64_t>(order.size());
+    r.reads_checked = reads_checked_;
+    r.race_checked = !ancestors_.empty();
+    return r;
+  }
+
+ private:
+  // --- graph order ---------------------------------------------------------------------------------------------
+  std::vector<sim::TaskId> topological_order() {
+    const auto n = g_.size();
+    preds_.assign(n, {});
+    std::vector<std::vector<sim::TaskId>> succs(n);
+    std::vector<int> missing(n, 0);
+    auto edge = [&](sim::TaskId a, sim::TaskId b) {
+      preds_[static_cast<std::size_t>(b)].push_back(a);
+      succs[static_cast<std::size_t>(a)].push_back(b);
+      ++missing[static_cast<std::size_t>(b)];
+    };
+    for (const auto& [a, b] : g_.edges()) edge(a, b);
+    // Streams are in order (as CUDA's are): each task also follows the one before it on its stream.
+    std::map<std::tuple<sim::DeviceId, sim::StreamKind, int>, sim::TaskId> stream_last;
+    for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(n); ++id) {
+      const auto& t = g_.task(id);
+      if (t.stream.kind == sim::StreamKind::none) continue;
+      auto [it, fresh] = stream_last.try_emplace({t.device, t.stream.kind, t.stream.index}, id);
+      if (!fresh) {
+        edge(it->second, id);
+        it->second = id;
+      }
+    }
+    std::priority_queue<sim::TaskId, std::vector<sim::TaskId>, std::greater<>> ready;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (missing[i] == 0) ready.push(static_cast<sim::TaskId>(i));
+    }
+    std::vector<sim::TaskId> order;
+    order.reserve(n);
+    while (!ready.empty()) {
+      const sim::TaskId t = ready.top();
+      ready.pop();
+      order.push_back(t);
+      for (sim::TaskId s : succs[static_cast<std::size_t>(t)]) {
+        if (--missing[static_cast<std::size_t>(s)] == 0) ready.push(s);
+      }
+    }
+    TRAINYARD_CHECK(order.size() == n, "the step's task graph has a cycle");
+    return order;
+  }
+
+  void build_ancestors(const std::vector<sim::TaskId>& order) {
+    const std::size_t n = g_.size(), words = (n + 63) / 64;
+    ancestors_.assign(n, std::vector<std::uint64_t>(words, 0));
+    for (sim::TaskId t : order) {
+      auto& mine = ancestors_[static_cast<std::size_t>(t)];
+      for (sim::TaskId p : preds_[static_cast<std::size_t>(t)]) {
+        const auto& theirs = ancestors_[static_cast<std::size_t>(p)];
+        for (std::size_t w = 0; w < words; ++w) mine[w] |= theirs[w];
+        mine[static_cast<std::size_t>(p) / 64] |= std::uint64_t{1} << (static_cast<std::size_t>(p) % 64);
+      }
+    }
+  }
+
+  // True when `before` is `task` or must finish before it starts (or when the check is off).
+  bool ordered(sim::TaskId before, sim::TaskId task) const {
+    if (ancestors_.empty() || before == task) return true;
+    const auto b = static_cast<std::size_t>(before);
+    return (ancestors_[static_cast<std::size_t>(task)][b / 64] >> (b % 64)) & 1;
+  }
+
+  std::string name(sim::TaskId id) const { return "task " + std::to_string(id) + " '" + g_.task(id).name + "'"; }
+  [[noreturn]] void fail(sim::TaskId id, const std::string& what) const {
+    throw InternalError(name(id) + ": " + what, __FILE__, __LINE__);
+  }
+
+  void check_annotated() const {
+    for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g_.size()); ++id) {
+      const auto& t = g_.task(id);
+      if (t.kind() == sim::TaskKind::free) continue;  // a free drops what its allocation holds
+      if (t.op.code == sim::OpCode::none && t.kind() != sim::TaskKind::alloc) {
+        throw InputError("the plan's task graph", name(id), "a task the executor can run (a builder that annotates its tasks: ring-track)",
+                         "a task without an op");
+      }
+    }
+  }
+
+  // Which GPUs hold each parameter group: where its forward runs.
+  void find_owners() {
+    for (const auto& t : g_.tasks()) {
+      if (t.op.code == sim::OpCode::norm1) groups_[t.op.layer].owners.insert(t.device);
+      if (t.op.code == sim::OpCode::embed) groups_[kEmbeddingGroup].owners.insert(t.device);
+      if (t.op.code == sim::OpCode::head_logits) groups_[kHeadGroup].owners.insert(t.device);
+    }
+  }
+
+  // --- tensors and the dataflow checks ----------------------------------------------------------------------------
+  sim::DeviceId host_of(sim::DeviceId gpu) const { return sim::host_device(gpu / gpn_); }
+
+  const std::vector<float>& read(sim::TaskId task, sim::DeviceId where, const Key& key) {
+    auto it = store_.find({where, key});
+    if (it == store_.end()) {
+      fail(task, "reads " + describe(key) + " on " + sim::device_name(where) + ", which does not hold it (" +
+                     (latest_.count(key) ? "it is elsewhere: the plan lacks a copy or freed it too early" : "nothing has produced it") + ")");
+    }
+    Slot& slot = it->second;
+    if (slot.version != latest_[key]) {
+      fail(task, "reads " + describe(key) + " on " + sim::device_name(where) + " at version " + std::to_string(slot.version) +
+                     " but the latest is " + std::to_string(latest_[key]) + ": a stale copy");
+    }
+    if (!ordered(slot.producer, task)) {
+      fail(task, "reads " + describe(key) + " on " + sim::device_name(where) + " put there by " + name(slot.producer) +
+                     ", which is not ordered before it: a race");
+    }
+    slot.readers.push_back(task);
+    ++reads_checked_;
+    return slot.data;
+  }
+
+  bool exists(const Key& key) const { return latest_.count(key) > 0; }
+
+  // A new value of `key` at `where` (a new version unless `version` carries a copy's).
+  std::vector<float>& write(sim::TaskId task, sim::DeviceId where, const Key& key, std::vector<float> data, std::int64_t version = 0) {
+    Slot& slot = store_[{where, key}];
+    if (slot.producer >= 0 && !ordered(slot.producer, task)) {
+      fail(task, "overwrites " + describe(key) + " on " + sim::device_name(where) + " written by " + name(slot.producer) +
+                     ", which is not ordered before it: a race");
+    }
+    for (sim::TaskId r : slot.readers) {
+      if (!ordered(r, task)) fail(task, "overwrites " + describe(key) + " on " + sim::device_name(where) + " while " + name(r) + " may still read it");
+    }
+    slot.data = std::move(data);
+    slot.version = version > 0 ? version : ++latest_[key];
+    slot.producer = task;
+    slot.readers.clear();
+    return slot.data;
+  }
+
+  void drop(sim::TaskId task, sim::DeviceId where, const Key& key) {
+    auto it = store_.find({where, key});
+    if (it == store_.end()) return;
+    for (sim::TaskId r : it->second.readers) {
+      if (!ordered(r, task)) fail(task, "frees " + describe(key) + " on " + sim::device_name(where) + " while " + name(r) + " may still read it");
+    }
+    if (!ordered(it->second.producer, task)) {
+      fail(task, "frees " + describe(key) + " on " + sim::device_name(where) + " before " + name(it->second.producer) + " wrote it");
+    }
+    store_.erase(it);
+  }
+
+  // The tensors a copy, send or allocation covers.
+  std::vector<Key> content(const sim::Op& op) const {
+    std::vector<Key> keys;
+    auto at = [&](Role r, int layer, int chunk) { keys.push_back({r, op.seq, layer, chunk}); };
+    switch (op.code) {
+      case sim::OpCode::kv:
+      case sim::OpCode::dkv:
+      case sim::OpCode::kv_dkv:
+        for (int j = op.first; j <= op.last; ++j) {
+          if (op.code != sim::OpCode::dkv) {
+            at(Role::k, op.layer, j);
+            at(Role::v, op.layer, j);
+          }
+          if (op.code != sim::OpCode::kv) at(Role::dkv, op.layer, j);
+        }
+        break;
+      case sim::OpCode::acts:
+        for (Role r : {Role::x, Role::n1, Role::q, Role::o, Role::lse, Role::h1, Role::n2, Role::gu, Role::a}) at(r, op.layer, op.chunk);
+        break;
+      case sim::OpCode::checkpoint:
+        for (Role r : {Role::x, Role::o, Role::lse}) at(r, op.layer, op.chunk);
+        break;
+      case sim::OpCode::input: at(Role::x, op.layer, op.chunk); break;
+      case sim::OpCode::input_grad: at(Role::dx, op.layer, op.chunk); break;
+      default: break;
+    }
+    return keys;
+  }
+
+  // Moves the tensors of `op` from one place to another (a copy keeps the version).
+  void move(sim::TaskId task, sim::DeviceId from, sim::DeviceId to, const sim::Op& op) {
+    const auto keys = content(op);
+    if (keys.empty()) fail(task, "moves nothing the executor knows (op " + std::string(sim::to_string(op.code)) + ")");
+    for (const Key& key : keys) {
+      if (key.role == Role::dkv && !exists(key)) continue;  // an accumulator nothing has added to yet is zero
+      std::vector<float> data = read(task, from, key);
+      const std::int64_t version = store_.at({from, key}).version;
+      write(task, to, key, std::move(data), version);
+    }
+  }
+
+  // --- numerics ------------------------------------------------------------------------------------------------
+  void round(std::vector<float>& x) const {
+    if (!opt_.emulate_bf16) return;
+    for (float& v : x) v = kernels::round_bf16(v);
+  }
+  std::vector<float> rounded(std::vector<float> x) const {
+    round(x);
+    return x;
+  }
+
+  // y[rows][out] = x[rows][in] W^T, W [out][in].
+  static std::vector<float> linear(const std::vector<float>& x, const std::vector<float>& w, std::int64_t rows, std::int64_t in, std::int64_t out) {
+    std::vector<float> y(static_cast<std::size_t>(rows * out));
+    kernels::gemm_ref(static_cast<int>(rows), static_cast<int>(out), static_cast<int>(in), x, false, w, true, y, 1, 0);
+    return y;
+  }
+  // dx[rows][in] = dy[rows][out] W.
+  static std::vector<float> linear_dgrad(const std::vector<float>& dy, const std::vector<float>& w, std::int64_t rows, std::int64_t in,
+                                         std::int64_t out) {
+    std::vector<float> dx(static_cast<std::size_t>(rows * in));
+    kernels::gemm_ref(static_cast<int>(rows), static_cast<int>(in), static_cast<int>(out), dy, false, w, false, dx, 1, 0);
+    return dx;
+  }
+  // dW[out][in] += dy^T x.
+  static void linear_wgrad(const std::vector<float>& dy, const std::vector<float>& x, std::vector<float>& dw, std::int64_t rows, std::int64_t in,
+                           std::int64_t out) {
+    kernels::gemm_ref(static_cast<int>(out), static_cast<int>(in), static_cast<int>(rows), dy, true, x, false, dw, 1, 1);
+  }
+
+  void expect_gemm(sim::TaskId id, std::int64_t m, std::int64_t n, std::int64_t k) const {
+    const auto* gemm = std::get_if<sim::Gemm>(&g_.task(id).params);
+    if (!gemm) fail(id, "expected a GEMM task for op " + std::string(sim::to_string(g_.task(id).op.code)));
+    if (gemm->m != m || gemm->n != n || gemm->k != k) {
+      fail(id, "the graph's GEMM is " + std::to_string(gemm->m) + " x " + std::to_string(gemm->n) + " x " + std::to_string(gemm->k) +
+                   " but the layer runs " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k));
+    }
+  }
+
+  void grad_written(int group, sim::TaskId id) { groups_[group].grad_writers.push_back(id); }
+
+  std::int32_t token(int seq, std::int64_t position) const {
+    const auto& t = tokens_[static_cast<std::size_t>(seq)];
+    TRAINYARD_CHECK(position >= 0 && position < static_cast<std::int64_t>(t.size()), "token position inside the sequence");
+    const std::int32_t id = t[static_cast<std::size_t>(position)];
+    TRAINYARD_CHECK(id >= 0 && id < m_.vocab, "token id inside the vocabulary");
+    return id;
+  }
+
+  kernels::AttentionShape attention_shape(const sim::Op& op) const {
+    kernels::AttentionShape s;
+    s.q_len = static_cast<int>(c_);
+    s.kv_len = static_cast<int>(c_ * (op.last - op.first + 1));
+    s.heads = static_cast<int>(m_.heads);
+    s.kv_heads = static_cast<int>(m_.kv_heads);
+    s.head_dim = static_cast<int>(m_.head_dim);
+    s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
+    s.q_offset = op.chunk * c_;
+    s.kv_offset = op.first * c_;
+    return s;
+  }
+
+  void expect_attention(sim::TaskId id, const sim::Op& op) const {
+    const auto* a = std::get_if<sim::Attention>(&g_.task(id).params);
+    if (!a) fail(id, "expected an attention task");
+    const auto s = attention_shape(op);
+    if (a->q_len != s.q_len || a->kv_len != s.kv_len || a->heads != s.heads || a->kv_heads != s.kv_heads || a->head_dim != s.head_dim) {
+      fail(id, "the graph's attention is " + std::to_string(a->q_len) + " queries x " + std::to_string(a->kv_len) + " keys but the op covers " +
+                   std::to_string(s.q_len) + " x " + std::to_string(s.kv_len));
+    }
+    if (op.first < 0 || op.last < op.first || op.last > op.chunk) fail(id, "attends to chunks outside 0..its own");
+  }
+
+  // K and V of chunks first..last of a layer, one after another.
+  std::pair<std::vector<float>, std::vector<float>> gather_kv(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
+    std::vector<float> k, v;
+    for (int j = op.first; j <= op.last; ++j) {
+      const auto& kj = read(id, gpu, {Role::k, op.seq, op.layer, j});
+      k.insert(k.end(), kj.begin(), kj.end());
+      const auto& vj = read(id, gpu, {Role::v, op.seq, op.layer, j});
+      v.insert(v.end(), vj.begin(), vj.end());
+    }
+    return {std::move(k), std::move(v)};
+  }
+
+  void run_task(sim::TaskId id) {
+    const sim::Task& t = g_.task(id);
+    const sim::Op& op = t.op;
+    switch (t.kind()) {
+      case sim::TaskKind::alloc: return;  // what it holds matters when it is freed
+      case sim::TaskKind::free: {
+        const auto alloc_id = std::get<sim::Free>(t.params).alloc;
+        const sim::Task& alloc = g_.task(alloc_id);
+        for (const Key& key : content(alloc.op)) drop(id, alloc.device, key);
+        return;
+      }
+      case sim::TaskKind::copy: {
+        if (op.code == sim::OpCode::states) return;
+        const auto& copy = std::get<sim::Copy>(t.params);
+        const bool h2d = copy.direction == sim::Copy::Direction::h2d;
+        move(id, h2d ? host_of(t.device) : t.device, h2d ? t.device : host_of(t.device), op);
+        return;
+      }
+      case sim::TaskKind::p2p:
+        if (op.code == sim::OpCode::states) return;
+        move(id, t.device, std::get<sim::PointToPoint>(t.params).dst, op);
+        return;
+      case sim::TaskKind::collective:
+        if (op.code != sim::OpCode::states) fail(id, "a collective on activations: the reference runs ring-track's data-parallel gradients only");
+        return;  // gradients are held once per step: the all-reduce's sum is already there
+      default: break;
+    }
+    if (op.code == sim::OpCode::states) return;
+    if (op.code == sim::OpCode::optimizer) return optimizer(id, op);
+    if (sim::is_host(t.device)) fail(id, "a host task the executor does not know");
+    compute(id, t.device, op);
+  }
+
+  void optimizer(sim::TaskId id, const sim::Op& op) {
+    for (auto& [group, state] : groups_) {
+      if (!state.owners.count(op.first) || state.updated) continue;
+      for (sim::TaskId w : state.grad_writers) {
+        if (!ordered(w, id)) fail(id, "updates parameters whose gradient " + name(w) + " may still be adding to: a race");
+      }
+      state.updated = true;
+      if (opt_.run_optimizer) s_.adamw_step(group, opt_.adam, opt_.optimizer_step);
+    }
+  }
+
+  void compute(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
+    using sim::OpCode;
+    const std::int64_t c = c_, h = m_.hidden, q = m_.q_dim(), kv = m_.kv_dim(), f = m_.ffn_hidden, vocab = m_.vocab;
+    const int H = static_cast<int>(m_.heads), D = static_cast<int>(m_.head_dim);
+    auto key = [&](Role r) { return Key{r, op.seq, op.layer, op.chunk}; };
+    auto in = [&](Role r) -> const std::vector<float>& { return read(id, gpu, key(r)); };
+    auto out = [&](Role r, std::vector<float> data) { write(id, gpu, key(r), std::move(data)); };
+    if (op.layer < 0 || op.chunk < 0 || op.seq < 0 || op.seq >= static_cast<int>(tokens_.size())) fail(id, "an op without its coordinates");
+    if (op.layer > m_.layers || (op.layer == m_.layers) != (op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad)) {
+      fail(id, "layer " + std::to_string(op.layer) + " out of range for op " + std::string(sim::to_string(op.code)));
+    }
+    LayerParameters* layer = op.layer < m_.layers ? &s_.layers()[static_cast<std::size_t>(op.layer)] : nullptr;
+    switch (op.code) {
+      // ---- forward -------------------------------------------------------------------------------------------
+      case OpCode::embed: {
+        std::vector<float> x(static_cast<std::size_t>(c * h));
+        const auto& e = s_.embedding().weight;
+        for (std::int64_t r = 0; r < c; ++r) {
+          const std::int64_t row = token(op.seq, op.chunk * c + r);
+          std::copy_n(e.begin() + row * h, h, x.begin() + r * h);
+        }
+        out(Role::x, std::move(x));
+        return;
+      }
+      case OpCode::norm1:
+      case OpCode::norm2: {
+        const bool first = op.code == OpCode::norm1;
+        const auto& x = in(first ? Role::x : Role::h1);
+        std::vector<float> y(x.size());
+        kernels::rmsnorm_forward_ref(static_cast<int>(c), static_cast<int>(h), kNormEps, x, (first ? layer->norm1 : layer->norm2).weight, y);
+        out(first ? Role::n1 : Role::n2, rounded(std::move(y)));
+        return;
+      }
+      case OpCode::qkv: {
+        expect_gemm(id, c, q + 2 * kv, h);
+        const auto y = linear(in(Role::n1), layer->wqkv.weight, c, h, q + 2 * kv);
+        std::vector<float> qs, ks, vs;
+        for (std::int64_t r = 0; r < c; ++r) {
+          const auto row = y.begin() + r * (q + 2 * kv);
+          qs.insert(qs.end(), row, row + q);
+          ks.insert(ks.end(), row + q, row + q + kv);
+          vs.insert(vs.end(), row + q + kv, row + q + 2 * kv);
+        }
+        out(Role::q, rounded(std::move(qs)));
+        out(Role::k, rounded(std::move(ks)));
+        out(Role::v, rounded(std::move(vs)));
+        return;
+      }
+      case OpCode::rope: {
+        std::vector<float> qs = in(Role::q), ks = in(Role::k);
+        kernels::rope_ref(static_cast<int>(c), H, D, op.chunk * c, opt_.rope_base, false, qs);
+        kernels::rope_ref(static_cast<int>(c), static_cast<int>(m_.kv_heads), D, op.chunk * c, opt_.rope_base, false, ks);
+        out(Role::q, rounded(std::move(qs)));
+        out(Role::k, rounded(std::move(ks)));
+        return;
+      }
+      case OpCode::attn: {
+        expect_attention(id, op);
+        const auto shape = attention_shape(op);
+        const auto [k, v] = gather_kv(id, gpu, op);
+        std::vector<float> o_part(static_cast<std::size_t>(c * q)), lse_part(static_cast<std::size_t>(H * c));
+        kernels::attention_forward_ref(shape, in(Role::q), k, v, o_part, lse_part);
+        round(o_part);  // partials are written in bf16
+        std::vector<float> o_run(o_part.size(), 0.0f), lse(lse_part.size(), -std::numeric_limits<float>::infinity());
+        if (op.last != op.chunk) {  // not the diagonal (which comes first): fold into the running state
+          o_run = in(Role::o_run);
+          lse = in(Role::lse);
+        }
+        kernels::attention_merge_ref(static_cast<int>(c), H, D, o_run, lse, o_part, lse_part);
+        out(Role::o, rounded(o_run));
+        out(Role::o_run, std::move(o_run));
+        out(Role::lse, std::move(lse));
+        return;
+      }
+      case OpCode::attn_merge:
+        out(Role::o, rounded(in(Role::o_run)));
+        return;
+      case OpCode::proj:
+        expect_gemm(id, c, h, q);
+        out(Role::p, rounded(linear(in(Role::o), layer->wo.weight, c, q, h)));
+        return;
+      case OpCode::residual1:
+      case OpCode::residual2: {
+        const bool first = op.code == OpCode::residual1;
+        std::vector<float> y = in(first ? Role::x : Role::h1);
+        const auto& branch = in(first ? Role::p : Role::mo);
+        for (std::size_t i = 0; i < y.size(); ++i) y[i] += branch[i];
+        round(y);
+        if (first) {
+          out(Role::h1, std::move(y));
+        } else {  // the next layer's input (layer L's: the final hidden state)
+          write(id, gpu, {Role::x, op.seq, op.layer + 1, op.chunk}, std::move(y));
+        }
+        return;
+      }
+      case OpCode::mlp_up:
+        expect_gemm(id, c, 2 * f, h);
+        out(Role::gu, rounded(linear(in(Role::n2), layer->wup.weight, c, h, 2 * f)));
+        return;
+      case OpCode::act: {
+        std::vector<float> gate, up;
+        split_gate_up(in(Role::gu), gate, up);
+        std::vector<float> a(gate.size());
+        kernels::swiglu_forward_ref(gate, up, a);
+        out(Role::a, rounded(std::move(a)));
+        return;
+      }
+      case OpCode::mlp_down:
+        expect_gemm(id, c, h, f);
+        out(Role::mo, rounded(linear(in(Role::a), layer->wdown.weight, c, f, h)));
+        return;
+
+      // ---- backward ------------------------------------------------------------------------------------------
+      case OpCode::residual2_bwd: {  // the output's gradient flows into the MLP branch and the residual
+        const Key dy{Role::dx, op.seq, op.layer + 1, op.chunk};
+        std::vector<float> g = read(id, gpu, dy);
+        out(Role::dm, g);
+        out(Role::dh1, std::move(g));
+        return;
+      }
+      case OpCode::mlp_down_dgrad:
+        expect_gemm(id, c, f, h);
+        out(Role::da, rounded(linear_dgrad(in(Role::dm), layer->wdown.weight, c, f, h)));
+        return;
+      case OpCode::mlp_down_wgrad:
+        expect_gemm(id, f, h, c);
+        linear_wgrad(in(Role::dm), in(Role::a), layer->wdown.grad, c, f, h);
+        grad_written(op.layer, id);
+        return;
+      case OpCode::act_bwd: {
+        std::vector<float> gate, up;
+        split_gate_up(in(Role::gu), gate, up);
+        std::vector<float> d_gate(gate.size()), d_up(up.size());
+        kernels::swiglu_backward_ref(gate, up, in(Role::da), d_gate, d_up);
+        std::vector<float> dgu(static_cast<std::size_t>(c * 2 * f));
+        for (std::int64_t r = 0; r < c; ++r) {
+          std::copy_n(d_gate.begin() + r * f, f, dgu.begin() + r * 2 * f);
+          std::copy_n(d_up.begin() + r * f, f, dgu.begin() + r * 2 * f + f);
+        }
+        out(Role::dgu, rounded(std::move(dgu)));
+        return;
+      }
+      case OpCode::mlp_up_dgrad:
+        expect_gemm(id, c, h, 2 * f);
+        out(Role::dn2, rounded(linear_dgrad(in(Role::dgu), layer->wup.weight, c, h, 2 * f)));
+        return;
+      case OpCode::mlp_up_wgrad:
+        expect_gemm(id, h, 2 * f, c);
+        linear_wgrad(in(Role::dgu), in(Role::n2), layer->wup.grad, c, h, 2 * f);
+        grad_written(op.layer, id);
+        return;
+      case OpCode::norm2_bwd:
+      case OpCode::norm1_bwd: {
+        const bool second = op.code == OpCode::norm2_bwd;
+        const auto& x = in(second ? Role::h1 : Role::x);
+        std::vector<float> dx(x.size());
+        Parameter& w = second ? layer->norm2 : layer->norm1;
+        kernels::rmsnorm_backward_ref(static_cast<int>(c), static_cast<int>(h), kNormEps, x, w.weight, in(second ? Role::dn2 : Role::dn1), dx, w.grad);
+        grad_written(op.layer, id);
+        const auto& skip = in(Role::dh1);  // the residual's share of the gradient
+        for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += skip[i];
+        out(second ? Role::dh1 : Role::dx, rounded(std::move(dx)));
+        return;
+      }
+      case OpCode::residual1_bwd:
+        out(Role::dp, in(Role::dh1));
+        return;
+      case OpCode::proj_dgrad:
+        expect_gemm(id, c, q, h);
+        out(Role::d_o, rounded(linear_dgrad(in(Role::dp), layer->wo.weight, c, q, h)));
+        return;
+      case OpCode::proj_wgrad:
+        expect_gemm(id, q, h, c);
+        linear_wgrad(in(Role::dp), in(Role::o), layer->wo.grad, c, q, h);
+        grad_written(op.layer, id);
+        return;
+      case OpCode::attn_bwd: {
+        expect_attention(id, op);
+        const auto shape = attention_shape(op);
+        const auto [k, v] = gather_kv(id, gpu, op);
+        std::vector<float> dq(static_cast<std::size_t>(c * q), 0.0f), delta(static_cast<std::size_t>(H * c));
+        if (op.last == op.chunk) {  // the diagonal comes first: it starts dQ and computes D = rowsum(dO * O)
+          kernels::attention_backward_prep_ref(static_cast<int>(c), H, D, in(Role::o), in(Role::d_o), delta);
+        } else {
+          dq = in(Role::dq);
+          delta = in(Role::delta);
+        }
+        const std::size_t chunk_kv = static_cast<std::size_t>(c * kv);
+        std::vector<float> dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+        kernels::attention_backward_ref(shape, in(Role::q), k, v, in(Role::d_o), in(Role::lse), delta, dq, dk, dv);
+        for (int j = op.first; j <= op.last; ++j) {  // add into each chunk's fp32 accumulator
+          const Key acc{Role::dkv, op.seq, op.layer, j};
+          std::vector<float> sum = exists(acc) ? read(id, gpu, acc) : std::vector<float>(2 * chunk_kv, 0.0f);
+          const std::size_t at = static_cast<std::size_t>(j - op.first) * chunk_kv;
+          for (std::size_t i = 0; i < chunk_kv; ++i) {
+            sum[i] += dk[at + i];
+            sum[chunk_kv + i] += dv[at + i];
+          }
+          write(id, gpu, acc, std::move(sum));
+        }
+        out(Role::dq, std::move(dq));
+        out(Role::delta, std::move(delta));
+        return;
+      }
+      case OpCode::rope_bwd: {  // undo RoPE on dQ and this chunk's (now complete) dK; dV passes through
+        std::vector<float> dq = in(Role::dq);
+        const auto& acc = read(id, gpu, {Role::dkv, op.seq, op.layer, op.chunk});
+        const std::size_t chunk_kv = static_cast<std::size_t>(c * kv);
+        std::vector<float> dk(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(chunk_kv));
+        kernels::rope_ref(static_cast<int>(c), H, D, op.chunk * c, opt_.rope_base, true, dq);
+        kernels::rope_ref(static_cast<int>(c), static_cast<int>(m_.kv_heads), D, op.chunk * c, opt_.rope_base, true, dk);
+        std::vector<float> dqkv(static_cast<std::size_t>(c * (q + 2 * kv)));
+        for (std::int64_t r = 0; r < c; ++r) {
+          auto row = dqkv.begin() + r * (q + 2 * kv);
+          std::copy_n(dq.begin() + r * q, q, row);
+          std::copy_n(dk.begin() + r * kv, kv, row + q);
+          std::copy_n(acc.begin() + static_cast<std::ptrdiff_t>(chunk_kv) + r * kv, kv, row + q + kv);
+        }
+        out(Role::dqkv, rounded(std::move(dqkv)));
+        return;
+      }
+      case OpCode::qkv_dgrad:
+        expect_gemm(id, c, h, q + 2 * kv);
+        out(Role::dn1, rounded(linear_dgrad(in(Role::dqkv), layer->wqkv.weight, c, h, q + 2 * kv)));
+        return;
+      case OpCode::qkv_wgrad:
+        expect_gemm(id, h, q + 2 * kv, c);
+        linear_wgrad(in(Role::dqkv), in(Role::n1), layer->wqkv.grad, c, h, q + 2 * kv);
+        grad_written(op.layer, id);
+        return;
+      case OpCode::embed_bwd: {
+        const auto& dx = in(Role::dx);
+        auto& de = s_.embedding().grad;
+        for (std::int64_t r = 0; r < c; ++r) {
+          const std::int64_t row = token(op.seq, op.chunk * c + r);
+          for (std::int64_t i = 0; i < h; ++i) de[static_cast<std::size_t>(row * h + i)] += dx[static_cast<std::size_t>(r * h + i)];
+        }
+        grad_written(kEmbeddingGroup, id);
+        return;
+      }
+
+      // ---- the LM head: final norm, logits, cross-entropy and their backward, on rows [first, last) --------
+      case OpCode::head_logits:
+      case OpCode::head_xent:
+      case OpCode::head_dgrad:
+      case OpCode::head_wgrad:
+        return head(id, gpu, op);
+      default: break;
+    }
+    (void)vocab;
+    fail(id, "op " + std::string(sim::to_string(op.code)) + " is not one the executor runs");
+  }
+
+  void split_gate_up(const std::vector<float>& gu, std::vector<float>& gate, std::vector<float>& up) const {
+    const std::int64_t f = m_.ffn_hidden;
+    const std::int64_t rows = static_cast<std::int64_t>(gu.size()) / (2 * f);
+    gate.resize(static_cast<std::size_t>(rows * f));
+    up.resize(static_cast<std::size_t>(rows * f));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::copy_n(gu.begin() + r * 2 * f, f, gate.begin() + r * f);
+      std::copy_n(gu.begin() + r * 2 * f + f, f, up.begin() + r * f);
+    }
+  }
+
+  void head(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
+    using sim::OpCode;
+    const std::int64_t h = m_.hidden, vocab = m_.vocab;
+    const std::int64_t first = op.first, rows = op.last - op.first;
+    if (first < 0 || rows <= 0 || op.last > c_) fail(id, "LM head rows outside the chunk");
+    const Key hidden{Role::x, op.seq, op.layer, op.chunk};
+    auto piece = [&](Role r) { return Key{r, op.seq, op.layer, op.chunk, op.first}; };
+    auto hidden_rows = [&]() {
+      const auto& x = read(id, gpu, hidden);
+      return std::vector<float>(x.begin() + first * h, x.begin() + (first + rows) * h);
+    };
+    Parameter& w = s_.lm_head();
+    const int head_group = m_.tied_embeddings ? kEmbeddingGroup : kHeadGroup;
+    switch (op.code) {
+      case OpCode::head_logits: {
+        expect_gemm(id, rows, vocab, h);
+        std::vector<float> nf(static_cast<std::size_t>(rows * h));
+        kernels::rmsnorm_forward_ref(static_cast<int>(rows), static_cast<int>(h), kNormEps, hidden_rows(), s_.final_norm().weight, nf);
+        round(nf);
+        write(id, gpu, piece(Role::logits), linear(nf, w.weight, rows, h, vocab));  // fp32 logits
+        write(id, gpu, piece(Role::nf), std::move(nf));
+        return;
+      }
+      case OpCode::head_xent: {
+        const auto& logits = read(id, gpu, piece(Role::logits));
+        std::vector<std::int32_t> targets(static_cast<std::size_t>(rows));
+        for (std::int64_t r = 0; r < rows; ++r) targets[static_cast<std::size_t>(r)] = token(op.seq, op.chunk * c_ + first + r + 1);
+        std::vector<float> loss(static_cast<std::size_t>(rows)), lse(static_cast<std::size_t>(rows));
+        kernels::cross_entropy_forward_ref(static_cast<int>(rows), static_cast<int>(vocab), logits, targets, loss, lse);
+        for (float l : loss) loss_sum_ += l;
+        // The step's loss is the mean over all its tokens: each token's loss has weight 1 / tokens.
+        const std::vector<float> dloss(static_cast<std::size_t>(rows), 1.0f / static_cast<float>(total_tokens_));
+        std::vector<float> dlogits(logits.size());
+        kernels::cross_entropy_backward_ref(static_cast<int>(rows), static_cast<int>(vocab), logits, targets, lse, dloss, dlogits);
+        write(id, gpu, piece(Role::dlogits), rounded(std::move(dlogits)));
+        return;
+      }
+      case OpCode::head_dgrad: {
+        expect_gemm(id, rows, h, vocab);
+        const auto dnf = rounded(linear_dgrad(read(id, gpu, piece(Role::dlogits)), w.weight, rows, h, vocab));
+        std::vector<float> dx_rows(static_cast<std::size_t>(rows * h));
+        kernels::rmsnorm_backward_ref(static_cast<int>(rows), static_cast<int>(h), kNormEps, hidden_rows(), s_.final_norm().weight, dnf, dx_rows,
+                                      s_.final_norm().grad);
+        grad_written(kHeadGroup, id);
+        const Key grad{Role::dx, op.seq, op.layer, op.chunk};
+        std::vector<float> dx = first == 0 ? std::vector<float>(static_cast<std::size_t>(c_ * h), 0.0f) : read(id, gpu, grad);
+        std::copy(dx_rows.begin(), dx_rows.end(), dx.begin() + first * h);
+        write(id, gpu, grad, rounded(std::move(dx)));
+        return;
+      }
+      case OpCode::head_wgrad:
+        expect_gemm(id, h, vocab, rows);
+        linear_wgrad(read(id, gpu, piece(Role::dlogits)), read(id, gpu, piece(Role::nf)), w.grad, rows, h, vocab);
+        grad_written(head_group, id);
+        return;
+      default: fail(id, "not an LM head op");
+    }
+  }
+
+  const sim::TaskGraph& g_;
+  ModelState& s_;
+  const model::ModelConfig& m_;
+  std::int64_t c_;
+  int gpn_;
+  std::span<const std::vector<std::int32_t>> tokens_;
+  ReferenceOptions opt_;
+  std::int64_t seq_len_ = 0, total_tokens_ = 0;
+
+  std::vector<std::vector<sim::TaskId>> preds_;
+  std::vector<std::vector<std::uint64_t>> ancestors_;
+  std::map<std::pair<sim::DeviceId, Key>, Slot> store_;
+  std::map<Key, std::int64_t> latest_;
+  std::map<int, GroupState> groups_;
+  double loss_sum_ = 0;
+  std::int64_t reads_checked_ = 0;
+};
+
+}  // namespace
+
+ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, std::int64_t chunk_tokens, int gpus_per_node,
+                                   std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options) {
+  return Interpreter(graph, state, chunk_tokens, gpus_per_node, tokens, options).run();
+}
+
+}  // namespace trainyard::backend

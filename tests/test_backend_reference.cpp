@@ -1,0 +1,268 @@
+// The executor's numerical half on the CPU: a ring-track step run task by task with real tensors gives the same
+// loss and gradients whether it is chunked and offloaded or not, its gradients match finite differences, the
+// dataflow checks catch a plan that lacks a copy or orders a read by chance, and a small model learns.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/model_state.hpp"
+#include "backend/reference_step.hpp"
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/model.hpp"
+#include "planner/ringtrack.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+const std::string kData = TRAINYARD_TEST_DATA_DIR;
+
+// Small enough for the CPU references, with GQA (4 query heads on 2 K/V heads) and untied head and embedding.
+model::ModelConfig tiny_model(bool tied = false) {
+  return model::parse_custom_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61,tied_embeddings=" +
+                                   std::string(tied ? "true" : "false"));
+}
+
+struct Step {
+  sim::TaskGraph graph;
+  std::int64_t chunk = 0;
+  int gpus_per_node = 1;
+};
+
+Step ringtrack_step(const model::ModelConfig& m, const sim::Cluster& cluster, std::int64_t seq, std::int64_t batch,
+                    const planner::RingTrackParams& p) {
+  const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
+  Step s{planner::build_ringtrack(in, p).graph, p.chunk, cluster.topology.gpus_per_node()};
+  sim::validate(s.graph, cluster.gpus(), cluster.nodes, "test");
+  return s;
+}
+
+planner::RingTrackParams unchunked(std::int64_t seq) {
+  planner::RingTrackParams p;
+  p.chunk = seq;
+  p.kv = planner::Placement::hbm;
+  p.acts = planner::ActivationPolicy::hbm;
+  return p;
+}
+
+// Chunks of 16 tokens, K/V and activations in host DRAM, K/V streamed in blocks of 2 chunks through 2 buffers
+// (so the buffers are reused within one chunk's attention).
+planner::RingTrackParams chunked_offloaded(planner::ActivationPolicy acts = planner::ActivationPolicy::dram) {
+  planner::RingTrackParams p;
+  p.chunk = 16;
+  p.kv = planner::Placement::dram;
+  p.acts = acts;
+  p.prefetch = 2;
+  p.kv_block_tokens = 32;
+  return p;
+}
+
+struct Outcome {
+  ReferenceResult result;
+  std::vector<std::vector<float>> grads;
+};
+
+Outcome run(const Step& step, const model::ModelConfig& m, const std::vector<std::vector<std::int32_t>>& tokens,
+            ReferenceOptions options = {}, std::uint64_t seed = 7) {
+  ModelState state(m, seed);
+  Outcome o;
+  o.result = run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, options);
+  for (const Parameter* p : state.all()) o.grads.push_back(p->grad);
+  return o;
+}
+
+// Largest |a - b| over every gradient, relative to the largest |b|.
+double gradient_difference(const Outcome& a, const Outcome& b) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < a.grads.size(); ++i) {
+    for (std::size_t j = 0; j < a.grads[i].size(); ++j) {
+      diff = std::max(diff, static_cast<double>(std::abs(a.grads[i][j] - b.grads[i][j])));
+      scale = std::max(scale, static_cast<double>(std::abs(b.grads[i][j])));
+    }
+  }
+  return diff / scale;
+}
+
+const sim::Cluster& one_gpu() {
+  static const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
+  return cluster;
+}
+
+}  // namespace
+
+TEST(ReferenceStep, ChunkedOffloadedRingTrackMatchesTheUnchunkedStep) {
+  const auto m = tiny_model();
+  const std::int64_t seq = 64;  // 4 chunks of 16
+  const auto tokens = random_windows(m.vocab, seq, 1, 3);
+  const Outcome plain = run(ringtrack_step(m, one_gpu(), seq, 1, unchunked(seq)), m, tokens);
+  for (auto acts : {planner::ActivationPolicy::dram, planner::ActivationPolicy::recompute, planner::ActivationPolicy::hbm}) {
+    const Outcome chunked = run(ringtrack_step(m, one_gpu(), seq, 1, chunked_offloaded(acts)), m, tokens);
+    SCOPED_TRACE(static_cast<int>(acts));
+    EXPECT_TRUE(chunked.result.race_checked);
+    EXPECT_GT(chunked.result.reads_checked, 500);
+    EXPECT_NEAR(chunked.result.loss, plain.result.loss, 2e-3 * plain.result.loss);
+    // bf16 storage rounds differently when the work is cut differently: a few bf16 ulps of the largest gradient.
+    EXPECT_LT(gradient_difference(chunked, plain), 0.03);
+  }
+  // Near log(vocab) for random weights: the step computes a real loss.
+  EXPECT_NEAR(plain.result.loss, std::log(61.0), 0.2);
+}
+
+TEST(ReferenceStep, WithoutBf16RoundingChunkingChangesNothingButSummationOrder) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 64;
+  const auto tokens = random_windows(m.vocab, seq, 1, 5);
+  ReferenceOptions exact;
+  exact.emulate_bf16 = false;
+  const Outcome plain = run(ringtrack_step(m, one_gpu(), seq, 1, unchunked(seq)), m, tokens, exact);
+  const Outcome chunked = run(ringtrack_step(m, one_gpu(), seq, 1, chunked_offloaded()), m, tokens, exact);
+  EXPECT_NEAR(chunked.result.loss, plain.result.loss, 1e-5 * plain.result.loss);
+  EXPECT_LT(gradient_difference(chunked, plain), 1e-4);
+}
+
+TEST(ReferenceStep, GradientsMatchFiniteDifferences) {
+  const auto m = tiny_model();
+  const std::int64_t seq = 32;
+  const auto tokens = random_windows(m.vocab, seq, 1, 11);
+  const Step step = ringtrack_step(m, one_gpu(), seq, 1, chunked_offloaded());
+  ReferenceOptions exact;
+  exact.emulate_bf16 = false;
+  ModelState state(m, 13);
+  run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, exact);
+  // The largest gradient entry of several tensors, one per kind of op on its path.
+  int checked = 0;
+  for (Parameter* p : state.all()) {
+    const auto at = static_cast<std::size_t>(std::max_element(p->grad.begin(), p->grad.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }) -
+                                              p->grad.begin());
+    const double analytic = p->grad[at];
+    if (std::abs(analytic) < 1e-4) continue;
+    const float eps = 1e-2f * std::max(1.0f, std::abs(p->weight[at]));
+    const float original = p->weight[at];
+    auto loss_at = [&](float w) {
+      p->weight[at] = w;
+      const double loss = run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, exact).loss;
+      p->weight[at] = original;
+      return loss;
+    };
+    const double numeric = (loss_at(original + eps) - loss_at(original - eps)) / (2.0 * eps);
+    EXPECT_NEAR(analytic, numeric, 0.02 * std::abs(analytic) + 2e-5) << p->name << " [" << at << "]";
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
+
+TEST(ReferenceStep, RingOfTwoGpusAndDataParallelReplicasGiveTheSameStep) {
+  const auto m = tiny_model();
+  const std::int64_t seq = 64;
+  const auto tokens = random_windows(m.vocab, seq, 2, 17);
+  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
+  const Outcome single = run(ringtrack_step(m, one_gpu(), seq, 2, unchunked(seq)), m, tokens);
+  planner::RingTrackParams ring = chunked_offloaded();
+  ring.ring = 2;  // 2 GPUs per ring, 2 replicas with one sequence each: sends between GPUs and a gradient all-reduce
+  ring.ring_order = {0, 1};
+  const Outcome split = run(ringtrack_step(m, four, seq, 2, ring), m, tokens);
+  EXPECT_NEAR(split.result.loss, single.result.loss, 2e-3 * single.result.loss);
+  EXPECT_LT(gradient_difference(split, single), 0.03);
+  EXPECT_EQ(split.result.tokens, 2 * seq);
+}
+
+TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
+  const auto m = tiny_model();
+  const std::int64_t seq = 64;
+  const auto tokens = random_windows(m.vocab, seq, 1, 19);
+  const auto p = chunked_offloaded();
+  const planner::StepInputs in{m, one_gpu(), {seq, 1}, model::precision_policy("bf16-mixed")};
+
+  // Drop the copy that brings chunk 0's K/V back for chunk 1's attention: the read finds no K/V in HBM.
+  {
+    sim::TaskGraph broken;
+    const sim::TaskGraph good = planner::build_ringtrack(in, p).graph;
+    sim::TaskId removed = -1;
+    for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(good.size()); ++id) {
+      const auto& t = good.task(id);
+      if (removed < 0 && t.kind() == sim::TaskKind::copy && t.op.code == sim::OpCode::kv && t.op.layer == 1 && t.op.chunk == 1 &&
+          std::get<sim::Copy>(t.params).direction == sim::Copy::Direction::h2d) {
+        removed = id;
+        sim::Task dummy = t;  // keep the ids: the copy becomes a copy of model states, which carries no values
+        dummy.op = {sim::OpCode::states};
+        broken.add(dummy);
+        continue;
+      }
+      broken.add(t);
+    }
+    for (const auto& [a, b] : good.edges()) broken.add_dependency(a, b);
+    ASSERT_GE(removed, 0);
+    ModelState state(m, 1);
+    try {
+      run_reference_step(broken, state, p.chunk, 1, tokens);
+      FAIL() << "the missing copy was not caught";
+    } catch (const InternalError& e) {
+      EXPECT_NE(std::string(e.what()).find("does not hold it"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("layer 1 chunk 0"), std::string::npos) << e.what();
+    }
+  }
+  // Drop the dependency of a K/V reload on the D2H that wrote that K/V to the host: sequential order still works,
+  // but on a GPU the reload could overtake the write.
+  {
+    const sim::TaskGraph good = planner::build_ringtrack(in, p).graph;
+    sim::TaskGraph broken;
+    for (const auto& t : good.tasks()) broken.add(t);
+    int dropped = 0;
+    for (const auto& [a, b] : good.edges()) {
+      const auto& from = good.task(a);
+      const auto& to = good.task(b);
+      const bool d2h_kv = from.kind() == sim::TaskKind::copy && from.op.code == sim::OpCode::kv &&
+                          std::get<sim::Copy>(from.params).direction == sim::Copy::Direction::d2h;
+      const bool h2d_kv = to.kind() == sim::TaskKind::copy && to.op.code == sim::OpCode::kv &&
+                          std::get<sim::Copy>(to.params).direction == sim::Copy::Direction::h2d;
+      if (d2h_kv && h2d_kv && from.op.layer == 0 && from.op.chunk == 0 && to.op.chunk == 1 && to.name[0] == 'F') {  // forward's reload
+        ++dropped;
+        continue;
+      }
+      broken.add_dependency(a, b);
+    }
+    ASSERT_EQ(dropped, 1);
+    ModelState state(m, 1);
+    try {
+      run_reference_step(broken, state, p.chunk, 1, tokens);
+      FAIL() << "the race was not caught";
+    } catch (const InternalError& e) {
+      EXPECT_NE(std::string(e.what()).find("a race"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ReferenceStep, RefusesGraphsWhoseTasksDoNotSayWhatTheyAre) {
+  const auto m = tiny_model();
+  sim::TaskGraph g;
+  g.gemm("a gemm", 0, {16, 16, 16});
+  ModelState state(m, 1);
+  const auto tokens = random_windows(m.vocab, 16, 1, 1);
+  EXPECT_THROW(run_reference_step(g, state, 16, 1, tokens), InputError);
+}
+
+TEST(ReferenceStep, ASmallModelLearnsRepeatedText) {
+  const auto m = tiny_model();
+  const std::int64_t seq = 32;
+  const Step step = ringtrack_step(m, one_gpu(), seq, 1, chunked_offloaded());
+  // A short repeating text: a model that learns anything lowers the loss on it quickly.
+  std::vector<std::vector<std::int32_t>> tokens(1);
+  for (int i = 0; i <= seq; ++i) tokens[0].push_back((i * 7) % 13);
+  ModelState state(m, 23);
+  ReferenceOptions o;
+  o.run_optimizer = true;
+  o.adam.lr = 1e-2f;
+  o.adam.weight_decay = 0;
+  double first = 0, last = 0;
+  for (int s = 1; s <= 30; ++s) {
+    o.optimizer_step = s;
+    const double loss = run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, o).loss;
+    if (s == 1) first = loss;
+    last = loss;
+  }
+  EXPECT_LT(last, 0.5 * first);
+}
+
+}  // namespace trainyard::backend
