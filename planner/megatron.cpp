@@ -128,9 +128,10 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
     for (int d = 0; d < p.dp; ++d) {
       for (sim::DeviceId gpu : ranks_of(stage, d)) {
         gpu_params[static_cast<std::size_t>(gpu)] = stage_params;
-        g.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm,
-                static_cast<std::int64_t>(stage_params * in.precision.bytes_per_param()),
-                "model states (" + in.precision.name + ")");
+        g.set_op(g.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm,
+                         static_cast<std::int64_t>(stage_params * in.precision.bytes_per_param()),
+                         "model states (" + in.precision.name + ")"),
+                 {sim::OpCode::states});
       }
     }
   }
@@ -151,6 +152,8 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   std::map<std::tuple<int, int, int>, Bucket> buckets;  // (stage, tp rank, bucket index), in creation order below
   std::vector<std::tuple<int, int, int>> bucket_order;
   std::vector<sim::TaskId> last_compute(static_cast<std::size_t>(in.cluster.gpus()), -1);
+  // Offloaded checkpoints: the D2H of each (replica, layer, micro-batch, TP rank), which the reload waits for.
+  std::map<std::tuple<int, std::int64_t, std::int64_t, std::size_t>, sim::TaskId> checkpoint_d2h;
 
   for (int d = 0; d < p.dp; ++d) {
     for (int stage = 0; stage < p.pp; ++stage) {
@@ -170,6 +173,10 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
         SlotTasks& tasks = slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)][slot.forward ? 0 : 1];
         std::vector<sim::TaskId> last(ranks.size(), -1);
         const std::string tag = mb_name(mb);
+        // What the tasks are in the model's terms (sim::Op): the step's sequence number of the micro-batch's first
+        // sequence, one chunk (the whole sequence). The executor runs micro-batches of one sequence without TP.
+        const auto seq = static_cast<std::int32_t>((d * mbs + mb) * p.micro_batch);
+        auto at = [&](sim::OpCode code, std::int64_t l) { return sim::Op{code, seq, static_cast<std::int32_t>(l), 0, -1, -1}; };
         // Every slot opens with a zero-time task per rank that upstream stages' sends attach to.
         if (slot.forward) {
           for (std::size_t r = 0; r < ranks.size(); ++r) {
@@ -187,11 +194,14 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
             tasks.first.push_back(last[r]);
           }
           if (v == 0) {
-            for (std::size_t r = 0; r < ranks.size(); ++r) last[r] = emit_embedding(g, ranks[r], "F " + tag + " embedding", s, h, false, last[r]);
+            for (std::size_t r = 0; r < ranks.size(); ++r) {
+              last[r] = emit_embedding(g, ranks[r], "F " + tag + " embedding", s, h, false, last[r], at(sim::OpCode::embed, 0));
+            }
           }
           for (std::int64_t l = v * layers_per_chunk; l < (v + 1) * layers_per_chunk; ++l) {
             const std::string prefix = "F L" + std::to_string(l) + " " + tag;
             const auto working = full_recompute ? transient(ranks, prefix, last) : std::vector<sim::TaskId>{};
+            layer.set_coordinates(seq, static_cast<int>(l), 0);
             layer.forward(prefix, last);
             for (std::size_t r = 0; r < working.size(); ++r) {
               std::vector<sim::TaskId> done{last[r]};
@@ -199,12 +209,16 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                 done.push_back(g.copy(prefix + " D2H checkpoint", ranks[r],
                                       {sim::Copy::Direction::d2h, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), true},
                                       std::vector<sim::TaskId>{last[r]}));
+                g.set_op(done.back(), at(sim::OpCode::input, l));
+                checkpoint_d2h[{d, l, mb, r}] = done.back();
               }
               g.free(prefix + " release working activations", working[r], done);
             }
           }
           if (v == virtual_stages - 1) {
-            for (std::size_t r = 0; r < ranks.size(); ++r) last[r] = emit_loss(g, ranks[r], tag, s, h, vocab_shard, last[r]);
+            for (std::size_t r = 0; r < ranks.size(); ++r) {
+              last[r] = emit_loss(g, ranks[r], tag, s, h, vocab_shard, last[r], at(sim::OpCode::none, model.layers));
+            }
           }
           if (v + 1 < virtual_stages) {
             const int next_stage = (v + 1) % p.pp;
@@ -213,6 +227,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                 tasks.send.push_back(g.send("F V" + std::to_string(v) + " " + tag + " send act", ranks[r],
                                             gpu_of(next_stage, d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s * h / p.tp),
                                             std::vector<sim::TaskId>{last[r]}, kPipeStream));
+                g.set_op(tasks.send.back(), at(sim::OpCode::input, (v + 1) * layers_per_chunk));
               }
             }
           }
@@ -224,16 +239,19 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
             if (full_recompute) {
               if (p.offload_activations) {
                 for (std::size_t r = 0; r < ranks.size(); ++r) {
-                  std::vector<sim::TaskId> after;
+                  std::vector<sim::TaskId> after{checkpoint_d2h.at({d, l, mb, r})};
                   if (last[r] >= 0) after.push_back(last[r]);
                   last[r] = g.copy(prefix + " H2D checkpoint", ranks[r],
                                    {sim::Copy::Direction::h2d, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), true},
                                    after);
+                  g.set_op(last[r], at(sim::OpCode::input, l));
                 }
               }
               working = transient(ranks, prefix, last);
+              layer.set_coordinates(seq, static_cast<int>(l), 0);
               layer.forward("R L" + std::to_string(l) + " " + tag, last, true);
             }
+            layer.set_coordinates(seq, static_cast<int>(l), 0);
             layer.backward(prefix, last);
             for (std::size_t r = 0; r < working.size(); ++r) {
               g.free(prefix + " release working activations", working[r], std::vector<sim::TaskId>{last[r]});
@@ -242,9 +260,11 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
               bucket_params += layer_params;
               const bool chunk_done = l == v * layers_per_chunk;
               if (bucket_params >= p.bucket_params || chunk_done) {
+                // The last stage's first bucket also carries the LM head's gradients (computed before any layer's).
+                const double head = stage == p.pp - 1 && bucket_index == 0 ? static_cast<double>(model.vocab * h) / p.tp + params.final_norm : 0;
                 for (int t = 0; t < p.tp; ++t) {
                   const auto key = std::make_tuple(stage, t, bucket_index);
-                  auto [it, inserted] = buckets.try_emplace(key, Bucket{stage, t, bucket_params, {}});
+                  auto [it, inserted] = buckets.try_emplace(key, Bucket{stage, t, bucket_params + head, {}});
                   if (inserted) bucket_order.push_back(key);
                   it->second.ready.push_back(last[static_cast<std::size_t>(t)]);
                 }
@@ -254,7 +274,16 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
             }
           }
           if (v == 0) {
-            for (std::size_t r = 0; r < ranks.size(); ++r) last[r] = emit_embedding(g, ranks[r], "B " + tag + " embedding", s, h, true, last[r]);
+            for (std::size_t r = 0; r < ranks.size(); ++r) {
+              last[r] = emit_embedding(g, ranks[r], "B " + tag + " embedding", s, h, true, last[r], at(sim::OpCode::embed_bwd, 0));
+            }
+            if (mb == last_backward_mb[0]) {  // the embedding's gradients join the last bucket, after its backward
+              for (int t = 0; t < p.tp; ++t) {
+                Bucket& b = buckets.at(std::make_tuple(stage, t, bucket_index - 1));
+                if (d == 0) b.params += params.embedding / p.tp;
+                b.ready.back() = last[static_cast<std::size_t>(t)];
+              }
+            }
           }
           // Upstream gradients attach to the slot's first task on each rank.
           for (sim::DeviceId rank : ranks) {
@@ -277,6 +306,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                 tasks.send.push_back(g.send("B V" + std::to_string(v) + " " + tag + " send grad", ranks[r],
                                             gpu_of(prev_stage, d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s * h / p.tp),
                                             std::vector<sim::TaskId>{last[r]}, kPipeStream));
+                g.set_op(tasks.send.back(), at(sim::OpCode::input_grad, v * layers_per_chunk));
               }
             }
           }
@@ -326,6 +356,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
           "DP all-reduce stage " + std::to_string(b.stage) + " tp" + std::to_string(b.t) + " bucket " +
               std::to_string(std::get<2>(key)),
           {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, it->second, bytes}, b.ready, kDpStream);
+      g.set_op(reduce, {sim::OpCode::states});
       for (int d = 0; d < p.dp; ++d) gpu_reductions[static_cast<std::size_t>(gpu_of(b.stage, d, b.t))].push_back(reduce);
     }
   }
@@ -333,7 +364,8 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
     std::vector<sim::TaskId> deps = gpu_reductions[static_cast<std::size_t>(gpu)];
     if (last_compute[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last_compute[static_cast<std::size_t>(gpu)]);
     g.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false,
-           sim::OptimizerStep{static_cast<std::int64_t>(gpu_params[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam)}},
+           sim::OptimizerStep{static_cast<std::int64_t>(gpu_params[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam)},
+           {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
           deps);
   }
   return g;

@@ -11,6 +11,7 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/model.hpp"
+#include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
 
 namespace trainyard::backend {
@@ -166,6 +167,33 @@ TEST(ReferenceStep, RingOfTwoGpusAndDataParallelReplicasGiveTheSameStep) {
   EXPECT_NEAR(split.result.loss, single.result.loss, 2e-3 * single.result.loss);
   EXPECT_LT(gradient_difference(split, single), 0.03);
   EXPECT_EQ(split.result.tokens, 2 * seq);
+}
+
+// Megatron's builder is independent of ring-track's: the same step through both must agree.
+TEST(ReferenceStep, MegatronStepsEqualTheRingTrackStep) {
+  const auto m = tiny_model();
+  const std::int64_t seq = 64;
+  const auto tokens = random_windows(m.vocab, seq, 2, 29);
+  const Outcome ringtrack = run(ringtrack_step(m, one_gpu(), seq, 2, chunked_offloaded()), m, tokens);
+  auto megatron = [&](const sim::Cluster& cluster, const planner::MegatronParams& p) {
+    const planner::StepInputs in{m, cluster, {seq, 2}, model::precision_policy("bf16-mixed")};
+    Step s{planner::build_megatron(in, p), seq, cluster.topology.gpus_per_node()};
+    sim::validate(s.graph, cluster.gpus(), cluster.nodes, "test");
+    return run(s, m, tokens);
+  };
+  const Outcome plain = megatron(one_gpu(), {});  // one GPU, two micro-batches
+  EXPECT_NEAR(plain.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+  EXPECT_LT(gradient_difference(plain, ringtrack), 0.03);
+  // Two pipeline stages x two data-parallel replicas, full recompute from checkpoints offloaded to host DRAM.
+  planner::MegatronParams p;
+  p.pp = 2;
+  p.dp = 2;
+  p.recompute = planner::Recompute::full;
+  p.offload_activations = true;
+  const Outcome piped = megatron(sim::Cluster(hw::load_node(kData + "/tiny-node.json"), 1), p);
+  EXPECT_TRUE(piped.result.race_checked);
+  EXPECT_NEAR(piped.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+  EXPECT_LT(gradient_difference(piped, ringtrack), 0.03);
 }
 
 TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {

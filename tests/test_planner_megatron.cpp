@@ -219,7 +219,9 @@ TEST(Megatron, DataParallelStepAllReducesTheGradients) {
     optimizers += task.kind() == sim::TaskKind::optimizer;
   }
   EXPECT_EQ(optimizers, 4);
-  EXPECT_NEAR(reduced, 2 * m.param_counts().per_layer() * 4, 64);  // layer gradients; rounding to the group size
+  // Every gradient: the layers', the embedding's and the LM head's (with the final norm); rounding to the group size.
+  const auto params = m.param_counts();
+  EXPECT_NEAR(reduced, 2 * (params.per_layer() * 4 + params.embedding + static_cast<double>(m.vocab * m.hidden) + params.final_norm), 64);
   sim::validate(g, cluster.gpus(), cluster.nodes, "megatron");
   g.finalize();
   const sim::SimResult r = sim::simulate(g, cluster);
