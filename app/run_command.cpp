@@ -62,18 +62,6 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
   return plain;
 }
 
-double max_gradient_difference(const backend::ModelState& a, const backend::ModelState& b) {
-  const auto pa = a.all(), pb = b.all();
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < pa.size(); ++i) {
-    for (std::size_t j = 0; j < pa[i]->grad.size(); ++j) {
-      diff = std::max(diff, static_cast<double>(std::abs(pa[i]->grad[j] - pb[i]->grad[j])));
-      scale = std::max(scale, static_cast<double>(std::abs(pb[i]->grad[j])));
-    }
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
 }  // namespace
 
 int run_run(const std::vector<std::string>& args) {
@@ -143,7 +131,7 @@ int run_run(const std::vector<std::string>& args) {
     const sim::TaskGraph plain_graph = build(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)");
     const auto b = backend::run_reference_step(plain_graph, plain, workload.seq_len, gpus_per_node, tokens);
     const double loss_error = std::abs(a.loss - b.loss) / std::abs(b.loss);
-    const double grad_error = max_gradient_difference(chunked, plain);
+    const double grad_error = backend::max_gradient_difference(chunked, plain);
     const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
     out["check"] = {{"loss", a.loss}, {"unchunked_loss", b.loss}, {"loss_relative_error", loss_error},
                     {"gradient_max_error_relative_to_largest", grad_error}, {"loss_tolerance", kLossTolerance},

@@ -1,5 +1,6 @@
 #include "backend/model_state.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -108,6 +109,20 @@ void ModelState::adamw_step(int group, const kernels::AdamW& opt, int step) {
     if (p->name.find("norm") != std::string::npos) o.weight_decay = 0;
     kernels::adamw_ref(o, step, p->master, p->m, p->v, p->grad, p->weight);
   }
+}
+
+double max_gradient_difference(const ModelState& a, const ModelState& reference) {
+  const auto pa = a.all(), pb = reference.all();
+  TRAINYARD_CHECK(pa.size() == pb.size(), "gradients of the same model");
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    TRAINYARD_CHECK(pa[i]->grad.size() == pb[i]->grad.size(), "gradients of the same model");
+    for (std::size_t j = 0; j < pa[i]->grad.size(); ++j) {
+      diff = std::max(diff, static_cast<double>(std::abs(pa[i]->grad[j] - pb[i]->grad[j])));
+      scale = std::max(scale, static_cast<double>(std::abs(pb[i]->grad[j])));
+    }
+  }
+  return scale > 0 ? diff / scale : diff;
 }
 
 std::vector<std::vector<std::int32_t>> text_windows(const std::string& path, std::int64_t seq_len, std::int64_t sequences,

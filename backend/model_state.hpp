@@ -66,6 +66,10 @@ class ModelState {
   Parameter embedding_, final_norm_, lm_head_;
 };
 
+// The largest |gradient difference| between two states of the same model, over every parameter, relative to the
+// largest |gradient| of `reference`: how `trainyard run --check` and the tests compare two runs of a step.
+double max_gradient_difference(const ModelState& a, const ModelState& reference);
+
 // Byte-level tokens (vocab 256) of a text file, cut into `sequences` windows of seq_len + 1 tokens (inputs and
 // next-token targets) starting at `offset` and wrapping round the file. Throws InputError naming the file when
 // it cannot be read or is shorter than one window.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "backend/model_state.hpp"
 #include "backend/reference_step.hpp"
@@ -62,29 +63,17 @@ planner::RingTrackParams chunked_offloaded(planner::ActivationPolicy acts = plan
 
 struct Outcome {
   ReferenceResult result;
-  std::vector<std::vector<float>> grads;
+  std::unique_ptr<ModelState> state;  // the gradients of the step
 };
 
 Outcome run(const Step& step, const model::ModelConfig& m, const std::vector<std::vector<std::int32_t>>& tokens,
             ReferenceOptions options = {}, std::uint64_t seed = 7) {
-  ModelState state(m, seed);
-  Outcome o;
-  o.result = run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, options);
-  for (const Parameter* p : state.all()) o.grads.push_back(p->grad);
+  Outcome o{{}, std::make_unique<ModelState>(m, seed)};
+  o.result = run_reference_step(step.graph, *o.state, step.chunk, step.gpus_per_node, tokens, options);
   return o;
 }
 
-// Largest |a - b| over every gradient, relative to the largest |b|.
-double gradient_difference(const Outcome& a, const Outcome& b) {
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < a.grads.size(); ++i) {
-    for (std::size_t j = 0; j < a.grads[i].size(); ++j) {
-      diff = std::max(diff, static_cast<double>(std::abs(a.grads[i][j] - b.grads[i][j])));
-      scale = std::max(scale, static_cast<double>(std::abs(b.grads[i][j])));
-    }
-  }
-  return diff / scale;
-}
+double gradient_difference(const Outcome& a, const Outcome& b) { return max_gradient_difference(*a.state, *b.state); }
 
 const sim::Cluster& one_gpu() {
   static const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
