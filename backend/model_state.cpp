@@ -114,15 +114,28 @@ void ModelState::adamw_step(int group, const kernels::AdamW& opt, int step) {
 double max_gradient_difference(const ModelState& a, const ModelState& reference) {
   const auto pa = a.all(), pb = reference.all();
   TRAINYARD_CHECK(pa.size() == pb.size(), "gradients of the same model");
-  double diff = 0, scale = 0;
+  const auto& m = reference.model();
+  const auto h = static_cast<std::size_t>(m.hidden), q = static_cast<std::size_t>(m.q_dim()), kv = static_cast<std::size_t>(m.kv_dim()),
+             f = static_cast<std::size_t>(m.ffn_hidden);
+  double worst = 0;
   for (std::size_t i = 0; i < pa.size(); ++i) {
-    TRAINYARD_CHECK(pa[i]->grad.size() == pb[i]->grad.size(), "gradients of the same model");
-    for (std::size_t j = 0; j < pa[i]->grad.size(); ++j) {
-      diff = std::max(diff, static_cast<double>(std::abs(pa[i]->grad[j] - pb[i]->grad[j])));
-      scale = std::max(scale, static_cast<double>(std::abs(pb[i]->grad[j])));
+    const auto& ga = pa[i]->grad;
+    const auto& gb = pb[i]->grad;
+    TRAINYARD_CHECK(ga.size() == gb.size(), "gradients of the same model");
+    std::vector<std::size_t> cuts{0, gb.size()};  // block boundaries
+    const std::string& name = pb[i]->name;
+    if (name.ends_with("wqkv")) cuts = {0, q * h, (q + kv) * h, gb.size()};
+    if (name.ends_with("wup")) cuts = {0, f * h, gb.size()};
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      double diff = 0, scale = 0;
+      for (std::size_t j = cuts[c]; j < cuts[c + 1]; ++j) {
+        diff = std::max(diff, static_cast<double>(std::abs(ga[j] - gb[j])));
+        scale = std::max(scale, static_cast<double>(std::abs(gb[j])));
+      }
+      worst = std::max(worst, scale > 0 ? diff / scale : diff);
     }
   }
-  return scale > 0 ? diff / scale : diff;
+  return worst;
 }
 
 std::vector<std::vector<std::int32_t>> text_windows(const std::string& path, std::int64_t seq_len, std::int64_t sequences,

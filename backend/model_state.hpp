@@ -66,8 +66,10 @@ class ModelState {
   Parameter embedding_, final_norm_, lm_head_;
 };
 
-// The largest |gradient difference| between two states of the same model, over every parameter, relative to the
-// largest |gradient| of `reference`: how `trainyard run --check` and the tests compare two runs of a step.
+// How `trainyard run --check` and the tests compare two runs of a step: per block of gradient (each parameter, with
+// wqkv cut into its q, k and v rows and wup into gate and up), the largest |difference| relative to the block's
+// largest |gradient| in `reference`; the worst block. Per block, so a wrong small gradient (dK, a norm) cannot hide
+// behind the embedding's large one.
 double max_gradient_difference(const ModelState& a, const ModelState& reference);
 
 // Byte-level tokens (vocab 256) of a text file, cut into `sequences` windows of seq_len + 1 tokens (inputs and

@@ -77,6 +77,13 @@ class Interpreter {
     find_owners();
     s_.zero_grads();
     for (sim::TaskId id : order) run_task(id);
+    if (loss_rows_ != total_tokens_) {
+      throw InputError("the step's tokens", "sequences", std::to_string(loss_rows_ / seq_len_) + " (the graph's sequences)",
+                       std::to_string(tokens_.size()));
+    }
+    for (const auto& [group, state] : groups_) {
+      TRAINYARD_CHECK(state.updated || !has_optimizer_, "every parameter group has an optimizer step");
+    }
     ReferenceResult r;
     r.loss = loss_sum_ / static_cast<double>(total_tokens_);
     r.tokens = total_tokens_;
@@ -380,17 +387,23 @@ class Interpreter {
       default: break;
     }
     if (op.code == sim::OpCode::states) return;
-    if (op.code == sim::OpCode::optimizer) return optimizer(id, op);
+    if (op.code == sim::OpCode::optimizer) {
+      has_optimizer_ = true;
+      return optimizer(id, op);
+    }
     if (sim::is_host(t.device)) fail(id, "a host task the executor does not know");
     compute(id, t.device, op);
   }
 
+  // Every GPU holding a group updates its copy (data-parallel replicas the same way): each must come after every
+  // task that adds to the group's gradients; the one copy held here is updated once.
   void optimizer(sim::TaskId id, const sim::Op& op) {
     for (auto& [group, state] : groups_) {
-      if (!state.owners.count(op.first) || state.updated) continue;
+      if (!state.owners.count(op.first)) continue;
       for (sim::TaskId w : state.grad_writers) {
         if (!ordered(w, id)) fail(id, "updates parameters whose gradient " + name(w) + " may still be adding to: a race");
       }
+      if (state.updated) continue;
       state.updated = true;
       if (opt_.run_optimizer) s_.adamw_step(group, opt_.adam, opt_.optimizer_step);
     }
@@ -403,7 +416,11 @@ class Interpreter {
     auto key = [&](Role r) { return Key{r, op.seq, op.layer, op.chunk}; };
     auto in = [&](Role r) -> const std::vector<float>& { return read(id, gpu, key(r)); };
     auto out = [&](Role r, std::vector<float> data) { write(id, gpu, key(r), std::move(data)); };
-    if (op.layer < 0 || op.chunk < 0 || op.seq < 0 || op.seq >= static_cast<int>(tokens_.size())) fail(id, "an op without its coordinates");
+    if (op.layer < 0 || op.chunk < 0 || op.seq < 0) fail(id, "an op without its coordinates");
+    if (op.seq >= static_cast<int>(tokens_.size())) {
+      throw InputError("the step's tokens", "sequences", "at least " + std::to_string(op.seq + 1) + " (the graph's sequences)",
+                       std::to_string(tokens_.size()));
+    }
     if (op.layer > m_.layers || (op.layer == m_.layers) != (op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad)) {
       fail(id, "layer " + std::to_string(op.layer) + " out of range for op " + std::string(sim::to_string(op.code)));
     }
@@ -690,6 +707,7 @@ class Interpreter {
         std::vector<float> loss(static_cast<std::size_t>(rows)), lse(static_cast<std::size_t>(rows));
         kernels::cross_entropy_forward_ref(static_cast<int>(rows), static_cast<int>(vocab), logits, targets, loss, lse);
         for (float l : loss) loss_sum_ += l;
+        loss_rows_ += rows;
         // The step's loss is the mean over all its tokens: each token's loss has weight 1 / tokens.
         const std::vector<float> dloss(static_cast<std::size_t>(rows), 1.0f / static_cast<float>(total_tokens_));
         std::vector<float> dlogits(logits.size());
@@ -734,6 +752,8 @@ class Interpreter {
   std::map<Key, std::int64_t> latest_;
   std::map<int, GroupState> groups_;
   double loss_sum_ = 0;
+  std::int64_t loss_rows_ = 0;  // tokens the loss saw, against the tokens given
+  bool has_optimizer_ = false;
   std::int64_t reads_checked_ = 0;
 };
 

@@ -655,7 +655,10 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
             const int j1 = std::min(k, j0 + span);
             const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
             std::vector<sim::TaskId> deps{stream_buffers[static_cast<std::size_t>(b % p.prefetch)]};
-            if (b >= p.prefetch) deps.push_back(blocks[static_cast<std::size_t>(b - p.prefetch)]);
+            if (b >= p.prefetch) {  // the buffer is free again once its last block is computed and its dK/dV copied out
+              deps.push_back(blocks[static_cast<std::size_t>(b - p.prefetch)]);
+              deps.push_back(now_written[static_cast<std::size_t>(b - p.prefetch)]);
+            }
             for (int j = j0; j < j1; ++j) deps.push_back(saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);  // forward wrote them
             const sim::TaskId kv_in =
                 mark(g.copy(an + " H2D kv " + range, gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps),
