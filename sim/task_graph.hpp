@@ -96,7 +96,7 @@ enum class OpCode : std::uint8_t {
   none,
   // forward of layer `layer` on chunk `chunk` (recompute reruns them with Task::recompute set)
   embed, norm1, qkv, rope, attn, attn_merge, proj, residual1, norm2, mlp_up, act, mlp_down, residual2,
-  // backward, in the order a layer runs them
+  // backward, in the order a layer runs them (each *_dgrad is followed by its *_wgrad: LayerEmitter relies on it)
   residual2_bwd, mlp_down_dgrad, mlp_down_wgrad, act_bwd, mlp_up_dgrad, mlp_up_wgrad, norm2_bwd, residual1_bwd,
   proj_dgrad, proj_wgrad, attn_bwd, rope_bwd, qkv_dgrad, qkv_wgrad, norm1_bwd, embed_bwd,
   // the final norm, LM head and cross-entropy on tokens [first, last) of the chunk: forward and backward fused
