@@ -86,6 +86,28 @@ void check_node_count(int nodes, const hw::NodeProfile& node) {
   }
 }
 
+LoadedPlan load_plan(const std::string& path) {
+  LoadedPlan l{path, planner::read_plan_file(path), {}, std::nullopt};
+  l.model = model::load_model(l.plan.model, path + ": field 'model'");
+  hw::NodeProfile node = hw::load_node(l.plan.hw, path + ": field 'hw'");
+  check_node_count(l.plan.nodes, node);
+  l.cluster.emplace(std::move(node), l.plan.nodes);
+  return l;
+}
+
+sim::TaskGraph build_plan_step(const LoadedPlan& l, const planner::PlanSpec& spec, const std::string& origin, planner::RingTrackPlan* rings) {
+  const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload,
+                                   model::precision_policy(l.plan.precision, l.origin + ": field 'precision'")};
+  sim::TaskGraph graph;
+  try {
+    graph = planner::build_plan(inputs, spec, rings);
+  } catch (const InputError& e) {  // parameters this model or hardware cannot take
+    throw InputError(origin, "parameters", "parameters that " + l.plan.hw + " and " + l.plan.model + " can run", e.what());
+  }
+  sim::validate(graph, l.cluster->gpus(), l.cluster->nodes, origin);
+  return graph;
+}
+
 namespace {
 
 // The scheme names the planner will offer; each lands with its issue, and until then says so.
@@ -436,20 +458,11 @@ int run_simulate(const std::vector<std::string>& args) {
   if (from_plan) {
     if (vm.count("hw") || vm.count("nodes")) throw InputError("--hw/--nodes", "value", "none with --plan (the plan names its hardware)", "given");
     origin = vm["plan"].as<std::string>();
-    const planner::PlanFile plan = planner::read_plan_file(origin);
-    const model::ModelConfig model = model::load_model(plan.model, origin + ": field 'model'");
-    hw::NodeProfile node = hw::load_node(plan.hw, origin + ": field 'hw'");
-    check_node_count(plan.nodes, node);
-    cluster.emplace(std::move(node), plan.nodes);
-    const planner::StepInputs inputs{model, *cluster, plan.workload, model::precision_policy(plan.precision, origin + ": field 'precision'")};
+    LoadedPlan loaded = load_plan(origin);
     ring.emplace();
-    try {
-      graph = planner::build_plan(inputs, plan.spec, &*ring);
-    } catch (const InputError& e) {  // parameters this model or hardware cannot take
-      throw InputError(origin, "parameters", "parameters that " + plan.hw + " and " + plan.model + " can run", e.what());
-    }
-    if (plan.spec.scheme != "ringtrack") ring.reset();
-    sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
+    graph = build_plan_step(loaded, loaded.plan.spec, origin, &*ring);
+    if (loaded.plan.spec.scheme != "ringtrack") ring.reset();
+    cluster = std::move(loaded.cluster);
   } else if (from_graph) {
     if (vm["sequence-parallel"].as<bool>()) throw InputError("--sequence-parallel", "value", "no scheme flags with --graph", "it");
     origin = vm["graph"].as<std::string>();

@@ -1,11 +1,13 @@
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
 
 #include "hwprofiles/node.hpp"
+#include "planner/plan.hpp"
 #include "planner/step.hpp"
 
 namespace trainyard::app {
@@ -34,5 +36,18 @@ planner::Workload workload_from_flags(const boost::program_options::variables_ma
 // --nodes in range, and more than one only for nodes that have NICs to join a cluster.
 void check_node_count(int nodes);
 void check_node_count(int nodes, const hw::NodeProfile& node);
+
+// A plan file with the model and cluster it names (errors name the file and the field).
+struct LoadedPlan {
+  std::string origin;  // the file
+  planner::PlanFile plan;
+  model::ModelConfig model;
+  std::optional<sim::Cluster> cluster;  // always set; optional because a cluster has no empty state
+};
+LoadedPlan load_plan(const std::string& path);
+// Builds and validates the step of `spec` (the plan's own, or a variant of it) for the plan's model and cluster;
+// parameters they cannot take are an InputError naming `origin`.
+sim::TaskGraph build_plan_step(const LoadedPlan& loaded, const planner::PlanSpec& spec, const std::string& origin,
+                               planner::RingTrackPlan* rings = nullptr);
 
 }  // namespace trainyard::app

@@ -14,8 +14,6 @@
 #include "backend/reference_step.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
-#include "hwprofiles/catalog.hpp"
-#include "models/catalog.hpp"
 #include "planner/plan.hpp"
 #include "sim/report.hpp"
 
@@ -30,25 +28,7 @@ namespace {
 constexpr double kCpuStepFlopLimit = 5e9;
 // --check: the chunked step against the unchunked one, with bf16 storage in both (rounding differs with the cut).
 constexpr double kLossTolerance = 2e-3;      // relative
-constexpr double kGradientTolerance = 0.03;  // of the largest gradient entry
-
-struct Loaded {
-  planner::PlanFile plan;
-  model::ModelConfig model;
-  std::optional<sim::Cluster> cluster;
-};
-
-sim::TaskGraph build(const Loaded& l, const planner::PlanSpec& spec, const std::string& origin) {
-  const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload, model::precision_policy(l.plan.precision, origin + ": field 'precision'")};
-  sim::TaskGraph graph;
-  try {
-    graph = planner::build_plan(inputs, spec);
-  } catch (const InputError& e) {
-    throw InputError(origin, "parameters", "parameters that " + l.plan.hw + " and " + l.plan.model + " can run", e.what());
-  }
-  sim::validate(graph, l.cluster->gpus(), l.cluster->nodes, origin);
-  return graph;
-}
+constexpr double kGradientTolerance = 0.03;  // of each gradient block's largest entry (backend::max_gradient_difference)
 
 // The plan's step without chunks or offload: one chunk per sequence, K/V and activations in HBM, on the same
 // rings. What `--check` compares against.
@@ -95,11 +75,7 @@ int run_run(const std::vector<std::string>& args) {
   if (steps < 1 || steps > 100000) throw InputError("--steps", "value", "1 to 100000", std::to_string(steps));
   const std::string origin = vm["plan"].as<std::string>();
 
-  Loaded l{planner::read_plan_file(origin), {}, std::nullopt};
-  l.model = model::load_model(l.plan.model, origin + ": field 'model'");
-  hw::NodeProfile node = hw::load_node(l.plan.hw, origin + ": field 'hw'");
-  check_node_count(l.plan.nodes, node);
-  l.cluster.emplace(std::move(node), l.plan.nodes);
+  const LoadedPlan l = load_plan(origin);
   if (l.plan.spec.scheme != "ringtrack") {
     throw InputError(origin, "scheme", "ringtrack (the scheme whose tasks say what they compute, so far)", "\"" + l.plan.spec.scheme + "\"");
   }
@@ -119,7 +95,7 @@ int run_run(const std::vector<std::string>& args) {
     if (text) return backend::text_windows(*text, workload.seq_len, workload.global_batch, static_cast<std::int64_t>(step) * workload.tokens());
     return backend::random_windows(l.model.vocab, workload.seq_len, workload.global_batch, seed + 1000003ull * static_cast<std::uint64_t>(step));
   };
-  const sim::TaskGraph graph = build(l, l.plan.spec, origin);
+  const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin);
   const int gpus_per_node = l.cluster->topology.gpus_per_node();
   const bool as_json = vm["json"].as<bool>();
   Json out = {{"plan", origin}, {"device", "cpu"}, {"summary", l.plan.spec.summary()}};
@@ -128,7 +104,7 @@ int run_run(const std::vector<std::string>& args) {
     const auto tokens = tokens_for(0);
     backend::ModelState chunked(l.model, seed), plain(l.model, seed);
     const auto a = backend::run_reference_step(graph, chunked, l.plan.spec.ringtrack.chunk, gpus_per_node, tokens);
-    const sim::TaskGraph plain_graph = build(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)");
+    const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)");
     const auto b = backend::run_reference_step(plain_graph, plain, workload.seq_len, gpus_per_node, tokens);
     const double loss_error = std::abs(a.loss - b.loss) / std::abs(b.loss);
     const double grad_error = backend::max_gradient_difference(chunked, plain);
