@@ -111,21 +111,23 @@ void ModelState::adamw_step(int group, const kernels::AdamW& opt, int step) {
   }
 }
 
+std::vector<std::size_t> gradient_blocks(const model::ModelConfig& m, const Parameter& p) {
+  const auto h = static_cast<std::size_t>(m.hidden), q = static_cast<std::size_t>(m.q_dim()), kv = static_cast<std::size_t>(m.kv_dim()),
+             f = static_cast<std::size_t>(m.ffn_hidden);
+  if (p.name.ends_with("wqkv")) return {0, q * h, (q + kv) * h, p.size()};
+  if (p.name.ends_with("wup")) return {0, f * h, p.size()};
+  return {0, p.size()};
+}
+
 double max_gradient_difference(const ModelState& a, const ModelState& reference) {
   const auto pa = a.all(), pb = reference.all();
   TRAINYARD_CHECK(pa.size() == pb.size(), "gradients of the same model");
-  const auto& m = reference.model();
-  const auto h = static_cast<std::size_t>(m.hidden), q = static_cast<std::size_t>(m.q_dim()), kv = static_cast<std::size_t>(m.kv_dim()),
-             f = static_cast<std::size_t>(m.ffn_hidden);
   double worst = 0;
   for (std::size_t i = 0; i < pa.size(); ++i) {
     const auto& ga = pa[i]->grad;
     const auto& gb = pb[i]->grad;
     TRAINYARD_CHECK(ga.size() == gb.size(), "gradients of the same model");
-    std::vector<std::size_t> cuts{0, gb.size()};  // block boundaries
-    const std::string& name = pb[i]->name;
-    if (name.ends_with("wqkv")) cuts = {0, q * h, (q + kv) * h, gb.size()};
-    if (name.ends_with("wup")) cuts = {0, f * h, gb.size()};
+    const auto cuts = gradient_blocks(reference.model(), *pb[i]);
     for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
       double diff = 0, scale = 0;
       for (std::size_t j = cuts[c]; j < cuts[c + 1]; ++j) {

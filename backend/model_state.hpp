@@ -66,8 +66,12 @@ class ModelState {
   Parameter embedding_, final_norm_, lm_head_;
 };
 
-// How `trainyard run --check` and the tests compare two runs of a step: per block of gradient (each parameter, with
-// wqkv cut into its q, k and v rows and wup into gate and up), the largest |difference| relative to the block's
+// The blocks a parameter's gradient is judged in, as element offsets [cuts[i], cuts[i + 1]): the whole tensor, or
+// wqkv's q, k and v rows and wup's gate and up rows apart (their scales differ).
+std::vector<std::size_t> gradient_blocks(const model::ModelConfig& model, const Parameter& p);
+
+// How `trainyard run --check` and the tests compare two runs of a step: per gradient block (above), the largest
+// |difference| relative to the block's
 // largest |gradient| in `reference`; the worst block. Per block, so a wrong small gradient (dK, a norm) cannot hide
 // behind the embedding's large one.
 double max_gradient_difference(const ModelState& a, const ModelState& reference);

@@ -128,15 +128,11 @@ TEST(ReferenceStep, GradientsMatchFiniteDifferences) {
     run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, exact);
     std::vector<std::vector<float>> analytic;  // kept: every run below overwrites the gradients
     for (const Parameter* p : state.all()) analytic.push_back(p->grad);
-    const auto h = static_cast<std::size_t>(m.hidden), q = static_cast<std::size_t>(m.q_dim()), kv = static_cast<std::size_t>(m.kv_dim()),
-               f = static_cast<std::size_t>(m.ffn_hidden);
     int checked = 0;
     const auto params = state.all();
     for (std::size_t i = 0; i < params.size(); ++i) {
       Parameter* p = params[i];
-      std::vector<std::size_t> cuts{0, p->size()};
-      if (p->name.ends_with("wqkv")) cuts = {0, q * h, (q + kv) * h, p->size()};
-      if (p->name.ends_with("wup")) cuts = {0, f * h, p->size()};
+      const auto cuts = gradient_blocks(m, *p);
       for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
         const auto& g = analytic[i];
         std::size_t at = cuts[c];
