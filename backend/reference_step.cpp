@@ -425,6 +425,38 @@ class Interpreter {
       fail(id, "layer " + std::to_string(op.layer) + " out of range for op " + std::string(sim::to_string(op.code)));
     }
     LayerParameters* layer = op.layer < m_.layers ? &s_.layers()[static_cast<std::size_t>(op.layer)] : nullptr;
+    // The layer's four linear maps y = x W^T (W [out][in]): forward (qkv's, which splits its output, is below), the
+    // input gradient dx = dy W and the weight gradient dW += dy^T x (each *_wgrad code follows its *_dgrad).
+    struct Linear {
+      OpCode forward, dgrad;
+      Role x, y, dy, dx;
+      Parameter LayerParameters::*w;
+      std::int64_t in, out;
+    };
+    const Linear linears[] = {
+        {OpCode::qkv, OpCode::qkv_dgrad, Role::n1, Role::q, Role::dqkv, Role::dn1, &LayerParameters::wqkv, h, q + 2 * kv},
+        {OpCode::proj, OpCode::proj_dgrad, Role::o, Role::p, Role::dp, Role::d_o, &LayerParameters::wo, q, h},
+        {OpCode::mlp_up, OpCode::mlp_up_dgrad, Role::n2, Role::gu, Role::dgu, Role::dn2, &LayerParameters::wup, h, 2 * f},
+        {OpCode::mlp_down, OpCode::mlp_down_dgrad, Role::a, Role::mo, Role::dm, Role::da, &LayerParameters::wdown, f, h},
+    };
+    for (const Linear& l : linears) {
+      if (op.code == l.forward && op.code != OpCode::qkv) {
+        expect_gemm(id, c, l.out, l.in);
+        out(l.y, rounded(linear(in(l.x), (layer->*l.w).weight, c, l.in, l.out)));
+        return;
+      }
+      if (op.code == l.dgrad) {
+        expect_gemm(id, c, l.in, l.out);
+        out(l.dx, rounded(linear_dgrad(in(l.dy), (layer->*l.w).weight, c, l.in, l.out)));
+        return;
+      }
+      if (op.code == static_cast<OpCode>(static_cast<int>(l.dgrad) + 1)) {
+        expect_gemm(id, l.in, l.out, c);
+        linear_wgrad(in(l.dy), in(l.x), (layer->*l.w).grad, c, l.in, l.out);
+        grad_written(op.layer, id);
+        return;
+      }
+    }
     switch (op.code) {
       // ---- forward -------------------------------------------------------------------------------------------
       case OpCode::embed: {
@@ -490,10 +522,6 @@ class Interpreter {
       case OpCode::attn_merge:
         out(Role::o, rounded(in(Role::o_run)));
         return;
-      case OpCode::proj:
-        expect_gemm(id, c, h, q);
-        out(Role::p, rounded(linear(in(Role::o), layer->wo.weight, c, q, h)));
-        return;
       case OpCode::residual1:
       case OpCode::residual2: {
         const bool first = op.code == OpCode::residual1;
@@ -508,10 +536,6 @@ class Interpreter {
         }
         return;
       }
-      case OpCode::mlp_up:
-        expect_gemm(id, c, 2 * f, h);
-        out(Role::gu, rounded(linear(in(Role::n2), layer->wup.weight, c, h, 2 * f)));
-        return;
       case OpCode::act: {
         std::vector<float> gate, up;
         split_gate_up(in(Role::gu), gate, up);
@@ -520,10 +544,6 @@ class Interpreter {
         out(Role::a, rounded(std::move(a)));
         return;
       }
-      case OpCode::mlp_down:
-        expect_gemm(id, c, h, f);
-        out(Role::mo, rounded(linear(in(Role::a), layer->wdown.weight, c, f, h)));
-        return;
 
       // ---- backward ------------------------------------------------------------------------------------------
       case OpCode::residual2_bwd: {  // the output's gradient flows into the MLP branch and the residual
@@ -533,15 +553,6 @@ class Interpreter {
         out(Role::dh1, std::move(g));
         return;
       }
-      case OpCode::mlp_down_dgrad:
-        expect_gemm(id, c, f, h);
-        out(Role::da, rounded(linear_dgrad(in(Role::dm), layer->wdown.weight, c, f, h)));
-        return;
-      case OpCode::mlp_down_wgrad:
-        expect_gemm(id, f, h, c);
-        linear_wgrad(in(Role::dm), in(Role::a), layer->wdown.grad, c, f, h);
-        grad_written(op.layer, id);
-        return;
       case OpCode::act_bwd: {
         std::vector<float> gate, up;
         split_gate_up(in(Role::gu), gate, up);
@@ -555,15 +566,6 @@ class Interpreter {
         out(Role::dgu, rounded(std::move(dgu)));
         return;
       }
-      case OpCode::mlp_up_dgrad:
-        expect_gemm(id, c, h, 2 * f);
-        out(Role::dn2, rounded(linear_dgrad(in(Role::dgu), layer->wup.weight, c, h, 2 * f)));
-        return;
-      case OpCode::mlp_up_wgrad:
-        expect_gemm(id, h, 2 * f, c);
-        linear_wgrad(in(Role::dgu), in(Role::n2), layer->wup.grad, c, h, 2 * f);
-        grad_written(op.layer, id);
-        return;
       case OpCode::norm2_bwd:
       case OpCode::norm1_bwd: {
         const bool second = op.code == OpCode::norm2_bwd;
@@ -579,15 +581,6 @@ class Interpreter {
       }
       case OpCode::residual1_bwd:
         out(Role::dp, in(Role::dh1));
-        return;
-      case OpCode::proj_dgrad:
-        expect_gemm(id, c, q, h);
-        out(Role::d_o, rounded(linear_dgrad(in(Role::dp), layer->wo.weight, c, q, h)));
-        return;
-      case OpCode::proj_wgrad:
-        expect_gemm(id, q, h, c);
-        linear_wgrad(in(Role::dp), in(Role::o), layer->wo.grad, c, q, h);
-        grad_written(op.layer, id);
         return;
       case OpCode::attn_bwd: {
         expect_attention(id, op);
@@ -634,15 +627,6 @@ class Interpreter {
         out(Role::dqkv, rounded(std::move(dqkv)));
         return;
       }
-      case OpCode::qkv_dgrad:
-        expect_gemm(id, c, h, q + 2 * kv);
-        out(Role::dn1, rounded(linear_dgrad(in(Role::dqkv), layer->wqkv.weight, c, h, q + 2 * kv)));
-        return;
-      case OpCode::qkv_wgrad:
-        expect_gemm(id, h, q + 2 * kv, c);
-        linear_wgrad(in(Role::dqkv), in(Role::n1), layer->wqkv.grad, c, h, q + 2 * kv);
-        grad_written(op.layer, id);
-        return;
       case OpCode::embed_bwd: {
         const auto& dx = in(Role::dx);
         auto& de = s_.embedding().grad;
