@@ -374,10 +374,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
   }
 
   // Model states are moved and updated whole; the executor tracks them per process (sim::OpCode::states).
-  auto states = [&](sim::TaskId id) {
-    g.set_op(id, {sim::OpCode::states});
-    return id;
-  };
+  auto states = [&](sim::TaskId id) { return g.set_op(id, {sim::OpCode::states}); };
   for (int r = 0; r < replicas; ++r) {
     const auto& ring = plan.rings[static_cast<std::size_t>(r)];
     auto gpu_of = [&](int stage) { return ring[static_cast<std::size_t>(stage_position[static_cast<std::size_t>(stage)])]; };
@@ -417,13 +414,9 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         sim::TaskId out = -1;                                 // the visit's last task
       };
       std::vector<std::vector<Saved>> saved(static_cast<std::size_t>(L + 1), std::vector<Saved>(static_cast<std::size_t>(C)));
-      // Tags a task with what it is in the model's terms (sim::Op), for the executor.
+      // What a task is in the model's terms (sim::Op, for the executor); tasks are tagged with g.set_op as they are added.
       auto at = [&](sim::OpCode code, int l, int k, int first = -1, int last = -1) {
         return sim::Op{code, static_cast<std::int32_t>(r * sequences + seq), l, k, first, last};  // the step's sequence number
-      };
-      auto mark = [&](sim::TaskId id, sim::Op op) {
-        g.set_op(id, op);
-        return id;
       };
 
       // Weights streamed for a visit: a buffer per visit in flight, copied in on the H2D engine.
@@ -436,7 +429,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
       // A visit's output on its way to the next stage's GPU (nothing to send when that is the same GPU).
       auto arrive = [&](sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name, sim::Op what) -> sim::TaskId {
         if (produced < 0 || from_gpu == to_gpu) return produced;
-        return mark(g.send(name, from_gpu, to_gpu, bytes(hidden_chunk), ids({produced}), kSendStream), what);
+        return g.set_op(g.send(name, from_gpu, to_gpu, bytes(hidden_chunk), ids({produced}), kSendStream), what);
       };
 
       // ---- forward -------------------------------------------------------------------------------------------
@@ -456,8 +449,8 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         }
         const auto [wbuf, wcopy] = weights_in(gpu, name);
         const sim::TaskId prev = gpu_last[static_cast<std::size_t>(gpu)];
-        sv.kv_hbm = mark(g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({prev})), at(sim::OpCode::kv, l, k, k, k));
-        sv.work = mark(g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({prev})),
+        sv.kv_hbm = g.set_op(g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({prev})), at(sim::OpCode::kv, l, k, k, k));
+        sv.work = g.set_op(g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({prev})),
                        at(sim::OpCode::acts, l, k));
 
         std::vector<sim::TaskId> stream_buffers;
@@ -465,9 +458,9 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         emitter.set_coordinates(static_cast<int>(r * sequences + seq), l, k);
         emitter.set_attention_hook([&](const std::string& an, bool, std::vector<sim::TaskId>& last, bool rec) {
           if (kv_dram) {
-            sv.kv_host = mark(g.alloc(an + " host kv", host, sim::Pool::dram, bytes(kv_chunk), "K/V in host DRAM", ids({last[0]})),
+            sv.kv_host = g.set_op(g.alloc(an + " host kv", host, sim::Pool::dram, bytes(kv_chunk), "K/V in host DRAM", ids({last[0]})),
                               at(sim::OpCode::kv, l, k, k, k));
-            sv.kv_d2h = mark(g.copy(an + " D2H kv", gpu, {sim::Copy::Direction::d2h, bytes(kv_chunk), true}, ids({sv.kv_host, last[0]})),
+            sv.kv_d2h = g.set_op(g.copy(an + " D2H kv", gpu, {sim::Copy::Direction::d2h, bytes(kv_chunk), true}, ids({sv.kv_host, last[0]})),
                              at(sim::OpCode::kv, l, k, k, k));
           }
           const auto heads = static_cast<std::int32_t>(model.heads), kv_heads = static_cast<std::int32_t>(model.kv_heads);
@@ -483,7 +476,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           } else {
             std::vector<sim::TaskId> blocks;
             for (int d = 0; d < std::min(p.prefetch, (k + span - 1) / span); ++d) {
-              stream_buffers.push_back(mark(g.alloc(an + " kv buffer " + std::to_string(d), gpu, sim::Pool::hbm, bytes(kv_chunk * span),
+              stream_buffers.push_back(g.set_op(g.alloc(an + " kv buffer " + std::to_string(d), gpu, sim::Pool::hbm, bytes(kv_chunk * span),
                                                     "K/V stream buffers", ids({prev})),
                                             at(sim::OpCode::kv, l, k, 0, k - 1)));
             }
@@ -493,7 +486,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
               for (int j = j0; j < j1; ++j) deps.push_back(saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);
               if (b >= p.prefetch) deps.push_back(blocks[static_cast<std::size_t>(b - p.prefetch)]);  // its buffer is free again
               const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
-              const sim::TaskId in_copy = mark(g.copy(an + " H2D kv " + range, gpu,
+              const sim::TaskId in_copy = g.set_op(g.copy(an + " H2D kv " + range, gpu,
                                                       {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps),
                                                at(sim::OpCode::kv, l, k, j0, j1 - 1));
               last[0] = g.add({an + " C" + std::to_string(k) + " x " + range, gpu, {sim::StreamKind::compute, 0}, rec,
@@ -506,7 +499,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           last[0] = g.elementwise(an + " merge", gpu, {bytes(2 * kBf16 * static_cast<double>(c * model.q_dim())),
                                                       bytes(kBf16 * static_cast<double>(c * model.q_dim()))},
                                   ids({last[0]}), 0);
-          mark(last[0], at(sim::OpCode::attn_merge, l, k));
+          g.set_op(last[0], at(sim::OpCode::attn_merge, l, k));
         });
         std::vector<sim::TaskId> chain{prev};
         const auto begin = static_cast<sim::TaskId>(g.size());
@@ -530,11 +523,11 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         if (!acts_hbm) {  // to host DRAM: everything kept, or only what recompute needs
           const double out_bytes = recompute ? checkpoint : kept;
           const sim::Op kept_op = at(recompute ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k);
-          sv.host = mark(g.alloc(name + " host activations", host, sim::Pool::dram, bytes(out_bytes),
+          sv.host = g.set_op(g.alloc(name + " host activations", host, sim::Pool::dram, bytes(out_bytes),
                                  recompute ? "checkpoints in host DRAM" : "activations in host DRAM", ids({out})),
                          kept_op);
           const sim::TaskId d2h =
-              mark(g.copy(name + " D2H activations", gpu, {sim::Copy::Direction::d2h, bytes(out_bytes), true}, ids({sv.host})), kept_op);
+              g.set_op(g.copy(name + " D2H activations", gpu, {sim::Copy::Direction::d2h, bytes(out_bytes), true}, ids({sv.host})), kept_op);
           sv.host_d2h = d2h;
           g.free(name + " free activations", sv.work, ids({d2h}));
           sv.work = -1;
@@ -546,12 +539,12 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           const sim::Op hidden = at(sim::OpCode::input, L, k);
           hs.out = arrive(out, gpu, head_gpu, hname + " recv hidden", hidden);
           if (acts_hbm) {
-            hs.work = mark(g.alloc(hname + " hidden", head_gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({hs.out})), hidden);
+            hs.work = g.set_op(g.alloc(hname + " hidden", head_gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({hs.out})), hidden);
           } else {
-            hs.host = mark(g.alloc(hname + " host hidden", host_of(head_gpu), sim::Pool::dram, bytes(hidden_chunk), "final hidden states in host DRAM",
+            hs.host = g.set_op(g.alloc(hname + " host hidden", host_of(head_gpu), sim::Pool::dram, bytes(hidden_chunk), "final hidden states in host DRAM",
                                 ids({hs.out})),
                            hidden);
-            hs.out = mark(g.copy(hname + " D2H hidden", head_gpu, {sim::Copy::Direction::d2h, bytes(hidden_chunk), true}, ids({hs.host})), hidden);
+            hs.out = g.set_op(g.copy(hname + " D2H hidden", head_gpu, {sim::Copy::Direction::d2h, bytes(hidden_chunk), true}, ids({hs.host})), hidden);
           }
         }
       }
@@ -572,9 +565,9 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           sim::TaskId ready = sv.out;
           sim::TaskId buf = sv.work;
           if (!acts_hbm) {
-            buf = mark(g.alloc(name + " hidden", gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({reuse})),
+            buf = g.set_op(g.alloc(name + " hidden", gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({reuse})),
                        at(sim::OpCode::input, L, k));
-            ready = mark(g.copy(name + " H2D hidden", gpu, {sim::Copy::Direction::h2d, bytes(hidden_chunk), true}, ids({buf, sv.out})),
+            ready = g.set_op(g.copy(name + " H2D hidden", gpu, {sim::Copy::Direction::h2d, bytes(hidden_chunk), true}, ids({buf, sv.out})),
                          at(sim::OpCode::input, L, k));
           }
           const sim::TaskId begin_id = static_cast<sim::TaskId>(g.size());
@@ -596,28 +589,28 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
         std::vector<sim::TaskId> ready = ids({input, wcopy});
         // What forward kept: the activations (reloaded from DRAM, or the checkpoint to recompute from) and K/V.
         if (!acts_hbm) {
-          sv.work = mark(g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({reuse})),
+          sv.work = g.set_op(g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({reuse})),
                          at(sim::OpCode::acts, l, k));
           const double in_bytes = recompute ? checkpoint : kept;
-          ready.push_back(mark(g.copy(name + " H2D activations", gpu, {sim::Copy::Direction::h2d, bytes(in_bytes), true}, ids({sv.work, sv.host_d2h})),
+          ready.push_back(g.set_op(g.copy(name + " H2D activations", gpu, {sim::Copy::Direction::h2d, bytes(in_bytes), true}, ids({sv.work, sv.host_d2h})),
                                at(recompute ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k)));
         }
         if (kv_dram) {
-          sv.kv_hbm = mark(g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({reuse})), at(sim::OpCode::kv, l, k, k, k));
+          sv.kv_hbm = g.set_op(g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({reuse})), at(sim::OpCode::kv, l, k, k, k));
           if (!recompute) {  // recompute produces this chunk's K/V again
-            ready.push_back(mark(g.copy(name + " H2D kv", gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk), true}, ids({sv.kv_hbm, sv.kv_d2h})),
+            ready.push_back(g.set_op(g.copy(name + " H2D kv", gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk), true}, ids({sv.kv_hbm, sv.kv_d2h})),
                                  at(sim::OpCode::kv, l, k, k, k)));
           }
         }
         if (k == C - 1 && C > 1) {  // dK/dV of every earlier chunk accumulate over this layer's backward
           accumulators[static_cast<std::size_t>(l)] =
-              mark(g.alloc(name + " dkv accumulators", kv_dram ? host : gpu, kv_dram ? sim::Pool::dram : sim::Pool::hbm,
+              g.set_op(g.alloc(name + " dkv accumulators", kv_dram ? host : gpu, kv_dram ? sim::Pool::dram : sim::Pool::hbm,
                            bytes(acc_chunk * (C - 1)), "fp32 dK/dV accumulators", ids({prev})),
                    at(sim::OpCode::dkv, l, k, 0, C - 2));
         }
         std::vector<sim::TaskId> stream_buffers;
         // The chunk's own fp32 dK/dV (finished in this visit) and, with K/V in DRAM, the stream buffers.
-        const sim::TaskId own_acc = mark(g.alloc(name + " dkv", gpu, sim::Pool::hbm, bytes(acc_chunk), "fp32 dK/dV of a chunk", ids({prev})),
+        const sim::TaskId own_acc = g.set_op(g.alloc(name + " dkv", gpu, sim::Pool::hbm, bytes(acc_chunk), "fp32 dK/dV of a chunk", ids({prev})),
                                          at(sim::OpCode::dkv, l, k, k, k));
         auto& written = acc_written[static_cast<std::size_t>(l)];
         LayerEmitter emitter(g, model, chunk_split, {gpu});
@@ -630,7 +623,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           // the last chunk).
           sim::TaskId acc_in = -1;
           if (kv_dram && k < C - 1) {
-            acc_in = mark(g.copy(an + " H2D dkv C" + std::to_string(k), gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk), true},
+            acc_in = g.set_op(g.copy(an + " H2D dkv C" + std::to_string(k), gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk), true},
                                  ids({own_acc, written.empty() ? -1 : written[static_cast<std::size_t>(k / span)]})),
                           at(sim::OpCode::dkv, l, k, k, k));
           }
@@ -646,7 +639,7 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
           }
           const int nblocks = (k + span - 1) / span;
           for (int d = 0; d < std::min(p.prefetch, nblocks); ++d) {
-            stream_buffers.push_back(mark(g.alloc(an + " kv dkv buffer " + std::to_string(d), gpu, sim::Pool::hbm,
+            stream_buffers.push_back(g.set_op(g.alloc(an + " kv dkv buffer " + std::to_string(d), gpu, sim::Pool::hbm,
                                                   bytes((kv_chunk + acc_chunk) * span), "K/V and dK/dV stream buffers", ids({prev})),
                                           at(sim::OpCode::kv_dkv, l, k, 0, k - 1)));
           }
@@ -661,20 +654,20 @@ RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
             }
             for (int j = j0; j < j1; ++j) deps.push_back(saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);  // forward wrote them
             const sim::TaskId kv_in =
-                mark(g.copy(an + " H2D kv " + range, gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps),
+                g.set_op(g.copy(an + " H2D kv " + range, gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps),
                      at(sim::OpCode::kv, l, k, j0, j1 - 1));
             std::vector<sim::TaskId> block_deps{last[0], kv_in};
             if (k < C - 1) {  // read-modify-write of the accumulators (the last chunk writes them first)
               if (static_cast<std::size_t>(b) < written.size()) deps.push_back(written[static_cast<std::size_t>(b)]);
               block_deps.push_back(
-                  mark(g.copy(an + " H2D dkv " + range, gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk * (j1 - j0)), true}, deps),
+                  g.set_op(g.copy(an + " H2D dkv " + range, gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk * (j1 - j0)), true}, deps),
                        at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
             }
             last[0] = g.add({an + " C" + std::to_string(k) + " x " + range, gpu, {sim::StreamKind::compute, 0}, rec,
                              sim::Attention{c, c * (j1 - j0), heads, kv_heads, hd, false, true}, at(sim::OpCode::attn_bwd, l, k, j0, j1 - 1)},
                             block_deps);
             blocks.push_back(last[0]);
-            now_written.push_back(mark(g.copy(an + " D2H dkv " + range, gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk * (j1 - j0)), true},
+            now_written.push_back(g.set_op(g.copy(an + " D2H dkv " + range, gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk * (j1 - j0)), true},
                                               ids({last[0]})),
                                        at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
           }

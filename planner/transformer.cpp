@@ -341,8 +341,7 @@ sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::stri
   const sim::TaskId id = g.elementwise(name, gpu, {read, 2 * tokens * hidden}, after_of(after));
   at.code = backward ? sim::OpCode::embed_bwd : sim::OpCode::embed;
   at.layer = 0;
-  g.set_op(id, at);
-  return id;
+  return g.set_op(id, at);
 }
 
 sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,

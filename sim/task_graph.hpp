@@ -142,7 +142,11 @@ class TaskGraph {
   TaskId add(Task task, std::span<const TaskId> deps = {});
   TaskId add(Task task, std::initializer_list<TaskId> deps) { return add(std::move(task), std::span(deps.begin(), deps.size())); }
   void add_dependency(TaskId before, TaskId after);
-  void set_op(TaskId id, Op op) { tasks_[static_cast<std::size_t>(id)].op = op; }
+  // Says what task `id` is (sim::Op); returns `id`, so a builder can tag a task as it adds it.
+  TaskId set_op(TaskId id, Op op) {
+    tasks_[static_cast<std::size_t>(id)].op = op;
+    return id;
+  }
   std::int32_t add_group(std::vector<DeviceId> members);
   std::int32_t add_label(std::string label);
 
