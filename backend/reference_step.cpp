@@ -17,33 +17,6 @@ namespace {
 
 constexpr float kNormEps = 1e-5f;
 
-// The tensors of one (layer, chunk), by role. Forward: x (the layer's input), n1, q, k, v (after RoPE), o_run and
-// lse (the running attention state), o, p (projection), h1, n2, gu (gate | up), a, then the next layer's x.
-// Backward: dx is the gradient of x (OpCode::input_grad), dkv the fp32 dK | dV of a chunk.
-enum class Role : std::uint8_t {
-  x, n1, q, k, v, o_run, o, lse, p, h1, n2, gu, a, mo,
-  dm, dh1, da, dgu, dn2, dp, d_o, delta, dq, dkv, dqkv, dn1, dx,
-  nf, logits, dlogits,  // the LM head's pieces (sub = the piece's first token)
-};
-constexpr const char* kRoleNames[] = {"x (layer input)", "norm1 output", "Q", "K", "V", "running attention output",
-                                      "attention output", "attention lse", "projection output", "residual1 output",
-                                      "norm2 output", "gate|up", "MLP activation", "MLP output", "dMLP", "dh1", "dact", "dgate|up",
-                                      "dnorm2", "dproj", "dO", "attention delta", "dQ", "dK|dV accumulator", "dQKV",
-                                      "dnorm1", "dx (input gradient)", "final norm output", "logits", "dlogits"};
-static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::dlogits) + 1);
-
-struct Key {
-  Role role;
-  std::int32_t seq, layer, chunk, sub = 0;
-  auto operator<=>(const Key&) const = default;
-};
-
-std::string describe(const Key& k) {
-  std::ostringstream out;
-  out << kRoleNames[static_cast<int>(k.role)] << " of layer " << k.layer << " chunk " << k.chunk << " (sequence " << k.seq << ")";
-  return out.str();
-}
-
 // A tensor's copy at one place.
 struct Slot {
   std::vector<float> data;
@@ -200,6 +173,7 @@ class Interpreter {
     }
     slot.readers.push_back(task);
     ++reads_checked_;
+    if (opt_.record) opt_.record->push_back({task, where, key, false});
     return slot.data;
   }
 
@@ -215,6 +189,7 @@ class Interpreter {
     for (sim::TaskId r : slot.readers) {
       if (!ordered(r, task)) fail(task, "overwrites " + describe(key) + " on " + sim::device_name(where) + " while " + name(r) + " may still read it");
     }
+    if (opt_.record) opt_.record->push_back({task, where, key, true});
     slot.data = std::move(data);
     slot.version = version > 0 ? version : ++latest_[key];
     slot.producer = task;
@@ -232,35 +207,6 @@ class Interpreter {
       fail(task, "frees " + describe(key) + " on " + sim::device_name(where) + " before " + name(it->second.producer) + " wrote it");
     }
     store_.erase(it);
-  }
-
-  // The tensors a copy, send or allocation covers.
-  std::vector<Key> content(const sim::Op& op) const {
-    std::vector<Key> keys;
-    auto at = [&](Role r, int layer, int chunk) { keys.push_back({r, op.seq, layer, chunk}); };
-    switch (op.code) {
-      case sim::OpCode::kv:
-      case sim::OpCode::dkv:
-      case sim::OpCode::kv_dkv:
-        for (int j = op.first; j <= op.last; ++j) {
-          if (op.code != sim::OpCode::dkv) {
-            at(Role::k, op.layer, j);
-            at(Role::v, op.layer, j);
-          }
-          if (op.code != sim::OpCode::kv) at(Role::dkv, op.layer, j);
-        }
-        break;
-      case sim::OpCode::acts:
-        for (Role r : {Role::x, Role::n1, Role::q, Role::o, Role::lse, Role::h1, Role::n2, Role::gu, Role::a}) at(r, op.layer, op.chunk);
-        break;
-      case sim::OpCode::checkpoint:
-        for (Role r : {Role::x, Role::o, Role::lse}) at(r, op.layer, op.chunk);
-        break;
-      case sim::OpCode::input: at(Role::x, op.layer, op.chunk); break;
-      case sim::OpCode::input_grad: at(Role::dx, op.layer, op.chunk); break;
-      default: break;
-    }
-    return keys;
   }
 
   // Moves the tensors of `op` from one place to another (a copy keeps the version).

@@ -21,10 +21,19 @@
 #include <span>
 #include <vector>
 
+#include "backend/dataflow.hpp"
 #include "backend/model_state.hpp"
 #include "sim/task_graph.hpp"
 
 namespace trainyard::backend {
+
+// One read or write of a tensor at a place, as the reference executor did it (ReferenceOptions::record).
+struct RecordedAccess {
+  sim::TaskId task = 0;
+  sim::DeviceId place = 0;
+  Key key;
+  bool write = false;
+};
 
 struct ReferenceOptions {
   bool emulate_bf16 = true;     // round what is stored in bf16 (activations, weights) as the GPU does
@@ -34,6 +43,8 @@ struct ReferenceOptions {
   float rope_base = 10000.0f;
   // The ancestor check costs tasks^2 / 8 bytes; above this many tasks it is skipped (and said in the result).
   std::int64_t race_check_max_tasks = 40000;
+  // When set, every read and write is appended here (the test of backend/dataflow.hpp's table against the numerics).
+  std::vector<RecordedAccess>* record = nullptr;
 };
 
 struct ReferenceResult {
