@@ -116,6 +116,26 @@ void BM_RmsNormForward(benchmark::State& state) {
 }
 BENCHMARK(BM_RmsNormForward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 
+void BM_Add(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const std::int64_t n = state.range(0);
+  Buffer a(static_cast<std::size_t>(n) * 2), b(static_cast<std::size_t>(n) * 2), y(static_cast<std::size_t>(n) * 2);
+  timed(state, [&] { kernels::add(n, a.as<std::uint16_t>(), b.as<std::uint16_t>(), y.as<std::uint16_t>(), nullptr); });
+  state.counters["GB/s"] = benchmark::Counter(6.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Add)->Arg(std::int64_t{1} << 27)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
+// Llama-3 8B's embedding rows for a 16K-token chunk (token ids are zero: every row reads the same table row).
+void BM_EmbeddingForward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int rows = static_cast<int>(state.range(0)), hidden = 4096;
+  Buffer table(std::size_t{1024} * hidden * 2), tokens(static_cast<std::size_t>(rows) * 4), y(static_cast<std::size_t>(rows) * hidden * 2);
+  TRAINYARD_CUDA_CHECK(cudaMemset(tokens.ptr, 0, static_cast<std::size_t>(rows) * 4));
+  timed(state, [&] { kernels::embedding_forward(rows, hidden, table.as<std::uint16_t>(), tokens.as<std::int32_t>(), y.as<std::uint16_t>(), nullptr); });
+  state.counters["GB/s"] = benchmark::Counter(4.0 * rows * hidden * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_EmbeddingForward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -1,4 +1,4 @@
-// Memory-bound kernels: conversion, RMSNorm, SwiGLU, RoPE, cross-entropy, AdamW. Math in fp32, bf16 in and out.
+// Memory-bound kernels: conversion, adds, embedding rows, RMSNorm, SwiGLU, RoPE, cross-entropy, AdamW. Math in fp32, bf16 in and out.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -158,6 +158,26 @@ __global__ void swiglu_backward_kernel(std::int64_t n, bool vec, const bf16_bits
   store8(d_gate, i, n, vec, dg);
 }
 
+__global__ void add_kernel(std::int64_t n, bool vec, const bf16_bits* a, const bf16_bits* b, bf16_bits* y) {
+  const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
+  if (i >= n) return;
+  const Eight x = load8(a, i, n, vec), z = load8(b, i, n, vec);
+  Eight out;
+  for (int e = 0; e < kVec; ++e) out.v[e] = x.v[e] + z.v[e];
+  store8(y, i, n, vec, out);
+}
+
+// One block per row.
+__global__ void embedding_forward_kernel(int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y) {
+  const std::int64_t row = blockIdx.x, src = static_cast<std::int64_t>(tokens[row]) * hidden;
+  for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x)) y[row * hidden + i] = table[src + i];
+}
+
+__global__ void embedding_backward_kernel(int hidden, const std::int32_t* tokens, const bf16_bits* dy, float* dtable) {
+  const std::int64_t row = blockIdx.x, dst = static_cast<std::int64_t>(tokens[row]) * hidden;
+  for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x)) atomicAdd(dtable + dst + i, load(dy, row * hidden + i));
+}
+
 // One thread per (row, head, pair i < head_dim / 2).
 __global__ void rope_kernel(int rows, int heads, int head_dim, std::int64_t offset, float base, float sign, bf16_bits* x) {
   const int half = head_dim / 2;
@@ -265,6 +285,24 @@ void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up,
   if (n == 0) return;
   swiglu_backward_kernel<<<blocks_for_eights(n), kThreads, 0, stream>>>(n, aligned16({gate, up, dy, d_gate, d_up}), gate, up, dy, d_gate,
                                                                         d_up);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void add(std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for_eights(n), kThreads, 0, stream>>>(n, aligned16({a, b, y}), a, b, y);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void embedding_forward(int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y, cudaStream_t stream) {
+  if (rows == 0) return;
+  embedding_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(hidden, table, tokens, y);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void embedding_backward(int rows, int hidden, const std::int32_t* tokens, const bf16_bits* dy, float* dtable, cudaStream_t stream) {
+  if (rows == 0) return;
+  embedding_backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(hidden, tokens, dy, dtable);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 

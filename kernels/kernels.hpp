@@ -46,6 +46,12 @@ void rmsnorm_backward(int rows, int cols, float eps, const bf16_bits* x, const b
 void swiglu_forward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, bf16_bits* y, cudaStream_t stream);
 void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate,
                      bf16_bits* d_up, cudaStream_t stream);
+// y = a + b (y may alias a or b).
+void add(std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y, cudaStream_t stream);
+// y[r] = table[tokens[r]]; the backward adds dy[r] into the fp32 dtable[tokens[r]] (atomics: the order of the
+// additions into a row that several tokens share is not fixed).
+void embedding_forward(int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y, cudaStream_t stream);
+void embedding_backward(int rows, int hidden, const std::int32_t* tokens, const bf16_bits* dy, float* dtable, cudaStream_t stream);
 // In place on x [rows][heads][head_dim]; `inverse` for the backward.
 void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x,
           cudaStream_t stream);

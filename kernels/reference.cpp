@@ -286,6 +286,24 @@ void swiglu_backward_ref(std::span<const float> gate, std::span<const float> up,
   }
 }
 
+void add_ref(std::span<const float> a, std::span<const float> b, std::span<float> y) {
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = a[i] + b[i];
+}
+
+void embedding_forward_ref(int rows, int hidden, std::span<const float> table, std::span<const std::int32_t> tokens, std::span<float> y) {
+  const auto H = static_cast<std::size_t>(hidden);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    std::copy_n(table.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tokens[r]) * H), H, y.begin() + static_cast<std::ptrdiff_t>(r * H));
+  }
+}
+
+void embedding_backward_ref(int rows, int hidden, std::span<const std::int32_t> tokens, std::span<const float> dy, std::span<float> dtable) {
+  const auto H = static_cast<std::size_t>(hidden);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    for (std::size_t i = 0; i < H; ++i) dtable[static_cast<std::size_t>(tokens[r]) * H + i] += dy[r * H + i];
+  }
+}
+
 void rope_ref(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, std::span<float> x) {
   const auto H = static_cast<std::size_t>(heads), D = static_cast<std::size_t>(head_dim), half = D / 2;
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {

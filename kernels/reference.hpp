@@ -68,6 +68,13 @@ void swiglu_forward_ref(std::span<const float> gate, std::span<const float> up, 
 void swiglu_backward_ref(std::span<const float> gate, std::span<const float> up, std::span<const float> dy,
                          std::span<float> d_gate, std::span<float> d_up);
 
+// y = a + b, elementwise (the residual adds; y may be a).
+void add_ref(std::span<const float> a, std::span<const float> b, std::span<float> y);
+
+// Embedding rows: y[r] = table[tokens[r]] ([rows][hidden]); backward adds dy[r] into dtable[tokens[r]].
+void embedding_forward_ref(int rows, int hidden, std::span<const float> table, std::span<const std::int32_t> tokens, std::span<float> y);
+void embedding_backward_ref(int rows, int hidden, std::span<const std::int32_t> tokens, std::span<const float> dy, std::span<float> dtable);
+
 // Rotary positions on x [rows][heads][head_dim]: row r has position `position_offset + r`, frequency
 // base^(-2i/head_dim) for pair i = (x[i], x[i + head_dim/2]). `inverse` rotates back (the backward).
 void rope_ref(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, std::span<float> x);

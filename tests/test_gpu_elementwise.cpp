@@ -46,6 +46,35 @@ TEST(GpuElementwise, SwiGluForwardAndBackward) {
   }
 }
 
+TEST(GpuElementwise, AddAndEmbeddingRows) {
+  TRAINYARD_REQUIRE_GPU();
+  for (std::size_t n : {std::size_t{1}, std::size_t{1003}, std::size_t{1} << 20}) {
+    const auto a = test::random_bf16_values(n, 7), b = test::random_bf16_values(n, 8);
+    std::vector<float> y_ref(n);
+    add_ref(a, b, y_ref);
+    DeviceBuffer<bf16_bits> da(test::bits(a)), db(test::bits(b)), y(n);
+    add(static_cast<std::int64_t>(n), da.get(), db.get(), y.get(), nullptr);
+    EXPECT_TRUE(test::close_to(test::floats(y.download()), y_ref, 1e-3, kBf16Rel)) << n;
+    add(static_cast<std::int64_t>(n), da.get(), db.get(), da.get(), nullptr);  // in place
+    EXPECT_TRUE(test::close_to(test::floats(da.download()), y_ref, 1e-3, kBf16Rel)) << n;
+  }
+  const int rows = 300, hidden = 200, vocab = 50;  // tokens repeat: the backward's atomics add into shared rows
+  const auto table = test::random_bf16_values(static_cast<std::size_t>(vocab * hidden), 9);
+  const auto dy = test::random_bf16_values(static_cast<std::size_t>(rows * hidden), 10);
+  std::vector<std::int32_t> tokens(rows);
+  for (int r = 0; r < rows; ++r) tokens[static_cast<std::size_t>(r)] = (r * 7 + 3) % vocab;
+  std::vector<float> y_ref(dy.size()), dtable_ref(table.size(), 0.0f);
+  embedding_forward_ref(rows, hidden, table, tokens, y_ref);
+  embedding_backward_ref(rows, hidden, tokens, dy, dtable_ref);
+  DeviceBuffer<bf16_bits> t(test::bits(table)), d(test::bits(dy)), y(dy.size());
+  DeviceBuffer<std::int32_t> tok(tokens);
+  DeviceBuffer<float> dtable(std::vector<float>(table.size(), 0.0f));
+  embedding_forward(rows, hidden, t.get(), tok.get(), y.get(), nullptr);
+  embedding_backward(rows, hidden, tok.get(), d.get(), dtable.get(), nullptr);
+  EXPECT_TRUE(test::close_to(test::floats(y.download()), y_ref, 0, 0)) << "a gather is exact";
+  EXPECT_TRUE(test::close_to(dtable.download(), dtable_ref, 1e-5, 1e-5));
+}
+
 TEST(GpuElementwise, RopeForwardAndInverseAtLargeOffsets) {
   TRAINYARD_REQUIRE_GPU();
   for (auto [rows, offset] : {std::pair{5, std::int64_t{0}}, std::pair{333, std::int64_t{1} << 21}}) {

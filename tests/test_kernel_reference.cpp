@@ -268,6 +268,20 @@ TEST(KernelReference, GemmWithTransposesByHand) {
   EXPECT_EQ(d, (std::vector<float>{4, 5, 10, 11}));
 }
 
+TEST(KernelReference, EmbeddingRowsAndAddsByHand) {
+  const std::vector<float> table = {1, 2, 3, 4, 5, 6};  // 3 rows of 2
+  const std::vector<std::int32_t> tokens = {2, 0, 2};
+  std::vector<float> y(6);
+  embedding_forward_ref(3, 2, table, tokens, y);
+  EXPECT_EQ(y, (std::vector<float>{5, 6, 1, 2, 5, 6}));
+  std::vector<float> dtable(6, 0.0f);
+  embedding_backward_ref(3, 2, tokens, std::vector<float>{1, 1, 2, 2, 3, 3}, dtable);
+  EXPECT_EQ(dtable, (std::vector<float>{2, 2, 0, 0, 4, 4})) << "token 2 appears twice: its row gets both gradients";
+  std::vector<float> sum(3);
+  add_ref(std::vector<float>{1, 2, 3}, std::vector<float>{0.5f, -2, 4}, sum);
+  EXPECT_EQ(sum, (std::vector<float>{1.5f, 0, 7}));
+}
+
 TEST(KernelReference, AdamWStepByHand) {
   AdamW opt;
   std::vector<float> master{1.0f, -2.0f}, m{0.0f, 0.1f}, v{0.0f, 0.01f}, bf16(2);
