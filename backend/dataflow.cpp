@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "backend/schedule.hpp"
 #include "common/error.hpp"
 
 namespace trainyard::backend {
@@ -180,10 +181,10 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
     return it == live.end() ? -1 : it->second;
   };
   auto create = [&](sim::DeviceId place, const Key& key, std::int64_t elements, DType dtype) {
-    Instance inst{key, place, dtype, elements * dtype_bytes(dtype), {}, -1, -1};
+    Instance inst{key, place, dtype, elements * dtype_bytes(dtype), {}, -1, -1, -1, {}};
     if (sim::is_host(place)) {
       inst.host_offset_bytes = plan.host_bytes;
-      plan.host_bytes += (inst.bytes + 255) / 256 * 256;
+      plan.host_bytes += (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
     }
     plan.instances.push_back(std::move(inst));
     const int id = static_cast<int>(plan.instances.size()) - 1;
@@ -291,6 +292,25 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
   for (const auto& [place, d] : delta) {
     std::int64_t live_bytes = 0;
     for (std::int64_t change : d) plan.device_peak_bytes = std::max(plan.device_peak_bytes, live_bytes += change);
+  }
+  // Offsets in each GPU's arena.
+  std::map<sim::DeviceId, std::vector<int>> on_gpu;
+  for (std::size_t i = 0; i < plan.instances.size(); ++i) {
+    if (!sim::is_host(plan.instances[i].place)) on_gpu[plan.instances[i].place].push_back(static_cast<int>(i));
+  }
+  for (const auto& [gpu, ids] : on_gpu) {
+    std::vector<Lifetime> lifetimes;
+    for (int i : ids) {
+      const Instance& inst = plan.instances[static_cast<std::size_t>(i)];
+      lifetimes.push_back({inst.accessors.front(), inst.release_after + 1, (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment, -1});
+    }
+    std::vector<std::vector<int>> reuses;
+    plan.device_arena_bytes = std::max(plan.device_arena_bytes, place_lifetimes(lifetimes, &reuses));
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      Instance& inst = plan.instances[static_cast<std::size_t>(ids[k])];
+      inst.device_offset_bytes = lifetimes[k].offset;
+      for (int r : reuses[k]) inst.reuses.push_back(ids[static_cast<std::size_t>(r)]);
+    }
   }
   return plan;
 }

@@ -38,27 +38,42 @@ Involvement involvement(const TaskGraph& graph, const Task& task, int rank, int 
   return {task.device == rank, false, rank};
 }
 
-// Offline placement of one pool's buffers, knowing every lifetime in advance (positions in submission order):
-// largest first, each at the lowest offset free of the buffers it is live beside (the greedy-by-size strategy
-// of TFLite's arena planner; near the live-bytes peak where an online first fit fragments). Returns, per
-// buffer, the frees of earlier occupants of its bytes, which it must wait for.
 struct Buffer {
   TaskId alloc = 0, free_task = -1;
-  std::int64_t start = 0, end = 0;  // [start, end) in submission positions; end = max when never freed
-  std::int64_t size = 0;
-  std::int64_t offset = -1;
+  Lifetime lifetime;
 };
 
 std::vector<std::vector<TaskId>> place_buffers(std::vector<Buffer>& buffers, Arena& arena) {
+  std::vector<Lifetime> lifetimes;
+  for (const Buffer& b : buffers) lifetimes.push_back(b.lifetime);
+  std::vector<std::vector<int>> earlier;
+  arena.size_bytes = place_lifetimes(lifetimes, &earlier);
+  std::vector<std::vector<TaskId>> reuse(buffers.size());
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    buffers[i].lifetime = lifetimes[i];
+    arena.offset_bytes[buffers[i].alloc] = lifetimes[i].offset;
+    for (int o : earlier[i]) {
+      if (buffers[static_cast<std::size_t>(o)].free_task >= 0) reuse[i].push_back(buffers[static_cast<std::size_t>(o)].free_task);
+    }
+  }
+  return reuse;
+}
+
+}  // namespace
+
+// Largest first, each at the lowest offset free of the buffers it is live beside (the greedy-by-size strategy
+// of TFLite's arena planner; near the live-bytes peak where an online first fit fragments).
+std::int64_t place_lifetimes(std::vector<Lifetime>& buffers, std::vector<std::vector<int>>* reuses) {
   std::vector<std::size_t> by_size(buffers.size());
   for (std::size_t i = 0; i < by_size.size(); ++i) by_size[i] = i;
   std::stable_sort(by_size.begin(), by_size.end(), [&](std::size_t x, std::size_t y) { return buffers[x].size > buffers[y].size; });
   std::vector<std::size_t> placed;
+  std::int64_t size_bytes = 0;
   for (std::size_t i : by_size) {
-    Buffer& b = buffers[i];
+    Lifetime& b = buffers[i];
     std::vector<std::pair<std::int64_t, std::int64_t>> taken;  // address ranges of buffers live beside b
     for (std::size_t j : placed) {
-      const Buffer& o = buffers[j];
+      const Lifetime& o = buffers[j];
       if (o.start < b.end && b.start < o.end) taken.emplace_back(o.offset, o.offset + o.size);
     }
     std::sort(taken.begin(), taken.end());
@@ -69,20 +84,20 @@ std::vector<std::vector<TaskId>> place_buffers(std::vector<Buffer>& buffers, Are
     }
     b.offset = offset;
     placed.push_back(i);
-    arena.size_bytes = std::max(arena.size_bytes, offset + b.size);
-    arena.offset_bytes[b.alloc] = offset;
+    size_bytes = std::max(size_bytes, offset + b.size);
   }
-  std::vector<std::vector<TaskId>> reuse(buffers.size());
-  for (std::size_t i = 0; i < buffers.size(); ++i) {
-    for (const Buffer& o : buffers) {
-      const bool before = o.free_task >= 0 && o.end <= buffers[i].start;
-      if (before && o.offset < buffers[i].offset + buffers[i].size && buffers[i].offset < o.offset + o.size) reuse[i].push_back(o.free_task);
+  if (reuses) {
+    reuses->assign(buffers.size(), {});
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      for (std::size_t o = 0; o < buffers.size(); ++o) {
+        const Lifetime& a = buffers[o];
+        const bool before = a.end <= buffers[i].start;
+        if (before && a.offset < buffers[i].offset + buffers[i].size && buffers[i].offset < a.offset + a.size) (*reuses)[i].push_back(static_cast<int>(o));
+      }
     }
   }
-  return reuse;
+  return size_bytes;
 }
-
-}  // namespace
 
 std::string StreamSlot::name() const {
   std::string s = sim::device_name(device) + " " + std::string(sim::to_string(stream.kind));
@@ -181,14 +196,14 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
       auto& pool = pools[a->pool == sim::Pool::hbm ? 0 : 1];
       buffer_of[t] = pool.size();
       const std::int64_t size = (std::max<std::int64_t>(a->bytes, 1) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-      pool.push_back({t, -1, at[static_cast<std::size_t>(t)], std::numeric_limits<std::int64_t>::max(), size});
+      pool.push_back({t, -1, {at[static_cast<std::size_t>(t)], std::numeric_limits<std::int64_t>::max(), size, -1}});
     } else if (const auto* f = std::get_if<sim::Free>(&graph.task(t).params)) {
       const auto& alloc = std::get<sim::Alloc>(graph.task(f->alloc).params);
       const auto it = buffer_of.find(f->alloc);
       if (it == buffer_of.end()) continue;  // freeing another rank's allocation: validate() rules it out
       Buffer& b = pools[alloc.pool == sim::Pool::hbm ? 0 : 1][it->second];
       b.free_task = t;
-      b.end = at[static_cast<std::size_t>(t)];
+      b.lifetime.end = at[static_cast<std::size_t>(t)];
     }
   }
   std::map<TaskId, std::vector<TaskId>> reuse_frees;

@@ -57,6 +57,17 @@ struct RankSchedule {
 
 constexpr std::int64_t kArenaAlignment = 256;
 
+// A buffer whose whole life is known in advance: live over [start, end) in some order of positions.
+struct Lifetime {
+  std::int64_t start = 0, end = 0;  // end = max when never released
+  std::int64_t size = 0;
+  std::int64_t offset = -1;         // set by place_lifetimes
+};
+
+// Offline placement of one arena's buffers: sets every offset and returns the arena's size. With `reuses`, gives
+// per buffer the earlier buffers (ended at or before its start) whose bytes it overlaps: what it must wait for.
+std::int64_t place_lifetimes(std::vector<Lifetime>& buffers, std::vector<std::vector<int>>* reuses = nullptr);
+
 // Submission order follows `predicted` (the simulator's start times of a completed run) where given, task ids
 // otherwise. Following the prediction matters: the arenas then hold what the simulator had live at each moment
 // (their size is the simulated peak plus alignment and fragmentation), and a reuse waits only for work the

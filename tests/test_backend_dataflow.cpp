@@ -133,6 +133,16 @@ Checked check_against_reference(const sim::TaskGraph& g, const model::ModelConfi
   };
   EXPECT_TRUE(missing.empty()) << missing.size() << " accesses the reference made and the table lacks:" << show(missing);
   EXPECT_TRUE(extra.empty()) << extra.size() << " accesses the table has and the reference did not make:" << show(extra);
+  // Device instances live at the same time never share bytes, and the arena holds at least the live peak.
+  EXPECT_GE(c.plan.device_arena_bytes, c.plan.device_peak_bytes);
+  for (const Instance& a : c.plan.instances) {
+    for (const Instance& b : c.plan.instances) {
+      if (&a == &b || a.place != b.place || sim::is_host(a.place)) continue;
+      const bool together = a.accessors.front() <= b.release_after && b.accessors.front() <= a.release_after;
+      const bool overlap = a.device_offset_bytes < b.device_offset_bytes + b.bytes && b.device_offset_bytes < a.device_offset_bytes + a.bytes;
+      EXPECT_FALSE(together && overlap) << describe(a.key) << " and " << describe(b.key) << " share bytes while both are live";
+    }
+  }
   // Every instance is released after its last access, and a host instance has its place in the pinned arena.
   for (const Instance& i : c.plan.instances) {
     EXPECT_GE(i.release_after, i.accessors.back()) << describe(i.key);
