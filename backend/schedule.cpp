@@ -246,6 +246,7 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
       out.steps.push_back({t, slot, std::move(pruned)});
     }
   }
+  out.order = std::move(order);
   return out;
 }
 }  // namespace trainyard::backend

@@ -50,6 +50,7 @@ struct RankSchedule {
   int rank = 0;
   std::vector<StreamSlot> streams;
   std::vector<Step> steps;  // submission order: a topological order of dependencies and stream order
+  std::vector<sim::TaskId> order;  // every task of this rank in that order, allocations and frees included
   std::vector<bool> waited_on;  // per task id: some step waits for it, so it records an event
   Arena hbm, pinned;
   int remote_dependencies = 0;  // dependencies on other GPUs' non-communication tasks (see above)

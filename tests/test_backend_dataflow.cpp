@@ -152,9 +152,7 @@ Checked check_against_reference(const sim::TaskGraph& g, const model::ModelConfi
 }
 
 std::vector<sim::TaskId> schedule_order(const sim::TaskGraph& g) {
-  std::vector<sim::TaskId> order;
-  for (const auto& step : make_schedule(g, 0, 1).steps) order.push_back(step.task);
-  return order;
+  return make_schedule(g, 0, 1).order;
 }
 
 const sim::Cluster& one_gpu() {
