@@ -1,0 +1,602 @@
+#include "backend/executor.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "backend/dataflow.hpp"
+#include "backend/schedule.hpp"
+#include "common/error.hpp"
+#include "common/units.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/kernels.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+using kernels::bf16_bits;
+constexpr float kNormEps = 1e-5f;  // as reference_step.cpp
+
+// A parameter's device copies; weights bf16, the rest fp32.
+struct DeviceParameter {
+  std::string name;
+  std::int64_t n = 0;
+  bf16_bits* weight = nullptr;
+  float *grad = nullptr, *master = nullptr, *m = nullptr, *v = nullptr;
+};
+
+template <typename T>
+T* offset(void* base, std::int64_t bytes) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + bytes);
+}
+
+}  // namespace
+
+struct GpuExecutor::Impl {
+  const sim::TaskGraph& g;
+  model::ModelConfig m;
+  std::int64_t c;
+  int gpn;
+  ExecutorOptions opt;
+  RankSchedule sched;
+  DataflowPlan flow;
+  std::vector<int> step_at;  // per position in sched.order: index into sched.steps, or -1 (allocations, frees)
+
+  std::vector<cudaStream_t> streams;
+  std::vector<std::unique_ptr<kernels::Gemm>> gemms;  // one per stream: each owns its workspace
+  std::vector<cudaEvent_t> begin, end;                 // per task id (null for tasks without a stream)
+  cudaEvent_t origin = nullptr;
+  void* arena = nullptr;
+  void* pinned = nullptr;
+
+  std::vector<DeviceParameter> params;       // ModelState::all() order
+  std::map<int, std::vector<int>> groups;    // optimizer group -> params
+  std::vector<int> layer_param;              // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
+  int embedding = -1, final_norm = -1, lm_head = -1;
+  std::int32_t* tokens = nullptr;
+  std::int64_t tokens_capacity = 0;
+  float* losses = nullptr;  // per token of the step
+  float* dloss = nullptr;   // 1 / tokens, one per row of a chunk
+  std::int64_t states_bytes = 0;
+
+  Impl(const sim::TaskGraph& graph, ModelState& shapes, std::int64_t chunk, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
+       const ExecutorOptions& options)
+      : g(graph), m(shapes.model()), c(chunk), gpn(gpus_per_node), opt(options) {
+    refuse_what_is_not_written();
+    sched = make_schedule(g, 0, gpn, predicted);
+    flow = plan_dataflow(g, sched.order, m, c, gpn);
+    std::map<sim::TaskId, int> step_of;
+    for (std::size_t i = 0; i < sched.steps.size(); ++i) step_of[sched.steps[i].task] = static_cast<int>(i);
+    for (sim::TaskId t : sched.order) {
+      const auto it = step_of.find(t);
+      step_at.push_back(it == step_of.end() ? -1 : it->second);
+    }
+    allocate(shapes);
+  }
+
+  ~Impl() {
+    // Destructors do not throw: errors here are ignored (the context is going away with the process).
+    cudaDeviceSynchronize();
+    for (auto e : begin) if (e) cudaEventDestroy(e);
+    for (auto e : end) if (e) cudaEventDestroy(e);
+    if (origin) cudaEventDestroy(origin);
+    gemms.clear();
+    for (auto s : streams) cudaStreamDestroy(s);
+    for (auto& p : params) {
+      for (void* ptr : {static_cast<void*>(p.weight), static_cast<void*>(p.grad), static_cast<void*>(p.master), static_cast<void*>(p.m),
+                        static_cast<void*>(p.v)}) {
+        cudaFree(ptr);
+      }
+    }
+    cudaFree(tokens);
+    cudaFree(losses);
+    cudaFree(dloss);
+    cudaFree(arena);
+    cudaFreeHost(pinned);
+  }
+
+  void refuse_what_is_not_written() const {
+    for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
+      const sim::Task& t = g.task(id);
+      const std::string what = "task " + std::to_string(id) + " '" + t.name + "'";
+      if (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective) {
+        throw InputError("the plan's task graph", what,
+                         "a step on one GPU (sends and collectives through NCCL are not written yet in the CUDA executor)",
+                         "a task of several GPUs");
+      }
+      const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
+      if (sim::is_host(t.device) && !memory) {
+        throw InputError("the plan's task graph", what, "GPU tasks (the CUDA executor does not run host optimizer steps yet)", "a host task");
+      }
+      if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
+        throw InputError("the plan's task graph", what,
+                         "weights and optimizer states resident in HBM (the CUDA executor does not stream them yet)", "a copy of model states");
+      }
+      if (t.op.code == sim::OpCode::none && !memory) {
+        throw InputError("the plan's task graph", what, "a task the executor can run (a builder that annotates its tasks: ring-track)",
+                         "a task without an op");
+      }
+    }
+  }
+
+  template <typename T>
+  T* device_alloc(std::int64_t count) {
+    void* p = nullptr;
+    const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(count, 1)) * sizeof(T);
+    TRAINYARD_CUDA_CHECK(cudaMalloc(&p, bytes));
+    states_bytes += static_cast<std::int64_t>(bytes);
+    return static_cast<T*>(p);
+  }
+
+  void allocate(ModelState& shapes) {
+    // The states, in ModelState's layout and order.
+    std::int64_t state_bytes_needed = 0;
+    for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 * 4);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    TRAINYARD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const std::int64_t needed = state_bytes_needed + flow.device_arena_bytes;
+    if (needed > static_cast<std::int64_t>(free_bytes)) {
+      throw InputError("the plan", "HBM", "at most " + format_bytes(static_cast<double>(free_bytes)) + " (free on this GPU)",
+                       format_bytes(static_cast<double>(needed)) + ": " + format_bytes(static_cast<double>(flow.device_arena_bytes)) +
+                           " of tensors and " + format_bytes(static_cast<double>(state_bytes_needed)) + " of model states");
+    }
+    for (const Parameter* p : shapes.all()) {
+      DeviceParameter d;
+      d.name = p->name;
+      d.n = static_cast<std::int64_t>(p->size());
+      d.weight = device_alloc<bf16_bits>(d.n);
+      d.grad = device_alloc<float>(d.n);
+      d.master = device_alloc<float>(d.n);
+      d.m = device_alloc<float>(d.n);
+      d.v = device_alloc<float>(d.n);
+      params.push_back(std::move(d));
+    }
+    // Index the parameters by their place in the model (ModelState's names: "L3 wqkv", "embedding", ...).
+    auto index_of = [&](const Parameter& p) {
+      const auto all = shapes.all();
+      return static_cast<int>(std::find(all.begin(), all.end(), &p) - all.begin());
+    };
+    for (const auto& layer : shapes.layers()) {
+      for (const Parameter* p : {&layer.norm1, &layer.wqkv, &layer.wo, &layer.norm2, &layer.wup, &layer.wdown}) layer_param.push_back(index_of(*p));
+    }
+    embedding = index_of(shapes.embedding());
+    final_norm = index_of(shapes.final_norm());
+    lm_head = index_of(shapes.lm_head());
+    std::vector<int> group_ids = {kEmbeddingGroup, kHeadGroup};
+    for (int l = 0; l < static_cast<int>(m.layers); ++l) group_ids.push_back(l);
+    for (int gid : group_ids) {
+      for (Parameter* p : shapes.group(gid)) groups[gid].push_back(index_of(*p));
+    }
+    losses = device_alloc<float>(1);  // sized per step
+    dloss = device_alloc<float>(c);
+
+    TRAINYARD_CUDA_CHECK(cudaMalloc(&arena, static_cast<std::size_t>(std::max<std::int64_t>(flow.device_arena_bytes, 1))));
+    TRAINYARD_CUDA_CHECK(cudaMallocHost(&pinned, static_cast<std::size_t>(std::max<std::int64_t>(flow.host_bytes, 1))));
+    for (std::size_t s = 0; s < sched.streams.size(); ++s) {
+      cudaStream_t stream = nullptr;
+      TRAINYARD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      streams.push_back(stream);
+      gemms.push_back(std::make_unique<kernels::Gemm>());
+      states_bytes += std::int64_t{32} << 20;  // Gemm's workspace
+    }
+    begin.assign(g.size(), nullptr);
+    end.assign(g.size(), nullptr);
+    for (const Step& s : sched.steps) {
+      TRAINYARD_CUDA_CHECK(cudaEventCreate(&begin[static_cast<std::size_t>(s.task)]));
+      TRAINYARD_CUDA_CHECK(cudaEventCreate(&end[static_cast<std::size_t>(s.task)]));
+    }
+    TRAINYARD_CUDA_CHECK(cudaEventCreate(&origin));
+  }
+
+  // --- the step ------------------------------------------------------------------------------------------------
+  void* where(int instance) const {
+    const Instance& i = flow.instances[static_cast<std::size_t>(instance)];
+    return sim::is_host(i.place) ? offset<void>(pinned, i.host_offset_bytes) : offset<void>(arena, i.device_offset_bytes);
+  }
+  template <typename T>
+  T* ptr(const TaskTensors& t, std::size_t use) const {
+    return static_cast<T*>(where(t.instances.at(use)));
+  }
+
+  const DeviceParameter& layer(int l, int k) const { return params[static_cast<std::size_t>(layer_param[static_cast<std::size_t>(l * 6 + k)])]; }
+
+  MeasuredStep run(std::span<const std::vector<std::int32_t>> token_ids, int optimizer_step) {
+    TRAINYARD_CHECK(!token_ids.empty(), "a step has at least one sequence");
+    const std::int64_t seq_len = static_cast<std::int64_t>(token_ids.front().size()) - 1;
+    const std::int64_t total = seq_len * static_cast<std::int64_t>(token_ids.size());
+    // Token ids and the loss's per-row weights, before the step's timing starts.
+    std::vector<std::int32_t> flat;
+    for (const auto& s : token_ids) {
+      TRAINYARD_CHECK(static_cast<std::int64_t>(s.size()) == seq_len + 1, "every sequence has seq_len + 1 tokens");
+      flat.insert(flat.end(), s.begin(), s.end());
+    }
+    if (static_cast<std::int64_t>(flat.size()) > tokens_capacity) {
+      TRAINYARD_CUDA_CHECK(cudaFree(tokens));
+      TRAINYARD_CUDA_CHECK(cudaFree(losses));
+      TRAINYARD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tokens), flat.size() * sizeof(std::int32_t)));
+      TRAINYARD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&losses), static_cast<std::size_t>(total) * sizeof(float)));
+      tokens_capacity = static_cast<std::int64_t>(flat.size());
+    }
+    TRAINYARD_CUDA_CHECK(cudaMemcpy(tokens, flat.data(), flat.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+    const std::vector<float> weights(static_cast<std::size_t>(c), 1.0f / static_cast<float>(total));
+    TRAINYARD_CUDA_CHECK(cudaMemcpy(dloss, weights.data(), weights.size() * sizeof(float), cudaMemcpyHostToDevice));
+    TRAINYARD_CUDA_CHECK(cudaMemset(losses, 0xFF, static_cast<std::size_t>(total) * sizeof(float)));  // NaN: a row no task wrote shows
+    for (const auto& p : params) TRAINYARD_CUDA_CHECK(cudaMemset(p.grad, 0, static_cast<std::size_t>(p.n) * sizeof(float)));
+    cudaMemPool_t pool = nullptr;
+    TRAINYARD_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    std::uint64_t zero = 0;
+    TRAINYARD_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
+    TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
+
+    // Everything starts after `origin`; then the schedule, step by step.
+    TRAINYARD_CUDA_CHECK(cudaEventRecord(origin, streams.front()));
+    for (std::size_t s = 1; s < streams.size(); ++s) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(streams[s], origin, 0));
+    std::set<int> updated_groups;
+    for (std::size_t pos = 0; pos < sched.order.size(); ++pos) {
+      if (step_at[pos] < 0) continue;  // allocations and frees: their waits pass to the tasks after them
+      const Step& step = sched.steps[static_cast<std::size_t>(step_at[pos])];
+      const TaskTensors& tensors = flow.steps[pos];
+      cudaStream_t stream = streams[static_cast<std::size_t>(step.slot)];
+      for (sim::TaskId w : step.waits) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[static_cast<std::size_t>(w)], 0));
+      wait_for_reused_bytes(tensors, static_cast<int>(pos), stream);
+      const sim::TaskId id = step.task;
+      TRAINYARD_CUDA_CHECK(cudaEventRecord(begin[static_cast<std::size_t>(id)], stream));
+      for (int inst : tensors.zero_first) {
+        TRAINYARD_CUDA_CHECK(cudaMemsetAsync(where(inst), 0, static_cast<std::size_t>(flow.instances[static_cast<std::size_t>(inst)].bytes), stream));
+      }
+      execute(id, tensors, stream, step.slot, seq_len, optimizer_step, updated_groups);
+      TRAINYARD_CUDA_CHECK(cudaEventRecord(end[static_cast<std::size_t>(id)], stream));
+    }
+    TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
+
+    MeasuredStep r;
+    r.tokens = total;
+    r.timing.assign(g.size(), {});
+    std::int64_t first = -1, last = 0;
+    for (const Step& s : sched.steps) {
+      float start_ms = 0, end_ms = 0;
+      TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&start_ms, origin, begin[static_cast<std::size_t>(s.task)]));
+      TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&end_ms, origin, end[static_cast<std::size_t>(s.task)]));
+      auto& t = r.timing[static_cast<std::size_t>(s.task)];
+      t.start_ns = static_cast<std::int64_t>(std::llround(static_cast<double>(start_ms) * 1e6));
+      t.end_ns = std::max(t.start_ns, static_cast<std::int64_t>(std::llround(static_cast<double>(end_ms) * 1e6)));
+      first = first < 0 ? t.start_ns : std::min(first, t.start_ns);
+      last = std::max(last, t.end_ns);
+    }
+    for (auto& t : r.timing) {  // the step starts at its first task
+      if (t.start_ns >= 0) t.start_ns -= first, t.end_ns -= first;
+    }
+    r.step_ns = last - std::max<std::int64_t>(first, 0);
+    std::vector<float> loss(static_cast<std::size_t>(total));
+    TRAINYARD_CUDA_CHECK(cudaMemcpy(loss.data(), losses, loss.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    double sum = 0;
+    for (float l : loss) sum += l;
+    if (!std::isfinite(sum)) throw InternalError("the step's loss is not finite (a token's loss was never written, or the step diverged)", __FILE__, __LINE__);
+    r.loss = sum / static_cast<double>(total);
+    r.arena_bytes = flow.device_arena_bytes;
+    r.live_peak_bytes = flow.device_peak_bytes;
+    r.states_bytes = states_bytes;
+    r.pinned_bytes = flow.host_bytes;
+    std::uint64_t high = 0;
+    TRAINYARD_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+    r.scratch_peak_bytes = static_cast<std::int64_t>(high);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    TRAINYARD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    r.device_used_bytes = static_cast<std::int64_t>(total_bytes - free_bytes);
+    return r;
+  }
+
+  // A tensor taking bytes an earlier tensor held waits until every task that touched the earlier one is done.
+  void wait_for_reused_bytes(const TaskTensors& tensors, int pos, cudaStream_t stream) const {
+    std::set<sim::TaskId> waits;
+    for (int inst : tensors.instances) {
+      if (inst < 0) continue;
+      const Instance& i = flow.instances[static_cast<std::size_t>(inst)];
+      if (i.accessors.front() != pos) continue;  // not created here
+      for (int earlier : i.reuses) {
+        for (int at : flow.instances[static_cast<std::size_t>(earlier)].accessors) waits.insert(sched.order[static_cast<std::size_t>(at)]);
+      }
+    }
+    for (sim::TaskId w : waits) {
+      if (end[static_cast<std::size_t>(w)]) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[static_cast<std::size_t>(w)], 0));
+    }
+  }
+
+  kernels::AttentionShape pair(const sim::Op& op, int kv_chunk) const {
+    kernels::AttentionShape s;
+    s.q_len = static_cast<int>(c);
+    s.kv_len = static_cast<int>(c);
+    s.heads = static_cast<int>(m.heads);
+    s.kv_heads = static_cast<int>(m.kv_heads);
+    s.head_dim = static_cast<int>(m.head_dim);
+    s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
+    s.q_offset = op.chunk * c;
+    s.kv_offset = kv_chunk * c;
+    return s;
+  }
+
+  template <typename T>
+  T* scratch(std::int64_t count, cudaStream_t stream) const {
+    void* p = nullptr;
+    TRAINYARD_CUDA_CHECK(cudaMallocAsync(&p, static_cast<std::size_t>(count) * sizeof(T), stream));
+    return static_cast<T*>(p);
+  }
+  static void release(void* p, cudaStream_t stream) { TRAINYARD_CUDA_CHECK(cudaFreeAsync(p, stream)); }
+
+  void execute(sim::TaskId id, const TaskTensors& t, cudaStream_t stream, int slot, std::int64_t seq_len, int optimizer_step,
+               std::set<int>& updated_groups) {
+    const sim::Task& task = g.task(id);
+    const sim::Op& op = task.op;
+    if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
+      for (std::size_t i = 0; i + 1 < t.instances.size(); i += 2) {
+        if (t.instances[i] < 0) continue;
+        const auto bytes = static_cast<std::size_t>(flow.instances[static_cast<std::size_t>(t.instances[i])].bytes);
+        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(where(t.instances[i + 1]), where(t.instances[i]), bytes, cudaMemcpyDefault, stream));
+      }
+      return;
+    }
+    if (op.code == sim::OpCode::optimizer) {
+      for (const auto& [gid, members] : groups) {
+        if (!updated_groups.insert(gid).second || !opt.run_optimizer) continue;
+        for (int p : members) {
+          const DeviceParameter& d = params[static_cast<std::size_t>(p)];
+          kernels::AdamW o = opt.adam;
+          if (d.name.find("norm") != std::string::npos) o.weight_decay = 0;  // as ModelState::adamw_step
+          kernels::adamw(o, optimizer_step, d.n, d.master, d.m, d.v, d.grad, d.weight, stream);
+        }
+      }
+      return;
+    }
+    if (task.kind() != sim::TaskKind::gemm && task.kind() != sim::TaskKind::attention && task.kind() != sim::TaskKind::elementwise) {
+      return;  // nothing to run for this kind (validated in refuse_what_is_not_written)
+    }
+    compute(op, t, stream, *gemms[static_cast<std::size_t>(slot)], seq_len);
+  }
+
+  void compute(const sim::Op& op, const TaskTensors& t, cudaStream_t stream, kernels::Gemm& gemm, std::int64_t seq_len) {
+    using sim::OpCode;
+    const int C = static_cast<int>(c), h = static_cast<int>(m.hidden), q = static_cast<int>(m.q_dim()), kv = static_cast<int>(m.kv_dim()),
+              f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(m.heads),
+              KV = static_cast<int>(m.kv_heads), D = static_cast<int>(m.head_dim);
+    const std::int64_t ch = static_cast<std::int64_t>(C) * h;
+    auto b16 = [&](std::size_t use) { return ptr<bf16_bits>(t, use); };
+    auto f32 = [&](std::size_t use) { return ptr<float>(t, use); };
+    // y = x W^T, dx = dy W, dW += dy^T x (W [out][in]; see kernels/gemm.hpp).
+    auto forward = [&](int rows, int in, int out, const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float beta = 0) {
+      gemm.run(rows, out, in, x, false, w, true, y, false, 1, beta, stream);
+    };
+    auto dgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* w, bf16_bits* dx, float beta = 0) {
+      gemm.run(rows, in, out, dy, false, w, false, dx, false, 1, beta, stream);
+    };
+    auto wgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* x, float* dw) {
+      gemm.run(out, in, rows, dy, true, x, false, dw, true, 1, 1, stream);
+    };
+    const std::int32_t* seq_tokens = tokens + static_cast<std::int64_t>(op.seq) * (seq_len + 1) + static_cast<std::int64_t>(op.chunk) * c;
+    const bool head = op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad;
+    const int l = op.layer;
+    auto lp = [&](int k) -> const DeviceParameter& { return layer(l, k); };
+    enum { norm1, wqkv, wo, norm2, wup, wdown };
+    const std::int64_t qh = static_cast<std::int64_t>(q) * h, kvh = static_cast<std::int64_t>(kv) * h, fh = static_cast<std::int64_t>(f) * h;
+    const int pairs = op.last - op.first + 1;
+    if (!head && (l < 0 || l >= m.layers) && op.code != OpCode::embed && op.code != OpCode::embed_bwd) {
+      throw InternalError("op " + std::string(sim::to_string(op.code)) + " on layer " + std::to_string(l), __FILE__, __LINE__);
+    }
+
+    switch (op.code) {
+      // ---- forward (uses in dataflow.cpp's order) --------------------------------------------------------------
+      case OpCode::embed:
+        kernels::embedding_forward(C, h, params[static_cast<std::size_t>(embedding)].weight, seq_tokens, b16(0), stream);
+        return;
+      case OpCode::norm1:
+      case OpCode::norm2:
+        kernels::rmsnorm_forward(C, h, kNormEps, b16(0), lp(op.code == OpCode::norm1 ? norm1 : norm2).weight, b16(1), stream);
+        return;
+      case OpCode::qkv:
+        forward(C, h, q, b16(0), lp(wqkv).weight, b16(1));
+        forward(C, h, kv, b16(0), lp(wqkv).weight + qh, b16(2));
+        forward(C, h, kv, b16(0), lp(wqkv).weight + qh + kvh, b16(3));
+        return;
+      case OpCode::rope:
+        kernels::rope(C, H, D, op.chunk * c, opt.rope_base, false, b16(0), stream);
+        kernels::rope(C, KV, D, op.chunk * c, opt.rope_base, false, b16(1), stream);
+        return;
+      case OpCode::attn: {
+        // uses: q, k[first..last], v[first..last], o_run, lse, o. Pair by pair into the running state.
+        const bool diagonal = op.last == op.chunk;
+        float* o_run = f32(1 + 2 * static_cast<std::size_t>(pairs));
+        float* lse = f32(2 + 2 * static_cast<std::size_t>(pairs));
+        if (diagonal) {  // an empty running state: zero output, and an lse so low (-1.7e38) its merge weight is 0
+          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(o_run, 0, static_cast<std::size_t>(C) * q * sizeof(float), stream));
+          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(lse, 0xFE, static_cast<std::size_t>(H) * C * sizeof(float), stream));
+        }
+        auto* o_part = scratch<bf16_bits>(static_cast<std::int64_t>(C) * q, stream);
+        auto* lse_part = scratch<float>(static_cast<std::int64_t>(H) * C, stream);
+        for (int j = 0; j < pairs; ++j) {
+          const int kv_chunk = op.last - j;  // the diagonal first, as the reference's single call covers it
+          const std::size_t k_use = 1 + static_cast<std::size_t>(kv_chunk - op.first);
+          kernels::attention_forward(pair(op, kv_chunk), b16(0), b16(k_use), b16(k_use + static_cast<std::size_t>(pairs)), o_part, lse_part, stream);
+          kernels::attention_merge(C, H, D, o_run, lse, o_part, lse_part, stream);
+        }
+        release(o_part, stream);
+        release(lse_part, stream);
+        kernels::to_bf16(o_run, b16(3 + 2 * static_cast<std::size_t>(pairs)), static_cast<std::int64_t>(C) * q, stream);
+        return;
+      }
+      case OpCode::attn_merge: kernels::to_bf16(f32(0), b16(1), static_cast<std::int64_t>(C) * q, stream); return;
+      case OpCode::proj: forward(C, q, h, b16(0), lp(wo).weight, b16(1)); return;
+      case OpCode::residual1:
+      case OpCode::residual2: kernels::add(ch, b16(0), b16(1), b16(2), stream); return;
+      case OpCode::mlp_up:  // gate and up halves
+        forward(C, h, f, b16(0), lp(wup).weight, b16(1));
+        forward(C, h, f, b16(0), lp(wup).weight + fh, b16(1) + static_cast<std::int64_t>(C) * f);
+        return;
+      case OpCode::act: kernels::swiglu_forward(static_cast<std::int64_t>(C) * f, b16(0), b16(0) + static_cast<std::int64_t>(C) * f, b16(1), stream); return;
+      case OpCode::mlp_down: forward(C, f, h, b16(0), lp(wdown).weight, b16(1)); return;
+
+      // ---- backward -----------------------------------------------------------------------------------------
+      case OpCode::residual2_bwd:
+        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b16(1), b16(0), static_cast<std::size_t>(ch) * 2, cudaMemcpyDeviceToDevice, stream));
+        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b16(2), b16(0), static_cast<std::size_t>(ch) * 2, cudaMemcpyDeviceToDevice, stream));
+        return;
+      case OpCode::mlp_down_dgrad: dgrad(C, f, h, b16(0), lp(wdown).weight, b16(1)); return;
+      case OpCode::mlp_down_wgrad: wgrad(C, f, h, b16(0), b16(1), lp(wdown).grad); return;
+      case OpCode::act_bwd: {
+        const std::int64_t n = static_cast<std::int64_t>(C) * f;
+        kernels::swiglu_backward(n, b16(0), b16(0) + n, b16(1), b16(2), b16(2) + n, stream);
+        return;
+      }
+      case OpCode::mlp_up_dgrad: {  // dn2 = dgate Wg + dup Wu (the second GEMM adds to the first's bf16 result)
+        const std::int64_t n = static_cast<std::int64_t>(C) * f;
+        dgrad(C, h, f, b16(0), lp(wup).weight, b16(1));
+        dgrad(C, h, f, b16(0) + n, lp(wup).weight + fh, b16(1), 1);
+        return;
+      }
+      case OpCode::mlp_up_wgrad: {
+        const std::int64_t n = static_cast<std::int64_t>(C) * f;
+        wgrad(C, h, f, b16(0), b16(1), lp(wup).grad);
+        wgrad(C, h, f, b16(0) + n, b16(1), lp(wup).grad + fh);
+        return;
+      }
+      case OpCode::norm2_bwd: {  // uses: h1, dn2, dh1 (updated: dh1 += norm2's input gradient)
+        auto* dx = scratch<bf16_bits>(ch, stream);
+        kernels::rmsnorm_backward(C, h, kNormEps, b16(0), lp(norm2).weight, b16(1), dx, lp(norm2).grad, stream);
+        kernels::add(ch, dx, b16(2), b16(2), stream);
+        release(dx, stream);
+        return;
+      }
+      case OpCode::residual1_bwd:
+        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b16(1), b16(0), static_cast<std::size_t>(ch) * 2, cudaMemcpyDeviceToDevice, stream));
+        return;
+      case OpCode::proj_dgrad: dgrad(C, q, h, b16(0), lp(wo).weight, b16(1)); return;
+      case OpCode::proj_wgrad: wgrad(C, q, h, b16(0), b16(1), lp(wo).grad); return;
+      case OpCode::attn_bwd: {
+        // uses: k[first..last], v[first..last], q, d_o, lse, then (diagonal) o, dq, delta or dq, delta, then dkv[first..last].
+        const std::size_t n2 = 2 * static_cast<std::size_t>(pairs);
+        const bool diagonal = op.last == op.chunk;
+        const std::size_t dq_use = n2 + 3 + (diagonal ? 1 : 0);
+        if (diagonal) {
+          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(f32(dq_use), 0, static_cast<std::size_t>(C) * q * sizeof(float), stream));
+          kernels::attention_backward_prep(C, H, D, b16(n2 + 3), b16(n2 + 1), f32(dq_use + 1), stream);
+        }
+        for (int j = 0; j < pairs; ++j) {
+          const std::size_t u = static_cast<std::size_t>(j);
+          float* dkv = f32(dq_use + 2 + u);
+          kernels::attention_backward(pair(op, op.first + j), b16(n2), b16(u), b16(u + static_cast<std::size_t>(pairs)), b16(n2 + 1), f32(n2 + 2),
+                                      f32(dq_use + 1), f32(dq_use), dkv, dkv + static_cast<std::int64_t>(C) * kv, stream);
+        }
+        return;
+      }
+      case OpCode::rope_bwd: {  // uses: dq (fp32), dkv (fp32 dK | dV), dqkv (bf16 dQ | dK | dV)
+        kernels::to_bf16(f32(0), b16(2), static_cast<std::int64_t>(C) * q, stream);
+        kernels::to_bf16(f32(1), b16(2) + static_cast<std::int64_t>(C) * q, 2 * static_cast<std::int64_t>(C) * kv, stream);
+        kernels::rope(C, H, D, op.chunk * c, opt.rope_base, true, b16(2), stream);
+        kernels::rope(C, KV, D, op.chunk * c, opt.rope_base, true, b16(2) + static_cast<std::int64_t>(C) * q, stream);
+        return;
+      }
+      case OpCode::qkv_dgrad: {  // dn1 = dQ Wq + dK Wk + dV Wv
+        const bf16_bits* d = b16(0);
+        dgrad(C, h, q, d, lp(wqkv).weight, b16(1));
+        dgrad(C, h, kv, d + static_cast<std::int64_t>(C) * q, lp(wqkv).weight + qh, b16(1), 1);
+        dgrad(C, h, kv, d + static_cast<std::int64_t>(C) * (q + kv), lp(wqkv).weight + qh + kvh, b16(1), 1);
+        return;
+      }
+      case OpCode::qkv_wgrad: {
+        const bf16_bits* d = b16(0);
+        wgrad(C, h, q, d, b16(1), lp(wqkv).grad);
+        wgrad(C, h, kv, d + static_cast<std::int64_t>(C) * q, b16(1), lp(wqkv).grad + qh);
+        wgrad(C, h, kv, d + static_cast<std::int64_t>(C) * (q + kv), b16(1), lp(wqkv).grad + qh + kvh);
+        return;
+      }
+      case OpCode::norm1_bwd:  // uses: x, dn1, dh1, dx
+        kernels::rmsnorm_backward(C, h, kNormEps, b16(0), lp(norm1).weight, b16(1), b16(3), lp(norm1).grad, stream);
+        kernels::add(ch, b16(3), b16(2), b16(3), stream);
+        return;
+      case OpCode::embed_bwd:
+        kernels::embedding_backward(C, h, seq_tokens, b16(0), params[static_cast<std::size_t>(embedding)].grad, stream);
+        return;
+
+      // ---- the LM head on rows [first, last) of the chunk ----------------------------------------------------
+      case OpCode::head_logits: {  // uses: x, logits, nf
+        const int rows = op.last - op.first;
+        const bf16_bits* x = b16(0) + static_cast<std::int64_t>(op.first) * h;
+        kernels::rmsnorm_forward(rows, h, kNormEps, x, params[static_cast<std::size_t>(final_norm)].weight, b16(2), stream);
+        forward(rows, h, vocab, b16(2), params[static_cast<std::size_t>(lm_head)].weight, b16(1));
+        return;
+      }
+      case OpCode::head_xent: {  // uses: logits, dlogits
+        const int rows = op.last - op.first;
+        const std::int32_t* targets = seq_tokens + op.first + 1;
+        float* loss = losses + static_cast<std::int64_t>(op.seq) * seq_len + static_cast<std::int64_t>(op.chunk) * c + op.first;
+        auto* lse = scratch<float>(rows, stream);
+        kernels::cross_entropy_forward(rows, vocab, b16(0), targets, loss, lse, stream);
+        kernels::cross_entropy_backward(rows, vocab, b16(0), targets, lse, dloss, b16(1), stream);
+        release(lse, stream);
+        return;
+      }
+      case OpCode::head_dgrad: {  // uses: dlogits, x, dx
+        const int rows = op.last - op.first;
+        auto* dnf = scratch<bf16_bits>(static_cast<std::int64_t>(rows) * h, stream);
+        dgrad(rows, h, vocab, b16(0), params[static_cast<std::size_t>(lm_head)].weight, dnf);
+        const std::int64_t at = static_cast<std::int64_t>(op.first) * h;
+        kernels::rmsnorm_backward(rows, h, kNormEps, b16(1) + at, params[static_cast<std::size_t>(final_norm)].weight, dnf, b16(2) + at,
+                                  params[static_cast<std::size_t>(final_norm)].grad, stream);
+        release(dnf, stream);
+        return;
+      }
+      case OpCode::head_wgrad:  // uses: dlogits, nf
+        wgrad(op.last - op.first, h, vocab, b16(0), b16(1), params[static_cast<std::size_t>(lm_head)].grad);
+        return;
+      default: break;
+    }
+    throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not one the CUDA executor runs", __FILE__, __LINE__);
+  }
+
+  // --- states between host and device ----------------------------------------------------------------------------
+  void upload(const ModelState& state) {
+    const auto all = state.all();
+    TRAINYARD_CHECK(all.size() == params.size(), "the state is of the executor's model");
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const Parameter& p = *all[i];
+      const DeviceParameter& d = params[i];
+      std::vector<bf16_bits> bits(p.size());
+      for (std::size_t k = 0; k < bits.size(); ++k) bits[k] = kernels::to_bf16(p.weight[k]);
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(d.weight, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(d.master, p.master.data(), p.size() * 4, cudaMemcpyHostToDevice));
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(d.m, p.m.data(), p.size() * 4, cudaMemcpyHostToDevice));
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(d.v, p.v.data(), p.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
+
+  void download(ModelState& state) const {
+    TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto all = state.all();
+    TRAINYARD_CHECK(all.size() == params.size(), "the state is of the executor's model");
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      Parameter& p = *all[i];
+      const DeviceParameter& d = params[i];
+      std::vector<bf16_bits> bits(p.size());
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(bits.data(), d.weight, bits.size() * 2, cudaMemcpyDeviceToHost));
+      for (std::size_t k = 0; k < bits.size(); ++k) p.weight[k] = kernels::from_bf16(bits[k]);
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(p.grad.data(), d.grad, p.size() * 4, cudaMemcpyDeviceToHost));
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(p.master.data(), d.master, p.size() * 4, cudaMemcpyDeviceToHost));
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(p.m.data(), d.m, p.size() * 4, cudaMemcpyDeviceToHost));
+      TRAINYARD_CUDA_CHECK(cudaMemcpy(p.v.data(), d.v, p.size() * 4, cudaMemcpyDeviceToHost));
+    }
+  }
+};
+
+GpuExecutor::GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, std::int64_t chunk_tokens, int gpus_per_node,
+                         std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(graph, shapes, chunk_tokens, gpus_per_node, predicted, options)) {}
+GpuExecutor::~GpuExecutor() = default;
+void GpuExecutor::upload(const ModelState& state) { impl_->upload(state); }
+void GpuExecutor::download(ModelState& state) const { impl_->download(state); }
+MeasuredStep GpuExecutor::run_step(std::span<const std::vector<std::int32_t>> tokens, int optimizer_step) {
+  return impl_->run(tokens, optimizer_step);
+}
+
+}  // namespace trainyard::backend
