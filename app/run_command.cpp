@@ -1,18 +1,28 @@
-// `trainyard run --plan plan.json`: executes a plan's step with real tensors. So far on the CPU reference
-// executor (backend/reference_step.hpp): small models, the chunked-vs-unchunked check and training curves. The
-// CUDA executor that runs the same graph on GPUs is not written yet (backend/README.md), and says so.
+// `trainyard run --plan plan.json`: executes a plan's step with real tensors. On the CPU reference executor
+// (backend/reference_step.hpp): small models, the chunked-vs-unchunked check and training curves. On a GPU
+// (backend/executor.hpp, one GPU so far): the measured step against the simulator's prediction, the measured
+// trace, and --check against the CPU reference. The GPU path has not run on a GPU yet (backend/README.md).
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "backend/measured.hpp"
 #include "backend/model_state.hpp"
 #include "backend/reference_step.hpp"
+#include "sim/compare.hpp"
+#include "sim/engine.hpp"
+#ifdef TRAINYARD_HAVE_CUDA
+#include "backend/device_info.hpp"
+#include "backend/executor.hpp"
+#endif
 #include "common/error.hpp"
+#include "common/json_reader.hpp"
 #include "common/units.hpp"
 #include "planner/plan.hpp"
 #include "sim/report.hpp"
@@ -42,6 +52,115 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
   return plain;
 }
 
+// The simulator's trace format, read back as the timeline `trainyard compare` works on.
+sim::Timeline timeline_of(const sim::SimResult& r, const sim::TaskGraph& graph, const sim::Cluster& cluster, std::string_view source) {
+  std::ostringstream trace;
+  sim::write_chrome_trace(trace, r, graph, cluster, source);
+  return sim::parse_timeline(json::parse(trace.str(), std::string(source) + " trace"), std::string(source));
+}
+
+}  // namespace
+
+namespace {
+
+// tokens for step `step` (0-based): the text's next windows, or seeded random ones.
+std::vector<std::vector<std::int32_t>> step_tokens(const LoadedPlan& l, const po::variables_map& vm, int step) {
+  const auto& w = l.plan.workload;
+  if (vm.count("text")) return backend::text_windows(vm["text"].as<std::string>(), w.seq_len, w.global_batch, static_cast<std::int64_t>(step) * w.tokens());
+  return backend::random_windows(l.model.vocab, w.seq_len, w.global_batch, vm["seed"].as<std::uint64_t>() + 1000003ull * static_cast<std::uint64_t>(step));
+}
+
+int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, bool cpu_can_check) {
+#ifndef TRAINYARD_HAVE_CUDA
+  (void)l, (void)origin, (void)vm, (void)cpu_can_check;
+  throw InputError("--device", "value", "cpu (this trainyard was built without CUDA: TRAINYARD_CUDA=OFF)", "gpu");
+#else
+  const auto found = backend::query_cuda_devices();
+  if (found.devices.empty()) throw InputError("--device", "value", "cpu: there is no usable CUDA GPU here (" + found.reason + ")", "gpu");
+  const bool check = vm["check"].as<bool>();
+  if (check && !cpu_can_check) {
+    throw InputError(origin, "model", "a small model for --check (the CPU reference runs the same step; at most " +
+                                          format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)", "a larger one");
+  }
+  const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
+  if (warmup < 0 || warmup > 1000) throw InputError("--warmup", "value", "0 to 1000", std::to_string(warmup));
+  sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin);
+  graph.finalize();
+  const sim::SimResult predicted = sim::simulate(graph, *l.cluster);
+  if (!predicted.completed) throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
+  const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
+  const std::int64_t chunk = l.plan.spec.ringtrack.chunk;
+  const int gpn = l.cluster->topology.gpus_per_node();
+  backend::ModelState state(l.model, seed);
+  backend::ExecutorOptions options;
+  options.run_optimizer = !check;
+  options.adam.lr = vm["lr"].as<float>();
+  backend::GpuExecutor executor(graph, state, chunk, gpn, predicted.timing, options);
+  executor.upload(state);
+  const bool as_json = vm["json"].as<bool>();
+  Json out = {{"plan", origin}, {"device", found.devices.front().name}, {"summary", l.plan.spec.summary()}};
+
+  if (check) {
+    const auto tokens = step_tokens(l, vm, 0);
+    const backend::MeasuredStep g = executor.run_step(tokens);
+    backend::ModelState on_gpu(l.model, seed);
+    executor.download(on_gpu);
+    const auto r = backend::run_reference_step(graph, state, chunk, gpn, tokens);
+    const double loss_error = std::abs(g.loss - r.loss) / std::abs(r.loss);
+    const double grad_error = backend::max_gradient_difference(on_gpu, state);
+    const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
+    out["check"] = {{"gpu_loss", g.loss}, {"cpu_loss", r.loss}, {"loss_relative_error", loss_error},
+                    {"gradient_max_error_relative_per_block", grad_error}, {"pass", pass}};
+    if (as_json) {
+      std::cout << out.dump(2) << "\n";
+    } else {
+      std::cout << "loss           " << format_fixed(g.loss, 6) << " GPU, " << format_fixed(r.loss, 6) << " CPU reference: relative error "
+                << loss_error << " (tolerance " << kLossTolerance << ")\n"
+                << "gradients      largest difference " << grad_error << " of the block's largest entry (tolerance " << kGradientTolerance << ")\n"
+                << "check          " << (pass ? "PASS" : "FAIL") << "\n";
+    }
+    return pass ? 0 : 1;
+  }
+
+  for (int s = 0; s < warmup; ++s) executor.run_step(step_tokens(l, vm, s), s + 1);
+  backend::MeasuredStep last;
+  Json measured_steps = Json::array();
+  for (int s = 0; s < steps; ++s) {
+    last = executor.run_step(step_tokens(l, vm, warmup + s), warmup + s + 1);
+    measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
+    if (!as_json) std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2) << " ms\n";
+  }
+  const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
+  if (vm.count("trace")) {
+    sim::write_file_atomically(vm["trace"].as<std::string>(), [&](std::ostream& file) { sim::write_chrome_trace(file, measured, graph, *l.cluster, "measured"); });
+  }
+  const sim::Comparison comparison = sim::compare(timeline_of(predicted, graph, *l.cluster, "simulated"), timeline_of(measured, graph, *l.cluster, "measured"));
+  const double step_s = static_cast<double>(last.step_ns) * 1e-9;
+  const double exposed = static_cast<double>(measured.exposed_transfer_ns.empty() ? 0 : measured.exposed_transfer_ns.front());
+  out["steps"] = measured_steps;
+  out["measured"] = {{"step_ns", last.step_ns}, {"tokens_per_s", static_cast<double>(last.tokens) / step_s}, {"mfu", measured.mfu()},
+                     {"exposed_copy_ns", exposed}, {"peak_hbm_bytes", last.peak_hbm_bytes()}, {"arena_bytes", last.arena_bytes},
+                     {"live_peak_bytes", last.live_peak_bytes}, {"states_bytes", last.states_bytes}, {"scratch_peak_bytes", last.scratch_peak_bytes},
+                     {"pinned_bytes", last.pinned_bytes}, {"device_used_bytes", last.device_used_bytes}};
+  out["predicted"] = {{"step_ns", predicted.step_ns}, {"mfu", predicted.mfu()}, {"peak_hbm_bytes", predicted.pools.front().peak_bytes}};
+  out["comparison"] = sim::comparison_json(comparison);
+  if (as_json) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "measured       " << format_fixed(step_s * 1e3, 2) << " ms per step (predicted " << format_fixed(static_cast<double>(predicted.step_ns) * 1e-6, 2)
+            << "), " << format_fixed(static_cast<double>(last.tokens) / step_s, 0) << " tokens/s, MFU " << format_fixed(100 * measured.mfu(), 1)
+            << "% (predicted " << format_fixed(100 * predicted.mfu(), 1) << "%)\n"
+            << "exposed copy   " << format_fixed(exposed * 1e-6, 2) << " ms (" << format_fixed(100 * exposed / static_cast<double>(std::max<std::int64_t>(last.step_ns, 1)), 1)
+            << "% of the step)\n"
+            << "peak HBM       " << format_bytes(static_cast<double>(last.peak_hbm_bytes())) << " (tensor arena " << format_bytes(static_cast<double>(last.arena_bytes))
+            << ", states " << format_bytes(static_cast<double>(last.states_bytes)) << ", scratch " << format_bytes(static_cast<double>(last.scratch_peak_bytes))
+            << "; predicted " << format_bytes(static_cast<double>(predicted.pools.front().peak_bytes)) << ")\n\n";
+  sim::print_comparison(std::cout, comparison);
+  return 0;
+#endif
+}
+
 }  // namespace
 
 int run_run(const std::vector<std::string>& args) {
@@ -49,7 +168,9 @@ int run_run(const std::vector<std::string>& args) {
   options.add_options()
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
-       "gpu: the CUDA executor (not written yet); cpu: the CPU reference executor, small models only")
+       "gpu: the CUDA executor (one GPU; not yet run on a GPU); cpu: the CPU reference executor, small models only")
+      ("warmup", po::value<int>()->default_value(1)->value_name("int"), "GPU: steps run before the measured ones (not measured)")
+      ("trace", po::value<std::string>()->value_name("path"), "GPU: write the last measured step as a Chrome trace (trainyard compare reads it)")
       ("steps", po::value<int>()->default_value(1)->value_name("int"), "optimizer steps to run (AdamW after each)")
       ("check", po::bool_switch(), "compare the plan's loss and gradients with the unchunked step on the same weights and tokens")
       ("text", po::value<std::string>()->value_name("path"), "train on this file's bytes (byte-level tokens; the model's vocab must be >= 256); default: random tokens")
@@ -66,11 +187,6 @@ int run_run(const std::vector<std::string>& args) {
   if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file", "nothing");
   const std::string device = vm["device"].as<std::string>();
   if (device != "gpu" && device != "cpu") throw InputError("--device", "value", "gpu or cpu", "\"" + device + "\"");
-  if (device == "gpu") {
-    throw InputError("--device", "value",
-                     "cpu for now: the CUDA executor that runs plans on GPUs is not written yet (issue 8 is in progress: backend/README.md)",
-                     "gpu");
-  }
   const int steps = vm["steps"].as<int>();
   if (steps < 1 || steps > 100000) throw InputError("--steps", "value", "1 to 100000", std::to_string(steps));
   const std::string origin = vm["plan"].as<std::string>();
@@ -81,6 +197,7 @@ int run_run(const std::vector<std::string>& args) {
   }
   const auto& workload = l.plan.workload;
   const double flops = l.model.training_flops_per_token(workload.seq_len, true) * static_cast<double>(workload.tokens());
+  if (device == "gpu") return run_on_gpu(l, origin, vm, flops <= kCpuStepFlopLimit);
   if (flops > kCpuStepFlopLimit) {
     throw InputError(origin, "model", "a small model for --device cpu (at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)",
                      format_fixed(flops / 1e9, 1) + " GFLOP per step");

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "backend/measured.hpp"
 #include "backend/schedule.hpp"
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
@@ -173,6 +174,38 @@ TEST(BackendSchedule, RingTrackPlanSchedulesOnEveryRank) {
     EXPECT_TRUE(kinds.count("h2d") && kinds.count("d2h") && kinds.count("compute")) << "rank " << rank;
   }
   EXPECT_GT(steps, 100u);
+}
+
+// Measured timings (as the CUDA executor records them) become the simulator's result shape: the copy time not
+// covered by compute stream 0 is what is exposed; streams' busy time is the union of their tasks.
+TEST(BackendMeasured, ExposedCopyTimeAndBusyTimesFromRecordedTimings) {
+  TaskGraph g;
+  g.add(compute("a", 0));
+  g.add(compute("b", 0));
+  g.add({"h2d", 0, {StreamKind::h2d, 0}, false, sim::Copy{sim::Copy::Direction::h2d, 1 << 20, true}});
+  g.add({"d2h", 0, {StreamKind::d2h, 0}, false, sim::Copy{sim::Copy::Direction::d2h, 1 << 20, true}});
+  g.add({"other gpu", 1, {StreamKind::h2d, 0}, false, sim::Copy{sim::Copy::Direction::h2d, 1 << 20, true}});
+  // a [0, 40), b [60, 100); h2d [30, 70) overlaps both and is exposed in [40, 60); d2h [90, 130) in [100, 130).
+  const std::vector<sim::TaskTiming> timing = {{0, 40}, {60, 100}, {30, 70}, {90, 130}, {0, 500}};
+  EXPECT_EQ(exposed_copy_ns(g, timing, 0), 20 + 30);
+  EXPECT_EQ(exposed_copy_ns(g, timing, 1), 500) << "no compute on gpu1: the whole copy is exposed";
+
+  sim::SimResult predicted;
+  predicted.gpus = 2;
+  predicted.pools = {{"gpu0 hbm", 80, 70, {{0, 1.0}}}, {"gpu1 hbm", 80, 60, {}}};
+  predicted.streams = {{0, {StreamKind::compute, 0}, 999}, {0, {StreamKind::h2d, 0}, 999}};
+  predicted.exposed_transfer_ns = {7, 7};
+  predicted.model_flops = 1e12;
+  predicted.peak_flops_per_gpu = 1e15;
+  predicted.step_ns = 1;
+  const sim::SimResult m = measured_result(predicted, g, timing, 130, 42);
+  EXPECT_EQ(m.step_ns, 130);
+  EXPECT_EQ(m.pools[0].peak_bytes, 42);
+  EXPECT_TRUE(m.pools[0].level.empty());
+  EXPECT_EQ(m.streams[0].busy_ns, 80);
+  EXPECT_EQ(m.streams[1].busy_ns, 40);
+  EXPECT_EQ(m.exposed_transfer_ns, (std::vector<std::int64_t>{50, 500}));
+  EXPECT_NEAR(m.mfu(), predicted.mfu() / 130.0, 1e-12) << "the same FLOPs over the measured time";
 }
 
 }  // namespace trainyard::backend
