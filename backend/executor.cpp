@@ -58,7 +58,8 @@ struct GpuExecutor::Impl {
   std::vector<int> layer_param;              // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
-  std::int64_t tokens_capacity = 0;
+  std::int64_t tokens_capacity = 0, losses_capacity = 0;
+  int sequences = 0;        // the graph's sequences (largest op.seq + 1)
   float* losses = nullptr;  // per token of the step
   float* dloss = nullptr;   // 1 / tokens, one per row of a chunk
   std::int64_t states_bytes = 0;
@@ -67,6 +68,7 @@ struct GpuExecutor::Impl {
        const ExecutorOptions& options)
       : g(graph), m(shapes.model()), c(chunk), gpn(gpus_per_node), opt(options) {
     refuse_what_is_not_written();
+    for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
     sched = make_schedule(g, 0, gpn, predicted);
     flow = plan_dataflow(g, sched.order, m, c, gpn);
     std::map<sim::TaskId, int> step_of;
@@ -75,11 +77,18 @@ struct GpuExecutor::Impl {
       const auto it = step_of.find(t);
       step_at.push_back(it == step_of.end() ? -1 : it->second);
     }
-    allocate(shapes);
+    try {
+      allocate(shapes);
+    } catch (...) {
+      release_all();  // the destructor does not run for a constructor that throws
+      throw;
+    }
   }
 
-  ~Impl() {
-    // Destructors do not throw: errors here are ignored (the context is going away with the process).
+  ~Impl() { release_all(); }
+
+  // Errors are ignored here: it runs from the destructor and while an error is already on its way up.
+  void release_all() {
     cudaDeviceSynchronize();
     for (auto e : begin) if (e) cudaEventDestroy(e);
     for (auto e : end) if (e) cudaEventDestroy(e);
@@ -138,11 +147,13 @@ struct GpuExecutor::Impl {
     for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 * 4);
     std::size_t free_bytes = 0, total_bytes = 0;
     TRAINYARD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const std::int64_t needed = state_bytes_needed + flow.device_arena_bytes;
+    const std::int64_t workspaces = static_cast<std::int64_t>(sched.streams.size()) * (std::int64_t{32} << 20);  // kernels::Gemm's
+    const std::int64_t needed = state_bytes_needed + flow.device_arena_bytes + workspaces;
     if (needed > static_cast<std::int64_t>(free_bytes)) {
       throw InputError("the plan", "HBM", "at most " + format_bytes(static_cast<double>(free_bytes)) + " (free on this GPU)",
                        format_bytes(static_cast<double>(needed)) + ": " + format_bytes(static_cast<double>(flow.device_arena_bytes)) +
-                           " of tensors and " + format_bytes(static_cast<double>(state_bytes_needed)) + " of model states");
+                           " of tensors, " + format_bytes(static_cast<double>(state_bytes_needed)) + " of model states and " +
+                           format_bytes(static_cast<double>(workspaces)) + " of GEMM workspaces");
     }
     for (const Parameter* p : shapes.all()) {
       DeviceParameter d;
@@ -210,16 +221,29 @@ struct GpuExecutor::Impl {
     const std::int64_t total = seq_len * static_cast<std::int64_t>(token_ids.size());
     // Token ids and the loss's per-row weights, before the step's timing starts.
     std::vector<std::int32_t> flat;
+    // Checked here because a kernel would read or write out of bounds instead (the CPU reference checks the same).
+    if (static_cast<int>(token_ids.size()) != sequences) {
+      throw InputError("the step's tokens", "sequences", std::to_string(sequences) + " (the graph's)", std::to_string(token_ids.size()));
+    }
+    if (seq_len < c || seq_len % c != 0) {
+      throw InputError("the step's tokens", "sequence length", "a multiple of the chunk (" + std::to_string(c) + ")", std::to_string(seq_len));
+    }
     for (const auto& s : token_ids) {
       TRAINYARD_CHECK(static_cast<std::int64_t>(s.size()) == seq_len + 1, "every sequence has seq_len + 1 tokens");
+      for (std::int32_t id : s) {
+        if (id < 0 || id >= m.vocab) throw InputError("the step's tokens", "token id", "0 to " + std::to_string(m.vocab - 1), std::to_string(id));
+      }
       flat.insert(flat.end(), s.begin(), s.end());
     }
     if (static_cast<std::int64_t>(flat.size()) > tokens_capacity) {
       TRAINYARD_CUDA_CHECK(cudaFree(tokens));
-      TRAINYARD_CUDA_CHECK(cudaFree(losses));
       TRAINYARD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tokens), flat.size() * sizeof(std::int32_t)));
-      TRAINYARD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&losses), static_cast<std::size_t>(total) * sizeof(float)));
       tokens_capacity = static_cast<std::int64_t>(flat.size());
+    }
+    if (total > losses_capacity) {
+      TRAINYARD_CUDA_CHECK(cudaFree(losses));
+      TRAINYARD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&losses), static_cast<std::size_t>(total) * sizeof(float)));
+      losses_capacity = total;
     }
     TRAINYARD_CUDA_CHECK(cudaMemcpy(tokens, flat.data(), flat.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
     const std::vector<float> weights(static_cast<std::size_t>(c), 1.0f / static_cast<float>(total));
@@ -227,7 +251,9 @@ struct GpuExecutor::Impl {
     TRAINYARD_CUDA_CHECK(cudaMemset(losses, 0xFF, static_cast<std::size_t>(total) * sizeof(float)));  // NaN: a row no task wrote shows
     for (const auto& p : params) TRAINYARD_CUDA_CHECK(cudaMemset(p.grad, 0, static_cast<std::size_t>(p.n) * sizeof(float)));
     cudaMemPool_t pool = nullptr;
-    TRAINYARD_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    int device = 0;
+    TRAINYARD_CUDA_CHECK(cudaGetDevice(&device));
+    TRAINYARD_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
     std::uint64_t zero = 0;
     TRAINYARD_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
     TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());

@@ -626,7 +626,7 @@ class Interpreter {
         std::vector<float> nf(static_cast<std::size_t>(rows * h));
         kernels::rmsnorm_forward_ref(static_cast<int>(rows), static_cast<int>(h), kNormEps, hidden_rows(), s_.final_norm().weight, nf);
         round(nf);
-        write(id, gpu, piece(Role::logits), linear(nf, w.weight, rows, h, vocab));  // fp32 logits
+        write(id, gpu, piece(Role::logits), rounded(linear(nf, w.weight, rows, h, vocab)));  // bf16, as the GPU's loss kernels read them
         write(id, gpu, piece(Role::nf), std::move(nf));
         return;
       }

@@ -70,6 +70,18 @@ void Gemm::run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const 
   TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.preference));
   TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                                               sizeof(workspace_bytes_)));
+  // The heuristic assumes 256-byte-aligned operands unless told otherwise; the executor passes row blocks of a
+  // weight (wqkv's k rows, wup's up rows) whose alignment is whatever the shapes make it.
+  const auto alignment = [](const void* p) {
+    std::uint32_t bytes = 256;
+    while (bytes > 1 && reinterpret_cast<std::uintptr_t>(p) % bytes != 0) bytes /= 2;
+    return bytes;
+  };
+  const std::uint32_t align_first = alignment(b), align_second = alignment(a), align_c = alignment(c);
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first, sizeof(align_first)));
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second, sizeof(align_second)));
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
+  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   auto handle = static_cast<cublasLtHandle_t>(handle_);
