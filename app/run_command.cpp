@@ -6,7 +6,6 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
-#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -180,7 +179,7 @@ int run_run(const std::vector<std::string>& args) {
       ("json", po::bool_switch(), "print the result as JSON");
   po::positional_options_description positional;
   po::variables_map vm;
-  if (parse(args, "trainyard run --plan FILE [--device gpu|cpu] [--steps N] [--check] [--text FILE] [--loss-curve FILE] [--json]", options,
+  if (parse(args, "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--loss-curve FILE] [--json]", options,
             positional, vm)) {
     return 0;
   }
@@ -197,28 +196,22 @@ int run_run(const std::vector<std::string>& args) {
   }
   const auto& workload = l.plan.workload;
   const double flops = l.model.training_flops_per_token(workload.seq_len, true) * static_cast<double>(workload.tokens());
+  if (vm.count("text") && l.model.vocab < 256) {
+    throw InputError(origin, "model", "a vocab of at least 256 for byte-level --text", std::to_string(l.model.vocab));
+  }
   if (device == "gpu") return run_on_gpu(l, origin, vm, flops <= kCpuStepFlopLimit);
   if (flops > kCpuStepFlopLimit) {
     throw InputError(origin, "model", "a small model for --device cpu (at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)",
                      format_fixed(flops / 1e9, 1) + " GFLOP per step");
   }
-  std::optional<std::string> text;
-  if (vm.count("text")) {
-    text = vm["text"].as<std::string>();
-    if (l.model.vocab < 256) throw InputError(origin, "model", "a vocab of at least 256 for byte-level --text", std::to_string(l.model.vocab));
-  }
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
-  auto tokens_for = [&](int step) {
-    if (text) return backend::text_windows(*text, workload.seq_len, workload.global_batch, static_cast<std::int64_t>(step) * workload.tokens());
-    return backend::random_windows(l.model.vocab, workload.seq_len, workload.global_batch, seed + 1000003ull * static_cast<std::uint64_t>(step));
-  };
   const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin);
   const int gpus_per_node = l.cluster->topology.gpus_per_node();
   const bool as_json = vm["json"].as<bool>();
   Json out = {{"plan", origin}, {"device", "cpu"}, {"summary", l.plan.spec.summary()}};
 
   if (vm["check"].as<bool>()) {
-    const auto tokens = tokens_for(0);
+    const auto tokens = step_tokens(l, vm, 0);
     backend::ModelState chunked(l.model, seed), plain(l.model, seed);
     const auto a = backend::run_reference_step(graph, chunked, l.plan.spec.ringtrack.chunk, gpus_per_node, tokens);
     const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)");
@@ -253,7 +246,7 @@ int run_run(const std::vector<std::string>& args) {
   for (int s = 1; s <= steps; ++s) {
     o.optimizer_step = s;
     const auto start = std::chrono::steady_clock::now();
-    const auto r = backend::run_reference_step(graph, state, l.plan.spec.ringtrack.chunk, gpus_per_node, tokens_for(s - 1), o);
+    const auto r = backend::run_reference_step(graph, state, l.plan.spec.ringtrack.chunk, gpus_per_node, step_tokens(l, vm, s - 1), o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     curve.push_back({{"step", s}, {"loss", r.loss}, {"seconds", seconds}});
     csv += std::to_string(s) + "," + format_fixed(r.loss, 6) + "," + format_fixed(seconds, 3) + "\n";

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <queue>
+#include <tuple>
+#include <utility>
 #include <sstream>
 
 #include "backend/schedule.hpp"
@@ -26,6 +29,42 @@ std::string describe(const Key& k) {
   std::ostringstream out;
   out << kRoleNames[static_cast<int>(k.role)] << " of layer " << k.layer << " chunk " << k.chunk << " (sequence " << k.seq << ")";
   return out.str();
+}
+
+std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::vector<std::vector<sim::TaskId>>* preds) {
+  const auto n = graph.size();
+  if (preds) preds->assign(n, {});
+  std::vector<std::vector<sim::TaskId>> succs(n);
+  std::vector<int> missing(n, 0);
+  auto edge = [&](sim::TaskId a, sim::TaskId b) {
+    if (preds) (*preds)[static_cast<std::size_t>(b)].push_back(a);
+    succs[static_cast<std::size_t>(a)].push_back(b);
+    ++missing[static_cast<std::size_t>(b)];
+  };
+  for (const auto& [a, b] : graph.edges()) edge(a, b);
+  std::map<std::tuple<sim::DeviceId, sim::StreamKind, int>, sim::TaskId> stream_last;
+  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(n); ++id) {
+    const auto& t = graph.task(id);
+    if (t.stream.kind == sim::StreamKind::none) continue;
+    auto [it, fresh] = stream_last.try_emplace({t.device, t.stream.kind, t.stream.index}, id);
+    if (!fresh) edge(std::exchange(it->second, id), id);
+  }
+  std::priority_queue<sim::TaskId, std::vector<sim::TaskId>, std::greater<>> ready;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (missing[i] == 0) ready.push(static_cast<sim::TaskId>(i));
+  }
+  std::vector<sim::TaskId> order;
+  order.reserve(n);
+  while (!ready.empty()) {
+    const sim::TaskId t = ready.top();
+    ready.pop();
+    order.push_back(t);
+    for (sim::TaskId s : succs[static_cast<std::size_t>(t)]) {
+      if (--missing[static_cast<std::size_t>(s)] == 0) ready.push(s);
+    }
+  }
+  TRAINYARD_CHECK(order.size() == n, "the step's task graph has a cycle");
+  return order;
 }
 
 std::vector<Key> content(const sim::Op& op) {

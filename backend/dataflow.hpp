@@ -31,6 +31,11 @@ struct Key {
 
 std::string describe(const Key& k);  // "Q of layer 3 chunk 1 (sequence 0)"
 
+// The order the CPU reference runs a graph in: among ready tasks the lowest id first, where a task waits for its
+// dependencies and for the task before it on its stream (streams run in order, as CUDA's do). With `preds`, each
+// task's predecessors in that sense. Throws InternalError on a cycle.
+std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::vector<std::vector<sim::TaskId>>* preds = nullptr);
+
 // The tensors a copy, send or allocation covers (empty for model states and for ops that are not moves).
 std::vector<Key> content(const sim::Op& op);
 

@@ -147,7 +147,7 @@ struct GpuExecutor::Impl {
     for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 * 4);
     std::size_t free_bytes = 0, total_bytes = 0;
     TRAINYARD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const std::int64_t workspaces = static_cast<std::int64_t>(sched.streams.size()) * (std::int64_t{32} << 20);  // kernels::Gemm's
+    const std::int64_t workspaces = static_cast<std::int64_t>(sched.streams.size() * kernels::Gemm::kWorkspaceBytes);
     const std::int64_t needed = state_bytes_needed + flow.device_arena_bytes + workspaces;
     if (needed > static_cast<std::int64_t>(free_bytes)) {
       throw InputError("the plan", "HBM", "at most " + format_bytes(static_cast<double>(free_bytes)) + " (free on this GPU)",
@@ -192,7 +192,7 @@ struct GpuExecutor::Impl {
       TRAINYARD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       streams.push_back(stream);
       gemms.push_back(std::make_unique<kernels::Gemm>());
-      states_bytes += std::int64_t{32} << 20;  // Gemm's workspace
+      states_bytes += static_cast<std::int64_t>(kernels::Gemm::kWorkspaceBytes);
     }
     begin.assign(g.size(), nullptr);
     end.assign(g.size(), nullptr);

@@ -4,10 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <queue>
 #include <set>
 #include <sstream>
-#include <tuple>
 
 #include "common/error.hpp"
 
@@ -44,7 +42,7 @@ class Interpreter {
   }
 
   ReferenceResult run() {
-    const auto order = topological_order();
+    const auto order = stream_ordered_order(g_, &preds_);
     check_annotated();
     if (static_cast<std::int64_t>(g_.size()) <= opt_.race_check_max_tasks) build_ancestors(order);
     find_owners();
@@ -68,46 +66,6 @@ class Interpreter {
 
  private:
   // --- graph order ---------------------------------------------------------------------------------------------
-  std::vector<sim::TaskId> topological_order() {
-    const auto n = g_.size();
-    preds_.assign(n, {});
-    std::vector<std::vector<sim::TaskId>> succs(n);
-    std::vector<int> missing(n, 0);
-    auto edge = [&](sim::TaskId a, sim::TaskId b) {
-      preds_[static_cast<std::size_t>(b)].push_back(a);
-      succs[static_cast<std::size_t>(a)].push_back(b);
-      ++missing[static_cast<std::size_t>(b)];
-    };
-    for (const auto& [a, b] : g_.edges()) edge(a, b);
-    // Streams are in order (as CUDA's are): each task also follows the one before it on its stream.
-    std::map<std::tuple<sim::DeviceId, sim::StreamKind, int>, sim::TaskId> stream_last;
-    for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(n); ++id) {
-      const auto& t = g_.task(id);
-      if (t.stream.kind == sim::StreamKind::none) continue;
-      auto [it, fresh] = stream_last.try_emplace({t.device, t.stream.kind, t.stream.index}, id);
-      if (!fresh) {
-        edge(it->second, id);
-        it->second = id;
-      }
-    }
-    std::priority_queue<sim::TaskId, std::vector<sim::TaskId>, std::greater<>> ready;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (missing[i] == 0) ready.push(static_cast<sim::TaskId>(i));
-    }
-    std::vector<sim::TaskId> order;
-    order.reserve(n);
-    while (!ready.empty()) {
-      const sim::TaskId t = ready.top();
-      ready.pop();
-      order.push_back(t);
-      for (sim::TaskId s : succs[static_cast<std::size_t>(t)]) {
-        if (--missing[static_cast<std::size_t>(s)] == 0) ready.push(s);
-      }
-    }
-    TRAINYARD_CHECK(order.size() == n, "the step's task graph has a cycle");
-    return order;
-  }
-
   void build_ancestors(const std::vector<sim::TaskId>& order) {
     const std::size_t n = g_.size(), words = (n + 63) / 64;
     ancestors_.assign(n, std::vector<std::uint64_t>(words, 0));

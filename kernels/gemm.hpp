@@ -11,7 +11,8 @@ namespace trainyard::kernels {
 
 class Gemm {
  public:
-  Gemm();  // a cuBLASLt handle and a 32 MiB workspace on the current device
+  static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+  Gemm();  // a cuBLASLt handle and a kWorkspaceBytes workspace on the current device
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -25,7 +26,7 @@ class Gemm {
  private:
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
-  std::size_t workspace_bytes_ = std::size_t{32} << 20;
+  std::size_t workspace_bytes_ = kWorkspaceBytes;
 };
 
 }  // namespace trainyard::kernels

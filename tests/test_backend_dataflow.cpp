@@ -4,8 +4,6 @@
 // read and write exactly the tensors, at exactly the places, that the reference did.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <queue>
 #include <set>
 #include <tuple>
 
@@ -17,16 +15,17 @@
 #include "models/model.hpp"
 #include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
+#include "tests/backend_fixtures.hpp"
 
 namespace trainyard::backend {
 
 namespace {
 
-const std::string kData = TRAINYARD_TEST_DATA_DIR;
+using test::chunked_offloaded;
+using test::one_gpu;
+using test::tiny_model;
 
-model::ModelConfig tiny_model() {
-  return model::parse_custom_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61");
-}
+const std::string kData = TRAINYARD_TEST_DATA_DIR;
 
 using Seen = std::tuple<sim::TaskId, sim::DeviceId, Key, bool>;  // task, place, tensor, write
 
@@ -66,39 +65,6 @@ std::set<Seen> planned_accesses(const sim::TaskGraph& g, const DataflowPlan& pla
     }
   }
   return out;
-}
-
-// Lowest-id-first topological order of the graph's dependencies and stream order (the reference's order).
-std::vector<sim::TaskId> topological(const sim::TaskGraph& g) {
-  const std::size_t n = g.size();
-  std::vector<std::vector<sim::TaskId>> succ(n);
-  std::vector<int> missing(n, 0);
-  auto edge = [&](sim::TaskId a, sim::TaskId b) {
-    succ[static_cast<std::size_t>(a)].push_back(b);
-    ++missing[static_cast<std::size_t>(b)];
-  };
-  for (const auto& [a, b] : g.edges()) edge(a, b);
-  std::map<std::tuple<sim::DeviceId, sim::StreamKind, int>, sim::TaskId> last;
-  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(n); ++id) {
-    const auto& t = g.task(id);
-    if (t.stream.kind == sim::StreamKind::none) continue;
-    auto [it, fresh] = last.try_emplace({t.device, t.stream.kind, t.stream.index}, id);
-    if (!fresh) edge(std::exchange(it->second, id), id);
-  }
-  std::priority_queue<sim::TaskId, std::vector<sim::TaskId>, std::greater<>> ready;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (missing[i] == 0) ready.push(static_cast<sim::TaskId>(i));
-  }
-  std::vector<sim::TaskId> order;
-  while (!ready.empty()) {
-    const sim::TaskId t = ready.top();
-    ready.pop();
-    order.push_back(t);
-    for (sim::TaskId s : succ[static_cast<std::size_t>(t)]) {
-      if (--missing[static_cast<std::size_t>(s)] == 0) ready.push(s);
-    }
-  }
-  return order;
 }
 
 struct Checked {
@@ -155,26 +121,11 @@ std::vector<sim::TaskId> schedule_order(const sim::TaskGraph& g) {
   return make_schedule(g, 0, 1).order;
 }
 
-const sim::Cluster& one_gpu() {
-  static const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
-  return cluster;
-}
-
 sim::TaskGraph ringtrack(const sim::Cluster& cluster, std::int64_t seq, int batch, const planner::RingTrackParams& p) {
   const planner::StepInputs in{tiny_model(), cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
   auto g = planner::build_ringtrack(in, p).graph;
   g.finalize();  // for make_schedule
   return g;
-}
-
-planner::RingTrackParams offloaded(planner::ActivationPolicy acts) {
-  planner::RingTrackParams p;
-  p.chunk = 16;
-  p.kv = planner::Placement::dram;
-  p.acts = acts;
-  p.prefetch = 2;
-  p.kv_block_tokens = 32;
-  return p;
 }
 
 }  // namespace
@@ -191,7 +142,7 @@ TEST(Dataflow, TheTableMatchesTheReferenceOnOffloadedAndRecomputedRingTrack) {
   EXPECT_EQ(whole.plan.host_bytes, 0) << "nothing is offloaded";
   for (auto acts : {planner::ActivationPolicy::dram, planner::ActivationPolicy::recompute, planner::ActivationPolicy::hbm}) {
     SCOPED_TRACE(static_cast<int>(acts));
-    const auto g = ringtrack(one_gpu(), seq, 1, offloaded(acts));
+    const auto g = ringtrack(one_gpu(), seq, 1, chunked_offloaded(acts));
     const Checked c = check_against_reference(g, m, 16, seq, 1, 1, schedule_order(g));
     EXPECT_GT(c.accesses, 300u);
     EXPECT_GT(c.plan.host_bytes, 0) << "K/V are offloaded";
@@ -206,11 +157,11 @@ TEST(Dataflow, TheTableMatchesTheReferenceAcrossGpusAndOnMegatron) {
   const auto m = tiny_model();
   const std::int64_t seq = 64;
   const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
-  planner::RingTrackParams ring = offloaded(planner::ActivationPolicy::dram);
+  planner::RingTrackParams ring = chunked_offloaded(planner::ActivationPolicy::dram);
   ring.ring = 2;
   ring.ring_order = {0, 1};
   const auto g = ringtrack(four, seq, 2, ring);
-  check_against_reference(g, m, 16, seq, 2, four.topology.gpus_per_node(), topological(g));
+  check_against_reference(g, m, 16, seq, 2, four.topology.gpus_per_node(), stream_ordered_order(g));
 
   planner::MegatronParams p;
   p.pp = 2;
@@ -219,12 +170,12 @@ TEST(Dataflow, TheTableMatchesTheReferenceAcrossGpusAndOnMegatron) {
   p.offload_activations = true;
   const planner::StepInputs in{m, four, {seq, 2}, model::precision_policy("bf16-mixed")};
   const auto megatron = planner::build_megatron(in, p);
-  check_against_reference(megatron, m, seq, seq, 2, four.topology.gpus_per_node(), topological(megatron));
+  check_against_reference(megatron, m, seq, seq, 2, four.topology.gpus_per_node(), stream_ordered_order(megatron));
 }
 
 TEST(Dataflow, AReadOfATensorNoTaskPutThereIsRefusedBeforeAnythingRuns) {
   const auto m = tiny_model();
-  auto g = ringtrack(one_gpu(), 32, 1, offloaded(planner::ActivationPolicy::dram));
+  auto g = ringtrack(one_gpu(), 32, 1, chunked_offloaded(planner::ActivationPolicy::dram));
   // Drop the first copy of K/V to the host: their reload would find nothing there.
   std::vector<sim::TaskId> order = schedule_order(g);
   const auto reload = std::find_if(order.begin(), order.end(), [&](sim::TaskId id) {

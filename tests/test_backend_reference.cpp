@@ -14,18 +14,17 @@
 #include "models/model.hpp"
 #include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
+#include "tests/backend_fixtures.hpp"
 
 namespace trainyard::backend {
 
 namespace {
 
-const std::string kData = TRAINYARD_TEST_DATA_DIR;
+using test::chunked_offloaded;
+using test::one_gpu;
+using test::tiny_model;
 
-// Small enough for the CPU references, with GQA (4 query heads on 2 K/V heads) and untied head and embedding.
-model::ModelConfig tiny_model(bool tied = false) {
-  return model::parse_custom_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61,tied_embeddings=" +
-                                   std::string(tied ? "true" : "false"));
-}
+const std::string kData = TRAINYARD_TEST_DATA_DIR;
 
 struct Step {
   sim::TaskGraph graph;
@@ -49,18 +48,6 @@ planner::RingTrackParams unchunked(std::int64_t seq) {
   return p;
 }
 
-// Chunks of 16 tokens, K/V and activations in host DRAM, K/V streamed in blocks of 2 chunks through 2 buffers
-// (so the buffers are reused within one chunk's attention).
-planner::RingTrackParams chunked_offloaded(planner::ActivationPolicy acts = planner::ActivationPolicy::dram) {
-  planner::RingTrackParams p;
-  p.chunk = 16;
-  p.kv = planner::Placement::dram;
-  p.acts = acts;
-  p.prefetch = 2;
-  p.kv_block_tokens = 32;
-  return p;
-}
-
 struct Outcome {
   ReferenceResult result;
   std::unique_ptr<ModelState> state;  // the gradients of the step
@@ -74,11 +61,6 @@ Outcome run(const Step& step, const model::ModelConfig& m, const std::vector<std
 }
 
 double gradient_difference(const Outcome& a, const Outcome& b) { return max_gradient_difference(*a.state, *b.state); }
-
-const sim::Cluster& one_gpu() {
-  static const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
-  return cluster;
-}
 
 }  // namespace
 

@@ -1,0 +1,35 @@
+#pragma once
+// What the backend tests (the CPU reference, the dataflow table) build their steps from: a tiny model the CPU
+// references run in milliseconds, one H100, and ring-track chunked and offloaded so buffers are reused.
+#include <string>
+
+#include "hwprofiles/catalog.hpp"
+#include "models/model.hpp"
+#include "planner/ringtrack.hpp"
+
+namespace trainyard::test {
+
+// With GQA (4 query heads on 2 K/V heads); the head and embedding untied unless asked.
+inline model::ModelConfig tiny_model(bool tied = false) {
+  return model::parse_custom_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61,tied_embeddings=" +
+                                   std::string(tied ? "true" : "false"));
+}
+
+inline const sim::Cluster& one_gpu() {
+  static const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
+  return cluster;
+}
+
+// Chunks of 16 tokens, K/V and activations in host DRAM, K/V streamed in blocks of 2 chunks through 2 buffers
+// (so the buffers are reused within one chunk's attention).
+inline planner::RingTrackParams chunked_offloaded(planner::ActivationPolicy acts = planner::ActivationPolicy::dram) {
+  planner::RingTrackParams p;
+  p.chunk = 16;
+  p.kv = planner::Placement::dram;
+  p.acts = acts;
+  p.prefetch = 2;
+  p.kv_block_tokens = 32;
+  return p;
+}
+
+}  // namespace trainyard::test
