@@ -45,6 +45,7 @@ struct GpuExecutor::Impl {
   RankSchedule sched;
   DataflowPlan flow;
   std::vector<int> step_at;  // per position in sched.order: index into sched.steps, or -1 (allocations, frees)
+  std::vector<std::vector<sim::TaskId>> reuse_waits;  // per position: tasks to wait for before reusing bytes
 
   std::vector<cudaStream_t> streams;
   std::vector<std::unique_ptr<kernels::Gemm>> gemms;  // one per stream: each owns its workspace
@@ -77,6 +78,7 @@ struct GpuExecutor::Impl {
       const auto it = step_of.find(t);
       step_at.push_back(it == step_of.end() ? -1 : it->second);
     }
+    for (std::size_t pos = 0; pos < sched.order.size(); ++pos) reuse_waits.push_back(reused_bytes_owners(flow.steps[pos], static_cast<int>(pos)));
     try {
       allocate(shapes);
     } catch (...) {
@@ -268,7 +270,7 @@ struct GpuExecutor::Impl {
       const TaskTensors& tensors = flow.steps[pos];
       cudaStream_t stream = streams[static_cast<std::size_t>(step.slot)];
       for (sim::TaskId w : step.waits) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[static_cast<std::size_t>(w)], 0));
-      wait_for_reused_bytes(tensors, static_cast<int>(pos), stream);
+      for (sim::TaskId w : reuse_waits[pos]) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[static_cast<std::size_t>(w)], 0));
       const sim::TaskId id = step.task;
       TRAINYARD_CUDA_CHECK(cudaEventRecord(begin[static_cast<std::size_t>(id)], stream));
       for (int inst : tensors.zero_first) {
@@ -316,8 +318,9 @@ struct GpuExecutor::Impl {
     return r;
   }
 
-  // A tensor taking bytes an earlier tensor held waits until every task that touched the earlier one is done.
-  void wait_for_reused_bytes(const TaskTensors& tensors, int pos, cudaStream_t stream) const {
+  // A tensor taking bytes an earlier tensor held waits until every task that touched the earlier one is done
+  // (planned once: the same for every step).
+  std::vector<sim::TaskId> reused_bytes_owners(const TaskTensors& tensors, int pos) const {
     std::set<sim::TaskId> waits;
     for (int inst : tensors.instances) {
       if (inst < 0) continue;
@@ -327,9 +330,7 @@ struct GpuExecutor::Impl {
         for (int at : flow.instances[static_cast<std::size_t>(earlier)].accessors) waits.insert(sched.order[static_cast<std::size_t>(at)]);
       }
     }
-    for (sim::TaskId w : waits) {
-      if (end[static_cast<std::size_t>(w)]) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[static_cast<std::size_t>(w)], 0));
-    }
+    return {waits.begin(), waits.end()};  // only tasks with a stream touch tensors, so each has an end event
   }
 
   kernels::AttentionShape pair(const sim::Op& op, int kv_chunk) const {
