@@ -43,25 +43,9 @@ std::vector<std::string> scheme_list(const std::string& text) {
 
 std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
 
-Json metrics_json(const planner::PlanMetrics& m) {
-  return {{"fits", m.fits},
-          {"step_s", m.step_s},
-          {"tokens_per_s", m.tokens_per_s},
-          {"mfu", m.mfu},
-          {"hfu", m.hfu},
-          {"peak_hbm_bytes", m.peak_hbm_bytes},
-          {"peak_dram_bytes", m.peak_dram_bytes},
-          {"compute_s", m.compute_s},
-          {"exposed_transfer_s", m.exposed_transfer_s},
-          {"bubble_s", m.bubble_s},
-          {"recompute_s", m.recompute_s},
-          {"bottleneck", m.bottleneck},
-          {"busiest_link", m.busiest_link}};
-}
-
 Json plan_json(const planner::RankedPlan& p) {
   return {{"scheme", p.spec.scheme}, {"summary", p.spec.summary()}, {"parameters", planner::parameters_json(p.spec)},
-          {"metrics", metrics_json(p.metrics)}};
+          {"metrics", planner::metrics_json(p.metrics)}};
 }
 
 void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p) {
@@ -261,7 +245,7 @@ int run_plan(const std::vector<std::string>& args) {
     file.workload = workload;
     file.precision = precision;
     file.spec = best.spec;
-    file.predicted = metrics_json(best.metrics);
+    file.predicted = planner::metrics_json(best.metrics);
     sim::write_file_atomically(vm["out"].as<std::string>(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });
   }
   if (vm.count("trace")) {

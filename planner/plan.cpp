@@ -68,6 +68,13 @@ std::string PlanSpec::summary() const {
   return out;
 }
 
+void check_plan(const StepInputs& in, const PlanSpec& spec) {
+  if (spec.scheme == "ringtrack") check_ringtrack(in, spec.ringtrack);
+  else if (spec.scheme == "megatron") check_megatron(in, spec.megatron);
+  else if (spec.scheme == "zero" || spec.scheme == "ulysses" || spec.scheme == "ring-attention" || spec.scheme == "fpdt") check_zero(in, spec.zero);
+  else throw InputError("scheme", "value", "one of ringtrack, fpdt, ulysses, ring-attention, megatron, zero", "\"" + spec.scheme + "\"");
+}
+
 sim::TaskGraph build_plan(const StepInputs& in, const PlanSpec& spec, RingTrackPlan* rings) {
   if (spec.scheme == "ringtrack") {
     RingTrackPlan plan = build_ringtrack(in, spec.ringtrack);

@@ -27,6 +27,9 @@ struct PlanSpec {
 // Turns on one ZeRO offload target ("optimizer", "grads", "params" or "acts"); false for any other word.
 bool set_offload(ZeroParams& z, const std::string& target);
 
+// The scheme's own checks of its parameters against the inputs, without building anything (InputError names the flag).
+void check_plan(const StepInputs& in, const PlanSpec& spec);
+
 // Builds the step's task graph (validated by the scheme's checks: InputError names the flag). For ringtrack,
 // `rings` receives the chosen ring orders when given.
 sim::TaskGraph build_plan(const StepInputs& in, const PlanSpec& spec, RingTrackPlan* rings = nullptr);

@@ -25,8 +25,8 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-// Chunk lengths to try: powers of two from 1K to 256K that divide the sequence, and S / 2^j where the sequence
-// is not a power of two (so that a sequence of 1000K still gets chunks of 125K, 62.5K...).
+}  // namespace
+
 std::vector<std::int64_t> chunk_sizes(std::int64_t seq) {
   std::vector<std::int64_t> out;
   for (std::int64_t c = kMinChunk; c <= kMaxChunk && c <= seq; c *= 2) {
@@ -41,6 +41,8 @@ std::vector<std::int64_t> chunk_sizes(std::int64_t seq) {
   return out;
 }
 
+namespace {
+
 // ZeRO offload sets that make sense for a stage: (optimizer, grads, params).
 std::vector<std::array<bool, 3>> offload_sets(int stage) {
   std::vector<std::array<bool, 3>> out{{false, false, false}};
@@ -52,9 +54,7 @@ std::vector<std::array<bool, 3>> offload_sets(int stage) {
 
 bool valid(const StepInputs& in, const PlanSpec& spec) {
   try {
-    if (spec.scheme == "ringtrack") check_ringtrack(in, spec.ringtrack);
-    else if (spec.scheme == "megatron") check_megatron(in, spec.megatron);
-    else check_zero(in, spec.zero);
+    check_plan(in, spec);
     return true;
   } catch (const InputError&) {
     return false;
@@ -528,6 +528,22 @@ PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_he
   return pm;
 }
 
+nlohmann::json metrics_json(const PlanMetrics& m) {
+  return {{"fits", m.fits},
+          {"step_s", m.step_s},
+          {"tokens_per_s", m.tokens_per_s},
+          {"mfu", m.mfu},
+          {"hfu", m.hfu},
+          {"peak_hbm_bytes", m.peak_hbm_bytes},
+          {"peak_dram_bytes", m.peak_dram_bytes},
+          {"compute_s", m.compute_s},
+          {"exposed_transfer_s", m.exposed_transfer_s},
+          {"bubble_s", m.bubble_s},
+          {"recompute_s", m.recompute_s},
+          {"bottleneck", m.bottleneck},
+          {"busiest_link", m.busiest_link}};
+}
+
 // --- the search ------------------------------------------------------------------------------------------------
 
 namespace {
@@ -668,6 +684,25 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   report.ranked = std::move(fitting);
   if (!report.ranked.empty()) report.closest_miss.reset();
   return report;
+}
+
+std::optional<PlanSpec> quick_plan(const StepInputs& in, const std::string& scheme, double hbm_headroom) {
+  const double hbm_usable = in.cluster.node.gpu.hbm_bytes.value * (1 - hbm_headroom);
+  const double dram_capacity = in.cluster.node.host_dram_bytes.value;
+  std::optional<PlanSpec> best_fitting, least_hbm;
+  double best_step = 0, least_hbm_bytes = 0;
+  for (auto& spec : enumerate_plans(in, {scheme})) {
+    const Bounds b = lower_bounds(in, spec);
+    if (!least_hbm || b.hbm_bytes < least_hbm_bytes) {
+      least_hbm_bytes = b.hbm_bytes;
+      least_hbm = spec;
+    }
+    if (b.hbm_bytes <= hbm_usable && b.dram_bytes <= dram_capacity && (!best_fitting || b.step_s < best_step)) {
+      best_step = b.step_s;
+      best_fitting = std::move(spec);
+    }
+  }
+  return best_fitting ? best_fitting : least_hbm;
 }
 
 std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string& scheme, const SearchOptions& options) {

@@ -40,6 +40,8 @@ struct PlanMetrics {
   std::int64_t shortfall_bytes = 0;
 };
 PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_headroom);
+// As plan files ("predicted") and `plan --json` write it.
+nlohmann::json metrics_json(const PlanMetrics& m);
 
 // Cheap bounds, never above what the simulation would report: the bytes that must sit in one GPU's HBM and in
 // one node's DRAM, and the step time (compute at the best efficiency the profile allows for every FLOP, or the
@@ -50,6 +52,16 @@ struct Bounds {
   double step_s = 0;
 };
 Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec);
+
+// The chunk lengths the search tries for a sequence: powers of two from 1K to 256K that divide it, and S / 2^j
+// where the sequence is not a power of two (so that 1000K still gets chunks of 125K, 62.5K...).
+std::vector<std::int64_t> chunk_sizes(std::int64_t seq);
+
+// The configuration of `scheme` the bounds favour, without simulating anything: among the valid configurations
+// whose memory bounds fit, the one with the smallest step-time bound; when none fits, the one with the least HBM
+// bound. A quick stand-in for the search's answer (the GUI draws its curves with it while the search runs);
+// nullopt when the scheme has no valid configuration for these inputs.
+std::optional<PlanSpec> quick_plan(const StepInputs& in, const std::string& scheme, double hbm_headroom);
 
 // Every configuration of the schemes that passes the schemes' own checks (divisibility, heads, batch).
 std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<std::string>& schemes);

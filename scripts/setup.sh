@@ -7,7 +7,7 @@ packages=(
   build-essential cmake pkg-config git
   libboost-graph-dev libboost-program-options-dev nlohmann-json3-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  qt6-base-dev qt6-charts-dev libgl-dev
+  qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev fonts-dejavu-core
   libopenmpi-dev openmpi-bin
 )
 

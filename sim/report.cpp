@@ -148,21 +148,63 @@ std::string task_class(const Task& task) {
   return std::string(to_string(task.kind()));
 }
 
+namespace {
+
+// The trace's process per device (GPUs first, then hosts) and thread per stream.
+int trace_pid(const SimResult& r, DeviceId d) { return is_host(d) ? r.gpus + host_node(d) : d; }
+int trace_tid(Stream s) {
+  switch (s.kind) {
+    case StreamKind::compute: return static_cast<int>(s.index);
+    case StreamKind::h2d: return 100;
+    case StreamKind::d2h: return 101;
+    case StreamKind::comm: return 102 + s.index;
+    case StreamKind::host: return 150;
+    default: return 199;
+  }
+}
+
+// Calls `slice(task, device)` for every timed task slice of the trace: a collective has one per member.
+template <typename Slice>
+void for_each_slice(const SimResult& r, const TaskGraph& graph, Slice&& slice) {
+  for (TaskId t = 0; t < static_cast<TaskId>(graph.size()); ++t) {
+    if (r.timing[static_cast<std::size_t>(t)].end_ns < 0) continue;
+    const Task& task = graph.task(t);
+    if (task.stream.kind == StreamKind::none) continue;  // alloc/free show as memory counters
+    if (const auto* c = std::get_if<Collective>(&task.params)) {
+      for (DeviceId m : graph.groups()[static_cast<std::size_t>(c->group)]) slice(t, m);
+    } else {
+      slice(t, task.device);
+    }
+  }
+}
+
+}  // namespace
+
+Timeline to_timeline(const SimResult& r, const TaskGraph& graph, std::string_view source) {
+  Timeline t;
+  t.source = source;
+  t.step_ns = r.step_ns;
+  for (int g = 0; g < r.gpus; ++g) t.peak_hbm_bytes.push_back(r.pools[static_cast<std::size_t>(g)].peak_bytes);
+  for (const auto& s : r.streams) {
+    const int pid = trace_pid(r, s.device);
+    t.process_names[pid] = device_name(s.device);
+    t.stream_names[{pid, trace_tid(s.stream)}] = stream_name(s.stream);
+  }
+  for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
+    const Task& task = graph.task(id);
+    const auto& timing = r.timing[static_cast<std::size_t>(id)];
+    t.slices.push_back({task.name, trace_pid(r, device), trace_tid(task.stream), task_class(task), timing.start_ns,
+                        timing.end_ns - timing.start_ns});
+  });
+  return t;
+}
+
 void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster,
                         std::string_view source) {
   using json::Json;
   constexpr int kLinksPid = 1000000;
-  auto pid_of = [&](DeviceId d) { return is_host(d) ? r.gpus + host_node(d) : d; };
-  auto tid_of = [](Stream s) {
-    switch (s.kind) {
-      case StreamKind::compute: return static_cast<int>(s.index);
-      case StreamKind::h2d: return 100;
-      case StreamKind::d2h: return 101;
-      case StreamKind::comm: return 102 + s.index;
-      case StreamKind::host: return 150;
-      default: return 199;
-    }
-  };
+  auto pid_of = [&](DeviceId d) { return trace_pid(r, d); };
+  auto tid_of = trace_tid;
   auto us = [](std::int64_t ns) { return format_fixed(static_cast<double>(ns) / 1000.0, 3); };
   bool first = true;
   auto emit = [&](const std::string& event) {
@@ -184,23 +226,14 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
     emit("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_of(s.device)) + ",\"tid\":" +
          std::to_string(tid_of(s.stream)) + ",\"args\":{\"name\":\"" + stream_name(s.stream) + "\"}}");
   }
-  for (TaskId t = 0; t < static_cast<TaskId>(graph.size()); ++t) {
-    const auto& timing = r.timing[static_cast<std::size_t>(t)];
-    if (timing.end_ns < 0) continue;
-    const Task& task = graph.task(t);
-    if (task.stream.kind == StreamKind::none) continue;  // alloc/free show as memory counters
+  for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
+    const Task& task = graph.task(id);
+    const auto& timing = r.timing[static_cast<std::size_t>(id)];
     const std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\",\"class\":\"" + task_class(task) + "\"}";
-    auto slice = [&](DeviceId device) {
-      emit("{\"ph\":\"X\",\"name\":" + Json(task.name).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
-           ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" +
-           us(timing.end_ns - timing.start_ns) + ",\"args\":" + args + "}");
-    };
-    if (const auto* c = std::get_if<Collective>(&task.params)) {
-      for (DeviceId m : graph.groups()[static_cast<std::size_t>(c->group)]) slice(m);
-    } else {
-      slice(task.device);
-    }
-  }
+    emit("{\"ph\":\"X\",\"name\":" + Json(task.name).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
+         ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" +
+         us(timing.end_ns - timing.start_ns) + ",\"args\":" + args + "}");
+  });
   for (std::size_t p = 0; p < r.pools.size(); ++p) {
     const int pid = static_cast<int>(p);  // GPU pools first, then hosts: the same numbering as the pids
     for (const auto& sample : r.pools[p].level) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/json_reader.hpp"
+#include "sim/compare.hpp"
 #include "sim/engine.hpp"
 
 namespace trainyard::sim {
@@ -19,6 +20,10 @@ void print_metrics(std::ostream& out, const SimResult& result, const TaskGraph& 
 // timeline with this same function.
 void write_chrome_trace(std::ostream& out, const SimResult& result, const TaskGraph& graph, const Cluster& cluster,
                         std::string_view source = "simulated");
+
+// The timeline the Chrome trace above holds (same task names, processes and streams), without the JSON: what
+// the GUI draws and compares with a measured trace.
+Timeline to_timeline(const SimResult& result, const TaskGraph& graph, std::string_view source = "simulated");
 
 // The classes a comparison groups tasks by: "gemm", "attention fwd", "attention bwd", "elementwise",
 // "optimizer", "H2D", "D2H", "p2p", "collective" ("alloc"/"free" have no time).

@@ -153,6 +153,38 @@ TEST(Search, NothingFitsReportsTheClosestMiss) {
   EXPECT_FALSE(r.closest_miss->metrics.failure.empty());
 }
 
+TEST(Search, QuickPlanIsTheFittingCandidateWithTheBestTimeBound) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};
+  const double headroom = 0.05, usable = c.node.gpu.hbm_bytes.value * (1 - headroom);
+  for (const auto& scheme : kSchemes) {
+    const auto quick = quick_plan(in, scheme, headroom);
+    const auto specs = enumerate_plans(in, {scheme});
+    ASSERT_EQ(quick.has_value(), !specs.empty()) << scheme;
+    if (!quick) continue;
+    EXPECT_EQ(quick->scheme, scheme);
+    EXPECT_NO_THROW(check_plan(in, *quick));
+    const Bounds qb = lower_bounds(in, *quick);
+    ASSERT_LE(qb.hbm_bytes, usable) << scheme;  // this tiny model fits every scheme
+    for (const auto& spec : specs) {
+      const Bounds b = lower_bounds(in, spec);
+      if (b.hbm_bytes <= usable && b.dram_bytes <= c.node.host_dram_bytes.value) {
+        EXPECT_LE(qb.step_s, b.step_s) << spec.summary();
+      }
+    }
+  }
+  // One GPU: Ulysses needs sp > 1, so it has no configuration at all.
+  const sim::Cluster one(hw::load_node("lab-h100"), 1);
+  EXPECT_FALSE(quick_plan({m, one, {32768, 1}, in.precision}, "ulysses", headroom).has_value());
+}
+
+TEST(Search, ChunkSizesAreThePowersOfTwoThatDivideAndTheHalvings) {
+  EXPECT_EQ(chunk_sizes(std::int64_t{1} << 20), (std::vector<std::int64_t>{1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144}));
+  EXPECT_EQ(chunk_sizes(4096), (std::vector<std::int64_t>{1024, 2048, 4096}));
+  EXPECT_EQ(chunk_sizes(1000 * 1024), (std::vector<std::int64_t>{1024, 2000, 2048, 4000, 4096, 8000, 8192, 16000, 32000, 64000, 128000, 256000}));
+}
+
 TEST(PlanFile, RoundTripsEveryScheme) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
   const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);

@@ -59,6 +59,30 @@ TEST(SimCompare, TheTraceCarriesWhatCompareNeeds) {
   for (const char* c : {"gemm", "attention fwd", "D2H", "p2p", "collective"}) EXPECT_TRUE(classes.count(c)) << c;
 }
 
+TEST(SimCompare, ToTimelineHoldsWhatTheTraceHolds) {
+  const Cluster c(hw::load_node("dgx-a100"), 1);
+  GraphDocument doc = load_graph(std::string(TRAINYARD_SOURCE_DIR) + "/examples/two-gpu-offload.json");
+  doc.graph.finalize();
+  const SimResult r = simulate(doc.graph, c);
+  std::ostringstream trace;
+  write_chrome_trace(trace, r, doc.graph, c);
+  const Timeline parsed = parse_timeline(nlohmann::json::parse(trace.str()), "trace.json");
+  const Timeline direct = to_timeline(r, doc.graph);
+  EXPECT_EQ(direct.step_ns, parsed.step_ns);
+  EXPECT_EQ(direct.peak_hbm_bytes, parsed.peak_hbm_bytes);
+  EXPECT_EQ(direct.stream_names, parsed.stream_names);
+  ASSERT_EQ(direct.slices.size(), parsed.slices.size());
+  for (std::size_t i = 0; i < direct.slices.size(); ++i) {
+    const auto &a = direct.slices[i], &b = parsed.slices[i];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(std::tie(a.pid, a.tid, a.task_class), std::tie(b.pid, b.tid, b.task_class)) << a.name;
+    EXPECT_NEAR(static_cast<double>(a.start_ns), static_cast<double>(b.start_ns), 1) << a.name;  // the trace keeps ns to 3 decimals of us
+    EXPECT_NEAR(static_cast<double>(a.duration_ns), static_cast<double>(b.duration_ns), 1) << a.name;
+  }
+  // The trace names GPUs by their product and index; the timeline by the index the trace's name ends with.
+  for (const auto& [pid, name] : direct.process_names) EXPECT_EQ(parsed.process_names.at(pid), name);
+}
+
 TEST(SimCompare, ErrorsPerClassAndStreamAreExact) {
   const auto predicted_json = simulated_trace();
   const Timeline predicted = parse_timeline(predicted_json, "predicted.json");

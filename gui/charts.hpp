@@ -1,0 +1,98 @@
+#pragma once
+// The window's Qt Charts, one widget each. They only draw: the points come from what_if.hpp through the window.
+#include <QtCharts/QChartView>
+#include <QtCharts/QLineSeries>
+#include <QtCharts/QLogValueAxis>
+#include <QtCharts/QScatterSeries>
+#include <QtCharts/QValueAxis>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gui/what_if.hpp"
+
+namespace trainyard::gui {
+
+// Points of one series kept sorted by x, as they arrive in any order.
+void insert_sorted(QXYSeries* series, QPointF point);
+
+// Chart 1: MFU (solid, left axis) and step time (dashed, right axis) against the chunk length, one colour per
+// scheme; schemes without a chunk are flat lines across the range; chunks that do not fit are crosses on the
+// axis.
+class ChunkChart : public QChartView {
+  Q_OBJECT
+ public:
+  explicit ChunkChart(QWidget* parent = nullptr);
+  void reset(const std::vector<std::string>& schemes, std::int64_t min_chunk, std::int64_t max_chunk);
+  void clear_scheme(const std::string& scheme);
+  void add_point(const Point& p);
+  int points(const std::string& scheme) const;  // MFU points shown (flat lines count 1)
+
+ private:
+  struct Series {
+    QLineSeries* mfu = nullptr;
+    QLineSeries* step = nullptr;
+    int points = 0;
+    QList<QPointF> misses;  // chunks that do not fit
+  };
+  void show_misses();
+  QLogValueAxis* x_ = nullptr;
+  QValueAxis* mfu_axis_ = nullptr;
+  QValueAxis* step_axis_ = nullptr;
+  QScatterSeries* misses_ = nullptr;
+  std::map<std::string, Series> series_;
+  std::int64_t min_chunk_ = 1024, max_chunk_ = 1024;
+  double step_min_s_ = 0, step_max_s_ = 0;
+};
+
+// Chart 2: peak HBM per GPU (solid) and peak DRAM per node (dashed) against the sequence length, per scheme,
+// with the two capacities as horizontal lines: where a curve crosses its line, that scheme stops fitting.
+class MemoryChart : public QChartView {
+  Q_OBJECT
+ public:
+  explicit MemoryChart(QWidget* parent = nullptr);
+  void reset(const std::vector<std::string>& schemes, const std::vector<std::int64_t>& lengths, double hbm_capacity_bytes,
+             double dram_capacity_bytes);
+  void clear_scheme(const std::string& scheme);
+  void add_point(const Point& p);
+  int points(const std::string& scheme) const;  // HBM points shown for the scheme
+  QList<QPointF> hbm_points(const std::string& scheme) const;  // (length, GiB), by length
+  int total_points() const;
+
+ private:
+  struct Series {
+    QLineSeries* hbm = nullptr;
+    QLineSeries* dram = nullptr;
+  };
+  QLogValueAxis* x_ = nullptr;
+  QLogValueAxis* y_ = nullptr;
+  std::map<std::string, Series> series_;
+  QLineSeries* hbm_capacity_ = nullptr;
+  QLineSeries* dram_capacity_ = nullptr;
+  double y_min_ = 0, y_max_ = 0;
+};
+
+// Chart 3: memory in use over the selected plan's step: HBM of one GPU (left axis) and pinned DRAM of its node
+// (right axis), with the HBM capacity.
+class StepMemoryChart : public QChartView {
+  Q_OBJECT
+ public:
+  explicit StepMemoryChart(QWidget* parent = nullptr);
+  void show_plan(const PlanDetail& detail, int gpu);
+  void clear();
+  int points() const;  // samples drawn (both series)
+
+ private:
+  QLineSeries* hbm_ = nullptr;
+  QLineSeries* dram_ = nullptr;
+  QLineSeries* capacity_ = nullptr;
+  QValueAxis* x_ = nullptr;
+  QValueAxis* hbm_axis_ = nullptr;
+  QValueAxis* dram_axis_ = nullptr;
+};
+
+// Colour of a scheme (stable across charts).
+QColor scheme_color(const std::string& scheme);
+
+}  // namespace trainyard::gui

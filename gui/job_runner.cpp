@@ -1,0 +1,64 @@
+#include "gui/job_runner.hpp"
+
+#include <QCoreApplication>
+#include <QElapsedTimer>
+
+namespace trainyard::gui {
+
+JobRunner::JobRunner(QObject* parent) : QObject(parent) {
+  pool_.setMaxThreadCount(std::max(1, QThread::idealThreadCount()));
+}
+
+JobRunner::~JobRunner() {
+  for (auto& [name, channel] : channels_) channel.cancel->store(true);
+  for (auto& [name, generation] : generations_) generation->fetch_add(1);
+  pool_.clear();
+  pool_.waitForDone();
+}
+
+std::shared_ptr<std::atomic<bool>> JobRunner::restart(const std::string& name) {
+  Channel& channel = channels_[name];
+  channel.cancel->store(true);
+  channel.cancel = std::make_shared<std::atomic<bool>>(false);
+  ++channel.generation;
+  auto& shared = generations_[name];
+  if (!shared) shared = std::make_shared<std::atomic<std::uint64_t>>(0);
+  shared->store(channel.generation);
+  pending_ -= channel.pending;
+  channel.pending = 0;
+  emit pending_changed(pending_);
+  return channel.cancel;
+}
+
+JobRunner::Ticket JobRunner::take_ticket(const std::string& name) {
+  Channel& channel = channels_[name];
+  auto& shared = generations_[name];
+  if (!shared) shared = std::make_shared<std::atomic<std::uint64_t>>(channel.generation);
+  ++channel.pending;
+  ++pending_;
+  emit pending_changed(pending_);
+  return {name, channel.generation, shared};
+}
+
+bool JobRunner::current(const Ticket& t) const {
+  const auto it = channels_.find(t.channel);
+  return it != channels_.end() && it->second.generation == t.generation;
+}
+
+void JobRunner::finished(const Ticket& t) {
+  --channels_[t.channel].pending;
+  --pending_;
+  emit pending_changed(pending_);
+}
+
+bool JobRunner::wait_idle(int timeout_ms) {
+  QElapsedTimer timer;
+  timer.start();
+  while (pending_ > 0 && timer.elapsed() < timeout_ms) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    if (pending_ > 0) QThread::msleep(2);
+  }
+  return pending_ == 0;
+}
+
+}  // namespace trainyard::gui

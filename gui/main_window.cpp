@@ -1,0 +1,903 @@
+#include "gui/main_window.hpp"
+
+#include <QFile>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHeaderView>
+#include <QMenuBar>
+#include <QScrollArea>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QSvgGenerator>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "common/units.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "sim/report.hpp"
+
+namespace trainyard::gui {
+
+namespace {
+
+constexpr int kMinSeqLog2 = 12, kMaxSeqLog2 = 24;  // 4K .. 16M
+
+QString tokens_text(std::int64_t tokens) { return QString::fromStdString(format_tokens(tokens)); }
+
+QSpinBox* spin(int low, int high, int value) {
+  auto* s = new QSpinBox();
+  s->setRange(low, high);
+  s->setValue(value);
+  return s;
+}
+
+QComboBox* words(std::initializer_list<const char*> items) {
+  auto* c = new QComboBox();
+  for (const char* item : items) c->addItem(item);
+  return c;
+}
+
+std::string chart_channel(const std::string& chart, const std::string& scheme) { return chart + "/" + scheme; }
+
+}  // namespace
+
+MainWindow::MainWindow(const WhatIfInputs& inputs, QWidget* parent) : QMainWindow(parent) {
+  setWindowTitle("trainyard: what-if planner");
+  auto* central = new QSplitter(Qt::Horizontal);
+  auto* panel = new QWidget();
+  build_controls(panel);
+  auto* scroll = new QScrollArea();
+  scroll->setWidget(panel);
+  scroll->setWidgetResizable(true);
+  scroll->setMinimumWidth(320);
+  central->addWidget(scroll);
+
+  auto* right = new QWidget();
+  auto* layout = new QVBoxLayout(right);
+  error_ = new QLabel();
+  error_->setStyleSheet("QLabel { color: white; background: #b22222; padding: 4px; }");
+  error_->setWordWrap(true);
+  error_->hide();
+  layout->addWidget(error_);
+  auto* rows = new QSplitter(Qt::Vertical);
+  auto* top = new QSplitter(Qt::Horizontal);
+  chunk_chart_ = new ChunkChart();
+  memory_chart_ = new MemoryChart();
+  top->addWidget(chunk_chart_);
+  top->addWidget(memory_chart_);
+  auto* middle = new QSplitter(Qt::Horizontal);
+  step_memory_chart_ = new StepMemoryChart();
+  table_ = new QTableWidget(0, 9);
+  table_->setHorizontalHeaderLabels({"#", "scheme", "plan", "step", "tokens/s", "MFU", "peak HBM", "peak DRAM", "bottleneck"});
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->setSelectionMode(QAbstractItemView::SingleSelection);
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  table_->verticalHeader()->hide();
+  table_->horizontalHeader()->setStretchLastSection(true);
+  middle->addWidget(step_memory_chart_);
+  middle->addWidget(table_);
+  auto* bottom = new QWidget();
+  auto* bottom_layout = new QVBoxLayout(bottom);
+  bottom_layout->setContentsMargins(0, 0, 0, 0);
+  plan_label_ = new QLabel("no plan selected");
+  plan_label_->setWordWrap(true);
+  bottom_layout->addWidget(plan_label_);
+  auto* tabs = new QTabWidget();
+  timeline_ = new TimelineView();
+  auto* timeline_scroll = new QScrollArea();
+  timeline_scroll->setWidget(timeline_);
+  timeline_scroll->setWidgetResizable(true);
+  tabs->addTab(timeline_scroll, "timeline");
+  compare_ = new QPlainTextEdit();
+  compare_->setReadOnly(true);
+  compare_->setFont(QFont("monospace"));
+  compare_->setPlainText("Open a measured trace (File > Open measured trace, from trainyard run --trace) to compare it with this plan.");
+  tabs->addTab(compare_, "compare");
+  bottom_layout->addWidget(tabs);
+  rows->addWidget(top);
+  rows->addWidget(middle);
+  rows->addWidget(bottom);
+  layout->addWidget(rows);
+  central->addWidget(right);
+  central->setStretchFactor(1, 1);
+  setCentralWidget(central);
+
+  status_ = new QLabel("ready");
+  statusBar()->addWidget(status_, 1);
+  connect(&jobs_, &JobRunner::pending_changed, this, [this](int) { update_status(); });
+  connect(timeline_, &TimelineView::hovered, this, [this](const QString& text) { statusBar()->showMessage(text, 3000); });
+  connect(table_, &QTableWidget::itemSelectionChanged, this, &MainWindow::row_selected);
+  build_menus();
+
+  debounce_.setSingleShot(true);
+  debounce_.setInterval(40);
+  connect(&debounce_, &QTimer::timeout, this, &MainWindow::recompute_all);
+  set_inputs(inputs);
+  recompute_all();
+}
+
+void MainWindow::build_controls(QWidget* panel) {
+  auto* layout = new QVBoxLayout(panel);
+  auto* inputs = new QGroupBox("inputs");
+  auto* form = new QFormLayout(inputs);
+  model_ = new QComboBox();
+  model_->setEditable(true);
+  for (const auto& name : model::builtin_model_names()) model_->addItem(QString::fromStdString(name));
+  model_->setToolTip("a catalog model, a JSON path or custom:layers=..,hidden=..,heads=..");
+  hw_ = new QComboBox();
+  hw_->setEditable(true);
+  for (const auto& name : hw::builtin_node_names()) hw_->addItem(QString::fromStdString(name));
+  hw_->setToolTip("a node profile name or a JSON path");
+  nodes_ = spin(1, 4096, 1);
+  seq_ = new QSlider(Qt::Horizontal);
+  seq_->setRange(kMinSeqLog2, kMaxSeqLog2);
+  seq_label_ = new QLabel();
+  auto* seq_row = new QWidget();
+  auto* seq_layout = new QHBoxLayout(seq_row);
+  seq_layout->setContentsMargins(0, 0, 0, 0);
+  seq_layout->addWidget(seq_, 1);
+  seq_layout->addWidget(seq_label_);
+  tokens_ = new QComboBox();
+  tokens_->setEditable(true);
+  for (const char* t : {"one sequence", "1M", "2M", "4M", "8M", "16M"}) tokens_->addItem(t);
+  tokens_->setToolTip("tokens per optimizer step; sequences per step = tokens / sequence length (at least one)");
+  objective_ = words({"throughput", "min-hbm"});
+  form->addRow("model", model_);
+  form->addRow("hardware", hw_);
+  form->addRow("nodes", nodes_);
+  form->addRow("sequence", seq_row);
+  form->addRow("tokens per step", tokens_);
+  form->addRow("objective", objective_);
+  auto* schemes = new QWidget();
+  auto* schemes_layout = new QGridLayout(schemes);
+  schemes_layout->setContentsMargins(0, 0, 0, 0);
+  int i = 0;
+  for (const auto& scheme : planner::kSchemes) {
+    auto* box = new QCheckBox(QString::fromStdString(scheme));
+    box->setChecked(true);
+    scheme_boxes_[scheme] = box;
+    schemes_layout->addWidget(box, i / 2, i % 2);
+    ++i;
+    connect(box, &QCheckBox::toggled, this, &MainWindow::inputs_changed);
+  }
+  form->addRow("compare", schemes);
+  layout->addWidget(inputs);
+
+  auto* plan = new QGroupBox("selected plan");
+  auto* plan_form = new QFormLayout(plan);
+  scheme_ = new QComboBox();
+  for (const auto& s : planner::kSchemes) scheme_->addItem(QString::fromStdString(s));
+  chunk_ = new QComboBox();
+  chunk_->setToolTip("ring-track: tokens per chunk; FPDT: attention chunk in global tokens");
+  gpu_ = spin(0, 0, 0);
+  gpu_->setToolTip("the GPU charts 3 and 4 show");
+  plan_form->addRow("scheme", scheme_);
+  plan_form->addRow("chunk", chunk_);
+  plan_form->addRow("show GPU", gpu_);
+  layout->addWidget(plan);
+
+  ringtrack_box_ = new QGroupBox("ring-track");
+  auto* rt = new QFormLayout(ringtrack_box_);
+  ring_ = spin(1, 1, 1);
+  block_ = spin(1, 1, 1);
+  prefetch_ = spin(1, 8, 2);
+  kv_ = words({"dram", "hbm"});
+  acts_ = words({"dram", "recompute", "hbm"});
+  weights_ = words({"resident", "stream"});
+  states_ = words({"hbm", "dram"});
+  rt->addRow("ring (GPUs)", ring_);
+  rt->addRow("block (layers)", block_);
+  rt->addRow("prefetch", prefetch_);
+  rt->addRow("K/V", kv_);
+  rt->addRow("activations", acts_);
+  rt->addRow("weights", weights_);
+  rt->addRow("optimizer states", states_);
+  layout->addWidget(ringtrack_box_);
+
+  zero_box_ = new QGroupBox("ZeRO / Ulysses / ring attention / FPDT");
+  auto* z = new QFormLayout(zero_box_);
+  stage_ = spin(0, 3, 0);
+  sp_ = spin(1, 1, 1);
+  cp_ = spin(1, 1, 1);
+  zero_micro_batch_ = spin(1, 64, 1);
+  zigzag_ = new QCheckBox("zigzag (ring attention)");
+  checkpointing_ = new QCheckBox("activation checkpointing");
+  z->addRow("ZeRO stage", stage_);
+  z->addRow("sp (Ulysses)", sp_);
+  z->addRow("cp (ring)", cp_);
+  z->addRow("micro-batch", zero_micro_batch_);
+  z->addRow(zigzag_);
+  z->addRow(checkpointing_);
+  for (const char* target : {"optimizer", "grads", "params", "acts"}) {
+    auto* box = new QCheckBox(QString("offload ") + target);
+    offload_[target] = box;
+    z->addRow(box);
+  }
+  layout->addWidget(zero_box_);
+
+  megatron_box_ = new QGroupBox("Megatron");
+  auto* m = new QFormLayout(megatron_box_);
+  tp_ = spin(1, 1, 1);
+  pp_ = spin(1, 1, 1);
+  dp_ = spin(1, 1, 1);
+  vpp_ = spin(1, 8, 1);
+  megatron_micro_batch_ = spin(1, 64, 1);
+  recompute_ = words({"none", "selective", "full"});
+  sequence_parallel_ = new QCheckBox("sequence parallel");
+  megatron_offload_ = new QCheckBox("offload checkpoints");
+  m->addRow("tp", tp_);
+  m->addRow("pp", pp_);
+  m->addRow("dp", dp_);
+  m->addRow("vpp", vpp_);
+  m->addRow("micro-batch", megatron_micro_batch_);
+  m->addRow("recompute", recompute_);
+  m->addRow(sequence_parallel_);
+  m->addRow(megatron_offload_);
+  layout->addWidget(megatron_box_);
+  layout->addStretch(1);
+
+  for (auto* combo : {model_, hw_, tokens_}) connect(combo, &QComboBox::currentTextChanged, this, &MainWindow::inputs_changed);
+  connect(objective_, &QComboBox::currentIndexChanged, this, &MainWindow::inputs_changed);
+  connect(nodes_, &QSpinBox::valueChanged, this, &MainWindow::inputs_changed);
+  connect(seq_, &QSlider::valueChanged, this, [this](int v) {
+    seq_label_->setText(tokens_text(std::int64_t{1} << v));
+    inputs_changed();
+  });
+  connect(scheme_, &QComboBox::currentIndexChanged, this, &MainWindow::scheme_changed);
+  connect(gpu_, &QSpinBox::valueChanged, this, [this](int) { show_detail(); });
+  for (auto* s : {ring_, block_, prefetch_, stage_, sp_, cp_, zero_micro_batch_, tp_, pp_, dp_, vpp_, megatron_micro_batch_}) {
+    connect(s, &QSpinBox::valueChanged, this, &MainWindow::params_changed);
+  }
+  for (auto* c : {chunk_, kv_, acts_, weights_, states_, recompute_}) connect(c, &QComboBox::currentIndexChanged, this, &MainWindow::params_changed);
+  std::vector<QCheckBox*> boxes{zigzag_, checkpointing_, sequence_parallel_, megatron_offload_};
+  for (auto& [target, box] : offload_) boxes.push_back(box);
+  for (auto* b : boxes) connect(b, &QCheckBox::toggled, this, &MainWindow::params_changed);
+}
+
+void MainWindow::build_menus() {
+  QMenu* file = menuBar()->addMenu("&File");
+  auto ask = [this](bool save, const QString& title, const QString& filter, auto&& then) {
+    const QString path = save ? QFileDialog::getSaveFileName(this, title, QString(), filter)
+                              : QFileDialog::getOpenFileName(this, title, QString(), filter);
+    if (!path.isEmpty()) then(path);
+  };
+  file->addAction("&Open plan...", this, [=, this] { ask(false, "Open plan", "Plan files (*.json)", [this](const QString& p) { open_plan(p); }); });
+  file->addAction("&Save plan...", this, [=, this] { ask(true, "Save plan", "Plan files (*.json)", [this](const QString& p) { save_plan(p); }); });
+  file->addAction("Open &measured trace...", this,
+                  [=, this] { ask(false, "Open measured trace", "Chrome traces (*.json)", [this](const QString& p) { open_measured(p); }); });
+  file->addAction("Save Chrome &trace...", this,
+                  [=, this] { ask(true, "Save Chrome trace", "Chrome traces (*.json)", [this](const QString& p) { save_trace(p); }); });
+  QMenu* charts = file->addMenu("Save &chart as PNG or SVG");
+  const std::vector<std::pair<QString, QWidget*>> targets{{"MFU and step time vs chunk", chunk_chart_},
+                                                          {"memory vs sequence length", memory_chart_},
+                                                          {"memory over the step", step_memory_chart_},
+                                                          {"timeline", timeline_},
+                                                          {"whole window", this}};
+  for (const auto& [name, widget] : targets) {
+    charts->addAction(name, this, [=, this] {
+      ask(true, "Save " + name, "Images (*.png *.svg)", [this, widget](const QString& p) { save_chart(widget, p); });
+    });
+  }
+  file->addSeparator();
+  file->addAction("&Quit", this, &QWidget::close);
+}
+
+// --- inputs ----------------------------------------------------------------------------------------------------
+
+void MainWindow::set_inputs(const WhatIfInputs& in) {
+  const QSignalBlocker b1(model_), b2(hw_), b3(nodes_), b4(seq_), b5(tokens_), b6(objective_);
+  model_->setCurrentText(QString::fromStdString(in.model));
+  hw_->setCurrentText(QString::fromStdString(in.hw));
+  nodes_->setValue(in.nodes);
+  const int log2 = static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<std::int64_t>(1, in.seq_len)))));
+  seq_->setValue(std::clamp(log2, kMinSeqLog2, kMaxSeqLog2));
+  seq_label_->setText(tokens_text(std::int64_t{1} << seq_->value()));
+  tokens_->setCurrentText(in.tokens_per_step > 0 ? tokens_text(in.tokens_per_step) : "one sequence");
+  objective_->setCurrentIndex(in.objective == planner::Objective::min_hbm ? 1 : 0);
+  for (auto& [scheme, box] : scheme_boxes_) {
+    const QSignalBlocker block(box);
+    box->setChecked(std::find(in.schemes.begin(), in.schemes.end(), scheme) != in.schemes.end());
+  }
+}
+
+WhatIfInputs MainWindow::read_inputs() const {
+  WhatIfInputs in;
+  in.model = model_->currentText().trimmed().toStdString();
+  in.hw = hw_->currentText().trimmed().toStdString();
+  in.nodes = nodes_->value();
+  in.seq_len = std::int64_t{1} << seq_->value();
+  const QString tokens = tokens_->currentText().trimmed();
+  in.tokens_per_step = tokens.isEmpty() || tokens == "one sequence" ? 0 : parse_token_count(tokens.toStdString(), "tokens per step");
+  in.objective = objective_->currentIndex() == 1 ? planner::Objective::min_hbm : planner::Objective::throughput;
+  in.schemes.clear();
+  for (const auto& scheme : planner::kSchemes) {
+    if (scheme_boxes_.at(scheme)->isChecked()) in.schemes.push_back(scheme);
+  }
+  if (in.schemes.empty()) throw InputError("compare", "schemes", "at least one scheme ticked", "none");
+  return in;
+}
+
+void MainWindow::inputs_changed() { debounce_.start(); }
+
+void MainWindow::recompute_now() {
+  debounce_.stop();
+  recompute_all();
+}
+
+void MainWindow::set_seq_len(std::int64_t tokens) {
+  const int log2 = static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<std::int64_t>(1, tokens)))));
+  seq_->setValue(std::clamp(log2, kMinSeqLog2, kMaxSeqLog2));
+}
+
+void MainWindow::set_hw(const QString& hw) { hw_->setCurrentText(hw); }
+
+void MainWindow::set_chunk(std::int64_t tokens) {
+  const int index = chunk_->findData(QVariant::fromValue<qlonglong>(tokens));
+  if (index >= 0) chunk_->setCurrentIndex(index);
+}
+
+void MainWindow::recompute_all() {
+  clear_error();
+  for (const auto& scheme : planner::kSchemes) {
+    jobs_.restart(chart_channel("chunk", scheme));
+    jobs_.restart(chart_channel("memory", scheme));
+  }
+  jobs_.restart("plan");
+  jobs_.restart("search");
+  ranked_.clear();
+  best_of_scheme_.clear();
+  table_->setRowCount(0);
+  detail_.reset();
+  try {
+    setup_ = std::make_shared<const Setup>(read_inputs());
+  } catch (const std::exception& e) {
+    setup_.reset();
+    selected_.reset();
+    chunk_chart_->reset({}, 1024, 256 * 1024);
+    memory_chart_->reset({}, {}, 0, 0);
+    step_memory_chart_->clear();
+    timeline_->clear();
+    plan_label_->setText("no plan selected");
+    show_error(e.what());
+    update_status();
+    return;
+  }
+  update_panel_ranges();
+  // The selected plan: the panel's where it is valid for the new inputs, else the planner's quick pick.
+  const planner::StepInputs in = setup_->at(setup_->inputs.seq_len);
+  const planner::PlanSpec panel = panel_spec();
+  selected_.reset();
+  if (user_chose_) {
+    try {
+      planner::check_plan(in, panel);
+      selected_ = panel;
+    } catch (const InputError&) {
+      user_chose_ = false;
+    }
+  }
+  if (!selected_) {
+    selected_ = planner::quick_plan(in, panel.scheme, setup_->inputs.hbm_headroom);
+    if (selected_) set_panel(*selected_);
+  }
+  if (!selected_) show_error(QString::fromStdString(panel.scheme + " has no valid configuration for these inputs"));
+
+  const auto& schemes = setup_->inputs.schemes;
+  std::int64_t low = 0, high = 0;
+  for (const auto& scheme : schemes) {
+    for (std::int64_t c : chunk_sweep(scheme, setup_->inputs.seq_len)) {
+      low = low == 0 ? c : std::min(low, c);
+      high = std::max(high, c);
+    }
+  }
+  if (low == 0) low = 1024, high = 256 * 1024;
+  chunk_chart_->reset(schemes, low, high);
+  memory_chart_->reset(schemes, memory_sweep_lengths(setup_->inputs.seq_len), setup_->cluster.node.gpu.hbm_bytes.value,
+                       setup_->cluster.node.host_dram_bytes.value);
+  for (const auto& scheme : schemes) {
+    start_chunk_chart(scheme);
+    start_memory_chart(scheme);
+  }
+  start_selected_plan();
+  start_search();
+  update_status();
+}
+
+void MainWindow::update_panel_ranges() {
+  const int gpus = setup_->cluster.gpus();
+  const int layers = static_cast<int>(setup_->model.layers);
+  for (auto* s : {ring_, sp_, cp_, tp_, pp_, dp_}) {
+    const QSignalBlocker block(s);
+    s->setRange(1, gpus);
+  }
+  {
+    const QSignalBlocker block(block_);
+    block_->setRange(1, std::max(1, layers));
+  }
+  {
+    const QSignalBlocker block(gpu_);
+    gpu_->setRange(0, gpus - 1);
+  }
+  // Chunks: the planner's candidates for this length.
+  const std::int64_t current = chunk_->currentData().toLongLong();
+  const QSignalBlocker block(chunk_);
+  chunk_->clear();
+  for (std::int64_t c : planner::chunk_sizes(setup_->inputs.seq_len)) chunk_->addItem(tokens_text(c), QVariant::fromValue<qlonglong>(c));
+  const int index = chunk_->findData(QVariant::fromValue<qlonglong>(current));
+  chunk_->setCurrentIndex(index >= 0 ? index : chunk_->count() / 2);
+}
+
+// --- the selected plan -----------------------------------------------------------------------------------------
+
+void MainWindow::show_param_group() {
+  const std::string scheme = scheme_->currentText().toStdString();
+  ringtrack_box_->setVisible(scheme == "ringtrack");
+  megatron_box_->setVisible(scheme == "megatron");
+  zero_box_->setVisible(scheme != "ringtrack" && scheme != "megatron");
+  chunk_->setEnabled(has_chunk(scheme));
+}
+
+planner::PlanSpec MainWindow::panel_spec() const {
+  planner::PlanSpec spec;
+  spec.scheme = scheme_->currentText().toStdString();
+  const std::int64_t chunk = chunk_->currentData().toLongLong();
+  if (spec.scheme == "ringtrack") {
+    auto& p = spec.ringtrack;
+    p.ring = ring_->value();
+    p.block = block_->value();
+    p.chunk = chunk;
+    p.prefetch = prefetch_->value();
+    p.kv = kv_->currentText() == "hbm" ? planner::Placement::hbm : planner::Placement::dram;
+    const QString acts = acts_->currentText();
+    p.acts = acts == "hbm" ? planner::ActivationPolicy::hbm : acts == "recompute" ? planner::ActivationPolicy::recompute : planner::ActivationPolicy::dram;
+    p.weights = weights_->currentText() == "stream" ? planner::WeightPolicy::stream : planner::WeightPolicy::resident;
+    p.states = states_->currentText() == "dram" ? planner::Placement::dram : planner::Placement::hbm;
+  } else if (spec.scheme == "megatron") {
+    auto& p = spec.megatron;
+    p.tp = tp_->value();
+    p.pp = pp_->value();
+    p.dp = dp_->value();
+    p.vpp = vpp_->value();
+    p.micro_batch = megatron_micro_batch_->value();
+    const QString r = recompute_->currentText();
+    p.recompute = r == "full" ? planner::Recompute::full : r == "selective" ? planner::Recompute::selective : planner::Recompute::none;
+    p.sequence_parallel = sequence_parallel_->isChecked();
+    p.offload_activations = megatron_offload_->isChecked();
+  } else {
+    auto& p = spec.zero;
+    p.stage = stage_->value();
+    p.sp = sp_->value();
+    p.cp = cp_->value();
+    p.zigzag = zigzag_->isChecked();
+    p.fpdt_chunk = spec.scheme == "fpdt" ? chunk : 0;
+    p.micro_batch = zero_micro_batch_->value();
+    p.activation_checkpointing = checkpointing_->isChecked();
+    for (const auto& [target, box] : offload_) {
+      if (box->isChecked()) planner::set_offload(p, target);
+    }
+  }
+  return spec;
+}
+
+void MainWindow::set_panel(const planner::PlanSpec& spec) {
+  std::vector<std::unique_ptr<QSignalBlocker>> blocks;
+  for (QObject* w : std::initializer_list<QObject*>{scheme_, chunk_, ring_, block_, prefetch_, kv_, acts_, weights_, states_, stage_, sp_, cp_,
+                                                    zero_micro_batch_, zigzag_, checkpointing_, tp_, pp_, dp_, vpp_, megatron_micro_batch_,
+                                                    recompute_, sequence_parallel_, megatron_offload_}) {
+    blocks.push_back(std::make_unique<QSignalBlocker>(w));
+  }
+  for (auto& [target, box] : offload_) blocks.push_back(std::make_unique<QSignalBlocker>(box));
+  scheme_->setCurrentText(QString::fromStdString(spec.scheme));
+  const std::int64_t chunk = chunk_of(spec);
+  if (chunk > 0) {
+    int index = chunk_->findData(QVariant::fromValue<qlonglong>(chunk));
+    if (index < 0) {
+      chunk_->addItem(tokens_text(chunk), QVariant::fromValue<qlonglong>(chunk));
+      index = chunk_->count() - 1;
+    }
+    chunk_->setCurrentIndex(index);
+  }
+  if (spec.scheme == "ringtrack") {
+    const auto& p = spec.ringtrack;
+    ring_->setValue(p.ring);
+    block_->setValue(p.block);
+    prefetch_->setValue(p.prefetch);
+    kv_->setCurrentText(p.kv == planner::Placement::hbm ? "hbm" : "dram");
+    acts_->setCurrentText(p.acts == planner::ActivationPolicy::hbm ? "hbm" : p.acts == planner::ActivationPolicy::recompute ? "recompute" : "dram");
+    weights_->setCurrentText(p.weights == planner::WeightPolicy::stream ? "stream" : "resident");
+    states_->setCurrentText(p.states == planner::Placement::dram ? "dram" : "hbm");
+  } else if (spec.scheme == "megatron") {
+    const auto& p = spec.megatron;
+    tp_->setValue(p.tp);
+    pp_->setValue(p.pp);
+    dp_->setValue(p.dp);
+    vpp_->setValue(p.vpp);
+    megatron_micro_batch_->setValue(static_cast<int>(p.micro_batch));
+    recompute_->setCurrentText(QString::fromStdString(std::string(planner::to_string(p.recompute))));
+    sequence_parallel_->setChecked(p.sequence_parallel);
+    megatron_offload_->setChecked(p.offload_activations);
+  } else {
+    const auto& p = spec.zero;
+    stage_->setValue(p.stage);
+    sp_->setValue(p.sp);
+    cp_->setValue(p.cp);
+    zigzag_->setChecked(p.zigzag);
+    zero_micro_batch_->setValue(static_cast<int>(p.micro_batch));
+    checkpointing_->setChecked(p.activation_checkpointing);
+    offload_.at("optimizer")->setChecked(p.offload_optimizer);
+    offload_.at("grads")->setChecked(p.offload_grads);
+    offload_.at("params")->setChecked(p.offload_params);
+    offload_.at("acts")->setChecked(p.offload_activations);
+  }
+  show_param_group();
+}
+
+void MainWindow::select_plan(const planner::PlanSpec& spec, bool by_user) {
+  const std::string previous = selected_ ? selected_->scheme : "";
+  selected_ = spec;
+  user_chose_ = user_chose_ || by_user;
+  clear_error();
+  // The curves that use the selected plan: its scheme's (and the previously selected scheme's, which goes back
+  // to the planner's quick pick).
+  for (const auto& scheme : {previous, spec.scheme}) {
+    if (scheme.empty() || !setup_) continue;
+    const auto& schemes = setup_->inputs.schemes;
+    if (std::find(schemes.begin(), schemes.end(), scheme) == schemes.end()) continue;
+    start_chunk_chart(scheme);
+    start_memory_chart(scheme);
+  }
+  start_selected_plan();
+}
+
+void MainWindow::params_changed() {
+  if (!setup_) return;
+  const planner::PlanSpec spec = panel_spec();
+  try {
+    planner::check_plan(setup_->at(setup_->inputs.seq_len), spec);
+  } catch (const InputError& e) {
+    show_error(QString("selected plan: ") + e.what());
+    return;
+  }
+  select_plan(spec, true);
+}
+
+void MainWindow::scheme_changed() {
+  show_param_group();
+  if (!setup_) return;
+  // A new scheme starts from the planner's quick pick for it.
+  const std::string scheme = scheme_->currentText().toStdString();
+  const auto spec = planner::quick_plan(setup_->at(setup_->inputs.seq_len), scheme, setup_->inputs.hbm_headroom);
+  if (!spec) {
+    show_error(QString::fromStdString(scheme + " has no valid configuration for these inputs"));
+    return;
+  }
+  set_panel(*spec);
+  select_plan(*spec, true);
+}
+
+void MainWindow::row_selected() {
+  const auto rows = table_->selectionModel()->selectedRows();
+  if (rows.isEmpty()) return;
+  const auto row = static_cast<std::size_t>(rows.front().row());
+  if (row >= ranked_.size()) return;
+  set_panel(ranked_[row].spec);
+  select_plan(ranked_[row].spec, true);
+}
+
+// --- work ------------------------------------------------------------------------------------------------------
+
+void MainWindow::start_chunk_chart(const std::string& scheme) {
+  const std::string channel = chart_channel("chunk", scheme);
+  jobs_.restart(channel);
+  chunk_chart_->clear_scheme(scheme);
+  if (!setup_) return;
+  auto setup = setup_;
+  const auto preferred = preferred_plans();
+  jobs_.submit<std::optional<planner::PlanSpec>>(
+      channel, 5,
+      [setup, scheme, preferred] { return chart_plan(setup->at(setup->inputs.seq_len), scheme, preferred, setup->inputs.hbm_headroom); },
+      [this, setup, scheme, channel](std::optional<planner::PlanSpec> spec) {
+        if (!spec) return;
+        const double headroom = setup->inputs.hbm_headroom;
+        std::vector<std::int64_t> chunks = chunk_sweep(scheme, setup->inputs.seq_len);
+        if (chunks.empty()) chunks.push_back(0);
+        // Longest chunks first: the fewest tasks, so the first points come soonest.
+        for (auto it = chunks.rbegin(); it != chunks.rend(); ++it) {
+          const std::int64_t c = *it;
+          const planner::PlanSpec point = c > 0 ? with_chunk(*spec, c) : *spec;
+          jobs_.submit<Point>(
+              channel, 4, [setup, point, headroom, c] { return simulate_point(setup->at(setup->inputs.seq_len), point, headroom, c); },
+              [this](Point p) { chunk_chart_->add_point(p); }, [](const std::string&) {});
+        }
+      },
+      [this, scheme](const std::string& e) { show_error(QString::fromStdString(scheme + ": " + e)); });
+}
+
+void MainWindow::start_memory_chart(const std::string& scheme) {
+  const std::string channel = chart_channel("memory", scheme);
+  jobs_.restart(channel);
+  memory_chart_->clear_scheme(scheme);
+  if (!setup_) return;
+  auto setup = setup_;
+  const auto preferred = preferred_plans();
+  for (std::int64_t length : memory_sweep_lengths(setup->inputs.seq_len)) {
+    jobs_.submit<Point>(
+        channel, 3,
+        [setup, scheme, preferred, length] {
+          const planner::StepInputs in = setup->at(length);
+          const auto spec = chart_plan(in, scheme, preferred, setup->inputs.hbm_headroom);
+          if (!spec) {
+            Point p;
+            p.scheme = scheme;
+            p.x = length;
+            p.skipped = "no valid configuration";
+            return p;
+          }
+          return simulate_point(in, *spec, setup->inputs.hbm_headroom, length);
+        },
+        [this](Point p) { memory_chart_->add_point(p); }, [](const std::string&) {});
+  }
+}
+
+void MainWindow::start_selected_plan() {
+  jobs_.restart("plan");
+  if (!setup_ || !selected_) return;
+  auto setup = setup_;
+  const planner::PlanSpec spec = *selected_;
+  plan_label_->setText(QString::fromStdString("simulating " + spec.scheme + " (" + spec.summary() + ")..."));
+  jobs_.submit<PlanDetail>(
+      "plan", 6, [setup, spec] { return simulate_plan_detail(setup, spec); },
+      [this](PlanDetail d) {
+        detail_ = std::move(d);
+        show_detail();
+      },
+      [this](const std::string& e) {
+        plan_label_->setText("no plan shown");
+        show_error(QString("selected plan: ") + QString::fromStdString(e));
+      });
+}
+
+void MainWindow::show_detail() {
+  if (!detail_) return;
+  const auto& d = *detail_;
+  const int gpu = std::clamp(gpu_->value(), 0, d.result->gpus - 1);
+  step_memory_chart_->show_plan(d, gpu);
+  timeline_->set_predicted(d.timeline, d.result->links);
+  timeline_->set_device(gpu);
+  if (measured_) timeline_->set_measured(measured_);
+  const auto& m = d.metrics;
+  QString text = QString::fromStdString(d.spec.scheme + " (" + d.spec.summary() + "): ");
+  if (m.fits) {
+    text += QString("step %1 s, MFU %2%, peak HBM %3, peak DRAM %4, bottleneck %5")
+                .arg(m.step_s, 0, 'g', 4)
+                .arg(100 * m.mfu, 0, 'f', 1)
+                .arg(QString::fromStdString(format_bytes(static_cast<double>(m.peak_hbm_bytes))))
+                .arg(QString::fromStdString(format_bytes(static_cast<double>(m.peak_dram_bytes))))
+                .arg(QString::fromStdString(m.bottleneck));
+  } else {
+    text += "does not fit: " + QString::fromStdString(m.failure);
+  }
+  plan_label_->setText(text);
+}
+
+void MainWindow::start_search() {
+  auto cancel = jobs_.restart("search");
+  search_progress_.clear();
+  if (!setup_) return;
+  auto setup = setup_;
+  search_progress_ = "search: starting";
+  jobs_.submit<planner::SearchReport>(
+      "search", 0,
+      [this, setup, cancel] {
+        planner::SearchOptions options;
+        options.schemes = setup->inputs.schemes;
+        options.objective = setup->inputs.objective;
+        options.hbm_headroom = setup->inputs.hbm_headroom;
+        options.top = 10;
+        // One core fewer than the machine has: the charts' points keep a worker while the search runs.
+        options.threads = std::max(1, QThread::idealThreadCount() - 1);
+        options.cancel = cancel.get();
+        // Posted to the window (events to a destroyed window are dropped; the runner stops the search first).
+        options.progress = [this, cancel](std::size_t done, std::size_t total) {
+          QMetaObject::invokeMethod(
+              this,
+              [this, cancel, done, total] {
+                if (cancel->load()) return;
+                search_progress_ = QString("search: %1/%2 plans simulated").arg(done).arg(total);
+                update_status();
+              },
+              Qt::QueuedConnection);
+        };
+        return planner::search(setup->at(setup->inputs.seq_len), options);
+      },
+      [this](planner::SearchReport report) {
+        search_progress_.clear();
+        show_ranked(report);
+      },
+      [this](const std::string& e) {
+        search_progress_.clear();
+        show_error(QString("search: ") + QString::fromStdString(e));
+      });
+}
+
+std::vector<planner::PlanSpec> MainWindow::preferred_plans() const {
+  std::vector<planner::PlanSpec> out;
+  if (selected_) out.push_back(*selected_);
+  out.insert(out.end(), best_of_scheme_.begin(), best_of_scheme_.end());
+  return out;
+}
+
+void MainWindow::show_ranked(const planner::SearchReport& report) {
+  ranked_ = report.ranked;
+  // The charts redraw each scheme with its best plan instead of the bounds' quick pick.
+  best_of_scheme_.clear();
+  for (const auto& best : report.best_of_scheme) best_of_scheme_.push_back(best.spec);
+  const std::string selected_scheme = selected_ ? selected_->scheme : "";
+  for (const auto& scheme : setup_->inputs.schemes) {
+    if (scheme == selected_scheme) continue;  // drawn with the selected plan (select_plan below redraws it if it changes)
+    start_chunk_chart(scheme);
+    start_memory_chart(scheme);
+  }
+  if (ranked_.size() > 10) ranked_.resize(10);
+  const QSignalBlocker block(table_);
+  table_->setRowCount(static_cast<int>(ranked_.size()));
+  for (std::size_t i = 0; i < ranked_.size(); ++i) {
+    const auto& p = ranked_[i];
+    const auto& m = p.metrics;
+    const QStringList cells{QString::number(i + 1),
+                            QString::fromStdString(p.spec.scheme),
+                            QString::fromStdString(p.spec.summary()),
+                            QString::number(m.step_s, 'g', 4) + " s",
+                            QString::number(std::round(m.tokens_per_s), 'f', 0),
+                            QString::number(100 * m.mfu, 'f', 1) + "%",
+                            QString::fromStdString(format_bytes(static_cast<double>(m.peak_hbm_bytes))),
+                            QString::fromStdString(format_bytes(static_cast<double>(m.peak_dram_bytes))),
+                            QString::fromStdString(m.bottleneck)};
+    for (int c = 0; c < cells.size(); ++c) table_->setItem(static_cast<int>(i), c, new QTableWidgetItem(cells[c]));
+  }
+  table_->resizeColumnsToContents();
+  if (ranked_.empty()) {
+    const QString why = report.closest_miss ? QString::fromStdString(report.closest_miss->spec.scheme + ": " + report.closest_miss->metrics.failure)
+                                            : QString("no scheme has a valid configuration");
+    show_error("no plan fits these inputs; closest: " + why);
+    return;
+  }
+  // Until the user picks a plan, the search's winner is the one charts 3 and 4 show.
+  if (!user_chose_) {
+    set_panel(ranked_.front().spec);
+    select_plan(ranked_.front().spec, false);
+    table_->selectRow(0);
+  }
+}
+
+// --- files -----------------------------------------------------------------------------------------------------
+
+bool MainWindow::open_plan(const QString& path) {
+  try {
+    const planner::PlanFile plan = planner::read_plan_file(path.toStdString());
+    WhatIfInputs in = setup_ ? setup_->inputs : WhatIfInputs{};
+    in.model = plan.model;
+    in.hw = plan.hw;
+    in.nodes = plan.nodes;
+    in.seq_len = plan.workload.seq_len;
+    in.tokens_per_step = plan.workload.global_batch > 1 ? plan.workload.tokens() : 0;
+    if (std::find(in.schemes.begin(), in.schemes.end(), plan.spec.scheme) == in.schemes.end()) in.schemes.push_back(plan.spec.scheme);
+    if ((in.seq_len & (in.seq_len - 1)) != 0 || in.seq_len < kMinSeqLen || in.seq_len > kMaxSeqLen) {
+      throw InputError(path.toStdString(), "workload.seq_len", "a power of two from 4K to 16M (the GUI's sequence control)",
+                       std::to_string(in.seq_len));
+    }
+    set_inputs(in);
+    set_panel(plan.spec);
+    recompute_now();
+    set_panel(plan.spec);
+    select_plan(plan.spec, true);
+    return true;
+  } catch (const std::exception& e) {
+    show_error(e.what());
+    return false;
+  }
+}
+
+bool MainWindow::save_plan(const QString& path) {
+  try {
+    if (!setup_ || !selected_) throw InputError(path.toStdString(), "plan", "a selected plan to save", "none");
+    const planner::PlanMetrics* predicted = detail_ && detail_->spec.summary() == selected_->summary() ? &detail_->metrics : nullptr;
+    const planner::PlanFile file = plan_file(*setup_, *selected_, predicted);
+    sim::write_file_atomically(path.toStdString(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });
+    statusBar()->showMessage("plan written to " + path, 5000);
+    return true;
+  } catch (const std::exception& e) {
+    show_error(e.what());
+    return false;
+  }
+}
+
+bool MainWindow::save_trace(const QString& path) {
+  try {
+    if (!detail_) throw InputError(path.toStdString(), "trace", "a simulated plan to save", "none yet");
+    const auto& d = *detail_;
+    sim::write_file_atomically(path.toStdString(), [&](std::ostream& out) { sim::write_chrome_trace(out, *d.result, *d.graph, d.setup->cluster); });
+    statusBar()->showMessage("trace written to " + path, 5000);
+    return true;
+  } catch (const std::exception& e) {
+    show_error(e.what());
+    return false;
+  }
+}
+
+bool MainWindow::open_measured(const QString& path) {
+  try {
+    sim::Timeline measured = sim::read_timeline(path.toStdString());
+    if (detail_) {
+      const sim::Comparison c = sim::compare(detail_->timeline, measured);  // throws when no task matches
+      std::ostringstream text;
+      sim::print_comparison(text, c);
+      compare_->setPlainText(QString::fromStdString(text.str()));
+    } else {
+      compare_->setPlainText("No simulated plan to compare with yet.");
+    }
+    measured_ = std::move(measured);
+    timeline_->set_measured(measured_);
+    return true;
+  } catch (const std::exception& e) {
+    show_error(e.what());
+    return false;
+  }
+}
+
+bool MainWindow::save_chart(QWidget* chart, const QString& path) {
+  const QString temporary = path + ".tmp";
+  bool ok = false;
+  if (path.endsWith(".svg", Qt::CaseInsensitive)) {
+    QSvgGenerator svg;
+    svg.setFileName(temporary);
+    svg.setSize(chart->size());
+    svg.setViewBox(QRect(QPoint(0, 0), chart->size()));
+    svg.setTitle("trainyard");
+    QPainter painter;
+    ok = painter.begin(&svg);
+    if (ok) {
+      chart->render(&painter);
+      ok = painter.end();
+    }
+  } else if (path.endsWith(".png", Qt::CaseInsensitive)) {
+    ok = chart->grab().save(temporary, "PNG");
+  } else {
+    show_error(path + ": expected a file name ending in .png or .svg");
+    return false;
+  }
+  QFile::remove(path);
+  if (!ok || !QFile::rename(temporary, path)) {
+    QFile::remove(temporary);
+    show_error(path + ": could not be written");
+    return false;
+  }
+  return true;
+}
+
+// --- messages --------------------------------------------------------------------------------------------------
+
+void MainWindow::show_error(const QString& text) {
+  error_->setText(text);
+  error_->show();
+}
+
+void MainWindow::clear_error() {
+  error_->clear();
+  error_->hide();
+}
+
+QString MainWindow::error_text() const { return error_->isHidden() ? QString() : error_->text(); }
+
+void MainWindow::update_status() {
+  const int pending = jobs_.pending();
+  QString text = pending == 0 ? "ready" : QString("simulating: %1 jobs queued or running").arg(pending);
+  if (!search_progress_.isEmpty()) text += "; " + search_progress_;
+  status_->setText(text);
+}
+
+}  // namespace trainyard::gui

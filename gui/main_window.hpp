@@ -1,0 +1,150 @@
+#pragma once
+// The what-if planner's window: inputs on the left, the five charts on the right. Every change restarts the work
+// it makes stale (JobRunner channels) and the charts fill in as points arrive; nothing here waits on a
+// simulation.
+#include <QCheckBox>
+#include <QComboBox>
+#include <QGroupBox>
+#include <QLabel>
+#include <QMainWindow>
+#include <QPlainTextEdit>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QTimer>
+
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "gui/charts.hpp"
+#include "gui/job_runner.hpp"
+#include "gui/timeline_view.hpp"
+#include "gui/what_if.hpp"
+
+namespace trainyard::gui {
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  explicit MainWindow(const WhatIfInputs& inputs, QWidget* parent = nullptr);
+
+  // For tests, the benchmark and --screenshot.
+  JobRunner& jobs() { return jobs_; }
+  ChunkChart* chunk_chart() const { return chunk_chart_; }
+  MemoryChart* memory_chart() const { return memory_chart_; }
+  StepMemoryChart* step_memory_chart() const { return step_memory_chart_; }
+  TimelineView* timeline() const { return timeline_; }
+  QTableWidget* plan_table() const { return table_; }
+  QString error_text() const;  // empty when no error is shown
+  QString status_text() const { return status_->text(); }
+  const std::optional<planner::PlanSpec>& selected_plan() const { return selected_; }
+  const std::optional<PlanDetail>& selected_detail() const { return detail_; }
+  std::shared_ptr<const Setup> setup() const { return setup_; }
+
+  // What the controls do, callable without them (the menu's dialogs end here too). The file functions return
+  // false, with the error shown, when they fail; nothing is half-written.
+  void set_seq_len(std::int64_t tokens);  // moves the slider (to the nearest power of two)
+  void set_chunk(std::int64_t tokens);    // the selected plan's chunk, where it has one
+  void set_hw(const QString& hw);
+  void recompute_now();                   // instead of waiting for the controls' short debounce
+  bool open_plan(const QString& path);
+  bool save_plan(const QString& path);
+  bool save_trace(const QString& path);
+  bool open_measured(const QString& path);
+  bool save_chart(QWidget* chart, const QString& path);  // .png or .svg
+
+ private:
+  void build_controls(QWidget* panel);
+  void build_menus();
+  void set_inputs(const WhatIfInputs& inputs);
+  WhatIfInputs read_inputs() const;
+  void inputs_changed();      // a control of the inputs moved: debounced recompute_all
+  void params_changed();      // the selected plan's parameters changed
+  void scheme_changed();      // the selected plan's scheme changed
+  void row_selected();
+  void recompute_all();
+  void update_panel_ranges();
+  void show_param_group();
+  void set_panel(const planner::PlanSpec& spec);
+  planner::PlanSpec panel_spec() const;
+  void select_plan(const planner::PlanSpec& spec, bool by_user);
+
+  void start_chunk_chart(const std::string& scheme);
+  void start_memory_chart(const std::string& scheme);
+  void start_selected_plan();
+  void start_search();
+  void show_detail();
+  void show_ranked(const planner::SearchReport& report);
+  void show_error(const QString& text);
+  void clear_error();
+  void update_status();
+
+  JobRunner jobs_;
+  std::shared_ptr<const Setup> setup_;
+  std::optional<planner::PlanSpec> selected_;
+  std::optional<PlanDetail> detail_;
+  std::optional<sim::Timeline> measured_;
+  std::vector<planner::RankedPlan> ranked_;
+  std::vector<planner::PlanSpec> best_of_scheme_;  // the last search's best plan of each scheme
+  // What the charts draw for each scheme: the selected plan, then the search's best of the scheme.
+  std::vector<planner::PlanSpec> preferred_plans() const;
+  // The user picked or edited the selected plan: it stays selected while valid, and the search's winner does not
+  // replace it.
+  bool user_chose_ = false;
+  QString search_progress_;
+  QTimer debounce_;
+
+  // Inputs.
+  QComboBox* model_ = nullptr;
+  QComboBox* hw_ = nullptr;
+  QSpinBox* nodes_ = nullptr;
+  QSlider* seq_ = nullptr;
+  QLabel* seq_label_ = nullptr;
+  QComboBox* tokens_ = nullptr;
+  std::map<std::string, QCheckBox*> scheme_boxes_;
+  QComboBox* objective_ = nullptr;
+  QSpinBox* gpu_ = nullptr;
+  // The selected plan's parameters.
+  QComboBox* scheme_ = nullptr;
+  QComboBox* chunk_ = nullptr;
+  QGroupBox* ringtrack_box_ = nullptr;
+  QSpinBox* ring_ = nullptr;
+  QSpinBox* block_ = nullptr;
+  QSpinBox* prefetch_ = nullptr;
+  QComboBox* kv_ = nullptr;
+  QComboBox* acts_ = nullptr;
+  QComboBox* weights_ = nullptr;
+  QComboBox* states_ = nullptr;
+  QGroupBox* zero_box_ = nullptr;
+  QSpinBox* stage_ = nullptr;
+  QSpinBox* sp_ = nullptr;
+  QSpinBox* cp_ = nullptr;
+  QSpinBox* zero_micro_batch_ = nullptr;
+  QCheckBox* zigzag_ = nullptr;
+  QCheckBox* checkpointing_ = nullptr;
+  std::map<std::string, QCheckBox*> offload_;
+  QGroupBox* megatron_box_ = nullptr;
+  QSpinBox* tp_ = nullptr;
+  QSpinBox* pp_ = nullptr;
+  QSpinBox* dp_ = nullptr;
+  QSpinBox* vpp_ = nullptr;
+  QSpinBox* megatron_micro_batch_ = nullptr;
+  QComboBox* recompute_ = nullptr;
+  QCheckBox* sequence_parallel_ = nullptr;
+  QCheckBox* megatron_offload_ = nullptr;
+
+  // Outputs.
+  QLabel* error_ = nullptr;
+  QLabel* plan_label_ = nullptr;
+  QLabel* status_ = nullptr;
+  ChunkChart* chunk_chart_ = nullptr;
+  MemoryChart* memory_chart_ = nullptr;
+  StepMemoryChart* step_memory_chart_ = nullptr;
+  TimelineView* timeline_ = nullptr;
+  QTableWidget* table_ = nullptr;
+  QPlainTextEdit* compare_ = nullptr;
+};
+
+}  // namespace trainyard::gui

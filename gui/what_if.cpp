@@ -1,0 +1,168 @@
+#include "gui/what_if.hpp"
+
+#include <algorithm>
+
+#include "app/commands.hpp"
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "sim/report.hpp"
+
+namespace trainyard::gui {
+
+namespace {
+
+hw::NodeProfile checked_node(const WhatIfInputs& inputs) {
+  hw::NodeProfile node = hw::load_node(inputs.hw, "--hw");
+  app::check_node_count(inputs.nodes, node);
+  return node;
+}
+
+// Interactive limits on the step graph's size (see too_large_to_simulate).
+constexpr std::int64_t kMaxRingTrackChunks = 1024, kMaxFpdtChunks = 128;
+
+}  // namespace
+
+Setup::Setup(const WhatIfInputs& in)
+    : inputs(in), model(model::load_model(in.model, "--model")), cluster(checked_node(in), in.nodes),
+      precision(model::precision_policy("bf16-mixed")) {
+  if (in.seq_len < 1) throw InputError("--seq", "value", "a positive token count", std::to_string(in.seq_len));
+  if (in.tokens_per_step < 0) {
+    throw InputError("--tokens-per-step", "value", "a positive token count (or 0: one sequence per step)", std::to_string(in.tokens_per_step));
+  }
+  if (!(in.hbm_headroom >= 0 && in.hbm_headroom < 1)) {
+    throw InputError("--hbm-headroom", "value", "a fraction in [0, 1)", std::to_string(in.hbm_headroom));
+  }
+}
+
+planner::StepInputs Setup::at(std::int64_t seq_len) const {
+  const std::int64_t sequences = std::max<std::int64_t>(1, inputs.tokens_per_step / seq_len);
+  return {model, cluster, {seq_len, sequences}, precision};
+}
+
+std::vector<std::int64_t> memory_sweep_lengths(std::int64_t seq_len) {
+  std::vector<std::int64_t> out;
+  const std::int64_t low = std::max(kMinSeqLen, seq_len / 64), high = std::min(kMaxSeqLen, seq_len * 4);
+  std::int64_t s = kMinSeqLen;
+  while (s < low) s *= 2;
+  for (; s <= high; s *= 2) out.push_back(s);
+  return out;
+}
+
+bool has_chunk(const std::string& scheme) { return scheme == "ringtrack" || scheme == "fpdt"; }
+
+std::int64_t chunk_of(const planner::PlanSpec& spec) {
+  if (spec.scheme == "ringtrack") return spec.ringtrack.chunk;
+  if (spec.scheme == "fpdt") return spec.zero.fpdt_chunk;
+  return 0;
+}
+
+planner::PlanSpec with_chunk(planner::PlanSpec spec, std::int64_t chunk) {
+  if (spec.scheme == "ringtrack") spec.ringtrack.chunk = chunk;
+  if (spec.scheme == "fpdt") spec.zero.fpdt_chunk = chunk;
+  return spec;
+}
+
+std::string too_large_to_simulate(const planner::PlanSpec& spec, std::int64_t seq_len) {
+  const std::int64_t chunk = chunk_of(spec);
+  if (chunk <= 0) return "";
+  const std::int64_t chunks = seq_len / chunk;
+  const std::int64_t limit = spec.scheme == "fpdt" ? kMaxFpdtChunks : kMaxRingTrackChunks;
+  if (chunks <= limit) return "";
+  return std::to_string(chunks) + " chunks per sequence: more than the " + std::to_string(limit) +
+         " the charts sweep (the selected plan and trainyard simulate run it)";
+}
+
+std::vector<std::int64_t> chunk_sweep(const std::string& scheme, std::int64_t seq_len) {
+  std::vector<std::int64_t> out;
+  if (!has_chunk(scheme)) return out;
+  planner::PlanSpec probe;
+  probe.scheme = scheme;
+  for (std::int64_t c : planner::chunk_sizes(seq_len)) {
+    if (too_large_to_simulate(with_chunk(probe, c), seq_len).empty()) out.push_back(c);
+  }
+  return out;
+}
+
+Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x) {
+  Point p;
+  p.scheme = spec.scheme;
+  p.x = x;
+  p.summary = spec.summary();
+  p.skipped = too_large_to_simulate(spec, in.workload.seq_len);
+  if (!p.skipped.empty()) return p;
+  sim::TaskGraph graph;
+  try {
+    graph = planner::build_plan(in, spec);
+  } catch (const InputError& e) {
+    p.skipped = e.what();
+    return p;
+  }
+  graph.finalize();
+  sim::SimOptions options;
+  options.record_memory = false;
+  options.record_links = false;
+  const sim::SimResult r = sim::simulate(graph, in.cluster, options);
+  p.metrics = planner::measure(r, in, hbm_headroom);
+  p.hbm_needed_bytes = p.metrics.peak_hbm_bytes;
+  p.dram_needed_bytes = p.metrics.peak_dram_bytes;
+  if (r.oom) {
+    p.out_of_memory = true;
+    const std::int64_t needed = r.oom->in_use_bytes + r.oom->requested_bytes;
+    auto& pool_peak = r.oom->pool.find("hbm") != std::string::npos ? p.hbm_needed_bytes : p.dram_needed_bytes;
+    pool_peak = std::max(pool_peak, needed);
+  }
+  return p;
+}
+
+std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme,
+                                            const std::vector<planner::PlanSpec>& preferred, double hbm_headroom) {
+  std::optional<planner::PlanSpec> spec;
+  for (const auto& p : preferred) {
+    if (p.scheme != scheme || spec) continue;
+    try {
+      planner::check_plan(in, p);
+      spec = p;
+    } catch (const InputError&) {
+      // not valid at this length (a batch the degrees do not divide, say): the next choice
+    }
+  }
+  if (!spec) spec = planner::quick_plan(in, scheme, hbm_headroom);
+  if (!spec || !has_chunk(scheme)) return spec;
+  const std::int64_t S = in.workload.seq_len;
+  // The chunk must divide this length and keep the graph small enough; otherwise the nearest one that does.
+  const std::vector<std::int64_t> chunks = chunk_sweep(scheme, S);
+  if (chunks.empty()) return std::nullopt;
+  const std::int64_t chunk = chunk_of(*spec);
+  if (std::find(chunks.begin(), chunks.end(), chunk) != chunks.end()) return spec;
+  const auto above = std::lower_bound(chunks.begin(), chunks.end(), chunk);
+  return with_chunk(*spec, above == chunks.end() ? chunks.back() : *above);
+}
+
+PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planner::PlanSpec& spec) {
+  PlanDetail d;
+  d.setup = setup;
+  d.spec = spec;
+  const planner::StepInputs in = setup->at(setup->inputs.seq_len);
+  auto graph = std::make_shared<sim::TaskGraph>(planner::build_plan(in, spec));
+  graph->finalize();
+  auto result = std::make_shared<sim::SimResult>(sim::simulate(*graph, setup->cluster));
+  d.metrics = planner::measure(*result, in, setup->inputs.hbm_headroom);
+  d.timeline = sim::to_timeline(*result, *graph);
+  d.graph = std::move(graph);
+  d.result = std::move(result);
+  return d;
+}
+
+planner::PlanFile plan_file(const Setup& setup, const planner::PlanSpec& spec, const planner::PlanMetrics* predicted) {
+  planner::PlanFile f;
+  f.model = setup.inputs.model;
+  f.hw = setup.inputs.hw;
+  f.nodes = setup.inputs.nodes;
+  f.workload = setup.at(setup.inputs.seq_len).workload;
+  f.spec = spec;
+  if (predicted) f.predicted = planner::metrics_json(*predicted);
+  return f;
+}
+
+}  // namespace trainyard::gui
