@@ -6,7 +6,9 @@
 namespace trainyard::gui {
 
 JobRunner::JobRunner(QObject* parent) : QObject(parent) {
-  pool_.setMaxThreadCount(std::max(1, QThread::idealThreadCount()));
+  // Two threads more than cores: the search and a long selected-plan simulation can each hold one (a graph build
+  // cannot be cancelled) while chart points still get workers.
+  pool_.setMaxThreadCount(std::max(1, QThread::idealThreadCount()) + 2);
 }
 
 JobRunner::~JobRunner() {
@@ -49,6 +51,18 @@ void JobRunner::finished(const Ticket& t) {
   --channels_[t.channel].pending;
   --pending_;
   emit pending_changed(pending_);
+}
+
+void JobRunner::dispose(std::shared_ptr<const void> object) {
+  pool_.start([object = std::move(object)]() mutable { object.reset(); }, -1);
+}
+
+int JobRunner::pending(const std::string& prefix) const {
+  int n = 0;
+  for (const auto& [name, channel] : channels_) {
+    if (name.rfind(prefix, 0) == 0) n += channel.pending;
+  }
+  return n;
 }
 
 bool JobRunner::wait_idle(int timeout_ms) {

@@ -32,7 +32,11 @@ class JobRunner : public QObject {
   void submit(const std::string& channel, int priority, std::function<Result()> work, std::function<void(Result)> done,
               std::function<void(const std::string&)> failed);
 
+  // Releases `object` on a worker thread (freeing a large graph can take longer than a frame).
+  void dispose(std::shared_ptr<const void> object);
+
   int pending() const { return pending_; }  // jobs of the current generations not yet handed back
+  int pending(const std::string& channel_prefix) const;  // of the channels whose name starts so
   // Processes events until every current job is handed back, or `timeout_ms` passes; true when idle (tests and
   // --screenshot use it; the window itself never waits).
   bool wait_idle(int timeout_ms);
@@ -78,11 +82,14 @@ void JobRunner::submit(const std::string& channel, int priority, std::function<R
         }
         QMetaObject::invokeMethod(
             this,
-            [this, ticket, result, error, done, failed] {
-              if (!current(ticket)) return;
+            [this, ticket, result, error, done, failed]() mutable {
+              if (!current(ticket)) {
+                if (result) dispose(std::move(result));  // a stale result may be large: freed off this thread
+                return;
+              }
+              finished(ticket);  // before `done`, which may restart this channel and submit more
               if (result) done(std::move(*result));
               else failed(error);
-              finished(ticket);
             },
             Qt::QueuedConnection);
       },

@@ -352,7 +352,7 @@ void MainWindow::recompute_all() {
   ranked_.clear();
   best_of_scheme_.clear();
   table_->setRowCount(0);
-  detail_.reset();
+  drop_detail();
   try {
     setup_ = std::make_shared<const Setup>(read_inputs());
   } catch (const std::exception& e) {
@@ -368,24 +368,18 @@ void MainWindow::recompute_all() {
     return;
   }
   update_panel_ranges();
-  // The selected plan: the panel's where it is valid for the new inputs, else the planner's quick pick.
-  const planner::StepInputs in = setup_->at(setup_->inputs.seq_len);
+  // The selected plan: the user's where it is still valid, else (on a worker) the planner's quick pick for the
+  // panel's scheme; that scheme's curves start once it is known.
   const planner::PlanSpec panel = panel_spec();
   selected_.reset();
   if (user_chose_) {
     try {
-      planner::check_plan(in, panel);
+      planner::check_plan(setup_->at(setup_->inputs.seq_len), panel);
       selected_ = panel;
     } catch (const InputError&) {
       user_chose_ = false;
     }
   }
-  if (!selected_) {
-    selected_ = planner::quick_plan(in, panel.scheme, setup_->inputs.hbm_headroom);
-    if (selected_) set_panel(*selected_);
-  }
-  if (!selected_) show_error(QString::fromStdString(panel.scheme + " has no valid configuration for these inputs"));
-
   const auto& schemes = setup_->inputs.schemes;
   std::int64_t low = 0, high = 0;
   for (const auto& scheme : schemes) {
@@ -399,12 +393,31 @@ void MainWindow::recompute_all() {
   memory_chart_->reset(schemes, memory_sweep_lengths(setup_->inputs.seq_len), setup_->cluster.node.gpu.hbm_bytes.value,
                        setup_->cluster.node.host_dram_bytes.value);
   for (const auto& scheme : schemes) {
-    start_chunk_chart(scheme);
-    start_memory_chart(scheme);
+    if (selected_ || scheme != panel.scheme) {
+      start_chunk_chart(scheme);
+      start_memory_chart(scheme);
+    }
   }
-  start_selected_plan();
+  if (selected_) start_selected_plan();
+  else pick_quick_plan(panel.scheme, false);
   start_search();
   update_status();
+}
+
+void MainWindow::pick_quick_plan(const std::string& scheme, bool by_user) {
+  jobs_.restart("plan");
+  auto setup = setup_;
+  jobs_.submit<std::optional<planner::PlanSpec>>(
+      "plan", 7, [setup, scheme] { return planner::quick_plan(setup->at(setup->inputs.seq_len), scheme, setup->inputs.hbm_headroom); },
+      [this, scheme, by_user](std::optional<planner::PlanSpec> spec) {
+        if (!spec) {
+          show_error(QString::fromStdString(scheme + " has no valid configuration for these inputs"));
+          return;
+        }
+        set_panel(*spec);
+        select_plan(*spec, by_user);
+      },
+      [this](const std::string& e) { show_error(QString::fromStdString(e)); });
 }
 
 void MainWindow::update_panel_ranges() {
@@ -569,14 +582,8 @@ void MainWindow::scheme_changed() {
   show_param_group();
   if (!setup_) return;
   // A new scheme starts from the planner's quick pick for it.
-  const std::string scheme = scheme_->currentText().toStdString();
-  const auto spec = planner::quick_plan(setup_->at(setup_->inputs.seq_len), scheme, setup_->inputs.hbm_headroom);
-  if (!spec) {
-    show_error(QString::fromStdString(scheme + " has no valid configuration for these inputs"));
-    return;
-  }
-  set_panel(*spec);
-  select_plan(*spec, true);
+  clear_error();
+  pick_quick_plan(scheme_->currentText().toStdString(), true);
 }
 
 void MainWindow::row_selected() {
@@ -592,7 +599,7 @@ void MainWindow::row_selected() {
 
 void MainWindow::start_chunk_chart(const std::string& scheme) {
   const std::string channel = chart_channel("chunk", scheme);
-  jobs_.restart(channel);
+  const auto cancel = jobs_.restart(channel);
   chunk_chart_->clear_scheme(scheme);
   if (!setup_) return;
   auto setup = setup_;
@@ -600,7 +607,7 @@ void MainWindow::start_chunk_chart(const std::string& scheme) {
   jobs_.submit<std::optional<planner::PlanSpec>>(
       channel, 5,
       [setup, scheme, preferred] { return chart_plan(setup->at(setup->inputs.seq_len), scheme, preferred, setup->inputs.hbm_headroom); },
-      [this, setup, scheme, channel](std::optional<planner::PlanSpec> spec) {
+      [this, setup, scheme, channel, cancel](std::optional<planner::PlanSpec> spec) {
         if (!spec) return;
         const double headroom = setup->inputs.hbm_headroom;
         std::vector<std::int64_t> chunks = chunk_sweep(scheme, setup->inputs.seq_len);
@@ -610,8 +617,12 @@ void MainWindow::start_chunk_chart(const std::string& scheme) {
           const std::int64_t c = *it;
           const planner::PlanSpec point = c > 0 ? with_chunk(*spec, c) : *spec;
           jobs_.submit<Point>(
-              channel, 4, [setup, point, headroom, c] { return simulate_point(setup->at(setup->inputs.seq_len), point, headroom, c); },
-              [this](Point p) { chunk_chart_->add_point(p); }, [](const std::string&) {});
+              channel, 4,
+              [setup, point, headroom, c, cancel] { return simulate_point(setup->at(setup->inputs.seq_len), point, headroom, c, cancel.get()); },
+              [this](Point p) {
+                chunk_chart_->add_point(p);
+                emit chart_updated(1);
+              }, [](const std::string&) {});
         }
       },
       [this, scheme](const std::string& e) { show_error(QString::fromStdString(scheme + ": " + e)); });
@@ -619,7 +630,7 @@ void MainWindow::start_chunk_chart(const std::string& scheme) {
 
 void MainWindow::start_memory_chart(const std::string& scheme) {
   const std::string channel = chart_channel("memory", scheme);
-  jobs_.restart(channel);
+  const auto cancel = jobs_.restart(channel);
   memory_chart_->clear_scheme(scheme);
   if (!setup_) return;
   auto setup = setup_;
@@ -627,7 +638,7 @@ void MainWindow::start_memory_chart(const std::string& scheme) {
   for (std::int64_t length : memory_sweep_lengths(setup->inputs.seq_len)) {
     jobs_.submit<Point>(
         channel, 3,
-        [setup, scheme, preferred, length] {
+        [setup, scheme, preferred, length, cancel] {
           const planner::StepInputs in = setup->at(length);
           const auto spec = chart_plan(in, scheme, preferred, setup->inputs.hbm_headroom);
           if (!spec) {
@@ -637,21 +648,25 @@ void MainWindow::start_memory_chart(const std::string& scheme) {
             p.skipped = "no valid configuration";
             return p;
           }
-          return simulate_point(in, *spec, setup->inputs.hbm_headroom, length);
+          return simulate_point(in, *spec, setup->inputs.hbm_headroom, length, cancel.get());
         },
-        [this](Point p) { memory_chart_->add_point(p); }, [](const std::string&) {});
+        [this](Point p) {
+          memory_chart_->add_point(p);
+          emit chart_updated(2);
+        }, [](const std::string&) {});
   }
 }
 
 void MainWindow::start_selected_plan() {
-  jobs_.restart("plan");
+  const auto cancel = jobs_.restart("plan");
   if (!setup_ || !selected_) return;
   auto setup = setup_;
   const planner::PlanSpec spec = *selected_;
   plan_label_->setText(QString::fromStdString("simulating " + spec.scheme + " (" + spec.summary() + ")..."));
-  jobs_.submit<PlanDetail>(
-      "plan", 6, [setup, spec] { return simulate_plan_detail(setup, spec); },
-      [this](PlanDetail d) {
+  jobs_.submit<std::shared_ptr<const PlanDetail>>(
+      "plan", 6, [setup, spec, cancel] { return std::make_shared<const PlanDetail>(simulate_plan_detail(setup, spec, cancel.get())); },
+      [this](std::shared_ptr<const PlanDetail> d) {
+        drop_detail();
         detail_ = std::move(d);
         show_detail();
       },
@@ -661,14 +676,19 @@ void MainWindow::start_selected_plan() {
       });
 }
 
+void MainWindow::drop_detail() {
+  if (detail_) jobs_.dispose(std::move(detail_));
+  detail_.reset();
+}
+
 void MainWindow::show_detail() {
   if (!detail_) return;
   const auto& d = *detail_;
   const int gpu = std::clamp(gpu_->value(), 0, d.result->gpus - 1);
   step_memory_chart_->show_plan(d, gpu);
-  timeline_->set_predicted(d.timeline, d.result->links);
+  timeline_->set_predicted(d.timeline, d.rows, d.result);
   timeline_->set_device(gpu);
-  if (measured_) timeline_->set_measured(measured_);
+  if (measured_) timeline_->set_measured(measured_, measured_rows_);
   const auto& m = d.metrics;
   QString text = QString::fromStdString(d.spec.scheme + " (" + d.spec.summary() + "): ");
   if (m.fits) {
@@ -682,6 +702,7 @@ void MainWindow::show_detail() {
     text += "does not fit: " + QString::fromStdString(m.failure);
   }
   plan_label_->setText(text);
+  emit chart_updated(3);
 }
 
 void MainWindow::start_search() {
@@ -757,9 +778,15 @@ void MainWindow::show_ranked(const planner::SearchReport& report) {
                             QString::fromStdString(format_bytes(static_cast<double>(m.peak_hbm_bytes))),
                             QString::fromStdString(format_bytes(static_cast<double>(m.peak_dram_bytes))),
                             QString::fromStdString(m.bottleneck)};
-    for (int c = 0; c < cells.size(); ++c) table_->setItem(static_cast<int>(i), c, new QTableWidgetItem(cells[c]));
+    for (int c = 0; c < cells.size(); ++c) {
+      auto* item = new QTableWidgetItem(cells[c]);
+      item->setToolTip(cells[c]);
+      table_->setItem(static_cast<int>(i), c, item);
+    }
   }
   table_->resizeColumnsToContents();
+  table_->setColumnWidth(2, std::min(table_->columnWidth(2), 240));  // the full plan is in the row's tooltip
+  emit chart_updated(5);
   if (ranked_.empty()) {
     const QString why = report.closest_miss ? QString::fromStdString(report.closest_miss->spec.scheme + ": " + report.closest_miss->metrics.failure)
                                             : QString("no scheme has a valid configuration");
@@ -831,17 +858,18 @@ bool MainWindow::save_trace(const QString& path) {
 
 bool MainWindow::open_measured(const QString& path) {
   try {
-    sim::Timeline measured = sim::read_timeline(path.toStdString());
+    auto measured = std::make_shared<const sim::Timeline>(sim::read_timeline(path.toStdString()));
     if (detail_) {
-      const sim::Comparison c = sim::compare(detail_->timeline, measured);  // throws when no task matches
+      const sim::Comparison c = sim::compare(*detail_->timeline, *measured);  // throws when no task matches
       std::ostringstream text;
       sim::print_comparison(text, c);
       compare_->setPlainText(QString::fromStdString(text.str()));
     } else {
       compare_->setPlainText("No simulated plan to compare with yet.");
     }
+    measured_rows_ = std::make_shared<const TimelineRows>(index_timeline(*measured));
     measured_ = std::move(measured);
-    timeline_->set_measured(measured_);
+    timeline_->set_measured(measured_, measured_rows_);
     return true;
   } catch (const std::exception& e) {
     show_error(e.what());
@@ -894,10 +922,17 @@ void MainWindow::clear_error() {
 QString MainWindow::error_text() const { return error_->isHidden() ? QString() : error_->text(); }
 
 void MainWindow::update_status() {
-  const int pending = jobs_.pending();
-  QString text = pending == 0 ? "ready" : QString("simulating: %1 jobs queued or running").arg(pending);
-  if (!search_progress_.isEmpty()) text += "; " + search_progress_;
-  status_->setText(text);
+  if (jobs_.pending() == 0) {
+    status_->setText("ready");
+    return;
+  }
+  QStringList parts;
+  const int chunk = jobs_.pending("chunk/"), memory = jobs_.pending("memory/");
+  if (chunk > 0) parts << QString("chart 1: %1 points to simulate").arg(chunk);
+  if (memory > 0) parts << QString("chart 2: %1 points").arg(memory);
+  if (jobs_.pending("plan") > 0) parts << "simulating the selected plan";
+  if (jobs_.pending("search") > 0) parts << (search_progress_.isEmpty() ? QString("search running") : search_progress_);
+  status_->setText(parts.join("; "));
 }
 
 }  // namespace trainyard::gui

@@ -40,7 +40,7 @@ class MainWindow : public QMainWindow {
   QString error_text() const;  // empty when no error is shown
   QString status_text() const { return status_->text(); }
   const std::optional<planner::PlanSpec>& selected_plan() const { return selected_; }
-  const std::optional<PlanDetail>& selected_detail() const { return detail_; }
+  const std::shared_ptr<const PlanDetail>& selected_detail() const { return detail_; }
   std::shared_ptr<const Setup> setup() const { return setup_; }
 
   // What the controls do, callable without them (the menu's dialogs end here too). The file functions return
@@ -54,6 +54,11 @@ class MainWindow : public QMainWindow {
   bool save_trace(const QString& path);
   bool open_measured(const QString& path);
   bool save_chart(QWidget* chart, const QString& path);  // .png or .svg
+
+ signals:
+  // New data reached a chart: 1 (chunk sweep), 2 (memory vs length), 3 (the selected plan: charts 3 and 4),
+  // 5 (the ranked table). The benchmark times the controls with it.
+  void chart_updated(int chart);
 
  private:
   void build_controls(QWidget* panel);
@@ -70,6 +75,7 @@ class MainWindow : public QMainWindow {
   void set_panel(const planner::PlanSpec& spec);
   planner::PlanSpec panel_spec() const;
   void select_plan(const planner::PlanSpec& spec, bool by_user);
+  void pick_quick_plan(const std::string& scheme, bool by_user);  // on a worker, then select_plan
 
   void start_chunk_chart(const std::string& scheme);
   void start_memory_chart(const std::string& scheme);
@@ -84,8 +90,10 @@ class MainWindow : public QMainWindow {
   JobRunner jobs_;
   std::shared_ptr<const Setup> setup_;
   std::optional<planner::PlanSpec> selected_;
-  std::optional<PlanDetail> detail_;
-  std::optional<sim::Timeline> measured_;
+  std::shared_ptr<const PlanDetail> detail_;
+  std::shared_ptr<const sim::Timeline> measured_;
+  std::shared_ptr<const TimelineRows> measured_rows_;
+  void drop_detail();  // frees the old plan's graph and result on a worker: freeing a large one takes long
   std::vector<planner::RankedPlan> ranked_;
   std::vector<planner::PlanSpec> best_of_scheme_;  // the last search's best plan of each scheme
   // What the charts draw for each scheme: the selected plan, then the search's best of the scheme.

@@ -39,23 +39,28 @@ TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
   setMinimumHeight(120);
 }
 
-void TimelineView::set_predicted(sim::Timeline timeline, std::vector<sim::LinkUsage> links) {
+void TimelineView::set_predicted(std::shared_ptr<const sim::Timeline> timeline, std::shared_ptr<const TimelineRows> rows,
+                                 std::shared_ptr<const sim::SimResult> result) {
   predicted_ = std::move(timeline);
-  links_ = std::move(links);
+  predicted_rows_ = std::move(rows);
+  result_ = std::move(result);
   rebuild();
   show_all();
 }
 
-void TimelineView::set_measured(std::optional<sim::Timeline> timeline) {
+void TimelineView::set_measured(std::shared_ptr<const sim::Timeline> timeline, std::shared_ptr<const TimelineRows> rows) {
   measured_ = std::move(timeline);
+  measured_rows_ = std::move(rows);
   rebuild();
   show_all();
 }
 
 void TimelineView::clear() {
-  predicted_ = {};
+  predicted_.reset();
   measured_.reset();
-  links_.clear();
+  predicted_rows_.reset();
+  measured_rows_.reset();
+  result_.reset();
   rebuild();
   show_all();
 }
@@ -68,56 +73,48 @@ void TimelineView::set_device(int pid) {
 
 int TimelineView::predicted_slices() const {
   int n = 0;
-  for (const auto& row : rows_) n += static_cast<int>(row.predicted.size());
+  for (const auto& row : rows_) n += row.predicted ? static_cast<int>(row.predicted->size()) : 0;
   return n;
 }
 
 int TimelineView::measured_slices() const {
   int n = 0;
-  for (const auto& row : rows_) n += static_cast<int>(row.measured.size());
+  for (const auto& row : rows_) n += row.measured ? static_cast<int>(row.measured->size()) : 0;
   return n;
 }
 
 void TimelineView::rebuild() {
   rows_.clear();
   std::map<int, Row> by_tid;
-  auto row_of = [&](int tid, const sim::Timeline& t) -> Row& {
-    Row& row = by_tid[tid];
-    row.tid = tid;
-    if (row.name.isEmpty()) {
-      const auto it = t.stream_names.find({pid_, tid});
-      row.name = it != t.stream_names.end() ? QString::fromStdString(it->second) : QString("stream %1").arg(tid);
+  auto add = [&](const std::shared_ptr<const sim::Timeline>& t, const std::shared_ptr<const TimelineRows>& index, bool measured) {
+    if (!t || !index) return;
+    const auto device = index->find(pid_);
+    if (device == index->end()) return;
+    for (const auto& [tid, indices] : device->second) {
+      Row& row = by_tid[tid];
+      row.tid = tid;
+      (measured ? row.measured : row.predicted) = &indices;
+      if (row.name.isEmpty()) {
+        const auto it = t->stream_names.find({pid_, tid});
+        row.name = it != t->stream_names.end() ? QString::fromStdString(it->second) : QString("stream %1").arg(tid);
+      }
     }
-    return row;
   };
-  for (std::size_t i = 0; i < predicted_.slices.size(); ++i) {
-    const auto& s = predicted_.slices[i];
-    if (s.pid == pid_) row_of(s.tid, predicted_).predicted.push_back(i);
-  }
-  if (measured_) {
-    for (std::size_t i = 0; i < measured_->slices.size(); ++i) {
-      const auto& s = measured_->slices[i];
-      if (s.pid == pid_) row_of(s.tid, *measured_).measured.push_back(i);
-    }
-  }
-  auto by_start = [](const sim::Timeline& t) {
-    return [&t](std::size_t a, std::size_t b) { return t.slices[a].start_ns < t.slices[b].start_ns; };
-  };
-  for (auto& [tid, row] : by_tid) {
-    std::sort(row.predicted.begin(), row.predicted.end(), by_start(predicted_));
-    if (measured_) std::sort(row.measured.begin(), row.measured.end(), by_start(*measured_));
-    rows_.push_back(std::move(row));
-  }
+  add(predicted_, predicted_rows_, false);
+  add(measured_, measured_rows_, true);
+  for (auto& [tid, row] : by_tid) rows_.push_back(row);
   links_shown_.clear();
   const std::string gpu = "gpu" + std::to_string(pid_);
-  for (std::size_t i = 0; i < links_.size(); ++i) {
-    if (link_touches(links_[i].name, gpu)) links_shown_.push_back(i);
+  if (result_) {
+    for (std::size_t i = 0; i < result_->links.size(); ++i) {
+      if (link_touches(result_->links[i].name, gpu)) links_shown_.push_back(i);
+    }
   }
   setMinimumHeight(kAxisHeight + kRowHeight * static_cast<int>(rows_.size()) + kLinkRowHeight * static_cast<int>(links_shown_.size()) + 4);
 }
 
 void TimelineView::show_all() {
-  double end = static_cast<double>(predicted_.step_ns);
+  double end = predicted_ ? static_cast<double>(predicted_->step_ns) : 0.0;
   if (measured_) end = std::max(end, static_cast<double>(measured_->step_ns));
   view_start_ns_ = 0;
   view_end_ns_ = std::max(end, 1.0);
@@ -160,10 +157,11 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.drawText(QPointF(x, kAxisHeight - 6), QString::number(t_s, 'g', span_s < 1e-3 ? 6 : 4) + " s");
   }
   int y = kAxisHeight;
-  auto draw_slices = [&](const sim::Timeline& t, const std::vector<std::size_t>& indices, int top, int height) {
+  auto draw_slices = [&](const sim::Timeline& t, const std::vector<std::size_t>* indices, int top, int height) {
+    if (!indices) return;
     // Slices sorted by start: skip those ending before the view, stop at the first starting after it.
     double last_x = -1;
-    for (std::size_t i : indices) {
+    for (std::size_t i : *indices) {
       const auto& s = t.slices[i];
       const double start = static_cast<double>(s.start_ns), end = start + static_cast<double>(s.duration_ns);
       if (end < view_start_ns_) continue;
@@ -184,16 +182,16 @@ void TimelineView::paintEvent(QPaintEvent*) {
     p.setPen(QColor(230, 230, 230));
     p.drawLine(kLabelWidth, y + kRowHeight - 1, width(), y + kRowHeight - 1);
     if (measured_) {
-      draw_slices(predicted_, row.predicted, y + 2, kRowHeight / 2 - 2);
+      if (predicted_) draw_slices(*predicted_, row.predicted, y + 2, kRowHeight / 2 - 2);
       draw_slices(*measured_, row.measured, y + kRowHeight / 2 + 1, kRowHeight / 2 - 3);
-    } else {
-      draw_slices(predicted_, row.predicted, y + 3, kRowHeight - 6);
+    } else if (predicted_) {
+      draw_slices(*predicted_, row.predicted, y + 3, kRowHeight - 6);
     }
     y += kRowHeight;
   }
   // The GPU's links: load as a fraction of capacity, as a filled step curve.
   for (std::size_t i : links_shown_) {
-    const auto& link = links_[i];
+    const auto& link = result_->links[i];
     p.setPen(Qt::black);
     p.drawText(QRect(2, y, kLabelWidth - 4, kLinkRowHeight), Qt::AlignVCenter, QString::fromStdString(link.name));
     double level = 0, from = 0;
@@ -223,11 +221,12 @@ const sim::TimelineSlice* TimelineView::slice_at(QPoint point) const {
   const auto r = static_cast<std::size_t>((point.y() - kAxisHeight) / kRowHeight);
   if (r >= rows_.size()) return nullptr;
   const bool lower = measured_ && (point.y() - kAxisHeight) % kRowHeight >= kRowHeight / 2;
-  const sim::Timeline& t = lower ? *measured_ : predicted_;
-  const auto& indices = lower ? rows_[r].measured : rows_[r].predicted;
+  const sim::Timeline* t = lower ? measured_.get() : predicted_.get();
+  const std::vector<std::size_t>* indices = lower ? rows_[r].measured : rows_[r].predicted;
+  if (!t || !indices) return nullptr;
   const double ns = time_at(point.x()), tolerance = (view_end_ns_ - view_start_ns_) / std::max(1, width()) * 2;
-  for (std::size_t i : indices) {
-    const auto& s = t.slices[i];
+  for (std::size_t i : *indices) {
+    const auto& s = t->slices[i];
     if (static_cast<double>(s.start_ns) > ns + tolerance) break;
     if (static_cast<double>(s.start_ns + s.duration_ns) >= ns - tolerance) return &s;
   }

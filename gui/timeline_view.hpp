@@ -6,11 +6,13 @@
 // it.
 #include <QWidget>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "sim/compare.hpp"
+#include "gui/what_if.hpp"
 #include "sim/engine.hpp"
 
 namespace trainyard::gui {
@@ -20,8 +22,10 @@ class TimelineView : public QWidget {
  public:
   explicit TimelineView(QWidget* parent = nullptr);
 
-  void set_predicted(sim::Timeline timeline, std::vector<sim::LinkUsage> links);
-  void set_measured(std::optional<sim::Timeline> timeline);
+  // The prediction with its index (what_if.hpp) and the simulation whose links it shows.
+  void set_predicted(std::shared_ptr<const sim::Timeline> timeline, std::shared_ptr<const TimelineRows> rows,
+                     std::shared_ptr<const sim::SimResult> result);
+  void set_measured(std::shared_ptr<const sim::Timeline> timeline, std::shared_ptr<const TimelineRows> rows);
   void clear();
   void set_device(int pid);  // a GPU's index (the trace's process)
   int device() const { return pid_; }
@@ -30,7 +34,7 @@ class TimelineView : public QWidget {
   int link_rows() const { return static_cast<int>(links_shown_.size()); }
   int predicted_slices() const;  // on the shown GPU
   int measured_slices() const;
-  bool has_measured() const { return measured_.has_value(); }
+  bool has_measured() const { return measured_ != nullptr; }
   // The visible time window (ns); zoom() narrows it by `factor` around `at` (a fraction of the width).
   std::pair<double, double> view() const { return {view_start_ns_, view_end_ns_}; }
   void zoom(double factor, double at);
@@ -52,17 +56,18 @@ class TimelineView : public QWidget {
   struct Row {
     int tid = 0;
     QString name;
-    std::vector<std::size_t> predicted, measured;  // slice indices, by start time
+    const std::vector<std::size_t>* predicted = nullptr;  // slice indices by start time, in the rows_ indices
+    const std::vector<std::size_t>* measured = nullptr;
   };
   void rebuild();
   double time_at(double x) const;
   double x_at(double ns) const;
   const sim::TimelineSlice* slice_at(QPoint p) const;
 
-  sim::Timeline predicted_;
-  std::optional<sim::Timeline> measured_;
-  std::vector<sim::LinkUsage> links_;
-  std::vector<std::size_t> links_shown_;  // indices into links_: those with this GPU at one end
+  std::shared_ptr<const sim::Timeline> predicted_, measured_;
+  std::shared_ptr<const TimelineRows> predicted_rows_, measured_rows_;
+  std::shared_ptr<const sim::SimResult> result_;
+  std::vector<std::size_t> links_shown_;  // indices into result_->links: those with this GPU at one end
   std::vector<Row> rows_;
   int pid_ = 0;
   double view_start_ns_ = 0, view_end_ns_ = 1;

@@ -84,7 +84,8 @@ std::vector<std::int64_t> chunk_sweep(const std::string& scheme, std::int64_t se
   return out;
 }
 
-Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x) {
+Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x,
+                     const std::atomic<bool>* cancel) {
   Point p;
   p.scheme = spec.scheme;
   p.x = x;
@@ -102,6 +103,7 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
   sim::SimOptions options;
   options.record_memory = false;
   options.record_links = false;
+  options.cancel = cancel;
   const sim::SimResult r = sim::simulate(graph, in.cluster, options);
   p.metrics = planner::measure(r, in, hbm_headroom);
   p.hbm_needed_bytes = p.metrics.peak_hbm_bytes;
@@ -139,19 +141,34 @@ std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const
   return with_chunk(*spec, above == chunks.end() ? chunks.back() : *above);
 }
 
-PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planner::PlanSpec& spec) {
+PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planner::PlanSpec& spec, const std::atomic<bool>* cancel) {
   PlanDetail d;
   d.setup = setup;
   d.spec = spec;
   const planner::StepInputs in = setup->at(setup->inputs.seq_len);
   auto graph = std::make_shared<sim::TaskGraph>(planner::build_plan(in, spec));
   graph->finalize();
-  auto result = std::make_shared<sim::SimResult>(sim::simulate(*graph, setup->cluster));
+  sim::SimOptions options;
+  options.cancel = cancel;
+  auto result = std::make_shared<sim::SimResult>(sim::simulate(*graph, setup->cluster, options));
   d.metrics = planner::measure(*result, in, setup->inputs.hbm_headroom);
-  d.timeline = sim::to_timeline(*result, *graph);
+  auto timeline = std::make_shared<sim::Timeline>(sim::to_timeline(*result, *graph));
+  d.rows = std::make_shared<TimelineRows>(index_timeline(*timeline));
+  d.timeline = std::move(timeline);
   d.graph = std::move(graph);
   d.result = std::move(result);
   return d;
+}
+
+TimelineRows index_timeline(const sim::Timeline& t) {
+  TimelineRows rows;
+  for (std::size_t i = 0; i < t.slices.size(); ++i) rows[t.slices[i].pid][t.slices[i].tid].push_back(i);
+  for (auto& [pid, streams] : rows) {
+    for (auto& [tid, indices] : streams) {
+      std::stable_sort(indices.begin(), indices.end(), [&t](std::size_t a, std::size_t b) { return t.slices[a].start_ns < t.slices[b].start_ns; });
+    }
+  }
+  return rows;
 }
 
 planner::PlanFile plan_file(const Setup& setup, const planner::PlanSpec& spec, const planner::PlanMetrics* predicted) {

@@ -1,7 +1,9 @@
 #pragma once
 // The questions the GUI asks, as plain functions over the planner and the simulator (no Qt here, and no cost
 // logic of its own): the window runs them on worker threads, one chart point per call.
+#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,7 +72,9 @@ struct Point {
   std::int64_t hbm_needed_bytes = 0, dram_needed_bytes = 0;
   bool out_of_memory = false;
 };
-Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x);
+// `cancel` (optional) stops the simulation early once set; the point is then of no use.
+Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x,
+                     const std::atomic<bool>* cancel = nullptr);
 
 // The configuration the charts draw for `scheme` at a step: the first of `preferred` that is of that scheme and
 // valid there (the window passes the parameter panel's plan, then the search's best of each scheme), else the
@@ -79,16 +83,24 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
 std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme,
                                             const std::vector<planner::PlanSpec>& preferred, double hbm_headroom);
 
-// The selected plan in full, for charts 3 and 4 and for saving its trace.
+// A timeline's slices by device (the trace's pid) and stream (tid), each list in start order: what the Gantt
+// draws, indexed once on a worker (a 1M-token step has a million slices).
+using TimelineRows = std::map<int, std::map<int, std::vector<std::size_t>>>;
+TimelineRows index_timeline(const sim::Timeline& timeline);
+
+// The selected plan in full, for charts 3 and 4 and for saving its trace. Shared and read-only: it is large, so the
+// GUI thread never copies it.
 struct PlanDetail {
   std::shared_ptr<const Setup> setup;
   planner::PlanSpec spec;
   planner::PlanMetrics metrics;
   std::shared_ptr<const sim::TaskGraph> graph;
-  std::shared_ptr<const sim::SimResult> result;  // memory levels recorded
-  sim::Timeline timeline;                         // the Chrome trace's slices
+  std::shared_ptr<const sim::SimResult> result;     // memory levels and link loads recorded
+  std::shared_ptr<const sim::Timeline> timeline;    // the Chrome trace's slices
+  std::shared_ptr<const TimelineRows> rows;         // index_timeline(*timeline)
 };
-PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planner::PlanSpec& spec);
+PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planner::PlanSpec& spec,
+                                const std::atomic<bool>* cancel = nullptr);
 
 // The plan file (trainyard.plan.v1) of a plan at these inputs, as `trainyard plan --out` writes it.
 planner::PlanFile plan_file(const Setup& setup, const planner::PlanSpec& spec, const planner::PlanMetrics* predicted);

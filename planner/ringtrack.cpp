@@ -34,18 +34,23 @@ std::vector<sim::TaskId> ids(std::initializer_list<sim::TaskId> list) {
 // by then, the one of the deepest stage (the oldest chunk, which keeps the train moving); when none is ready it
 // waits for the earliest. GPUs are served in the order of those start times. Backward is the mirror image
 // (stages and chunks descending). Returned as one global sequence consistent with every GPU's.
-std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& stage_position, int positions, bool backward,
-                               const std::function<double(int stage, int chunk)>& cost) {
+// `cost(stage, chunk)` is a template parameter, not a std::function: this loop runs (stages x chunks x stages)
+// times for every ring-track candidate the planner bounds.
+template <typename Cost>
+std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& stage_position, int positions, bool backward, const Cost& cost) {
   std::vector<int> next(static_cast<std::size_t>(stages), backward ? chunks - 1 : 0);  // per stage, next chunk
   std::vector<double> stage_free(static_cast<std::size_t>(stages), 0);               // when its previous chunk ended
   std::vector<std::vector<double>> finish(static_cast<std::size_t>(stages), std::vector<double>(static_cast<std::size_t>(chunks), -1));
   std::vector<double> gpu_free(static_cast<std::size_t>(positions), 0);
   std::vector<Visit> order;
   const auto total = static_cast<std::size_t>(stages * chunks);
+  std::vector<int> pick(static_cast<std::size_t>(positions));
+  std::vector<double> pick_start(static_cast<std::size_t>(positions));
+  order.reserve(total);
   while (order.size() < total) {
     // Per position: the visit it runs next and when.
-    std::vector<int> pick(static_cast<std::size_t>(positions), -1);
-    std::vector<double> pick_start(static_cast<std::size_t>(positions), 0);
+    std::fill(pick.begin(), pick.end(), -1);
+    std::fill(pick_start.begin(), pick_start.end(), 0.0);
     for (int s = 0; s < stages; ++s) {
       const int k = next[static_cast<std::size_t>(s)];
       if (k < 0 || k >= chunks) continue;

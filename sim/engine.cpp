@@ -215,7 +215,11 @@ SimResult Engine::run() {
 
   while (!queue_.empty() && !stop_) {
     const Event e = queue_.pop();
-    ++result_.events;
+    if ((++result_.events & 4095) == 0 && options_.cancel && options_.cancel->load(std::memory_order_relaxed)) {
+      stop_ = true;
+      result_.stuck = "cancelled";
+      break;
+    }
     switch (e.kind) {
       case kTaskEnd: finish(e.id); break;
       case kFlowEnd: {

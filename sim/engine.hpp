@@ -2,6 +2,7 @@
 // The discrete-event simulation of one training step: in-order streams per GPU (compute, H2D and D2H copy
 // engines, comm), transfers as max-min fair flows over the cluster topology, collectives decomposed into their
 // algorithm's steps, and memory pools (HBM per GPU, pinned DRAM per node) tracked over time.
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,6 +26,9 @@ struct Cluster {
 struct SimOptions {
   bool record_memory = true;  // memory level per pool after every alloc/free (trace counters)
   bool record_links = true;   // load per link after every rate change (trace counters)
+  // Polled every few thousand events: once set, the run stops early with stuck = "cancelled" (the GUI drops a
+  // simulation whose inputs changed instead of finishing it).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct TaskTiming {

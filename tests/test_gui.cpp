@@ -105,7 +105,7 @@ class GuiTest : public QObject {
     QCOMPARE(w.chunk_chart()->points("zero"), 1);  // no chunk: one plan, drawn flat
     QVERIFY(w.memory_chart()->total_points() > 0);
     QVERIFY(w.plan_table()->rowCount() > 0);
-    QVERIFY(w.selected_detail().has_value());
+    QVERIFY(w.selected_detail() != nullptr);
     QVERIFY(w.step_memory_chart()->points() > 0);
     QVERIFY(w.timeline()->predicted_slices() > 0);
     QVERIFY(w.timeline()->stream_rows() >= 1);
@@ -154,7 +154,7 @@ class GuiTest : public QObject {
     table->selectRow(row);
     QVERIFY(w.jobs().wait_idle(kWaitMs));
     QCOMPARE(QString::fromStdString(w.selected_plan()->summary()), plan);
-    QVERIFY(w.selected_detail().has_value());
+    QVERIFY(w.selected_detail() != nullptr);
     QCOMPARE(QString::fromStdString(w.selected_detail()->spec.summary()), plan);
     QVERIFY(w.step_memory_chart()->points() > 0);
     // Chart 4 shows the new plan's tasks: the timeline's step is the new plan's.

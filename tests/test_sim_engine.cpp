@@ -318,3 +318,29 @@ TEST(SimEngine, TheSameTransfersTakeTheSameTimeOnEveryNode) {
 }
 
 }  // namespace trainyard::sim
+
+namespace trainyard::sim {
+
+TEST(SimEngine, ACancelFlagStopsTheRunEarly) {
+  const Cluster c = tiny();
+  auto chain = [] {
+    TaskGraph g;
+    TaskId last = g.gemm("g0", 0, {256, 256, 256, hw::Dtype::bf16});
+    for (int i = 1; i < 20000; ++i) last = g.gemm("g" + std::to_string(i), 0, {256, 256, 256, hw::Dtype::bf16}, std::vector<TaskId>{last});
+    g.finalize();
+    return g;
+  };
+  const TaskGraph g = chain();
+  std::atomic<bool> cancel{false};
+  SimOptions options;
+  options.cancel = &cancel;
+  const SimResult whole = simulate(g, c, options);  // not set: runs to the end
+  EXPECT_TRUE(whole.completed);
+  cancel = true;
+  const SimResult stopped = simulate(g, c, options);
+  EXPECT_FALSE(stopped.completed);
+  EXPECT_EQ(stopped.stuck, "cancelled");
+  EXPECT_LT(stopped.events, whole.events);
+}
+
+}  // namespace trainyard::sim
