@@ -79,6 +79,8 @@ void JobRunner::submit(const std::string& channel, int priority, std::function<R
           result = std::make_shared<Result>(work());
         } catch (const std::exception& e) {
           error = e.what();
+        } catch (...) {
+          error = "unknown error";  // never let an exception end a pool thread (std::terminate)
         }
         QMetaObject::invokeMethod(
             this,

@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 
 #include <iostream>
+#include <memory>
 
 #include "common/error.hpp"
 #include "common/units.hpp"
@@ -97,8 +98,14 @@ int main(int argc, char** argv) {
   window.show();
   if (!screenshot) {
     if (vm.count("measured")) {
-      window.jobs().wait_idle(vm["timeout"].as<int>() * 1000);
-      window.open_measured(QString::fromStdString(vm["measured"].as<std::string>()));
+      // Once the selected plan is simulated (nothing pending), so the overlay has a prediction to compare with.
+      const QString measured = QString::fromStdString(vm["measured"].as<std::string>());
+      auto opened = std::make_shared<bool>(false);
+      QObject::connect(&window.jobs(), &trainyard::gui::JobRunner::pending_changed, &window, [&window, measured, opened](int pending) {
+        if (pending > 0 || *opened) return;
+        *opened = true;
+        window.open_measured(measured);
+      });
     }
     return QApplication::exec();
   }

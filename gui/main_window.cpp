@@ -299,6 +299,7 @@ void MainWindow::set_inputs(const WhatIfInputs& in) {
   seq_label_->setText(tokens_text(std::int64_t{1} << seq_->value()));
   tokens_->setCurrentText(in.tokens_per_step > 0 ? tokens_text(in.tokens_per_step) : "one sequence");
   objective_->setCurrentIndex(in.objective == planner::Objective::min_hbm ? 1 : 0);
+  hbm_headroom_ = in.hbm_headroom;
   for (auto& [scheme, box] : scheme_boxes_) {
     const QSignalBlocker block(box);
     box->setChecked(std::find(in.schemes.begin(), in.schemes.end(), scheme) != in.schemes.end());
@@ -314,6 +315,7 @@ WhatIfInputs MainWindow::read_inputs() const {
   const QString tokens = tokens_->currentText().trimmed();
   in.tokens_per_step = tokens.isEmpty() || tokens == "one sequence" ? 0 : parse_token_count(tokens.toStdString(), "tokens per step");
   in.objective = objective_->currentIndex() == 1 ? planner::Objective::min_hbm : planner::Objective::throughput;
+  in.hbm_headroom = hbm_headroom_;
   in.schemes.clear();
   for (const auto& scheme : planner::kSchemes) {
     if (scheme_boxes_.at(scheme)->isChecked()) in.schemes.push_back(scheme);
@@ -370,17 +372,22 @@ void MainWindow::recompute_all() {
   update_panel_ranges();
   // The selected plan: the user's where it is still valid, else (on a worker) the planner's quick pick for the
   // panel's scheme; that scheme's curves start once it is known.
-  const planner::PlanSpec panel = panel_spec();
+  // (The stored plan, not the panel: new ranges may have clamped the panel's values.)
+  const std::optional<planner::PlanSpec> previous = selected_;
   selected_.reset();
-  if (user_chose_) {
+  if (user_chose_ && previous) {
     try {
-      planner::check_plan(setup_->at(setup_->inputs.seq_len), panel);
-      selected_ = panel;
+      planner::check_plan(setup_->at(setup_->inputs.seq_len), *previous);
+      selected_ = previous;
+      set_panel(*previous);
     } catch (const InputError&) {
       user_chose_ = false;
     }
   }
   const auto& schemes = setup_->inputs.schemes;
+  // The scheme whose quick pick becomes the selected plan: the panel's if it is compared, else the first compared.
+  std::string pick = panel_spec().scheme;
+  if (std::find(schemes.begin(), schemes.end(), pick) == schemes.end()) pick = schemes.front();
   std::int64_t low = 0, high = 0;
   for (const auto& scheme : schemes) {
     for (std::int64_t c : chunk_sweep(scheme, setup_->inputs.seq_len)) {
@@ -393,13 +400,13 @@ void MainWindow::recompute_all() {
   memory_chart_->reset(schemes, memory_sweep_lengths(setup_->inputs.seq_len), setup_->cluster.node.gpu.hbm_bytes.value,
                        setup_->cluster.node.host_dram_bytes.value);
   for (const auto& scheme : schemes) {
-    if (selected_ || scheme != panel.scheme) {
+    if (selected_ || scheme != pick) {
       start_chunk_chart(scheme);
       start_memory_chart(scheme);
     }
   }
   if (selected_) start_selected_plan();
-  else pick_quick_plan(panel.scheme, false);
+  else pick_quick_plan(pick, false);
   start_search();
   update_status();
 }
@@ -583,6 +590,7 @@ void MainWindow::scheme_changed() {
   if (!setup_) return;
   // A new scheme starts from the planner's quick pick for it.
   clear_error();
+  user_chose_ = true;  // now, so a search ending before the pick does not replace the user's scheme
   pick_quick_plan(scheme_->currentText().toStdString(), true);
 }
 
@@ -677,6 +685,9 @@ void MainWindow::start_selected_plan() {
 }
 
 void MainWindow::drop_detail() {
+  // The view holds parts of the plan too: let go of them first, so the last reference is freed on a worker.
+  timeline_->clear();
+  step_memory_chart_->clear();
   if (detail_) jobs_.dispose(std::move(detail_));
   detail_.reset();
 }
@@ -689,6 +700,7 @@ void MainWindow::show_detail() {
   timeline_->set_predicted(d.timeline, d.rows, d.result);
   timeline_->set_device(gpu);
   if (measured_) timeline_->set_measured(measured_, measured_rows_);
+  show_comparison();
   const auto& m = d.metrics;
   QString text = QString::fromStdString(d.spec.scheme + " (" + d.spec.summary() + "): ");
   if (m.fits) {
@@ -820,6 +832,7 @@ bool MainWindow::open_plan(const QString& path) {
     set_inputs(in);
     set_panel(plan.spec);
     recompute_now();
+    if (!setup_) return false;  // the plan's model or hardware did not load: recompute_all shows why
     set_panel(plan.spec);
     select_plan(plan.spec, true);
     return true;
@@ -859,17 +872,11 @@ bool MainWindow::save_trace(const QString& path) {
 bool MainWindow::open_measured(const QString& path) {
   try {
     auto measured = std::make_shared<const sim::Timeline>(sim::read_timeline(path.toStdString()));
-    if (detail_) {
-      const sim::Comparison c = sim::compare(*detail_->timeline, *measured);  // throws when no task matches
-      std::ostringstream text;
-      sim::print_comparison(text, c);
-      compare_->setPlainText(QString::fromStdString(text.str()));
-    } else {
-      compare_->setPlainText("No simulated plan to compare with yet.");
-    }
+    if (detail_) sim::compare(*detail_->timeline, *measured);  // throws when no task matches: not of this plan
     measured_rows_ = std::make_shared<const TimelineRows>(index_timeline(*measured));
     measured_ = std::move(measured);
     timeline_->set_measured(measured_, measured_rows_);
+    show_comparison();
     return true;
   } catch (const std::exception& e) {
     show_error(e.what());
@@ -898,13 +905,29 @@ bool MainWindow::save_chart(QWidget* chart, const QString& path) {
     show_error(path + ": expected a file name ending in .png or .svg");
     return false;
   }
-  QFile::remove(path);
+  if (ok) QFile::remove(path);  // QFile::rename does not overwrite
   if (!ok || !QFile::rename(temporary, path)) {
     QFile::remove(temporary);
     show_error(path + ": could not be written");
     return false;
   }
   return true;
+}
+
+void MainWindow::show_comparison() {
+  if (!measured_) return;
+  if (!detail_) {
+    compare_->setPlainText("No simulated plan to compare with yet.");
+    return;
+  }
+  try {
+    const sim::Comparison c = sim::compare(*detail_->timeline, *measured_);
+    std::ostringstream text;
+    sim::print_comparison(text, c);
+    compare_->setPlainText(QString::fromStdString(text.str()));
+  } catch (const std::exception& e) {
+    compare_->setPlainText(QString("The measured trace is not of the selected plan: ") + e.what());
+  }
 }
 
 // --- messages --------------------------------------------------------------------------------------------------

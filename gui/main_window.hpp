@@ -82,6 +82,7 @@ class MainWindow : public QMainWindow {
   void start_selected_plan();
   void start_search();
   void show_detail();
+  void show_comparison();  // the compare tab: the selected plan against the measured trace
   void show_ranked(const planner::SearchReport& report);
   void show_error(const QString& text);
   void clear_error();
@@ -103,6 +104,7 @@ class MainWindow : public QMainWindow {
   bool user_chose_ = false;
   QString search_progress_;
   QTimer debounce_;
+  double hbm_headroom_ = 0.05;  // --hbm-headroom (no control: kept from the inputs the window started with)
 
   // Inputs.
   QComboBox* model_ = nullptr;

@@ -130,7 +130,7 @@ class GuiTest : public QObject {
 
   void a_change_cancels_stale_work() {
     MainWindow w(small_inputs());
-    // Three lengths in a row without waiting: only the last one's points may arrive.
+    // Two moves in a row without waiting: only the last one's points may arrive.
     w.set_seq_len(8192);
     w.recompute_now();
     w.set_seq_len(32768);
@@ -225,6 +225,47 @@ class GuiTest : public QObject {
     QVERIFY(w.error_text().contains(".png or .svg"));
     QVERIFY(!w.open_plan(dir.filePath("missing.json")));
     QVERIFY(w.error_text().contains("missing.json"));
+  }
+
+  void the_headroom_given_at_start_is_kept() {
+    WhatIfInputs in = small_inputs();
+    in.hbm_headroom = 0.2;
+    MainWindow w(in);
+    w.set_seq_len(16384);
+    w.recompute_now();
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QCOMPARE(w.setup()->inputs.hbm_headroom, 0.2);
+  }
+
+  void a_plan_whose_hardware_does_not_load_is_refused() {
+    MainWindow w(small_inputs());
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QTemporaryDir dir;
+    const QString plan = dir.filePath("plan.json");
+    QVERIFY(w.save_plan(plan));
+    planner::PlanFile file = planner::read_plan_file(plan.toStdString());
+    file.hw = dir.filePath("no-such-node.json").toStdString();
+    std::ofstream(plan.toStdString()) << planner::plan_file_json(file).dump(2);
+    QVERIFY(!w.open_plan(plan));
+    QVERIFY2(w.error_text().contains("no-such-node.json"), qPrintable(w.error_text()));
+    QVERIFY(!w.setup());
+  }
+
+  void a_plan_the_user_picks_survives_the_search() {
+    MainWindow w(small_inputs());
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QTableWidget* table = w.plan_table();
+    QVERIFY(table->rowCount() >= 2);
+    const int row = table->rowCount() - 1;
+    table->selectRow(row);
+    const QString plan = table->item(row, 2)->text();
+    // A longer sequence (every chunk of 64K still divides it): the search runs again and ends with its own
+    // winner; the picked plan stays selected.
+    w.set_seq_len(131072);
+    w.recompute_now();
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QVERIFY(w.plan_table()->rowCount() > 0);
+    QCOMPARE(QString::fromStdString(w.selected_plan()->summary()), plan);
   }
 
   void the_timeline_zooms_around_a_point() {
