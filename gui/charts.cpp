@@ -35,6 +35,23 @@ QLineSeries* new_line(QChart* chart, const QString& name, QColor color, Qt::PenS
   return s;
 }
 
+// Empties a chart for a new set of series and axes.
+void remove_series_and_axes(QChart* chart) {
+  chart->removeAllSeries();
+  for (auto* axis : chart->axes()) {
+    chart->removeAxis(axis);
+    delete axis;
+  }
+}
+
+// The legend names each scheme once (its solid line): the dashed line of the same colour, named with `suffix`,
+// has no entry.
+void hide_legend_entries(QChart* chart, const QString& suffix) {
+  for (auto* marker : chart->legend()->markers()) {
+    if (marker->label().endsWith(suffix)) marker->setVisible(false);
+  }
+}
+
 // Log axes want a positive range that is not a single point.
 void set_log_range(QLogValueAxis* axis, double low, double high) {
   if (!(low > 0)) low = 1;
@@ -68,11 +85,7 @@ ChunkChart::ChunkChart(QWidget* parent) : QChartView(parent) {
 
 void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min_chunk, std::int64_t max_chunk) {
   QChart* c = chart();
-  c->removeAllSeries();
-  for (auto* axis : c->axes()) {
-    c->removeAxis(axis);
-    delete axis;
-  }
+  remove_series_and_axes(c);
   series_.clear();
   min_chunk_ = min_chunk;
   max_chunk_ = std::max(max_chunk, min_chunk);
@@ -106,10 +119,7 @@ void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min
   c->addSeries(misses_);
   misses_->attachAxis(x_);
   misses_->attachAxis(mfu_axis_);
-  // The legend names each scheme once (its MFU line); the dashed lines share its colour.
-  for (auto* marker : c->legend()->markers()) {
-    if (marker->label().endsWith(" step")) marker->setVisible(false);
-  }
+  hide_legend_entries(c, " step");
 }
 
 void ChunkChart::clear_scheme(const std::string& scheme) {
@@ -169,11 +179,7 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
 void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vector<std::int64_t>& lengths, double hbm_capacity_bytes,
                         double dram_capacity_bytes) {
   QChart* c = chart();
-  c->removeAllSeries();
-  for (auto* axis : c->axes()) {
-    c->removeAxis(axis);
-    delete axis;
-  }
+  remove_series_and_axes(c);
   series_.clear();
   const double low = lengths.empty() ? 4096 : static_cast<double>(lengths.front());
   const double high = lengths.empty() ? 8192 : static_cast<double>(lengths.back());
@@ -203,9 +209,7 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
   y_min_ = hbm_capacity_bytes > 0 ? hbm_capacity_bytes / kGiB / 8 : 1;
   y_max_ = dram_capacity_bytes > 0 ? dram_capacity_bytes / kGiB * 2 : 1024;
   set_log_range(y_, y_min_, y_max_);
-  for (auto* marker : c->legend()->markers()) {
-    if (marker->label().endsWith(" DRAM")) marker->setVisible(false);
-  }
+  hide_legend_entries(c, " DRAM");
 }
 
 void MemoryChart::clear_scheme(const std::string& scheme) {

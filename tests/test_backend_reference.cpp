@@ -198,9 +198,9 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
       if (removed < 0 && t.kind() == sim::TaskKind::copy && t.op.code == sim::OpCode::kv && t.op.layer == 1 && t.op.chunk == 1 &&
           std::get<sim::Copy>(t.params).direction == sim::Copy::Direction::h2d) {
         removed = id;
-        sim::Task dummy = t;  // keep the ids: the copy becomes a copy of model states, which carries no values
-        dummy.op = {sim::OpCode::states};
-        broken.add(dummy);
+        sim::Task states_copy = t;  // keep the ids: the copy becomes a copy of model states, which carries no values
+        states_copy.op = {sim::OpCode::states};
+        broken.add(states_copy);
         continue;
       }
       broken.add(t);
