@@ -328,7 +328,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
         if (v.stage < m.layers) at[static_cast<std::size_t>(v.stage) * chunks_n + static_cast<std::size_t>(v.chunk)] = i;
       }
       // Each layer's backward positions sorted, so "how many of its chunks are still held at `start`" is a binary
-      // search (the plain count over every chunk made a candidate with 1K chunks at 1M cost a millisecond).
+      // search instead of a count over every chunk (layers x layers x chunks per candidate).
       std::vector<std::size_t> sorted_at = at;
       for (std::size_t o = 0; o < layers_n; ++o) {
         std::sort(sorted_at.begin() + static_cast<std::ptrdiff_t>(o * chunks_n), sorted_at.begin() + static_cast<std::ptrdiff_t>((o + 1) * chunks_n));
