@@ -28,19 +28,6 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_interrupt(int) { g_interrupted = true; }
 
-std::vector<std::string> scheme_list(const std::string& text) {
-  if (text == "all") return planner::kSchemes;
-  std::vector<std::string> out;
-  for (const auto& item : split_commas(text)) {
-    if (std::find(planner::kSchemes.begin(), planner::kSchemes.end(), item) == planner::kSchemes.end()) {
-      throw InputError("--strategies", "value", "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero",
-                       "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa is not implemented yet: issue 10)" : ""));
-    }
-    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
-  }
-  return out;
-}
-
 std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
 
 Json plan_json(const planner::RankedPlan& p) {
@@ -105,6 +92,19 @@ void explain(std::ostream& out, const planner::SearchReport& report) {
 }
 
 }  // namespace
+
+std::vector<std::string> scheme_list(const std::string& text) {
+  if (text == "all") return planner::kSchemes;
+  std::vector<std::string> out;
+  for (const auto& item : split_commas(text)) {
+    if (std::find(planner::kSchemes.begin(), planner::kSchemes.end(), item) == planner::kSchemes.end()) {
+      throw InputError("--strategies", "value", "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero",
+                       "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa is not implemented yet: issue 10)" : ""));
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  return out;
+}
 
 int run_plan(const std::vector<std::string>& args) {
   po::options_description options("plan options");

@@ -89,7 +89,7 @@ void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min
   series_.clear();
   min_chunk_ = min_chunk;
   max_chunk_ = std::max(max_chunk, min_chunk);
-  step_min_s_ = step_max_s_ = 0;
+  step_max_s_ = 0;
   x_ = new QLogValueAxis();
   x_->setBase(2);
   x_->setTitleText("chunk length (tokens)");
@@ -158,7 +158,6 @@ void ChunkChart::add_point(const Point& p) {
     s.step->replace(QList<QPointF>{{static_cast<double>(min_chunk_), step}, {static_cast<double>(max_chunk_), step}});
   }
   ++s.points;
-  step_min_s_ = step_min_s_ == 0 ? step : std::min(step_min_s_, step);
   step_max_s_ = std::max(step_max_s_, step);
   step_axis_->setRange(0, step_max_s_ * 1.1);
 }

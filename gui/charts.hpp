@@ -43,7 +43,7 @@ class ChunkChart : public QChartView {
   QScatterSeries* misses_ = nullptr;
   std::map<std::string, Series> series_;
   std::int64_t min_chunk_ = 1024, max_chunk_ = 1024;
-  double step_min_s_ = 0, step_max_s_ = 0;
+  double step_max_s_ = 0;
 };
 
 // Chart 2: peak HBM per GPU (solid) and peak DRAM per node (dashed) against the sequence length, per scheme,

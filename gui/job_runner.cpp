@@ -12,8 +12,10 @@ JobRunner::JobRunner(QObject* parent) : QObject(parent) {
 }
 
 JobRunner::~JobRunner() {
-  for (auto& [name, channel] : channels_) channel.cancel->store(true);
-  for (auto& [name, generation] : generations_) generation->fetch_add(1);
+  for (auto& [name, channel] : channels_) {
+    channel.cancel->store(true);
+    channel.generation->fetch_add(1);
+  }
   pool_.clear();
   pool_.waitForDone();
 }
@@ -22,10 +24,7 @@ std::shared_ptr<std::atomic<bool>> JobRunner::restart(const std::string& name) {
   Channel& channel = channels_[name];
   channel.cancel->store(true);
   channel.cancel = std::make_shared<std::atomic<bool>>(false);
-  ++channel.generation;
-  auto& shared = generations_[name];
-  if (!shared) shared = std::make_shared<std::atomic<std::uint64_t>>(0);
-  shared->store(channel.generation);
+  channel.generation->fetch_add(1);
   pending_ -= channel.pending;
   channel.pending = 0;
   emit pending_changed(pending_);
@@ -34,17 +33,15 @@ std::shared_ptr<std::atomic<bool>> JobRunner::restart(const std::string& name) {
 
 JobRunner::Ticket JobRunner::take_ticket(const std::string& name) {
   Channel& channel = channels_[name];
-  auto& shared = generations_[name];
-  if (!shared) shared = std::make_shared<std::atomic<std::uint64_t>>(channel.generation);
   ++channel.pending;
   ++pending_;
   emit pending_changed(pending_);
-  return {name, channel.generation, shared};
+  return {name, channel.generation->load(), channel.generation};
 }
 
 bool JobRunner::current(const Ticket& t) const {
   const auto it = channels_.find(t.channel);
-  return it != channels_.end() && it->second.generation == t.generation;
+  return it != channels_.end() && it->second.generation->load() == t.generation;
 }
 
 void JobRunner::finished(const Ticket& t) {

@@ -46,7 +46,8 @@ class JobRunner : public QObject {
 
  private:
   struct Channel {
-    std::uint64_t generation = 0;
+    // Written on the GUI thread only; shared so that queued work can read it from a worker.
+    std::shared_ptr<std::atomic<std::uint64_t>> generation = std::make_shared<std::atomic<std::uint64_t>>(0);
     int pending = 0;
     std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
   };
@@ -54,7 +55,7 @@ class JobRunner : public QObject {
   struct Ticket {
     std::string channel;
     std::uint64_t generation;
-    std::shared_ptr<std::atomic<std::uint64_t>> current;  // the channel's generation, readable from workers
+    std::shared_ptr<const std::atomic<std::uint64_t>> current;  // the channel's generation now
   };
   Ticket take_ticket(const std::string& channel);
   bool current(const Ticket& t) const;
@@ -62,7 +63,6 @@ class JobRunner : public QObject {
 
   QThreadPool pool_;
   std::map<std::string, Channel> channels_;
-  std::map<std::string, std::shared_ptr<std::atomic<std::uint64_t>>> generations_;
   int pending_ = 0;
 };
 

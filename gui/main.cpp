@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 
+#include "app/commands.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "gui/main_window.hpp"
@@ -22,25 +23,14 @@ trainyard::gui::WhatIfInputs inputs_from(const po::variables_map& vm) {
   in.hw = vm["hw"].as<std::string>();
   in.nodes = vm["nodes"].as<int>();
   in.seq_len = trainyard::parse_token_count(vm["seq"].as<std::string>(), "--seq");
-  if (in.seq_len < trainyard::gui::kMinSeqLen || in.seq_len > trainyard::gui::kMaxSeqLen || (in.seq_len & (in.seq_len - 1)) != 0) {
-    throw InputError("--seq", "value", "a power of two from 4K to 16M (the GUI's sequence control)", vm["seq"].as<std::string>());
-  }
+  trainyard::gui::check_sequence_control_length(in.seq_len, "--seq", "value", vm["seq"].as<std::string>());
   if (vm.count("tokens-per-step")) in.tokens_per_step = trainyard::parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
   if (vm.count("global-batch")) {
     const auto batch = vm["global-batch"].as<std::int64_t>();
     if (batch < 1) throw InputError("--global-batch", "value", "a positive integer", std::to_string(batch));
     in.tokens_per_step = batch > 1 ? batch * in.seq_len : 0;
   }
-  const std::string strategies = vm["strategies"].as<std::string>();
-  if (strategies != "all") {
-    in.schemes.clear();
-    for (const auto& s : trainyard::split_commas(strategies)) {
-      if (std::find(trainyard::planner::kSchemes.begin(), trainyard::planner::kSchemes.end(), s) == trainyard::planner::kSchemes.end()) {
-        throw InputError("--strategies", "value", "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero", "\"" + s + "\"");
-      }
-      in.schemes.push_back(s);
-    }
-  }
+  in.schemes = trainyard::app::scheme_list(vm["strategies"].as<std::string>());
   const std::string objective = vm["objective"].as<std::string>();
   if (objective != "throughput" && objective != "min-hbm") throw InputError("--objective", "value", "throughput or min-hbm", "\"" + objective + "\"");
   in.objective = trainyard::planner::parse_objective(objective);

@@ -25,7 +25,15 @@ namespace trainyard::gui {
 
 namespace {
 
-constexpr int kMinSeqLog2 = 12, kMaxSeqLog2 = 24;  // 4K .. 16M
+// The slider's positions are the powers of two of the control's range (kMinSeqLen .. kMaxSeqLen).
+const int kMinSeqLog2 = static_cast<int>(std::log2(static_cast<double>(kMinSeqLen)));
+const int kMaxSeqLog2 = static_cast<int>(std::log2(static_cast<double>(kMaxSeqLen)));
+
+// The slider position nearest to `tokens`.
+int seq_slider_position(std::int64_t tokens) {
+  const int log2 = static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<std::int64_t>(1, tokens)))));
+  return std::clamp(log2, kMinSeqLog2, kMaxSeqLog2);
+}
 
 QString tokens_text(std::int64_t tokens) { return QString::fromStdString(format_tokens(tokens)); }
 
@@ -294,8 +302,7 @@ void MainWindow::set_inputs(const WhatIfInputs& in) {
   model_->setCurrentText(QString::fromStdString(in.model));
   hw_->setCurrentText(QString::fromStdString(in.hw));
   nodes_->setValue(in.nodes);
-  const int log2 = static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<std::int64_t>(1, in.seq_len)))));
-  seq_->setValue(std::clamp(log2, kMinSeqLog2, kMaxSeqLog2));
+  seq_->setValue(seq_slider_position(in.seq_len));
   seq_label_->setText(tokens_text(std::int64_t{1} << seq_->value()));
   tokens_->setCurrentText(in.tokens_per_step > 0 ? tokens_text(in.tokens_per_step) : "one sequence");
   objective_->setCurrentIndex(in.objective == planner::Objective::min_hbm ? 1 : 0);
@@ -332,8 +339,7 @@ void MainWindow::recompute_now() {
 }
 
 void MainWindow::set_seq_len(std::int64_t tokens) {
-  const int log2 = static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<std::int64_t>(1, tokens)))));
-  seq_->setValue(std::clamp(log2, kMinSeqLog2, kMaxSeqLog2));
+  seq_->setValue(seq_slider_position(tokens));
 }
 
 void MainWindow::set_hw(const QString& hw) { hw_->setCurrentText(hw); }
@@ -825,10 +831,7 @@ bool MainWindow::open_plan(const QString& path) {
     in.seq_len = plan.workload.seq_len;
     in.tokens_per_step = plan.workload.global_batch > 1 ? plan.workload.tokens() : 0;
     if (std::find(in.schemes.begin(), in.schemes.end(), plan.spec.scheme) == in.schemes.end()) in.schemes.push_back(plan.spec.scheme);
-    if ((in.seq_len & (in.seq_len - 1)) != 0 || in.seq_len < kMinSeqLen || in.seq_len > kMaxSeqLen) {
-      throw InputError(path.toStdString(), "workload.seq_len", "a power of two from 4K to 16M (the GUI's sequence control)",
-                       std::to_string(in.seq_len));
-    }
+    check_sequence_control_length(in.seq_len, path.toStdString(), "workload.seq_len", std::to_string(in.seq_len));
     set_inputs(in);
     set_panel(plan.spec);
     recompute_now();

@@ -40,6 +40,12 @@ planner::StepInputs Setup::at(std::int64_t seq_len) const {
   return {model, cluster, {seq_len, sequences}, precision};
 }
 
+void check_sequence_control_length(std::int64_t seq_len, const std::string& origin, const std::string& field, const std::string& as_given) {
+  if (seq_len < kMinSeqLen || seq_len > kMaxSeqLen || (seq_len & (seq_len - 1)) != 0) {
+    throw InputError(origin, field, "a power of two from 4K to 16M (the GUI's sequence control)", as_given);
+  }
+}
+
 std::vector<std::int64_t> memory_sweep_lengths(std::int64_t seq_len) {
   std::vector<std::int64_t> out;
   const std::int64_t low = std::max(kMinSeqLen, seq_len / 64), high = std::min(kMaxSeqLen, seq_len * 4);

@@ -28,8 +28,10 @@ struct WhatIfInputs {
   double hbm_headroom = 0.05;
 };
 
-// The sequence-length control's range.
+// The sequence-length control's range: powers of two from 4K to 16M.
 inline constexpr std::int64_t kMinSeqLen = 4096, kMaxSeqLen = std::int64_t{16} << 20;
+// InputError (naming `origin`, `field` and the length `as_given`) unless the control can show `seq_len`.
+void check_sequence_control_length(std::int64_t seq_len, const std::string& origin, const std::string& field, const std::string& as_given);
 
 // The model and cluster the inputs name, loaded once and shared (read-only) by the jobs of one set of inputs.
 // Loading errors are InputErrors naming the field, as on the command line.
