@@ -123,7 +123,7 @@ const StrategyInfo kStrategies[] = {
     {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "simulate --strategy, plan"},
     {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "simulate --strategy, plan"},
     {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "simulate --strategy, plan"},
-    {"hotspa", "HotSPa: per-length-bucket strategies with hot switching", "not implemented yet (issue 10)"},
+    {"hotspa", "HotSPa: per-length-group strategies with hot switching", "simulate --lengths ... --switch ..., plan --lengths ..."},
 };
 
 void list_gpus(bool as_json, Json& out) {
@@ -408,6 +408,7 @@ int run_simulate(const std::vector<std::string>& args) {
       ("vpp", po::value<int>()->value_name("int"), "megatron: virtual stages per pipeline rank (default 1)")
       ("micro-batch", po::value<std::int64_t>()->value_name("int"), "sequences per micro-batch (default 1)")
       ("sequence-parallel", po::bool_switch(), "megatron: sequence parallelism with TP")
+      ("distributed-optimizer", po::bool_switch(), "megatron: master weights and Adam moments split across the data-parallel ranks")
       ("recompute", po::value<std::string>()->value_name("none|selective|full"), "activation recomputation (default none; full = activation checkpointing)")
       ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")
       ("offload", po::value<std::string>()->value_name("list"), "comma list of optimizer, grads, params, acts (megatron: acts only)")
@@ -424,16 +425,24 @@ int run_simulate(const std::vector<std::string>& args) {
       ("states", po::value<std::string>()->value_name("hbm|dram"), "ringtrack: gradients and optimizer state; dram = optimizer on the CPU (default hbm)")
       ("ring-order", po::value<std::string>()->value_name("list"), "ringtrack: ring positions in order, e.g. 0,2,1,3 (default: chosen from the topology)")
       ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
-      ("json", po::bool_switch(), "print metrics as JSON");
+      ("json", po::bool_switch(), "print metrics as JSON")
+      ("threads", po::value<int>()->value_name("int"), "with --lengths: simulation threads (0: all cores)");
+  add_lengths_options(options, false);
   po::positional_options_description positional;
   po::variables_map vm;
   if (parse(args,
             "trainyard simulate --graph FILE [--hw NODE] [--nodes N] [--trace FILE] [--json]\n"
             "       trainyard simulate --plan FILE [--trace FILE] [--json]\n"
             "       trainyard simulate --strategy NAME --model M --hw NODE [--nodes N] --seq S\n"
-            "                          (--global-batch B | --tokens-per-step T) [scheme flags] [--trace FILE] [--json]",
+            "                          (--global-batch B | --tokens-per-step T) [scheme flags] [--trace FILE] [--json]\n"
+            "       trainyard simulate --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] --tokens-per-step T\n"
+            "                          [--static SCHEME:k=v,...] [--switch UPPER=SCHEME:k=v,...;...] [--groups LIST] [--json]",
             options, positional, vm)) {
     return 0;
+  }
+  if (vm.count("lengths")) return run_simulate_lengths(vm);
+  for (const char* flag : {"static", "switch", "groups", "max-len", "threads"}) {
+    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
   const bool from_graph = vm.count("graph") > 0, from_plan = vm.count("plan") > 0;
   const int modes = static_cast<int>(from_graph) + static_cast<int>(from_plan) + static_cast<int>(vm.count("strategy") > 0);
@@ -464,7 +473,9 @@ int run_simulate(const std::vector<std::string>& args) {
     if (loaded.plan.spec.scheme != "ringtrack") ring.reset();
     cluster = std::move(loaded.cluster);
   } else if (from_graph) {
-    if (vm["sequence-parallel"].as<bool>()) throw InputError("--sequence-parallel", "value", "no scheme flags with --graph", "it");
+    for (const char* flag : {"sequence-parallel", "distributed-optimizer"}) {
+      if (vm[flag].as<bool>()) throw InputError(std::string("--") + flag, "value", "no scheme flags with --graph", "it");
+    }
     origin = vm["graph"].as<std::string>();
     sim::GraphDocument doc = sim::load_graph(origin);
     std::string hw_name;
@@ -481,7 +492,7 @@ int run_simulate(const std::vector<std::string>& args) {
     const std::string strategy = vm["strategy"].as<std::string>();
     // The flags each scheme takes; any other scheme flag is an error, not silently ignored.
     static const std::map<std::string, std::set<std::string>> kSchemeTakes = {
-        {"megatron", {"tp", "pp", "dp", "vpp", "micro-batch", "sequence-parallel", "recompute", "offload"}},
+        {"megatron", {"tp", "pp", "dp", "vpp", "micro-batch", "sequence-parallel", "distributed-optimizer", "recompute", "offload"}},
         {"zero", {"zero-stage", "micro-batch", "recompute", "offload"}},
         {"ulysses", {"sp", "zero-stage", "micro-batch", "recompute", "offload"}},
         {"ring-attention", {"cp", "zigzag", "zero-stage", "micro-batch", "recompute", "offload"}},
@@ -491,7 +502,7 @@ int run_simulate(const std::vector<std::string>& args) {
     const auto takes = kSchemeTakes.find(strategy);
     if (takes == kSchemeTakes.end()) {
       throw InputError("--strategy", "value",
-                       "ringtrack, megatron, zero, ulysses, ring-attention or fpdt (hotspa is not implemented yet)",
+                       "ringtrack, megatron, zero, ulysses, ring-attention or fpdt (HotSPa: --lengths with --static/--switch)",
                        "\"" + strategy + "\"");
     }
     auto foreign = [&](const std::string& flag) {
@@ -506,7 +517,7 @@ int run_simulate(const std::vector<std::string>& args) {
                              "ring", "block", "prefetch", "kv", "acts", "weights", "states", "ring-order"}) {
       if (vm.count(flag) && !takes->second.count(flag)) foreign(flag);
     }
-    for (const char* flag : {"sequence-parallel", "zigzag"}) {
+    for (const char* flag : {"sequence-parallel", "distributed-optimizer", "zigzag"}) {
       if (vm[flag].as<bool>() && !takes->second.count(flag)) foreign(flag);
     }
     if (strategy == "ulysses" && !vm.count("sp")) throw InputError("--sp", "value", "a degree with --strategy ulysses", "nothing");
@@ -544,6 +555,7 @@ int run_simulate(const std::vector<std::string>& args) {
       p.vpp = vm.count("vpp") ? vm["vpp"].as<int>() : 1;
       p.micro_batch = micro_batch;
       p.sequence_parallel = vm["sequence-parallel"].as<bool>();
+      p.distributed_optimizer = vm["distributed-optimizer"].as<bool>();
       p.recompute = recompute;
       if (vm.count("offload")) {
         if (vm["offload"].as<std::string>() != "acts") {

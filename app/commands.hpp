@@ -27,6 +27,10 @@ int run_plan(const std::vector<std::string>& args);     // app/plan_command.cpp
 int run_compare(const std::vector<std::string>& args);  // app/compare_command.cpp
 int run_run(const std::vector<std::string>& args);      // app/run_command.cpp
 int run_calibrate(const std::vector<std::string>& args);  // app/calibrate_command.cpp
+// app/hotspa_command.cpp: the --lengths flags of simulate and plan, and those commands with them.
+void add_lengths_options(boost::program_options::options_description& options, bool plan);
+int run_simulate_lengths(const boost::program_options::variables_map& vm);
+int run_plan_lengths(const boost::program_options::variables_map& vm, const std::vector<std::string>& schemes);
 
 // Shared by the commands. Parses `args` against `options` (+ positionals); true when --help was printed.
 bool parse(const std::vector<std::string>& args, const std::string& usage, boost::program_options::options_description& options,

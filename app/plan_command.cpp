@@ -99,7 +99,7 @@ std::vector<std::string> scheme_list(const std::string& text) {
   for (const auto& item : split_commas(text)) {
     if (std::find(planner::kSchemes.begin(), planner::kSchemes.end(), item) == planner::kSchemes.end()) {
       throw InputError("--strategies", "value", "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero",
-                       "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa is not implemented yet: issue 10)" : ""));
+                       "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa switches between these schemes: plan --lengths)" : ""));
     }
     if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
   }
@@ -125,14 +125,29 @@ int run_plan(const std::vector<std::string>& args) {
       ("out", po::value<std::string>()->value_name("path"), "write the best plan to a plan file (trainyard simulate --plan runs it)")
       ("trace", po::value<std::string>()->value_name("path"), "write the best plan's Chrome trace")
       ("explain", po::bool_switch(), "the winner's step-time breakdown and why each other scheme's best loses");
+  add_lengths_options(options, true);
   po::positional_options_description positional;
   po::variables_map vm;
   if (parse(args,
             "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
             "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10]\n"
-            "       [--json] [--out plan.json] [--trace best.json] [--explain]",
+            "       [--json] [--out plan.json] [--trace best.json] [--explain]\n"
+            "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] --tokens-per-step T\n"
+            "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--json]",
             options, positional, vm)) {
     return 0;
+  }
+  if (vm.count("lengths")) {
+    for (const char* flag : {"out", "trace"}) {
+      if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
+    }
+    if (vm["explain"].as<bool>() || vm["objective"].as<std::string>() != "throughput") {
+      throw InputError("--objective/--explain", "value", "throughput and no --explain with --lengths", "given");
+    }
+    return run_plan_lengths(vm, scheme_list(vm["strategies"].as<std::string>()));
+  }
+  for (const char* flag : {"groups", "max-len", "seed"}) {
+    if (vm.count(flag) && !vm[flag].defaulted()) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
   for (const char* flag : {"model", "hw", "seq"}) {
     if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value", "nothing");

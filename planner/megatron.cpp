@@ -35,9 +35,12 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
          std::to_string(p.tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " = " +
              std::to_string(p.tp * p.pp * p.dp));
   }
-  if (in.cluster.topology.gpus_per_node() % p.tp != 0) {
-    fail("--tp", "a divisor of the GPUs per node (" + std::to_string(in.cluster.topology.gpus_per_node()) +
-                     "): tensor parallelism stays inside a node", std::to_string(p.tp));
+  // A TP group either fits inside a node or spans whole nodes (as HotSPa's TP 16 on 8-GPU nodes does: its
+  // collectives then cross the network).
+  const int per_node = in.cluster.topology.gpus_per_node();
+  if (per_node % p.tp != 0 && p.tp % per_node != 0) {
+    fail("--tp", "a divisor or a multiple of the GPUs per node (" + std::to_string(per_node) +
+                     "): a tensor-parallel group stays inside a node or spans whole nodes", std::to_string(p.tp));
   }
   if (m.heads % p.tp != 0) fail("--tp", "a divisor of the model's heads (" + std::to_string(m.heads) + ")", std::to_string(p.tp));
   if (m.ffn_hidden % p.tp != 0) fail("--tp", "a divisor of ffn_hidden (" + std::to_string(m.ffn_hidden) + ")", std::to_string(p.tp));
@@ -128,8 +131,12 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
     for (int d = 0; d < p.dp; ++d) {
       for (sim::DeviceId gpu : ranks_of(stage, d)) {
         gpu_params[static_cast<std::size_t>(gpu)] = stage_params;
+        const auto& pol = in.precision;
+        const double states_per_param = p.distributed_optimizer
+                                            ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / p.dp
+                                            : pol.bytes_per_param();
         g.set_op(g.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm,
-                         static_cast<std::int64_t>(stage_params * in.precision.bytes_per_param()),
+                         static_cast<std::int64_t>(stage_params * states_per_param),
                          "model states (" + in.precision.name + ")"),
                  {sim::OpCode::states});
       }
@@ -353,20 +360,42 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
       }
       const auto bytes = static_cast<std::int64_t>(b.params * in.precision.grad_bytes) / p.dp * p.dp + p.dp;
       const sim::TaskId reduce = g.collective(
-          "DP all-reduce stage " + std::to_string(b.stage) + " tp" + std::to_string(b.t) + " bucket " +
-              std::to_string(std::get<2>(key)),
-          {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, it->second, bytes}, b.ready, kDpStream);
+          std::string(p.distributed_optimizer ? "DP reduce-scatter" : "DP all-reduce") + " stage " + std::to_string(b.stage) +
+              " tp" + std::to_string(b.t) + " bucket " + std::to_string(std::get<2>(key)),
+          {p.distributed_optimizer ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce, sim::Algorithm::ring,
+           it->second, bytes},
+          b.ready, kDpStream);
       g.set_op(reduce, {sim::OpCode::states});
       for (int d = 0; d < p.dp; ++d) gpu_reductions[static_cast<std::size_t>(gpu_of(b.stage, d, b.t))].push_back(reduce);
     }
   }
+  const int shards = p.distributed_optimizer ? p.dp : 1;
+  std::vector<sim::TaskId> step(static_cast<std::size_t>(in.cluster.gpus()));
   for (int gpu = 0; gpu < in.cluster.gpus(); ++gpu) {
     std::vector<sim::TaskId> deps = gpu_reductions[static_cast<std::size_t>(gpu)];
     if (last_compute[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last_compute[static_cast<std::size_t>(gpu)]);
-    g.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false,
-           sim::OptimizerStep{static_cast<std::int64_t>(gpu_params[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam)},
-           {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
-          deps);
+    step[static_cast<std::size_t>(gpu)] =
+        g.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false,
+               sim::OptimizerStep{static_cast<std::int64_t>(gpu_params[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam / shards)},
+               {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
+              deps);
+  }
+  if (p.distributed_optimizer && p.dp > 1) {  // every data-parallel rank gets the others' updated weights
+    for (int stage = 0; stage < p.pp; ++stage) {
+      for (int t = 0; t < p.tp; ++t) {
+        std::vector<sim::DeviceId> members;
+        std::vector<sim::TaskId> deps;
+        for (int d = 0; d < p.dp; ++d) {
+          members.push_back(gpu_of(stage, d, t));
+          deps.push_back(step[static_cast<std::size_t>(members.back())]);
+        }
+        const double weights = gpu_params[static_cast<std::size_t>(members.front())] * in.precision.weight_bytes;
+        g.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
+                     {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g.add_group(members),
+                      static_cast<std::int64_t>(weights) / p.dp * p.dp + p.dp},
+                     deps, kDpStream);
+      }
+    }
   }
   return g;
 }

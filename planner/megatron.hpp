@@ -25,6 +25,10 @@ struct MegatronParams {
   Recompute recompute = Recompute::none;
   bool offload_activations = false;  // OC: full-recompute checkpoints kept in host DRAM (needs recompute full)
   double bucket_params = 40e6;      // DP all-reduce bucket size in parameters (Megatron's default is 40M)
+  // Megatron's distributed optimizer (ZeRO-1 across the data-parallel ranks): fp32 master weights and Adam moments
+  // are split dp ways, gradients are reduce-scattered instead of all-reduced, and the updated bf16 weights are
+  // all-gathered after the optimizer step.
+  bool distributed_optimizer = false;
 };
 
 // Checks the parameters against the model, cluster and workload; throws InputError naming the flag.

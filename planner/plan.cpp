@@ -55,7 +55,7 @@ std::string PlanSpec::summary() const {
     return "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " + std::to_string(p.dp) +
            (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + ", mb " + std::to_string(p.micro_batch) +
            (p.sequence_parallel ? ", sp" : "") + ", recompute " + std::string(to_string(p.recompute)) +
-           (p.offload_activations ? ", offload acts" : "");
+           (p.offload_activations ? ", offload acts" : "") + (p.distributed_optimizer ? ", dist-opt" : "");
   }
   const auto& z = zero;
   std::string out = "zero-" + std::to_string(z.stage);
@@ -101,7 +101,7 @@ Json parameters_json(const PlanSpec& spec) {
     const auto& p = spec.megatron;
     return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"vpp", p.vpp}, {"micro_batch", p.micro_batch},
             {"sequence_parallel", p.sequence_parallel}, {"recompute", to_string(p.recompute)},
-            {"offload_activations", p.offload_activations}};
+            {"offload_activations", p.offload_activations}, {"distributed_optimizer", p.distributed_optimizer}};
   }
   const auto& z = spec.zero;
   return {{"zero_stage", z.stage}, {"sp", z.sp}, {"cp", z.cp}, {"zigzag", z.zigzag}, {"chunk", z.fpdt_chunk},
@@ -141,6 +141,8 @@ PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, con
     const std::string rc = r.choice("recompute", {"none", "selective", "full"});
     p.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;
     p.offload_activations = r.boolean("offload_activations");
+    // Optional: plan files written before it existed mean false.
+    p.distributed_optimizer = r.has("distributed_optimizer") && r.boolean("distributed_optimizer");
   } else if (scheme == "zero" || scheme == "ulysses" || scheme == "ring-attention" || scheme == "fpdt") {
     auto& z = spec.zero;
     z.stage = static_cast<int>(r.integer("zero_stage", 0, 3));

@@ -163,6 +163,9 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
       }
     } else if (scheme == "megatron") {
       for (int tp : divisors(gpus)) {
+        // Tensor parallelism across nodes (valid for explicit plans) is not searched: every layer's collectives
+        // would cross the network.
+        if (tp > in.cluster.topology.gpus_per_node()) continue;
         for (int pp : divisors(gpus / tp)) {
           const int dp = gpus / (tp * pp);
           for (int vpp : {1, 2}) {
@@ -177,8 +180,12 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
                   for (std::int64_t mb : micro_batches) {
                     PlanSpec spec;
                     spec.scheme = scheme;
-                    spec.megatron = {tp, pp, dp, vpp, mb, sp, rc, oc, MegatronParams{}.bucket_params};
+                    spec.megatron = {tp, pp, dp, vpp, mb, sp, rc, oc, MegatronParams{}.bucket_params, false};
                     add(spec);
+                    if (dp > 1) {
+                      spec.megatron.distributed_optimizer = true;
+                      add(spec);
+                    }
                   }
                 }
               }
@@ -442,10 +449,12 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     }
   } else if (spec.scheme == "megatron") {
     const auto& p = spec.megatron;
-    // Without a distributed optimizer every rank keeps the full states of its shard of the model; the ends of
-    // the model sit on the first and last stages.
+    // Every rank keeps the full states of its shard of the model (the distributed optimizer splits the master
+    // weights and moments dp ways); the ends of the model sit on the first and last stages.
     const double ends = p.pp == 1 ? resident_params : std::max(pc.embedding, static_cast<double>(m.vocab * m.hidden));
-    b.hbm_bytes = pol.bytes_per_param() * (layer_params * L / p.pp + ends) / p.tp;
+    const double per_param = p.distributed_optimizer ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / p.dp
+                                                     : pol.bytes_per_param();
+    b.hbm_bytes = per_param * (layer_params * L / p.pp + ends) / p.tp;
   } else {
     const auto& z = spec.zero;
     const double n = gpus;

@@ -23,9 +23,9 @@ double dtype_bytes(hw::Dtype d) { return d == hw::Dtype::fp32 || d == hw::Dtype:
 
 double attention_pairs(const Attention& a) {
   const double q = static_cast<double>(a.q_len), kv = static_cast<double>(a.kv_len);
-  if (!a.causal) return q * kv;
+  if (!a.causal) return a.density * q * kv;
   // Query i (0-based among the q_len) sits at position kv - q + i and sees keys 0..kv - q + i.
-  return q * (kv - q) + q * (q + 1) / 2;
+  return a.density * (q * (kv - q) + q * (q + 1) / 2);
 }
 
 ComputeCost compute_cost(const Task& task) {

@@ -95,6 +95,7 @@ GraphDocument parse_graph(const json::Json& document, const std::string& origin)
       a.head_dim = static_cast<std::int32_t>(r.integer("head_dim", 1, 4096));
       a.causal = r.boolean("causal");
       a.backward = r.boolean("backward");
+      if (r.has("density")) a.density = r.number("density", {1e-9, 1, "", false, false});
       task.params = a;
     } else if (kind == "elementwise") {
       compute_stream();
@@ -189,6 +190,7 @@ json::Json graph_to_json(const TaskGraph& graph) {
           } else if constexpr (std::is_same_v<P, Attention>) {
             j["q_len"] = p.q_len; j["kv_len"] = p.kv_len; j["heads"] = p.heads; j["kv_heads"] = p.kv_heads;
             j["head_dim"] = p.head_dim; j["causal"] = p.causal; j["backward"] = p.backward;
+            if (p.density != 1) j["density"] = p.density;
           } else if constexpr (std::is_same_v<P, Elementwise>) {
             j["bytes_read"] = p.bytes_read; j["bytes_written"] = p.bytes_written;
           } else if constexpr (std::is_same_v<P, OptimizerStep>) {

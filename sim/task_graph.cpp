@@ -317,4 +317,69 @@ void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& or
   }
 }
 
+
+TaskId append(TaskGraph& into, const TaskGraph& from) {
+  const auto offset = static_cast<TaskId>(into.size());
+  const auto group_offset = static_cast<std::int32_t>(into.groups().size());
+  const auto label_offset = static_cast<std::int32_t>(into.labels().size());
+  for (const auto& g : from.groups()) into.add_group(g);
+  for (const auto& l : from.labels()) into.add_label(l);
+  for (const Task& t : from.tasks()) {
+    Task copy = t;
+    if (auto* c = std::get_if<Collective>(&copy.params)) c->group += group_offset;
+    if (auto* a = std::get_if<Alloc>(&copy.params)) a->label += label_offset;
+    if (auto* f = std::get_if<Free>(&copy.params)) f->alloc += offset;
+    into.add(std::move(copy));
+  }
+  for (const auto& [before, after] : from.edges()) into.add_dependency(before + offset, after + offset);
+  return offset;
+}
+
+TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const Task&)>& drop) {
+  const std::size_t n = graph.size();
+  std::vector<std::vector<TaskId>> preds(n);
+  for (const auto& [before, after] : graph.edges()) preds[static_cast<std::size_t>(after)].push_back(before);
+  std::vector<char> dropped(n);
+  for (std::size_t i = 0; i < n; ++i) dropped[i] = drop(graph.tasks()[i]) ? 1 : 0;
+  // The kept tasks a dropped task stands for (memoised; the graph is acyclic).
+  std::vector<std::vector<TaskId>> stands_for(n);
+  std::vector<char> resolved(n);
+  std::function<const std::vector<TaskId>&(TaskId)> kept_preds = [&](TaskId id) -> const std::vector<TaskId>& {
+    const auto i = static_cast<std::size_t>(id);
+    if (!resolved[i]) {
+      resolved[i] = 1;
+      for (TaskId p : preds[i]) {
+        if (!dropped[static_cast<std::size_t>(p)]) {
+          stands_for[i].push_back(p);
+        } else {
+          const auto& inherited = kept_preds(p);
+          stands_for[i].insert(stands_for[i].end(), inherited.begin(), inherited.end());
+        }
+      }
+    }
+    return stands_for[i];
+  };
+  std::vector<TaskId> new_id(n, -1);
+  TaskGraph out;
+  for (const auto& g : graph.groups()) out.add_group(g);
+  for (const auto& l : graph.labels()) out.add_label(l);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (dropped[i]) continue;
+    Task copy = graph.tasks()[i];
+    if (auto* f = std::get_if<Free>(&copy.params)) {
+      TRAINYARD_CHECK(!dropped[static_cast<std::size_t>(f->alloc)], "an alloc dropped with its free kept");
+      f->alloc = new_id[static_cast<std::size_t>(f->alloc)];
+    }
+    new_id[i] = out.add(std::move(copy));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (dropped[i]) continue;
+    std::vector<TaskId> deps = kept_preds(static_cast<TaskId>(i));
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    for (TaskId d : deps) out.add_dependency(new_id[static_cast<std::size_t>(d)], new_id[i]);
+  }
+  return out;
+}
+
 }  // namespace trainyard::sim

@@ -7,6 +7,7 @@
 // dependencies are done and it is at the head of each stream it occupies (a collective occupies the comm
 // stream of every member of its group).
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <variant>
@@ -43,6 +44,9 @@ struct Attention {
   std::int32_t heads = 0, kv_heads = 0, head_dim = 0;
   bool causal = true;
   bool backward = false;
+  // Share of the (causal) score block actually computed: packed rows of several documents with per-document
+  // masks compute only each document's own block (planner/lengths.hpp).
+  double density = 1;
 };
 struct Elementwise {  // norms, activations, residuals, RoPE, loss: memory-bound
   std::int64_t bytes_read = 0, bytes_written = 0;
@@ -171,6 +175,7 @@ class TaskGraph {
     edges_.reserve(2 * tasks);
   }
   const Task& task(TaskId id) const { return tasks_[static_cast<std::size_t>(id)]; }
+  Task& edit(TaskId id) { return tasks_[static_cast<std::size_t>(id)]; }  // before finalize(): sizes, not deps
   const std::vector<Task>& tasks() const { return tasks_; }
   const std::vector<std::vector<DeviceId>>& groups() const { return groups_; }
   const std::vector<std::string>& labels() const { return labels_; }
@@ -195,6 +200,11 @@ class TaskGraph {
   std::vector<std::int32_t> pred_count_;
   bool finalized_ = false;
 };
+
+// Adds `from`'s tasks, groups and labels to `into` (its ids shifted by into's size before, which is returned).
+TaskId append(TaskGraph& into, const TaskGraph& from);
+// A copy without the tasks `drop` selects; a dropped task's successors inherit its dependencies.
+TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const Task&)>& drop);
 
 // Checks a graph against a cluster of `gpus` GPUs on `nodes` nodes: devices exist, each kind runs on a
 // stream that can run it, groups are valid, frees match allocs, no cycles. Throws InputError naming

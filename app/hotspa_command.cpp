@@ -1,0 +1,214 @@
+// `simulate --lengths` and `plan --lengths`: variable-length mini-batches, static beside hot-switched (HotSPa).
+#include <iostream>
+
+#include "app/commands.hpp"
+#include "common/error.hpp"
+#include "common/units.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/hotspa.hpp"
+
+namespace trainyard::app {
+
+namespace po = boost::program_options;
+
+namespace {
+
+std::vector<std::int64_t> token_list(const std::string& text, const std::string& flag) {
+  std::vector<std::int64_t> out;
+  for (const std::string& item : split_commas(text)) out.push_back(parse_token_count(item, flag));
+  return out;
+}
+
+// What both commands share: model, cluster, the drawn mini-batch and the setting.
+struct LengthsRun {
+  model::ModelConfig model;
+  std::optional<sim::Cluster> cluster;
+  planner::LengthSource source;
+  std::vector<std::int64_t> lengths;
+  std::int64_t max_len = 0;
+  std::optional<planner::HotSpaSetting> setting;
+};
+
+// Model and cluster.
+void load_hardware(const po::variables_map& vm, LengthsRun& run) {
+  for (const char* flag : {"model", "hw", "tokens-per-step"}) {
+    if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value with --lengths", "nothing");
+  }
+  if (vm.count("global-batch") || vm.count("seq")) {
+    throw InputError("--seq/--global-batch", "value", "none with --lengths (the lengths and --tokens-per-step set the mini-batch)", "given");
+  }
+  run.model = model::load_model(vm["model"].as<std::string>(), "--model");
+  hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
+  const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : 1;
+  check_node_count(nodes, node);
+  run.cluster.emplace(std::move(node), nodes);
+}
+
+// The mini-batch and the setting.
+void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
+  run.source = planner::load_lengths(vm["lengths"].as<std::string>());
+  run.max_len = max_len;
+  const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
+  run.lengths = planner::sample_minibatch(run.source, tokens, max_len, vm["seed"].as<std::uint64_t>());
+  run.setting.emplace(planner::HotSpaSetting{run.model, *run.cluster, model::precision_policy(vm["precision"].as<std::string>())});
+  run.setting->batching = planner::parse_batching(vm["batching"].as<std::string>());
+  run.setting->micro_batch_tokens = parse_token_count(vm["micro-batch-tokens"].as<std::string>(), "--micro-batch-tokens");
+  if (vm.count("threads")) run.setting->threads = vm["threads"].as<int>();
+  if (vm.count("hbm-headroom")) run.setting->hbm_headroom = vm["hbm-headroom"].as<double>();
+}
+
+void print_header(const LengthsRun& run, std::int64_t tokens) {
+  std::cout << "lengths: " << run.source.origin << ": " << run.source.description << "\n"
+            << "mini-batch: " << run.lengths.size() << " sequences, " << format_tokens(tokens) << " tokens, longest "
+            << format_tokens(*std::max_element(run.lengths.begin(), run.lengths.end())) << " (documents cut at "
+            << format_tokens(run.max_len) << "), " << planner::to_string(run.setting->batching) << "\n"
+            << "model " << run.model.name << " on " << run.cluster->nodes << " x " << run.cluster->node.name << " ("
+            << run.cluster->gpus() << " GPUs)\n\n";
+}
+
+nlohmann::json header_json(const LengthsRun& run) {
+  return {{"lengths", run.source.origin}, {"description", run.source.description}, {"sequences", run.lengths.size()},
+          {"max_len", run.max_len}, {"model", run.model.name}, {"gpus", run.cluster->gpus()},
+          {"batching", planner::to_string(run.setting->batching)}};
+}
+
+void print_failure(const std::string& what, const planner::MinibatchResult& r) {
+  if (!r.fits) std::cout << what << " does not fit: " << r.failure << "\n";
+}
+
+}  // namespace
+
+void add_lengths_options(po::options_description& options, bool plan) {
+  options.add_options()
+      ("lengths", po::value<std::string>()->value_name("dist:NAME|FILE"),
+       "variable-length mini-batches: dist:commoncrawl, dist:github, a file of lengths (one per line) or a histogram JSON")
+      ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("int"), "with --lengths: the mini-batch's random seed")
+      ("max-len", po::value<std::string>()->value_name("tokens"), "with --lengths: longest sequence; longer documents are cut (default: the last group bound)")
+      ("groups", po::value<std::string>()->value_name("list"), plan ? "with --lengths: candidate group bounds (default: powers of two from 1K to --max-len)"
+                                                                    : "with --lengths: the length groups to break the time down by, e.g. 1K,4K,8K,16K,32K")
+      ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding"), "with --lengths: packed rows with per-document masks, or one padded row per sequence")
+      ("micro-batch-tokens", po::value<std::string>()->default_value("16K")->value_name("tokens"), "with --lengths: micro-batch size for strategies that give none");
+  if (!plan) {
+    options.add_options()
+        ("static", po::value<std::string>()->value_name("SCHEME:k=v,..."), "with --lengths: one strategy for every group, e.g. megatron:tp=16,pp=2")
+        ("switch", po::value<std::string>()->value_name("UPPER=SCHEME:k=v,...;..."), "with --lengths: hot switching, a strategy per group, e.g. 4K=megatron:dp=4,tp=2,pp=4;32K=megatron:tp=16,pp=2");
+  } else {
+    options.add_options()("per-group", po::value<int>()->default_value(3)->value_name("int"), "with --lengths: configurations simulated per candidate group");
+  }
+}
+
+int run_simulate_lengths(const po::variables_map& vm) {
+  if (!vm.count("static") && !vm.count("switch")) throw InputError("--static/--switch", "value", "at least one with --lengths", "neither");
+  for (const char* flag : {"graph", "plan", "strategy"}) {
+    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --lengths (--static and --switch give the strategies)", "given");
+  }
+  // Groups: --groups, else the --switch bounds; rows of the static plan are --max-len long.
+  std::vector<planner::GroupPlan> switched;
+  std::vector<std::int64_t> bounds;
+  LengthsRun run;
+  {
+    load_hardware(vm, run);  // the strategies need the GPU count (megatron's default dp)
+    const int gpus = run.cluster->gpus();
+    if (vm.count("switch")) switched = planner::parse_group_plans(vm["switch"].as<std::string>(), "--switch", gpus);
+    if (vm.count("groups")) bounds = token_list(vm["groups"].as<std::string>(), "--groups");
+    else if (!switched.empty()) for (const auto& p : switched) bounds.push_back(p.upper);
+    std::int64_t max_len = vm.count("max-len") ? parse_token_count(vm["max-len"].as<std::string>(), "--max-len") : 0;
+    if (max_len == 0) {
+      if (bounds.empty()) throw InputError("--max-len", "value", "a value (or --groups / --switch bounds)", "nothing");
+      max_len = bounds.back();
+    }
+    if (bounds.empty()) bounds.push_back(max_len);
+    if (!switched.empty() && switched.back().upper < max_len) {
+      throw InputError("--switch", "value", "a last group bound of at least --max-len (" + format_tokens(max_len) + ")", format_tokens(switched.back().upper));
+    }
+    if (bounds.back() < max_len) throw InputError("--groups", "value", "a last bound of at least --max-len (" + format_tokens(max_len) + ")", format_tokens(bounds.back()));
+    load(vm, run, max_len);
+  }
+  const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
+  std::optional<planner::MinibatchResult> st, sw;
+  if (vm.count("static")) {
+    const planner::PlanSpec spec = planner::parse_strategy(vm["static"].as<std::string>(), "--static", run.cluster->gpus());
+    std::vector<planner::GroupPlan> plans;
+    for (std::int64_t b : bounds) plans.push_back({b, spec, vm["static"].as<std::string>().find("micro_batch=") == std::string::npos, run.max_len});
+    st = planner::run_minibatch(*run.setting, run.lengths, plans, "--static");
+  }
+  if (!switched.empty()) sw = planner::run_minibatch(*run.setting, run.lengths, switched, "--switch");
+  if (vm["json"].as<bool>()) {
+    nlohmann::json out = header_json(run);
+    if (st) out["static"] = planner::minibatch_json(*st, *run.cluster);
+    if (sw) out["switched"] = planner::minibatch_json(*sw, *run.cluster);
+    std::cout << out.dump(2) << "\n";
+    return (st && !st->fits) || (sw && !sw->fits) ? 1 : 0;
+  }
+  print_header(run, tokens);
+  if (st && sw) {
+    std::cout << planner::table3(*st, *sw);
+  } else {
+    const auto& r = st ? *st : *sw;
+    std::cout << planner::table3(r, r);
+  }
+  if (st) print_failure("static", *st);
+  if (sw) print_failure("hot-switched", *sw);
+  if (sw) {
+    for (const auto& s : sw->switches) {
+      std::cout << "switch to group " << s.to + 1 << ": " << format_bytes(static_cast<double>(s.param_bytes)) << " parameters"
+                << (s.params_overlapped ? " (during the group before)" : "") << ", "
+                << format_bytes(static_cast<double>(s.grad_bytes)) << " gradients, " << format_fixed(s.exposed_s, 3) << " s exposed\n";
+    }
+    std::cout << "MFU: static " << (st ? format_fixed(100 * st->mfu(*run.cluster), 1) + "%" : "-") << ", hot-switched "
+              << format_fixed(100 * sw->mfu(*run.cluster), 1) << "%\n";
+  }
+  return (st && !st->fits) || (sw && !sw->fits) ? 1 : 0;
+}
+
+int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>& schemes) {
+  const std::int64_t max_len = parse_token_count(vm.count("max-len") ? vm["max-len"].as<std::string>() : "32K", "--max-len");
+  std::vector<std::int64_t> bounds;
+  if (vm.count("groups")) {
+    bounds = token_list(vm["groups"].as<std::string>(), "--groups");
+  } else {
+    for (std::int64_t b = 1024; b < max_len; b *= 2) bounds.push_back(b);
+    bounds.push_back(max_len);
+  }
+  if (bounds.back() != max_len) throw InputError("--groups", "value", "a last bound equal to --max-len (" + format_tokens(max_len) + ")", format_tokens(bounds.back()));
+  LengthsRun run;
+  load_hardware(vm, run);
+  load(vm, run, max_len);
+  const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
+  planner::HotSpaSearchOptions options;
+  options.schemes = schemes;
+  options.bounds = bounds;
+  options.per_group = vm["per-group"].as<int>();
+  if (options.per_group < 1) throw InputError("--per-group", "value", "a positive integer", std::to_string(options.per_group));
+  const bool json = vm["json"].as<bool>();
+  if (!json) {
+    options.progress = [](std::size_t done, std::size_t total) {
+      std::cerr << "\rsimulated " << done << "/" << total << std::flush;
+      if (done == total) std::cerr << "\n";
+    };
+  }
+  const planner::HotSpaSearchReport report = planner::search_hotspa(*run.setting, run.lengths, options);
+  const bool found = !report.best_static.empty() && !report.best_switched.empty();
+  if (json) {
+    nlohmann::json out = header_json(run);
+    out["simulated"] = report.simulated;
+    if (!report.best_static.empty()) out["static"] = planner::minibatch_json(report.static_result, *run.cluster);
+    if (!report.best_switched.empty()) out["switched"] = planner::minibatch_json(report.switched_result, *run.cluster);
+    std::cout << out.dump(2) << "\n";
+    return found ? 0 : 1;
+  }
+  print_header(run, tokens);
+  if (!found) {
+    std::cout << "no " << (report.best_static.empty() ? "static" : "hot-switched") << " plan fits\n";
+    return 1;
+  }
+  std::cout << "best static: " << report.best_static.front().spec.scheme << " " << report.best_static.front().spec.summary() << "\n"
+            << "best hot-switched: " << planner::describe(report.best_switched) << "\n"
+            << report.simulated << " group simulations\n\n"
+            << planner::table3(report.static_result, report.switched_result);
+  print_failure("hot-switched", report.switched_result);
+  return 0;
+}
+
+}  // namespace trainyard::app

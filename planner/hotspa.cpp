@@ -1,0 +1,535 @@
+#include "planner/hotspa.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "common/error.hpp"
+#include "common/text_table.hpp"
+#include "common/units.hpp"
+#include "planner/search.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Runs job(i) for i in [0, n) on `threads` threads (0: all cores); the first exception is rethrown.
+void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& job) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t workers = std::min<std::size_t>(n, threads > 0 ? static_cast<std::size_t>(threads) : cores);
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto work = [&] {
+    for (std::size_t i = next++; i < n; i = next++) {
+      try {
+        job(i);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+std::string spec_key(const PlanSpec& spec) { return spec.scheme + parameters_json(spec).dump(); }
+
+StepInputs inputs(const HotSpaSetting& s, Workload w) { return StepInputs{s.model, s.cluster, w, s.precision}; }
+
+// A group's rows and its built step, the attention scaled to what packing computes.
+struct BuiltGroup {
+  GroupRows rows;
+  PlanSpec spec;
+  sim::TaskGraph graph;
+};
+
+BuiltGroup build_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update) {
+  BuiltGroup b;
+  const std::int64_t row_len = plan.row_len > 0 ? plan.row_len : group.hi;
+  b.spec = plan.auto_micro_batch ? with_micro_batch(s, plan.spec, row_len) : plan.spec;
+  LengthGroup rows_of = group;
+  rows_of.hi = row_len;
+  b.rows = group_rows(rows_of, s.batching, row_multiple(b.spec, s.cluster.gpus()));
+  b.graph = build_plan(inputs(s, b.rows.workload), b.spec);
+  for (std::size_t i = 0; i < b.graph.size(); ++i) {
+    if (auto* a = std::get_if<sim::Attention>(&b.graph.edit(static_cast<sim::TaskId>(i)).params)) a->density = b.rows.attention_density;
+  }
+  // Gradients accumulate across groups: only the last group updates the model.
+  if (!update) b.graph = sim::without_tasks(b.graph, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; });
+  return b;  // finalized only by whoever simulates it (sends may still be added)
+}
+
+double max_end_s(const sim::SimResult& r, sim::TaskId first, sim::TaskId last) {
+  std::int64_t end = 0;
+  for (sim::TaskId i = first; i < last; ++i) end = std::max(end, r.timing[static_cast<std::size_t>(i)].end_ns);
+  return static_cast<double>(end) * 1e-9;
+}
+
+sim::SimOptions quiet() {
+  sim::SimOptions o;
+  o.record_links = false;
+  return o;
+}
+
+// Simulates a group, with the next switch's parameter sends alongside when given; returns the group's result and,
+// through `sends_end_s`, when those sends finished (when they fit in memory beside the group: else -1).
+GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update,
+                           const SwitchPlan* prefetch, double* sends_end_s) {
+  GroupResult g;
+  g.lo = group.lo;
+  g.hi = group.hi;
+  g.sequences = static_cast<std::int64_t>(group.lengths.size());
+  g.tokens = group.tokens();
+  BuiltGroup b = build_group(s, group, plan, update);
+  g.rows = b.rows;
+  g.spec = b.spec;
+  const auto group_tasks = static_cast<sim::TaskId>(b.graph.size());
+  if (prefetch) {
+    if (b.graph.finalized()) {  // a built graph is finalized: copy it into an open one
+      sim::TaskGraph open;
+      sim::append(open, b.graph);
+      b.graph = std::move(open);
+    }
+    add_switch_sends(b.graph, *prefetch, "prefetch params");
+  }
+  b.graph.finalize();
+  const auto all_tasks = static_cast<sim::TaskId>(b.graph.size());
+  const StepInputs in = inputs(s, b.rows.workload);
+  sim::SimResult r = sim::simulate(b.graph, s.cluster, quiet());
+  const PlanMetrics m = measure(r, in, s.hbm_headroom);
+  g.fits = m.fits;
+  g.failure = m.failure;
+  g.peak_hbm_bytes = m.peak_hbm_bytes;
+  g.model_flops = r.model_flops;
+  if (!m.fits) return g;
+  g.time_s = max_end_s(r, 0, group_tasks);
+  if (sends_end_s) *sends_end_s = prefetch ? max_end_s(r, group_tasks, all_tasks) : 0;
+  if (prefetch) {
+    std::vector<std::int64_t> incoming(static_cast<std::size_t>(s.cluster.gpus()), 0);
+    for (const auto& t : prefetch->transfers) incoming[static_cast<std::size_t>(t.dst)] += t.bytes;
+    const double usable = s.cluster.node.gpu.hbm_bytes.value * (1 - s.hbm_headroom);
+    bool room = true;
+    for (int gpu = 0; gpu < s.cluster.gpus(); ++gpu) {
+      const auto i = static_cast<std::size_t>(gpu);
+      if (static_cast<double>(r.pools[i].peak_bytes + incoming[i]) > usable) room = false;
+    }
+    if (!room) {  // no room to receive early: the group runs alone and the parameters move after it
+      GroupResult alone = simulate_group(s, group, plan, update, nullptr, nullptr);
+      if (sends_end_s) *sends_end_s = -1;
+      return alone;
+    }
+  }
+  return g;
+}
+
+double simulate_sends_s(const HotSpaSetting& s, const std::vector<const SwitchPlan*>& plans) {
+  sim::TaskGraph graph;
+  for (const SwitchPlan* p : plans) add_switch_sends(graph, *p, "switch");
+  if (graph.size() == 0) return 0;
+  graph.finalize();
+  return static_cast<double>(sim::simulate(graph, s.cluster, quiet()).step_ns) * 1e-9;
+}
+
+std::string range_name(std::int64_t lo, std::int64_t hi) { return format_tokens(lo) + "~" + format_tokens(hi); }
+
+}  // namespace
+
+PlanSpec parse_strategy(const std::string& text, const std::string& origin, int gpus) {
+  const auto colon = text.find(':');
+  const std::string scheme = text.substr(0, colon);
+  if (std::find(kSchemes.begin(), kSchemes.end(), scheme) == kSchemes.end()) {
+    std::string known;
+    for (const auto& k : kSchemes) known += (known.empty() ? "" : ", ") + k;
+    throw InputError(origin, "scheme", "one of " + known + " (e.g. megatron:tp=8,pp=2)", "\"" + text + "\"");
+  }
+  PlanSpec defaults;
+  defaults.scheme = scheme;
+  defaults.ringtrack.ring = gpus;
+  Json params = parameters_json(defaults);
+  bool dp_given = false;
+  if (colon != std::string::npos) {
+    for (const std::string& item : split_commas(text.substr(colon + 1))) {
+      const auto eq = item.find('=');
+      const std::string key = item.substr(0, eq);
+      if (eq == std::string::npos || !params.contains(key) || params[key].is_array() || params[key].is_object()) {
+        std::string keys;
+        for (auto it = params.begin(); it != params.end(); ++it) {
+          if (!it.value().is_array()) keys += (keys.empty() ? "" : ", ") + it.key();
+        }
+        throw InputError(origin, scheme, "key=value pairs with keys among " + keys, "\"" + item + "\"");
+      }
+      const std::string value = item.substr(eq + 1);
+      Json& slot = params[key];
+      if (slot.is_boolean()) {
+        if (value != "true" && value != "false") throw InputError(origin, scheme + "." + key, "true or false", "\"" + value + "\"");
+        slot = value == "true";
+      } else if (slot.is_number()) {
+        slot = parse_token_count(value, origin + " " + scheme + "." + key);
+      } else {
+        slot = value;
+      }
+      dp_given |= key == "dp";
+    }
+  }
+  if (scheme == "megatron" && !dp_given) {
+    params["dp"] = std::max<std::int64_t>(1, gpus / (params["tp"].get<std::int64_t>() * params["pp"].get<std::int64_t>()));
+  }
+  return parse_parameters(scheme, params, origin);
+}
+
+std::vector<GroupPlan> parse_group_plans(const std::string& text, const std::string& origin, int gpus) {
+  std::vector<GroupPlan> plans;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto end = std::min(text.find(';', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw InputError(origin, "group", "UPPER=SCHEME:key=value,... (e.g. 4K=megatron:tp=2,pp=4)", "\"" + item + "\"");
+    GroupPlan p;
+    p.upper = parse_token_count(item.substr(0, eq), origin);
+    p.spec = parse_strategy(item.substr(eq + 1), origin, gpus);
+    p.auto_micro_batch = item.find("micro_batch=") == std::string::npos;
+    if (!plans.empty() && p.upper <= plans.back().upper) {
+      throw InputError(origin, "group", "ascending upper bounds", format_tokens(p.upper) + " after " + format_tokens(plans.back().upper));
+    }
+    plans.push_back(p);
+    start = end + 1;
+  }
+  return plans;
+}
+
+std::string describe(const std::vector<GroupPlan>& plans) {
+  std::string out;
+  for (const auto& p : plans) out += (out.empty() ? "" : "; ") + format_tokens(p.upper) + "=" + p.spec.scheme + " " + p.spec.summary();
+  return out;
+}
+
+PlanSpec with_micro_batch(const HotSpaSetting& s, PlanSpec spec, std::int64_t row_len) {
+  const std::int64_t mb = std::max<std::int64_t>(1, s.micro_batch_tokens / std::max<std::int64_t>(1, row_len));
+  if (spec.scheme == "megatron") spec.megatron.micro_batch = mb;
+  else if (spec.scheme != "ringtrack") spec.zero.micro_batch = mb;
+  return spec;
+}
+
+std::int64_t row_multiple(const PlanSpec& spec, int gpus) {
+  if (spec.scheme == "megatron") {
+    const auto& p = spec.megatron;
+    return std::int64_t{p.dp} * p.micro_batch * (p.vpp > 1 ? p.pp : 1);
+  }
+  if (spec.scheme == "ringtrack") return gpus / std::max(1, spec.ringtrack.ring);
+  return std::int64_t{gpus / std::max(1, spec.zero.sp * spec.zero.cp)} * spec.zero.micro_batch;
+}
+
+double MinibatchResult::mfu(const sim::Cluster& cluster) const {
+  double flops = 0;
+  for (const auto& g : groups) flops += g.model_flops;
+  if (!(total_s > 0)) return 0;
+  return flops / (total_s * cluster.gpus() * cluster.node.gpu.peak_tflops(hw::Dtype::bf16) * 1e12);
+}
+
+GroupResult run_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update) {
+  return simulate_group(s, group, plan, update, nullptr, nullptr);
+}
+
+MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
+                              const std::vector<GroupPlan>& plans, const std::string& origin) {
+  std::vector<std::int64_t> bounds;
+  for (const auto& p : plans) bounds.push_back(p.upper);
+  const std::vector<LengthGroup> all = group_lengths(lengths, bounds);
+  std::vector<std::size_t> used;  // the non-empty groups
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].lengths.empty()) used.push_back(i);
+  }
+  MinibatchResult out;
+  if (used.empty()) throw InputError(origin, "lengths", "at least one sequence", "an empty mini-batch");
+  const std::size_t n = used.size();
+  const std::size_t home = n - 1;
+
+  // Layouts and switch plans: before group 0 the parameters come from home; between groups i and i+1 the
+  // gradients, and the parameters unless i+1 is home (whose parameters never left).
+  std::vector<StateLayout> params(n), grads(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const GroupPlan& plan = plans[used[k]];
+    const std::int64_t row_len = plan.row_len > 0 ? plan.row_len : all[used[k]].hi;
+    const PlanSpec spec = plan.auto_micro_batch ? with_micro_batch(s, plan.spec, row_len) : plan.spec;
+    LengthGroup g = all[used[k]];
+    g.hi = row_len;
+    const StepInputs in = inputs(s, group_rows(g, s.batching, row_multiple(spec, s.cluster.gpus())).workload);
+    try {
+      params[k] = parameter_layout(in, spec);
+      grads[k] = gradient_layout(in, spec);
+    } catch (const InputError& e) {
+      throw InputError(origin + ": group " + range_name(all[used[k]].lo, all[used[k]].hi) + " (" + spec.scheme + "): " + e.what());
+    }
+  }
+  const auto gpn = s.cluster.topology.gpus_per_node();
+  const auto param_units = unit_bytes(s.model, s.precision.weight_bytes);
+  const auto grad_units = unit_bytes(s.model, s.precision.grad_bytes);
+  std::vector<SwitchPlan> param_switch(n), grad_switch(n);  // [k]: into group k
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k != home) param_switch[k] = plan_switch(params[k == 0 ? home : k - 1], params[k], param_units, gpn, s.cluster.gpus());
+    if (k > 0) grad_switch[k] = plan_switch(grads[k - 1], grads[k], grad_units, gpn, s.cluster.gpus());
+  }
+
+  // Groups (each with the next group's parameters in flight) in parallel.
+  out.groups.resize(n);
+  std::vector<double> prefetch_end(n, 0);
+  parallel_for(n, s.threads, [&](std::size_t k) {
+    const SwitchPlan* next = k + 1 < n && !param_switch[k + 1].transfers.empty() ? &param_switch[k + 1] : nullptr;
+    try {
+      out.groups[k] = simulate_group(s, all[used[k]], plans[used[k]], k == home, next, &prefetch_end[k]);
+    } catch (const InputError& e) {
+      throw InputError(origin + ": group " + range_name(all[used[k]].lo, all[used[k]].hi) + " (" + plans[used[k]].spec.scheme + "): " + e.what());
+    }
+  });
+  for (const auto& g : out.groups) {
+    if (!g.fits && out.fits) {
+      out.fits = false;
+      out.failure = "group " + range_name(g.lo, g.hi) + " (" + g.spec.scheme + " " + g.spec.summary() + "): " + g.failure;
+    }
+  }
+  // Switches: what is left after the previous group.
+  for (std::size_t k = 0; k < n; ++k) {
+    SwitchResult sw;
+    sw.from = k == 0 ? home : k - 1;
+    sw.to = k;
+    sw.param_bytes = param_switch[k].bytes();
+    sw.grad_bytes = grad_switch[k].bytes();
+    if (sw.param_bytes == 0 && sw.grad_bytes == 0) continue;
+    std::vector<const SwitchPlan*> after{&grad_switch[k]};
+    double overhang = 0;
+    if (k > 0 && prefetch_end[k - 1] >= 0 && sw.param_bytes > 0) {
+      sw.params_overlapped = true;
+      overhang = std::max(0.0, prefetch_end[k - 1] - out.groups[k - 1].time_s);
+    } else {
+      after.push_back(&param_switch[k]);
+    }
+    sw.exposed_s = overhang + simulate_sends_s(s, after);
+    out.others_s += sw.exposed_s;
+    out.switches.push_back(sw);
+  }
+  out.total_s = out.others_s;
+  for (const auto& g : out.groups) out.total_s += g.time_s;
+  return out;
+}
+
+HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
+                                 const HotSpaSearchOptions& options) {
+  HotSpaSearchReport report;
+  // Bounds whose finest group is empty merge into the next one.
+  std::vector<std::int64_t> bounds;
+  {
+    const auto finest = group_lengths(lengths, options.bounds);
+    for (std::size_t i = 0; i < finest.size(); ++i) {
+      if (!finest[i].lengths.empty() || i + 1 == finest.size()) bounds.push_back(finest[i].hi);
+    }
+  }
+  const std::size_t nb = bounds.size();
+  const std::vector<LengthGroup> finest = group_lengths(lengths, bounds);
+  auto merged = [&](std::size_t i, std::size_t j) {  // finest groups i..j-1
+    LengthGroup g;
+    g.lo = finest[i].lo;
+    g.hi = finest[j - 1].hi;
+    for (std::size_t k = i; k < j; ++k) g.lengths.insert(g.lengths.end(), finest[k].lengths.begin(), finest[k].lengths.end());
+    std::sort(g.lengths.begin(), g.lengths.end(), std::greater<>());
+    return g;
+  };
+  const double usable = s.cluster.node.gpu.hbm_bytes.value * (1 - s.hbm_headroom);
+  // The configurations with the best time bounds for a group, rows at `row_len`.
+  auto candidates = [&](const LengthGroup& g, std::int64_t row_len) {
+    std::vector<std::string> schemes;
+    for (const auto& sc : options.schemes) {
+      if (sc != "ringtrack" || row_len >= 65536) schemes.push_back(sc);  // ring-track: long sequences only
+    }
+    const Workload probe{row_len, std::int64_t{s.cluster.gpus()} * 64};
+    std::map<std::string, std::pair<double, PlanSpec>> ranked;
+    for (PlanSpec spec : enumerate_plans(inputs(s, probe), schemes)) {
+      spec = with_micro_batch(s, spec, row_len);
+      const std::string key = spec_key(spec);
+      if (ranked.count(key)) continue;
+      LengthGroup rows_of = g;
+      rows_of.hi = row_len;
+      const StepInputs in = inputs(s, group_rows(rows_of, s.batching, row_multiple(spec, s.cluster.gpus())).workload);
+      try {
+        check_plan(in, spec);
+      } catch (const InputError&) {
+        continue;
+      }
+      const Bounds b = lower_bounds(in, spec);
+      if (b.hbm_bytes > usable) continue;
+      ranked[key] = {b.step_s, spec};
+    }
+    std::vector<std::pair<double, PlanSpec>> order;
+    for (auto& [key, v] : ranked) order.push_back(v);
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<PlanSpec> out;
+    for (std::size_t i = 0; i < order.size() && static_cast<int>(i) < options.per_group; ++i) out.push_back(order[i].second);
+    return out;
+  };
+
+  // Candidate groups (i, j] and their configurations, simulated together.
+  struct Job {
+    std::size_t i, j;
+    PlanSpec spec;
+    GroupResult result;
+  };
+  std::vector<Job> jobs;
+  for (std::size_t i = 0; i < nb; ++i) {
+    for (std::size_t j = i + 1; j <= nb; ++j) {
+      for (const PlanSpec& spec : candidates(merged(i, j), bounds[j - 1])) jobs.push_back({i, j, spec, {}});
+    }
+  }
+  const LengthGroup whole = merged(0, nb);
+  const std::vector<PlanSpec> statics = candidates(whole, bounds.back());
+  const std::size_t total = jobs.size() + statics.size();
+  std::atomic<std::size_t> done{0};
+  auto tick = [&] {
+    const std::size_t d = ++done;
+    if (options.progress) options.progress(d, total);
+  };
+  parallel_for(jobs.size(), s.threads, [&](std::size_t k) {
+    HotSpaSetting one = s;
+    one.threads = 1;
+    jobs[k].result = run_group(one, merged(jobs[k].i, jobs[k].j), {bounds[jobs[k].j - 1], jobs[k].spec, false, 0}, false);
+    tick();
+  });
+  report.simulated = jobs.size();
+
+  // Static: each candidate on the finest groups, rows at the longest bound.
+  std::optional<MinibatchResult> best_static;
+  for (const PlanSpec& spec : statics) {
+    std::vector<GroupPlan> plans;
+    for (std::int64_t b : bounds) plans.push_back({b, spec, false, bounds.back()});
+    MinibatchResult r = run_minibatch(s, lengths, plans, "static " + spec.scheme);
+    report.simulated += r.groups.size();
+    tick();
+    if (r.fits && (!best_static || r.total_s < best_static->total_s)) {
+      best_static = r;
+      report.best_static = plans;
+    }
+  }
+  if (best_static) report.static_result = *best_static;
+
+  // Shortest path over the bounds: state (bound j, job ending there), a switch between neighbours costs the
+  // simulated transfers of Algorithm 1's plan (parameters and gradients, nothing overlapped).
+  std::map<std::string, StateLayout> param_layouts, grad_layouts;
+  auto layouts_of = [&](const Job& job) {
+    const std::string key = spec_key(job.spec) + std::to_string(job.result.rows.workload.seq_len);
+    if (!param_layouts.count(key)) {
+      const StepInputs in = inputs(s, job.result.rows.workload);
+      param_layouts[key] = parameter_layout(in, job.spec);
+      grad_layouts[key] = gradient_layout(in, job.spec);
+    }
+    return key;
+  };
+  const auto gpn = s.cluster.topology.gpus_per_node();
+  const auto param_units = unit_bytes(s.model, s.precision.weight_bytes);
+  const auto grad_units = unit_bytes(s.model, s.precision.grad_bytes);
+  std::map<std::pair<std::string, std::string>, double> switch_s;
+  auto switch_cost = [&](const Job& a, const Job& b) {
+    const std::string ka = layouts_of(a), kb = layouts_of(b);
+    if (ka == kb) return 0.0;
+    auto it = switch_s.find({ka, kb});
+    if (it != switch_s.end()) return it->second;
+    const SwitchPlan p = plan_switch(param_layouts[ka], param_layouts[kb], param_units, gpn, s.cluster.gpus());
+    const SwitchPlan g = plan_switch(grad_layouts[ka], grad_layouts[kb], grad_units, gpn, s.cluster.gpus());
+    const double t = simulate_sends_s(s, {&p, &g});
+    switch_s[{ka, kb}] = t;
+    return t;
+  };
+  constexpr double kNone = 1e300;
+  std::vector<double> cost(jobs.size(), kNone);
+  std::vector<int> back(jobs.size(), -1);
+  for (std::size_t k = 0; k < jobs.size(); ++k) {  // jobs are ordered by i, so predecessors come first
+    if (!jobs[k].result.fits) continue;
+    if (jobs[k].i == 0) {
+      cost[k] = jobs[k].result.time_s;
+      continue;
+    }
+    for (std::size_t p = 0; p < k; ++p) {
+      if (jobs[p].j != jobs[k].i || cost[p] >= kNone) continue;
+      const double c = cost[p] + switch_cost(jobs[p], jobs[k]) + jobs[k].result.time_s;
+      if (c < cost[k]) {
+        cost[k] = c;
+        back[k] = static_cast<int>(p);
+      }
+    }
+  }
+  int best = -1;
+  for (std::size_t k = 0; k < jobs.size(); ++k) {
+    if (jobs[k].j == nb && cost[k] < kNone && (best < 0 || cost[k] < cost[static_cast<std::size_t>(best)])) best = static_cast<int>(k);
+  }
+  if (best >= 0) {
+    std::vector<GroupPlan> plans;
+    for (int k = best; k >= 0; k = back[static_cast<std::size_t>(k)]) {
+      const Job& job = jobs[static_cast<std::size_t>(k)];
+      plans.insert(plans.begin(), GroupPlan{bounds[job.j - 1], job.spec, false, 0});
+    }
+    report.switched_result = run_minibatch(s, lengths, plans, "hot-switched plan");
+    report.best_switched = plans;
+  }
+  return report;
+}
+
+std::string table3(const MinibatchResult& st, const MinibatchResult& sw) {
+  TextTable t({"group", "sequences", "tokens", "static s", "hot-switched s", "speedup", "hot-switched strategy"},
+              {false, true, true, true, true, true, false});
+  std::vector<std::vector<std::string>> rows;
+  for (const GroupResult& g : st.groups) {
+    rows.push_back({range_name(g.lo, g.hi), std::to_string(g.sequences), format_tokens(g.tokens), g.fits ? format_fixed(g.time_s, 2) : "no fit", "", "", ""});
+  }
+  // A switched group spans one or more static rows: its time goes on the first, the speedup against their sum.
+  for (const GroupResult& h : sw.groups) {
+    double static_s = 0;
+    int first = -1;
+    for (std::size_t r = 0; r < st.groups.size(); ++r) {
+      if (st.groups[r].hi <= h.lo || st.groups[r].lo >= h.hi) continue;
+      static_s += st.groups[r].time_s;
+      if (first < 0) first = static_cast<int>(r);
+    }
+    if (first < 0) continue;
+    auto& row = rows[static_cast<std::size_t>(first)];
+    row[4] = (h.fits ? format_fixed(h.time_s, 2) : "no fit") + " (" + range_name(h.lo, h.hi) + ")";
+    row[5] = h.fits && static_s > 0 ? format_fixed(static_s / h.time_s, 2) + "x" : "-";
+    row[6] = h.spec.scheme + " " + h.spec.summary();
+  }
+  for (auto& row : rows) t.add_row(std::move(row));
+  t.add_row({"Others", "", "", "-", format_fixed(sw.others_s, 2), "", std::to_string(sw.switches.size()) + " switches"});
+  const bool both = st.fits && sw.fits;
+  t.add_row({"Total", "", "", st.fits ? format_fixed(st.total_s, 2) : "no fit", sw.fits ? format_fixed(sw.total_s, 2) : "no fit",
+             both ? format_fixed(st.total_s / sw.total_s, 2) + "x" : "-", ""});
+  std::ostringstream out;
+  t.print(out);
+  return out.str();
+}
+
+Json minibatch_json(const MinibatchResult& r, const sim::Cluster& cluster) {
+  Json groups = Json::array();
+  for (const auto& g : r.groups) {
+    groups.push_back({{"lo", g.lo}, {"hi", g.hi}, {"sequences", g.sequences}, {"tokens", g.tokens},
+                      {"rows", g.rows.workload.global_batch}, {"row_len", g.rows.workload.seq_len},
+                      {"fill", g.rows.fill}, {"attention_density", g.rows.attention_density},
+                      {"scheme", g.spec.scheme}, {"parameters", parameters_json(g.spec)}, {"summary", g.spec.summary()},
+                      {"fits", g.fits}, {"failure", g.failure}, {"time_s", g.time_s}, {"peak_hbm_bytes", g.peak_hbm_bytes}});
+  }
+  Json switches = Json::array();
+  for (const auto& s : r.switches) {
+    switches.push_back({{"from", s.from}, {"to", s.to}, {"param_bytes", s.param_bytes}, {"grad_bytes", s.grad_bytes},
+                        {"params_overlapped", s.params_overlapped}, {"exposed_s", s.exposed_s}});
+  }
+  return {{"groups", groups}, {"switches", switches}, {"others_s", r.others_s}, {"total_s", r.total_s},
+          {"fits", r.fits}, {"failure", r.failure}, {"mfu", r.mfu(cluster)}};
+}
+
+}  // namespace trainyard::planner

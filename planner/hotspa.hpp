@@ -1,0 +1,110 @@
+#pragma once
+// Variable-length mini-batches run static (one strategy for every length group) or hot-switched (seed 004,
+// HotSPa: each length group under its own strategy, gradients accumulated across groups, one update), and the
+// search for the group bounds and the strategy of each group.
+//
+// A mini-batch runs its groups shortest first. The update layout ("home") is the last group's: its parameters
+// stay in place while the others run, so the first switch moves parameters only, the last gradients only, and
+// those between both. A switch's parameter transfers overlap the group before it when the destination GPUs have
+// room for the incoming parameters beside that group's peak; its gradient transfers wait for the group to end.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/lengths.hpp"
+#include "planner/plan.hpp"
+#include "planner/switching.hpp"
+
+namespace trainyard::planner {
+
+struct HotSpaSetting {
+  const model::ModelConfig& model;
+  const sim::Cluster& cluster;
+  model::PrecisionPolicy precision;
+  Batching batching = Batching::packing;
+  double hbm_headroom = 0.05;
+  // Strategies given without a micro-batch get the largest that keeps a micro-batch within this many tokens.
+  std::int64_t micro_batch_tokens = 16384;
+  int threads = 0;  // 0: all cores
+};
+
+// "megatron:tp=16,pp=2" (dp defaults to the GPUs left), "ulysses:sp=8", "ringtrack:ring=8,chunk=16384": a scheme and
+// any of its plan-file parameters (docs/planner.md); the rest keep their defaults. InputError names `origin`.
+PlanSpec parse_strategy(const std::string& text, const std::string& origin, int gpus);
+// "4K=megatron:dp=4,tp=2,pp=4;32K=megatron:tp=16,pp=2": groups by upper bound, ascending.
+struct GroupPlan {
+  std::int64_t upper = 0;  // the group is (previous upper, upper]
+  PlanSpec spec;
+  bool auto_micro_batch = true;  // the micro-batch was not given: HotSpaSetting::micro_batch_tokens picks it
+  std::int64_t row_len = 0;      // rows of this many tokens; 0: the group's bound (a static plan uses the longest)
+};
+std::vector<GroupPlan> parse_group_plans(const std::string& text, const std::string& origin, int gpus);
+std::string describe(const std::vector<GroupPlan>& plans);  // the same syntax back
+
+// `spec` with the micro-batch HotSpaSetting::micro_batch_tokens gives rows of `row_len`; and the multiple of rows
+// the spec's builder needs (data-parallel width times micro-batch).
+PlanSpec with_micro_batch(const HotSpaSetting& s, PlanSpec spec, std::int64_t row_len);
+std::int64_t row_multiple(const PlanSpec& spec, int gpus);
+
+struct GroupResult {
+  std::int64_t lo = 0, hi = 0, sequences = 0, tokens = 0;
+  GroupRows rows;
+  PlanSpec spec;
+  bool fits = false;
+  std::string failure;
+  double time_s = 0;
+  std::int64_t peak_hbm_bytes = 0;
+  double model_flops = 0;
+};
+struct SwitchResult {
+  std::size_t from = 0, to = 0;  // group indices
+  std::int64_t param_bytes = 0, grad_bytes = 0;
+  bool params_overlapped = false;  // the parameters moved during group `from`
+  double exposed_s = 0;            // time the switch adds to the mini-batch
+};
+struct MinibatchResult {
+  std::vector<GroupResult> groups;  // non-empty groups, shortest first
+  std::vector<SwitchResult> switches;
+  double others_s = 0;  // the switches
+  double total_s = 0;
+  bool fits = true;
+  std::string failure;  // the first group that does not fit, and why
+  double mfu(const sim::Cluster& cluster) const;
+};
+
+// Runs the groups of `lengths` cut at the plans' bounds, each under its plan. One plan (or plans that are all the
+// same strategy) is static execution. Invalid strategies for a group are an InputError naming `origin`.
+MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
+                              const std::vector<GroupPlan>& plans, const std::string& origin);
+// One group alone: `update` keeps the optimizer step.
+GroupResult run_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update);
+
+// The search. Candidate bounds are `bounds` (ascending, the last one the longest sequence allowed); every
+// contiguous range of them is a candidate group, simulated under the `per_group` configurations (of `schemes`)
+// with the best time bounds; group bounds and strategies then come from a shortest path over the bounds that
+// counts a switch between neighbouring groups. The best static plan is the best of `per_group` whole-range
+// configurations, each run on the finest groups.
+struct HotSpaSearchOptions {
+  std::vector<std::string> schemes = kSchemes;
+  std::vector<std::int64_t> bounds;
+  int per_group = 3;
+  std::function<void(std::size_t done, std::size_t total)> progress;
+};
+struct HotSpaSearchReport {
+  std::vector<GroupPlan> best_static, best_switched;  // the static one: one plan per finest group, all the same
+  MinibatchResult static_result, switched_result;
+  std::size_t simulated = 0;
+};
+HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
+                                 const HotSpaSearchOptions& options);
+
+// Static beside hot-switched in the seed's Table 3 form: one row per group of `breakdown` (the finest groups), the
+// switched plan's time on the first row of each of its groups, "Others" and the total with speedups.
+std::string table3(const MinibatchResult& static_run, const MinibatchResult& switched_run);
+nlohmann::json minibatch_json(const MinibatchResult& r, const sim::Cluster& cluster);
+
+}  // namespace trainyard::planner
