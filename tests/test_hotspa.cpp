@@ -1,0 +1,252 @@
+// Variable-length workloads and HotSPa hot switching (planner/lengths, planner/switching, planner/hotspa).
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/hotspa.hpp"
+#include "sim/cost_model.hpp"
+#include "test_support.hpp"
+
+namespace trainyard {
+namespace {
+
+using planner::GroupPlan;
+using planner::PlanSpec;
+
+std::int64_t sum(const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t{0}); }
+
+TEST(Lengths, SeededDrawIsDeterministicExactAndCut) {
+  const auto src = planner::load_lengths("dist:github");
+  const auto a = planner::sample_minibatch(src, 1 << 20, 32768, 7);
+  const auto b = planner::sample_minibatch(src, 1 << 20, 32768, 7);
+  const auto c = planner::sample_minibatch(src, 1 << 20, 32768, 8);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(sum(a), 1 << 20);
+  EXPECT_LE(*std::max_element(a.begin(), a.end()), 32768);
+  EXPECT_GE(*std::min_element(a.begin(), a.end()), 1);
+}
+
+// The built-in fits land near the token shares they were fitted to (seed 004 Table 3, static column): a large draw
+// keeps the share of tokens in sequences up to 1K within a few points of the fit's 0.65 and 0.19.
+TEST(Lengths, BuiltinTokenSharesFollowTheFit) {
+  for (const auto& [name, share_1k] : std::vector<std::pair<std::string, double>>{{"dist:commoncrawl", 0.652}, {"dist:github", 0.185}}) {
+    const auto l = planner::sample_minibatch(planner::load_lengths(name), 64 << 20, 32768, 1);
+    std::int64_t short_tokens = 0;
+    for (auto x : l) short_tokens += x <= 1024 ? x : 0;
+    EXPECT_NEAR(static_cast<double>(short_tokens) / (64 << 20), share_1k, 0.05) << name;
+  }
+}
+
+TEST(Lengths, FilesAndHistogramsWithErrorsNamingTheLine) {
+  test::TempDir dir;
+  const auto good = dir.write("lengths.txt", "# observed\n100\n\n2000\n");
+  const auto src = planner::load_lengths(good);
+  const auto l = planner::sample_minibatch(src, 10000, 4096, 3);
+  for (auto x : l) EXPECT_TRUE(x == 100 || x == 2000 || x == 10000 - (sum(l) - x)) << x;
+  EXPECT_EQ(sum(l), 10000);
+  const auto bad = dir.write("bad.txt", "100\n12x\n");
+  try {
+    planner::load_lengths(bad);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad + ":2"), std::string::npos) << e.what();
+  }
+  const auto hist = dir.write("h.json", R"({"schema": "trainyard.lengths.v1", "bins": [{"min": 10, "max": 20, "weight": 1}]})");
+  for (auto x : planner::sample_minibatch(planner::load_lengths(hist), 5000, 4096, 1)) EXPECT_LE(x, 20);
+  const auto typo = dir.write("t.json", R"({"schema": "trainyard.lengths.v1", "bins": [{"min": 10, "max": 20, "weigth": 1}]})");
+  EXPECT_THROW(planner::load_lengths(typo), InputError);
+  EXPECT_THROW(planner::load_lengths("dist:wikipedia"), InputError);
+}
+
+TEST(Lengths, PackingAndPaddingRows) {
+  const auto groups = planner::group_lengths({3, 2, 3, 2, 9}, {5, 10});
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].lengths, (std::vector<std::int64_t>{3, 3, 2, 2}));
+  // Best-fit decreasing into rows of 5: {3, 2}, {3, 2}.
+  const auto packed = planner::group_rows(groups[0], planner::Batching::packing, 1);
+  EXPECT_EQ(packed.workload.global_batch, 2);
+  EXPECT_EQ(packed.workload.seq_len, 5);
+  EXPECT_DOUBLE_EQ(packed.attention_density, (9.0 + 9 + 4 + 4) / (2 * 25));
+  EXPECT_DOUBLE_EQ(packed.fill, 1.0);
+  const auto padded = planner::group_rows(groups[0], planner::Batching::padding, 3);
+  EXPECT_EQ(padded.workload.global_batch, 6);  // 4 sequences, rounded up to the strategy's multiple
+  EXPECT_DOUBLE_EQ(padded.attention_density, 1.0);
+  EXPECT_THROW(planner::group_lengths({11}, {5, 10}), InputError);
+}
+
+TEST(Switching, AlgorithmOneOnTwoNodesOfTwo) {
+  // One unit of 100 bytes held whole by GPU 0, wanted by all four GPUs (nodes {0,1} and {2,3}).
+  planner::StateLayout from{{{planner::Shard{0, 1, {0}}}}}, to{{{planner::Shard{0, 1, {0, 1, 2, 3}}}}};
+  auto plan = planner::plan_switch(from, to, {100}, 2, 4);
+  ASSERT_EQ(plan.transfers.size(), 3u);
+  EXPECT_EQ(plan.transfers[0].src, 0);
+  EXPECT_EQ(plan.transfers[0].dst, 1);
+  EXPECT_FALSE(plan.transfers[0].inter_node);
+  EXPECT_TRUE(plan.transfers[1].inter_node);
+  EXPECT_TRUE(plan.transfers[2].inter_node);
+  EXPECT_EQ(plan.intra_send_bytes[0], 100);
+  EXPECT_EQ(plan.inter_send_bytes[0], 200);
+
+  // Held by GPUs 0 and 1 (node 0), wanted by 2 and 3: the inter-node sends alternate to balance the senders.
+  from = {{{planner::Shard{0, 1, {0, 1}}}}};
+  to = {{{planner::Shard{0, 1, {2, 3}}}}};
+  plan = planner::plan_switch(from, to, {100}, 2, 4);
+  ASSERT_EQ(plan.transfers.size(), 2u);
+  EXPECT_EQ(plan.transfers[0].src, 0);
+  EXPECT_EQ(plan.transfers[0].dst, 2);
+  EXPECT_EQ(plan.transfers[1].src, 1);
+  EXPECT_EQ(plan.transfers[1].dst, 3);
+
+  // TP 2 shards on GPUs 0 and 1, gathered whole onto all four: each half goes to its node neighbour over NVLink
+  // and across to both GPUs of the other node; 300 bytes (4 copies of 100 minus the 100 already held).
+  from = {{{planner::Shard{0, 0.5, {0}}, planner::Shard{0.5, 1, {1}}}}};
+  to = {{{planner::Shard{0, 1, {0, 1, 2, 3}}}}};
+  plan = planner::plan_switch(from, to, {100}, 2, 4);
+  ASSERT_EQ(plan.transfers.size(), 6u);
+  EXPECT_EQ(plan.bytes(), 300);
+  EXPECT_EQ(plan.intra_send_bytes[0], 50);
+  EXPECT_EQ(plan.intra_send_bytes[1], 50);
+  EXPECT_EQ(plan.inter_send_bytes[0], 100);
+  EXPECT_EQ(plan.inter_send_bytes[1], 100);
+  // Two intra-node sources: the one that has sent less intra-node so far.
+  from = {{{planner::Shard{0, 1, {0, 1}}}, {planner::Shard{0, 1, {0, 1}}}}};
+  to = {{{planner::Shard{0, 1, {0, 1, 2}}}, {planner::Shard{0, 1, {0, 1, 2}}}}};
+  plan = planner::plan_switch(from, to, {10, 10}, 4, 4);  // one node of 4
+  ASSERT_EQ(plan.transfers.size(), 2u);
+  EXPECT_EQ(plan.transfers[0].src, 0);
+  EXPECT_EQ(plan.transfers[1].src, 1);
+}
+
+// llama3.2-1b on DGX A100 nodes.
+struct Rig {
+  explicit Rig(int nodes) : cluster(hw::load_node("dgx-a100"), nodes) {}
+  model::ModelConfig model = model::load_model("llama3.2-1b");
+  sim::Cluster cluster;
+  planner::HotSpaSetting setting{model, cluster, model::precision_policy("bf16-mixed")};
+  planner::StepInputs in(planner::Workload w) const { return {model, cluster, w, setting.precision}; }
+};
+
+PlanSpec strategy(const std::string& text, int gpus) { return planner::parse_strategy(text, "test", gpus); }
+
+TEST(Switching, BytesMatchTheReshardedState) {
+  const Rig s(2);
+  const auto in = s.in({4096, 64});
+  const auto units = planner::unit_bytes(s.model, 2);
+  const std::int64_t model_bytes = sum(units);
+  EXPECT_NEAR(static_cast<double>(model_bytes), s.model.params() * 2, 16);
+  const auto pure_dp = planner::parameter_layout(in, strategy("megatron:dp=16", 16));
+  const auto tp8_pp2 = planner::parameter_layout(in, strategy("megatron:tp=8,pp=2", 16));
+  // Everyone holds everything under DP: nothing to send. The reverse gives each GPU the 15/16 it lacks.
+  EXPECT_EQ(planner::plan_switch(pure_dp, tp8_pp2, units, 8, 16).bytes(), 0);
+  const auto gather = planner::plan_switch(tp8_pp2, pure_dp, units, 8, 16);
+  // llama3.2-1b ties its embeddings: with PP 2 the first and last stage both hold them, so they need 14 copies.
+  const std::int64_t embedding = units[static_cast<std::size_t>(s.model.layers)];
+  EXPECT_EQ(gather.bytes(), 15 * model_bytes - embedding);
+  // ZeRO-3 (GPU g holds 1/16 of every unit) to TP 8 x PP 2 (GPU 8s+t wants slice t/8 of its stage's units): only
+  // GPU 0 (stage 0) and GPU 15 (stage 1) already hold half of their slice, 1/16 of a unit.
+  const auto zero3 = planner::parameter_layout(in, strategy("zero:zero_stage=3", 16));
+  const auto to_tp = planner::plan_switch(zero3, tp8_pp2, units, 8, 16);
+  const double layers = static_cast<double>(model_bytes - embedding);
+  EXPECT_NEAR(static_cast<double>(to_tp.bytes()), layers * 15 / 16 + static_cast<double>(embedding) * (2 - 2.0 / 16), 64);
+}
+
+// Short sequences are far better off data-parallel than under TP 8: one switch each way costs less than that saves.
+TEST(HotSpa, SwitchingWinsWhenTheShortGroupIsLarge) {
+  const Rig s(1);
+  std::vector<std::int64_t> lengths(2048, 512);
+  lengths.push_back(32768);
+  lengths.push_back(32768);
+  const PlanSpec tp8 = strategy("megatron:tp=8,sequence_parallel=true", 8);
+  const PlanSpec dp8 = strategy("megatron:dp=8,distributed_optimizer=true", 8);
+  const auto st = planner::run_minibatch(s.setting, lengths, {{512, tp8, true, 32768}, {32768, tp8, true, 32768}}, "test");
+  const auto hot = planner::run_minibatch(s.setting, lengths, {{512, dp8}, {32768, tp8}}, "test");
+  ASSERT_TRUE(st.fits) << st.failure;
+  ASSERT_TRUE(hot.fits) << hot.failure;
+  // Into the short group every GPU gathers the 7/8 of the model it lacks; back, the data-parallel gradients are
+  // already everywhere, so nothing moves.
+  ASSERT_EQ(hot.switches.size(), 1u);
+  EXPECT_EQ(hot.switches[0].param_bytes, 7 * sum(planner::unit_bytes(s.model, 2)));
+  EXPECT_EQ(hot.switches[0].grad_bytes, 0);
+  EXPECT_GT(hot.others_s, 0);
+  EXPECT_LT(hot.total_s, st.total_s);
+  EXPECT_LT(hot.groups[0].time_s + hot.others_s, st.groups[0].time_s);
+}
+
+// A handful of short tokens: what data parallelism saves on them is less than moving the model there and back.
+TEST(HotSpa, SwitchingLosesWhenTheShortGroupIsSmall) {
+  const Rig s(1);
+  std::vector<std::int64_t> lengths(8, 512);
+  lengths.push_back(32768);
+  const PlanSpec tp8 = strategy("megatron:tp=8,sequence_parallel=true", 8);
+  const PlanSpec dp8 = strategy("megatron:dp=8,distributed_optimizer=true", 8);
+  const auto st = planner::run_minibatch(s.setting, lengths, {{512, tp8, true, 32768}, {32768, tp8, true, 32768}}, "test");
+  const auto hot = planner::run_minibatch(s.setting, lengths, {{512, dp8}, {32768, tp8}}, "test");
+  ASSERT_TRUE(st.fits) << st.failure;
+  ASSERT_TRUE(hot.fits) << hot.failure;
+  EXPECT_GT(hot.others_s, st.groups[0].time_s - hot.groups[0].time_s);
+  EXPECT_GT(hot.total_s, st.total_s);
+}
+
+TEST(HotSpa, StrategiesParseWithErrorsNamingTheKey) {
+  const PlanSpec p = strategy("megatron:tp=2,pp=2", 16);
+  EXPECT_EQ(p.megatron.dp, 4);
+  EXPECT_EQ(strategy("ulysses:sp=8", 8).zero.sp, 8);
+  try {
+    strategy("megatron:tensor=2", 8);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor=2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(strategy("hotspa", 8), InputError);
+  const auto plans = planner::parse_group_plans("4K=megatron:dp=8;32K=megatron:tp=8,micro_batch=2", "--switch", 8);
+  ASSERT_EQ(plans.size(), 2u);
+  EXPECT_TRUE(plans[0].auto_micro_batch);
+  EXPECT_FALSE(plans[1].auto_micro_batch);
+  EXPECT_THROW(planner::parse_group_plans("32K=megatron:dp=8;4K=megatron:dp=8", "--switch", 8), InputError);
+}
+
+TEST(SimGraph, WithoutTasksKeepsTheOrderThroughDroppedTasks) {
+  sim::TaskGraph g;
+  const auto a = g.elementwise("a", 0, {100, 100});
+  const auto b = g.add({"opt", 0, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{1000}}, {a});
+  g.elementwise("c", 0, {100, 100}, std::vector<sim::TaskId>{b});
+  const auto out = sim::without_tasks(g, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; });
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out.edges().size(), 1u);
+  EXPECT_EQ(out.edges()[0], std::make_pair(sim::TaskId{0}, sim::TaskId{1}));
+}
+
+TEST(SimGraph, AttentionDensityScalesItsFlops) {
+  sim::Task t{"attn", 0, {sim::StreamKind::compute, 0}, false, sim::Attention{4096, 4096, 32, 8, 128, true, false, 1.0}};
+  const double full = sim::compute_cost(t).model_flops;
+  std::get<sim::Attention>(t.params).density = 0.25;
+  EXPECT_DOUBLE_EQ(sim::compute_cost(t).model_flops, full / 4);
+}
+
+TEST(HotSpaCli, SimulateAndPlanWithLengths) {
+  const auto sim = test::run_cli(
+      "simulate --lengths dist:github --model llama3.2-1b --hw dgx-a100 --tokens-per-step 256K --max-len 8K --groups 1K,8K "
+      "--static megatron:tp=8 --switch '1K=megatron:dp=8,distributed_optimizer=true;8K=megatron:tp=8' --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const auto j = nlohmann::json::parse(sim.out);
+  EXPECT_GT(j["static"]["total_s"].get<double>(), 0);
+  EXPECT_GT(j["switched"]["total_s"].get<double>(), 0);
+  EXPECT_EQ(j["switched"]["groups"].size(), 2u);
+  const auto plan = test::run_cli(
+      "plan --lengths dist:github --model llama3.2-1b --hw dgx-a100 --tokens-per-step 128K --max-len 4K --strategies megatron "
+      "--per-group 1 --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto p = nlohmann::json::parse(plan.out);
+  EXPECT_TRUE(p["static"]["fits"].get<bool>());
+  EXPECT_TRUE(p["switched"]["fits"].get<bool>());
+  const auto bad = test::run_cli("simulate --lengths dist:nope --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --max-len 4K --static megatron:tp=8");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--lengths"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace trainyard
