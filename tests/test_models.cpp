@@ -11,7 +11,7 @@ namespace trainyard::model {
 
 TEST(Models, AllBuiltinsLoad) {
   const std::vector<std::string> expected = {"gpt-13b",    "gpt-2.7b",   "gpt-30b",    "gpt-6.7b",
-                                             "llama2-13b", "llama2-70b", "llama2-7b",  "llama3-405b",
+                                             "llama-32b",  "llama2-13b", "llama2-70b", "llama2-7b",  "llama3-405b",
                                              "llama3-70b", "llama3-8b",  "llama3.2-1b", "llama3.2-3b"};
   EXPECT_EQ(builtin_model_names(), expected);
   for (const auto& name : expected) {
