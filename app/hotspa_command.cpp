@@ -129,9 +129,8 @@ int run_simulate_lengths(const po::variables_map& vm) {
   std::optional<planner::MinibatchResult> st, sw;
   if (vm.count("static")) {
     const planner::PlanSpec spec = planner::parse_strategy(vm["static"].as<std::string>(), "--static", run.cluster->gpus());
-    std::vector<planner::GroupPlan> plans;
-    for (std::int64_t b : bounds) plans.push_back({b, spec, vm["static"].as<std::string>().find("micro_batch=") == std::string::npos, run.max_len});
-    st = planner::run_minibatch(*run.setting, run.lengths, plans, "--static");
+    st = planner::run_static(*run.setting, run.lengths, bounds, spec,
+                             vm["static"].as<std::string>().find("micro_batch=") == std::string::npos, "--static");
   }
   if (!switched.empty()) sw = planner::run_minibatch(*run.setting, run.lengths, switched, "--switch");
   if (vm["json"].as<bool>()) {

@@ -80,6 +80,11 @@ struct MinibatchResult {
 // same strategy) is static execution. Invalid strategies for a group are an InputError naming `origin`.
 MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
                               const std::vector<GroupPlan>& plans, const std::string& origin);
+// Static execution of `spec`: one run over the whole mini-batch packed at the longest bound gives the total (one
+// pipeline, one update); each group of `bounds` run alone under the same strategy gives the breakdown (those runs
+// each fill and drain the pipeline, so they can add up to more than the total).
+MinibatchResult run_static(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& bounds,
+                           const PlanSpec& spec, bool auto_micro_batch, const std::string& origin);
 // One group alone: `update` keeps the optimizer step.
 GroupResult run_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update);
 
@@ -102,8 +107,8 @@ struct HotSpaSearchReport {
 HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
                                  const HotSpaSearchOptions& options);
 
-// Static beside hot-switched in the seed's Table 3 form: one row per group of `breakdown` (the finest groups), the
-// switched plan's time on the first row of each of its groups, "Others" and the total with speedups.
+// Static beside hot-switched in the seed's Table 3 form: one row per static group (each run alone), the switched
+// plan's time on the first row of each of its groups with the speedup over those rows, "Others", and the totals.
 std::string table3(const MinibatchResult& static_run, const MinibatchResult& switched_run);
 nlohmann::json minibatch_json(const MinibatchResult& r, const sim::Cluster& cluster);
 

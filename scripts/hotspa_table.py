@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "trainyard")
 
 TOKENS = "1M"          # the seed does not give its mini-batch size
-MB_TOKENS = "8K"       # micro-batch size for the seed's (DP, TP, PP) tuples, which give none
+MB_TOKENS = "4K"       # micro-batch size for the seed's (DP, TP, PP) tuples, which give none
 GROUPS = "1K,4K,8K,16K,32K"
 COMMON = ["--model", "llama-32b", "--hw", "dgx-a100", "--nodes", "4", "--tokens-per-step", TOKENS,
           "--max-len", "32K", "--seed", "1", "--micro-batch-tokens", MB_TOKENS, "--json"]
@@ -103,7 +103,7 @@ def main():
             r, t = run(base + ["--switch", spec])
             timings.append((f"{dist} {name}", t))
             ours[name] = by_row(r["switched"])
-        plan, t = run(["plan", "--lengths", f"dist:{dist}"] + COMMON + ["--groups", GROUPS, "--per-group", "2"])
+        plan, t = run(["plan", "--lengths", f"dist:{dist}"] + COMMON + ["--groups", GROUPS, "--per-group", "6"])
         timings.append((f"{dist} plan", t))
         found = by_row(plan["switched"]) if "switched" in plan else [None] * 7
         found_static = plan.get("static")

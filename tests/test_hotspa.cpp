@@ -162,7 +162,7 @@ TEST(HotSpa, SwitchingWinsWhenTheShortGroupIsLarge) {
   lengths.push_back(32768);
   const PlanSpec tp8 = strategy("megatron:tp=8,sequence_parallel=true", 8);
   const PlanSpec dp8 = strategy("megatron:dp=8,distributed_optimizer=true", 8);
-  const auto st = planner::run_minibatch(s.setting, lengths, {{512, tp8, true, 32768}, {32768, tp8, true, 32768}}, "test");
+  const auto st = planner::run_static(s.setting, lengths, {512, 32768}, tp8, true, "test");
   const auto hot = planner::run_minibatch(s.setting, lengths, {{512, dp8}, {32768, tp8}}, "test");
   ASSERT_TRUE(st.fits) << st.failure;
   ASSERT_TRUE(hot.fits) << hot.failure;
@@ -183,7 +183,7 @@ TEST(HotSpa, SwitchingLosesWhenTheShortGroupIsSmall) {
   lengths.push_back(32768);
   const PlanSpec tp8 = strategy("megatron:tp=8,sequence_parallel=true", 8);
   const PlanSpec dp8 = strategy("megatron:dp=8,distributed_optimizer=true", 8);
-  const auto st = planner::run_minibatch(s.setting, lengths, {{512, tp8, true, 32768}, {32768, tp8, true, 32768}}, "test");
+  const auto st = planner::run_static(s.setting, lengths, {512, 32768}, tp8, true, "test");
   const auto hot = planner::run_minibatch(s.setting, lengths, {{512, dp8}, {32768, tp8}}, "test");
   ASSERT_TRUE(st.fits) << st.failure;
   ASSERT_TRUE(hot.fits) << hot.failure;
