@@ -154,37 +154,43 @@ TEST(Switching, BytesMatchTheReshardedState) {
   EXPECT_NEAR(static_cast<double>(to_tp.bytes()), layers * 15 / 16 + static_cast<double>(embedding) * (2 - 2.0 / 16), 64);
 }
 
-// Short sequences are far better off data-parallel than under TP 8: one switch each way costs less than that saves.
-TEST(HotSpa, SwitchingWinsWhenTheShortGroupIsLarge) {
+// `short_count` sequences of 512 tokens and `long_count` of 32K on one DGX A100, static under TP 8 against
+// switching the short ones to DP 8 (distributed optimizer).
+struct TwoGroups {
+  planner::MinibatchResult st, hot;
+  std::int64_t model_bytes = 0;
+};
+TwoGroups two_groups(std::size_t short_count, std::size_t long_count) {
   const Rig s(1);
-  std::vector<std::int64_t> lengths(2048, 512);
-  lengths.push_back(32768);
-  lengths.push_back(32768);
+  std::vector<std::int64_t> lengths(short_count, 512);
+  lengths.insert(lengths.end(), long_count, 32768);
   const PlanSpec tp8 = strategy("megatron:tp=8,sequence_parallel=true", 8);
   const PlanSpec dp8 = strategy("megatron:dp=8,distributed_optimizer=true", 8);
-  const auto st = planner::run_static(s.setting, lengths, {512, 32768}, tp8, true, "test");
-  const auto hot = planner::run_minibatch(s.setting, lengths, {{512, dp8}, {32768, tp8}}, "test");
+  TwoGroups r;
+  r.st = planner::run_static(s.setting, lengths, {512, 32768}, tp8, true, "test");
+  r.hot = planner::run_minibatch(s.setting, lengths, {{512, dp8}, {32768, tp8}}, "test");
+  r.model_bytes = sum(planner::unit_bytes(s.model, 2));
+  return r;
+}
+
+// Short sequences are far better off data-parallel than under TP 8: the switches cost less than that saves.
+TEST(HotSpa, SwitchingWinsWhenTheShortGroupIsLarge) {
+  const auto [st, hot, model_bytes] = two_groups(2048, 2);
   ASSERT_TRUE(st.fits) << st.failure;
   ASSERT_TRUE(hot.fits) << hot.failure;
   // Into the short group every GPU gathers the 7/8 of the model it lacks; back, the data-parallel gradients are
   // already everywhere, so nothing moves.
   ASSERT_EQ(hot.switches.size(), 1u);
-  EXPECT_EQ(hot.switches[0].param_bytes, 7 * sum(planner::unit_bytes(s.model, 2)));
+  EXPECT_EQ(hot.switches[0].param_bytes, 7 * model_bytes);
   EXPECT_EQ(hot.switches[0].grad_bytes, 0);
   EXPECT_GT(hot.others_s, 0);
   EXPECT_LT(hot.total_s, st.total_s);
   EXPECT_LT(hot.groups[0].time_s + hot.others_s, st.groups[0].time_s);
 }
 
-// A handful of short tokens: what data parallelism saves on them is less than moving the model there and back.
+// A handful of short tokens: what data parallelism saves on them is less than moving the model there.
 TEST(HotSpa, SwitchingLosesWhenTheShortGroupIsSmall) {
-  const Rig s(1);
-  std::vector<std::int64_t> lengths(8, 512);
-  lengths.push_back(32768);
-  const PlanSpec tp8 = strategy("megatron:tp=8,sequence_parallel=true", 8);
-  const PlanSpec dp8 = strategy("megatron:dp=8,distributed_optimizer=true", 8);
-  const auto st = planner::run_static(s.setting, lengths, {512, 32768}, tp8, true, "test");
-  const auto hot = planner::run_minibatch(s.setting, lengths, {{512, dp8}, {32768, tp8}}, "test");
+  [[maybe_unused]] const auto [st, hot, model_bytes] = two_groups(8, 1);
   ASSERT_TRUE(st.fits) << st.failure;
   ASSERT_TRUE(hot.fits) << hot.failure;
   EXPECT_GT(hot.others_s, st.groups[0].time_s - hot.groups[0].time_s);
