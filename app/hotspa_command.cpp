@@ -26,6 +26,7 @@ struct LengthsRun {
   std::optional<sim::Cluster> cluster;
   planner::LengthSource source;
   std::vector<std::int64_t> lengths;
+  std::int64_t tokens = 0;  // --tokens-per-step
   std::int64_t max_len = 0;
   std::optional<planner::HotSpaSetting> setting;
 };
@@ -49,8 +50,8 @@ void load_hardware(const po::variables_map& vm, LengthsRun& run) {
 void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
   run.source = planner::load_lengths(vm["lengths"].as<std::string>());
   run.max_len = max_len;
-  const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
-  run.lengths = planner::sample_minibatch(run.source, tokens, max_len, vm["seed"].as<std::uint64_t>());
+  run.tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
+  run.lengths = planner::sample_minibatch(run.source, run.tokens, max_len, vm["seed"].as<std::uint64_t>());
   run.setting.emplace(planner::HotSpaSetting{run.model, *run.cluster, model::precision_policy(vm["precision"].as<std::string>())});
   run.setting->batching = planner::parse_batching(vm["batching"].as<std::string>());
   run.setting->micro_batch_tokens = parse_token_count(vm["micro-batch-tokens"].as<std::string>(), "--micro-batch-tokens");
@@ -58,9 +59,9 @@ void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
   if (vm.count("hbm-headroom")) run.setting->hbm_headroom = vm["hbm-headroom"].as<double>();
 }
 
-void print_header(const LengthsRun& run, std::int64_t tokens) {
+void print_header(const LengthsRun& run) {
   std::cout << "lengths: " << run.source.origin << ": " << run.source.description << "\n"
-            << "mini-batch: " << run.lengths.size() << " sequences, " << format_tokens(tokens) << " tokens, longest "
+            << "mini-batch: " << run.lengths.size() << " sequences, " << format_tokens(run.tokens) << " tokens, longest "
             << format_tokens(*std::max_element(run.lengths.begin(), run.lengths.end())) << " (documents cut at "
             << format_tokens(run.max_len) << "), " << planner::to_string(run.setting->batching) << "\n"
             << "model " << run.model.name << " on " << run.cluster->nodes << " x " << run.cluster->node.name << " ("
@@ -125,12 +126,11 @@ int run_simulate_lengths(const po::variables_map& vm) {
     if (bounds.back() < max_len) throw InputError("--groups", "value", "a last bound of at least --max-len (" + format_tokens(max_len) + ")", format_tokens(bounds.back()));
     load(vm, run, max_len);
   }
-  const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
   std::optional<planner::MinibatchResult> st, sw;
   if (vm.count("static")) {
-    const planner::PlanSpec spec = planner::parse_strategy(vm["static"].as<std::string>(), "--static", run.cluster->gpus());
-    st = planner::run_static(*run.setting, run.lengths, bounds, spec,
-                             vm["static"].as<std::string>().find("micro_batch=") == std::string::npos, "--static");
+    bool micro_batch_given = false;
+    const planner::PlanSpec spec = planner::parse_strategy(vm["static"].as<std::string>(), "--static", run.cluster->gpus(), &micro_batch_given);
+    st = planner::run_static(*run.setting, run.lengths, bounds, spec, !micro_batch_given, "--static");
   }
   if (!switched.empty()) sw = planner::run_minibatch(*run.setting, run.lengths, switched, "--switch");
   if (vm["json"].as<bool>()) {
@@ -140,7 +140,7 @@ int run_simulate_lengths(const po::variables_map& vm) {
     std::cout << out.dump(2) << "\n";
     return (st && !st->fits) || (sw && !sw->fits) ? 1 : 0;
   }
-  print_header(run, tokens);
+  print_header(run);
   if (st && sw) {
     std::cout << planner::table3(*st, *sw);
   } else {
@@ -174,7 +174,6 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   LengthsRun run;
   load_hardware(vm, run);
   load(vm, run, max_len);
-  const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
   planner::HotSpaSearchOptions options;
   options.schemes = schemes;
   options.bounds = bounds;
@@ -197,7 +196,7 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
     std::cout << out.dump(2) << "\n";
     return found ? 0 : 1;
   }
-  print_header(run, tokens);
+  print_header(run);
   if (!found) {
     std::cout << "no " << (report.best_static.empty() ? "static" : "hot-switched") << " plan fits\n";
     return 1;

@@ -47,20 +47,29 @@ std::string spec_key(const PlanSpec& spec) { return spec.scheme + parameters_jso
 
 StepInputs inputs(const HotSpaSetting& s, Workload w) { return StepInputs{s.model, s.cluster, w, s.precision}; }
 
-// A group's rows and its built step, the attention scaled to what packing computes.
-struct BuiltGroup {
-  GroupRows rows;
+// A group under its plan: the strategy (micro-batch filled in) and the rows it runs.
+struct GroupSetup {
   PlanSpec spec;
+  GroupRows rows;
+};
+
+GroupSetup group_setup(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan) {
+  GroupSetup g;
+  const std::int64_t row_len = plan.row_len > 0 ? plan.row_len : group.hi;
+  g.spec = plan.auto_micro_batch ? with_micro_batch(s, plan.spec, row_len) : plan.spec;
+  LengthGroup rows_of = group;
+  rows_of.hi = row_len;
+  g.rows = group_rows(rows_of, s.batching, row_multiple(g.spec, s.cluster.gpus()));
+  return g;
+}
+
+// A group's built step, the attention scaled to what packing computes.
+struct BuiltGroup : GroupSetup {
   sim::TaskGraph graph;
 };
 
 BuiltGroup build_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update) {
-  BuiltGroup b;
-  const std::int64_t row_len = plan.row_len > 0 ? plan.row_len : group.hi;
-  b.spec = plan.auto_micro_batch ? with_micro_batch(s, plan.spec, row_len) : plan.spec;
-  LengthGroup rows_of = group;
-  rows_of.hi = row_len;
-  b.rows = group_rows(rows_of, s.batching, row_multiple(b.spec, s.cluster.gpus()));
+  BuiltGroup b{group_setup(s, group, plan), {}};
   b.graph = build_plan(inputs(s, b.rows.workload), b.spec);
   for (std::size_t i = 0; i < b.graph.size(); ++i) {
     if (auto* a = std::get_if<sim::Attention>(&b.graph.edit(static_cast<sim::TaskId>(i)).params)) a->density = b.rows.attention_density;
@@ -145,7 +154,7 @@ std::string range_name(std::int64_t lo, std::int64_t hi) { return format_tokens(
 
 }  // namespace
 
-PlanSpec parse_strategy(const std::string& text, const std::string& origin, int gpus) {
+PlanSpec parse_strategy(const std::string& text, const std::string& origin, int gpus, bool* micro_batch_given) {
   const auto colon = text.find(':');
   const std::string scheme = text.substr(0, colon);
   if (std::find(kSchemes.begin(), kSchemes.end(), scheme) == kSchemes.end()) {
@@ -153,6 +162,7 @@ PlanSpec parse_strategy(const std::string& text, const std::string& origin, int 
     for (const auto& k : kSchemes) known += (known.empty() ? "" : ", ") + k;
     throw InputError(origin, "scheme", "one of " + known + " (e.g. megatron:tp=8,pp=2)", "\"" + text + "\"");
   }
+  if (micro_batch_given) *micro_batch_given = false;
   PlanSpec defaults;
   defaults.scheme = scheme;
   defaults.ringtrack.ring = gpus;
@@ -180,6 +190,7 @@ PlanSpec parse_strategy(const std::string& text, const std::string& origin, int 
         slot = value;
       }
       dp_given |= key == "dp";
+      if (micro_batch_given && key == "micro_batch") *micro_batch_given = true;
     }
   }
   if (scheme == "megatron" && !dp_given) {
@@ -198,8 +209,9 @@ std::vector<GroupPlan> parse_group_plans(const std::string& text, const std::str
     if (eq == std::string::npos) throw InputError(origin, "group", "UPPER=SCHEME:key=value,... (e.g. 4K=megatron:tp=2,pp=4)", "\"" + item + "\"");
     GroupPlan p;
     p.upper = parse_token_count(item.substr(0, eq), origin);
-    p.spec = parse_strategy(item.substr(eq + 1), origin, gpus);
-    p.auto_micro_batch = item.find("micro_batch=") == std::string::npos;
+    bool micro_batch_given = false;
+    p.spec = parse_strategy(item.substr(eq + 1), origin, gpus, &micro_batch_given);
+    p.auto_micro_batch = !micro_batch_given;
     if (!plans.empty() && p.upper <= plans.back().upper) {
       throw InputError(origin, "group", "ascending upper bounds", format_tokens(p.upper) + " after " + format_tokens(plans.back().upper));
     }
@@ -259,19 +271,21 @@ MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int
   // Layouts and switch plans: before group 0 the parameters come from home; between groups i and i+1 the
   // gradients, and the parameters unless i+1 is home (whose parameters never left).
   std::vector<StateLayout> params(n), grads(n);
-  for (std::size_t k = 0; k < n; ++k) {
-    const GroupPlan& plan = plans[used[k]];
-    const std::int64_t row_len = plan.row_len > 0 ? plan.row_len : all[used[k]].hi;
-    const PlanSpec spec = plan.auto_micro_batch ? with_micro_batch(s, plan.spec, row_len) : plan.spec;
-    LengthGroup g = all[used[k]];
-    g.hi = row_len;
-    const StepInputs in = inputs(s, group_rows(g, s.batching, row_multiple(spec, s.cluster.gpus())).workload);
+  // A strategy the group cannot take is the user's error: say which group.
+  auto in_group = [&](std::size_t k, const std::function<void()>& work) {
     try {
-      params[k] = parameter_layout(in, spec);
-      grads[k] = gradient_layout(in, spec);
+      work();
     } catch (const InputError& e) {
-      throw InputError(origin + ": group " + range_name(all[used[k]].lo, all[used[k]].hi) + " (" + spec.scheme + "): " + e.what());
+      throw InputError(origin + ": group " + range_name(all[used[k]].lo, all[used[k]].hi) + " (" + plans[used[k]].spec.scheme + "): " + e.what());
     }
+  };
+  for (std::size_t k = 0; k < n; ++k) {
+    in_group(k, [&] {
+      const GroupSetup g = group_setup(s, all[used[k]], plans[used[k]]);
+      const StepInputs in = inputs(s, g.rows.workload);
+      params[k] = parameter_layout(in, g.spec);
+      grads[k] = gradient_layout(in, g.spec);
+    });
   }
   const auto gpn = s.cluster.topology.gpus_per_node();
   const auto param_units = unit_bytes(s.model, s.precision.weight_bytes);
@@ -287,11 +301,7 @@ MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int
   std::vector<double> prefetch_end(n, 0);
   parallel_for(n, s.threads, [&](std::size_t k) {
     const SwitchPlan* next = k + 1 < n && !param_switch[k + 1].transfers.empty() ? &param_switch[k + 1] : nullptr;
-    try {
-      out.groups[k] = simulate_group(s, all[used[k]], plans[used[k]], k == home, next, &prefetch_end[k]);
-    } catch (const InputError& e) {
-      throw InputError(origin + ": group " + range_name(all[used[k]].lo, all[used[k]].hi) + " (" + plans[used[k]].spec.scheme + "): " + e.what());
-    }
+    in_group(k, [&] { out.groups[k] = simulate_group(s, all[used[k]], plans[used[k]], k == home, next, &prefetch_end[k]); });
   });
   for (const auto& g : out.groups) {
     if (!g.fits && out.fits) {
@@ -324,10 +334,15 @@ MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int
   return out;
 }
 
-MinibatchResult run_static(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& bounds,
-                           const PlanSpec& spec, bool auto_micro_batch, const std::string& origin) {
+std::vector<GroupPlan> static_plans(const std::vector<std::int64_t>& bounds, const PlanSpec& spec, bool auto_micro_batch) {
   std::vector<GroupPlan> plans;
   for (std::int64_t b : bounds) plans.push_back({b, spec, auto_micro_batch, bounds.back()});
+  return plans;
+}
+
+MinibatchResult run_static(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& bounds,
+                           const PlanSpec& spec, bool auto_micro_batch, const std::string& origin) {
+  const std::vector<GroupPlan> plans = static_plans(bounds, spec, auto_micro_batch);
   MinibatchResult r = run_minibatch(s, lengths, plans, origin);
   LengthGroup all;
   all.hi = bounds.back();
@@ -372,13 +387,12 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
     }
     const Workload probe{row_len, std::int64_t{s.cluster.gpus()} * 64};
     std::map<std::string, std::pair<double, PlanSpec>> ranked;
-    for (PlanSpec spec : enumerate_plans(inputs(s, probe), schemes)) {
-      spec = with_micro_batch(s, spec, row_len);
+    for (const PlanSpec& enumerated : enumerate_plans(inputs(s, probe), schemes)) {
+      const GroupSetup setup = group_setup(s, g, {row_len, enumerated, true, row_len});
+      const PlanSpec& spec = setup.spec;
       const std::string key = spec_key(spec);
       if (ranked.count(key)) continue;
-      LengthGroup rows_of = g;
-      rows_of.hi = row_len;
-      const StepInputs in = inputs(s, group_rows(rows_of, s.batching, row_multiple(spec, s.cluster.gpus())).workload);
+      const StepInputs in = inputs(s, setup.rows.workload);
       try {
         check_plan(in, spec);
       } catch (const InputError&) {
@@ -427,14 +441,12 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
   // Static: each candidate on the finest groups, rows at the longest bound.
   std::optional<MinibatchResult> best_static;
   for (const PlanSpec& spec : statics) {
-    std::vector<GroupPlan> plans;
-    for (std::int64_t b : bounds) plans.push_back({b, spec, false, bounds.back()});
     MinibatchResult r = run_static(s, lengths, bounds, spec, false, "static " + spec.scheme);
     report.simulated += r.groups.size() + 1;
     tick();
     if (r.fits && (!best_static || r.total_s < best_static->total_s)) {
       best_static = r;
-      report.best_static = plans;
+      report.best_static = static_plans(bounds, spec, false);
     }
   }
   if (best_static) report.static_result = *best_static;

@@ -34,7 +34,8 @@ struct HotSpaSetting {
 
 // "megatron:tp=16,pp=2" (dp defaults to the GPUs left), "ulysses:sp=8", "ringtrack:ring=8,chunk=16384": a scheme and
 // any of its plan-file parameters (docs/planner.md); the rest keep their defaults. InputError names `origin`.
-PlanSpec parse_strategy(const std::string& text, const std::string& origin, int gpus);
+// `micro_batch_given` (when not null) says whether the text set micro_batch.
+PlanSpec parse_strategy(const std::string& text, const std::string& origin, int gpus, bool* micro_batch_given = nullptr);
 // "4K=megatron:dp=4,tp=2,pp=4;32K=megatron:tp=16,pp=2": groups by upper bound, ascending.
 struct GroupPlan {
   std::int64_t upper = 0;  // the group is (previous upper, upper]
@@ -80,6 +81,8 @@ struct MinibatchResult {
 // same strategy) is static execution. Invalid strategies for a group are an InputError naming `origin`.
 MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
                               const std::vector<GroupPlan>& plans, const std::string& origin);
+// The plans of static execution: `spec` on every group of `bounds`, rows at the last bound.
+std::vector<GroupPlan> static_plans(const std::vector<std::int64_t>& bounds, const PlanSpec& spec, bool auto_micro_batch);
 // Static execution of `spec`: one run over the whole mini-batch packed at the longest bound gives the total (one
 // pipeline, one update); each group of `bounds` run alone under the same strategy gives the breakdown (those runs
 // each fill and drain the pipeline, so they can add up to more than the total).
