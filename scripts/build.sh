@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds trainyard into build/ (warnings are errors). CUDA and Qt parts are built when found.
+# Configures and builds trainyard into build/ (warnings are errors) with every part the README promises required:
+# the GUI always, the CUDA code wherever the toolkit is installed. A missing dependency fails configure with the
+# Debian package to install, instead of a part being skipped in silence.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -7,5 +9,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_WERROR=ON "$@"
+cuda=OFF
+command -v nvcc >/dev/null && cuda=ON
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_WERROR=ON -DTRAINYARD_GUI=ON -DTRAINYARD_CUDA=$cuda "$@"
 cmake --build build -j "$jobs"

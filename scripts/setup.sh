@@ -8,7 +8,9 @@ packages=(
   libboost-graph-dev libboost-program-options-dev nlohmann-json3-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev fonts-dejavu-core
+  libqt6opengl6-dev  # Qt6Charts' CMake config needs Qt6OpenGL; only a Recommends of qt6-base-dev, so named here
   libopenmpi-dev openmpi-bin
+  clang libclang-rt-14-dev  # the libFuzzer targets and the sanitizer builds (scripts/fuzz.sh, scripts/sanitize.sh)
 )
 
 missing=()

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# README command 2: install dependencies, build, and run the whole test suite through ctest.
-# GPU tests skip with a reason when no GPU is usable.
+# README command 2: install dependencies, build, and run the whole test suite through ctest (the GUI's QTest suite
+# offscreen included). GPU tests skip with a reason when no GPU is usable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
+
+# The parts this build has, against the parts the README promises: the GUI always, CUDA where the toolkit is.
+parts=build/trainyard_parts.txt
+[ -f "$parts" ] || { echo "test: $parts is missing: configure did not finish" >&2; exit 1; }
+echo "parts built: $(tr '\n' ' ' < "$parts")"
+grep -q '^gui=ON$' "$parts" || { echo "test: the GUI was not built, but the README promises it" >&2; exit 1; }
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  grep -q '^cuda=ON$' "$parts" || { echo "test: the CUDA toolkit is installed but the CUDA code was not built" >&2; exit 1; }
+fi
+
 export QT_QPA_PLATFORM=offscreen
 status=0
 ctest --test-dir build --output-on-failure -j "$(nproc 2>/dev/null || echo 2)" || status=$?
@@ -13,4 +23,8 @@ if grep -q "Skipped" build/Testing/Temporary/LastTest.log 2>/dev/null; then
   echo "skip reasons:"
   grep -h -A1 -E "^.*: Skipped$" build/Testing/Temporary/LastTest.log | grep -v -E "Skipped$|^--$" | sort | uniq -c
 fi
-exit "$status"
+[ "$status" -eq 0 ] || exit "$status"
+
+# Sanitizer and fuzz stages (issue 19): the unit tests under ASan+UBSan and TSan, and a short run of every fuzzer.
+if [ -f scripts/sanitize.sh ]; then bash scripts/sanitize.sh; fi
+if [ -f scripts/fuzz.sh ]; then bash scripts/fuzz.sh --ci; fi
