@@ -13,6 +13,8 @@ namespace trainyard::gui {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+const QString kChunkMiss = "does not fit";
+const QString kMemoryMiss = "does not fit (needed at least)";
 
 QChart* new_chart(const QString& title) {
   auto* chart = new QChart();
@@ -23,16 +25,47 @@ QChart* new_chart(const QString& title) {
   return chart;
 }
 
-QLineSeries* new_line(QChart* chart, const QString& name, QColor color, Qt::PenStyle style, const std::vector<QAbstractAxis*>& axes) {
+QLineSeries* new_line(QChart* chart, const QString& name, QColor color, Qt::PenStyle style, double width,
+                      const std::vector<QAbstractAxis*>& axes) {
   auto* s = new QLineSeries();
   s->setName(name);
   QPen pen(color);
-  pen.setWidthF(2);
+  pen.setWidthF(width);
   pen.setStyle(style);
   s->setPen(pen);
   chart->addSeries(s);
   for (auto* axis : axes) s->attachAxis(axis);
   return s;
+}
+
+// A scheme's markers: filled where the plan fits, hollow (white inside) where it does not.
+QScatterSeries* new_markers(QChart* chart, const QString& name, const SchemeStyle& style, bool hollow, const std::vector<QAbstractAxis*>& axes) {
+  auto* s = new QScatterSeries();
+  s->setName(name);
+  s->setMarkerShape(style.shape);
+  s->setMarkerSize(style.marker_size);
+  s->setColor(hollow ? QColor(Qt::white) : style.color);
+  QPen pen(style.color);
+  pen.setWidthF(hollow ? 2 : 1);
+  s->setPen(pen);
+  chart->addSeries(s);
+  for (auto* axis : axes) s->attachAxis(axis);
+  return s;
+}
+
+// The legend: one entry per scheme (its filled marker, in its colour) and one saying what hollow markers mean.
+void set_legend(QChart* chart, const std::map<std::string, QScatterSeries*>& scheme_markers, const QString& hollow_meaning) {
+  chart->legend()->setMarkerShape(QLegend::MarkerShapeFromSeries);
+  for (auto* marker : chart->legend()->markers()) {
+    bool shown = false;
+    for (const auto& [scheme, series] : scheme_markers) shown = shown || marker->series() == series;
+    marker->setVisible(shown || marker->label() == hollow_meaning);
+  }
+}
+
+// A legend-only series explaining hollow markers.
+void add_hollow_key(QChart* chart, const QString& meaning, const std::vector<QAbstractAxis*>& axes) {
+  new_markers(chart, meaning, {QColor(Qt::darkGray), QScatterSeries::MarkerShapeCircle, 2, 8}, true, axes);
 }
 
 // Empties a chart for a new set of series and axes.
@@ -41,14 +74,6 @@ void remove_series_and_axes(QChart* chart) {
   for (auto* axis : chart->axes()) {
     chart->removeAxis(axis);
     delete axis;
-  }
-}
-
-// The legend names each scheme once (its solid line): the dashed line of the same colour, named with `suffix`,
-// has no entry.
-void hide_legend_entries(QChart* chart, const QString& suffix) {
-  for (auto* marker : chart->legend()->markers()) {
-    if (marker->label().endsWith(suffix)) marker->setVisible(false);
   }
 }
 
@@ -67,6 +92,22 @@ QColor scheme_color(const std::string& scheme) {
       {"ring-attention", QColor(0x94, 0x67, 0xbd)}, {"megatron", QColor(0xff, 0x7f, 0x0e)}, {"zero", QColor(0x8c, 0x56, 0x4b)}};
   const auto it = colors.find(scheme);
   return it == colors.end() ? QColor(Qt::gray) : it->second;
+}
+
+SchemeStyle scheme_style(const std::string& scheme, std::size_t index, std::size_t count) {
+  static const std::map<std::string, QScatterSeries::MarkerShape> shapes{
+      {"ringtrack", QScatterSeries::MarkerShapeCircle},      {"fpdt", QScatterSeries::MarkerShapeRectangle},
+      {"ulysses", QScatterSeries::MarkerShapeTriangle},      {"ring-attention", QScatterSeries::MarkerShapeRotatedRectangle},
+      {"megatron", QScatterSeries::MarkerShapeStar},         {"zero", QScatterSeries::MarkerShapePentagon}};
+  SchemeStyle style;
+  style.color = scheme_color(scheme);
+  const auto it = shapes.find(scheme);
+  if (it != shapes.end()) style.shape = it->second;
+  // Drawn in list order, so later schemes lie on top: earlier ones are wider and larger by a step each.
+  const double below = static_cast<double>(count > index ? count - 1 - index : 0);
+  style.line_width = 2 + 0.8 * below;
+  style.marker_size = 9 + 1.5 * below;
+  return style;
 }
 
 void insert_sorted(QXYSeries* series, QPointF point) {
@@ -105,37 +146,28 @@ void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min
   c->addAxis(x_, Qt::AlignBottom);
   c->addAxis(mfu_axis_, Qt::AlignLeft);
   c->addAxis(step_axis_, Qt::AlignRight);
-  for (const auto& scheme : schemes) {
+  std::map<std::string, QScatterSeries*> legend;
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    const std::string& scheme = schemes[i];
+    const SchemeStyle style = scheme_style(scheme, i, schemes.size());
+    const QString name = QString::fromStdString(scheme);
     Series s;
-    s.mfu = new_line(c, QString::fromStdString(scheme), scheme_color(scheme), Qt::SolidLine, {x_, mfu_axis_});
-    s.step = new_line(c, QString::fromStdString(scheme) + " step", scheme_color(scheme), Qt::DashLine, {x_, step_axis_});
+    s.mfu = new_line(c, name + " MFU", style.color, Qt::SolidLine, style.line_width, {x_, mfu_axis_});
+    s.step = new_line(c, name + " step", style.color, Qt::DashLine, style.line_width, {x_, step_axis_});
+    s.markers = new_markers(c, name, style, false, {x_, mfu_axis_});
+    s.misses = new_markers(c, name + " does not fit", style, true, {x_, mfu_axis_});
+    legend[scheme] = s.markers;
     series_[scheme] = s;
   }
-  misses_ = new QScatterSeries();
-  misses_->setName("does not fit");
-  misses_->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
-  misses_->setMarkerSize(7);
-  misses_->setColor(Qt::black);
-  c->addSeries(misses_);
-  misses_->attachAxis(x_);
-  misses_->attachAxis(mfu_axis_);
-  hide_legend_entries(c, " step");
+  add_hollow_key(c, kChunkMiss, {x_, mfu_axis_});
+  set_legend(c, legend, kChunkMiss);
 }
 
 void ChunkChart::clear_scheme(const std::string& scheme) {
   const auto it = series_.find(scheme);
   if (it == series_.end()) return;
-  it->second.mfu->clear();
-  it->second.step->clear();
+  for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.mfu, it->second.step, it->second.markers, it->second.misses}) s->clear();
   it->second.points = 0;
-  it->second.misses.clear();
-  show_misses();
-}
-
-void ChunkChart::show_misses() {
-  QList<QPointF> all;
-  for (const auto& [scheme, s] : series_) all.append(s.misses);
-  misses_->replace(all);
 }
 
 void ChunkChart::add_point(const Point& p) {
@@ -143,18 +175,18 @@ void ChunkChart::add_point(const Point& p) {
   if (it == series_.end() || !p.skipped.empty()) return;
   Series& s = it->second;
   if (!p.metrics.fits) {
-    if (p.x > 0) {
-      s.misses.push_back({static_cast<double>(p.x), 0});
-      show_misses();
-    }
+    if (p.x > 0) insert_sorted(s.misses, {static_cast<double>(p.x), 0});
     return;
   }
   const double mfu = 100 * p.metrics.mfu, step = p.metrics.step_s;
   if (p.x > 0) {
     insert_sorted(s.mfu, {static_cast<double>(p.x), mfu});
     insert_sorted(s.step, {static_cast<double>(p.x), step});
-  } else {  // no chunk: the same plan at every chunk length
-    s.mfu->replace(QList<QPointF>{{static_cast<double>(min_chunk_), mfu}, {static_cast<double>(max_chunk_), mfu}});
+    insert_sorted(s.markers, {static_cast<double>(p.x), mfu});
+  } else {  // no chunk: the same plan at every chunk length (markers at its ends)
+    const QList<QPointF> ends{{static_cast<double>(min_chunk_), mfu}, {static_cast<double>(max_chunk_), mfu}};
+    s.mfu->replace(ends);
+    s.markers->replace(ends);
     s.step->replace(QList<QPointF>{{static_cast<double>(min_chunk_), step}, {static_cast<double>(max_chunk_), step}});
   }
   ++s.points;
@@ -167,11 +199,16 @@ int ChunkChart::points(const std::string& scheme) const {
   return it == series_.end() ? 0 : it->second.points;
 }
 
+QList<QPointF> ChunkChart::misses(const std::string& scheme) const {
+  const auto it = series_.find(scheme);
+  return it == series_.end() ? QList<QPointF>() : it->second.misses->points();
+}
+
 // --- chart 2 ---------------------------------------------------------------------------------------------------
 
 MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   setRenderHint(QPainter::Antialiasing);
-  setChart(new_chart("Peak HBM per GPU (solid) and DRAM per node (dashed) vs sequence length"));
+  setChart(new_chart("Peak HBM per GPU (solid) and DRAM per node (dashed) vs sequence length; black: their sizes"));
   reset({}, {4096, 8192}, 80 * kGiB, 2048 * kGiB);
 }
 
@@ -193,29 +230,36 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
   y_->setLabelFormat("%.3g");
   c->addAxis(x_, Qt::AlignBottom);
   c->addAxis(y_, Qt::AlignLeft);
-  for (const auto& scheme : schemes) {
+  std::map<std::string, QScatterSeries*> legend;
+  for (std::size_t i = 0; i < schemes.size(); ++i) {
+    const std::string& scheme = schemes[i];
+    const SchemeStyle style = scheme_style(scheme, i, schemes.size());
+    const QString name = QString::fromStdString(scheme);
     Series s;
-    s.hbm = new_line(c, QString::fromStdString(scheme), scheme_color(scheme), Qt::SolidLine, {x_, y_});
-    s.dram = new_line(c, QString::fromStdString(scheme) + " DRAM", scheme_color(scheme), Qt::DashLine, {x_, y_});
-    s.hbm->setPointsVisible(true);
+    s.hbm = new_line(c, name + " HBM", style.color, Qt::SolidLine, style.line_width, {x_, y_});
+    s.dram = new_line(c, name + " DRAM", style.color, Qt::DashLine, style.line_width, {x_, y_});
+    s.markers = new_markers(c, name, style, false, {x_, y_});
+    s.misses = new_markers(c, name + " does not fit", style, true, {x_, y_});
+    legend[scheme] = s.markers;
     series_[scheme] = s;
   }
-  hbm_capacity_ = new_line(c, "HBM size", Qt::black, Qt::SolidLine, {x_, y_});
-  dram_capacity_ = new_line(c, "DRAM size", Qt::black, Qt::DashDotLine, {x_, y_});
+  add_hollow_key(c, kMemoryMiss, {x_, y_});
+  hbm_capacity_ = new_line(c, "HBM size", Qt::black, Qt::SolidLine, 2, {x_, y_});
+  dram_capacity_ = new_line(c, "DRAM size", Qt::black, Qt::DashDotLine, 2, {x_, y_});
   // Without inputs (an error is shown) there are no capacities to draw.
   if (hbm_capacity_bytes > 0) hbm_capacity_->replace(QList<QPointF>{{low / 1.3, hbm_capacity_bytes / kGiB}, {high * 1.3, hbm_capacity_bytes / kGiB}});
   if (dram_capacity_bytes > 0) dram_capacity_->replace(QList<QPointF>{{low / 1.3, dram_capacity_bytes / kGiB}, {high * 1.3, dram_capacity_bytes / kGiB}});
   y_min_ = hbm_capacity_bytes > 0 ? hbm_capacity_bytes / kGiB / 8 : 1;
   y_max_ = dram_capacity_bytes > 0 ? dram_capacity_bytes / kGiB * 2 : 1024;
   set_log_range(y_, y_min_, y_max_);
-  hide_legend_entries(c, " DRAM");
+  set_legend(c, legend, kMemoryMiss);
 }
 
 void MemoryChart::clear_scheme(const std::string& scheme) {
   const auto it = series_.find(scheme);
   if (it == series_.end()) return;
-  it->second.hbm->clear();
-  it->second.dram->clear();
+  for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.hbm, it->second.dram, it->second.markers, it->second.misses}) s->clear();
+  it->second.missed_lengths = 0;
 }
 
 void MemoryChart::add_point(const Point& p) {
@@ -223,8 +267,16 @@ void MemoryChart::add_point(const Point& p) {
   if (it == series_.end() || !p.skipped.empty()) return;
   const double x = static_cast<double>(p.x);
   const double hbm = static_cast<double>(p.hbm_needed_bytes) / kGiB, dram = static_cast<double>(p.dram_needed_bytes) / kGiB;
-  if (hbm > 0) insert_sorted(it->second.hbm, {x, hbm});
-  if (dram > 0) insert_sorted(it->second.dram, {x, dram});
+  Series& s = it->second;
+  if (p.metrics.fits) {
+    if (hbm > 0) insert_sorted(s.hbm, {x, hbm}), insert_sorted(s.markers, {x, hbm});
+    if (dram > 0) insert_sorted(s.dram, {x, dram});
+  } else {
+    ++s.missed_lengths;
+    for (double v : {hbm, dram}) {
+      if (v > 0) insert_sorted(s.misses, {x, v});
+    }
+  }
   for (double v : {hbm, dram}) {
     if (v > 0) y_min_ = std::min(y_min_, v / 1.5), y_max_ = std::max(y_max_, v * 1.5);
   }
@@ -233,7 +285,12 @@ void MemoryChart::add_point(const Point& p) {
 
 int MemoryChart::points(const std::string& scheme) const {
   const auto it = series_.find(scheme);
-  return it == series_.end() ? 0 : static_cast<int>(it->second.hbm->count());
+  return it == series_.end() ? 0 : static_cast<int>(it->second.hbm->count()) + it->second.missed_lengths;
+}
+
+QList<QPointF> MemoryChart::misses(const std::string& scheme) const {
+  const auto it = series_.find(scheme);
+  return it == series_.end() ? QList<QPointF>() : it->second.misses->points();
 }
 
 QList<QPointF> MemoryChart::hbm_points(const std::string& scheme) const {
@@ -243,7 +300,7 @@ QList<QPointF> MemoryChart::hbm_points(const std::string& scheme) const {
 
 int MemoryChart::total_points() const {
   int n = 0;
-  for (const auto& [scheme, s] : series_) n += static_cast<int>(s.hbm->count());
+  for (const auto& [scheme, s] : series_) n += static_cast<int>(s.hbm->count()) + s.missed_lengths;
   return n;
 }
 
@@ -293,9 +350,9 @@ StepMemoryChart::StepMemoryChart(QWidget* parent) : QChartView(parent) {
   c->addAxis(x_, Qt::AlignBottom);
   c->addAxis(hbm_axis_, Qt::AlignLeft);
   c->addAxis(dram_axis_, Qt::AlignRight);
-  hbm_ = new_line(c, "HBM of the GPU", QColor(0xd6, 0x27, 0x28), Qt::SolidLine, {x_, hbm_axis_});
-  dram_ = new_line(c, "DRAM of its node", QColor(0x1f, 0x77, 0xb4), Qt::SolidLine, {x_, dram_axis_});
-  capacity_ = new_line(c, "HBM capacity", Qt::black, Qt::DashLine, {x_, hbm_axis_});
+  hbm_ = new_line(c, "HBM of the GPU", QColor(0xd6, 0x27, 0x28), Qt::SolidLine, 2, {x_, hbm_axis_});
+  dram_ = new_line(c, "DRAM of its node", QColor(0x1f, 0x77, 0xb4), Qt::SolidLine, 2, {x_, dram_axis_});
+  capacity_ = new_line(c, "HBM capacity", Qt::black, Qt::DashLine, 2, {x_, hbm_axis_});
 }
 
 void StepMemoryChart::clear() {

@@ -17,9 +17,20 @@ namespace trainyard::gui {
 // Points of one series kept sorted by x, as they arrive in any order.
 void insert_sorted(QXYSeries* series, QPointF point);
 
-// Chart 1: MFU (solid, left axis) and step time (dashed, right axis) against the chunk length, one colour per
-// scheme; schemes without a chunk are flat lines across the range; chunks that do not fit are crosses on the
-// axis.
+// How a scheme is drawn in every chart: a colour, a marker shape, and a line width and marker size that shrink
+// with the scheme's place in the list, so that where two schemes' curves coincide, the one drawn later (on top)
+// leaves an edge of the one below visible.
+struct SchemeStyle {
+  QColor color;
+  QScatterSeries::MarkerShape shape = QScatterSeries::MarkerShapeCircle;
+  double line_width = 2;
+  double marker_size = 8;
+};
+SchemeStyle scheme_style(const std::string& scheme, std::size_t index, std::size_t count);
+
+// Chart 1: MFU (solid, left axis, filled markers) and step time (dashed, right axis) against the chunk length, one
+// colour and marker shape per scheme; schemes without a chunk are flat lines across the range; chunks that do
+// not fit are the scheme's marker drawn hollow on the axis.
 class ChunkChart : public QChartView {
   Q_OBJECT
  public:
@@ -28,26 +39,28 @@ class ChunkChart : public QChartView {
   void clear_scheme(const std::string& scheme);
   void add_point(const Point& p);
   int points(const std::string& scheme) const;  // MFU points shown (flat lines count 1)
+  QList<QPointF> misses(const std::string& scheme) const;  // (chunk, 0) of the chunks that do not fit
 
  private:
   struct Series {
     QLineSeries* mfu = nullptr;
     QLineSeries* step = nullptr;
+    QScatterSeries* markers = nullptr;  // on the MFU points
+    QScatterSeries* misses = nullptr;   // hollow, on the axis
     int points = 0;
-    QList<QPointF> misses;  // chunks that do not fit
   };
-  void show_misses();
   QLogValueAxis* x_ = nullptr;
   QValueAxis* mfu_axis_ = nullptr;
   QValueAxis* step_axis_ = nullptr;
-  QScatterSeries* misses_ = nullptr;
   std::map<std::string, Series> series_;
   std::int64_t min_chunk_ = 1024, max_chunk_ = 1024;
   double step_max_s_ = 0;
 };
 
-// Chart 2: peak HBM per GPU (solid) and peak DRAM per node (dashed) against the sequence length, per scheme,
-// with the two capacities as horizontal lines: where a curve crosses its line, that scheme stops fitting.
+// Chart 2: peak HBM per GPU (solid, filled markers) and peak DRAM per node (dashed) against the sequence length,
+// per scheme, with the two capacities as horizontal lines: where a curve crosses its line, that scheme stops
+// fitting. The lines join the lengths that fit; a length that does not fit is the scheme's marker drawn hollow
+// at what the step needed when it ran out (at least that much), for HBM and DRAM.
 class MemoryChart : public QChartView {
   Q_OBJECT
  public:
@@ -57,13 +70,17 @@ class MemoryChart : public QChartView {
   void clear_scheme(const std::string& scheme);
   void add_point(const Point& p);
   int points(const std::string& scheme) const;  // HBM points shown for the scheme
-  QList<QPointF> hbm_points(const std::string& scheme) const;  // (length, GiB), by length
+  QList<QPointF> hbm_points(const std::string& scheme) const;  // (length, GiB) of the lengths that fit, by length
+  QList<QPointF> misses(const std::string& scheme) const;      // (length, GiB needed) of those that do not, HBM and DRAM
   int total_points() const;
 
  private:
   struct Series {
     QLineSeries* hbm = nullptr;
     QLineSeries* dram = nullptr;
+    QScatterSeries* markers = nullptr;  // on the HBM points
+    QScatterSeries* misses = nullptr;   // hollow
+    int missed_lengths = 0;
   };
   QLogValueAxis* x_ = nullptr;
   QLogValueAxis* y_ = nullptr;

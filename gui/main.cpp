@@ -84,7 +84,11 @@ int main(int argc, char** argv) {
   QApplication app(argc, argv);
   trainyard::gui::MainWindow window(inputs);
   window.resize(vm["width"].as<int>(), vm["height"].as<int>());
-  if (vm.count("plan")) window.open_plan(QString::fromStdString(vm["plan"].as<std::string>()));
+  // A plan the window cannot open is refused like a bad flag, not left for the user to discover.
+  if (vm.count("plan") && !window.open_plan(QString::fromStdString(vm["plan"].as<std::string>()))) {
+    std::cerr << "error: --plan: " << window.error_text().toStdString() << "\n";
+    return 2;
+  }
   window.show();
   if (!screenshot) {
     if (vm.count("measured")) {

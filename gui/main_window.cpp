@@ -4,6 +4,7 @@
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHeaderView>
+#include <QScrollBar>
 #include <QMenuBar>
 #include <QScrollArea>
 #include <QSplitter>
@@ -25,15 +26,14 @@ namespace trainyard::gui {
 
 namespace {
 
-// The slider's positions are the powers of two of the control's range (kMinSeqLen .. kMaxSeqLen).
-const int kMinSeqLog2 = static_cast<int>(std::log2(static_cast<double>(kMinSeqLen)));
-const int kMaxSeqLog2 = static_cast<int>(std::log2(static_cast<double>(kMaxSeqLen)));
+// The slider's positions are the powers of two of the control's range (kMinSeqLen .. kMaxSeqLen, widened down to a
+// shorter length the window is given).
+int seq_log2(std::int64_t tokens) { return static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<std::int64_t>(1, tokens))))); }
+const int kMinSeqLog2 = seq_log2(kMinSeqLen);
+const int kMaxSeqLog2 = seq_log2(kMaxSeqLen);
 
 // The slider position nearest to `tokens`.
-int seq_slider_position(std::int64_t tokens) {
-  const int log2 = static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<std::int64_t>(1, tokens)))));
-  return std::clamp(log2, kMinSeqLog2, kMaxSeqLog2);
-}
+int seq_slider_position(const QSlider* slider, std::int64_t tokens) { return std::clamp(seq_log2(tokens), slider->minimum(), slider->maximum()); }
 
 QString tokens_text(std::int64_t tokens) { return QString::fromStdString(format_tokens(tokens)); }
 
@@ -80,15 +80,19 @@ MainWindow::MainWindow(const WhatIfInputs& inputs, QWidget* parent) : QMainWindo
   top->addWidget(memory_chart_);
   auto* middle = new QSplitter(Qt::Horizontal);
   step_memory_chart_ = new StepMemoryChart();
+  // The plan's long description last: the figures that rank it come first and stay in view.
   table_ = new QTableWidget(0, 9);
-  table_->setHorizontalHeaderLabels({"#", "scheme", "plan", "step", "tokens/s", "MFU", "peak HBM", "peak DRAM", "bottleneck"});
+  table_->setHorizontalHeaderLabels({"#", "scheme", "step", "tokens/s", "MFU", "peak HBM", "peak DRAM", "bottleneck", "plan"});
+  table_->setWordWrap(false);
+  table_->setHorizontalScrollMode(QAbstractItemView::ScrollPerPixel);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setSelectionMode(QAbstractItemView::SingleSelection);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   table_->verticalHeader()->hide();
-  table_->horizontalHeader()->setStretchLastSection(true);
+  table_->horizontalHeader()->setStretchLastSection(false);  // a stretched plan column would be cut to the view
   middle->addWidget(step_memory_chart_);
   middle->addWidget(table_);
+  middle_ = middle;
   auto* bottom = new QWidget();
   auto* bottom_layout = new QVBoxLayout(bottom);
   bottom_layout->setContentsMargins(0, 0, 0, 0);
@@ -302,7 +306,8 @@ void MainWindow::set_inputs(const WhatIfInputs& in) {
   model_->setCurrentText(QString::fromStdString(in.model));
   hw_->setCurrentText(QString::fromStdString(in.hw));
   nodes_->setValue(in.nodes);
-  seq_->setValue(seq_slider_position(in.seq_len));
+  seq_->setMinimum(std::min(seq_->minimum(), seq_log2(in.seq_len)));  // a plan's short sequence widens the range
+  seq_->setValue(seq_slider_position(seq_, in.seq_len));
   seq_label_->setText(tokens_text(std::int64_t{1} << seq_->value()));
   tokens_->setCurrentText(in.tokens_per_step > 0 ? tokens_text(in.tokens_per_step) : "one sequence");
   objective_->setCurrentIndex(in.objective == planner::Objective::min_hbm ? 1 : 0);
@@ -339,7 +344,7 @@ void MainWindow::recompute_now() {
 }
 
 void MainWindow::set_seq_len(std::int64_t tokens) {
-  seq_->setValue(seq_slider_position(tokens));
+  seq_->setValue(seq_slider_position(seq_, tokens));
 }
 
 void MainWindow::set_hw(const QString& hw) { hw_->setCurrentText(hw); }
@@ -566,7 +571,9 @@ void MainWindow::select_plan(const planner::PlanSpec& spec, bool by_user) {
   const std::string previous = selected_ ? selected_->scheme : "";
   selected_ = spec;
   user_chose_ = user_chose_ || by_user;
-  clear_error();
+  // The user's choice settles what the error line said; a pick of the window's own (the quick pick, the search's
+  // winner) arriving later must not wipe an error the user has not seen yet (a refused plan file).
+  if (by_user) clear_error();
   // The curves that use the selected plan: its scheme's (and the previously selected scheme's, which goes back
   // to the planner's quick pick).
   for (const auto& scheme : {previous, spec.scheme}) {
@@ -705,7 +712,6 @@ void MainWindow::show_detail() {
   step_memory_chart_->show_plan(d, gpu);
   timeline_->set_predicted(d.timeline, d.rows, d.result);
   timeline_->set_device(gpu);
-  if (measured_) timeline_->set_measured(measured_, measured_rows_);
   show_comparison();
   const auto& m = d.metrics;
   QString text = QString::fromStdString(d.spec.scheme + " (" + d.spec.summary() + "): ");
@@ -789,21 +795,21 @@ void MainWindow::show_ranked(const planner::SearchReport& report) {
     const auto& m = p.metrics;
     const QStringList cells{QString::number(i + 1),
                             QString::fromStdString(p.spec.scheme),
-                            QString::fromStdString(p.spec.summary()),
                             QString::number(m.step_s, 'g', 4) + " s",
                             QString::number(std::round(m.tokens_per_s), 'f', 0),
                             QString::number(100 * m.mfu, 'f', 1) + "%",
                             QString::fromStdString(format_bytes(static_cast<double>(m.peak_hbm_bytes))),
                             QString::fromStdString(format_bytes(static_cast<double>(m.peak_dram_bytes))),
-                            QString::fromStdString(m.bottleneck)};
+                            QString::fromStdString(m.bottleneck),
+                            QString::fromStdString(p.spec.summary())};
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);
       item->setToolTip(cells[c]);
       table_->setItem(static_cast<int>(i), c, item);
     }
   }
-  table_->resizeColumnsToContents();
-  table_->setColumnWidth(2, std::min(table_->columnWidth(2), 240));  // the full plan is in the row's tooltip
+  table_->resizeColumnsToContents();  // every cell in full; the view scrolls sideways where the plans are long
+  fit_table_width();
   emit chart_updated(5);
   if (ranked_.empty()) {
     const QString why = report.closest_miss ? QString::fromStdString(report.closest_miss->spec.scheme + ": " + report.closest_miss->metrics.failure)
@@ -817,6 +823,19 @@ void MainWindow::show_ranked(const planner::SearchReport& report) {
     select_plan(ranked_.front().spec, false);
     table_->selectRow(0);
   }
+}
+
+void MainWindow::fit_table_width() {
+  if (table_width_fitted_ || table_->rowCount() == 0 || !middle_->isVisible()) return;
+  // Once, when the first ranking arrives (later the user's splitter position stands): the table gets the width
+  // of its figures' columns (all but the plan) and half of what is left goes to chart 3.
+  int figures = table_->verticalScrollBar()->sizeHint().width() + 2 * table_->frameWidth();
+  for (int c = 0; c + 1 < table_->columnCount(); ++c) figures += table_->columnWidth(c);
+  const int total = middle_->width();
+  if (total <= 0) return;
+  const int width = std::min(total * 2 / 3, figures + (total - figures) / 2);
+  middle_->setSizes({total - width, width});
+  table_width_fitted_ = true;
 }
 
 // --- files -----------------------------------------------------------------------------------------------------
@@ -874,11 +893,13 @@ bool MainWindow::save_trace(const QString& path) {
 
 bool MainWindow::open_measured(const QString& path) {
   try {
-    auto measured = std::make_shared<const sim::Timeline>(sim::read_timeline(path.toStdString()));
-    if (detail_) sim::compare(*detail_->timeline, *measured);  // throws when no task matches: not of this plan
-    measured_rows_ = std::make_shared<const TimelineRows>(index_timeline(*measured));
-    measured_ = std::move(measured);
-    timeline_->set_measured(measured_, measured_rows_);
+    auto trace = std::make_shared<const MeasuredTrace>(read_measured_trace(path.toStdString()));
+    if (detail_) {
+      const std::string why = measured_mismatch(*detail_->timeline, *trace);
+      if (!why.empty()) throw InputError(why);
+    }
+    measured_rows_ = std::make_shared<const TimelineRows>(index_timeline(trace->timeline));
+    measured_ = std::move(trace);
     show_comparison();
     return true;
   } catch (const std::exception& e) {
@@ -923,8 +944,16 @@ void MainWindow::show_comparison() {
     compare_->setPlainText("No simulated plan to compare with yet.");
     return;
   }
+  // Another plan's trace is neither laid over the timeline nor compared: its numbers would mislead.
+  const std::string mismatch = measured_mismatch(*detail_->timeline, *measured_);
+  if (!mismatch.empty()) {
+    timeline_->set_measured(nullptr, nullptr);
+    compare_->setPlainText(QString::fromStdString("The measured trace is not shown: " + mismatch));
+    return;
+  }
+  timeline_->set_measured(std::shared_ptr<const sim::Timeline>(measured_, &measured_->timeline), measured_rows_);
   try {
-    const sim::Comparison c = sim::compare(*detail_->timeline, *measured_);
+    const sim::Comparison c = sim::compare(*detail_->timeline, measured_->timeline);
     std::ostringstream text;
     sim::print_comparison(text, c);
     compare_->setPlainText(QString::fromStdString(text.str()));

@@ -10,6 +10,7 @@
 #include <QPlainTextEdit>
 #include <QSlider>
 #include <QSpinBox>
+#include <QSplitter>
 #include <QTableWidget>
 #include <QTimer>
 
@@ -82,8 +83,9 @@ class MainWindow : public QMainWindow {
   void start_selected_plan();
   void start_search();
   void show_detail();
-  void show_comparison();  // the compare tab: the selected plan against the measured trace
+  void show_comparison();  // the compare tab and the timeline's overlay: the selected plan against the measured trace
   void show_ranked(const planner::SearchReport& report);
+  void fit_table_width();  // the middle row's split, so the table's figures are in view
   void show_error(const QString& text);
   void clear_error();
   void update_status();
@@ -92,7 +94,7 @@ class MainWindow : public QMainWindow {
   std::shared_ptr<const Setup> setup_;
   std::optional<planner::PlanSpec> selected_;
   std::shared_ptr<const PlanDetail> detail_;
-  std::shared_ptr<const sim::Timeline> measured_;
+  std::shared_ptr<const MeasuredTrace> measured_;
   std::shared_ptr<const TimelineRows> measured_rows_;
   void drop_detail();  // frees the old plan's graph and result on a worker: freeing a large one takes long
   std::vector<planner::RankedPlan> ranked_;
@@ -154,6 +156,8 @@ class MainWindow : public QMainWindow {
   StepMemoryChart* step_memory_chart_ = nullptr;
   TimelineView* timeline_ = nullptr;
   QTableWidget* table_ = nullptr;
+  QSplitter* middle_ = nullptr;  // chart 3 | the table
+  bool table_width_fitted_ = false;
   QPlainTextEdit* compare_ = nullptr;
 };
 

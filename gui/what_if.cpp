@@ -1,9 +1,11 @@
 #include "gui/what_if.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "app/commands.hpp"
 #include "common/error.hpp"
+#include "common/json_reader.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "sim/report.hpp"
@@ -41,15 +43,16 @@ planner::StepInputs Setup::at(std::int64_t seq_len) const {
 }
 
 void check_sequence_control_length(std::int64_t seq_len, const std::string& origin, const std::string& field, const std::string& as_given) {
-  if (seq_len < kMinSeqLen || seq_len > kMaxSeqLen || (seq_len & (seq_len - 1)) != 0) {
-    throw InputError(origin, field, "a power of two from 4K to 16M (the GUI's sequence control)", as_given);
+  if (seq_len < 1 || seq_len > kMaxSeqLen || (seq_len & (seq_len - 1)) != 0) {
+    throw InputError(origin, field, "a power of two up to 16M (the GUI's sequence control; trainyard simulate --plan takes any length)",
+                     as_given);
   }
 }
 
 std::vector<std::int64_t> memory_sweep_lengths(std::int64_t seq_len) {
   std::vector<std::int64_t> out;
-  const std::int64_t low = std::max(kMinSeqLen, seq_len / 64), high = std::min(kMaxSeqLen, seq_len * 4);
-  std::int64_t s = kMinSeqLen;
+  const std::int64_t low = std::max(std::min(kMinSeqLen, seq_len), seq_len / 64), high = std::min(kMaxSeqLen, seq_len * 4);
+  std::int64_t s = 1;
   while (s < low) s *= 2;
   for (; s <= high; s *= 2) out.push_back(s);
   return out;
@@ -164,6 +167,55 @@ PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planne
   d.graph = std::move(graph);
   d.result = std::move(result);
   return d;
+}
+
+MeasuredTrace read_measured_trace(const std::string& path) {
+  const json::Json document = json::parse_file(path);
+  MeasuredTrace m{sim::parse_timeline(document, path)};
+  // Written by write_chrome_trace when the trace keeps part of the step; older traces hold all of it.
+  const auto other = document.find("otherData");
+  if (other != document.end() && other->is_object() && other->contains("selection")) {
+    const json::Reader selection((*other)["selection"], path, "otherData.selection");
+    const double start_ns = selection.number("start_ns", {0, 1e18, "ns", true});
+    const double end_ns = selection.number("end_ns", {-1, 1e18, "ns", true});
+    m.whole_step = start_ns == 0 && (end_ns < 0 || end_ns >= static_cast<double>(m.timeline.step_ns));
+  }
+  return m;
+}
+
+std::string measured_mismatch(const sim::Timeline& predicted, const MeasuredTrace& measured) {
+  const sim::Timeline& m = measured.timeline;
+  const std::string file = m.origin.empty() ? "the measured trace" : m.origin;
+  if (m.peak_hbm_bytes.size() != predicted.peak_hbm_bytes.size()) {
+    return file + " is a step on " + std::to_string(m.peak_hbm_bytes.size()) + " GPUs; the selected plan runs on " +
+           std::to_string(predicted.peak_hbm_bytes.size());
+  }
+  if (m.slices.empty()) return file + " holds no task";
+  using Key = std::pair<std::string, std::string>;  // task name, device: how compare matches tasks
+  std::set<Key> planned, seen;
+  std::set<std::string> devices;
+  for (const auto& s : predicted.slices) planned.insert({s.name, predicted.device_label(s.pid)});
+  const Key* foreign = nullptr;
+  std::size_t foreign_count = 0;
+  for (const auto& s : m.slices) {
+    const auto& key = *seen.insert({s.name, m.device_label(s.pid)}).first;
+    devices.insert(key.second);
+    if (!planned.count(key)) foreign = foreign ? foreign : &key, ++foreign_count;
+  }
+  if (foreign) {
+    return file + " is not a trace of the selected plan: " + std::to_string(foreign_count) + " of its " + std::to_string(m.slices.size()) +
+           " tasks are not in the plan (first: \"" + foreign->first + "\" on " + foreign->second + ")";
+  }
+  if (!measured.whole_step) return "";  // a window: the plan's tasks outside it are missing by design
+  std::size_t missing = 0;
+  const sim::TimelineSlice* first = nullptr;
+  for (const auto& s : predicted.slices) {
+    const std::string device = predicted.device_label(s.pid);
+    if (devices.count(device) && !seen.count({s.name, device})) first = first ? first : &s, ++missing;
+  }
+  if (!first) return "";
+  return file + " is not a trace of the selected plan: " + std::to_string(missing) + " of the plan's tasks on the GPUs it covers are not in it (first: \"" +
+         first->name + "\" on " + predicted.device_label(first->pid) + ")";
 }
 
 TimelineRows index_timeline(const sim::Timeline& t) {

@@ -28,9 +28,11 @@ struct WhatIfInputs {
   double hbm_headroom = 0.05;
 };
 
-// The sequence-length control's range: powers of two from 4K to 16M.
+// The sequence-length control's range: powers of two from 4K to 16M. A shorter power of two (a plan file's, say:
+// examples/tiny-ringtrack.plan.json has 256 tokens) widens it downwards.
 inline constexpr std::int64_t kMinSeqLen = 4096, kMaxSeqLen = std::int64_t{16} << 20;
-// InputError (naming `origin`, `field` and the length `as_given`) unless the control can show `seq_len`.
+// InputError (naming `origin`, `field` and the length `as_given`) unless the control can show `seq_len`: a power
+// of two up to kMaxSeqLen.
 void check_sequence_control_length(std::int64_t seq_len, const std::string& origin, const std::string& field, const std::string& as_given);
 
 // The model and cluster the inputs name, loaded once and shared (read-only) by the jobs of one set of inputs.
@@ -45,7 +47,7 @@ struct Setup {
   planner::StepInputs at(std::int64_t seq_len) const;
 };
 
-// Chart 2's lengths: powers of two from seq/64 to seq*4, within the control's range.
+// Chart 2's lengths: powers of two from seq/64 to seq*4, within the control's range (not below 4K unless seq is).
 std::vector<std::int64_t> memory_sweep_lengths(std::int64_t seq_len);
 
 // The chunk length of schemes that have one (ring-track's chunk, FPDT's attention chunk).
@@ -84,6 +86,17 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
 // large becomes the nearest longer one that works.
 std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme,
                                             const std::vector<planner::PlanSpec>& preferred, double hbm_headroom);
+
+// A measured trace (trainyard run --trace) and how much of its step it holds (otherData.selection).
+struct MeasuredTrace {
+  sim::Timeline timeline;
+  bool whole_step = true;  // false: cut to a time window, so tasks outside it are missing
+};
+MeasuredTrace read_measured_trace(const std::string& path);
+// Why `measured` is not a trace of the plan `predicted` was simulated from, for people; empty when it is. A trace
+// of the plan has the plan's GPU count, only tasks of the plan, and (unless cut to a window) every task of the plan
+// on each device it covers: a trace cut to some GPUs or the one-GPU executor's trace still matches.
+std::string measured_mismatch(const sim::Timeline& predicted, const MeasuredTrace& measured);
 
 // A timeline's slices by device (the trace's pid) and stream (tid), each list in start order: what the Gantt
 // draws, indexed once on a worker (a 1M-token step has a million slices).

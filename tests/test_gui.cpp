@@ -6,7 +6,10 @@
 #include <QtTest/QtTest>
 
 #include <fstream>
+#include <set>
 
+#include "common/json_reader.hpp"
+#include "gui/charts.hpp"
 #include "gui/main_window.hpp"
 #include "gui/what_if.hpp"
 #include "planner/plan.hpp"
@@ -17,6 +20,9 @@ using namespace trainyard::gui;
 namespace {
 
 constexpr int kWaitMs = 120000;  // a generous bound on a small model's charts; tests fail rather than hang
+constexpr int kPlanColumn = 8;   // the ranked table's plan description
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+const QString kTinyPlan = QStringLiteral(TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json");
 
 // A small model on one GPU: every chart completes in a few seconds.
 WhatIfInputs small_inputs() {
@@ -32,6 +38,40 @@ std::vector<double> xs(const QList<QPointF>& points) {
   std::vector<double> out;
   for (const auto& p : points) out.push_back(p.x());
   return out;
+}
+
+// Pixels of `image` within a small distance of `color` (anti-aliased edges blend, the core of a line does not).
+int pixels_of(const QImage& image, QColor color) {
+  int n = 0;
+  for (int y = 0; y < image.height(); ++y) {
+    for (int x = 0; x < image.width(); ++x) {
+      const QColor c = image.pixelColor(x, y);
+      if (std::abs(c.red() - color.red()) + std::abs(c.green() - color.green()) + std::abs(c.blue() - color.blue()) < 40) ++n;
+    }
+  }
+  return n;
+}
+
+// A chart point as the window's jobs deliver it.
+Point point(const std::string& scheme, std::int64_t x, bool fits, double hbm_gib, double dram_gib, double mfu = 0.4) {
+  Point p;
+  p.scheme = scheme;
+  p.x = x;
+  p.metrics.fits = fits;
+  p.metrics.mfu = mfu;
+  p.metrics.step_s = 1;
+  p.out_of_memory = !fits;
+  p.hbm_needed_bytes = static_cast<std::int64_t>(hbm_gib * kGiB);
+  p.dram_needed_bytes = static_cast<std::int64_t>(dram_gib * kGiB);
+  return p;
+}
+
+// The window's ringtrack plan at 64K with another chunk than `chunk`.
+std::int64_t another_chunk(std::int64_t chunk) {
+  for (std::int64_t c : chunk_sweep("ringtrack", 65536)) {
+    if (c != chunk) return c;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -148,7 +188,7 @@ class GuiTest : public QObject {
     QVERIFY(table->rowCount() >= 2);
     QVERIFY(w.selected_plan().has_value());
     const int row = table->rowCount() - 1;
-    const QString plan = table->item(row, 2)->text();
+    const QString plan = table->item(row, kPlanColumn)->text();
     const QString scheme = table->item(row, 1)->text();
     QVERIFY(QString::fromStdString(w.selected_plan()->summary()) != plan || w.selected_plan()->scheme != scheme.toStdString());
     table->selectRow(row);
@@ -258,7 +298,7 @@ class GuiTest : public QObject {
     QVERIFY(table->rowCount() >= 2);
     const int row = table->rowCount() - 1;
     table->selectRow(row);
-    const QString plan = table->item(row, 2)->text();
+    const QString plan = table->item(row, kPlanColumn)->text();
     // A longer sequence (every chunk of 64K still divides it): the search runs again and ends with its own
     // winner; the picked plan stays selected.
     w.set_seq_len(131072);
@@ -266,6 +306,173 @@ class GuiTest : public QObject {
     QVERIFY(w.jobs().wait_idle(kWaitMs));
     QVERIFY(w.plan_table()->rowCount() > 0);
     QCOMPARE(QString::fromStdString(w.selected_plan()->summary()), plan);
+  }
+
+  void a_plan_shorter_than_the_slider_widens_it() {
+    // examples/tiny-ringtrack.plan.json: 256 tokens, below the slider's usual 4K.
+    MainWindow w(small_inputs());
+    QVERIFY2(w.open_plan(kTinyPlan), qPrintable(w.error_text()));
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QCOMPARE(w.error_text(), QString());
+    QCOMPARE(w.setup()->inputs.seq_len, std::int64_t{256});
+    const planner::PlanFile file = planner::read_plan_file(kTinyPlan.toStdString());
+    QCOMPARE(w.selected_plan()->summary(), file.spec.summary());
+    QVERIFY(w.selected_detail() != nullptr);
+    QCOMPARE(w.selected_detail()->spec.summary(), file.spec.summary());
+    QCOMPARE(xs(w.memory_chart()->hbm_points("ringtrack")), (std::vector<double>{256, 512, 1024}));
+    // The slider now reaches 256 and back up.
+    w.set_seq_len(512);
+    w.recompute_now();
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QCOMPARE(w.setup()->inputs.seq_len, std::int64_t{512});
+  }
+
+  void a_plan_the_slider_cannot_show_is_refused_in_view() {
+    QTemporaryDir dir;
+    planner::PlanFile file = planner::read_plan_file(kTinyPlan.toStdString());
+    file.workload.seq_len = 3072;  // not a power of two
+    const QString path = dir.filePath("odd.plan.json");
+    std::ofstream(path.toStdString()) << planner::plan_file_json(file).dump(2);
+    MainWindow w(small_inputs());  // its own first picks are still on their way
+    QVERIFY(!w.open_plan(path));
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    // Still shown once the window's picks have arrived.
+    QVERIFY2(w.error_text().contains("workload.seq_len") && w.error_text().contains("power of two"), qPrintable(w.error_text()));
+    QVERIFY(w.error_text().contains("odd.plan.json"));
+    QCOMPARE(w.setup()->inputs.seq_len, std::int64_t{65536});  // the window's inputs are untouched
+  }
+
+  void a_measured_trace_of_another_plan_is_refused() {
+    WhatIfInputs in = small_inputs();
+    in.schemes = {"ringtrack"};
+    MainWindow w(in);
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QTemporaryDir dir;
+    const QString trace = dir.filePath("trace.json");
+    QVERIFY(w.save_trace(trace));
+    const std::int64_t chunk = chunk_of(*w.selected_plan()), other = another_chunk(chunk);
+    QVERIFY(other > 0);
+    w.set_chunk(other);
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QCOMPARE(chunk_of(w.selected_detail()->spec), other);
+    QVERIFY(!w.open_measured(trace));
+    QVERIFY2(w.error_text().contains("not a trace of the selected plan") && w.error_text().contains("trace.json"), qPrintable(w.error_text()));
+    QVERIFY(!w.timeline()->has_measured());
+    // Back on the plan it was taken from, it is accepted.
+    w.set_chunk(chunk);
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QVERIFY2(w.open_measured(trace), qPrintable(w.error_text()));
+    QVERIFY(w.timeline()->has_measured());
+    // A later switch to another plan takes the overlay down and says why.
+    w.set_chunk(other);
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QVERIFY(!w.timeline()->has_measured());
+  }
+
+  void a_measured_trace_cut_to_a_window_or_a_gpu_still_matches() {
+    MainWindow w(small_inputs());
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QTemporaryDir dir;
+    const QString whole = dir.filePath("whole.json");
+    QVERIFY(w.save_trace(whole));
+    json::Json doc = json::parse_file(whole.toStdString());
+    const double half_us = doc["otherData"]["step_ns"].get<double>() / 2000.0;
+    json::Json kept = json::Json::array();
+    for (const auto& e : doc["traceEvents"]) {
+      if (e["ph"] != "X" || e["ts"].get<double>() < half_us) kept.push_back(e);
+    }
+    QVERIFY(kept.size() < doc["traceEvents"].size());
+    doc["traceEvents"] = kept;
+    const QString unmarked = dir.filePath("first-half-unmarked.json");
+    std::ofstream(unmarked.toStdString()) << doc.dump();
+    // Without saying it holds a window, half a step lacks tasks of the plan.
+    QVERIFY(!w.open_measured(unmarked));
+    QVERIFY2(w.error_text().contains("of the plan's tasks"), qPrintable(w.error_text()));
+    doc["otherData"]["selection"] = {{"gpus", json::Json::array({0})}, {"gpus_total", 1}, {"start_ns", 0},
+                                     {"end_ns", half_us * 1000}, {"counters", true}};
+    const QString window = dir.filePath("first-half.json");
+    std::ofstream(window.toStdString()) << doc.dump();
+    QVERIFY2(w.open_measured(window), qPrintable(w.error_text()));
+    QVERIFY(w.timeline()->has_measured());
+  }
+
+  void the_ranked_table_shows_every_cell_in_full() {
+    MainWindow w(small_inputs());
+    w.resize(1600, 1000);
+    w.show();
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QTableWidget* t = w.plan_table();
+    QVERIFY(t->rowCount() > 0);
+    QCOMPARE(t->horizontalHeaderItem(kPlanColumn)->text(), QString("plan"));
+    const QFontMetrics metrics(t->font());
+    for (int c = 0; c < t->columnCount(); ++c) {
+      for (int r = 0; r < t->rowCount(); ++r) {
+        const QString text = t->item(r, c)->text();
+        QVERIFY2(metrics.horizontalAdvance(text) <= t->columnWidth(c), qPrintable(QString("column %1: \"%2\" clipped").arg(c).arg(text)));
+      }
+    }
+    // The figures (every column before the plan) are in view without scrolling sideways.
+    const int last = kPlanColumn - 1;
+    QVERIFY2(t->columnViewportPosition(last) + t->columnWidth(last) <= t->viewport()->width(),
+             qPrintable(QString("%1 + %2 > %3").arg(t->columnViewportPosition(last)).arg(t->columnWidth(last)).arg(t->viewport()->width())));
+  }
+
+  void coinciding_scheme_curves_stay_visible() {
+    // Two schemes with the same numbers: the one drawn first must still show.
+    const std::vector<std::string> schemes{"ulysses", "ring-attention"};
+    MemoryChart memory;
+    ChunkChart chunk;
+    memory.resize(800, 500);
+    chunk.resize(800, 500);
+    memory.reset(schemes, {4096, 8192, 16384}, 80 * kGiB, 2048 * kGiB);
+    chunk.reset(schemes, 1024, 16384);
+    for (const auto& scheme : schemes) {
+      for (std::int64_t x : {4096, 8192, 16384}) memory.add_point(point(scheme, x, true, 4.0 * static_cast<double>(x / 4096), 100));
+      chunk.add_point(point(scheme, 0, true, 1, 1));  // no chunk: a flat line
+    }
+    for (QChartView* view : std::initializer_list<QChartView*>{&memory, &chunk}) {
+      view->chart()->legend()->hide();  // the legend names both anyway: only the curves count here
+      const QImage image = view->grab().toImage();
+      for (const auto& scheme : schemes) {
+        QVERIFY2(pixels_of(image, scheme_color(scheme)) >= 20, scheme.c_str());
+      }
+    }
+    // Each scheme has a marker shape of its own.
+    std::set<int> shapes;
+    for (const auto& scheme : planner::kSchemes) shapes.insert(scheme_style(scheme, 0, 1).shape);
+    QCOMPARE(shapes.size(), planner::kSchemes.size());
+  }
+
+  void lengths_that_do_not_fit_are_drawn_hollow_off_the_curve() {
+    MemoryChart chart;
+    chart.resize(800, 500);
+    chart.reset({"ringtrack"}, {4096, 8192, 16384}, 80 * kGiB, 2048 * kGiB);
+    chart.add_point(point("ringtrack", 4096, true, 40, 100));
+    chart.add_point(point("ringtrack", 16384, false, 90, 300));  // ran out of HBM: needed at least 90 GiB
+    chart.add_point(point("ringtrack", 8192, true, 60, 200));
+    QCOMPARE(xs(chart.hbm_points("ringtrack")), (std::vector<double>{4096, 8192}));
+    QCOMPARE(chart.points("ringtrack"), 3);
+    const QList<QPointF> misses = chart.misses("ringtrack");  // HBM and DRAM at the length that did not fit
+    QCOMPARE(misses.size(), 2);
+    QVERIFY(misses.contains(QPointF(16384, 90)) && misses.contains(QPointF(16384, 300)));
+    // Drawn hollow: white at the marker's centre, the scheme's colour at a fitting point's.
+    chart.chart()->legend()->hide();
+    const QImage image = chart.grab().toImage();
+    auto pixel = [&](QPointF value) {
+      const QPointF scene = chart.chart()->mapToPosition(value, chart.chart()->series().front());
+      return image.pixelColor(chart.mapFromScene(scene));
+    };
+    const auto distance = [](QColor a, QColor b) {
+      return std::abs(a.red() - b.red()) + std::abs(a.green() - b.green()) + std::abs(a.blue() - b.blue());
+    };
+    const QColor hollow = pixel({16384, 90}), filled = pixel({4096, 40});
+    QVERIFY2(distance(hollow, Qt::white) < 30, qPrintable(hollow.name()));
+    QVERIFY2(distance(filled, scheme_color("ringtrack")) < 30, qPrintable(filled.name()));
+    ChunkChart chunks;
+    chunks.reset({"ringtrack"}, 1024, 16384);
+    chunks.add_point(point("ringtrack", 16384, false, 90, 300));
+    QCOMPARE(chunks.points("ringtrack"), 0);
+    QCOMPARE(chunks.misses("ringtrack"), (QList<QPointF>{{16384, 0}}));
   }
 
   void the_timeline_zooms_around_a_point() {
