@@ -43,6 +43,15 @@ const std::vector<Command>& commands() {
 // Parses `args` against `options` (+ positionals); true when --help was asked for and printed.
 bool parse(const std::vector<std::string>& args, const std::string& usage, po::options_description& options,
            const po::positional_options_description& positional, po::variables_map& vm) {
+  // Boost.Program_options 1.74 fills its error messages by replacing placeholders until none is left, so an
+  // argument holding one ("--x%original_token%") made the error's what() loop forever (found by fuzzing).
+  for (const auto& arg : args) {
+    for (const char* placeholder : {"%canonical_option%", "%option%", "%original_token%", "%prefix%", "%value%"}) {
+      if (arg.find(placeholder) != std::string::npos) {
+        throw InputError("arguments", "value", std::string("no argument containing ") + placeholder, "\"" + arg + "\"");
+      }
+    }
+  }
   options.add_options()("help,h", "show this help");
   po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
   if (vm.count("help")) {

@@ -50,6 +50,10 @@ Json parse(std::string_view text, const std::string& origin) {
     if (auto pos = detail.rfind(": "); pos != std::string::npos) detail = detail.substr(pos + 2);
     throw InputError(origin + ":" + line_column(text, e.byte == 0 ? 0 : e.byte - 1) +
                      ": malformed JSON: " + detail);
+  } catch (const Json::out_of_range& e) {  // a number beyond a double's range, e.g. 1e999 (found by fuzzing)
+    std::string detail = e.what();
+    if (auto pos = detail.find("] "); pos != std::string::npos) detail = detail.substr(pos + 2);
+    throw InputError(origin + ": malformed JSON: " + detail);
   }
 }
 
@@ -82,7 +86,8 @@ std::string Source::describe() const {
 
 std::string describe(const Json& value) {
   if (value.is_number() || value.is_boolean()) return value.dump();
-  if (value.is_string()) return value.dump();
+  // Invalid UTF-8 (a binary custom: spec) is shown replaced rather than thrown from dump() (found by fuzzing).
+  if (value.is_string()) return value.dump(-1, ' ', false, Json::error_handler_t::replace);
   if (value.is_null()) return "null";
   if (value.is_array()) return "an array";
   return "an object";
