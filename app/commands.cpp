@@ -9,8 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "app/report.hpp"
+#include "common/atomic_file.hpp"
 #include "common/catalog.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
+#include "common/memory_budget.hpp"
 #include "common/text_table.hpp"
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
@@ -18,6 +21,7 @@
 #include "sim/graph_json.hpp"
 #include "sim/report.hpp"
 #include "planner/megatron.hpp"
+#include "planner/estimate.hpp"
 #include "planner/plan.hpp"
 #include "planner/ringtrack.hpp"
 #include "planner/zero.hpp"
@@ -95,23 +99,49 @@ void check_node_count(int nodes, const hw::NodeProfile& node) {
   }
 }
 
-LoadedPlan load_plan(const std::string& path) {
+void check_output_flags(const po::variables_map& vm, std::initializer_list<const char*> flags) {
+  std::map<std::string, std::string> seen;  // path -> flag
+  for (const char* name : flags) {
+    if (!vm.count(name)) continue;
+    const std::string flag = std::string("--") + name, path = vm[name].as<std::string>();
+    check_writable(path, flag);
+    if (const auto [it, fresh] = seen.emplace(path, flag); !fresh) {
+      throw InputError(flag, "value", "a file other than " + it->second + "'s", "\"" + path + "\" for both");
+    }
+  }
+}
+
+LoadedPlan load_plan(const std::string& path, std::int64_t budget_bytes) {
   LoadedPlan l{path, planner::read_plan_file(path), {}, std::nullopt};
   l.model = model::load_model(l.plan.model, path + ": field 'model'");
   hw::NodeProfile node = hw::load_node(l.plan.hw, path + ": field 'hw'");
-  check_node_count(l.plan.nodes, node);
+  try {
+    check_node_count(l.plan.nodes, node);
+  } catch (const InputError& e) {
+    throw planner::plan_file_error(path, e);
+  }
+  planner::require_cluster_within_budget(node, l.plan.nodes, budget_bytes > 0 ? budget_bytes : default_memory_budget_bytes());
   l.cluster.emplace(std::move(node), l.plan.nodes);
   return l;
 }
 
-sim::TaskGraph build_plan_step(const LoadedPlan& l, const planner::PlanSpec& spec, const std::string& origin, planner::RingTrackPlan* rings) {
+sim::TaskGraph build_plan_step(const LoadedPlan& l, const planner::PlanSpec& spec, const std::string& origin, planner::RingTrackPlan* rings,
+                               std::int64_t budget_bytes) {
   const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload,
                                    model::precision_policy(l.plan.precision, l.origin + ": field 'precision'")};
+  // Checked and sized before it is built: a graph larger than the memory budget is refused, not built.
+  try {
+    planner::check_plan(inputs, spec);
+  } catch (const InputError& e) {
+    throw planner::plan_file_error(origin, e);
+  }
+  planner::require_within_budget(planner::estimate_plan(inputs, spec), budget_bytes > 0 ? budget_bytes : default_memory_budget_bytes(),
+                                 "the step graph of " + origin, "a smaller global_batch, fewer nodes or a larger chunk in the plan");
   sim::TaskGraph graph;
   try {
     graph = planner::build_plan(inputs, spec, rings);
-  } catch (const InputError& e) {  // parameters this model or hardware cannot take
-    throw InputError(origin, "parameters", "parameters that " + l.plan.hw + " and " + l.plan.model + " can run", e.what());
+  } catch (const InputError& e) {  // parameters this model or hardware cannot take: the checks name flags, the file has fields
+    throw planner::plan_file_error(origin, e);
   }
   sim::validate(graph, l.cluster->gpus(), l.cluster->nodes, origin);
   return graph;
@@ -394,6 +424,7 @@ planner::RingTrackParams ringtrack_params(const po::variables_map& vm, const sim
       }
       p.ring_order.push_back(std::stoi(item));
     }
+    if (p.ring >= 1 && cluster.gpus() % p.ring == 0) planner::check_ring_order(p.ring_order, p.ring, "--ring-order", "value");
   }
   return p;
 }
@@ -437,6 +468,8 @@ int run_simulate(const std::vector<std::string>& args) {
       ("json", po::bool_switch(), "print metrics as JSON")
       ("threads", po::value<int>()->value_name("int"), "with --lengths: simulation threads (0: all cores)");
   add_lengths_options(options, false);
+  add_memory_budget_option(options);
+  add_trace_options(options);
   po::positional_options_description positional;
   po::variables_map vm;
   if (parse(args,
@@ -449,6 +482,10 @@ int run_simulate(const std::vector<std::string>& args) {
             options, positional, vm)) {
     return 0;
   }
+  if (vm.count("lengths") && vm.count("trace")) {
+    throw InputError("--trace", "value", "none with --lengths (no trace of a hot-switched mini-batch yet)", "given");
+  }
+  check_output_flags(vm, {"trace"});  // before the simulation, so a bad path does not cost its result
   if (vm.count("lengths")) return run_simulate_lengths(vm);
   for (const char* flag : {"static", "switch", "groups", "max-len", "threads"}) {
     if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
@@ -467,6 +504,7 @@ int run_simulate(const std::vector<std::string>& args) {
   sim::TaskGraph graph;
   std::string origin;
   std::optional<planner::RingTrackPlan> ring;  // ringtrack: the rings it chose, reported beside the metrics
+  std::optional<planner::PlanFile> plan_file;  // --plan: its stored prediction is compared with the simulation
   if (from_graph || from_plan) {
     const std::string mode = from_graph ? "--graph" : "--plan";
     for (const char* flag : kSchemeFlags) {
@@ -476,9 +514,10 @@ int run_simulate(const std::vector<std::string>& args) {
   if (from_plan) {
     if (vm.count("hw") || vm.count("nodes")) throw InputError("--hw/--nodes", "value", "none with --plan (the plan names its hardware)", "given");
     origin = vm["plan"].as<std::string>();
-    LoadedPlan loaded = load_plan(origin);
+    LoadedPlan loaded = load_plan(origin, memory_budget(vm));
+    plan_file = loaded.plan;
     ring.emplace();
-    graph = build_plan_step(loaded, loaded.plan.spec, origin, &*ring);
+    graph = build_plan_step(loaded, loaded.plan.spec, origin, &*ring, memory_budget(vm));
     if (loaded.plan.spec.scheme != "ringtrack") ring.reset();
     cluster = std::move(loaded.cluster);
   } else if (from_graph) {
@@ -494,6 +533,7 @@ int run_simulate(const std::vector<std::string>& args) {
     const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : doc.nodes.value_or(1);
     hw::NodeProfile node = hw::load_node(hw_name, vm.count("hw") ? "--hw" : origin + ": field 'hw'");
     check_node_count(nodes, node);
+    planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
     cluster.emplace(std::move(node), nodes);
     graph = std::move(doc.graph);
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
@@ -541,6 +581,7 @@ int run_simulate(const std::vector<std::string>& args) {
     const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : 1;
     hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
     check_node_count(nodes, node);
+    planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
     cluster.emplace(std::move(node), nodes);
     const planner::Workload workload = workload_from_flags(vm);
     planner::Recompute recompute = planner::Recompute::none;
@@ -593,18 +634,26 @@ int run_simulate(const std::vector<std::string>& args) {
       }
       spec.zero = p;
     }
+    planner::check_plan(inputs, spec);
+    planner::require_within_budget(planner::estimate_plan(inputs, spec), memory_budget(vm), "the step graph of " + origin,
+                                   "fewer --nodes, a smaller --global-batch, a shorter --seq or a larger --chunk");
     ring.emplace();
     graph = planner::build_plan(inputs, spec, &*ring);
     if (spec.scheme != "ringtrack") ring.reset();
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   }
+  const std::optional<TraceRequest> trace = trace_request(vm, cluster->gpus());
   graph.finalize();
-  const sim::SimResult result = sim::simulate(graph, *cluster);
-  if (vm.count("trace")) {
-    sim::write_file_atomically(vm["trace"].as<std::string>(), [&](std::ostream& out) {
-      sim::write_chrome_trace(out, result, graph, *cluster);
-    });
+  sim::SimOptions sim_options;
+  sim_options.cancel = &interrupt_flag();  // Ctrl-C: the engine stops, the command exits 130
+  const sim::SimResult result = sim::simulate(graph, *cluster, sim_options);
+  throw_if_interrupted();
+  if (plan_file && result.completed) {
+    if (const std::string drift = planner::prediction_drift(*plan_file, result, cluster->gpus()); !drift.empty()) {
+      std::cerr << "warning: " << origin << ": " << drift << "\n";
+    }
   }
+  if (trace) write_trace(*trace, result, graph, *cluster);
   if (vm["json"].as<bool>()) {
     Json out = sim::metrics_json(result, graph, *cluster);
     if (ring) {

@@ -3,9 +3,12 @@
 
 #include "app/commands.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
+#include "common/progress.hpp"
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
+#include "planner/estimate.hpp"
 #include "planner/hotspa.hpp"
 
 namespace trainyard::app {
@@ -43,7 +46,20 @@ void load_hardware(const po::variables_map& vm, LengthsRun& run) {
   hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
   const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : 1;
   check_node_count(nodes, node);
+  planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
   run.cluster.emplace(std::move(node), nodes);
+}
+
+// The most sequences `tokens` can split into (every document as short as the source allows), as the bytes the
+// drawn lengths and their groups hold: refused before drawing when over the budget.
+void check_minibatch_size(const planner::LengthSource& source, std::int64_t tokens, std::int64_t budget_bytes) {
+  std::int64_t shortest = planner::kMinDocumentTokens;
+  if (!source.samples.empty()) shortest = *std::min_element(source.samples.begin(), source.samples.end());
+  for (const auto& bin : source.bins) shortest = std::min(shortest, bin.min);
+  constexpr double kBytesPerSequence = 4 * sizeof(std::int64_t);  // the draw, the groups, their merges
+  const double sequences = static_cast<double>(tokens) / static_cast<double>(std::max<std::int64_t>(1, shortest));
+  planner::require_within_budget({sequences, sequences * kBytesPerSequence}, budget_bytes,
+                                 "a mini-batch of lengths", "fewer --tokens-per-step", "sequences at most");
 }
 
 // The mini-batch and the setting.
@@ -51,12 +67,15 @@ void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
   run.source = planner::load_lengths(vm["lengths"].as<std::string>());
   run.max_len = max_len;
   run.tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
+  check_minibatch_size(run.source, run.tokens, memory_budget(vm));
   run.lengths = planner::sample_minibatch(run.source, run.tokens, max_len, vm["seed"].as<std::uint64_t>());
   run.setting.emplace(planner::HotSpaSetting{run.model, *run.cluster, model::precision_policy(vm["precision"].as<std::string>())});
   run.setting->batching = planner::parse_batching(vm["batching"].as<std::string>());
   run.setting->micro_batch_tokens = parse_token_count(vm["micro-batch-tokens"].as<std::string>(), "--micro-batch-tokens");
   if (vm.count("threads")) run.setting->threads = vm["threads"].as<int>();
   if (vm.count("hbm-headroom")) run.setting->hbm_headroom = vm["hbm-headroom"].as<double>();
+  run.setting->memory_budget_bytes = memory_budget(vm);
+  run.setting->cancel = &interrupt_flag();
 }
 
 void print_header(const LengthsRun& run) {
@@ -180,13 +199,11 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   options.per_group = vm["per-group"].as<int>();
   if (options.per_group < 1) throw InputError("--per-group", "value", "a positive integer", std::to_string(options.per_group));
   const bool json = vm["json"].as<bool>();
-  if (!json) {
-    options.progress = [](std::size_t done, std::size_t total) {
-      std::cerr << "\rsimulated " << done << "/" << total << std::flush;
-      if (done == total) std::cerr << "\n";
-    };
-  }
+  // On a terminal only; nothing when stderr is piped (common/progress.hpp).
+  Progress progress("HotSPa search", !json);
+  options.progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "group simulations"); };
   const planner::HotSpaSearchReport report = planner::search_hotspa(*run.setting, run.lengths, options);
+  progress.finish();
   const bool found = !report.best_static.empty() && !report.best_switched.empty();
   if (json) {
     nlohmann::json out = header_json(run);
@@ -198,7 +215,13 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   }
   print_header(run);
   if (!found) {
-    std::cout << "no " << (report.best_static.empty() ? "static" : "hot-switched") << " plan fits\n";
+    const bool no_static = report.best_static.empty();
+    const std::string& why = (no_static ? report.static_result : report.switched_result).failure;
+    std::cout << "no " << (no_static ? "static" : "hot-switched") << " plan fits"
+              << (!why.empty() ? ": the best-bounded candidate's " + why
+                  : no_static ? " (no configuration passed the memory bounds)"
+                              : " (no chain of groups that fit covers every length)")
+              << "\n";
     return 1;
   }
   std::cout << "best static: " << report.best_static.front().spec.scheme << " " << report.best_static.front().spec.summary() << "\n"

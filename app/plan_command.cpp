@@ -1,20 +1,23 @@
 // `trainyard plan`: the plan search on the command line (planner/search.hpp does the work).
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "app/report.hpp"
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
+#include "common/progress.hpp"
 #include "common/text_table.hpp"
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
+#include "planner/no_fit.hpp"
+#include "planner/estimate.hpp"
 #include "planner/search.hpp"
 #include "sim/report.hpp"
 
@@ -25,14 +28,23 @@ namespace trainyard::app {
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_interrupt(int) { g_interrupted = true; }
-
 std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
 
 Json plan_json(const planner::RankedPlan& p) {
   return {{"scheme", p.spec.scheme}, {"summary", p.spec.summary()}, {"parameters", planner::parameters_json(p.spec)},
           {"metrics", planner::metrics_json(p.metrics)}};
+}
+
+// Why a scheme has no plan, for --json.
+Json no_fit_json(const planner::SchemeNoFit& s) {
+  Json j{{"scheme", s.scheme}, {"configurations", s.configurations}, {"reason", s.reason()}};
+  if (s.closest) {
+    const auto& m = s.closest->metrics;
+    j["closest_miss"] = {{"summary", s.closest->spec.summary()}, {"parameters", planner::parameters_json(s.closest->spec)},
+                         {"failure", m.failure}, {"short_of", m.short_of}, {"shortfall_bytes", m.shortfall_bytes},
+                         {"by_bounds", m.bound_only}};
+  }
+  return j;
 }
 
 void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p) {
@@ -126,6 +138,8 @@ int run_plan(const std::vector<std::string>& args) {
       ("trace", po::value<std::string>()->value_name("path"), "write the best plan's Chrome trace")
       ("explain", po::bool_switch(), "the winner's step-time breakdown and why each other scheme's best loses");
   add_lengths_options(options, true);
+  add_trace_options(options);
+  add_memory_budget_option(options);
   po::positional_options_description positional;
   po::variables_map vm;
   if (parse(args,
@@ -138,7 +152,7 @@ int run_plan(const std::vector<std::string>& args) {
     return 0;
   }
   if (vm.count("lengths")) {
-    for (const char* flag : {"out", "trace"}) {
+    for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
       if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
     }
     if (vm["explain"].as<bool>() || vm["objective"].as<std::string>() != "throughput") {
@@ -149,6 +163,7 @@ int run_plan(const std::vector<std::string>& args) {
   for (const char* flag : {"groups", "max-len", "seed"}) {
     if (vm.count(flag) && !vm[flag].defaulted()) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
+  check_output_flags(vm, {"out", "trace"});  // before the search, so a bad path does not cost its result
   for (const char* flag : {"model", "hw", "seq"}) {
     if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value", "nothing");
   }
@@ -163,7 +178,11 @@ int run_plan(const std::vector<std::string>& args) {
   hw::NodeProfile node = hw::load_node(hw_name, "--hw");
   const int nodes = vm["nodes"].as<int>();
   check_node_count(nodes, node);
+  const std::int64_t budget = memory_budget(vm);
+  planner::require_cluster_within_budget(node, nodes, budget);  // before the cluster is built: it grows with --nodes
+  const double cluster_bytes = planner::cluster_bytes(node, nodes);
   const sim::Cluster cluster(std::move(node), nodes);
+  const std::optional<TraceRequest> trace = trace_request(vm, cluster.gpus());
   planner::Workload workload;
   if (vm.count("global-batch") || vm.count("tokens-per-step")) {
     workload = workload_from_flags(vm);
@@ -184,30 +203,25 @@ int run_plan(const std::vector<std::string>& args) {
   search.hbm_headroom = headroom;
   search.top = top;
   search.threads = threads;
-  search.cancel = &g_interrupted;
-  // A progress line on a terminal only (not with --json, not when stderr is piped).
-  const bool show_progress = !as_json && isatty(STDERR_FILENO);
+  search.cancel = &interrupt_flag();
+  search.memory_budget_bytes = std::max<std::int64_t>(1, budget - static_cast<std::int64_t>(cluster_bytes));  // what the cluster leaves
+  // A progress line on a terminal only (not with --json; nothing when stderr is piped): common/progress.hpp.
+  Progress progress("bounds", !as_json);
+  search.bounds_progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "plans"); };
+  search.progress = [&](std::size_t done, std::size_t total) {
+    progress.set_phase("simulating");
+    progress.update(done, total, "plans");
+  };
   const auto started = std::chrono::steady_clock::now();
-  if (show_progress) {
-    search.progress = [&](std::size_t done, std::size_t total) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      const double rate = elapsed > 0 ? static_cast<double>(done) / elapsed : 0;
-      const int width = 30;
-      const int filled = total ? static_cast<int>(width * done / total) : width;
-      std::cerr << "\r[" << std::string(static_cast<std::size_t>(filled), '#') << std::string(static_cast<std::size_t>(width - filled), '.')
-                << "] " << done << "/" << total << " plans, " << format_fixed(rate, 1) << "/s, ETA "
-                << format_fixed(rate > 0 ? static_cast<double>(total - done) / rate : 0, 0) << " s   " << std::flush;
-    };
-  }
-  g_interrupted = false;
-  const auto previous = std::signal(SIGINT, on_interrupt);
 
   if (objective == planner::Objective::max_seq) {
     Json out = Json::array();
     TextTable table({"scheme", "max length", "plan", "MFU there", "peak HBM/GPU", "peak DRAM/node"},
                     {false, true, false, true, true, true});
     for (const auto& scheme : search.schemes) {
-      if (show_progress) std::cerr << "\rsearching the longest sequence for " << scheme << "...          " << std::flush;
+      if (interrupted()) break;
+      progress.set_phase("longest sequence for " + scheme);
+      search.progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "probes"); };
       const auto best = planner::max_sequence(inputs, scheme, search);
       if (!best) {
         table.add_row({scheme, "< 1K", "no plan fits", "", "", ""});
@@ -215,44 +229,46 @@ int run_plan(const std::vector<std::string>& args) {
         continue;
       }
       const auto& m = best->plan.metrics;
-      table.add_row({scheme, format_tokens(best->seq_len), best->plan.spec.summary(), format_fixed(100 * m.mfu, 1) + "%",
+      table.add_row({scheme, format_tokens(best->seq_len) + (best->limited_by_budget ? " (budget)" : ""), best->plan.spec.summary(), format_fixed(100 * m.mfu, 1) + "%",
                  format_bytes(static_cast<double>(m.peak_hbm_bytes)), format_bytes(static_cast<double>(m.peak_dram_bytes))});
       Json j = plan_json(best->plan);
       j["max_seq_len"] = best->seq_len;
+      j["limited_by_budget"] = best->limited_by_budget;
       out.push_back(j);
     }
-    std::signal(SIGINT, previous);
-    if (show_progress) std::cerr << "\r" << std::string(80, ' ') << "\r";
+    progress.finish();
     if (as_json) {
-      std::cout << Json{{"objective", "max-seq"}, {"interrupted", g_interrupted.load()}, {"schemes", out}}.dump(2) << "\n";
+      std::cout << Json{{"objective", "max-seq"}, {"interrupted", interrupted()}, {"schemes", out}}.dump(2) << "\n";
     } else {
       std::cout << "longest trainable sequence per scheme (multiples of 1K tokens), " << model.name << " on " << nodes << " x "
-                << cluster.node.name << (g_interrupted ? " (interrupted: partial)" : "") << "\n\n";
+                << cluster.node.name << (interrupted() ? " (interrupted: partial)" : "") << "\n\n";
       table.print(std::cout);
     }
-    return 0;
+    return interrupted() ? kInterruptedExitCode : 0;
   }
 
   const planner::SearchReport report = planner::search(inputs, search);
-  std::signal(SIGINT, previous);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (show_progress) std::cerr << "\r" << std::string(80, ' ') << "\r";
+  progress.finish();
 
   if (report.ranked.empty()) {
     std::string miss = "no plan fits " + model.name + " at " + format_tokens(workload.seq_len) + " tokens on " + std::to_string(nodes) +
                        " x " + cluster.node.name;
-    if (report.closest_miss) {
-      miss += "; closest miss: " + report.closest_miss->spec.scheme + " (" + report.closest_miss->spec.summary() + "), " +
-              report.closest_miss->metrics.failure + ", short by " + format_bytes(static_cast<double>(report.closest_miss->metrics.shortfall_bytes));
-    }
+    if (report.closest_miss) miss += "; closest miss: " + planner::describe_miss(*report.closest_miss);
+    const auto schemes = planner::schemes_without_fit(report, search.schemes);
     if (as_json) {
-      std::cout << Json{{"fits", false}, {"message", miss}, {"enumerated", report.enumerated}}.dump(2) << "\n";
+      Json why = Json::array();
+      for (const auto& s : schemes) why.push_back(no_fit_json(s));
+      std::cout << Json{{"fits", false}, {"message", miss}, {"enumerated", report.enumerated}, {"schemes", why}}.dump(2) << "\n";
     }
     std::cerr << "error: " << miss << (report.interrupted ? " (search interrupted)" : "") << "\n";
-    return 1;
+    for (const auto& s : schemes) std::cerr << "  " << s.reason() << "\n";
+    return report.interrupted ? kInterruptedExitCode : 1;
   }
   const auto& best = report.ranked.front();
-  if (vm.count("out")) {
+  // An interrupted search's best is not its answer: no plan file or trace from it.
+  if (report.interrupted && (vm.count("out") || vm.count("trace"))) std::cerr << "interrupted: --out and --trace not written\n";
+  if (vm.count("out") && !report.interrupted) {
     planner::PlanFile file;
     file.model = model_name;
     file.hw = hw_name;
@@ -261,13 +277,13 @@ int run_plan(const std::vector<std::string>& args) {
     file.precision = precision;
     file.spec = best.spec;
     file.predicted = planner::metrics_json(best.metrics);
-    sim::write_file_atomically(vm["out"].as<std::string>(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });
+    write_file_atomically(vm["out"].as<std::string>(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });
   }
-  if (vm.count("trace")) {
+  if (trace && !report.interrupted) {
     sim::TaskGraph graph = planner::build_plan(inputs, best.spec);
     graph.finalize();
     const sim::SimResult r = sim::simulate(graph, cluster);
-    sim::write_file_atomically(vm["trace"].as<std::string>(), [&](std::ostream& out) { sim::write_chrome_trace(out, r, graph, cluster); });
+    write_trace(*trace, r, graph, cluster);
   }
   const double rate = elapsed > 0 ? static_cast<double>(report.simulated) / elapsed : 0;
   if (as_json) {
@@ -281,7 +297,7 @@ int run_plan(const std::vector<std::string>& args) {
              {"workload", {{"seq_len", workload.seq_len}, {"global_batch", workload.global_batch}}},
              {"objective", vm["objective"].as<std::string>()}, {"ranked", ranked}, {"best_of_scheme", per_scheme},
              {"enumerated", report.enumerated}, {"pruned_memory", report.pruned_memory}, {"pruned_time", report.pruned_time},
-             {"simulated", report.simulated}, {"interrupted", report.interrupted}, {"seconds", elapsed}};
+             {"simulated", report.simulated}, {"over_budget", report.over_budget}, {"interrupted", report.interrupted}};
     if (vm["explain"].as<bool>()) {
       Json reasons = Json::array();
       for (const auto& p : report.best_of_scheme) {
@@ -290,7 +306,7 @@ int run_plan(const std::vector<std::string>& args) {
       out["explain"] = reasons;
     }
     std::cout << out.dump(2) << "\n";
-    return 0;
+    return report.interrupted ? kInterruptedExitCode : 0;
   }
   std::cout << "plans for " << model.name << " at " << format_tokens(workload.seq_len) << " tokens x " << workload.global_batch
             << " per step on " << nodes << " x " << cluster.node.name << ", objective " << vm["objective"].as<std::string>()
@@ -315,23 +331,18 @@ int run_plan(const std::vector<std::string>& args) {
                 << format_fixed(100 * p.gap, 1) << "% better\n";
     }
   }
-  for (const auto& scheme : search.schemes) {
-    if (std::none_of(report.best_of_scheme.begin(), report.best_of_scheme.end(), [&](const auto& p) { return p.spec.scheme == scheme; })) {
-      if (report.enumerated_by_scheme.count(scheme) == 0) {
-        std::cout << scheme << ": no valid configuration for this model, cluster and batch (e.g. fewer sequences per step than its "
-                     "data-parallel ranks)\n";
-      } else if (!report.interrupted) {
-        std::cout << scheme << ": none of its " << report.enumerated_by_scheme.at(scheme) << " configurations fits\n";
-      }
-    }
+  for (const auto& s : planner::schemes_without_fit(report, search.schemes)) {
+    if (s.configurations == 0 || !report.interrupted) std::cout << s.reason() << "\n";
   }
   std::cout << "\n" << report.enumerated << " plans enumerated, " << report.pruned_memory << " pruned by memory bounds, "
-            << report.pruned_time << " by time bounds, " << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s ("
+            << report.pruned_time << " by time bounds, "
+            << (report.over_budget ? std::to_string(report.over_budget) + " too large for the memory budget (--memory-budget), " : "")
+            << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s ("
             << format_fixed(rate, 1) << " plans/s)\n";
   if (vm["explain"].as<bool>()) explain(std::cout, report);
-  if (vm.count("out")) std::cout << "\nplan written to " << vm["out"].as<std::string>() << " (run it: trainyard simulate --plan "
+  if (vm.count("out") && !report.interrupted) std::cout << "\nplan written to " << vm["out"].as<std::string>() << " (run it: trainyard simulate --plan "
                                  << vm["out"].as<std::string>() << ")\n";
-  return 0;
+  return report.interrupted ? kInterruptedExitCode : 0;
 }
 
 }  // namespace trainyard::app

@@ -1,8 +1,12 @@
 #include "app/report.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
 #include <map>
 
+#include "common/error.hpp"
 #include "common/text_table.hpp"
 #include "common/units.hpp"
 #include "hwprofiles/topology.hpp"
@@ -300,6 +304,148 @@ void print_model(std::ostream& out, const model::ModelConfig& m, const ModelRepo
   table.print(out);
   out << "\nFLOPs convention: multiply-add = 2 FLOPs, backward = 2 x forward, causal attention over S tokens "
          "averages (S+1)/2 keys per query; MFU counts these model FLOPs only.\n";
+}
+
+// --- Chrome trace flags ------------------------------------------------------------------------------------
+
+namespace po = boost::program_options;
+
+namespace {
+
+// A trace larger than this is cut down by default, so that Perfetto opens it quickly.
+constexpr std::int64_t kDefaultTraceBytes = std::int64_t{40} << 20;
+
+std::vector<int> parse_gpu_list(const std::string& text, int gpus) {
+  const std::string expected = "all, or a comma list of GPU numbers and ranges below " + std::to_string(gpus) + " (e.g. 0,2-3)";
+  std::vector<int> out;
+  if (text == "all") return out;
+  for (const std::string& item : split_commas(text)) {
+    const auto dash = item.find('-', 1);
+    auto number = [&](const std::string& digits) {
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) {
+        throw InputError("--trace-gpus", "value", expected, "\"" + item + "\"");
+      }
+      const int g = std::stoi(digits);
+      if (g >= gpus) throw InputError("--trace-gpus", "value", expected, "\"" + item + "\" (the step has " + std::to_string(gpus) + " GPUs)");
+      return g;
+    };
+    const int lo = number(item.substr(0, dash)), hi = dash == std::string::npos ? lo : number(item.substr(dash + 1));
+    if (hi < lo) throw InputError("--trace-gpus", "value", expected, "\"" + item + "\" (a descending range)");
+    for (int g = lo; g <= hi; ++g) out.push_back(g);
+  }
+  if (out.empty()) throw InputError("--trace-gpus", "value", expected, "\"" + text + "\"");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// "START:END" in milliseconds, either side may be empty: [start, end] in ns (end -1: the end of the step).
+std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text) {
+  const std::string expected = "START:END in milliseconds, e.g. 0:250 or 100: (either may be empty), START below END";
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) throw InputError("--trace-window", "value", expected, "\"" + text + "\"");
+  auto ms = [&](const std::string& part, std::int64_t none) -> std::int64_t {
+    if (part.empty()) return none;
+    char* end = nullptr;
+    const double v = std::strtod(part.c_str(), &end);
+    if (end != part.c_str() + part.size() || !std::isfinite(v) || v < 0 || v > 1e10) {
+      throw InputError("--trace-window", "value", expected, "\"" + text + "\"");
+    }
+    return std::llround(v * 1e6);
+  };
+  const std::int64_t start = ms(text.substr(0, colon), 0), end = ms(text.substr(colon + 1), -1);
+  if (end >= 0 && end <= start) throw InputError("--trace-window", "value", expected, "\"" + text + "\"");
+  return {start, end};
+}
+
+}  // namespace
+
+void add_trace_options(po::options_description& options) {
+  options.add_options()
+      ("trace-gpus", po::value<std::string>()->value_name("all|LIST"),
+       "with --trace: the GPUs whose tracks it keeps, e.g. 0 or 0,4-7 (default: all when the trace is small, else GPU 0)")
+      ("trace-window", po::value<std::string>()->value_name("START:END"), "with --trace: only this part of the step, in ms, e.g. 0:250")
+      ("trace-counters", po::value<std::string>()->value_name("on|off"), "with --trace: memory and link counter tracks (default on)");
+}
+
+std::optional<TraceRequest> trace_request(const po::variables_map& vm, int gpus) {
+  if (!vm.count("trace")) {
+    for (const char* flag : {"trace-gpus", "trace-window", "trace-counters"}) {
+      if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --trace FILE", "no --trace");
+    }
+    return std::nullopt;
+  }
+  TraceRequest request;
+  request.path = vm["trace"].as<std::string>();
+  if (vm.count("trace-gpus")) {
+    request.selection.gpus = parse_gpu_list(vm["trace-gpus"].as<std::string>(), gpus);
+    request.gpus_given = true;
+  }
+  if (vm.count("trace-window")) {
+    std::tie(request.selection.start_ns, request.selection.end_ns) = parse_window(vm["trace-window"].as<std::string>());
+    request.window_given = true;
+  }
+  if (vm.count("trace-counters")) {
+    const std::string v = vm["trace-counters"].as<std::string>();
+    if (v != "on" && v != "off") throw InputError("--trace-counters", "value", "on or off", "\"" + v + "\"");
+    request.selection.counters = v == "on";
+    request.counters_given = true;
+  }
+  return request;
+}
+
+namespace {
+
+std::int64_t total_bytes(const std::vector<sim::TraceEvent>& events) {
+  std::int64_t bytes = 0;
+  for (const auto& e : events) bytes += e.bytes;
+  return bytes;
+}
+
+std::string megabytes(std::int64_t bytes) { return format_fixed(static_cast<double>(bytes) / 1e6, 0) + " MB"; }
+
+}  // namespace
+
+ResolvedTrace resolve_selection(const TraceRequest& request, const sim::SimResult& result, const sim::TaskGraph& graph,
+                                const sim::Cluster& cluster) {
+  ResolvedTrace out{request.selection, ""};
+  sim::TraceSelection& sel = out.selection;
+  if (request.gpus_given) return out;
+  const std::int64_t whole = total_bytes(sim::trace_events(result, graph, cluster, sel));
+  if (whole <= kDefaultTraceBytes) return out;
+  // Too large to open comfortably: GPU 0 and its host; then without counters; then the first part of the step.
+  out.note = "all GPUs would take about " + megabytes(whole) + "; --trace-gpus all writes them";
+  sel.gpus = {0};
+  if (request.window_given || total_bytes(sim::trace_events(result, graph, cluster, sel)) <= kDefaultTraceBytes) return out;
+  if (!request.counters_given) {
+    sel.counters = false;
+    if (total_bytes(sim::trace_events(result, graph, cluster, sel)) <= kDefaultTraceBytes) {
+      out.note += "; its counters are left out (--trace-counters on with a --trace-window writes them)";
+      return out;
+    }
+  }
+  std::vector<sim::TraceEvent> events = sim::trace_events(result, graph, cluster, sel);
+  std::sort(events.begin(), events.end(), [](const sim::TraceEvent& a, const sim::TraceEvent& b) { return a.time_ns < b.time_ns; });
+  std::int64_t bytes = 0;
+  for (const auto& e : events) {
+    bytes += e.bytes;
+    if (bytes > kDefaultTraceBytes) {
+      sel.end_ns = std::max<std::int64_t>(sel.start_ns + 1, e.time_ns - 1);
+      break;
+    }
+  }
+  out.note += "; GPU 0 alone is cut to the first part of the step (--trace-window START:END picks another)";
+  return out;
+}
+
+void write_trace(const TraceRequest& request, const sim::SimResult& result, const sim::TaskGraph& graph, const sim::Cluster& cluster,
+                 std::string_view source) {
+  const ResolvedTrace resolved = resolve_selection(request, result, graph, cluster);
+  write_file_atomically(request.path, [&](std::ostream& out) {
+    sim::write_chrome_trace(out, result, graph, cluster, source, resolved.selection);
+  });
+  std::cerr << "trace " << request.path << ": " << sim::describe(resolved.selection, result.gpus)
+            << (resolved.note.empty() ? "" : " (" + resolved.note + ")") << "\n";
 }
 
 }  // namespace trainyard::app

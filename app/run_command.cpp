@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "app/report.hpp"
 #include "backend/measured.hpp"
 #include "backend/model_state.hpp"
 #include "backend/reference_step.hpp"
@@ -20,7 +21,10 @@
 #include "backend/device_info.hpp"
 #include "backend/executor.hpp"
 #endif
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
+#include "common/input_file.hpp"
 #include "common/json_reader.hpp"
 #include "common/units.hpp"
 #include "planner/plan.hpp"
@@ -38,6 +42,7 @@ constexpr double kCpuStepFlopLimit = 5e9;
 // --check: the chunked step against the unchunked one, with bf16 storage in both (rounding differs with the cut).
 constexpr double kLossTolerance = 2e-3;      // relative
 constexpr double kGradientTolerance = 0.03;  // of each gradient block's largest entry (backend::max_gradient_difference)
+constexpr float kMaxLearningRate = 1.0f;
 
 // The plan's step without chunks or offload: one chunk per sequence, K/V and activations in HBM, on the same
 // rings. What `--check` compares against.
@@ -52,7 +57,7 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
 }
 
 // The simulator's trace format, read back as the timeline `trainyard compare` works on.
-sim::Timeline timeline_of(const sim::SimResult& r, const sim::TaskGraph& graph, const sim::Cluster& cluster, std::string_view source) {
+[[maybe_unused]] sim::Timeline timeline_of(const sim::SimResult& r, const sim::TaskGraph& graph, const sim::Cluster& cluster, std::string_view source) {
   std::ostringstream trace;
   sim::write_chrome_trace(trace, r, graph, cluster, source);
   return sim::parse_timeline(json::parse(trace.str(), std::string(source) + " trace"), std::string(source));
@@ -82,8 +87,7 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
                                           format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)", "a larger one");
   }
   const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
-  if (warmup < 0 || warmup > 1000) throw InputError("--warmup", "value", "0 to 1000", std::to_string(warmup));
-  sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin);
+  sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
   graph.finalize();
   const sim::SimResult predicted = sim::simulate(graph, *l.cluster);
   if (!predicted.completed) throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
@@ -130,9 +134,7 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
     if (!as_json) std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2) << " ms\n";
   }
   const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
-  if (vm.count("trace")) {
-    sim::write_file_atomically(vm["trace"].as<std::string>(), [&](std::ostream& file) { sim::write_chrome_trace(file, measured, graph, *l.cluster, "measured"); });
-  }
+  if (const auto trace = trace_request(vm, l.cluster->gpus())) write_trace(*trace, measured, graph, *l.cluster, "measured");
   const sim::Comparison comparison = sim::compare(timeline_of(predicted, graph, *l.cluster, "simulated"), timeline_of(measured, graph, *l.cluster, "measured"));
   const double step_s = static_cast<double>(last.step_ns) * 1e-9;
   const double exposed = static_cast<double>(measured.exposed_transfer_ns.empty() ? 0 : measured.exposed_transfer_ns.front());
@@ -160,6 +162,29 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
 #endif
 }
 
+// Every number and file flag, before any work: a bad one must not cost a training run or its results.
+void check_run_flags(const po::variables_map& vm, const std::string& device) {
+  const int steps = vm["steps"].as<int>(), warmup = vm["warmup"].as<int>();
+  if (steps < 1 || steps > 100000) throw InputError("--steps", "value", "1 to 100000", std::to_string(steps));
+  if (warmup < 0 || warmup > 1000) throw InputError("--warmup", "value", "0 to 1000", std::to_string(warmup));
+  // AdamW's step is lr times a normalised update: beyond 1 every weight moves by its own size each step.
+  const float lr = vm["lr"].as<float>();
+  if (!(std::isfinite(lr) && lr > 0 && lr <= kMaxLearningRate)) {
+    throw InputError("--lr", "value", "a learning rate in (0, " + format_number(kMaxLearningRate) + "]", format_number(lr));
+  }
+  const bool check = vm["check"].as<bool>();
+  // Flags the chosen path would ignore: an output that never appears, or a setting that changes nothing.
+  const auto refuse = [](const std::string& flag, const std::string& expected) { throw InputError(flag, "value", expected, "given"); };
+  if (vm.count("trace") && (device != "gpu" || check)) refuse("--trace", "--device gpu without --check (the measured step's trace)");
+  if (vm.count("loss-curve") && (device != "cpu" || check)) refuse("--loss-curve", "--device cpu without --check (the GPU path writes none yet)");
+  if (!vm["warmup"].defaulted() && (device != "gpu" || check)) refuse("--warmup", "--device gpu without --check");
+  if (!vm["steps"].defaulted() && check) refuse("--steps", "no --steps with --check (it runs one step)");
+  if (!vm["lr"].defaulted() && check) refuse("--lr", "no --lr with --check (no optimizer step is taken)");
+  if (vm.count("text")) check_input_file(vm["text"].as<std::string>(), kTextFileCapBytes, "a text file to train on");
+  check_output_flags(vm, {"trace", "loss-curve"});
+  if (!vm.count("trace")) trace_request(vm, 0);  // the trace flags without --trace are refused
+}
+
 }  // namespace
 
 int run_run(const std::vector<std::string>& args) {
@@ -177,6 +202,8 @@ int run_run(const std::vector<std::string>& args) {
       ("lr", po::value<float>()->default_value(1e-3f)->value_name("float"), "AdamW learning rate")
       ("loss-curve", po::value<std::string>()->value_name("path"), "write step,loss,seconds as CSV")
       ("json", po::bool_switch(), "print the result as JSON");
+  add_memory_budget_option(options);
+  add_trace_options(options);
   po::positional_options_description positional;
   po::variables_map vm;
   if (parse(args, "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--loss-curve FILE] [--json]", options,
@@ -186,11 +213,11 @@ int run_run(const std::vector<std::string>& args) {
   if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file", "nothing");
   const std::string device = vm["device"].as<std::string>();
   if (device != "gpu" && device != "cpu") throw InputError("--device", "value", "gpu or cpu", "\"" + device + "\"");
+  check_run_flags(vm, device);
   const int steps = vm["steps"].as<int>();
-  if (steps < 1 || steps > 100000) throw InputError("--steps", "value", "1 to 100000", std::to_string(steps));
   const std::string origin = vm["plan"].as<std::string>();
 
-  const LoadedPlan l = load_plan(origin);
+  const LoadedPlan l = load_plan(origin, memory_budget(vm));
   if (l.plan.spec.scheme != "ringtrack") {
     throw InputError(origin, "scheme", "ringtrack (the scheme whose tasks say what they compute, so far)", "\"" + l.plan.spec.scheme + "\"");
   }
@@ -205,7 +232,7 @@ int run_run(const std::vector<std::string>& args) {
                      format_fixed(flops / 1e9, 1) + " GFLOP per step");
   }
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
-  const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin);
+  const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
   const int gpus_per_node = l.cluster->topology.gpus_per_node();
   const bool as_json = vm["json"].as<bool>();
   Json out = {{"plan", origin}, {"device", "cpu"}, {"summary", l.plan.spec.summary()}};
@@ -214,7 +241,7 @@ int run_run(const std::vector<std::string>& args) {
     const auto tokens = step_tokens(l, vm, 0);
     backend::ModelState chunked(l.model, seed), plain(l.model, seed);
     const auto a = backend::run_reference_step(graph, chunked, l.plan.spec.ringtrack.chunk, gpus_per_node, tokens);
-    const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)");
+    const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)", nullptr, memory_budget(vm));
     const auto b = backend::run_reference_step(plain_graph, plain, workload.seq_len, gpus_per_node, tokens);
     const double loss_error = std::abs(a.loss - b.loss) / std::abs(b.loss);
     const double grad_error = backend::max_gradient_difference(chunked, plain);
@@ -244,6 +271,10 @@ int run_run(const std::vector<std::string>& args) {
   Json curve = Json::array();
   std::string csv = "step,loss,seconds\n";
   for (int s = 1; s <= steps; ++s) {
+    if (interrupted()) {  // Ctrl-C: stop between steps; the steps done are reported (and written) below
+      std::cerr << "interrupted after " << s - 1 << " of " << steps << " steps\n";
+      break;
+    }
     o.optimizer_step = s;
     const auto start = std::chrono::steady_clock::now();
     const auto r = backend::run_reference_step(graph, state, l.plan.spec.ringtrack.chunk, gpus_per_node, step_tokens(l, vm, s - 1), o);
@@ -253,13 +284,14 @@ int run_run(const std::vector<std::string>& args) {
     if (!as_json) std::cout << "step " << s << "  loss " << format_fixed(r.loss, 4) << "  (" << format_fixed(seconds, 2) << " s)\n";
   }
   if (vm.count("loss-curve")) {
-    sim::write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
+    write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
   }
   if (as_json) {
     out["steps"] = curve;
+    out["interrupted"] = interrupted();
     std::cout << out.dump(2) << "\n";
   }
-  return 0;
+  return interrupted() ? kInterruptedExitCode : 0;
 }
 
 }  // namespace trainyard::app

@@ -2,15 +2,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <exception>
 #include <map>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
+#include "common/memory_budget.hpp"
+#include "common/thread_pool.hpp"
 #include "common/text_table.hpp"
 #include "common/units.hpp"
+#include "planner/estimate.hpp"
 #include "planner/search.hpp"
 
 namespace trainyard::planner {
@@ -19,29 +20,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Runs job(i) for i in [0, n) on `threads` threads (0: all cores); the first exception is rethrown.
-void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& job) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t workers = std::min<std::size_t>(n, threads > 0 ? static_cast<std::size_t>(threads) : cores);
-  std::atomic<std::size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto work = [&] {
-    for (std::size_t i = next++; i < n; i = next++) {
-      try {
-        job(i);
-      } catch (...) {
-        std::lock_guard lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t w = 1; w < workers; ++w) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
-}
+// A group (and static execution) tries up to this many times --per-group configurations to find ones that fit.
+constexpr std::size_t kTries = 4;
 
 std::string spec_key(const PlanSpec& spec) { return spec.scheme + parameters_json(spec).dump(); }
 
@@ -68,8 +48,25 @@ struct BuiltGroup : GroupSetup {
   sim::TaskGraph graph;
 };
 
+std::int64_t budget_of(const HotSpaSetting& s) { return s.memory_budget_bytes > 0 ? s.memory_budget_bytes : default_memory_budget_bytes(); }
+
+double group_bytes(const HotSpaSetting& s, const GroupSetup& g) { return estimate_plan(inputs(s, g.rows.workload), g.spec).bytes; }
+
+// Simulations at once so that graphs of up to `largest` bytes fit in the budget together.
+int parallel_within(std::int64_t budget, double largest) {
+  return static_cast<int>(std::clamp(static_cast<double>(budget) / std::max(1.0, largest), 1.0, 1024.0));
+}
+
+void throw_if_cancelled(const HotSpaSetting& s) {
+  if (s.cancel && s.cancel->load()) throw Interrupted();
+}
+
 BuiltGroup build_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update) {
   BuiltGroup b{group_setup(s, group, plan), {}};
+  require_within_budget(estimate_plan(inputs(s, b.rows.workload), b.spec), budget_of(s),
+                        "a group graph (" + b.spec.scheme + ", " + std::to_string(b.rows.workload.global_batch) + " rows of " +
+                            format_tokens(b.rows.workload.seq_len) + ")",
+                        "fewer --tokens-per-step, a smaller --micro-batch-tokens or a larger chunk");
   b.graph = build_plan(inputs(s, b.rows.workload), b.spec);
   for (std::size_t i = 0; i < b.graph.size(); ++i) {
     if (auto* a = std::get_if<sim::Attention>(&b.graph.edit(static_cast<sim::TaskId>(i)).params)) a->density = b.rows.attention_density;
@@ -85,9 +82,10 @@ double max_end_s(const sim::SimResult& r, sim::TaskId first, sim::TaskId last) {
   return static_cast<double>(end) * 1e-9;
 }
 
-sim::SimOptions quiet() {
+sim::SimOptions quiet(const HotSpaSetting& s) {
   sim::SimOptions o;
   o.record_links = false;
+  o.cancel = s.cancel;
   return o;
 }
 
@@ -115,7 +113,8 @@ GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, con
   b.graph.finalize();
   const auto all_tasks = static_cast<sim::TaskId>(b.graph.size());
   const StepInputs in = inputs(s, b.rows.workload);
-  sim::SimResult r = sim::simulate(b.graph, s.cluster, quiet());
+  sim::SimResult r = sim::simulate(b.graph, s.cluster, quiet(s));
+  throw_if_cancelled(s);  // a cancelled run is not a result
   const PlanMetrics m = measure(r, in, s.hbm_headroom);
   g.fits = m.fits;
   g.failure = m.failure;
@@ -147,7 +146,7 @@ double simulate_sends_s(const HotSpaSetting& s, const std::vector<const SwitchPl
   for (const SwitchPlan* p : plans) add_switch_sends(graph, *p, "switch");
   if (graph.size() == 0) return 0;
   graph.finalize();
-  return static_cast<double>(sim::simulate(graph, s.cluster, quiet()).step_ns) * 1e-9;
+  return static_cast<double>(sim::simulate(graph, s.cluster, quiet(s)).step_ns) * 1e-9;
 }
 
 std::string range_name(std::int64_t lo, std::int64_t hi) { return format_tokens(lo) + "~" + format_tokens(hi); }
@@ -299,10 +298,17 @@ MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int
   // Groups (each with the next group's parameters in flight) in parallel.
   out.groups.resize(n);
   std::vector<double> prefetch_end(n, 0);
-  parallel_for(n, s.threads, [&](std::size_t k) {
-    const SwitchPlan* next = k + 1 < n && !param_switch[k + 1].transfers.empty() ? &param_switch[k + 1] : nullptr;
-    in_group(k, [&] { out.groups[k] = simulate_group(s, all[used[k]], plans[used[k]], k == home, next, &prefetch_end[k]); });
-  });
+  double largest = 1;
+  for (std::size_t k = 0; k < n; ++k) in_group(k, [&] { largest = std::max(largest, group_bytes(s, group_setup(s, all[used[k]], plans[used[k]]))); });
+  ThreadPool pool(s.threads);
+  pool.for_each(
+      n,
+      [&](std::size_t k) {
+        const SwitchPlan* next = k + 1 < n && !param_switch[k + 1].transfers.empty() ? &param_switch[k + 1] : nullptr;
+        in_group(k, [&] { out.groups[k] = simulate_group(s, all[used[k]], plans[used[k]], k == home, next, &prefetch_end[k]); });
+      },
+      s.cancel, parallel_within(budget_of(s), largest));
+  throw_if_cancelled(s);
   for (const auto& g : out.groups) {
     if (!g.fits && out.fits) {
       out.fits = false;
@@ -379,8 +385,12 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
     return g;
   };
   const double usable = s.cluster.node.gpu.hbm_bytes.value * (1 - s.hbm_headroom);
-  // The configurations with the best time bounds for a group, rows at `row_len`.
-  auto candidates = [&](const LengthGroup& g, std::int64_t row_len) {
+  const std::int64_t budget = budget_of(s);
+  const auto per_group = static_cast<std::size_t>(std::max(1, options.per_group));
+  double largest = 1;  // the largest graph among the candidates
+  // The `limit` configurations with the best time bounds for a group, rows at `row_len`.
+  auto candidates = [&](const LengthGroup& g, std::int64_t row_len, std::size_t limit) {
+    throw_if_cancelled(s);
     std::vector<std::string> schemes;
     for (const auto& sc : options.schemes) {
       if (sc != "ringtrack" || row_len >= 65536) schemes.push_back(sc);  // ring-track: long sequences only
@@ -398,6 +408,9 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
       } catch (const InputError&) {
         continue;
       }
+      const double bytes = estimate_plan(in, spec).bytes;
+      if (bytes > static_cast<double>(budget)) continue;  // too large to simulate here
+      largest = std::max(largest, bytes);
       const Bounds b = lower_bounds(in, spec);
       if (b.hbm_bytes > usable) continue;
       ranked[key] = {b.step_s, spec};
@@ -406,50 +419,87 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
     for (auto& [key, v] : ranked) order.push_back(v);
     std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<PlanSpec> out;
-    for (std::size_t i = 0; i < order.size() && static_cast<int>(i) < options.per_group; ++i) out.push_back(order[i].second);
+    for (std::size_t i = 0; i < order.size() && i < limit; ++i) out.push_back(order[i].second);
     return out;
   };
 
-  // Candidate groups (i, j] and their configurations, simulated together.
+  // Candidate groups (i, j] and their configurations. The best time bounds often belong to configurations that run
+  // out of HBM once simulated (the memory bound is a lower bound), so a group none of whose configurations fit
+  // tries the next `per_group` down its list, for up to kTries rounds; static execution likewise tries until
+  // `per_group` fit. (The README's HotSPa example found neither among the first three of each.)
   struct Job {
     std::size_t i, j;
     PlanSpec spec;
     GroupResult result;
+    std::size_t range = 0;  // index into `ranges`
   };
-  std::vector<Job> jobs;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  std::vector<std::vector<PlanSpec>> lists;
   for (std::size_t i = 0; i < nb; ++i) {
     for (std::size_t j = i + 1; j <= nb; ++j) {
-      for (const PlanSpec& spec : candidates(merged(i, j), bounds[j - 1])) jobs.push_back({i, j, spec, {}});
+      ranges.push_back({i, j});
+      lists.push_back(candidates(merged(i, j), bounds[j - 1], kTries * per_group));
     }
   }
   const LengthGroup whole = merged(0, nb);
-  const std::vector<PlanSpec> statics = candidates(whole, bounds.back());
-  const std::size_t total = jobs.size() + statics.size();
+  const std::vector<PlanSpec> statics = candidates(whole, bounds.back(), kTries * per_group);
+  std::size_t total = statics.size();  // grows by each round's jobs
   std::atomic<std::size_t> done{0};
   auto tick = [&] {
     const std::size_t d = ++done;
     if (options.progress) options.progress(d, total);
   };
-  parallel_for(jobs.size(), s.threads, [&](std::size_t k) {
-    HotSpaSetting one = s;
-    one.threads = 1;
-    jobs[k].result = run_group(one, merged(jobs[k].i, jobs[k].j), {bounds[jobs[k].j - 1], jobs[k].spec, false, 0}, false);
-    tick();
-  });
+  ThreadPool pool(s.threads);
+  std::vector<Job> jobs;
+  std::vector<bool> range_fits(ranges.size(), false);
+  for (std::size_t round = 0; round < kTries; ++round) {
+    const std::size_t first = jobs.size();
+    for (std::size_t r = 0; r < ranges.size(); ++r) {
+      if (range_fits[r]) continue;
+      for (std::size_t c = round * per_group; c < std::min(lists[r].size(), (round + 1) * per_group); ++c) {
+        jobs.push_back({ranges[r].first, ranges[r].second, lists[r][c], {}, r});
+      }
+    }
+    if (jobs.size() == first) break;
+    total += jobs.size() - first;
+    pool.for_each(
+        jobs.size() - first,
+        [&](std::size_t n) {
+          Job& job = jobs[first + n];
+          HotSpaSetting one = s;
+          one.threads = 1;
+          job.result = run_group(one, merged(job.i, job.j), {bounds[job.j - 1], job.spec, false, 0}, false);
+          tick();
+        },
+        s.cancel, parallel_within(budget, largest));
+    throw_if_cancelled(s);
+    for (std::size_t k = first; k < jobs.size(); ++k) range_fits[jobs[k].range] = range_fits[jobs[k].range] || jobs[k].result.fits;
+  }
+  // The shortest path below needs jobs ordered by i.
+  std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.i < b.i; });
   report.simulated = jobs.size();
 
   // Static: each candidate on the finest groups, rows at the longest bound.
-  std::optional<MinibatchResult> best_static;
+  std::optional<MinibatchResult> best_static, first_miss;
+  std::size_t static_fits = 0;
   for (const PlanSpec& spec : statics) {
+    if (static_fits >= per_group) break;
+    throw_if_cancelled(s);
     MinibatchResult r = run_static(s, lengths, bounds, spec, false, "static " + spec.scheme);
     report.simulated += r.groups.size() + 1;
     tick();
-    if (r.fits && (!best_static || r.total_s < best_static->total_s)) {
+    if (!r.fits && !first_miss) first_miss = r;
+    if (!r.fits) continue;
+    ++static_fits;
+    if (!best_static || r.total_s < best_static->total_s) {
       best_static = r;
       report.best_static = static_plans(bounds, spec, false);
     }
   }
+  if (options.progress) options.progress(total, total);
+  // Without a fitting static plan, the result says why the best-bounded one missed.
   if (best_static) report.static_result = *best_static;
+  else if (first_miss) report.static_result = *first_miss;
 
   // Shortest path over the bounds: state (bound j, job ending there), a switch between neighbours costs the
   // simulated transfers of Algorithm 1's plan (parameters and gradients, nothing overlapped).

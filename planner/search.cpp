@@ -4,10 +4,13 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <thread>
 
 #include "common/error.hpp"
+#include "common/memory_budget.hpp"
+#include "common/thread_pool.hpp"
 #include "common/units.hpp"
+#include "planner/estimate.hpp"
+#include "planner/no_fit.hpp"
 #include "sim/cost_model.hpp"
 
 namespace trainyard::planner {
@@ -496,6 +499,7 @@ PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_he
     if (r.oom) {
       pm.failure = "out of memory in " + r.oom->pool + ": " + format_bytes(static_cast<double>(r.oom->excess_bytes)) + " over";
       pm.shortfall_bytes = r.oom->excess_bytes;
+      pm.short_of = r.oom->pool.ends_with("dram") ? "host DRAM per node" : "HBM per GPU";
     } else {
       pm.failure = r.stuck.empty() ? "did not finish" : r.stuck;
     }
@@ -505,6 +509,7 @@ PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_he
     pm.failure = "peak HBM " + format_bytes(static_cast<double>(pm.peak_hbm_bytes)) + " exceeds the " + format_bytes(usable) +
                  " left after the HBM headroom";
     pm.shortfall_bytes = static_cast<std::int64_t>(static_cast<double>(pm.peak_hbm_bytes) - usable);
+    pm.short_of = "HBM per GPU";
     return pm;
   }
   pm.fits = true;
@@ -569,15 +574,19 @@ double objective_key(Objective o, const PlanMetrics& m) {
 }
 double bound_key(Objective o, const Bounds& b) { return o == Objective::min_hbm ? b.hbm_bytes : b.step_s; }
 
-RankedPlan simulate_plan(const StepInputs& in, const PlanSpec& spec, const Bounds& bounds, double headroom) {
+RankedPlan simulate_plan(const StepInputs& in, const PlanSpec& spec, const Bounds& bounds, double headroom,
+                         const std::atomic<bool>* cancel) {
   sim::TaskGraph graph = build_plan(in, spec);
   graph.finalize();
   sim::SimOptions options;
   options.record_memory = false;
   options.record_links = false;
+  options.cancel = cancel;
   const sim::SimResult r = sim::simulate(graph, in.cluster, options);
   return {spec, measure(r, in, headroom), bounds};
 }
+
+bool cancelled(const SearchOptions& o) { return o.cancel && o.cancel->load(); }
 
 }  // namespace
 
@@ -604,24 +613,30 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
     }
     return layers;
   };
+  const std::int64_t budget = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
+  std::vector<double> graph_bytes(specs.size(), 0);
   std::vector<Candidate> alive;
   for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (options.bounds_progress && i % 16 == 0) options.bounds_progress(i, specs.size());
+    if (cancelled(options)) {
+      report.interrupted = true;
+      return report;
+    }
+    // Too large to build here: skipped before its bounds (whose cost grows with the graph's) are computed.
+    graph_bytes[i] = estimate_plan(in, specs[i]).bytes;
+    if (graph_bytes[i] > static_cast<double>(budget)) {
+      if (report.over_budget++ == 0 || graph_bytes[i] < report.smallest_over_budget_bytes) report.smallest_over_budget_bytes = graph_bytes[i];
+      continue;
+    }
     const Bounds b = lower_bounds(in, specs[i]);
     if (options.prune && (b.hbm_bytes > hbm_usable || b.dram_bytes > dram_capacity)) {
       ++report.pruned_memory;
-      const double shortfall = std::max(b.hbm_bytes - hbm_usable, b.dram_bytes - dram_capacity);
-      if (!report.closest_miss || shortfall < static_cast<double>(report.closest_miss->metrics.shortfall_bytes)) {
-        PlanMetrics miss;
-        miss.failure = b.hbm_bytes > hbm_usable
-                           ? "needs at least " + format_bytes(b.hbm_bytes) + " of HBM per GPU; " + format_bytes(hbm_usable) + " usable"
-                           : "needs at least " + format_bytes(b.dram_bytes) + " of host DRAM per node; the node has " + format_bytes(dram_capacity);
-        miss.shortfall_bytes = static_cast<std::int64_t>(shortfall);
-        report.closest_miss = RankedPlan{specs[i], miss, b};
-      }
+      note_miss(report, bound_miss(specs[i], b, hbm_usable, dram_capacity));
       continue;
     }
     alive.push_back({i, b, graph_size(specs[i])});
   }
+  if (options.bounds_progress) options.bounds_progress(specs.size(), specs.size());
   // Best bound first; among equal bounds the cheaper simulation first, then the smaller memory bound (the likelier
   // to fit: a scheme's plans can only be skipped once one of them fits).
   std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
@@ -635,10 +650,10 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   std::vector<double> found;                 // objective keys of fitting plans, sorted
   std::map<std::string, double> scheme_best;     // objective key of each scheme's best so far
   std::map<std::string, double> scheme_skipped;  // the best bound among each scheme's skipped candidates
-  const int threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  ThreadPool pool(options.threads);
   std::vector<RankedPlan> fitting;
   for (std::size_t start = 0; start < alive.size(); start += kWave) {
-    if (options.cancel && options.cancel->load()) {
+    if (cancelled(options)) {
       report.interrupted = true;
       break;
     }
@@ -658,17 +673,22 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
       }
     }
     std::vector<RankedPlan> results(wave.size());
-    std::atomic<std::size_t> next{0};
-    auto worker = [&] {
-      for (std::size_t w = next++; w < wave.size(); w = next++) {
-        const Candidate& c = alive[wave[w]];
-        results[w] = simulate_plan(in, specs[c.index], c.bounds, options.hbm_headroom);
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < std::min<int>(threads, static_cast<int>(wave.size())); ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
+    // As many at once as fit in the budget together (the answer does not depend on it).
+    double largest = 1;
+    for (std::size_t w : wave) largest = std::max(largest, graph_bytes[alive[w].index]);
+    const int parallel = static_cast<int>(std::clamp(static_cast<double>(budget) / largest, 1.0, static_cast<double>(pool.size())));
+    pool.for_each(
+        wave.size(),
+        [&](std::size_t w) {
+          const Candidate& c = alive[wave[w]];
+          if (options.before_simulate) options.before_simulate(specs[c.index]);
+          results[w] = simulate_plan(in, specs[c.index], c.bounds, options.hbm_headroom, options.cancel);
+        },
+        options.cancel, parallel);
+    if (cancelled(options)) {  // the wave is incomplete: its results are dropped so the report stays a prefix
+      report.interrupted = true;
+      break;
+    }
     report.simulated += wave.size();
     for (auto& r : results) {
       if (r.metrics.fits) {
@@ -677,8 +697,8 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
         auto [it, inserted] = scheme_best.emplace(r.spec.scheme, key);
         if (!inserted) it->second = std::min(it->second, key);
         fitting.push_back(std::move(r));
-      } else if (!report.closest_miss || r.metrics.shortfall_bytes < report.closest_miss->metrics.shortfall_bytes) {
-        report.closest_miss = std::move(r);
+      } else {
+        note_miss(report, std::move(r));
       }
     }
     if (options.progress) options.progress(std::min(alive.size(), start + kWave) + report.pruned_memory, specs.size());
@@ -699,6 +719,14 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   }
   report.ranked = std::move(fitting);
   if (!report.ranked.empty()) report.closest_miss.reset();
+  // Nothing fits, and some candidates were never tried for their size: the user has to change the inputs or the budget.
+  if (report.ranked.empty() && report.over_budget > 0 && options.refuse_over_budget && !report.interrupted) {
+    const std::size_t others = report.enumerated - report.over_budget;
+    require_within_budget(estimate_tasks(report.smallest_over_budget_bytes / kBytesPerTask), budget,
+                          "a plan whose step graph fits (" + std::to_string(report.over_budget) + " of " + std::to_string(report.enumerated) +
+                              " candidates are larger" + (others ? "; none of the other " + std::to_string(others) + " fits" : "") + ")",
+                          "fewer nodes, a smaller --global-batch or a shorter --seq");
+  }
   return report;
 }
 
@@ -707,7 +735,9 @@ std::optional<PlanSpec> quick_plan(const StepInputs& in, const std::string& sche
   const double dram_capacity = in.cluster.node.host_dram_bytes.value;
   std::optional<PlanSpec> best_fitting, least_hbm;
   double best_step = 0, least_hbm_bytes = 0;
+  const double budget = static_cast<double>(default_memory_budget_bytes());
   for (auto& spec : enumerate_plans(in, {scheme})) {
+    if (estimate_plan(in, spec).bytes > budget) continue;  // could not be simulated here; its bounds may be slow
     const Bounds b = lower_bounds(in, spec);
     if (!least_hbm || b.hbm_bytes < least_hbm_bytes) {
       least_hbm_bytes = b.hbm_bytes;
@@ -727,18 +757,27 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   probe.objective = Objective::min_hbm;
   probe.top = 1;
   probe.progress = nullptr;
+  probe.bounds_progress = nullptr;
+  probe.refuse_over_budget = false;
+  std::map<std::int64_t, bool> over_budget_at;  // per probed length: nothing fit, and some candidate was too large
+  // At most 16 doublings (1K to 64M) and 16 halvings of the gap.
+  constexpr std::size_t kMostProbes = 32;
+  std::size_t probes = 0;
   // Whether some configuration fits at `seq`; nullopt when the scheme has no valid configuration there at all
-  // (FPDT below its smallest chunk, say), which does not end the doubling.
+  // (FPDT below its smallest chunk, say), which does not end the doubling. A length where every candidate is too
+  // large for the memory budget counts as not fitting (and says so).
   auto fits_at = [&](std::int64_t seq) -> std::optional<bool> {
     const StepInputs at{in.model, in.cluster, {seq, in.workload.global_batch}, in.precision};
     SearchReport r = search(at, probe);
+    if (options.progress) options.progress(++probes, kMostProbes);
     if (r.enumerated == 0) return std::nullopt;
+    over_budget_at[seq] = r.ranked.empty() && r.over_budget > 0;
     return !r.ranked.empty();
   };
   constexpr std::int64_t kStep = 1024, kLimit = std::int64_t{64} << 20;
   std::int64_t good = 0, bad = 0;
   for (std::int64_t seq = kStep; seq <= kLimit; seq *= 2) {
-    if (options.cancel && options.cancel->load()) break;
+    if (cancelled(options)) break;
     const auto fits = fits_at(seq);
     if (!fits) continue;
     if (!*fits) {
@@ -750,7 +789,7 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   }
   if (good == 0) return std::nullopt;
   while (bad != 0 && bad - good > kStep) {
-    if (options.cancel && options.cancel->load()) break;
+    if (cancelled(options)) break;
     const std::int64_t mid = (good + bad) / 2 / kStep * kStep;
     if (mid <= good) break;
     (fits_at(mid).value_or(false) ? good : bad) = mid;
@@ -762,9 +801,12 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   best.objective = Objective::throughput;
   best.top = 1;
   best.progress = nullptr;
+  best.bounds_progress = nullptr;
+  best.refuse_over_budget = false;
+  best.cancel = nullptr;  // one search at a length known to fit: finish it, so an interrupted probe still has a plan
   SearchReport r = search(at, best);
   if (r.ranked.empty()) return std::nullopt;
-  return MaxSeqResult{good, r.ranked.front()};
+  return MaxSeqResult{good, r.ranked.front(), bad != 0 && over_budget_at[bad]};
 }
 
 }  // namespace trainyard::planner

@@ -38,6 +38,8 @@ struct PlanMetrics {
   std::string busiest_link;  // its name and utilisation, when transfers matter
   std::string failure;       // when it does not fit: why
   std::int64_t shortfall_bytes = 0;
+  std::string short_of;      // the memory shortfall_bytes is short of ("HBM per GPU", "host DRAM per node"); empty: not memory
+  bool bound_only = false;   // a miss by the memory lower bounds (not simulated): the shortfall is at least this
 };
 PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_headroom);
 // As plan files ("predicted") and `plan --json` write it.
@@ -81,9 +83,20 @@ struct SearchOptions {
   double hbm_headroom = 0.05;                   // fraction of each GPU's HBM kept free
   int top = 10;
   int threads = 0;                              // 0: all cores
-  std::function<void(std::size_t done, std::size_t total)> progress;
-  const std::atomic<bool>* cancel = nullptr;    // set (e.g. by Ctrl-C): stop after the current wave
+  std::function<void(std::size_t done, std::size_t total)> progress;         // plans decided, of all enumerated
+  std::function<void(std::size_t done, std::size_t total)> bounds_progress;  // candidates whose bounds are computed
+  // Set (e.g. by Ctrl-C): the bounds phase and the simulations stop, the wave in flight is dropped, and the report
+  // (interrupted) holds the plans of the waves before.
+  const std::atomic<bool>* cancel = nullptr;
   bool prune = true;                            // false: simulate every candidate (tests compare the two)
+  // Memory for the graphs in flight (0: common/memory_budget.hpp's default). A candidate whose graph alone would
+  // not fit is skipped (counted in over_budget); a wave runs as many simulations at once as fit together. When no
+  // plan fits and some candidates were skipped so, search() throws InputError (--memory-budget) with the smallest
+  // estimate, unless refuse_over_budget is false (max_sequence probes).
+  std::int64_t memory_budget_bytes = 0;
+  bool refuse_over_budget = true;
+  // Called on the worker thread before each simulation (tests inject failures here).
+  std::function<void(const PlanSpec&)> before_simulate;
 };
 
 struct SearchReport {
@@ -92,7 +105,11 @@ struct SearchReport {
   // top k; for the others, `gap` bounds how far their true best can be ahead of it.
   std::vector<RankedPlan> best_of_scheme;
   std::optional<RankedPlan> closest_miss;  // when nothing fits: the candidate that missed by the least
+  // Per scheme: its candidate that missed by the least (planner/no_fit.hpp says why a scheme has no plan).
+  std::map<std::string, RankedPlan> closest_miss_by_scheme;
   std::size_t enumerated = 0, pruned_memory = 0, pruned_time = 0, simulated = 0;
+  std::size_t over_budget = 0;     // candidates skipped: their graph would exceed the memory budget
+  double smallest_over_budget_bytes = 0;
   std::map<std::string, std::size_t> enumerated_by_scheme;  // valid configurations per scheme
   bool interrupted = false;
 };
@@ -100,10 +117,12 @@ struct SearchReport {
 SearchReport search(const StepInputs& in, const SearchOptions& options);
 
 // The longest sequence (a multiple of 1K tokens, found by doubling then bisection) at which `scheme` has a
-// plan that fits, with that plan; nullopt when not even 1K tokens fit.
+// plan that fits, with that plan; nullopt when not even 1K tokens fit. options.progress gets (probes done, the
+// most probes there can be); a set cancel flag ends the probing with the longest length found so far.
 struct MaxSeqResult {
   std::int64_t seq_len = 0;
   RankedPlan plan;
+  bool limited_by_budget = false;  // longer probes had no candidate within the memory budget
 };
 std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string& scheme, const SearchOptions& options);
 

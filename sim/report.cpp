@@ -2,8 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <limits>
 
 #include "common/error.hpp"
 #include "common/text_table.hpp"
@@ -199,10 +198,96 @@ Timeline to_timeline(const SimResult& r, const TaskGraph& graph, std::string_vie
   return t;
 }
 
+namespace {
+
+// What a selection keeps: per trace pid (GPUs, then hosts), and the window's bounds.
+struct Keep {
+  std::vector<bool> pid;
+  std::int64_t start_ns = 0, end_ns = 0;
+  bool overlaps(std::int64_t start, std::int64_t end) const { return end >= start_ns && start <= end_ns; }
+};
+
+Keep keep_of(const TraceSelection& sel, const SimResult& r, const Cluster& cluster) {
+  Keep k;
+  k.pid.assign(static_cast<std::size_t>(r.gpus + cluster.nodes), sel.gpus.empty());
+  for (int g : sel.gpus) {
+    TRAINYARD_CHECK(g >= 0 && g < r.gpus, "trace GPU " + std::to_string(g) + " out of range");
+    k.pid[static_cast<std::size_t>(g)] = true;
+    k.pid[static_cast<std::size_t>(r.gpus + cluster.node_of(g))] = true;  // its host: copies and pinned DRAM
+  }
+  k.start_ns = sel.start_ns;
+  k.end_ns = sel.end_ns < 0 ? std::numeric_limits<std::int64_t>::max() : sel.end_ns;
+  return k;
+}
+
+// The samples of a counter inside the window; the level at the window's start is carried in from before it.
+template <typename Emit>
+void window_samples(const std::vector<Sample>& samples, const Keep& k, Emit&& emit) {
+  const Sample* before = nullptr;
+  for (const auto& s : samples) {
+    if (s.time_ns < k.start_ns) {
+      before = &s;
+      continue;
+    }
+    if (s.time_ns > k.end_ns) break;
+    if (before && s.time_ns > k.start_ns) emit(k.start_ns, before->value);
+    before = nullptr;
+    emit(s.time_ns, s.value);
+  }
+  if (before) emit(k.start_ns, before->value);
+}
+
+}  // namespace
+
+std::vector<TraceEvent> trace_events(const SimResult& r, const TaskGraph& graph, const Cluster& cluster,
+                                     const TraceSelection& selection) {
+  // The JSON around a slice's name and a sample's value (pid, tid, ts, dur, args), measured on written traces.
+  constexpr std::int64_t kSliceBytes = 110, kSampleBytes = 75;
+  const Keep keep = keep_of(selection, r, cluster);
+  std::vector<TraceEvent> events;
+  for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
+    const auto& timing = r.timing[static_cast<std::size_t>(id)];
+    if (keep.pid[static_cast<std::size_t>(trace_pid(r, device))] && keep.overlaps(timing.start_ns, timing.end_ns)) {
+      const Task& task = graph.task(id);
+      events.push_back({timing.start_ns, kSliceBytes + static_cast<std::int64_t>(task.name.size() + 2 * task_class(task).size())});
+    }
+  });
+  if (!selection.counters) return events;
+  for (std::size_t p = 0; p < r.pools.size(); ++p) {
+    if (keep.pid[p]) window_samples(r.pools[p].level, keep, [&](std::int64_t ns, double) { events.push_back({ns, kSampleBytes}); });
+  }
+  for (const auto& l : r.links) {
+    const auto bytes = kSampleBytes + static_cast<std::int64_t>(l.name.size());
+    window_samples(l.load_gbps, keep, [&](std::int64_t ns, double) { events.push_back({ns, bytes}); });
+  }
+  return events;
+}
+
+std::string describe(const TraceSelection& sel, int gpus) {
+  std::string text;
+  if (sel.gpus.empty()) {
+    text = "all " + std::to_string(gpus) + " GPUs";
+  } else {
+    text = sel.gpus.size() > 1 ? "GPUs " : "GPU ";
+    for (std::size_t i = 0; i < sel.gpus.size(); ++i) text += (i ? "," : "") + std::to_string(sel.gpus[i]);
+    text += " of " + std::to_string(gpus) + (sel.gpus.size() > 1 ? " with their hosts" : " with its host");
+  }
+  text += ", ";
+  if (sel.start_ns == 0 && sel.end_ns < 0) {
+    text += "the whole step";
+  } else {
+    text += format_fixed(static_cast<double>(sel.start_ns) * 1e-6, 3) + " ms to " +
+            (sel.end_ns < 0 ? std::string("the end") : format_fixed(static_cast<double>(sel.end_ns) * 1e-6, 3) + " ms");
+  }
+  return text + ", memory and link counters " + (sel.counters ? "on" : "off");
+}
+
 void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster,
-                        std::string_view source) {
+                        std::string_view source, const TraceSelection& selection) {
   using json::Json;
   constexpr int kLinksPid = 1000000;
+  const Keep keep = keep_of(selection, r, cluster);
+  auto kept = [&](int pid) { return keep.pid[static_cast<std::size_t>(pid)]; };
   auto pid_of = [&](DeviceId d) { return trace_pid(r, d); };
   auto tid_of = trace_tid;
   auto us = [](std::int64_t ns) { return format_fixed(static_cast<double>(ns) / 1000.0, 3); };
@@ -213,65 +298,64 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
   };
   out << "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [";
   for (int g = 0; g < r.gpus; ++g) {
+    if (!kept(g)) continue;
     emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(g) + ",\"args\":{\"name\":" +
          Json(cluster.topology.name(cluster.topology.gpu(cluster.node_of(g), g % cluster.topology.gpus_per_node())) +
               " (gpu" + std::to_string(g) + ")").dump() + "}}");
   }
   for (int n = 0; n < cluster.nodes; ++n) {
+    if (!kept(r.gpus + n)) continue;
     emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(r.gpus + n) + ",\"args\":{\"name\":\"host" +
          std::to_string(n) + "\"}}");
   }
   emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kLinksPid) + ",\"args\":{\"name\":\"links\"}}");
   for (const auto& s : r.streams) {
+    if (!kept(pid_of(s.device))) continue;
     emit("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_of(s.device)) + ",\"tid\":" +
          std::to_string(tid_of(s.stream)) + ",\"args\":{\"name\":\"" + stream_name(s.stream) + "\"}}");
   }
+  std::int64_t slices_written = 0, slices_left_out = 0;
   for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
     const Task& task = graph.task(id);
     const auto& timing = r.timing[static_cast<std::size_t>(id)];
+    if (!kept(pid_of(device)) || !keep.overlaps(timing.start_ns, timing.end_ns)) {
+      ++slices_left_out;
+      return;
+    }
+    ++slices_written;
     const std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\",\"class\":\"" + task_class(task) + "\"}";
     emit("{\"ph\":\"X\",\"name\":" + Json(task.name).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
          ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" +
          us(timing.end_ns - timing.start_ns) + ",\"args\":" + args + "}");
   });
-  for (std::size_t p = 0; p < r.pools.size(); ++p) {
-    const int pid = static_cast<int>(p);  // GPU pools first, then hosts: the same numbering as the pids
-    for (const auto& sample : r.pools[p].level) {
-      emit("{\"ph\":\"C\",\"name\":\"" + std::string(p < static_cast<std::size_t>(r.gpus) ? "HBM bytes" : "pinned DRAM bytes") +
-           "\",\"pid\":" + std::to_string(pid) + ",\"ts\":" + us(sample.time_ns) + ",\"args\":{\"bytes\":" +
-           format_fixed(sample.value, 0) + "}}");
+  if (selection.counters) {
+    for (std::size_t p = 0; p < r.pools.size(); ++p) {
+      const int pid = static_cast<int>(p);  // GPU pools first, then hosts: the same numbering as the pids
+      if (!kept(pid)) continue;
+      const std::string head = "{\"ph\":\"C\",\"name\":\"" + std::string(pid < r.gpus ? "HBM bytes" : "pinned DRAM bytes") +
+                               "\",\"pid\":" + std::to_string(pid) + ",\"ts\":";
+      window_samples(r.pools[p].level, keep, [&](std::int64_t ns, double value) {
+        emit(head + us(ns) + ",\"args\":{\"bytes\":" + format_fixed(value, 0) + "}}");
+      });
+    }
+    for (const auto& l : r.links) {
+      const std::string head = "{\"ph\":\"C\",\"name\":" + Json(l.name).dump() + ",\"pid\":" + std::to_string(kLinksPid) + ",\"ts\":";
+      window_samples(l.load_gbps, keep, [&](std::int64_t ns, double value) {
+        emit(head + us(ns) + ",\"args\":{\"GB/s\":" + format_fixed(value, 3) + "}}");
+      });
     }
   }
-  for (const auto& l : r.links) {
-    for (const auto& sample : l.load_gbps) {
-      emit("{\"ph\":\"C\",\"name\":" + Json(l.name).dump() + ",\"pid\":" + std::to_string(kLinksPid) + ",\"ts\":" +
-           us(sample.time_ns) + ",\"args\":{\"GB/s\":" + format_fixed(sample.value, 3) + "}}");
-    }
+  Json peaks = Json::array(), gpus = Json::array();
+  for (int g = 0; g < r.gpus; ++g) {
+    peaks.push_back(r.pools[static_cast<std::size_t>(g)].peak_bytes);
+    if (kept(g)) gpus.push_back(g);
   }
-  Json peaks = Json::array();
-  for (int g = 0; g < r.gpus; ++g) peaks.push_back(r.pools[static_cast<std::size_t>(g)].peak_bytes);
-  const Json other{{"trainyard", "timeline.v1"}, {"source", source}, {"step_ns", r.step_ns}, {"peak_hbm_bytes", peaks}};
+  const Json chosen{{"gpus", gpus}, {"gpus_total", r.gpus}, {"start_ns", selection.start_ns},
+                    {"end_ns", selection.end_ns < 0 ? r.step_ns : selection.end_ns}, {"counters", selection.counters},
+                    {"slices_written", slices_written}, {"slices_left_out", slices_left_out}};
+  const Json other{{"trainyard", "timeline.v1"}, {"source", source}, {"step_ns", r.step_ns}, {"peak_hbm_bytes", peaks},
+                   {"selection", chosen}};
   out << "\n],\n\"otherData\": " << other.dump() << "}\n";
-}
-
-void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path + ": cannot write file (expected a writable path)");
-    write(out);
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(temporary);
-      throw InputError(path + ": writing failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) {
-    std::filesystem::remove(temporary);
-    throw InputError(path + ": cannot move the finished file into place: " + ec.message());
-  }
 }
 
 }  // namespace trainyard::sim

@@ -1,0 +1,88 @@
+#include "planner/no_fit.hpp"
+
+#include <algorithm>
+
+#include "common/units.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+constexpr const char* kHbm = "HBM per GPU";
+constexpr const char* kDram = "host DRAM per node";
+
+// Memory misses first, by shortfall; then misses that are not about memory.
+bool closer(const PlanMetrics& a, const PlanMetrics& b) {
+  if (a.short_of.empty() != b.short_of.empty()) return !a.short_of.empty();
+  return a.shortfall_bytes < b.shortfall_bytes;
+}
+
+void keep_closer(std::optional<RankedPlan>& slot, const RankedPlan& miss) {
+  if (!slot || closer(miss.metrics, slot->metrics)) slot = miss;
+}
+
+}  // namespace
+
+RankedPlan bound_miss(const PlanSpec& spec, const Bounds& b, double hbm_usable_bytes, double dram_capacity_bytes) {
+  const double hbm_short = b.hbm_bytes - hbm_usable_bytes, dram_short = b.dram_bytes - dram_capacity_bytes;
+  const std::string hbm_text = "needs at least " + format_bytes(b.hbm_bytes) + " of HBM per GPU, " + format_bytes(hbm_usable_bytes) + " usable";
+  const std::string dram_text = "needs at least " + format_bytes(b.dram_bytes) + " of host DRAM per node, the node has " +
+                                format_bytes(dram_capacity_bytes);
+  PlanMetrics m;
+  m.bound_only = true;
+  const bool dram = dram_short > hbm_short;
+  m.short_of = dram ? kDram : kHbm;
+  m.shortfall_bytes = static_cast<std::int64_t>(std::max(0.0, dram ? dram_short : hbm_short));
+  m.failure = dram ? dram_text : hbm_text;
+  if ((dram ? hbm_short : dram_short) > 0) m.failure += " (and " + (dram ? hbm_text : dram_text) + ")";
+  return RankedPlan{spec, m, b};
+}
+
+void note_miss(SearchReport& report, RankedPlan miss) {
+  const auto [slot, added] = report.closest_miss_by_scheme.try_emplace(miss.spec.scheme, miss);
+  if (!added && closer(miss.metrics, slot->second.metrics)) slot->second = miss;
+  keep_closer(report.closest_miss, miss);
+}
+
+namespace {
+
+// "(summary): failure; short by X of memory"
+std::string miss_details(const RankedPlan& miss) {
+  const PlanMetrics& m = miss.metrics;
+  std::string text = "(" + miss.spec.summary() + "): " + m.failure;
+  if (!m.short_of.empty()) {
+    text += "; short by " + std::string(m.bound_only ? "at least " : "") + format_bytes(static_cast<double>(m.shortfall_bytes)) +
+            " of " + m.short_of;
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string describe_miss(const RankedPlan& miss) { return miss.spec.scheme + " " + miss_details(miss); }
+
+std::string SchemeNoFit::reason() const {
+  if (configurations == 0) {
+    return scheme + ": no valid configuration for this model, cluster and batch (e.g. fewer sequences per step than its "
+                    "data-parallel ranks, or a sequence its chunks or heads do not divide)";
+  }
+  const std::string count = std::to_string(configurations) + " configuration" + (configurations == 1 ? "" : "s");
+  if (!closest) return scheme + ": none of its " + count + " was simulated (over the memory budget, or interrupted)";
+  return scheme + ": none of its " + count + " fits; closest " + miss_details(*closest);
+}
+
+std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const std::vector<std::string>& schemes) {
+  std::vector<SchemeNoFit> out;
+  for (const auto& scheme : schemes) {
+    const bool fits = std::any_of(report.best_of_scheme.begin(), report.best_of_scheme.end(),
+                                  [&](const RankedPlan& p) { return p.spec.scheme == scheme; });
+    if (fits) continue;
+    SchemeNoFit s{scheme, 0, std::nullopt};
+    if (const auto n = report.enumerated_by_scheme.find(scheme); n != report.enumerated_by_scheme.end()) s.configurations = n->second;
+    if (const auto c = report.closest_miss_by_scheme.find(scheme); c != report.closest_miss_by_scheme.end()) s.closest = c->second;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace trainyard::planner
