@@ -41,6 +41,9 @@ planner::Workload workload_from_flags(const boost::program_options::variables_ma
 // --strategies: "all" or a comma list of kSchemes (duplicates dropped); InputError names --strategies.
 std::vector<std::string> scheme_list(const std::string& text);
 void check_node_count(int nodes);
+// Each of `flags` that was given names a path write_file_atomically can write (common/atomic_file.hpp); checked
+// before any work, and two flags may not name the same file.
+void check_output_flags(const boost::program_options::variables_map& vm, std::initializer_list<const char*> flags);
 void check_node_count(int nodes, const hw::NodeProfile& node);
 
 // A plan file with the model and cluster it names (errors name the file and the field).

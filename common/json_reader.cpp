@@ -1,10 +1,13 @@
 #include "common/json_reader.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <cstdio>
 #include <sstream>
+#include <unordered_set>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
 #include "common/units.hpp"
 
 namespace trainyard::json {
@@ -39,10 +42,137 @@ std::string format_bound(const Bound& bound) {
   return out.str();
 }
 
+// The offset of the first byte that cannot be in JSON text: a control character other than tab, newline and
+// carriage return (JSON strings escape them), or a byte that is not UTF-8. npos for text.
+std::size_t first_binary_byte(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
+  for (std::size_t i = 0; i < text.size();) {
+    const unsigned char c = bytes[i];
+    if (c < 0x80) {
+      if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return i;
+      ++i;
+      continue;
+    }
+    // Lead byte: length and the range of the first continuation (excludes overlongs and surrogates).
+    std::size_t length = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) length = 2;
+    else if (c >= 0xE0 && c <= 0xEF) length = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) length = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return i;
+    if (i + length > text.size() || bytes[i + 1] < lo || bytes[i + 1] > hi) return i;
+    for (std::size_t k = 2; k < length; ++k) {
+      if (bytes[i + k] < 0x80 || bytes[i + k] > 0xBF) return i;
+    }
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
+// A first pass over the text (nlohmann's SAX interface, no tree built) that refuses a key repeated in an object
+// (nlohmann's tree keeps only the last one), naming it and the object's path in the document. nlohmann's
+// parse-with-callback would see keys too, but it rescans the parent container at every object's end: quadratic
+// in a trace's array of events.
+class DuplicateKeyCheck : public nlohmann::json_sax<Json> {
+ public:
+  explicit DuplicateKeyCheck(const std::string& origin) : origin_(origin) {}
+
+  bool null() override { return element_done(); }
+  bool boolean(bool) override { return element_done(); }
+  bool number_integer(number_integer_t) override { return element_done(); }
+  bool number_unsigned(number_unsigned_t) override { return element_done(); }
+  bool number_float(number_float_t, const string_t&) override { return element_done(); }
+  bool string(string_t&) override { return element_done(); }
+  bool binary(binary_t&) override { return element_done(); }
+  bool start_object(std::size_t) override { return open(true); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& key) override {
+    Frame& frame = frames_[depth_ - 1];
+    if (!frame.add(key)) throw InputError(origin_, path(key), "each key once in an object", "\"" + key + "\" twice");
+    frame.last = key;
+    return true;
+  }
+  // The text is parsed again for the tree, which reports the error with its position.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  // Frames are reused as depth comes and goes (their key lists keep their capacity).
+  bool open(bool object) {
+    // No file of trainyard's nests beyond ~6 levels; a deep one is refused here rather than walked recursively.
+    if (depth_ >= kMaxDepth) throw InputError(origin_ + ": JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (frames_.size() <= depth_) frames_.resize(depth_ + 1);
+    Frame& frame = frames_[depth_++];
+    frame.object = object;
+    frame.few.clear();
+    if (!frame.many.empty()) frame.many = {};
+    frame.index = 0;
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return element_done();
+  }
+  // An element of an array is complete: the next one has the next index.
+  bool element_done() {
+    if (depth_ > 0 && !frames_[depth_ - 1].object) ++frames_[depth_ - 1].index;
+    return true;
+  }
+
+  struct Frame {
+    bool object = true;
+    std::string last;                      // objects: the key being read
+    std::vector<std::string> few;          // most objects are small: a scan beats hashing
+    std::unordered_set<std::string> many;  // large ones (a scan would be quadratic)
+    std::size_t index = 0;                 // arrays: the element being read
+
+    bool add(const std::string& key) {
+      if (many.empty() && few.size() < 32) {
+        if (std::find(few.begin(), few.end(), key) != few.end()) return false;
+        few.push_back(key);
+        return true;
+      }
+      if (!few.empty()) {
+        many.insert(std::make_move_iterator(few.begin()), std::make_move_iterator(few.end()));
+        few.clear();
+      }
+      return many.insert(key).second;
+    }
+  };
+
+  // "tasks[3].name": the path of `key` in the innermost object.
+  std::string path(const std::string& key) const {
+    std::string out;
+    for (std::size_t i = 0; i + 1 < depth_; ++i) {
+      const Frame& f = frames_[i];
+      if (f.object) out += (out.empty() ? "" : ".") + f.last;
+      else out += "[" + std::to_string(f.index) + "]";
+    }
+    return out + (out.empty() ? "" : ".") + key;
+  }
+
+  static constexpr std::size_t kMaxDepth = 256;
+  const std::string& origin_;
+  std::vector<Frame> frames_;
+  std::size_t depth_ = 0;
+};
+
 }  // namespace
 
 Json parse(std::string_view text, const std::string& origin) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+    throw InputError(origin + ": the file is empty (expected a JSON document)");
+  }
+  if (const std::size_t at = first_binary_byte(text); at != std::string_view::npos) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned>(static_cast<unsigned char>(text[at])));
+    throw InputError(origin + ":" + line_column(text, at) + ": not JSON text: byte " + hex + " at offset " + std::to_string(at) +
+                     " is neither printable UTF-8 nor whitespace (a binary file?)");
+  }
   try {
+    DuplicateKeyCheck check(origin);
+    Json::sax_parse(text.begin(), text.end(), &check);
     return Json::parse(text.begin(), text.end());
   } catch (const Json::parse_error& e) {
     // e.what() repeats the byte offset; keep only nlohmann's description after the last ": ".
@@ -57,12 +187,8 @@ Json parse(std::string_view text, const std::string& origin) {
   }
 }
 
-Json parse_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open file (expected a readable JSON file)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path);
+Json parse_file(const std::string& path, std::uint64_t cap_bytes) {
+  return parse(read_input_file(path, cap_bytes, "a JSON file"), path);
 }
 
 std::string_view to_string(Source::Kind kind) {

@@ -11,14 +11,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/input_file.hpp"
+
 namespace trainyard::json {
 
 using Json = nlohmann::json;
 
-// Parses JSON text; a syntax error becomes an InputError "<origin>:<line>:<column>: malformed JSON: ...".
+// Parses JSON text; a syntax error becomes an InputError "<origin>:<line>:<column>: malformed JSON: ...". Also
+// refused, naming the origin: empty text, a byte that is not UTF-8 text (a binary file), and a key repeated in
+// an object (nlohmann would keep the last one silently).
 Json parse(std::string_view text, const std::string& origin);
-// Reads and parses a file; a missing or unreadable file is an InputError naming the path.
-Json parse_file(const std::string& path);
+// Reads (at most `cap_bytes`, common/input_file.hpp) and parses a file; a missing or unreadable file, a directory
+// or a file over the cap is an InputError naming the path.
+Json parse_file(const std::string& path, std::uint64_t cap_bytes = kJsonFileCapBytes);
 
 // Where a figure comes from. Every number in a hardware profile carries one.
 struct Source {

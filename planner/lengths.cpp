@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <sstream>
 #include <numbers>
 #include <random>
 #include <set>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
 #include "common/json_reader.hpp"
 #include "common/units.hpp"
 
@@ -93,8 +94,7 @@ LengthSource read_histogram(const std::string& path) {
 }
 
 LengthSource read_samples(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path, "file", "a readable file of sequence lengths, one per line", "cannot open it");
+  std::istringstream in(read_input_file(path, kTextFileCapBytes, "a text file of sequence lengths, one per line"));
   LengthSource s;
   s.kind = LengthSource::Kind::samples;
   s.origin = path;

@@ -1,6 +1,8 @@
 #include "planner/plan.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 
 #include "common/error.hpp"
 #include "common/json_reader.hpp"
@@ -129,7 +131,15 @@ PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, con
     if (!order.is_array() || !std::all_of(order.begin(), order.end(), [](const Json& v) { return v.is_number_integer(); })) {
       r.fail("ring_order", "an array of ring positions (empty: chosen from the topology)", json::describe(order));
     }
-    p.ring_order = order.get<std::vector<int>>();
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const auto position = order[i].get<std::int64_t>();  // checked here: a cast to int could wrap
+      if (position < 0 || position >= p.ring) {  // a huge unsigned one reads as negative
+        r.fail("ring_order", "ring positions 0.." + std::to_string(p.ring - 1) + " (\"ring\" is " + std::to_string(p.ring) + ")",
+               json::describe(order[i]) + " at index " + std::to_string(i));
+      }
+      p.ring_order.push_back(static_cast<int>(position));
+    }
+    check_ring_order(p.ring_order, p.ring, origin, "parameters.ring_order");
   } else if (scheme == "megatron") {
     auto& p = spec.megatron;
     p.tp = static_cast<int>(r.integer("tp", 1, 1 << 20));
@@ -192,9 +202,118 @@ PlanFile read_plan_file(const std::string& path) {
   plan.precision = r.string("precision");
   const std::string scheme = r.choice("scheme", kSchemes);
   plan.spec = parse_parameters(scheme, r.raw("parameters"), path);
-  if (r.has("predicted")) plan.predicted = r.raw("predicted");
+  if (r.has("predicted")) {
+    // Free-form metrics; the two that simulate --plan compares must be numbers when present.
+    const json::Reader predicted = r.object("predicted");
+    if (predicted.has("step_s")) predicted.number("step_s", {0, 1e12, "s"});
+    if (predicted.has("peak_hbm_bytes")) predicted.number("peak_hbm_bytes", {0, 1e18, "bytes"});
+    plan.predicted = r.raw("predicted");
+  }
   r.finish();
   return plan;
+}
+
+void check_ring_order(const std::vector<int>& order, int ring, const std::string& origin, const std::string& field) {
+  if (order.empty()) return;
+  const std::string positions = "0.." + std::to_string(ring - 1);
+  std::vector<int> first_index(static_cast<std::size_t>(std::max(ring, 0)), -1);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const int position = order[i];
+    if (position < 0 || position >= ring) {
+      throw InputError(origin, field, "ring positions " + positions, std::to_string(position) + " at index " + std::to_string(i));
+    }
+    int& first = first_index[static_cast<std::size_t>(position)];
+    if (first >= 0) {
+      throw InputError(origin, field, "each ring position " + positions + " once",
+                       std::to_string(position) + " twice (at indices " + std::to_string(first) + " and " + std::to_string(i) + ")");
+    }
+    first = static_cast<int>(i);
+  }
+  if (order.size() != static_cast<std::size_t>(ring)) {
+    throw InputError(origin, field, "all " + std::to_string(ring) + " ring positions " + positions + ", each once",
+                     std::to_string(order.size()) + " entries");
+  }
+}
+
+namespace {
+
+// "--chunk" -> "parameters.chunk"; the flags that are not parameters of the scheme have their own fields.
+std::string plan_field_of_flag(std::string_view flag) {
+  static const std::pair<std::string_view, std::string_view> kOwnFields[] = {
+      {"--global-batch", "workload.global_batch"}, {"--seq", "workload.seq_len"}, {"--tokens-per-step", "workload"},
+      {"--nodes", "nodes"}, {"--hw", "hw"}, {"--model", "model"}, {"--precision", "precision"},
+      {"--zero-stage", "parameters.zero_stage"}, {"--offload", "parameters.offload (megatron: offload_activations)"},
+      {"--recompute", "parameters.recompute (zero: activation_checkpointing)"}};
+  for (const auto& [from, to] : kOwnFields) {
+    if (flag == from) return std::string(to);
+  }
+  std::string name(flag.substr(2));
+  std::replace(name.begin(), name.end(), '-', '_');
+  return "parameters." + name;
+}
+
+// Renames every "--flag" in `text`: "--tp/--pp" -> "parameters.tp/parameters.pp".
+std::string rename_flags(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    const bool starts = text.compare(i, 2, "--") == 0 && i + 2 < text.size() && std::islower(static_cast<unsigned char>(text[i + 2])) &&
+                        (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1])));
+    if (!starts) {
+      out += text[i++];
+      continue;
+    }
+    std::size_t end = i + 2;
+    while (end < text.size() && (std::islower(static_cast<unsigned char>(text[end])) || text[end] == '-')) ++end;
+    out += plan_field_of_flag(std::string_view(text).substr(i, end - i));
+    i = end;
+  }
+  return out;
+}
+
+}  // namespace
+
+InputError plan_file_error(const std::string& path, const InputError& e) {
+  const std::string& flag = e.origin();
+  if (!flag.starts_with("--")) return e;
+  // what() is "<origin>: field '<field>': expected ..., got ..."; keep what follows the field.
+  const std::string head = flag + ": field '" + e.field() + "': ";
+  const std::string message = e.what();
+  const std::string rest = message.starts_with(head) ? message.substr(head.size()) : message;
+  return InputError(path + ": field '" + rename_flags(flag) + "': " + rename_flags(rest));
+}
+
+std::string prediction_drift(const PlanFile& plan, const sim::SimResult& result, int gpus) {
+  const auto stored = [&](const char* key) -> std::optional<double> {
+    const auto it = plan.predicted.find(key);
+    if (it == plan.predicted.end() || !it->is_number()) return std::nullopt;
+    return it->get<double>();
+  };
+  std::int64_t peak_hbm_bytes = 0;
+  for (int g = 0; g < gpus && g < static_cast<int>(result.pools.size()); ++g) {
+    peak_hbm_bytes = std::max(peak_hbm_bytes, result.pools[static_cast<std::size_t>(g)].peak_bytes);
+  }
+  struct Figure {
+    const char* key;
+    const char* words;
+    double now;
+    std::string (*format)(double);
+  };
+  const Figure figures[] = {
+      {"step_s", "step time", static_cast<double>(result.step_ns) * 1e-9, [](double s) { return format_fixed(s, 4) + " s"; }},
+      {"peak_hbm_bytes", "peak HBM per GPU", static_cast<double>(peak_hbm_bytes), [](double b) { return format_bytes(b); }},
+  };
+  std::string out;
+  for (const auto& f : figures) {
+    const auto then = stored(f.key);
+    if (!then) continue;
+    const double change = *then > 0 ? (f.now - *then) / *then : (f.now > 0 ? 1.0 : 0.0);
+    if (std::abs(change) <= kPredictionTolerance) continue;
+    out += std::string(out.empty() ? "" : "; ") + f.words + " " + f.format(f.now) + " now, " + f.format(*then) + " predicted (" +
+           (change > 0 ? "+" : "") + format_fixed(100 * change, 2) + "%)";
+  }
+  if (out.empty()) return out;
+  return "this simulation differs from the plan's stored prediction by more than " + format_fixed(100 * kPredictionTolerance, 1) +
+         "%: " + out + "; the plan's inputs (profiles, model or trainyard version) changed since it was written";
 }
 
 }  // namespace trainyard::planner

@@ -6,6 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.hpp"
+#include "sim/engine.hpp"
+
 #include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
 #include "planner/zero.hpp"
@@ -52,5 +55,22 @@ struct PlanFile {
 nlohmann::json plan_file_json(const PlanFile& plan);
 // Reads and checks a plan file; every error names the file and the field.
 PlanFile read_plan_file(const std::string& path);
+
+// A ring order: empty (chosen from the topology), or each position 0..ring-1 exactly once. The InputError
+// (`origin`, `field`) names the first position out of range, else the first repeated one, else the count.
+void check_ring_order(const std::vector<int>& order, int ring, const std::string& origin, const std::string& field);
+
+// The schemes' checks name command-line flags ("--chunk: field 'value': ..."); for a plan file the same problem
+// is in a field of the file. Returns `e` retold for `path` ("plan.json: field 'parameters.chunk': ..."), flags
+// mentioned in its text renamed too; an error that names no flag comes back as it was.
+InputError plan_file_error(const std::string& path, const InputError& e);
+
+// How far a plan's stored prediction ("predicted": step_s and peak_hbm_bytes) is from `result`, in one sentence,
+// when either differs by more than kPredictionTolerance; empty when within it or when the plan stores none.
+// The simulator is deterministic: the same inputs give the same numbers, so a difference means the plan's inputs
+// (a profile or model file, or trainyard itself) changed since it was written. The tolerance only absorbs
+// floating-point differences between builds (a libm's last bits move results by far less than 0.01%).
+inline constexpr double kPredictionTolerance = 0.001;
+std::string prediction_drift(const PlanFile& plan, const sim::SimResult& result, int gpus);
 
 }  // namespace trainyard::planner

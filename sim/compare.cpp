@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
 #include "common/text_table.hpp"
 #include "common/units.hpp"
 
@@ -101,7 +102,7 @@ Timeline parse_timeline(const Json& document, const std::string& origin) {
   return t;
 }
 
-Timeline read_timeline(const std::string& path) { return parse_timeline(json::parse_file(path), path); }
+Timeline read_timeline(const std::string& path) { return parse_timeline(json::parse_file(path, kTraceFileCapBytes), path); }
 
 double ComparisonRow::error() const {
   if (measured_ns == 0) return predicted_ns == 0 ? 0.0 : INFINITY;

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
 
 namespace trainyard::sim {
 
@@ -162,7 +163,7 @@ GraphDocument parse_graph(const json::Json& document, const std::string& origin)
   return out;
 }
 
-GraphDocument load_graph(const std::string& path) { return parse_graph(json::parse_file(path), path); }
+GraphDocument load_graph(const std::string& path) { return parse_graph(json::parse_file(path, kGraphFileCapBytes), path); }
 
 json::Json graph_to_json(const TaskGraph& graph) {
   using json::Json;

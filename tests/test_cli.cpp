@@ -186,7 +186,7 @@ TEST(Cli, APlanThatNoLongerFitsItsHardwareIsAClearError) {
   const auto wrong = run_cli("simulate --plan " + plan_path("one-gpu.json", "lab-h100", 65536));
   EXPECT_EQ(wrong.exit_code, 2);
   EXPECT_NE(wrong.err.find("one-gpu.json"), std::string::npos) << wrong.err;
-  EXPECT_NE(wrong.err.find("--ring"), std::string::npos) << wrong.err;
+  EXPECT_NE(wrong.err.find("field 'parameters.ring'"), std::string::npos) << wrong.err;
   // A plan that does not fit any more (K/V and activations of 1M tokens in HBM): the out-of-memory report, exit 1.
   const auto big = run_cli("simulate --plan " + plan_path("too-long.json", "dgx-a100", 1048576));
   EXPECT_EQ(big.exit_code, 1);
