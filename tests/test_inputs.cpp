@@ -45,6 +45,17 @@ std::string edited_plan(const test::TempDir& dir, const std::string& from, const
   return dir.write("plan.json", text);
 }
 
+// Runs a shell command line; its stdout (and what it sends there).
+std::string shell(const std::string& command) {
+  std::string text;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return text;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) text.append(buffer, n);
+  ::pclose(pipe);
+  return text;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -278,6 +289,20 @@ TEST(Outputs, ABadOutputPathFailsBeforeTheSearchAndNamesTheFlag) {
   EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
+// A search of minutes (the 1M-token plan on one thread): a bad --out used to be found after it, losing its result;
+// now it is refused in well under a second. The timeout turns the old behaviour into exit 124.
+TEST(Outputs, TheCheckComesBeforeALongSearch) {
+  test::TempDir dir;
+  const std::string missing = (dir.path() / "no-such-folder" / "p.json").string();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string out = shell("timeout 60 " + std::string(TRAINYARD_BINARY) + " plan --model llama3-8b --hw dgx-a100 --seq 1M --threads 1 --out " +
+                                missing + " 2>&1; echo exit=$?");
+  EXPECT_NE(out.find("--out: field 'value'"), std::string::npos) << out;
+  EXPECT_NE(out.find("exit=2"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rank"), std::string::npos) << out;
+  EXPECT_LT(seconds_since(start), 10.0);
+}
+
 TEST(Outputs, EveryOutputFlagIsCheckedFirst) {
   test::TempDir dir;
   const std::string missing = (dir.path() / "no-such-folder" / "f").string();
@@ -306,12 +331,7 @@ TEST(Outputs, AWriteErrorAfterTheWorkIsReportedNotSuccess) {
   // fails with EFBIG). The error text goes to a pipe, which the limit does not cover.
   const std::string command = "ulimit -f 8; trap '' XFSZ; " + std::string(TRAINYARD_BINARY) + " simulate --plan " + kTinyPlan +
                               " --trace " + trace + " 2>&1 >/dev/null; echo exit=$?";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string err;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) err.append(buffer, n);
-  ::pclose(pipe);
+  const std::string err = shell(command);
   EXPECT_NE(err.find("trace.json: writing it failed"), std::string::npos) << err;
   EXPECT_NE(err.find("exit=2"), std::string::npos) << err;
   EXPECT_TRUE(fs::is_empty(dir.path())) << "no trace and no temporary file";
