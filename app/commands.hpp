@@ -46,6 +46,10 @@ void check_node_count(int nodes);
 void check_output_flags(const boost::program_options::variables_map& vm, std::initializer_list<const char*> flags);
 void check_node_count(int nodes, const hw::NodeProfile& node);
 
+// --memory-budget (app/limits.cpp): the option, and its value or the default budget in bytes.
+void add_memory_budget_option(boost::program_options::options_description& options);
+std::int64_t memory_budget(const boost::program_options::variables_map& vm);
+
 // A plan file with the model and cluster it names (errors name the file and the field).
 struct LoadedPlan {
   std::string origin;  // the file
@@ -53,10 +57,11 @@ struct LoadedPlan {
   model::ModelConfig model;
   std::optional<sim::Cluster> cluster;  // always set; optional because a cluster has no empty state
 };
-LoadedPlan load_plan(const std::string& path);
+LoadedPlan load_plan(const std::string& path, std::int64_t budget_bytes = 0);  // the cluster is sized first (0: default budget)
 // Builds and validates the step of `spec` (the plan's own, or a variant of it) for the plan's model and cluster;
 // parameters they cannot take are an InputError naming `origin`.
+// Refused (InputError, --memory-budget) before building when its estimate exceeds `budget_bytes` (0: the default).
 sim::TaskGraph build_plan_step(const LoadedPlan& loaded, const planner::PlanSpec& spec, const std::string& origin,
-                               planner::RingTrackPlan* rings = nullptr);
+                               planner::RingTrackPlan* rings = nullptr, std::int64_t budget_bytes = 0);
 
 }  // namespace trainyard::app

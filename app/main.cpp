@@ -8,6 +8,7 @@
 
 #include "app/commands.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 
 namespace po = boost::program_options;
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string& name = args[0];
+  trainyard::install_interrupt_handler();  // Ctrl-C: long phases stop and the command exits 130
   try {
     for (const auto& command : trainyard::app::commands()) {
       if (command.name == name) return command.run({args.begin() + 1, args.end()});
@@ -47,6 +49,9 @@ int main(int argc, char** argv) {
   } catch (const trainyard::InputError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
+  } catch (const trainyard::Interrupted&) {
+    std::cerr << "trainyard " << name << ": interrupted\n";
+    return trainyard::kInterruptedExitCode;
   } catch (const std::exception& e) {
     std::cerr << "trainyard: " << e.what() << "\n";
     return 1;

@@ -5,11 +5,9 @@
 
 namespace trainyard::gui {
 
-JobRunner::JobRunner(QObject* parent) : QObject(parent) {
-  // Two threads more than cores: the search and a long selected-plan simulation can each hold one (a graph build
-  // cannot be cancelled) while chart points still get workers.
-  pool_.setMaxThreadCount(std::max(1, QThread::idealThreadCount()) + 2);
-}
+// Two workers more than cores: the search and a long selected-plan simulation can each hold one (a graph build
+// cannot be cancelled) while chart points still get workers. (ThreadPool(n) has n - 1 workers.)
+JobRunner::JobRunner(QObject* parent) : QObject(parent), pool_(std::max(1, QThread::idealThreadCount()) + 3) {}
 
 JobRunner::~JobRunner() {
   for (auto& [name, channel] : channels_) {
@@ -17,7 +15,10 @@ JobRunner::~JobRunner() {
     channel.generation->fetch_add(1);
   }
   pool_.clear();
-  pool_.waitForDone();
+  try {
+    pool_.wait_idle();
+  } catch (...) {  // jobs catch their own exceptions; nothing may escape a destructor
+  }
 }
 
 std::shared_ptr<std::atomic<bool>> JobRunner::restart(const std::string& name) {
@@ -51,7 +52,7 @@ void JobRunner::finished(const Ticket& t) {
 }
 
 void JobRunner::dispose(std::shared_ptr<const void> object) {
-  pool_.start([object = std::move(object)]() mutable { object.reset(); }, -1);
+  pool_.post(-1, [object = std::move(object)]() mutable { object.reset(); });
 }
 
 int JobRunner::pending(const std::string& prefix) const {

@@ -4,7 +4,7 @@
 // makes its queued jobs skip their work, drops the results of the ones already running, and raises the channel's
 // cancel flag (which the planner search polls between waves).
 #include <QObject>
-#include <QThreadPool>
+#include <QThread>  // idealThreadCount(); main_window.cpp has it from here
 
 #include <atomic>
 #include <cstdint>
@@ -13,6 +13,8 @@
 #include <map>
 #include <memory>
 #include <string>
+
+#include "common/thread_pool.hpp"
 
 namespace trainyard::gui {
 
@@ -61,7 +63,7 @@ class JobRunner : public QObject {
   bool current(const Ticket& t) const;
   void finished(const Ticket& t);  // GUI thread
 
-  QThreadPool pool_;
+  ThreadPool pool_;  // common/thread_pool.hpp: the pool the CLI's search and HotSPa use
   std::map<std::string, Channel> channels_;
   int pending_ = 0;
 };
@@ -70,7 +72,8 @@ template <typename Result>
 void JobRunner::submit(const std::string& channel, int priority, std::function<Result()> work, std::function<void(Result)> done,
                        std::function<void(const std::string&)> failed) {
   Ticket ticket = take_ticket(channel);
-  pool_.start(
+  pool_.post(
+      priority,
       [this, ticket, work = std::move(work), done = std::move(done), failed = std::move(failed)] {
         if (ticket.current->load() != ticket.generation) return;  // restarted while queued: skip the work
         std::shared_ptr<Result> result;
@@ -94,8 +97,7 @@ void JobRunner::submit(const std::string& channel, int priority, std::function<R
               else failed(error);
             },
             Qt::QueuedConnection);
-      },
-      priority);
+      });
 }
 
 }  // namespace trainyard::gui

@@ -7,6 +7,7 @@
 // stay in place while the others run, so the first switch moves parameters only, the last gradients only, and
 // those between both. A switch's parameter transfers overlap the group before it when the destination GPUs have
 // room for the incoming parameters beside that group's peak; its gradient transfers wait for the group to end.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -30,6 +31,11 @@ struct HotSpaSetting {
   // Strategies given without a micro-batch get the largest that keeps a micro-batch within this many tokens.
   std::int64_t micro_batch_tokens = 16384;
   int threads = 0;  // 0: all cores
+  // Memory for the group graphs in flight (0: common/memory_budget.hpp's default): a group whose graph alone would
+  // exceed it is an InputError (--memory-budget) before it is built; the search skips such candidates.
+  std::int64_t memory_budget_bytes = 0;
+  // Set (e.g. by Ctrl-C): simulations stop and the functions below throw trainyard::Interrupted.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // "megatron:tp=16,pp=2" (dp defaults to the GPUs left), "ulysses:sp=8", "ringtrack:ring=8,chunk=16384": a scheme and

@@ -1,0 +1,42 @@
+#pragma once
+// What building and simulating a plan would hold, counted from the plan's parameters before anything is built:
+// the tasks of its step graph (the builders' loops, counted per rank, layer, micro-batch, chunk and K/V block)
+// and the bytes the graph and the simulation engine keep for them. Within a factor of 2 of the real task count
+// for the built plans the tests try (tests/test_limits.cpp holds it); never a reason to build anything.
+//
+// Commands compare these estimates with a memory budget (common/memory_budget.hpp) and refuse, before building,
+// what would not fit.
+#include <cstdint>
+#include <string>
+
+#include "hwprofiles/node.hpp"
+#include "planner/plan.hpp"
+
+namespace trainyard::planner {
+
+struct GraphEstimate {
+  double tasks = 0;
+  double bytes = 0;  // graph + engine state while it is simulated
+};
+
+// Bytes per task of a built graph and its simulation (the task, its name, edges, successor lists, the engine's
+// timing and event state), measured on built plans with some headroom.
+inline constexpr double kBytesPerTask = 640;
+
+GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec);
+GraphEstimate estimate_tasks(double tasks);  // bytes for a task count
+
+// Bytes a cluster of `nodes` such nodes holds before anything is built (hw::Topology keeps every node's vertices
+// and links: about 130 bytes each, measured on 100000 dgx-h100 nodes; taken as 192).
+double cluster_bytes(const hw::NodeProfile& node, int nodes);
+// The cluster and the smallest step graph any scheme builds on it (every GPU runs at least one layer forward and
+// backward): refused before the cluster is built when even that exceeds the budget (too many --nodes).
+void require_cluster_within_budget(const hw::NodeProfile& node, int nodes, std::int64_t budget_bytes);
+
+// InputError naming `flag` when `e` needs more than `budget_bytes`: says the estimate and what to change
+// (`advice`, e.g. "fewer nodes, a smaller --global-batch or a larger --chunk").
+// `unit` names what GraphEstimate::tasks counts.
+void require_within_budget(const GraphEstimate& e, std::int64_t budget_bytes, const std::string& what, const std::string& advice,
+                           const std::string& unit = "tasks");
+
+}  // namespace trainyard::planner

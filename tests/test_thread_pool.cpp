@@ -1,0 +1,141 @@
+// common/thread_pool: exceptions on workers reach the caller (never std::terminate), cancellation, nesting, and
+// the plan search carrying a worker's exception out.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "common/thread_pool.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/search.hpp"
+
+namespace trainyard {
+
+TEST(ThreadPool, RunsEveryIndexOnce) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.for_each(hits.size(), [&](std::size_t i) { ++hits[i]; });
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, AWorkersExceptionReachesTheCaller) {
+  ThreadPool pool(4);
+  std::atomic<int> ran{0};
+  try {
+    pool.for_each(64, [&](std::size_t i) {
+      ++ran;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (i == 5) throw std::runtime_error("job 5 failed");
+    });
+    FAIL() << "the exception was lost";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "job 5 failed");
+  }
+  EXPECT_LT(ran.load(), 64) << "the hand-out goes on after a failure";
+  // The pool still works afterwards.
+  std::atomic<int> after{0};
+  pool.for_each(10, [&](std::size_t) { ++after; });
+  EXPECT_EQ(after.load(), 10);
+}
+
+TEST(ThreadPool, TheLowestFailingIndexWinsWhateverTheTiming) {
+  ThreadPool pool(4);
+  for (int round = 0; round < 5; ++round) {
+    try {
+      pool.for_each(8, [&](std::size_t i) {
+        if (i == 3) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // fails last in time
+          throw std::runtime_error("three");
+        }
+        if (i == 6) throw std::runtime_error("six");
+      });
+      FAIL() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "three");
+    }
+  }
+}
+
+TEST(ThreadPool, CancelStopsTheHandOut) {
+  ThreadPool pool(2);
+  std::atomic<bool> cancel{false};
+  std::atomic<int> ran{0};
+  pool.for_each(
+      1000,
+      [&](std::size_t i) {
+        ++ran;
+        if (i == 10) cancel = true;
+      },
+      &cancel);
+  EXPECT_LT(ran.load(), 1000);
+  EXPECT_GE(ran.load(), 11);
+}
+
+TEST(ThreadPool, NestedForEachDoesNotDeadlock) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0};
+  pool.for_each(8, [&](std::size_t) { pool.for_each(8, [&](std::size_t) { ++inner; }); });
+  EXPECT_EQ(inner.load(), 64);
+}
+
+TEST(ThreadPool, PostedWorkRunsByPriorityAndItsExceptionIsKept) {
+  ThreadPool pool(2);  // one worker
+  std::atomic<bool> release{false};
+  pool.post(0, [&] {
+    while (!release) std::this_thread::yield();
+  });  // holds the worker while the rest queue up
+  std::vector<int> order;
+  std::mutex m;
+  for (int p : {1, 5, 3}) {
+    pool.post(p, [&, p] {
+      std::lock_guard lock(m);
+      order.push_back(p);
+    });
+  }
+  pool.post(-1, [] { throw std::runtime_error("posted failure"); });
+  release = true;
+  EXPECT_THROW(pool.wait_idle(), std::runtime_error);
+  EXPECT_EQ(order, (std::vector<int>{5, 3, 1}));
+  EXPECT_NO_THROW(pool.wait_idle());  // reported once
+}
+
+TEST(ThreadPool, DestructorDropsQueuedWorkAndJoins) {
+  std::atomic<int> ran{0};
+  {
+    ThreadPool pool(2);
+    pool.post(0, [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ++ran;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 100; ++i) pool.post(0, [&] { ++ran; });
+  }
+  EXPECT_GE(ran.load(), 1);
+  EXPECT_LT(ran.load(), 101);
+}
+
+TEST(ThreadPool, AnExceptionInTheSearchWavesReachesTheCaller) {
+  // Before the pool, a throw on a wave thread ended the process (std::terminate): here it must come out of search().
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=2,hidden=256,heads=4,kv_heads=4,vocab=1024");
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1);
+  const planner::StepInputs in{m, c, {8192, 4}, model::precision_policy("bf16-mixed")};
+  planner::SearchOptions o;
+  o.threads = 4;
+  std::atomic<int> calls{0};
+  o.before_simulate = [&](const planner::PlanSpec& spec) {
+    if (++calls == 3) throw std::runtime_error("injected failure simulating " + spec.scheme);
+  };
+  try {
+    planner::search(in, o);
+    FAIL() << "the injected exception was lost";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected failure"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace trainyard
