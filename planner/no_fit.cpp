@@ -67,7 +67,10 @@ std::string SchemeNoFit::reason() const {
                     "data-parallel ranks, or a sequence its chunks or heads do not divide)";
   }
   const std::string count = std::to_string(configurations) + " configuration" + (configurations == 1 ? "" : "s");
-  if (!closest) return scheme + ": none of its " + count + " was simulated (over the memory budget, or interrupted)";
+  if (interrupted) {
+    return scheme + ": its " + count + " were not all tried (interrupted)" + (closest ? "; closest so far " + miss_details(*closest) : "");
+  }
+  if (!closest) return scheme + ": none of its " + count + " was simulated (over the memory budget)";
   return scheme + ": none of its " + count + " fits; closest " + miss_details(*closest);
 }
 
@@ -77,7 +80,7 @@ std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const s
     const bool fits = std::any_of(report.best_of_scheme.begin(), report.best_of_scheme.end(),
                                   [&](const RankedPlan& p) { return p.spec.scheme == scheme; });
     if (fits) continue;
-    SchemeNoFit s{scheme, 0, std::nullopt};
+    SchemeNoFit s{scheme, 0, std::nullopt, report.interrupted};
     if (const auto n = report.enumerated_by_scheme.find(scheme); n != report.enumerated_by_scheme.end()) s.configurations = n->second;
     if (const auto c = report.closest_miss_by_scheme.find(scheme); c != report.closest_miss_by_scheme.end()) s.closest = c->second;
     out.push_back(std::move(s));

@@ -53,6 +53,18 @@ TEST(NoFit, AMemoryMissIsCloserThanAStepThatDidNotFinish) {
   EXPECT_EQ(report.closest_miss_by_scheme.at("megatron").metrics.shortfall_bytes, static_cast<std::int64_t>(4e9));
 }
 
+TEST(NoFit, AnInterruptedSearchDoesNotClaimNothingFits) {
+  SearchReport report;
+  report.interrupted = true;
+  report.enumerated_by_scheme["megatron"] = 3;
+  note_miss(report, bound_miss(megatron(), {90e9, 0, 1}, 76e9, 2e12));
+  const auto why = schemes_without_fit(report, {"megatron", "zero"});
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_NE(why[0].reason().find("not all tried (interrupted)"), std::string::npos) << why[0].reason();
+  EXPECT_EQ(why[0].reason().find("fits"), std::string::npos) << why[0].reason();
+  EXPECT_NE(why[1].reason().find("no valid configuration"), std::string::npos) << why[1].reason();
+}
+
 TEST(NoFit, EachSchemeSaysWhy) {
   // llama3-405b on one 8 x H100 node at 8K tokens: nothing fits; FPDT has no configuration at 8K.
   const model::ModelConfig m = model::load_model("llama3-405b");
