@@ -685,11 +685,14 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
           results[w] = simulate_plan(in, specs[c.index], c.bounds, options.hbm_headroom, options.cancel);
         },
         options.cancel, parallel);
-    if (cancelled(options)) {  // the wave is incomplete: its results are dropped so the report stays a prefix
+    // Ctrl-C: the wave's simulations that finished stay in the report (the best so far); those cut short or never
+    // started are dropped.
+    const bool stopped = cancelled(options);
+    if (stopped) {
       report.interrupted = true;
-      break;
+      std::erase_if(results, [](const RankedPlan& r) { return r.spec.scheme.empty() || r.metrics.failure == "cancelled"; });
     }
-    report.simulated += wave.size();
+    report.simulated += results.size();
     for (auto& r : results) {
       if (r.metrics.fits) {
         const double key = objective_key(options.objective, r.metrics);
@@ -701,6 +704,7 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
         note_miss(report, std::move(r));
       }
     }
+    if (stopped) break;
     if (options.progress) options.progress(std::min(alive.size(), start + kWave) + report.pruned_memory, specs.size());
   }
   std::stable_sort(fitting.begin(), fitting.end(), [&](const RankedPlan& a, const RankedPlan& b) {

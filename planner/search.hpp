@@ -85,8 +85,8 @@ struct SearchOptions {
   int threads = 0;                              // 0: all cores
   std::function<void(std::size_t done, std::size_t total)> progress;         // plans decided, of all enumerated
   std::function<void(std::size_t done, std::size_t total)> bounds_progress;  // candidates whose bounds are computed
-  // Set (e.g. by Ctrl-C): the bounds phase and the simulations stop, the wave in flight is dropped, and the report
-  // (interrupted) holds the plans of the waves before.
+  // Set (e.g. by Ctrl-C): the bounds phase and the simulations stop; the report (interrupted) holds every plan whose
+  // simulation finished.
   const std::atomic<bool>* cancel = nullptr;
   bool prune = true;                            // false: simulate every candidate (tests compare the two)
   // Memory for the graphs in flight (0: common/memory_budget.hpp's default). A candidate whose graph alone would
