@@ -32,7 +32,10 @@ cxx=$(command -v clang++ || command -v clang++-14 || true)
 build=build-fuzz
 launcher=()
 if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-cmake -S . -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DTRAINYARD_FUZZ=ON -DTRAINYARD_TESTS=OFF -DTRAINYARD_CUDA=OFF \
+# The compiler only on the first configure: naming another path to it later makes CMake drop the whole cache.
+compiler=()
+[ -f "$build/CMakeCache.txt" ] || compiler=(-DCMAKE_CXX_COMPILER="$cxx")
+cmake -S . -B "$build" "${compiler[@]}" -DTRAINYARD_FUZZ=ON -DTRAINYARD_TESTS=OFF -DTRAINYARD_CUDA=OFF \
   -DTRAINYARD_GUI=OFF -DTRAINYARD_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >/dev/null
 all=$(ls tests/fuzz/fuzz_*.cpp | sed 's|.*/fuzz_||; s|\.cpp$||')
 [ ${#targets[@]} -gt 0 ] || read -r -a targets <<< "$(echo $all)"
