@@ -1,6 +1,6 @@
 #include "gui/main_window.hpp"
 
-#include <QFile>
+#include <QBuffer>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHeaderView>
@@ -16,6 +16,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
@@ -869,7 +870,7 @@ bool MainWindow::save_plan(const QString& path) {
     if (!setup_ || !selected_) throw InputError(path.toStdString(), "plan", "a selected plan to save", "none");
     const planner::PlanMetrics* predicted = detail_ && detail_->spec.summary() == selected_->summary() ? &detail_->metrics : nullptr;
     const planner::PlanFile file = plan_file(*setup_, *selected_, predicted);
-    sim::write_file_atomically(path.toStdString(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });
+    write_file_atomically(path.toStdString(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });
     statusBar()->showMessage("plan written to " + path, 5000);
     return true;
   } catch (const std::exception& e) {
@@ -882,7 +883,7 @@ bool MainWindow::save_trace(const QString& path) {
   try {
     if (!detail_) throw InputError(path.toStdString(), "trace", "a simulated plan to save", "none yet");
     const auto& d = *detail_;
-    sim::write_file_atomically(path.toStdString(), [&](std::ostream& out) { sim::write_chrome_trace(out, *d.result, *d.graph, d.setup->cluster); });
+    write_file_atomically(path.toStdString(), [&](std::ostream& out) { sim::write_chrome_trace(out, *d.result, *d.graph, d.setup->cluster); });
     statusBar()->showMessage("trace written to " + path, 5000);
     return true;
   } catch (const std::exception& e) {
@@ -909,33 +910,35 @@ bool MainWindow::open_measured(const QString& path) {
 }
 
 bool MainWindow::save_chart(QWidget* chart, const QString& path) {
-  const QString temporary = path + ".tmp";
-  bool ok = false;
-  if (path.endsWith(".svg", Qt::CaseInsensitive)) {
-    QSvgGenerator svg;
-    svg.setFileName(temporary);
-    svg.setSize(chart->size());
-    svg.setViewBox(QRect(QPoint(0, 0), chart->size()));
-    svg.setTitle("trainyard");
-    QPainter painter;
-    ok = painter.begin(&svg);
-    if (ok) {
-      chart->render(&painter);
-      ok = painter.end();
+  try {
+    const bool svg = path.endsWith(".svg", Qt::CaseInsensitive);
+    if (!svg && !path.endsWith(".png", Qt::CaseInsensitive)) throw InputError(path.toStdString() + ": expected a file name ending in .png or .svg");
+    // Rendered in memory, then written by the project's one atomic writer (temporary, fsync, rename).
+    QByteArray bytes;
+    QBuffer buffer(&bytes);
+    buffer.open(QIODevice::WriteOnly);
+    bool rendered = false;
+    if (svg) {
+      QSvgGenerator generator;
+      generator.setOutputDevice(&buffer);
+      generator.setSize(chart->size());
+      generator.setViewBox(QRect(QPoint(0, 0), chart->size()));
+      generator.setTitle("trainyard");
+      QPainter painter;
+      if (painter.begin(&generator)) {
+        chart->render(&painter);
+        rendered = painter.end();
+      }
+    } else {
+      rendered = chart->grab().save(&buffer, "PNG");
     }
-  } else if (path.endsWith(".png", Qt::CaseInsensitive)) {
-    ok = chart->grab().save(temporary, "PNG");
-  } else {
-    show_error(path + ": expected a file name ending in .png or .svg");
+    if (!rendered) throw InputError(path.toStdString() + ": the chart could not be rendered");
+    write_file_atomically(path.toStdString(), std::string_view(bytes.constData(), static_cast<std::size_t>(bytes.size())));
+    return true;
+  } catch (const std::exception& e) {
+    show_error(e.what());
     return false;
   }
-  if (ok) QFile::remove(path);  // QFile::rename does not overwrite
-  if (!ok || !QFile::rename(temporary, path)) {
-    QFile::remove(temporary);
-    show_error(path + ": could not be written");
-    return false;
-  }
-  return true;
 }
 
 void MainWindow::show_comparison() {

@@ -475,6 +475,24 @@ class GuiTest : public QObject {
     QCOMPARE(chunks.misses("ringtrack"), (QList<QPointF>{{16384, 0}}));
   }
 
+  void a_chart_saved_through_a_link_replaces_the_files_it_points_to() {
+    // The project's atomic writer follows a link (the link stays); renaming a temporary over the link would
+    // replace the link with a file.
+    MainWindow w(small_inputs());
+    QTemporaryDir dir;
+    const QString target = dir.filePath("target.png"), link = dir.filePath("link.png");
+    std::ofstream(target.toStdString()) << "old";
+    QVERIFY(QFile::link(target, link));
+    QVERIFY2(w.save_chart(w.memory_chart(), link), qPrintable(w.error_text()));
+    QVERIFY(QFileInfo(link).isSymLink());
+    QVERIFY(QFileInfo(target).size() > 1000);
+    QCOMPARE(QDir(dir.path()).entryList(QDir::Files | QDir::System).size(), 2);  // no temporary left
+    // A folder that does not exist: refused, naming the path.
+    const QString missing = dir.filePath("no-such-folder/chart.png");
+    QVERIFY(!w.save_chart(w.memory_chart(), missing));
+    QVERIFY2(w.error_text().contains(missing), qPrintable(w.error_text()));
+  }
+
   void the_timeline_zooms_around_a_point() {
     MainWindow w(small_inputs());
     QVERIFY(w.jobs().wait_idle(kWaitMs));
