@@ -13,8 +13,8 @@ namespace trainyard::gui {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-const QString kChunkMiss = "does not fit";
-const QString kMemoryMiss = "does not fit (needed at least)";
+// The legend's key for hollow markers (chart 2's sit at what the step needed when it ran out: gui/README.md).
+const QString kMiss = "does not fit";
 
 QChart* new_chart(const QString& title) {
   auto* chart = new QChart();
@@ -159,8 +159,8 @@ void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min
     legend[scheme] = s.markers;
     series_[scheme] = s;
   }
-  add_hollow_key(c, kChunkMiss, {x_, mfu_axis_});
-  set_legend(c, legend, kChunkMiss);
+  add_hollow_key(c, kMiss, {x_, mfu_axis_});
+  set_legend(c, legend, kMiss);
 }
 
 void ChunkChart::clear_scheme(const std::string& scheme) {
@@ -243,7 +243,7 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
     legend[scheme] = s.markers;
     series_[scheme] = s;
   }
-  add_hollow_key(c, kMemoryMiss, {x_, y_});
+  add_hollow_key(c, kMiss, {x_, y_});
   hbm_capacity_ = new_line(c, "HBM size", Qt::black, Qt::SolidLine, 2, {x_, y_});
   dram_capacity_ = new_line(c, "DRAM size", Qt::black, Qt::DashDotLine, 2, {x_, y_});
   // Without inputs (an error is shown) there are no capacities to draw.
@@ -252,7 +252,7 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
   y_min_ = hbm_capacity_bytes > 0 ? hbm_capacity_bytes / kGiB / 8 : 1;
   y_max_ = dram_capacity_bytes > 0 ? dram_capacity_bytes / kGiB * 2 : 1024;
   set_log_range(y_, y_min_, y_max_);
-  set_legend(c, legend, kMemoryMiss);
+  set_legend(c, legend, kMiss);
 }
 
 void MemoryChart::clear_scheme(const std::string& scheme) {
