@@ -5,6 +5,7 @@
 
 #include "app/commands.hpp"
 #include "common/error.hpp"
+#include "common/input_file.hpp"
 #include "common/json_reader.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
@@ -170,7 +171,7 @@ PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planne
 }
 
 MeasuredTrace read_measured_trace(const std::string& path) {
-  const json::Json document = json::parse_file(path);
+  const json::Json document = json::parse_file(path, kTraceFileCapBytes);  // the cap `trainyard compare` reads traces with
   MeasuredTrace m{sim::parse_timeline(document, path)};
   // Written by write_chrome_trace when the trace keeps part of the step; older traces hold all of it.
   const auto other = document.find("otherData");
