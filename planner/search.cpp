@@ -458,6 +458,13 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     const double per_param = p.distributed_optimizer ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / p.dp
                                                      : pol.bytes_per_param();
     b.hbm_bytes = per_param * (layer_params * L / p.pp + ends) / p.tp;
+    // Activations, at least: one layer's full set while its backward runs (recomputed or kept), and the kept
+    // sets (checkpoints under full recompute, unless offloaded) of the stage's other layers for one micro-batch.
+    // Without this, megatron at absurd lengths (--seq 1G) passed the bound and every candidate was simulated.
+    const LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+    const double full = layer_activation_bytes(m, split, Recompute::none).total();
+    const double kept = p.offload_activations ? 0 : layer_activation_bytes(m, split, p.recompute).total();
+    b.hbm_bytes += full + kept * (L / p.pp - 1);
   } else {
     const auto& z = spec.zero;
     const double n = gpus;
