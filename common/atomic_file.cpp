@@ -13,6 +13,7 @@
 #include <streambuf>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -22,14 +23,6 @@ namespace {
 
 std::string quoted(const std::string& text) { return "\"" + text + "\""; }
 
-std::string kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a pipe";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 // The file a path names: a symbolic link is followed to its target (so the link stays a link). Empty `why`
 // means usable so far; otherwise it says what is wrong.
@@ -60,7 +53,7 @@ Target resolve(const std::string& path) {
   t.exists = true;
   t.mode = st.st_mode;
   if (S_ISDIR(st.st_mode)) t.why = "is a directory";
-  else if (!S_ISREG(st.st_mode)) t.why = "is " + kind_of(st.st_mode) + ", not a regular file (trainyard writes files by renaming a finished temporary file into place)";
+  else if (!S_ISREG(st.st_mode)) t.why = "is " + file_kind_name(st.st_mode) + ", not a regular file (trainyard writes files by renaming a finished temporary file into place)";
   return t;
 }
 

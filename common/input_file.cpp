@@ -14,15 +14,6 @@ namespace trainyard {
 
 namespace {
 
-std::string kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a pipe";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 [[noreturn]] void refuse(const std::string& path, const std::string& why, std::string_view expected) {
   throw InputError(path + ": " + why + " (expected " + std::string(expected) + ")");
 }
@@ -93,8 +84,17 @@ void check_input_file(const std::string& path, std::uint64_t cap_bytes, std::str
   if (checked_size(file.fd, path, cap_bytes, expected) < 0) {
     struct stat st {};
     ::fstat(file.fd, &st);
-    refuse(path, "is " + kind_of(st.st_mode) + ", not a regular file", expected);
+    refuse(path, "is " + file_kind_name(st.st_mode) + ", not a regular file", expected);
   }
+}
+
+std::string file_kind_name(unsigned mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
 }
 
 }  // namespace trainyard

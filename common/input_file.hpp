@@ -24,4 +24,7 @@ std::string read_input_file(const std::string& path, std::uint64_t cap_bytes, st
 // Only regular files are accepted: the reader opens the file again, which a pipe or device would not survive.
 void check_input_file(const std::string& path, std::uint64_t cap_bytes, std::string_view expected);
 
+// What a non-regular file is, for messages ("a directory", "a character device", ...), from stat's st_mode.
+std::string file_kind_name(unsigned mode);
+
 }  // namespace trainyard

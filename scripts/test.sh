@@ -25,6 +25,7 @@ if grep -q "Skipped" build/Testing/Temporary/LastTest.log 2>/dev/null; then
 fi
 [ "$status" -eq 0 ] || exit "$status"
 
-# Sanitizer and fuzz stages (issue 19): the unit tests under ASan+UBSan and TSan, and a short run of every fuzzer.
-if [ -f scripts/sanitize.sh ]; then bash scripts/sanitize.sh; fi
-if [ -f scripts/fuzz.sh ]; then bash scripts/fuzz.sh --ci; fi
+# A 60-second run of every libFuzzer target (issue 19), with the inputs found so far as regression tests.
+# NOT YET HERE: scripts/sanitize.sh (the unit tests under ASan+UBSan and TSan) is written but has not yet been run
+# to the end on this kind of machine, so CI does not run it until a session has seen it pass and timed it.
+bash scripts/fuzz.sh --ci

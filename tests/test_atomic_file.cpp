@@ -17,18 +17,10 @@ namespace trainyard {
 
 namespace fs = std::filesystem;
 
+using test::error_of;
+
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return "";
-}
 
 std::vector<std::string> names_in(const fs::path& dir) {
   std::vector<std::string> out;

@@ -21,18 +21,10 @@ namespace trainyard {
 namespace fs = std::filesystem;
 using test::run_cli;
 
+using test::error_of;
+
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return "";
-}
 
 const std::string kTinyPlan = TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json";
 

@@ -2,21 +2,13 @@
 
 #include "common/error.hpp"
 #include "common/json_reader.hpp"
+#include "test_support.hpp"
 
 namespace trainyard::json {
 
+using trainyard::test::error_of;
+
 namespace {
-// The message of the InputError that `f` throws; fails the test if it throws nothing.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no InputError thrown";
-  return "";
-}
 const Sources kSources = {{"ds", Source{Source::Kind::datasheet, "Some datasheet", "", "", "", ""}}};
 }  // namespace
 

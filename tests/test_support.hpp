@@ -3,7 +3,10 @@
 #include <filesystem>
 #include <string>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
 
 namespace trainyard::test {
 
@@ -33,5 +36,17 @@ struct CliResult {
 };
 // Runs the built `trainyard` binary with `args` (shell-quoted by the caller where needed).
 CliResult run_cli(const std::string& args);
+
+// The message of the InputError that `f` throws; fails the test if it throws nothing.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError thrown";
+  return "";
+}
 
 }  // namespace trainyard::test
