@@ -18,6 +18,7 @@
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
+#include "sim/collective_bench.hpp"
 #include "sim/graph_json.hpp"
 #include "sim/report.hpp"
 #include "planner/megatron.hpp"
@@ -40,6 +41,7 @@ const std::vector<Command>& commands() {
       {"compare", "compare a predicted timeline with a measured one: per task class, per stream, step and peak HBM", run_compare},
       {"run", "run a plan's step with real tensors (CPU reference executor so far): --check against the unchunked step, training", run_run},
       {"calibrate", "measure the GPU at hand (GEMM, attention, copies, launches); fit and write a GPU profile", run_calibrate},
+      {"validate", "predict every published run, kernel and collective of the validation suite: error per figure, MAPE per dataset", run_validate},
   };
   return all;
 }
@@ -395,7 +397,6 @@ int run_show(const std::vector<std::string>& args) {
   return 0;
 }
 
-// Ring-track's flags (validated by the builder, except the words of the placement flags, checked here).
 planner::RingTrackParams ringtrack_params(const po::variables_map& vm, const sim::Cluster& cluster) {
   auto word = [&](const char* flag, const std::vector<std::string>& allowed, const std::string& fallback) {
     const std::string value = vm.count(flag) ? vm[flag].as<std::string>() : fallback;
@@ -429,67 +430,7 @@ planner::RingTrackParams ringtrack_params(const po::variables_map& vm, const sim
   return p;
 }
 
-int run_simulate(const std::vector<std::string>& args) {
-  po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
-  options.add_options()
-      ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
-      ("plan", po::value<std::string>()->value_name("path"), "plan file written by 'trainyard plan --out' (docs/planner.md)")
-      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: ringtrack, megatron, zero, ulysses, ring-attention, fpdt")
-      ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
-      ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
-      ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")
-      ("seq", po::value<std::string>()->value_name("tokens"), "sequence length, with --strategy (e.g. 32K, 1M)")
-      ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step")
-      ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
-      ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
-      ("tp", po::value<int>()->value_name("int"), "megatron: tensor-parallel degree (default 1)")
-      ("pp", po::value<int>()->value_name("int"), "megatron: pipeline stages (default 1)")
-      ("dp", po::value<int>()->value_name("int"), "megatron: data-parallel degree (default: GPUs / (tp * pp))")
-      ("vpp", po::value<int>()->value_name("int"), "megatron: virtual stages per pipeline rank (default 1)")
-      ("micro-batch", po::value<std::int64_t>()->value_name("int"), "sequences per micro-batch (default 1)")
-      ("sequence-parallel", po::bool_switch(), "megatron: sequence parallelism with TP")
-      ("distributed-optimizer", po::bool_switch(), "megatron: master weights and Adam moments split across the data-parallel ranks")
-      ("recompute", po::value<std::string>()->value_name("none|selective|full"), "activation recomputation (default none; full = activation checkpointing)")
-      ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")
-      ("offload", po::value<std::string>()->value_name("list"), "comma list of optimizer, grads, params, acts (megatron: acts only)")
-      ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
-      ("cp", po::value<int>()->value_name("int"), "ring-attention: context-parallel degree (required)")
-      ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")
-      ("chunk", po::value<std::string>()->value_name("tokens"), "fpdt: attention chunk in global tokens (default 64K); ringtrack: chunk length (default 16K)")
-      ("ring", po::value<int>()->value_name("int"), "ringtrack: GPUs per ring (default: all); the rest are data-parallel replicas")
-      ("block", po::value<int>()->value_name("int"), "ringtrack: consecutive layers per ring position (default 1: fully cyclic)")
-      ("prefetch", po::value<int>()->value_name("int"), "ringtrack: HBM buffers in flight per stream from DRAM (default 2)")
-      ("kv", po::value<std::string>()->value_name("hbm|dram"), "ringtrack: where K/V of earlier chunks and dK/dV live (default dram)")
-      ("acts", po::value<std::string>()->value_name("hbm|dram|recompute"), "ringtrack: activations kept for backward (default dram)")
-      ("weights", po::value<std::string>()->value_name("resident|stream"), "ringtrack: layer weights in HBM, or streamed from DRAM per visit (default resident)")
-      ("states", po::value<std::string>()->value_name("hbm|dram"), "ringtrack: gradients and optimizer state; dram = optimizer on the CPU (default hbm)")
-      ("ring-order", po::value<std::string>()->value_name("list"), "ringtrack: ring positions in order, e.g. 0,2,1,3 (default: chosen from the topology)")
-      ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
-      ("json", po::bool_switch(), "print metrics as JSON")
-      ("threads", po::value<int>()->value_name("int"), "with --lengths: simulation threads (0: all cores)");
-  add_lengths_options(options, false);
-  add_memory_budget_option(options);
-  add_trace_options(options);
-  po::positional_options_description positional;
-  po::variables_map vm;
-  if (parse(args,
-            "trainyard simulate --graph FILE [--hw NODE] [--nodes N] [--trace FILE] [--json]\n"
-            "       trainyard simulate --plan FILE [--trace FILE] [--json]\n"
-            "       trainyard simulate --strategy NAME --model M --hw NODE [--nodes N] --seq S\n"
-            "                          (--global-batch B | --tokens-per-step T) [scheme flags] [--trace FILE] [--json]\n"
-            "       trainyard simulate --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] --tokens-per-step T\n"
-            "                          [--static SCHEME:k=v,...] [--switch UPPER=SCHEME:k=v,...;...] [--groups LIST] [--json]",
-            options, positional, vm)) {
-    return 0;
-  }
-  if (vm.count("lengths") && vm.count("trace")) {
-    throw InputError("--trace", "value", "none with --lengths (no trace of a hot-switched mini-batch yet)", "given");
-  }
-  check_output_flags(vm, {"trace"});  // before the simulation, so a bad path does not cost its result
-  if (vm.count("lengths")) return run_simulate_lengths(vm);
-  for (const char* flag : {"static", "switch", "groups", "max-len", "threads"}) {
-    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
-  }
+SimulationSetup setup_simulation(const po::variables_map& vm) {
   const bool from_graph = vm.count("graph") > 0, from_plan = vm.count("plan") > 0;
   const int modes = static_cast<int>(from_graph) + static_cast<int>(from_plan) + static_cast<int>(vm.count("strategy") > 0);
   if (modes != 1) {
@@ -500,11 +441,12 @@ int run_simulate(const std::vector<std::string>& args) {
                                               "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp",
                                               "chunk", "ring", "block", "prefetch", "kv", "acts", "weights", "states",
                                               "ring-order"};
-  std::optional<sim::Cluster> cluster;
-  sim::TaskGraph graph;
-  std::string origin;
-  std::optional<planner::RingTrackPlan> ring;  // ringtrack: the rings it chose, reported beside the metrics
-  std::optional<planner::PlanFile> plan_file;  // --plan: its stored prediction is compared with the simulation
+  SimulationSetup setup;
+  std::optional<sim::Cluster>& cluster = setup.cluster;
+  sim::TaskGraph& graph = setup.graph;
+  std::string& origin = setup.origin;
+  std::optional<planner::RingTrackPlan>& ring = setup.ring;
+  std::optional<planner::PlanFile>& plan_file = setup.plan_file;
   if (from_graph || from_plan) {
     const std::string mode = from_graph ? "--graph" : "--plan";
     for (const char* flag : kSchemeFlags) {
@@ -642,6 +584,146 @@ int run_simulate(const std::vector<std::string>& args) {
     if (spec.scheme != "ringtrack") ring.reset();
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   }
+  return setup;
+}
+
+namespace {
+
+sim::CollectiveOp collective_op_from_flag(const std::string& text) {
+  static const std::map<std::string, sim::CollectiveOp> ops = {{"all-reduce", sim::CollectiveOp::all_reduce},
+                                                              {"all-gather", sim::CollectiveOp::all_gather},
+                                                              {"reduce-scatter", sim::CollectiveOp::reduce_scatter},
+                                                              {"all-to-all", sim::CollectiveOp::all_to_all},
+                                                              {"broadcast", sim::CollectiveOp::broadcast}};
+  const auto it = ops.find(text);
+  if (it == ops.end()) {
+    throw InputError("--collective", "value", "all-reduce, all-gather, reduce-scatter, all-to-all or broadcast", "\"" + text + "\"");
+  }
+  return it->second;
+}
+
+sim::Algorithm collective_algorithm_from_flag(const std::string& text) {
+  if (text == "ring") return sim::Algorithm::ring;
+  if (text == "tree") return sim::Algorithm::tree;
+  if (text == "direct") return sim::Algorithm::direct;
+  throw InputError("--algorithm", "value", "ring, tree or direct", "\"" + text + "\"");
+}
+
+}  // namespace
+
+sim::CollectiveBenchmark collective_from_flags(const po::variables_map& vm) {
+  for (const char* flag : {"graph", "plan", "strategy", "model", "seq", "global-batch", "tokens-per-step", "lengths", "trace"}) {
+    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --collective", "given");
+  }
+  if (!vm.count("hw")) throw InputError("--hw", "value", "a node profile with --collective", "nothing");
+  if (!vm.count("bytes")) throw InputError("--bytes", "value", "a size with --collective (e.g. 1G)", "nothing");
+  const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : 1;
+  hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
+  check_node_count(nodes, node);
+  planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
+  const sim::Cluster cluster(std::move(node), nodes);
+  return sim::benchmark_collective(cluster, collective_op_from_flag(vm["collective"].as<std::string>()),
+                                   collective_algorithm_from_flag(vm["algorithm"].as<std::string>()),
+                                   parse_memory_size(vm["bytes"].as<std::string>(), "--bytes"));
+}
+
+namespace {
+
+int run_simulate_collective(const po::variables_map& vm) {
+  const sim::CollectiveBenchmark b = collective_from_flags(vm);
+  if (vm["json"].as<bool>()) {
+    const Json out = {{"collective", std::string(sim::to_string(b.op))}, {"algorithm", std::string(sim::to_string(b.algorithm))},
+                      {"bytes", b.bytes}, {"ranks", b.ranks}, {"time_ns", b.time_ns}, {"algbw_gbps", b.algbw_gbps},
+                      {"busbw_gbps", b.busbw_gbps}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << sim::to_string(b.op) << " of " << format_bytes(static_cast<double>(b.bytes)) << " per GPU over " << b.ranks << " GPUs, "
+            << sim::to_string(b.algorithm) << ": " << format_fixed(static_cast<double>(b.time_ns) * 1e-3, 1) << " us, algbw "
+            << format_fixed(b.algbw_gbps, 1) << " GB/s, busbw " << format_fixed(b.busbw_gbps, 1) << " GB/s (nccl-tests' definitions)\n";
+  return 0;
+}
+
+}  // namespace
+
+po::options_description simulate_options() {
+  po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
+  options.add_options()
+      ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
+      ("plan", po::value<std::string>()->value_name("path"), "plan file written by 'trainyard plan --out' (docs/planner.md)")
+      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: ringtrack, megatron, zero, ulysses, ring-attention, fpdt")
+      ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
+      ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
+      ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")
+      ("seq", po::value<std::string>()->value_name("tokens"), "sequence length, with --strategy (e.g. 32K, 1M)")
+      ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step")
+      ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
+      ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
+      ("tp", po::value<int>()->value_name("int"), "megatron: tensor-parallel degree (default 1)")
+      ("pp", po::value<int>()->value_name("int"), "megatron: pipeline stages (default 1)")
+      ("dp", po::value<int>()->value_name("int"), "megatron: data-parallel degree (default: GPUs / (tp * pp))")
+      ("vpp", po::value<int>()->value_name("int"), "megatron: virtual stages per pipeline rank (default 1)")
+      ("micro-batch", po::value<std::int64_t>()->value_name("int"), "sequences per micro-batch (default 1)")
+      ("sequence-parallel", po::bool_switch(), "megatron: sequence parallelism with TP")
+      ("distributed-optimizer", po::bool_switch(), "megatron: master weights and Adam moments split across the data-parallel ranks")
+      ("recompute", po::value<std::string>()->value_name("none|selective|full"), "activation recomputation (default none; full = activation checkpointing)")
+      ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")
+      ("offload", po::value<std::string>()->value_name("list"), "comma list of optimizer, grads, params, acts (megatron: acts only)")
+      ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
+      ("cp", po::value<int>()->value_name("int"), "ring-attention: context-parallel degree (required)")
+      ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")
+      ("chunk", po::value<std::string>()->value_name("tokens"), "fpdt: attention chunk in global tokens (default 64K); ringtrack: chunk length (default 16K)")
+      ("ring", po::value<int>()->value_name("int"), "ringtrack: GPUs per ring (default: all); the rest are data-parallel replicas")
+      ("block", po::value<int>()->value_name("int"), "ringtrack: consecutive layers per ring position (default 1: fully cyclic)")
+      ("prefetch", po::value<int>()->value_name("int"), "ringtrack: HBM buffers in flight per stream from DRAM (default 2)")
+      ("kv", po::value<std::string>()->value_name("hbm|dram"), "ringtrack: where K/V of earlier chunks and dK/dV live (default dram)")
+      ("acts", po::value<std::string>()->value_name("hbm|dram|recompute"), "ringtrack: activations kept for backward (default dram)")
+      ("weights", po::value<std::string>()->value_name("resident|stream"), "ringtrack: layer weights in HBM, or streamed from DRAM per visit (default resident)")
+      ("states", po::value<std::string>()->value_name("hbm|dram"), "ringtrack: gradients and optimizer state; dram = optimizer on the CPU (default hbm)")
+      ("ring-order", po::value<std::string>()->value_name("list"), "ringtrack: ring positions in order, e.g. 0,2,1,3 (default: chosen from the topology)")
+      ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
+      ("json", po::bool_switch(), "print metrics as JSON")
+      ("threads", po::value<int>()->value_name("int"), "with --lengths: simulation threads (0: all cores)")
+      ("collective", po::value<std::string>()->value_name("op"), "one collective over all GPUs of --hw x --nodes, as nccl-tests runs it: all-reduce, all-gather, reduce-scatter, all-to-all or broadcast")
+      ("bytes", po::value<std::string>()->value_name("size"), "with --collective: the buffer per GPU (nccl-tests' size), e.g. 1M, 8G")
+      ("algorithm", po::value<std::string>()->default_value("ring")->value_name("ring|tree|direct"), "with --collective: how it runs");
+  add_lengths_options(options, false);
+  add_memory_budget_option(options);
+  add_trace_options(options);
+  return options;
+}
+
+int run_simulate(const std::vector<std::string>& args) {
+  po::options_description options = simulate_options();
+  po::positional_options_description positional;
+  po::variables_map vm;
+  if (parse(args,
+            "trainyard simulate --graph FILE [--hw NODE] [--nodes N] [--trace FILE] [--json]\n"
+            "       trainyard simulate --plan FILE [--trace FILE] [--json]\n"
+            "       trainyard simulate --strategy NAME --model M --hw NODE [--nodes N] --seq S\n"
+            "                          (--global-batch B | --tokens-per-step T) [scheme flags] [--trace FILE] [--json]\n"
+            "       trainyard simulate --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] --tokens-per-step T\n"
+            "                          [--static SCHEME:k=v,...] [--switch UPPER=SCHEME:k=v,...;...] [--groups LIST] [--json]\n"
+            "       trainyard simulate --collective OP --bytes SIZE --hw NODE [--nodes N] [--algorithm ring|tree|direct] [--json]",
+            options, positional, vm)) {
+    return 0;
+  }
+  if (vm.count("lengths") && vm.count("trace")) {
+    throw InputError("--trace", "value", "none with --lengths (no trace of a hot-switched mini-batch yet)", "given");
+  }
+  check_output_flags(vm, {"trace"});  // before the simulation, so a bad path does not cost its result
+  if (vm.count("collective")) return run_simulate_collective(vm);
+  if (vm.count("bytes")) throw InputError("--bytes", "value", "only with --collective", "given");
+  if (vm.count("lengths")) return run_simulate_lengths(vm);
+  for (const char* flag : {"static", "switch", "groups", "max-len", "threads"}) {
+    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
+  }
+  SimulationSetup setup = setup_simulation(vm);
+  const std::optional<sim::Cluster>& cluster = setup.cluster;
+  sim::TaskGraph& graph = setup.graph;
+  const std::string& origin = setup.origin;
+  const std::optional<planner::RingTrackPlan>& ring = setup.ring;
+  const std::optional<planner::PlanFile>& plan_file = setup.plan_file;
   const std::optional<TraceRequest> trace = trace_request(vm, cluster->gpus());
   graph.finalize();
   sim::SimOptions sim_options;

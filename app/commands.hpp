@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 
 #include "hwprofiles/node.hpp"
+#include "sim/collective_bench.hpp"
 #include "planner/plan.hpp"
 #include "planner/step.hpp"
 
@@ -27,6 +28,7 @@ int run_plan(const std::vector<std::string>& args);     // app/plan_command.cpp
 int run_compare(const std::vector<std::string>& args);  // app/compare_command.cpp
 int run_run(const std::vector<std::string>& args);      // app/run_command.cpp
 int run_calibrate(const std::vector<std::string>& args);  // app/calibrate_command.cpp
+int run_validate(const std::vector<std::string>& args);   // app/validate_command.cpp
 // app/hotspa_command.cpp: the --lengths flags of simulate and plan, and those commands with them.
 void add_lengths_options(boost::program_options::options_description& options, bool plan);
 int run_simulate_lengths(const boost::program_options::variables_map& vm);
@@ -45,6 +47,9 @@ void check_node_count(int nodes);
 // before any work, and two flags may not name the same file.
 void check_output_flags(const boost::program_options::variables_map& vm, std::initializer_list<const char*> flags);
 void check_node_count(int nodes, const hw::NodeProfile& node);
+// Ring-track's flags of simulate --strategy ringtrack (--ring, --chunk, --kv, ..., --ring-order); the builder
+// validates the numbers, this checks the words of the placement flags.
+planner::RingTrackParams ringtrack_params(const boost::program_options::variables_map& vm, const sim::Cluster& cluster);
 
 // --memory-budget (app/limits.cpp): the option, and its value or the default budget in bytes.
 void add_memory_budget_option(boost::program_options::options_description& options);
@@ -63,5 +68,19 @@ LoadedPlan load_plan(const std::string& path, std::int64_t budget_bytes = 0);  /
 // Refused (InputError, --memory-budget) before building when its estimate exceeds `budget_bytes` (0: the default).
 sim::TaskGraph build_plan_step(const LoadedPlan& loaded, const planner::PlanSpec& spec, const std::string& origin,
                                planner::RingTrackPlan* rings = nullptr, std::int64_t budget_bytes = 0);
+
+// `trainyard simulate`'s options, and the step its flags describe (--graph, --plan or --strategy; not --lengths),
+// built and validated; shared with `trainyard validate`, whose cases are simulate flags.
+boost::program_options::options_description simulate_options();
+struct SimulationSetup {
+  std::optional<sim::Cluster> cluster;  // always set
+  sim::TaskGraph graph;
+  std::string origin;                          // the file or "--strategy NAME"
+  std::optional<planner::RingTrackPlan> ring;  // ringtrack: the rings it chose, reported beside the metrics
+  std::optional<planner::PlanFile> plan_file;  // --plan: its stored prediction is compared with the simulation
+};
+SimulationSetup setup_simulation(const boost::program_options::variables_map& vm);
+// simulate --collective OP --bytes S --hw NODE [--nodes N] [--algorithm A]: the lone collective, simulated.
+sim::CollectiveBenchmark collective_from_flags(const boost::program_options::variables_map& vm);
 
 }  // namespace trainyard::app

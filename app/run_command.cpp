@@ -67,12 +67,28 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
 
 namespace {
 
-// tokens for step `step` (0-based): the text's next windows, or seeded random ones.
-std::vector<std::vector<std::int32_t>> step_tokens(const LoadedPlan& l, const po::variables_map& vm, int step) {
-  const auto& w = l.plan.workload;
-  if (vm.count("text")) return backend::text_windows(vm["text"].as<std::string>(), w.seq_len, w.global_batch, static_cast<std::int64_t>(step) * w.tokens());
-  return backend::random_windows(l.model.vocab, w.seq_len, w.global_batch, vm["seed"].as<std::uint64_t>() + 1000003ull * static_cast<std::uint64_t>(step));
-}
+// Each step's tokens: the text's next windows (the file read once, with its size cap), or seeded random ones.
+class StepTokens {
+ public:
+  StepTokens(const LoadedPlan& l, const po::variables_map& vm) : loaded_(l), seed_(vm["seed"].as<std::uint64_t>()) {
+    if (vm.count("text")) {
+      text_path_ = vm["text"].as<std::string>();
+      text_ = read_input_file(text_path_, kTextFileCapBytes, "a text file to train on");
+    }
+  }
+  // Step `step` (0-based).
+  std::vector<std::vector<std::int32_t>> operator()(int step) const {
+    const auto& w = loaded_.plan.workload;
+    if (!text_path_.empty()) return backend::text_windows(text_, text_path_, w.seq_len, w.global_batch, static_cast<std::int64_t>(step) * w.tokens());
+    return backend::random_windows(loaded_.model.vocab, w.seq_len, w.global_batch, seed_ + 1000003ull * static_cast<std::uint64_t>(step));
+  }
+
+ private:
+  const LoadedPlan& loaded_;
+  std::uint64_t seed_;
+  std::string text_path_;  // empty: random tokens
+  std::string text_;
+};
 
 int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, bool cpu_can_check) {
 #ifndef TRAINYARD_HAVE_CUDA
@@ -102,9 +118,10 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   executor.upload(state);
   const bool as_json = vm["json"].as<bool>();
   Json out = {{"plan", origin}, {"device", found.devices.front().name}, {"summary", l.plan.spec.summary()}};
+  const StepTokens step_tokens(l, vm);
 
   if (check) {
-    const auto tokens = step_tokens(l, vm, 0);
+    const auto tokens = step_tokens(0);
     const backend::MeasuredStep g = executor.run_step(tokens);
     backend::ModelState on_gpu(l.model, seed);
     executor.download(on_gpu);
@@ -125,11 +142,11 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
     return pass ? 0 : 1;
   }
 
-  for (int s = 0; s < warmup; ++s) executor.run_step(step_tokens(l, vm, s), s + 1);
+  for (int s = 0; s < warmup; ++s) executor.run_step(step_tokens(s), s + 1);
   backend::MeasuredStep last;
   Json measured_steps = Json::array();
   for (int s = 0; s < steps; ++s) {
-    last = executor.run_step(step_tokens(l, vm, warmup + s), warmup + s + 1);
+    last = executor.run_step(step_tokens(warmup + s), warmup + s + 1);
     measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
     if (!as_json) std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2) << " ms\n";
   }
@@ -236,9 +253,10 @@ int run_run(const std::vector<std::string>& args) {
   const int gpus_per_node = l.cluster->topology.gpus_per_node();
   const bool as_json = vm["json"].as<bool>();
   Json out = {{"plan", origin}, {"device", "cpu"}, {"summary", l.plan.spec.summary()}};
+  const StepTokens step_tokens(l, vm);
 
   if (vm["check"].as<bool>()) {
-    const auto tokens = step_tokens(l, vm, 0);
+    const auto tokens = step_tokens(0);
     backend::ModelState chunked(l.model, seed), plain(l.model, seed);
     const auto a = backend::run_reference_step(graph, chunked, l.plan.spec.ringtrack.chunk, gpus_per_node, tokens);
     const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)", nullptr, memory_budget(vm));
@@ -277,7 +295,7 @@ int run_run(const std::vector<std::string>& args) {
     }
     o.optimizer_step = s;
     const auto start = std::chrono::steady_clock::now();
-    const auto r = backend::run_reference_step(graph, state, l.plan.spec.ringtrack.chunk, gpus_per_node, step_tokens(l, vm, s - 1), o);
+    const auto r = backend::run_reference_step(graph, state, l.plan.spec.ringtrack.chunk, gpus_per_node, step_tokens(s - 1), o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     curve.push_back({{"step", s}, {"loss", r.loss}, {"seconds", seconds}});
     csv += std::to_string(s) + "," + format_fixed(r.loss, 6) + "," + format_fixed(seconds, 3) + "\n";

@@ -1,19 +1,14 @@
 #include "backend/calibration.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <set>
 
 #include <Eigen/Dense>
 
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
@@ -626,69 +621,15 @@ std::string profile_name_from_path(const std::string& out_path) {
   return path.stem().string();
 }
 
-namespace {
-
-fs::path folder_of(const std::string& path) {
-  const fs::path parent = fs::path(path).parent_path();
-  return parent.empty() ? fs::path(".") : parent;
-}
-
-[[noreturn]] void fail_out(const std::string& path, const std::string& why) {
-  throw InputError("--out", "path", "a file that can be written (its folder exists or can be made, and is writable)",
-                   "\"" + path + "\": " + why);
-}
-
-// A new empty file beside `path` (".NAME.json.XXXXXX"), opened for writing; its name goes to `temp`.
-int make_temp(const std::string& path, std::string& temp) {
-  temp = (folder_of(path) / ("." + fs::path(path).filename().string() + ".XXXXXX")).string();
-  std::vector<char> name(temp.begin(), temp.end());
-  name.push_back('\0');
-  const int fd = ::mkstemp(name.data());
-  if (fd < 0) fail_out(path, std::strerror(errno));
-  temp = name.data();
-  return fd;
-}
-
-}  // namespace
-
 void check_output_path(const std::string& out_path) {
-  if (fs::is_directory(out_path)) fail_out(out_path, "it is a folder");
   std::error_code ec;
-  fs::create_directories(folder_of(out_path), ec);
-  if (ec) fail_out(out_path, ec.message());
-  std::string temp;
-  const int fd = make_temp(out_path, temp);
-  ::close(fd);
-  ::unlink(temp.c_str());
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  if (fs::is_directory(path)) fail_out(path, "it is a folder");
-  std::string temp;
-  const int fd = make_temp(path, temp);
-  const auto give_up = [&](const std::string& why) {
-    ::close(fd);
-    ::unlink(temp.c_str());
-    fail_out(path, why);
-  };
-  if (::fchmod(fd, 0644) != 0) give_up(std::strerror(errno));
-  std::size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) give_up(std::strerror(errno));
-    written += static_cast<std::size_t>(n);
+  const fs::path folder = fs::path(out_path).parent_path();
+  if (!folder.empty() && !fs::is_directory(folder)) fs::create_directories(folder, ec);
+  if (ec) {
+    throw InputError("--out", "path", "a file that can be written (its folder exists or can be made, and is writable)",
+                     "\"" + out_path + "\": " + ec.message());
   }
-  if (::fsync(fd) != 0) give_up(std::strerror(errno));
-  if (::close(fd) != 0) {
-    ::unlink(temp.c_str());
-    fail_out(path, std::strerror(errno));
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temp.c_str());
-    fail_out(path, why);
-  }
+  check_writable(out_path, "--out");
 }
 
 CalibrationFits write_calibrated_profile(const Measurements& m, const Json& base_document, const std::string& base_origin,
@@ -698,7 +639,8 @@ CalibrationFits write_calibrated_profile(const Measurements& m, const Json& base
   CalibrationFits fits = fit_calibration(m, base);
   const Json doc = calibrated_profile(base_document, name, m, fits);
   hw::parse_gpu(doc, out_path);  // what the simulator will read: must load before it is written
-  write_file_atomically(out_path, doc.dump(2) + "\n");
+  check_writable(out_path, "--out");
+  write_file_atomically(out_path, std::string_view(doc.dump(2) + "\n"));
   return fits;
 }
 

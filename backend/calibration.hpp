@@ -181,14 +181,12 @@ json::Json calibrated_profile(const json::Json& base_document, const std::string
 
 // NAME of --out NAME.json (InputError naming --out unless it ends in .json with a non-empty name).
 std::string profile_name_from_path(const std::string& out_path);
-// Makes --out's folder (if missing) and checks a file can be created there, before anything is measured.
+// Makes --out's folder (if missing) and checks a file can be written there (common/atomic_file's check_writable),
+// before anything is measured.
 void check_output_path(const std::string& out_path);
-// Writes `text` to a temporary file beside `path`, then renames it over `path`: on failure there is no file at
-// `path` (an existing one is left as it was) and no temporary file. Errors are InputError naming --out.
-void write_file_atomically(const std::string& path, const std::string& text);
 
-// Fits `m`, builds the profile on `base_document`, checks it loads (hw::parse_gpu) and writes it to `out_path`.
-// Nothing is written when any step fails.
+// Fits `m`, builds the profile on `base_document`, checks it loads (hw::parse_gpu) and writes it to `out_path`
+// with common/atomic_file. Nothing is written when any step fails.
 CalibrationFits write_calibrated_profile(const Measurements& m, const json::Json& base_document,
                                          const std::string& base_origin, const std::string& out_path);
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iterator>
 #include <random>
 
@@ -140,11 +139,8 @@ double max_gradient_difference(const ModelState& a, const ModelState& reference)
   return worst;
 }
 
-std::vector<std::vector<std::int32_t>> text_windows(const std::string& path, std::int64_t seq_len, std::int64_t sequences,
-                                                    std::int64_t offset) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "file", "a readable text file", "cannot open it");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+std::vector<std::vector<std::int32_t>> text_windows(std::string_view text, const std::string& path, std::int64_t seq_len,
+                                                    std::int64_t sequences, std::int64_t offset) {
   const auto n = static_cast<std::int64_t>(text.size());
   if (n < seq_len + 1) {
     throw InputError(path, "length", "at least " + std::to_string(seq_len + 1) + " bytes (one sequence and its last target)",

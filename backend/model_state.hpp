@@ -4,6 +4,7 @@
 // (row-major [out][in], y = x W^T): see the per-tensor comments.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/reference.hpp"
@@ -76,11 +77,11 @@ std::vector<std::size_t> gradient_blocks(const model::ModelConfig& model, const 
 // behind the embedding's large one.
 double max_gradient_difference(const ModelState& a, const ModelState& reference);
 
-// Byte-level tokens (vocab 256) of a text file, cut into `sequences` windows of seq_len + 1 tokens (inputs and
-// next-token targets) starting at `offset` and wrapping round the file. Throws InputError naming the file when
-// it cannot be read or is shorter than one window.
-std::vector<std::vector<std::int32_t>> text_windows(const std::string& path, std::int64_t seq_len, std::int64_t sequences,
-                                                    std::int64_t offset);
+// Byte-level tokens (vocab 256) of a text (the contents of the file `path`), cut into `sequences` windows of
+// seq_len + 1 tokens (inputs and next-token targets) starting at `offset` and wrapping round the text. Throws
+// InputError naming the file when it is shorter than one window.
+std::vector<std::vector<std::int32_t>> text_windows(std::string_view text, const std::string& path, std::int64_t seq_len,
+                                                    std::int64_t sequences, std::int64_t offset);
 // Seeded uniform tokens in [0, vocab), same shape.
 std::vector<std::vector<std::int32_t>> random_windows(std::int64_t vocab, std::int64_t seq_len, std::int64_t sequences,
                                                       std::uint64_t seed);

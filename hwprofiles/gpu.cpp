@@ -114,6 +114,14 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   gpu.sustained.attention_bwd = parse_table(tables, "attention_bwd", sources);
   tables.finish();
   gpu.sustained.kernel_launch_ns = sustained.figure("kernel_launch_ns", Bound{0, 1e6, "ns"}, sources);
+  if (sustained.has("nvlink_gbps_per_direction")) {
+    gpu.sustained.nvlink_gbps_per_direction = sustained.figure("nvlink_gbps_per_direction", Bound{0, 10000, "GB/s"}, sources);
+    if (gpu.sustained.nvlink_gbps_per_direction.value > gpu.nvlink_gbps_per_direction.value) {
+      sustained.fail("nvlink_gbps_per_direction", "at most the datasheet's nvlink_gbps_per_direction (" +
+                                                      format_fixed(gpu.nvlink_gbps_per_direction.value, 1) + " GB/s)",
+                     format_fixed(gpu.sustained.nvlink_gbps_per_direction.value, 1));
+    }
+  }
   sustained.finish();
   // What `trainyard calibrate` measured and fitted (backend/calibration.hpp): a record for people, not read here.
   if (top.has("calibration") && !top.raw("calibration").is_object()) {

@@ -49,9 +49,16 @@ struct GpuProfile {
     EfficiencyTable attention_fwd;
     EfficiencyTable attention_bwd;
     Figure kernel_launch_ns;  // fixed cost per kernel on a stream
+    // The data rate NVLink transfers reach per direction (protocol overhead off the signalling rate); when the
+    // profile has none (value 0) the datasheet rate is used.
+    Figure nvlink_gbps_per_direction;
   } sustained;
 
   double peak_tflops(Dtype dtype) const { return peak_dense_tflops[static_cast<int>(dtype)].value; }
+  // The NVLink rate links are simulated at: the sustained figure where the profile has one, else the datasheet's.
+  double nvlink_data_gbps() const {
+    return sustained.nvlink_gbps_per_direction.value > 0 ? sustained.nvlink_gbps_per_direction.value : nvlink_gbps_per_direction.value;
+  }
   double pcie_raw_gbps_per_direction() const;
   // Arithmetic intensity (FLOP per HBM byte) above which a kernel is compute-bound at peak.
   double ridge_flop_per_byte(Dtype dtype) const;

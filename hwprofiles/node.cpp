@@ -166,7 +166,7 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
           l.fail("type", "no nvlink links: GPU profile \"" + node.gpu.name + "\" has nvlink_gbps_per_direction 0",
                  "\"nvlink\"");
         }
-        link.gbps_per_direction = node.gpu.nvlink_gbps_per_direction.value;
+        link.gbps_per_direction = node.gpu.nvlink_data_gbps();
         break;
       case LinkType::dram:
         link.gbps = l.figure("gbps", Bound{1, 100000, "GB/s (reads and writes together)"}, sources);

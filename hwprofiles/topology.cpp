@@ -1,7 +1,9 @@
 #include "hwprofiles/topology.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include <boost/graph/dijkstra_shortest_paths.hpp>
 #include <boost/graph/filtered_graph.hpp>
@@ -61,6 +63,61 @@ Topology::Topology(const NodeProfile& node, int node_count)
       }
     }
   }
+  if (has_nics) assign_rails();
+}
+
+void Topology::assign_rails() {
+  // On node 0 (every node is a copy): each GPU's nearest NICs by route cost, then GPUs with the same nearest
+  // set take its NICs in turn, in GPU order.
+  const VertexId first = first_vertex(0);
+  std::vector<VertexId> nics;
+  for (auto [it, end] = boost::vertices(graph_); it != end; ++it) {
+    if (graph_[*it].type == VertexType::nic && graph_[*it].node == 0) nics.push_back(*it);
+  }
+  std::map<std::vector<VertexId>, int> taken;  // nearest set -> GPUs already given one of its NICs
+  for (int g = 0; g < gpus_per_node_; ++g) {
+    std::vector<std::pair<double, VertexId>> costs;
+    for (VertexId nic : nics) {
+      if (const auto r = try_route(gpus_[0][static_cast<std::size_t>(g)], nic)) {
+        double cost = 0;
+        for (const auto& link : r->links) cost += graph_[link].route_cost;
+        costs.emplace_back(cost, nic);
+      }
+    }
+    if (costs.empty()) {  // a profile error that validation reports in its own words: no rail here
+      rail_offset_.push_back(-1);
+      continue;
+    }
+    const double best = std::min_element(costs.begin(), costs.end())->first;
+    std::vector<VertexId> nearest;
+    for (const auto& [cost, nic] : costs) {
+      if (cost <= best * (1 + 1e-9)) nearest.push_back(nic);
+    }
+    const int turn = taken[nearest]++;
+    rail_offset_.push_back(static_cast<int>(nearest[static_cast<std::size_t>(turn) % nearest.size()] - first));
+  }
+}
+
+int Topology::rail_count() const {
+  std::vector<int> offsets;
+  for (int offset : rail_offset_) {
+    if (offset >= 0) offsets.push_back(offset);
+  }
+  std::sort(offsets.begin(), offsets.end());
+  return static_cast<int>(std::unique(offsets.begin(), offsets.end()) - offsets.begin());
+}
+
+std::optional<VertexId> Topology::rail_nic(VertexId gpu) const {
+  if (rail_offset_.empty()) return std::nullopt;
+  const int node = graph_[gpu].node;
+  for (int g = 0; g < gpus_per_node_; ++g) {
+    if (gpus_[static_cast<std::size_t>(node)][static_cast<std::size_t>(g)] == gpu) {
+      const int offset = rail_offset_[static_cast<std::size_t>(g)];
+      if (offset < 0) return std::nullopt;
+      return first_vertex(node) + static_cast<VertexId>(offset);
+    }
+  }
+  TRAINYARD_CHECK(false, "rail_nic of a vertex that is not a GPU: " + name(gpu));
 }
 
 void Topology::add_link(VertexId a, VertexId b, TopoLink link) {

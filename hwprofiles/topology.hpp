@@ -59,6 +59,11 @@ class Topology {
 
   VertexId vertex(int node, std::string_view id) const;  // InternalError if absent
   VertexId gpu(int node, int index) const;
+  // The NIC a GPU sends and receives through when it talks to another node (its "rail"), as NCCL pairs them:
+  // among the NICs nearest the GPU (fastest route), the GPUs that share those NICs take them in turn, so two
+  // GPUs and two NICs under one PCIe switch get one NIC each. nullopt on a node without NICs.
+  std::optional<VertexId> rail_nic(VertexId gpu) const;
+  int rail_count() const;  // distinct rail NICs of a node (0 without NICs)
   // The host memory on the GPU's nearest socket (fastest route); nullopt if none is connected.
   std::optional<VertexId> nearest_host_memory(VertexId gpu) const;
   // "gpu3" on one node, "n1.gpu3" in a cluster.
@@ -77,7 +82,10 @@ class Topology {
   int node_count_ = 0;
   int gpus_per_node_ = 0;
   bool peer_to_peer_ = false;
+  void assign_rails();
+
   std::vector<std::vector<VertexId>> gpus_;  // [node][gpu index]
+  std::vector<int> rail_offset_;             // [gpu index]: its NIC's vertex offset from the node's first vertex
   std::vector<VertexId> first_vertex_;
   std::vector<int> first_link_;
   std::optional<VertexId> fabric_;

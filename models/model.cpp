@@ -46,6 +46,16 @@ double ModelConfig::training_flops_per_token(std::int64_t seq_len, bool causal) 
   return 3 * (dense_flops_per_token_fwd() + attention_flops_per_token_fwd(seq_len, causal));
 }
 
+double convention_flops_per_token(const ModelConfig& model, std::int64_t seq_len, const FlopConvention& convention,
+                                  bool full_recompute) {
+  const bool causal = convention.causal_attention_halved;
+  const double forward = model.dense_flops_per_token_fwd() + model.attention_flops_per_token_fwd(seq_len, causal);
+  double flops = 3 * forward;
+  if (full_recompute && convention.recompute_counted) flops += forward;
+  if (convention.input_embedding_counted) flops += 6 * static_cast<double>(model.vocab) * static_cast<double>(model.hidden);
+  return flops;
+}
+
 double ModelConfig::megatron_flops_per_token(std::int64_t seq_len) const {
   const double h = static_cast<double>(hidden), l = static_cast<double>(layers);
   const double s = static_cast<double>(seq_len), v = static_cast<double>(vocab);

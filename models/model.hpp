@@ -63,6 +63,21 @@ struct ModelConfig {
   double megatron_flops_per_token(std::int64_t seq_len) const;
 };
 
+// How a published figure counts training FLOPs, so that a predicted step time can be turned into the number
+// that source prints (TFLOP/s per GPU, MFU). Sources differ (docs/validation.md): attention causal-halved
+// (Megatron-LM since March 2025, FlashAttention's kernel benchmarks) or not (torchtitan, Narayanan et al. 2021);
+// the recomputed forward counted (Narayanan et al. 2021, BLOOM) or not; the input embedding counted as a
+// vocab x hidden matrix (torchtitan before May 2024) or not.
+struct FlopConvention {
+  bool causal_attention_halved = true;
+  bool recompute_counted = false;        // with full recomputation: one more forward per step
+  bool input_embedding_counted = false;  // 6 FLOPs per embedding weight per token
+};
+// Training FLOPs per token under `convention`: 3x the forward (dense + attention), plus the recomputed forward
+// when the run recomputes everything and the convention counts it, plus the embedding term when counted.
+double convention_flops_per_token(const ModelConfig& model, std::int64_t seq_len, const FlopConvention& convention,
+                                  bool full_recompute);
+
 ModelConfig parse_model(const json::Json& document, const std::string& origin);
 
 // "custom:layers=24,hidden=2304,heads=24,..." -> a model with the rest defaulted. `defaults_used` receives

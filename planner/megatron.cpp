@@ -21,6 +21,10 @@ std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& 
   return in.workload.global_batch / (p.dp * p.micro_batch);
 }
 
+LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
+  return LayerSplit{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+}
+
 void check_megatron(const StepInputs& in, const MegatronParams& p) {
   const auto& m = in.model;
   const int gpus = in.cluster.gpus();
@@ -91,7 +95,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   const std::int64_t mbs = megatron_micro_batches(in, p);
   const int virtual_stages = p.pp * p.vpp;
   const std::int64_t layers_per_chunk = model.layers / virtual_stages;
-  const LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+  const LayerSplit split = megatron_layer_split(in, p);
   const double act_per_layer = layer_activation_bytes(model, split, p.recompute).total();
   const double full_layer = layer_activation_bytes(model, split, Recompute::none).total();
   const bool full_recompute = p.recompute == Recompute::full;

@@ -35,6 +35,8 @@ struct MegatronParams {
 void check_megatron(const StepInputs& in, const MegatronParams& p);
 // The micro-batches per step: global_batch / (dp * micro_batch).
 std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& p);
+// One micro-batch's tokens on one TP rank: the shape every Megatron layer cost and memory figure uses.
+LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p);
 
 sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p);
 

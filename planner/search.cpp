@@ -289,7 +289,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
               dense_layer_seconds(in, split, dense_recompute > 0);
   } else if (spec.scheme == "megatron") {
     const auto& p = spec.megatron;
-    LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+    LayerSplit split = megatron_layer_split(in, p);
     dense_s = L / p.pp * static_cast<double>(megatron_micro_batches(in, p)) * dense_layer_seconds(in, split, dense_recompute > 0);
   } else {
     const auto& z = spec.zero;
@@ -461,7 +461,7 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     // Activations, at least: one layer's full set while its backward runs (recomputed or kept), and the kept
     // sets (checkpoints under full recompute, unless offloaded) of the stage's other layers for one micro-batch.
     // Without this, megatron at absurd lengths (--seq 1G) passed the bound and every candidate was simulated.
-    const LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+    const LayerSplit split = megatron_layer_split(in, p);
     const double full = layer_activation_bytes(m, split, Recompute::none).total();
     const double kept = p.offload_activations ? 0 : layer_activation_bytes(m, split, p.recompute).total();
     b.hbm_bytes += full + kept * (L / p.pp - 1);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz/, clang, -fsanitize=fuzzer,address,undefined) in build-fuzz and runs
+# Builds the libFuzzer targets (tests/fuzz/, clang, -fsanitize=fuzzer,address,undefined) in build-asan and runs
 # each one, one at a time, from its seed corpus (tests/fuzz/corpus/<target>/). Any crash, leak, timeout (10 s per
-# input) or RSS above 2 GiB fails the script; the input is kept in build-fuzz/fuzz/artifacts/<target>/.
+# input) or RSS above 2 GiB fails the script; the input is kept in build-asan/fuzz/artifacts/<target>/.
 #
 #   scripts/fuzz.sh [--ci] [--seconds N] [--runs N] [target ...]
 #     --ci         60 seconds per target (CI)
@@ -27,16 +27,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-cxx=$(command -v clang++ || command -v clang++-14 || true)
-[ -n "$cxx" ] || { echo "fuzz: clang++ not found: apt-get install clang libclang-rt-14-dev" >&2; exit 1; }
-build=build-fuzz
-launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
-# The compiler only on the first configure: naming another path to it later makes CMake drop the whole cache.
-compiler=()
-[ -f "$build/CMakeCache.txt" ] || compiler=(-DCMAKE_CXX_COMPILER="$cxx")
-cmake -S . -B "$build" "${compiler[@]}" -DTRAINYARD_FUZZ=ON -DTRAINYARD_TESTS=OFF -DTRAINYARD_CUDA=OFF \
-  -DTRAINYARD_GUI=OFF -DTRAINYARD_BENCHMARKS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >/dev/null
+source scripts/asan_build.sh
+build=$asan_build
+configure_asan_build
 all=$(ls tests/fuzz/fuzz_*.cpp | sed 's|.*/fuzz_||; s|\.cpp$||')
 [ ${#targets[@]} -gt 0 ] || read -r -a targets <<< "$(echo $all)"
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)" --target fuzz_regression_tests $(printf 'fuzz_%s ' "${targets[@]}")

@@ -1,5 +1,7 @@
 #include "sim/collectives.hpp"
 
+#include <algorithm>
+
 #include "common/error.hpp"
 
 namespace trainyard::sim {
@@ -13,6 +15,34 @@ int tree_depth(int n) {  // levels below the root in a heap-ordered binary tree 
 }
 
 }  // namespace
+
+std::vector<std::vector<int>> ring_channels(const std::vector<int>& member_nodes, int rails) {
+  const int n = static_cast<int>(member_nodes.size());
+  std::vector<int> identity(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) identity[static_cast<std::size_t>(i)] = i;
+  // Contiguous runs of equal length, one per node, no node twice.
+  std::vector<int> run_starts{0};
+  for (int i = 1; i < n; ++i) {
+    if (member_nodes[static_cast<std::size_t>(i)] != member_nodes[static_cast<std::size_t>(i - 1)]) run_starts.push_back(i);
+  }
+  const int nodes = static_cast<int>(run_starts.size());
+  const int per_node = n / nodes;
+  std::vector<int> seen = member_nodes;
+  std::sort(seen.begin(), seen.end());
+  const bool even = nodes > 1 && per_node * nodes == n && std::unique(seen.begin(), seen.end()) - seen.begin() == nodes &&
+                    std::all_of(run_starts.begin(), run_starts.end(), [&](int start) { return start % per_node == 0; });
+  const int channels = even ? std::min(rails, per_node) : 1;
+  if (channels <= 1) return {identity};
+  std::vector<std::vector<int>> orders;
+  for (int c = 0; c < channels; ++c) {
+    std::vector<int> order;
+    for (int k = 0; k < nodes; ++k) {
+      for (int j = 0; j < per_node; ++j) order.push_back(k * per_node + (j + c) % per_node);
+    }
+    orders.push_back(std::move(order));
+  }
+  return orders;
+}
 
 int collective_steps(CollectiveOp op, Algorithm algorithm, int n) {
   TRAINYARD_CHECK(n >= 2, "a collective needs at least two ranks");

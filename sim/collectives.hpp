@@ -21,6 +21,13 @@ struct Transfer {
   double bytes = 0;
 };
 
+// NCCL runs a ring collective over several nodes as one ring per NIC rail (a "channel"), each carrying an equal
+// share of the buffer; channel c visits every node's members rotated by c, so its node-to-node hops leave and
+// enter through other GPUs, and so other rail NICs (hw::Topology::rail_nic). `member_nodes` is each member's node
+// in group order. Returns the member order of each channel: min(rails, members per node) channels when the group
+// spans several nodes with its members contiguous and equal per node, else one channel in the group's order.
+std::vector<std::vector<int>> ring_channels(const std::vector<int>& member_nodes, int rails);
+
 int collective_steps(CollectiveOp op, Algorithm algorithm, int n);
 // Appends the transfers of step `step` (0-based) to `out`.
 void collective_step(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes, int step,

@@ -1,6 +1,7 @@
 #include "sim/engine.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "common/units.hpp"
@@ -74,6 +75,7 @@ class Engine {
   void start_flow(TaskId owner, const RouteResources& route, double bytes, double cap);
   void push_changed_flows();
   void start_collective_step(TaskId t);
+  std::optional<RouteResources> cross_node_route(hw::VertexId from, hw::VertexId to);
   void record_links();
   const RouteResources& route(hw::VertexId from, hw::VertexId to);
   const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
@@ -124,6 +126,7 @@ class Engine {
     int steps = 0;
     int outstanding = 0;
     std::int64_t latency_ns = 0;
+    std::vector<std::vector<int>> channels;  // member order of each ring channel (collectives.hpp ring_channels)
   };
   std::unordered_map<TaskId, CollectiveState> collectives_;
   std::vector<Transfer> step_transfers_;
@@ -348,7 +351,13 @@ void Engine::launch(TaskId t) {
     case TaskKind::collective: {
       const auto& c = std::get<Collective>(task.params);
       const auto n = static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
-      collectives_[t] = {0, collective_steps(c.op, c.algorithm, n), 0, 0};
+      CollectiveState state{0, collective_steps(c.op, c.algorithm, n), 0, 0, {}};
+      if (c.algorithm == Algorithm::ring) {
+        std::vector<int> member_nodes;
+        for (DeviceId m : graph_.groups()[static_cast<std::size_t>(c.group)]) member_nodes.push_back(cluster_.node_of(m));
+        state.channels = ring_channels(member_nodes, topo_.rail_count());
+      }
+      collectives_[t] = std::move(state);
       start_collective_step(t);
       break;
     }
@@ -449,7 +458,20 @@ void Engine::start_collective_step(TaskId t) {
   const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
   auto& state = collectives_.at(t);
   step_transfers_.clear();
-  collective_step(c.op, c.algorithm, static_cast<int>(members.size()), c.bytes, state.step, step_transfers_);
+  const int n = static_cast<int>(members.size());
+  if (state.channels.size() <= 1) {
+    collective_step(c.op, c.algorithm, n, c.bytes, state.step, step_transfers_);
+  } else {  // each channel moves its share along its own member order
+    const auto channels = static_cast<std::int64_t>(state.channels.size());
+    for (const auto& order : state.channels) {
+      const std::size_t first = step_transfers_.size();
+      collective_step(c.op, c.algorithm, n, c.bytes / channels, state.step, step_transfers_);
+      for (std::size_t i = first; i < step_transfers_.size(); ++i) {
+        step_transfers_[i].src_rank = order[static_cast<std::size_t>(step_transfers_[i].src_rank)];
+        step_transfers_[i].dst_rank = order[static_cast<std::size_t>(step_transfers_[i].dst_rank)];
+      }
+    }
+  }
   state.outstanding = static_cast<int>(step_transfers_.size());
   state.latency_ns = 0;
   if (step_transfers_.empty()) {  // a step with nothing to move (cannot happen for n >= 2, kept safe)
@@ -513,11 +535,29 @@ void Engine::check_route_length(const RouteResources& r, hw::VertexId from, hw::
   }
 }
 
+// Between nodes a GPU sends through its own rail NIC and the peer receives through its own (NCCL's pairing,
+// hw::Topology::rail_nic); nullopt within a node or without NICs.
+std::optional<RouteResources> Engine::cross_node_route(hw::VertexId from, hw::VertexId to) {
+  const auto& g = topo_.graph();
+  if (g[from].node == g[to].node) return std::nullopt;
+  const auto nic_from = topo_.rail_nic(from), nic_to = topo_.rail_nic(to);
+  if (!nic_from || !nic_to) return std::nullopt;
+  RouteResources out = route(from, *nic_from);
+  for (const auto& [a, b] : {std::pair{*nic_from, *topo_.fabric()}, std::pair{*topo_.fabric(), *nic_to}, std::pair{*nic_to, to}}) {
+    const RouteResources& leg = route(a, b);
+    out.resources.insert(out.resources.end(), leg.resources.begin(), leg.resources.end());
+    out.latency_ns += leg.latency_ns;
+  }
+  check_route_length(out, from, to);
+  return out;
+}
+
 const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
   const hw::VertexId va = gpu_vertex(a), vb = gpu_vertex(b);
   const std::uint64_t key = (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(va) << 32) | static_cast<std::uint64_t>(vb);
   if (auto it = routes_.find(key); it != routes_.end()) return it->second;
-  RouteResources out = route(va, vb);
+  RouteResources out = cross_node_route(va, vb).value_or(RouteResources{});
+  if (out.resources.empty()) out = route(va, vb);
   // Without PCIe peer-to-peer, GPUs of one node that lack NVLink exchange through host memory: the data
   // crosses the sender's path to DRAM and then the receiver's.
   bool nvlink = false;

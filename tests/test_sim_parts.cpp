@@ -116,6 +116,23 @@ TEST(Collectives, StepCountsAndBytesPerRank) {
   for (int r = 1; r < n; ++r) EXPECT_DOUBLE_EQ(received[static_cast<std::size_t>(r)], bytes);
 }
 
+// A ring over several nodes runs one channel per rail, each channel rotating every node's members so that its
+// hops between nodes leave and enter through other GPUs (so other NICs); anything irregular keeps one ring.
+TEST(Collectives, RingChannelsRotateEachNodesMembers) {
+  const auto two_nodes = ring_channels({0, 0, 0, 0, 1, 1, 1, 1}, 8);
+  ASSERT_EQ(two_nodes.size(), 4u);  // min(rails, members per node)
+  EXPECT_EQ(two_nodes[0], (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(two_nodes[1], (std::vector<int>{1, 2, 3, 0, 5, 6, 7, 4}));
+  std::set<int> exits;  // the member each channel leaves node 0 from
+  for (const auto& order : two_nodes) exits.insert(order[3]);
+  EXPECT_EQ(exits.size(), 4u);
+  EXPECT_EQ(ring_channels({0, 0, 1, 1}, 1).size(), 1u);           // one rail
+  EXPECT_EQ(ring_channels({0, 0, 0, 0}, 8).size(), 1u);           // one node
+  EXPECT_EQ(ring_channels({0, 0, 0, 1}, 8).size(), 1u);           // uneven
+  EXPECT_EQ(ring_channels({0, 1, 0, 1}, 8).size(), 1u);           // not contiguous per node
+  EXPECT_EQ(ring_channels({0, 0, 1, 1, 0, 0}, 8).size(), 1u);     // a node twice
+}
+
 TEST(CostModel, CausalAttentionCountsUnmaskedPairs) {
   Attention a{4, 4, 1, 1, 1, true, false};
   EXPECT_DOUBLE_EQ(attention_pairs(a), 10);  // 1 + 2 + 3 + 4

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "hwprofiles/catalog.hpp"
 #include "hwprofiles/topology.hpp"
 
@@ -29,7 +31,23 @@ TEST(Topology, GpuToGpuPrefersNvlinkOverASharedSwitch) {
   const Topology topo(load_node("dgx-a100"), 1);
   const Route r = topo.route(topo.gpu(0, 0), topo.gpu(0, 1));  // also share PCIe switch sw0
   EXPECT_EQ(names(topo, r), (std::vector<std::string>{"gpu0", "nvswitch", "gpu1"}));
-  EXPECT_DOUBLE_EQ(r.bottleneck_gbps, 300);
+  EXPECT_DOUBLE_EQ(r.bottleneck_gbps, 240);  // NVLink's data rate (NCCL: 12 lanes x 20 GB/s), not the 300 signalled
+}
+
+// Between nodes each GPU uses its own NIC, as NCCL pairs them: on DGX A100 two GPUs and two NICs share each PCIe
+// switch, so the 8 GPUs get the 8 NICs; a ring over nodes then runs one channel per rail.
+TEST(Topology, EachGpuOfADgxGetsItsOwnRailNic) {
+  const Topology topo(load_node("dgx-a100"), 2);
+  EXPECT_EQ(topo.rail_count(), 8);
+  std::set<std::string> nics;
+  for (int g = 0; g < 8; ++g) {
+    const auto nic = topo.rail_nic(topo.gpu(1, g));
+    ASSERT_TRUE(nic.has_value());
+    const auto same_switch = topo.route(topo.gpu(1, g), *nic);
+    EXPECT_EQ(same_switch.links.size(), 2u) << topo.name(*nic);  // gpu -> its PCIe switch -> the NIC
+    nics.insert(topo.name(*nic));
+  }
+  EXPECT_EQ(nics.size(), 8u);
 }
 
 TEST(Topology, PcieOnlyServerRoutesAcrossSwitchesAndSockets) {

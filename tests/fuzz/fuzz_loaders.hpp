@@ -22,11 +22,6 @@
 #include "sim/graph_json.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
 
-namespace trainyard::app {
-// app/commands.cpp: ring-track's flags (--ring, --chunk, --kv, ..., --ring-order) of simulate --strategy ringtrack.
-planner::RingTrackParams ringtrack_params(const boost::program_options::variables_map& vm, const sim::Cluster& cluster);
-}  // namespace trainyard::app
-
 namespace trainyard::fuzz {
 
 // GPU profile (hwprofiles/gpus/*.json, show <file>): JSON text -> GpuProfile.

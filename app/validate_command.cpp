@@ -1,0 +1,237 @@
+// `trainyard validate`: every case of the public validation suite (validation/datasets/*.json, built in; --cases
+// FILE replaces it), each a published measurement beside trainyard's prediction of it, with the error per figure and the
+// mean absolute percentage error (MAPE) per dataset. --baseline fails (exit 1) when a dataset got worse than the
+// recorded figures, so CI holds the model to what it has reached; --write-baseline records them.
+//
+// A case is `trainyard simulate` flags (a scheme step or --collective) or an attention kernel shape, the figures
+// its source published, and the FLOP convention of those figures (models/model.hpp FlopConvention), so the
+// prediction is stated in the source's own terms.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+
+#include "app/commands.hpp"
+#include "app/validation_suite.hpp"
+#include "common/atomic_file.hpp"
+#include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/interrupt.hpp"
+#include "common/json_reader.hpp"
+#include "common/units.hpp"
+
+namespace po = boost::program_options;
+using Json = nlohmann::json;
+
+namespace trainyard::app {
+
+namespace {
+
+// A dataset's figures under one run: MAPE over the numeric comparisons, and max-length matches.
+struct DatasetScore {
+  double mape = 0;
+  int compared = 0;
+  int max_seq_equal = 0;
+  int max_seq_total = 0;
+  int not_simulated = 0;
+};
+
+DatasetScore score(const std::vector<CaseResult>& results) {
+  DatasetScore s;
+  double sum = 0;
+  for (const auto& r : results) {
+    if (!r.error.empty()) {
+      ++s.not_simulated;
+      continue;
+    }
+    for (const auto& c : r.comparisons) {
+      if (c.metric == "max_seq") {
+        ++s.max_seq_total;
+        if (c.predicted == c.published) ++s.max_seq_equal;
+      } else {
+        sum += std::abs(c.relative_error());
+        ++s.compared;
+      }
+    }
+  }
+  s.mape = s.compared ? sum / s.compared : 0;
+  return s;
+}
+
+std::string format_figure(const std::string& metric, double value) {
+  if (metric == "max_seq") return format_tokens(static_cast<std::int64_t>(value));
+  if (metric == "mfu") return format_fixed(100 * value, 1) + "%";
+  return format_fixed(value, value >= 100 ? 0 : value >= 10 ? 1 : 2);
+}
+
+void print_text(const ValidationDataset& d, const std::vector<CaseResult>& results, const DatasetScore& s) {
+  std::cout << d.name << ": " << d.title << "\n  source: " << d.source << "\n";
+  for (const auto& r : results) {
+    if (!r.error.empty()) {
+      std::cout << "  " << r.name << ": not simulated: " << r.error << "\n";
+      continue;
+    }
+    for (const auto& c : r.comparisons) {
+      std::cout << "  " << r.name << "  " << c.metric << "  published " << format_figure(c.metric, c.published) << "  predicted "
+                << format_figure(c.metric, c.predicted);
+      if (c.metric == "max_seq") std::cout << (c.predicted == c.published ? "  equal" : "  differs");
+      else std::cout << "  error " << format_fixed(100 * c.relative_error(), 1) << "%";
+      std::cout << "\n";
+    }
+    if (!r.remark.empty()) std::cout << "  " << r.name << ": " << r.remark << "\n";
+  }
+  std::cout << "  MAPE " << format_fixed(100 * s.mape, 1) << "% over " << s.compared << " figures";
+  if (s.max_seq_total) std::cout << "; max length equal in " << s.max_seq_equal << " of " << s.max_seq_total;
+  if (s.not_simulated) std::cout << "; " << s.not_simulated << " case(s) not simulated";
+  std::cout << "\n\n";
+}
+
+void print_markdown(const ValidationDataset& d, const std::vector<CaseResult>& results, const DatasetScore& s) {
+  std::cout << "### " << d.name << ": " << d.title << "\n\nSource: " << d.source << "  \nFLOP convention: " << d.convention_text
+            << "\n\n| case | figure | published | predicted | error |\n|---|---|---:|---:|---:|\n";
+  for (const auto& r : results) {
+    if (!r.error.empty()) {
+      std::cout << "| " << r.name << " | | | not simulated: " << r.error << " | |\n";
+      continue;
+    }
+    for (const auto& c : r.comparisons) {
+      const std::string error = c.metric == "max_seq" ? (c.predicted == c.published ? "equal" : "differs")
+                                                      : format_fixed(100 * c.relative_error(), 1) + "%";
+      std::cout << "| " << r.name << " | " << c.metric << " | " << format_figure(c.metric, c.published) << " | "
+                << format_figure(c.metric, c.predicted) << " | " << error << " |\n";
+    }
+    if (!r.remark.empty()) std::cout << "| " << r.name << " | | | " << r.remark << " | |\n";
+  }
+  std::cout << "\nMAPE " << format_fixed(100 * s.mape, 1) << "% over " << s.compared << " figures";
+  if (s.max_seq_total) std::cout << "; max length equal in " << s.max_seq_equal << " of " << s.max_seq_total;
+  if (s.not_simulated) std::cout << "; " << s.not_simulated << " case(s) not simulated";
+  std::cout << ".\n\n";
+}
+
+Json results_json(const ValidationDataset& d, const std::vector<CaseResult>& results, const DatasetScore& s) {
+  Json cases = Json::array();
+  for (const auto& r : results) {
+    Json c = {{"name", r.name}};
+    if (!r.error.empty()) c["not_simulated"] = r.error;
+    if (!r.remark.empty()) c["remark"] = r.remark;
+    Json figures = Json::array();
+    for (const auto& f : r.comparisons) {
+      figures.push_back({{"metric", f.metric}, {"published", f.published}, {"predicted", f.predicted}, {"relative_error", f.relative_error()}});
+    }
+    c["figures"] = figures;
+    cases.push_back(c);
+  }
+  return {{"dataset", d.name},    {"title", d.title},   {"source", d.source},
+          {"cases", cases},       {"mape", s.mape},     {"compared", s.compared},
+          {"max_seq_equal", s.max_seq_equal}, {"max_seq_total", s.max_seq_total}, {"not_simulated", s.not_simulated}};
+}
+
+// The recorded figures per dataset for this mode ("fast" or "all"); a dataset is worse when its MAPE rose, fewer
+// max lengths match, or more cases could not be predicted (which would also shrink the MAPE's sample). Returns
+// the regressions, one line each.
+std::vector<std::string> regressions(const Json& baseline_mode, const std::map<std::string, DatasetScore>& scores, const std::string& origin) {
+  std::vector<std::string> worse;
+  for (const auto& [name, s] : scores) {
+    if (!baseline_mode.contains(name)) continue;
+    const json::Reader b(baseline_mode[name], origin, name);
+    const double mape = b.number("mape", {0, 1e9, "", false});
+    const double equal = static_cast<double>(b.integer("max_seq_equal", 0, 1000000));
+    const auto not_simulated = b.has("not_simulated") ? b.integer("not_simulated", 0, 1000000) : 0;
+    constexpr double kTolerance = 1e-6;  // the simulation is deterministic: any rise is a change of the model
+    if (s.mape > mape + kTolerance) {
+      worse.push_back(name + ": MAPE " + format_fixed(100 * s.mape, 2) + "% against the recorded " + format_fixed(100 * mape, 2) + "%");
+    }
+    if (s.max_seq_equal < equal) {
+      worse.push_back(name + ": max length equal in " + std::to_string(s.max_seq_equal) + " cases against the recorded " +
+                      format_fixed(equal, 0));
+    }
+    if (s.not_simulated > not_simulated) {
+      worse.push_back(name + ": " + std::to_string(s.not_simulated) + " cases not predicted against the recorded " + std::to_string(not_simulated));
+    }
+  }
+  return worse;
+}
+
+void write_baseline(const std::string& path, const std::string& mode, const std::map<std::string, DatasetScore>& scores) {
+  Json doc = {{"schema", "trainyard.validation-baseline.v1"}};
+  if (std::filesystem::exists(path)) doc = json::parse(read_input_file(path, kJsonFileCapBytes, "a baseline JSON file"), path);
+  Json figures = Json::object();
+  for (const auto& [name, s] : scores) {
+    figures[name] = {{"mape", s.mape},
+                     {"compared", s.compared},
+                     {"max_seq_equal", s.max_seq_equal},
+                     {"max_seq_total", s.max_seq_total},
+                     {"not_simulated", s.not_simulated}};
+  }
+  doc[mode] = figures;
+  write_file_atomically(path, std::string_view(doc.dump(2) + "\n"));
+}
+
+}  // namespace
+
+int run_validate(const std::vector<std::string>& args) {
+  po::options_description options("validate options");
+  options.add_options()
+      ("only", po::value<std::string>()->value_name("name"), "only this dataset, or only cases whose name contains it")
+      ("fast", po::bool_switch(), "only the cases marked fast (what CI runs)")
+      ("cases", po::value<std::vector<std::string>>()->value_name("path")->composing(), "a dataset file of your own (repeatable); replaces the built-in suite")
+      ("baseline", po::value<std::string>()->value_name("path"), "fail (exit 1) when a dataset's MAPE or max-length matches got worse than recorded here")
+      ("write-baseline", po::value<std::string>()->value_name("path"), "record this run's figures per dataset (for --fast or all cases)")
+      ("markdown", po::bool_switch(), "print Markdown tables (docs/validation.md is made of them)")
+      ("json", po::bool_switch(), "print the results as JSON");
+  add_memory_budget_option(options);
+  po::positional_options_description positional;
+  po::variables_map vm;
+  if (parse(args, "trainyard validate [--fast] [--only NAME] [--cases FILE]... [--baseline FILE] [--write-baseline FILE] [--markdown | --json]",
+            options, positional, vm)) {
+    return 0;
+  }
+  check_output_flags(vm, {"write-baseline"});
+  const bool fast = vm["fast"].as<bool>();
+  const std::string mode = fast ? "fast" : "all";
+  std::optional<Json> baseline;
+  if (vm.count("baseline")) {
+    const std::string path = vm["baseline"].as<std::string>();
+    const Json doc = json::parse(read_input_file(path, kJsonFileCapBytes, "a baseline JSON file"), path);
+    baseline = doc.contains(mode) ? doc[mode] : Json::object();
+  }
+  const std::vector<ValidationDataset> datasets =
+      vm.count("cases") ? load_validation_files(vm["cases"].as<std::vector<std::string>>()) : builtin_validation_suite();
+  const std::string only = vm.count("only") ? vm["only"].as<std::string>() : "";
+
+  std::map<std::string, DatasetScore> scores;
+  Json out = Json::array();
+  for (const auto& d : datasets) {
+    std::vector<CaseResult> results;
+    for (const auto& c : d.cases) {
+      if (fast && !c.fast) continue;
+      if (!only.empty() && d.name != only && c.name.find(only) == std::string::npos) continue;
+      throw_if_interrupted();
+      results.push_back(run_case(d, c, vm.count("memory-budget") ? memory_budget(vm) : 0));
+    }
+    if (results.empty()) continue;
+    const DatasetScore s = score(results);
+    scores[d.name] = s;
+    if (vm["json"].as<bool>()) out.push_back(results_json(d, results, s));
+    else if (vm["markdown"].as<bool>()) print_markdown(d, results, s);
+    else print_text(d, results, s);
+  }
+  if (scores.empty()) throw InputError("--only", "value", "a dataset name or part of a case name that exists", "\"" + only + "\"");
+  if (vm["json"].as<bool>()) std::cout << out.dump(2) << "\n";
+  if (vm.count("write-baseline")) write_baseline(vm["write-baseline"].as<std::string>(), mode, scores);
+  if (baseline) {
+    const auto worse = regressions(*baseline, scores, vm["baseline"].as<std::string>());
+    for (const auto& line : worse) std::cerr << "validate: worse than the baseline: " << line << "\n";
+    if (!worse.empty()) return 1;
+  }
+  return 0;
+}
+
+}  // namespace trainyard::app

@@ -1,0 +1,85 @@
+#pragma once
+// The public validation suite (validation/datasets/*.json, schema trainyard.validation.v1; docs/validation.md): published
+// measurements and how to predict each with trainyard. Loading checks every field (errors name the file and
+// the field); running a case simulates it and states the prediction in the source's own terms.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/model.hpp"
+
+namespace trainyard::app {
+
+// An attention kernel benchmark as FlashAttention's benchmark script runs it: `tokens` tokens per call split
+// into sequences of `seq`, hidden / head_dim heads; the forward, the backward, or both timed.
+struct AttentionShape {
+  std::string hw;  // a node profile; its GPU is the one timed
+  std::int64_t seq = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t hidden = 0;
+  std::int64_t tokens = 0;
+  bool causal = true;
+  std::string pass = "fwd+bwd";  // fwd, bwd or fwd+bwd
+};
+
+// Scan --seq over powers of two from `from` to `to`: the longest that completes is the predicted max length,
+// and the other figures are taken there. `clamp` lists flags whose value must not exceed the sequence
+// (FPDT's --chunk: a run shorter than one chunk is one chunk).
+struct SeqScan {
+  std::int64_t from = 0;
+  std::int64_t to = 0;
+  std::vector<std::string> clamp;
+};
+
+struct ValidationCase {
+  std::string name;
+  bool fast = false;                  // cheap enough for CI (trainyard validate --fast)
+  std::vector<std::string> simulate;  // `trainyard simulate` flags: --strategy ... or --collective ...
+  std::optional<AttentionShape> attention;
+  std::optional<SeqScan> scan;
+  std::map<std::string, double> published;  // metric -> the published figure (kValidationMetrics)
+  std::string note;                         // what the source leaves unstated and what was assumed
+};
+
+struct ValidationDataset {
+  std::string name;
+  std::string title;
+  std::string source;
+  std::string origin;  // the file
+  model::FlopConvention convention;
+  double peak_tflops = 0;  // the peak the source divides by for MFU; 0: the GPU profile's bf16 dense peak
+  std::string convention_text;
+  std::vector<ValidationCase> cases;
+};
+
+// The figures a case may publish: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, peak_hbm_gib, max_seq,
+// busbw_gbps, algbw_gbps, time_us (collectives), attention_tflops (kernels).
+extern const std::vector<std::string> kValidationMetrics;
+
+struct Comparison {
+  std::string metric;
+  double published = 0;
+  double predicted = 0;
+  double relative_error() const { return (predicted - published) / published; }
+};
+
+struct CaseResult {
+  std::string name;
+  std::vector<Comparison> comparisons;
+  std::string error;   // not empty: the case could not be predicted (says why)
+  std::string remark;  // e.g. where a --seq scan had to stop short of its end, and why
+};
+
+ValidationDataset parse_validation_dataset(const nlohmann::json& document, const std::string& origin);
+std::vector<ValidationDataset> builtin_validation_suite();
+std::vector<ValidationDataset> load_validation_files(const std::vector<std::string>& paths);
+
+// Predicts the case; a configuration trainyard cannot build (an InputError) or a predicted out-of-memory
+// comes back as CaseResult::error rather than an exception.
+CaseResult run_case(const ValidationDataset& dataset, const ValidationCase& c, std::int64_t budget_bytes);
+
+}  // namespace trainyard::app

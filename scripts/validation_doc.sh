@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Regenerates the results part of docs/validation.md (between its markers) from `trainyard validate --markdown`,
+# and records the figures in validation/baseline.json (both modes) for CI's regression check.
+#   scripts/validation_doc.sh [path/to/trainyard]   (default build/trainyard)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trainyard=${1:-build/trainyard}
+tables=$(mktemp)
+trap 'rm -f "$tables"' EXIT
+# A larger budget than the default: the longest FPDT scan step is a 3.8 M-task graph (about 2.3 GiB).
+"$trainyard" validate --markdown --memory-budget 6G --write-baseline validation/baseline.json > "$tables"
+"$trainyard" validate --fast --write-baseline validation/baseline.json > /dev/null
+python3 - "$tables" <<'PY'
+import sys
+doc = open("docs/validation.md").read()
+begin, end = "<!-- validate:begin -->", "<!-- validate:end -->"
+if begin not in doc or end not in doc:
+    sys.exit("docs/validation.md: the markers " + begin + " and " + end + " are missing")
+tables = open(sys.argv[1]).read()
+head, rest = doc.split(begin, 1)
+_, tail = rest.split(end, 1)
+open("docs/validation.md", "w").write(head + begin + "\n" + tables + end + tail)
+PY
+echo "docs/validation.md and validation/baseline.json updated"

@@ -1,0 +1,144 @@
+// The public validation suite (issue 20): datasets load with every field checked, the FLOP conventions reproduce
+// the published figure pairs they come from, the lone-collective benchmark keeps nccl-tests' definitions, and
+// `trainyard validate --baseline` fails when a dataset got worse.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "app/validation_suite.hpp"
+#include "common/error.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "sim/collective_bench.hpp"
+#include "test_support.hpp"
+
+namespace trainyard {
+namespace {
+
+using Json = nlohmann::json;
+
+Json minimal_dataset() {
+  return Json::parse(R"({"schema": "trainyard.validation.v1", "dataset": "d", "title": "t", "source": "s",
+    "flop_convention": {"causal_attention_halved": true, "recompute_counted": false, "input_embedding_counted": false, "text": "x"},
+    "cases": [{"name": "c", "simulate": ["--collective", "all-reduce", "--bytes", "1G", "--hw", "dgx-a100"],
+               "published": {"busbw_gbps": 200}}]})");
+}
+
+TEST(Validation, EveryBuiltInDatasetLoads) {
+  const auto suite = app::builtin_validation_suite();
+  ASSERT_GE(suite.size(), 5u);
+  for (const auto& d : suite) {
+    SCOPED_TRACE(d.origin);
+    EXPECT_FALSE(d.cases.empty());
+    EXPECT_FALSE(d.source.empty());
+    for (const auto& c : d.cases) EXPECT_FALSE(c.published.empty()) << c.name;
+  }
+}
+
+TEST(Validation, BadDatasetsNameTheFileAndTheField) {
+  const auto error = [](const Json& doc) { return test::error_of([&] { app::parse_validation_dataset(doc, "bad.json"); }); };
+  Json doc = minimal_dataset();
+  EXPECT_NO_THROW(app::parse_validation_dataset(doc, "ok.json"));
+
+  doc["cases"][0]["published"] = {{"speed", 1}};
+  EXPECT_NE(error(doc).find("bad.json"), std::string::npos);
+  EXPECT_NE(error(doc).find("speed"), std::string::npos);
+
+  doc = minimal_dataset();
+  doc["cases"][0]["published"] = {{"max_seq", "32K"}};  // a max length needs a scan
+  EXPECT_NE(error(doc).find("scan_seq"), std::string::npos);
+
+  doc = minimal_dataset();
+  doc["cases"][0]["attention"] = {{"hw", "dgx-a100"}};  // both kinds at once
+  EXPECT_NE(error(doc).find("exactly one"), std::string::npos);
+
+  doc = minimal_dataset();
+  doc["cases"].push_back(doc["cases"][0]);
+  EXPECT_NE(error(doc).find("twice"), std::string::npos);
+
+  doc = minimal_dataset();
+  doc["cases"][0]["simulate"] = {"--collective", 3};
+  EXPECT_NE(error(doc).find("array of strings"), std::string::npos);
+
+  doc = minimal_dataset();
+  doc["flop_convention"]["typo"] = true;
+  EXPECT_NE(error(doc).find("typo"), std::string::npos);
+}
+
+// torchtitan's published pair (docs/performance.md at 1ea476e): Llama 3 8B at 8K tokens, 2973 tokens/s per A100
+// printed as 58.2% MFU, counting every parameter (the input embedding too) and attention unhalved.
+TEST(Validation, TorchtitanConventionReproducesItsPublishedMfu) {
+  const model::ModelConfig m = model::load_model("llama3-8b", "test");
+  model::FlopConvention torchtitan{false, false, true};
+  const double mfu = model::convention_flops_per_token(m, 8192, torchtitan, false) * 2973 / 312e12;
+  EXPECT_NEAR(mfu, 0.582, 0.001);
+  // Its later convention leaves the input embedding out: 57.91 GFLOP per token at 8K (6N + 12 L h s).
+  torchtitan.input_embedding_counted = false;
+  EXPECT_NEAR(model::convention_flops_per_token(m, 8192, torchtitan, false) / 57.91e9, 1, 1e-3);
+  // Causal halving removes half the attention term; a counted recompute adds one forward.
+  const model::FlopConvention halved{true, false, false}, with_recompute{true, true, false};
+  const double attention_full = 12.0 * 32 * 4096 * 8192;
+  EXPECT_NEAR(model::convention_flops_per_token(m, 8192, torchtitan, false) - model::convention_flops_per_token(m, 8192, halved, false),
+              attention_full / 2, attention_full * 1e-3);
+  EXPECT_NEAR(model::convention_flops_per_token(m, 8192, with_recompute, true) / model::convention_flops_per_token(m, 8192, halved, true),
+              4.0 / 3, 1e-9);
+}
+
+TEST(Validation, CollectiveBenchmarkUsesNcclTestsDefinitions) {
+  EXPECT_DOUBLE_EQ(sim::busbw_factor(sim::CollectiveOp::all_reduce, 8), 14.0 / 8);
+  EXPECT_DOUBLE_EQ(sim::busbw_factor(sim::CollectiveOp::all_gather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(sim::busbw_factor(sim::CollectiveOp::broadcast, 8), 1);
+  const sim::Cluster cluster(hw::load_node("dgx-a100", "test"), 1);
+  const auto b = sim::benchmark_collective(cluster, sim::CollectiveOp::all_reduce, sim::Algorithm::ring, std::int64_t{1} << 30);
+  EXPECT_EQ(b.ranks, 8);
+  EXPECT_NEAR(b.algbw_gbps, static_cast<double>(b.bytes) / static_cast<double>(b.time_ns), 1e-9);
+  EXPECT_NEAR(b.busbw_gbps, b.algbw_gbps * 14 / 8, 1e-9);
+  // Small messages cannot beat large ones: latency is paid per step.
+  const auto small = sim::benchmark_collective(cluster, sim::CollectiveOp::all_reduce, sim::Algorithm::ring, std::int64_t{1} << 20);
+  EXPECT_LT(small.busbw_gbps, b.busbw_gbps);
+  EXPECT_THROW(sim::benchmark_collective(cluster, sim::CollectiveOp::all_gather, sim::Algorithm::tree, 1 << 20), InputError);
+  EXPECT_THROW(sim::benchmark_collective(cluster, sim::CollectiveOp::all_reduce, sim::Algorithm::ring, 4), InputError);
+}
+
+TEST(ValidationCli, SimulateCollectivePrintsNcclTestsFigures) {
+  const auto r = test::run_cli("simulate --collective all-reduce --bytes 1G --hw dgx-a100 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json out = Json::parse(r.out);
+  EXPECT_EQ(out["ranks"], 8);
+  EXPECT_GT(out["busbw_gbps"].get<double>(), 0);
+  const auto bad = test::run_cli("simulate --collective all-sum --bytes 1G --hw dgx-a100");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--collective"), std::string::npos) << bad.err;
+}
+
+// CI's check: the fast cases are no worse than validation/baseline.json records. A baseline recording better
+// figures than the model reaches must fail, so the check can fail.
+TEST(ValidationCli, FastCasesAreNoWorseThanTheBaselineAndABetterBaselineFails) {
+  const std::string baseline = std::string(TRAINYARD_SOURCE_DIR) + "/validation/baseline.json";
+  const auto r = test::run_cli("validate --fast --baseline " + baseline);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+
+  test::TempDir dir;
+  Json better = test::source_json("validation/baseline.json");
+  ASSERT_TRUE(better.contains("fast"));
+  for (auto& [name, figures] : better["fast"].items()) figures["mape"] = figures["mape"].get<double>() * 0.5;
+  const std::string path = dir.write("better.json", better.dump());
+  const auto worse = test::run_cli("validate --fast --baseline " + path);
+  EXPECT_EQ(worse.exit_code, 1);
+  EXPECT_NE(worse.err.find("worse than the baseline"), std::string::npos) << worse.err;
+}
+
+TEST(ValidationCli, WriteBaselineRecordsEachDataset) {
+  test::TempDir dir;
+  const std::string path = (dir.path() / "b.json").string();
+  const auto r = test::run_cli("validate --only nccl-tests --fast --json --write-baseline " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json written = Json::parse(test::read_file(path));
+  ASSERT_TRUE(written["fast"].contains("nccl-tests"));
+  const Json printed = Json::parse(r.out);
+  EXPECT_DOUBLE_EQ(written["fast"]["nccl-tests"]["mape"].get<double>(), printed[0]["mape"].get<double>());
+  EXPECT_EQ(test::run_cli("validate --only no-such-dataset").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace trainyard
