@@ -633,13 +633,13 @@ int run_simulate_collective(const po::variables_map& vm) {
   const sim::CollectiveBenchmark b = collective_from_flags(vm);
   if (vm["json"].as<bool>()) {
     const Json out = {{"collective", std::string(sim::to_string(b.op))}, {"algorithm", std::string(sim::to_string(b.algorithm))},
-                      {"bytes", b.bytes}, {"ranks", b.ranks}, {"time_ns", b.time_ns}, {"algbw_gbps", b.algbw_gbps},
+                      {"protocol", b.protocol},     {"bytes", b.bytes}, {"ranks", b.ranks}, {"time_ns", b.time_ns}, {"algbw_gbps", b.algbw_gbps},
                       {"busbw_gbps", b.busbw_gbps}};
     std::cout << out.dump(2) << "\n";
     return 0;
   }
   std::cout << sim::to_string(b.op) << " of " << format_bytes(static_cast<double>(b.bytes)) << " per GPU over " << b.ranks << " GPUs, "
-            << sim::to_string(b.algorithm) << ": " << format_fixed(static_cast<double>(b.time_ns) * 1e-3, 1) << " us, algbw "
+            << sim::to_string(b.algorithm) << " (" << b.protocol << "): " << format_fixed(static_cast<double>(b.time_ns) * 1e-3, 1) << " us, algbw "
             << format_fixed(b.algbw_gbps, 1) << " GB/s, busbw " << format_fixed(b.busbw_gbps, 1) << " GB/s (nccl-tests' definitions)\n";
   return 0;
 }

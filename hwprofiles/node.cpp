@@ -113,6 +113,7 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
   // 1 GiB .. 1 PiB: catches DRAM written in GB ("2048") instead of bytes.
   node.host_dram_bytes = top.figure("host_dram_bytes", Bound{1073741824.0, 1125899906842624.0, "bytes", true, true}, sources);
   node.pcie_peer_to_peer = top.boolean("pcie_peer_to_peer");
+  if (top.has("nvlink_sharp")) node.nvlink_sharp = top.figure("nvlink_sharp", Bound{0, 1, "(1: yes, 0: no)", true}, sources);
 
   json::Reader topology = top.object("topology");
   std::set<std::string, std::less<>> ids;

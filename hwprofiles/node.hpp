@@ -39,6 +39,9 @@ struct NodeProfile {
   GpuProfile gpu;
   Figure host_dram_bytes;
   bool pcie_peer_to_peer = false;
+  // 1: the NVSwitch reduces and multicasts in the switch (NVLink SHARP, third-generation NVSwitch), so an
+  // all-reduce among the node's GPUs can run as NCCL's NVLS algorithm; 0 (or absent): it cannot.
+  Figure nvlink_sharp;
   std::vector<VertexSpec> vertices;
   std::vector<LinkSpec> links;
   std::map<LinkType, Figure> latency_ns;

@@ -36,7 +36,9 @@ CollectiveBenchmark benchmark_collective(const Cluster& cluster, CollectiveOp op
   options.record_links = false;
   const SimResult result = simulate(graph, cluster, options);
   TRAINYARD_CHECK(result.completed && result.step_ns > 0, "a lone collective always completes");
-  CollectiveBenchmark b{op, algorithm, bytes, n, result.step_ns, 0, 0};
+  CollectiveBenchmark b{op, algorithm, "", bytes, n, result.step_ns, 0, 0};
+  TRAINYARD_CHECK(result.collective_protocols.size() == 1, "one collective, one protocol");
+  b.protocol = result.protocol_names[result.collective_protocols.front().second];
   b.algbw_gbps = static_cast<double>(bytes) / static_cast<double>(result.step_ns);  // bytes per ns = GB/s
   b.busbw_gbps = b.algbw_gbps * busbw_factor(op, n);
   return b;

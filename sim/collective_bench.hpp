@@ -5,6 +5,7 @@
 // all-to-all, x 1 for broadcast. `trainyard simulate --collective` prints it; `trainyard validate` compares it
 // with published nccl-tests curves.
 #include <cstdint>
+#include <string>
 
 #include "sim/engine.hpp"
 #include "sim/task_graph.hpp"
@@ -14,6 +15,7 @@ namespace trainyard::sim {
 struct CollectiveBenchmark {
   CollectiveOp op = CollectiveOp::all_reduce;
   Algorithm algorithm = Algorithm::ring;
+  std::string protocol;  // the collective library's protocol the simulator picked (NCCL: LL, LL128, Simple)
   std::int64_t bytes = 0;
   int ranks = 0;
   std::int64_t time_ns = 0;

@@ -44,6 +44,19 @@ std::vector<std::vector<int>> ring_channels(const std::vector<int>& member_nodes
   return orders;
 }
 
+double bytes_sent_per_rank(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes) {
+  const double b = static_cast<double>(bytes), share = static_cast<double>(n - 1) / n;
+  if (algorithm == Algorithm::tree) return 2 * b;
+  switch (op) {
+    case CollectiveOp::all_reduce: return 2 * share * b;
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter:
+    case CollectiveOp::all_to_all: return share * b;
+    case CollectiveOp::broadcast: return algorithm == Algorithm::direct ? (n - 1) * b : b;
+  }
+  return b;
+}
+
 int collective_steps(CollectiveOp op, Algorithm algorithm, int n) {
   TRAINYARD_CHECK(n >= 2, "a collective needs at least two ranks");
   switch (op) {

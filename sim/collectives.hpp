@@ -29,6 +29,10 @@ struct Transfer {
 std::vector<std::vector<int>> ring_channels(const std::vector<int>& member_nodes, int rails);
 
 int collective_steps(CollectiveOp op, Algorithm algorithm, int n);
+// The most bytes one rank sends over the whole collective (B = bytes per GPU): ring all-reduce 2(n-1)/n B,
+// all-gather, reduce-scatter and all-to-all (n-1)/n B, a pipelined ring broadcast B, the direct broadcast's root
+// (n-1) B, a tree's inner rank 2 B.
+double bytes_sent_per_rank(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes);
 // Appends the transfers of step `step` (0-based) to `out`.
 void collective_step(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes, int step,
                      std::vector<Transfer>& out);

@@ -1,6 +1,7 @@
 #include "sim/engine.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <unordered_map>
 
@@ -48,7 +49,15 @@ struct RouteResources {
 class Engine {
  public:
   Engine(const TaskGraph& graph, const Cluster& cluster, const SimOptions& options)
-      : graph_(graph), cluster_(cluster), topo_(cluster.topology), options_(options), network_(capacities()) {
+      : graph_(graph),
+        cluster_(cluster),
+        topo_(cluster.topology),
+        options_(options),
+        library_(options.collectives ? *options.collectives : stacks::default_collective_library()),
+        network_(capacities()) {
+    TRAINYARD_CHECK(!library_.protocols.empty(), "a collective library without protocols");
+    for (const auto& p : library_.protocols) result_.protocol_names.push_back(p.name);
+    if (library_.nvls) result_.protocol_names.push_back("NVLS");
     edge_by_index_.resize(static_cast<std::size_t>(topo_.link_count()));
     for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
       edge_by_index_[static_cast<std::size_t>(topo_.graph()[*it].index)] = *it;
@@ -103,6 +112,8 @@ class Engine {
   const Cluster& cluster_;
   const hw::Topology& topo_;
   SimOptions options_;
+  const stacks::CollectiveLibrary& library_;
+  int protocol_index_ = 0;  // the last choose_protocol's pick
   FlowNetwork network_;
   EventQueue queue_;
   SimResult result_;
@@ -127,7 +138,14 @@ class Engine {
     int outstanding = 0;
     std::int64_t latency_ns = 0;
     std::vector<std::vector<int>> channels;  // member order of each ring channel (collectives.hpp ring_channels)
+    double efficiency = 1;                   // of the protocol chosen: data bytes per wire byte
+    std::int64_t base_latency_ns = 0;        // paid once, with the first step
+    std::int64_t step_latency_ns = 0;
+    std::optional<hw::VertexId> nvls_switch;  // set: an NVLS all-reduce through this NVSwitch, one step
   };
+  double choose_protocol(const Collective& c, CollectiveState& state);
+  void consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns);
+  std::optional<hw::VertexId> nvlink_switch_of(hw::VertexId gpu) const;
   std::unordered_map<TaskId, CollectiveState> collectives_;
   std::vector<Transfer> step_transfers_;
   std::unordered_map<std::uint64_t, RouteResources> routes_;
@@ -351,12 +369,14 @@ void Engine::launch(TaskId t) {
     case TaskKind::collective: {
       const auto& c = std::get<Collective>(task.params);
       const auto n = static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
-      CollectiveState state{0, collective_steps(c.op, c.algorithm, n), 0, 0, {}};
+      CollectiveState state{0, collective_steps(c.op, c.algorithm, n), 0, 0, {}, 1, 0, 0, std::nullopt};
       if (c.algorithm == Algorithm::ring) {
         std::vector<int> member_nodes;
         for (DeviceId m : graph_.groups()[static_cast<std::size_t>(c.group)]) member_nodes.push_back(cluster_.node_of(m));
         state.channels = ring_channels(member_nodes, topo_.rail_count());
       }
+      consider_nvls(c, state, choose_protocol(c, state));
+      result_.collective_protocols.emplace_back(t, static_cast<std::uint8_t>(protocol_index_));
       collectives_[t] = std::move(state);
       start_collective_step(t);
       break;
@@ -452,11 +472,100 @@ void Engine::record_links() {
   }
 }
 
+// NCCL's tuner: the protocol with the lowest predicted base + steps x step latency + bytes / bandwidth, where the
+// step latency is that of the slowest link class a first-step transfer crosses and the bandwidth that of the
+// slowest route it takes (times the channels, which run on other links). The data then moves as flows.
+double Engine::choose_protocol(const Collective& c, CollectiveState& state) {
+  const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
+  const int n = static_cast<int>(members.size());
+  step_transfers_.clear();
+  collective_step(c.op, c.algorithm, n, c.bytes, 0, step_transfers_);
+  stacks::LinkClass link_class = stacks::LinkClass::nvlink;
+  double bottleneck_gbps = std::numeric_limits<double>::infinity();
+  for (const Transfer& tr : step_transfers_) {
+    const DeviceId a = members[static_cast<std::size_t>(tr.src_rank)], b = members[static_cast<std::size_t>(tr.dst_rank)];
+    const RouteResources& r = gpu_to_gpu(a, b);
+    bool nvlink = false;
+    for (std::int32_t res : r.resources) {
+      bottleneck_gbps = std::min(bottleneck_gbps, network_.capacity(res));
+      nvlink = nvlink || topo_.graph()[edge_by_index_[static_cast<std::size_t>(res / 2)]].type == hw::LinkType::nvlink;
+    }
+    const stacks::LinkClass cls = cluster_.node_of(a) != cluster_.node_of(b) ? stacks::LinkClass::network
+                                  : nvlink                                    ? stacks::LinkClass::nvlink
+                                                                              : stacks::LinkClass::pcie;
+    link_class = std::max(link_class, cls);
+  }
+  const double bandwidth_gbps = bottleneck_gbps * static_cast<double>(std::max<std::size_t>(1, state.channels.size()));
+  const auto pattern = c.algorithm == Algorithm::tree ? stacks::Pattern::tree : stacks::Pattern::ring;
+  const double bytes = bytes_sent_per_rank(c.op, c.algorithm, n, c.bytes);
+  double best_ns = std::numeric_limits<double>::infinity();
+  const auto& protocols = library_.protocols;
+  for (std::size_t i = 0; i < protocols.size(); ++i) {
+    const auto& p = protocols[i];
+    const double ns = p.base_ns(pattern) + state.steps * p.step_ns(pattern, link_class) + bytes / (p.efficiency.value * bandwidth_gbps);
+    if (ns < best_ns) {
+      best_ns = ns;
+      protocol_index_ = static_cast<int>(i);
+      state.efficiency = p.efficiency.value;
+      state.base_latency_ns = static_cast<std::int64_t>(p.base_ns(pattern));
+      state.step_latency_ns = static_cast<std::int64_t>(p.step_ns(pattern, link_class));
+    }
+  }
+  return best_ns;
+}
+
+std::optional<hw::VertexId> Engine::nvlink_switch_of(hw::VertexId gpu) const {
+  const auto& g = topo_.graph();
+  for (auto [it, end] = boost::out_edges(gpu, g); it != end; ++it) {
+    const hw::VertexId other = boost::target(*it, g);
+    if (g[*it].type == hw::LinkType::nvlink && g[other].type == hw::VertexType::nvswitch) return other;
+  }
+  return std::nullopt;
+}
+
+// NCCL runs an all-reduce inside a node with NVLink SHARP as NVLS when its model predicts it faster: every GPU
+// sends its buffer to the switch, which reduces, and receives the sum; each GPU also heads one of the n
+// channels, which costs its link another 1/n of the buffer each way.
+void Engine::consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns) {
+  if (c.op != CollectiveOp::all_reduce || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0) return;
+  const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
+  std::optional<hw::VertexId> shared;
+  double link_gbps = std::numeric_limits<double>::infinity();
+  for (DeviceId m : members) {
+    if (cluster_.node_of(m) != cluster_.node_of(members.front())) return;
+    const auto sw = nvlink_switch_of(gpu_vertex(m));
+    if (!sw || (shared && *sw != *shared)) return;
+    shared = sw;
+    for (std::int32_t res : route(gpu_vertex(m), *sw).resources) link_gbps = std::min(link_gbps, network_.capacity(res));
+  }
+  const double n = static_cast<double>(members.size());
+  const double wire_bytes = static_cast<double>(c.bytes) * (1 + 1 / n) / library_.nvls->efficiency.value;
+  const double nvls_ns = 1e3 * library_.nvls->latency_us.value + wire_bytes / link_gbps;
+  if (nvls_ns >= predicted_ns) return;
+  state.nvls_switch = shared;
+  state.steps = 1;
+  state.channels.clear();
+  state.efficiency = library_.nvls->efficiency.value;
+  state.base_latency_ns = 0;
+  state.step_latency_ns = static_cast<std::int64_t>(1e3 * library_.nvls->latency_us.value);
+  protocol_index_ = static_cast<int>(library_.protocols.size());  // "NVLS", after the library's protocols
+}
+
 void Engine::start_collective_step(TaskId t) {
   const Task& task = graph_.task(t);
   const auto& c = std::get<Collective>(task.params);
   const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
   auto& state = collectives_.at(t);
+  state.latency_ns = state.step_latency_ns + (state.step == 0 ? state.base_latency_ns : 0);
+  if (state.nvls_switch) {  // up to the switch and back down, for every member at once
+    const double wire_bytes = static_cast<double>(c.bytes) * (1 + 1.0 / static_cast<double>(members.size())) / state.efficiency;
+    state.outstanding = 2 * static_cast<int>(members.size());
+    for (DeviceId m : members) {
+      start_flow(t, route(gpu_vertex(m), *state.nvls_switch), wire_bytes, FlowNetwork::kUncapped);
+      start_flow(t, route(*state.nvls_switch, gpu_vertex(m)), wire_bytes, FlowNetwork::kUncapped);
+    }
+    return;
+  }
   step_transfers_.clear();
   const int n = static_cast<int>(members.size());
   if (state.channels.size() <= 1) {
@@ -473,15 +582,14 @@ void Engine::start_collective_step(TaskId t) {
     }
   }
   state.outstanding = static_cast<int>(step_transfers_.size());
-  state.latency_ns = 0;
+  state.latency_ns = state.step_latency_ns + (state.step == 0 ? state.base_latency_ns : 0);
   if (step_transfers_.empty()) {  // a step with nothing to move (cannot happen for n >= 2, kept safe)
     queue_.push(queue_.now_ns(), kStepDone, t);
     return;
   }
   for (const Transfer& tr : step_transfers_) {
     const RouteResources& r = gpu_to_gpu(members[static_cast<std::size_t>(tr.src_rank)], members[static_cast<std::size_t>(tr.dst_rank)]);
-    state.latency_ns = std::max(state.latency_ns, r.latency_ns);
-    start_flow(t, r, tr.bytes, FlowNetwork::kUncapped);
+    start_flow(t, r, tr.bytes / state.efficiency, FlowNetwork::kUncapped);  // the protocol's wire format
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hwprofiles/topology.hpp"
+#include "stacks/collective_library.hpp"
 #include "sim/task_graph.hpp"
 
 namespace trainyard::sim {
@@ -29,6 +30,8 @@ struct SimOptions {
   // Polled every few thousand events: once set, the run stops early with stuck = "cancelled" (the GUI drops a
   // simulation whose inputs changed instead of finishing it).
   const std::atomic<bool>* cancel = nullptr;
+  // The collective library's protocol costs; null: stacks::default_collective_library() (NCCL).
+  const stacks::CollectiveLibrary* collectives = nullptr;
 };
 
 struct TaskTiming {
@@ -93,6 +96,9 @@ struct SimResult {
   double mean_component_flows = 0;            // flows covered per recomputation
   std::uint64_t max_concurrent_flows = 0;
   std::size_t engine_bytes = 0;  // the engine's per-task state (timings included), for memory-per-task figures
+  // The protocol each collective ran with (an index into protocol_names), collective tasks only.
+  std::vector<std::pair<TaskId, std::uint8_t>> collective_protocols;
+  std::vector<std::string> protocol_names;
 
   double mfu() const;
   double hfu() const;

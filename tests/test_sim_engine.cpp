@@ -93,14 +93,17 @@ TEST(SimEngine, NicTrafficSharesTheSwitchWithGpus) {
 
 TEST(SimEngine, RingAllReduceTakesTwoNMinusOneSteps) {
   // n = 4 GPUs, B = 4e8 bytes: 2(n-1) = 6 steps of B/n = 1e8 bytes at 100 GB/s (each GPU sends one flow and
-  // receives one; no link is shared) = 1,000,000 ns, plus 2 NVLink hops x 1000 ns per step:
-  // 6 * (1,000,000 + 2,000) = 6,012,000 ns = 2(n-1)/n * B / bw + 2(n-1) * latency.
+  // receives one; no link is shared) = 1,000,000 ns each. NCCL's Simple protocol (stacks/collectives/nccl.json)
+  // wins at this size: its base latency 8.4 us once, and 3.4 us per step over NVLink:
+  // 6 * 1,000,000 + 8,400 + 6 * 3,400 = 6,028,800 ns = 2(n-1)/n * B / bw + base + 2(n-1) * step latency.
   const Cluster c = tiny();
   TaskGraph g;
   const auto group = g.add_group({0, 1, 2, 3});
   const TaskId ar = g.collective("ar", {CollectiveOp::all_reduce, Algorithm::ring, group, 400'000'000});
   const SimResult r = run(g, c);
-  EXPECT_EQ(r.timing[ar].end_ns, 6'012'000);
+  EXPECT_EQ(r.timing[ar].end_ns, 6'028'800);
+  ASSERT_EQ(r.collective_protocols.size(), 1u);
+  EXPECT_EQ(r.protocol_names[r.collective_protocols[0].second], "Simple");
 }
 
 TEST(SimEngine, DependencyChainAcrossStreams) {

@@ -97,7 +97,25 @@ TEST(Validation, CollectiveBenchmarkUsesNcclTestsDefinitions) {
   const auto small = sim::benchmark_collective(cluster, sim::CollectiveOp::all_reduce, sim::Algorithm::ring, std::int64_t{1} << 20);
   EXPECT_LT(small.busbw_gbps, b.busbw_gbps);
   EXPECT_THROW(sim::benchmark_collective(cluster, sim::CollectiveOp::all_gather, sim::Algorithm::tree, 1 << 20), InputError);
-  EXPECT_THROW(sim::benchmark_collective(cluster, sim::CollectiveOp::all_reduce, sim::Algorithm::ring, 4), InputError);
+}
+
+// NCCL's tuner picks by predicted time: latency-bound LL for small messages, Simple at full rate for large ones,
+// and on an NVSwitch that reduces (H100) the in-switch NVLS all-reduce, which beats the ring's 2(n-1)/n traffic.
+TEST(Validation, CollectivesPickNcclsProtocolAndNvlsWhereTheSwitchReduces) {
+  const sim::Cluster a100(hw::load_node("dgx-a100", "test"), 1), h100(hw::load_node("dgx-h100", "test"), 1);
+  const auto ring = sim::Algorithm::ring;
+  const auto all_reduce = sim::CollectiveOp::all_reduce;
+  EXPECT_EQ(sim::benchmark_collective(a100, all_reduce, ring, std::int64_t{1} << 10).protocol, "LL");
+  const auto large_a100 = sim::benchmark_collective(a100, all_reduce, ring, std::int64_t{1} << 30);
+  EXPECT_EQ(large_a100.protocol, "Simple");
+  EXPECT_LE(large_a100.busbw_gbps, 240.0);  // 12 NVLink lanes x 20 GB/s: a ring's busbw cannot exceed it
+  EXPECT_GT(large_a100.busbw_gbps, 230.0);
+  const auto large_h100 = sim::benchmark_collective(h100, all_reduce, ring, std::int64_t{1} << 30);
+  EXPECT_EQ(large_h100.protocol, "NVLS");
+  EXPECT_GT(large_h100.busbw_gbps, 370.8);  // above any ring on that link
+  // NVLS is an all-reduce algorithm only.
+  EXPECT_NE(sim::benchmark_collective(h100, sim::CollectiveOp::all_gather, ring, std::int64_t{1} << 30).protocol, "NVLS");
+  EXPECT_THROW(sim::benchmark_collective(a100, sim::CollectiveOp::all_reduce, sim::Algorithm::ring, 4), InputError);
 }
 
 TEST(ValidationCli, SimulateCollectivePrintsNcclTestsFigures) {
