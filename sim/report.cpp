@@ -62,6 +62,10 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
       {"nodes", cluster.nodes},
       {"flops_convention", "model FLOPs exclude recomputation; attention backward = 2x forward (2.5x in hardware FLOPs)"},
   };
+  if (!r.completed) {  // a step that did not finish has no step time or MFU, only where it stopped
+    out["stopped_at_ns"] = r.step_ns;
+    for (const char* key : {"step_ns", "step_s", "mfu", "hfu"}) out[key] = nullptr;
+  }
   if (r.oom) {
     out["oom"] = {{"task", graph.task(r.oom->task).name},
                   {"pool", r.oom->pool},
@@ -105,11 +109,15 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
 void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster) {
   if (r.oom) out << "simulation stopped: " << r.oom->describe(graph) << "\n\n";
   if (!r.stuck.empty()) out << "simulation stopped: " << r.stuck << "\n\n";
-  out << "step time      " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms ("
-      << graph.size() << " tasks on " << r.gpus << " x " << cluster.node.gpu.name << ")\n"
-      << "model FLOPs    " << format_flops(r.model_flops) << "; MFU " << format_fixed(100 * r.mfu(), 1) << "%, HFU "
-      << format_fixed(100 * r.hfu(), 1) << "% of " << format_fixed(r.peak_flops_per_gpu * 1e-12, 1)
-      << " TFLOP/s bf16 per GPU\n\n";
+  if (r.completed) {
+    out << "step time      " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms (" << graph.size() << " tasks on "
+        << r.gpus << " x " << cluster.node.gpu.name << ")\n"
+        << "model FLOPs    " << format_flops(r.model_flops) << "; MFU " << format_fixed(100 * r.mfu(), 1) << "%, HFU "
+        << format_fixed(100 * r.hfu(), 1) << "% of " << format_fixed(r.peak_flops_per_gpu * 1e-12, 1) << " TFLOP/s bf16 per GPU\n\n";
+  } else {  // no step time or MFU for a step that did not finish: only how far it got
+    out << "stopped at     " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms into the step (" << graph.size()
+        << " tasks on " << r.gpus << " x " << cluster.node.gpu.name << "); no step time or MFU\n\n";
+  }
   const auto summaries = gpu_summaries(r);
   TextTable gpus({"gpu", "peak HBM", "compute busy", "H2D busy", "D2H busy", "comm busy", "exposed transfer"},
                  {false, true, true, true, true, true, true});

@@ -113,6 +113,15 @@ TEST(Cli, SimulateReportsOutOfMemoryAndKeepsTheTraceUpToIt) {
   // The trace of the run up to the failure is complete JSON (written to a temporary file, then renamed).
   EXPECT_NO_THROW(nlohmann::json::parse(test::read_file(trace)));
   EXPECT_FALSE(std::filesystem::exists(trace + ".tmp"));
+  EXPECT_EQ(r.out.find("; MFU"), std::string::npos) << r.out;  // a step that did not finish has no MFU figure
+  EXPECT_NE(r.out.find("no step time or MFU"), std::string::npos) << r.out;
+  // Nor in JSON: step time and MFU are null, and where it stopped is said.
+  const auto j = run_cli("simulate --graph " + graph + " --json");
+  const auto metrics = nlohmann::json::parse(j.out);
+  EXPECT_EQ(metrics["completed"], false);
+  EXPECT_TRUE(metrics["step_s"].is_null());
+  EXPECT_TRUE(metrics["mfu"].is_null());
+  EXPECT_TRUE(metrics["stopped_at_ns"].is_number());
 }
 
 TEST(Cli, SimulateMegatronStrategy) {
