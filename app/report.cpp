@@ -69,7 +69,8 @@ Json gpu_json(const hw::GpuProfile& gpu) {
        {{"gemm_efficiency", figure_json(gpu.sustained.gemm_efficiency)},
         {"hbm_efficiency", figure_json(gpu.sustained.hbm_efficiency)},
         {"pcie_h2d_gbps", figure_json(gpu.sustained.pcie_h2d_gbps)},
-        {"pcie_d2h_gbps", figure_json(gpu.sustained.pcie_d2h_gbps)}}},
+        {"pcie_d2h_gbps", figure_json(gpu.sustained.pcie_d2h_gbps)},
+        {"nvlink_gbps_per_direction", figure_json(gpu.sustained.nvlink_gbps_per_direction)}}},
       {"derived",
        {{"bf16_peak_tflops", gpu.peak_tflops(hw::Dtype::bf16)},
         {"pcie_raw_gbps_per_direction", gpu.pcie_raw_gbps_per_direction()},
@@ -100,6 +101,10 @@ void print_gpu(std::ostream& out, const hw::GpuProfile& gpu) {
              format_fixed(gpu.sustained.pcie_h2d_gbps.value, 1) + " GB/s");
   add_figure(table, "sustained D2H (pinned)", gpu.sustained.pcie_d2h_gbps,
              format_fixed(gpu.sustained.pcie_d2h_gbps.value, 1) + " GB/s");
+  if (gpu.sustained.nvlink_gbps_per_direction.value > 0) {
+    add_figure(table, "NVLink data rate", gpu.sustained.nvlink_gbps_per_direction,
+               format_fixed(gpu.sustained.nvlink_gbps_per_direction.value, 1) + " GB/s per direction (simulated)");
+  }
   table.print(out);
   out << "\nderived\n"
       << "  bf16 dense peak      " << format_fixed(gpu.peak_tflops(hw::Dtype::bf16), 1) << " TFLOP/s\n"
