@@ -133,8 +133,11 @@ void run_indices(ForEach& s) {
         s.stop = true;
         if (i < s.error_index) {
           s.error_index = i;
-          s.error = error;
+          s.error = std::move(error);
         }
+        // Dropped under the lock, before this runner reports done: the exceptions then die on threads the
+        // mutex orders, never on a worker after the caller has moved on (found by ThreadSanitizer).
+        error = nullptr;
       }
       --s.active;
     }
@@ -158,10 +161,16 @@ void ThreadPool::for_each(std::size_t n, const std::function<void(std::size_t)>&
   }
   if (width > 1) wake_.notify_all();
   run_indices(*state);
-  std::unique_lock lock(state->mutex);
-  state->done.wait(lock, [&] { return state->active == 0; });
-  state->stop = true;  // runners still queued find nothing to do
-  if (state->error) std::rethrow_exception(state->error);
+  std::exception_ptr error;
+  {
+    std::unique_lock lock(state->mutex);
+    state->done.wait(lock, [&] { return state->active == 0; });
+    state->stop = true;  // runners still queued find nothing to do
+    // The exception leaves the shared state: a runner that drops the last reference to it later must not be the
+    // one that destroys the exception the caller is handling (found by ThreadSanitizer).
+    error = std::move(state->error);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void parallel_for(std::size_t n, int threads, const std::function<void(std::size_t)>& job, const std::atomic<bool>* cancel) {

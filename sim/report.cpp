@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <unordered_map>
 
 #include "common/error.hpp"
 #include "common/text_table.hpp"
@@ -43,6 +45,13 @@ std::vector<GpuSummary> gpu_summaries(const SimResult& r) {
   return out;
 }
 
+// How many collectives ran with each protocol of the collective library (NCCL: LL, LL128, Simple, NVLS).
+std::map<std::string, int> protocol_counts(const SimResult& r) {
+  std::map<std::string, int> counts;
+  for (const auto& [task, protocol] : r.collective_protocols) ++counts[r.protocol_names[protocol]];
+  return counts;
+}
+
 }  // namespace
 
 json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluster& cluster) {
@@ -62,6 +71,7 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
       {"nodes", cluster.nodes},
       {"flops_convention", "model FLOPs exclude recomputation; attention backward = 2x forward (2.5x in hardware FLOPs)"},
   };
+  if (!r.collective_protocols.empty()) out["collectives_by_protocol"] = protocol_counts(r);
   if (!r.completed) {  // a step that did not finish has no step time or MFU, only where it stopped
     out["stopped_at_ns"] = r.step_ns;
     for (const char* key : {"step_ns", "step_s", "mfu", "hfu"}) out[key] = nullptr;
@@ -117,6 +127,15 @@ void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph
   } else {  // no step time or MFU for a step that did not finish: only how far it got
     out << "stopped at     " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms into the step (" << graph.size()
         << " tasks on " << r.gpus << " x " << cluster.node.gpu.name << "); no step time or MFU\n\n";
+  }
+  if (!r.collective_protocols.empty()) {
+    out << "collectives    " << r.collective_protocols.size() << " (";
+    bool first = true;
+    for (const auto& [name, count] : protocol_counts(r)) {
+      out << (first ? "" : ", ") << name << " " << count;
+      first = false;
+    }
+    out << "; the protocol NCCL's cost model picks)\n\n";
   }
   const auto summaries = gpu_summaries(r);
   TextTable gpus({"gpu", "peak HBM", "compute busy", "H2D busy", "D2H busy", "comm busy", "exposed transfer"},
@@ -197,6 +216,7 @@ Timeline to_timeline(const SimResult& r, const TaskGraph& graph, std::string_vie
     t.process_names[pid] = device_name(s.device);
     t.stream_names[{pid, trace_tid(s.stream)}] = stream_name(s.stream);
   }
+  std::unordered_map<TaskId, std::uint8_t> protocol_of(r.collective_protocols.begin(), r.collective_protocols.end());
   for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
     const Task& task = graph.task(id);
     const auto& timing = r.timing[static_cast<std::size_t>(id)];
@@ -323,6 +343,7 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
          std::to_string(tid_of(s.stream)) + ",\"args\":{\"name\":\"" + stream_name(s.stream) + "\"}}");
   }
   std::int64_t slices_written = 0, slices_left_out = 0;
+  std::unordered_map<TaskId, std::uint8_t> protocol_of(r.collective_protocols.begin(), r.collective_protocols.end());
   for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
     const Task& task = graph.task(id);
     const auto& timing = r.timing[static_cast<std::size_t>(id)];
@@ -331,7 +352,9 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
       return;
     }
     ++slices_written;
-    const std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\",\"class\":\"" + task_class(task) + "\"}";
+    std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\",\"class\":\"" + task_class(task) + "\"";
+    if (const auto it = protocol_of.find(id); it != protocol_of.end()) args += ",\"protocol\":\"" + r.protocol_names[it->second] + "\"";
+    args += "}";
     emit("{\"ph\":\"X\",\"name\":" + Json(task.name).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
          ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" +
          us(timing.end_ns - timing.start_ns) + ",\"args\":" + args + "}");

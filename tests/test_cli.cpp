@@ -133,6 +133,13 @@ TEST(Cli, SimulateMegatronStrategy) {
   EXPECT_GT(metrics["mfu"].get<double>(), 0.05);
   EXPECT_LT(metrics["mfu"].get<double>(), 1.0);
   EXPECT_GT(metrics["hfu"].get<double>(), metrics["mfu"].get<double>());  // full recompute adds hardware FLOPs
+  // Which protocol each collective ran with (TP all-reduces and the DP gradient all-reduce here).
+  int collectives = 0;
+  for (const auto& [protocol, count] : metrics["collectives_by_protocol"].items()) {
+    EXPECT_TRUE(protocol == "LL" || protocol == "LL128" || protocol == "Simple" || protocol == "NVLS") << protocol;
+    collectives += count.get<int>();
+  }
+  EXPECT_GT(collectives, 0);
 }
 
 TEST(Cli, SimulateZeroAndUlysses) {
