@@ -98,7 +98,6 @@ ValidationCase parse_case(const json::Reader& r) {
 }  // namespace
 
 ValidationDataset parse_validation_dataset(const Json& document, const std::string& origin) {
-  if (!document.is_object()) throw InputError(origin, "document", "a JSON object", json::describe(document));
   const json::Reader r(document, origin);
   r.expect_string("schema", "trainyard.validation.v1");
   ValidationDataset d;

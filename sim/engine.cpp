@@ -142,10 +142,16 @@ class Engine {
     std::int64_t base_latency_ns = 0;        // paid once, with the first step
     std::int64_t step_latency_ns = 0;
     std::optional<hw::VertexId> nvls_switch;  // set: an NVLS all-reduce through this NVSwitch, one step
+    double nvls_wire_bytes = 0;               // each way per member, NVLS only
   };
   double choose_protocol(const Collective& c, CollectiveState& state);
   void consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns);
   std::optional<hw::VertexId> nvlink_switch_of(hw::VertexId gpu) const;
+  bool crosses_nvlink(const RouteResources& r) const {
+    return std::any_of(r.resources.begin(), r.resources.end(), [&](std::int32_t res) {
+      return topo_.graph()[edge_by_index_[static_cast<std::size_t>(res / 2)]].type == hw::LinkType::nvlink;
+    });
+  }
   std::unordered_map<TaskId, CollectiveState> collectives_;
   std::vector<Transfer> step_transfers_;
   std::unordered_map<std::uint64_t, RouteResources> routes_;
@@ -369,7 +375,8 @@ void Engine::launch(TaskId t) {
     case TaskKind::collective: {
       const auto& c = std::get<Collective>(task.params);
       const auto n = static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
-      CollectiveState state{0, collective_steps(c.op, c.algorithm, n), 0, 0, {}, 1, 0, 0, std::nullopt};
+      CollectiveState state;
+      state.steps = collective_steps(c.op, c.algorithm, n);
       if (c.algorithm == Algorithm::ring) {
         std::vector<int> member_nodes;
         for (DeviceId m : graph_.groups()[static_cast<std::size_t>(c.group)]) member_nodes.push_back(cluster_.node_of(m));
@@ -485,13 +492,9 @@ double Engine::choose_protocol(const Collective& c, CollectiveState& state) {
   for (const Transfer& tr : step_transfers_) {
     const DeviceId a = members[static_cast<std::size_t>(tr.src_rank)], b = members[static_cast<std::size_t>(tr.dst_rank)];
     const RouteResources& r = gpu_to_gpu(a, b);
-    bool nvlink = false;
-    for (std::int32_t res : r.resources) {
-      bottleneck_gbps = std::min(bottleneck_gbps, network_.capacity(res));
-      nvlink = nvlink || topo_.graph()[edge_by_index_[static_cast<std::size_t>(res / 2)]].type == hw::LinkType::nvlink;
-    }
+    for (std::int32_t res : r.resources) bottleneck_gbps = std::min(bottleneck_gbps, network_.capacity(res));
     const stacks::LinkClass cls = cluster_.node_of(a) != cluster_.node_of(b) ? stacks::LinkClass::network
-                                  : nvlink                                    ? stacks::LinkClass::nvlink
+                                  : crosses_nvlink(r)                         ? stacks::LinkClass::nvlink
                                                                               : stacks::LinkClass::pcie;
     link_class = std::max(link_class, cls);
   }
@@ -543,6 +546,7 @@ void Engine::consider_nvls(const Collective& c, CollectiveState& state, double p
   const double nvls_ns = 1e3 * library_.nvls->latency_us.value + wire_bytes / link_gbps;
   if (nvls_ns >= predicted_ns) return;
   state.nvls_switch = shared;
+  state.nvls_wire_bytes = wire_bytes;
   state.steps = 1;
   state.channels.clear();
   state.efficiency = library_.nvls->efficiency.value;
@@ -558,11 +562,10 @@ void Engine::start_collective_step(TaskId t) {
   auto& state = collectives_.at(t);
   state.latency_ns = state.step_latency_ns + (state.step == 0 ? state.base_latency_ns : 0);
   if (state.nvls_switch) {  // up to the switch and back down, for every member at once
-    const double wire_bytes = static_cast<double>(c.bytes) * (1 + 1.0 / static_cast<double>(members.size())) / state.efficiency;
     state.outstanding = 2 * static_cast<int>(members.size());
     for (DeviceId m : members) {
-      start_flow(t, route(gpu_vertex(m), *state.nvls_switch), wire_bytes, FlowNetwork::kUncapped);
-      start_flow(t, route(*state.nvls_switch, gpu_vertex(m)), wire_bytes, FlowNetwork::kUncapped);
+      start_flow(t, route(gpu_vertex(m), *state.nvls_switch), state.nvls_wire_bytes, FlowNetwork::kUncapped);
+      start_flow(t, route(*state.nvls_switch, gpu_vertex(m)), state.nvls_wire_bytes, FlowNetwork::kUncapped);
     }
     return;
   }
@@ -582,7 +585,6 @@ void Engine::start_collective_step(TaskId t) {
     }
   }
   state.outstanding = static_cast<int>(step_transfers_.size());
-  state.latency_ns = state.step_latency_ns + (state.step == 0 ? state.base_latency_ns : 0);
   if (step_transfers_.empty()) {  // a step with nothing to move (cannot happen for n >= 2, kept safe)
     queue_.push(queue_.now_ns(), kStepDone, t);
     return;
@@ -668,10 +670,7 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
   if (out.resources.empty()) out = route(va, vb);
   // Without PCIe peer-to-peer, GPUs of one node that lack NVLink exchange through host memory: the data
   // crosses the sender's path to DRAM and then the receiver's.
-  bool nvlink = false;
-  for (std::int32_t r : out.resources) {
-    nvlink = nvlink || topo_.graph()[edge_by_index_[static_cast<std::size_t>(r / 2)]].type == hw::LinkType::nvlink;
-  }
+  const bool nvlink = crosses_nvlink(out);
   const bool same_node = cluster_.node_of(a) == cluster_.node_of(b);
   if (same_node && !nvlink && !topo_.pcie_peer_to_peer()) {
     const hw::VertexId host = host_memory_of(a);

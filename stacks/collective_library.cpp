@@ -43,7 +43,6 @@ const Catalog& catalog() {
 }  // namespace
 
 CollectiveLibrary parse_collective_library(const json::Json& document, const std::string& origin) {
-  if (!document.is_object()) throw InputError(origin, "document", "a JSON object", json::describe(document));
   const json::Reader r(document, origin);
   r.expect_string("schema", "trainyard.collectives.v1");
   CollectiveLibrary lib;
