@@ -113,6 +113,17 @@ void check_output_flags(const po::variables_map& vm, std::initializer_list<const
   }
 }
 
+LoggedMfu logged_mfu(const SimulationSetup::Step& step, const sim::SimResult& result, const model::FlopConvention& convention) {
+  const double flops = model::convention_flops_per_token(step.model, step.workload.seq_len, convention, step.full_recompute) *
+                       static_cast<double>(step.workload.tokens());
+  const double per_gpu_flops_per_s = flops / (static_cast<double>(result.step_ns) * 1e-9) / result.gpus;
+  return {per_gpu_flops_per_s / result.peak_flops_per_gpu, per_gpu_flops_per_s * 1e-12};
+}
+
+stacks::StackProfile stack_from_flags(const po::variables_map& vm) {
+  return vm.count("stack") ? stacks::load_stack(vm["stack"].as<std::string>(), "--stack") : stacks::default_stack();
+}
+
 LoadedPlan load_plan(const std::string& path, std::int64_t budget_bytes) {
   LoadedPlan l{path, planner::read_plan_file(path), {}, std::nullopt};
   l.model = model::load_model(l.plan.model, path + ": field 'model'");
@@ -123,7 +134,7 @@ LoadedPlan load_plan(const std::string& path, std::int64_t budget_bytes) {
     throw planner::plan_file_error(path, e);
   }
   planner::require_cluster_within_budget(node, l.plan.nodes, budget_bytes > 0 ? budget_bytes : default_memory_budget_bytes());
-  l.cluster.emplace(std::move(node), l.plan.nodes);
+  l.cluster.emplace(std::move(node), l.plan.nodes, stacks::load_stack(l.plan.stack, path + ": field 'stack'"));
   return l;
 }
 
@@ -455,12 +466,15 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
   }
   if (from_plan) {
     if (vm.count("hw") || vm.count("nodes")) throw InputError("--hw/--nodes", "value", "none with --plan (the plan names its hardware)", "given");
+    if (vm.count("stack")) throw InputError("--stack", "value", "none with --plan (the plan names its stack)", "given");
     origin = vm["plan"].as<std::string>();
     LoadedPlan loaded = load_plan(origin, memory_budget(vm));
     plan_file = loaded.plan;
     ring.emplace();
     graph = build_plan_step(loaded, loaded.plan.spec, origin, &*ring, memory_budget(vm));
     if (loaded.plan.spec.scheme != "ringtrack") ring.reset();
+    const bool full = loaded.plan.spec.recomputed_layer_share(loaded.model.layers) == 1;
+    setup.step = SimulationSetup::Step{loaded.model, loaded.plan.workload, full};
     cluster = std::move(loaded.cluster);
   } else if (from_graph) {
     for (const char* flag : {"sequence-parallel", "distributed-optimizer"}) {
@@ -476,7 +490,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     hw::NodeProfile node = hw::load_node(hw_name, vm.count("hw") ? "--hw" : origin + ": field 'hw'");
     check_node_count(nodes, node);
     planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
-    cluster.emplace(std::move(node), nodes);
+    cluster.emplace(std::move(node), nodes, stack_from_flags(vm));
     graph = std::move(doc.graph);
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   } else {
@@ -524,7 +538,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
     check_node_count(nodes, node);
     planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
-    cluster.emplace(std::move(node), nodes);
+    cluster.emplace(std::move(node), nodes, stack_from_flags(vm));
     const planner::Workload workload = workload_from_flags(vm);
     planner::Recompute recompute = planner::Recompute::none;
     if (vm.count("recompute")) {
@@ -536,6 +550,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     }
     const std::int64_t micro_batch = vm.count("micro-batch") ? vm["micro-batch"].as<std::int64_t>() : 1;
     const planner::StepInputs inputs{model, *cluster, workload, model::precision_policy(vm["precision"].as<std::string>())};
+    setup.step = SimulationSetup::Step{model, workload, recompute == planner::Recompute::full};
     planner::PlanSpec spec;
     spec.scheme = strategy;
     if (strategy == "megatron") {
@@ -566,7 +581,9 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
       p.zigzag = vm["zigzag"].as<bool>();
       if (strategy == "fpdt") p.fpdt_chunk = parse_token_count(vm.count("chunk") ? vm["chunk"].as<std::string>() : "64K", "--chunk");
       p.micro_batch = micro_batch;
-      p.activation_checkpointing = recompute == planner::Recompute::full;
+      // ZeRO family: full checkpoints every layer; selective every other one (torchtitan's selective layer AC).
+      p.activation_checkpointing = recompute != planner::Recompute::none;
+      p.checkpoint_every = recompute == planner::Recompute::selective ? 2 : 1;
       if (vm.count("offload")) {
         for (const auto& item : split_commas(vm["offload"].as<std::string>())) {
           if (!planner::set_offload(p, item)) {
@@ -659,6 +676,7 @@ po::options_description simulate_options() {
       ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step")
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
       ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
+      ("stack", po::value<std::string>()->value_name("name|path"), kStackHelp)
       ("tp", po::value<int>()->value_name("int"), "megatron: tensor-parallel degree (default 1)")
       ("pp", po::value<int>()->value_name("int"), "megatron: pipeline stages (default 1)")
       ("dp", po::value<int>()->value_name("int"), "megatron: data-parallel degree (default: GPUs / (tp * pp))")
@@ -666,7 +684,7 @@ po::options_description simulate_options() {
       ("micro-batch", po::value<std::int64_t>()->value_name("int"), "sequences per micro-batch (default 1)")
       ("sequence-parallel", po::bool_switch(), "megatron: sequence parallelism with TP")
       ("distributed-optimizer", po::bool_switch(), "megatron: master weights and Adam moments split across the data-parallel ranks")
-      ("recompute", po::value<std::string>()->value_name("none|selective|full"), "activation recomputation (default none; full = activation checkpointing)")
+      ("recompute", po::value<std::string>()->value_name("none|selective|full"), "activation recomputation (default none; full = activation checkpointing; zero family: selective = every other layer, torchtitan's selective layer AC)")
       ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")
       ("offload", po::value<std::string>()->value_name("list"), "comma list of optimizer, grads, params, acts (megatron: acts only)")
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
@@ -736,8 +754,11 @@ int run_simulate(const std::vector<std::string>& args) {
     }
   }
   if (trace) write_trace(*trace, result, graph, *cluster);
+  std::optional<LoggedMfu> logged;
+  if (setup.step && result.completed) logged = logged_mfu(*setup.step, result, cluster->stack.mfu_convention);
   if (vm["json"].as<bool>()) {
     Json out = sim::metrics_json(result, graph, *cluster);
+    if (logged) out["stack"]["as_logged"] = {{"mfu", logged->mfu}, {"tflops_per_gpu", logged->tflops_per_gpu}};
     if (ring) {
       out["ring_order"] = ring->rings;
       Json hops = Json::array();
@@ -748,6 +769,13 @@ int run_simulate(const std::vector<std::string>& args) {
   } else {
     if (ring) std::cout << "ring order     " << ring->describe() << "\n";
     sim::print_metrics(std::cout, result, graph, *cluster);
+    if (logged) {
+      const model::FlopConvention& c = cluster->stack.mfu_convention;
+      std::cout << "\nas " << cluster->stack.name << " logs it: MFU " << format_fixed(100 * logged->mfu, 1) << "%, "
+                << format_fixed(logged->tflops_per_gpu, 1) << " TFLOP/s per GPU (attention "
+                << (c.causal_attention_halved ? "causal-halved" : "over the full square") << ", recompute "
+                << (c.recompute_counted ? "counted" : "not counted") << ")\n";
+    }
   }
   // A plan that does not fit, or cannot finish, is not malformed input: exit 1 with the report.
   if (result.oom) {

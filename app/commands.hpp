@@ -78,7 +78,25 @@ struct SimulationSetup {
   std::string origin;                          // the file or "--strategy NAME"
   std::optional<planner::RingTrackPlan> ring;  // ringtrack: the rings it chose, reported beside the metrics
   std::optional<planner::PlanFile> plan_file;  // --plan: its stored prediction is compared with the simulation
+  // --strategy and --plan: the model and workload, so the MFU can be restated in the stack's own convention.
+  struct Step {
+    model::ModelConfig model;
+    planner::Workload workload;
+    bool full_recompute = false;  // every layer's forward runs twice (a convention may count it)
+  };
+  std::optional<Step> step;
 };
+// The MFU and TFLOP/s per GPU the stack's own log would print for this step (stacks::StackProfile::mfu_convention).
+struct LoggedMfu {
+  double mfu = 0;
+  double tflops_per_gpu = 0;
+};
+LoggedMfu logged_mfu(const SimulationSetup::Step& step, const sim::SimResult& result, const model::FlopConvention& convention);
+// --stack NAME|PATH (stacks/frameworks/), default megatron-lm.
+inline constexpr const char* kStackHelp =
+    "software stack the step runs under: megatron-lm (default), megatron-lm-unfused, deepspeed, torchtitan, trainyard, or a "
+    "stack file (docs/stacks.md)";
+stacks::StackProfile stack_from_flags(const boost::program_options::variables_map& vm);
 SimulationSetup setup_simulation(const boost::program_options::variables_map& vm);
 // simulate --collective OP --bytes S --hw NODE [--nodes N] [--algorithm A]: the lone collective, simulated.
 sim::CollectiveBenchmark collective_from_flags(const boost::program_options::variables_map& vm);

@@ -128,6 +128,7 @@ int run_plan(const std::vector<std::string>& args) {
       ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step (default 1)")
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
       ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
+      ("stack", po::value<std::string>()->value_name("name|path"), kStackHelp)
       ("strategies", po::value<std::string>()->default_value("all")->value_name("list"), "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero")
       ("objective", po::value<std::string>()->default_value("throughput")->value_name("name"), "throughput, max-seq or min-hbm")
       ("hbm-headroom", po::value<double>()->default_value(0.05)->value_name("fraction"), "fraction of each GPU's HBM kept free")
@@ -181,7 +182,7 @@ int run_plan(const std::vector<std::string>& args) {
   const std::int64_t budget = memory_budget(vm);
   planner::require_cluster_within_budget(node, nodes, budget);  // before the cluster is built: it grows with --nodes
   const double cluster_bytes = planner::cluster_bytes(node, nodes);
-  const sim::Cluster cluster(std::move(node), nodes);
+  const sim::Cluster cluster(std::move(node), nodes, stack_from_flags(vm));
   const std::optional<TraceRequest> trace = trace_request(vm, cluster.gpus());
   planner::Workload workload;
   if (vm.count("global-batch") || vm.count("tokens-per-step")) {
@@ -275,6 +276,7 @@ int run_plan(const std::vector<std::string>& args) {
     file.nodes = nodes;
     file.workload = workload;
     file.precision = precision;
+    file.stack = vm.count("stack") ? vm["stack"].as<std::string>() : std::string(stacks::kDefaultStack);
     file.spec = best.spec;
     file.predicted = planner::metrics_json(best.metrics);
     write_file_atomically(vm["out"].as<std::string>(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });

@@ -58,6 +58,7 @@ AttentionShape parse_attention(const json::Reader& r) {
   a.tokens = tokens_field(r, "tokens");
   a.causal = r.boolean("causal");
   a.pass = r.choice("pass", {"fwd", "bwd", "fwd+bwd"});
+  a.implementation = r.choice("implementation", {"flash2", "flash3", "cudnn"});
   if (a.hidden % a.head_dim != 0) r.fail("hidden", "a multiple of head_dim", std::to_string(a.hidden));
   if (a.tokens % a.seq != 0) r.fail("tokens", "a multiple of seq", std::to_string(a.tokens));
   r.finish();
@@ -161,9 +162,15 @@ double attention_tflops(const AttentionShape& a) {
   shape.backward = true;
   const sim::TaskId bwd = g.attention("bwd", 0, shape);
   const bool timed_fwd = a.pass != "bwd", timed_bwd = a.pass != "fwd";
+  if (!node.gpu.sustained.attention_kernels.contains(a.implementation)) {
+    throw InputError(node.gpu.origin, "sustained.attention_kernels", "figures for " + a.implementation + " (the kernel the case timed)", "none");
+  }
+  stacks::StackProfile stack = stacks::default_stack();  // only its attention kernel is used here
+  stack.attention.preference = {*stacks::attention_impl_named(a.implementation)};  // parse_attention allows only fused kernels
+  const sim::ComputeModel compute(node, stack);
   double ns = 0;
-  if (timed_fwd) ns += static_cast<double>(sim::compute_duration_ns(g.task(fwd), node.gpu, node));
-  if (timed_bwd) ns += static_cast<double>(sim::compute_duration_ns(g.task(bwd), node.gpu, node));
+  if (timed_fwd) ns += static_cast<double>(compute.duration_ns(g.task(fwd)));
+  if (timed_bwd) ns += static_cast<double>(compute.duration_ns(g.task(bwd)));
   const double s = static_cast<double>(a.seq);
   const double forward = 4 * static_cast<double>(seqs) * s * s * static_cast<double>(a.hidden) * (a.causal ? 0.5 : 1);
   const double flops = (timed_fwd ? forward : 0) + (timed_bwd ? 2.5 * forward : 0);
@@ -198,20 +205,19 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
     return p;
   }
   p.completed = true;
-  const model::ModelConfig model = model::load_model(vm["model"].as<std::string>(), "--model");
-  const planner::Workload w = workload_from_flags(vm);
-  const bool full_recompute = vm.count("recompute") && vm["recompute"].as<std::string>() == "full";
+  const SimulationSetup::Step& step = *setup.step;  // --strategy runs always have it
   const double gpus = result.gpus, step_s = static_cast<double>(result.step_ns) * 1e-9;
-  const double tokens = static_cast<double>(w.tokens());
-  const double flops = convention_flops_per_token(model, w.seq_len, d.convention, full_recompute) * tokens;
-  const double peak = d.peak_tflops > 0 ? d.peak_tflops : setup.cluster->node.gpu.peak_tflops(hw::Dtype::bf16);
+  const double tokens = static_cast<double>(step.workload.tokens());
+  const LoggedMfu logged = logged_mfu(step, result, d.convention);  // in the source's own convention
+  const double peak_tflops = d.peak_tflops > 0 ? d.peak_tflops : setup.cluster->node.gpu.peak_tflops(hw::Dtype::bf16);
   std::int64_t peak_hbm = 0;
   for (int g = 0; g < result.gpus; ++g) peak_hbm = std::max(peak_hbm, result.pools[static_cast<std::size_t>(g)].peak_bytes);  // HBM pools first
   p.figures = {{"step_s", step_s},
                {"tokens_per_s_per_gpu", tokens / step_s / gpus},
-               {"tflops_per_gpu", flops / step_s / gpus * 1e-12},
-               {"mfu", flops / step_s / gpus * 1e-12 / peak},
-               {"peak_hbm_gib", static_cast<double>(peak_hbm) / static_cast<double>(std::int64_t{1} << 30)}};
+               {"tflops_per_gpu", logged.tflops_per_gpu},
+               {"mfu", logged.tflops_per_gpu / peak_tflops},
+               // What the framework reserves (its allocator's view, as memory reports print it), not the tensors alone.
+               {"peak_hbm_gib", result.hbm_reserved_bytes(static_cast<double>(peak_hbm)) / static_cast<double>(std::int64_t{1} << 30)}};
   return p;
 }
 

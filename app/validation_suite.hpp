@@ -24,6 +24,7 @@ struct AttentionShape {
   std::int64_t tokens = 0;
   bool causal = true;
   std::string pass = "fwd+bwd";  // fwd, bwd or fwd+bwd
+  std::string implementation;    // the kernel the source timed: flash2, flash3 or cudnn (hw::AttentionKernel)
 };
 
 // Scan --seq over powers of two from `from` to `to`: the longest that completes is the predicted max length,

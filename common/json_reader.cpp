@@ -343,6 +343,18 @@ Sources Reader::sources(std::string_view key) const {
   return out;
 }
 
+Source Reader::source(std::string_view key, const Sources& sources, std::string* id) const {
+  const std::string name = string(key);
+  auto it = sources.find(name);
+  if (it == sources.end()) {
+    std::vector<std::string> ids;
+    for (const auto& [known, _] : sources) ids.push_back(known);
+    fail(key, "an id listed in \"sources\" (" + join(ids) + ")", "\"" + name + "\"");
+  }
+  if (id != nullptr) *id = name;
+  return it->second;
+}
+
 Figure Reader::figure(std::string_view key, const Bound& bound, const Sources& sources) const {
   if (has(key) && !at(key).is_object()) {
     fail(key, "a figure object {\"value\": ..., \"source\": ...} with value " + format_bound(bound),
@@ -351,14 +363,7 @@ Figure Reader::figure(std::string_view key, const Bound& bound, const Sources& s
   Reader entry = object(key);
   Figure figure;
   figure.value = entry.number("value", bound);
-  figure.source_id = entry.string("source");
-  auto it = sources.find(figure.source_id);
-  if (it == sources.end()) {
-    std::vector<std::string> ids;
-    for (const auto& [id, _] : sources) ids.push_back(id);
-    entry.fail("source", "an id listed in \"sources\" (" + join(ids) + ")", "\"" + figure.source_id + "\"");
-  }
-  figure.source = it->second;
+  figure.source = entry.source("source", sources, &figure.source_id);
   figure.note = entry.optional_string("note").value_or("");
   entry.finish();
   return figure;

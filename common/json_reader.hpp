@@ -74,6 +74,8 @@ class Reader {
   Reader object(std::string_view key) const;
   std::vector<Reader> objects(std::string_view key) const;  // a non-empty array of objects
   Sources sources(std::string_view key) const;
+  // A "<id in sources>" string field: the source it names (its id into `id` when given).
+  Source source(std::string_view key, const Sources& sources, std::string* id = nullptr) const;
   // {"value": <number within bound>, "source": "<id in sources>", "note": "..."?}
   Figure figure(std::string_view key, const Bound& bound, const Sources& sources) const;
   // The raw value (marked as read), for shapes the typed accessors do not cover.

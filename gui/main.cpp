@@ -22,6 +22,7 @@ trainyard::gui::WhatIfInputs inputs_from(const po::variables_map& vm) {
   in.model = vm["model"].as<std::string>();
   in.hw = vm["hw"].as<std::string>();
   in.nodes = vm["nodes"].as<int>();
+  in.stack = vm["stack"].as<std::string>();
   in.seq_len = trainyard::parse_token_count(vm["seq"].as<std::string>(), "--seq");
   trainyard::gui::check_sequence_control_length(in.seq_len, "--seq", "value", vm["seq"].as<std::string>());
   if (vm.count("tokens-per-step")) in.tokens_per_step = trainyard::parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
       ("model", po::value<std::string>()->default_value("llama3-8b")->value_name("name|path|custom:..."), "model")
       ("hw", po::value<std::string>()->default_value("dgx-a100")->value_name("name|path"), "node profile")
       ("nodes", po::value<int>()->default_value(1)->value_name("int"), "number of nodes")
+      ("stack", po::value<std::string>()->default_value("megatron-lm")->value_name("name|path"), trainyard::app::kStackHelp)
       ("seq", po::value<std::string>()->default_value("1M")->value_name("tokens"), "sequence length (a power of two, 4K..16M)")
       ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step")
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
@@ -65,7 +67,7 @@ int main(int argc, char** argv) {
     po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
     po::notify(vm);
     if (vm.count("help")) {
-      std::cout << "usage: trainyard-gui [--model M] [--hw NODE] [--nodes N] [--seq S] [--global-batch B | --tokens-per-step T]\n"
+      std::cout << "usage: trainyard-gui [--model M] [--hw NODE] [--nodes N] [--stack S] [--seq S] [--global-batch B | --tokens-per-step T]\n"
                    "       [--strategies all|LIST] [--objective throughput|min-hbm] [--plan plan.json] [--measured trace.json]\n"
                    "       [--screenshot out.png]\n\n"
                 << options;

@@ -848,6 +848,7 @@ bool MainWindow::open_plan(const QString& path) {
     in.model = plan.model;
     in.hw = plan.hw;
     in.nodes = plan.nodes;
+    in.stack = plan.stack;
     in.seq_len = plan.workload.seq_len;
     in.tokens_per_step = plan.workload.global_batch > 1 ? plan.workload.tokens() : 0;
     if (std::find(in.schemes.begin(), in.schemes.end(), plan.spec.scheme) == in.schemes.end()) in.schemes.push_back(plan.spec.scheme);

@@ -27,7 +27,7 @@ constexpr std::int64_t kMaxRingTrackChunks = 1024, kMaxFpdtChunks = 128;
 }  // namespace
 
 Setup::Setup(const WhatIfInputs& in)
-    : inputs(in), model(model::load_model(in.model, "--model")), cluster(checked_node(in), in.nodes),
+    : inputs(in), model(model::load_model(in.model, "--model")), cluster(checked_node(in), in.nodes, stacks::load_stack(in.stack, "--stack")),
       precision(model::precision_policy("bf16-mixed")) {
   if (in.seq_len < 1) throw InputError("--seq", "value", "a positive token count", std::to_string(in.seq_len));
   if (in.tokens_per_step < 0) {
@@ -235,6 +235,7 @@ planner::PlanFile plan_file(const Setup& setup, const planner::PlanSpec& spec, c
   f.model = setup.inputs.model;
   f.hw = setup.inputs.hw;
   f.nodes = setup.inputs.nodes;
+  f.stack = setup.inputs.stack;
   f.workload = setup.at(setup.inputs.seq_len).workload;
   f.spec = spec;
   if (predicted) f.predicted = planner::metrics_json(*predicted);

@@ -21,6 +21,7 @@ struct WhatIfInputs {
   std::string model = "llama3-8b";  // --model: a catalog name, a JSON path or custom:...
   std::string hw = "dgx-a100";      // --hw: a node profile name or path
   int nodes = 1;
+  std::string stack = "megatron-lm";  // --stack: the software stack (stacks/frameworks/), recorded in saved plans
   std::int64_t seq_len = std::int64_t{1} << 20;
   std::int64_t tokens_per_step = 0;  // 0: one sequence per step; else sequences = max(1, tokens / length)
   std::vector<std::string> schemes = planner::kSchemes;

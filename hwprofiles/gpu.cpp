@@ -32,17 +32,30 @@ double pcie_gbps_per_direction(int generation, int lanes) {
   return gtps * encoding / 8.0 * lanes;
 }
 
-double EfficiencyTable::at(double flops) const {
-  TRAINYARD_CHECK(!points.empty(), "empty efficiency table");
-  if (flops <= points.front().first) return points.front().second;
-  if (flops >= points.back().first) return points.back().second;
+namespace {
+// Linear in log(x) between the points (x increasing), clamped at both ends (any base gives the same line).
+double interpolate_in_log(const std::vector<std::pair<double, double>>& points, double x) {
+  TRAINYARD_CHECK(!points.empty(), "an empty table of points");
+  if (x <= points.front().first) return points.front().second;
+  if (x >= points.back().first) return points.back().second;
   std::size_t i = 1;
-  while (points[i].first < flops) ++i;
+  while (points[i].first < x) ++i;
   const auto& [x0, y0] = points[i - 1];
   const auto& [x1, y1] = points[i];
-  const double t = (std::log10(flops) - std::log10(x0)) / (std::log10(x1) - std::log10(x0));
+  const double t = (std::log10(x) - std::log10(x0)) / (std::log10(x1) - std::log10(x0));
   return y0 + t * (y1 - y0);
 }
+}  // namespace
+
+double EfficiencyTable::at(double flops) const { return interpolate_in_log(points, flops); }
+
+double EfficiencyTable::best() const {
+  double b = 0;
+  for (const auto& [flops, fraction] : points) b = std::max(b, fraction);
+  return b;
+}
+
+double AttentionKernel::Pass::ceiling(double head_dim) const { return interpolate_in_log(ceiling_by_head_dim, head_dim); }
 
 double GpuProfile::pcie_raw_gbps_per_direction() const {
   return pcie_gbps_per_direction(static_cast<int>(pcie_generation.value), static_cast<int>(pcie_lanes.value));
@@ -54,27 +67,65 @@ double GpuProfile::ridge_flop_per_byte(Dtype dtype) const {
 
 namespace {
 
+// `key`: a non-empty array of [x, fraction] pairs, x increasing and accepted by `x_ok`, fractions in (0, 1];
+// `expected` says so in the error.
+std::vector<std::pair<double, double>> fraction_points(const json::Reader& r, std::string_view key, const std::string& expected,
+                                                       bool (*x_ok)(double)) {
+  const json::Json& points = r.raw(key);
+  if (!points.is_array() || points.empty()) r.fail(key, expected, json::describe(points));
+  std::vector<std::pair<double, double>> out;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    const bool ok = p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number() && x_ok(p[0].get<double>()) &&
+                    p[1].get<double>() > 0 && p[1].get<double>() <= 1 && (i == 0 || p[0].get<double>() > out.back().first);
+    if (!ok) r.fail(std::string(key) + "[" + std::to_string(i) + "]", expected, p.dump());
+    out.emplace_back(p[0].get<double>(), p[1].get<double>());
+  }
+  return out;
+}
+
 // {"source": id, "points": [[flops, fraction], ...]} with FLOPs increasing and fractions in (0, 1].
 EfficiencyTable parse_table(const json::Reader& parent, std::string_view key, const json::Sources& sources) {
   json::Reader r = parent.object(key);
   EfficiencyTable table;
-  table.source_id = r.string("source");
-  auto it = sources.find(table.source_id);
-  if (it == sources.end()) r.fail("source", "an id listed in \"sources\"", "\"" + table.source_id + "\"");
-  table.source = it->second;
-  const json::Json& points = r.raw("points");
-  const std::string expected = "a non-empty array of [flops, fraction] pairs, flops increasing, fraction in (0, 1]";
-  if (!points.is_array() || points.empty()) r.fail("points", expected, json::describe(points));
-  for (std::size_t i = 0; i < points.size(); ++i) {
-    const auto& p = points[i];
-    const bool ok = p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number() &&
-                    p[0].get<double>() > 0 && p[1].get<double>() > 0 && p[1].get<double>() <= 1 &&
-                    (i == 0 || p[0].get<double>() > table.points.back().first);
-    if (!ok) r.fail("points[" + std::to_string(i) + "]", expected, p.dump());
-    table.points.emplace_back(p[0].get<double>(), p[1].get<double>());
-  }
+  table.source = r.source("source", sources, &table.source_id);
+  table.points = fraction_points(r, "points", "a non-empty array of [flops, fraction] pairs, flops increasing, fraction in (0, 1]",
+                                 [](double flops) { return flops > 0; });
   r.finish();
   return table;
+}
+
+// {"source": id, "ceiling_by_head_dim": [[head_dim, fraction], ...], "block_overhead_keys": figure}
+AttentionKernel::Pass parse_attention_pass(const json::Reader& parent, std::string_view key, const json::Sources& sources) {
+  const json::Reader r = parent.object(key);
+  AttentionKernel::Pass pass;
+  pass.source = r.source("source", sources, &pass.source_id);
+  pass.ceiling_by_head_dim =
+      fraction_points(r, "ceiling_by_head_dim", "a non-empty array of [head_dim, fraction of peak] pairs, head_dim increasing, fraction in (0, 1]",
+                      [](double head_dim) { return head_dim >= 8 && head_dim <= 1024; });
+  pass.block_overhead_keys = r.figure("block_overhead_keys", json::Bound{0, 1e6, "key positions"}, sources);
+  r.finish();
+  return pass;
+}
+
+std::map<std::string, AttentionKernel> parse_attention_kernels(const json::Reader& sustained, const json::Sources& sources) {
+  std::map<std::string, AttentionKernel> kernels;
+  if (!sustained.has("attention_kernels")) return kernels;
+  const json::Reader all = sustained.object("attention_kernels");
+  for (const auto& [name, value] : sustained.raw("attention_kernels").items()) {
+    if (name != "flash2" && name != "flash3" && name != "cudnn") {
+      all.fail(name, "an attention implementation trainyard models (flash2, flash3 or cudnn)", "\"" + name + "\"");
+    }
+    const json::Reader k = all.object(name);
+    AttentionKernel kernel;
+    kernel.block_queries = k.figure("block_queries", json::Bound{1, 4096, "query rows", true}, sources);
+    kernel.forward = parse_attention_pass(k, "forward", sources);
+    kernel.backward = parse_attention_pass(k, "backward", sources);
+    k.finish();
+    kernels.emplace(name, std::move(kernel));
+  }
+  all.finish();
+  return kernels;
 }
 
 }  // namespace
@@ -121,6 +172,11 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
                                                       format_fixed(gpu.nvlink_gbps_per_direction.value, 1) + " GB/s)",
                      format_fixed(gpu.sustained.nvlink_gbps_per_direction.value, 1));
     }
+  }
+  gpu.sustained.attention_kernels = parse_attention_kernels(sustained, sources);
+  if (sustained.has("gemm_tile_rows") || sustained.has("gemm_tile_cols")) {
+    gpu.sustained.gemm_tile_rows = sustained.figure("gemm_tile_rows", Bound{1, 4096, "rows", true}, sources);
+    gpu.sustained.gemm_tile_cols = sustained.figure("gemm_tile_cols", Bound{1, 4096, "columns", true}, sources);
   }
   sustained.finish();
   // What `trainyard calibrate` measured and fitted (backend/calibration.hpp): a record for people, not read here.

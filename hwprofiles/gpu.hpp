@@ -2,6 +2,7 @@
 // A GPU model as described by hwprofiles/gpus/*.json: datasheet peaks, and separately the sustained figures
 // that calibration measures. Every figure keeps its source.
 #include <array>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +28,25 @@ struct EfficiencyTable {
   std::string source_id;
   json::Source source;
   double at(double flops) const;
+  double best() const;  // the highest fraction any call reaches
+};
+
+// A fused attention kernel family (FlashAttention-2, FlashAttention-3, cuDNN's fused attention) as published for
+// this GPU. Per pass: the fraction of the bf16 peak the kernel sustains on long sequences, by head_dim, and the
+// fixed work of each thread block (loading its query tile, writing the output and log-sum-exp, or in backward
+// its dK/dV) as key positions' worth of tile work. With tiles of `block_queries` rows that makes short
+// sequences slow and the causal diagonal (computed whole, half masked) visible, without a per-length table.
+struct AttentionKernel {
+  struct Pass {
+    std::vector<std::pair<double, double>> ceiling_by_head_dim;  // (head_dim, fraction of bf16 peak), increasing
+    std::string source_id;
+    json::Source source;
+    Figure block_overhead_keys;
+    // Interpolated linearly in log2(head_dim), clamped at both ends.
+    double ceiling(double head_dim) const;
+  };
+  Figure block_queries;
+  Pass forward, backward;
 };
 
 struct GpuProfile {
@@ -49,9 +69,15 @@ struct GpuProfile {
     EfficiencyTable attention_fwd;
     EfficiencyTable attention_bwd;
     Figure kernel_launch_ns;  // fixed cost per kernel on a stream
+    // The output tile one SM computes in a large bf16 GEMM: a GEMM runs in waves of sm_count tiles, and a last
+    // partial wave costs a whole one (wave quantisation). 0: not modelled.
+    Figure gemm_tile_rows, gemm_tile_cols;
     // The data rate NVLink transfers reach per direction (protocol overhead off the signalling rate); when the
     // profile has none (value 0) the datasheet rate is used.
     Figure nvlink_gbps_per_direction;
+    // Published fused attention kernels by implementation name ("flash2", "flash3", "cudnn"); a stack's
+    // attention runs on the first of its implementations found here, else on the `attention_*` tables above.
+    std::map<std::string, AttentionKernel> attention_kernels;
   } sustained;
 
   double peak_tflops(Dtype dtype) const { return peak_dense_tflops[static_cast<int>(dtype)].value; }

@@ -36,8 +36,8 @@ double zero_tasks(const StepInputs& in, const ZeroParams& z) {
   const double groups = std::max(1.0, gpus / group);
   const double micro_batches = std::max(1.0, batch / (groups * static_cast<double>(std::max<std::int64_t>(1, z.micro_batch))));
   const auto [attn_f, attn_b] = attention_tasks(z, seq);
-  const bool recompute = z.activation_checkpointing || z.offload_activations;
-  const double per_layer = kForwardTasks + attn_f + kBackwardTasks + attn_b + (recompute ? kForwardTasks + attn_f : 0) + kLayerExtra;
+  const double recomputed = static_cast<double>(z.checkpointed_layers(in.model.layers)) / layers;  // share of layers
+  const double per_layer = kForwardTasks + attn_f + kBackwardTasks + attn_b + recomputed * (kForwardTasks + attn_f) + kLayerExtra;
   const double local_tokens = static_cast<double>(std::max<std::int64_t>(1, z.micro_batch)) * seq / group;
   return gpus * micro_batches * (layers * per_layer + loss_tasks(local_tokens) + 2) + gpus * (2 * layers + 4);
 }
@@ -49,7 +49,8 @@ double megatron_tasks(const StepInputs& in, const MegatronParams& p) {
   const double micro = static_cast<double>(std::max<std::int64_t>(1, p.micro_batch));
   const double micro_batches = std::max(1.0, batch / (dp * micro));
   const bool recompute = p.recompute == Recompute::full;
-  const double per_layer = kForwardTasks + 1 + kBackwardTasks + 1 + (recompute ? kForwardTasks + 1 : 0) + kLayerExtra;
+  const double attention_again = p.recompute == Recompute::selective ? 1 : 0;  // the core attention, recomputed
+  const double per_layer = kForwardTasks + 1 + kBackwardTasks + 1 + (recompute ? kForwardTasks + 1 : attention_again) + kLayerExtra;
   // Every rank: its layers and the pipeline messages of each slot; the last stage's ranks: the loss.
   const double ranks = tp * pp * dp;
   return ranks * micro_batches * (layers / pp * per_layer + 4) + tp * dp * micro_batches * loss_tasks(micro * seq) + ranks * (2 * layers / pp + 4);

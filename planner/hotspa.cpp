@@ -126,7 +126,7 @@ GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, con
   if (prefetch) {
     std::vector<std::int64_t> incoming(static_cast<std::size_t>(s.cluster.gpus()), 0);
     for (const auto& t : prefetch->transfers) incoming[static_cast<std::size_t>(t.dst)] += t.bytes;
-    const double usable = s.cluster.node.gpu.hbm_bytes.value * (1 - s.hbm_headroom);
+    const double usable = usable_hbm_bytes(s.cluster, s.hbm_headroom);
     bool room = true;
     for (int gpu = 0; gpu < s.cluster.gpus(); ++gpu) {
       const auto i = static_cast<std::size_t>(gpu);
@@ -384,7 +384,7 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
     std::sort(g.lengths.begin(), g.lengths.end(), std::greater<>());
     return g;
   };
-  const double usable = s.cluster.node.gpu.hbm_bytes.value * (1 - s.hbm_headroom);
+  const double usable = usable_hbm_bytes(s.cluster, s.hbm_headroom);
   const std::int64_t budget = budget_of(s);
   const auto per_group = static_cast<std::size_t>(std::max(1, options.per_group));
   double largest = 1;  // the largest graph among the candidates

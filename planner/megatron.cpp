@@ -22,7 +22,10 @@ std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& 
 }
 
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
-  return LayerSplit{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+  LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+  split.score_bytes = stored_score_bytes(in.cluster);
+  split.recompute_attention = p.recompute == Recompute::selective;
+  return split;
 }
 
 void check_megatron(const StepInputs& in, const MegatronParams& p) {

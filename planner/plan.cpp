@@ -44,6 +44,12 @@ bool set_offload(ZeroParams& z, const std::string& target) {
   return true;
 }
 
+double PlanSpec::recomputed_layer_share(std::int64_t layers) const {
+  if (scheme == "ringtrack") return ringtrack.acts == ActivationPolicy::recompute ? 1 : 0;
+  if (scheme == "megatron") return megatron.recompute == Recompute::full ? 1 : 0;
+  return static_cast<double>(zero.checkpointed_layers(layers)) / static_cast<double>(layers);
+}
+
 std::string PlanSpec::summary() const {
   if (scheme == "ringtrack") {
     const auto& p = ringtrack;
@@ -65,7 +71,7 @@ std::string PlanSpec::summary() const {
   if (scheme == "ring-attention") out += ", cp " + std::to_string(z.cp) + (z.zigzag ? " zigzag" : "");
   if (scheme == "fpdt") out += ", chunk " + tokens(z.fpdt_chunk);
   out += ", mb " + std::to_string(z.micro_batch);
-  if (z.activation_checkpointing) out += ", AC";
+  if (z.activation_checkpointing) out += z.checkpoint_every == 1 ? ", AC" : ", AC every " + std::to_string(z.checkpoint_every) + " layers";
   if (offload_list(z) != "none") out += ", offload " + offload_list(z);
   return out;
 }
@@ -108,6 +114,7 @@ Json parameters_json(const PlanSpec& spec) {
   const auto& z = spec.zero;
   return {{"zero_stage", z.stage}, {"sp", z.sp}, {"cp", z.cp}, {"zigzag", z.zigzag}, {"chunk", z.fpdt_chunk},
           {"micro_batch", z.micro_batch}, {"activation_checkpointing", z.activation_checkpointing},
+          {"checkpoint_every", z.checkpoint_every},
           {"offload", offload_list(z)}};
 }
 
@@ -162,6 +169,7 @@ PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, con
     z.fpdt_chunk = r.integer("chunk", 0, kMaxTokens);
     z.micro_batch = r.integer("micro_batch", 1, 1 << 20);
     z.activation_checkpointing = r.boolean("activation_checkpointing");
+    if (r.has("checkpoint_every")) z.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 1, 100000));
     const std::string list = r.string("offload");
     if (list != "none") {
       for (const auto& item : split_commas(list)) {
@@ -182,6 +190,7 @@ Json plan_file_json(const PlanFile& plan) {
           {"nodes", plan.nodes},
           {"workload", {{"seq_len", plan.workload.seq_len}, {"global_batch", plan.workload.global_batch}}},
           {"precision", plan.precision},
+          {"stack", plan.stack},
           {"scheme", plan.spec.scheme},
           {"parameters", parameters_json(plan.spec)},
           {"predicted", plan.predicted}};
@@ -200,6 +209,7 @@ PlanFile read_plan_file(const std::string& path) {
   plan.workload.global_batch = w.integer("global_batch", 1, std::int64_t{1} << 30);
   w.finish();
   plan.precision = r.string("precision");
+  if (auto stack = r.optional_string("stack")) plan.stack = *stack;
   const std::string scheme = r.choice("scheme", kSchemes);
   plan.spec = parse_parameters(scheme, r.raw("parameters"), path);
   if (r.has("predicted")) {
@@ -241,7 +251,7 @@ namespace {
 std::string plan_field_of_flag(std::string_view flag) {
   static const std::pair<std::string_view, std::string_view> kOwnFields[] = {
       {"--global-batch", "workload.global_batch"}, {"--seq", "workload.seq_len"}, {"--tokens-per-step", "workload"},
-      {"--nodes", "nodes"}, {"--hw", "hw"}, {"--model", "model"}, {"--precision", "precision"},
+      {"--nodes", "nodes"}, {"--hw", "hw"}, {"--model", "model"}, {"--precision", "precision"}, {"--stack", "stack"},
       {"--zero-stage", "parameters.zero_stage"}, {"--offload", "parameters.offload (megatron: offload_activations)"},
       {"--recompute", "parameters.recompute (zero: activation_checkpointing)"}};
   for (const auto& [from, to] : kOwnFields) {

@@ -25,6 +25,9 @@ struct PlanSpec {
   RingTrackParams ringtrack;  // scheme "ringtrack"
 
   std::string summary() const;  // the key parameters in a few words: "ring 8, chunk 16K, kv dram, ..."
+  // The share of a model's `layers` whose whole forward runs again in backward (full recompute, checkpointing);
+  // every other layer of the ZeRO family's every-n checkpointing counts, so the share is rounded down.
+  double recomputed_layer_share(std::int64_t layers) const;
 };
 
 // Turns on one ZeRO offload target ("optimizer", "grads", "params" or "acts"); false for any other word.
@@ -49,6 +52,7 @@ struct PlanFile {
   int nodes = 1;
   Workload workload;
   std::string precision = "bf16-mixed";
+  std::string stack = "megatron-lm";  // the software stack (stacks/frameworks/); plans written before stacks lack it
   PlanSpec spec;
   nlohmann::json predicted = nlohmann::json::object();  // metrics at planning time
 };

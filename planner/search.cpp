@@ -78,9 +78,10 @@ double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool r
   if (recompute) emitter.forward("R", last, true);
   emitter.backward("B", last);
   double ns = 0;
+  const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
   for (const auto& t : g.tasks()) {
     if (t.device == 0 && t.stream.kind == sim::StreamKind::compute) {
-      ns += static_cast<double>(sim::compute_duration_ns(t, in.cluster.node.gpu, in.cluster.node));
+      ns += static_cast<double>(compute.duration_ns(t));
     }
   }
   return ns * 1e-9;
@@ -165,6 +166,7 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
         }
       }
     } else if (scheme == "megatron") {
+      const bool unfused = stored_score_bytes(in.cluster) > 0;
       for (int tp : divisors(gpus)) {
         // Tensor parallelism across nodes (valid for explicit plans) is not searched: every layer's collectives
         // would cross the network.
@@ -175,9 +177,10 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
             if (vpp > 1 && pp == 1) continue;
             for (bool sp : {false, true}) {
               if (sp && tp == 1) continue;
-              // Selective recompute keeps what "none" keeps once attention is flash-style (planner/transformer.hpp):
-              // the same graph, so it is not tried separately.
-              for (Recompute rc : {Recompute::none, Recompute::full}) {
+              // Selective recompute keeps what "none" keeps once attention is fused (planner/transformer.hpp), at
+              // the price of the core attention's recompute: it is tried only where attention is unfused.
+              for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+                if (rc == Recompute::selective && !unfused) continue;  // with fused attention: none's memory, more time
                 for (bool oc : {false, true}) {
                   if (oc && rc != Recompute::full) continue;
                   for (std::int64_t mb : micro_batches) {
@@ -251,26 +254,21 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
 
   // Compute: every FLOP at the best efficiency the profile's tables reach (GEMMs at the table's value for the
   // call size where the shapes are known).
-  auto table_max = [](const hw::EfficiencyTable& t) {
-    double best = 0;
-    for (const auto& [flops, eff] : t.points) best = std::max(best, eff);
-    return best;
-  };
   const double peak = gpu.peak_tflops(hw::Dtype::bf16) * 1e12;
   const double head_fwd = 2 * static_cast<double>(m.vocab * m.hidden) * tokens;
   const double attn_fwd = m.attention_flops_per_token_fwd(in.workload.seq_len, true) * tokens;
-  double dense_recompute = 0, attn_recompute = 0;
-  if (spec.scheme == "ringtrack") {
-    dense_recompute = spec.ringtrack.acts == ActivationPolicy::recompute ? 1 : 0;
-  } else if (spec.scheme == "megatron") {
-    dense_recompute = attn_recompute = spec.megatron.recompute == Recompute::full ? 1 : 0;
-  } else if (spec.zero.activation_checkpointing || spec.zero.offload_activations) {
-    dense_recompute = attn_recompute = 1;
-  }
-  const double gemm_max = table_max(gpu.sustained.gemm);
+  // The share of layers whose forward runs again (rounded down: a sound bound). Ring-track's recompute leaves
+  // attention out; Megatron's selective recompute is the core attention alone.
+  const double dense_recompute = spec.recomputed_layer_share(m.layers);
+  double attn_recompute = dense_recompute;
+  if (spec.scheme == "ringtrack") attn_recompute = 0;
+  if (spec.scheme == "megatron") attn_recompute = spec.megatron.recompute == Recompute::none ? 0 : 1;
+  const double gemm_max = gpu.sustained.gemm.best();
   // Attention (and, where every GPU does the same share, the LM head): the per-GPU mean at the best efficiency.
-  const double attention_s = (attn_fwd * (1 + attn_recompute) / table_max(gpu.sustained.attention_fwd) +
-                              attn_fwd * 2.5 / table_max(gpu.sustained.attention_bwd)) /
+  const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
+  const auto head_dim = static_cast<double>(m.head_dim);
+  const double attention_s = (attn_fwd * (1 + attn_recompute) / compute.attention_best_fraction(false, head_dim) +
+                              attn_fwd * 2.5 / compute.attention_best_fraction(true, head_dim)) /
                              (peak * gpus);
   const double head_s = head_fwd * 3 / (gemm_max * peak * gpus);
   // Ring-track: the ring position of each stage and the layers each position holds.
@@ -425,7 +423,8 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     const double rec = p.acts == ActivationPolicy::recompute ? fwd : 0;
     auto attention_visit = [&](double k, bool backward) {
       const double flops = 4 * static_cast<double>(m.q_dim()) * (k * c * c + c * c / 2);
-      return backward ? 2.5 * flops / (peak * table_max(gpu.sustained.attention_bwd)) : flops / (peak * table_max(gpu.sustained.attention_fwd));
+      return backward ? 2.5 * flops / (peak * compute.attention_best_fraction(true, head_dim))
+                      : flops / (peak * compute.attention_best_fraction(false, head_dim));
     };
     // The train's critical path: chunk by chunk through layer 0, chunk C-1 through the other layers and back, then
     // chunk by chunk back through layer 0.
@@ -474,10 +473,10 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
     const double grads = z.offload_grads ? 0 : pol.grad_bytes * (z.stage >= 2 ? all_params / n : all_params);
     const double optimizer = z.offload_optimizer ? 0 : states_per_param * (z.stage >= 1 ? all_params / n : all_params);
     const LayerSplit split = zero_layer_split(in, z);
-    const bool checkpoint = z.activation_checkpointing || z.offload_activations;
     const double full = split.fpdt_chunks > 1 ? fpdt_working_bytes(m, split) : layer_activation_bytes(m, split, Recompute::none).total();
     const double ckpt = layer_activation_bytes(m, split, Recompute::full).total();
-    const double acts = !checkpoint ? full * L : z.offload_activations ? 0 : ckpt * L;
+    const auto checkpointed = static_cast<double>(z.checkpointed_layers(m.layers));
+    const double acts = z.offload_activations ? 0 : ckpt * checkpointed + full * (L - checkpointed);
     b.hbm_bytes = weights + grads + optimizer + acts;
     const int per_node = in.cluster.topology.gpus_per_node();
     double host = 0;
@@ -493,10 +492,14 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
 
 // --- measuring a simulated plan ------------------------------------------------------------------------------
 
+double usable_hbm_bytes(const sim::Cluster& cluster, double hbm_headroom) {
+  return cluster.stack.allocatable_bytes(cluster.node.gpu.hbm_bytes.value * (1 - hbm_headroom));
+}
+
 PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_headroom) {
   PlanMetrics pm;
   const int gpus = in.cluster.gpus();
-  const double usable = in.cluster.node.gpu.hbm_bytes.value * (1 - hbm_headroom);
+  const double usable = usable_hbm_bytes(in.cluster, hbm_headroom);
   for (int g = 0; g < gpus && g < static_cast<int>(r.pools.size()); ++g) {
     pm.peak_hbm_bytes = std::max(pm.peak_hbm_bytes, r.pools[static_cast<std::size_t>(g)].peak_bytes);
   }
@@ -514,7 +517,7 @@ PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_he
   }
   if (static_cast<double>(pm.peak_hbm_bytes) > usable) {
     pm.failure = "peak HBM " + format_bytes(static_cast<double>(pm.peak_hbm_bytes)) + " exceeds the " + format_bytes(usable) +
-                 " left after the HBM headroom";
+                 " left for tensors after the HBM headroom and what the " + in.cluster.stack.name + " stack reserves";
     pm.shortfall_bytes = static_cast<std::int64_t>(static_cast<double>(pm.peak_hbm_bytes) - usable);
     pm.short_of = "HBM per GPU";
     return pm;
@@ -602,7 +605,7 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   const std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
   report.enumerated = specs.size();
   for (const auto& spec : specs) ++report.enumerated_by_scheme[spec.scheme];
-  const double hbm_usable = in.cluster.node.gpu.hbm_bytes.value * (1 - options.hbm_headroom);
+  const double hbm_usable = usable_hbm_bytes(in.cluster, options.hbm_headroom);
   const double dram_capacity = in.cluster.node.host_dram_bytes.value;
 
   struct Candidate {
@@ -742,7 +745,7 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
 }
 
 std::optional<PlanSpec> quick_plan(const StepInputs& in, const std::string& scheme, double hbm_headroom) {
-  const double hbm_usable = in.cluster.node.gpu.hbm_bytes.value * (1 - hbm_headroom);
+  const double hbm_usable = usable_hbm_bytes(in.cluster, hbm_headroom);
   const double dram_capacity = in.cluster.node.host_dram_bytes.value;
   std::optional<PlanSpec> best_fitting, least_hbm;
   double best_step = 0, least_hbm_bytes = 0;

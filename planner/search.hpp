@@ -41,6 +41,9 @@ struct PlanMetrics {
   std::string short_of;      // the memory shortfall_bytes is short of ("HBM per GPU", "host DRAM per node"); empty: not memory
   bool bound_only = false;   // a miss by the memory lower bounds (not simulated): the shortfall is at least this
 };
+// HBM per GPU the plan's tensors may use: what the stack's allocator can hand out of the HBM left after the
+// headroom (the CUDA context, workspaces and communication buffers, and the allocator's slack, taken off).
+double usable_hbm_bytes(const sim::Cluster& cluster, double hbm_headroom);
 PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_headroom);
 // As plan files ("predicted") and `plan --json` write it.
 nlohmann::json metrics_json(const PlanMetrics& m);

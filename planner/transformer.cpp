@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "sim/cost_model.hpp"
 
 namespace trainyard::planner {
 
@@ -42,7 +43,18 @@ ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerS
   a.mlp = m.activation == model::Activation::swiglu ? 3 * kBf16 * s * f   // gate, up, their product
                                                     : 2 * kBf16 * s * f;  // GELU input and output
   if (split.dropout) a.dropout_masks = 2 * s * h * replicated;           // after attention and after the MLP
+  if (recompute == Recompute::none && split.score_bytes > 0) {
+    // Each GPU's heads see the whole sequence (Ulysses gathers it): heads/(t*u) x b x S x S scores.
+    const double local_heads = static_cast<double>(m.heads) / (t * split.ulysses);
+    const double seq = static_cast<double>(split.seq_len);
+    a.attention += split.score_bytes * local_heads * static_cast<double>(split.sequences) * seq * seq;
+  }
   return a;
+}
+
+double stored_score_bytes(const sim::Cluster& cluster) {
+  const sim::ComputeModel compute(cluster.node, cluster.stack);
+  return compute.attention_impl() == stacks::AttentionImpl::unfused ? cluster.stack.attention.stored_bytes_per_score.value : 0;
 }
 
 double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split) {
@@ -320,6 +332,7 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   if (sp) collective(p + " ag1 bwd", sim::CollectiveOp::all_gather, hidden_bytes, last);
   gemm_backward(p + " proj", sim::OpCode::proj_dgrad, s, h, q);
   ulysses_exchange(p + " a2a dout", kBf16 * static_cast<double>(s * q), last);
+  if (split_.recompute_attention) attention(p + " attn recompute", false, last, true);
   attention(p + " attn bwd", true, last, false);
   ulysses_exchange(p + " a2a dqkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, false);

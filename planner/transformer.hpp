@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/model.hpp"
+#include "sim/engine.hpp"
 #include "sim/task_graph.hpp"
 
 namespace trainyard::planner {
@@ -28,13 +29,18 @@ struct LayerSplit {
   bool zigzag = false;         // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
   int fpdt_chunks = 1;         // FPDT: the sequence's attention runs in this many chunks, K/V of earlier chunks
                                // (and q, o, lse, dO, dq in backward) streamed from host DRAM
+  bool recompute_attention = false;  // selective recompute (Megatron's recompute_modules = core_attn): the core
+                                     // attention's forward runs again just before its backward, whatever the kernel
+  double score_bytes = 0;      // unfused attention (stacks::AttentionImpl::unfused): bytes kept per (head, query,
+                               // key) score for backward when nothing is recomputed
   std::int64_t tokens() const { return sequences * seq_len; }
   std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
 };
 
 // Bytes of activations one layer keeps for backward on one GPU. Follows Korthikanti et al. (2022), "Reducing
 // Activation Recomputation in Large Transformer Models", with flash attention: Q, K, V, the attention output and
-// the fp32 log-sum-exp are kept, the S^2 scores never are, so "selective" equals "none"; "full" keeps the layer
+// the fp32 log-sum-exp are kept, the S^2 scores never are, so "selective" keeps what "none" keeps (it only costs
+// the core attention's forward again; with unfused attention it drops the stored scores); "full" keeps the layer
 // input only.
 struct ActivationBytes {
   double norms = 0;          // the inputs of both norms
@@ -45,6 +51,9 @@ struct ActivationBytes {
   double total() const { return norms + projection_inputs + attention + mlp + dropout_masks; }
 };
 ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerSplit& split, Recompute recompute);
+// LayerSplit::score_bytes for a cluster: the stack's stored bytes per score when its attention on this GPU is
+// unfused, else 0 (fused kernels keep only the log-sum-exp).
+double stored_score_bytes(const sim::Cluster& cluster);
 
 // Bytes each GPU moves in tensor-parallel collectives for one layer's forward (backward moves the same):
 // two all-reduces of the b*S*h activations (ring: 2(t-1)/t of the buffer per GPU), or with sequence

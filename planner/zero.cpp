@@ -42,6 +42,9 @@ void check_zero(const StepInputs& in, const ZeroParams& p) {
          std::to_string(p.cp));
   }
   if (p.zigzag && p.cp == 1) fail("--zigzag", "only with --cp > 1", "--cp 1");
+  if (p.checkpoint_every < 1 || p.checkpoint_every > m.layers) {
+    fail("--recompute", "activation checkpoints every 1 to " + std::to_string(m.layers) + " layers", std::to_string(p.checkpoint_every));
+  }
   if (p.fpdt_chunk < 0 || (p.fpdt_chunk > 0 && (in.workload.seq_len % p.fpdt_chunk != 0 || p.fpdt_chunk % p.sp != 0))) {
     fail("--chunk", "a chunk (global tokens) dividing the sequence length and divisible by sp", std::to_string(p.fpdt_chunk));
   }
@@ -63,6 +66,7 @@ LayerSplit zero_layer_split(const StepInputs& in, const ZeroParams& p) {
   split.cp = p.cp;
   split.zigzag = p.zigzag;
   split.fpdt_chunks = p.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / p.fpdt_chunk) : 1;
+  if (split.cp == 1 && split.fpdt_chunks == 1) split.score_bytes = stored_score_bytes(in.cluster);  // ring and FPDT attention are fused
   return split;
 }
 
@@ -71,7 +75,6 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
   const auto& model = in.model;
   const int gpus = in.cluster.gpus();
   const std::int64_t mbs = zero_micro_batches(in, p);
-  const bool checkpoint = p.activation_checkpointing || p.offload_activations;
   const LayerSplit split = zero_layer_split(in, p);
   // A layer's activations while it runs (FPDT: a few chunks' worth; its attention tensors wait in host DRAM).
   const double full_acts = split.fpdt_chunks > 1 ? fpdt_working_bytes(model, split)
@@ -194,6 +197,19 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
     }
   };
 
+  // The stack's copy of a gathered layer's parameters out of the all-gather buffer (FSDP2), on each GPU's compute
+  // stream once the gather has landed.
+  const double copy_out_bytes = in.cluster.stack.gathered_params_copy_passes.value * pol.weight_bytes * layer_params;
+  auto copy_out_gathered = [&](sim::TaskId gather, const std::string& name) {
+    if (gather < 0 || copy_out_bytes <= 0) return;
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+      auto& at = last[static_cast<std::size_t>(gpu)];
+      std::vector<sim::TaskId> deps{gather};
+      if (at >= 0) deps.push_back(at);
+      at = g.elementwise(name + " copy out gathered params", gpu, {rounded(copy_out_bytes, 1), rounded(copy_out_bytes, 1)}, deps);
+    }
+  };
+
   // FPDT keeps a layer's attention tensors (q, k, v, o, lse, and in backward dO, dq) in host DRAM while the
   // layer runs.
   auto fpdt_host_buffers = [&](const std::string& name) {
@@ -243,6 +259,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
       }
       const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
       const auto begin = static_cast<sim::TaskId>(g.size());
+      copy_out_gathered(gather, prefix);
       for (int grp = 0; grp < groups; ++grp) {
         auto chain = ranks_last(grp);
         emitters[static_cast<std::size_t>(grp)].forward(prefix, chain);
@@ -251,7 +268,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
       needs_gather(gather, begin);
       release_host_buffers(host_buffers, prefix);
       release_gather(gather_index, prefix);
-      if (checkpoint) {
+      if (p.checkpoints_layer(l)) {
         // Keep only the layer input: the rest of this layer's activations are dropped (AC); with OC the input
         // goes to host DRAM as well.
         for (int gpu = 0; gpu < gpus; ++gpu) {
@@ -287,6 +304,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
       const std::size_t gather_index = gather_chain.size();
       const sim::TaskId gather = gather_layer(prefix + " gather params");
       std::vector<sim::TaskId> transient(static_cast<std::size_t>(gpus), -1);
+      const bool checkpoint = p.checkpoints_layer(l);
       for (int gpu = 0; gpu < gpus; ++gpu) {
         auto& at = last[static_cast<std::size_t>(gpu)];
         if (checkpoint) {
@@ -301,6 +319,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
       }
       const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
       const auto begin = static_cast<sim::TaskId>(g.size());
+      copy_out_gathered(gather, prefix);
       for (int grp = 0; grp < groups; ++grp) {
         auto chain = ranks_last(grp);
         if (checkpoint) emitters[static_cast<std::size_t>(grp)].forward("R L" + std::to_string(l) + " " + tag, chain, true);

@@ -65,24 +65,125 @@ ComputeCost compute_cost(const Task& task) {
   return c;
 }
 
-std::int64_t compute_duration_ns(const Task& task, const hw::GpuProfile& gpu, const hw::NodeProfile& node) {
+stacks::ElementwiseClass elementwise_class(OpCode code) {
+  switch (code) {
+    case OpCode::norm1: case OpCode::norm2: case OpCode::norm1_bwd: case OpCode::norm2_bwd: return stacks::ElementwiseClass::norm;
+    case OpCode::rope: case OpCode::rope_bwd: return stacks::ElementwiseClass::rope;
+    case OpCode::act: case OpCode::act_bwd: return stacks::ElementwiseClass::activation;
+    case OpCode::residual1: case OpCode::residual2: case OpCode::residual1_bwd: case OpCode::residual2_bwd:
+      return stacks::ElementwiseClass::residual;
+    default: return stacks::ElementwiseClass::other;
+  }
+}
+
+ComputeModel::ComputeModel(const hw::NodeProfile& node, const stacks::StackProfile& stack) : node_(&node), stack_(&stack) {
+  using stacks::AttentionImpl;
+  for (AttentionImpl impl : stack.attention.preference) {
+    if (impl == AttentionImpl::unfused || impl == AttentionImpl::calibrated) {
+      attention_impl_ = impl;
+      return;
+    }
+    const auto& kernels = node.gpu.sustained.attention_kernels;
+    if (auto it = kernels.find(std::string(stacks::to_string(impl))); it != kernels.end()) {
+      attention_impl_ = impl;
+      attention_kernel_ = &it->second;
+      return;
+    }
+  }
+}
+
+namespace {
+// Key positions the query blocks of one head run over, summed over blocks: with causal masking block i stops
+// at its last query's position (the diagonal block is computed whole); a partial last block costs a whole one.
+double block_keys(const Attention& a, double block) {
+  const double q = static_cast<double>(a.q_len), kv = static_cast<double>(a.kv_len);
+  const double blocks = std::ceil(q / block);
+  if (!a.causal) return blocks * kv;
+  const double whole = std::floor(q / block);  // blocks that end inside the queries
+  return whole * (kv - q) + block * whole * (whole + 1) / 2 + (blocks - whole) * kv;
+}
+
+// Useful share of the tiles a GEMM's waves compute: partial tiles at the edges and a partial last wave cost whole
+// ones. Only for GEMMs of at least one full wave: below that cuBLAS picks split-K or smaller tiles, and the
+// profile's efficiency-by-FLOPs curve stands for them.
+double wave_efficiency(const Gemm& g, const hw::GpuProfile& gpu) {
+  const double rows = gpu.sustained.gemm_tile_rows.value, cols = gpu.sustained.gemm_tile_cols.value;
+  if (rows <= 0 || cols <= 0) return 1;
+  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), sms = gpu.sm_count.value;
+  const double tiles = std::ceil(m / rows) * std::ceil(n / cols);
+  if (tiles < sms) return 1;
+  return m * n / (std::ceil(tiles / sms) * sms * rows * cols);
+}
+}  // namespace
+
+double ComputeModel::attention_ns(const Task& task, const ComputeCost& c) const {
+  const auto& a = std::get<Attention>(task.params);
+  const hw::GpuProfile& gpu = node_->gpu;
+  const double peak_per_ns = gpu.peak_tflops(hw::Dtype::bf16) * 1e3;
+  if (attention_kernel_ != nullptr) {
+    const auto& pass = a.backward ? attention_kernel_->backward : attention_kernel_->forward;
+    const double block = attention_kernel_->block_queries.value;
+    const double blocks = std::ceil(static_cast<double>(a.q_len) / block);
+    const double pairs = block * (block_keys(a, block) * a.density + blocks * pass.block_overhead_keys.value) * a.heads;
+    const double flops = pairs * 4 * a.head_dim * (a.backward ? 2.5 : 1.0);
+    return flops / (peak_per_ns * pass.ceiling(a.head_dim));
+  }
+  if (attention_impl_ == stacks::AttentionImpl::unfused) {
+    // Every score of the square is computed and goes through HBM: forward QK^T and PV, backward dV, dP, dQ, dK.
+    const double scores = static_cast<double>(a.q_len) * static_cast<double>(a.kv_len) * a.heads;
+    const int gemms = a.backward ? 4 : 2;
+    const double gemm_flops = 2.0 * scores * a.head_dim;
+    const double gemm_ns = gemms * gemm_flops / (peak_per_ns * gpu.sustained.gemm.at(gemm_flops));
+    const double passes = a.backward ? stack_->attention.softmax_passes_backward.value : stack_->attention.softmax_passes_forward.value;
+    return gemm_ns + 2 * scores * passes / (gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value);
+  }
+  const hw::EfficiencyTable& table = a.backward ? gpu.sustained.attention_bwd : gpu.sustained.attention_fwd;
+  return c.hardware_flops / (peak_per_ns * table.at(c.hardware_flops));
+}
+
+double ComputeModel::attention_best_fraction(bool backward, double head_dim) const {
+  const hw::GpuProfile& gpu = node_->gpu;
+  if (attention_kernel_ != nullptr) return (backward ? attention_kernel_->backward : attention_kernel_->forward).ceiling(head_dim);
+  // Unfused: at least the GEMMs over the square, 2 (forward) or 4 (backward) x 2 x head_dim per score, against
+  // 4 and 10 x head_dim per unmasked pair counted as hardware FLOPs.
+  if (attention_impl_ == stacks::AttentionImpl::unfused) return gpu.sustained.gemm.best() / (backward ? 0.8 : 1.0);
+  return (backward ? gpu.sustained.attention_bwd : gpu.sustained.attention_fwd).best();
+}
+
+int ComputeModel::kernels(const Task& task) const {
+  if (task.kind() == TaskKind::elementwise) {
+    const stacks::ElementwiseCost* e = stack_->elementwise(elementwise_class(task.op.code));
+    return e != nullptr ? static_cast<int>(e->kernels.value) : 1;
+  }
+  if (task.kind() == TaskKind::attention && attention_impl_ == stacks::AttentionImpl::unfused) {
+    const auto& a = std::get<Attention>(task.params);
+    return (a.backward ? 4 : 2) + static_cast<int>(a.backward ? stack_->attention.softmax_passes_backward.value
+                                                               : stack_->attention.softmax_passes_forward.value);
+  }
+  return 1;
+}
+
+std::int64_t ComputeModel::duration_ns(const Task& task) const {
   const ComputeCost c = compute_cost(task);
+  const hw::GpuProfile& gpu = node_->gpu;
   // Work in ns directly (1 GB/s = 1 byte/ns, 1 TFLOP/s = 1000 FLOP/ns) so that round figures stay exact.
   if (is_host(task.device)) {
     TRAINYARD_CHECK(task.kind() == TaskKind::optimizer, "only optimizer steps run on a host");
-    return checked_ns(task, std::ceil(c.hbm_bytes / node.host_dram_gbps()));
+    return checked_ns(task, std::ceil(c.hbm_bytes / node_->host_dram_gbps()));
   }
-  double compute_ns = 0;
-  if (c.hardware_flops > 0) {
-    const bool attention = task.kind() == TaskKind::attention;
-    const hw::EfficiencyTable& table = !attention ? gpu.sustained.gemm
-                                       : std::get<Attention>(task.params).backward ? gpu.sustained.attention_bwd
-                                                                                    : gpu.sustained.attention_fwd;
-    const hw::Dtype dtype = attention ? hw::Dtype::bf16 : std::get<Gemm>(task.params).dtype;
-    compute_ns = c.hardware_flops / (gpu.peak_tflops(dtype) * 1e3 * table.at(c.hardware_flops));
+  double compute_ns = 0, hbm_bytes = c.hbm_bytes;
+  if (task.kind() == TaskKind::attention) {
+    compute_ns = attention_ns(task, c);
+  } else if (c.hardware_flops > 0) {
+    const Gemm& g = std::get<Gemm>(task.params);
+    compute_ns = c.hardware_flops / (gpu.peak_tflops(g.dtype) * 1e3 * gpu.sustained.gemm.at(c.hardware_flops) * wave_efficiency(g, gpu));
   }
-  const double memory_ns = c.hbm_bytes / (gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value);
-  return checked_ns(task, std::ceil(std::max(compute_ns, memory_ns)) + gpu.sustained.kernel_launch_ns.value);
+  if (task.kind() == TaskKind::elementwise) {
+    if (const stacks::ElementwiseCost* e = stack_->elementwise(elementwise_class(task.op.code))) hbm_bytes *= e->hbm_passes.value;
+  }
+  const double memory_ns = hbm_bytes / (gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value);
+  const double launch_ns = kernels(task) * gpu.sustained.kernel_launch_ns.value;
+  return checked_ns(task, std::ceil(std::max(compute_ns, memory_ns)) + launch_ns);
 }
 
 }  // namespace trainyard::sim

@@ -1,11 +1,20 @@
 #pragma once
-// How long a compute task takes on a GPU, and how many FLOPs it does: the roofline of the profile, with the
-// achieved fraction of peak looked up by the call's FLOPs in the profile's efficiency tables:
-//   time = max(FLOPs / (peak(dtype) * efficiency(FLOPs)), bytes / (HBM bandwidth * HBM efficiency)) + launch
+// How long a compute task takes on a GPU under a software stack, and how many FLOPs it does.
+//   GEMM: max(FLOPs / (peak(dtype) * efficiency(FLOPs) * waves), bytes / (HBM bandwidth * HBM efficiency)) + launch,
+//     where `waves` is the useful share of the output tiles its waves over the SMs compute (tile and wave
+//     quantisation, for GEMMs of a full wave or more)
+//   attention: the stack's kernel. Fused kernels (FlashAttention-2/-3, cuDNN; hw::AttentionKernel) work in blocks
+//     of query rows; each block runs over its keys (the causal diagonal block whole) plus a fixed overhead, at
+//     the kernel's long-sequence fraction of peak for the head_dim. Unfused attention runs two batched GEMMs
+//     over the full square of scores and the softmax as HBM passes over them. `calibrated` uses the profile's
+//     per-FLOP tables.
+//   elementwise: HBM bytes times the stack's passes for the op (an eager RMSNorm moves ~9x a fused one), plus
+//     one launch per kernel.
 #include <cstdint>
 
 #include "hwprofiles/node.hpp"
 #include "sim/task_graph.hpp"
+#include "stacks/stack_profile.hpp"
 
 namespace trainyard::sim {
 
@@ -19,8 +28,30 @@ struct ComputeCost {
 // unmasked pairs, with the queries at the last q_len positions of the keys.
 double attention_pairs(const Attention& a);
 ComputeCost compute_cost(const Task& task);
-// Duration in ns of a gemm/attention/elementwise/optimizer task on `gpu` (GPU tasks) or on the host of `node`
-// (host optimizer steps, bound by host DRAM bandwidth).
-std::int64_t compute_duration_ns(const Task& task, const hw::GpuProfile& gpu, const hw::NodeProfile& node);
+
+stacks::ElementwiseClass elementwise_class(OpCode code);
+
+// The GPU and host of one node as a stack drives them; built once per simulation.
+class ComputeModel {
+ public:
+  ComputeModel(const hw::NodeProfile& node, const stacks::StackProfile& stack);
+  // Duration in ns of a gemm/attention/elementwise/optimizer task on the GPU (GPU tasks) or on the host
+  // (host optimizer steps, bound by host DRAM bandwidth).
+  std::int64_t duration_ns(const Task& task) const;
+  // Kernels the task launches, each costing the host the stack's dispatch time.
+  int kernels(const Task& task) const;
+  stacks::AttentionImpl attention_impl() const { return attention_impl_; }
+  // The highest fraction of the bf16 peak an attention call reaches, counting its hardware FLOPs (backward 2.5x
+  // the forward): what a sound lower bound may assume.
+  double attention_best_fraction(bool backward, double head_dim) const;
+  const stacks::StackProfile& stack() const { return *stack_; }
+
+ private:
+  double attention_ns(const Task& task, const ComputeCost& c) const;
+  const hw::NodeProfile* node_;
+  const stacks::StackProfile* stack_;
+  stacks::AttentionImpl attention_impl_ = stacks::AttentionImpl::calibrated;
+  const hw::AttentionKernel* attention_kernel_ = nullptr;  // for the fused implementations
+};
 
 }  // namespace trainyard::sim

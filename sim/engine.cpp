@@ -1,6 +1,7 @@
 #include "sim/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <unordered_map>
@@ -13,8 +14,8 @@
 
 namespace trainyard::sim {
 
-Cluster::Cluster(hw::NodeProfile node_profile, int node_count)
-    : node(std::move(node_profile)), nodes(node_count), topology(node, node_count) {}
+Cluster::Cluster(hw::NodeProfile node_profile, int node_count, stacks::StackProfile stack_profile)
+    : node(std::move(node_profile)), nodes(node_count), topology(node, node_count), stack(std::move(stack_profile)) {}
 
 double SimResult::mfu() const {
   return step_ns > 0 ? model_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0;
@@ -54,6 +55,7 @@ class Engine {
         topo_(cluster.topology),
         options_(options),
         library_(options.collectives ? *options.collectives : stacks::default_collective_library()),
+        compute_(cluster.node, cluster.stack),
         network_(capacities()) {
     TRAINYARD_CHECK(!library_.protocols.empty(), "a collective library without protocols");
     for (const auto& p : library_.protocols) result_.protocol_names.push_back(p.name);
@@ -80,6 +82,7 @@ class Engine {
   void build_streams();
   void release(TaskId t);  // one blocker gone; launches at zero
   void launch(TaskId t);
+  std::int64_t host_issue_ns(const Task& task, std::int64_t now);
   void finish(TaskId t);
   void start_flow(TaskId owner, const RouteResources& route, double bytes, double cap);
   void push_changed_flows();
@@ -113,6 +116,8 @@ class Engine {
   const hw::Topology& topo_;
   SimOptions options_;
   const stacks::CollectiveLibrary& library_;
+  ComputeModel compute_;
+  std::vector<std::int64_t> host_issued_ns_;  // per GPU: when the host has issued its latest kernel
   int protocol_index_ = 0;  // the last choose_protocol's pick
   FlowNetwork network_;
   EventQueue queue_;
@@ -213,9 +218,14 @@ SimResult Engine::run() {
   result_.peak_flops_per_gpu = cluster_.node.gpu.peak_tflops(hw::Dtype::bf16) * 1e12;
   result_.timing.assign(static_cast<std::size_t>(n), {});
   result_.exposed_transfer_ns.assign(static_cast<std::size_t>(gpus), 0);
-  for (int g = 0; g < gpus; ++g) {
-    result_.pools.push_back({"gpu" + std::to_string(g) + " hbm", static_cast<std::int64_t>(cluster_.node.gpu.hbm_bytes.value), 0, {}});
-  }
+  const stacks::StackProfile& stack = cluster_.stack;
+  result_.stack = stack.name;
+  result_.attention_impl = stacks::to_string(compute_.attention_impl());
+  result_.hbm_fixed_bytes = stack.memory.fixed_bytes();
+  result_.allocator_overhead = stack.memory.allocator_overhead.value;
+  const auto allocatable = static_cast<std::int64_t>(stack.allocatable_bytes(cluster_.node.gpu.hbm_bytes.value));
+  for (int g = 0; g < gpus; ++g) result_.pools.push_back({"gpu" + std::to_string(g) + " hbm", allocatable, 0, {}});
+  host_issued_ns_.assign(static_cast<std::size_t>(gpus), 0);
   for (int node = 0; node < cluster_.nodes; ++node) {
     result_.pools.push_back({"host" + std::to_string(node) + " dram", static_cast<std::int64_t>(cluster_.node.host_dram_bytes.value), 0, {}});
   }
@@ -325,6 +335,19 @@ void Engine::release(TaskId t) {
   if (--blocking_[static_cast<std::size_t>(t)] == 0 && !stop_) launch(t);
 }
 
+// The host issues a GPU's kernels one after another, running ahead of the GPU, at the stack's dispatch cost per
+// kernel; a kernel cannot start before it has been issued. Where the stack syncs before the optimizer the host
+// first waits for the GPU to get there.
+std::int64_t Engine::host_issue_ns(const Task& task, std::int64_t now) {
+  std::int64_t& issued = host_issued_ns_[static_cast<std::size_t>(task.device)];
+  const stacks::StackProfile& stack = cluster_.stack;
+  if (task.kind() == TaskKind::optimizer && stack.host.sync_before_optimizer) issued = std::max(issued, now);
+  issued += static_cast<std::int64_t>(std::ceil(compute_.kernels(task) * stack.host.dispatch_us_per_kernel.value * 1e3));
+  if (issued <= now) return now;
+  result_.host_wait_ns += issued - now;
+  return issued;
+}
+
 void Engine::launch(TaskId t) {
   const Task& task = graph_.task(t);
   const std::int64_t now = queue_.now_ns();
@@ -348,11 +371,20 @@ void Engine::launch(TaskId t) {
       const ComputeCost cost = compute_cost(task);
       result_.model_flops += cost.model_flops;
       result_.hardware_flops += cost.hardware_flops;
-      const std::int64_t duration = compute_duration_ns(task, cluster_.node.gpu, cluster_.node);
-      if (duration > kMaxTimeNs - now) {
+      const std::int64_t duration = compute_.duration_ns(task);
+      const std::int64_t start = is_host(task.device) ? now : host_issue_ns(task, now);
+      if (duration > kMaxTimeNs - start) {
         throw InputError("task '" + task.name + "' would end after the simulator's time range (about 146 years)");
       }
-      queue_.push(now + duration, kTaskEnd, t);
+      result_.timing[static_cast<std::size_t>(t)].start_ns = start;
+      if (!is_host(task.device)) {
+        auto& totals = result_.compute_classes[static_cast<std::size_t>(kind)];
+        totals.busy_ns += duration;
+        totals.model_flops += cost.model_flops;
+        totals.hbm_bytes += cost.hbm_bytes;
+        ++totals.tasks;
+      }
+      queue_.push(start + duration, kTaskEnd, t);
       break;
     }
     case TaskKind::copy: {

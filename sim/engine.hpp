@@ -2,6 +2,7 @@
 // The discrete-event simulation of one training step: in-order streams per GPU (compute, H2D and D2H copy
 // engines, comm), transfers as max-min fair flows over the cluster topology, collectives decomposed into their
 // algorithm's steps, and memory pools (HBM per GPU, pinned DRAM per node) tracked over time.
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -10,16 +11,19 @@
 
 #include "hwprofiles/topology.hpp"
 #include "stacks/collective_library.hpp"
+#include "stacks/stack_profile.hpp"
 #include "sim/task_graph.hpp"
 
 namespace trainyard::sim {
 
-// N identical nodes and the topology that joins them.
+// N identical nodes, the topology that joins them and the software stack they run (its kernels, host costs and
+// reserved memory are part of every prediction).
 struct Cluster {
-  Cluster(hw::NodeProfile node_profile, int node_count);
+  Cluster(hw::NodeProfile node_profile, int node_count, stacks::StackProfile stack_profile = stacks::default_stack());
   hw::NodeProfile node;
   int nodes;
   hw::Topology topology;
+  stacks::StackProfile stack;
   int gpus() const { return topology.gpu_count(); }
   int node_of(DeviceId gpu) const { return gpu / topology.gpus_per_node(); }
 };
@@ -99,6 +103,22 @@ struct SimResult {
   // The protocol each collective ran with (an index into protocol_names), collective tasks only.
   std::vector<std::pair<TaskId, std::uint8_t>> collective_protocols;
   std::vector<std::string> protocol_names;
+  // The stack the step ran under: its attention kernel, and what it reserves on each GPU beyond the pools'
+  // allocations (the HBM pools' capacity is what its allocator can hand out).
+  std::string stack;
+  std::string attention_impl;
+  double hbm_fixed_bytes = 0;
+  double allocator_overhead = 0;
+  double hbm_reserved_bytes(double allocated_bytes) const { return allocated_bytes * (1 + allocator_overhead) + hbm_fixed_bytes; }
+  // Per class of compute task (gemm, attention, elementwise, optimizer): busy time and FLOPs, summed over GPUs.
+  struct ClassTotals {
+    std::int64_t busy_ns = 0;
+    double model_flops = 0;
+    double hbm_bytes = 0;
+    std::int64_t tasks = 0;
+  };
+  std::array<ClassTotals, 4> compute_classes{};
+  std::int64_t host_wait_ns = 0;  // GPU time lost waiting for the host to issue kernels, summed over GPUs
 
   double mfu() const;
   double hfu() const;

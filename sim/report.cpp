@@ -54,6 +54,26 @@ std::map<std::string, int> protocol_counts(const SimResult& r) {
 
 }  // namespace
 
+// Per class of compute task: busy time summed over GPUs and the efficiency it got, as a fraction of the bf16
+// peak (GEMM, attention: model FLOPs over busy time) or of the HBM bandwidth (elementwise, optimizer).
+json::Json compute_classes_json(const SimResult& r, const Cluster& cluster) {
+  json::Json out = json::Json::object();
+  for (std::size_t k = 0; k < r.compute_classes.size(); ++k) {
+    const SimResult::ClassTotals& c = r.compute_classes[k];
+    if (c.tasks == 0) continue;
+    const auto busy_s = static_cast<double>(c.busy_ns) * 1e-9;
+    const bool flops = k == static_cast<std::size_t>(TaskKind::gemm) || k == static_cast<std::size_t>(TaskKind::attention);
+    json::Json entry = {{"tasks", c.tasks}, {"busy_ns", c.busy_ns}, {"model_flops", c.model_flops}, {"hbm_bytes", c.hbm_bytes}};
+    if (busy_s > 0) {
+      entry["efficiency"] = flops ? c.model_flops / (busy_s * r.peak_flops_per_gpu)
+                                  : c.hbm_bytes / (busy_s * cluster.node.gpu.hbm_gbps.value * 1e9);
+      entry["efficiency_of"] = flops ? "bf16 dense peak (model FLOPs)" : "HBM bandwidth (bytes the fused op would move)";
+    }
+    out[std::string(to_string(static_cast<TaskKind>(k)))] = entry;
+  }
+  return out;
+}
+
 json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluster& cluster) {
   using json::Json;
   Json out = {
@@ -72,6 +92,12 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
       {"flops_convention", "model FLOPs exclude recomputation; attention backward = 2x forward (2.5x in hardware FLOPs)"},
   };
   if (!r.collective_protocols.empty()) out["collectives_by_protocol"] = protocol_counts(r);
+  out["stack"] = {{"name", r.stack},
+                  {"attention", r.attention_impl},
+                  {"hbm_reserved_fixed_bytes", r.hbm_fixed_bytes},
+                  {"allocator_overhead", r.allocator_overhead},
+                  {"host_wait_ns", r.host_wait_ns}};
+  out["compute_classes"] = compute_classes_json(r, cluster);
   if (!r.completed) {  // a step that did not finish has no step time or MFU, only where it stopped
     out["stopped_at_ns"] = r.step_ns;
     for (const char* key : {"step_ns", "step_s", "mfu", "hfu"}) out[key] = nullptr;
@@ -92,6 +118,7 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
     const auto& s = summaries[static_cast<std::size_t>(g)];
     gpus.push_back({{"gpu", g},
                     {"peak_hbm_bytes", r.pools[static_cast<std::size_t>(g)].peak_bytes},
+                    {"peak_hbm_reserved_bytes", r.hbm_reserved_bytes(static_cast<double>(r.pools[static_cast<std::size_t>(g)].peak_bytes))},
                     {"compute_busy", fraction(s.compute_busy_ns, r.step_ns)},
                     {"h2d_busy", fraction(s.h2d_busy_ns, r.step_ns)},
                     {"d2h_busy", fraction(s.d2h_busy_ns, r.step_ns)},
@@ -137,13 +164,18 @@ void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph
     }
     out << "; the protocol NCCL's cost model picks)\n\n";
   }
+  out << "stack          " << r.stack << ": attention " << r.attention_impl << "; HBM reserved = allocated x "
+      << format_fixed(1 + r.allocator_overhead, 2) << " + " << format_bytes(r.hbm_fixed_bytes) << " (context, workspaces, buffers)";
+  if (r.host_wait_ns > 0) out << "; GPUs waited " << format_fixed(static_cast<double>(r.host_wait_ns) * 1e-6 / std::max(1, r.gpus), 3) << " ms each for the host";
+  out << "\n\n";
   const auto summaries = gpu_summaries(r);
-  TextTable gpus({"gpu", "peak HBM", "compute busy", "H2D busy", "D2H busy", "comm busy", "exposed transfer"},
-                 {false, true, true, true, true, true, true});
+  TextTable gpus({"gpu", "peak HBM", "reserved", "compute busy", "H2D busy", "D2H busy", "comm busy", "exposed transfer"},
+                 {false, true, true, true, true, true, true, true});
   auto pct = [&](std::int64_t ns) { return format_fixed(100 * fraction(ns, r.step_ns), 1) + "%"; };
   for (int g = 0; g < r.gpus; ++g) {
     const auto& s = summaries[static_cast<std::size_t>(g)];
-    gpus.add_row({"gpu" + std::to_string(g), format_bytes(static_cast<double>(r.pools[static_cast<std::size_t>(g)].peak_bytes)),
+    const auto peak = static_cast<double>(r.pools[static_cast<std::size_t>(g)].peak_bytes);
+    gpus.add_row({"gpu" + std::to_string(g), format_bytes(peak), format_bytes(r.hbm_reserved_bytes(peak)),
                   pct(s.compute_busy_ns), pct(s.h2d_busy_ns), pct(s.d2h_busy_ns), pct(s.comm_busy_ns),
                   format_fixed(static_cast<double>(r.exposed_transfer_ns[static_cast<std::size_t>(g)]) * 1e-6, 3) + " ms"});
   }
@@ -216,7 +248,6 @@ Timeline to_timeline(const SimResult& r, const TaskGraph& graph, std::string_vie
     t.process_names[pid] = device_name(s.device);
     t.stream_names[{pid, trace_tid(s.stream)}] = stream_name(s.stream);
   }
-  std::unordered_map<TaskId, std::uint8_t> protocol_of(r.collective_protocols.begin(), r.collective_protocols.end());
   for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
     const Task& task = graph.task(id);
     const auto& timing = r.timing[static_cast<std::size_t>(id)];

@@ -13,6 +13,7 @@
 #include "models/catalog.hpp"
 #include "planner/ringtrack.hpp"
 #include "sim/engine.hpp"
+#include "test_support.hpp"
 
 namespace trainyard::backend {
 
@@ -150,7 +151,7 @@ TEST(BackendSchedule, StreamOrderAgainstTheDependenciesIsAnError) {
 // holds the simulator's peak (it can only be larger: alignment and fragmentation), within 5%.
 TEST(BackendSchedule, RingTrackPlanSchedulesOnEveryRank) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,vocab=1024");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1, test::ideal_stack());
   const planner::StepInputs in{m, c, {2048, 2}, model::precision_policy("bf16-mixed")};  // two replicas of a 2-GPU ring
   planner::RingTrackParams p;
   p.ring = 2;

@@ -235,13 +235,14 @@ TEST(CalibrationProfile, WrittenProfileLoadsAndTheSimulatorGetsTheFittedValues) 
   EXPECT_EQ(doc["calibration"]["device"]["name"], "NVIDIA H100 80GB HBM3");
 
   // The simulator's cost of a GEMM on the calibrated profile is the time it was "measured" at.
-  const hw::NodeProfile node = hw::load_node("dgx-h100");
+  hw::NodeProfile node = hw::load_node("dgx-h100");
+  node.gpu = gpu;
   for (const GemmShape& g : {GemmShape{4096, 4096, 4096}, GemmShape{8192, 28672, 4096}, GemmShape{2048, 4096, 14336, false, false}}) {
     sim::Task task;
     task.device = 0;
     task.params = sim::Gemm{g.m, g.n, g.k, hw::Dtype::bf16};
     const double truth_s = gemm_flops(g) / (989.4e12 * truth.gemm.at(gemm_flops(g))) + truth.launch_s;
-    EXPECT_NEAR(static_cast<double>(sim::compute_duration_ns(task, gpu, node)) * 1e-9 / truth_s, 1.0, 0.04) << g.m << "x" << g.n << "x" << g.k;
+    EXPECT_NEAR(static_cast<double>(sim::ComputeModel(node, stacks::default_stack()).duration_ns(task)) * 1e-9 / truth_s, 1.0, 0.04) << g.m << "x" << g.n << "x" << g.k;
   }
   // Nothing else was left in the folder (the temporary file was renamed).
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path() / "measured"), fs::directory_iterator()), 1);

@@ -122,6 +122,18 @@ class GuiTest : public QObject {
     QVERIFY(!chart_plan(in, "ulysses", {mine}, 0.05).has_value());  // one GPU: no Ulysses
   }
 
+  void the_stack_reaches_the_cluster_and_the_saved_plan() {
+    WhatIfInputs in = small_inputs();
+    in.stack = "torchtitan";
+    const Setup setup(in);
+    QCOMPARE(setup.cluster.stack.name, std::string("torchtitan"));
+    planner::PlanSpec spec;
+    spec.scheme = "zero";
+    QCOMPARE(plan_file(setup, spec, nullptr).stack, std::string("torchtitan"));
+    in.stack = "no-such-stack";
+    QVERIFY_THROWS_EXCEPTION(InputError, Setup{in});
+  }
+
   void a_step_that_runs_out_of_memory_reports_at_least_the_capacity() {
     WhatIfInputs big = small_inputs();
     big.model = "llama3-8b";

@@ -170,7 +170,7 @@ TEST(Limits, MemorySizesParse) {
 // The estimate against the graphs the builders make: within a factor of 2 for every scheme's configurations.
 TEST(Limits, EstimateCountsWhatTheBuildersMake) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1, test::ideal_stack());
   std::map<std::string, int> checked;
   for (const planner::Workload w : {planner::Workload{32768, 4}, planner::Workload{65536, 8}, planner::Workload{131072, 4}}) {
     const planner::StepInputs in{m, c, w, model::precision_policy("bf16-mixed")};
@@ -225,7 +225,7 @@ TEST(Limits, BytesPerTaskCoverABuiltAndSimulatedGraph) {
 
 TEST(Limits, TheSearchSkipsCandidatesOverTheBudget) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1, test::ideal_stack());
   const planner::StepInputs in{m, c, {65536, 4}, model::precision_policy("bf16-mixed")};
   planner::SearchOptions o;
   o.schemes = {"ringtrack"};

@@ -10,6 +10,7 @@
 #include "planner/megatron.hpp"
 #include "planner/transformer.hpp"
 #include "sim/collectives.hpp"
+#include "test_support.hpp"
 
 namespace trainyard::planner {
 
@@ -108,7 +109,7 @@ TEST(Pipeline, ScheduleIsOneForwardOneBackward) {
 // compute stream is not busy before its optimizer step, over its busy time.
 TEST(Pipeline, BubbleFractionMatchesTheFormula) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=1024,heads=16,vocab=64");
-  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
   for (const auto& [vpp, micro_batches] : std::vector<std::pair<int, int>>{{1, 8}, {1, 16}, {2, 8}}) {
     SCOPED_TRACE("vpp " + std::to_string(vpp) + " m " + std::to_string(micro_batches));
     const StepInputs in{m, cluster, {1024, micro_batches}, model::precision_policy("bf16-mixed")};
@@ -138,7 +139,7 @@ TEST(Megatron, CheckpointOffloadMovesCheckpointsToHost) {
   // Full recompute keeps each layer's input; with OC those inputs live in host DRAM, copied out after each
   // layer's forward and back before its backward: HBM peaks lower, host DRAM holds the checkpoints.
   const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=1024,heads=16,vocab=64");
-  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, cluster, {8192, 4}, model::precision_policy("bf16-mixed")};
   std::vector<sim::SimResult> results;
   std::vector<int> copies;
@@ -206,7 +207,7 @@ TEST(Megatron, DataParallelStepAllReducesTheGradients) {
   // dp = 4 on the tiny node: every GPU ends with an optimizer step after all-reduces whose payloads add up to
   // its gradients (bf16: 2 bytes per parameter).
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,vocab=1024");
-  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, cluster, {1024, 8}, model::precision_policy("bf16-mixed")};
   MegatronParams p;
   p.dp = 4;

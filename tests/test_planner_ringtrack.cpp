@@ -8,6 +8,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/ringtrack.hpp"
+#include "test_support.hpp"
 
 namespace trainyard::planner {
 
@@ -43,7 +44,7 @@ Span span_of(const sim::TaskGraph& g, const sim::SimResult& r, const std::string
 
 TEST(RingTrack, VisitsFollowTheTrainDependencies) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,vocab=1024");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {2048, 2}, model::precision_policy("bf16-mixed")};  // 2 replicas of a 2-GPU ring
   RingTrackParams p;
   p.ring = 2;
@@ -89,7 +90,7 @@ TEST(RingTrack, VisitsFollowTheTrainDependencies) {
 
 TEST(RingTrack, OnlyChunkActivationsCrossBetweenGpus) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=512,heads=8,vocab=1024");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const std::int64_t S = 8192, chunk = 1024;
   const StepInputs in{m, c, {S, 1}, model::precision_policy("bf16-mixed")};
   RingTrackParams p;
@@ -121,7 +122,7 @@ TEST(RingTrack, BubbleMatchesTheFillAndDrainFormula) {
   // Nearly uniform visits: attention is small beside the dense ops (short chunks, wide layers), everything in HBM,
   // a head with a tiny vocabulary.
   const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=1024,heads=8,vocab=256");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const int P = 4, L = 8;
   for (const std::int64_t chunks : {8, 32}) {
     const std::int64_t chunk = 32;
@@ -199,7 +200,7 @@ TEST(RingTrack, HostDramOverflowIsAnOomOfTheHostPool) {
 }
 
 TEST(RingTrack, RingOrderAvoidsTheSlowHops) {
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const std::vector<int> naive{0, 1, 2, 3};
   double naive_slowest = 1e9;
   for (const auto& hop : ring_hops(c, naive)) naive_slowest = std::min(naive_slowest, hop.gbps);
@@ -231,7 +232,7 @@ TEST(RingTrack, RingOrderAvoidsTheSlowHops) {
 
 TEST(RingTrack, BadParametersNameTheirFlag) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,vocab=1024");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {4096, 1}, model::precision_policy("bf16-mixed")};
   auto flag_of = [&](RingTrackParams p) -> std::string {
     try {

@@ -7,6 +7,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/search.hpp"
+#include "test_support.hpp"
 
 namespace trainyard::planner {
 
@@ -25,7 +26,7 @@ std::vector<std::string> summaries(const std::vector<RankedPlan>& plans) {
 TEST(Search, LowerBoundsNeverExceedTheSimulation) {
   // Every configuration of every scheme on a small case: the bounds must stay below what the simulation reports.
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};  // FPDT needs chunks of 16K+
   const auto specs = enumerate_plans(in, kSchemes);
   ASSERT_GT(specs.size(), 100u);
@@ -55,7 +56,7 @@ TEST(Search, LowerBoundsNeverExceedTheSimulation) {
 TEST(Search, RingTrackBoundsHoldWhereKvBlocksStreamThroughOneBuffer) {
   // Long sequences in small chunks: many K/V blocks per visit, where the one-buffer bound adds the copies.
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {256 * 1024, 1}, model::precision_policy("bf16-mixed")};
   for (const std::int64_t chunk : {1024, 4096}) {
     std::map<int, double> bound;
@@ -80,7 +81,7 @@ TEST(Search, RingTrackBoundsHoldWhereKvBlocksStreamThroughOneBuffer) {
 
 TEST(Search, PruningNeverLosesTheBestPlan) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   int with_gap = 0;  // schemes whose shown best was reached with some of their plans skipped
   for (const std::int64_t seq : {4096, 16384}) {
     const StepInputs in{m, c, {seq, 4}, model::precision_policy("bf16-mixed")};
@@ -123,7 +124,7 @@ TEST(Search, PruningNeverLosesTheBestPlan) {
 
 TEST(Search, TheAnswerDoesNotDependOnTheThreadCount) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {16384, 4}, model::precision_policy("bf16-mixed")};
   std::vector<SearchReport> reports;
   for (int threads : {1, 2, 5}) {
@@ -155,7 +156,7 @@ TEST(Search, NothingFitsReportsTheClosestMiss) {
 
 TEST(Search, QuickPlanIsTheFittingCandidateWithTheBestTimeBound) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};
   const double headroom = 0.05, usable = c.node.gpu.hbm_bytes.value * (1 - headroom);
   for (const auto& scheme : kSchemes) {
@@ -187,7 +188,7 @@ TEST(Search, ChunkSizesAreThePowersOfTwoThatDivideAndTheHalvings) {
 
 TEST(PlanFile, RoundTripsEveryScheme) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
-  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};
   const auto specs = enumerate_plans(in, kSchemes);
   const std::string path = ::testing::TempDir() + "/roundtrip-plan.json";
@@ -242,7 +243,7 @@ namespace trainyard::planner {
 
 TEST(Search, MaxSequenceIsTheLongestThatFits) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {4096, 1}, model::precision_policy("bf16-mixed")};
   SearchOptions o;
   o.top = 1;

@@ -6,6 +6,7 @@
 #include "models/catalog.hpp"
 #include "planner/zero.hpp"
 #include "sim/cost_model.hpp"
+#include "test_support.hpp"
 
 namespace trainyard::planner {
 
@@ -53,7 +54,7 @@ sim::SimResult run(sim::TaskGraph& g, const sim::Cluster& c) {
 
 TEST(Zero, StagesShardModelStatesAndPickTheirCollectives) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,vocab=1024");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {1024, 8}, model::precision_policy("bf16-mixed")};  // 2 micro-batches per GPU
   const double p = m.params();
   std::vector<std::int64_t> peak_hbm;
@@ -79,7 +80,7 @@ TEST(Zero, StagesShardModelStatesAndPickTheirCollectives) {
 
 TEST(Zero, OffloadMovesStatesAndCheckpointsToHostMemory) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,vocab=1024");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {2048, 4}, model::precision_policy("bf16-mixed")};
   ZeroParams base;
   base.stage = 3;
@@ -105,7 +106,7 @@ TEST(Ulysses, AllToAllBytesMatchTheFormula) {
   // DeepSpeed-Ulysses moves q, k, v before attention and the output after: 4 b S h / P elements per GPU per
   // layer forward for multi-head attention, 2 bytes each; backward moves the same.
   const model::ModelConfig m = model::parse_custom_model("custom:layers=2,hidden=1024,heads=16,vocab=1024");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {4096, 1}, model::precision_policy("bf16-mixed")};
   ZeroParams z;
   z.sp = 4;
@@ -122,6 +123,41 @@ TEST(Ulysses, AllToAllBytesMatchTheFormula) {
   EXPECT_DOUBLE_EQ(k.a2a_bytes, 2 * 3 * per_layer);
   const sim::SimResult r = run(g, c);
   EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+}
+
+// torchtitan's selective layer AC: every other layer checkpointed, so half the layers run their forward again
+// and the others keep their full activations.
+TEST(Zero, CheckpointingEveryOtherLayerRecomputesHalf) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,vocab=1024");
+  const sim::Cluster c(hw::load_node("dgx-a100"), 1, test::ideal_stack());
+  const StepInputs in{m, c, {4096, 8}, model::precision_policy("bf16-mixed")};
+  ZeroParams none, every, other;
+  every.activation_checkpointing = other.activation_checkpointing = true;
+  other.checkpoint_every = 2;
+  EXPECT_EQ(other.checkpointed_layers(4), 2);
+  EXPECT_FALSE(other.checkpoints_layer(0));
+  EXPECT_TRUE(other.checkpoints_layer(1));
+  auto recomputed = [&](const ZeroParams& z) {
+    sim::TaskGraph g = build_zero(in, z);
+    int n = 0;
+    for (const auto& t : g.tasks()) n += t.recompute && t.kind() == sim::TaskKind::gemm;
+    const sim::SimResult r = run(g, c);
+    EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+    return std::pair{n, r};
+  };
+  const auto [n_none, r_none] = recomputed(none);
+  const auto [n_every, r_every] = recomputed(every);
+  const auto [n_other, r_other] = recomputed(other);
+  EXPECT_EQ(n_none, 0);
+  EXPECT_GT(n_every, 0);
+  EXPECT_EQ(2 * n_other, n_every);
+  EXPECT_LT(r_every.step_ns, r_none.step_ns * 2);
+  EXPECT_GT(r_other.step_ns, r_none.step_ns);
+  EXPECT_LT(r_other.step_ns, r_every.step_ns);
+  EXPECT_LT(r_every.pools[0].peak_bytes, r_other.pools[0].peak_bytes);
+  EXPECT_LT(r_other.pools[0].peak_bytes, r_none.pools[0].peak_bytes);
+  other.checkpoint_every = 5;  // more than the model's layers
+  EXPECT_NE(test::error_of([&] { build_zero(in, other); }).find("--recompute"), std::string::npos);
 }
 
 TEST(Zero, BadParametersNameTheirFlag) {
@@ -157,7 +193,7 @@ TEST(RingAttention, PassesKvBlocksRoundTheRingAndZigzagBalancesTheWork) {
   // three times round the ring, backward also the fp32 dK, dV. Without zigzag rank r computes r + 1 blocks, so
   // the last rank is the busiest; zigzag gives every rank the same work.
   const model::ModelConfig m = model::parse_custom_model("custom:layers=2,hidden=1024,heads=16,vocab=1024");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {8192, 1}, model::precision_policy("bf16-mixed")};
   LayerSplit split{1, 8192, 1, false, false};
   split.cp = 4;
@@ -199,7 +235,7 @@ TEST(Fpdt, ChunkedAttentionDoesTheCausalWorkAndStreamsThroughHost) {
   // exactly the causal pairs of the whole sequence; K/V of each chunk goes out once and comes back once per later
   // chunk, and the copies add up to fpdt_copy_bytes.
   const model::ModelConfig m = model::parse_custom_model("custom:layers=1,hidden=1024,heads=16,vocab=1024");
-  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1);
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {16384, 1}, model::precision_policy("bf16-mixed")};
   ZeroParams z;
   z.sp = 4;

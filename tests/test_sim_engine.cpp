@@ -13,6 +13,7 @@
 #include "sim/event_queue.hpp"
 #include "sim/graph_json.hpp"
 #include "sim/report.hpp"
+#include "test_support.hpp"
 
 namespace trainyard::sim {
 
@@ -21,7 +22,7 @@ namespace {
 const double kPcie = hw::pcie_gbps_per_direction(4, 16);  // 31.5077 GB/s = bytes/ns
 
 Cluster tiny(int nodes = 1) {
-  return Cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), nodes);
+  return Cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), nodes, test::ideal_stack());
 }
 
 SimResult run(TaskGraph& graph, const Cluster& cluster) {

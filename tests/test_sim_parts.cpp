@@ -151,6 +151,8 @@ TEST(CostModel, CausalAttentionCountsUnmaskedPairs) {
 
 TEST(CostModel, RooflineAndEfficiencyTable) {
   const hw::NodeProfile node = hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json");
+  const ComputeModel model(node, stacks::default_stack());
+  auto compute_duration_ns = [&](const Task& t, const hw::GpuProfile&, const hw::NodeProfile&) { return model.duration_ns(t); };
   // Compute-bound: 2e9 FLOPs at 100 TFLOP/s x 0.5 = 40,000 ns.
   Task big{"g", 0, {StreamKind::compute, 0}, false, Gemm{1000, 1000, 1000, hw::Dtype::bf16}};
   EXPECT_EQ(compute_duration_ns(big, node.gpu, node), 40'000);
@@ -166,6 +168,98 @@ TEST(CostModel, RooflineAndEfficiencyTable) {
   // Elementwise: bytes over HBM.
   Task norm{"n", 0, {StreamKind::compute, 0}, false, Elementwise{500'000, 500'000}};
   EXPECT_EQ(compute_duration_ns(norm, node.gpu, node), 1'000);
+}
+
+// The fused attention kernel model (hw::AttentionKernel): blocks of 128 query rows, each running over its keys
+// plus a fixed overhead, at the kernel's ceiling for the head_dim.
+TEST(CostModel, FusedAttentionByBlocks) {
+  const hw::NodeProfile node = hw::load_node("dgx-h100");
+  stacks::StackProfile stack = stacks::default_stack();
+  stack.attention.preference = {stacks::AttentionImpl::flash3};
+  const ComputeModel model(node, stack);
+  ASSERT_EQ(model.attention_impl(), stacks::AttentionImpl::flash3);
+  const hw::AttentionKernel& k = node.gpu.sustained.attention_kernels.at("flash3");
+  const double peak_per_ns = 989.4e3, launch = 4000;
+  const double overhead = k.forward.block_overhead_keys.value;
+  // Non-causal, 1024 queries and keys, 16 heads of 128: 8 blocks x 128 rows x (1024 + overhead) keys.
+  Task full{"a", 0, {StreamKind::compute, 0}, false, Attention{1024, 1024, 16, 16, 128, false, false}};
+  const double full_flops = 8 * 128 * (1024 + overhead) * 16 * 4 * 128;
+  EXPECT_EQ(model.duration_ns(full), static_cast<std::int64_t>(std::ceil(full_flops / (peak_per_ns * k.forward.ceiling(128))) + launch));
+  // Causal: block i runs over (i + 1) x 128 keys, the diagonal block whole: 128 x 36 / 8 = 576 keys per block on average.
+  Task causal = full;
+  std::get<Attention>(causal.params).causal = true;
+  const double causal_flops = 128 * (128.0 * 36 + 8 * overhead) * 16 * 4 * 128;
+  EXPECT_EQ(model.duration_ns(causal), static_cast<std::int64_t>(std::ceil(causal_flops / (peak_per_ns * k.forward.ceiling(128))) + launch));
+  // Queries at the end of a longer key range (a later chunk): 2 blocks of 128 queries after 768 earlier keys.
+  Task chunk{"c", 0, {StreamKind::compute, 0}, false, Attention{256, 1024, 16, 16, 128, true, false}};
+  const double chunk_flops = 128 * ((768 + 128) + (768 + 256) + 2 * overhead) * 16 * 4 * 128;
+  EXPECT_EQ(model.duration_ns(chunk), static_cast<std::int64_t>(std::ceil(chunk_flops / (peak_per_ns * k.forward.ceiling(128))) + launch));
+  // The ceiling interpolates in log2(head_dim): d96 lies between d64 and d128.
+  const double t = (std::log2(96) - 6) / 1;
+  EXPECT_NEAR(k.forward.ceiling(96), k.forward.ceiling(64) + t * (k.forward.ceiling(128) - k.forward.ceiling(64)), 1e-12);
+  // A lower bound may use the ceiling: no call is faster.
+  EXPECT_GE(static_cast<double>(model.duration_ns(causal)),
+            compute_cost(causal).hardware_flops / (peak_per_ns * model.attention_best_fraction(false, 128)));
+}
+
+// A100: 108 SMs, 128x128 tiles. 108 tiles fill one wave; one more tile needs a second wave that does 1/108 of it.
+TEST(CostModel, GemmWavesOverTheSms) {
+  const hw::NodeProfile node = hw::load_node("dgx-a100");
+  const ComputeModel model(node, stacks::default_stack());
+  ASSERT_EQ(node.gpu.sm_count.value, 108);
+  auto compute_ns = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
+    const Task t{"g", 0, {StreamKind::compute, 0}, false, Gemm{m, n, k, hw::Dtype::bf16}};
+    return static_cast<double>(model.duration_ns(t)) - node.gpu.sustained.kernel_launch_ns.value;
+  };
+  auto curve_ns = [&](double m, double n, double k) {
+    const double flops = 2 * m * n * k;
+    return flops / (312e3 * node.gpu.sustained.gemm.at(flops));
+  };
+  EXPECT_NEAR(compute_ns(108 * 128, 128, 8192), std::ceil(curve_ns(108 * 128, 128, 8192)), 1);  // one full wave
+  // 109 tiles: two waves for 109 tiles' work.
+  EXPECT_NEAR(compute_ns(109 * 128, 128, 8192), std::ceil(curve_ns(109 * 128, 128, 8192) * 216 / 109), 1);
+  // A partial tile costs a whole one: 108 tiles of which the last row of tiles is 1 row of 128.
+  EXPECT_NEAR(compute_ns(107 * 128 + 1, 128, 8192), std::ceil(curve_ns(107 * 128 + 1, 128, 8192) * 108 * 128 / (107 * 128 + 1)), 1);
+  // Under one wave the efficiency curve alone applies (cuBLAS splits such GEMMs differently).
+  EXPECT_NEAR(compute_ns(64 * 128, 128, 8192), std::ceil(curve_ns(64 * 128, 128, 8192)), 1);
+}
+
+TEST(CostModel, UnfusedAttentionComputesTheWholeSquareAndPassesThroughHbm) {
+  const hw::NodeProfile node = hw::load_node("dgx-a100");
+  const stacks::StackProfile unfused = stacks::load_stack("megatron-lm-unfused", "test");
+  const ComputeModel model(node, unfused);
+  ASSERT_EQ(model.attention_impl(), stacks::AttentionImpl::unfused);
+  Task t{"a", 0, {StreamKind::compute, 0}, false, Attention{4096, 4096, 8, 8, 128, true, false}};
+  const double scores = 4096.0 * 4096 * 8;
+  const double gemm_flops = 2 * scores * 128;
+  const double gemm_ns = 2 * gemm_flops / (312e3 * node.gpu.sustained.gemm.at(gemm_flops));
+  const double softmax_ns = 2 * scores * 3 / (2039 * node.gpu.sustained.hbm_efficiency.value);
+  // Forward: 2 GEMMs and 3 softmax passes, 5 kernels.
+  EXPECT_EQ(model.kernels(t), 5);
+  EXPECT_NEAR(static_cast<double>(model.duration_ns(t)), gemm_ns + softmax_ns + 5 * 4000, 2);
+  // Causal masking does not shorten it.
+  Task full = t;
+  std::get<Attention>(full.params).causal = false;
+  EXPECT_EQ(model.duration_ns(full), model.duration_ns(t));
+  EXPECT_GE(static_cast<double>(model.duration_ns(full)),
+            compute_cost(full).hardware_flops / (312e3 * model.attention_best_fraction(false, 128)));
+  std::get<Attention>(full.params).backward = true;
+  EXPECT_GE(static_cast<double>(model.duration_ns(full)),
+            compute_cost(full).hardware_flops / (312e3 * model.attention_best_fraction(true, 128)));
+}
+
+TEST(CostModel, EagerElementwiseOpsMoveMoreBytesInMoreKernels) {
+  const hw::NodeProfile node = hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json");
+  const stacks::StackProfile eager = stacks::load_stack("torchtitan", "test");
+  const ComputeModel fused(node, stacks::default_stack()), model(node, eager);
+  Task norm{"n", 0, {StreamKind::compute, 0}, false, Elementwise{500'000'000, 500'000'000}, Op{OpCode::norm1}};
+  Task residual = norm;
+  residual.op.code = OpCode::residual1;
+  const double launch = node.gpu.sustained.kernel_launch_ns.value;
+  const double fused_ns = static_cast<double>(fused.duration_ns(norm)) - launch;
+  EXPECT_EQ(model.kernels(norm), static_cast<int>(eager.norm.kernels.value));
+  EXPECT_NEAR(static_cast<double>(model.duration_ns(norm)), fused_ns * eager.norm.hbm_passes.value + model.kernels(norm) * launch, 1);
+  EXPECT_EQ(model.duration_ns(residual), fused.duration_ns(residual));  // an add is one kernel in any stack
 }
 
 // --- JSON form ---------------------------------------------------------------------------------------------

@@ -53,4 +53,9 @@ CliResult run_cli(const std::string& args) {
   return result;
 }
 
+const stacks::StackProfile& ideal_stack() {
+  static const stacks::StackProfile s = stacks::load_stack(std::string(TRAINYARD_TEST_DATA_DIR) + "/ideal-stack.json", "test");
+  return s;
+}
+
 }  // namespace trainyard::test

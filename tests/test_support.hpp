@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "stacks/stack_profile.hpp"
 
 namespace trainyard::test {
 
@@ -23,6 +24,10 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// tests/data/ideal-stack.json: nothing reserved, no host cost, fused ops, the profile's calibrated attention
+// tables. Mechanics tests on the small test nodes use it so that their figures stay round.
+const stacks::StackProfile& ideal_stack();
 
 // A file of the source tree, parsed (e.g. "hwprofiles/gpus/h100-sxm.json").
 nlohmann::json source_json(const std::string& relative_path);

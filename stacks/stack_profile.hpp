@@ -1,0 +1,79 @@
+#pragma once
+// A software stack (framework) as the prediction needs it (stacks/frameworks/*.json, schema trainyard.stack.v1):
+// which attention kernel it runs, how many kernels and HBM passes its elementwise ops take, what the host spends
+// issuing each kernel, what memory it holds beyond the tensors the plan allocates, and the FLOP convention its
+// own logs use for MFU. The same step graph runs differently under Megatron-LM, DeepSpeed or torchtitan; the
+// simulator reads these figures instead of assuming one ideal stack. Plain C++.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json_reader.hpp"
+#include "models/model.hpp"
+
+namespace trainyard::stacks {
+
+using json::Figure;
+
+// How an attention call runs. The fused kernels (FlashAttention-2/-3, cuDNN) take their figures from the GPU
+// profile (hw::AttentionKernel); `unfused` materialises the scores: two batched GEMMs over the full square and
+// softmax passes through HBM; `calibrated` uses the GPU profile's per-FLOP tables (trainyard's own kernels, as
+// `trainyard calibrate` measures them).
+enum class AttentionImpl { flash2, flash3, cudnn, unfused, calibrated };
+std::string_view to_string(AttentionImpl impl);
+std::optional<AttentionImpl> attention_impl_named(std::string_view name);  // nullopt: not one of the above
+
+// An elementwise op as the stack runs it: kernels launched and HBM traffic as a multiple of one fused pass
+// (read the inputs once, write the output once), which is what trainyard's graph charges.
+struct ElementwiseCost {
+  Figure kernels;
+  Figure hbm_passes;
+};
+
+enum class ElementwiseClass { norm, rope, activation, residual, other };
+
+struct StackProfile {
+  std::string name;
+  std::string description;
+  std::string origin;
+  struct Attention {
+    std::vector<AttentionImpl> preference;  // the first the GPU profile describes is used; then `calibrated`
+    Figure softmax_passes_forward;          // unfused: HBM passes over the bf16 scores (write, softmax, dropout)
+    Figure softmax_passes_backward;
+    Figure stored_bytes_per_score;  // unfused: bytes kept per score for backward (softmax output, dropout mask)
+  } attention;
+  ElementwiseCost norm, rope, activation, residual;
+  // Sharded data parallelism (ZeRO-3 / FSDP): HBM passes over a layer's gathered bf16 parameters on the compute
+  // stream once its all-gather lands (FSDP2 copies the flat buffer out into the parameters; ZeRO-3 and Megatron
+  // use views: 0).
+  Figure gathered_params_copy_passes;
+  struct Host {
+    Figure dispatch_us_per_kernel;  // host time to issue one kernel (framework, dispatcher, driver launch)
+    bool sync_before_optimizer = false;  // the host waits for the GPU before the optimizer (e.g. grad-norm .item())
+  } host;
+  struct Memory {
+    Figure cuda_context_bytes;        // context and loaded kernels, per GPU
+    Figure workspace_bytes;           // library workspaces (cuBLAS, cuBLASLt, cuDNN)
+    Figure communication_bytes;       // communication library buffers and the framework's gradient buckets
+    Figure allocator_overhead;        // reserved / allocated - 1 of the caching allocator at its peak
+    double fixed_bytes() const { return cuda_context_bytes.value + workspace_bytes.value + communication_bytes.value; }
+  } memory;
+  model::FlopConvention mfu_convention;  // how the framework's own log counts FLOPs for its MFU / TFLOP/s
+  json::Source mfu_convention_source;
+
+  const ElementwiseCost* elementwise(ElementwiseClass c) const;
+  // HBM the allocator can hand out on a GPU of `hbm_bytes`, and what it reserves for `allocated_bytes`.
+  double allocatable_bytes(double hbm_bytes) const;
+  double reserved_bytes(double allocated_bytes) const;
+};
+
+StackProfile parse_stack(const json::Json& document, const std::string& origin);
+// A built-in (stacks/frameworks/NAME.json) or a file by path; `origin` names the flag or field that asked.
+StackProfile load_stack(std::string_view name_or_path, const std::string& origin);
+std::vector<std::string> stack_names();
+// megatron-lm: Megatron-LM with Transformer Engine's fused attention, what trainyard modelled before stacks.
+inline constexpr std::string_view kDefaultStack = "megatron-lm";
+const StackProfile& default_stack();
+
+}  // namespace trainyard::stacks
