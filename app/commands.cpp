@@ -450,8 +450,8 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
   }
   static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
                                               "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp",
-                                              "chunk", "ring", "block", "prefetch", "kv", "acts", "weights", "states",
-                                              "ring-order"};
+                                              "cp-comm", "first-stage-layers", "last-stage-layers", "chunk", "ring", "block",
+                                              "prefetch", "kv", "acts", "weights", "states", "ring-order"};
   SimulationSetup setup;
   std::optional<sim::Cluster>& cluster = setup.cluster;
   sim::TaskGraph& graph = setup.graph;
@@ -497,7 +497,8 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     const std::string strategy = vm["strategy"].as<std::string>();
     // The flags each scheme takes; any other scheme flag is an error, not silently ignored.
     static const std::map<std::string, std::set<std::string>> kSchemeTakes = {
-        {"megatron", {"tp", "pp", "dp", "vpp", "micro-batch", "sequence-parallel", "distributed-optimizer", "recompute", "offload"}},
+        {"megatron", {"tp", "pp", "dp", "cp", "cp-comm", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch",
+                      "sequence-parallel", "distributed-optimizer", "recompute", "offload"}},
         {"zero", {"zero-stage", "micro-batch", "recompute", "offload"}},
         {"ulysses", {"sp", "zero-stage", "micro-batch", "recompute", "offload"}},
         {"ring-attention", {"cp", "zigzag", "zero-stage", "micro-batch", "recompute", "offload"}},
@@ -518,8 +519,9 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
       throw InputError("--" + flag, "value", "no --" + flag + " with --strategy " + strategy + " (it is a flag of " + owners + ")",
                        "--" + flag);
     };
-    for (const char* flag : {"tp", "pp", "dp", "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp", "chunk",
-                             "ring", "block", "prefetch", "kv", "acts", "weights", "states", "ring-order"}) {
+    for (const char* flag : {"tp", "pp", "dp", "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp", "cp-comm",
+                             "first-stage-layers", "last-stage-layers", "chunk", "ring", "block", "prefetch", "kv", "acts",
+                             "weights", "states", "ring-order"}) {
       if (vm.count(flag) && !takes->second.count(flag)) foreign(flag);
     }
     for (const char* flag : {"sequence-parallel", "distributed-optimizer", "zigzag"}) {
@@ -558,8 +560,19 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
       p.tp = vm.count("tp") ? vm["tp"].as<int>() : 1;
       p.pp = vm.count("pp") ? vm["pp"].as<int>() : 1;
       if (p.tp < 1 || p.pp < 1) throw InputError("--tp/--pp", "value", "positive integers", "a value below 1");
-      p.dp = vm.count("dp") ? vm["dp"].as<int>() : std::max(1, cluster->gpus() / (p.tp * p.pp));
+      p.cp = vm.count("cp") ? vm["cp"].as<int>() : 1;
+      if (p.cp < 1) throw InputError("--cp", "value", "a positive integer", std::to_string(p.cp));
+      p.dp = vm.count("dp") ? vm["dp"].as<int>() : std::max(1, cluster->gpus() / (p.tp * p.pp * p.cp));
+      if (vm.count("cp-comm")) {
+        const std::string comm = vm["cp-comm"].as<std::string>();
+        if (comm != "p2p" && comm != "all_gather") {
+          throw InputError("--cp-comm", "value", "p2p or all_gather (Megatron's a2a and a2a+p2p are not modelled)", "\"" + comm + "\"");
+        }
+        p.cp_allgather = comm == "all_gather";
+      }
       p.vpp = vm.count("vpp") ? vm["vpp"].as<int>() : 1;
+      p.first_stage_layers = vm.count("first-stage-layers") ? vm["first-stage-layers"].as<int>() : 0;
+      p.last_stage_layers = vm.count("last-stage-layers") ? vm["last-stage-layers"].as<int>() : 0;
       p.micro_batch = micro_batch;
       p.sequence_parallel = vm["sequence-parallel"].as<bool>();
       p.distributed_optimizer = vm["distributed-optimizer"].as<bool>();
@@ -688,7 +701,10 @@ po::options_description simulate_options() {
       ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")
       ("offload", po::value<std::string>()->value_name("list"), "comma list of optimizer, grads, params, acts (megatron: acts only)")
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
-      ("cp", po::value<int>()->value_name("int"), "ring-attention: context-parallel degree (required)")
+      ("cp", po::value<int>()->value_name("int"), "ring-attention (required), megatron (default 1): context-parallel degree")
+      ("cp-comm", po::value<std::string>()->value_name("p2p|all_gather"), "megatron: how CP ranks share K/V: ring passes (p2p, default) or all-gathered")
+      ("first-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the first pipeline stage (default: an even split)")
+      ("last-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the last pipeline stage (default: an even split)")
       ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")
       ("chunk", po::value<std::string>()->value_name("tokens"), "fpdt: attention chunk in global tokens (default 64K); ringtrack: chunk length (default 16K)")
       ("ring", po::value<int>()->value_name("int"), "ringtrack: GPUs per ring (default: all); the rest are data-parallel replicas")

@@ -490,6 +490,7 @@ planner::PlanSpec MainWindow::panel_spec() const {
     p.states = states_->currentText() == "dram" ? planner::Placement::dram : planner::Placement::hbm;
   } else if (spec.scheme == "megatron") {
     auto& p = spec.megatron;
+    p = megatron_unshown_;
     p.tp = tp_->value();
     p.pp = pp_->value();
     p.dp = dp_->value();
@@ -544,6 +545,7 @@ void MainWindow::set_panel(const planner::PlanSpec& spec) {
     states_->setCurrentText(p.states == planner::Placement::dram ? "dram" : "hbm");
   } else if (spec.scheme == "megatron") {
     const auto& p = spec.megatron;
+    megatron_unshown_ = p;
     tp_->setValue(p.tp);
     pp_->setValue(p.pp);
     dp_->setValue(p.dp);

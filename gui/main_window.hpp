@@ -146,6 +146,9 @@ class MainWindow : public QMainWindow {
   QComboBox* recompute_ = nullptr;
   QCheckBox* sequence_parallel_ = nullptr;
   QCheckBox* megatron_offload_ = nullptr;
+  // The Megatron parameters the panel has no widget for (distributed optimizer, CP, uneven stages) keep the values
+  // of the plan last shown, so editing another field does not drop them.
+  planner::MegatronParams megatron_unshown_;
 
   // Outputs.
   QLabel* error_ = nullptr;

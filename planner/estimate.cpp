@@ -50,10 +50,14 @@ double megatron_tasks(const StepInputs& in, const MegatronParams& p) {
   const double micro_batches = std::max(1.0, batch / (dp * micro));
   const bool recompute = p.recompute == Recompute::full;
   const double attention_again = p.recompute == Recompute::selective ? 1 : 0;  // the core attention, recomputed
-  const double per_layer = kForwardTasks + 1 + kBackwardTasks + 1 + (recompute ? kForwardTasks + 1 : attention_again) + kLayerExtra;
+  // Context parallelism: cp blocks, cp - 1 ring passes and a merge (all-gather CP: fewer) per attention.
+  const double cp = std::max(1, p.cp), attention = cp > 1 ? 2 * cp + 1 : 1;
+  const double per_layer = kForwardTasks + kBackwardTasks + 2 * attention + (recompute ? kForwardTasks + attention : attention_again * attention) +
+                           kLayerExtra;
   // Every rank: its layers and the pipeline messages of each slot; the last stage's ranks: the loss.
-  const double ranks = tp * pp * dp;
-  return ranks * micro_batches * (layers / pp * per_layer + 4) + tp * dp * micro_batches * loss_tasks(micro * seq) + ranks * (2 * layers / pp + 4);
+  const double ranks = tp * pp * dp * cp;
+  return ranks * micro_batches * (layers / pp * per_layer + 4) + tp * dp * cp * micro_batches * loss_tasks(micro * seq / cp) +
+         ranks * (2 * layers / pp + 4);
 }
 
 // ring-track's own count (planner/ringtrack.cpp reserves this much): about 60 tasks per visit (fewer when nothing

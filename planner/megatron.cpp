@@ -23,10 +23,56 @@ std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& 
 
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
   LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
-  split.score_bytes = stored_score_bytes(in.cluster);
+  split.cp = p.cp;
+  split.zigzag = p.cp > 1;  // Megatron always load-balances causal CP (two chunks per rank)
+  split.cp_allgather = p.cp_allgather;
+  if (p.cp == 1) split.score_bytes = stored_score_bytes(in.cluster);  // CP attention is fused
   split.recompute_attention = p.recompute == Recompute::selective;
   return split;
 }
+
+std::vector<std::int64_t> megatron_stage_layers(std::int64_t layers, const MegatronParams& p) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(p.pp), 0);
+  if (p.pp == 1) {
+    out[0] = layers;
+    return out;
+  }
+  const std::int64_t first = p.first_stage_layers, last = p.last_stage_layers;
+  const int middle_stages = p.pp - (first > 0) - (last > 0);
+  const std::int64_t rest = layers - first - last;
+  const std::int64_t each = middle_stages > 0 ? rest / middle_stages : 0;
+  for (int s = 0; s < p.pp; ++s) out[static_cast<std::size_t>(s)] = each;
+  if (first > 0) out.front() = first;
+  if (last > 0) out.back() = last;
+  return out;
+}
+
+namespace {
+void check_megatron_stages(const model::ModelConfig& m, const MegatronParams& p) {
+  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) {
+    throw InputError(flag, "value", expected, got);
+  };
+  if (p.first_stage_layers < 0 || p.last_stage_layers < 0) {
+    fail("--first-stage-layers/--last-stage-layers", "0 (an even split) or a layer count", "a negative count");
+  }
+  if ((p.first_stage_layers > 0 || p.last_stage_layers > 0) && p.pp < 2) {
+    fail("--first-stage-layers/--last-stage-layers", "only with --pp 2 or more", "--pp " + std::to_string(p.pp));
+  }
+  const int middle_stages = p.pp - (p.first_stage_layers > 0) - (p.last_stage_layers > 0);
+  const std::int64_t rest = m.layers - p.first_stage_layers - p.last_stage_layers;
+  const bool even = middle_stages > 0 ? rest > 0 && rest % middle_stages == 0 : rest == 0;
+  if (!even) {
+    fail("--pp/--first-stage-layers/--last-stage-layers",
+         "the model's " + std::to_string(m.layers) + " layers less the first and last stages' split evenly over the other stages",
+         std::to_string(rest) + " layers over " + std::to_string(middle_stages) + " stages");
+  }
+  for (std::int64_t n : megatron_stage_layers(m.layers, p)) {
+    if (n % p.vpp != 0) {
+      fail("--vpp", "a divisor of every stage's layer count (" + std::to_string(n) + " on one stage)", std::to_string(p.vpp));
+    }
+  }
+}
+}  // namespace
 
 void check_megatron(const StepInputs& in, const MegatronParams& p) {
   const auto& m = in.model;
@@ -34,14 +80,19 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
   auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) {
     throw InputError(flag, "value", expected, got);
   };
-  if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.vpp < 1 || p.micro_batch < 1) {
-    fail("--tp/--pp/--dp/--vpp/--micro-batch", "positive integers", "a value below 1");
+  if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.cp < 1 || p.vpp < 1 || p.micro_batch < 1) {
+    fail("--tp/--pp/--dp/--cp/--vpp/--micro-batch", "positive integers", "a value below 1");
   }
-  if (p.tp * p.pp * p.dp != gpus) {
-    fail("--tp/--pp/--dp", "tp * pp * dp = the cluster's " + std::to_string(gpus) + " GPUs",
-         std::to_string(p.tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " = " +
-             std::to_string(p.tp * p.pp * p.dp));
+  if (static_cast<std::int64_t>(p.tp) * p.pp * p.dp * p.cp != gpus) {
+    fail("--tp/--pp/--dp/--cp", "tp * pp * dp * cp = the cluster's " + std::to_string(gpus) + " GPUs",
+         std::to_string(p.tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " * " + std::to_string(p.cp) +
+             " = " + std::to_string(static_cast<std::int64_t>(p.tp) * p.pp * p.dp * p.cp));
   }
+  if (p.cp > 1 && in.workload.seq_len % (2 * p.cp) != 0) {
+    fail("--cp", "a degree whose 2 * cp chunks divide the sequence (" + std::to_string(in.workload.seq_len) + " tokens)",
+         std::to_string(p.cp));
+  }
+  if (p.cp_allgather && p.cp == 1) fail("--cp-comm", "p2p unless --cp > 1", "all_gather");
   // A TP group either fits inside a node or spans whole nodes (as HotSPa's TP 16 on 8-GPU nodes does: its
   // collectives then cross the network).
   const int per_node = in.cluster.topology.gpus_per_node();
@@ -51,10 +102,12 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
   }
   if (m.heads % p.tp != 0) fail("--tp", "a divisor of the model's heads (" + std::to_string(m.heads) + ")", std::to_string(p.tp));
   if (m.ffn_hidden % p.tp != 0) fail("--tp", "a divisor of ffn_hidden (" + std::to_string(m.ffn_hidden) + ")", std::to_string(p.tp));
-  if (m.layers % (p.pp * p.vpp) != 0) {
-    fail("--pp/--vpp", "pp * vpp dividing the model's " + std::to_string(m.layers) + " layers",
+  if (p.first_stage_layers == 0 && p.last_stage_layers == 0 && m.layers % (p.pp * p.vpp) != 0) {
+    fail("--pp/--vpp", "pp * vpp dividing the model's " + std::to_string(m.layers) +
+                           " layers (or an uneven split: --first-stage-layers, --last-stage-layers)",
          std::to_string(p.pp) + " * " + std::to_string(p.vpp));
   }
+  check_megatron_stages(m, p);
   if (p.vpp > 1 && p.pp == 1) fail("--vpp", "1 unless --pp > 1 (interleaving needs a pipeline)", std::to_string(p.vpp));
   if (p.sequence_parallel && p.tp == 1) fail("--sequence-parallel", "only with --tp > 1", "--tp 1");
   if (p.offload_activations && p.recompute != Recompute::full) {
@@ -97,7 +150,11 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   const auto& model = in.model;
   const std::int64_t mbs = megatron_micro_batches(in, p);
   const int virtual_stages = p.pp * p.vpp;
-  const std::int64_t layers_per_chunk = model.layers / virtual_stages;
+  // Virtual stage v (chunk v / pp of stage v % pp) holds layers [first_layer[v], first_layer[v + 1]).
+  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(model.layers, p);
+  std::vector<std::int64_t> first_layer{0};
+  for (int v = 0; v < virtual_stages; ++v) first_layer.push_back(first_layer.back() + stage_layers[static_cast<std::size_t>(v % p.pp)] / p.vpp);
+  auto chunk_layers = [&](int v) { return first_layer[static_cast<std::size_t>(v) + 1] - first_layer[static_cast<std::size_t>(v)]; };
   const LayerSplit split = megatron_layer_split(in, p);
   const double act_per_layer = layer_activation_bytes(model, split, p.recompute).total();
   const double full_layer = layer_activation_bytes(model, split, Recompute::none).total();
@@ -105,7 +162,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
 
   const auto params = model.param_counts();
   const double layer_params = params.per_layer() / p.tp;
-  const std::int64_t s = split.tokens();
+  const std::int64_t s = split.local_tokens();  // one rank's tokens of the micro-batch (1/cp of them)
   const std::int64_t h = model.hidden;
   const std::int64_t vocab_shard = (model.vocab + p.tp - 1) / p.tp;
 
@@ -122,17 +179,20 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
     }
     return ids;
   };
-  auto gpu_of = [&](int stage, int d, int t) { return stage * p.dp * p.tp + d * p.tp + t; };
+  // Rank r of a replica's stage is cp index r / tp, TP index r % tp.
+  const int stage_ranks = p.cp * p.tp;
+  auto gpu_of = [&](int stage, int d, int r) { return (stage * p.dp + d) * stage_ranks + r; };
   auto ranks_of = [&](int stage, int d) {
     std::vector<sim::DeviceId> r;
-    for (int t = 0; t < p.tp; ++t) r.push_back(gpu_of(stage, d, t));
+    for (int i = 0; i < stage_ranks; ++i) r.push_back(gpu_of(stage, d, i));
     return r;
   };
+  const int grad_replicas = p.dp * p.cp;  // the ranks holding the same weights: gradients are reduced over them
 
   // Model states, resident for the whole step.
   std::vector<double> gpu_params(static_cast<std::size_t>(in.cluster.gpus()), 0);
   for (int stage = 0; stage < p.pp; ++stage) {
-    double stage_params = layer_params * static_cast<double>(layers_per_chunk * p.vpp);
+    double stage_params = layer_params * static_cast<double>(stage_layers[static_cast<std::size_t>(stage)]);
     if (stage == 0) stage_params += params.embedding / p.tp;
     if (stage == p.pp - 1) stage_params += static_cast<double>(model.vocab * h) / p.tp + params.final_norm;
     for (int d = 0; d < p.dp; ++d) {
@@ -140,7 +200,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
         gpu_params[static_cast<std::size_t>(gpu)] = stage_params;
         const auto& pol = in.precision;
         const double states_per_param = p.distributed_optimizer
-                                            ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / p.dp
+                                            ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / grad_replicas
                                             : pol.bytes_per_param();
         g.set_op(g.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm,
                          static_cast<std::int64_t>(stage_params * states_per_param),
@@ -161,9 +221,9 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   struct Bucket {
     int stage, t;
     double params;
-    std::vector<sim::TaskId> ready;  // per replica
+    std::vector<sim::TaskId> ready;  // per replica and cp index
   };
-  std::map<std::tuple<int, int, int>, Bucket> buckets;  // (stage, tp rank, bucket index), in creation order below
+  std::map<std::tuple<int, int, int>, Bucket> buckets;  // (stage, tp index, bucket index), in creation order below
   std::vector<std::tuple<int, int, int>> bucket_order;
   std::vector<sim::TaskId> last_compute(static_cast<std::size_t>(in.cluster.gpus()), -1);
   // Offloaded checkpoints: the D2H of each (replica, layer, micro-batch, TP rank), which the reload waits for.
@@ -201,7 +261,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
             // with checkpoint offload).
             last[r] = g.alloc("F V" + std::to_string(v) + " " + tag + " activations", ranks[r],
                               p.offload_activations ? sim::Pool::dram : sim::Pool::hbm,
-                              std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer * static_cast<double>(layers_per_chunk))),
+                              std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer * static_cast<double>(chunk_layers(v)))),
                               (p.offload_activations ? "offloaded checkpoints virtual stage " : "activations virtual stage ") +
                                   std::to_string(v) + " " + tag,
                               after);
@@ -212,7 +272,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
               last[r] = emit_embedding(g, ranks[r], "F " + tag + " embedding", s, h, false, last[r], at(sim::OpCode::embed, 0));
             }
           }
-          for (std::int64_t l = v * layers_per_chunk; l < (v + 1) * layers_per_chunk; ++l) {
+          for (std::int64_t l = first_layer[static_cast<std::size_t>(v)]; l < first_layer[static_cast<std::size_t>(v) + 1]; ++l) {
             const std::string prefix = "F L" + std::to_string(l) + " " + tag;
             const auto working = full_recompute ? transient(ranks, prefix, last) : std::vector<sim::TaskId>{};
             layer.set_coordinates(seq, static_cast<int>(l), 0);
@@ -241,13 +301,13 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                 tasks.send.push_back(g.send("F V" + std::to_string(v) + " " + tag + " send act", ranks[r],
                                             gpu_of(next_stage, d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s * h / p.tp),
                                             std::vector<sim::TaskId>{last[r]}, kPipeStream));
-                g.set_op(tasks.send.back(), at(sim::OpCode::input, (v + 1) * layers_per_chunk));
+                g.set_op(tasks.send.back(), at(sim::OpCode::input, first_layer[static_cast<std::size_t>(v) + 1]));
               }
             }
           }
         } else {
           const auto begin = static_cast<sim::TaskId>(g.size());
-          for (std::int64_t l = (v + 1) * layers_per_chunk - 1; l >= v * layers_per_chunk; --l) {
+          for (std::int64_t l = first_layer[static_cast<std::size_t>(v) + 1] - 1; l >= first_layer[static_cast<std::size_t>(v)]; --l) {
             const std::string prefix = "B L" + std::to_string(l) + " " + tag;
             std::vector<sim::TaskId> working;
             if (full_recompute) {
@@ -272,7 +332,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
             }
             if (mb == last_backward_mb[static_cast<std::size_t>(slot.chunk)]) {
               bucket_params += layer_params;
-              const bool chunk_done = l == v * layers_per_chunk;
+              const bool chunk_done = l == first_layer[static_cast<std::size_t>(v)];
               if (bucket_params >= p.bucket_params || chunk_done) {
                 // The last stage's first bucket also carries the LM head's gradients (computed before any layer's).
                 const double head = stage == p.pp - 1 && bucket_index == 0 ? static_cast<double>(model.vocab * h) / p.tp + params.final_norm : 0;
@@ -280,7 +340,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                   const auto key = std::make_tuple(stage, t, bucket_index);
                   auto [it, inserted] = buckets.try_emplace(key, Bucket{stage, t, bucket_params + head, {}});
                   if (inserted) bucket_order.push_back(key);
-                  it->second.ready.push_back(last[static_cast<std::size_t>(t)]);
+                  for (int c = 0; c < p.cp; ++c) it->second.ready.push_back(last[static_cast<std::size_t>(c * p.tp + t)]);
                 }
                 ++bucket_index;
                 bucket_params = 0;
@@ -295,7 +355,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
               for (int t = 0; t < p.tp; ++t) {
                 Bucket& b = buckets.at(std::make_tuple(stage, t, bucket_index - 1));
                 if (d == 0) b.params += params.embedding / p.tp;
-                b.ready.back() = last[static_cast<std::size_t>(t)];
+                for (int c = 0; c < p.cp; ++c) b.ready[b.ready.size() - static_cast<std::size_t>(p.cp - c)] = last[static_cast<std::size_t>(c * p.tp + t)];
               }
             }
           }
@@ -320,7 +380,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                 tasks.send.push_back(g.send("B V" + std::to_string(v) + " " + tag + " send grad", ranks[r],
                                             gpu_of(prev_stage, d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s * h / p.tp),
                                             std::vector<sim::TaskId>{last[r]}, kPipeStream));
-                g.set_op(tasks.send.back(), at(sim::OpCode::input_grad, v * layers_per_chunk));
+                g.set_op(tasks.send.back(), at(sim::OpCode::input_grad, first_layer[static_cast<std::size_t>(v)]));
               }
             }
           }
@@ -355,17 +415,21 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   // Data-parallel gradient all-reduce, one collective per bucket, on its own stream so that it overlaps the
   // rest of the backward pass; then the optimizer step on each GPU.
   std::vector<std::vector<sim::TaskId>> gpu_reductions(static_cast<std::size_t>(in.cluster.gpus()));
-  if (p.dp > 1) {
+  // The data-parallel x context-parallel ranks of (stage, TP index t), replica-major.
+  auto grad_group = [&](int stage, int t) {
+    std::vector<sim::DeviceId> members;
+    for (int d = 0; d < p.dp; ++d) {
+      for (int c = 0; c < p.cp; ++c) members.push_back(gpu_of(stage, d, c * p.tp + t));
+    }
+    return members;
+  };
+  if (grad_replicas > 1) {
     std::map<std::pair<int, int>, std::int32_t> groups;
     for (const auto& key : bucket_order) {
       const Bucket& b = buckets.at(key);
       auto [it, inserted] = groups.try_emplace({b.stage, b.t}, 0);
-      if (inserted) {
-        std::vector<sim::DeviceId> members;
-        for (int d = 0; d < p.dp; ++d) members.push_back(gpu_of(b.stage, d, b.t));
-        it->second = g.add_group(members);
-      }
-      const auto bytes = static_cast<std::int64_t>(b.params * in.precision.grad_bytes) / p.dp * p.dp + p.dp;
+      if (inserted) it->second = g.add_group(grad_group(b.stage, b.t));
+      const auto bytes = static_cast<std::int64_t>(b.params * in.precision.grad_bytes) / grad_replicas * grad_replicas + grad_replicas;
       const sim::TaskId reduce = g.collective(
           std::string(p.distributed_optimizer ? "DP reduce-scatter" : "DP all-reduce") + " stage " + std::to_string(b.stage) +
               " tp" + std::to_string(b.t) + " bucket " + std::to_string(std::get<2>(key)),
@@ -373,10 +437,10 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
            it->second, bytes},
           b.ready, kDpStream);
       g.set_op(reduce, {sim::OpCode::states});
-      for (int d = 0; d < p.dp; ++d) gpu_reductions[static_cast<std::size_t>(gpu_of(b.stage, d, b.t))].push_back(reduce);
+      for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[static_cast<std::size_t>(gpu)].push_back(reduce);
     }
   }
-  const int shards = p.distributed_optimizer ? p.dp : 1;
+  const int shards = p.distributed_optimizer ? grad_replicas : 1;
   std::vector<sim::TaskId> step(static_cast<std::size_t>(in.cluster.gpus()));
   for (int gpu = 0; gpu < in.cluster.gpus(); ++gpu) {
     std::vector<sim::TaskId> deps = gpu_reductions[static_cast<std::size_t>(gpu)];
@@ -387,19 +451,16 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
               deps);
   }
-  if (p.distributed_optimizer && p.dp > 1) {  // every data-parallel rank gets the others' updated weights
+  if (p.distributed_optimizer && grad_replicas > 1) {  // every data-parallel rank gets the others' updated weights
     for (int stage = 0; stage < p.pp; ++stage) {
       for (int t = 0; t < p.tp; ++t) {
-        std::vector<sim::DeviceId> members;
+        const std::vector<sim::DeviceId> members = grad_group(stage, t);
         std::vector<sim::TaskId> deps;
-        for (int d = 0; d < p.dp; ++d) {
-          members.push_back(gpu_of(stage, d, t));
-          deps.push_back(step[static_cast<std::size_t>(members.back())]);
-        }
+        for (sim::DeviceId gpu : members) deps.push_back(step[static_cast<std::size_t>(gpu)]);
         const double weights = gpu_params[static_cast<std::size_t>(members.front())] * in.precision.weight_bytes;
         g.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
                      {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g.add_group(members),
-                      static_cast<std::int64_t>(weights) / p.dp * p.dp + p.dp},
+                      static_cast<std::int64_t>(weights) / grad_replicas * grad_replicas + grad_replicas},
                      deps, kDpStream);
       }
     }

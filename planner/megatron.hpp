@@ -5,10 +5,17 @@
 // the layer inputs kept under full recompute go to host DRAM after each layer's forward and come back before
 // its backward.
 //
-// Rank layout (Megatron's default order, tensor-parallel innermost): GPU = pp_rank * dp * tp + dp_rank * tp +
-// tp_rank, so TP groups sit inside a node on NVLink and pipeline stages split across nodes. Streams: compute 0;
-// comm 0 for TP collectives, comm 1 for pipeline sends, comm 2 for the DP all-reduce.
+// Context parallelism (cp > 1) splits each sequence over cp ranks with Megatron's load-balanced causal split; K/V
+// pass round a ring (--cp-comm-type p2p) or are all-gathered (all_gather); gradients are reduced over dp x cp.
+// Uneven pipelines (Megatron's --decoder-first/last-pipeline-num-layers) give the first and last stage their own
+// layer counts and split the rest evenly.
+//
+// Rank layout (Megatron's default order, tensor-parallel innermost): GPU = ((pp_rank * dp + dp_rank) * cp +
+// cp_rank) * tp + tp_rank, so TP groups sit inside a node on NVLink and pipeline stages split across nodes.
+// Streams: compute 0; comm 0 for TP collectives, comm 1 for pipeline sends and CP passes, comm 2 for the DP
+// all-reduce.
 #include <cstdint>
+#include <vector>
 
 #include "planner/step.hpp"
 #include "planner/transformer.hpp"
@@ -19,7 +26,11 @@ struct MegatronParams {
   int tp = 1;
   int pp = 1;
   int dp = 1;
+  int cp = 1;                       // context-parallel degree
+  bool cp_allgather = false;        // CP comm type: all_gather (K/V gathered), else p2p (ring passes)
   int vpp = 1;                      // virtual stages (model chunks) per pipeline rank
+  int first_stage_layers = 0;       // layers on the first / last pipeline stage; 0: an even split
+  int last_stage_layers = 0;
   std::int64_t micro_batch = 1;     // sequences per micro-batch
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
@@ -37,6 +48,8 @@ void check_megatron(const StepInputs& in, const MegatronParams& p);
 std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& p);
 // One micro-batch's tokens on one TP rank: the shape every Megatron layer cost and memory figure uses.
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p);
+// Layers on each pipeline stage (each split evenly over its vpp model chunks), checked by check_megatron.
+std::vector<std::int64_t> megatron_stage_layers(std::int64_t layers, const MegatronParams& p);
 
 sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p);
 

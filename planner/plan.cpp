@@ -60,8 +60,12 @@ std::string PlanSpec::summary() const {
   }
   if (scheme == "megatron") {
     const auto& p = megatron;
+    const std::string uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0
+                                   ? ", stages " + std::to_string(p.first_stage_layers) + "/../" + std::to_string(p.last_stage_layers)
+                                   : "";
     return "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " + std::to_string(p.dp) +
-           (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + ", mb " + std::to_string(p.micro_batch) +
+           (p.cp > 1 ? ", cp " + std::to_string(p.cp) + (p.cp_allgather ? " all_gather" : " p2p") : "") +
+           (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + uneven + ", mb " + std::to_string(p.micro_batch) +
            (p.sequence_parallel ? ", sp" : "") + ", recompute " + std::string(to_string(p.recompute)) +
            (p.offload_activations ? ", offload acts" : "") + (p.distributed_optimizer ? ", dist-opt" : "");
   }
@@ -109,7 +113,9 @@ Json parameters_json(const PlanSpec& spec) {
     const auto& p = spec.megatron;
     return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"vpp", p.vpp}, {"micro_batch", p.micro_batch},
             {"sequence_parallel", p.sequence_parallel}, {"recompute", to_string(p.recompute)},
-            {"offload_activations", p.offload_activations}, {"distributed_optimizer", p.distributed_optimizer}};
+            {"offload_activations", p.offload_activations}, {"distributed_optimizer", p.distributed_optimizer},
+            {"cp", p.cp}, {"cp_comm", p.cp_allgather ? "all_gather" : "p2p"},
+            {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
   }
   const auto& z = spec.zero;
   return {{"zero_stage", z.stage}, {"sp", z.sp}, {"cp", z.cp}, {"zigzag", z.zigzag}, {"chunk", z.fpdt_chunk},
@@ -160,6 +166,11 @@ PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, con
     p.offload_activations = r.boolean("offload_activations");
     // Optional: plan files written before it existed mean false.
     p.distributed_optimizer = r.has("distributed_optimizer") && r.boolean("distributed_optimizer");
+    // Optional too (plans written before Megatron CP and uneven stages): cp 1, p2p, an even split.
+    if (r.has("cp")) p.cp = static_cast<int>(r.integer("cp", 1, 1 << 20));
+    if (r.has("cp_comm")) p.cp_allgather = r.choice("cp_comm", {"p2p", "all_gather"}) == "all_gather";
+    if (r.has("first_stage_layers")) p.first_stage_layers = static_cast<int>(r.integer("first_stage_layers", 0, 1 << 20));
+    if (r.has("last_stage_layers")) p.last_stage_layers = static_cast<int>(r.integer("last_stage_layers", 0, 1 << 20));
   } else if (scheme == "zero" || scheme == "ulysses" || scheme == "ring-attention" || scheme == "fpdt") {
     auto& z = spec.zero;
     z.stage = static_cast<int>(r.integer("zero_stage", 0, 3));

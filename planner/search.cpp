@@ -186,7 +186,16 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
                   for (std::int64_t mb : micro_batches) {
                     PlanSpec spec;
                     spec.scheme = scheme;
-                    spec.megatron = {tp, pp, dp, vpp, mb, sp, rc, oc, MegatronParams{}.bucket_params, false};
+                    spec.megatron = MegatronParams{};
+                    auto& mp = spec.megatron;
+                    mp.tp = tp;
+                    mp.pp = pp;
+                    mp.dp = dp;
+                    mp.vpp = vpp;
+                    mp.micro_batch = mb;
+                    mp.sequence_parallel = sp;
+                    mp.recompute = rc;
+                    mp.offload_activations = oc;
                     add(spec);
                     if (dp > 1) {
                       spec.megatron.distributed_optimizer = true;

@@ -39,10 +39,16 @@ StateLayout sharded(const model::ModelConfig& m, int gpus) {
 StateLayout megatron_layout(const StepInputs& in, const MegatronParams& p) {
   const auto& m = in.model;
   const int L = static_cast<int>(m.layers);
-  const std::int64_t per_chunk = m.layers / (p.pp * p.vpp);
-  auto gpu_of = [&](int stage, int d, int t) { return stage * p.dp * p.tp + d * p.tp + t; };
+  // The stage of each layer (virtual stages in order, chunk v / pp on stage v % pp).
+  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(m.layers, p);
+  std::vector<int> stage_of_layer;
+  for (int v = 0; v < p.pp * p.vpp; ++v) {
+    stage_of_layer.insert(stage_of_layer.end(), static_cast<std::size_t>(stage_layers[static_cast<std::size_t>(v % p.pp)] / p.vpp), v % p.pp);
+  }
+  // (cp index, TP index t) of replica d: the same weights on every cp index.
+  auto gpu_of = [&](int stage, int d, int c, int t) { return ((stage * p.dp + d) * p.cp + c) * p.tp + t; };
   auto stages_of = [&](int unit) {
-    if (unit < L) return std::vector<int>{static_cast<int>((unit / per_chunk) % p.pp)};
+    if (unit < L) return std::vector<int>{stage_of_layer[static_cast<std::size_t>(unit)]};
     if (unit == L && m.tied_embeddings && p.pp > 1) return std::vector<int>{0, p.pp - 1};  // Megatron keeps both copies
     return std::vector<int>{unit == L ? 0 : p.pp - 1};
   };
@@ -52,7 +58,9 @@ StateLayout megatron_layout(const StepInputs& in, const MegatronParams& p) {
     for (int t = 0; t < p.tp; ++t) {
       Shard s{double(t) / p.tp, double(t + 1) / p.tp, {}};
       for (int stage : stages_of(u)) {
-        for (int d = 0; d < p.dp; ++d) s.holders.push_back(gpu_of(stage, d, t));
+        for (int d = 0; d < p.dp; ++d) {
+          for (int c = 0; c < p.cp; ++c) s.holders.push_back(gpu_of(stage, d, c, t));
+        }
       }
       std::sort(s.holders.begin(), s.holders.end());
       shards.push_back(std::move(s));

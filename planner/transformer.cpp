@@ -20,6 +20,18 @@ namespace {
 constexpr double kBf16 = 2;
 // K/V heads per TP rank: split while there are enough, replicated below that.
 std::int64_t local_kv_heads(const model::ModelConfig& m, int tp) { return std::max<std::int64_t>(1, m.kv_heads / tp); }
+
+// One collective over `group` (`size` ranks) after the chain ends last[first, first + count), which it becomes.
+void emit_collective(sim::TaskGraph& graph, const std::string& name, sim::CollectiveOp op, double bytes, std::int32_t group,
+                     int size, std::vector<sim::TaskId>& last, std::size_t first, std::size_t count) {
+  std::vector<sim::TaskId> deps;
+  for (std::size_t r = first; r < first + count; ++r) {
+    if (last[r] >= 0) deps.push_back(last[r]);
+  }
+  const auto rounded = (static_cast<std::int64_t>(bytes) + size - 1) / size * size;  // a multiple of the group size
+  const sim::TaskId c = graph.collective(name, {op, sim::Algorithm::ring, group, rounded}, deps);
+  std::fill(last.begin() + static_cast<std::ptrdiff_t>(first), last.begin() + static_cast<std::ptrdiff_t>(first + count), c);
+}
 }  // namespace
 
 ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerSplit& split, Recompute recompute) {
@@ -60,15 +72,19 @@ double stored_score_bytes(const sim::Cluster& cluster) {
 double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split) {
   const double t = split.tp;
   if (split.tp == 1) return 0;
-  const double buffer = kBf16 * static_cast<double>(split.tokens()) * static_cast<double>(m.hidden);
+  const double buffer = kBf16 * static_cast<double>(split.local_tokens()) * static_cast<double>(m.hidden);
   return 2 * 2 * (t - 1) / t * buffer;
 }
 
 double ring_bytes_per_layer(const model::ModelConfig& m, const LayerSplit& split, bool backward) {
   if (split.cp == 1) return 0;
-  const double block = static_cast<double>(split.local_tokens()) * static_cast<double>(m.kv_dim());  // elements of K
+  const double block = static_cast<double>(split.local_tokens() * local_kv_heads(m, split.tp) * m.head_dim);  // elements of K
   const double per_pass = backward ? 2 * block * kBf16 + 2 * block * 4 : 2 * block * kBf16;
   return static_cast<double>(split.cp - 1) * per_pass;
+}
+
+double cp_gathered_kv_bytes(const model::ModelConfig& m, const LayerSplit& split) {
+  return 2 * kBf16 * static_cast<double>(split.tokens() * local_kv_heads(m, split.tp) * m.head_dim);
 }
 
 double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split) {
@@ -80,9 +96,20 @@ double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerS
 LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
                            std::vector<sim::DeviceId> ranks)
     : graph_(graph), model_(model), split_(split), ranks_(std::move(ranks)) {
-  TRAINYARD_CHECK((split.tp > 1) + (split.ulysses > 1) + (split.cp > 1) <= 1, "one kind of split per layer group");
+  TRAINYARD_CHECK(split.ulysses == 1 || (split.tp == 1 && split.cp == 1), "Ulysses combines with neither TP nor CP");
   TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp * split.ulysses * split.cp, "one rank per shard");
-  if (ranks_.size() > 1) group_ = graph_.add_group(ranks_);
+  auto group_of = [&](int first, int count, int stride) {
+    std::vector<sim::DeviceId> members;
+    for (int i = 0; i < count; ++i) members.push_back(ranks_[static_cast<std::size_t>(first + i * stride)]);
+    return graph_.add_group(members);
+  };
+  if (split.tp > 1) {
+    for (int c = 0; c < split.cp; ++c) tp_groups_.push_back(group_of(c * split.tp, split.tp, 1));
+  }
+  if (split.cp > 1 && split.cp_allgather) {
+    for (int t = 0; t < split.tp; ++t) cp_groups_.push_back(group_of(t, split.cp, split.tp));
+  }
+  if (split.ulysses > 1) ulysses_group_ = graph_.add_group(ranks_);
 }
 
 void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last,
@@ -107,7 +134,9 @@ void LayerEmitter::elementwise(const std::string& name, sim::OpCode code, double
 
 void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
   if (attention_hook_) return attention_hook_(name, backward, last, recompute);
-  if (split_.cp > 1) return ring_attention(name, backward, last, recompute);
+  if (split_.cp > 1) {
+    return split_.cp_allgather ? allgather_attention(name, backward, last, recompute) : ring_attention(name, backward, last, recompute);
+  }
   if (split_.fpdt_chunks > 1) return fpdt_attention(name, backward, last, recompute);
   const int shards = split_.tp * split_.ulysses;
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);  // batch folded into heads
@@ -131,38 +160,63 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
 void LayerEmitter::ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
   const int cp = split_.cp;
   const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
-  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads);
-  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * model_.kv_heads);
+  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
+  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
   const auto head_dim = static_cast<std::int32_t>(model_.head_dim);
   const auto pass_bytes = static_cast<std::int64_t>(ring_bytes_per_layer(model_, split_, backward) / (cp - 1));
-  std::vector<sim::TaskId> sent(static_cast<std::size_t>(cp), -1);  // the previous step's messages, by sender
-  for (int step = 0; step < cp; ++step) {
-    std::vector<sim::TaskId> now_sent(static_cast<std::size_t>(cp), -1);
-    for (int r = 0; r < cp; ++r) {
-      const std::size_t ri = static_cast<std::size_t>(r);
-      const sim::TaskId received = step == 0 ? -1 : sent[static_cast<std::size_t>((r - 1 + cp) % cp)];
-      if (step + 1 < cp) {  // pass on what this rank holds now
-        std::vector<sim::TaskId> deps{received >= 0 ? received : last[ri]};
-        now_sent[ri] = graph_.send(name + " ring pass " + std::to_string(step), ranks_[ri], ranks_[static_cast<std::size_t>((r + 1) % cp)],
-                                   std::max<std::int64_t>(1, pass_bytes), deps, 1);
+  for (int t = 0; t < split_.tp; ++t) {  // one ring per TP index
+    std::vector<sim::TaskId> sent(static_cast<std::size_t>(cp), -1);  // the previous step's messages, by sender
+    for (int step = 0; step < cp; ++step) {
+      std::vector<sim::TaskId> now_sent(static_cast<std::size_t>(cp), -1);
+      for (int r = 0; r < cp; ++r) {
+        const std::size_t ri = rank_index(r, t);
+        const sim::TaskId received = step == 0 ? -1 : sent[static_cast<std::size_t>((r - 1 + cp) % cp)];
+        if (step + 1 < cp) {  // pass on what this rank holds now
+          std::vector<sim::TaskId> deps{received >= 0 ? received : last[ri]};
+          now_sent[static_cast<std::size_t>(r)] = graph_.send(name + " ring pass " + std::to_string(step), ranks_[ri],
+                                                              ranks_[rank_index((r + 1) % cp, t)], std::max<std::int64_t>(1, pass_bytes), deps, 1);
+        }
+        const int source = r - step;  // the rank this block started on (negative: a later block, wrapped)
+        sim::Attention block{local, local, heads, kv_heads, head_dim, step == 0, backward};
+        if (split_.zigzag && step > 0) {
+          block.kv_len = local / 2;  // half of the pairs of a full block are unmasked
+        } else if (!split_.zigzag && source < 0) {
+          continue;  // fully masked: nothing to compute, the block only passes through
+        }
+        std::vector<sim::TaskId> deps{last[ri]};
+        if (received >= 0) deps.push_back(received);
+        last[ri] = graph_.add({name + " block " + std::to_string(step), ranks_[ri], {sim::StreamKind::compute, 0}, recompute, block}, deps);
       }
-      const int source = r - step;  // the rank this block started on (negative: a later block, wrapped)
-      sim::Attention block{local, local, heads, kv_heads, head_dim, step == 0, backward};
-      if (split_.zigzag && step > 0) {
-        block.kv_len = local / 2;  // half of the pairs of a full block are unmasked
-      } else if (!split_.zigzag && source < 0) {
-        continue;  // fully masked: nothing to compute, the block only passes through
-      }
-      std::vector<sim::TaskId> deps{last[ri]};
-      if (received >= 0) deps.push_back(received);
-      last[ri] = graph_.add({name + " block " + std::to_string(step), ranks_[ri], {sim::StreamKind::compute, 0}, recompute, block},
-                            deps);
+      sent = now_sent;
     }
-    sent = now_sent;
   }
   // Merge the partial outputs by their log-sum-exp (forward), or finish the gradients (backward).
-  elementwise(name + " merge", sim::OpCode::none, kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
-              kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()), last, recompute);
+  const double q_elements = static_cast<double>(split_.local_tokens() * model_.q_dim() / split_.tp);
+  elementwise(name + " merge", sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements, last, recompute);
+}
+
+// All-gather context parallelism (Megatron's all_gather comm type; Llama 3's CP): each TP index's cp ranks
+// all-gather K and V of the whole sequence, then every rank runs its own load-balanced queries (two zigzag
+// chunks, 1/cp of the causal pairs) against them. Backward gathers K, V again and reduce-scatters dK, dV.
+void LayerEmitter::allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
+  const int cp = split_.cp;
+  const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
+  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
+  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
+  const auto gathered = static_cast<std::int64_t>(cp_gathered_kv_bytes(model_, split_)) / cp * cp + cp;
+  auto over_cp = [&](const std::string& label, sim::CollectiveOp op, int t) {
+    std::vector<sim::TaskId> deps;
+    for (int c = 0; c < cp; ++c) deps.push_back(last[rank_index(c, t)]);
+    const sim::TaskId id = graph_.collective(name + " " + label, {op, sim::Algorithm::ring, cp_groups_[static_cast<std::size_t>(t)], gathered}, deps, 1);
+    for (int c = 0; c < cp; ++c) last[rank_index(c, t)] = id;
+  };
+  for (int t = 0; t < split_.tp; ++t) over_cp("all-gather kv", sim::CollectiveOp::all_gather, t);
+  // local queries x the whole sequence, half of it unmasked on average: 1/cp of the causal pairs
+  each_rank(name, sim::Attention{local, split_.seq_len / 2, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
+            last, recompute, sim::OpCode::none);
+  if (backward) {
+    for (int t = 0; t < split_.tp; ++t) over_cp("reduce-scatter dkv", sim::CollectiveOp::reduce_scatter, t);
+  }
 }
 
 double fpdt_working_bytes(const model::ModelConfig& m, const LayerSplit& split) {
@@ -257,19 +311,16 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
 }
 
 void LayerEmitter::ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last) {
-  if (split_.ulysses > 1) collective(name, sim::CollectiveOp::all_to_all, bytes, last);
+  if (ulysses_group_ < 0) return;
+  emit_collective(graph_, name, sim::CollectiveOp::all_to_all, bytes, ulysses_group_, split_.ulysses, last, 0, last.size());
 }
 
+// The tensor-parallel collective of each cp slice, over that slice's TP group.
 void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {
-  if (group_ < 0) return;
-  std::vector<sim::TaskId> deps;
-  for (auto id : last) {
-    if (id >= 0) deps.push_back(id);
+  for (int c = 0; c < static_cast<int>(tp_groups_.size()); ++c) {
+    emit_collective(graph_, split_.cp > 1 ? name + " cp" + std::to_string(c) : name, op, bytes,
+                    tp_groups_[static_cast<std::size_t>(c)], split_.tp, last, rank_index(c, 0), static_cast<std::size_t>(split_.tp));
   }
-  const auto t = static_cast<std::int64_t>(ranks_.size());
-  const auto rounded = (static_cast<std::int64_t>(bytes) + t - 1) / t * t;  // a multiple of the group size
-  const sim::TaskId c = graph_.collective(name, {op, sim::Algorithm::ring, group_, rounded}, deps);
-  std::fill(last.begin(), last.end(), c);
 }
 
 void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last, bool recompute) {

@@ -26,7 +26,10 @@ struct LayerSplit {
   bool dropout = false;        // GPT-3-style dropout masks (Korthikanti et al.); the built-in models train without
   int ulysses = 1;             // DeepSpeed-Ulysses degree: tokens split across ranks, heads split for attention
   int cp = 1;                  // ring attention / context parallelism: tokens split, K/V blocks passed round
+                               // (combines with tp: ranks are [cp index][tp index], TP groups innermost)
   bool zigzag = false;         // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
+  bool cp_allgather = false;   // cp: K/V all-gathered and attention run locally (Megatron's --cp-comm-type
+                               // all_gather, Llama 3's CP), instead of passed round a ring (p2p)
   int fpdt_chunks = 1;         // FPDT: the sequence's attention runs in this many chunks, K/V of earlier chunks
                                // (and q, o, lse, dO, dq in backward) streamed from host DRAM
   bool recompute_attention = false;  // selective recompute (Megatron's recompute_modules = core_attn): the core
@@ -65,8 +68,11 @@ double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit&
 double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit& split);
 
 // Bytes each GPU sends around the ring for one layer's attention under context parallelism: cp - 1 passes of
-// its K and V block (forward); backward passes K, V and the fp32 dK, dV accumulators.
+// its K and V block (its TP rank's K/V heads; forward); backward passes K, V and the fp32 dK, dV accumulators.
 double ring_bytes_per_layer(const model::ModelConfig& m, const LayerSplit& split, bool backward);
+// All-gather context parallelism: the gathered bf16 K and V of the whole sequence for one TP rank's K/V heads
+// (nccl-tests' size of the all-gather; backward reduce-scatters dK, dV of the same size).
+double cp_gathered_kv_bytes(const model::ModelConfig& m, const LayerSplit& split);
 
 // FPDT's HBM working set for one layer: the current chunk's tensors plus two prefetch buffers and the
 // accumulators, taken as 4 chunks' worth of the layer's activations (all of them when there is one chunk).
@@ -75,8 +81,9 @@ double fpdt_working_bytes(const model::ModelConfig& m, const LayerSplit& split);
 double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, bool backward);
 
 // Emits tasks into a graph for one group of ranks doing the same ops on their shards: tensor-parallel ranks
-// (split.tp of them), Ulysses ranks (split.ulysses) or context-parallel ranks (split.cp), threading each
-// rank's chain through `last`.
+// (split.tp of them), Ulysses ranks (split.ulysses), context-parallel ranks (split.cp), or cp x tp ranks
+// ordered [cp index][tp index], threading each rank's chain through `last`. TP collectives run within each TP
+// group only; Ulysses all-to-alls over all ranks; ring passes between the ranks of one TP index.
 class LayerEmitter {
  public:
   LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
@@ -113,13 +120,18 @@ class LayerEmitter {
   void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
   void ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last);
   void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
+  void allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
+  // The ranks of TP index t across the cp slices, and the chain ends of those ranks.
+  std::size_t rank_index(int cp_index, int tp_index) const { return static_cast<std::size_t>(cp_index * split_.tp + tp_index); }
   void fpdt_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
 
   sim::TaskGraph& graph_;
   const model::ModelConfig& model_;
   LayerSplit split_;
   std::vector<sim::DeviceId> ranks_;
-  std::int32_t group_ = -1;
+  std::vector<std::int32_t> tp_groups_;  // one per cp index, when tp > 1
+  std::vector<std::int32_t> cp_groups_;  // one per tp index, for all-gather CP
+  std::int32_t ulysses_group_ = -1;
   AttentionHook attention_hook_;
   sim::Op at_;
 };

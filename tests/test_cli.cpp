@@ -287,7 +287,9 @@ TEST(Cli, PlanStopsCleanlyOnCtrlCWithTheBestFoundSoFar) {
   const auto out = dir.path() / "out";
   std::string text;
   for (int seconds : {3, 6, 12, 30, 60}) {
-    const std::string command = "timeout -s INT " + std::to_string(seconds) + " " + std::string(TRAINYARD_BINARY) +
+    // --foreground: one SIGINT to trainyard only; without it timeout also signals its process group, and the
+    // second SIGINT is the "stop now" Ctrl-C that exits at once, with nothing printed.
+    const std::string command = "timeout --foreground -s INT " + std::to_string(seconds) + " " + std::string(TRAINYARD_BINARY) +
                                 " plan --model llama3-8b --hw dgx-a100 --seq 1M --top 3 --threads 1 >" + out.string() + " 2>&1";
     std::system(command.c_str());
     std::ifstream in(out);

@@ -1,4 +1,5 @@
 // The shared transformer decomposition and the Megatron builder against the published formulas.
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -228,6 +229,157 @@ TEST(Megatron, DataParallelStepAllReducesTheGradients) {
   const sim::SimResult r = sim::simulate(g, cluster);
   EXPECT_TRUE(r.completed);
   EXPECT_GT(r.mfu(), 0);
+}
+
+}  // namespace trainyard::planner
+
+namespace trainyard::planner {
+
+namespace {
+
+// tp 2 x cp 2 on the tiny node's 4 GPUs: GPU = cp index * 2 + TP index.
+struct ContextParallelCase {
+  model::ModelConfig model = model::parse_custom_model("custom:layers=2,hidden=1024,heads=16,vocab=1024");
+  sim::Cluster cluster{hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack()};
+  StepInputs inputs() const { return {model, cluster, {8192, 1}, model::precision_policy("bf16-mixed")}; }
+  static MegatronParams params(bool allgather) {
+    MegatronParams p;
+    p.tp = 2;
+    p.cp = 2;
+    p.cp_allgather = allgather;
+    return p;
+  }
+};
+
+std::set<std::vector<sim::DeviceId>> groups_of(const sim::TaskGraph& g, sim::CollectiveOp op) {
+  std::set<std::vector<sim::DeviceId>> out;
+  for (const auto& t : g.tasks()) {
+    const auto* c = std::get_if<sim::Collective>(&t.params);
+    if (c != nullptr && c->op == op) out.insert(g.groups()[static_cast<std::size_t>(c->group)]);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Megatron, ContextParallelSplitsTheSequenceAndKeepsEachExchangeInItsGroup) {
+  const ContextParallelCase k;
+  const StepInputs in = k.inputs();
+  const MegatronParams p = ContextParallelCase::params(false);
+  sim::TaskGraph g = build_megatron(in, p);
+  // Every GEMM of a layer sees half the sequence (4K of 8K tokens).
+  int layer_gemms = 0;
+  for (const auto& t : g.tasks()) {
+    const auto* gemm = std::get_if<sim::Gemm>(&t.params);
+    if (gemm != nullptr && t.name.find(" qkv") != std::string::npos && t.name.find("dgrad") == std::string::npos &&
+        t.name.find("wgrad") == std::string::npos) {
+      EXPECT_EQ(gemm->m, 4096) << t.name;
+      ++layer_gemms;
+    }
+  }
+  EXPECT_EQ(layer_gemms, 2 * 4);  // 2 layers x 4 GPUs
+  // K/V pass between the two cp ranks of one TP index; TP all-reduces stay in a cp slice; the gradients are
+  // all-reduced across the cp ranks holding the same weights.
+  double passed_by_gpu0 = 0;
+  for (const auto& t : g.tasks()) {
+    if (const auto* p2p = std::get_if<sim::PointToPoint>(&t.params)) {
+      EXPECT_EQ(t.device % 2, p2p->dst % 2) << t.name;
+      EXPECT_NE(t.device / 2, p2p->dst / 2) << t.name;
+      if (t.device == 0) passed_by_gpu0 += static_cast<double>(p2p->bytes);
+    }
+  }
+  const LayerSplit split = megatron_layer_split(in, p);
+  EXPECT_NEAR(passed_by_gpu0, 2 * (ring_bytes_per_layer(k.model, split, false) + ring_bytes_per_layer(k.model, split, true)), 8);
+  const std::vector<sim::DeviceId> tp0{0, 1}, tp1{2, 3}, replicas0{0, 2}, replicas1{1, 3};
+  std::set<std::vector<sim::DeviceId>> expected{tp0, tp1, replicas0, replicas1};
+  EXPECT_EQ(groups_of(g, sim::CollectiveOp::all_reduce), expected);
+  const sim::SimResult r = test::simulate_built(g, k.cluster, "megatron");
+  EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+}
+
+TEST(Megatron, AllGatherContextParallelGathersKvAndReduceScattersItsGradients) {
+  const ContextParallelCase k;
+  const StepInputs in = k.inputs();
+  const MegatronParams p = ContextParallelCase::params(true);
+  sim::TaskGraph g = build_megatron(in, p);
+  const LayerSplit split = megatron_layer_split(in, p);
+  // One TP rank's K/V heads (16 heads / 2 x 64) for the whole 8K sequence, K and V in bf16.
+  EXPECT_DOUBLE_EQ(cp_gathered_kv_bytes(k.model, split), 2 * 2 * 8192.0 * 512);
+  int gathers = 0, scatters = 0;
+  for (const auto& t : g.tasks()) {
+    const auto* c = std::get_if<sim::Collective>(&t.params);
+    if (c == nullptr || g.groups()[static_cast<std::size_t>(c->group)].size() != 2) continue;
+    const auto& members = g.groups()[static_cast<std::size_t>(c->group)];
+    if (c->op == sim::CollectiveOp::all_gather || c->op == sim::CollectiveOp::reduce_scatter) {
+      EXPECT_EQ(members[0] % 2, members[1] % 2) << t.name;  // the cp ranks of one TP index
+      EXPECT_NEAR(static_cast<double>(c->bytes), cp_gathered_kv_bytes(k.model, split), 2);
+      gathers += c->op == sim::CollectiveOp::all_gather;
+      scatters += c->op == sim::CollectiveOp::reduce_scatter;
+    }
+  }
+  EXPECT_EQ(gathers, 2 * 2 * 2);  // 2 layers x (forward, backward) x 2 TP indices
+  EXPECT_EQ(scatters, 2 * 2);     // 2 layers x 2 TP indices
+  for (const auto& t : g.tasks()) {
+    EXPECT_NE(t.kind(), sim::TaskKind::p2p) << t.name;
+  }
+  const sim::SimResult r = test::simulate_built(g, k.cluster, "megatron");
+  EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+}
+
+TEST(Megatron, UnevenPipelineStagesTakeTheirOwnLayerCounts) {
+  // Llama 3 405B's split (Dubey et al. 2024, 3.3.2): 126 layers over 16 stages, one layer fewer on the first
+  // and the last.
+  MegatronParams p;
+  p.pp = 16;
+  p.first_stage_layers = 7;
+  p.last_stage_layers = 7;
+  std::vector<std::int64_t> expected(16, 8);
+  expected.front() = expected.back() = 7;
+  EXPECT_EQ(megatron_stage_layers(126, p), expected);
+  // Built: 6 layers over 4 stages as 1, 2, 2, 1; the middle stages hold twice the first's layer weights.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=6,hidden=1024,heads=16,vocab=64");
+  const sim::Cluster cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
+  const StepInputs in{m, cluster, {1024, 4}, model::precision_policy("bf16-mixed")};
+  MegatronParams q;
+  q.pp = 4;
+  q.first_stage_layers = 1;
+  q.last_stage_layers = 1;
+  sim::TaskGraph g = build_megatron(in, q);
+  std::map<sim::DeviceId, std::set<std::string>> layers_on;
+  for (const auto& t : g.tasks()) {
+    if (t.kind() == sim::TaskKind::gemm && t.name.rfind("F L", 0) == 0) layers_on[t.device].insert(t.name.substr(2, t.name.find(' ', 2) - 2));
+  }
+  EXPECT_EQ(layers_on[0], (std::set<std::string>{"L0"}));
+  EXPECT_EQ(layers_on[1], (std::set<std::string>{"L1", "L2"}));
+  EXPECT_EQ(layers_on[2], (std::set<std::string>{"L3", "L4"}));
+  EXPECT_EQ(layers_on[3], (std::set<std::string>{"L5"}));
+  EXPECT_TRUE(test::simulate_built(g, cluster, "megatron").completed);
+  // What does not add up is refused, naming the flags.
+  q.last_stage_layers = 2;
+  EXPECT_NE(test::error_of([&] { check_megatron(in, q); }).find("--first-stage-layers/--last-stage-layers"), std::string::npos);
+  q.last_stage_layers = 1;
+  q.vpp = 2;
+  EXPECT_NE(test::error_of([&] { check_megatron(in, q); }).find("--vpp"), std::string::npos);
+}
+
+TEST(LayerEmitter, UlyssesAndRingAttentionEmitNoTensorParallelCollectives) {
+  // Regression: the emitter used to all-reduce the attention and MLP outputs over any multi-rank group, so
+  // Ulysses and ring-attention layers paid four TP all-reduces they do not run.
+  const model::ModelConfig m = gpt_like();
+  for (bool ulysses : {true, false}) {
+    LayerSplit split{1, 4096, 1, false, false};
+    (ulysses ? split.ulysses : split.cp) = 4;
+    sim::TaskGraph g;
+    LayerEmitter layer(g, m, split, {0, 1, 2, 3});
+    std::vector<sim::TaskId> last(4, -1);
+    layer.forward("F L0", last);
+    layer.backward("B L0", last);
+    for (const auto& t : g.tasks()) {
+      if (const auto* c = std::get_if<sim::Collective>(&t.params)) {
+        EXPECT_EQ(c->op, sim::CollectiveOp::all_to_all) << t.name;
+      }
+    }
+  }
 }
 
 }  // namespace trainyard::planner

@@ -16,11 +16,7 @@ namespace {
 
 const std::string kData = TRAINYARD_TEST_DATA_DIR;
 
-sim::SimResult run(sim::TaskGraph& g, const sim::Cluster& c) {
-  sim::validate(g, c.gpus(), c.nodes, "ringtrack");
-  g.finalize();
-  return sim::simulate(g, c);
-}
+sim::SimResult run(sim::TaskGraph& g, const sim::Cluster& c) { return test::simulate_built(g, c, "ringtrack"); }
 
 // First start and last end of the compute tasks whose names start with `prefix` + " " on GPUs below `gpus`
 // (replica 0 when the ring is the first `gpus` GPUs).

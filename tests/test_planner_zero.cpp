@@ -44,11 +44,7 @@ std::int64_t alloc_bytes(const sim::TaskGraph& g, const std::string& name) {
   return -1;
 }
 
-sim::SimResult run(sim::TaskGraph& g, const sim::Cluster& c) {
-  sim::validate(g, c.gpus(), c.nodes, "zero");
-  g.finalize();
-  return sim::simulate(g, c);
-}
+sim::SimResult run(sim::TaskGraph& g, const sim::Cluster& c) { return test::simulate_built(g, c, "zero"); }
 
 }  // namespace
 

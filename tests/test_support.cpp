@@ -58,4 +58,10 @@ const stacks::StackProfile& ideal_stack() {
   return s;
 }
 
+sim::SimResult simulate_built(sim::TaskGraph& graph, const sim::Cluster& cluster, const std::string& origin) {
+  sim::validate(graph, cluster.gpus(), cluster.nodes, origin);
+  graph.finalize();
+  return sim::simulate(graph, cluster);
+}
+
 }  // namespace trainyard::test

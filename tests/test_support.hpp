@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "sim/engine.hpp"
 #include "stacks/stack_profile.hpp"
 
 namespace trainyard::test {
@@ -28,6 +29,9 @@ class TempDir {
 // tests/data/ideal-stack.json: nothing reserved, no host cost, fused ops, the profile's calibrated attention
 // tables. Mechanics tests on the small test nodes use it so that their figures stay round.
 const stacks::StackProfile& ideal_stack();
+
+// Validates a builder's graph (the error names `origin`), finalizes it and simulates it on `cluster`.
+sim::SimResult simulate_built(sim::TaskGraph& graph, const sim::Cluster& cluster, const std::string& origin = "test graph");
 
 // A file of the source tree, parsed (e.g. "hwprofiles/gpus/h100-sxm.json").
 nlohmann::json source_json(const std::string& relative_path);
