@@ -178,6 +178,9 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
     gpu.sustained.gemm_tile_rows = sustained.figure("gemm_tile_rows", Bound{1, 4096, "rows", true}, sources);
     gpu.sustained.gemm_tile_cols = sustained.figure("gemm_tile_cols", Bound{1, 4096, "columns", true}, sources);
   }
+  if (sustained.has("collective_ctas")) {
+    gpu.sustained.collective_ctas = sustained.figure("collective_ctas", Bound{0, gpu.sm_count.value - 1, "thread blocks (fewer than sm_count)", true}, sources);
+  }
   sustained.finish();
   // What `trainyard calibrate` measured and fitted (backend/calibration.hpp): a record for people, not read here.
   if (top.has("calibration") && !top.raw("calibration").is_object()) {

@@ -72,6 +72,10 @@ struct GpuProfile {
     // The output tile one SM computes in a large bf16 GEMM: a GEMM runs in waves of sm_count tiles, and a last
     // partial wave costs a whole one (wave quantisation). 0: not modelled.
     Figure gemm_tile_rows, gemm_tile_cols;
+    // The thread blocks a running NCCL collective keeps on each member GPU, one per channel: GEMM and attention
+    // kernels that overlap it run on the other SMs, at (sm_count - collective_ctas) / sm_count of their rate.
+    // 0 (absent): not modelled.
+    Figure collective_ctas;
     // The data rate NVLink transfers reach per direction (protocol overhead off the signalling rate); when the
     // profile has none (value 0) the datasheet rate is used.
     Figure nvlink_gbps_per_direction;

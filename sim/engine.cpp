@@ -118,6 +118,25 @@ class Engine {
   const stacks::CollectiveLibrary& library_;
   ComputeModel compute_;
   std::vector<std::int64_t> host_issued_ns_;  // per GPU: when the host has issued its latest kernel
+  // SMs shared with collectives: per GPU, the thread blocks running collectives hold, and the GEMM and attention
+  // kernels running there, whose end moves when that changes (a newer end event carries a newer version).
+  struct SharedCompute {
+    TaskId task;
+    std::int64_t full_rate_ns;   // the kernel's duration on all SMs
+    double remaining_ns;         // of full-rate work left at since_ns
+    double rate;                 // share of the SMs it has now
+    std::int64_t since_ns;
+    std::uint32_t version = 0;
+  };
+  std::vector<int> collective_ctas_;
+  std::vector<std::vector<SharedCompute>> shared_compute_;
+  double sm_share(DeviceId gpu) const;
+  bool shares_sms(const Task& task) const {
+    return cluster_.node.gpu.sustained.collective_ctas.value > 0 && !is_host(task.device) &&
+           (task.kind() == TaskKind::gemm || task.kind() == TaskKind::attention);
+  }
+  void change_collective_ctas(TaskId collective, int sign);
+  bool stale_end(TaskId t, std::uint32_t version);
   int protocol_index_ = 0;  // the last choose_protocol's pick
   FlowNetwork network_;
   EventQueue queue_;
@@ -226,6 +245,8 @@ SimResult Engine::run() {
   const auto allocatable = static_cast<std::int64_t>(stack.allocatable_bytes(cluster_.node.gpu.hbm_bytes.value));
   for (int g = 0; g < gpus; ++g) result_.pools.push_back({"gpu" + std::to_string(g) + " hbm", allocatable, 0, {}});
   host_issued_ns_.assign(static_cast<std::size_t>(gpus), 0);
+  collective_ctas_.assign(static_cast<std::size_t>(gpus), 0);
+  shared_compute_.assign(static_cast<std::size_t>(gpus), {});
   for (int node = 0; node < cluster_.nodes; ++node) {
     result_.pools.push_back({"host" + std::to_string(node) + " dram", static_cast<std::int64_t>(cluster_.node.host_dram_bytes.value), 0, {}});
   }
@@ -258,7 +279,9 @@ SimResult Engine::run() {
       break;
     }
     switch (e.kind) {
-      case kTaskEnd: finish(e.id); break;
+      case kTaskEnd:
+        if (!stale_end(e.id, e.version)) finish(e.id);
+        break;
       case kFlowEnd: {
         if (e.version != network_.version(e.id)) break;  // its completion moved earlier; a newer event exists
         if (network_.completion_ns(e.id) > queue_.now_ns()) {  // its completion moved later: wait until then
@@ -281,6 +304,7 @@ SimResult Engine::run() {
         auto& state = collectives_.at(e.id);
         if (++state.step == state.steps) {
           collectives_.erase(e.id);
+          change_collective_ctas(e.id, -1);
           finish(e.id);
         } else {
           start_collective_step(e.id);
@@ -348,6 +372,48 @@ std::int64_t Engine::host_issue_ns(const Task& task, std::int64_t now) {
   return issued;
 }
 
+double Engine::sm_share(DeviceId gpu) const {
+  const double sms = cluster_.node.gpu.sm_count.value;
+  const double held = std::min(sms - 1, static_cast<double>(collective_ctas_[static_cast<std::size_t>(gpu)]));
+  return (sms - held) / sms;
+}
+
+// A collective starts (+1) or ends (-1) on its members: the GEMM and attention kernels running there go on at
+// the SM share that leaves them, from now.
+void Engine::change_collective_ctas(TaskId collective, int sign) {
+  const int ctas = static_cast<int>(cluster_.node.gpu.sustained.collective_ctas.value);
+  if (ctas == 0) return;
+  const std::int64_t now = queue_.now_ns();
+  const auto& c = std::get<Collective>(graph_.task(collective).params);
+  for (DeviceId gpu : graph_.groups()[static_cast<std::size_t>(c.group)]) {
+    collective_ctas_[static_cast<std::size_t>(gpu)] += sign * ctas;
+    const double rate = sm_share(gpu);
+    for (SharedCompute& k : shared_compute_[static_cast<std::size_t>(gpu)]) {
+      if (k.rate == rate) continue;
+      k.remaining_ns -= static_cast<double>(std::max<std::int64_t>(0, now - k.since_ns)) * k.rate;
+      k.since_ns = std::max(now, k.since_ns);
+      k.rate = rate;
+      queue_.push(k.since_ns + static_cast<std::int64_t>(std::ceil(std::max(0.0, k.remaining_ns) / rate)), kTaskEnd, k.task, ++k.version);
+    }
+  }
+}
+
+// True for an end event a change of SM share has replaced; a kernel's last end also counts the time it lost.
+bool Engine::stale_end(TaskId t, std::uint32_t version) {
+  const Task& task = graph_.task(t);
+  if (!shares_sms(task)) return false;
+  auto& running = shared_compute_[static_cast<std::size_t>(task.device)];
+  const auto it = std::find_if(running.begin(), running.end(), [&](const SharedCompute& k) { return k.task == t; });
+  if (it == running.end() || it->version != version) return true;
+  const std::int64_t elapsed = queue_.now_ns() - result_.timing[static_cast<std::size_t>(t)].start_ns;
+  const std::int64_t lost = std::max<std::int64_t>(0, elapsed - it->full_rate_ns);
+  result_.collective_sm_ns += lost;
+  result_.compute_classes[static_cast<std::size_t>(task.kind())].busy_ns += lost;
+  *it = running.back();
+  running.pop_back();
+  return false;
+}
+
 void Engine::launch(TaskId t) {
   const Task& task = graph_.task(t);
   const std::int64_t now = queue_.now_ns();
@@ -384,7 +450,13 @@ void Engine::launch(TaskId t) {
         totals.hbm_bytes += cost.hbm_bytes;
         ++totals.tasks;
       }
-      queue_.push(start + duration, kTaskEnd, t);
+      if (shares_sms(task)) {
+        const double rate = sm_share(task.device);
+        shared_compute_[static_cast<std::size_t>(task.device)].push_back({t, duration, static_cast<double>(duration), rate, start, 0});
+        queue_.push(start + static_cast<std::int64_t>(std::ceil(static_cast<double>(duration) / rate)), kTaskEnd, t);
+      } else {
+        queue_.push(start + duration, kTaskEnd, t);
+      }
       break;
     }
     case TaskKind::copy: {
@@ -417,6 +489,7 @@ void Engine::launch(TaskId t) {
       consider_nvls(c, state, choose_protocol(c, state));
       result_.collective_protocols.emplace_back(t, static_cast<std::uint8_t>(protocol_index_));
       collectives_[t] = std::move(state);
+      change_collective_ctas(t, +1);
       start_collective_step(t);
       break;
     }

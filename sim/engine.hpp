@@ -119,6 +119,9 @@ struct SimResult {
   };
   std::array<ClassTotals, 4> compute_classes{};
   std::int64_t host_wait_ns = 0;  // GPU time lost waiting for the host to issue kernels, summed over GPUs
+  // GEMM and attention time added because running collectives held SMs (gpu.sustained.collective_ctas),
+  // summed over GPUs.
+  std::int64_t collective_sm_ns = 0;
 
   double mfu() const;
   double hfu() const;

@@ -16,7 +16,7 @@ struct Event {
   std::uint64_t seq = 0;
   std::uint32_t kind = 0;     // the engine's event type
   std::int32_t id = 0;        // task or flow
-  std::uint32_t version = 0;  // stale-event check for flows whose completion time moved
+  std::uint32_t version = 0;  // stale-event check for flows and kernels whose completion time moved
 };
 
 class EventQueue {

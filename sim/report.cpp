@@ -96,7 +96,7 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
                   {"attention", r.attention_impl},
                   {"hbm_reserved_fixed_bytes", r.hbm_fixed_bytes},
                   {"allocator_overhead", r.allocator_overhead},
-                  {"host_wait_ns", r.host_wait_ns}};
+                  {"host_wait_ns", r.host_wait_ns}, {"collective_sm_ns", r.collective_sm_ns}};
   out["compute_classes"] = compute_classes_json(r, cluster);
   if (!r.completed) {  // a step that did not finish has no step time or MFU, only where it stopped
     out["stopped_at_ns"] = r.step_ns;
@@ -167,6 +167,10 @@ void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph
   out << "stack          " << r.stack << ": attention " << r.attention_impl << "; HBM reserved = allocated x "
       << format_fixed(1 + r.allocator_overhead, 2) << " + " << format_bytes(r.hbm_fixed_bytes) << " (context, workspaces, buffers)";
   if (r.host_wait_ns > 0) out << "; GPUs waited " << format_fixed(static_cast<double>(r.host_wait_ns) * 1e-6 / std::max(1, r.gpus), 3) << " ms each for the host";
+  if (r.collective_sm_ns > 0) {
+    out << "; GEMMs and attention ran " << format_fixed(static_cast<double>(r.collective_sm_ns) * 1e-6 / std::max(1, r.gpus), 3)
+        << " ms longer per GPU on the SMs collectives left them";
+  }
   out << "\n\n";
   const auto summaries = gpu_summaries(r);
   TextTable gpus({"gpu", "peak HBM", "reserved", "compute busy", "H2D busy", "D2H busy", "comm busy", "exposed transfer"},

@@ -348,3 +348,34 @@ TEST(SimEngine, ACancelFlagStopsTheRunEarly) {
 }
 
 }  // namespace trainyard::sim
+
+namespace trainyard::sim {
+
+TEST(SimEngine, ACollectiveHoldsSmsFromTheGemmsItOverlaps) {
+  // The tiny GPU has 100 SMs; say a collective keeps 20 of them. A GEMM on gpu0 that starts with an all-reduce
+  // of gpu0 and gpu1 runs at 80% until the all-reduce ends, then at full rate: it ends 0.2 x (the all-reduce's
+  // time) later than the same GEMM on gpu3, which the all-reduce does not touch.
+  hw::NodeProfile node = hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json");
+  node.gpu.sustained.collective_ctas.value = 20;
+  const Cluster c(std::move(node), 1, test::ideal_stack());
+  TaskGraph g;
+  const Gemm big{10000, 10000, 10000, hw::Dtype::bf16};
+  const TaskId shared = g.gemm("shared", 0, big);
+  const TaskId alone = g.gemm("alone", 3, big);
+  const TaskId ar = g.collective("ar", {CollectiveOp::all_reduce, Algorithm::ring, g.add_group({0, 1}), 400'000'000});
+  const SimResult r = run(g, c);
+  const std::int64_t full = r.timing[alone].end_ns, ar_ns = r.timing[ar].end_ns;
+  ASSERT_GT(full, ar_ns);  // the GEMM outlasts the all-reduce
+  EXPECT_NEAR(static_cast<double>(r.timing[shared].end_ns), static_cast<double>(full) + 0.2 * static_cast<double>(ar_ns), 2);
+  EXPECT_NEAR(static_cast<double>(r.collective_sm_ns), 0.2 * static_cast<double>(ar_ns), 2);
+  // The compute class counts the time the kernels took.
+  EXPECT_EQ(r.compute_classes[static_cast<std::size_t>(TaskKind::gemm)].busy_ns, r.timing[shared].end_ns + full);
+  // Without the figure (0: not modelled) both GEMMs take the same time.
+  const Cluster plain = tiny();
+  TaskGraph g2;
+  const TaskId a = g2.gemm("shared", 0, big);
+  g2.collective("ar", {CollectiveOp::all_reduce, Algorithm::ring, g2.add_group({0, 1}), 400'000'000});
+  EXPECT_EQ(run(g2, plain).timing[a].end_ns, full);
+}
+
+}  // namespace trainyard::sim
