@@ -25,6 +25,7 @@
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
 #include "planner/ringtrack.hpp"
+#include "planner/symmetry.hpp"
 #include "planner/zero.hpp"
 
 namespace po = boost::program_options;
@@ -441,6 +442,37 @@ planner::RingTrackParams ringtrack_params(const po::variables_map& vm, const sim
   return p;
 }
 
+namespace {
+
+// Identical data-parallel replicas are simulated two at a time (planner/symmetry.hpp) unless --no-symmetry. On
+// a reduction `cluster` becomes the smaller one (so `inputs`, which refers to the old one, must not be used
+// after) and the reduced step is returned; the note says what was done or why not.
+std::optional<planner::ReducedStep> reduce_step(const po::variables_map& vm, const planner::StepInputs& inputs,
+                                                const planner::PlanSpec& spec, std::optional<sim::Cluster>& cluster,
+                                                SimulationSetup& setup) {
+  if (vm.count("no-symmetry") && vm["no-symmetry"].as<bool>()) {
+    setup.symmetry_note = "every replica simulated (--no-symmetry)";
+    return std::nullopt;
+  }
+  std::string why_not;
+  auto reduced = planner::reduce_by_symmetry(inputs, spec, &why_not);
+  if (!reduced) {
+    setup.symmetry_note = "every replica simulated: " + why_not;
+    return std::nullopt;
+  }
+  hw::NodeProfile node = cluster->node;
+  stacks::StackProfile stack = cluster->stack;
+  cluster.emplace(std::move(node), reduced->nodes, std::move(stack));
+  setup.replicas = reduced->replicas;
+  setup.simulated_replicas = reduced->spec.megatron.dp;
+  setup.symmetry_note = std::to_string(setup.simulated_replicas) + " of " + std::to_string(setup.replicas) +
+                        " identical data-parallel replicas simulated, their collectives as the whole rings (figures are per GPU of "
+                        "the whole step; --no-symmetry simulates every replica)";
+  return reduced;
+}
+
+}  // namespace
+
 SimulationSetup setup_simulation(const po::variables_map& vm) {
   const bool from_graph = vm.count("graph") > 0, from_plan = vm.count("plan") > 0;
   const int modes = static_cast<int>(from_graph) + static_cast<int>(from_plan) + static_cast<int>(vm.count("strategy") > 0);
@@ -470,6 +502,19 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     origin = vm["plan"].as<std::string>();
     LoadedPlan loaded = load_plan(origin, memory_budget(vm));
     plan_file = loaded.plan;
+    {
+      const planner::StepInputs full{loaded.model, *loaded.cluster, loaded.plan.workload,
+                                     model::precision_policy(loaded.plan.precision, origin + ": field 'precision'")};
+      try {
+        planner::check_plan(full, loaded.plan.spec);
+      } catch (const InputError& e) {
+        throw planner::plan_file_error(origin, e);
+      }
+      if (auto reduced = reduce_step(vm, full, loaded.plan.spec, loaded.cluster, setup)) {
+        loaded.plan.spec = reduced->spec;
+        loaded.plan.workload = reduced->workload;
+      }
+    }
     ring.emplace();
     graph = build_plan_step(loaded, loaded.plan.spec, origin, &*ring, memory_budget(vm));
     if (loaded.plan.spec.scheme != "ringtrack") ring.reset();
@@ -477,7 +522,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     setup.step = SimulationSetup::Step{loaded.model, loaded.plan.workload, full};
     cluster = std::move(loaded.cluster);
   } else if (from_graph) {
-    for (const char* flag : {"sequence-parallel", "distributed-optimizer"}) {
+    for (const char* flag : {"sequence-parallel", "distributed-optimizer", "no-symmetry"}) {
       if (vm[flag].as<bool>()) throw InputError(std::string("--") + flag, "value", "no scheme flags with --graph", "it");
     }
     origin = vm["graph"].as<std::string>();
@@ -607,10 +652,17 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
       spec.zero = p;
     }
     planner::check_plan(inputs, spec);
-    planner::require_within_budget(planner::estimate_plan(inputs, spec), memory_budget(vm), "the step graph of " + origin,
+    planner::Workload simulated = workload;
+    if (auto reduced = reduce_step(vm, inputs, spec, cluster, setup)) {  // `inputs` refers to the old cluster from here
+      spec = reduced->spec;
+      simulated = reduced->workload;
+      setup.step->workload = simulated;
+    }
+    const planner::StepInputs step_inputs{model, *cluster, simulated, inputs.precision};
+    planner::require_within_budget(planner::estimate_plan(step_inputs, spec), memory_budget(vm), "the step graph of " + origin,
                                    "fewer --nodes, a smaller --global-batch, a shorter --seq or a larger --chunk");
     ring.emplace();
-    graph = planner::build_plan(inputs, spec, &*ring);
+    graph = planner::build_plan(step_inputs, spec, &*ring);
     if (spec.scheme != "ringtrack") ring.reset();
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   }
@@ -702,6 +754,7 @@ po::options_description simulate_options() {
       ("offload", po::value<std::string>()->value_name("list"), "comma list of optimizer, grads, params, acts (megatron: acts only)")
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
       ("cp", po::value<int>()->value_name("int"), "ring-attention (required), megatron (default 1): context-parallel degree")
+      ("no-symmetry", po::bool_switch(), "simulate every data-parallel replica (default: two, when they are identical; planner/symmetry.hpp)")
       ("cp-comm", po::value<std::string>()->value_name("p2p|all_gather"), "megatron: how CP ranks share K/V: ring passes (p2p, default) or all-gathered")
       ("first-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the first pipeline stage (default: an even split)")
       ("last-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the last pipeline stage (default: an even split)")
@@ -775,6 +828,7 @@ int run_simulate(const std::vector<std::string>& args) {
   if (vm["json"].as<bool>()) {
     Json out = sim::metrics_json(result, graph, *cluster);
     if (logged) out["stack"]["as_logged"] = {{"mfu", logged->mfu}, {"tflops_per_gpu", logged->tflops_per_gpu}};
+    if (setup.replicas > 0) out["symmetry"] = {{"replicas", setup.replicas}, {"simulated_replicas", setup.simulated_replicas}};
     if (ring) {
       out["ring_order"] = ring->rings;
       Json hops = Json::array();
@@ -784,6 +838,7 @@ int run_simulate(const std::vector<std::string>& args) {
     std::cout << out.dump(2) << "\n";
   } else {
     if (ring) std::cout << "ring order     " << ring->describe() << "\n";
+    if (setup.replicas > 0) std::cout << "symmetry       " << setup.symmetry_note << "\n";
     sim::print_metrics(std::cout, result, graph, *cluster);
     if (logged) {
       const model::FlopConvention& c = cluster->stack.mfu_convention;

@@ -85,6 +85,11 @@ struct SimulationSetup {
     bool full_recompute = false;  // every layer's forward runs twice (a convention may count it)
   };
   std::optional<Step> step;
+  // Symmetry reduction (planner/symmetry.hpp): the data-parallel replicas of the whole step and how many were
+  // simulated (0 and 0: the whole step ran); `symmetry_note` says what was done or why not.
+  int replicas = 0;
+  int simulated_replicas = 0;
+  std::string symmetry_note;
 };
 // The MFU and TFLOP/s per GPU the stack's own log would print for this step (stacks::StackProfile::mfu_convention).
 struct LoggedMfu {

@@ -93,6 +93,9 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
          std::to_string(p.cp));
   }
   if (p.cp_allgather && p.cp == 1) fail("--cp-comm", "p2p unless --cp > 1", "all_gather");
+  if (p.dp_represented != 0 && p.dp_represented < p.dp) {
+    fail("dp_represented", "0 or at least dp (" + std::to_string(p.dp) + ")", std::to_string(p.dp_represented));
+  }
   // A TP group either fits inside a node or spans whole nodes (as HotSPa's TP 16 on 8-GPU nodes does: its
   // collectives then cross the network).
   const int per_node = in.cluster.topology.gpus_per_node();
@@ -187,7 +190,11 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
     for (int i = 0; i < stage_ranks; ++i) r.push_back(gpu_of(stage, d, i));
     return r;
   };
-  const int grad_replicas = p.dp * p.cp;  // the ranks holding the same weights: gradients are reduced over them
+  // The ranks holding the same weights, over which gradients are reduced: built here (grad_group), and in the
+  // whole data-parallel ring the built ones stand for (symmetry reduction).
+  const int grad_replicas = p.dp * p.cp;
+  const int grad_ring = (p.dp_represented > 0 ? p.dp_represented : p.dp) * p.cp;
+  const std::int32_t ring_ranks = p.dp_represented > 0 ? grad_ring : 0;
 
   // Model states, resident for the whole step.
   std::vector<double> gpu_params(static_cast<std::size_t>(in.cluster.gpus()), 0);
@@ -200,7 +207,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
         gpu_params[static_cast<std::size_t>(gpu)] = stage_params;
         const auto& pol = in.precision;
         const double states_per_param = p.distributed_optimizer
-                                            ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / grad_replicas
+                                            ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / grad_ring
                                             : pol.bytes_per_param();
         g.set_op(g.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm,
                          static_cast<std::int64_t>(stage_params * states_per_param),
@@ -429,18 +436,18 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
       const Bucket& b = buckets.at(key);
       auto [it, inserted] = groups.try_emplace({b.stage, b.t}, 0);
       if (inserted) it->second = g.add_group(grad_group(b.stage, b.t));
-      const auto bytes = static_cast<std::int64_t>(b.params * in.precision.grad_bytes) / grad_replicas * grad_replicas + grad_replicas;
+      const auto bytes = static_cast<std::int64_t>(b.params * in.precision.grad_bytes) / grad_ring * grad_ring + grad_ring;
       const sim::TaskId reduce = g.collective(
           std::string(p.distributed_optimizer ? "DP reduce-scatter" : "DP all-reduce") + " stage " + std::to_string(b.stage) +
               " tp" + std::to_string(b.t) + " bucket " + std::to_string(std::get<2>(key)),
           {p.distributed_optimizer ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce, sim::Algorithm::ring,
-           it->second, bytes},
+           it->second, bytes, ring_ranks},
           b.ready, kDpStream);
       g.set_op(reduce, {sim::OpCode::states});
       for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[static_cast<std::size_t>(gpu)].push_back(reduce);
     }
   }
-  const int shards = p.distributed_optimizer ? grad_replicas : 1;
+  const int shards = p.distributed_optimizer ? grad_ring : 1;
   std::vector<sim::TaskId> step(static_cast<std::size_t>(in.cluster.gpus()));
   for (int gpu = 0; gpu < in.cluster.gpus(); ++gpu) {
     std::vector<sim::TaskId> deps = gpu_reductions[static_cast<std::size_t>(gpu)];
@@ -460,7 +467,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
         const double weights = gpu_params[static_cast<std::size_t>(members.front())] * in.precision.weight_bytes;
         g.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
                      {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g.add_group(members),
-                      static_cast<std::int64_t>(weights) / grad_replicas * grad_replicas + grad_replicas},
+                      static_cast<std::int64_t>(weights) / grad_ring * grad_ring + grad_ring, ring_ranks},
                      deps, kDpStream);
       }
     }

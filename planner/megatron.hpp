@@ -40,6 +40,10 @@ struct MegatronParams {
   // are split dp ways, gradients are reduce-scattered instead of all-reduced, and the updated bf16 weights are
   // all-gathered after the optimizer step.
   bool distributed_optimizer = false;
+  // Symmetry reduction (planner/symmetry.hpp): the dp = 2 replicas built stand for this many identical ones;
+  // the data-parallel collectives run as rings of dp_represented x cp ranks and the distributed optimizer
+  // shards as many ways. 0: dp is the whole data-parallel degree. Not a plan-file parameter.
+  int dp_represented = 0;
 };
 
 // Checks the parameters against the model, cluster and workload; throws InputError naming the flag.

@@ -169,6 +169,14 @@ class Engine {
     double nvls_wire_bytes = 0;               // each way per member, NVLS only
   };
   double choose_protocol(const Collective& c, CollectiveState& state);
+  // The buffer whose per-step slices, over the group's members, are those of the whole ring: a ring of
+  // ring_ranks moves bytes / ring_ranks per step, which a group of m members moves for a buffer of
+  // bytes * m / ring_ranks.
+  std::int64_t simulated_bytes(const Collective& c) const {
+    if (c.ring_ranks == 0) return c.bytes;
+    const auto m = static_cast<double>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
+    return static_cast<std::int64_t>(std::llround(static_cast<double>(c.bytes) * m / c.ring_ranks));
+  }
   void consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns);
   std::optional<hw::VertexId> nvlink_switch_of(hw::VertexId gpu) const;
   bool crosses_nvlink(const RouteResources& r) const {
@@ -478,7 +486,7 @@ void Engine::launch(TaskId t) {
     }
     case TaskKind::collective: {
       const auto& c = std::get<Collective>(task.params);
-      const auto n = static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
+      const int n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
       CollectiveState state;
       state.steps = collective_steps(c.op, c.algorithm, n);
       if (c.algorithm == Algorithm::ring) {
@@ -589,9 +597,9 @@ void Engine::record_links() {
 // slowest route it takes (times the channels, which run on other links). The data then moves as flows.
 double Engine::choose_protocol(const Collective& c, CollectiveState& state) {
   const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
-  const int n = static_cast<int>(members.size());
+  const int n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<int>(members.size());
   step_transfers_.clear();
-  collective_step(c.op, c.algorithm, n, c.bytes, 0, step_transfers_);
+  collective_step(c.op, c.algorithm, static_cast<int>(members.size()), simulated_bytes(c), 0, step_transfers_);
   stacks::LinkClass link_class = stacks::LinkClass::nvlink;
   double bottleneck_gbps = std::numeric_limits<double>::infinity();
   for (const Transfer& tr : step_transfers_) {
@@ -635,7 +643,7 @@ std::optional<hw::VertexId> Engine::nvlink_switch_of(hw::VertexId gpu) const {
 // sends its buffer to the switch, which reduces, and receives the sum; each GPU also heads one of the n
 // channels, which costs its link another 1/n of the buffer each way.
 void Engine::consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns) {
-  if (c.op != CollectiveOp::all_reduce || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0) return;
+  if (c.op != CollectiveOp::all_reduce || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0 || c.ring_ranks != 0) return;
   const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
   std::optional<hw::VertexId> shared;
   double link_gbps = std::numeric_limits<double>::infinity();
@@ -676,13 +684,14 @@ void Engine::start_collective_step(TaskId t) {
   }
   step_transfers_.clear();
   const int n = static_cast<int>(members.size());
+  const std::int64_t bytes = simulated_bytes(c);
   if (state.channels.size() <= 1) {
-    collective_step(c.op, c.algorithm, n, c.bytes, state.step, step_transfers_);
+    collective_step(c.op, c.algorithm, n, bytes, state.step, step_transfers_);
   } else {  // each channel moves its share along its own member order
     const auto channels = static_cast<std::int64_t>(state.channels.size());
     for (const auto& order : state.channels) {
       const std::size_t first = step_transfers_.size();
-      collective_step(c.op, c.algorithm, n, c.bytes / channels, state.step, step_transfers_);
+      collective_step(c.op, c.algorithm, n, bytes / channels, state.step, step_transfers_);
       for (std::size_t i = first; i < step_transfers_.size(); ++i) {
         step_transfers_[i].src_rank = order[static_cast<std::size_t>(step_transfers_[i].src_rank)];
         step_transfers_[i].dst_rank = order[static_cast<std::size_t>(step_transfers_[i].dst_rank)];

@@ -126,6 +126,7 @@ GraphDocument parse_graph(const json::Json& document, const std::string& origin)
                                                               {"direct", Algorithm::direct}});
       }
       c.bytes = count("bytes");
+      if (r.has("ring_ranks")) c.ring_ranks = static_cast<std::int32_t>(r.integer("ring_ranks", 2, 1 << 24));
       const json::Json& group = r.raw("group");
       if (!group.is_array() || group.size() < 2) r.fail("group", "an array of at least 2 devices", json::describe(group));
       std::vector<DeviceId> members;
@@ -202,6 +203,7 @@ json::Json graph_to_json(const TaskGraph& graph) {
             j["dst"] = device_name(p.dst); j["bytes"] = p.bytes;
           } else if constexpr (std::is_same_v<P, Collective>) {
             j["op"] = to_string(p.op); j["algorithm"] = to_string(p.algorithm); j["bytes"] = p.bytes;
+            if (p.ring_ranks != 0) j["ring_ranks"] = p.ring_ranks;
             Json group = Json::array();
             for (DeviceId m : graph.groups()[static_cast<std::size_t>(p.group)]) group.push_back(device_name(m));
             j["group"] = group;

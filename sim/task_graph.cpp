@@ -255,10 +255,21 @@ void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& or
         if (c.algorithm == Algorithm::tree && !tree_ok) {
           fail(id, "algorithm", "ring or direct for " + std::string(to_string(c.op)), "\"tree\"");
         }
+        if (c.ring_ranks != 0) {
+          const bool ring_op = c.op == CollectiveOp::all_reduce || c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter;
+          if (!ring_op || c.algorithm != Algorithm::ring) {
+            fail(id, "ring_ranks", "only on a ring all_reduce, all_gather or reduce_scatter", std::to_string(c.ring_ranks));
+          }
+          if (c.ring_ranks < static_cast<std::int32_t>(members.size())) {
+            fail(id, "ring_ranks", "at least the group size (" + std::to_string(members.size()) + ")", std::to_string(c.ring_ranks));
+          }
+        }
+        const std::int64_t ranks = c.ring_ranks != 0 ? c.ring_ranks : static_cast<std::int64_t>(members.size());
         if ((c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter ||
              c.op == CollectiveOp::all_to_all || c.op == CollectiveOp::all_reduce) &&
-            c.bytes % static_cast<std::int64_t>(members.size()) != 0) {
-          fail(id, "bytes", "a multiple of the group size (" + std::to_string(members.size()) + ")",
+            c.bytes % ranks != 0) {
+          fail(id, "bytes", std::string("a multiple of the ") + (c.ring_ranks != 0 ? "ring_ranks" : "group size") + " (" +
+                                std::to_string(ranks) + ")",
                std::to_string(c.bytes));
         }
         break;

@@ -70,6 +70,11 @@ struct Collective {
   Algorithm algorithm = Algorithm::ring;
   std::int32_t group = 0;  // index into TaskGraph::groups(); the first member is the root of a broadcast
   std::int64_t bytes = 0;  // the full buffer per GPU (all-gather: the gathered output)
+  // Symmetry reduction: a ring all-reduce, all-gather or reduce-scatter of `ring_ranks` ranks of which the group
+  // holds the simulated ones (identical replicas stand for the rest): it takes the steps of the whole ring and
+  // every member sends bytes / ring_ranks to its successor in the group each step, as every rank of the whole
+  // ring would. 0: the group is the whole ring.
+  std::int32_t ring_ranks = 0;
 };
 struct Alloc {
   Pool pool = Pool::hbm;

@@ -309,6 +309,23 @@ TEST(Cli, PlanForAModelThatFitsNowhereExits1WithTheClosestMiss) {
   EXPECT_NE(r.err.find("short by"), std::string::npos) << r.err;
 }
 
+TEST(Cli, SimulateReducesIdenticalReplicasAndSaysSo) {
+  const std::string step = "simulate --strategy megatron --model llama3-8b --hw dgx-a100 --nodes 4 --seq 8K --global-batch 16 --tp 8 --dp 4 --json";
+  const auto reduced = run_cli(step);
+  const auto whole = run_cli(step + " --no-symmetry");
+  ASSERT_EQ(reduced.exit_code, 0) << reduced.err;
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const auto a = nlohmann::json::parse(reduced.out), b = nlohmann::json::parse(whole.out);
+  EXPECT_EQ(a["symmetry"]["replicas"], 4);
+  EXPECT_EQ(a["symmetry"]["simulated_replicas"], 2);
+  EXPECT_FALSE(b.contains("symmetry"));
+  EXPECT_EQ(a["gpus"], 16);  // two of the four replicas of 8 GPUs
+  EXPECT_NEAR(a["step_ns"].get<double>() / b["step_ns"].get<double>(), 1, 1e-3);
+  EXPECT_NEAR(a["mfu"].get<double>() / b["mfu"].get<double>(), 1, 1e-3);
+  const auto text = run_cli("simulate --strategy megatron --model llama3-8b --hw dgx-a100 --nodes 4 --seq 8K --global-batch 16 --tp 8 --dp 4");
+  EXPECT_NE(text.out.find("symmetry       2 of 4 identical data-parallel replicas simulated"), std::string::npos) << text.out;
+}
+
 TEST(Cli, SimulateMegatronThatDoesNotFitExits1WithTheReport) {
   const auto r = run_cli("simulate --strategy megatron --model llama3-70b --hw dgx-a100 --seq 4K --global-batch 8");
   EXPECT_EQ(r.exit_code, 1);

@@ -283,6 +283,7 @@ TEST(GraphJson, RoundTripsThroughTheBuilder) {
   const TaskId m = g.gemm("F L0 C0 qkv", 0, {64, 64, 64, hw::Dtype::bf16}, std::vector<TaskId>{a});
   const auto group = g.add_group({0, 1});
   g.collective("ar", {CollectiveOp::all_reduce, Algorithm::ring, group, 1024}, std::vector<TaskId>{m});
+  g.collective("mirrored ar", {CollectiveOp::all_reduce, Algorithm::ring, group, 1024, 8}, std::vector<TaskId>{m});
   g.free("free x", a, std::vector<TaskId>{m});
   g.finalize();
   const json::Json j = graph_to_json(g);
@@ -318,6 +319,12 @@ TEST(GraphJson, MalformedGraphsAreRejectedClearly) {
        {"'c'.algorithm", "ring or direct"}},
       {R"([{"name": "p", "kind": "p2p", "device": "gpu0", "dst": "gpu0", "bytes": 8}])",
        {"'p'.dst", "other than the sender"}},
+      {R"([{"name": "c", "kind": "collective", "op": "all_to_all", "group": ["gpu0", "gpu1"], "bytes": 8, "ring_ranks": 4}])",
+       {"'c'.ring_ranks", "only on a ring all_reduce"}},
+      {R"([{"name": "c", "kind": "collective", "op": "all_reduce", "group": ["gpu0", "gpu1", "gpu2"], "bytes": 6, "ring_ranks": 2}])",
+       {"'c'.ring_ranks", "at least the group size (3)"}},
+      {R"([{"name": "c", "kind": "collective", "op": "all_reduce", "group": ["gpu0", "gpu1"], "bytes": 6, "ring_ranks": 4}])",
+       {"'c'.bytes", "a multiple of the ring_ranks (4)"}},
       {R"([{"name": "x", "kind": "attention", "device": "gpu0", "q_len": 8, "kv_len": 4, "heads": 2, "kv_heads": 2, "head_dim": 8, "causal": true, "backward": false}])",
        {"'x'.q_len", "at most kv_len"}},
       {R"([{"name": "h", "kind": "gemm", "device": "host0", "m": 1, "n": 1, "k": 1}])",

@@ -1,0 +1,27 @@
+#pragma once
+// Symmetry reduction: a step whose data-parallel replicas are identical is simulated with two of them. The
+// replicas run the same tasks at the same times, so every per-GPU figure (step time, memory, MFU, tokens per
+// second per GPU) is one replica's; what they share are the data-parallel collectives, which the two built
+// replicas run as rings of the whole data-parallel degree (sim::Collective::ring_ranks): every step of such a
+// ring, every rank sends one slice to its successor, so each GPU's links carry what they carry in the whole
+// ring. Exact where the replicas share no link but the fabric (hw::Topology: one non-blocking fabric vertex):
+// each pipeline stage of a replica must fill whole nodes. tests/test_symmetry.cpp holds the reduced step to
+// the full one. Today: Megatron's data-parallel replicas; pipeline stages and TP ranks are issue 22's next step.
+#include <optional>
+#include <string>
+
+#include "planner/plan.hpp"
+
+namespace trainyard::planner {
+
+struct ReducedStep {
+  PlanSpec spec;      // as simulated: dp = 2, dp_represented = the step's dp
+  int nodes = 0;      // of the simulated cluster
+  Workload workload;  // the simulated replicas' share of the step's sequences
+  int replicas = 0;   // the data-parallel replicas of the whole step
+};
+
+// The reduced step when the plan allows one, else nullopt with `why_not` (when given) saying why.
+std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not = nullptr);
+
+}  // namespace trainyard::planner

@@ -1,0 +1,97 @@
+// Symmetry reduction (planner/symmetry.hpp): a step simulated with two of its identical data-parallel replicas
+// gives the whole step's per-GPU figures.
+#include <gtest/gtest.h>
+
+#include "hwprofiles/catalog.hpp"
+#include "models/catalog.hpp"
+#include "planner/plan.hpp"
+#include "planner/symmetry.hpp"
+#include "test_support.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+struct Figures {
+  double step_ns = 0;
+  double peak_hbm_bytes = 0;
+  double mfu = 0;
+};
+
+Figures simulate_step(const model::ModelConfig& m, const hw::NodeProfile& node, int nodes, const Workload& w, const PlanSpec& spec) {
+  const sim::Cluster cluster(node, nodes);
+  const StepInputs in{m, cluster, w, model::precision_policy("bf16-mixed")};
+  sim::TaskGraph g = build_plan(in, spec);
+  const sim::SimResult r = test::simulate_built(g, cluster, "symmetry");
+  EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+  Figures f{static_cast<double>(r.step_ns), 0, r.mfu()};
+  for (int gpu = 0; gpu < r.gpus; ++gpu) f.peak_hbm_bytes = std::max(f.peak_hbm_bytes, static_cast<double>(r.pools[static_cast<std::size_t>(gpu)].peak_bytes));
+  return f;
+}
+
+// The whole step and its reduction, within 0.1% (the bar); returns the reduction's replicas.
+void expect_reduction_exact(const std::string& node_name, int nodes, const Workload& w, const PlanSpec& spec) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=2048,heads=16,vocab=32000");
+  const hw::NodeProfile node = hw::load_node(node_name);
+  const sim::Cluster full_cluster(node, nodes);
+  const StepInputs in{m, full_cluster, w, model::precision_policy("bf16-mixed")};
+  std::string why;
+  const auto reduced = reduce_by_symmetry(in, spec, &why);
+  ASSERT_TRUE(reduced.has_value()) << why;
+  EXPECT_EQ(reduced->nodes * reduced->replicas, nodes * 2);
+  const Figures whole = simulate_step(m, node, nodes, w, spec);
+  const Figures part = simulate_step(m, node, reduced->nodes, reduced->workload, reduced->spec);
+  EXPECT_NEAR(part.step_ns / whole.step_ns, 1, 1e-3) << spec.summary();
+  EXPECT_NEAR(part.peak_hbm_bytes / whole.peak_hbm_bytes, 1, 1e-3) << spec.summary();
+  EXPECT_NEAR(part.mfu / whole.mfu, 1, 1e-3) << spec.summary();
+}
+
+PlanSpec megatron(int tp, int pp, int dp) {
+  PlanSpec spec;
+  spec.scheme = "megatron";
+  spec.megatron.tp = tp;
+  spec.megatron.pp = pp;
+  spec.megatron.dp = dp;
+  spec.megatron.bucket_params = 20e6;
+  return spec;
+}
+
+}  // namespace
+
+TEST(Symmetry, MegatronDataParallelReplicasReduceExactly) {
+  // 64 and 128 A100s: TP 8 fills a node, PP 2, DP 4 and 8; the gradient all-reduce, the distributed optimizer's
+  // reduce-scatter and weight all-gather, sequence parallelism with selective recompute, full recompute with
+  // checkpoints offloaded to host DRAM.
+  expect_reduction_exact("dgx-a100", 8, {2048, 16}, megatron(8, 2, 4));
+  PlanSpec dist = megatron(8, 2, 8);
+  dist.megatron.distributed_optimizer = true;
+  dist.megatron.sequence_parallel = true;
+  dist.megatron.recompute = Recompute::selective;
+  expect_reduction_exact("dgx-a100", 16, {2048, 32}, dist);
+  PlanSpec offload = megatron(8, 1, 4);
+  offload.megatron.recompute = Recompute::full;
+  offload.megatron.offload_activations = true;
+  expect_reduction_exact("dgx-a100", 4, {4096, 8}, offload);
+  // H100 nodes (NVLS inside the node, SMs shared with collectives), interleaved pipeline, CP 2 across nodes.
+  PlanSpec cp = megatron(8, 2, 3);
+  cp.megatron.cp = 2;
+  cp.megatron.vpp = 2;
+  expect_reduction_exact("dgx-h100", 12, {8192, 6}, cp);
+}
+
+TEST(Symmetry, SaysWhyAPlanIsNotReduced) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=2048,heads=16,vocab=32000");
+  const sim::Cluster cluster(hw::load_node("dgx-a100"), 2);
+  const StepInputs in{m, cluster, {2048, 16}, model::precision_policy("bf16-mixed")};
+  std::string why;
+  EXPECT_FALSE(reduce_by_symmetry(in, megatron(4, 1, 4), &why).has_value());  // two replicas per node
+  EXPECT_NE(why.find("whole nodes"), std::string::npos) << why;
+  EXPECT_FALSE(reduce_by_symmetry(in, megatron(8, 1, 2), &why).has_value());
+  EXPECT_NE(why.find("nothing to reduce"), std::string::npos) << why;
+  PlanSpec zero;
+  zero.scheme = "zero";
+  EXPECT_FALSE(reduce_by_symmetry(in, zero, &why).has_value());
+  EXPECT_NE(why.find("Megatron"), std::string::npos) << why;
+}
+
+}  // namespace trainyard::planner
