@@ -117,7 +117,7 @@ void check_output_flags(const po::variables_map& vm, std::initializer_list<const
 LoggedMfu logged_mfu(const SimulationSetup::Step& step, const sim::SimResult& result, const model::FlopConvention& convention) {
   const double flops = model::convention_flops_per_token(step.model, step.workload.seq_len, convention, step.full_recompute) *
                        static_cast<double>(step.workload.tokens());
-  const double per_gpu_flops_per_s = flops / (static_cast<double>(result.step_ns) * 1e-9) / result.gpus;
+  const double per_gpu_flops_per_s = flops / (static_cast<double>(result.step_ns) * 1e-9) / step.gpus;
   return {per_gpu_flops_per_s / result.peak_flops_per_gpu, per_gpu_flops_per_s * 1e-12};
 }
 
@@ -465,9 +465,15 @@ std::optional<planner::ReducedStep> reduce_step(const po::variables_map& vm, con
   cluster.emplace(std::move(node), reduced->nodes, std::move(stack));
   setup.replicas = reduced->replicas;
   setup.simulated_replicas = reduced->spec.megatron.dp;
+  setup.cp_ranks = reduced->cp_ranks;
+  setup.simulated_cp_ranks = reduced->spec.megatron.cp;
   setup.symmetry_note = std::to_string(setup.simulated_replicas) + " of " + std::to_string(setup.replicas) +
-                        " identical data-parallel replicas simulated, their collectives as the whole rings (figures are per GPU of "
-                        "the whole step; --no-symmetry simulates every replica)";
+                        " identical data-parallel replicas";
+  if (setup.cp_ranks > setup.simulated_cp_ranks) {
+    setup.symmetry_note += " and " + std::to_string(setup.simulated_cp_ranks) + " of " + std::to_string(setup.cp_ranks) + " context-parallel ranks";
+  }
+  setup.symmetry_note += " simulated, their collectives as the whole rings (figures are per GPU of the whole step; --no-symmetry "
+                         "simulates them all)";
   return reduced;
 }
 
@@ -519,7 +525,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     graph = build_plan_step(loaded, loaded.plan.spec, origin, &*ring, memory_budget(vm));
     if (loaded.plan.spec.scheme != "ringtrack") ring.reset();
     const bool full = loaded.plan.spec.recomputed_layer_share(loaded.model.layers) == 1;
-    setup.step = SimulationSetup::Step{loaded.model, loaded.plan.workload, full};
+    setup.step = SimulationSetup::Step{loaded.model, plan_file->workload, full, plan_file->nodes * loaded.cluster->node.gpu_count()};
     cluster = std::move(loaded.cluster);
   } else if (from_graph) {
     for (const char* flag : {"sequence-parallel", "distributed-optimizer", "no-symmetry"}) {
@@ -597,7 +603,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     }
     const std::int64_t micro_batch = vm.count("micro-batch") ? vm["micro-batch"].as<std::int64_t>() : 1;
     const planner::StepInputs inputs{model, *cluster, workload, model::precision_policy(vm["precision"].as<std::string>())};
-    setup.step = SimulationSetup::Step{model, workload, recompute == planner::Recompute::full};
+    setup.step = SimulationSetup::Step{model, workload, recompute == planner::Recompute::full, cluster->gpus()};
     planner::PlanSpec spec;
     spec.scheme = strategy;
     if (strategy == "megatron") {
@@ -656,7 +662,6 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     if (auto reduced = reduce_step(vm, inputs, spec, cluster, setup)) {  // `inputs` refers to the old cluster from here
       spec = reduced->spec;
       simulated = reduced->workload;
-      setup.step->workload = simulated;
     }
     const planner::StepInputs step_inputs{model, *cluster, simulated, inputs.precision};
     planner::require_within_budget(planner::estimate_plan(step_inputs, spec), memory_budget(vm), "the step graph of " + origin,
@@ -828,7 +833,10 @@ int run_simulate(const std::vector<std::string>& args) {
   if (vm["json"].as<bool>()) {
     Json out = sim::metrics_json(result, graph, *cluster);
     if (logged) out["stack"]["as_logged"] = {{"mfu", logged->mfu}, {"tflops_per_gpu", logged->tflops_per_gpu}};
-    if (setup.replicas > 0) out["symmetry"] = {{"replicas", setup.replicas}, {"simulated_replicas", setup.simulated_replicas}};
+    if (setup.replicas > 0) {
+      out["symmetry"] = {{"replicas", setup.replicas}, {"simulated_replicas", setup.simulated_replicas}, {"cp_ranks", setup.cp_ranks},
+                         {"simulated_cp_ranks", setup.simulated_cp_ranks}};
+    }
     if (ring) {
       out["ring_order"] = ring->rings;
       Json hops = Json::array();

@@ -83,12 +83,16 @@ struct SimulationSetup {
     model::ModelConfig model;
     planner::Workload workload;
     bool full_recompute = false;  // every layer's forward runs twice (a convention may count it)
+    int gpus = 0;                 // of the whole step (a symmetry reduction simulates fewer)
   };
   std::optional<Step> step;
-  // Symmetry reduction (planner/symmetry.hpp): the data-parallel replicas of the whole step and how many were
-  // simulated (0 and 0: the whole step ran); `symmetry_note` says what was done or why not.
+  // Symmetry reduction (planner/symmetry.hpp): the data-parallel replicas and context-parallel ranks of the
+  // whole step and how many of each were simulated (all 0: the whole step ran); `symmetry_note` says what was
+  // done or why not.
   int replicas = 0;
   int simulated_replicas = 0;
+  int cp_ranks = 0;
+  int simulated_cp_ranks = 0;
   std::string symmetry_note;
 };
 // The MFU and TFLOP/s per GPU the stack's own log would print for this step (stacks::StackProfile::mfu_convention).

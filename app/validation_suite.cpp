@@ -206,7 +206,7 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
   }
   p.completed = true;
   const SimulationSetup::Step& step = *setup.step;  // --strategy runs always have it
-  const double gpus = result.gpus, step_s = static_cast<double>(result.step_ns) * 1e-9;
+  const double gpus = step.gpus, step_s = static_cast<double>(result.step_ns) * 1e-9;  // the whole step's GPUs
   const double tokens = static_cast<double>(step.workload.tokens());
   const LoggedMfu logged = logged_mfu(step, result, d.convention);  // in the source's own convention
   const double peak_tflops = d.peak_tflops > 0 ? d.peak_tflops : setup.cluster->node.gpu.peak_tflops(hw::Dtype::bf16);

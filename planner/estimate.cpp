@@ -51,12 +51,13 @@ double megatron_tasks(const StepInputs& in, const MegatronParams& p) {
   const bool recompute = p.recompute == Recompute::full;
   const double attention_again = p.recompute == Recompute::selective ? 1 : 0;  // the core attention, recomputed
   // Context parallelism: cp blocks, cp - 1 ring passes and a merge (all-gather CP: fewer) per attention.
-  const double cp = std::max(1, p.cp), attention = cp > 1 ? 2 * cp + 1 : 1;
+  const double cp = std::max(1, p.cp), whole_cp = std::max(1, p.whole_cp());  // built ranks; the whole degree
+  const double attention = whole_cp > 1 ? 2 * whole_cp + 1 : 1;
   const double per_layer = kForwardTasks + kBackwardTasks + 2 * attention + (recompute ? kForwardTasks + attention : attention_again * attention) +
                            kLayerExtra;
   // Every rank: its layers and the pipeline messages of each slot; the last stage's ranks: the loss.
   const double ranks = tp * pp * dp * cp;
-  return ranks * micro_batches * (layers / pp * per_layer + 4) + tp * dp * cp * micro_batches * loss_tasks(micro * seq / cp) +
+  return ranks * micro_batches * (layers / pp * per_layer + 4) + tp * dp * cp * micro_batches * loss_tasks(micro * seq / whole_cp) +
          ranks * (2 * layers / pp + 4);
 }
 

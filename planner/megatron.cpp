@@ -23,10 +23,11 @@ std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& 
 
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
   LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
-  split.cp = p.cp;
-  split.zigzag = p.cp > 1;  // Megatron always load-balances causal CP (two chunks per rank)
+  split.cp = p.whole_cp();
+  if (p.cp_represented > 0) split.cp_ranks = p.cp;
+  split.zigzag = split.cp > 1;  // Megatron always load-balances causal CP (two chunks per rank)
   split.cp_allgather = p.cp_allgather;
-  if (p.cp == 1) split.score_bytes = stored_score_bytes(in.cluster);  // CP attention is fused
+  if (split.cp == 1) split.score_bytes = stored_score_bytes(in.cluster);  // CP attention is fused
   split.recompute_attention = p.recompute == Recompute::selective;
   return split;
 }
@@ -88,13 +89,13 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
          std::to_string(p.tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " * " + std::to_string(p.cp) +
              " = " + std::to_string(static_cast<std::int64_t>(p.tp) * p.pp * p.dp * p.cp));
   }
-  if (p.cp > 1 && in.workload.seq_len % (2 * p.cp) != 0) {
+  if (p.whole_cp() > 1 && in.workload.seq_len % (2 * p.whole_cp()) != 0) {
     fail("--cp", "a degree whose 2 * cp chunks divide the sequence (" + std::to_string(in.workload.seq_len) + " tokens)",
-         std::to_string(p.cp));
+         std::to_string(p.whole_cp()));
   }
   if (p.cp_allgather && p.cp == 1) fail("--cp-comm", "p2p unless --cp > 1", "all_gather");
-  if (p.dp_represented != 0 && p.dp_represented < p.dp) {
-    fail("dp_represented", "0 or at least dp (" + std::to_string(p.dp) + ")", std::to_string(p.dp_represented));
+  if ((p.dp_represented != 0 && p.dp_represented < p.dp) || (p.cp_represented != 0 && p.cp_represented < p.cp)) {
+    fail("dp_represented/cp_represented", "0 or at least dp and cp", std::to_string(p.dp_represented) + "/" + std::to_string(p.cp_represented));
   }
   // A TP group either fits inside a node or spans whole nodes (as HotSPa's TP 16 on 8-GPU nodes does: its
   // collectives then cross the network).
@@ -193,8 +194,8 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   // The ranks holding the same weights, over which gradients are reduced: built here (grad_group), and in the
   // whole data-parallel ring the built ones stand for (symmetry reduction).
   const int grad_replicas = p.dp * p.cp;
-  const int grad_ring = (p.dp_represented > 0 ? p.dp_represented : p.dp) * p.cp;
-  const std::int32_t ring_ranks = p.dp_represented > 0 ? grad_ring : 0;
+  const int grad_ring = p.whole_dp() * p.whole_cp();
+  const std::int32_t ring_ranks = grad_ring > grad_replicas ? grad_ring : 0;
 
   // Model states, resident for the whole step.
   std::vector<double> gpu_params(static_cast<std::size_t>(in.cluster.gpus()), 0);

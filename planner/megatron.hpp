@@ -44,6 +44,10 @@ struct MegatronParams {
   // the data-parallel collectives run as rings of dp_represented x cp ranks and the distributed optimizer
   // shards as many ways. 0: dp is the whole data-parallel degree. Not a plan-file parameter.
   int dp_represented = 0;
+  // Likewise for context parallelism: the cp = 2 ranks built stand for this many (0: cp is the whole degree).
+  int cp_represented = 0;
+  int whole_cp() const { return cp_represented > 0 ? cp_represented : cp; }
+  int whole_dp() const { return dp_represented > 0 ? dp_represented : dp; }
 };
 
 // Checks the parameters against the model, cluster and workload; throws InputError naming the flag.

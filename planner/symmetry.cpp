@@ -3,7 +3,7 @@
 namespace trainyard::planner {
 
 namespace {
-constexpr int kBuiltReplicas = 2;  // a ring needs two members; the second also keeps every link's load symmetric
+constexpr int kBuilt = 2;  // replicas or cp ranks built: a ring needs two members, which keep every link's load symmetric
 }  // namespace
 
 std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
@@ -11,22 +11,36 @@ std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSp
     if (why_not != nullptr) *why_not = reason;
     return std::nullopt;
   };
-  if (spec.scheme != "megatron") return no("only Megatron's data-parallel replicas are reduced so far");
+  if (spec.scheme != "megatron") return no("only Megatron's data-parallel replicas and context-parallel ranks are reduced so far");
   const MegatronParams& p = spec.megatron;
-  if (p.dp <= kBuiltReplicas) return no("dp " + std::to_string(p.dp) + ": nothing to reduce");
   const int per_node = in.cluster.topology.gpus_per_node();
-  if ((p.tp * p.cp) % per_node != 0) {
+  // Context-parallel ranks: identical under Megatron's load-balanced split when each one's TP group fills
+  // whole nodes (the cp ranks then meet only at the fabric).
+  const bool cp_reduces = p.cp > kBuilt && p.tp % per_node == 0;
+  const int cp_built = cp_reduces ? kBuilt : p.cp;
+  // Data-parallel replicas: when each pipeline stage of a replica fills whole nodes.
+  const bool dp_reduces = p.dp > kBuilt && (p.tp * cp_built) % per_node == 0;
+  if (!cp_reduces && !dp_reduces) {
+    if (p.dp <= kBuilt && p.cp <= kBuilt) return no("dp " + std::to_string(p.dp) + " and cp " + std::to_string(p.cp) + ": nothing to reduce");
     return no("a pipeline stage of one replica (tp x cp = " + std::to_string(p.tp * p.cp) + " GPUs) does not fill whole nodes of " +
               std::to_string(per_node) + ": replicas would share node links");
   }
   ReducedStep out;
   out.spec = spec;
-  out.spec.megatron.dp = kBuiltReplicas;
-  out.spec.megatron.dp_represented = p.dp;
-  out.nodes = in.cluster.nodes / p.dp * kBuiltReplicas;
+  MegatronParams& r = out.spec.megatron;
+  if (dp_reduces) {
+    r.dp = kBuilt;
+    r.dp_represented = p.dp;
+  }
+  if (cp_reduces) {
+    r.cp = kBuilt;
+    r.cp_represented = p.cp;
+  }
+  out.nodes = p.pp * r.dp * r.cp * p.tp / per_node;
   out.workload = in.workload;
-  out.workload.global_batch = in.workload.global_batch / p.dp * kBuiltReplicas;
+  out.workload.global_batch = in.workload.global_batch / p.dp * r.dp;
   out.replicas = p.dp;
+  out.cp_ranks = p.cp;
   return out;
 }
 

@@ -6,7 +6,9 @@
 // ring, every rank sends one slice to its successor, so each GPU's links carry what they carry in the whole
 // ring. Exact where the replicas share no link but the fabric (hw::Topology: one non-blocking fabric vertex):
 // each pipeline stage of a replica must fill whole nodes. tests/test_symmetry.cpp holds the reduced step to
-// the full one. Today: Megatron's data-parallel replicas; pipeline stages and TP ranks are issue 22's next step.
+// the full one. Context-parallel ranks reduce the same way when each one's TP group fills whole nodes: two
+// built, their K/V exchanges run as the whole ring's (Megatron's load-balanced split gives every rank the same
+// work). Today: Megatron's data-parallel replicas and CP ranks; pipeline stages and TP ranks are issue 22's.
 #include <optional>
 #include <string>
 
@@ -15,10 +17,11 @@
 namespace trainyard::planner {
 
 struct ReducedStep {
-  PlanSpec spec;      // as simulated: dp = 2, dp_represented = the step's dp
+  PlanSpec spec;      // as simulated: dp (and cp) 2 where reduced, dp_represented (cp_represented) the step's
   int nodes = 0;      // of the simulated cluster
   Workload workload;  // the simulated replicas' share of the step's sequences
   int replicas = 0;   // the data-parallel replicas of the whole step
+  int cp_ranks = 0;   // the context-parallel ranks of the whole step
 };
 
 // The reduced step when the plan allows one, else nullopt with `why_not` (when given) saying why.

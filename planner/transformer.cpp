@@ -97,17 +97,18 @@ LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& mode
                            std::vector<sim::DeviceId> ranks)
     : graph_(graph), model_(model), split_(split), ranks_(std::move(ranks)) {
   TRAINYARD_CHECK(split.ulysses == 1 || (split.tp == 1 && split.cp == 1), "Ulysses combines with neither TP nor CP");
-  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp * split.ulysses * split.cp, "one rank per shard");
+  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp * split.ulysses * split.built_cp(), "one rank per shard");
+  TRAINYARD_CHECK(split.built_cp() == split.cp || (split.zigzag && split.built_cp() >= 2), "reduced cp ranks need zigzag");
   auto group_of = [&](int first, int count, int stride) {
     std::vector<sim::DeviceId> members;
     for (int i = 0; i < count; ++i) members.push_back(ranks_[static_cast<std::size_t>(first + i * stride)]);
     return graph_.add_group(members);
   };
   if (split.tp > 1) {
-    for (int c = 0; c < split.cp; ++c) tp_groups_.push_back(group_of(c * split.tp, split.tp, 1));
+    for (int c = 0; c < split.built_cp(); ++c) tp_groups_.push_back(group_of(c * split.tp, split.tp, 1));
   }
   if (split.cp > 1 && split.cp_allgather) {
-    for (int t = 0; t < split.tp; ++t) cp_groups_.push_back(group_of(t, split.cp, split.tp));
+    for (int t = 0; t < split.tp; ++t) cp_groups_.push_back(group_of(t, split.built_cp(), split.tp));
   }
   if (split.ulysses > 1) ulysses_group_ = graph_.add_group(ranks_);
 }
@@ -158,23 +159,23 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
 // computes only r + 1 of the cp blocks (the imbalance zigzag removes); with zigzag every later step computes
 // half a block's pairs on every rank. Backward passes K, V and the fp32 dK, dV accumulators.
 void LayerEmitter::ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
-  const int cp = split_.cp;
+  const int cp = split_.cp, built = split_.built_cp();  // built < cp: the built ranks pass among themselves
   const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
   const auto head_dim = static_cast<std::int32_t>(model_.head_dim);
   const auto pass_bytes = static_cast<std::int64_t>(ring_bytes_per_layer(model_, split_, backward) / (cp - 1));
   for (int t = 0; t < split_.tp; ++t) {  // one ring per TP index
-    std::vector<sim::TaskId> sent(static_cast<std::size_t>(cp), -1);  // the previous step's messages, by sender
+    std::vector<sim::TaskId> sent(static_cast<std::size_t>(built), -1);  // the previous step's messages, by sender
     for (int step = 0; step < cp; ++step) {
-      std::vector<sim::TaskId> now_sent(static_cast<std::size_t>(cp), -1);
-      for (int r = 0; r < cp; ++r) {
+      std::vector<sim::TaskId> now_sent(static_cast<std::size_t>(built), -1);
+      for (int r = 0; r < built; ++r) {
         const std::size_t ri = rank_index(r, t);
-        const sim::TaskId received = step == 0 ? -1 : sent[static_cast<std::size_t>((r - 1 + cp) % cp)];
+        const sim::TaskId received = step == 0 ? -1 : sent[static_cast<std::size_t>((r - 1 + built) % built)];
         if (step + 1 < cp) {  // pass on what this rank holds now
           std::vector<sim::TaskId> deps{received >= 0 ? received : last[ri]};
           now_sent[static_cast<std::size_t>(r)] = graph_.send(name + " ring pass " + std::to_string(step), ranks_[ri],
-                                                              ranks_[rank_index((r + 1) % cp, t)], std::max<std::int64_t>(1, pass_bytes), deps, 1);
+                                                              ranks_[rank_index((r + 1) % built, t)], std::max<std::int64_t>(1, pass_bytes), deps, 1);
         }
         const int source = r - step;  // the rank this block started on (negative: a later block, wrapped)
         sim::Attention block{local, local, heads, kv_heads, head_dim, step == 0, backward};
@@ -199,16 +200,18 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
 // all-gather K and V of the whole sequence, then every rank runs its own load-balanced queries (two zigzag
 // chunks, 1/cp of the causal pairs) against them. Backward gathers K, V again and reduce-scatters dK, dV.
 void LayerEmitter::allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
-  const int cp = split_.cp;
+  const int cp = split_.cp, built = split_.built_cp();
   const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
   const auto gathered = static_cast<std::int64_t>(cp_gathered_kv_bytes(model_, split_)) / cp * cp + cp;
+  const std::int32_t ring_ranks = built < cp ? cp : 0;
   auto over_cp = [&](const std::string& label, sim::CollectiveOp op, int t) {
     std::vector<sim::TaskId> deps;
-    for (int c = 0; c < cp; ++c) deps.push_back(last[rank_index(c, t)]);
-    const sim::TaskId id = graph_.collective(name + " " + label, {op, sim::Algorithm::ring, cp_groups_[static_cast<std::size_t>(t)], gathered}, deps, 1);
-    for (int c = 0; c < cp; ++c) last[rank_index(c, t)] = id;
+    for (int c = 0; c < built; ++c) deps.push_back(last[rank_index(c, t)]);
+    const sim::TaskId id =
+        graph_.collective(name + " " + label, {op, sim::Algorithm::ring, cp_groups_[static_cast<std::size_t>(t)], gathered, ring_ranks}, deps, 1);
+    for (int c = 0; c < built; ++c) last[rank_index(c, t)] = id;
   };
   for (int t = 0; t < split_.tp; ++t) over_cp("all-gather kv", sim::CollectiveOp::all_gather, t);
   // local queries x the whole sequence, half of it unmasked on average: 1/cp of the causal pairs
@@ -318,7 +321,7 @@ void LayerEmitter::ulysses_exchange(const std::string& name, double bytes, std::
 // The tensor-parallel collective of each cp slice, over that slice's TP group.
 void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {
   for (int c = 0; c < static_cast<int>(tp_groups_.size()); ++c) {
-    emit_collective(graph_, split_.cp > 1 ? name + " cp" + std::to_string(c) : name, op, bytes,
+    emit_collective(graph_, split_.built_cp() > 1 ? name + " cp" + std::to_string(c) : name, op, bytes,
                     tp_groups_[static_cast<std::size_t>(c)], split_.tp, last, rank_index(c, 0), static_cast<std::size_t>(split_.tp));
   }
 }

@@ -30,6 +30,8 @@ struct LayerSplit {
   bool zigzag = false;         // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
   bool cp_allgather = false;   // cp: K/V all-gathered and attention run locally (Megatron's --cp-comm-type
                                // all_gather, Llama 3's CP), instead of passed round a ring (p2p)
+  int cp_ranks = 0;            // symmetry reduction: the cp ranks built, standing for all cp (0: cp); their
+                               // exchanges run as the whole ring's (needs zigzag: every rank the same work)
   int fpdt_chunks = 1;         // FPDT: the sequence's attention runs in this many chunks, K/V of earlier chunks
                                // (and q, o, lse, dO, dq in backward) streamed from host DRAM
   bool recompute_attention = false;  // selective recompute (Megatron's recompute_modules = core_attn): the core
@@ -38,6 +40,7 @@ struct LayerSplit {
                                // key) score for backward when nothing is recomputed
   std::int64_t tokens() const { return sequences * seq_len; }
   std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
+  int built_cp() const { return cp_ranks > 0 ? cp_ranks : cp; }
 };
 
 // Bytes of activations one layer keeps for backward on one GPU. Follows Korthikanti et al. (2022), "Reducing

@@ -38,7 +38,7 @@ void expect_reduction_exact(const std::string& node_name, int nodes, const Workl
   std::string why;
   const auto reduced = reduce_by_symmetry(in, spec, &why);
   ASSERT_TRUE(reduced.has_value()) << why;
-  EXPECT_EQ(reduced->nodes * reduced->replicas, nodes * 2);
+  EXPECT_EQ(reduced->nodes * reduced->replicas * reduced->cp_ranks, nodes * reduced->spec.megatron.dp * reduced->spec.megatron.cp);
   const Figures whole = simulate_step(m, node, nodes, w, spec);
   const Figures part = simulate_step(m, node, reduced->nodes, reduced->workload, reduced->spec);
   EXPECT_NEAR(part.step_ns / whole.step_ns, 1, 1e-3) << spec.summary();
@@ -79,6 +79,23 @@ TEST(Symmetry, MegatronDataParallelReplicasReduceExactly) {
   expect_reduction_exact("dgx-h100", 12, {8192, 6}, cp);
 }
 
+TEST(Symmetry, MegatronContextParallelRanksReduceExactly) {
+  // TP 8 fills an H100 node, so CP ranks meet only at the fabric: CP 4 with ring passes, CP 3 with all-gathered
+  // K/V (the reduction keeps 2 ranks, whose exchanges run as the whole ring's), and CP 3 with DP 3 both reduced.
+  PlanSpec p2p = megatron(8, 1, 2);
+  p2p.megatron.cp = 4;
+  expect_reduction_exact("dgx-h100", 8, {16384, 4}, p2p);
+  PlanSpec gathered = megatron(8, 2, 1);
+  gathered.megatron.cp = 3;
+  gathered.megatron.cp_allgather = true;
+  gathered.megatron.sequence_parallel = true;
+  expect_reduction_exact("dgx-h100", 6, {12288, 4}, gathered);
+  PlanSpec both = megatron(8, 1, 3);
+  both.megatron.cp = 3;
+  both.megatron.distributed_optimizer = true;
+  expect_reduction_exact("dgx-a100", 9, {12288, 6}, both);
+}
+
 TEST(Symmetry, SaysWhyAPlanIsNotReduced) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=2048,heads=16,vocab=32000");
   const sim::Cluster cluster(hw::load_node("dgx-a100"), 2);
@@ -88,6 +105,10 @@ TEST(Symmetry, SaysWhyAPlanIsNotReduced) {
   EXPECT_NE(why.find("whole nodes"), std::string::npos) << why;
   EXPECT_FALSE(reduce_by_symmetry(in, megatron(8, 1, 2), &why).has_value());
   EXPECT_NE(why.find("nothing to reduce"), std::string::npos) << why;
+  PlanSpec narrow_cp = megatron(4, 1, 1);  // CP ranks of TP 4 would share nodes
+  narrow_cp.megatron.cp = 4;
+  EXPECT_FALSE(reduce_by_symmetry(in, narrow_cp, &why).has_value());
+  EXPECT_NE(why.find("whole nodes"), std::string::npos) << why;
   PlanSpec zero;
   zero.scheme = "zero";
   EXPECT_FALSE(reduce_by_symmetry(in, zero, &why).has_value());
