@@ -32,6 +32,9 @@ int run_validate(const std::vector<std::string>& args);   // app/validate_comman
 // app/hotspa_command.cpp: the --lengths flags of simulate and plan, and those commands with them.
 void add_lengths_options(boost::program_options::options_description& options, bool plan);
 int run_simulate_lengths(const boost::program_options::variables_map& vm);
+// The mini-batch time of simulate --lengths (the hot-switched run when --switch is given, else the static one);
+// `why_not` gets the failure when a group does not fit.
+double simulate_minibatch_seconds(const boost::program_options::variables_map& vm, std::string& why_not);
 int run_plan_lengths(const boost::program_options::variables_map& vm, const std::vector<std::string>& schemes);
 
 // Shared by the commands. Parses `args` against `options` (+ positionals); true when --help was printed.

@@ -118,7 +118,15 @@ void add_lengths_options(po::options_description& options, bool plan) {
   }
 }
 
-int run_simulate_lengths(const po::variables_map& vm) {
+namespace {
+
+struct LengthsOutcome {
+  LengthsRun run;
+  std::optional<planner::MinibatchResult> static_run, switched_run;
+};
+
+// The mini-batch of --lengths under --static and/or --switch (what simulate --lengths prints).
+LengthsOutcome simulate_minibatch(const po::variables_map& vm) {
   if (!vm.count("static") && !vm.count("switch")) throw InputError("--static/--switch", "value", "at least one with --lengths", "neither");
   for (const char* flag : {"graph", "plan", "strategy"}) {
     if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --lengths (--static and --switch give the strategies)", "given");
@@ -152,6 +160,23 @@ int run_simulate_lengths(const po::variables_map& vm) {
     st = planner::run_static(*run.setting, run.lengths, bounds, spec, !micro_batch_given, "--static");
   }
   if (!switched.empty()) sw = planner::run_minibatch(*run.setting, run.lengths, switched, "--switch");
+  return {std::move(run), std::move(st), std::move(sw)};
+}
+
+}  // namespace
+
+double simulate_minibatch_seconds(const po::variables_map& vm, std::string& why_not) {
+  const LengthsOutcome o = simulate_minibatch(vm);
+  const planner::MinibatchResult& r = o.switched_run ? *o.switched_run : *o.static_run;
+  if (!r.fits) why_not = r.failure;
+  return r.total_s;
+}
+
+int run_simulate_lengths(const po::variables_map& vm) {
+  LengthsOutcome outcome = simulate_minibatch(vm);
+  const LengthsRun& run = outcome.run;
+  const std::optional<planner::MinibatchResult>& st = outcome.static_run;
+  const std::optional<planner::MinibatchResult>& sw = outcome.switched_run;
   if (vm["json"].as<bool>()) {
     nlohmann::json out = header_json(run);
     if (st) out["static"] = planner::minibatch_json(*st, *run.cluster);

@@ -279,6 +279,11 @@ CaseResult run_case(const ValidationDataset& d, const ValidationCase& c, std::in
   try {
     if (c.attention) {
       compare(r, c, "attention_tflops", attention_tflops(*c.attention));
+    } else if (std::find(args.begin(), args.end(), "--lengths") != args.end()) {  // a mini-batch of mixed lengths (HotSPa)
+      std::string why_not;
+      const double seconds = simulate_minibatch_seconds(simulate_flags(args), why_not);
+      if (!why_not.empty()) throw InputError(d.origin, "case '" + c.name + "'", "a mini-batch whose groups fit", why_not);
+      compare(r, c, "step_s", seconds);
     } else if (std::find(args.begin(), args.end(), "--collective") != args.end()) {
       const sim::CollectiveBenchmark b = collective_from_flags(simulate_flags(args));
       compare(r, c, "busbw_gbps", b.busbw_gbps);

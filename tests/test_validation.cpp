@@ -146,6 +146,25 @@ TEST(ValidationCli, FastCasesAreNoWorseThanTheBaselineAndABetterBaselineFails) {
   EXPECT_NE(worse.err.find("worse than the baseline"), std::string::npos) << worse.err;
 }
 
+TEST(ValidationCli, MixedLengthCasesPredictWhatSimulateLengthsPrints) {
+  // A HotSPa-style case: a mini-batch of mixed lengths under a static strategy; its step_s is simulate --lengths'
+  // total for the same flags.
+  const std::string flags = R"("--lengths", "dist:github", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--tokens-per-step", "64K", "--max-len", "8K", "--seed", "1", "--static", "megatron:dp=8")";
+  test::TempDir dir;
+  const std::string cases = dir.write("cases.json", R"({"schema": "trainyard.validation.v1", "dataset": "lengths", "title": "t", "source": "s",
+    "flop_convention": {"causal_attention_halved": true, "recompute_counted": false, "input_embedding_counted": false, "text": "x"},
+    "cases": [{"name": "mixed", "simulate": [)" + flags + R"(], "published": {"step_s": 1.0}}]})");
+  const auto validated = test::run_cli("validate --cases " + cases + " --json");
+  ASSERT_EQ(validated.exit_code, 0) << validated.err;
+  const auto simulated = test::run_cli("simulate --lengths dist:github --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --max-len 8K --seed 1 --static megatron:dp=8 --json");
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  const double total_s = Json::parse(simulated.out)["static"]["total_s"].get<double>();
+  const Json figure = Json::parse(validated.out)[0]["cases"][0]["figures"][0];
+  EXPECT_EQ(figure["metric"], "step_s");
+  EXPECT_DOUBLE_EQ(figure["predicted"].get<double>(), total_s);
+  EXPECT_GT(total_s, 0);
+}
+
 TEST(ValidationCli, WriteBaselineRecordsEachDataset) {
   test::TempDir dir;
   const std::string path = (dir.path() / "b.json").string();
