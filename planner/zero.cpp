@@ -210,6 +210,21 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
     }
   };
 
+  // The gradient reduction's dtype and the stack's copy of a layer's gradients into its input buffer (FSDP2's
+  // copy-in with the cast to reduce_dtype), on each GPU's compute stream before the reduction.
+  const stacks::StackProfile& stack = in.cluster.stack;
+  const double reduce_bytes_per_param = stack.gradient_reduce_bytes.value > 0 ? stack.gradient_reduce_bytes.value : pol.grad_bytes;
+  const double copy_in_passes = stack.reduced_grads_copy_passes.value;
+  auto copy_in_grads = [&](const std::string& name) {
+    if (copy_in_passes <= 0) return;
+    const double read = copy_in_passes * pol.grad_bytes * layer_params, written = copy_in_passes * reduce_bytes_per_param * layer_params;
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+      auto& at = last[static_cast<std::size_t>(gpu)];
+      at = g.elementwise(name + " copy in grads", gpu, {rounded(read, 1), rounded(written, 1)},
+                         at >= 0 ? std::vector<sim::TaskId>{at} : std::vector<sim::TaskId>{});
+    }
+  };
+
   // FPDT keeps a layer's attention tensors (q, k, v, o, lse, and in backward dO, dq) in host DRAM while the
   // layer runs.
   auto fpdt_host_buffers = [&](const std::string& name) {
@@ -339,8 +354,9 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
       // Gradients of this layer: reduce-scattered every micro-batch (stages 2-3) or all-reduced once (0-1).
       if (gpus > 1 && (p.stage >= 2 || last_mb)) {
         const auto op = p.stage >= 2 ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
+        copy_in_grads(prefix);
         const sim::TaskId reduce = g.collective(prefix + (p.stage >= 2 ? " reduce-scatter grads" : " all-reduce grads"),
-                                                {op, sim::Algorithm::ring, zero_group, rounded(pol.grad_bytes * layer_params, gpus)},
+                                                {op, sim::Algorithm::ring, zero_group, rounded(reduce_bytes_per_param * layer_params, gpus)},
                                                 all_last(), kReduceStream);
         reductions.push_back(reduce);
         if (p.offload_grads && last_mb) {

@@ -117,6 +117,10 @@ StackProfile parse_stack(const json::Json& document, const std::string& origin) 
   elementwise.finish();
 
   s.gathered_params_copy_passes = top.figure("gathered_params_copy_passes", Bound{0, 100, "passes"}, sources);
+  if (top.has("gradient_reduce_bytes")) s.gradient_reduce_bytes = top.figure("gradient_reduce_bytes", Bound{0, 8, "bytes"}, sources);
+  if (top.has("reduced_grads_copy_passes")) {
+    s.reduced_grads_copy_passes = top.figure("reduced_grads_copy_passes", Bound{0, 100, "passes"}, sources);
+  }
 
   const json::Reader host = top.object("host");
   s.host.dispatch_us_per_kernel = host.figure("dispatch_us_per_kernel", Bound{0, 10000, "us"}, sources);

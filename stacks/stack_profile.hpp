@@ -48,6 +48,12 @@ struct StackProfile {
   // stream once its all-gather lands (FSDP2 copies the flat buffer out into the parameters; ZeRO-3 and Megatron
   // use views: 0).
   Figure gathered_params_copy_passes;
+  // The sharded data-parallel gradient reduction (ZeRO family): bytes per gradient element it moves (0: the
+  // precision policy's gradient bytes), and the HBM passes that copy a layer's gradients into the reduction's
+  // input buffer, in that dtype, on the compute stream first (FSDP2's copy-in with its cast to reduce_dtype).
+  // Optional in a stack file: absent means 0.
+  Figure gradient_reduce_bytes;
+  Figure reduced_grads_copy_passes;
   struct Host {
     Figure dispatch_us_per_kernel;  // host time to issue one kernel (framework, dispatcher, driver launch)
     bool sync_before_optimizer = false;  // the host waits for the GPU before the optimizer (e.g. grad-norm .item())

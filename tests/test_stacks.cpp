@@ -172,6 +172,37 @@ TEST(Stacks, Fsdp2CopiesGatheredParametersOut) {
   EXPECT_EQ(copies("deepspeed").first, 0);
 }
 
+TEST(Stacks, Fsdp2ReducesGradientsInFp32AfterCopyingThemIn) {
+  // torchtitan: mixed_precision_reduce = float32, so each layer's reduce-scatter moves 4 bytes per parameter and
+  // each GPU first copies the bf16 gradients into the fp32 input (read 2, write 4 bytes per parameter);
+  // DeepSpeed reduces the precision policy's bf16 gradients in place.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=2,hidden=1024,heads=8,kv_heads=8,vocab=1024");
+  const double layer_params = m.param_counts().per_layer();
+  auto reduction = [&](const char* stack) {
+    const sim::Cluster c(hw::load_node("dgx-a100"), 1, stacks::load_stack(stack, "test"));
+    const planner::StepInputs in{m, c, {4096, 8}, model::precision_policy("bf16-mixed")};
+    planner::ZeroParams z;
+    z.stage = 3;
+    const sim::TaskGraph g = planner::build_zero(in, z);
+    std::int64_t scatter_bytes = 0, copies = 0, copy_written = 0;
+    for (const auto& t : g.tasks()) {
+      if (const auto* coll = std::get_if<sim::Collective>(&t.params); coll && coll->op == sim::CollectiveOp::reduce_scatter) scatter_bytes = coll->bytes;
+      if (t.name.find("copy in grads") != std::string::npos) {
+        ++copies;
+        copy_written = std::get<sim::Elementwise>(t.params).bytes_written;
+      }
+    }
+    return std::tuple{scatter_bytes, copies, copy_written};
+  };
+  const auto [tt_bytes, tt_copies, tt_written] = reduction("torchtitan");
+  EXPECT_NEAR(static_cast<double>(tt_bytes), 4 * layer_params, 8);
+  EXPECT_EQ(tt_copies, 2 * 8);  // layers x GPUs (8 sequences on 8 GPUs: one micro-batch each)
+  EXPECT_NEAR(static_cast<double>(tt_written), 4 * layer_params, 1);
+  const auto [ds_bytes, ds_copies, ds_written] = reduction("deepspeed");
+  EXPECT_NEAR(static_cast<double>(ds_bytes), 2 * layer_params, 8);
+  EXPECT_EQ(ds_copies, 0);
+}
+
 TEST(StacksCli, PlanFilesRecordTheStackAndSimulateReportsIt) {
   test::TempDir dir;
   const std::string plan = (dir.path() / "p.json").string();
