@@ -445,9 +445,8 @@ planner::RingTrackParams ringtrack_params(const po::variables_map& vm, const sim
 namespace {
 
 // Identical data-parallel replicas and context-parallel ranks are simulated two at a time (planner/symmetry.hpp)
-// unless --no-symmetry. On
-// a reduction `cluster` becomes the smaller one (so `inputs`, which refers to the old one, must not be used
-// after) and the reduced step is returned; the note says what was done or why not.
+// unless --no-symmetry. On a reduction `cluster` becomes the smaller one (so `inputs`, which refers to the old
+// one, must not be used after) and the reduced step is returned; the note says what was done or why not.
 std::optional<planner::ReducedStep> reduce_step(const po::variables_map& vm, const planner::StepInputs& inputs,
                                                 const planner::PlanSpec& spec, std::optional<sim::Cluster>& cluster,
                                                 SimulationSetup& setup) {
