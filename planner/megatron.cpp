@@ -48,6 +48,13 @@ std::vector<std::int64_t> megatron_stage_layers(std::int64_t layers, const Megat
   return out;
 }
 
+std::vector<std::int64_t> megatron_chunk_first_layers(std::int64_t layers, const MegatronParams& p) {
+  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(layers, p);
+  std::vector<std::int64_t> first{0};
+  for (int v = 0; v < p.pp * p.vpp; ++v) first.push_back(first.back() + stage_layers[static_cast<std::size_t>(v % p.pp)] / p.vpp);
+  return first;
+}
+
 namespace {
 void check_megatron_stages(const model::ModelConfig& m, const MegatronParams& p) {
   auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) {
@@ -156,8 +163,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   const int virtual_stages = p.pp * p.vpp;
   // Virtual stage v (chunk v / pp of stage v % pp) holds layers [first_layer[v], first_layer[v + 1]).
   const std::vector<std::int64_t> stage_layers = megatron_stage_layers(model.layers, p);
-  std::vector<std::int64_t> first_layer{0};
-  for (int v = 0; v < virtual_stages; ++v) first_layer.push_back(first_layer.back() + stage_layers[static_cast<std::size_t>(v % p.pp)] / p.vpp);
+  const std::vector<std::int64_t> first_layer = megatron_chunk_first_layers(model.layers, p);
   auto chunk_layers = [&](int v) { return first_layer[static_cast<std::size_t>(v) + 1] - first_layer[static_cast<std::size_t>(v)]; };
   const LayerSplit split = megatron_layer_split(in, p);
   const double act_per_layer = layer_activation_bytes(model, split, p.recompute).total();

@@ -58,6 +58,9 @@ std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& 
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p);
 // Layers on each pipeline stage (each split evenly over its vpp model chunks), checked by check_megatron.
 std::vector<std::int64_t> megatron_stage_layers(std::int64_t layers, const MegatronParams& p);
+// The first layer of each virtual stage v (chunk v / pp of stage v % pp), and the layer count at the end:
+// virtual stage v holds layers [out[v], out[v + 1]).
+std::vector<std::int64_t> megatron_chunk_first_layers(std::int64_t layers, const MegatronParams& p);
 
 sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p);
 

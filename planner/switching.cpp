@@ -39,16 +39,16 @@ StateLayout sharded(const model::ModelConfig& m, int gpus) {
 StateLayout megatron_layout(const StepInputs& in, const MegatronParams& p) {
   const auto& m = in.model;
   const int L = static_cast<int>(m.layers);
-  // The stage of each layer (virtual stages in order, chunk v / pp on stage v % pp).
-  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(m.layers, p);
-  std::vector<int> stage_of_layer;
-  for (int v = 0; v < p.pp * p.vpp; ++v) {
-    stage_of_layer.insert(stage_of_layer.end(), static_cast<std::size_t>(stage_layers[static_cast<std::size_t>(v % p.pp)] / p.vpp), v % p.pp);
-  }
+  // The stage of a layer: that of the virtual stage holding it (chunk v / pp on stage v % pp).
+  const std::vector<std::int64_t> first_layer = megatron_chunk_first_layers(m.layers, p);
+  auto stage_of_layer = [&](int layer) {
+    const auto v = std::upper_bound(first_layer.begin(), first_layer.end(), layer) - first_layer.begin() - 1;
+    return static_cast<int>(v % p.pp);
+  };
   // (cp index, TP index t) of replica d: the same weights on every cp index.
   auto gpu_of = [&](int stage, int d, int c, int t) { return ((stage * p.dp + d) * p.cp + c) * p.tp + t; };
   auto stages_of = [&](int unit) {
-    if (unit < L) return std::vector<int>{stage_of_layer[static_cast<std::size_t>(unit)]};
+    if (unit < L) return std::vector<int>{stage_of_layer(unit)};
     if (unit == L && m.tied_embeddings && p.pp > 1) return std::vector<int>{0, p.pp - 1};  // Megatron keeps both copies
     return std::vector<int>{unit == L ? 0 : p.pp - 1};
   };
