@@ -48,10 +48,16 @@ std::vector<std::int64_t> megatron_stage_layers(std::int64_t layers, const Megat
   return out;
 }
 
+// A stage whose layers do not divide by vpp gives its earlier chunks one layer more, as Megatron's
+// --pipeline-model-parallel-layout can state it (7 layers in 2 chunks: 4 then 3).
 std::vector<std::int64_t> megatron_chunk_first_layers(std::int64_t layers, const MegatronParams& p) {
   const std::vector<std::int64_t> stage_layers = megatron_stage_layers(layers, p);
   std::vector<std::int64_t> first{0};
-  for (int v = 0; v < p.pp * p.vpp; ++v) first.push_back(first.back() + stage_layers[static_cast<std::size_t>(v % p.pp)] / p.vpp);
+  for (int v = 0; v < p.pp * p.vpp; ++v) {
+    const std::int64_t on_stage = stage_layers[static_cast<std::size_t>(v % p.pp)];
+    const int chunk = v / p.pp;
+    first.push_back(first.back() + on_stage / p.vpp + (chunk < on_stage % p.vpp ? 1 : 0));
+  }
   return first;
 }
 
@@ -75,8 +81,9 @@ void check_megatron_stages(const model::ModelConfig& m, const MegatronParams& p)
          std::to_string(rest) + " layers over " + std::to_string(middle_stages) + " stages");
   }
   for (std::int64_t n : megatron_stage_layers(m.layers, p)) {
-    if (n % p.vpp != 0) {
-      fail("--vpp", "a divisor of every stage's layer count (" + std::to_string(n) + " on one stage)", std::to_string(p.vpp));
+    if (n < p.vpp) {
+      fail("--vpp", "at most every stage's layer count (" + std::to_string(n) + " on one stage): each model chunk holds a layer",
+           std::to_string(p.vpp));
     }
   }
 }

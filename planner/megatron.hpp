@@ -56,7 +56,8 @@ void check_megatron(const StepInputs& in, const MegatronParams& p);
 std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& p);
 // One micro-batch's tokens on one TP rank: the shape every Megatron layer cost and memory figure uses.
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p);
-// Layers on each pipeline stage (each split evenly over its vpp model chunks), checked by check_megatron.
+// Layers on each pipeline stage (split over its vpp model chunks by megatron_chunk_first_layers), checked by
+// check_megatron.
 std::vector<std::int64_t> megatron_stage_layers(std::int64_t layers, const MegatronParams& p);
 // The first layer of each virtual stage v (chunk v / pp of stage v % pp), and the layer count at the end:
 // virtual stage v holds layers [out[v], out[v + 1]).

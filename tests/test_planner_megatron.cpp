@@ -359,7 +359,25 @@ TEST(Megatron, UnevenPipelineStagesTakeTheirOwnLayerCounts) {
   EXPECT_NE(test::error_of([&] { check_megatron(in, q); }).find("--first-stage-layers/--last-stage-layers"), std::string::npos);
   q.last_stage_layers = 1;
   q.vpp = 2;
-  EXPECT_NE(test::error_of([&] { check_megatron(in, q); }).find("--vpp"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { check_megatron(in, q); }).find("--vpp"), std::string::npos);  // a 1-layer stage
+}
+
+TEST(Megatron, InterleavedChunksOfUnevenStagesSplitAsEvenlyAsTheyCan) {
+  // Llama 3 405B's stages of 7 and 8 layers in 2 model chunks each: the 7-layer stages' chunks hold 4 then 3
+  // layers (Megatron's --pipeline-model-parallel-layout), so the first virtual stage ends at layer 4 and the
+  // second chunk of stage 0 starts after the 16 first chunks' 4 + 14 x 4 + 4 = 64 layers.
+  MegatronParams p;
+  p.pp = 16;
+  p.vpp = 2;
+  p.first_stage_layers = 7;
+  p.last_stage_layers = 7;
+  const std::vector<std::int64_t> first = megatron_chunk_first_layers(126, p);
+  ASSERT_EQ(first.size(), 33U);
+  EXPECT_EQ(first[1], 4);
+  EXPECT_EQ(first[16], 64);
+  EXPECT_EQ(first[17], 67);  // stage 0's second chunk: 3 layers
+  EXPECT_EQ(first.back(), 126);
+  for (std::size_t v = 0; v + 1 < first.size(); ++v) EXPECT_GE(first[v + 1] - first[v], 3) << v;
 }
 
 TEST(LayerEmitter, UlyssesAndRingAttentionEmitNoTensorParallelCollectives) {
