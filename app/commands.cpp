@@ -528,7 +528,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     setup.step = SimulationSetup::Step{loaded.model, plan_file->workload, full, plan_file->nodes * loaded.cluster->node.gpu_count()};
     cluster = std::move(loaded.cluster);
   } else if (from_graph) {
-    for (const char* flag : {"sequence-parallel", "distributed-optimizer", "no-symmetry"}) {
+    for (const char* flag : {"sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "no-symmetry"}) {
       if (vm[flag].as<bool>()) throw InputError(std::string("--") + flag, "value", "no scheme flags with --graph", "it");
     }
     origin = vm["graph"].as<std::string>();
@@ -549,7 +549,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     // The flags each scheme takes; any other scheme flag is an error, not silently ignored.
     static const std::map<std::string, std::set<std::string>> kSchemeTakes = {
         {"megatron", {"tp", "pp", "dp", "cp", "cp-comm", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch",
-                      "sequence-parallel", "distributed-optimizer", "recompute", "offload"}},
+                      "sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"}},
         {"zero", {"zero-stage", "micro-batch", "recompute", "offload"}},
         {"ulysses", {"sp", "zero-stage", "micro-batch", "recompute", "offload"}},
         {"ring-attention", {"cp", "zigzag", "zero-stage", "micro-batch", "recompute", "offload"}},
@@ -575,7 +575,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
                              "weights", "states", "ring-order"}) {
       if (vm.count(flag) && !takes->second.count(flag)) foreign(flag);
     }
-    for (const char* flag : {"sequence-parallel", "distributed-optimizer", "zigzag"}) {
+    for (const char* flag : {"sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "zigzag"}) {
       if (vm[flag].as<bool>() && !takes->second.count(flag)) foreign(flag);
     }
     if (strategy == "ulysses" && !vm.count("sp")) throw InputError("--sp", "value", "a degree with --strategy ulysses", "nothing");
@@ -626,6 +626,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
       p.last_stage_layers = vm.count("last-stage-layers") ? vm["last-stage-layers"].as<int>() : 0;
       p.micro_batch = micro_batch;
       p.sequence_parallel = vm["sequence-parallel"].as<bool>();
+      p.tp_comm_overlap = vm["tp-comm-overlap"].as<bool>();
       p.distributed_optimizer = vm["distributed-optimizer"].as<bool>();
       p.recompute = recompute;
       if (vm.count("offload")) {
@@ -753,6 +754,7 @@ po::options_description simulate_options() {
       ("vpp", po::value<int>()->value_name("int"), "megatron: virtual stages per pipeline rank (default 1)")
       ("micro-batch", po::value<std::int64_t>()->value_name("int"), "sequences per micro-batch (default 1)")
       ("sequence-parallel", po::bool_switch(), "megatron: sequence parallelism with TP")
+      ("tp-comm-overlap", po::bool_switch(), "megatron: TP all-gathers and reduce-scatters overlap their GEMMs (needs --sequence-parallel)")
       ("distributed-optimizer", po::bool_switch(), "megatron: master weights and Adam moments split across the data-parallel ranks")
       ("recompute", po::value<std::string>()->value_name("none|selective|full"), "activation recomputation (default none; full = activation checkpointing; zero family: selective = every other layer, torchtitan's selective layer AC)")
       ("zero-stage", po::value<int>()->value_name("0..3"), "zero, ulysses: ZeRO stage (default 0)")

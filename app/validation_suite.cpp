@@ -73,6 +73,16 @@ ValidationCase parse_case(const json::Reader& r) {
   if (r.has("simulate") == r.has("attention")) r.fail("simulate", "exactly one of \"simulate\" (flags) or \"attention\" (a kernel shape)", "both or neither");
   if (r.has("simulate")) c.simulate = string_list(r, "simulate");
   if (r.has("attention")) c.attention = parse_attention(r.object("attention"));
+  if (r.has("unstated")) {
+    const json::Reader u = r.object("unstated");
+    for (const auto& [flag, values] : r.raw("unstated").items()) {
+      if (!flag.starts_with("--")) u.fail(flag, "a simulate flag (--name)", "\"" + flag + "\"");
+      c.unstated.emplace_back(flag, string_list(u, flag));
+      if (c.unstated.back().second.empty()) u.fail(flag, "at least one value", "none");
+    }
+    u.finish();
+    if (!r.has("simulate") || r.has("scan_seq")) r.fail("unstated", "only with \"simulate\" and without \"scan_seq\"", "it");
+  }
   if (r.has("scan_seq")) {
     const json::Reader s = r.object("scan_seq");
     c.scan = SeqScan{tokens_field(s, "from"), tokens_field(s, "to"), s.has("clamp") ? string_list(s, "clamp") : std::vector<std::string>{}};
@@ -232,16 +242,67 @@ std::vector<std::string> with_seq(std::vector<std::string> args, const SeqScan& 
   return args;
 }
 
-void run_step_case(const ValidationDataset& d, const ValidationCase& c, const std::vector<std::string>& args, CaseResult& r) {
-  if (!c.scan) {
-    const StepPrediction p = predict_step(d, args);
-    if (!p.completed) {
-      r.error = p.why;
-      return;
+// Every combination of the case's unstated options, as flags to append (one empty list when there are none).
+std::vector<std::vector<std::string>> unstated_combinations(const ValidationCase& c) {
+  std::vector<std::vector<std::string>> out{{}};
+  for (const auto& [flag, values] : c.unstated) {
+    std::vector<std::vector<std::string>> next;
+    for (const auto& prefix : out) {
+      for (const auto& value : values) {
+        next.push_back(prefix);
+        next.back().insert(next.back().end(), {flag, value});
+      }
     }
-    for (const auto& [metric, value] : p.figures) compare(r, c, metric, value);
+    out = std::move(next);
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+// The fastest completed prediction over the unstated options' combinations; a combination that cannot be built
+// (an InputError: e.g. interleaving a one-stage pipeline) or does not fit is skipped, and said so in the remark.
+void run_tuned_step_case(const ValidationDataset& d, const ValidationCase& c, const std::vector<std::string>& args, CaseResult& r) {
+  std::optional<StepPrediction> best;
+  std::string best_flags, first_failure;
+  int tried = 0, failed = 0;
+  for (const auto& extra : unstated_combinations(c)) {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), extra.begin(), extra.end());
+    ++tried;
+    StepPrediction p;
+    try {
+      p = predict_step(d, all);
+    } catch (const InputError& e) {
+      p.why = e.what();
+    }
+    if (!p.completed) {
+      ++failed;
+      if (first_failure.empty()) first_failure = joined(extra) + ": " + p.why;
+      continue;
+    }
+    if (!best || p.figures.at("step_s") < best->figures.at("step_s")) {
+      best = std::move(p);
+      best_flags = joined(extra);
+    }
+  }
+  if (!best) {
+    r.error = tried == 1 ? first_failure.substr(first_failure.find(": ") + 2) : "no combination of the unstated options fits; " + first_failure;
     return;
   }
+  if (!c.unstated.empty()) {
+    r.remark = "unstated options chosen as the fastest that fits: " + best_flags + " (" + std::to_string(tried) + " tried, " +
+               std::to_string(failed) + " did not build or fit)";
+  }
+  for (const auto& [metric, value] : best->figures) compare(r, c, metric, value);
+}
+
+void run_step_case(const ValidationDataset& d, const ValidationCase& c, const std::vector<std::string>& args, CaseResult& r) {
+  if (!c.scan) return run_tuned_step_case(d, c, args, r);
   std::optional<StepPrediction> best;
   std::int64_t best_seq = 0;
   for (std::int64_t seq = c.scan->from; seq <= c.scan->to; seq *= 2) {

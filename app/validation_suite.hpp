@@ -40,6 +40,10 @@ struct ValidationCase {
   std::string name;
   bool fast = false;                  // cheap enough for CI (trainyard validate --fast)
   std::vector<std::string> simulate;  // `trainyard simulate` flags: --strategy ... or --collective ...
+  // Options the source does not state but tuned (micro-batch, interleaving, recompute): flag -> the values to
+  // try. Every combination is simulated and the fastest that fits is compared, as a user tuning the run would
+  // pick; the choice is reported.
+  std::vector<std::pair<std::string, std::vector<std::string>>> unstated;
   std::optional<AttentionShape> attention;
   std::optional<SeqScan> scan;
   std::map<std::string, double> published;  // metric -> the published figure (kValidationMetrics)

@@ -23,6 +23,7 @@ std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& 
 
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
   LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
+  split.tp_comm_overlap = p.tp_comm_overlap;
   split.cp = p.whole_cp();
   if (p.cp_represented > 0) split.cp_ranks = p.cp;
   split.zigzag = split.cp > 1;  // Megatron always load-balances causal CP (two chunks per rank)
@@ -128,6 +129,7 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
   check_megatron_stages(m, p);
   if (p.vpp > 1 && p.pp == 1) fail("--vpp", "1 unless --pp > 1 (interleaving needs a pipeline)", std::to_string(p.vpp));
   if (p.sequence_parallel && p.tp == 1) fail("--sequence-parallel", "only with --tp > 1", "--tp 1");
+  if (p.tp_comm_overlap && !p.sequence_parallel) fail("--tp-comm-overlap", "only with --sequence-parallel (as Megatron requires)", "no --sequence-parallel");
   if (p.offload_activations && p.recompute != Recompute::full) {
     fail("--offload", "acts only with --recompute full (the offloaded checkpoints are the layer inputs)", "acts");
   }

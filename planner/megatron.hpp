@@ -33,6 +33,9 @@ struct MegatronParams {
   int last_stage_layers = 0;
   std::int64_t micro_batch = 1;     // sequences per micro-batch
   bool sequence_parallel = false;
+  // Megatron's --tp-comm-overlap (Transformer Engine userbuffers, needs sequence parallelism): each TP all-gather
+  // and reduce-scatter runs beside the GEMM that consumes or produces it instead of before or after it.
+  bool tp_comm_overlap = false;
   Recompute recompute = Recompute::none;
   bool offload_activations = false;  // OC: full-recompute checkpoints kept in host DRAM (needs recompute full)
   double bucket_params = 40e6;      // DP all-reduce bucket size in parameters (Megatron's default is 40M)

@@ -66,7 +66,7 @@ std::string PlanSpec::summary() const {
     return "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " + std::to_string(p.dp) +
            (p.cp > 1 ? ", cp " + std::to_string(p.cp) + (p.cp_allgather ? " all_gather" : " p2p") : "") +
            (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + uneven + ", mb " + std::to_string(p.micro_batch) +
-           (p.sequence_parallel ? ", sp" : "") + ", recompute " + std::string(to_string(p.recompute)) +
+           (p.sequence_parallel ? ", sp" : "") + (p.tp_comm_overlap ? ", tp overlap" : "") + ", recompute " + std::string(to_string(p.recompute)) +
            (p.offload_activations ? ", offload acts" : "") + (p.distributed_optimizer ? ", dist-opt" : "");
   }
   const auto& z = zero;
@@ -112,7 +112,7 @@ Json parameters_json(const PlanSpec& spec) {
   if (spec.scheme == "megatron") {
     const auto& p = spec.megatron;
     return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"vpp", p.vpp}, {"micro_batch", p.micro_batch},
-            {"sequence_parallel", p.sequence_parallel}, {"recompute", to_string(p.recompute)},
+            {"sequence_parallel", p.sequence_parallel}, {"tp_comm_overlap", p.tp_comm_overlap}, {"recompute", to_string(p.recompute)},
             {"offload_activations", p.offload_activations}, {"distributed_optimizer", p.distributed_optimizer},
             {"cp", p.cp}, {"cp_comm", p.cp_allgather ? "all_gather" : "p2p"},
             {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
@@ -166,6 +166,7 @@ PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, con
     p.offload_activations = r.boolean("offload_activations");
     // Optional: plan files written before it existed mean false.
     p.distributed_optimizer = r.has("distributed_optimizer") && r.boolean("distributed_optimizer");
+    p.tp_comm_overlap = r.has("tp_comm_overlap") && r.boolean("tp_comm_overlap");
     // Optional too (plans written before Megatron CP and uneven stages): cp 1, p2p, an even split.
     if (r.has("cp")) p.cp = static_cast<int>(r.integer("cp", 1, 1 << 20));
     if (r.has("cp_comm")) p.cp_allgather = r.choice("cp_comm", {"p2p", "all_gather"}) == "all_gather";

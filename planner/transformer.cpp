@@ -118,8 +118,10 @@ void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& par
   for (std::size_t r = 0; r < ranks_.size(); ++r) {
     std::vector<sim::TaskId> deps;
     if (last[r] >= 0) deps.push_back(last[r]);
+    if (!join_.empty() && join_[r] >= 0) deps.push_back(join_[r]);
     last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute, params, op(code)}, deps);
   }
+  join_.clear();
 }
 
 void LayerEmitter::gemm(const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
@@ -320,10 +322,31 @@ void LayerEmitter::ulysses_exchange(const std::string& name, double bytes, std::
 
 // The tensor-parallel collective of each cp slice, over that slice's TP group.
 void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {
+  TRAINYARD_CHECK(join_.empty(), "a collective right after a GEMM run beside another collective");
   for (int c = 0; c < static_cast<int>(tp_groups_.size()); ++c) {
     emit_collective(graph_, split_.built_cp() > 1 ? name + " cp" + std::to_string(c) : name, op, bytes,
                     tp_groups_[static_cast<std::size_t>(c)], split_.tp, last, rank_index(c, 0), static_cast<std::size_t>(split_.tp));
   }
+}
+
+// Transformer Engine's overlap (Megatron's --tp-comm-overlap) pipelines the GEMM with the collective chunk by
+// chunk (forward: ring-exchange all-gather into the GEMM, the GEMM into a pipelined reduce-scatter; backward:
+// the input's all-gather beside the dgrad GEMM, the dgrad's reduce-scatter beside the wgrad GEMM). Modelled as
+// the two running side by side: max(GEMM, collective), sharing SMs and links as the engine shares them; the
+// chunk that cannot overlap (1/tp of the longer one) is not charged.
+void LayerEmitter::gemm_beside_collective(const std::string& gemm_name, sim::OpCode code, std::int64_t m, std::int64_t n,
+                                          std::int64_t k, const std::string& collective_name, sim::CollectiveOp op,
+                                          double bytes, bool gather_first, std::vector<sim::TaskId>& last, bool recompute) {
+  if (!split_.tp_comm_overlap) {
+    if (gather_first) collective(collective_name, op, bytes, last);
+    gemm(gemm_name, code, m, n, k, last, recompute);
+    if (!gather_first) collective(collective_name, op, bytes, last);
+    return;
+  }
+  std::vector<sim::TaskId> beside = last;
+  collective(collective_name, op, bytes, beside);
+  gemm(gemm_name, code, m, n, k, last, recompute);
+  join_ = std::move(beside);
 }
 
 void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last, bool recompute) {
@@ -337,25 +360,33 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   const bool sp = split_.sequence_parallel;
   const bool swiglu = model_.activation == model::Activation::swiglu;
 
+  const auto reduce = sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
   elementwise(p + " norm1", sim::OpCode::norm1, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
-  if (sp) collective(p + " ag1", sim::CollectiveOp::all_gather, hidden_bytes, last);
-  gemm(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, last, recompute);
+  if (sp) {
+    gemm_beside_collective(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, p + " ag1", sim::CollectiveOp::all_gather, hidden_bytes,
+                           true, last, recompute);
+  } else {
+    gemm(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, last, recompute);
+  }
   elementwise(p + " rope", sim::OpCode::rope, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, recompute);
   ulysses_exchange(p + " a2a qkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   attention(p + " attn", false, last, recompute);
   ulysses_exchange(p + " a2a out", kBf16 * static_cast<double>(s * q), last);
-  gemm(p + " proj", sim::OpCode::proj, s, h, q, last, recompute);
-  collective(p + (sp ? " rs1" : " ar1"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
-             hidden_bytes, last);
+  gemm_beside_collective(p + " proj", sim::OpCode::proj, s, h, q, p + (sp ? " rs1" : " ar1"), reduce, hidden_bytes, false, last,
+                         recompute);
   elementwise(p + " residual1", sim::OpCode::residual1, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   elementwise(p + " norm2", sim::OpCode::norm2, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
-  if (sp) collective(p + " ag2", sim::CollectiveOp::all_gather, hidden_bytes, last);
-  gemm(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, last, recompute);
+  if (sp) {
+    gemm_beside_collective(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, p + " ag2", sim::CollectiveOp::all_gather,
+                           hidden_bytes, true, last, recompute);
+  } else {
+    gemm(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, last, recompute);
+  }
   elementwise(p + " act", sim::OpCode::act, kBf16 * static_cast<double>(s * (swiglu ? 2 * f : f)), kBf16 * static_cast<double>(s * f), last, recompute);
-  gemm(p + " mlp_down", sim::OpCode::mlp_down, s, h, f, last, recompute);
-  collective(p + (sp ? " rs2" : " ar2"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
-             hidden_bytes, last);
+  gemm_beside_collective(p + " mlp_down", sim::OpCode::mlp_down, s, h, f, p + (sp ? " rs2" : " ar2"), reduce, hidden_bytes, false,
+                         last, recompute);
   elementwise(p + " residual2", sim::OpCode::residual2, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
+  TRAINYARD_CHECK(join_.empty(), "a collective run beside a GEMM that nothing waits for");
 }
 
 // Each GEMM's backward is two GEMMs (input gradient, weight gradient); elementwise backward reads the saved
@@ -370,30 +401,41 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   const std::int64_t f = model_.ffn_hidden / t;
   const std::int64_t up = model_.activation == model::Activation::swiglu ? 2 * f : f;
   const bool sp = split_.sequence_parallel;
-  auto gemm_backward = [&](const std::string& name, sim::OpCode dgrad, std::int64_t m, std::int64_t n, std::int64_t k) {
-    gemm(name + " dgrad", dgrad, m, k, n, last, false);  // dX = dY W^T
-    gemm(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad) + 1), k, n, m, last, false);  // dW = X^T dY
+  const auto reduce = sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
+  // A GEMM Y = X W (X: m x k, W: k x n) has two backward GEMMs, dX = dY W^T and dW = X^T dY. With sequence
+  // parallelism the input X is all-gathered again before dW (beside dX), and dX is reduce-scattered (beside dW).
+  auto dgrad = [&](const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
+                   const std::string& gather_name) {
+    if (!sp) return gemm(name + " dgrad", code, m, k, n, last, false);
+    gemm_beside_collective(name + " dgrad", code, m, k, n, gather_name, sim::CollectiveOp::all_gather, hidden_bytes, true, last, false);
+  };
+  auto wgrad = [&](const std::string& name, sim::OpCode dgrad_code, std::int64_t m, std::int64_t n, std::int64_t k) {
+    gemm(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad_code) + 1), k, n, m, last, false);
+  };
+  auto wgrad_then_reduce = [&](const std::string& name, sim::OpCode dgrad_code, std::int64_t m, std::int64_t n, std::int64_t k,
+                               const std::string& reduce_name) {
+    gemm_beside_collective(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad_code) + 1), k, n, m, reduce_name, reduce,
+                           hidden_bytes, false, last, false);
   };
   elementwise(p + " residual2 bwd", sim::OpCode::residual2_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
-  if (sp) collective(p + " ag2 bwd", sim::CollectiveOp::all_gather, hidden_bytes, last);
-  gemm_backward(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f);
+  dgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f, p + " ag2 bwd");
+  wgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f);
   elementwise(p + " act bwd", sim::OpCode::act_bwd, kBf16 * static_cast<double>(s * (up + f)), kBf16 * static_cast<double>(s * up), last, false);
-  gemm_backward(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h);
-  collective(p + (sp ? " rs2 bwd" : " ar2 bwd"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
-             hidden_bytes, last);
+  gemm(p + " mlp_up dgrad", sim::OpCode::mlp_up_dgrad, s, h, up, last, false);
+  wgrad_then_reduce(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h, p + (sp ? " rs2 bwd" : " ar2 bwd"));
   elementwise(p + " norm2 bwd", sim::OpCode::norm2_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
   elementwise(p + " residual1 bwd", sim::OpCode::residual1_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
-  if (sp) collective(p + " ag1 bwd", sim::CollectiveOp::all_gather, hidden_bytes, last);
-  gemm_backward(p + " proj", sim::OpCode::proj_dgrad, s, h, q);
+  dgrad(p + " proj", sim::OpCode::proj_dgrad, s, h, q, p + " ag1 bwd");
+  wgrad(p + " proj", sim::OpCode::proj_dgrad, s, h, q);
   ulysses_exchange(p + " a2a dout", kBf16 * static_cast<double>(s * q), last);
   if (split_.recompute_attention) attention(p + " attn recompute", false, last, true);
   attention(p + " attn bwd", true, last, false);
   ulysses_exchange(p + " a2a dqkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, false);
-  gemm_backward(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h);
-  collective(p + (sp ? " rs1 bwd" : " ar1 bwd"), sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
-             hidden_bytes, last);
+  gemm(p + " qkv dgrad", sim::OpCode::qkv_dgrad, s, h, q + 2 * kv, last, false);
+  wgrad_then_reduce(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + (sp ? " rs1 bwd" : " ar1 bwd"));
   elementwise(p + " norm1 bwd", sim::OpCode::norm1_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
+  TRAINYARD_CHECK(join_.empty(), "a collective run beside a GEMM that nothing waits for");
 }
 
 namespace {

@@ -38,6 +38,7 @@ struct LayerSplit {
                                      // attention's forward runs again just before its backward, whatever the kernel
   double score_bytes = 0;      // unfused attention (stacks::AttentionImpl::unfused): bytes kept per (head, query,
                                // key) score for backward when nothing is recomputed
+  bool tp_comm_overlap = false;  // with sequence_parallel: TP all-gathers and reduce-scatters run beside their GEMMs
   std::int64_t tokens() const { return sequences * seq_len; }
   std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
   int built_cp() const { return cp_ranks > 0 ? cp_ranks : cp; }
@@ -121,6 +122,11 @@ class LayerEmitter {
                    bool recompute);
   void attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
+  // With split.tp_comm_overlap: the collective and the GEMM both start after `last`, and the rank's next task
+  // waits for both. Without: the collective, then the GEMM (gather_first) or the GEMM, then the collective.
+  void gemm_beside_collective(const std::string& gemm_name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
+                              const std::string& collective_name, sim::CollectiveOp op, double bytes, bool gather_first,
+                              std::vector<sim::TaskId>& last, bool recompute);
   void ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last);
   void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
@@ -135,6 +141,7 @@ class LayerEmitter {
   std::vector<std::int32_t> tp_groups_;  // one per cp index, when tp > 1
   std::vector<std::int32_t> cp_groups_;  // one per tp index, for all-gather CP
   std::int32_t ulysses_group_ = -1;
+  std::vector<sim::TaskId> join_;  // per rank: a collective run beside a GEMM, which the rank's next task waits for
   AttentionHook attention_hook_;
   sim::Op at_;
 };

@@ -72,6 +72,7 @@ stacks::ElementwiseClass elementwise_class(OpCode code) {
     case OpCode::act: case OpCode::act_bwd: return stacks::ElementwiseClass::activation;
     case OpCode::residual1: case OpCode::residual2: case OpCode::residual1_bwd: case OpCode::residual2_bwd:
       return stacks::ElementwiseClass::residual;
+    case OpCode::head_xent: return stacks::ElementwiseClass::loss;
     default: return stacks::ElementwiseClass::other;
   }
 }

@@ -79,6 +79,7 @@ const ElementwiseCost* StackProfile::elementwise(ElementwiseClass c) const {
     case ElementwiseClass::rope: return &rope;
     case ElementwiseClass::activation: return &activation;
     case ElementwiseClass::residual: return &residual;
+    case ElementwiseClass::loss: return &loss;
     case ElementwiseClass::other: return nullptr;
   }
   return nullptr;
@@ -114,6 +115,7 @@ StackProfile parse_stack(const json::Json& document, const std::string& origin) 
   s.rope = parse_elementwise(elementwise, "rope", sources);
   s.activation = parse_elementwise(elementwise, "activation", sources);
   s.residual = parse_elementwise(elementwise, "residual", sources);
+  if (elementwise.has("loss")) s.loss = parse_elementwise(elementwise, "loss", sources);
   elementwise.finish();
 
   s.gathered_params_copy_passes = top.figure("gathered_params_copy_passes", Bound{0, 100, "passes"}, sources);

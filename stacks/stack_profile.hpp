@@ -31,7 +31,7 @@ struct ElementwiseCost {
   Figure hbm_passes;
 };
 
-enum class ElementwiseClass { norm, rope, activation, residual, other };
+enum class ElementwiseClass { norm, rope, activation, residual, loss, other };
 
 struct StackProfile {
   std::string name;
@@ -44,6 +44,9 @@ struct StackProfile {
     Figure stored_bytes_per_score;  // unfused: bytes kept per score for backward (softmax output, dropout mask)
   } attention;
   ElementwiseCost norm, rope, activation, residual;
+  // The softmax cross-entropy over the LM head's logits, forward and backward, whose fused pass reads fp32
+  // logits and writes bf16 gradients (6 bytes per logit). Optional in a stack file: absent means one pass.
+  ElementwiseCost loss{json::Figure{1, "", {}, ""}, json::Figure{1, "", {}, ""}};
   // Sharded data parallelism (ZeRO-3 / FSDP): HBM passes over a layer's gathered bf16 parameters on the compute
   // stream once its all-gather lands (FSDP2 copies the flat buffer out into the parameters; ZeRO-3 and Megatron
   // use views: 0).

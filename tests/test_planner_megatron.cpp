@@ -400,4 +400,42 @@ TEST(LayerEmitter, UlyssesAndRingAttentionEmitNoTensorParallelCollectives) {
   }
 }
 
+TEST(Megatron, TpCommOverlapRunsEachTpCollectiveBesideItsGemm) {
+  const ContextParallelCase k;  // 2 layers, tiny node
+  const StepInputs in{k.model, k.cluster, {8192, 1}, model::precision_policy("bf16-mixed")};
+  MegatronParams p;
+  p.tp = 4;
+  p.sequence_parallel = true;
+  sim::TaskGraph serial = build_megatron(in, p);
+  p.tp_comm_overlap = true;
+  sim::TaskGraph overlapped = build_megatron(in, p);
+  ASSERT_EQ(serial.size(), overlapped.size());  // the same tasks, other dependencies
+  // Without overlap the forward QKV GEMM waits for its all-gather; with it, the GEMM and the all-gather share
+  // their predecessor and RoPE, which reads the GEMM's output, waits for both.
+  auto gathered_before = [](const sim::TaskGraph& g, const std::string& gemm_name) {
+    for (sim::TaskId t = 0; t < static_cast<sim::TaskId>(g.size()); ++t) {
+      if (g.task(t).name != gemm_name || g.task(t).device != 0) continue;
+      for (sim::TaskId s = 0; s < static_cast<sim::TaskId>(g.size()); ++s) {
+        if (g.task(s).kind() != sim::TaskKind::collective) continue;
+        for (sim::TaskId next : g.successors(s)) {
+          if (next == t) return true;
+        }
+      }
+      return false;
+    }
+    ADD_FAILURE() << "no task " << gemm_name;
+    return false;
+  };
+  const sim::SimResult a = test::simulate_built(serial, k.cluster, "megatron");  // finalizes: successors exist
+  const sim::SimResult b = test::simulate_built(overlapped, k.cluster, "megatron");
+  ASSERT_TRUE(a.completed && b.completed);
+  EXPECT_LT(b.step_ns, a.step_ns);
+  EXPECT_TRUE(gathered_before(serial, "F L0 mb0 qkv"));
+  EXPECT_FALSE(gathered_before(overlapped, "F L0 mb0 qkv"));
+  EXPECT_TRUE(gathered_before(overlapped, "F L0 mb0 rope"));
+  // Megatron refuses --tp-comm-overlap without sequence parallelism; so does trainyard.
+  p.sequence_parallel = false;
+  EXPECT_NE(test::error_of([&] { check_megatron(in, p); }).find("--tp-comm-overlap"), std::string::npos);
+}
+
 }  // namespace trainyard::planner

@@ -260,6 +260,15 @@ TEST(CostModel, EagerElementwiseOpsMoveMoreBytesInMoreKernels) {
   EXPECT_EQ(model.kernels(norm), static_cast<int>(eager.norm.kernels.value));
   EXPECT_NEAR(static_cast<double>(model.duration_ns(norm)), fused_ns * eager.norm.hbm_passes.value + model.kernels(norm) * launch, 1);
   EXPECT_EQ(model.duration_ns(residual), fused.duration_ns(residual));  // an add is one kernel in any stack
+  // The cross-entropy over the logits: eager PyTorch ops in torchtitan and Megatron-LM, one fused pass in
+  // trainyard's own executor.
+  Task loss = norm;
+  loss.op.code = OpCode::head_xent;
+  const ComputeModel own(node, stacks::load_stack("trainyard", "test"));
+  EXPECT_EQ(own.kernels(loss), 1);
+  const double one_pass_ns = static_cast<double>(own.duration_ns(loss)) - launch;
+  EXPECT_NEAR(static_cast<double>(model.duration_ns(loss)), one_pass_ns * eager.loss.hbm_passes.value + model.kernels(loss) * launch, 1);
+  EXPECT_GT(stacks::load_stack("megatron-lm", "test").loss.hbm_passes.value, 8);
 }
 
 // --- JSON form ---------------------------------------------------------------------------------------------

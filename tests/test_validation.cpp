@@ -63,6 +63,34 @@ TEST(Validation, BadDatasetsNameTheFileAndTheField) {
   doc = minimal_dataset();
   doc["flop_convention"]["typo"] = true;
   EXPECT_NE(error(doc).find("typo"), std::string::npos);
+  doc = minimal_dataset();
+  doc["cases"][0]["unstated"] = {{"micro-batch", {"1", "2"}}};  // not a flag
+  EXPECT_NE(error(doc).find("unstated.micro-batch"), std::string::npos);
+}
+
+// A source that tuned options it does not state: every combination is simulated, the fastest that fits is
+// compared, and the choice is said.
+TEST(Validation, UnstatedOptionsTakeTheFastestCombinationThatFits) {
+  Json doc = minimal_dataset();
+  doc["cases"][0] = Json::parse(R"({"name": "tuned", "published": {"step_s": 1},
+    "simulate": ["--strategy", "megatron", "--model", "custom:layers=2,hidden=1024,heads=16,vocab=1024", "--hw", "dgx-a100",
+                 "--tp", "8", "--sequence-parallel", "--seq", "4K", "--global-batch", "4"],
+    "unstated": {"--micro-batch": ["1", "4"], "--recompute": ["none", "full"]}})");
+  const app::ValidationDataset d = app::parse_validation_dataset(doc, "tuned.json");
+  const app::CaseResult r = app::run_case(d, d.cases[0], 0);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_NE(r.remark.find("4 tried"), std::string::npos) << r.remark;
+  EXPECT_NE(r.remark.find("--recompute none"), std::string::npos) << r.remark;  // recomputing only costs time
+  double slowest = 0;
+  for (const char* mb : {"1", "4"}) {  // the compared step is the faster of the two micro-batch sizes
+    app::ValidationCase one = d.cases[0];
+    one.unstated = {{"--micro-batch", {mb}}, {"--recompute", {"none"}}};
+    const app::CaseResult single = app::run_case(d, one, 0);
+    ASSERT_EQ(single.comparisons.size(), 1U);
+    EXPECT_LE(r.comparisons[0].predicted, single.comparisons[0].predicted);
+    slowest = std::max(slowest, single.comparisons[0].predicted);
+  }
+  EXPECT_LT(r.comparisons[0].predicted, slowest);
 }
 
 // torchtitan's published pair (docs/performance.md at 1ea476e): Llama 3 8B at 8K tokens, 2973 tokens/s per A100
