@@ -168,6 +168,7 @@ std::vector<PipelineSlot> pipeline_schedule(int stage, int pp, std::int64_t micr
 sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
   check_megatron(in, p);
   const auto& model = in.model;
+  const auto& offload = in.cluster.stack.checkpoint_offload;  // how --offload acts copies run
   const std::int64_t mbs = megatron_micro_batches(in, p);
   const int virtual_stages = p.pp * p.vpp;
   // Virtual stage v (chunk v / pp of stage v % pp) holds layers [first_layer[v], first_layer[v + 1]).
@@ -304,17 +305,19 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
               std::vector<sim::TaskId> done{last[r]};
               if (p.offload_activations) {  // the layer input goes to host DRAM before its buffer is released
                 done.push_back(g.copy(prefix + " D2H checkpoint", ranks[r],
-                                      {sim::Copy::Direction::d2h, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), true},
+                                      {sim::Copy::Direction::d2h, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), offload.pinned},
                                       std::vector<sim::TaskId>{last[r]}));
                 g.set_op(done.back(), at(sim::OpCode::input, l));
                 checkpoint_d2h[{d, l, mb, r}] = done.back();
+                if (offload.blocking) last[r] = done.back();  // the next layer waits for the copy
               }
               g.free(prefix + " release working activations", working[r], done);
             }
           }
           if (v == virtual_stages - 1) {
             for (std::size_t r = 0; r < ranks.size(); ++r) {
-              last[r] = emit_loss(g, ranks[r], tag, s, h, vocab_shard, last[r], at(sim::OpCode::none, model.layers));
+              last[r] = emit_loss(g, ranks[r], tag, s, h, vocab_shard, last[r], at(sim::OpCode::none, model.layers),
+                                  loss_memory(in.cluster.stack));
             }
           }
           if (v + 1 < virtual_stages) {
@@ -339,7 +342,7 @@ sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
                   std::vector<sim::TaskId> after{checkpoint_d2h.at({d, l, mb, r})};
                   if (last[r] >= 0) after.push_back(last[r]);
                   last[r] = g.copy(prefix + " H2D checkpoint", ranks[r],
-                                   {sim::Copy::Direction::h2d, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), true},
+                                   {sim::Copy::Direction::h2d, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), offload.pinned},
                                    after);
                   g.set_op(last[r], at(sim::OpCode::input, l));
                 }

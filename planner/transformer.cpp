@@ -453,9 +453,15 @@ sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::stri
   return g.set_op(id, at);
 }
 
+LossMemory loss_memory(const stacks::StackProfile& stack) {
+  if (!stack.loss_logits.whole_micro_batch) return {};
+  return {0, stack.loss_logits.bytes_per_logit.value};
+}
+
 sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
-                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op coordinates) {
-  constexpr std::int64_t kChunkTokens = 8192;
+                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op coordinates,
+                      const LossMemory& memory) {
+  const std::int64_t kChunkTokens = memory.chunk_tokens > 0 ? memory.chunk_tokens : std::max<std::int64_t>(tokens, 1);
   sim::TaskId at = after;
   auto piece = [&](sim::OpCode code, std::int64_t first, std::int64_t count) {
     sim::Op o = coordinates;
@@ -467,7 +473,8 @@ sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& t
   for (std::int64_t c0 = 0; c0 < tokens; c0 += kChunkTokens) {
     const std::int64_t c = std::min(kChunkTokens, tokens - c0);
     const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
-    const sim::TaskId logits = g.alloc(name + " logits", gpu, sim::Pool::hbm, c * vocab_shard * 4, "fp32 logits chunk " + tag,
+    const auto logit_bytes = static_cast<std::int64_t>(static_cast<double>(c * vocab_shard) * memory.bytes_per_logit);
+    const sim::TaskId logits = g.alloc(name + " logits", gpu, sim::Pool::hbm, logit_bytes, "fp32 logits chunk " + tag,
                                        after_of(at));
     at = g.gemm(name + " lm_head", gpu, {c, vocab_shard, hidden, hw::Dtype::bf16}, std::vector<sim::TaskId>{logits});
     piece(sim::OpCode::head_logits, c0, c);

@@ -152,10 +152,19 @@ class LayerEmitter {
 // `at` gives the coordinates (sequence, chunk) its tasks carry.
 sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens,
                            std::int64_t hidden, bool backward, sim::TaskId after, sim::Op at = {});
-// LM head and softmax cross-entropy over `tokens`, forward and backward fused per chunk of 8K tokens so that the
-// fp32 logits (tokens x vocab_shard x 4 bytes) never exist whole: logits, loss, input and weight gradients.
-// The final norm runs inside the LM head's pieces (its cost is not modelled: h elements per token).
+// How the loss holds its logits: in pieces of `chunk_tokens` (0: the whole micro-batch at once), each holding
+// `bytes_per_logit` while its cross-entropy runs.
+struct LossMemory {
+  std::int64_t chunk_tokens = 8192;
+  double bytes_per_logit = 4;  // fp32 logits
+};
+// The stack's (stacks::StackProfile::loss_logits), or trainyard's 8K-token chunks of fp32 logits.
+LossMemory loss_memory(const stacks::StackProfile& stack);
+// LM head and softmax cross-entropy over `tokens`, forward and backward fused per chunk (LossMemory; trainyard's
+// default of 8K tokens keeps the fp32 logits of a long sequence from existing whole): logits, loss, input and
+// weight gradients. The final norm runs inside the LM head's pieces (its cost is not modelled: h elements per token).
 sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
-                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op at = {});
+                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op at = {},
+                      const LossMemory& memory = {});
 
 }  // namespace trainyard::planner

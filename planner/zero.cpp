@@ -73,6 +73,7 @@ LayerSplit zero_layer_split(const StepInputs& in, const ZeroParams& p) {
 sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
   check_zero(in, p);
   const auto& model = in.model;
+  const auto& offload = in.cluster.stack.checkpoint_offload;  // how --offload acts copies run
   const int gpus = in.cluster.gpus();
   const std::int64_t mbs = zero_micro_batches(in, p);
   const LayerSplit split = zero_layer_split(in, p);
@@ -298,8 +299,9 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
             const sim::DeviceId host = sim::host_device(in.cluster.node_of(gpu));
             const sim::TaskId host_copy = g.alloc(prefix + " host checkpoint", host, sim::Pool::dram, rounded(ckpt, 1),
                                                   "offloaded checkpoint " + prefix, std::vector<sim::TaskId>{keep});
-            const sim::TaskId d2h = g.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt, 1), true},
+            const sim::TaskId d2h = g.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt, 1), offload.pinned},
                                            std::vector<sim::TaskId>{host_copy});
+            if (offload.blocking) last[static_cast<std::size_t>(gpu)] = d2h;  // the next layer waits for the copy
             g.free(prefix + " release checkpoint", keep, std::vector<sim::TaskId>{d2h});
             saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(gpu)] = host_copy;
           } else {
@@ -308,10 +310,13 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
         }
       }
     }
+    // FPDT computes the loss in its sequence chunks (DeepSpeed's FPDT_LogitsLoss); the others as the stack does.
+    LossMemory loss = loss_memory(in.cluster.stack);
+    if (split.fpdt_chunks > 1) loss.chunk_tokens = std::max<std::int64_t>(1, s / split.fpdt_chunks);
     // LM head and loss, forward and backward fused per chunk.
     for (int gpu = 0; gpu < gpus; ++gpu) {
       auto& at = last[static_cast<std::size_t>(gpu)];
-      at = emit_loss(g, gpu, tag, s, h, model.vocab, at);
+      at = emit_loss(g, gpu, tag, s, h, model.vocab, at, {}, loss);
     }
     // Backward, last layer first.
     for (std::int64_t l = model.layers - 1; l >= 0; --l) {
@@ -324,7 +329,7 @@ sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p) {
         auto& at = last[static_cast<std::size_t>(gpu)];
         if (checkpoint) {
           if (p.offload_activations) {
-            at = g.copy(prefix + " H2D checkpoint", gpu, {sim::Copy::Direction::h2d, rounded(ckpt, 1), true}, std::vector<sim::TaskId>{at});
+            at = g.copy(prefix + " H2D checkpoint", gpu, {sim::Copy::Direction::h2d, rounded(ckpt, 1), offload.pinned}, std::vector<sim::TaskId>{at});
           }
           // The recomputed layer's activations exist only while its backward runs.
           transient[static_cast<std::size_t>(gpu)] = g.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm,

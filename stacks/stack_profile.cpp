@@ -124,6 +124,20 @@ StackProfile parse_stack(const json::Json& document, const std::string& origin) 
     s.reduced_grads_copy_passes = top.figure("reduced_grads_copy_passes", Bound{0, 100, "passes"}, sources);
   }
 
+  if (top.has("loss_logits")) {
+    const json::Reader l = top.object("loss_logits");
+    s.loss_logits.whole_micro_batch = l.boolean("whole_micro_batch");
+    s.loss_logits.bytes_per_logit = l.figure("bytes_per_logit", Bound{1, 16, "bytes"}, sources);
+    l.finish();
+  }
+  if (top.has("checkpoint_offload")) {
+    const json::Reader c = top.object("checkpoint_offload");
+    s.checkpoint_offload.blocking = c.boolean("blocking");
+    s.checkpoint_offload.pinned = c.boolean("pinned");
+    s.checkpoint_offload.source = c.source("source", sources);
+    c.finish();
+  }
+
   const json::Reader host = top.object("host");
   s.host.dispatch_us_per_kernel = host.figure("dispatch_us_per_kernel", Bound{0, 10000, "us"}, sources);
   s.host.sync_before_optimizer = host.boolean("sync_before_optimizer");

@@ -47,6 +47,12 @@ struct StackProfile {
   // The softmax cross-entropy over the LM head's logits, forward and backward, whose fused pass reads fp32
   // logits and writes bf16 gradients (6 bytes per logit). Optional in a stack file: absent means one pass.
   ElementwiseCost loss{json::Figure{1, "", {}, ""}, json::Figure{1, "", {}, ""}};
+  // How the loss holds its logits: the whole micro-batch's at once (Megatron-LM, Megatron-DeepSpeed: the LM head's
+  // bf16 output and its fp32 copy, `bytes_per_logit`), or, when absent, in trainyard's chunks of 8K tokens.
+  struct LossLogits {
+    bool whole_micro_batch = false;
+    Figure bytes_per_logit{4, "", {}, ""};
+  } loss_logits;
   // Sharded data parallelism (ZeRO-3 / FSDP): HBM passes over a layer's gathered bf16 parameters on the compute
   // stream once its all-gather lands (FSDP2 copies the flat buffer out into the parameters; ZeRO-3 and Megatron
   // use views: 0).
@@ -57,6 +63,15 @@ struct StackProfile {
   // Optional in a stack file: absent means 0.
   Figure gradient_reduce_bytes;
   Figure reduced_grads_copy_passes;
+  // Activation checkpoints offloaded to host DRAM (`--offload acts`): `blocking` copies hold up the compute stream
+  // (the next layer waits for the copy out; the copy back waits for the backward to reach the layer), `pinned`
+  // ones run at the pinned PCIe rate, pageable ones at about half. Optional in a stack file: absent means
+  // asynchronous copies from pinned buffers.
+  struct CheckpointOffload {
+    bool blocking = false;
+    bool pinned = true;
+    json::Source source;
+  } checkpoint_offload;
   struct Host {
     Figure dispatch_us_per_kernel;  // host time to issue one kernel (framework, dispatcher, driver launch)
     bool sync_before_optimizer = false;  // the host waits for the GPU before the optimizer (e.g. grad-norm .item())

@@ -264,7 +264,8 @@ TEST(CostModel, EagerElementwiseOpsMoveMoreBytesInMoreKernels) {
   // trainyard's own executor.
   Task loss = norm;
   loss.op.code = OpCode::head_xent;
-  const ComputeModel own(node, stacks::load_stack("trainyard", "test"));
+  const stacks::StackProfile own_stack = stacks::load_stack("trainyard", "test");  // the model keeps a pointer to it
+  const ComputeModel own(node, own_stack);
   EXPECT_EQ(own.kernels(loss), 1);
   const double one_pass_ns = static_cast<double>(own.duration_ns(loss)) - launch;
   EXPECT_NEAR(static_cast<double>(model.duration_ns(loss)), one_pass_ns * eager.loss.hbm_passes.value + model.kernels(loss) * launch, 1);

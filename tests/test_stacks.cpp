@@ -203,6 +203,56 @@ TEST(Stacks, Fsdp2ReducesGradientsInFp32AfterCopyingThemIn) {
   EXPECT_EQ(ds_copies, 0);
 }
 
+TEST(Stacks, DeepSpeedCheckpointOffloadBlocksTheComputeStream) {
+  // DeepSpeed's cpu_checkpointing copies each checkpoint out with a pageable .to() on the compute stream: the next
+  // layer waits for it. Megatron-LM (Transformer Engine's offload context) copies from pinned buffers beside it.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=2,hidden=1024,heads=8,kv_heads=8,vocab=1024");
+  auto build = [&](const char* stack) {
+    const sim::Cluster c(hw::load_node("dgx-a100"), 1, stacks::load_stack(stack, "test"));
+    const planner::StepInputs in{m, c, {32768, 8}, model::precision_policy("bf16-mixed")};
+    planner::ZeroParams z;
+    z.stage = 1;
+    z.activation_checkpointing = true;
+    z.offload_activations = true;
+    sim::TaskGraph g = planner::build_zero(in, z);
+    const sim::SimResult r = test::simulate_built(g, c, "zero");
+    EXPECT_TRUE(r.completed);
+    // Does layer 1's first forward task on GPU 0 wait for layer 0's copy out?
+    bool waits = false, pinned = true;
+    for (sim::TaskId t = 0; t < static_cast<sim::TaskId>(g.size()); ++t) {
+      if (g.task(t).device != 0 || g.task(t).name.find("F L0") != 0 || g.task(t).name.find("D2H checkpoint") == std::string::npos) continue;
+      pinned = std::get<sim::Copy>(g.task(t).params).pinned;
+      for (sim::TaskId next : g.successors(t)) waits = waits || g.task(next).name.find("F L1") == 0;
+    }
+    return std::pair{waits, pinned};
+  };
+  const stacks::StackProfile ds = stacks::load_stack("deepspeed", "test");
+  EXPECT_TRUE(ds.checkpoint_offload.blocking);
+  EXPECT_FALSE(ds.checkpoint_offload.pinned);
+  const auto [ds_waits, ds_pinned] = build("deepspeed");
+  EXPECT_TRUE(ds_waits);
+  EXPECT_FALSE(ds_pinned);
+  const auto [mlm_waits, mlm_pinned] = build("megatron-lm");
+  EXPECT_FALSE(mlm_waits);
+  EXPECT_TRUE(mlm_pinned);
+}
+
+TEST(Stacks, MegatronHoldsTheWholeMicroBatchsLogitsForItsLoss) {
+  // Megatron-LM casts the LM head's bf16 output to fp32 for the whole micro-batch (6 bytes per logit held);
+  // trainyard's own loss runs in 8K-token chunks of fp32 logits.
+  EXPECT_EQ(planner::loss_memory(stacks::load_stack("trainyard", "test")).chunk_tokens, 8192);
+  const planner::LossMemory mlm = planner::loss_memory(stacks::load_stack("megatron-lm", "test"));
+  EXPECT_EQ(mlm.chunk_tokens, 0);
+  EXPECT_DOUBLE_EQ(mlm.bytes_per_logit, 6);
+  sim::TaskGraph g;
+  planner::emit_loss(g, 0, "t", 20000, 64, 1000, -1, {}, mlm);
+  std::vector<std::int64_t> allocs;
+  for (const auto& t : g.tasks()) {
+    if (const auto* a = std::get_if<sim::Alloc>(&t.params)) allocs.push_back(a->bytes);
+  }
+  EXPECT_EQ(allocs, (std::vector<std::int64_t>{20000 * 1000 * 6}));
+}
+
 TEST(StacksCli, PlanFilesRecordTheStackAndSimulateReportsIt) {
   test::TempDir dir;
   const std::string plan = (dir.path() / "p.json").string();
