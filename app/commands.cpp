@@ -616,10 +616,12 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
       p.dp = vm.count("dp") ? vm["dp"].as<int>() : std::max(1, cluster->gpus() / (p.tp * p.pp * p.cp));
       if (vm.count("cp-comm")) {
         const std::string comm = vm["cp-comm"].as<std::string>();
-        if (comm != "p2p" && comm != "all_gather") {
-          throw InputError("--cp-comm", "value", "p2p or all_gather (Megatron's a2a and a2a+p2p are not modelled)", "\"" + comm + "\"");
+        const auto named = planner::cp_comm_named(comm);
+        if (!named) {
+          throw InputError("--cp-comm", "value", "p2p, all_gather or a2a (Megatron's a2a+p2p and hierarchical CP are not modelled)",
+                           "\"" + comm + "\"");
         }
-        p.cp_allgather = comm == "all_gather";
+        p.cp_comm = *named;
       }
       p.vpp = vm.count("vpp") ? vm["vpp"].as<int>() : 1;
       p.first_stage_layers = vm.count("first-stage-layers") ? vm["first-stage-layers"].as<int>() : 0;
@@ -762,7 +764,7 @@ po::options_description simulate_options() {
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
       ("cp", po::value<int>()->value_name("int"), "ring-attention (required), megatron (default 1): context-parallel degree")
       ("no-symmetry", po::bool_switch(), "simulate every data-parallel replica (default: two, when they are identical; planner/symmetry.hpp)")
-      ("cp-comm", po::value<std::string>()->value_name("p2p|all_gather"), "megatron: how CP ranks share K/V: ring passes (p2p, default) or all-gathered")
+      ("cp-comm", po::value<std::string>()->value_name("p2p|all_gather|a2a"), "megatron: how CP ranks share attention's inputs: K/V ring passes (p2p, default), K/V all-gathered, or all-to-all to a head split (a2a)")
       ("first-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the first pipeline stage (default: an even split)")
       ("last-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the last pipeline stage (default: an even split)")
       ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")

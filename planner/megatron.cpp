@@ -27,7 +27,7 @@ LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
   split.cp = p.whole_cp();
   if (p.cp_represented > 0) split.cp_ranks = p.cp;
   split.zigzag = split.cp > 1;  // Megatron always load-balances causal CP (two chunks per rank)
-  split.cp_allgather = p.cp_allgather;
+  split.cp_comm = p.cp_comm;
   if (split.cp == 1) split.score_bytes = stored_score_bytes(in.cluster);  // CP attention is fused
   split.recompute_attention = p.recompute == Recompute::selective;
   return split;
@@ -108,7 +108,15 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
     fail("--cp", "a degree whose 2 * cp chunks divide the sequence (" + std::to_string(in.workload.seq_len) + " tokens)",
          std::to_string(p.whole_cp()));
   }
-  if (p.cp_allgather && p.cp == 1) fail("--cp-comm", "p2p unless --cp > 1", "all_gather");
+  if (p.cp_comm != CpComm::p2p && p.cp == 1) fail("--cp-comm", "p2p unless --cp > 1", std::string(to_string(p.cp_comm)));
+  if (p.cp_comm == CpComm::a2a) {
+    const std::int64_t heads_per_tp = m.heads / p.tp, kv_per_tp = std::max<std::int64_t>(1, m.kv_heads / p.tp);
+    if (heads_per_tp % p.cp != 0 || (kv_per_tp >= p.cp && kv_per_tp % p.cp != 0) || (kv_per_tp < p.cp && p.cp % kv_per_tp != 0)) {
+      fail("--cp", "with --cp-comm a2a, a degree dividing each TP rank's heads (" + std::to_string(heads_per_tp) + ") and K/V heads (" +
+                       std::to_string(kv_per_tp) + ", or a multiple of them: replicated)",
+           std::to_string(p.cp));
+    }
+  }
   if ((p.dp_represented != 0 && p.dp_represented < p.dp) || (p.cp_represented != 0 && p.cp_represented < p.cp)) {
     fail("dp_represented/cp_represented", "0 or at least dp and cp", std::to_string(p.dp_represented) + "/" + std::to_string(p.cp_represented));
   }

@@ -27,7 +27,7 @@ struct MegatronParams {
   int pp = 1;
   int dp = 1;
   int cp = 1;                       // context-parallel degree
-  bool cp_allgather = false;        // CP comm type: all_gather (K/V gathered), else p2p (ring passes)
+  CpComm cp_comm = CpComm::p2p;     // how the cp ranks exchange attention's inputs
   int vpp = 1;                      // virtual stages (model chunks) per pipeline rank
   int first_stage_layers = 0;       // layers on the first / last pipeline stage; 0: an even split
   int last_stage_layers = 0;

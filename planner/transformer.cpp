@@ -7,6 +7,22 @@
 
 namespace trainyard::planner {
 
+std::string_view to_string(CpComm c) {
+  switch (c) {
+    case CpComm::p2p: return "p2p";
+    case CpComm::all_gather: return "all_gather";
+    case CpComm::a2a: return "a2a";
+  }
+  return "?";
+}
+
+std::optional<CpComm> cp_comm_named(std::string_view name) {
+  for (CpComm c : {CpComm::p2p, CpComm::all_gather, CpComm::a2a}) {
+    if (to_string(c) == name) return c;
+  }
+  return std::nullopt;
+}
+
 std::string_view to_string(Recompute r) {
   switch (r) {
     case Recompute::none: return "none";
@@ -107,7 +123,7 @@ LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& mode
   if (split.tp > 1) {
     for (int c = 0; c < split.built_cp(); ++c) tp_groups_.push_back(group_of(c * split.tp, split.tp, 1));
   }
-  if (split.cp > 1 && split.cp_allgather) {
+  if (split.cp > 1 && split.cp_comm != CpComm::p2p) {
     for (int t = 0; t < split.tp; ++t) cp_groups_.push_back(group_of(t, split.built_cp(), split.tp));
   }
   if (split.ulysses > 1) ulysses_group_ = graph_.add_group(ranks_);
@@ -138,7 +154,11 @@ void LayerEmitter::elementwise(const std::string& name, sim::OpCode code, double
 void LayerEmitter::attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
   if (attention_hook_) return attention_hook_(name, backward, last, recompute);
   if (split_.cp > 1) {
-    return split_.cp_allgather ? allgather_attention(name, backward, last, recompute) : ring_attention(name, backward, last, recompute);
+    switch (split_.cp_comm) {
+      case CpComm::all_gather: return allgather_attention(name, backward, last, recompute);
+      case CpComm::a2a: return a2a_attention(name, backward, last, recompute);
+      case CpComm::p2p: return ring_attention(name, backward, last, recompute);
+    }
   }
   if (split_.fpdt_chunks > 1) return fpdt_attention(name, backward, last, recompute);
   const int shards = split_.tp * split_.ulysses;
@@ -222,6 +242,36 @@ void LayerEmitter::allgather_attention(const std::string& name, bool backward, s
   if (backward) {
     for (int t = 0; t < split_.tp; ++t) over_cp("reduce-scatter dkv", sim::CollectiveOp::reduce_scatter, t);
   }
+}
+
+// a2a context parallelism (Megatron's a2a comm type: DeepSpeed-Ulysses inside each TP index's cp group): an
+// all-to-all trades the sequence split for a head split, each rank attends over the whole sequence with 1/cp of
+// its TP rank's heads (K/V heads replicated when there are fewer than cp), and a second all-to-all trades the
+// output back. Backward mirrors it: dO in, dQ, dK, dV out. Not reduced by symmetry (every cp rank is built).
+void LayerEmitter::a2a_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
+  const int cp = split_.cp;
+  TRAINYARD_CHECK(split_.built_cp() == cp, "a2a context parallelism builds every cp rank");
+  const double local = static_cast<double>(split_.local_tokens());
+  const double q = static_cast<double>(model_.q_dim() / split_.tp);
+  const double kv = static_cast<double>(local_kv_heads(model_, split_.tp) * model_.head_dim);
+  auto over_cp = [&](const std::string& label, double bytes) {
+    const std::int64_t rounded = (static_cast<std::int64_t>(bytes) + cp - 1) / cp * cp;
+    for (int t = 0; t < split_.tp; ++t) {
+      std::vector<sim::TaskId> deps;
+      for (int c = 0; c < cp; ++c) {
+        if (last[rank_index(c, t)] >= 0) deps.push_back(last[rank_index(c, t)]);
+      }
+      const sim::TaskId id = graph_.collective(
+          name + " " + label, {sim::CollectiveOp::all_to_all, sim::Algorithm::ring, cp_groups_[static_cast<std::size_t>(t)], rounded}, deps, 1);
+      for (int c = 0; c < cp; ++c) last[rank_index(c, t)] = id;
+    }
+  };
+  over_cp(backward ? "a2a dout" : "a2a qkv", kBf16 * local * (backward ? q : q + 2 * kv));
+  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / (split_.tp * cp));
+  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * std::max<std::int64_t>(1, local_kv_heads(model_, split_.tp) / cp));
+  each_rank(name, sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
+            last, recompute, sim::OpCode::none);
+  over_cp(backward ? "a2a dqkv" : "a2a out", kBf16 * local * (backward ? q + 2 * kv : q));
 }
 
 double fpdt_working_bytes(const model::ModelConfig& m, const LayerSplit& split) {

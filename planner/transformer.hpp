@@ -5,6 +5,7 @@
 // activation bytes each op keeps for backward, so that recompute policies change memory and time together.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,13 @@ namespace trainyard::planner {
 enum class Recompute { none, selective, full };
 std::string_view to_string(Recompute r);
 
+// How context-parallel ranks exchange what attention needs (Megatron's --cp-comm-type): K/V blocks passed round a
+// ring (p2p), K/V all-gathered (all_gather, Llama 3's CP), or an all-to-all that trades the sequence split for a
+// head split around attention (a2a, DeepSpeed-Ulysses inside the CP group).
+enum class CpComm { p2p, all_gather, a2a };
+std::string_view to_string(CpComm c);
+std::optional<CpComm> cp_comm_named(std::string_view name);
+
 // The slice of a layer's work one GPU does for one micro-batch.
 struct LayerSplit {
   std::int64_t sequences = 1;  // micro-batch size b
@@ -28,8 +36,7 @@ struct LayerSplit {
   int cp = 1;                  // ring attention / context parallelism: tokens split, K/V blocks passed round
                                // (combines with tp: ranks are [cp index][tp index], TP groups innermost)
   bool zigzag = false;         // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
-  bool cp_allgather = false;   // cp: K/V all-gathered and attention run locally (Megatron's --cp-comm-type
-                               // all_gather, Llama 3's CP), instead of passed round a ring (p2p)
+  CpComm cp_comm = CpComm::p2p;  // cp: how the ranks exchange attention's inputs
   int cp_ranks = 0;            // symmetry reduction: the cp ranks built, standing for all cp (0: cp); their
                                // exchanges run as the whole ring's (needs zigzag: every rank the same work)
   int fpdt_chunks = 1;         // FPDT: the sequence's attention runs in this many chunks, K/V of earlier chunks
@@ -130,6 +137,7 @@ class LayerEmitter {
   void ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last);
   void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
+  void a2a_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   // The ranks of TP index t across the cp slices, and the chain ends of those ranks.
   std::size_t rank_index(int cp_index, int tp_index) const { return static_cast<std::size_t>(cp_index * split_.tp + tp_index); }
   void fpdt_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);

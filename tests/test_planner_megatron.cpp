@@ -246,7 +246,7 @@ struct ContextParallelCase {
     MegatronParams p;
     p.tp = 2;
     p.cp = 2;
-    p.cp_allgather = allgather;
+    p.cp_comm = allgather ? CpComm::all_gather : CpComm::p2p;
     return p;
   }
 };
@@ -378,6 +378,39 @@ TEST(Megatron, InterleavedChunksOfUnevenStagesSplitAsEvenlyAsTheyCan) {
   EXPECT_EQ(first[17], 67);  // stage 0's second chunk: 3 layers
   EXPECT_EQ(first.back(), 126);
   for (std::size_t v = 0; v + 1 < first.size(); ++v) EXPECT_GE(first[v + 1] - first[v], 3) << v;
+}
+
+TEST(Megatron, AllToAllContextParallelTradesTheSequenceSplitForAHeadSplit) {
+  const ContextParallelCase k;  // 2 layers, 16 heads, tp 2, cp 2, 8K tokens
+  const StepInputs in = k.inputs();
+  MegatronParams p = ContextParallelCase::params(false);
+  p.cp_comm = CpComm::a2a;
+  sim::TaskGraph g = build_megatron(in, p);
+  int exchanges = 0, attentions = 0;
+  for (const auto& t : g.tasks()) {
+    if (const auto* c = std::get_if<sim::Collective>(&t.params); c != nullptr && c->op == sim::CollectiveOp::all_to_all) {
+      const auto& members = g.groups()[static_cast<std::size_t>(c->group)];
+      ASSERT_EQ(members.size(), 2U);
+      EXPECT_EQ(members[0] % 2, members[1] % 2) << t.name;  // the cp ranks of one TP index
+      ++exchanges;
+    }
+    if (const auto* a = std::get_if<sim::Attention>(&t.params); a != nullptr && t.device == 0) {
+      EXPECT_EQ(a->q_len, 8192) << t.name;  // the whole sequence ...
+      EXPECT_EQ(a->heads, 16 / (2 * 2)) << t.name;  // ... for 1/cp of the TP rank's heads
+      ++attentions;
+    }
+  }
+  EXPECT_EQ(exchanges, 2 * 2 * 2 * 2);  // layers x (forward, backward) x (in, out) x TP indices
+  EXPECT_EQ(attentions, 2 * 2);         // layers x (forward, backward) on GPU 0
+  const sim::SimResult r = test::simulate_built(g, k.cluster, "megatron");
+  EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+  // A cp degree that does not divide the TP rank's heads cannot split them.
+  p.cp = 4;
+  p.tp = 1;
+  p.dp = 1;
+  const model::ModelConfig odd = model::parse_custom_model("custom:layers=2,hidden=1536,heads=6,vocab=1024");
+  const StepInputs odd_in{odd, k.cluster, {8192, 1}, model::precision_policy("bf16-mixed")};
+  EXPECT_NE(test::error_of([&] { check_megatron(odd_in, p); }).find("--cp-comm a2a"), std::string::npos);
 }
 
 TEST(LayerEmitter, UlyssesAndRingAttentionEmitNoTensorParallelCollectives) {

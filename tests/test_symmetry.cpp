@@ -87,7 +87,7 @@ TEST(Symmetry, MegatronContextParallelRanksReduceExactly) {
   expect_reduction_exact("dgx-h100", 8, {16384, 4}, p2p);
   PlanSpec gathered = megatron(8, 2, 1);
   gathered.megatron.cp = 3;
-  gathered.megatron.cp_allgather = true;
+  gathered.megatron.cp_comm = planner::CpComm::all_gather;
   gathered.megatron.sequence_parallel = true;
   expect_reduction_exact("dgx-h100", 6, {12288, 4}, gathered);
   PlanSpec both = megatron(8, 1, 3);
