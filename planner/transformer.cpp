@@ -511,7 +511,7 @@ LossMemory loss_memory(const stacks::StackProfile& stack) {
 sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
                       std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op coordinates,
                       const LossMemory& memory) {
-  const std::int64_t kChunkTokens = memory.chunk_tokens > 0 ? memory.chunk_tokens : std::max<std::int64_t>(tokens, 1);
+  const std::int64_t chunk_tokens = memory.chunk_tokens > 0 ? memory.chunk_tokens : std::max<std::int64_t>(tokens, 1);
   sim::TaskId at = after;
   auto piece = [&](sim::OpCode code, std::int64_t first, std::int64_t count) {
     sim::Op o = coordinates;
@@ -520,8 +520,8 @@ sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& t
     o.last = static_cast<std::int32_t>(first + count);
     g.set_op(at, o);
   };
-  for (std::int64_t c0 = 0; c0 < tokens; c0 += kChunkTokens) {
-    const std::int64_t c = std::min(kChunkTokens, tokens - c0);
+  for (std::int64_t c0 = 0; c0 < tokens; c0 += chunk_tokens) {
+    const std::int64_t c = std::min(chunk_tokens, tokens - c0);
     const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
     const auto logit_bytes = static_cast<std::int64_t>(static_cast<double>(c * vocab_shard) * memory.bytes_per_logit);
     const sim::TaskId logits = g.alloc(name + " logits", gpu, sim::Pool::hbm, logit_bytes, "fp32 logits chunk " + tag,
