@@ -218,30 +218,36 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
   elementwise(name + " merge", sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements, last, recompute);
 }
 
+// One collective per TP index over that index's cp ranks, on comm stream 1, after their chains, which it ends.
+// With fewer cp ranks built than the step has (symmetry), it runs as the whole group's ring.
+void LayerEmitter::cp_collective(const std::string& name, sim::CollectiveOp op, std::int64_t bytes, std::vector<sim::TaskId>& last) {
+  const int built = split_.built_cp();
+  const std::int32_t ring_ranks = built < split_.cp ? split_.cp : 0;
+  for (int t = 0; t < split_.tp; ++t) {
+    std::vector<sim::TaskId> deps;
+    for (int c = 0; c < built; ++c) {
+      if (last[rank_index(c, t)] >= 0) deps.push_back(last[rank_index(c, t)]);
+    }
+    const sim::TaskId id =
+        graph_.collective(name, {op, sim::Algorithm::ring, cp_groups_[static_cast<std::size_t>(t)], bytes, ring_ranks}, deps, 1);
+    for (int c = 0; c < built; ++c) last[rank_index(c, t)] = id;
+  }
+}
+
 // All-gather context parallelism (Megatron's all_gather comm type; Llama 3's CP): each TP index's cp ranks
 // all-gather K and V of the whole sequence, then every rank runs its own load-balanced queries (two zigzag
 // chunks, 1/cp of the causal pairs) against them. Backward gathers K, V again and reduce-scatters dK, dV.
 void LayerEmitter::allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
-  const int cp = split_.cp, built = split_.built_cp();
+  const int cp = split_.cp;
   const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
   const auto gathered = static_cast<std::int64_t>(cp_gathered_kv_bytes(model_, split_)) / cp * cp + cp;
-  const std::int32_t ring_ranks = built < cp ? cp : 0;
-  auto over_cp = [&](const std::string& label, sim::CollectiveOp op, int t) {
-    std::vector<sim::TaskId> deps;
-    for (int c = 0; c < built; ++c) deps.push_back(last[rank_index(c, t)]);
-    const sim::TaskId id =
-        graph_.collective(name + " " + label, {op, sim::Algorithm::ring, cp_groups_[static_cast<std::size_t>(t)], gathered, ring_ranks}, deps, 1);
-    for (int c = 0; c < built; ++c) last[rank_index(c, t)] = id;
-  };
-  for (int t = 0; t < split_.tp; ++t) over_cp("all-gather kv", sim::CollectiveOp::all_gather, t);
+  cp_collective(name + " all-gather kv", sim::CollectiveOp::all_gather, gathered, last);
   // local queries x the whole sequence, half of it unmasked on average: 1/cp of the causal pairs
   each_rank(name, sim::Attention{local, split_.seq_len / 2, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
             last, recompute, sim::OpCode::none);
-  if (backward) {
-    for (int t = 0; t < split_.tp; ++t) over_cp("reduce-scatter dkv", sim::CollectiveOp::reduce_scatter, t);
-  }
+  if (backward) cp_collective(name + " reduce-scatter dkv", sim::CollectiveOp::reduce_scatter, gathered, last);
 }
 
 // a2a context parallelism (Megatron's a2a comm type: DeepSpeed-Ulysses inside each TP index's cp group): an
@@ -254,17 +260,8 @@ void LayerEmitter::a2a_attention(const std::string& name, bool backward, std::ve
   const double local = static_cast<double>(split_.local_tokens());
   const double q = static_cast<double>(model_.q_dim() / split_.tp);
   const double kv = static_cast<double>(local_kv_heads(model_, split_.tp) * model_.head_dim);
-  auto over_cp = [&](const std::string& label, double bytes) {
-    const std::int64_t rounded = (static_cast<std::int64_t>(bytes) + cp - 1) / cp * cp;
-    for (int t = 0; t < split_.tp; ++t) {
-      std::vector<sim::TaskId> deps;
-      for (int c = 0; c < cp; ++c) {
-        if (last[rank_index(c, t)] >= 0) deps.push_back(last[rank_index(c, t)]);
-      }
-      const sim::TaskId id = graph_.collective(
-          name + " " + label, {sim::CollectiveOp::all_to_all, sim::Algorithm::ring, cp_groups_[static_cast<std::size_t>(t)], rounded}, deps, 1);
-      for (int c = 0; c < cp; ++c) last[rank_index(c, t)] = id;
-    }
+  auto over_cp = [&](const std::string& label, double bytes) {  // a multiple of the group size
+    cp_collective(name + " " + label, sim::CollectiveOp::all_to_all, (static_cast<std::int64_t>(bytes) + cp - 1) / cp * cp, last);
   };
   over_cp(backward ? "a2a dout" : "a2a qkv", kBf16 * local * (backward ? q : q + 2 * kv));
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / (split_.tp * cp));

@@ -138,6 +138,7 @@ class LayerEmitter {
   void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void a2a_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
+  void cp_collective(const std::string& name, sim::CollectiveOp op, std::int64_t bytes, std::vector<sim::TaskId>& last);
   // The ranks of TP index t across the cp slices, and the chain ends of those ranks.
   std::size_t rank_index(int cp_index, int tp_index) const { return static_cast<std::size_t>(cp_index * split_.tp + tp_index); }
   void fpdt_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
