@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <boost/algorithm/string/join.hpp>
 #include <boost/program_options.hpp>
 
 #include "app/commands.hpp"
@@ -258,17 +259,11 @@ std::vector<std::vector<std::string>> unstated_combinations(const ValidationCase
   return out;
 }
 
-std::string joined(const std::vector<std::string>& words) {
-  std::string out;
-  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
-  return out;
-}
-
 // The fastest completed prediction over the unstated options' combinations; a combination that cannot be built
 // (an InputError: e.g. interleaving a one-stage pipeline) or does not fit is skipped, and said so in the remark.
 void run_tuned_step_case(const ValidationDataset& d, const ValidationCase& c, const std::vector<std::string>& args, CaseResult& r) {
   std::optional<StepPrediction> best;
-  std::string best_flags, first_failure;
+  std::string best_flags, first_failed_flags, first_failure;
   int tried = 0, failed = 0;
   for (const auto& extra : unstated_combinations(c)) {
     std::vector<std::string> all = args;
@@ -282,16 +277,20 @@ void run_tuned_step_case(const ValidationDataset& d, const ValidationCase& c, co
     }
     if (!p.completed) {
       ++failed;
-      if (first_failure.empty()) first_failure = joined(extra) + ": " + p.why;
+      if (failed == 1) {
+        first_failed_flags = boost::algorithm::join(extra, " ");
+        first_failure = p.why;
+      }
       continue;
     }
     if (!best || p.figures.at("step_s") < best->figures.at("step_s")) {
       best = std::move(p);
-      best_flags = joined(extra);
+      best_flags = boost::algorithm::join(extra, " ");
     }
   }
   if (!best) {
-    r.error = tried == 1 ? first_failure.substr(first_failure.find(": ") + 2) : "no combination of the unstated options fits; " + first_failure;
+    r.error = tried == 1 ? first_failure
+                         : "no combination of the unstated options fits; " + first_failed_flags + ": " + first_failure;
     return;
   }
   if (!c.unstated.empty()) {
