@@ -488,8 +488,8 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
   }
   static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
                                               "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp",
-                                              "cp-comm", "first-stage-layers", "last-stage-layers", "chunk", "ring", "block",
-                                              "prefetch", "kv", "acts", "weights", "states", "ring-order"};
+                                              "cp-comm", "cp-a2a", "first-stage-layers", "last-stage-layers", "chunk", "ring",
+                                              "block", "prefetch", "kv", "acts", "weights", "states", "ring-order"};
   SimulationSetup setup;
   std::optional<sim::Cluster>& cluster = setup.cluster;
   sim::TaskGraph& graph = setup.graph;
@@ -548,7 +548,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     const std::string strategy = vm["strategy"].as<std::string>();
     // The flags each scheme takes; any other scheme flag is an error, not silently ignored.
     static const std::map<std::string, std::set<std::string>> kSchemeTakes = {
-        {"megatron", {"tp", "pp", "dp", "cp", "cp-comm", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch",
+        {"megatron", {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch",
                       "sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"}},
         {"zero", {"zero-stage", "micro-batch", "recompute", "offload"}},
         {"ulysses", {"sp", "zero-stage", "micro-batch", "recompute", "offload"}},
@@ -571,7 +571,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
                        "--" + flag);
     };
     for (const char* flag : {"tp", "pp", "dp", "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp", "cp-comm",
-                             "first-stage-layers", "last-stage-layers", "chunk", "ring", "block", "prefetch", "kv", "acts",
+                             "cp-a2a", "first-stage-layers", "last-stage-layers", "chunk", "ring", "block", "prefetch", "kv", "acts",
                              "weights", "states", "ring-order"}) {
       if (vm.count(flag) && !takes->second.count(flag)) foreign(flag);
     }
@@ -618,11 +618,12 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
         const std::string comm = vm["cp-comm"].as<std::string>();
         const auto named = planner::cp_comm_named(comm);
         if (!named) {
-          throw InputError("--cp-comm", "value", "p2p, all_gather or a2a (Megatron's a2a+p2p and hierarchical CP are not modelled)",
+          throw InputError("--cp-comm", "value", "p2p, all_gather, a2a or a2a+p2p",
                            "\"" + comm + "\"");
         }
         p.cp_comm = *named;
       }
+      p.cp_a2a = vm.count("cp-a2a") ? vm["cp-a2a"].as<int>() : 0;
       p.vpp = vm.count("vpp") ? vm["vpp"].as<int>() : 1;
       p.first_stage_layers = vm.count("first-stage-layers") ? vm["first-stage-layers"].as<int>() : 0;
       p.last_stage_layers = vm.count("last-stage-layers") ? vm["last-stage-layers"].as<int>() : 0;
@@ -764,7 +765,8 @@ po::options_description simulate_options() {
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
       ("cp", po::value<int>()->value_name("int"), "ring-attention (required), megatron (default 1): context-parallel degree")
       ("no-symmetry", po::bool_switch(), "simulate every data-parallel replica (default: two, when they are identical; planner/symmetry.hpp)")
-      ("cp-comm", po::value<std::string>()->value_name("p2p|all_gather|a2a"), "megatron: how CP ranks share attention's inputs: K/V ring passes (p2p, default), K/V all-gathered, or all-to-all to a head split (a2a)")
+      ("cp-comm", po::value<std::string>()->value_name("p2p|all_gather|a2a|a2a+p2p"), "megatron: how CP ranks share attention's inputs: K/V ring passes (p2p, default), K/V all-gathered, all-to-all to a head split (a2a), or both in two levels (a2a+p2p, hierarchical CP: give --cp-a2a)")
+      ("cp-a2a", po::value<int>()->value_name("int"), "megatron, --cp-comm a2a+p2p: ranks in each all-to-all group, consecutive cp ranks (Megatron's --hierarchical-context-parallel-sizes A cp/A)")
       ("first-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the first pipeline stage (default: an even split)")
       ("last-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the last pipeline stage (default: an even split)")
       ("zigzag", po::bool_switch(), "ring-attention: zigzag causal load balancing")

@@ -28,6 +28,7 @@ LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
   if (p.cp_represented > 0) split.cp_ranks = p.cp;
   split.zigzag = split.cp > 1;  // Megatron always load-balances causal CP (two chunks per rank)
   split.cp_comm = p.cp_comm;
+  if (p.cp_comm == CpComm::a2a_p2p) split.cp_a2a = p.cp_a2a;
   if (split.cp == 1) split.score_bytes = stored_score_bytes(in.cluster);  // CP attention is fused
   split.recompute_attention = p.recompute == Recompute::selective;
   return split;
@@ -109,12 +110,22 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
          std::to_string(p.whole_cp()));
   }
   if (p.cp_comm != CpComm::p2p && p.cp == 1) fail("--cp-comm", "p2p unless --cp > 1", std::string(to_string(p.cp_comm)));
-  if (p.cp_comm == CpComm::a2a) {
+  if (p.cp_comm == CpComm::a2a_p2p && (p.cp_a2a < 2 || p.cp_a2a >= p.cp || p.cp % p.cp_a2a != 0)) {
+    fail("--cp-a2a", "with --cp-comm a2a+p2p, an all-to-all group size of at least 2 that divides --cp (" + std::to_string(p.cp) +
+                         ") into at least 2 groups",
+         std::to_string(p.cp_a2a));
+  }
+  if (p.cp_comm != CpComm::a2a_p2p && p.cp_a2a != 0) {
+    fail("--cp-a2a", "only with --cp-comm a2a+p2p", std::to_string(p.cp_a2a) + " with --cp-comm " + std::string(to_string(p.cp_comm)));
+  }
+  if (p.cp_comm == CpComm::a2a || p.cp_comm == CpComm::a2a_p2p) {  // the all-to-all splits each TP rank's heads
+    const int a2a = p.cp_comm == CpComm::a2a ? p.cp : p.cp_a2a;
+    const std::string flag = p.cp_comm == CpComm::a2a ? "--cp" : "--cp-a2a";
     const std::int64_t heads_per_tp = m.heads / p.tp, kv_per_tp = std::max<std::int64_t>(1, m.kv_heads / p.tp);
-    if (heads_per_tp % p.cp != 0 || (kv_per_tp >= p.cp && kv_per_tp % p.cp != 0) || (kv_per_tp < p.cp && p.cp % kv_per_tp != 0)) {
-      fail("--cp", "with --cp-comm a2a, a degree dividing each TP rank's heads (" + std::to_string(heads_per_tp) + ") and K/V heads (" +
-                       std::to_string(kv_per_tp) + ", or a multiple of them: replicated)",
-           std::to_string(p.cp));
+    if (heads_per_tp % a2a != 0 || (kv_per_tp >= a2a && kv_per_tp % a2a != 0) || (kv_per_tp < a2a && a2a % kv_per_tp != 0)) {
+      fail(flag, "with --cp-comm " + std::string(to_string(p.cp_comm)) + ", an all-to-all size dividing each TP rank's heads (" +
+                     std::to_string(heads_per_tp) + ") and K/V heads (" + std::to_string(kv_per_tp) + ", or a multiple of them: replicated)",
+           std::to_string(a2a));
     }
   }
   if ((p.dp_represented != 0 && p.dp_represented < p.dp) || (p.cp_represented != 0 && p.cp_represented < p.cp)) {

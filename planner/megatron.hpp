@@ -6,7 +6,8 @@
 // its backward.
 //
 // Context parallelism (cp > 1) splits each sequence over cp ranks with Megatron's load-balanced causal split; K/V
-// pass round a ring (--cp-comm-type p2p) or are all-gathered (all_gather); gradients are reduced over dp x cp.
+// pass round a ring (--cp-comm-type p2p), are all-gathered (all_gather), an all-to-all trades the sequence split
+// for a head split (a2a), or both in two levels (a2a+p2p); gradients are reduced over dp x cp.
 // Uneven pipelines (Megatron's --decoder-first/last-pipeline-num-layers) give the first and last stage their own
 // layer counts and split the rest evenly.
 //
@@ -28,6 +29,8 @@ struct MegatronParams {
   int dp = 1;
   int cp = 1;                       // context-parallel degree
   CpComm cp_comm = CpComm::p2p;     // how the cp ranks exchange attention's inputs
+  int cp_a2a = 0;                   // a2a+p2p: the all-to-all level's size (Megatron's first
+                                    // --hierarchical-context-parallel-sizes entry); 0 with other comm types
   int vpp = 1;                      // virtual stages (model chunks) per pipeline rank
   int first_stage_layers = 0;       // layers on the first / last pipeline stage; 0: an even split
   int last_stage_layers = 0;

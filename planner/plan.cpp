@@ -65,6 +65,7 @@ std::string PlanSpec::summary() const {
                                    : "";
     return "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " + std::to_string(p.dp) +
            (p.cp > 1 ? ", cp " + std::to_string(p.cp) + " " + std::string(to_string(p.cp_comm)) : "") +
+           (p.cp_a2a > 0 ? " (a2a groups of " + std::to_string(p.cp_a2a) + ")" : "") +
            (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + uneven + ", mb " + std::to_string(p.micro_batch) +
            (p.sequence_parallel ? ", sp" : "") + (p.tp_comm_overlap ? ", tp overlap" : "") + ", recompute " + std::string(to_string(p.recompute)) +
            (p.offload_activations ? ", offload acts" : "") + (p.distributed_optimizer ? ", dist-opt" : "");
@@ -114,7 +115,7 @@ Json parameters_json(const PlanSpec& spec) {
     return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"vpp", p.vpp}, {"micro_batch", p.micro_batch},
             {"sequence_parallel", p.sequence_parallel}, {"tp_comm_overlap", p.tp_comm_overlap}, {"recompute", to_string(p.recompute)},
             {"offload_activations", p.offload_activations}, {"distributed_optimizer", p.distributed_optimizer},
-            {"cp", p.cp}, {"cp_comm", to_string(p.cp_comm)},
+            {"cp", p.cp}, {"cp_comm", to_string(p.cp_comm)}, {"cp_a2a", p.cp_a2a},
             {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
   }
   const auto& z = spec.zero;
@@ -169,7 +170,8 @@ PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, con
     p.tp_comm_overlap = r.has("tp_comm_overlap") && r.boolean("tp_comm_overlap");
     // Optional too (plans written before Megatron CP and uneven stages): cp 1, p2p, an even split.
     if (r.has("cp")) p.cp = static_cast<int>(r.integer("cp", 1, 1 << 20));
-    if (r.has("cp_comm")) p.cp_comm = *cp_comm_named(r.choice("cp_comm", {"p2p", "all_gather", "a2a"}));
+    if (r.has("cp_comm")) p.cp_comm = *cp_comm_named(r.choice("cp_comm", {"p2p", "all_gather", "a2a", "a2a+p2p"}));
+    if (r.has("cp_a2a")) p.cp_a2a = static_cast<int>(r.integer("cp_a2a", 0, 1 << 20));
     if (r.has("first_stage_layers")) p.first_stage_layers = static_cast<int>(r.integer("first_stage_layers", 0, 1 << 20));
     if (r.has("last_stage_layers")) p.last_stage_layers = static_cast<int>(r.integer("last_stage_layers", 0, 1 << 20));
   } else if (scheme == "zero" || scheme == "ulysses" || scheme == "ring-attention" || scheme == "fpdt") {

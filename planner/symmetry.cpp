@@ -16,7 +16,8 @@ std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSp
   const int per_node = in.cluster.topology.gpus_per_node();
   // Context-parallel ranks: identical under Megatron's load-balanced split when each one's TP group fills
   // whole nodes (the cp ranks then meet only at the fabric).
-  const bool cp_reduces = p.cp > kBuilt && p.tp % per_node == 0 && p.cp_comm != CpComm::a2a;  // a2a: every pair exchanges
+  const bool cp_reduces = p.cp > kBuilt && p.tp % per_node == 0 && p.cp_comm != CpComm::a2a &&
+                          p.cp_comm != CpComm::a2a_p2p;  // all-to-alls: every pair of a group exchanges
   const int cp_built = cp_reduces ? kBuilt : p.cp;
   // Data-parallel replicas: when each pipeline stage of a replica fills whole nodes.
   const bool dp_reduces = p.dp > kBuilt && (p.tp * cp_built) % per_node == 0;

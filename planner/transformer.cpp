@@ -12,12 +12,13 @@ std::string_view to_string(CpComm c) {
     case CpComm::p2p: return "p2p";
     case CpComm::all_gather: return "all_gather";
     case CpComm::a2a: return "a2a";
+    case CpComm::a2a_p2p: return "a2a+p2p";
   }
   return "?";
 }
 
 std::optional<CpComm> cp_comm_named(std::string_view name) {
-  for (CpComm c : {CpComm::p2p, CpComm::all_gather, CpComm::a2a}) {
+  for (CpComm c : {CpComm::p2p, CpComm::all_gather, CpComm::a2a, CpComm::a2a_p2p}) {
     if (to_string(c) == name) return c;
   }
   return std::nullopt;
@@ -123,8 +124,15 @@ LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& mode
   if (split.tp > 1) {
     for (int c = 0; c < split.built_cp(); ++c) tp_groups_.push_back(group_of(c * split.tp, split.tp, 1));
   }
-  if (split.cp > 1 && split.cp_comm != CpComm::p2p) {
-    for (int t = 0; t < split.tp; ++t) cp_groups_.push_back(group_of(t, split.built_cp(), split.tp));
+  if (split.cp > 1 && split.cp_comm != CpComm::p2p) {  // one group per TP index, or per a2a_p2p's a2a level
+    const int size = split.cp_comm == CpComm::a2a_p2p ? split.cp_a2a : split.built_cp();
+    for (int t = 0; t < split.tp; ++t) {
+      for (int first = 0; first < split.built_cp(); first += size) {
+        CpGroup g{group_of(static_cast<int>(rank_index(first, t)), size, split.tp), {}};
+        for (int c = first; c < first + size; ++c) g.members.push_back(rank_index(c, t));
+        cp_groups_.push_back(std::move(g));
+      }
+    }
   }
   if (split.ulysses > 1) ulysses_group_ = graph_.add_group(ranks_);
 }
@@ -157,6 +165,7 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
     switch (split_.cp_comm) {
       case CpComm::all_gather: return allgather_attention(name, backward, last, recompute);
       case CpComm::a2a: return a2a_attention(name, backward, last, recompute);
+      case CpComm::a2a_p2p: return a2a_p2p_attention(name, backward, last, recompute);
       case CpComm::p2p: return ring_attention(name, backward, last, recompute);
     }
   }
@@ -181,34 +190,46 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
 // computes only r + 1 of the cp blocks (the imbalance zigzag removes); with zigzag every later step computes
 // half a block's pairs on every rank. Backward passes K, V and the fp32 dK, dV accumulators.
 void LayerEmitter::ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
-  const int cp = split_.cp, built = split_.built_cp();  // built < cp: the built ranks pass among themselves
+  const int built = split_.built_cp();  // built < cp: the built ranks pass among themselves
   const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
-  const auto head_dim = static_cast<std::int32_t>(model_.head_dim);
-  const auto pass_bytes = static_cast<std::int64_t>(ring_bytes_per_layer(model_, split_, backward) / (cp - 1));
-  for (int t = 0; t < split_.tp; ++t) {  // one ring per TP index
-    std::vector<sim::TaskId> sent(static_cast<std::size_t>(built), -1);  // the previous step's messages, by sender
-    for (int step = 0; step < cp; ++step) {
-      std::vector<sim::TaskId> now_sent(static_cast<std::size_t>(built), -1);
-      for (int r = 0; r < built; ++r) {
-        const std::size_t ri = rank_index(r, t);
-        const sim::TaskId received = step == 0 ? -1 : sent[static_cast<std::size_t>((r - 1 + built) % built)];
-        if (step + 1 < cp) {  // pass on what this rank holds now
+  std::vector<std::vector<std::size_t>> rings(static_cast<std::size_t>(split_.tp));  // one per TP index
+  for (int t = 0; t < split_.tp; ++t) {
+    for (int r = 0; r < built; ++r) rings[static_cast<std::size_t>(t)].push_back(rank_index(r, t));
+  }
+  const auto pass_bytes = static_cast<std::int64_t>(ring_bytes_per_layer(model_, split_, backward) / (split_.cp - 1));
+  ring_steps(name, rings, split_.cp, {local, local, heads, kv_heads, static_cast<std::int32_t>(model_.head_dim), false, backward},
+             pass_bytes, last, recompute);
+}
+
+void LayerEmitter::ring_steps(const std::string& name, const std::vector<std::vector<std::size_t>>& rings, int steps,
+                              sim::Attention block, std::int64_t pass_bytes, std::vector<sim::TaskId>& last, bool recompute) {
+  for (const auto& ring : rings) {
+    const int size = static_cast<int>(ring.size());
+    std::vector<sim::TaskId> sent(ring.size(), -1);  // the previous step's messages, by sender
+    for (int step = 0; step < steps; ++step) {
+      std::vector<sim::TaskId> now_sent(ring.size(), -1);
+      for (int r = 0; r < size; ++r) {
+        const std::size_t ri = ring[static_cast<std::size_t>(r)];
+        const sim::TaskId received = step == 0 ? -1 : sent[static_cast<std::size_t>((r - 1 + size) % size)];
+        if (step + 1 < steps) {  // pass on what this rank holds now
           std::vector<sim::TaskId> deps{received >= 0 ? received : last[ri]};
           now_sent[static_cast<std::size_t>(r)] = graph_.send(name + " ring pass " + std::to_string(step), ranks_[ri],
-                                                              ranks_[rank_index((r + 1) % built, t)], std::max<std::int64_t>(1, pass_bytes), deps, 1);
+                                                              ranks_[ring[static_cast<std::size_t>((r + 1) % size)]],
+                                                              std::max<std::int64_t>(1, pass_bytes), deps, 1);
         }
         const int source = r - step;  // the rank this block started on (negative: a later block, wrapped)
-        sim::Attention block{local, local, heads, kv_heads, head_dim, step == 0, backward};
+        sim::Attention this_block = block;
+        this_block.causal = step == 0;
         if (split_.zigzag && step > 0) {
-          block.kv_len = local / 2;  // half of the pairs of a full block are unmasked
+          this_block.kv_len = block.kv_len / 2;  // half of the pairs of a full block are unmasked
         } else if (!split_.zigzag && source < 0) {
           continue;  // fully masked: nothing to compute, the block only passes through
         }
         std::vector<sim::TaskId> deps{last[ri]};
         if (received >= 0) deps.push_back(received);
-        last[ri] = graph_.add({name + " block " + std::to_string(step), ranks_[ri], {sim::StreamKind::compute, 0}, recompute, block}, deps);
+        last[ri] = graph_.add({name + " block " + std::to_string(step), ranks_[ri], {sim::StreamKind::compute, 0}, recompute, this_block}, deps);
       }
       sent = now_sent;
     }
@@ -218,19 +239,18 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
   elementwise(name + " merge", sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements, last, recompute);
 }
 
-// One collective per TP index over that index's cp ranks, on comm stream 1, after their chains, which it ends.
-// With fewer cp ranks built than the step has (symmetry), it runs as the whole group's ring.
+// One collective per cp group (per TP index, or per a2a_p2p all-to-all group) on comm stream 1, after its
+// members' chains, which it ends. With fewer cp ranks built than the step has (symmetry), it runs as the whole
+// group's ring.
 void LayerEmitter::cp_collective(const std::string& name, sim::CollectiveOp op, std::int64_t bytes, std::vector<sim::TaskId>& last) {
-  const int built = split_.built_cp();
-  const std::int32_t ring_ranks = built < split_.cp ? split_.cp : 0;
-  for (int t = 0; t < split_.tp; ++t) {
+  const std::int32_t ring_ranks = split_.built_cp() < split_.cp ? split_.cp : 0;
+  for (const CpGroup& g : cp_groups_) {
     std::vector<sim::TaskId> deps;
-    for (int c = 0; c < built; ++c) {
-      if (last[rank_index(c, t)] >= 0) deps.push_back(last[rank_index(c, t)]);
+    for (std::size_t m : g.members) {
+      if (last[m] >= 0) deps.push_back(last[m]);
     }
-    const sim::TaskId id =
-        graph_.collective(name, {op, sim::Algorithm::ring, cp_groups_[static_cast<std::size_t>(t)], bytes, ring_ranks}, deps, 1);
-    for (int c = 0; c < built; ++c) last[rank_index(c, t)] = id;
+    const sim::TaskId id = graph_.collective(name, {op, sim::Algorithm::ring, g.id, bytes, ring_ranks}, deps, 1);
+    for (std::size_t m : g.members) last[m] = id;
   }
 }
 
@@ -250,6 +270,19 @@ void LayerEmitter::allgather_attention(const std::string& name, bool backward, s
   if (backward) cp_collective(name + " reduce-scatter dkv", sim::CollectiveOp::reduce_scatter, gathered, last);
 }
 
+// The all-to-all of a2a CP (and of a2a_p2p's first level) over each cp group: inbound, the local tokens' Q, K, V
+// (backward: dO) trade the sequence split for a head split; outbound, the output (backward: dQ, dK, dV) trades back.
+void LayerEmitter::cp_exchange_heads(const std::string& name, bool backward, bool inbound, std::vector<sim::TaskId>& last) {
+  const auto size = static_cast<std::int64_t>(cp_groups_.front().members.size());
+  const double local = static_cast<double>(split_.local_tokens());
+  const double q = static_cast<double>(model_.q_dim() / split_.tp);
+  const double kv = static_cast<double>(local_kv_heads(model_, split_.tp) * model_.head_dim);
+  const bool qkv = inbound != backward;  // forward in, backward out: Q, K and V (or their gradients)
+  const auto bytes = static_cast<std::int64_t>(kBf16 * local * (qkv ? q + 2 * kv : q));
+  const std::string label = backward ? (inbound ? "a2a dout" : "a2a dqkv") : (inbound ? "a2a qkv" : "a2a out");
+  cp_collective(name + " " + label, sim::CollectiveOp::all_to_all, (bytes + size - 1) / size * size, last);  // a multiple of the group
+}
+
 // a2a context parallelism (Megatron's a2a comm type: DeepSpeed-Ulysses inside each TP index's cp group): an
 // all-to-all trades the sequence split for a head split, each rank attends over the whole sequence with 1/cp of
 // its TP rank's heads (K/V heads replicated when there are fewer than cp), and a second all-to-all trades the
@@ -257,18 +290,38 @@ void LayerEmitter::allgather_attention(const std::string& name, bool backward, s
 void LayerEmitter::a2a_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
   const int cp = split_.cp;
   TRAINYARD_CHECK(split_.built_cp() == cp, "a2a context parallelism builds every cp rank");
-  const double local = static_cast<double>(split_.local_tokens());
-  const double q = static_cast<double>(model_.q_dim() / split_.tp);
-  const double kv = static_cast<double>(local_kv_heads(model_, split_.tp) * model_.head_dim);
-  auto over_cp = [&](const std::string& label, double bytes) {  // a multiple of the group size
-    cp_collective(name + " " + label, sim::CollectiveOp::all_to_all, (static_cast<std::int64_t>(bytes) + cp - 1) / cp * cp, last);
-  };
-  over_cp(backward ? "a2a dout" : "a2a qkv", kBf16 * local * (backward ? q : q + 2 * kv));
+  cp_exchange_heads(name, backward, true, last);
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / (split_.tp * cp));
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * std::max<std::int64_t>(1, local_kv_heads(model_, split_.tp) / cp));
   each_rank(name, sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
             last, recompute, sim::OpCode::none);
-  over_cp(backward ? "a2a dqkv" : "a2a out", kBf16 * local * (backward ? q + 2 * kv : q));
+  cp_exchange_heads(name, backward, false, last);
+}
+
+// Hierarchical context parallelism (Megatron's a2a+p2p): the all-to-all of a2a CP inside each group of cp_a2a
+// consecutive cp ranks (Megatron's first --hierarchical-context-parallel-sizes level), so each rank holds its
+// group's cp_a2a load-balanced chunks with 1/cp_a2a of the heads; then the K/V ring of p2p CP across the
+// cp / cp_a2a groups, between ranks at the same place in their groups; then the all-to-all back.
+void LayerEmitter::a2a_p2p_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
+  const int a = split_.cp_a2a, groups = split_.cp / a;
+  TRAINYARD_CHECK(split_.built_cp() == split_.cp && a > 1 && groups > 1 && split_.cp % a == 0, "a2a+p2p builds every cp rank in >= 2 groups of >= 2");
+  cp_exchange_heads(name, backward, true, last);
+  const std::int64_t tokens = a * split_.local_tokens() / split_.sequences;  // per sequence, after the all-to-all
+  const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / (split_.tp * a));
+  const std::int64_t kv_heads_per_rank = std::max<std::int64_t>(1, local_kv_heads(model_, split_.tp) / a);
+  const auto kv_heads = static_cast<std::int32_t>(split_.sequences * kv_heads_per_rank);
+  std::vector<std::vector<std::size_t>> rings;  // per TP index and place in the a2a group: that place in every group
+  for (int t = 0; t < split_.tp; ++t) {
+    for (int i = 0; i < a; ++i) {
+      rings.emplace_back();
+      for (int g = 0; g < groups; ++g) rings.back().push_back(rank_index(g * a + i, t));
+    }
+  }
+  const double k_elements = static_cast<double>(a * split_.local_tokens() * kv_heads_per_rank * model_.head_dim);
+  const double pass = backward ? 2 * k_elements * kBf16 + 2 * k_elements * 4 : 2 * k_elements * kBf16;  // K, V (+ fp32 dK, dV)
+  ring_steps(name, rings, groups, {tokens, tokens, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
+             static_cast<std::int64_t>(pass), last, recompute);
+  cp_exchange_heads(name, backward, false, last);
 }
 
 double fpdt_working_bytes(const model::ModelConfig& m, const LayerSplit& split) {

@@ -20,8 +20,10 @@ std::string_view to_string(Recompute r);
 
 // How context-parallel ranks exchange what attention needs (Megatron's --cp-comm-type): K/V blocks passed round a
 // ring (p2p), K/V all-gathered (all_gather, Llama 3's CP), or an all-to-all that trades the sequence split for a
-// head split around attention (a2a, DeepSpeed-Ulysses inside the CP group).
-enum class CpComm { p2p, all_gather, a2a };
+// head split around attention (a2a, DeepSpeed-Ulysses inside the CP group), or both in two levels (a2a_p2p,
+// Megatron's "a2a+p2p" with --hierarchical-context-parallel-sizes: all-to-alls inside groups of consecutive cp
+// ranks, typically on NVLink, and a K/V ring across those groups).
+enum class CpComm { p2p, all_gather, a2a, a2a_p2p };
 std::string_view to_string(CpComm c);
 std::optional<CpComm> cp_comm_named(std::string_view name);
 
@@ -37,6 +39,7 @@ struct LayerSplit {
                                // (combines with tp: ranks are [cp index][tp index], TP groups innermost)
   bool zigzag = false;         // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
   CpComm cp_comm = CpComm::p2p;  // cp: how the ranks exchange attention's inputs
+  int cp_a2a = 1;              // a2a_p2p: ranks in each all-to-all group (consecutive cp ranks); the ring has cp / cp_a2a
   int cp_ranks = 0;            // symmetry reduction: the cp ranks built, standing for all cp (0: cp); their
                                // exchanges run as the whole ring's (needs zigzag: every rank the same work)
   int fpdt_chunks = 1;         // FPDT: the sequence's attention runs in this many chunks, K/V of earlier chunks
@@ -138,6 +141,12 @@ class LayerEmitter {
   void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void a2a_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
+  void a2a_p2p_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
+  // The K/V ring's steps over `rings` (rank indices in ring order; `steps` >= their size under symmetry), each
+  // block `block` (its kv_len the whole block's; causal marks nothing), passing `pass_bytes`; then the merge.
+  void ring_steps(const std::string& name, const std::vector<std::vector<std::size_t>>& rings, int steps, sim::Attention block,
+                  std::int64_t pass_bytes, std::vector<sim::TaskId>& last, bool recompute);
+  void cp_exchange_heads(const std::string& name, bool backward, bool inbound, std::vector<sim::TaskId>& last);
   void cp_collective(const std::string& name, sim::CollectiveOp op, std::int64_t bytes, std::vector<sim::TaskId>& last);
   // The ranks of TP index t across the cp slices, and the chain ends of those ranks.
   std::size_t rank_index(int cp_index, int tp_index) const { return static_cast<std::size_t>(cp_index * split_.tp + tp_index); }
@@ -148,7 +157,11 @@ class LayerEmitter {
   LayerSplit split_;
   std::vector<sim::DeviceId> ranks_;
   std::vector<std::int32_t> tp_groups_;  // one per cp index, when tp > 1
-  std::vector<std::int32_t> cp_groups_;  // one per tp index, for all-gather CP
+  struct CpGroup {
+    std::int32_t id;
+    std::vector<std::size_t> members;  // rank indices
+  };
+  std::vector<CpGroup> cp_groups_;  // all-gather and a2a CP: one per tp index; a2a_p2p: its all-to-all groups
   std::int32_t ulysses_group_ = -1;
   std::vector<sim::TaskId> join_;  // per rank: a collective run beside a GEMM, which the rank's next task waits for
   AttentionHook attention_hook_;

@@ -413,6 +413,54 @@ TEST(Megatron, AllToAllContextParallelTradesTheSequenceSplitForAHeadSplit) {
   EXPECT_NE(test::error_of([&] { check_megatron(odd_in, p); }).find("--cp-comm a2a"), std::string::npos);
 }
 
+TEST(Megatron, HierarchicalContextParallelRunsAllToAllsInsideGroupsAndARingAcrossThem) {
+  // Megatron's a2a+p2p with --hierarchical-context-parallel-sizes 2 2: tp 2 x cp 4 on two 4-GPU nodes. GPU =
+  // cp_rank * 2 + tp_rank; the all-to-all groups are cp ranks {0, 1} and {2, 3} of one TP index, the rings join
+  // the ranks at the same place in both groups.
+  const ContextParallelCase k;
+  const sim::Cluster two_nodes{k.cluster.node, 2, test::ideal_stack()};
+  const StepInputs in{k.model, two_nodes, {8192, 1}, model::precision_policy("bf16-mixed")};
+  MegatronParams p = ContextParallelCase::params(false);
+  p.cp = 4;
+  p.cp_comm = CpComm::a2a_p2p;
+  p.cp_a2a = 2;
+  check_megatron(in, p);
+  sim::TaskGraph g = build_megatron(in, p);
+  const std::set<std::vector<sim::DeviceId>> a2a_groups{{0, 2}, {4, 6}, {1, 3}, {5, 7}};
+  EXPECT_EQ(groups_of(g, sim::CollectiveOp::all_to_all), a2a_groups);
+  double passed_by_gpu0 = 0;
+  int sends = 0, blocks_on_gpu0 = 0;
+  for (const auto& t : g.tasks()) {
+    if (const auto* p2p = std::get_if<sim::PointToPoint>(&t.params)) {
+      EXPECT_EQ(p2p->dst, (t.device + 4) % 8) << t.name;  // cp rank c to c + 2: the same place in the other group
+      if (t.device == 0) passed_by_gpu0 += static_cast<double>(p2p->bytes);
+      ++sends;
+    }
+    if (const auto* a = std::get_if<sim::Attention>(&t.params); a != nullptr && t.device == 0) {
+      EXPECT_EQ(a->q_len, 2 * 8192 / 4) << t.name;  // the group's two quarters of the sequence ...
+      EXPECT_EQ(a->heads, 16 / (2 * 2)) << t.name;  // ... for half of the TP rank's heads
+      ++blocks_on_gpu0;
+    }
+  }
+  EXPECT_EQ(sends, 2 * 2 * 8);        // layers x (forward, backward) x 8 ranks passing once round a ring of 2
+  EXPECT_EQ(blocks_on_gpu0, 2 * 2 * 2);  // layers x (forward, backward) x ring steps
+  // Each pass carries what a p2p ring's does (twice the tokens, half the K/V heads), but once instead of cp - 1 times.
+  MegatronParams flat = p;
+  flat.cp_comm = CpComm::p2p;
+  flat.cp_a2a = 0;
+  const LayerSplit split = megatron_layer_split(in, flat);
+  EXPECT_NEAR(passed_by_gpu0, 2 * (ring_bytes_per_layer(k.model, split, false) + ring_bytes_per_layer(k.model, split, true)) / 3, 8);
+  const sim::SimResult r = test::simulate_built(g, two_nodes, "megatron");
+  EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
+  // The all-to-all level must split cp into at least two groups of at least two, and is refused elsewhere.
+  for (int bad : {0, 3, 4}) {
+    p.cp_a2a = bad;
+    EXPECT_NE(test::error_of([&] { check_megatron(in, p); }).find("--cp-a2a"), std::string::npos) << bad;
+  }
+  flat.cp_a2a = 2;
+  EXPECT_NE(test::error_of([&] { check_megatron(in, flat); }).find("only with --cp-comm a2a+p2p"), std::string::npos);
+}
+
 TEST(LayerEmitter, UlyssesAndRingAttentionEmitNoTensorParallelCollectives) {
   // Regression: the emitter used to all-reduce the attention and MLP outputs over any multi-rank group, so
   // Ulysses and ring-attention layers paid four TP all-reduces they do not run.

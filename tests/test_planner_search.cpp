@@ -210,6 +210,20 @@ TEST(PlanFile, RoundTripsEveryScheme) {
   for (const auto& scheme : kSchemes) EXPECT_GT(seen[scheme], 0) << scheme;
 }
 
+TEST(PlanFile, RoundTripsMegatronContextParallelCommTypes) {
+  for (CpComm comm : {CpComm::p2p, CpComm::all_gather, CpComm::a2a, CpComm::a2a_p2p}) {
+    PlanSpec spec;
+    spec.scheme = "megatron";
+    spec.megatron.cp = 4;
+    spec.megatron.cp_comm = comm;
+    spec.megatron.cp_a2a = comm == CpComm::a2a_p2p ? 2 : 0;
+    const PlanSpec back = parse_parameters("megatron", parameters_json(spec), "test");
+    EXPECT_EQ(back.megatron.cp_comm, comm) << to_string(comm);
+    EXPECT_EQ(back.megatron.cp_a2a, spec.megatron.cp_a2a) << to_string(comm);
+    EXPECT_EQ(back.summary(), spec.summary());
+  }
+}
+
 TEST(PlanFile, BadFilesNameTheFieldAndTheFile) {
   const std::string path = ::testing::TempDir() + "/bad-plan.json";
   auto error_of = [&](const std::string& text) -> std::string {
