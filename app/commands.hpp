@@ -43,7 +43,7 @@ bool parse(const std::vector<std::string>& args, const std::string& usage, boost
 // --seq with exactly one of --global-batch or --tokens-per-step (a multiple of --seq).
 planner::Workload workload_from_flags(const boost::program_options::variables_map& vm);
 // --nodes in range, and more than one only for nodes that have NICs to join a cluster.
-// --strategies: "all" or a comma list of kSchemes (duplicates dropped); InputError names --strategies.
+// --strategies: "all" or a comma list of scheme_names() (duplicates dropped); InputError names --strategies.
 std::vector<std::string> scheme_list(const std::string& text);
 void check_node_count(int nodes);
 // Each of `flags` that was given names a path write_file_atomically can write (common/atomic_file.hpp); checked

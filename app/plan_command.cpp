@@ -106,10 +106,10 @@ void explain(std::ostream& out, const planner::SearchReport& report) {
 }  // namespace
 
 std::vector<std::string> scheme_list(const std::string& text) {
-  if (text == "all") return planner::kSchemes;
+  if (text == "all") return planner::scheme_names();
   std::vector<std::string> out;
   for (const auto& item : split_commas(text)) {
-    if (std::find(planner::kSchemes.begin(), planner::kSchemes.end(), item) == planner::kSchemes.end()) {
+    if (std::find(planner::scheme_names().begin(), planner::scheme_names().end(), item) == planner::scheme_names().end()) {
       throw InputError("--strategies", "value", "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero",
                        "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa switches between these schemes: plan --lengths)" : ""));
     }

@@ -170,7 +170,7 @@ void MainWindow::build_controls(QWidget* panel) {
   auto* schemes_layout = new QGridLayout(schemes);
   schemes_layout->setContentsMargins(0, 0, 0, 0);
   int i = 0;
-  for (const auto& scheme : planner::kSchemes) {
+  for (const auto& scheme : planner::scheme_names()) {
     auto* box = new QCheckBox(QString::fromStdString(scheme));
     box->setChecked(true);
     scheme_boxes_[scheme] = box;
@@ -184,7 +184,7 @@ void MainWindow::build_controls(QWidget* panel) {
   auto* plan = new QGroupBox("selected plan");
   auto* plan_form = new QFormLayout(plan);
   scheme_ = new QComboBox();
-  for (const auto& s : planner::kSchemes) scheme_->addItem(QString::fromStdString(s));
+  for (const auto& s : planner::scheme_names()) scheme_->addItem(QString::fromStdString(s));
   chunk_ = new QComboBox();
   chunk_->setToolTip("ring-track: tokens per chunk; FPDT: attention chunk in global tokens");
   gpu_ = spin(0, 0, 0);
@@ -330,7 +330,7 @@ WhatIfInputs MainWindow::read_inputs() const {
   in.objective = objective_->currentIndex() == 1 ? planner::Objective::min_hbm : planner::Objective::throughput;
   in.hbm_headroom = hbm_headroom_;
   in.schemes.clear();
-  for (const auto& scheme : planner::kSchemes) {
+  for (const auto& scheme : planner::scheme_names()) {
     if (scheme_boxes_.at(scheme)->isChecked()) in.schemes.push_back(scheme);
   }
   if (in.schemes.empty()) throw InputError("compare", "schemes", "at least one scheme ticked", "none");
@@ -357,7 +357,7 @@ void MainWindow::set_chunk(std::int64_t tokens) {
 
 void MainWindow::recompute_all() {
   clear_error();
-  for (const auto& scheme : planner::kSchemes) {
+  for (const auto& scheme : planner::scheme_names()) {
     jobs_.restart(chart_channel("chunk", scheme));
     jobs_.restart(chart_channel("memory", scheme));
   }

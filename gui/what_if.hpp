@@ -24,7 +24,7 @@ struct WhatIfInputs {
   std::string stack = "megatron-lm";  // --stack: the software stack (stacks/frameworks/), recorded in saved plans
   std::int64_t seq_len = std::int64_t{1} << 20;
   std::int64_t tokens_per_step = 0;  // 0: one sequence per step; else sequences = max(1, tokens / length)
-  std::vector<std::string> schemes = planner::kSchemes;
+  std::vector<std::string> schemes = planner::scheme_names();
   planner::Objective objective = planner::Objective::throughput;
   double hbm_headroom = 0.05;
 };

@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "common/units.hpp"
+#include "planner/schemes/scheme.hpp"
 
 namespace trainyard::planner {
 
@@ -28,6 +29,8 @@ std::pair<double, double> attention_tasks(const ZeroParams& z, double seq) {
   }
   return {1, 1};
 }
+
+}  // namespace
 
 double zero_tasks(const StepInputs& in, const ZeroParams& z) {
   const double gpus = in.cluster.gpus(), layers = static_cast<double>(in.model.layers);
@@ -76,15 +79,10 @@ double ringtrack_tasks(const StepInputs& in, const RingTrackParams& p) {
   return replicas * sequences * (layers + 1) * (per_visit * chunks + 8 * kv_blocks);
 }
 
-}  // namespace
 
 GraphEstimate estimate_tasks(double tasks) { return {tasks, tasks * kBytesPerTask}; }
 
-GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec) {
-  if (spec.scheme == "ringtrack") return estimate_tasks(ringtrack_tasks(in, spec.ringtrack));
-  if (spec.scheme == "megatron") return estimate_tasks(megatron_tasks(in, spec.megatron));
-  return estimate_tasks(zero_tasks(in, spec.zero));
-}
+GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec) { return scheme_named(spec.scheme).estimate(in, spec); }
 
 double cluster_bytes(const hw::NodeProfile& node, int nodes) {
   constexpr double kBytesPerElement = 192;

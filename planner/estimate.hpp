@@ -24,6 +24,10 @@ struct GraphEstimate {
 inline constexpr double kBytesPerTask = 640;
 
 GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec);
+// The schemes' own task counts (their registry entries' `estimate`).
+double zero_tasks(const StepInputs& in, const ZeroParams& z);
+double megatron_tasks(const StepInputs& in, const MegatronParams& p);
+double ringtrack_tasks(const StepInputs& in, const RingTrackParams& p);
 GraphEstimate estimate_tasks(double tasks);  // bytes for a task count
 
 // Bytes a cluster of `nodes` such nodes holds before anything is built (hw::Topology keeps every node's vertices

@@ -12,6 +12,7 @@
 #include "common/text_table.hpp"
 #include "common/units.hpp"
 #include "planner/estimate.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"
 
 namespace trainyard::planner {
@@ -156,17 +157,13 @@ std::string range_name(std::int64_t lo, std::int64_t hi) { return format_tokens(
 PlanSpec parse_strategy(const std::string& text, const std::string& origin, int gpus, bool* micro_batch_given) {
   const auto colon = text.find(':');
   const std::string scheme = text.substr(0, colon);
-  if (std::find(kSchemes.begin(), kSchemes.end(), scheme) == kSchemes.end()) {
-    std::string known;
-    for (const auto& k : kSchemes) known += (known.empty() ? "" : ", ") + k;
-    throw InputError(origin, "scheme", "one of " + known + " (e.g. megatron:tp=8,pp=2)", "\"" + text + "\"");
-  }
+  const Scheme* entry = find_scheme(scheme);
+  if (entry == nullptr) throw InputError(origin, "scheme", "one of " + scheme_list() + " (e.g. megatron:tp=8,pp=2)", "\"" + text + "\"");
   if (micro_batch_given) *micro_batch_given = false;
   PlanSpec defaults;
   defaults.scheme = scheme;
-  defaults.ringtrack.ring = gpus;
-  Json params = parameters_json(defaults);
-  bool dp_given = false;
+  Json params = entry->parameters_json(defaults);
+  std::vector<std::string> given;
   if (colon != std::string::npos) {
     for (const std::string& item : split_commas(text.substr(colon + 1))) {
       const auto eq = item.find('=');
@@ -188,13 +185,11 @@ PlanSpec parse_strategy(const std::string& text, const std::string& origin, int 
       } else {
         slot = value;
       }
-      dp_given |= key == "dp";
+      given.push_back(key);
       if (micro_batch_given && key == "micro_batch") *micro_batch_given = true;
     }
   }
-  if (scheme == "megatron" && !dp_given) {
-    params["dp"] = std::max<std::int64_t>(1, gpus / (params["tp"].get<std::int64_t>() * params["pp"].get<std::int64_t>()));
-  }
+  entry->complete_strategy(params, given, gpus);
   return parse_parameters(scheme, params, origin);
 }
 
@@ -228,19 +223,11 @@ std::string describe(const std::vector<GroupPlan>& plans) {
 
 PlanSpec with_micro_batch(const HotSpaSetting& s, PlanSpec spec, std::int64_t row_len) {
   const std::int64_t mb = std::max<std::int64_t>(1, s.micro_batch_tokens / std::max<std::int64_t>(1, row_len));
-  if (spec.scheme == "megatron") spec.megatron.micro_batch = mb;
-  else if (spec.scheme != "ringtrack") spec.zero.micro_batch = mb;
+  scheme_named(spec.scheme).set_micro_batch(spec, mb);
   return spec;
 }
 
-std::int64_t row_multiple(const PlanSpec& spec, int gpus) {
-  if (spec.scheme == "megatron") {
-    const auto& p = spec.megatron;
-    return std::int64_t{p.dp} * p.micro_batch * (p.vpp > 1 ? p.pp : 1);
-  }
-  if (spec.scheme == "ringtrack") return gpus / std::max(1, spec.ringtrack.ring);
-  return std::int64_t{gpus / std::max(1, spec.zero.sp * spec.zero.cp)} * spec.zero.micro_batch;
-}
+std::int64_t row_multiple(const PlanSpec& spec, int gpus) { return scheme_named(spec.scheme).row_multiple(spec, gpus); }
 
 double MinibatchResult::mfu(const sim::Cluster& cluster) const {
   double flops = 0;

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/schemes/scheme.hpp"
 #include "planner/lengths.hpp"
 #include "planner/plan.hpp"
 #include "planner/switching.hpp"
@@ -103,7 +104,7 @@ GroupResult run_group(const HotSpaSetting& s, const LengthGroup& group, const Gr
 // counts a switch between neighbouring groups. The best static plan is the best of `per_group` whole-range
 // configurations, each run on the finest groups.
 struct HotSpaSearchOptions {
-  std::vector<std::string> schemes = kSchemes;
+  std::vector<std::string> schemes = scheme_names();
   std::vector<std::int64_t> bounds;
   int per_group = 3;
   std::function<void(std::size_t done, std::size_t total)> progress;

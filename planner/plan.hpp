@@ -15,11 +15,8 @@
 
 namespace trainyard::planner {
 
-// The schemes in the order the planner lists them.
-inline const std::vector<std::string> kSchemes = {"ringtrack", "fpdt", "ulysses", "ring-attention", "megatron", "zero"};
-
 struct PlanSpec {
-  std::string scheme;         // one of kSchemes
+  std::string scheme;         // a registered scheme's name (planner/schemes/scheme.hpp)
   MegatronParams megatron;    // scheme "megatron"
   ZeroParams zero;            // schemes "zero", "ulysses", "ring-attention", "fpdt"
   RingTrackParams ringtrack;  // scheme "ringtrack"

@@ -20,6 +20,8 @@ namespace {
 constexpr std::size_t kWave = 8;  // candidates simulated between pruning decisions (fixed: determinism)
 constexpr std::int64_t kMinChunk = 1024, kMaxChunk = 256 * 1024;
 
+}  // namespace
+
 std::vector<int> divisors(int n) {
   std::vector<int> out;
   for (int d = 1; d <= n; ++d) {
@@ -27,8 +29,6 @@ std::vector<int> divisors(int n) {
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<std::int64_t> chunk_sizes(std::int64_t seq) {
   std::vector<std::int64_t> out;
@@ -45,15 +45,6 @@ std::vector<std::int64_t> chunk_sizes(std::int64_t seq) {
 }
 
 namespace {
-
-// ZeRO offload sets that make sense for a stage: (optimizer, grads, params).
-std::vector<std::array<bool, 3>> offload_sets(int stage) {
-  std::vector<std::array<bool, 3>> out{{false, false, false}};
-  if (stage >= 1) out.push_back({true, false, false});
-  if (stage >= 2) out.push_back({true, true, false});
-  if (stage == 3) out.push_back({true, true, true});
-  return out;
-}
 
 bool valid(const StepInputs& in, const PlanSpec& spec) {
   try {
@@ -99,148 +90,11 @@ Objective parse_objective(const std::string& name) {
 // --- enumeration -------------------------------------------------------------------------------------------
 
 std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<std::string>& schemes) {
-  const auto& m = in.model;
-  const int gpus = in.cluster.gpus();
-  const std::int64_t S = in.workload.seq_len;
-  const int L = static_cast<int>(m.layers);
   std::vector<PlanSpec> out;
-  auto add = [&](PlanSpec spec) {
+  const AddPlan add = [&](PlanSpec spec) {
     if (valid(in, spec)) out.push_back(std::move(spec));
   };
-  // The ZeRO-family variants on top of a sequence/context split: every stage, with and without activation
-  // checkpointing (AC), checkpoint offload (OC, needs AC) and the offload sets of the stage.
-  // Micro-batches of 1, 2 or 4 sequences (where the batch splits so; the schemes' checks drop the rest).
-  const std::vector<std::int64_t> micro_batches{1, 2, 4};
-  auto zero_variants = [&](const std::string& scheme, ZeroParams base, bool require_ac) {
-    for (std::int64_t mb : micro_batches) {
-      for (int stage = 0; stage <= 3; ++stage) {
-        for (const auto& set : offload_sets(stage)) {
-          for (int ac = require_ac ? 1 : 0; ac <= 1; ++ac) {
-            for (int oc = 0; oc <= ac; ++oc) {
-              PlanSpec spec;
-              spec.scheme = scheme;
-              spec.zero = base;
-              spec.zero.micro_batch = mb;
-              spec.zero.stage = stage;
-              spec.zero.offload_optimizer = set[0];
-              spec.zero.offload_grads = set[1];
-              spec.zero.offload_params = set[2];
-              spec.zero.activation_checkpointing = ac == 1;
-              spec.zero.offload_activations = oc == 1;
-              add(spec);
-            }
-          }
-        }
-      }
-    }
-  };
-  for (const auto& scheme : schemes) {
-    if (scheme == "ringtrack") {
-      for (int ring : divisors(gpus)) {
-        std::vector<int> blocks{1};
-        const int staged = (L + ring - 1) / ring;
-        if (staged != 1) blocks.push_back(staged);
-        for (int block : blocks) {
-          for (std::int64_t chunk : chunk_sizes(S)) {
-            // K/V stream in blocks of at least 64K tokens; depths beyond the most blocks a visit reads build the
-            // same graph, and without streaming (kv in HBM) the depth does not matter at all.
-            const std::int64_t span = std::max<std::int64_t>(1, (kKvBlockTokens + chunk - 1) / chunk);
-            const std::int64_t most_blocks = (S / chunk - 1 + span - 1) / span;
-            for (Placement kv : {Placement::dram, Placement::hbm}) {
-              std::vector<int> depths;
-              for (int d = 1; d <= 3 && (d == 1 || d <= most_blocks); ++d) depths.push_back(d);
-              if (kv == Placement::hbm) depths = {2};
-              for (int prefetch : depths) {
-                for (ActivationPolicy acts : {ActivationPolicy::recompute, ActivationPolicy::dram, ActivationPolicy::hbm}) {
-                  for (auto [weights, states] : {std::pair{WeightPolicy::resident, Placement::hbm}, std::pair{WeightPolicy::resident, Placement::dram},
-                                                 std::pair{WeightPolicy::stream, Placement::dram}}) {
-                    PlanSpec spec;
-                    spec.scheme = scheme;
-                    spec.ringtrack = {ring, block, chunk, prefetch, kv, acts, weights, states, {}};
-                    add(spec);
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-    } else if (scheme == "megatron") {
-      const bool unfused = stored_score_bytes(in.cluster) > 0;
-      for (int tp : divisors(gpus)) {
-        // Tensor parallelism across nodes (valid for explicit plans) is not searched: every layer's collectives
-        // would cross the network.
-        if (tp > in.cluster.topology.gpus_per_node()) continue;
-        for (int pp : divisors(gpus / tp)) {
-          const int dp = gpus / (tp * pp);
-          for (int vpp : {1, 2}) {
-            if (vpp > 1 && pp == 1) continue;
-            for (bool sp : {false, true}) {
-              if (sp && tp == 1) continue;
-              // Selective recompute keeps what "none" keeps once attention is fused (planner/transformer.hpp), at
-              // the price of the core attention's recompute: it is tried only where attention is unfused.
-              for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-                if (rc == Recompute::selective && !unfused) continue;  // with fused attention: none's memory, more time
-                for (bool oc : {false, true}) {
-                  if (oc && rc != Recompute::full) continue;
-                  for (std::int64_t mb : micro_batches) {
-                    PlanSpec spec;
-                    spec.scheme = scheme;
-                    spec.megatron = MegatronParams{};
-                    auto& mp = spec.megatron;
-                    mp.tp = tp;
-                    mp.pp = pp;
-                    mp.dp = dp;
-                    mp.vpp = vpp;
-                    mp.micro_batch = mb;
-                    mp.sequence_parallel = sp;
-                    mp.recompute = rc;
-                    mp.offload_activations = oc;
-                    add(spec);
-                    if (dp > 1) {
-                      spec.megatron.distributed_optimizer = true;
-                      add(spec);
-                    }
-                  }
-                }
-              }
-            }
-          }
-        }
-      }
-    } else if (scheme == "zero") {
-      zero_variants(scheme, ZeroParams{}, false);
-    } else if (scheme == "ulysses") {
-      for (int sp : divisors(gpus)) {
-        if (sp == 1) continue;
-        ZeroParams base;
-        base.sp = sp;
-        zero_variants(scheme, base, false);
-      }
-    } else if (scheme == "ring-attention") {
-      for (int cp : divisors(gpus)) {
-        if (cp == 1) continue;
-        ZeroParams base;
-        base.cp = cp;
-        // Zigzag balances the causal work at the same traffic; the plain ring only where zigzag cannot split.
-        base.zigzag = S % (2 * cp) == 0;
-        zero_variants(scheme, base, false);
-      }
-    } else if (scheme == "fpdt") {
-      for (int sp : divisors(gpus)) {
-        for (std::int64_t chunk : chunk_sizes(S)) {
-          if (chunk < 16 * 1024 || chunk >= S) continue;  // FPDT's chunks are tens of K tokens (default 64K)
-          ZeroParams base;
-          base.sp = sp;
-          base.fpdt_chunk = chunk;
-          zero_variants(scheme, base, true);  // FPDT runs with activation checkpointing
-        }
-      }
-    } else {
-      throw InputError("--strategies", "value", "a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero (or all)",
-                       "\"" + scheme + "\"");
-    }
-  }
+  for (const auto& scheme : schemes) scheme_named(scheme, "--strategies").enumerate(in, add);
   return out;
 }
 
@@ -729,7 +583,7 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   std::stable_sort(fitting.begin(), fitting.end(), [&](const RankedPlan& a, const RankedPlan& b) {
     return objective_key(options.objective, a.metrics) < objective_key(options.objective, b.metrics);
   });
-  for (const auto& scheme : kSchemes) {
+  for (const auto& scheme : scheme_names()) {
     for (const auto& r : fitting) {
       if (r.spec.scheme == scheme) {
         report.best_of_scheme.push_back(r);

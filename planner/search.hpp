@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "planner/plan.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "sim/engine.hpp"
 
 namespace trainyard::planner {
@@ -61,6 +62,10 @@ Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec);
 // The chunk lengths the search tries for a sequence: powers of two from 1K to 256K that divide it, and S / 2^j
 // where the sequence is not a power of two (so that 1000K still gets chunks of 125K, 62.5K...).
 std::vector<std::int64_t> chunk_sizes(std::int64_t seq);
+// The divisors of n, ascending: the degrees the search tries.
+std::vector<int> divisors(int n);
+// Micro-batches of 1, 2 or 4 sequences (where the batch splits so; the schemes' checks drop the rest).
+inline constexpr std::int64_t kSearchedMicroBatches[] = {1, 2, 4};
 
 // The configuration of `scheme` the bounds favour, without simulating anything: among the valid configurations
 // whose memory bounds fit, the one with the smallest step-time bound; when none fits, the one with the least HBM
@@ -81,7 +86,7 @@ struct RankedPlan {
 };
 
 struct SearchOptions {
-  std::vector<std::string> schemes = kSchemes;
+  std::vector<std::string> schemes = scheme_names();
   Objective objective = Objective::throughput;  // throughput or min_hbm (max_seq: max_sequence below)
   double hbm_headroom = 0.05;                   // fraction of each GPU's HBM kept free
   int top = 10;
@@ -104,7 +109,7 @@ struct SearchOptions {
 
 struct SearchReport {
   std::vector<RankedPlan> ranked;          // every simulated plan that fits, best first
-  // The best simulated plan of each scheme that has one fitting, in kSchemes order. Exact for the schemes in the
+  // The best simulated plan of each scheme that has one fitting, in scheme_names() order. Exact for the schemes in the
   // top k; for the others, `gap` bounds how far their true best can be ahead of it.
   std::vector<RankedPlan> best_of_scheme;
   std::optional<RankedPlan> closest_miss;  // when nothing fits: the candidate that missed by the least

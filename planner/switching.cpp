@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "common/error.hpp"
+#include "planner/schemes/scheme.hpp"
 
 namespace trainyard::planner {
 
@@ -35,6 +36,8 @@ StateLayout sharded(const model::ModelConfig& m, int gpus) {
   }
   return layout;
 }
+
+}  // namespace
 
 StateLayout megatron_layout(const StepInputs& in, const MegatronParams& p) {
   const auto& m = in.model;
@@ -96,18 +99,21 @@ StateLayout ringtrack_layout(const StepInputs& in, const RingTrackParams& p) {
   });
 }
 
-StateLayout layout(const StepInputs& in, const PlanSpec& spec, bool gradients) {
-  check_plan(in, spec);
+StateLayout zero_layout(const StepInputs& in, const ZeroParams& z, bool gradients) {
   const int gpus = in.cluster.gpus();
-  if (spec.scheme == "megatron") return megatron_layout(in, spec.megatron);
-  if (spec.scheme == "ringtrack") return ringtrack_layout(in, spec.ringtrack);
-  const int stage = spec.zero.stage;
-  if ((!gradients && stage >= 3) || (gradients && stage >= 2)) return sharded(in.model, gpus);
+  if ((!gradients && z.stage >= 3) || (gradients && z.stage >= 2)) return sharded(in.model, gpus);
   return whole(in.model, [&](int) {
     std::vector<sim::DeviceId> all(static_cast<std::size_t>(gpus));
     std::iota(all.begin(), all.end(), 0);
     return all;
   });
+}
+
+namespace {
+
+StateLayout layout(const StepInputs& in, const PlanSpec& spec, bool gradients) {
+  check_plan(in, spec);
+  return scheme_named(spec.scheme).layout(in, spec, gradients);
 }
 
 // The holders of the shard of `unit` that contains the point x.

@@ -29,6 +29,10 @@ struct StateLayout {
 // parameters and stage 2 for gradients), ring-track (each layer on its ring position in every replica).
 // Offloaded copies in host DRAM are counted as their GPU's (the switch then also crosses PCIe, not modelled).
 StateLayout parameter_layout(const StepInputs& in, const PlanSpec& spec);
+// The schemes' own layouts (their registry entries' `layout`); gradients: where reduced gradients sit.
+StateLayout megatron_layout(const StepInputs& in, const MegatronParams& p);
+StateLayout ringtrack_layout(const StepInputs& in, const RingTrackParams& p);
+StateLayout zero_layout(const StepInputs& in, const ZeroParams& z, bool gradients);
 StateLayout gradient_layout(const StepInputs& in, const PlanSpec& spec);
 // Bytes of each unit at `bytes_per_param` (the layouts' unit order).
 std::vector<std::int64_t> unit_bytes(const model::ModelConfig& model, double bytes_per_param);

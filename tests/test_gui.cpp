@@ -451,8 +451,8 @@ class GuiTest : public QObject {
     }
     // Each scheme has a marker shape of its own.
     std::set<int> shapes;
-    for (const auto& scheme : planner::kSchemes) shapes.insert(scheme_style(scheme, 0, 1).shape);
-    QCOMPARE(shapes.size(), planner::kSchemes.size());
+    for (const auto& scheme : planner::scheme_names()) shapes.insert(scheme_style(scheme, 0, 1).shape);
+    QCOMPARE(shapes.size(), planner::scheme_names().size());
   }
 
   void lengths_that_do_not_fit_are_drawn_hollow_off_the_curve() {

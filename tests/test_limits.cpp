@@ -174,7 +174,7 @@ TEST(Limits, EstimateCountsWhatTheBuildersMake) {
   std::map<std::string, int> checked;
   for (const planner::Workload w : {planner::Workload{32768, 4}, planner::Workload{65536, 8}, planner::Workload{131072, 4}}) {
     const planner::StepInputs in{m, c, w, model::precision_policy("bf16-mixed")};
-    const auto specs = planner::enumerate_plans(in, planner::kSchemes);
+    const auto specs = planner::enumerate_plans(in, planner::scheme_names());
     for (std::size_t i = 0; i < specs.size(); i += 5) {
       const double estimate = planner::estimate_plan(in, specs[i]).tasks;
       const double built = static_cast<double>(planner::build_plan(in, specs[i]).size());
@@ -183,7 +183,7 @@ TEST(Limits, EstimateCountsWhatTheBuildersMake) {
       ++checked[specs[i].scheme];
     }
   }
-  for (const auto& scheme : planner::kSchemes) EXPECT_GT(checked[scheme], 0) << scheme;
+  for (const auto& scheme : planner::scheme_names()) EXPECT_GT(checked[scheme], 0) << scheme;
 }
 
 // The bytes per task: what a built graph and its simulation hold, measured by the allocator, stays within the estimate.

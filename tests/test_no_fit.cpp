@@ -72,8 +72,8 @@ TEST(NoFit, EachSchemeSaysWhy) {
   const StepInputs in{m, c, {8192, 1}, model::precision_policy("bf16-mixed")};
   const SearchReport r = search(in, {});
   ASSERT_TRUE(r.ranked.empty());
-  const auto why = schemes_without_fit(r, kSchemes);
-  ASSERT_EQ(why.size(), kSchemes.size());
+  const auto why = schemes_without_fit(r, scheme_names());
+  ASSERT_EQ(why.size(), scheme_names().size());
   for (const auto& s : why) {
     if (s.configurations == 0) {
       EXPECT_NE(s.reason().find("no valid configuration"), std::string::npos) << s.reason();
@@ -95,12 +95,12 @@ TEST(NoFit, TheCliPrintsAReasonPerScheme) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no plan fits"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("closest miss"), std::string::npos) << r.err;
-  for (const auto& scheme : kSchemes) EXPECT_NE(r.err.find("\n  " + scheme + ": "), std::string::npos) << scheme << "\n" << r.err;
+  for (const auto& scheme : scheme_names()) EXPECT_NE(r.err.find("\n  " + scheme + ": "), std::string::npos) << scheme << "\n" << r.err;
   const auto j = test::run_cli("plan --model llama3-405b --hw lab-h100 --seq 8K --json");
   EXPECT_EQ(j.exit_code, 1);
   const auto doc = nlohmann::json::parse(j.out);
   EXPECT_FALSE(doc["fits"].get<bool>());
-  ASSERT_EQ(doc["schemes"].size(), kSchemes.size());
+  ASSERT_EQ(doc["schemes"].size(), scheme_names().size());
   for (const auto& s : doc["schemes"]) {
     if (s["configurations"].get<int>() == 0) continue;
     EXPECT_GT(s["closest_miss"]["shortfall_bytes"].get<double>(), 0);

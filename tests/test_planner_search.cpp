@@ -28,7 +28,7 @@ TEST(Search, LowerBoundsNeverExceedTheSimulation) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");
   const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};  // FPDT needs chunks of 16K+
-  const auto specs = enumerate_plans(in, kSchemes);
+  const auto specs = enumerate_plans(in, scheme_names());
   ASSERT_GT(specs.size(), 100u);
   std::map<std::string, int> checked, seen, total;
   for (const auto& spec : specs) ++total[spec.scheme];
@@ -50,7 +50,7 @@ TEST(Search, LowerBoundsNeverExceedTheSimulation) {
       ++checked[specs[i].scheme];
     }
   }
-  for (const auto& scheme : kSchemes) EXPECT_GT(checked[scheme], 0) << scheme << " had no completed configuration to check";
+  for (const auto& scheme : scheme_names()) EXPECT_GT(checked[scheme], 0) << scheme << " had no completed configuration to check";
 }
 
 TEST(Search, RingTrackBoundsHoldWhereKvBlocksStreamThroughOneBuffer) {
@@ -159,7 +159,7 @@ TEST(Search, QuickPlanIsTheFittingCandidateWithTheBestTimeBound) {
   const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};
   const double headroom = 0.05, usable = c.node.gpu.hbm_bytes.value * (1 - headroom);
-  for (const auto& scheme : kSchemes) {
+  for (const auto& scheme : scheme_names()) {
     const auto quick = quick_plan(in, scheme, headroom);
     const auto specs = enumerate_plans(in, {scheme});
     ASSERT_EQ(quick.has_value(), !specs.empty()) << scheme;
@@ -190,7 +190,7 @@ TEST(PlanFile, RoundTripsEveryScheme) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=512,heads=8,kv_heads=4,vocab=2048");
   const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const StepInputs in{m, c, {32768, 4}, model::precision_policy("bf16-mixed")};
-  const auto specs = enumerate_plans(in, kSchemes);
+  const auto specs = enumerate_plans(in, scheme_names());
   const std::string path = ::testing::TempDir() + "/roundtrip-plan.json";
   std::map<std::string, int> seen, count;
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -207,7 +207,7 @@ TEST(PlanFile, RoundTripsEveryScheme) {
     EXPECT_EQ(back.spec.summary(), specs[i].summary());
     ++seen[specs[i].scheme];
   }
-  for (const auto& scheme : kSchemes) EXPECT_GT(seen[scheme], 0) << scheme;
+  for (const auto& scheme : scheme_names()) EXPECT_GT(seen[scheme], 0) << scheme;
 }
 
 TEST(PlanFile, RoundTripsMegatronContextParallelCommTypes) {

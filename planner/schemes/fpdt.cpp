@@ -1,0 +1,28 @@
+// FPDT: Ulysses with attention in chunks whose K/V (and backward's q, o, dO, dq) stream from host DRAM.
+#include "common/units.hpp"
+#include "planner/schemes/zero_family.hpp"
+#include "planner/search.hpp"
+
+namespace trainyard::planner {
+
+Scheme fpdt_scheme() {
+  Scheme s = zero_family_scheme("fpdt", "FPDT: chunked Ulysses attention with K/V offloaded to host DRAM", {"sp", "chunk"});
+  s.summary = [](const PlanSpec& spec) {
+    return zero_family_summary(spec.zero, ", sp " + std::to_string(spec.zero.sp) + ", chunk " + format_tokens(spec.zero.fpdt_chunk));
+  };
+  s.enumerate = [](const StepInputs& in, const AddPlan& add) {
+    const std::int64_t S = in.workload.seq_len;
+    for (int sp : divisors(in.cluster.gpus())) {
+      for (std::int64_t chunk : chunk_sizes(S)) {
+        if (chunk < 16 * 1024 || chunk >= S) continue;  // FPDT's chunks are tens of K tokens (default 64K)
+        ZeroParams base;
+        base.sp = sp;
+        base.fpdt_chunk = chunk;
+        zero_family_variants("fpdt", base, true, add);  // FPDT runs with activation checkpointing
+      }
+    }
+  };
+  return s;
+}
+
+}  // namespace trainyard::planner

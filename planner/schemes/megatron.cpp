@@ -1,0 +1,135 @@
+// Megatron-LM: TP (with SP and TP overlap), PP (interleaved, uneven), DP (distributed optimizer), CP, recompute
+// and checkpoint offload (planner/megatron.hpp builds it).
+#include <algorithm>
+
+#include "planner/megatron.hpp"
+#include "planner/schemes/scheme.hpp"
+#include "planner/search.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+std::string megatron_summary(const PlanSpec& spec) {
+  const auto& p = spec.megatron;
+  const std::string uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0
+                                 ? ", stages " + std::to_string(p.first_stage_layers) + "/../" + std::to_string(p.last_stage_layers)
+                                 : "";
+  return "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " + std::to_string(p.dp) +
+         (p.cp > 1 ? ", cp " + std::to_string(p.cp) + " " + std::string(to_string(p.cp_comm)) : "") +
+         (p.cp_a2a > 0 ? " (a2a groups of " + std::to_string(p.cp_a2a) + ")" : "") +
+         (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + uneven + ", mb " + std::to_string(p.micro_batch) +
+         (p.sequence_parallel ? ", sp" : "") + (p.tp_comm_overlap ? ", tp overlap" : "") + ", recompute " + std::string(to_string(p.recompute)) +
+         (p.offload_activations ? ", offload acts" : "") + (p.distributed_optimizer ? ", dist-opt" : "");
+}
+
+nlohmann::json megatron_json(const PlanSpec& spec) {
+  const auto& p = spec.megatron;
+  return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"vpp", p.vpp}, {"micro_batch", p.micro_batch},
+          {"sequence_parallel", p.sequence_parallel}, {"tp_comm_overlap", p.tp_comm_overlap}, {"recompute", to_string(p.recompute)},
+          {"offload_activations", p.offload_activations}, {"distributed_optimizer", p.distributed_optimizer},
+          {"cp", p.cp}, {"cp_comm", to_string(p.cp_comm)}, {"cp_a2a", p.cp_a2a},
+          {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
+}
+
+void parse_megatron(const json::Reader& r, PlanSpec& spec) {
+  auto& p = spec.megatron;
+  p.tp = static_cast<int>(r.integer("tp", 1, 1 << 20));
+  p.pp = static_cast<int>(r.integer("pp", 1, 1 << 20));
+  p.dp = static_cast<int>(r.integer("dp", 1, 1 << 20));
+  p.vpp = static_cast<int>(r.integer("vpp", 1, 1 << 20));
+  p.micro_batch = r.integer("micro_batch", 1, 1 << 20);
+  p.sequence_parallel = r.boolean("sequence_parallel");
+  const std::string rc = r.choice("recompute", {"none", "selective", "full"});
+  p.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;
+  p.offload_activations = r.boolean("offload_activations");
+  // Optional: plan files written before it existed mean false.
+  p.distributed_optimizer = r.has("distributed_optimizer") && r.boolean("distributed_optimizer");
+  p.tp_comm_overlap = r.has("tp_comm_overlap") && r.boolean("tp_comm_overlap");
+  // Optional too (plans written before Megatron CP and uneven stages): cp 1, p2p, an even split.
+  if (r.has("cp")) p.cp = static_cast<int>(r.integer("cp", 1, 1 << 20));
+  if (r.has("cp_comm")) p.cp_comm = *cp_comm_named(r.choice("cp_comm", {"p2p", "all_gather", "a2a", "a2a+p2p"}));
+  if (r.has("cp_a2a")) p.cp_a2a = static_cast<int>(r.integer("cp_a2a", 0, 1 << 20));
+  if (r.has("first_stage_layers")) p.first_stage_layers = static_cast<int>(r.integer("first_stage_layers", 0, 1 << 20));
+  if (r.has("last_stage_layers")) p.last_stage_layers = static_cast<int>(r.integer("last_stage_layers", 0, 1 << 20));
+}
+
+// Every TP degree within a node, every pipeline depth (interleaved by 2 where it pipelines), SP, the recompute
+// modes that can pay, checkpoint offload under full recompute, the searched micro-batches, and the distributed
+// optimizer wherever there is data parallelism. Not searched: CP, TP overlap, uneven stages (explicit plans only).
+void enumerate_megatron(const StepInputs& in, const AddPlan& add) {
+  const int gpus = in.cluster.gpus();
+  const bool unfused = stored_score_bytes(in.cluster) > 0;
+  for (int tp : divisors(gpus)) {
+    // Tensor parallelism across nodes (valid for explicit plans) is not searched: every layer's collectives
+    // would cross the network.
+    if (tp > in.cluster.topology.gpus_per_node()) continue;
+    for (int pp : divisors(gpus / tp)) {
+      for (int vpp : {1, 2}) {
+        if (vpp > 1 && pp == 1) continue;
+        for (bool sp : {false, true}) {
+          if (sp && tp == 1) continue;
+          // Selective recompute keeps what "none" keeps once attention is fused (planner/transformer.hpp), at
+          // the price of the core attention's recompute: it is tried only where attention is unfused.
+          for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+            if (rc == Recompute::selective && !unfused) continue;  // with fused attention: none's memory, more time
+            for (bool oc : {false, true}) {
+              if (oc && rc != Recompute::full) continue;
+              for (std::int64_t mb : kSearchedMicroBatches) {
+                PlanSpec spec;
+                spec.scheme = "megatron";
+                auto& mp = spec.megatron;
+                mp.tp = tp;
+                mp.pp = pp;
+                mp.dp = gpus / (tp * pp);
+                mp.vpp = vpp;
+                mp.micro_batch = mb;
+                mp.sequence_parallel = sp;
+                mp.recompute = rc;
+                mp.offload_activations = oc;
+                add(spec);
+                if (mp.dp > 1) {
+                  spec.megatron.distributed_optimizer = true;
+                  add(spec);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Scheme megatron_scheme() {
+  return {
+      .name = "megatron",
+      .description = "Megatron-LM: tensor, pipeline, data and context parallelism with recompute",
+      .flags = {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch",
+                "sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"},
+      .summary = megatron_summary,
+      .parameters_json = megatron_json,
+      .parse_parameters = parse_megatron,
+      .check = [](const StepInputs& in, const PlanSpec& spec) { check_megatron(in, spec.megatron); },
+      .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_megatron(in, spec.megatron); },
+      .enumerate = enumerate_megatron,
+      .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(megatron_tasks(in, spec.megatron)); },
+      .recomputed_layer_share = [](const PlanSpec& spec, std::int64_t) { return spec.megatron.recompute == Recompute::full ? 1.0 : 0.0; },
+      .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return megatron_layout(in, spec.megatron); },
+      .set_micro_batch = [](PlanSpec& spec, std::int64_t sequences) { spec.megatron.micro_batch = sequences; },
+      .row_multiple =
+          [](const PlanSpec& spec, int) {
+            const auto& p = spec.megatron;
+            return std::int64_t{p.dp} * p.micro_batch * (p.vpp > 1 ? p.pp : 1);
+          },
+      .complete_strategy =
+          [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
+            if (std::find(given.begin(), given.end(), "dp") != given.end()) return;
+            params["dp"] = std::max<std::int64_t>(1, gpus / (params["tp"].get<std::int64_t>() * params["pp"].get<std::int64_t>()));
+          },
+  };
+}
+
+}  // namespace trainyard::planner

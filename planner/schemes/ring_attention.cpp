@@ -1,0 +1,25 @@
+// Ring attention (context parallelism on ZeRO): K/V blocks passed round cp GPUs, zigzag-balanced where it splits.
+#include "planner/schemes/zero_family.hpp"
+#include "planner/search.hpp"
+
+namespace trainyard::planner {
+
+Scheme ring_attention_scheme() {
+  Scheme s = zero_family_scheme("ring-attention", "ring attention (context parallelism, zigzag) on ZeRO", {"cp", "zigzag"});
+  s.summary = [](const PlanSpec& spec) {
+    return zero_family_summary(spec.zero, ", cp " + std::to_string(spec.zero.cp) + (spec.zero.zigzag ? " zigzag" : ""));
+  };
+  s.enumerate = [](const StepInputs& in, const AddPlan& add) {
+    for (int cp : divisors(in.cluster.gpus())) {
+      if (cp == 1) continue;
+      ZeroParams base;
+      base.cp = cp;
+      // Zigzag balances the causal work at the same traffic; the plain ring only where zigzag cannot split.
+      base.zigzag = in.workload.seq_len % (2 * cp) == 0;
+      zero_family_variants("ring-attention", base, false, add);
+    }
+  };
+  return s;
+}
+
+}  // namespace trainyard::planner

@@ -1,0 +1,130 @@
+// Ring-track: the cyclic layer ring with chunk trains and DRAM prefetch (planner/ringtrack.hpp builds it).
+#include <algorithm>
+
+#include "common/units.hpp"
+#include "planner/ringtrack.hpp"
+#include "planner/schemes/scheme.hpp"
+#include "planner/search.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+std::string_view placement_name(Placement p) { return p == Placement::hbm ? "hbm" : "dram"; }
+std::string_view acts_name(ActivationPolicy a) {
+  return a == ActivationPolicy::hbm ? "hbm" : a == ActivationPolicy::dram ? "dram" : "recompute";
+}
+
+std::string ringtrack_summary(const PlanSpec& spec) {
+  const auto& p = spec.ringtrack;
+  return "ring " + std::to_string(p.ring) + ", block " + std::to_string(p.block) + ", chunk " + format_tokens(p.chunk) + ", prefetch " +
+         std::to_string(p.prefetch) + ", kv " + std::string(placement_name(p.kv)) + ", acts " + std::string(acts_name(p.acts)) +
+         ", weights " + (p.weights == WeightPolicy::resident ? "resident" : "stream") + ", states " + std::string(placement_name(p.states));
+}
+
+nlohmann::json ringtrack_json(const PlanSpec& spec) {
+  const auto& p = spec.ringtrack;
+  return {{"ring", p.ring}, {"block", p.block}, {"chunk", p.chunk}, {"prefetch", p.prefetch},
+          {"kv", placement_name(p.kv)}, {"acts", acts_name(p.acts)},
+          {"weights", p.weights == WeightPolicy::resident ? "resident" : "stream"}, {"states", placement_name(p.states)},
+          {"ring_order", p.ring_order}};
+}
+
+void parse_ringtrack(const json::Reader& r, PlanSpec& spec) {
+  constexpr std::int64_t kMaxTokens = std::int64_t{1} << 40;
+  auto& p = spec.ringtrack;
+  p.ring = static_cast<int>(r.integer("ring", 1, 1 << 20));
+  p.block = static_cast<int>(r.integer("block", 1, 1 << 20));
+  p.chunk = r.integer("chunk", 1, kMaxTokens);
+  p.prefetch = static_cast<int>(r.integer("prefetch", 1, 8));
+  p.kv = r.choice("kv", {"hbm", "dram"}) == "hbm" ? Placement::hbm : Placement::dram;
+  const std::string acts = r.choice("acts", {"hbm", "dram", "recompute"});
+  p.acts = acts == "hbm" ? ActivationPolicy::hbm : acts == "dram" ? ActivationPolicy::dram : ActivationPolicy::recompute;
+  p.weights = r.choice("weights", {"resident", "stream"}) == "stream" ? WeightPolicy::stream : WeightPolicy::resident;
+  p.states = r.choice("states", {"hbm", "dram"}) == "dram" ? Placement::dram : Placement::hbm;
+  const nlohmann::json& order = r.raw("ring_order");
+  if (!order.is_array() || !std::all_of(order.begin(), order.end(), [](const nlohmann::json& v) { return v.is_number_integer(); })) {
+    r.fail("ring_order", "an array of ring positions (empty: chosen from the topology)", json::describe(order));
+  }
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto position = order[i].get<std::int64_t>();  // checked here: a cast to int could wrap
+    if (position < 0 || position >= p.ring) {  // a huge unsigned one reads as negative
+      r.fail("ring_order", "ring positions 0.." + std::to_string(p.ring - 1) + " (\"ring\" is " + std::to_string(p.ring) + ")",
+             json::describe(order[i]) + " at index " + std::to_string(i));
+    }
+    p.ring_order.push_back(static_cast<int>(position));
+  }
+  check_ring_order(p.ring_order, p.ring, r.origin(), "parameters.ring_order");
+}
+
+// Every ring size, one layer per stop or the staged block, every chunk size, K/V streamed from DRAM (at the
+// prefetch depths that differ) or kept in HBM, each activation policy, and the weight/state placements.
+void enumerate_ringtrack(const StepInputs& in, const AddPlan& add) {
+  const int gpus = in.cluster.gpus();
+  const std::int64_t S = in.workload.seq_len;
+  const int L = static_cast<int>(in.model.layers);
+  for (int ring : divisors(gpus)) {
+    std::vector<int> blocks{1};
+    const int staged = (L + ring - 1) / ring;
+    if (staged != 1) blocks.push_back(staged);
+    for (int block : blocks) {
+      for (std::int64_t chunk : chunk_sizes(S)) {
+        // K/V stream in blocks of at least 64K tokens; depths beyond the most blocks a visit reads build the
+        // same graph, and without streaming (kv in HBM) the depth does not matter at all.
+        const std::int64_t span = std::max<std::int64_t>(1, (kKvBlockTokens + chunk - 1) / chunk);
+        const std::int64_t most_blocks = (S / chunk - 1 + span - 1) / span;
+        for (Placement kv : {Placement::dram, Placement::hbm}) {
+          std::vector<int> depths;
+          for (int d = 1; d <= 3 && (d == 1 || d <= most_blocks); ++d) depths.push_back(d);
+          if (kv == Placement::hbm) depths = {2};
+          for (int prefetch : depths) {
+            for (ActivationPolicy acts : {ActivationPolicy::recompute, ActivationPolicy::dram, ActivationPolicy::hbm}) {
+              for (auto [weights, states] : {std::pair{WeightPolicy::resident, Placement::hbm}, std::pair{WeightPolicy::resident, Placement::dram},
+                                             std::pair{WeightPolicy::stream, Placement::dram}}) {
+                PlanSpec spec;
+                spec.scheme = "ringtrack";
+                spec.ringtrack = {ring, block, chunk, prefetch, kv, acts, weights, states, {}};
+                add(spec);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+sim::TaskGraph build_ringtrack_step(const StepInputs& in, const PlanSpec& spec, RingTrackPlan* rings) {
+  RingTrackPlan plan = build_ringtrack(in, spec.ringtrack);
+  sim::TaskGraph graph = std::move(plan.graph);
+  if (rings) *rings = std::move(plan);
+  return graph;
+}
+
+}  // namespace
+
+Scheme ringtrack_scheme() {
+  return {
+      .name = "ringtrack",
+      .description = "ring-track: a cyclic layer ring over the GPUs with chunk trains and K/V prefetched from host DRAM",
+      .flags = {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"},
+      .summary = ringtrack_summary,
+      .parameters_json = ringtrack_json,
+      .parse_parameters = parse_ringtrack,
+      .check = [](const StepInputs& in, const PlanSpec& spec) { check_ringtrack(in, spec.ringtrack); },
+      .build = build_ringtrack_step,
+      .enumerate = enumerate_ringtrack,
+      .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(ringtrack_tasks(in, spec.ringtrack)); },
+      .recomputed_layer_share =
+          [](const PlanSpec& spec, std::int64_t) { return spec.ringtrack.acts == ActivationPolicy::recompute ? 1.0 : 0.0; },
+      .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return ringtrack_layout(in, spec.ringtrack); },
+      .set_micro_batch = [](PlanSpec&, std::int64_t) {},  // a replica's ring takes one sequence at a time
+      .row_multiple = [](const PlanSpec& spec, int gpus) -> std::int64_t { return gpus / std::max(1, spec.ringtrack.ring); },
+      .complete_strategy =
+          [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
+            if (std::find(given.begin(), given.end(), "ring") == given.end()) params["ring"] = gpus;  // one ring of every GPU
+          },
+  };
+}
+
+}  // namespace trainyard::planner

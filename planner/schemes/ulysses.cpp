@@ -1,0 +1,21 @@
+// DeepSpeed-Ulysses: the sequence split over sp GPUs, all-to-alls to a head split around attention, on ZeRO.
+#include "planner/schemes/zero_family.hpp"
+#include "planner/search.hpp"
+
+namespace trainyard::planner {
+
+Scheme ulysses_scheme() {
+  Scheme s = zero_family_scheme("ulysses", "DeepSpeed-Ulysses sequence parallelism on ZeRO", {"sp"});
+  s.summary = [](const PlanSpec& spec) { return zero_family_summary(spec.zero, ", sp " + std::to_string(spec.zero.sp)); };
+  s.enumerate = [](const StepInputs& in, const AddPlan& add) {
+    for (int sp : divisors(in.cluster.gpus())) {
+      if (sp == 1) continue;
+      ZeroParams base;
+      base.sp = sp;
+      zero_family_variants("ulysses", base, false, add);
+    }
+  };
+  return s;
+}
+
+}  // namespace trainyard::planner

@@ -1,0 +1,13 @@
+// ZeRO data parallelism (stages 0-3, offload of optimizer states, gradients, parameters and checkpoints).
+#include "planner/schemes/zero_family.hpp"
+
+namespace trainyard::planner {
+
+Scheme zero_scheme() {
+  Scheme s = zero_family_scheme("zero", "ZeRO / FSDP data parallelism, each GPU whole sequences", {});
+  s.summary = [](const PlanSpec& spec) { return zero_family_summary(spec.zero, ""); };
+  s.enumerate = [](const StepInputs&, const AddPlan& add) { zero_family_variants("zero", ZeroParams{}, false, add); };
+  return s;
+}
+
+}  // namespace trainyard::planner

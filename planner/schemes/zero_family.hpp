@@ -1,0 +1,20 @@
+#pragma once
+// What the ZeRO family (zero, ulysses, ring-attention, fpdt: planner/zero.hpp builds them all) shares: its
+// parameters (ZeroParams), their plan-file fields, and the variants the search tries on top of each scheme's split.
+#include <string>
+
+#include "planner/schemes/scheme.hpp"
+
+namespace trainyard::planner {
+
+// "zero-2" + `split` (e.g. ", sp 4") + micro-batch, checkpointing and offload.
+std::string zero_family_summary(const ZeroParams& z, const std::string& split);
+nlohmann::json zero_family_json(const ZeroParams& z);
+void parse_zero_family(const json::Reader& r, ZeroParams& z);
+// Every ZeRO stage with its offload sets, with and without activation checkpointing (always with it when
+// `require_ac`) and checkpoint offload, at each searched micro-batch, on top of `base`'s split.
+void zero_family_variants(const std::string& scheme, const ZeroParams& base, bool require_ac, const AddPlan& add);
+// The entry's fields every member of the family has alike; each member names itself, its split and its search.
+Scheme zero_family_scheme(std::string name, std::string description, std::vector<std::string> split_flags);
+
+}  // namespace trainyard::planner
