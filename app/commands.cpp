@@ -25,6 +25,7 @@
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
 #include "planner/ringtrack.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "planner/symmetry.hpp"
 #include "planner/zero.hpp"
 
@@ -163,21 +164,20 @@ sim::TaskGraph build_plan_step(const LoadedPlan& l, const planner::PlanSpec& spe
 
 namespace {
 
-// The scheme names the planner will offer; each lands with its issue, and until then says so.
-struct StrategyInfo {
-  const char* name;
-  const char* summary;
-  const char* status;
-};
-const StrategyInfo kStrategies[] = {
-    {"ringtrack", "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch", "simulate --strategy, plan"},
-    {"fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", "simulate --strategy, plan"},
-    {"ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", "simulate --strategy, plan"},
-    {"ring-attention", "ring attention / context parallelism, zigzag causal balancing", "simulate --strategy, plan"},
-    {"megatron", "Megatron-LM TP/PP/DP/SP with selective or full recompute", "simulate --strategy, plan"},
-    {"zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", "simulate --strategy, plan"},
-    {"hotspa", "HotSPa: per-length-group strategies with hot switching", "simulate --lengths ... --switch ..., plan --lengths ..."},
-};
+// The schemes' on/off flags (po::bool_switch: always present in the variables map, so tested by value).
+constexpr const char* kSchemeSwitches[] = {"sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "zigzag"};
+
+// Every scheme's flags that take a value (the registry's, less the switches), each once.
+std::vector<std::string> valued_scheme_flags() {
+  std::vector<std::string> out;
+  for (const auto& name : planner::scheme_names()) {
+    for (const auto& flag : planner::scheme_named(name).flags) {
+      const bool is_switch = std::find(std::begin(kSchemeSwitches), std::end(kSchemeSwitches), flag) != std::end(kSchemeSwitches);
+      if (!is_switch && std::find(out.begin(), out.end(), flag) == out.end()) out.push_back(flag);
+    }
+  }
+  return out;
+}
 
 void list_gpus(bool as_json, Json& out) {
   TextTable table({"name", "bf16 TFLOP/s", "HBM", "HBM GB/s", "PCIe", "NVLink GB/s/dir", "description"},
@@ -240,13 +240,15 @@ void list_models(bool as_json, Json& out) {
 
 void list_strategies(bool as_json, Json& out) {
   TextTable table({"name", "status", "description"});
-  for (const auto& s : kStrategies) {
+  auto add = [&](const std::string& name, const std::string& status, const std::string& summary) {
     if (as_json) {
-      out["strategies"].push_back({{"name", s.name}, {"summary", s.summary}, {"status", s.status}});
+      out["strategies"].push_back({{"name", name}, {"summary", summary}, {"status", status}});
     } else {
-      table.add_row({s.name, s.status, s.summary});
+      table.add_row({name, status, summary});
     }
-  }
+  };
+  for (const auto& name : planner::scheme_names()) add(name, "simulate --strategy, plan", planner::scheme_named(name).description);
+  add("hotspa", "simulate --lengths ... --switch ..., plan --lengths ...", "HotSPa: per-length-group strategies with hot switching");
   if (!as_json) {
     std::cout << "strategies\n";
     table.print(std::cout);
@@ -486,10 +488,8 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     throw InputError("--graph/--plan/--strategy", "value", "exactly one of --graph FILE, --plan FILE or --strategy NAME",
                      modes == 0 ? "neither" : "more than one");
   }
-  static const char* const kSchemeFlags[] = {"model", "seq", "global-batch", "tokens-per-step", "tp", "pp", "dp",
-                                              "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp",
-                                              "cp-comm", "cp-a2a", "first-stage-layers", "last-stage-layers", "chunk", "ring",
-                                              "block", "prefetch", "kv", "acts", "weights", "states", "ring-order"};
+  std::vector<std::string> step_flags{"model", "seq", "global-batch", "tokens-per-step"};  // --strategy's alone
+  for (const auto& flag : valued_scheme_flags()) step_flags.push_back(flag);
   SimulationSetup setup;
   std::optional<sim::Cluster>& cluster = setup.cluster;
   sim::TaskGraph& graph = setup.graph;
@@ -498,7 +498,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
   std::optional<planner::PlanFile>& plan_file = setup.plan_file;
   if (from_graph || from_plan) {
     const std::string mode = from_graph ? "--graph" : "--plan";
-    for (const char* flag : kSchemeFlags) {
+    for (const auto& flag : step_flags) {
       if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "no scheme flags with " + mode, "--" + std::string(flag));
     }
   }
@@ -523,7 +523,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     }
     ring.emplace();
     graph = build_plan_step(loaded, loaded.plan.spec, origin, &*ring, memory_budget(vm));
-    if (loaded.plan.spec.scheme != "ringtrack") ring.reset();
+    if (ring->rings.empty()) ring.reset();  // only ring-track builds rings
     const bool full = loaded.plan.spec.recomputed_layer_share(loaded.model.layers) == 1;
     setup.step = SimulationSetup::Step{loaded.model, plan_file->workload, full, plan_file->nodes * loaded.cluster->node.gpu_count()};
     cluster = std::move(loaded.cluster);
@@ -546,41 +546,29 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   } else {
     const std::string strategy = vm["strategy"].as<std::string>();
-    // The flags each scheme takes; any other scheme flag is an error, not silently ignored.
-    static const std::map<std::string, std::set<std::string>> kSchemeTakes = {
-        {"megatron", {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch",
-                      "sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"}},
-        {"zero", {"zero-stage", "micro-batch", "recompute", "offload"}},
-        {"ulysses", {"sp", "zero-stage", "micro-batch", "recompute", "offload"}},
-        {"ring-attention", {"cp", "zigzag", "zero-stage", "micro-batch", "recompute", "offload"}},
-        {"fpdt", {"sp", "chunk", "zero-stage", "micro-batch", "recompute", "offload"}},
-        {"ringtrack", {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"}},
-    };
-    const auto takes = kSchemeTakes.find(strategy);
-    if (takes == kSchemeTakes.end()) {
-      throw InputError("--strategy", "value",
-                       "ringtrack, megatron, zero, ulysses, ring-attention or fpdt (HotSPa: --lengths with --static/--switch)",
-                       "\"" + strategy + "\"");
+    // The flags each scheme takes (its registry entry); any other scheme flag is an error, not silently ignored.
+    const planner::Scheme* scheme = planner::find_scheme(strategy);
+    if (scheme == nullptr) {
+      throw InputError("--strategy", "value", planner::scheme_list() + " (HotSPa: --lengths with --static/--switch)", "\"" + strategy + "\"");
     }
+    auto takes = [&](const std::string& flag) { return std::find(scheme->flags.begin(), scheme->flags.end(), flag) != scheme->flags.end(); };
     auto foreign = [&](const std::string& flag) {
       std::string owners;
-      for (const auto& [scheme, flags] : kSchemeTakes) {
-        if (flags.count(flag)) owners += (owners.empty() ? "" : ", ") + scheme;
+      for (const auto& name : planner::scheme_names()) {
+        const auto& flags = planner::scheme_named(name).flags;
+        if (std::find(flags.begin(), flags.end(), flag) != flags.end()) owners += (owners.empty() ? "" : ", ") + name;
       }
       throw InputError("--" + flag, "value", "no --" + flag + " with --strategy " + strategy + " (it is a flag of " + owners + ")",
                        "--" + flag);
     };
-    for (const char* flag : {"tp", "pp", "dp", "vpp", "micro-batch", "recompute", "zero-stage", "offload", "sp", "cp", "cp-comm",
-                             "cp-a2a", "first-stage-layers", "last-stage-layers", "chunk", "ring", "block", "prefetch", "kv", "acts",
-                             "weights", "states", "ring-order"}) {
-      if (vm.count(flag) && !takes->second.count(flag)) foreign(flag);
+    for (const auto& flag : valued_scheme_flags()) {
+      if (vm.count(flag) && !takes(flag)) foreign(flag);
     }
-    for (const char* flag : {"sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "zigzag"}) {
-      if (vm[flag].as<bool>() && !takes->second.count(flag)) foreign(flag);
+    for (const char* flag : kSchemeSwitches) {
+      if (vm[flag].as<bool>() && !takes(flag)) foreign(flag);
     }
-    if (strategy == "ulysses" && !vm.count("sp")) throw InputError("--sp", "value", "a degree with --strategy ulysses", "nothing");
-    if (strategy == "ring-attention" && !vm.count("cp")) {
-      throw InputError("--cp", "value", "a degree with --strategy ring-attention", "nothing");
+    for (const auto& [flag, expected] : scheme->required_flags) {
+      if (!vm.count(flag)) throw InputError("--" + flag, "value", expected + " with --strategy " + strategy, "nothing");
     }
     for (const char* flag : {"model", "hw", "seq"}) {
       if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value with --strategy", "nothing");
@@ -672,7 +660,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
                                    "fewer --nodes, a smaller --global-batch, a shorter --seq or a larger --chunk");
     ring.emplace();
     graph = planner::build_plan(step_inputs, spec, &*ring);
-    if (spec.scheme != "ringtrack") ring.reset();
+    if (ring->rings.empty()) ring.reset();  // only ring-track builds rings
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   }
   return setup;
@@ -742,7 +730,7 @@ po::options_description simulate_options() {
   options.add_options()
       ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
       ("plan", po::value<std::string>()->value_name("path"), "plan file written by 'trainyard plan --out' (docs/planner.md)")
-      ("strategy", po::value<std::string>()->value_name("name"), "build the step with this scheme: ringtrack, megatron, zero, ulysses, ring-attention, fpdt")
+      ("strategy", po::value<std::string>()->value_name("name"), ("build the step with this scheme: " + planner::scheme_list()).c_str())
       ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model, with --strategy")
       ("hw", po::value<std::string>()->value_name("name|path"), "node profile (with --graph, default: the graph's \"hw\")")
       ("nodes", po::value<int>()->value_name("int"), "number of nodes (default: the graph's \"nodes\", else 1)")

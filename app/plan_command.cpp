@@ -110,7 +110,7 @@ std::vector<std::string> scheme_list(const std::string& text) {
   std::vector<std::string> out;
   for (const auto& item : split_commas(text)) {
     if (std::find(planner::scheme_names().begin(), planner::scheme_names().end(), item) == planner::scheme_names().end()) {
-      throw InputError("--strategies", "value", "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero",
+      throw InputError("--strategies", "value", "all, or a comma list of " + planner::scheme_list(),
                        "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa switches between these schemes: plan --lengths)" : ""));
     }
     if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
@@ -129,7 +129,7 @@ int run_plan(const std::vector<std::string>& args) {
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
       ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
       ("stack", po::value<std::string>()->value_name("name|path"), kStackHelp)
-      ("strategies", po::value<std::string>()->default_value("all")->value_name("list"), "all, or a comma list of ringtrack, fpdt, ulysses, ring-attention, megatron, zero")
+      ("strategies", po::value<std::string>()->default_value("all")->value_name("list"), ("all, or a comma list of " + planner::scheme_list()).c_str())
       ("objective", po::value<std::string>()->default_value("throughput")->value_name("name"), "throughput, max-seq or min-hbm")
       ("hbm-headroom", po::value<double>()->default_value(0.05)->value_name("fraction"), "fraction of each GPU's HBM kept free")
       ("top", po::value<int>()->default_value(10)->value_name("int"), "plans to show")

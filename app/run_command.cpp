@@ -28,6 +28,7 @@
 #include "common/json_reader.hpp"
 #include "common/units.hpp"
 #include "planner/plan.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "sim/report.hpp"
 
 namespace po = boost::program_options;
@@ -235,8 +236,12 @@ int run_run(const std::vector<std::string>& args) {
   const std::string origin = vm["plan"].as<std::string>();
 
   const LoadedPlan l = load_plan(origin, memory_budget(vm));
-  if (l.plan.spec.scheme != "ringtrack") {
-    throw InputError(origin, "scheme", "ringtrack (the scheme whose tasks say what they compute, so far)", "\"" + l.plan.spec.scheme + "\"");
+  if (!planner::scheme_named(l.plan.spec.scheme).executable) {
+    std::string runnable;
+    for (const auto& name : planner::scheme_names()) {
+      if (planner::scheme_named(name).executable) runnable += (runnable.empty() ? "" : ", ") + name;
+    }
+    throw InputError(origin, "scheme", runnable + " (the schemes whose tasks say what they compute, so far)", "\"" + l.plan.spec.scheme + "\"");
   }
   const auto& workload = l.plan.workload;
   const double flops = l.model.training_flops_per_token(workload.seq_len, true) * static_cast<double>(workload.tokens());

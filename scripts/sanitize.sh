@@ -32,7 +32,7 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     asan)
       configure_asan_build
-      cmake --build "$asan_build" -j "$jobs" --target trainyard trainyard_tests
+      cmake --build "$asan_build" -j "$jobs" --target trainyard trainyard_tests trainyard_registry_tests
       # Leaks fail the run; UB stops it with a stack.
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         ctest --test-dir "$asan_build" --output-on-failure -j "$jobs" -E "$asan_exclude"

@@ -6,7 +6,7 @@
 namespace trainyard::planner {
 
 Scheme fpdt_scheme() {
-  Scheme s = zero_family_scheme("fpdt", "FPDT: chunked Ulysses attention with K/V offloaded to host DRAM", {"sp", "chunk"});
+  Scheme s = zero_family_scheme("fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", {"sp", "chunk"});
   s.summary = [](const PlanSpec& spec) {
     return zero_family_summary(spec.zero, ", sp " + std::to_string(spec.zero.sp) + ", chunk " + format_tokens(spec.zero.fpdt_chunk));
   };

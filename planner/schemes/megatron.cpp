@@ -106,9 +106,11 @@ void enumerate_megatron(const StepInputs& in, const AddPlan& add) {
 Scheme megatron_scheme() {
   return {
       .name = "megatron",
-      .description = "Megatron-LM: tensor, pipeline, data and context parallelism with recompute",
+      .description = "Megatron-LM TP/PP/DP/SP with selective or full recompute",
       .flags = {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch",
                 "sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"},
+      .required_flags = {},
+      .executable = false,
       .summary = megatron_summary,
       .parameters_json = megatron_json,
       .parse_parameters = parse_megatron,

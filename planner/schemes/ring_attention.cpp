@@ -5,7 +5,8 @@
 namespace trainyard::planner {
 
 Scheme ring_attention_scheme() {
-  Scheme s = zero_family_scheme("ring-attention", "ring attention (context parallelism, zigzag) on ZeRO", {"cp", "zigzag"});
+  Scheme s = zero_family_scheme("ring-attention", "ring attention / context parallelism, zigzag causal balancing", {"cp", "zigzag"});
+  s.required_flags = {{"cp", "a degree"}};
   s.summary = [](const PlanSpec& spec) {
     return zero_family_summary(spec.zero, ", cp " + std::to_string(spec.zero.cp) + (spec.zero.zigzag ? " zigzag" : ""));
   };

@@ -106,8 +106,10 @@ sim::TaskGraph build_ringtrack_step(const StepInputs& in, const PlanSpec& spec, 
 Scheme ringtrack_scheme() {
   return {
       .name = "ringtrack",
-      .description = "ring-track: a cyclic layer ring over the GPUs with chunk trains and K/V prefetched from host DRAM",
+      .description = "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch",
       .flags = {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"},
+      .required_flags = {},
+      .executable = true,
       .summary = ringtrack_summary,
       .parameters_json = ringtrack_json,
       .parse_parameters = parse_ringtrack,

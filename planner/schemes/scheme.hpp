@@ -28,6 +28,13 @@ struct Scheme {
   std::string description;  // one line, for help texts and the GUI
   // The scheme flags `simulate --strategy NAME` takes (without "--"); the other schemes' flags are refused.
   std::vector<std::string> flags;
+  struct RequiredFlag {
+    std::string flag;      // without "--"
+    std::string expected;  // what the error asks for: "a degree"
+  };
+  std::vector<RequiredFlag> required_flags;  // of `flags`, the ones without a default
+  // `trainyard run` can execute its graph: its tasks say what they compute (sim::Op), so far ring-track's only.
+  bool executable = false;
 
   // The key parameters in a few words ("ring 8, chunk 16K, kv dram, ...").
   std::string (*summary)(const PlanSpec& spec);

@@ -5,7 +5,8 @@
 namespace trainyard::planner {
 
 Scheme ulysses_scheme() {
-  Scheme s = zero_family_scheme("ulysses", "DeepSpeed-Ulysses sequence parallelism on ZeRO", {"sp"});
+  Scheme s = zero_family_scheme("ulysses", "DeepSpeed-Ulysses sequence parallelism (all-to-all around attention)", {"sp"});
+  s.required_flags = {{"sp", "a degree"}};
   s.summary = [](const PlanSpec& spec) { return zero_family_summary(spec.zero, ", sp " + std::to_string(spec.zero.sp)); };
   s.enumerate = [](const StepInputs& in, const AddPlan& add) {
     for (int sp : divisors(in.cluster.gpus())) {

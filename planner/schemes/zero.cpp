@@ -4,7 +4,7 @@
 namespace trainyard::planner {
 
 Scheme zero_scheme() {
-  Scheme s = zero_family_scheme("zero", "ZeRO / FSDP data parallelism, each GPU whole sequences", {});
+  Scheme s = zero_family_scheme("zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", {});
   s.summary = [](const PlanSpec& spec) { return zero_family_summary(spec.zero, ""); };
   s.enumerate = [](const StepInputs&, const AddPlan& add) { zero_family_variants("zero", ZeroParams{}, false, add); };
   return s;

@@ -98,6 +98,8 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .name = std::move(name),
       .description = std::move(description),
       .flags = std::move(flags),
+      .required_flags = {},
+      .executable = false,
       .summary = nullptr,  // each member's own: it names its split
       .parameters_json = [](const PlanSpec& spec) { return zero_family_json(spec.zero); },
       .parse_parameters = [](const json::Reader& r, PlanSpec& spec) { parse_zero_family(r, spec.zero); },
