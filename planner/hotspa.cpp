@@ -162,7 +162,7 @@ PlanSpec parse_strategy(const std::string& text, const std::string& origin, int 
   if (micro_batch_given) *micro_batch_given = false;
   PlanSpec defaults;
   defaults.scheme = scheme;
-  Json params = entry->parameters_json(defaults);
+  Json params = params_json(*entry, defaults);
   std::vector<std::string> given;
   if (colon != std::string::npos) {
     for (const std::string& item : split_commas(text.substr(colon + 1))) {

@@ -34,13 +34,13 @@ sim::TaskGraph build_plan(const StepInputs& in, const PlanSpec& spec, RingTrackP
   return scheme_named(spec.scheme).build(in, spec, rings);
 }
 
-Json parameters_json(const PlanSpec& spec) { return scheme_named(spec.scheme).parameters_json(spec); }
+Json parameters_json(const PlanSpec& spec) { return params_json(scheme_named(spec.scheme), spec); }
 
 PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, const std::string& origin) {
   PlanSpec spec;
   spec.scheme = scheme;
   const json::Reader r(parameters, origin, "parameters");
-  scheme_named(scheme, origin, "scheme").parse_parameters(r, spec);
+  read_params(scheme_named(scheme, origin, "scheme"), r, spec);
   r.finish();
   return spec;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 #include "planner/schemes/scheme.hpp"
 #include "planner/schemes/zero_family.hpp"
@@ -61,9 +62,30 @@ TEST(SchemeRegistry, AnUnknownSchemeIsRefusedNamingTheKnownOnes) {
     const Scheme& s = scheme_named(name);
     EXPECT_FALSE(s.description.empty()) << name;
     EXPECT_FALSE(s.flags.empty()) << name;
-    EXPECT_TRUE(s.summary && s.parameters_json && s.parse_parameters && s.check && s.build && s.enumerate && s.estimate &&
-                s.recomputed_layer_share && s.layout && s.set_micro_batch && s.row_multiple && s.complete_strategy)
+    EXPECT_TRUE(s.summary && s.check && s.build && s.enumerate && s.estimate && s.recomputed_layer_share && s.layout &&
+                s.set_micro_batch && s.row_multiple && s.complete_strategy)
         << name;
+    EXPECT_EQ(s.chunk_of == nullptr, s.set_chunk == nullptr) << name;
+    // Each parameter described whole, once: a value it writes reads back unchanged.
+    ASSERT_FALSE(s.params.empty()) << name;
+    PlanSpec spec;
+    spec.scheme = name;
+    const nlohmann::json before = params_json(s, spec);
+    std::set<std::string> keys;
+    for (const Param& p : s.params) {
+      EXPECT_TRUE(keys.insert(p.key).second) << name << "." << p.key << " twice";
+      ASSERT_TRUE(p.get) << name << "." << p.key;
+      if (p.kind == Param::Kind::custom) {
+        EXPECT_TRUE(p.read && !p.in_panel) << name << "." << p.key;
+        continue;
+      }
+      ASSERT_TRUE(p.set) << name << "." << p.key;
+      if (p.kind == Param::Kind::choice || p.kind == Param::Kind::set) {
+        EXPECT_FALSE(p.choices.empty()) << name << "." << p.key;
+      }
+      p.set(spec, p.get(spec));
+    }
+    EXPECT_EQ(params_json(s, spec), before) << name;
   }
 }
 

@@ -10,6 +10,9 @@ Scheme fpdt_scheme() {
   s.summary = [](const PlanSpec& spec) {
     return zero_family_summary(spec.zero, ", sp " + std::to_string(spec.zero.sp) + ", chunk " + format_tokens(spec.zero.fpdt_chunk));
   };
+  s.chunk_of = [](const PlanSpec& spec) { return spec.zero.fpdt_chunk; };
+  s.set_chunk = [](PlanSpec& spec, std::int64_t tokens) { spec.zero.fpdt_chunk = tokens; };
+  s.interactive_chunks = 128;
   s.enumerate = [](const StepInputs& in, const AddPlan& add) {
     const std::int64_t S = in.workload.seq_len;
     for (int sp : divisors(in.cluster.gpus())) {

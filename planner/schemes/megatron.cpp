@@ -23,35 +23,28 @@ std::string megatron_summary(const PlanSpec& spec) {
          (p.offload_activations ? ", offload acts" : "") + (p.distributed_optimizer ? ", dist-opt" : "");
 }
 
-nlohmann::json megatron_json(const PlanSpec& spec) {
-  const auto& p = spec.megatron;
-  return {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"vpp", p.vpp}, {"micro_batch", p.micro_batch},
-          {"sequence_parallel", p.sequence_parallel}, {"tp_comm_overlap", p.tp_comm_overlap}, {"recompute", to_string(p.recompute)},
-          {"offload_activations", p.offload_activations}, {"distributed_optimizer", p.distributed_optimizer},
-          {"cp", p.cp}, {"cp_comm", to_string(p.cp_comm)}, {"cp_a2a", p.cp_a2a},
-          {"first_stage_layers", p.first_stage_layers}, {"last_stage_layers", p.last_stage_layers}};
-}
-
-void parse_megatron(const json::Reader& r, PlanSpec& spec) {
-  auto& p = spec.megatron;
-  p.tp = static_cast<int>(r.integer("tp", 1, 1 << 20));
-  p.pp = static_cast<int>(r.integer("pp", 1, 1 << 20));
-  p.dp = static_cast<int>(r.integer("dp", 1, 1 << 20));
-  p.vpp = static_cast<int>(r.integer("vpp", 1, 1 << 20));
-  p.micro_batch = r.integer("micro_batch", 1, 1 << 20);
-  p.sequence_parallel = r.boolean("sequence_parallel");
-  const std::string rc = r.choice("recompute", {"none", "selective", "full"});
-  p.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;
-  p.offload_activations = r.boolean("offload_activations");
-  // Optional: plan files written before it existed mean false.
-  p.distributed_optimizer = r.has("distributed_optimizer") && r.boolean("distributed_optimizer");
-  p.tp_comm_overlap = r.has("tp_comm_overlap") && r.boolean("tp_comm_overlap");
-  // Optional too (plans written before Megatron CP and uneven stages): cp 1, p2p, an even split.
-  if (r.has("cp")) p.cp = static_cast<int>(r.integer("cp", 1, 1 << 20));
-  if (r.has("cp_comm")) p.cp_comm = *cp_comm_named(r.choice("cp_comm", {"p2p", "all_gather", "a2a", "a2a+p2p"}));
-  if (r.has("cp_a2a")) p.cp_a2a = static_cast<int>(r.integer("cp_a2a", 0, 1 << 20));
-  if (r.has("first_stage_layers")) p.first_stage_layers = static_cast<int>(r.integer("first_stage_layers", 0, 1 << 20));
-  if (r.has("last_stage_layers")) p.last_stage_layers = static_cast<int>(r.integer("last_stage_layers", 0, 1 << 20));
+std::vector<Param> megatron_params() {
+  using B = Param::Bound;
+  constexpr auto M = &PlanSpec::megatron;
+  constexpr int kMax = 1 << 20;
+  return {
+      int_param("tp", "tp", M, &MegatronParams::tp, 1, kMax, B::gpus),
+      int_param("pp", "pp", M, &MegatronParams::pp, 1, kMax, B::gpus),
+      int_param("dp", "dp", M, &MegatronParams::dp, 1, kMax, B::gpus),
+      int_param("vpp", "vpp", M, &MegatronParams::vpp, 1, kMax, B::layers),
+      int_param("micro_batch", "micro-batch", M, &MegatronParams::micro_batch, 1, kMax),
+      bool_param("sequence_parallel", "sequence parallel", M, &MegatronParams::sequence_parallel),
+      enum_param("recompute", "recompute", M, &MegatronParams::recompute, {"none", "selective", "full"}),
+      bool_param("offload_activations", "offload checkpoints", M, &MegatronParams::offload_activations),
+      // Optional from here on: plans written before these existed mean their defaults (off, cp 1, p2p, an even split).
+      optional(bool_param("distributed_optimizer", "distributed optimizer", M, &MegatronParams::distributed_optimizer)),
+      optional(bool_param("tp_comm_overlap", "TP comm overlap", M, &MegatronParams::tp_comm_overlap)),
+      optional(int_param("cp", "cp", M, &MegatronParams::cp, 1, kMax, B::gpus)),
+      optional(enum_param("cp_comm", "CP comm", M, &MegatronParams::cp_comm, {"p2p", "all_gather", "a2a", "a2a+p2p"})),
+      optional(int_param("cp_a2a", "CP a2a group", M, &MegatronParams::cp_a2a, 0, kMax, B::gpus)),
+      optional(int_param("first_stage_layers", "first stage layers", M, &MegatronParams::first_stage_layers, 0, kMax, B::layers)),
+      optional(int_param("last_stage_layers", "last stage layers", M, &MegatronParams::last_stage_layers, 0, kMax, B::layers)),
+  };
 }
 
 // Every TP degree within a node, every pipeline depth (interleaved by 2 where it pipelines), SP, the recompute
@@ -111,9 +104,8 @@ Scheme megatron_scheme() {
                 "sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"},
       .required_flags = {},
       .executable = false,
+      .params = megatron_params(),
       .summary = megatron_summary,
-      .parameters_json = megatron_json,
-      .parse_parameters = parse_megatron,
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_megatron(in, spec.megatron); },
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_megatron(in, spec.megatron); },
       .enumerate = enumerate_megatron,

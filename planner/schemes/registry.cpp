@@ -1,6 +1,7 @@
 #include <deque>
 
 #include "common/error.hpp"
+#include "common/units.hpp"
 #include "planner/schemes/scheme.hpp"
 
 namespace trainyard::planner {
@@ -55,6 +56,45 @@ const Scheme* find_scheme(std::string_view name) {
 const Scheme& scheme_named(std::string_view name, const std::string& origin, const std::string& field) {
   if (const Scheme* s = find_scheme(name)) return *s;
   throw InputError(origin, field, "one of " + scheme_list(), "\"" + std::string(name) + "\"");
+}
+
+nlohmann::json params_json(const Scheme& scheme, const PlanSpec& spec) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const Param& p : scheme.params) out[p.key] = p.get(spec);
+  return out;
+}
+
+namespace {
+
+// A set parameter's comma list ("none": empty), each item checked against its choices.
+void read_set(const Param& p, const json::Reader& r, PlanSpec& spec) {
+  const std::string list = r.string(p.key);
+  if (list != "none") {
+    for (const auto& item : split_commas(list)) {
+      if (std::find(p.choices.begin(), p.choices.end(), item) == p.choices.end()) {
+        std::string allowed;
+        for (const auto& c : p.choices) allowed += (allowed.empty() ? "" : ", ") + c;
+        r.fail(p.key, "\"none\" or a comma list of " + allowed, "\"" + list + "\"");
+      }
+    }
+  }
+  p.set(spec, list);
+}
+
+}  // namespace
+
+void read_params(const Scheme& scheme, const json::Reader& r, PlanSpec& spec) {
+  for (const Param& p : scheme.params) {
+    if (p.optional && !r.has(p.key)) continue;
+    switch (p.kind) {
+      case Param::Kind::integer:
+      case Param::Kind::tokens: p.set(spec, r.integer(p.key, p.min, p.max)); break;
+      case Param::Kind::boolean: p.set(spec, r.boolean(p.key)); break;
+      case Param::Kind::choice: p.set(spec, r.choice(p.key, p.choices)); break;
+      case Param::Kind::set: read_set(p, r, spec); break;
+      case Param::Kind::custom: p.read(r, spec); break;
+    }
+  }
 }
 
 void register_scheme(const Scheme& scheme) {

@@ -22,39 +22,50 @@ std::string ringtrack_summary(const PlanSpec& spec) {
          ", weights " + (p.weights == WeightPolicy::resident ? "resident" : "stream") + ", states " + std::string(placement_name(p.states));
 }
 
-nlohmann::json ringtrack_json(const PlanSpec& spec) {
-  const auto& p = spec.ringtrack;
-  return {{"ring", p.ring}, {"block", p.block}, {"chunk", p.chunk}, {"prefetch", p.prefetch},
-          {"kv", placement_name(p.kv)}, {"acts", acts_name(p.acts)},
-          {"weights", p.weights == WeightPolicy::resident ? "resident" : "stream"}, {"states", placement_name(p.states)},
-          {"ring_order", p.ring_order}};
+// ring_order: an array of ring positions (empty: chosen from the topology), each checked against "ring".
+Param ring_order_param() {
+  Param p;
+  p.key = "ring_order";
+  p.label = "ring order";
+  p.kind = Param::Kind::custom;
+  p.in_panel = false;
+  p.get = [](const PlanSpec& spec) { return nlohmann::json(spec.ringtrack.ring_order); };
+  p.read = [](const json::Reader& r, PlanSpec& spec) {
+    auto& rt = spec.ringtrack;
+    const nlohmann::json& order = r.raw("ring_order");
+    if (!order.is_array() || !std::all_of(order.begin(), order.end(), [](const nlohmann::json& v) { return v.is_number_integer(); })) {
+      r.fail("ring_order", "an array of ring positions (empty: chosen from the topology)", json::describe(order));
+    }
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const auto position = order[i].get<std::int64_t>();  // checked here: a cast to int could wrap
+      if (position < 0 || position >= rt.ring) {  // a huge unsigned one reads as negative
+        r.fail("ring_order", "ring positions 0.." + std::to_string(rt.ring - 1) + " (\"ring\" is " + std::to_string(rt.ring) + ")",
+               json::describe(order[i]) + " at index " + std::to_string(i));
+      }
+      rt.ring_order.push_back(static_cast<int>(position));
+    }
+    check_ring_order(rt.ring_order, rt.ring, r.origin(), "parameters.ring_order");
+  };
+  return p;
 }
 
-void parse_ringtrack(const json::Reader& r, PlanSpec& spec) {
-  constexpr std::int64_t kMaxTokens = std::int64_t{1} << 40;
-  auto& p = spec.ringtrack;
-  p.ring = static_cast<int>(r.integer("ring", 1, 1 << 20));
-  p.block = static_cast<int>(r.integer("block", 1, 1 << 20));
-  p.chunk = r.integer("chunk", 1, kMaxTokens);
-  p.prefetch = static_cast<int>(r.integer("prefetch", 1, 8));
-  p.kv = r.choice("kv", {"hbm", "dram"}) == "hbm" ? Placement::hbm : Placement::dram;
-  const std::string acts = r.choice("acts", {"hbm", "dram", "recompute"});
-  p.acts = acts == "hbm" ? ActivationPolicy::hbm : acts == "dram" ? ActivationPolicy::dram : ActivationPolicy::recompute;
-  p.weights = r.choice("weights", {"resident", "stream"}) == "stream" ? WeightPolicy::stream : WeightPolicy::resident;
-  p.states = r.choice("states", {"hbm", "dram"}) == "dram" ? Placement::dram : Placement::hbm;
-  const nlohmann::json& order = r.raw("ring_order");
-  if (!order.is_array() || !std::all_of(order.begin(), order.end(), [](const nlohmann::json& v) { return v.is_number_integer(); })) {
-    r.fail("ring_order", "an array of ring positions (empty: chosen from the topology)", json::describe(order));
-  }
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const auto position = order[i].get<std::int64_t>();  // checked here: a cast to int could wrap
-    if (position < 0 || position >= p.ring) {  // a huge unsigned one reads as negative
-      r.fail("ring_order", "ring positions 0.." + std::to_string(p.ring - 1) + " (\"ring\" is " + std::to_string(p.ring) + ")",
-             json::describe(order[i]) + " at index " + std::to_string(i));
-    }
-    p.ring_order.push_back(static_cast<int>(position));
-  }
-  check_ring_order(p.ring_order, p.ring, r.origin(), "parameters.ring_order");
+std::vector<Param> ringtrack_params() {
+  using B = Param::Bound;
+  constexpr auto R = &PlanSpec::ringtrack;
+  constexpr int kMax = 1 << 20;
+  Param chunk = hidden(member_param("chunk", "chunk", Param::Kind::tokens, R, &RingTrackParams::chunk));
+  chunk.max = std::int64_t{1} << 40;
+  return {
+      int_param("ring", "ring (GPUs)", R, &RingTrackParams::ring, 1, kMax, B::gpus),
+      int_param("block", "block (layers)", R, &RingTrackParams::block, 1, kMax, B::layers),
+      chunk,
+      int_param("prefetch", "prefetch", R, &RingTrackParams::prefetch, 1, 8),
+      enum_param("kv", "K/V", R, &RingTrackParams::kv, {"hbm", "dram"}),
+      enum_param("acts", "activations", R, &RingTrackParams::acts, {"hbm", "dram", "recompute"}),
+      enum_param("weights", "weights", R, &RingTrackParams::weights, {"resident", "stream"}),
+      enum_param("states", "optimizer states", R, &RingTrackParams::states, {"hbm", "dram"}),
+      ring_order_param(),
+  };
 }
 
 // Every ring size, one layer per stop or the staged block, every chunk size, K/V streamed from DRAM (at the
@@ -110,9 +121,8 @@ Scheme ringtrack_scheme() {
       .flags = {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"},
       .required_flags = {},
       .executable = true,
+      .params = ringtrack_params(),
       .summary = ringtrack_summary,
-      .parameters_json = ringtrack_json,
-      .parse_parameters = parse_ringtrack,
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_ringtrack(in, spec.ringtrack); },
       .build = build_ringtrack_step,
       .enumerate = enumerate_ringtrack,
@@ -126,6 +136,9 @@ Scheme ringtrack_scheme() {
           [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
             if (std::find(given.begin(), given.end(), "ring") == given.end()) params["ring"] = gpus;  // one ring of every GPU
           },
+      .chunk_of = [](const PlanSpec& spec) { return spec.ringtrack.chunk; },
+      .set_chunk = [](PlanSpec& spec, std::int64_t tokens) { spec.ringtrack.chunk = tokens; },
+      .interactive_chunks = 1024,
   };
 }
 

@@ -6,6 +6,7 @@
 // Adding a scheme: write planner/schemes/NAME.cpp with a function returning its entry, and add that function to
 // the table in registry.cpp (or call register_scheme, as tests/test_scheme_registry.cpp does). A scheme whose
 // parameters fit none of PlanSpec's parameter structs also needs a member there.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -23,6 +24,31 @@ namespace trainyard::planner {
 
 using AddPlan = std::function<void(PlanSpec)>;
 
+// One parameter of a scheme, described once: its plan-file field, how the GUI shows it, and how it is read from and
+// written to a PlanSpec. Plan files, HotSPa's strategy strings and the GUI's panel are generated from these.
+struct Param {
+  enum class Kind {
+    integer,  // min..max
+    boolean,
+    choice,   // one of `choices`
+    tokens,   // a token count min..max (the GUI's shared chunk control sets it: not in the panel)
+    set,      // a comma list of some of `choices`, "none" for none of them (the GUI: a check box each)
+    custom,   // read by `read` (errors name the field), written by `get`; not in the panel
+  };
+  enum class Bound { fixed, gpus, layers };  // the GUI's upper bound: `max`, the cluster's GPUs, the model's layers
+  std::string key;    // plan-file field ("micro_batch")
+  std::string label;  // the GUI's label ("micro-batch")
+  Kind kind = Kind::integer;
+  std::int64_t min = 1, max = 1 << 20;
+  Bound gui_max = Bound::fixed;
+  std::vector<std::string> choices;
+  bool optional = false;  // plan files written before it existed may lack it: the PlanSpec's default stays
+  bool in_panel = true;   // shown in the GUI's parameter panel
+  std::function<nlohmann::json(const PlanSpec&)> get;        // an integer, a bool or a string
+  std::function<void(PlanSpec&, const nlohmann::json&)> set;  // from a value of the kind (custom: unused)
+  std::function<void(const json::Reader&, PlanSpec&)> read;   // custom only
+};
+
 struct Scheme {
   std::string name;
   std::string description;  // one line, for help texts and the GUI
@@ -36,12 +62,10 @@ struct Scheme {
   // `trainyard run` can execute its graph: its tasks say what they compute (sim::Op), so far ring-track's only.
   bool executable = false;
 
+  // Every parameter, in the order a plan file's fields are checked.
+  std::vector<Param> params;
   // The key parameters in a few words ("ring 8, chunk 16K, kv dram, ...").
   std::string (*summary)(const PlanSpec& spec);
-  // A plan file's "parameters" object, and back from it (PlanSpec::scheme already set; the reader's fields are
-  // the parameters, unknown ones refused by the caller).
-  nlohmann::json (*parameters_json)(const PlanSpec& spec);
-  void (*parse_parameters)(const json::Reader& parameters, PlanSpec& spec);
   // The scheme's own checks against the inputs, without building anything (InputError names the flag).
   void (*check)(const StepInputs& in, const PlanSpec& spec);
   // The step's task graph; ring-track also fills `rings` (when given) with the ring orders it chose.
@@ -60,7 +84,69 @@ struct Scheme {
   void (*set_micro_batch)(PlanSpec& spec, std::int64_t sequences);
   std::int64_t (*row_multiple)(const PlanSpec& spec, int gpus);
   void (*complete_strategy)(nlohmann::json& parameters, const std::vector<std::string>& given, int gpus);
+
+  // The sequence chunk of schemes that have one (ring-track's chunk, FPDT's attention chunk), which the GUI's chunk
+  // chart sweeps; nullptr otherwise. `interactive_chunks`: the most chunks per sequence a GUI sweep builds (the
+  // graph grows with them, FPDT's quadratically).
+  std::int64_t (*chunk_of)(const PlanSpec& spec) = nullptr;
+  void (*set_chunk)(PlanSpec& spec, std::int64_t tokens) = nullptr;
+  std::int64_t interactive_chunks = 0;
 };
+
+// A plan file's "parameters" object from the entry's params, and back (the reader's unknown fields are the
+// caller's to refuse).
+nlohmann::json params_json(const Scheme& scheme, const PlanSpec& spec);
+void read_params(const Scheme& scheme, const json::Reader& parameters, PlanSpec& spec);
+
+// Param helpers for the common kinds: `field` is a pointer to the member of the parameter struct `part` of PlanSpec
+// (e.g. param_int("tp", "tp", &PlanSpec::megatron, &MegatronParams::tp, 1, 1 << 20)).
+template <typename Part, typename T>
+Param member_param(std::string key, std::string label, Param::Kind kind, Part PlanSpec::*part, T Part::*field) {
+  Param p;
+  p.key = std::move(key);
+  p.label = std::move(label);
+  p.kind = kind;
+  p.get = [part, field](const PlanSpec& spec) { return nlohmann::json((spec.*part).*field); };
+  p.set = [part, field](PlanSpec& spec, const nlohmann::json& v) { (spec.*part).*field = v.get<T>(); };
+  return p;
+}
+template <typename Part, typename T>
+Param int_param(std::string key, std::string label, Part PlanSpec::*part, T Part::*field, std::int64_t min, std::int64_t max,
+                Param::Bound gui_max = Param::Bound::fixed) {
+  Param p = member_param(std::move(key), std::move(label), Param::Kind::integer, part, field);
+  p.min = min;
+  p.max = max;
+  p.gui_max = gui_max;
+  return p;
+}
+template <typename Part>
+Param bool_param(std::string key, std::string label, Part PlanSpec::*part, bool Part::*field) {
+  return member_param(std::move(key), std::move(label), Param::Kind::boolean, part, field);
+}
+// An enum member shown as `names` (in the enum's order: names[i] is the value i).
+template <typename Part, typename E>
+Param enum_param(std::string key, std::string label, Part PlanSpec::*part, E Part::*field, std::vector<std::string> names) {
+  Param p;
+  p.key = std::move(key);
+  p.label = std::move(label);
+  p.kind = Param::Kind::choice;
+  p.choices = names;
+  p.get = [part, field, names](const PlanSpec& spec) { return nlohmann::json(names[static_cast<std::size_t>((spec.*part).*field)]); };
+  p.set = [part, field, names](PlanSpec& spec, const nlohmann::json& v) {
+    const auto at = std::find(names.begin(), names.end(), v.get<std::string>());
+    (spec.*part).*field = static_cast<E>(at - names.begin());
+  };
+  return p;
+}
+// Plan files written before the parameter existed may lack it.
+inline Param optional(Param p) {
+  p.optional = true;
+  return p;
+}
+inline Param hidden(Param p) {
+  p.in_panel = false;
+  return p;
+}
 
 // The schemes in the order the planner lists them.
 const std::vector<std::string>& scheme_names();

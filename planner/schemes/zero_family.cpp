@@ -32,6 +32,44 @@ std::vector<std::array<bool, 3>> offload_sets(int stage) {
   return out;
 }
 
+// The family's parameters; the split's degrees and switches other members use are fixed in this one's panel.
+std::vector<Param> zero_family_params(const std::vector<std::string>& split_keys) {
+  using B = Param::Bound;
+  constexpr auto Z = &PlanSpec::zero;
+  constexpr int kMax = 1 << 20;
+  auto split = [&](Param p) {
+    p.in_panel = std::find(split_keys.begin(), split_keys.end(), p.key) != split_keys.end();
+    return p;
+  };
+  Param chunk = hidden(member_param("chunk", "chunk", Param::Kind::tokens, Z, &ZeroParams::fpdt_chunk));
+  chunk.min = 0;
+  chunk.max = std::int64_t{1} << 40;
+  Param offload;
+  offload.key = "offload";
+  offload.label = "offload";
+  offload.kind = Param::Kind::set;
+  offload.choices = {"optimizer", "grads", "params", "acts"};
+  offload.get = [](const PlanSpec& spec) { return nlohmann::json(offload_list(spec.zero)); };
+  offload.set = [](PlanSpec& spec, const nlohmann::json& v) {
+    auto& z = spec.zero;
+    z.offload_optimizer = z.offload_grads = z.offload_params = z.offload_activations = false;
+    const std::string list = v.get<std::string>();
+    if (list == "none") return;
+    for (const auto& item : split_commas(list)) set_offload(z, item);
+  };
+  return {
+      int_param("zero_stage", "ZeRO stage", Z, &ZeroParams::stage, 0, 3),
+      split(int_param("sp", "sp (Ulysses)", Z, &ZeroParams::sp, 1, kMax, B::gpus)),
+      split(int_param("cp", "cp (ring)", Z, &ZeroParams::cp, 1, kMax, B::gpus)),
+      split(bool_param("zigzag", "zigzag", Z, &ZeroParams::zigzag)),
+      chunk,
+      int_param("micro_batch", "micro-batch", Z, &ZeroParams::micro_batch, 1, kMax),
+      bool_param("activation_checkpointing", "activation checkpointing", Z, &ZeroParams::activation_checkpointing),
+      optional(int_param("checkpoint_every", "checkpoint every (layers)", Z, &ZeroParams::checkpoint_every, 1, 100000, B::layers)),
+      offload,
+  };
+}
+
 }  // namespace
 
 std::string zero_family_summary(const ZeroParams& z, const std::string& split) {
@@ -40,31 +78,6 @@ std::string zero_family_summary(const ZeroParams& z, const std::string& split) {
   if (z.activation_checkpointing) out += z.checkpoint_every == 1 ? ", AC" : ", AC every " + std::to_string(z.checkpoint_every) + " layers";
   if (offload_list(z) != "none") out += ", offload " + offload_list(z);
   return out;
-}
-
-nlohmann::json zero_family_json(const ZeroParams& z) {
-  return {{"zero_stage", z.stage}, {"sp", z.sp}, {"cp", z.cp}, {"zigzag", z.zigzag}, {"chunk", z.fpdt_chunk},
-          {"micro_batch", z.micro_batch}, {"activation_checkpointing", z.activation_checkpointing},
-          {"checkpoint_every", z.checkpoint_every},
-          {"offload", offload_list(z)}};
-}
-
-void parse_zero_family(const json::Reader& r, ZeroParams& z) {
-  constexpr std::int64_t kMaxTokens = std::int64_t{1} << 40;
-  z.stage = static_cast<int>(r.integer("zero_stage", 0, 3));
-  z.sp = static_cast<int>(r.integer("sp", 1, 1 << 20));
-  z.cp = static_cast<int>(r.integer("cp", 1, 1 << 20));
-  z.zigzag = r.boolean("zigzag");
-  z.fpdt_chunk = r.integer("chunk", 0, kMaxTokens);
-  z.micro_batch = r.integer("micro_batch", 1, 1 << 20);
-  z.activation_checkpointing = r.boolean("activation_checkpointing");
-  if (r.has("checkpoint_every")) z.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 1, 100000));
-  const std::string list = r.string("offload");
-  if (list != "none") {
-    for (const auto& item : split_commas(list)) {
-      if (!set_offload(z, item)) r.fail("offload", "\"none\" or a comma list of optimizer, grads, params, acts", "\"" + list + "\"");
-    }
-  }
 }
 
 void zero_family_variants(const std::string& scheme, const ZeroParams& base, bool require_ac, const AddPlan& add) {
@@ -92,6 +105,7 @@ void zero_family_variants(const std::string& scheme, const ZeroParams& base, boo
 }
 
 Scheme zero_family_scheme(std::string name, std::string description, std::vector<std::string> split_flags) {
+  std::vector<std::string> params_shown = split_flags;  // the split's flags are its plan-file keys too
   std::vector<std::string> flags = std::move(split_flags);
   for (const char* common : {"zero-stage", "micro-batch", "recompute", "offload"}) flags.emplace_back(common);
   return {
@@ -100,9 +114,8 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .flags = std::move(flags),
       .required_flags = {},
       .executable = false,
+      .params = zero_family_params(params_shown),
       .summary = nullptr,  // each member's own: it names its split
-      .parameters_json = [](const PlanSpec& spec) { return zero_family_json(spec.zero); },
-      .parse_parameters = [](const json::Reader& r, PlanSpec& spec) { parse_zero_family(r, spec.zero); },
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_zero(in, spec.zero); },
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_zero(in, spec.zero); },
       .enumerate = nullptr,  // each member's own

@@ -9,8 +9,6 @@ namespace trainyard::planner {
 
 // "zero-2" + `split` (e.g. ", sp 4") + micro-batch, checkpointing and offload.
 std::string zero_family_summary(const ZeroParams& z, const std::string& split);
-nlohmann::json zero_family_json(const ZeroParams& z);
-void parse_zero_family(const json::Reader& r, ZeroParams& z);
 // Every ZeRO stage with its offload sets, with and without activation checkpointing (always with it when
 // `require_ac`) and checkpoint offload, at each searched micro-batch, on top of `base`'s split.
 void zero_family_variants(const std::string& scheme, const ZeroParams& base, bool require_ac, const AddPlan& add);
