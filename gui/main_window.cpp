@@ -194,64 +194,8 @@ void MainWindow::build_controls(QWidget* panel) {
   plan_form->addRow("show GPU", gpu_);
   layout->addWidget(plan);
 
-  ringtrack_box_ = new QGroupBox("ring-track");
-  auto* rt = new QFormLayout(ringtrack_box_);
-  ring_ = spin(1, 1, 1);
-  block_ = spin(1, 1, 1);
-  prefetch_ = spin(1, 8, 2);
-  kv_ = words({"dram", "hbm"});
-  acts_ = words({"dram", "recompute", "hbm"});
-  weights_ = words({"resident", "stream"});
-  states_ = words({"hbm", "dram"});
-  rt->addRow("ring (GPUs)", ring_);
-  rt->addRow("block (layers)", block_);
-  rt->addRow("prefetch", prefetch_);
-  rt->addRow("K/V", kv_);
-  rt->addRow("activations", acts_);
-  rt->addRow("weights", weights_);
-  rt->addRow("optimizer states", states_);
-  layout->addWidget(ringtrack_box_);
-
-  zero_box_ = new QGroupBox("ZeRO / Ulysses / ring attention / FPDT");
-  auto* z = new QFormLayout(zero_box_);
-  stage_ = spin(0, 3, 0);
-  sp_ = spin(1, 1, 1);
-  cp_ = spin(1, 1, 1);
-  zero_micro_batch_ = spin(1, 64, 1);
-  zigzag_ = new QCheckBox("zigzag (ring attention)");
-  checkpointing_ = new QCheckBox("activation checkpointing");
-  z->addRow("ZeRO stage", stage_);
-  z->addRow("sp (Ulysses)", sp_);
-  z->addRow("cp (ring)", cp_);
-  z->addRow("micro-batch", zero_micro_batch_);
-  z->addRow(zigzag_);
-  z->addRow(checkpointing_);
-  for (const char* target : {"optimizer", "grads", "params", "acts"}) {
-    auto* box = new QCheckBox(QString("offload ") + target);
-    offload_[target] = box;
-    z->addRow(box);
-  }
-  layout->addWidget(zero_box_);
-
-  megatron_box_ = new QGroupBox("Megatron");
-  auto* m = new QFormLayout(megatron_box_);
-  tp_ = spin(1, 1, 1);
-  pp_ = spin(1, 1, 1);
-  dp_ = spin(1, 1, 1);
-  vpp_ = spin(1, 8, 1);
-  megatron_micro_batch_ = spin(1, 64, 1);
-  recompute_ = words({"none", "selective", "full"});
-  sequence_parallel_ = new QCheckBox("sequence parallel");
-  megatron_offload_ = new QCheckBox("offload checkpoints");
-  m->addRow("tp", tp_);
-  m->addRow("pp", pp_);
-  m->addRow("dp", dp_);
-  m->addRow("vpp", vpp_);
-  m->addRow("micro-batch", megatron_micro_batch_);
-  m->addRow("recompute", recompute_);
-  m->addRow(sequence_parallel_);
-  m->addRow(megatron_offload_);
-  layout->addWidget(megatron_box_);
+  param_panel_ = new ParamPanel();
+  layout->addWidget(param_panel_);
   layout->addStretch(1);
 
   for (auto* combo : {model_, hw_, tokens_}) connect(combo, &QComboBox::currentTextChanged, this, &MainWindow::inputs_changed);
@@ -263,13 +207,8 @@ void MainWindow::build_controls(QWidget* panel) {
   });
   connect(scheme_, &QComboBox::currentIndexChanged, this, &MainWindow::scheme_changed);
   connect(gpu_, &QSpinBox::valueChanged, this, [this](int) { show_detail(); });
-  for (auto* s : {ring_, block_, prefetch_, stage_, sp_, cp_, zero_micro_batch_, tp_, pp_, dp_, vpp_, megatron_micro_batch_}) {
-    connect(s, &QSpinBox::valueChanged, this, &MainWindow::params_changed);
-  }
-  for (auto* c : {chunk_, kv_, acts_, weights_, states_, recompute_}) connect(c, &QComboBox::currentIndexChanged, this, &MainWindow::params_changed);
-  std::vector<QCheckBox*> boxes{zigzag_, checkpointing_, sequence_parallel_, megatron_offload_};
-  for (auto& [target, box] : offload_) boxes.push_back(box);
-  for (auto* b : boxes) connect(b, &QCheckBox::toggled, this, &MainWindow::params_changed);
+  connect(chunk_, &QComboBox::currentIndexChanged, this, &MainWindow::params_changed);
+  connect(param_panel_, &ParamPanel::changed, this, &MainWindow::params_changed);
 }
 
 void MainWindow::build_menus() {
@@ -442,14 +381,7 @@ void MainWindow::pick_quick_plan(const std::string& scheme, bool by_user) {
 void MainWindow::update_panel_ranges() {
   const int gpus = setup_->cluster.gpus();
   const int layers = static_cast<int>(setup_->model.layers);
-  for (auto* s : {ring_, sp_, cp_, tp_, pp_, dp_}) {
-    const QSignalBlocker block(s);
-    s->setRange(1, gpus);
-  }
-  {
-    const QSignalBlocker block(block_);
-    block_->setRange(1, std::max(1, layers));
-  }
+  param_panel_->set_ranges(gpus, layers);
   {
     const QSignalBlocker block(gpu_);
     gpu_->setRange(0, gpus - 1);
@@ -467,106 +399,31 @@ void MainWindow::update_panel_ranges() {
 
 void MainWindow::show_param_group() {
   const std::string scheme = scheme_->currentText().toStdString();
-  ringtrack_box_->setVisible(scheme == "ringtrack");
-  megatron_box_->setVisible(scheme == "megatron");
-  zero_box_->setVisible(scheme != "ringtrack" && scheme != "megatron");
+  param_panel_->show_scheme(scheme);
   chunk_->setEnabled(has_chunk(scheme));
 }
 
 planner::PlanSpec MainWindow::panel_spec() const {
-  planner::PlanSpec spec;
-  spec.scheme = scheme_->currentText().toStdString();
-  const std::int64_t chunk = chunk_->currentData().toLongLong();
-  if (spec.scheme == "ringtrack") {
-    auto& p = spec.ringtrack;
-    p.ring = ring_->value();
-    p.block = block_->value();
-    p.chunk = chunk;
-    p.prefetch = prefetch_->value();
-    p.kv = kv_->currentText() == "hbm" ? planner::Placement::hbm : planner::Placement::dram;
-    const QString acts = acts_->currentText();
-    p.acts = acts == "hbm" ? planner::ActivationPolicy::hbm : acts == "recompute" ? planner::ActivationPolicy::recompute : planner::ActivationPolicy::dram;
-    p.weights = weights_->currentText() == "stream" ? planner::WeightPolicy::stream : planner::WeightPolicy::resident;
-    p.states = states_->currentText() == "dram" ? planner::Placement::dram : planner::Placement::hbm;
-  } else if (spec.scheme == "megatron") {
-    auto& p = spec.megatron;
-    p = megatron_unshown_;
-    p.tp = tp_->value();
-    p.pp = pp_->value();
-    p.dp = dp_->value();
-    p.vpp = vpp_->value();
-    p.micro_batch = megatron_micro_batch_->value();
-    const QString r = recompute_->currentText();
-    p.recompute = r == "full" ? planner::Recompute::full : r == "selective" ? planner::Recompute::selective : planner::Recompute::none;
-    p.sequence_parallel = sequence_parallel_->isChecked();
-    p.offload_activations = megatron_offload_->isChecked();
-  } else {
-    auto& p = spec.zero;
-    p.stage = stage_->value();
-    p.sp = sp_->value();
-    p.cp = cp_->value();
-    p.zigzag = zigzag_->isChecked();
-    p.fpdt_chunk = spec.scheme == "fpdt" ? chunk : 0;
-    p.micro_batch = zero_micro_batch_->value();
-    p.activation_checkpointing = checkpointing_->isChecked();
-    for (const auto& [target, box] : offload_) {
-      if (box->isChecked()) planner::set_offload(p, target);
-    }
-  }
+  planner::PlanSpec spec = param_panel_->spec(scheme_->currentText().toStdString());
+  if (has_chunk(spec.scheme)) spec = with_chunk(spec, chunk_->currentData().toLongLong());
   return spec;
 }
 
 void MainWindow::set_panel(const planner::PlanSpec& spec) {
-  std::vector<std::unique_ptr<QSignalBlocker>> blocks;
-  for (QObject* w : std::initializer_list<QObject*>{scheme_, chunk_, ring_, block_, prefetch_, kv_, acts_, weights_, states_, stage_, sp_, cp_,
-                                                    zero_micro_batch_, zigzag_, checkpointing_, tp_, pp_, dp_, vpp_, megatron_micro_batch_,
-                                                    recompute_, sequence_parallel_, megatron_offload_}) {
-    blocks.push_back(std::make_unique<QSignalBlocker>(w));
-  }
-  for (auto& [target, box] : offload_) blocks.push_back(std::make_unique<QSignalBlocker>(box));
-  scheme_->setCurrentText(QString::fromStdString(spec.scheme));
-  const std::int64_t chunk = chunk_of(spec);
-  if (chunk > 0) {
-    int index = chunk_->findData(QVariant::fromValue<qlonglong>(chunk));
-    if (index < 0) {
-      chunk_->addItem(tokens_text(chunk), QVariant::fromValue<qlonglong>(chunk));
-      index = chunk_->count() - 1;
+  {
+    const QSignalBlocker block_scheme(scheme_), block_chunk(chunk_);
+    scheme_->setCurrentText(QString::fromStdString(spec.scheme));
+    const std::int64_t chunk = chunk_of(spec);
+    if (chunk > 0) {
+      int index = chunk_->findData(QVariant::fromValue<qlonglong>(chunk));
+      if (index < 0) {
+        chunk_->addItem(tokens_text(chunk), QVariant::fromValue<qlonglong>(chunk));
+        index = chunk_->count() - 1;
+      }
+      chunk_->setCurrentIndex(index);
     }
-    chunk_->setCurrentIndex(index);
   }
-  if (spec.scheme == "ringtrack") {
-    const auto& p = spec.ringtrack;
-    ring_->setValue(p.ring);
-    block_->setValue(p.block);
-    prefetch_->setValue(p.prefetch);
-    kv_->setCurrentText(p.kv == planner::Placement::hbm ? "hbm" : "dram");
-    acts_->setCurrentText(p.acts == planner::ActivationPolicy::hbm ? "hbm" : p.acts == planner::ActivationPolicy::recompute ? "recompute" : "dram");
-    weights_->setCurrentText(p.weights == planner::WeightPolicy::stream ? "stream" : "resident");
-    states_->setCurrentText(p.states == planner::Placement::dram ? "dram" : "hbm");
-  } else if (spec.scheme == "megatron") {
-    const auto& p = spec.megatron;
-    megatron_unshown_ = p;
-    tp_->setValue(p.tp);
-    pp_->setValue(p.pp);
-    dp_->setValue(p.dp);
-    vpp_->setValue(p.vpp);
-    megatron_micro_batch_->setValue(static_cast<int>(p.micro_batch));
-    recompute_->setCurrentText(QString::fromStdString(std::string(planner::to_string(p.recompute))));
-    sequence_parallel_->setChecked(p.sequence_parallel);
-    megatron_offload_->setChecked(p.offload_activations);
-  } else {
-    const auto& p = spec.zero;
-    stage_->setValue(p.stage);
-    sp_->setValue(p.sp);
-    cp_->setValue(p.cp);
-    zigzag_->setChecked(p.zigzag);
-    zero_micro_batch_->setValue(static_cast<int>(p.micro_batch));
-    checkpointing_->setChecked(p.activation_checkpointing);
-    offload_.at("optimizer")->setChecked(p.offload_optimizer);
-    offload_.at("grads")->setChecked(p.offload_grads);
-    offload_.at("params")->setChecked(p.offload_params);
-    offload_.at("acts")->setChecked(p.offload_activations);
-  }
+  param_panel_->set(spec);
   show_param_group();
 }
 

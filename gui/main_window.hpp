@@ -20,6 +20,7 @@
 
 #include "gui/charts.hpp"
 #include "gui/job_runner.hpp"
+#include "gui/param_panel.hpp"
 #include "gui/timeline_view.hpp"
 #include "gui/what_if.hpp"
 
@@ -121,34 +122,7 @@ class MainWindow : public QMainWindow {
   // The selected plan's parameters.
   QComboBox* scheme_ = nullptr;
   QComboBox* chunk_ = nullptr;
-  QGroupBox* ringtrack_box_ = nullptr;
-  QSpinBox* ring_ = nullptr;
-  QSpinBox* block_ = nullptr;
-  QSpinBox* prefetch_ = nullptr;
-  QComboBox* kv_ = nullptr;
-  QComboBox* acts_ = nullptr;
-  QComboBox* weights_ = nullptr;
-  QComboBox* states_ = nullptr;
-  QGroupBox* zero_box_ = nullptr;
-  QSpinBox* stage_ = nullptr;
-  QSpinBox* sp_ = nullptr;
-  QSpinBox* cp_ = nullptr;
-  QSpinBox* zero_micro_batch_ = nullptr;
-  QCheckBox* zigzag_ = nullptr;
-  QCheckBox* checkpointing_ = nullptr;
-  std::map<std::string, QCheckBox*> offload_;
-  QGroupBox* megatron_box_ = nullptr;
-  QSpinBox* tp_ = nullptr;
-  QSpinBox* pp_ = nullptr;
-  QSpinBox* dp_ = nullptr;
-  QSpinBox* vpp_ = nullptr;
-  QSpinBox* megatron_micro_batch_ = nullptr;
-  QComboBox* recompute_ = nullptr;
-  QCheckBox* sequence_parallel_ = nullptr;
-  QCheckBox* megatron_offload_ = nullptr;
-  // The Megatron parameters the panel has no widget for (distributed optimizer, CP, uneven stages) keep the values
-  // of the plan last shown, so editing another field does not drop them.
-  planner::MegatronParams megatron_unshown_;
+  ParamPanel* param_panel_ = nullptr;  // generated from the schemes' parameter descriptions
 
   // Outputs.
   QLabel* error_ = nullptr;

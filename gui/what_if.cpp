@@ -21,9 +21,6 @@ hw::NodeProfile checked_node(const WhatIfInputs& inputs) {
   return node;
 }
 
-// Interactive limits on the step graph's size (see too_large_to_simulate).
-constexpr std::int64_t kMaxRingTrackChunks = 1024, kMaxFpdtChunks = 128;
-
 }  // namespace
 
 Setup::Setup(const WhatIfInputs& in)
@@ -59,17 +56,15 @@ std::vector<std::int64_t> memory_sweep_lengths(std::int64_t seq_len) {
   return out;
 }
 
-bool has_chunk(const std::string& scheme) { return scheme == "ringtrack" || scheme == "fpdt"; }
-
-std::int64_t chunk_of(const planner::PlanSpec& spec) {
-  if (spec.scheme == "ringtrack") return spec.ringtrack.chunk;
-  if (spec.scheme == "fpdt") return spec.zero.fpdt_chunk;
-  return 0;
+bool has_chunk(const std::string& scheme) {
+  const planner::Scheme* s = planner::find_scheme(scheme);
+  return s != nullptr && s->chunk_of != nullptr;
 }
 
+std::int64_t chunk_of(const planner::PlanSpec& spec) { return has_chunk(spec.scheme) ? planner::scheme_named(spec.scheme).chunk_of(spec) : 0; }
+
 planner::PlanSpec with_chunk(planner::PlanSpec spec, std::int64_t chunk) {
-  if (spec.scheme == "ringtrack") spec.ringtrack.chunk = chunk;
-  if (spec.scheme == "fpdt") spec.zero.fpdt_chunk = chunk;
+  if (has_chunk(spec.scheme)) planner::scheme_named(spec.scheme).set_chunk(spec, chunk);
   return spec;
 }
 
@@ -77,7 +72,7 @@ std::string too_large_to_simulate(const planner::PlanSpec& spec, std::int64_t se
   const std::int64_t chunk = chunk_of(spec);
   if (chunk <= 0) return "";
   const std::int64_t chunks = seq_len / chunk;
-  const std::int64_t limit = spec.scheme == "fpdt" ? kMaxFpdtChunks : kMaxRingTrackChunks;
+  const std::int64_t limit = planner::scheme_named(spec.scheme).interactive_chunks;
   if (chunks <= limit) return "";
   return std::to_string(chunks) + " chunks per sequence: more than the " + std::to_string(limit) +
          " the charts sweep (the selected plan and trainyard simulate run it)";

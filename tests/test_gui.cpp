@@ -11,6 +11,7 @@
 #include "common/json_reader.hpp"
 #include "gui/charts.hpp"
 #include "gui/main_window.hpp"
+#include "gui/param_panel.hpp"
 #include "gui/what_if.hpp"
 #include "planner/plan.hpp"
 
@@ -453,6 +454,51 @@ class GuiTest : public QObject {
     std::set<int> shapes;
     for (const auto& scheme : planner::scheme_names()) shapes.insert(scheme_style(scheme, 0, 1).shape);
     QCOMPARE(shapes.size(), planner::scheme_names().size());
+  }
+
+  void the_parameter_panel_shows_every_scheme_parameter_and_gives_it_back() {
+    // The panel is generated from the schemes' parameter descriptions: a plan set into it comes back whole,
+    // Megatron's CP, distributed optimizer and TP overlap included (the hand-made panel had no controls for them).
+    ParamPanel panel;
+    panel.set_ranges(64, 32);
+    planner::PlanSpec megatron;
+    megatron.scheme = "megatron";
+    auto& m = megatron.megatron;
+    m.tp = 4;
+    m.pp = 2;
+    m.dp = 2;
+    m.cp = 4;
+    m.cp_comm = planner::CpComm::a2a_p2p;
+    m.cp_a2a = 2;
+    m.vpp = 2;
+    m.micro_batch = 3;
+    m.sequence_parallel = m.tp_comm_overlap = m.distributed_optimizer = true;
+    m.recompute = planner::Recompute::selective;
+    m.first_stage_layers = 7;
+    planner::PlanSpec ulysses;
+    ulysses.scheme = "ulysses";
+    ulysses.zero.sp = 8;
+    ulysses.zero.stage = 3;
+    ulysses.zero.offload_params = ulysses.zero.offload_grads = true;
+    ulysses.zero.activation_checkpointing = true;
+    ulysses.zero.checkpoint_every = 2;
+    planner::PlanSpec ring;
+    ring.scheme = "ringtrack";
+    ring.ringtrack.ring = 8;
+    ring.ringtrack.block = 3;
+    ring.ringtrack.acts = planner::ActivationPolicy::recompute;
+    ring.ringtrack.states = planner::Placement::dram;
+    for (const planner::PlanSpec& spec : {megatron, ulysses, ring}) {
+      panel.set(spec);
+      QCOMPARE(planner::parameters_json(panel.spec(spec.scheme)).dump(), planner::parameters_json(spec).dump());
+    }
+    // Only the current scheme's group is visible, and a control's change is reported.
+    panel.show_scheme("ulysses");
+    QSignalSpy changed(&panel, &ParamPanel::changed);
+    auto* spin = panel.findChild<QSpinBox*>();
+    QVERIFY(spin != nullptr);
+    spin->setValue(spin->value() == 1 ? 2 : 1);
+    QCOMPARE(changed.count(), 1);
   }
 
   void lengths_that_do_not_fit_are_drawn_hollow_off_the_curve() {
