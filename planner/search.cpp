@@ -9,6 +9,7 @@
 #include "common/memory_budget.hpp"
 #include "common/thread_pool.hpp"
 #include "common/units.hpp"
+#include "planner/bounds.hpp"
 #include "planner/estimate.hpp"
 #include "planner/no_fit.hpp"
 #include "sim/cost_model.hpp"
@@ -55,28 +56,6 @@ bool valid(const StepInputs& in, const PlanSpec& spec) {
   }
 }
 
-// Seconds GPU 0's compute stream spends on one layer's dense ops (everything but attention, which the bounds
-// count separately at its best efficiency): forward, backward and, with `recompute`, the forward again. Exact
-// for these ops, since they are the very tasks the builders emit, timed by the simulator's own cost model.
-double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute) {
-  sim::TaskGraph g;
-  std::vector<sim::DeviceId> ranks;
-  for (int r = 0; r < split.tp * split.ulysses * split.cp; ++r) ranks.push_back(r);
-  LayerEmitter emitter(g, in.model, split, ranks);
-  emitter.set_attention_hook([](const std::string&, bool, std::vector<sim::TaskId>&, bool) {});
-  std::vector<sim::TaskId> last(ranks.size(), -1);
-  emitter.forward("F", last);
-  if (recompute) emitter.forward("R", last, true);
-  emitter.backward("B", last);
-  double ns = 0;
-  const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
-  for (const auto& t : g.tasks()) {
-    if (t.device == 0 && t.stream.kind == sim::StreamKind::compute) {
-      ns += static_cast<double>(compute.duration_ns(t));
-    }
-  }
-  return ns * 1e-9;
-}
 
 }  // namespace
 
@@ -101,255 +80,20 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
 // --- lower bounds ------------------------------------------------------------------------------------------
 
 Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
-  const auto& m = in.model;
-  const auto& pol = in.precision;
-  const auto& gpu = in.cluster.node.gpu;
-  const int gpus = in.cluster.gpus();
-  const double S = static_cast<double>(in.workload.seq_len);
-  const double tokens = static_cast<double>(in.workload.tokens());
-  const auto pc = m.param_counts();
-  const double layer_params = pc.per_layer();
-  const double L = static_cast<double>(m.layers);
-  const double resident_params = pc.embedding + static_cast<double>(m.vocab * m.hidden) + pc.final_norm;
-  const double all_params = m.params();
-  const double states_per_param = pol.master_bytes + pol.optimizer_bytes;
+  const BoundContext ctx(in, spec);
+  const SchemeBounds own = scheme_named(spec.scheme).bounds(ctx, spec);
+  // Attention: every FLOP at the best efficiency the profile reaches, the per-GPU mean (forward, the share of
+  // layers whose attention runs again, and backward).
+  const double attn_fwd = in.model.attention_flops_per_token_fwd(in.workload.seq_len, true) * ctx.tokens;
+  const auto head_dim = static_cast<double>(in.model.head_dim);
+  const double attention_s = (attn_fwd * (1 + own.attention_recompute) / ctx.compute.attention_best_fraction(false, head_dim) +
+                              attn_fwd * 2.5 / ctx.compute.attention_best_fraction(true, head_dim)) /
+                             (ctx.peak_flops * ctx.gpus);
+  const double compute_s = own.dense_s + attention_s;
   Bounds b;
-
-  // Compute: every FLOP at the best efficiency the profile's tables reach (GEMMs at the table's value for the
-  // call size where the shapes are known).
-  const double peak = gpu.peak_tflops(hw::Dtype::bf16) * 1e12;
-  const double head_fwd = 2 * static_cast<double>(m.vocab * m.hidden) * tokens;
-  const double attn_fwd = m.attention_flops_per_token_fwd(in.workload.seq_len, true) * tokens;
-  // The share of layers whose forward runs again (rounded down: a sound bound). Ring-track's recompute leaves
-  // attention out; Megatron's selective recompute is the core attention alone.
-  const double dense_recompute = spec.recomputed_layer_share(m.layers);
-  double attn_recompute = dense_recompute;
-  if (spec.scheme == "ringtrack") attn_recompute = 0;
-  if (spec.scheme == "megatron") attn_recompute = spec.megatron.recompute == Recompute::none ? 0 : 1;
-  const double gemm_max = gpu.sustained.gemm.best();
-  // Attention (and, where every GPU does the same share, the LM head): the per-GPU mean at the best efficiency.
-  const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
-  const auto head_dim = static_cast<double>(m.head_dim);
-  const double attention_s = (attn_fwd * (1 + attn_recompute) / compute.attention_best_fraction(false, head_dim) +
-                              attn_fwd * 2.5 / compute.attention_best_fraction(true, head_dim)) /
-                             (peak * gpus);
-  const double head_s = head_fwd * 3 / (gemm_max * peak * gpus);
-  // Ring-track: the ring position of each stage and the layers each position holds.
-  std::vector<int> positions, owned;
-  if (spec.scheme == "ringtrack") {
-    positions = stage_positions(m.layers, spec.ringtrack);
-    owned = layers_per_position(positions, spec.ringtrack.ring);
-  }
-  // Dense ops of the busiest GPU: its layers' tasks, timed exactly (dense_layer_seconds).
-  double dense_s = 0;
-  if (spec.scheme == "ringtrack") {
-    const auto& p = spec.ringtrack;
-    LayerSplit split;
-    split.seq_len = p.chunk;
-    dense_s = *std::max_element(owned.begin(), owned.end()) * (S / static_cast<double>(p.chunk)) * (tokens / S / (gpus / p.ring)) *
-              dense_layer_seconds(in, split, dense_recompute > 0);
-  } else if (spec.scheme == "megatron") {
-    const auto& p = spec.megatron;
-    LayerSplit split = megatron_layer_split(in, p);
-    dense_s = L / p.pp * static_cast<double>(megatron_micro_batches(in, p)) * dense_layer_seconds(in, split, dense_recompute > 0);
-  } else {
-    const auto& z = spec.zero;
-    const LayerSplit split = zero_layer_split(in, z);
-    dense_s = L * static_cast<double>(zero_micro_batches(in, z)) * dense_layer_seconds(in, split, dense_recompute > 0) + head_s;
-  }
-  const double compute_s = dense_s + attention_s;
-  double paced_s = 0;  // bounds from how the work is paced: copy engines, critical paths, idle turns
-  double serial_copy_s = 0;  // copies during which the busiest GPU's compute stream must wait
-
-  if (spec.scheme == "ringtrack") {
-    const auto& p = spec.ringtrack;
-    const int P = p.ring;
-    const double c = static_cast<double>(p.chunk);
-    const double C = S / c;
-    const double sequences = tokens / S / (gpus / P);  // per replica
-    // The most layers any ring position holds; the embedding and head add to positions of their own.
-    const double most = *std::max_element(owned.begin(), owned.end());
-    const double kv_token = 4.0 * static_cast<double>(m.kv_dim());  // K and V, bf16
-    LayerSplit split;
-    split.seq_len = p.chunk;
-    const double kept_token = layer_activation_bytes(m, split, Recompute::none).total() / c - kv_token;
-    const double ckpt_token = 2.0 * static_cast<double>(m.hidden + m.q_dim()) + 4.0 * static_cast<double>(m.heads);
-    double hbm = 0;
-    const int head_pos = positions.back();
-    const double head_params = static_cast<double>(m.vocab * m.hidden) + pc.final_norm;
-    // HBM of each GPU when one of its layers starts its backward (the last chunk first): the model states; the K/V
-    // and kept activations (when they stay in HBM) of every chunk whose backward visit has not run yet; the dK/dV
-    // accumulators (K/V in HBM) of every layer between its first and last backward visit; and what that visit
-    // allocates (the chunk's fp32 dK/dV, its activations brought back, K/V and stream buffers from DRAM). The
-    // visit order is the builder's own (train_schedule), so this holds for the graph that will be simulated.
-    const double acc_chunk = 2 * kv_token * c;
-    const double per_chunk = (p.kv == Placement::hbm ? kv_token * c : 0) + (p.acts == ActivationPolicy::hbm ? kept_token * c : 0);
-    double visit_extra = acc_chunk + (p.acts == ActivationPolicy::hbm ? 0 : kept_token * c);
-    if (p.kv == Placement::dram && C > 1) {
-      const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / c));
-      visit_extra += kv_token * c + std::min<double>(p.prefetch, std::ceil((C - 1) / span)) * span * (kv_token * c + acc_chunk);
-    }
-    std::vector<double> held(static_cast<std::size_t>(P), 0);  // per position: the most bytes beyond model states
-    if (per_chunk > 0 && C > 1) {
-      const TrainSchedule schedule = train_schedule(m, p, in.workload.seq_len);
-      const auto layers_n = static_cast<std::size_t>(m.layers), chunks_n = static_cast<std::size_t>(C);
-      std::vector<std::size_t> at(layers_n * chunks_n, 0);  // position of B(l, j) in the backward order
-      for (std::size_t i = 0; i < schedule.backward.size(); ++i) {
-        const Visit& v = schedule.backward[i];
-        if (v.stage < m.layers) at[static_cast<std::size_t>(v.stage) * chunks_n + static_cast<std::size_t>(v.chunk)] = i;
-      }
-      // Each layer's backward positions sorted, so "how many of its chunks are still held at `start`" is a binary
-      // search instead of a count over every chunk (layers x layers x chunks per candidate).
-      std::vector<std::size_t> sorted_at = at;
-      for (std::size_t o = 0; o < layers_n; ++o) {
-        std::sort(sorted_at.begin() + static_cast<std::ptrdiff_t>(o * chunks_n), sorted_at.begin() + static_cast<std::ptrdiff_t>((o + 1) * chunks_n));
-      }
-      for (std::size_t l = 0; l < layers_n; ++l) {
-        const int pos = schedule.stage_position[l];
-        const std::size_t start = at[l * chunks_n + chunks_n - 1];
-        double chunks_held = 0, accumulators = 0;
-        for (std::size_t o = 0; o < layers_n; ++o) {
-          if (schedule.stage_position[o] != pos) continue;
-          const auto first = sorted_at.begin() + static_cast<std::ptrdiff_t>(o * chunks_n), last = first + static_cast<std::ptrdiff_t>(chunks_n);
-          chunks_held += static_cast<double>(last - std::lower_bound(first, last, start));
-          accumulators += at[o * chunks_n + chunks_n - 1] <= start && at[o * chunks_n] >= start;
-        }
-        const double bytes = chunks_held * per_chunk + (p.kv == Placement::hbm ? accumulators * (C - 1) * acc_chunk : 0) + visit_extra;
-        held[static_cast<std::size_t>(pos)] = std::max(held[static_cast<std::size_t>(pos)], bytes);
-      }
-    } else {
-      for (int pos = 0; pos < P; ++pos) {
-        if (owned[static_cast<std::size_t>(pos)] > 0) held[static_cast<std::size_t>(pos)] = owned[static_cast<std::size_t>(pos)] * C * per_chunk + visit_extra;
-      }
-    }
-    for (int pos = 0; pos < P; ++pos) {
-      const double layers = owned[static_cast<std::size_t>(pos)] * layer_params;
-      const double extra = (pos == 0 ? pc.embedding : 0) + (pos == head_pos ? head_params : 0);
-      const double states = pol.weight_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
-                            pol.grad_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
-                            (p.states == Placement::hbm ? states_per_param * (layers + extra) : 0);
-      hbm = std::max(hbm, states + held[static_cast<std::size_t>(pos)]);
-    }
-    b.hbm_bytes = hbm;
-    // Host DRAM of one node at the turn from forward to backward: everything of every layer that lives there.
-    // Whole rings per node (a ring spanning nodes: no bound, to stay below the truth).
-    const int per_node = in.cluster.topology.gpus_per_node();
-    const double node_share = P <= per_node ? static_cast<double>(per_node / P) : 0;
-    double host_per_ring = 0;
-    // ... and, when K/V live in DRAM, the first backward visit's dK/dV accumulators for the earlier chunks.
-    if (p.kv == Placement::dram) host_per_ring += kv_token * S * L + 2 * kv_token * c * (C - 1);
-    if (p.acts == ActivationPolicy::dram) host_per_ring += kept_token * S * L;
-    if (p.acts == ActivationPolicy::recompute) host_per_ring += ckpt_token * S * L;
-    if (p.states == Placement::dram) host_per_ring += (states_per_param + pol.grad_bytes) * (L * layer_params + resident_params);
-    if (p.weights == WeightPolicy::stream) host_per_ring += pol.weight_bytes * L * layer_params;
-    b.dram_bytes = host_per_ring * node_share;
-    // Copies of the GPU with the most layers: K/V of earlier chunks re-read for every later chunk (forward and
-    // backward), the dK/dV accumulators read and written in backward, the activations out and back.
-    if (P >= 1) {
-      const double pairs = C * (C - 1) / 2;  // (chunk, earlier chunk) pairs per layer
-      const double kv_chunk = kv_token * c;
-      double h2d = 0, d2h = 0;
-      if (p.kv == Placement::dram) {
-        h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (C - 1)) * acc_chunk;
-        d2h += C * kv_chunk + pairs * acc_chunk;
-      }
-      const double out_token = p.acts == ActivationPolicy::dram ? kept_token : p.acts == ActivationPolicy::recompute ? ckpt_token : 0;
-      h2d += out_token * S;
-      d2h += out_token * S;
-      if (p.weights == WeightPolicy::stream) {
-        h2d += 2 * C * pol.weight_bytes * layer_params;
-        d2h += C * pol.grad_bytes * layer_params;
-      }
-      // One prefetch buffer: a block's copy cannot start before the previous block's attention is done, and the
-      // compute stream's next task is the attention that needs it, so every block after a visit's first is
-      // copied while that GPU computes nothing.
-      if (p.kv == Placement::dram && p.prefetch == 1) {
-        const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / c));
-        double chunks_after_first = 0, with_accumulators = 0;  // per layer, over the visits
-        for (double k = 0; k < C; ++k) {
-          chunks_after_first += std::max(0.0, k - span);
-          if (k < C - 1) with_accumulators += std::max(0.0, k - span);
-        }
-        serial_copy_s = sequences * most * (2 * chunks_after_first * kv_chunk + with_accumulators * acc_chunk) /
-                        (gpu.sustained.pcie_h2d_gbps.value * 1e9);
-      }
-      paced_s = sequences * most *
-               std::max(h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9), d2h / (gpu.sustained.pcie_d2h_gbps.value * 1e9));
-    }
-    // Per visit at the best efficiencies: a layer's dense ops forward and backward (the forward timed on its own as
-    // the recomputation pass), and its attention for chunk k.
-    LayerSplit visit_split;
-    visit_split.seq_len = p.chunk;
-    const double both = dense_layer_seconds(in, visit_split, false);
-    const double fwd = dense_layer_seconds(in, visit_split, true) - both;
-    const double bwd = both - fwd;
-    const double rec = p.acts == ActivationPolicy::recompute ? fwd : 0;
-    auto attention_visit = [&](double k, bool backward) {
-      const double flops = 4 * static_cast<double>(m.q_dim()) * (k * c * c + c * c / 2);
-      return backward ? 2.5 * flops / (peak * compute.attention_best_fraction(true, head_dim))
-                      : flops / (peak * compute.attention_best_fraction(false, head_dim));
-    };
-    // The train's critical path: chunk by chunk through layer 0, chunk C-1 through the other layers and back, then
-    // chunk by chunk back through layer 0.
-    double chain = 0;
-    for (double k = 0; k < C; ++k) chain += fwd + attention_visit(k, false);                // layer 0, forward
-    chain += (L - 1) * (fwd + attention_visit(C - 1, false));                                 // chunk C-1, forward
-    chain += L * (bwd + rec + attention_visit(C - 1, true));                                   // chunk C-1, backward
-    for (double k = 0; k < C - 1; ++k) chain += bwd + rec + attention_visit(k, true);        // layer 0, backward
-    paced_s = std::max(paced_s, sequences * chain);
-    // The turn from forward to backward: once a GPU has run its last forward visit (its deepest layer with the
-    // last chunk, which needs all its other forward visits), all its backward visits wait for the last chunk to
-    // go through the deeper layers, the head and back. A GPU other than the head's idles all that time.
-    double per_layer_work = C * (both + rec);
-    for (double k = 0; k < C; ++k) per_layer_work += attention_visit(k, false) + attention_visit(k, true);
-    const double last_chunk_visit = fwd + attention_visit(C - 1, false) + bwd + rec + attention_visit(C - 1, true);
-    for (int pos = 0; pos < P; ++pos) {
-      if (pos == head_pos || owned[static_cast<std::size_t>(pos)] == 0) continue;
-      std::int64_t deepest = 0;
-      for (std::int64_t l = 0; l < m.layers; ++l) {
-        if (positions[static_cast<std::size_t>(l)] == pos) deepest = l;
-      }
-      const double idle = static_cast<double>(m.layers - 1 - deepest) * last_chunk_visit;
-      paced_s = std::max(paced_s, sequences * (owned[static_cast<std::size_t>(pos)] * per_layer_work + idle));
-    }
-  } else if (spec.scheme == "megatron") {
-    const auto& p = spec.megatron;
-    // Every rank keeps the full states of its shard of the model (the distributed optimizer splits the master
-    // weights and moments dp ways); the ends of the model sit on the first and last stages.
-    const double ends = p.pp == 1 ? resident_params : std::max(pc.embedding, static_cast<double>(m.vocab * m.hidden));
-    const double per_param = p.distributed_optimizer ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / p.dp
-                                                     : pol.bytes_per_param();
-    b.hbm_bytes = per_param * (layer_params * L / p.pp + ends) / p.tp;
-    // Activations, at least: one layer's full set while its backward runs (recomputed or kept), and the kept
-    // sets (checkpoints under full recompute, unless offloaded) of the stage's other layers for one micro-batch.
-    // Without this, megatron at absurd lengths (--seq 1G) passed the bound and every candidate was simulated.
-    const LayerSplit split = megatron_layer_split(in, p);
-    const double full = layer_activation_bytes(m, split, Recompute::none).total();
-    const double kept = p.offload_activations ? 0 : layer_activation_bytes(m, split, p.recompute).total();
-    b.hbm_bytes += full + kept * (L / p.pp - 1);
-  } else {
-    const auto& z = spec.zero;
-    const double n = gpus;
-    const double layers_params = layer_params * L;
-    double weights = pol.weight_bytes * ((z.stage == 3 ? layers_params / n : layers_params) + resident_params);
-    if (z.offload_params) weights -= pol.weight_bytes * layers_params / n;
-    const double grads = z.offload_grads ? 0 : pol.grad_bytes * (z.stage >= 2 ? all_params / n : all_params);
-    const double optimizer = z.offload_optimizer ? 0 : states_per_param * (z.stage >= 1 ? all_params / n : all_params);
-    const LayerSplit split = zero_layer_split(in, z);
-    const double full = split.fpdt_chunks > 1 ? fpdt_working_bytes(m, split) : layer_activation_bytes(m, split, Recompute::none).total();
-    const double ckpt = layer_activation_bytes(m, split, Recompute::full).total();
-    const auto checkpointed = static_cast<double>(z.checkpointed_layers(m.layers));
-    const double acts = z.offload_activations ? 0 : ckpt * checkpointed + full * (L - checkpointed);
-    b.hbm_bytes = weights + grads + optimizer + acts;
-    const int per_node = in.cluster.topology.gpus_per_node();
-    double host = 0;
-    if (z.offload_params) host += pol.weight_bytes * layers_params / n;
-    if (z.offload_grads) host += pol.grad_bytes * (z.stage >= 2 ? all_params / n : all_params);
-    if (z.offload_optimizer) host += states_per_param * (z.stage >= 1 ? all_params / n : all_params);
-    if (z.offload_activations) host += ckpt * L;
-    b.dram_bytes = host * per_node;
-  }
-  b.step_s = std::max(compute_s + serial_copy_s, paced_s);
+  b.hbm_bytes = own.hbm_bytes;
+  b.dram_bytes = own.dram_bytes;
+  b.step_s = std::max(compute_s + own.serial_copy_s, own.paced_s);
   return b;
 }
 
@@ -477,15 +221,7 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
     double size;  // visits or attention blocks the graph has, roughly: what simulating it costs
   };
   // Only orders candidates whose bounds tie; nothing is decided on it.
-  auto graph_size = [&](const PlanSpec& spec) {
-    const double layers = static_cast<double>(in.model.layers), S = static_cast<double>(in.workload.seq_len);
-    if (spec.scheme == "ringtrack") return layers * S / static_cast<double>(spec.ringtrack.chunk);
-    if (spec.zero.fpdt_chunk > 0) {
-      const double u = S / static_cast<double>(spec.zero.fpdt_chunk);
-      return layers * u * u;
-    }
-    return layers;
-  };
+  auto graph_size = [&](const PlanSpec& spec) { return scheme_named(spec.scheme).search_cost(in, spec); };
   const std::int64_t budget = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
   std::vector<double> graph_bytes(specs.size(), 0);
   std::vector<Candidate> alive;

@@ -1,5 +1,7 @@
 #include "planner/symmetry.hpp"
 
+#include "planner/schemes/scheme.hpp"
+
 namespace trainyard::planner {
 
 namespace {
@@ -7,11 +9,23 @@ constexpr int kBuilt = 2;  // replicas or cp ranks built: a ring needs two membe
 }  // namespace
 
 std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
+  const Scheme& scheme = scheme_named(spec.scheme);
+  if (scheme.reduce_by_symmetry != nullptr) return scheme.reduce_by_symmetry(in, spec, why_not);
+  if (why_not != nullptr) {
+    std::string reduced;
+    for (const auto& name : scheme_names()) {
+      if (scheme_named(name).reduce_by_symmetry != nullptr) reduced += (reduced.empty() ? "" : ", ") + name;
+    }
+    *why_not = spec.scheme + " steps are not reduced by symmetry yet (only " + reduced + "'s are)";
+  }
+  return std::nullopt;
+}
+
+std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
   auto no = [&](const std::string& reason) -> std::optional<ReducedStep> {
     if (why_not != nullptr) *why_not = reason;
     return std::nullopt;
   };
-  if (spec.scheme != "megatron") return no("only Megatron's data-parallel replicas and context-parallel ranks are reduced so far");
   const MegatronParams& p = spec.megatron;
   const int per_node = in.cluster.topology.gpus_per_node();
   // Context-parallel ranks: identical under Megatron's load-balanced split when each one's TP group fills

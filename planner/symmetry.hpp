@@ -8,7 +8,8 @@
 // each pipeline stage of a replica must fill whole nodes. tests/test_symmetry.cpp holds the reduced step to
 // the full one. Context-parallel ranks reduce the same way when each one's TP group fills whole nodes: two
 // built, their K/V exchanges run as the whole ring's (Megatron's load-balanced split gives every rank the same
-// work). Today: Megatron's data-parallel replicas and CP ranks; pipeline stages and TP ranks are issue 22's.
+// work). Each scheme's registry entry says whether and how its steps reduce (`reduce_by_symmetry`); today
+// Megatron's data-parallel replicas and CP ranks do; pipeline stages and TP ranks are not reduced yet.
 #include <optional>
 #include <string>
 
@@ -26,5 +27,7 @@ struct ReducedStep {
 
 // The reduced step when the plan allows one, else nullopt with `why_not` (when given) saying why.
 std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not = nullptr);
+// Megatron's reduction (its registry entry's `reduce_by_symmetry`).
+std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not);
 
 }  // namespace trainyard::planner

@@ -62,7 +62,7 @@ TEST(SchemeRegistry, AnUnknownSchemeIsRefusedNamingTheKnownOnes) {
     const Scheme& s = scheme_named(name);
     EXPECT_FALSE(s.description.empty()) << name;
     EXPECT_FALSE(s.flags.empty()) << name;
-    EXPECT_TRUE(s.summary && s.check && s.build && s.enumerate && s.estimate && s.recomputed_layer_share && s.layout &&
+    EXPECT_TRUE(s.summary && s.check && s.build && s.enumerate && s.bounds && s.estimate && s.search_cost && s.recomputed_layer_share && s.layout &&
                 s.set_micro_batch && s.row_multiple && s.complete_strategy)
         << name;
     EXPECT_EQ(s.chunk_of == nullptr, s.set_chunk == nullptr) << name;

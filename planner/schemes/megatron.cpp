@@ -109,7 +109,9 @@ Scheme megatron_scheme() {
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_megatron(in, spec.megatron); },
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_megatron(in, spec.megatron); },
       .enumerate = enumerate_megatron,
+      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return megatron_bounds(ctx, spec.megatron); },
       .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(megatron_tasks(in, spec.megatron)); },
+      .search_cost = [](const StepInputs& in, const PlanSpec&) { return static_cast<double>(in.model.layers); },
       .recomputed_layer_share = [](const PlanSpec& spec, std::int64_t) { return spec.megatron.recompute == Recompute::full ? 1.0 : 0.0; },
       .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return megatron_layout(in, spec.megatron); },
       .set_micro_batch = [](PlanSpec& spec, std::int64_t sequences) { spec.megatron.micro_batch = sequences; },
@@ -123,6 +125,7 @@ Scheme megatron_scheme() {
             if (std::find(given.begin(), given.end(), "dp") != given.end()) return;
             params["dp"] = std::max<std::int64_t>(1, gpus / (params["tp"].get<std::int64_t>() * params["pp"].get<std::int64_t>()));
           },
+      .reduce_by_symmetry = reduce_megatron_by_symmetry,
   };
 }
 

@@ -126,7 +126,12 @@ Scheme ringtrack_scheme() {
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_ringtrack(in, spec.ringtrack); },
       .build = build_ringtrack_step,
       .enumerate = enumerate_ringtrack,
+      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return ringtrack_bounds(ctx, spec.ringtrack); },
       .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(ringtrack_tasks(in, spec.ringtrack)); },
+      .search_cost =
+          [](const StepInputs& in, const PlanSpec& spec) {
+            return static_cast<double>(in.model.layers) * static_cast<double>(in.workload.seq_len) / static_cast<double>(spec.ringtrack.chunk);
+          },
       .recomputed_layer_share =
           [](const PlanSpec& spec, std::int64_t) { return spec.ringtrack.acts == ActivationPolicy::recompute ? 1.0 : 0.0; },
       .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return ringtrack_layout(in, spec.ringtrack); },

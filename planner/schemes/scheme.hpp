@@ -16,9 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_reader.hpp"
+#include "planner/bounds.hpp"
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
 #include "planner/switching.hpp"
+#include "planner/symmetry.hpp"
 
 namespace trainyard::planner {
 
@@ -72,8 +74,12 @@ struct Scheme {
   sim::TaskGraph (*build)(const StepInputs& in, const PlanSpec& spec, RingTrackPlan* rings);
   // Every configuration the plan search tries on these inputs, each passed to `add` (which drops invalid ones).
   void (*enumerate)(const StepInputs& in, const AddPlan& add);
+  // The scheme's share of the search's lower bounds (planner/bounds.hpp).
+  SchemeBounds (*bounds)(const BoundContext& ctx, const PlanSpec& spec);
   // The graph's size, counted from the parameters (planner/estimate.hpp).
   GraphEstimate (*estimate)(const StepInputs& in, const PlanSpec& spec);
+  // What simulating it costs, roughly (visits or attention blocks): the search orders candidates whose bounds tie by it.
+  double (*search_cost)(const StepInputs& in, const PlanSpec& spec);
   // The share of `layers` whose whole forward runs again in backward (full recompute, checkpointing).
   double (*recomputed_layer_share)(const PlanSpec& spec, std::int64_t layers);
   // Where parameters (gradients: false) or reduced gradients (true) sit (planner/switching.hpp).
@@ -91,6 +97,8 @@ struct Scheme {
   std::int64_t (*chunk_of)(const PlanSpec& spec) = nullptr;
   void (*set_chunk)(PlanSpec& spec, std::int64_t tokens) = nullptr;
   std::int64_t interactive_chunks = 0;
+  // The step with identical ranks simulated once (planner/symmetry.hpp); nullptr: the scheme is not reduced.
+  std::optional<ReducedStep> (*reduce_by_symmetry)(const StepInputs& in, const PlanSpec& spec, std::string* why_not) = nullptr;
 };
 
 // A plan file's "parameters" object from the entry's params, and back (the reader's unknown fields are the

@@ -119,7 +119,15 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_zero(in, spec.zero); },
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_zero(in, spec.zero); },
       .enumerate = nullptr,  // each member's own
+      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return zero_bounds(ctx, spec.zero); },
       .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(zero_tasks(in, spec.zero)); },
+      .search_cost =
+          [](const StepInputs& in, const PlanSpec& spec) {
+            const double layers = static_cast<double>(in.model.layers), S = static_cast<double>(in.workload.seq_len);
+            if (spec.zero.fpdt_chunk <= 0) return layers;
+            const double u = S / static_cast<double>(spec.zero.fpdt_chunk);  // FPDT: chunk pairs per layer
+            return layers * u * u;
+          },
       .recomputed_layer_share =
           [](const PlanSpec& spec, std::int64_t layers) {
             return static_cast<double>(spec.zero.checkpointed_layers(layers)) / static_cast<double>(layers);

@@ -1,0 +1,319 @@
+#include "planner/bounds.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "planner/transformer.hpp"
+
+namespace trainyard::planner {
+
+BoundContext::BoundContext(const StepInputs& inputs, const PlanSpec& spec)
+    : in(inputs),
+      gpus(inputs.cluster.gpus()),
+      seq_len(static_cast<double>(inputs.workload.seq_len)),
+      tokens(static_cast<double>(inputs.workload.tokens())),
+      layers(static_cast<double>(inputs.model.layers)),
+      params(inputs.model.param_counts()),
+      compute(inputs.cluster.node, inputs.cluster.stack) {
+  const auto& m = in.model;
+  layer_params = params.per_layer();
+  resident_params = params.embedding + static_cast<double>(m.vocab * m.hidden) + params.final_norm;
+  all_params = m.params();
+  states_per_param = in.precision.master_bytes + in.precision.optimizer_bytes;
+  peak_flops = in.cluster.node.gpu.peak_tflops(hw::Dtype::bf16) * 1e12;
+  const double head_fwd = 2 * static_cast<double>(m.vocab * m.hidden) * tokens;
+  head_s = head_fwd * 3 / (in.cluster.node.gpu.sustained.gemm.best() * peak_flops * gpus);
+  dense_recompute = spec.recomputed_layer_share(m.layers);
+}
+
+double BoundContext::attention_s(double flops, bool backward) const {
+  const auto head_dim = static_cast<double>(in.model.head_dim);
+  return (backward ? 2.5 * flops : flops) / (peak_flops * compute.attention_best_fraction(backward, head_dim));
+}
+
+double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute) {
+  sim::TaskGraph g;
+  std::vector<sim::DeviceId> ranks;
+  for (int r = 0; r < split.tp * split.ulysses * split.cp; ++r) ranks.push_back(r);
+  LayerEmitter emitter(g, in.model, split, ranks);
+  emitter.set_attention_hook([](const std::string&, bool, std::vector<sim::TaskId>&, bool) {});
+  std::vector<sim::TaskId> last(ranks.size(), -1);
+  emitter.forward("F", last);
+  if (recompute) emitter.forward("R", last, true);
+  emitter.backward("B", last);
+  double ns = 0;
+  const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
+  for (const auto& t : g.tasks()) {
+    if (t.device == 0 && t.stream.kind == sim::StreamKind::compute) {
+      ns += static_cast<double>(compute.duration_ns(t));
+    }
+  }
+  return ns * 1e-9;
+}
+
+// --- ring-track ------------------------------------------------------------------------------------------------
+
+namespace {
+
+// Ring-track's sizes every part of its bound uses.
+struct RingSizes {
+  std::vector<int> positions;  // the ring position of each stage
+  std::vector<int> owned;      // layers per ring position
+  double most = 0;             // the most layers any position holds
+  double c = 0, C = 0;         // chunk tokens; chunks per sequence
+  double sequences = 0;        // per replica
+  double kv_token = 0;         // K and V bytes per token (bf16)
+  double kept_token = 0;       // activations kept per token besides K/V
+  double ckpt_token = 0;       // a recompute checkpoint per token
+  double acc_chunk = 0;        // a chunk's fp32 dK/dV accumulators
+};
+
+RingSizes ring_sizes(const BoundContext& ctx, const RingTrackParams& p) {
+  const auto& m = ctx.in.model;
+  RingSizes r;
+  r.positions = stage_positions(m.layers, p);
+  r.owned = layers_per_position(r.positions, p.ring);
+  r.most = *std::max_element(r.owned.begin(), r.owned.end());
+  r.c = static_cast<double>(p.chunk);
+  r.C = ctx.seq_len / r.c;
+  r.sequences = ctx.tokens / ctx.seq_len / (ctx.gpus / p.ring);
+  r.kv_token = 4.0 * static_cast<double>(m.kv_dim());
+  LayerSplit split;
+  split.seq_len = p.chunk;
+  r.kept_token = layer_activation_bytes(m, split, Recompute::none).total() / r.c - r.kv_token;
+  r.ckpt_token = 2.0 * static_cast<double>(m.hidden + m.q_dim()) + 4.0 * static_cast<double>(m.heads);
+  r.acc_chunk = 2 * r.kv_token * r.c;
+  return r;
+}
+
+// Per ring position, the most bytes beyond the model states, when one of its layers starts its backward (the last
+// chunk first): the K/V and kept activations (when they stay in HBM) of every chunk whose backward visit has not
+// run yet; the dK/dV accumulators (K/V in HBM) of every layer between its first and last backward visit; and what
+// that visit allocates (the chunk's fp32 dK/dV, its activations brought back, K/V and stream buffers from DRAM).
+// The visit order is the builder's own (train_schedule), so this holds for the graph that will be simulated.
+std::vector<double> ring_held_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+  const auto& m = ctx.in.model;
+  const double per_chunk = (p.kv == Placement::hbm ? r.kv_token * r.c : 0) + (p.acts == ActivationPolicy::hbm ? r.kept_token * r.c : 0);
+  double visit_extra = r.acc_chunk + (p.acts == ActivationPolicy::hbm ? 0 : r.kept_token * r.c);
+  if (p.kv == Placement::dram && r.C > 1) {
+    const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / r.c));
+    visit_extra += r.kv_token * r.c + std::min<double>(p.prefetch, std::ceil((r.C - 1) / span)) * span * (r.kv_token * r.c + r.acc_chunk);
+  }
+  std::vector<double> held(static_cast<std::size_t>(p.ring), 0);
+  if (per_chunk <= 0 || r.C <= 1) {
+    for (int pos = 0; pos < p.ring; ++pos) {
+      if (r.owned[static_cast<std::size_t>(pos)] > 0) held[static_cast<std::size_t>(pos)] = r.owned[static_cast<std::size_t>(pos)] * r.C * per_chunk + visit_extra;
+    }
+    return held;
+  }
+  const TrainSchedule schedule = train_schedule(m, p, ctx.in.workload.seq_len);
+  const auto layers_n = static_cast<std::size_t>(m.layers), chunks_n = static_cast<std::size_t>(r.C);
+  std::vector<std::size_t> at(layers_n * chunks_n, 0);  // position of B(l, j) in the backward order
+  for (std::size_t i = 0; i < schedule.backward.size(); ++i) {
+    const Visit& v = schedule.backward[i];
+    if (v.stage < m.layers) at[static_cast<std::size_t>(v.stage) * chunks_n + static_cast<std::size_t>(v.chunk)] = i;
+  }
+  // Each layer's backward positions sorted, so "how many of its chunks are still held at `start`" is a binary
+  // search instead of a count over every chunk (layers x layers x chunks per candidate).
+  std::vector<std::size_t> sorted_at = at;
+  for (std::size_t o = 0; o < layers_n; ++o) {
+    std::sort(sorted_at.begin() + static_cast<std::ptrdiff_t>(o * chunks_n), sorted_at.begin() + static_cast<std::ptrdiff_t>((o + 1) * chunks_n));
+  }
+  for (std::size_t l = 0; l < layers_n; ++l) {
+    const int pos = schedule.stage_position[l];
+    const std::size_t start = at[l * chunks_n + chunks_n - 1];
+    double chunks_held = 0, accumulators = 0;
+    for (std::size_t o = 0; o < layers_n; ++o) {
+      if (schedule.stage_position[o] != pos) continue;
+      const auto first = sorted_at.begin() + static_cast<std::ptrdiff_t>(o * chunks_n), last = first + static_cast<std::ptrdiff_t>(chunks_n);
+      chunks_held += static_cast<double>(last - std::lower_bound(first, last, start));
+      accumulators += at[o * chunks_n + chunks_n - 1] <= start && at[o * chunks_n] >= start;
+    }
+    const double bytes = chunks_held * per_chunk + (p.kv == Placement::hbm ? accumulators * (r.C - 1) * r.acc_chunk : 0) + visit_extra;
+    held[static_cast<std::size_t>(pos)] = std::max(held[static_cast<std::size_t>(pos)], bytes);
+  }
+  return held;
+}
+
+// HBM of the fullest GPU: its model states (by where weights and states live) and ring_held_bytes.
+double ring_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+  const auto& m = ctx.in.model;
+  const auto& pol = ctx.in.precision;
+  const std::vector<double> held = ring_held_bytes(ctx, p, r);
+  const int head_pos = r.positions.back();
+  const double head_params = static_cast<double>(m.vocab * m.hidden) + ctx.params.final_norm;
+  double hbm = 0;
+  for (int pos = 0; pos < p.ring; ++pos) {
+    const double layers = r.owned[static_cast<std::size_t>(pos)] * ctx.layer_params;
+    const double extra = (pos == 0 ? ctx.params.embedding : 0) + (pos == head_pos ? head_params : 0);
+    const double states = pol.weight_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
+                          pol.grad_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
+                          (p.states == Placement::hbm ? ctx.states_per_param * (layers + extra) : 0);
+    hbm = std::max(hbm, states + held[static_cast<std::size_t>(pos)]);
+  }
+  return hbm;
+}
+
+// Host DRAM of one node at the turn from forward to backward: everything of every layer that lives there, and,
+// when K/V live in DRAM, the first backward visit's dK/dV accumulators for the earlier chunks. Whole rings per node
+// (a ring spanning nodes: no bound, to stay below the truth).
+double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+  const auto& pol = ctx.in.precision;
+  const double S = ctx.seq_len, L = ctx.layers;
+  const int per_node = ctx.in.cluster.topology.gpus_per_node();
+  const double node_share = p.ring <= per_node ? static_cast<double>(per_node / p.ring) : 0;
+  double host_per_ring = 0;
+  if (p.kv == Placement::dram) host_per_ring += r.kv_token * S * L + 2 * r.kv_token * r.c * (r.C - 1);
+  if (p.acts == ActivationPolicy::dram) host_per_ring += r.kept_token * S * L;
+  if (p.acts == ActivationPolicy::recompute) host_per_ring += r.ckpt_token * S * L;
+  if (p.states == Placement::dram) host_per_ring += (ctx.states_per_param + pol.grad_bytes) * (L * ctx.layer_params + ctx.resident_params);
+  if (p.weights == WeightPolicy::stream) host_per_ring += pol.weight_bytes * L * ctx.layer_params;
+  return host_per_ring * node_share;
+}
+
+// The copies of the GPU with the most layers at its copy engines' sustained rates: K/V of earlier chunks re-read
+// for every later chunk (forward and backward), the dK/dV accumulators read and written in backward, the
+// activations out and back, streamed weights. With one prefetch buffer, `serial_copy_s` gets the copies the
+// compute stream must wait for.
+double ring_copy_s(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r, double& serial_copy_s) {
+  const auto& pol = ctx.in.precision;
+  const auto& gpu = ctx.in.cluster.node.gpu;
+  const double pairs = r.C * (r.C - 1) / 2;  // (chunk, earlier chunk) pairs per layer
+  const double kv_chunk = r.kv_token * r.c;
+  double h2d = 0, d2h = 0;
+  if (p.kv == Placement::dram) {
+    h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (r.C - 1)) * r.acc_chunk;
+    d2h += r.C * kv_chunk + pairs * r.acc_chunk;
+  }
+  const double out_token = p.acts == ActivationPolicy::dram ? r.kept_token : p.acts == ActivationPolicy::recompute ? r.ckpt_token : 0;
+  h2d += out_token * ctx.seq_len;
+  d2h += out_token * ctx.seq_len;
+  if (p.weights == WeightPolicy::stream) {
+    h2d += 2 * r.C * pol.weight_bytes * ctx.layer_params;
+    d2h += r.C * pol.grad_bytes * ctx.layer_params;
+  }
+  // One prefetch buffer: a block's copy cannot start before the previous block's attention is done, and the
+  // compute stream's next task is the attention that needs it, so every block after a visit's first is copied
+  // while that GPU computes nothing.
+  if (p.kv == Placement::dram && p.prefetch == 1) {
+    const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / r.c));
+    double chunks_after_first = 0, with_accumulators = 0;  // per layer, over the visits
+    for (double k = 0; k < r.C; ++k) {
+      chunks_after_first += std::max(0.0, k - span);
+      if (k < r.C - 1) with_accumulators += std::max(0.0, k - span);
+    }
+    serial_copy_s = r.sequences * r.most * (2 * chunks_after_first * kv_chunk + with_accumulators * r.acc_chunk) /
+                    (gpu.sustained.pcie_h2d_gbps.value * 1e9);
+  }
+  return r.sequences * r.most * std::max(h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9), d2h / (gpu.sustained.pcie_d2h_gbps.value * 1e9));
+}
+
+// Per visit at the best efficiencies: the train's critical path (chunk by chunk through layer 0, chunk C-1
+// through the other layers and back, then chunk by chunk back through layer 0), and the turn from forward to
+// backward: once a GPU has run its last forward visit, its backward visits wait for the last chunk to go through
+// the deeper layers, the head and back, so a GPU other than the head's idles all that time.
+double ring_path_s(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+  const auto& m = ctx.in.model;
+  LayerSplit visit_split;
+  visit_split.seq_len = p.chunk;
+  const double both = dense_layer_seconds(ctx.in, visit_split, false);
+  const double fwd = dense_layer_seconds(ctx.in, visit_split, true) - both;
+  const double bwd = both - fwd;
+  const double rec = p.acts == ActivationPolicy::recompute ? fwd : 0;
+  const double c = r.c, C = r.C, L = ctx.layers;
+  auto attention_visit = [&](double k, bool backward) {
+    return ctx.attention_s(4 * static_cast<double>(m.q_dim()) * (k * c * c + c * c / 2), backward);
+  };
+  double chain = 0;
+  for (double k = 0; k < C; ++k) chain += fwd + attention_visit(k, false);          // layer 0, forward
+  chain += (L - 1) * (fwd + attention_visit(C - 1, false));                           // chunk C-1, forward
+  chain += L * (bwd + rec + attention_visit(C - 1, true));                             // chunk C-1, backward
+  for (double k = 0; k < C - 1; ++k) chain += bwd + rec + attention_visit(k, true);  // layer 0, backward
+  double paced_s = r.sequences * chain;
+  double per_layer_work = C * (both + rec);
+  for (double k = 0; k < C; ++k) per_layer_work += attention_visit(k, false) + attention_visit(k, true);
+  const double last_chunk_visit = fwd + attention_visit(C - 1, false) + bwd + rec + attention_visit(C - 1, true);
+  const int head_pos = r.positions.back();
+  for (int pos = 0; pos < p.ring; ++pos) {
+    if (pos == head_pos || r.owned[static_cast<std::size_t>(pos)] == 0) continue;
+    std::int64_t deepest = 0;
+    for (std::int64_t l = 0; l < m.layers; ++l) {
+      if (r.positions[static_cast<std::size_t>(l)] == pos) deepest = l;
+    }
+    const double idle = static_cast<double>(m.layers - 1 - deepest) * last_chunk_visit;
+    paced_s = std::max(paced_s, r.sequences * (r.owned[static_cast<std::size_t>(pos)] * per_layer_work + idle));
+  }
+  return paced_s;
+}
+
+}  // namespace
+
+SchemeBounds ringtrack_bounds(const BoundContext& ctx, const RingTrackParams& p) {
+  const RingSizes r = ring_sizes(ctx, p);
+  SchemeBounds b;
+  b.attention_recompute = 0;  // ring-track's recompute leaves attention out
+  LayerSplit split;
+  split.seq_len = p.chunk;
+  b.dense_s = r.most * (ctx.seq_len / static_cast<double>(p.chunk)) * (ctx.tokens / ctx.seq_len / (ctx.gpus / p.ring)) *
+              dense_layer_seconds(ctx.in, split, ctx.dense_recompute > 0);
+  b.hbm_bytes = ring_hbm_bytes(ctx, p, r);
+  b.dram_bytes = ring_dram_bytes(ctx, p, r);
+  b.paced_s = std::max(ring_copy_s(ctx, p, r, b.serial_copy_s), ring_path_s(ctx, p, r));
+  return b;
+}
+
+// --- Megatron --------------------------------------------------------------------------------------------------
+
+SchemeBounds megatron_bounds(const BoundContext& ctx, const MegatronParams& p) {
+  const auto& m = ctx.in.model;
+  const auto& pol = ctx.in.precision;
+  const double L = ctx.layers;
+  SchemeBounds b;
+  b.attention_recompute = p.recompute == Recompute::none ? 0 : 1;  // selective recompute: the core attention alone
+  const LayerSplit split = megatron_layer_split(ctx.in, p);
+  b.dense_s = L / p.pp * static_cast<double>(megatron_micro_batches(ctx.in, p)) * dense_layer_seconds(ctx.in, split, ctx.dense_recompute > 0);
+  // Every rank keeps the full states of its shard of the model (the distributed optimizer splits the master
+  // weights and moments dp ways); the ends of the model sit on the first and last stages.
+  const double ends = p.pp == 1 ? ctx.resident_params : std::max(ctx.params.embedding, static_cast<double>(m.vocab * m.hidden));
+  const double per_param = p.distributed_optimizer ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / p.dp
+                                                   : pol.bytes_per_param();
+  b.hbm_bytes = per_param * (ctx.layer_params * L / p.pp + ends) / p.tp;
+  // Activations, at least: one layer's full set while its backward runs (recomputed or kept), and the kept
+  // sets (checkpoints under full recompute, unless offloaded) of the stage's other layers for one micro-batch.
+  // Without this, megatron at absurd lengths (--seq 1G) passed the bound and every candidate was simulated.
+  const double full = layer_activation_bytes(m, split, Recompute::none).total();
+  const double kept = p.offload_activations ? 0 : layer_activation_bytes(m, split, p.recompute).total();
+  b.hbm_bytes += full + kept * (L / p.pp - 1);
+  return b;
+}
+
+// --- the ZeRO family -------------------------------------------------------------------------------------------
+
+SchemeBounds zero_bounds(const BoundContext& ctx, const ZeroParams& z) {
+  const auto& m = ctx.in.model;
+  const auto& pol = ctx.in.precision;
+  const double L = ctx.layers, n = ctx.gpus, all = ctx.all_params;
+  SchemeBounds b;
+  b.attention_recompute = ctx.dense_recompute;
+  const LayerSplit split = zero_layer_split(ctx.in, z);
+  b.dense_s = L * static_cast<double>(zero_micro_batches(ctx.in, z)) * dense_layer_seconds(ctx.in, split, ctx.dense_recompute > 0) + ctx.head_s;
+  const double layers_params = ctx.layer_params * L;
+  double weights = pol.weight_bytes * ((z.stage == 3 ? layers_params / n : layers_params) + ctx.resident_params);
+  if (z.offload_params) weights -= pol.weight_bytes * layers_params / n;
+  const double grads = z.offload_grads ? 0 : pol.grad_bytes * (z.stage >= 2 ? all / n : all);
+  const double optimizer = z.offload_optimizer ? 0 : ctx.states_per_param * (z.stage >= 1 ? all / n : all);
+  const double full = split.fpdt_chunks > 1 ? fpdt_working_bytes(m, split) : layer_activation_bytes(m, split, Recompute::none).total();
+  const double ckpt = layer_activation_bytes(m, split, Recompute::full).total();
+  const auto checkpointed = static_cast<double>(z.checkpointed_layers(m.layers));
+  const double acts = z.offload_activations ? 0 : ckpt * checkpointed + full * (L - checkpointed);
+  b.hbm_bytes = weights + grads + optimizer + acts;
+  double host = 0;
+  if (z.offload_params) host += pol.weight_bytes * layers_params / n;
+  if (z.offload_grads) host += pol.grad_bytes * (z.stage >= 2 ? all / n : all);
+  if (z.offload_optimizer) host += ctx.states_per_param * (z.stage >= 1 ? all / n : all);
+  if (z.offload_activations) host += ckpt * L;
+  b.dram_bytes = host * ctx.in.cluster.topology.gpus_per_node();
+  return b;
+}
+
+}  // namespace trainyard::planner

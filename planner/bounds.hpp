@@ -1,0 +1,53 @@
+#pragma once
+// The plan search's lower bounds (Bounds, planner/search.hpp), never above what the simulation would report. The
+// part every scheme shares (attention and the LM head at their best efficiencies) is lower_bounds'; each scheme's
+// share (its busiest GPU's dense ops, the HBM and host DRAM it must hold, how copies and critical paths pace it)
+// is its registry entry's `bounds`, one of the functions below.
+#include "models/model.hpp"
+#include "planner/plan.hpp"
+#include "planner/megatron.hpp"
+#include "planner/ringtrack.hpp"
+#include "planner/zero.hpp"
+#include "sim/cost_model.hpp"
+
+namespace trainyard::planner {
+
+// What every scheme's bound uses, computed once per plan.
+struct BoundContext {
+  const StepInputs& in;
+  int gpus = 0;
+  double seq_len = 0, tokens = 0;  // per sequence; per step
+  double layers = 0;
+  model::ParamCounts params;
+  double layer_params = 0;     // one layer's parameters
+  double resident_params = 0;  // embedding, LM head and final norm
+  double all_params = 0;
+  double states_per_param = 0;  // master weights and optimizer states, bytes
+  double peak_flops = 0;        // one GPU's bf16 peak, FLOP/s
+  sim::ComputeModel compute;
+  double head_s = 0;           // the LM head's forward and backward per GPU at the best GEMM efficiency
+  double dense_recompute = 0;  // the share of layers whose forward runs again (rounded down)
+  BoundContext(const StepInputs& inputs, const PlanSpec& spec);
+  // Seconds of one attention pass over `flops` at the best efficiency the profile reaches.
+  double attention_s(double flops, bool backward) const;
+};
+
+struct SchemeBounds {
+  double dense_s = 0;              // the busiest GPU's dense ops (the builders' own tasks, timed)
+  double attention_recompute = 0;  // the share of layers whose attention forward runs again
+  double hbm_bytes = 0;            // per GPU
+  double dram_bytes = 0;           // per node
+  double paced_s = 0;              // how the work is paced: copy engines, critical paths, idle turns
+  double serial_copy_s = 0;        // copies during which the busiest GPU's compute stream must wait
+};
+
+// Seconds GPU 0's compute stream spends on one layer's dense ops (everything but attention): forward, backward
+// and, with `recompute`, the forward again. Exact for these ops: the very tasks the builders emit, timed by the
+// simulator's own cost model.
+double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute);
+
+SchemeBounds ringtrack_bounds(const BoundContext& c, const RingTrackParams& p);
+SchemeBounds megatron_bounds(const BoundContext& c, const MegatronParams& p);
+SchemeBounds zero_bounds(const BoundContext& c, const ZeroParams& z);
+
+}  // namespace trainyard::planner
