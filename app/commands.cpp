@@ -411,37 +411,21 @@ int run_show(const std::vector<std::string>& args) {
   return 0;
 }
 
-planner::RingTrackParams ringtrack_params(const po::variables_map& vm, const sim::Cluster& cluster) {
-  auto word = [&](const char* flag, const std::vector<std::string>& allowed, const std::string& fallback) {
-    const std::string value = vm.count(flag) ? vm[flag].as<std::string>() : fallback;
-    if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
-      std::string expected;
-      for (const auto& a : allowed) expected += (expected.empty() ? "" : " or ") + a;
-      throw InputError(std::string("--") + flag, "value", expected, "\"" + value + "\"");
-    }
-    return value;
+planner::FlagValues flag_values(const po::variables_map& vm) {
+  planner::FlagValues flags;
+  flags.integer = [&vm](const std::string& flag) -> std::optional<std::int64_t> {
+    if (!vm.count(flag)) return std::nullopt;
+    const boost::any& v = vm[flag].value();
+    if (v.type() == typeid(int)) return boost::any_cast<int>(v);
+    if (v.type() == typeid(std::int64_t)) return boost::any_cast<std::int64_t>(v);
+    throw std::logic_error("--" + flag + " is not an integer option");
   };
-  planner::RingTrackParams p;
-  p.ring = vm.count("ring") ? vm["ring"].as<int>() : cluster.gpus();
-  p.block = vm.count("block") ? vm["block"].as<int>() : 1;
-  p.chunk = parse_token_count(vm.count("chunk") ? vm["chunk"].as<std::string>() : "16K", "--chunk");
-  p.prefetch = vm.count("prefetch") ? vm["prefetch"].as<int>() : 2;
-  p.kv = word("kv", {"hbm", "dram"}, "dram") == "hbm" ? planner::Placement::hbm : planner::Placement::dram;
-  const std::string acts = word("acts", {"hbm", "dram", "recompute"}, "dram");
-  p.acts = acts == "hbm" ? planner::ActivationPolicy::hbm : acts == "dram" ? planner::ActivationPolicy::dram : planner::ActivationPolicy::recompute;
-  p.weights = word("weights", {"resident", "stream"}, "resident") == "stream" ? planner::WeightPolicy::stream : planner::WeightPolicy::resident;
-  p.states = word("states", {"hbm", "dram"}, "hbm") == "dram" ? planner::Placement::dram : planner::Placement::hbm;
-  if (vm.count("ring-order")) {
-    const std::string list = vm["ring-order"].as<std::string>();
-    for (const auto& item : split_commas(list)) {
-      if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 6) {
-        throw InputError("--ring-order", "value", "a comma list of ring positions (e.g. 0,2,1,3)", "\"" + list + "\"");
-      }
-      p.ring_order.push_back(std::stoi(item));
-    }
-    if (p.ring >= 1 && cluster.gpus() % p.ring == 0) planner::check_ring_order(p.ring_order, p.ring, "--ring-order", "value");
-  }
-  return p;
+  flags.text = [&vm](const std::string& flag) -> std::optional<std::string> {
+    if (!vm.count(flag)) return std::nullopt;
+    return vm[flag].as<std::string>();
+  };
+  flags.on = [&vm](const std::string& flag) { return vm.count(flag) > 0 && vm[flag].as<bool>(); };
+  return flags;
 }
 
 namespace {
@@ -581,74 +565,12 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
     cluster.emplace(std::move(node), nodes, stack_from_flags(vm));
     const planner::Workload workload = workload_from_flags(vm);
-    planner::Recompute recompute = planner::Recompute::none;
-    if (vm.count("recompute")) {
-      const std::string r = vm["recompute"].as<std::string>();
-      if (r == "none") recompute = planner::Recompute::none;
-      else if (r == "selective") recompute = planner::Recompute::selective;
-      else if (r == "full") recompute = planner::Recompute::full;
-      else throw InputError("--recompute", "value", "none, selective or full", "\"" + r + "\"");
-    }
-    const std::int64_t micro_batch = vm.count("micro-batch") ? vm["micro-batch"].as<std::int64_t>() : 1;
+    const planner::FlagValues flags = flag_values(vm);
+    const planner::Recompute recompute = planner::recompute_flag(flags);
     const planner::StepInputs inputs{model, *cluster, workload, model::precision_policy(vm["precision"].as<std::string>())};
     setup.step = SimulationSetup::Step{model, workload, recompute == planner::Recompute::full, cluster->gpus()};
-    planner::PlanSpec spec;
+    planner::PlanSpec spec = scheme->from_flags(flags, *cluster);
     spec.scheme = strategy;
-    if (strategy == "megatron") {
-      planner::MegatronParams p;
-      p.tp = vm.count("tp") ? vm["tp"].as<int>() : 1;
-      p.pp = vm.count("pp") ? vm["pp"].as<int>() : 1;
-      if (p.tp < 1 || p.pp < 1) throw InputError("--tp/--pp", "value", "positive integers", "a value below 1");
-      p.cp = vm.count("cp") ? vm["cp"].as<int>() : 1;
-      if (p.cp < 1) throw InputError("--cp", "value", "a positive integer", std::to_string(p.cp));
-      p.dp = vm.count("dp") ? vm["dp"].as<int>() : std::max(1, cluster->gpus() / (p.tp * p.pp * p.cp));
-      if (vm.count("cp-comm")) {
-        const std::string comm = vm["cp-comm"].as<std::string>();
-        const auto named = planner::cp_comm_named(comm);
-        if (!named) {
-          throw InputError("--cp-comm", "value", "p2p, all_gather, a2a or a2a+p2p",
-                           "\"" + comm + "\"");
-        }
-        p.cp_comm = *named;
-      }
-      p.cp_a2a = vm.count("cp-a2a") ? vm["cp-a2a"].as<int>() : 0;
-      p.vpp = vm.count("vpp") ? vm["vpp"].as<int>() : 1;
-      p.first_stage_layers = vm.count("first-stage-layers") ? vm["first-stage-layers"].as<int>() : 0;
-      p.last_stage_layers = vm.count("last-stage-layers") ? vm["last-stage-layers"].as<int>() : 0;
-      p.micro_batch = micro_batch;
-      p.sequence_parallel = vm["sequence-parallel"].as<bool>();
-      p.tp_comm_overlap = vm["tp-comm-overlap"].as<bool>();
-      p.distributed_optimizer = vm["distributed-optimizer"].as<bool>();
-      p.recompute = recompute;
-      if (vm.count("offload")) {
-        if (vm["offload"].as<std::string>() != "acts") {
-          throw InputError("--offload", "value", "acts (the only offload megatron models)", "\"" + vm["offload"].as<std::string>() + "\"");
-        }
-        p.offload_activations = true;
-      }
-      spec.megatron = p;
-    } else if (strategy == "ringtrack") {
-      spec.ringtrack = ringtrack_params(vm, *cluster);
-    } else {
-      planner::ZeroParams p;
-      p.stage = vm.count("zero-stage") ? vm["zero-stage"].as<int>() : 0;
-      p.sp = vm.count("sp") ? vm["sp"].as<int>() : 1;
-      p.cp = vm.count("cp") ? vm["cp"].as<int>() : 1;
-      p.zigzag = vm["zigzag"].as<bool>();
-      if (strategy == "fpdt") p.fpdt_chunk = parse_token_count(vm.count("chunk") ? vm["chunk"].as<std::string>() : "64K", "--chunk");
-      p.micro_batch = micro_batch;
-      // ZeRO family: full checkpoints every layer; selective every other one (torchtitan's selective layer AC).
-      p.activation_checkpointing = recompute != planner::Recompute::none;
-      p.checkpoint_every = recompute == planner::Recompute::selective ? 2 : 1;
-      if (vm.count("offload")) {
-        for (const auto& item : split_commas(vm["offload"].as<std::string>())) {
-          if (!planner::set_offload(p, item)) {
-            throw InputError("--offload", "value", "a comma list of optimizer, grads, params, acts", "\"" + item + "\"");
-          }
-        }
-      }
-      spec.zero = p;
-    }
     planner::check_plan(inputs, spec);
     planner::Workload simulated = workload;
     if (auto reduced = reduce_step(vm, inputs, spec, cluster, setup)) {  // `inputs` refers to the old cluster from here

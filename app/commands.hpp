@@ -9,6 +9,7 @@
 #include "hwprofiles/node.hpp"
 #include "sim/collective_bench.hpp"
 #include "planner/plan.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "planner/step.hpp"
 
 namespace trainyard::app {
@@ -50,9 +51,8 @@ void check_node_count(int nodes);
 // before any work, and two flags may not name the same file.
 void check_output_flags(const boost::program_options::variables_map& vm, std::initializer_list<const char*> flags);
 void check_node_count(int nodes, const hw::NodeProfile& node);
-// Ring-track's flags of simulate --strategy ringtrack (--ring, --chunk, --kv, ..., --ring-order); the builder
-// validates the numbers, this checks the words of the placement flags.
-planner::RingTrackParams ringtrack_params(const boost::program_options::variables_map& vm, const sim::Cluster& cluster);
+// The command line as the schemes' registry entries read it (their `from_flags`). The map must outlive the result.
+planner::FlagValues flag_values(const boost::program_options::variables_map& vm);
 
 // --memory-budget (app/limits.cpp): the option, and its value or the default budget in bytes.
 void add_memory_budget_option(boost::program_options::options_description& options);

@@ -10,6 +10,11 @@ Scheme fpdt_scheme() {
   s.summary = [](const PlanSpec& spec) {
     return zero_family_summary(spec.zero, ", sp " + std::to_string(spec.zero.sp) + ", chunk " + format_tokens(spec.zero.fpdt_chunk));
   };
+  s.from_flags = [](const FlagValues& flags, const sim::Cluster&) {
+    PlanSpec spec = zero_family_from_flags(flags);
+    spec.zero.fpdt_chunk = parse_token_count(flags.text("chunk").value_or("64K"), "--chunk");  // FPDT's default chunk
+    return spec;
+  };
   s.chunk_of = [](const PlanSpec& spec) { return spec.zero.fpdt_chunk; };
   s.set_chunk = [](PlanSpec& spec, std::int64_t tokens) { spec.zero.fpdt_chunk = tokens; };
   s.interactive_chunks = 128;

@@ -2,6 +2,8 @@
 // and checkpoint offload (planner/megatron.hpp builds it).
 #include <algorithm>
 
+#include "common/error.hpp"
+
 #include "planner/megatron.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"
@@ -94,6 +96,37 @@ void enumerate_megatron(const StepInputs& in, const AddPlan& add) {
   }
 }
 
+PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluster) {
+  PlanSpec spec;
+  MegatronParams& p = spec.megatron;
+  auto integer = [&](const char* flag, std::int64_t fallback) { return static_cast<int>(flags.integer(flag).value_or(fallback)); };
+  p.tp = integer("tp", 1);
+  p.pp = integer("pp", 1);
+  if (p.tp < 1 || p.pp < 1) throw InputError("--tp/--pp", "value", "positive integers", "a value below 1");
+  p.cp = integer("cp", 1);
+  if (p.cp < 1) throw InputError("--cp", "value", "a positive integer", std::to_string(p.cp));
+  p.dp = integer("dp", std::max(1, cluster.gpus() / (p.tp * p.pp * p.cp)));
+  if (const auto comm = flags.text("cp-comm")) {
+    const auto named = cp_comm_named(*comm);
+    if (!named) throw InputError("--cp-comm", "value", "p2p, all_gather, a2a or a2a+p2p", "\"" + *comm + "\"");
+    p.cp_comm = *named;
+  }
+  p.cp_a2a = integer("cp-a2a", 0);
+  p.vpp = integer("vpp", 1);
+  p.first_stage_layers = integer("first-stage-layers", 0);
+  p.last_stage_layers = integer("last-stage-layers", 0);
+  p.micro_batch = flags.integer("micro-batch").value_or(1);
+  p.sequence_parallel = flags.on("sequence-parallel");
+  p.tp_comm_overlap = flags.on("tp-comm-overlap");
+  p.distributed_optimizer = flags.on("distributed-optimizer");
+  p.recompute = recompute_flag(flags);
+  if (const auto offload = flags.text("offload")) {
+    if (*offload != "acts") throw InputError("--offload", "value", "acts (the only offload megatron models)", "\"" + *offload + "\"");
+    p.offload_activations = true;
+  }
+  return spec;
+}
+
 }  // namespace
 
 Scheme megatron_scheme() {
@@ -105,6 +138,7 @@ Scheme megatron_scheme() {
       .required_flags = {},
       .executable = false,
       .params = megatron_params(),
+      .from_flags = megatron_from_flags,
       .summary = megatron_summary,
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_megatron(in, spec.megatron); },
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_megatron(in, spec.megatron); },

@@ -58,6 +58,14 @@ const Scheme& scheme_named(std::string_view name, const std::string& origin, con
   throw InputError(origin, field, "one of " + scheme_list(), "\"" + std::string(name) + "\"");
 }
 
+Recompute recompute_flag(const FlagValues& flags) {
+  const std::string r = flags.text("recompute").value_or("none");
+  for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
+    if (to_string(mode) == r) return mode;
+  }
+  throw InputError("--recompute", "value", "none, selective or full", "\"" + r + "\"");
+}
+
 nlohmann::json params_json(const Scheme& scheme, const PlanSpec& spec) {
   nlohmann::json out = nlohmann::json::object();
   for (const Param& p : scheme.params) out[p.key] = p.get(spec);

@@ -1,6 +1,7 @@
 // Ring-track: the cyclic layer ring with chunk trains and DRAM prefetch (planner/ringtrack.hpp builds it).
 #include <algorithm>
 
+#include "common/error.hpp"
 #include "common/units.hpp"
 #include "planner/ringtrack.hpp"
 #include "planner/schemes/scheme.hpp"
@@ -112,6 +113,39 @@ sim::TaskGraph build_ringtrack_step(const StepInputs& in, const PlanSpec& spec, 
   return graph;
 }
 
+PlanSpec ringtrack_from_flags(const FlagValues& flags, const sim::Cluster& cluster) {
+  auto word = [&](const char* flag, const std::vector<std::string>& allowed, const std::string& fallback) {
+    const std::string value = flags.text(flag).value_or(fallback);
+    if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+      std::string expected;
+      for (const auto& a : allowed) expected += (expected.empty() ? "" : " or ") + a;
+      throw InputError(std::string("--") + flag, "value", expected, "\"" + value + "\"");
+    }
+    return value;
+  };
+  PlanSpec spec;
+  RingTrackParams& p = spec.ringtrack;
+  p.ring = static_cast<int>(flags.integer("ring").value_or(cluster.gpus()));
+  p.block = static_cast<int>(flags.integer("block").value_or(1));
+  p.chunk = parse_token_count(flags.text("chunk").value_or("16K"), "--chunk");
+  p.prefetch = static_cast<int>(flags.integer("prefetch").value_or(2));
+  p.kv = word("kv", {"hbm", "dram"}, "dram") == "hbm" ? Placement::hbm : Placement::dram;
+  const std::string acts = word("acts", {"hbm", "dram", "recompute"}, "dram");
+  p.acts = acts == "hbm" ? ActivationPolicy::hbm : acts == "dram" ? ActivationPolicy::dram : ActivationPolicy::recompute;
+  p.weights = word("weights", {"resident", "stream"}, "resident") == "stream" ? WeightPolicy::stream : WeightPolicy::resident;
+  p.states = word("states", {"hbm", "dram"}, "hbm") == "dram" ? Placement::dram : Placement::hbm;
+  if (const auto list = flags.text("ring-order")) {
+    for (const auto& item : split_commas(*list)) {
+      if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 6) {
+        throw InputError("--ring-order", "value", "a comma list of ring positions (e.g. 0,2,1,3)", "\"" + *list + "\"");
+      }
+      p.ring_order.push_back(std::stoi(item));
+    }
+    if (p.ring >= 1 && cluster.gpus() % p.ring == 0) check_ring_order(p.ring_order, p.ring, "--ring-order", "value");
+  }
+  return spec;
+}
+
 }  // namespace
 
 Scheme ringtrack_scheme() {
@@ -122,6 +156,7 @@ Scheme ringtrack_scheme() {
       .required_flags = {},
       .executable = true,
       .params = ringtrack_params(),
+      .from_flags = ringtrack_from_flags,
       .summary = ringtrack_summary,
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_ringtrack(in, spec.ringtrack); },
       .build = build_ringtrack_step,

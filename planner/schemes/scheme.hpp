@@ -26,6 +26,15 @@ namespace trainyard::planner {
 
 using AddPlan = std::function<void(PlanSpec)>;
 
+// The command line as `simulate --strategy` hands it to a scheme (app/ adapts boost::program_options to it).
+struct FlagValues {
+  std::function<std::optional<std::int64_t>(const std::string& flag)> integer;  // an integer flag, when given
+  std::function<std::optional<std::string>(const std::string& flag)> text;      // a text flag, when given
+  std::function<bool(const std::string& flag)> on;                              // a switch
+};
+// --recompute: none (the default), selective or full; InputError otherwise.
+Recompute recompute_flag(const FlagValues& flags);
+
 // One parameter of a scheme, described once: its plan-file field, how the GUI shows it, and how it is read from and
 // written to a PlanSpec. Plan files, HotSPa's strategy strings and the GUI's panel are generated from these.
 struct Param {
@@ -66,6 +75,9 @@ struct Scheme {
 
   // Every parameter, in the order a plan file's fields are checked.
   std::vector<Param> params;
+  // The plan `simulate --strategy NAME` builds from the scheme's flags and their defaults (other schemes' flags
+  // are refused before); InputError names the flag.
+  PlanSpec (*from_flags)(const FlagValues& flags, const sim::Cluster& cluster);
   // The key parameters in a few words ("ring 8, chunk 16K, kv dram, ...").
   std::string (*summary)(const PlanSpec& spec);
   // The scheme's own checks against the inputs, without building anything (InputError names the flag).

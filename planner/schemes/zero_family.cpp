@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "common/error.hpp"
 #include "common/units.hpp"
 #include "planner/search.hpp"
 #include "planner/zero.hpp"
@@ -104,6 +105,26 @@ void zero_family_variants(const std::string& scheme, const ZeroParams& base, boo
   }
 }
 
+PlanSpec zero_family_from_flags(const FlagValues& flags) {
+  PlanSpec spec;
+  ZeroParams& p = spec.zero;
+  p.stage = static_cast<int>(flags.integer("zero-stage").value_or(0));
+  p.sp = static_cast<int>(flags.integer("sp").value_or(1));
+  p.cp = static_cast<int>(flags.integer("cp").value_or(1));
+  p.zigzag = flags.on("zigzag");
+  p.micro_batch = flags.integer("micro-batch").value_or(1);
+  // Full checkpoints every layer; selective every other one (torchtitan's selective layer AC).
+  const Recompute recompute = recompute_flag(flags);
+  p.activation_checkpointing = recompute != Recompute::none;
+  p.checkpoint_every = recompute == Recompute::selective ? 2 : 1;
+  if (const auto offload = flags.text("offload")) {
+    for (const auto& item : split_commas(*offload)) {
+      if (!set_offload(p, item)) throw InputError("--offload", "value", "a comma list of optimizer, grads, params, acts", "\"" + item + "\"");
+    }
+  }
+  return spec;
+}
+
 Scheme zero_family_scheme(std::string name, std::string description, std::vector<std::string> split_flags) {
   std::vector<std::string> params_shown = split_flags;  // the split's flags are its plan-file keys too
   std::vector<std::string> flags = std::move(split_flags);
@@ -115,6 +136,7 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .required_flags = {},
       .executable = false,
       .params = zero_family_params(params_shown),
+      .from_flags = [](const FlagValues& given, const sim::Cluster&) { return zero_family_from_flags(given); },
       .summary = nullptr,  // each member's own: it names its split
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_zero(in, spec.zero); },
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_zero(in, spec.zero); },

@@ -9,6 +9,8 @@ namespace trainyard::planner {
 
 // "zero-2" + `split` (e.g. ", sp 4") + micro-batch, checkpointing and offload.
 std::string zero_family_summary(const ZeroParams& z, const std::string& split);
+// The family's flags (zero-stage, sp, cp, zigzag, micro-batch, recompute as checkpointing, offload).
+PlanSpec zero_family_from_flags(const FlagValues& flags);
 // Every ZeRO stage with its offload sets, with and without activation checkpointing (always with it when
 // `require_ac`) and checkpoint offload, at each searched micro-batch, on top of `base`'s split.
 void zero_family_variants(const std::string& scheme, const ZeroParams& base, bool require_ac, const AddPlan& add);
