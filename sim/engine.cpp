@@ -80,8 +80,20 @@ class Engine {
   }
 
   void build_streams();
+  void prepare();  // results, pools, streams and blocker counts
+  void start();    // what can start at time 0
+  void flow_ended(const Event& e);
+  void collective_step_done(TaskId t);
+  void collect();  // the step's figures once the loop is done
+  void collect_links();
   void release(TaskId t);  // one blocker gone; launches at zero
   void launch(TaskId t);
+  void note_exposed_wait(TaskId t, const Task& task, std::int64_t now);
+  void launch_compute(TaskId t, const Task& task, std::int64_t now);
+  void launch_collective(TaskId t, const Collective& c);
+  void launch_alloc(TaskId t, const Task& task, std::int64_t now);
+  void report_oom(TaskId t, int pool, std::int64_t bytes, std::int64_t in_use);
+  void launch_free(TaskId t, const Task& task, std::int64_t now);
   std::int64_t host_issue_ns(const Task& task, std::int64_t now);
   void finish(TaskId t);
   void start_flow(TaskId owner, const RouteResources& route, double bytes, double cap);
@@ -237,8 +249,32 @@ void Engine::build_streams() {
   }
 }
 
+// ns-3's shape: prepare the state, start what can start, run the event loop, collect the figures.
 SimResult Engine::run() {
   TRAINYARD_CHECK(graph_.finalized(), "simulate() needs a finalized graph");
+  prepare();
+  start();
+  while (!queue_.empty() && !stop_) {
+    const Event e = queue_.pop();
+    if ((++result_.events & 4095) == 0 && options_.cancel && options_.cancel->load(std::memory_order_relaxed)) {
+      stop_ = true;
+      result_.stuck = "cancelled";
+      break;
+    }
+    switch (e.kind) {
+      case kTaskEnd:
+        if (!stale_end(e.id, e.version)) finish(e.id);
+        break;
+      case kFlowEnd: flow_ended(e); break;
+      case kStepDone: collective_step_done(e.id); break;
+      default: TRAINYARD_CHECK(false, "unknown event kind");
+    }
+  }
+  collect();
+  return std::move(result_);
+}
+
+void Engine::prepare() {
   const auto n = static_cast<TaskId>(graph_.size());
   const int gpus = cluster_.gpus();
   result_.gpus = gpus;
@@ -264,69 +300,58 @@ SimResult Engine::run() {
   head_since_.assign(static_cast<std::size_t>(n), 0);
   last_dep_.assign(static_cast<std::size_t>(n), -1);
   tail_latency_ns_.assign(static_cast<std::size_t>(n), 0);
-
   build_streams();
   blocking_.resize(static_cast<std::size_t>(n));
   for (TaskId t = 0; t < n; ++t) {
     blocking_[static_cast<std::size_t>(t)] =
         graph_.predecessor_count(t) + task_stream_offset_[static_cast<std::size_t>(t) + 1] - task_stream_offset_[static_cast<std::size_t>(t)];
   }
-  // Stream heads first (in stream order), then tasks with nothing to wait for, in task order.
+}
+
+// Stream heads first (in stream order), then tasks with nothing to wait for, in task order.
+void Engine::start() {
   for (auto& s : streams_) {
     if (s.count > 0) release(stream_tasks_[static_cast<std::size_t>(s.first)]);
   }
+  const auto n = static_cast<TaskId>(graph_.size());
   for (TaskId t = 0; t < n && !stop_; ++t) {
     if (blocking_[static_cast<std::size_t>(t)] == 0 && result_.timing[static_cast<std::size_t>(t)].start_ns < 0) launch(t);
   }
+}
 
-  while (!queue_.empty() && !stop_) {
-    const Event e = queue_.pop();
-    if ((++result_.events & 4095) == 0 && options_.cancel && options_.cancel->load(std::memory_order_relaxed)) {
-      stop_ = true;
-      result_.stuck = "cancelled";
-      break;
-    }
-    switch (e.kind) {
-      case kTaskEnd:
-        if (!stale_end(e.id, e.version)) finish(e.id);
-        break;
-      case kFlowEnd: {
-        if (e.version != network_.version(e.id)) break;  // its completion moved earlier; a newer event exists
-        if (network_.completion_ns(e.id) > queue_.now_ns()) {  // its completion moved later: wait until then
-          queue_.push(network_.completion_ns(e.id), kFlowEnd, e.id, e.version);
-          break;
-        }
-        const TaskId owner = network_.owner(e.id);
-        network_.finish(e.id, queue_.now_ns());
-        push_changed_flows();
-        if (options_.record_links) record_links();
-        auto it = collectives_.find(owner);
-        if (it == collectives_.end()) {
-          queue_.push(queue_.now_ns() + tail_latency_ns_[static_cast<std::size_t>(owner)], kTaskEnd, owner);
-        } else if (--it->second.outstanding == 0) {
-          queue_.push(queue_.now_ns() + it->second.latency_ns, kStepDone, owner);
-        }
-        break;
-      }
-      case kStepDone: {
-        auto& state = collectives_.at(e.id);
-        if (++state.step == state.steps) {
-          collectives_.erase(e.id);
-          change_collective_ctas(e.id, -1);
-          finish(e.id);
-        } else {
-          start_collective_step(e.id);
-        }
-        break;
-      }
-      default: TRAINYARD_CHECK(false, "unknown event kind");
-    }
+void Engine::flow_ended(const Event& e) {
+  if (e.version != network_.version(e.id)) return;  // its completion moved earlier; a newer event exists
+  if (network_.completion_ns(e.id) > queue_.now_ns()) {  // its completion moved later: wait until then
+    queue_.push(network_.completion_ns(e.id), kFlowEnd, e.id, e.version);
+    return;
   }
+  const TaskId owner = network_.owner(e.id);
+  network_.finish(e.id, queue_.now_ns());
+  push_changed_flows();
+  if (options_.record_links) record_links();
+  auto it = collectives_.find(owner);
+  if (it == collectives_.end()) {
+    queue_.push(queue_.now_ns() + tail_latency_ns_[static_cast<std::size_t>(owner)], kTaskEnd, owner);
+  } else if (--it->second.outstanding == 0) {
+    queue_.push(queue_.now_ns() + it->second.latency_ns, kStepDone, owner);
+  }
+}
 
+void Engine::collective_step_done(TaskId t) {
+  auto& state = collectives_.at(t);
+  if (++state.step == state.steps) {
+    collectives_.erase(t);
+    change_collective_ctas(t, -1);
+    finish(t);
+  } else {
+    start_collective_step(t);
+  }
+}
+
+void Engine::collect() {
   result_.completed = !stop_ && finished_ == graph_.size();
   if (!stop_ && !result_.completed) result_.stuck = describe_stuck();
   for (const auto& timing : result_.timing) result_.step_ns = std::max(result_.step_ns, timing.end_ns);
-
   network_.settle(queue_.now_ns());
   result_.flow_recomputes = network_.stats().recomputes;
   result_.max_concurrent_flows = network_.stats().max_active_flows;
@@ -337,6 +362,19 @@ SimResult Engine::run() {
   result_.mean_component_flows = network_.stats().recomputes > 0
                                      ? static_cast<double>(network_.stats().component_flows) / static_cast<double>(network_.stats().recomputes)
                                      : 0;
+  collect_links();
+  for (const auto& s : streams_) {
+    std::int64_t busy = 0;
+    for (std::int32_t i = s.first; i < s.first + s.count; ++i) {
+      const auto& timing = result_.timing[static_cast<std::size_t>(stream_tasks_[static_cast<std::size_t>(i)])];
+      if (timing.end_ns >= 0) busy += timing.end_ns - timing.start_ns;
+    }
+    result_.streams.push_back({s.device, s.stream, busy});
+  }
+}
+
+// Every link direction that carried bytes, with its busy time and (when recorded) its load over time.
+void Engine::collect_links() {
   for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
     const auto& link = topo_.graph()[*it];
     const auto a = boost::source(*it, topo_.graph()), b = boost::target(*it, topo_.graph());
@@ -351,15 +389,6 @@ SimResult Engine::run() {
       result_.links.push_back(std::move(usage));
     }
   }
-  for (const auto& s : streams_) {
-    std::int64_t busy = 0;
-    for (std::int32_t i = s.first; i < s.first + s.count; ++i) {
-      const auto& timing = result_.timing[static_cast<std::size_t>(stream_tasks_[static_cast<std::size_t>(i)])];
-      if (timing.end_ns >= 0) busy += timing.end_ns - timing.start_ns;
-    }
-    result_.streams.push_back({s.device, s.stream, busy});
-  }
-  return std::move(result_);
 }
 
 void Engine::release(TaskId t) {
@@ -426,47 +455,12 @@ void Engine::launch(TaskId t) {
   const Task& task = graph_.task(t);
   const std::int64_t now = queue_.now_ns();
   result_.timing[static_cast<std::size_t>(t)].start_ns = now;
-  const TaskKind kind = task.kind();
-
-  // Exposed transfer time: the main compute stream sat idle waiting for a copy or message.
-  if (task.stream.kind == StreamKind::compute && task.stream.index == 0 && !is_host(task.device)) {
-    const TaskId dep = last_dep_[static_cast<std::size_t>(t)];
-    const std::int64_t idle_since = head_since_[static_cast<std::size_t>(t)];
-    if (dep >= 0 && is_transfer(graph_.task(dep).kind()) && now > idle_since) {
-      result_.exposed_transfer_ns[static_cast<std::size_t>(task.device)] += now - idle_since;
-    }
-  }
-
-  switch (kind) {
+  note_exposed_wait(t, task, now);
+  switch (task.kind()) {
     case TaskKind::gemm:
     case TaskKind::attention:
     case TaskKind::elementwise:
-    case TaskKind::optimizer: {
-      const ComputeCost cost = compute_cost(task);
-      result_.model_flops += cost.model_flops;
-      result_.hardware_flops += cost.hardware_flops;
-      const std::int64_t duration = compute_.duration_ns(task);
-      const std::int64_t start = is_host(task.device) ? now : host_issue_ns(task, now);
-      if (duration > kMaxTimeNs - start) {
-        throw InputError("task '" + task.name + "' would end after the simulator's time range (about 146 years)");
-      }
-      result_.timing[static_cast<std::size_t>(t)].start_ns = start;
-      if (!is_host(task.device)) {
-        auto& totals = result_.compute_classes[static_cast<std::size_t>(kind)];
-        totals.busy_ns += duration;
-        totals.model_flops += cost.model_flops;
-        totals.hbm_bytes += cost.hbm_bytes;
-        ++totals.tasks;
-      }
-      if (shares_sms(task)) {
-        const double rate = sm_share(task.device);
-        shared_compute_[static_cast<std::size_t>(task.device)].push_back({t, duration, static_cast<double>(duration), rate, start, 0});
-        queue_.push(start + static_cast<std::int64_t>(std::ceil(static_cast<double>(duration) / rate)), kTaskEnd, t);
-      } else {
-        queue_.push(start + duration, kTaskEnd, t);
-      }
-      break;
-    }
+    case TaskKind::optimizer: launch_compute(t, task, now); break;
     case TaskKind::copy: {
       const auto& c = std::get<Copy>(task.params);
       const hw::VertexId gpu = gpu_vertex(task.device);
@@ -484,70 +478,115 @@ void Engine::launch(TaskId t) {
       start_flow(t, gpu_to_gpu(task.device, p.dst), static_cast<double>(p.bytes), FlowNetwork::kUncapped);
       break;
     }
-    case TaskKind::collective: {
-      const auto& c = std::get<Collective>(task.params);
-      const int n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
-      CollectiveState state;
-      state.steps = collective_steps(c.op, c.algorithm, n);
-      if (c.algorithm == Algorithm::ring) {
-        std::vector<int> member_nodes;
-        for (DeviceId m : graph_.groups()[static_cast<std::size_t>(c.group)]) member_nodes.push_back(cluster_.node_of(m));
-        state.channels = ring_channels(member_nodes, topo_.rail_count());
-      }
-      consider_nvls(c, state, choose_protocol(c, state));
-      result_.collective_protocols.emplace_back(t, static_cast<std::uint8_t>(protocol_index_));
-      collectives_[t] = std::move(state);
-      change_collective_ctas(t, +1);
-      start_collective_step(t);
-      break;
-    }
-    case TaskKind::alloc: {
-      const auto& a = std::get<Alloc>(task.params);
-      const int pool = pool_of(task, a.pool);
-      auto& usage = result_.pools[static_cast<std::size_t>(pool)];
-      const std::int64_t in_use = pool_in_use_[static_cast<std::size_t>(pool)];
-      if (in_use + a.bytes > usage.capacity_bytes) {
-        OomReport oom{t, usage.name, a.bytes, in_use, usage.capacity_bytes, in_use + a.bytes - usage.capacity_bytes, {}};
-        std::vector<TaskId> live = pool_live_[static_cast<std::size_t>(pool)];
-        std::sort(live.begin(), live.end(), [&](TaskId x, TaskId y) {
-          const auto bx = std::get<Alloc>(graph_.task(x).params).bytes, by = std::get<Alloc>(graph_.task(y).params).bytes;
-          return bx != by ? bx > by : x < y;
-        });
-        for (std::size_t i = 0; i < live.size() && i < 5; ++i) {
-          const auto& la = std::get<Alloc>(graph_.task(live[i]).params);
-          oom.largest_live.emplace_back(graph_.labels()[static_cast<std::size_t>(la.label)], la.bytes);
-        }
-        result_.oom = std::move(oom);
-        result_.timing[static_cast<std::size_t>(t)].start_ns = -1;
-        stop_ = true;
-        return;
-      }
-      pool_in_use_[static_cast<std::size_t>(pool)] = in_use + a.bytes;
-      usage.peak_bytes = std::max(usage.peak_bytes, in_use + a.bytes);
-      live_slot_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(pool_live_[static_cast<std::size_t>(pool)].size());
-      pool_live_[static_cast<std::size_t>(pool)].push_back(t);
-      if (options_.record_memory) usage.level.push_back({now, static_cast<double>(in_use + a.bytes)});
-      queue_.push(now, kTaskEnd, t);
-      break;
-    }
-    case TaskKind::free: {
-      const TaskId a = std::get<Free>(task.params).alloc;
-      const Task& alloc_task = graph_.task(a);
-      const auto& alloc = std::get<Alloc>(alloc_task.params);
-      const int pool = pool_of(alloc_task, alloc.pool);
-      auto& live = pool_live_[static_cast<std::size_t>(pool)];
-      const std::int32_t slot = live_slot_[static_cast<std::size_t>(a)];
-      live[static_cast<std::size_t>(slot)] = live.back();
-      live_slot_[static_cast<std::size_t>(live.back())] = slot;
-      live.pop_back();
-      pool_in_use_[static_cast<std::size_t>(pool)] -= alloc.bytes;
-      if (options_.record_memory) {
-        result_.pools[static_cast<std::size_t>(pool)].level.push_back({now, static_cast<double>(pool_in_use_[static_cast<std::size_t>(pool)])});
-      }
-      queue_.push(now, kTaskEnd, t);
-      break;
-    }
+    case TaskKind::collective: launch_collective(t, std::get<Collective>(task.params)); break;
+    case TaskKind::alloc: launch_alloc(t, task, now); break;
+    case TaskKind::free: launch_free(t, task, now); break;
   }
+}
+
+// Exposed transfer time: the main compute stream sat idle waiting for a copy or message.
+void Engine::note_exposed_wait(TaskId t, const Task& task, std::int64_t now) {
+  if (task.stream.kind != StreamKind::compute || task.stream.index != 0 || is_host(task.device)) return;
+  const TaskId dep = last_dep_[static_cast<std::size_t>(t)];
+  const std::int64_t idle_since = head_since_[static_cast<std::size_t>(t)];
+  if (dep >= 0 && is_transfer(graph_.task(dep).kind()) && now > idle_since) {
+    result_.exposed_transfer_ns[static_cast<std::size_t>(task.device)] += now - idle_since;
+  }
+}
+
+void Engine::launch_compute(TaskId t, const Task& task, std::int64_t now) {
+  const TaskKind kind = task.kind();
+  const ComputeCost cost = compute_cost(task);
+  result_.model_flops += cost.model_flops;
+  result_.hardware_flops += cost.hardware_flops;
+  const std::int64_t duration = compute_.duration_ns(task);
+  const std::int64_t start = is_host(task.device) ? now : host_issue_ns(task, now);
+  if (duration > kMaxTimeNs - start) {
+    throw InputError("task '" + task.name + "' would end after the simulator's time range (about 146 years)");
+  }
+  result_.timing[static_cast<std::size_t>(t)].start_ns = start;
+  if (!is_host(task.device)) {
+    auto& totals = result_.compute_classes[static_cast<std::size_t>(kind)];
+    totals.busy_ns += duration;
+    totals.model_flops += cost.model_flops;
+    totals.hbm_bytes += cost.hbm_bytes;
+    ++totals.tasks;
+  }
+  if (shares_sms(task)) {
+    const double rate = sm_share(task.device);
+    shared_compute_[static_cast<std::size_t>(task.device)].push_back({t, duration, static_cast<double>(duration), rate, start, 0});
+    queue_.push(start + static_cast<std::int64_t>(std::ceil(static_cast<double>(duration) / rate)), kTaskEnd, t);
+  } else {
+    queue_.push(start + duration, kTaskEnd, t);
+  }
+}
+
+void Engine::launch_collective(TaskId t, const Collective& c) {
+  const int n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
+  CollectiveState state;
+  state.steps = collective_steps(c.op, c.algorithm, n);
+  if (c.algorithm == Algorithm::ring) {
+    std::vector<int> member_nodes;
+    for (DeviceId m : graph_.groups()[static_cast<std::size_t>(c.group)]) member_nodes.push_back(cluster_.node_of(m));
+    state.channels = ring_channels(member_nodes, topo_.rail_count());
+  }
+  consider_nvls(c, state, choose_protocol(c, state));
+  result_.collective_protocols.emplace_back(t, static_cast<std::uint8_t>(protocol_index_));
+  collectives_[t] = std::move(state);
+  change_collective_ctas(t, +1);
+  start_collective_step(t);
+}
+
+void Engine::launch_alloc(TaskId t, const Task& task, std::int64_t now) {
+  const auto& a = std::get<Alloc>(task.params);
+  const int pool = pool_of(task, a.pool);
+  auto& usage = result_.pools[static_cast<std::size_t>(pool)];
+  const std::int64_t in_use = pool_in_use_[static_cast<std::size_t>(pool)];
+  if (in_use + a.bytes > usage.capacity_bytes) {
+    report_oom(t, pool, a.bytes, in_use);
+    return;
+  }
+  pool_in_use_[static_cast<std::size_t>(pool)] = in_use + a.bytes;
+  usage.peak_bytes = std::max(usage.peak_bytes, in_use + a.bytes);
+  live_slot_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(pool_live_[static_cast<std::size_t>(pool)].size());
+  pool_live_[static_cast<std::size_t>(pool)].push_back(t);
+  if (options_.record_memory) usage.level.push_back({now, static_cast<double>(in_use + a.bytes)});
+  queue_.push(now, kTaskEnd, t);
+}
+
+// The first allocation that does not fit stops the run; the report names the largest live buffers of the pool.
+void Engine::report_oom(TaskId t, int pool, std::int64_t bytes, std::int64_t in_use) {
+  const auto& usage = result_.pools[static_cast<std::size_t>(pool)];
+  OomReport oom{t, usage.name, bytes, in_use, usage.capacity_bytes, in_use + bytes - usage.capacity_bytes, {}};
+  std::vector<TaskId> live = pool_live_[static_cast<std::size_t>(pool)];
+  std::sort(live.begin(), live.end(), [&](TaskId x, TaskId y) {
+    const auto bx = std::get<Alloc>(graph_.task(x).params).bytes, by = std::get<Alloc>(graph_.task(y).params).bytes;
+    return bx != by ? bx > by : x < y;
+  });
+  for (std::size_t i = 0; i < live.size() && i < 5; ++i) {
+    const auto& la = std::get<Alloc>(graph_.task(live[i]).params);
+    oom.largest_live.emplace_back(graph_.labels()[static_cast<std::size_t>(la.label)], la.bytes);
+  }
+  result_.oom = std::move(oom);
+  result_.timing[static_cast<std::size_t>(t)].start_ns = -1;
+  stop_ = true;
+}
+
+void Engine::launch_free(TaskId t, const Task& task, std::int64_t now) {
+  const TaskId a = std::get<Free>(task.params).alloc;
+  const Task& alloc_task = graph_.task(a);
+  const auto& alloc = std::get<Alloc>(alloc_task.params);
+  const int pool = pool_of(alloc_task, alloc.pool);
+  auto& live = pool_live_[static_cast<std::size_t>(pool)];
+  const std::int32_t slot = live_slot_[static_cast<std::size_t>(a)];
+  live[static_cast<std::size_t>(slot)] = live.back();
+  live_slot_[static_cast<std::size_t>(live.back())] = slot;
+  live.pop_back();
+  pool_in_use_[static_cast<std::size_t>(pool)] -= alloc.bytes;
+  if (options_.record_memory) {
+    result_.pools[static_cast<std::size_t>(pool)].level.push_back({now, static_cast<double>(pool_in_use_[static_cast<std::size_t>(pool)])});
+  }
+  queue_.push(now, kTaskEnd, t);
 }
 
 void Engine::finish(TaskId t) {
