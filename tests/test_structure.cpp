@@ -185,7 +185,7 @@ TEST(Structure, TheLineCounterFindsFunctionsAndSkipsCommentsAndStrings) {
 constexpr int kMaxLines = 80;
 const std::map<std::string, int> kNotYetSplit = {
     {"build_ringtrack", 483}, {"build_zero", 337}, {"build_megatron", 328}, {"search_hotspa", 197}, {"validate", 161},
-    {"search", 135},          {"Engine::launch", 127}, {"Engine::run", 124}, {"parse_graph", 122}, {"run_minibatch", 85},
+    {"search", 135},          {"parse_graph", 122},    {"run_minibatch", 85},
 };
 
 TEST(Structure, FunctionsInSimAndPlannerAreShort) {
