@@ -184,333 +184,432 @@ std::vector<PipelineSlot> pipeline_schedule(int stage, int pp, std::int64_t micr
   return out;
 }
 
-sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
-  check_megatron(in, p);
-  const auto& model = in.model;
-  const auto& offload = in.cluster.stack.checkpoint_offload;  // how --offload acts copies run
-  const std::int64_t mbs = megatron_micro_batches(in, p);
-  const int virtual_stages = p.pp * p.vpp;
-  // Virtual stage v (chunk v / pp of stage v % pp) holds layers [first_layer[v], first_layer[v + 1]).
-  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(model.layers, p);
-  const std::vector<std::int64_t> first_layer = megatron_chunk_first_layers(model.layers, p);
-  auto chunk_layers = [&](int v) { return first_layer[static_cast<std::size_t>(v) + 1] - first_layer[static_cast<std::size_t>(v)]; };
-  const LayerSplit split = megatron_layer_split(in, p);
-  const double act_per_layer = layer_activation_bytes(model, split, p.recompute).total();
-  const double full_layer = layer_activation_bytes(model, split, Recompute::none).total();
-  const bool full_recompute = p.recompute == Recompute::full;
+namespace {
 
-  const auto params = model.param_counts();
-  const double layer_params = params.per_layer() / p.tp;
-  const std::int64_t s = split.local_tokens();  // one rank's tokens of the micro-batch (1/cp of them)
-  const std::int64_t h = model.hidden;
-  const std::int64_t vocab_shard = (model.vocab + p.tp - 1) / p.tp;
+// Builds one Megatron step. Its state is the members; its phases the methods build() calls in order: the model
+// states, every pipeline slot of every replica and stage (forward or backward, cutting gradient buckets as the
+// last backward of each chunk completes them), the pipeline edges between slots, then the data-parallel
+// reduction, the optimizer step and, with the distributed optimizer, the weights' all-gather.
+class MegatronBuilder {
+ public:
+  MegatronBuilder(const StepInputs& in, const MegatronParams& p);
+  sim::TaskGraph build();
 
-  sim::TaskGraph g;
-  // Under full recompute a layer's whole activations exist only while its forward or backward runs.
-  auto transient = [&](const std::vector<sim::DeviceId>& ranks, const std::string& name, std::vector<sim::TaskId>& last) {
-    std::vector<sim::TaskId> ids;
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      std::vector<sim::TaskId> after;
-      if (last[r] >= 0) after.push_back(last[r]);
-      ids.push_back(g.alloc(name + " working activations", ranks[r], sim::Pool::hbm,
-                            std::max<std::int64_t>(1, static_cast<std::int64_t>(full_layer)), "working activations " + name, after));
-      last[r] = ids.back();
-    }
-    return ids;
-  };
-  // Rank r of a replica's stage is cp index r / tp, TP index r % tp.
-  const int stage_ranks = p.cp * p.tp;
-  auto gpu_of = [&](int stage, int d, int r) { return (stage * p.dp + d) * stage_ranks + r; };
-  auto ranks_of = [&](int stage, int d) {
-    std::vector<sim::DeviceId> r;
-    for (int i = 0; i < stage_ranks; ++i) r.push_back(gpu_of(stage, d, i));
-    return r;
-  };
-  // The ranks holding the same weights, over which gradients are reduced: built here (grad_group), and in the
-  // whole data-parallel ring the built ones stand for (symmetry reduction).
-  const int grad_replicas = p.dp * p.cp;
-  const int grad_ring = p.whole_dp() * p.whole_cp();
-  const std::int32_t ring_ranks = grad_ring > grad_replicas ? grad_ring : 0;
-
-  // Model states, resident for the whole step.
-  std::vector<double> gpu_params(static_cast<std::size_t>(in.cluster.gpus()), 0);
-  for (int stage = 0; stage < p.pp; ++stage) {
-    double stage_params = layer_params * static_cast<double>(stage_layers[static_cast<std::size_t>(stage)]);
-    if (stage == 0) stage_params += params.embedding / p.tp;
-    if (stage == p.pp - 1) stage_params += static_cast<double>(model.vocab * h) / p.tp + params.final_norm;
-    for (int d = 0; d < p.dp; ++d) {
-      for (sim::DeviceId gpu : ranks_of(stage, d)) {
-        gpu_params[static_cast<std::size_t>(gpu)] = stage_params;
-        const auto& pol = in.precision;
-        const double states_per_param = p.distributed_optimizer
-                                            ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / grad_ring
-                                            : pol.bytes_per_param();
-        g.set_op(g.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm,
-                         static_cast<std::int64_t>(stage_params * states_per_param),
-                         "model states (" + in.precision.name + ")"),
-                 {sim::OpCode::states});
-      }
-    }
-  }
-
+ private:
   struct SlotTasks {
     std::vector<sim::TaskId> first, last, send;  // per TP rank
   };
-  // [replica][virtual stage][micro-batch][forward = 0, backward = 1]
-  std::vector<std::vector<std::vector<std::array<SlotTasks, 2>>>> slots(
-      static_cast<std::size_t>(p.dp),
-      std::vector<std::vector<std::array<SlotTasks, 2>>>(static_cast<std::size_t>(virtual_stages),
-                                                         std::vector<std::array<SlotTasks, 2>>(static_cast<std::size_t>(mbs))));
   struct Bucket {
     int stage, t;
     double params;
     std::vector<sim::TaskId> ready;  // per replica and cp index
   };
-  std::map<std::tuple<int, int, int>, Bucket> buckets;  // (stage, tp index, bucket index), in creation order below
-  std::vector<std::tuple<int, int, int>> bucket_order;
-  std::vector<sim::TaskId> last_compute(static_cast<std::size_t>(in.cluster.gpus()), -1);
-  // Offloaded checkpoints: the D2H of each (replica, layer, micro-batch, TP rank), which the reload waits for.
-  std::map<std::tuple<int, std::int64_t, std::int64_t, std::size_t>, sim::TaskId> checkpoint_d2h;
-
-  for (int d = 0; d < p.dp; ++d) {
-    for (int stage = 0; stage < p.pp; ++stage) {
-      const std::vector<sim::DeviceId> ranks = ranks_of(stage, d);
-      LayerEmitter layer(g, model, split, ranks);
-      const auto schedule = pipeline_schedule(stage, p.pp, mbs, p.vpp);
-      // The last backward of each chunk completes its gradients: buckets are cut there.
-      std::vector<std::int64_t> last_backward_mb(static_cast<std::size_t>(p.vpp), -1);
-      for (const auto& slot : schedule) {
-        if (!slot.forward) last_backward_mb[static_cast<std::size_t>(slot.chunk)] = slot.micro_batch;
-      }
-      int bucket_index = 0;
-      double bucket_params = 0;
-      for (const auto& slot : schedule) {
-        const int v = slot.chunk * p.pp + stage;
-        const std::int64_t mb = slot.micro_batch;
-        SlotTasks& tasks = slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)][slot.forward ? 0 : 1];
-        std::vector<sim::TaskId> last(ranks.size(), -1);
-        const std::string tag = mb_name(mb);
-        // What the tasks are in the model's terms (sim::Op): the step's sequence number of the micro-batch's first
-        // sequence, one chunk (the whole sequence). The executor runs micro-batches of one sequence without TP.
-        const auto seq = static_cast<std::int32_t>((d * mbs + mb) * p.micro_batch);
-        auto at = [&](sim::OpCode code, std::int64_t l) { return sim::Op{code, seq, static_cast<std::int32_t>(l), 0, -1, -1}; };
-        // Every slot opens with a zero-time task per rank that upstream stages' sends attach to.
-        if (slot.forward) {
-          for (std::size_t r = 0; r < ranks.size(); ++r) {
-            // Allocated when the GPU reaches this slot (after its previous slot), not before.
-            std::vector<sim::TaskId> after;
-            if (last_compute[static_cast<std::size_t>(ranks[r])] >= 0) after.push_back(last_compute[static_cast<std::size_t>(ranks[r])]);
-            // The activations this slot keeps for backward (checkpoints under full recompute; in host DRAM
-            // with checkpoint offload).
-            last[r] = g.alloc("F V" + std::to_string(v) + " " + tag + " activations", ranks[r],
-                              p.offload_activations ? sim::Pool::dram : sim::Pool::hbm,
-                              std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer * static_cast<double>(chunk_layers(v)))),
-                              (p.offload_activations ? "offloaded checkpoints virtual stage " : "activations virtual stage ") +
-                                  std::to_string(v) + " " + tag,
-                              after);
-            tasks.first.push_back(last[r]);
-          }
-          if (v == 0) {
-            for (std::size_t r = 0; r < ranks.size(); ++r) {
-              last[r] = emit_embedding(g, ranks[r], "F " + tag + " embedding", s, h, false, last[r], at(sim::OpCode::embed, 0));
-            }
-          }
-          for (std::int64_t l = first_layer[static_cast<std::size_t>(v)]; l < first_layer[static_cast<std::size_t>(v) + 1]; ++l) {
-            const std::string prefix = "F L" + std::to_string(l) + " " + tag;
-            const auto working = full_recompute ? transient(ranks, prefix, last) : std::vector<sim::TaskId>{};
-            layer.set_coordinates(seq, static_cast<int>(l), 0);
-            layer.forward(prefix, last);
-            for (std::size_t r = 0; r < working.size(); ++r) {
-              std::vector<sim::TaskId> done{last[r]};
-              if (p.offload_activations) {  // the layer input goes to host DRAM before its buffer is released
-                done.push_back(g.copy(prefix + " D2H checkpoint", ranks[r],
-                                      {sim::Copy::Direction::d2h, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), offload.pinned},
-                                      std::vector<sim::TaskId>{last[r]}));
-                g.set_op(done.back(), at(sim::OpCode::input, l));
-                checkpoint_d2h[{d, l, mb, r}] = done.back();
-                if (offload.blocking) last[r] = done.back();  // the next layer waits for the copy
-              }
-              g.free(prefix + " release working activations", working[r], done);
-            }
-          }
-          if (v == virtual_stages - 1) {
-            for (std::size_t r = 0; r < ranks.size(); ++r) {
-              last[r] = emit_loss(g, ranks[r], tag, s, h, vocab_shard, last[r], at(sim::OpCode::none, model.layers),
-                                  loss_memory(in.cluster.stack));
-            }
-          }
-          if (v + 1 < virtual_stages) {
-            const int next_stage = (v + 1) % p.pp;
-            if (next_stage != stage) {
-              for (std::size_t r = 0; r < ranks.size(); ++r) {
-                tasks.send.push_back(g.send("F V" + std::to_string(v) + " " + tag + " send act", ranks[r],
-                                            gpu_of(next_stage, d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s * h / p.tp),
-                                            std::vector<sim::TaskId>{last[r]}, kPipeStream));
-                g.set_op(tasks.send.back(), at(sim::OpCode::input, first_layer[static_cast<std::size_t>(v) + 1]));
-              }
-            }
-          }
-        } else {
-          const auto begin = static_cast<sim::TaskId>(g.size());
-          for (std::int64_t l = first_layer[static_cast<std::size_t>(v) + 1] - 1; l >= first_layer[static_cast<std::size_t>(v)]; --l) {
-            const std::string prefix = "B L" + std::to_string(l) + " " + tag;
-            std::vector<sim::TaskId> working;
-            if (full_recompute) {
-              if (p.offload_activations) {
-                for (std::size_t r = 0; r < ranks.size(); ++r) {
-                  std::vector<sim::TaskId> after{checkpoint_d2h.at({d, l, mb, r})};
-                  if (last[r] >= 0) after.push_back(last[r]);
-                  last[r] = g.copy(prefix + " H2D checkpoint", ranks[r],
-                                   {sim::Copy::Direction::h2d, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer)), offload.pinned},
-                                   after);
-                  g.set_op(last[r], at(sim::OpCode::input, l));
-                }
-              }
-              working = transient(ranks, prefix, last);
-              layer.set_coordinates(seq, static_cast<int>(l), 0);
-              layer.forward("R L" + std::to_string(l) + " " + tag, last, true);
-            }
-            layer.set_coordinates(seq, static_cast<int>(l), 0);
-            layer.backward(prefix, last);
-            for (std::size_t r = 0; r < working.size(); ++r) {
-              g.free(prefix + " release working activations", working[r], std::vector<sim::TaskId>{last[r]});
-            }
-            if (mb == last_backward_mb[static_cast<std::size_t>(slot.chunk)]) {
-              bucket_params += layer_params;
-              const bool chunk_done = l == first_layer[static_cast<std::size_t>(v)];
-              if (bucket_params >= p.bucket_params || chunk_done) {
-                // The last stage's first bucket also carries the LM head's gradients (computed before any layer's).
-                const double head = stage == p.pp - 1 && bucket_index == 0 ? static_cast<double>(model.vocab * h) / p.tp + params.final_norm : 0;
-                for (int t = 0; t < p.tp; ++t) {
-                  const auto key = std::make_tuple(stage, t, bucket_index);
-                  auto [it, inserted] = buckets.try_emplace(key, Bucket{stage, t, bucket_params + head, {}});
-                  if (inserted) bucket_order.push_back(key);
-                  for (int c = 0; c < p.cp; ++c) it->second.ready.push_back(last[static_cast<std::size_t>(c * p.tp + t)]);
-                }
-                ++bucket_index;
-                bucket_params = 0;
-              }
-            }
-          }
-          if (v == 0) {
-            for (std::size_t r = 0; r < ranks.size(); ++r) {
-              last[r] = emit_embedding(g, ranks[r], "B " + tag + " embedding", s, h, true, last[r], at(sim::OpCode::embed_bwd, 0));
-            }
-            if (mb == last_backward_mb[0]) {  // the embedding's gradients join the last bucket, after its backward
-              for (int t = 0; t < p.tp; ++t) {
-                Bucket& b = buckets.at(std::make_tuple(stage, t, bucket_index - 1));
-                if (d == 0) b.params += params.embedding / p.tp;
-                for (int c = 0; c < p.cp; ++c) b.ready[b.ready.size() - static_cast<std::size_t>(p.cp - c)] = last[static_cast<std::size_t>(c * p.tp + t)];
-              }
-            }
-          }
-          // Upstream gradients attach to the slot's first task on each rank.
-          for (sim::DeviceId rank : ranks) {
-            for (auto id = begin; id < static_cast<sim::TaskId>(g.size()); ++id) {
-              if (g.task(id).device == rank && g.task(id).kind() != sim::TaskKind::collective) {
-                tasks.first.push_back(id);
-                break;
-              }
-            }
-          }
-          // Activations of this slot are no longer needed.
-          const SlotTasks& fwd = slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)][0];
-          for (std::size_t r = 0; r < ranks.size(); ++r) {
-            g.free("B V" + std::to_string(v) + " " + tag + " free activations", fwd.first[r], std::vector<sim::TaskId>{last[r]});
-          }
-          if (v > 0) {
-            const int prev_stage = (v - 1) % p.pp;
-            if (prev_stage != stage) {
-              for (std::size_t r = 0; r < ranks.size(); ++r) {
-                tasks.send.push_back(g.send("B V" + std::to_string(v) + " " + tag + " send grad", ranks[r],
-                                            gpu_of(prev_stage, d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s * h / p.tp),
-                                            std::vector<sim::TaskId>{last[r]}, kPipeStream));
-                g.set_op(tasks.send.back(), at(sim::OpCode::input_grad, first_layer[static_cast<std::size_t>(v)]));
-              }
-            }
-          }
-        }
-        tasks.last = last;
-        for (std::size_t r = 0; r < ranks.size(); ++r) last_compute[static_cast<std::size_t>(ranks[r])] = last[r];
-      }
-    }
-  }
-
-  // Pipeline edges: a slot starts when its input arrives from the neighbouring virtual stage, by message when
-  // that stage lives on another GPU, directly when it is on the same one.
-  for (int d = 0; d < p.dp; ++d) {
-    for (int v = 0; v < virtual_stages; ++v) {
-      for (std::int64_t mb = 0; mb < mbs; ++mb) {
-        auto& here = slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)];
-        auto link = [&](const SlotTasks& upstream, const SlotTasks& slot) {
-          for (std::size_t r = 0; r < slot.first.size(); ++r) {
-            g.add_dependency(upstream.send.empty() ? upstream.last[r] : upstream.send[r], slot.first[r]);
-          }
-        };
-        if (v > 0) link(slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v - 1)][static_cast<std::size_t>(mb)][0], here[0]);
-        if (v + 1 < virtual_stages) {
-          link(slots[static_cast<std::size_t>(d)][static_cast<std::size_t>(v + 1)][static_cast<std::size_t>(mb)][1], here[1]);
-        } else {
-          link(here[0], here[1]);  // the last stage's backward starts from its own loss
-        }
-      }
-    }
-  }
-
-  // Data-parallel gradient all-reduce, one collective per bucket, on its own stream so that it overlaps the
-  // rest of the backward pass; then the optimizer step on each GPU.
-  std::vector<std::vector<sim::TaskId>> gpu_reductions(static_cast<std::size_t>(in.cluster.gpus()));
-  // The data-parallel x context-parallel ranks of (stage, TP index t), replica-major.
-  auto grad_group = [&](int stage, int t) {
-    std::vector<sim::DeviceId> members;
-    for (int d = 0; d < p.dp; ++d) {
-      for (int c = 0; c < p.cp; ++c) members.push_back(gpu_of(stage, d, c * p.tp + t));
-    }
-    return members;
+  // One replica's pipeline stage as its schedule is walked.
+  struct StageWalk {
+    int d, stage;
+    std::vector<sim::DeviceId> ranks;
+    LayerEmitter layer;
+    std::vector<std::int64_t> last_backward_mb;  // per chunk: its last backward completes its gradients
+    int bucket_index = 0;
+    double bucket_params = 0;
   };
-  if (grad_replicas > 1) {
-    std::map<std::pair<int, int>, std::int32_t> groups;
-    for (const auto& key : bucket_order) {
-      const Bucket& b = buckets.at(key);
-      auto [it, inserted] = groups.try_emplace({b.stage, b.t}, 0);
-      if (inserted) it->second = g.add_group(grad_group(b.stage, b.t));
-      const auto bytes = static_cast<std::int64_t>(b.params * in.precision.grad_bytes) / grad_ring * grad_ring + grad_ring;
-      const sim::TaskId reduce = g.collective(
-          std::string(p.distributed_optimizer ? "DP reduce-scatter" : "DP all-reduce") + " stage " + std::to_string(b.stage) +
-              " tp" + std::to_string(b.t) + " bucket " + std::to_string(std::get<2>(key)),
-          {p.distributed_optimizer ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce, sim::Algorithm::ring,
-           it->second, bytes, ring_ranks},
-          b.ready, kDpStream);
-      g.set_op(reduce, {sim::OpCode::states});
-      for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[static_cast<std::size_t>(gpu)].push_back(reduce);
-    }
+  // One slot of the schedule: what its tasks are in the model's terms (sim::Op) and where their chains end.
+  struct Slot {
+    int v;                         // virtual stage
+    std::int64_t mb;               // micro-batch
+    std::string tag;               // "mb3"
+    std::int32_t seq;              // the step's sequence number of the micro-batch's first sequence
+    std::vector<sim::TaskId> last;  // per rank
+    sim::Op at(sim::OpCode code, std::int64_t l) const { return {code, seq, static_cast<std::int32_t>(l), 0, -1, -1}; }
+  };
+
+  int gpu_of(int stage, int d, int r) const { return (stage * p_.dp + d) * stage_ranks_ + r; }  // r: cp index * tp + TP index
+  std::vector<sim::DeviceId> ranks_of(int stage, int d) const;
+  std::vector<sim::DeviceId> grad_group(int stage, int t) const;  // the dp x cp ranks of (stage, TP index t), replica-major
+  std::int64_t chunk_layers(int v) const { return first_layer_[static_cast<std::size_t>(v) + 1] - first_layer_[static_cast<std::size_t>(v)]; }
+  SlotTasks& tasks_of(int d, int v, std::int64_t mb, bool forward) {
+    return slots_[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)][forward ? 0 : 1];
   }
-  const int shards = p.distributed_optimizer ? grad_ring : 1;
-  std::vector<sim::TaskId> step(static_cast<std::size_t>(in.cluster.gpus()));
-  for (int gpu = 0; gpu < in.cluster.gpus(); ++gpu) {
-    std::vector<sim::TaskId> deps = gpu_reductions[static_cast<std::size_t>(gpu)];
-    if (last_compute[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last_compute[static_cast<std::size_t>(gpu)]);
-    step[static_cast<std::size_t>(gpu)] =
-        g.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false,
-               sim::OptimizerStep{static_cast<std::int64_t>(gpu_params[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam / shards)},
-               {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
-              deps);
+  std::vector<sim::TaskId> transient(const std::vector<sim::DeviceId>& ranks, const std::string& name, std::vector<sim::TaskId>& last);
+
+  void model_states();
+  void walk_stage(int d, int stage);
+  void forward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks);
+  void forward_layer(StageWalk& w, Slot& slot, std::int64_t l);
+  void backward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks);
+  void backward_layer(StageWalk& w, Slot& slot, std::int64_t l);
+  void cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l);
+  void send_to(StageWalk& w, const Slot& slot, SlotTasks& tasks, int to_v, bool forward);
+  void link_pipeline();
+  std::vector<std::vector<sim::TaskId>> reduce_gradients();
+  void optimizer_steps(const std::vector<std::vector<sim::TaskId>>& reductions);
+
+  const StepInputs& in_;
+  const MegatronParams& p_;
+  const model::ModelConfig& model_;
+  const stacks::StackProfile::CheckpointOffload& offload_;  // how --offload acts copies run
+  const std::int64_t mbs_;
+  const int virtual_stages_;
+  // Virtual stage v (chunk v / pp of stage v % pp) holds layers [first_layer_[v], first_layer_[v + 1]).
+  const std::vector<std::int64_t> stage_layers_, first_layer_;
+  const LayerSplit split_;
+  const double act_per_layer_, full_layer_;
+  const bool full_recompute_;
+  const model::ParamCounts params_;
+  const double layer_params_;
+  const std::int64_t s_, h_, vocab_shard_;  // one rank's tokens of the micro-batch (1/cp of them); hidden; vocab / tp
+  const int stage_ranks_;                   // cp x tp
+  // The ranks holding the same weights, over which gradients are reduced: built here (grad_group), and in the
+  // whole data-parallel ring the built ones stand for (symmetry reduction).
+  const int grad_replicas_, grad_ring_;
+  const std::int32_t ring_ranks_;
+
+  sim::TaskGraph g_;
+  std::vector<double> gpu_params_;
+  // [replica][virtual stage][micro-batch][forward = 0, backward = 1]
+  std::vector<std::vector<std::vector<std::array<SlotTasks, 2>>>> slots_;
+  std::map<std::tuple<int, int, int>, Bucket> buckets_;  // (stage, tp index, bucket index), in creation order below
+  std::vector<std::tuple<int, int, int>> bucket_order_;
+  std::vector<sim::TaskId> last_compute_;
+  // Offloaded checkpoints: the D2H of each (replica, layer, micro-batch, TP rank), which the reload waits for.
+  std::map<std::tuple<int, std::int64_t, std::int64_t, std::size_t>, sim::TaskId> checkpoint_d2h_;
+};
+
+MegatronBuilder::MegatronBuilder(const StepInputs& in, const MegatronParams& p)
+    : in_(in),
+      p_(p),
+      model_(in.model),
+      offload_(in.cluster.stack.checkpoint_offload),
+      mbs_(megatron_micro_batches(in, p)),
+      virtual_stages_(p.pp * p.vpp),
+      stage_layers_(megatron_stage_layers(in.model.layers, p)),
+      first_layer_(megatron_chunk_first_layers(in.model.layers, p)),
+      split_(megatron_layer_split(in, p)),
+      act_per_layer_(layer_activation_bytes(in.model, split_, p.recompute).total()),
+      full_layer_(layer_activation_bytes(in.model, split_, Recompute::none).total()),
+      full_recompute_(p.recompute == Recompute::full),
+      params_(in.model.param_counts()),
+      layer_params_(params_.per_layer() / p.tp),
+      s_(split_.local_tokens()),
+      h_(in.model.hidden),
+      vocab_shard_((in.model.vocab + p.tp - 1) / p.tp),
+      stage_ranks_(p.cp * p.tp),
+      grad_replicas_(p.dp * p.cp),
+      grad_ring_(p.whole_dp() * p.whole_cp()),
+      ring_ranks_(grad_ring_ > grad_replicas_ ? grad_ring_ : 0),
+      gpu_params_(static_cast<std::size_t>(in.cluster.gpus()), 0),
+      slots_(static_cast<std::size_t>(p.dp),
+             std::vector<std::vector<std::array<SlotTasks, 2>>>(static_cast<std::size_t>(virtual_stages_),
+                                                                std::vector<std::array<SlotTasks, 2>>(static_cast<std::size_t>(mbs_)))),
+      last_compute_(static_cast<std::size_t>(in.cluster.gpus()), -1) {}
+
+std::vector<sim::DeviceId> MegatronBuilder::ranks_of(int stage, int d) const {
+  std::vector<sim::DeviceId> r;
+  for (int i = 0; i < stage_ranks_; ++i) r.push_back(gpu_of(stage, d, i));
+  return r;
+}
+
+std::vector<sim::DeviceId> MegatronBuilder::grad_group(int stage, int t) const {
+  std::vector<sim::DeviceId> members;
+  for (int d = 0; d < p_.dp; ++d) {
+    for (int c = 0; c < p_.cp; ++c) members.push_back(gpu_of(stage, d, c * p_.tp + t));
   }
-  if (p.distributed_optimizer && grad_replicas > 1) {  // every data-parallel rank gets the others' updated weights
-    for (int stage = 0; stage < p.pp; ++stage) {
-      for (int t = 0; t < p.tp; ++t) {
-        const std::vector<sim::DeviceId> members = grad_group(stage, t);
-        std::vector<sim::TaskId> deps;
-        for (sim::DeviceId gpu : members) deps.push_back(step[static_cast<std::size_t>(gpu)]);
-        const double weights = gpu_params[static_cast<std::size_t>(members.front())] * in.precision.weight_bytes;
-        g.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
-                     {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g.add_group(members),
-                      static_cast<std::int64_t>(weights) / grad_ring * grad_ring + grad_ring, ring_ranks},
-                     deps, kDpStream);
+  return members;
+}
+
+// Under full recompute a layer's whole activations exist only while its forward or backward runs.
+std::vector<sim::TaskId> MegatronBuilder::transient(const std::vector<sim::DeviceId>& ranks, const std::string& name,
+                                                    std::vector<sim::TaskId>& last) {
+  std::vector<sim::TaskId> ids;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    std::vector<sim::TaskId> after;
+    if (last[r] >= 0) after.push_back(last[r]);
+    ids.push_back(g_.alloc(name + " working activations", ranks[r], sim::Pool::hbm,
+                           std::max<std::int64_t>(1, static_cast<std::int64_t>(full_layer_)), "working activations " + name, after));
+    last[r] = ids.back();
+  }
+  return ids;
+}
+
+sim::TaskGraph MegatronBuilder::build() {
+  model_states();
+  for (int d = 0; d < p_.dp; ++d) {
+    for (int stage = 0; stage < p_.pp; ++stage) walk_stage(d, stage);
+  }
+  link_pipeline();
+  optimizer_steps(reduce_gradients());
+  return std::move(g_);
+}
+
+// Model states, resident for the whole step.
+void MegatronBuilder::model_states() {
+  const auto& pol = in_.precision;
+  const double states_per_param =
+      p_.distributed_optimizer ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / grad_ring_ : pol.bytes_per_param();
+  for (int stage = 0; stage < p_.pp; ++stage) {
+    double stage_params = layer_params_ * static_cast<double>(stage_layers_[static_cast<std::size_t>(stage)]);
+    if (stage == 0) stage_params += params_.embedding / p_.tp;
+    if (stage == p_.pp - 1) stage_params += static_cast<double>(model_.vocab * h_) / p_.tp + params_.final_norm;
+    for (int d = 0; d < p_.dp; ++d) {
+      for (sim::DeviceId gpu : ranks_of(stage, d)) {
+        gpu_params_[static_cast<std::size_t>(gpu)] = stage_params;
+        g_.set_op(g_.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm, static_cast<std::int64_t>(stage_params * states_per_param),
+                           "model states (" + in_.precision.name + ")"),
+                  {sim::OpCode::states});
       }
     }
   }
-  return g;
+}
+
+void MegatronBuilder::walk_stage(int d, int stage) {
+  StageWalk w{d, stage, ranks_of(stage, d), LayerEmitter(g_, model_, split_, ranks_of(stage, d)),
+              std::vector<std::int64_t>(static_cast<std::size_t>(p_.vpp), -1)};
+  const auto schedule = pipeline_schedule(stage, p_.pp, mbs_, p_.vpp);
+  for (const auto& slot : schedule) {
+    if (!slot.forward) w.last_backward_mb[static_cast<std::size_t>(slot.chunk)] = slot.micro_batch;
+  }
+  for (const auto& entry : schedule) {
+    const int v = entry.chunk * p_.pp + stage;
+    const std::int64_t mb = entry.micro_batch;
+    // The executor runs micro-batches of one sequence without TP: one chunk, the whole sequence.
+    Slot slot{v, mb, mb_name(mb), static_cast<std::int32_t>((d * mbs_ + mb) * p_.micro_batch),
+              std::vector<sim::TaskId>(w.ranks.size(), -1)};
+    SlotTasks& tasks = tasks_of(d, v, mb, entry.forward);
+    if (entry.forward) {
+      forward_slot(w, slot, tasks);
+    } else {
+      backward_slot(w, slot, tasks);
+    }
+    tasks.last = slot.last;
+    for (std::size_t r = 0; r < w.ranks.size(); ++r) last_compute_[static_cast<std::size_t>(w.ranks[r])] = slot.last[r];
+  }
+}
+
+// Every slot opens with a zero-time task per rank that upstream stages' sends attach to: in forward, the
+// allocation of what the slot keeps for backward.
+void MegatronBuilder::forward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) {
+  const int v = slot.v;
+  auto& last = slot.last;
+  for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+    // Allocated when the GPU reaches this slot (after its previous slot), not before.
+    std::vector<sim::TaskId> after;
+    if (last_compute_[static_cast<std::size_t>(w.ranks[r])] >= 0) after.push_back(last_compute_[static_cast<std::size_t>(w.ranks[r])]);
+    // The activations this slot keeps for backward (checkpoints under full recompute; in host DRAM with checkpoint
+    // offload).
+    last[r] = g_.alloc("F V" + std::to_string(v) + " " + slot.tag + " activations", w.ranks[r],
+                       p_.offload_activations ? sim::Pool::dram : sim::Pool::hbm,
+                       std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer_ * static_cast<double>(chunk_layers(v)))),
+                       (p_.offload_activations ? "offloaded checkpoints virtual stage " : "activations virtual stage ") + std::to_string(v) +
+                           " " + slot.tag,
+                       after);
+    tasks.first.push_back(last[r]);
+  }
+  if (v == 0) {
+    for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+      last[r] = emit_embedding(g_, w.ranks[r], "F " + slot.tag + " embedding", s_, h_, false, last[r], slot.at(sim::OpCode::embed, 0));
+    }
+  }
+  for (std::int64_t l = first_layer_[static_cast<std::size_t>(v)]; l < first_layer_[static_cast<std::size_t>(v) + 1]; ++l) forward_layer(w, slot, l);
+  if (v == virtual_stages_ - 1) {
+    for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+      last[r] = emit_loss(g_, w.ranks[r], slot.tag, s_, h_, vocab_shard_, last[r], slot.at(sim::OpCode::none, model_.layers),
+                          loss_memory(in_.cluster.stack));
+    }
+  }
+  if (v + 1 < virtual_stages_) send_to(w, slot, tasks, v + 1, true);
+}
+
+void MegatronBuilder::forward_layer(StageWalk& w, Slot& slot, std::int64_t l) {
+  auto& last = slot.last;
+  const std::string prefix = "F L" + std::to_string(l) + " " + slot.tag;
+  const auto working = full_recompute_ ? transient(w.ranks, prefix, last) : std::vector<sim::TaskId>{};
+  w.layer.set_coordinates(slot.seq, static_cast<int>(l), 0);
+  w.layer.forward(prefix, last);
+  for (std::size_t r = 0; r < working.size(); ++r) {
+    std::vector<sim::TaskId> done{last[r]};
+    if (p_.offload_activations) {  // the layer input goes to host DRAM before its buffer is released
+      done.push_back(g_.copy(prefix + " D2H checkpoint", w.ranks[r],
+                             {sim::Copy::Direction::d2h, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer_)), offload_.pinned},
+                             std::vector<sim::TaskId>{last[r]}));
+      g_.set_op(done.back(), slot.at(sim::OpCode::input, l));
+      checkpoint_d2h_[{w.d, l, slot.mb, r}] = done.back();
+      if (offload_.blocking) last[r] = done.back();  // the next layer waits for the copy
+    }
+    g_.free(prefix + " release working activations", working[r], done);
+  }
+}
+
+// The activations (or gradients) a slot passes to the neighbouring virtual stage, by message when that stage
+// lives on another GPU (on the same one, link_pipeline joins the slots directly).
+void MegatronBuilder::send_to(StageWalk& w, const Slot& slot, SlotTasks& tasks, int to_v, bool forward) {
+  const int to_stage = to_v % p_.pp;
+  if (to_stage == w.stage) return;
+  for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+    tasks.send.push_back(g_.send((forward ? "F V" : "B V") + std::to_string(slot.v) + " " + slot.tag + (forward ? " send act" : " send grad"),
+                                 w.ranks[r], gpu_of(to_stage, w.d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s_ * h_ / p_.tp),
+                                 std::vector<sim::TaskId>{slot.last[r]}, kPipeStream));
+    const std::int64_t layer = forward ? first_layer_[static_cast<std::size_t>(slot.v) + 1] : first_layer_[static_cast<std::size_t>(slot.v)];
+    g_.set_op(tasks.send.back(), slot.at(forward ? sim::OpCode::input : sim::OpCode::input_grad, layer));
+  }
+}
+
+void MegatronBuilder::backward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) {
+  const int v = slot.v;
+  auto& last = slot.last;
+  const auto begin = static_cast<sim::TaskId>(g_.size());
+  for (std::int64_t l = first_layer_[static_cast<std::size_t>(v) + 1] - 1; l >= first_layer_[static_cast<std::size_t>(v)]; --l) {
+    backward_layer(w, slot, l);
+    if (slot.mb == w.last_backward_mb[static_cast<std::size_t>(v / p_.pp)]) cut_bucket(w, slot, l);
+  }
+  if (v == 0) {
+    for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+      last[r] = emit_embedding(g_, w.ranks[r], "B " + slot.tag + " embedding", s_, h_, true, last[r], slot.at(sim::OpCode::embed_bwd, 0));
+    }
+    if (slot.mb == w.last_backward_mb[0]) {  // the embedding's gradients join the last bucket, after its backward
+      for (int t = 0; t < p_.tp; ++t) {
+        Bucket& b = buckets_.at(std::make_tuple(w.stage, t, w.bucket_index - 1));
+        if (w.d == 0) b.params += params_.embedding / p_.tp;
+        for (int c = 0; c < p_.cp; ++c) b.ready[b.ready.size() - static_cast<std::size_t>(p_.cp - c)] = last[static_cast<std::size_t>(c * p_.tp + t)];
+      }
+    }
+  }
+  // Upstream gradients attach to the slot's first task on each rank.
+  for (sim::DeviceId rank : w.ranks) {
+    for (auto id = begin; id < static_cast<sim::TaskId>(g_.size()); ++id) {
+      if (g_.task(id).device == rank && g_.task(id).kind() != sim::TaskKind::collective) {
+        tasks.first.push_back(id);
+        break;
+      }
+    }
+  }
+  // Activations of this slot are no longer needed.
+  const SlotTasks& fwd = tasks_of(w.d, v, slot.mb, true);
+  for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+    g_.free("B V" + std::to_string(v) + " " + slot.tag + " free activations", fwd.first[r], std::vector<sim::TaskId>{last[r]});
+  }
+  if (v > 0) send_to(w, slot, tasks, v - 1, false);
+}
+
+void MegatronBuilder::backward_layer(StageWalk& w, Slot& slot, std::int64_t l) {
+  auto& last = slot.last;
+  const std::string prefix = "B L" + std::to_string(l) + " " + slot.tag;
+  std::vector<sim::TaskId> working;
+  if (full_recompute_) {
+    if (p_.offload_activations) {
+      for (std::size_t r = 0; r < w.ranks.size(); ++r) {
+        std::vector<sim::TaskId> after{checkpoint_d2h_.at({w.d, l, slot.mb, r})};
+        if (last[r] >= 0) after.push_back(last[r]);
+        last[r] = g_.copy(prefix + " H2D checkpoint", w.ranks[r],
+                          {sim::Copy::Direction::h2d, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer_)), offload_.pinned}, after);
+        g_.set_op(last[r], slot.at(sim::OpCode::input, l));
+      }
+    }
+    working = transient(w.ranks, prefix, last);
+    w.layer.set_coordinates(slot.seq, static_cast<int>(l), 0);
+    w.layer.forward("R L" + std::to_string(l) + " " + slot.tag, last, true);
+  }
+  w.layer.set_coordinates(slot.seq, static_cast<int>(l), 0);
+  w.layer.backward(prefix, last);
+  for (std::size_t r = 0; r < working.size(); ++r) {
+    g_.free(prefix + " release working activations", working[r], std::vector<sim::TaskId>{last[r]});
+  }
+}
+
+// In the last backward of a chunk, layer l's gradients are complete: they join the open bucket, which is cut when
+// it holds bucket_params or the chunk is done.
+void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l) {
+  w.bucket_params += layer_params_;
+  const bool chunk_done = l == first_layer_[static_cast<std::size_t>(slot.v)];
+  if (w.bucket_params < p_.bucket_params && !chunk_done) return;
+  // The last stage's first bucket also carries the LM head's gradients (computed before any layer's).
+  const double head = w.stage == p_.pp - 1 && w.bucket_index == 0 ? static_cast<double>(model_.vocab * h_) / p_.tp + params_.final_norm : 0;
+  for (int t = 0; t < p_.tp; ++t) {
+    const auto key = std::make_tuple(w.stage, t, w.bucket_index);
+    auto [it, inserted] = buckets_.try_emplace(key, Bucket{w.stage, t, w.bucket_params + head, {}});
+    if (inserted) bucket_order_.push_back(key);
+    for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(slot.last[static_cast<std::size_t>(c * p_.tp + t)]);
+  }
+  ++w.bucket_index;
+  w.bucket_params = 0;
+}
+
+// Pipeline edges: a slot starts when its input arrives from the neighbouring virtual stage, by message when
+// that stage lives on another GPU, directly when it is on the same one.
+void MegatronBuilder::link_pipeline() {
+  auto link = [&](const SlotTasks& upstream, const SlotTasks& slot) {
+    for (std::size_t r = 0; r < slot.first.size(); ++r) g_.add_dependency(upstream.send.empty() ? upstream.last[r] : upstream.send[r], slot.first[r]);
+  };
+  for (int d = 0; d < p_.dp; ++d) {
+    for (int v = 0; v < virtual_stages_; ++v) {
+      for (std::int64_t mb = 0; mb < mbs_; ++mb) {
+        if (v > 0) link(tasks_of(d, v - 1, mb, true), tasks_of(d, v, mb, true));
+        if (v + 1 < virtual_stages_) {
+          link(tasks_of(d, v + 1, mb, false), tasks_of(d, v, mb, false));
+        } else {
+          link(tasks_of(d, v, mb, true), tasks_of(d, v, mb, false));  // the last stage's backward starts from its own loss
+        }
+      }
+    }
+  }
+}
+
+// Data-parallel gradient all-reduce (reduce-scatter with the distributed optimizer), one collective per bucket,
+// on its own stream so that it overlaps the rest of the backward pass. Returns each GPU's reductions.
+std::vector<std::vector<sim::TaskId>> MegatronBuilder::reduce_gradients() {
+  std::vector<std::vector<sim::TaskId>> gpu_reductions(static_cast<std::size_t>(in_.cluster.gpus()));
+  if (grad_replicas_ <= 1) return gpu_reductions;
+  std::map<std::pair<int, int>, std::int32_t> groups;
+  for (const auto& key : bucket_order_) {
+    const Bucket& b = buckets_.at(key);
+    auto [it, inserted] = groups.try_emplace({b.stage, b.t}, 0);
+    if (inserted) it->second = g_.add_group(grad_group(b.stage, b.t));
+    const auto bytes = static_cast<std::int64_t>(b.params * in_.precision.grad_bytes) / grad_ring_ * grad_ring_ + grad_ring_;
+    const sim::TaskId reduce = g_.collective(
+        std::string(p_.distributed_optimizer ? "DP reduce-scatter" : "DP all-reduce") + " stage " + std::to_string(b.stage) + " tp" +
+            std::to_string(b.t) + " bucket " + std::to_string(std::get<2>(key)),
+        {p_.distributed_optimizer ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce, sim::Algorithm::ring, it->second, bytes,
+         ring_ranks_},
+        b.ready, kDpStream);
+    g_.set_op(reduce, {sim::OpCode::states});
+    for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[static_cast<std::size_t>(gpu)].push_back(reduce);
+  }
+  return gpu_reductions;
+}
+
+// The optimizer step on each GPU after its reductions; with the distributed optimizer every data-parallel rank
+// then gets the others' updated weights.
+void MegatronBuilder::optimizer_steps(const std::vector<std::vector<sim::TaskId>>& reductions) {
+  const int shards = p_.distributed_optimizer ? grad_ring_ : 1;
+  std::vector<sim::TaskId> step(static_cast<std::size_t>(in_.cluster.gpus()));
+  for (int gpu = 0; gpu < in_.cluster.gpus(); ++gpu) {
+    std::vector<sim::TaskId> deps = reductions[static_cast<std::size_t>(gpu)];
+    if (last_compute_[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last_compute_[static_cast<std::size_t>(gpu)]);
+    step[static_cast<std::size_t>(gpu)] =
+        g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false,
+                sim::OptimizerStep{static_cast<std::int64_t>(gpu_params_[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam / shards)},
+                {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
+               deps);
+  }
+  if (!p_.distributed_optimizer || grad_replicas_ <= 1) return;
+  for (int stage = 0; stage < p_.pp; ++stage) {
+    for (int t = 0; t < p_.tp; ++t) {
+      const std::vector<sim::DeviceId> members = grad_group(stage, t);
+      std::vector<sim::TaskId> deps;
+      for (sim::DeviceId gpu : members) deps.push_back(step[static_cast<std::size_t>(gpu)]);
+      const double weights = gpu_params_[static_cast<std::size_t>(members.front())] * in_.precision.weight_bytes;
+      g_.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
+                    {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g_.add_group(members),
+                     static_cast<std::int64_t>(weights) / grad_ring_ * grad_ring_ + grad_ring_, ring_ranks_},
+                    deps, kDpStream);
+    }
+  }
+}
+
+}  // namespace
+
+sim::TaskGraph build_megatron(const StepInputs& in, const MegatronParams& p) {
+  check_megatron(in, p);
+  return MegatronBuilder(in, p).build();
 }
 
 }  // namespace trainyard::planner
