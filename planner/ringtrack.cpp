@@ -16,7 +16,6 @@ namespace {
 
 constexpr double kBf16 = 2, kFp32 = 4;
 constexpr int kSendStream = 0, kReduceStream = 2;
-constexpr int kExhaustiveRingLimit = 9;
 
 std::int64_t bytes(double b) { return std::max<std::int64_t>(1, static_cast<std::int64_t>(b)); }
 std::vector<sim::TaskId> ids(std::initializer_list<sim::TaskId> list) {
@@ -95,126 +94,6 @@ std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& s
 }
 
 }  // namespace
-
-// --- ring order ------------------------------------------------------------------------------------------------
-
-namespace {
-
-// Routes between GPUs of a ring, computed once per pair (the order search scores thousands of cycles).
-class HopScorer {
- public:
-  explicit HopScorer(const sim::Cluster& cluster) : cluster_(cluster) {}
-
-  // The hops of a cyclic order: each hop's bandwidth with every hop of the ring active at once, hops that share a
-  // link direction sharing its bandwidth (a half-duplex link counts both directions together).
-  std::vector<RingHop> hops(const std::vector<int>& order) {
-    const auto& graph = cluster_.topology.graph();
-    const std::size_t n = order.size();
-    load_.clear();
-    for (std::size_t i = 0; i < n; ++i) {
-      const hw::Route& r = route(order[i], order[(i + 1) % n]);
-      for (std::size_t j = 0; j < r.links.size(); ++j) ++load_[key(r, j)];
-    }
-    std::vector<RingHop> out;
-    for (std::size_t i = 0; i < n; ++i) {
-      const hw::Route& r = route(order[i], order[(i + 1) % n]);
-      double gbps = r.bottleneck_gbps;
-      for (std::size_t j = 0; j < r.links.size(); ++j) gbps = std::min(gbps, graph[r.links[j]].gbps_per_direction / load_[key(r, j)]);
-      out.push_back({order[i], order[(i + 1) % n], gbps});
-    }
-    return out;
-  }
-
- private:
-  const hw::Route& route(int a, int b) {
-    auto [it, inserted] = routes_.try_emplace({a, b});
-    if (inserted) {
-      const auto& topo = cluster_.topology;
-      const int per_node = topo.gpus_per_node();
-      it->second = topo.route(topo.gpu(a / per_node, a % per_node), topo.gpu(b / per_node, b % per_node));
-    }
-    return it->second;
-  }
-  std::pair<int, int> key(const hw::Route& r, std::size_t i) const {
-    const auto& link = cluster_.topology.graph()[r.links[i]];
-    return {link.index, link.full_duplex ? static_cast<int>(r.vertices[i] < r.vertices[i + 1]) : 2};
-  }
-
-  const sim::Cluster& cluster_;
-  std::map<std::pair<int, int>, hw::Route> routes_;
-  std::map<std::pair<int, int>, int> load_;
-};
-
-}  // namespace
-
-std::vector<RingHop> ring_hops(const sim::Cluster& cluster, const std::vector<int>& order) { return HopScorer(cluster).hops(order); }
-
-std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<int>& members) {
-  if (members.size() <= 2) return members;
-  const int per_node = cluster.topology.gpus_per_node();
-  HopScorer scorer(cluster);
-  struct Score {
-    double slowest = 0;
-    int crossings = 0;
-    double seconds_per_gb = 0;
-  };
-  auto score = [&](const std::vector<int>& order) {
-    Score s;
-    const auto hops = scorer.hops(order);
-    s.slowest = hops.front().gbps;
-    for (const auto& h : hops) {
-      s.slowest = std::min(s.slowest, h.gbps);
-      s.crossings += h.from / per_node != h.to / per_node;
-      s.seconds_per_gb += 1.0 / h.gbps;
-    }
-    return s;
-  };
-  auto better = [](const Score& a, const Score& b) {
-    if (a.slowest != b.slowest) return a.slowest > b.slowest * (1 + 1e-9);
-    if (a.crossings != b.crossings) return a.crossings < b.crossings;
-    return a.seconds_per_gb < b.seconds_per_gb * (1 - 1e-9);
-  };
-  std::vector<int> sorted = members;
-  std::sort(sorted.begin(), sorted.end());
-  if (sorted.size() <= static_cast<std::size_t>(kExhaustiveRingLimit)) {
-    // Cycles: fix the first member, try every order of the rest (lexicographic, so ties keep the smallest).
-    std::vector<int> order = sorted, best = sorted;
-    Score best_score = score(best);
-    while (std::next_permutation(order.begin() + 1, order.end())) {
-      const Score s = score(order);
-      if (better(s, best_score)) {
-        best = order;
-        best_score = s;
-      }
-    }
-    return best;
-  }
-  // Large rings: nodes in order (one crossing per node boundary), a greedy fastest-next-hop chain in each node.
-  std::vector<int> order;
-  std::map<int, std::vector<int>> by_node;
-  for (int g : sorted) by_node[g / per_node].push_back(g);
-  for (auto& [node, gpus] : by_node) {
-    std::vector<int> left = gpus;
-    int at = left.front();
-    left.erase(left.begin());
-    order.push_back(at);
-    while (!left.empty()) {
-      std::size_t pick = 0;
-      double pick_gbps = -1;
-      for (std::size_t i = 0; i < left.size(); ++i) {
-        const double gbps = scorer.hops({at, left[i]}).front().gbps;
-        if (gbps > pick_gbps) {
-          pick = i;
-          pick_gbps = gbps;
-        }
-      }
-      at = left[pick];
-      left.erase(left.begin() + static_cast<std::ptrdiff_t>(pick));
-      order.push_back(at);
-    }
-  }
-  return order;
-}
 
 std::string RingTrackPlan::describe() const {
   std::ostringstream out;
@@ -306,488 +185,604 @@ void check_ringtrack(const StepInputs& in, const RingTrackParams& p) {
 
 // --- the step ----------------------------------------------------------------------------------------------------
 
-RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
-  check_ringtrack(in, p);
-  const auto& model = in.model;
-  const auto& pol = in.precision;
-  const int gpus = in.cluster.gpus();
-  const int P = p.ring;
-  const int replicas = gpus / P;
-  const int L = static_cast<int>(model.layers);
-  const int C = static_cast<int>(in.workload.seq_len / p.chunk);
-  const std::int64_t c = p.chunk, h = model.hidden;
-  const std::int64_t sequences = in.workload.global_batch / replicas;
+namespace {
 
-  RingTrackPlan plan;
-  auto& g = plan.graph;
-  // About 60 tasks per visit (the layer's ops, their buffers, copies and sends) plus the streamed K/V blocks.
-  const double kv_blocks = static_cast<double>(C) * static_cast<double>(C) / (2.0 * static_cast<double>(std::max<std::int64_t>(1, p.kv_block_tokens / p.chunk)));
-  g.reserve(static_cast<std::size_t>(static_cast<double>(replicas * sequences * (L + 1)) * (60.0 * C + (p.kv == Placement::dram ? 8 * kv_blocks : 0))));
-  // Per GPU: the last backward task of each layer of the last sequence, and (streamed weights) the host's sums
-  // of each visit's weight gradients.
+// Builds one ring-track step. Its state is the members; its phases the methods build() calls in order: the rings,
+// then per replica its model states and, per sequence, the train's forward visits and backward visits (each a
+// layer on one chunk, with its buffers, K/V streaming and the sends to the next stage), then the gradients'
+// all-reduce across replicas and the optimizer steps.
+class RingTrackBuilder {
+ public:
+  RingTrackBuilder(const StepInputs& in, const RingTrackParams& p);
+  RingTrackPlan build();
+
+ private:
+  // Per (layer, chunk): what forward leaves for backward.
+  struct Saved {
+    sim::TaskId kv_hbm = -1, kv_host = -1, kv_d2h = -1;  // K/V in HBM, or in host DRAM and its copy
+    sim::TaskId work = -1, host = -1, host_d2h = -1;      // kept activations in HBM, or their host copy
+    sim::TaskId out = -1;                                 // the visit's last task
+  };
+  // One sequence of one replica going through the ring.
+  struct Train {
+    int r;
+    std::int32_t seq_number;  // the step's sequence number
+    std::string seq_tag;      // " s3" when there are several sequences
+    bool last_sequence;
+    std::vector<std::vector<Saved>> saved;                  // [layer (L: the head)][chunk]
+    std::vector<sim::TaskId> accumulators;                  // per layer: dK/dV of earlier chunks
+    std::vector<std::vector<sim::TaskId>> acc_written;      // per layer, per block: last D2H
+    std::vector<std::vector<sim::TaskId>> grad_out;         // [layer][chunk]: the gradient arriving at layer - 1
+    // What a task is in the model's terms (sim::Op, for the executor).
+    sim::Op at(sim::OpCode code, int l, int k, int first = -1, int last = -1) const { return sim::Op{code, seq_number, l, k, first, last}; }
+  };
+  // A visit's identity while its tasks are emitted.
+  struct VisitAt {
+    int l, k, gpu;
+    sim::DeviceId host;
+    std::string name;
+    sim::TaskId prev;  // the GPU's latest compute task before the visit
+  };
+
+  int gpu_of(int r, int stage) const {
+    return plan_.rings[static_cast<std::size_t>(r)][static_cast<std::size_t>(schedule_.stage_position[static_cast<std::size_t>(stage)])];
+  }
+  sim::DeviceId host_of(int gpu) const { return sim::host_device(in_.cluster.node_of(gpu)); }
+  // The end of the visit `depth` back on this GPU, so that buffers of visit i wait for visit i - depth to finish.
+  sim::TaskId visit_end_back(int gpu, std::size_t depth) const {
+    const auto& ends = visit_ends_[static_cast<std::size_t>(gpu)];
+    return ends.size() >= depth ? ends[ends.size() - depth] : -1;
+  }
+  // Model states are moved and updated whole; the executor tracks them per process (sim::OpCode::states).
+  sim::TaskId states(sim::TaskId id) { return g_.set_op(id, {sim::OpCode::states}); }
+  std::pair<sim::TaskId, sim::TaskId> weights_in(int gpu, const std::string& name);
+  sim::TaskId arrive(sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name, sim::Op what);
+  sim::TaskId attend(const VisitAt& v, const std::string& name, const Train& t, std::int64_t kv_len, bool causal, bool backward, bool rec,
+                     int first, int last, std::vector<sim::TaskId> deps);
+
+  void choose_rings();
+  void model_states(int r);
+  void forward_visit(Train& t, const Visit& visit);
+  void forward_attention(Train& t, const VisitAt& v, Saved& sv, std::vector<sim::TaskId>& stream_buffers, const std::string& an,
+                         std::vector<sim::TaskId>& last, bool rec);
+  void keep_activations(Train& t, const VisitAt& v, Saved& sv, sim::TaskId out);
+  void keep_head_hidden(Train& t, const VisitAt& v, sim::TaskId out);
+  void backward_head(Train& t, const VisitAt& v);
+  void backward_visit(Train& t, const Visit& visit);
+  std::vector<sim::TaskId> reload(Train& t, const VisitAt& v, Saved& sv, sim::TaskId reuse);
+  void backward_attention(Train& t, const VisitAt& v, sim::TaskId own_acc, std::vector<sim::TaskId>& stream_buffers, const std::string& an,
+                          std::vector<sim::TaskId>& last, bool rec);
+  void release_after_backward(Train& t, const VisitAt& v, Saved& sv, sim::TaskId out, sim::TaskId own_acc, sim::TaskId wbuf,
+                              const std::vector<sim::TaskId>& stream_buffers);
+  void reduce_gradients();
+  void optimizer_steps();
+
+  const StepInputs& in_;
+  const RingTrackParams& p_;
+  const model::ModelConfig& model_;
+  const model::PrecisionPolicy& pol_;
+  const int gpus_, P_, replicas_, L_, C_;
+  const std::int64_t c_, h_, sequences_;
+  LayerSplit chunk_split_;
+  double kv_chunk_ = 0;      // K and V of one chunk
+  double acc_chunk_ = 0;     // fp32 dK and dV
+  double kept_ = 0;          // everything but K and V
+  double checkpoint_ = 0;    // layer input, attention output, lse
+  double hidden_chunk_ = 0;
+  double layer_params_ = 0, embedding_params_ = 0, head_params_ = 0;
+  int span_ = 1;  // chunks per K/V block
+  bool kv_dram_, acts_hbm_, recompute_, stream_weights_, states_dram_;
+  std::vector<double> resident_params_, owned_params_;  // per ring position
+  TrainSchedule schedule_;
+
+  RingTrackPlan plan_;
+  sim::TaskGraph& g_ = plan_.graph;
   // Per GPU: the last backward task of each layer of the last sequence (then the head's and the embedding's: L + 2
-  // entries), and (streamed weights) the host's sums of each visit's weight gradients.
-  std::vector<std::vector<sim::TaskId>> layer_done(static_cast<std::size_t>(gpus), std::vector<sim::TaskId>(static_cast<std::size_t>(L + 2), -1));
-  std::vector<std::vector<sim::TaskId>> grads_ready(static_cast<std::size_t>(gpus));
-  std::vector<std::vector<sim::TaskId>> reduced(static_cast<std::size_t>(gpus));
+  // entries), and (streamed weights) the host's sums of each visit's weight gradients; the reductions.
+  std::vector<std::vector<sim::TaskId>> layer_done_, grads_ready_, reduced_;
+  // Per replica, per GPU: the latest compute task, and the end of each visit so far.
+  std::vector<sim::TaskId> gpu_last_;
+  std::vector<std::vector<sim::TaskId>> visit_ends_;
+};
 
-  // Rings: replica r holds GPUs r*P .. r*P+P-1, in the chosen (or given) order.
-  for (int r = 0; r < replicas; ++r) {
-    std::vector<int> members(static_cast<std::size_t>(P));
-    std::iota(members.begin(), members.end(), r * P);
-    if (p.ring_order.empty()) {
-      plan.rings.push_back(best_ring_order(in.cluster, members));
+RingTrackBuilder::RingTrackBuilder(const StepInputs& in, const RingTrackParams& p)
+    : in_(in),
+      p_(p),
+      model_(in.model),
+      pol_(in.precision),
+      gpus_(in.cluster.gpus()),
+      P_(p.ring),
+      replicas_(in.cluster.gpus() / p.ring),
+      L_(static_cast<int>(in.model.layers)),
+      C_(static_cast<int>(in.workload.seq_len / p.chunk)),
+      c_(p.chunk),
+      h_(in.model.hidden),
+      sequences_(in.workload.global_batch / (in.cluster.gpus() / p.ring)),
+      kv_dram_(p.kv == Placement::dram),
+      acts_hbm_(p.acts == ActivationPolicy::hbm),
+      recompute_(p.acts == ActivationPolicy::recompute),
+      stream_weights_(p.weights == WeightPolicy::stream),
+      states_dram_(p.states == Placement::dram),
+      schedule_(train_schedule(in.model, p, in.workload.seq_len)),
+      layer_done_(static_cast<std::size_t>(gpus_), std::vector<sim::TaskId>(static_cast<std::size_t>(L_ + 2), -1)),
+      grads_ready_(static_cast<std::size_t>(gpus_)),
+      reduced_(static_cast<std::size_t>(gpus_)) {
+  chunk_split_.seq_len = c_;
+  const ActivationBytes acts = layer_activation_bytes(model_, chunk_split_, Recompute::none);
+  kv_chunk_ = kBf16 * 2 * static_cast<double>(c_ * model_.kv_dim());
+  acc_chunk_ = kFp32 * 2 * static_cast<double>(c_ * model_.kv_dim());
+  kept_ = acts.total() - kv_chunk_;
+  checkpoint_ = kBf16 * static_cast<double>(c_ * h_) + kBf16 * static_cast<double>(c_ * model_.q_dim()) + kFp32 * static_cast<double>(c_ * model_.heads);
+  hidden_chunk_ = kBf16 * static_cast<double>(c_ * h_);
+  const auto params = model_.param_counts();
+  layer_params_ = params.per_layer();
+  embedding_params_ = params.embedding;
+  head_params_ = static_cast<double>(model_.vocab * model_.hidden) + params.final_norm;
+  span_ = static_cast<int>(std::max<std::int64_t>(1, (p.kv_block_tokens + c_ - 1) / c_));
+  // Parameters each ring position holds: its layers, the embedding with layer 0, the LM head at the head's stop.
+  const std::vector<int>& stage_position = schedule_.stage_position;
+  const std::vector<int> owned_layers = layers_per_position(stage_position, P_);
+  resident_params_.assign(static_cast<std::size_t>(P_), 0);
+  owned_params_.assign(static_cast<std::size_t>(P_), 0);
+  for (int pos = 0; pos < P_; ++pos) {
+    const auto i = static_cast<std::size_t>(pos);
+    resident_params_[i] = (pos == stage_position[0] ? embedding_params_ : 0) + (pos == stage_position[static_cast<std::size_t>(L_)] ? head_params_ : 0);
+    owned_params_[i] = layer_params_ * owned_layers[i] + resident_params_[i];
+  }
+}
+
+RingTrackPlan RingTrackBuilder::build() {
+  // About 60 tasks per visit (the layer's ops, their buffers, copies and sends) plus the streamed K/V blocks.
+  const double kv_blocks =
+      static_cast<double>(C_) * static_cast<double>(C_) / (2.0 * static_cast<double>(std::max<std::int64_t>(1, p_.kv_block_tokens / p_.chunk)));
+  g_.reserve(static_cast<std::size_t>(static_cast<double>(replicas_ * sequences_ * (L_ + 1)) * (60.0 * C_ + (kv_dram_ ? 8 * kv_blocks : 0))));
+  choose_rings();
+  for (int r = 0; r < replicas_; ++r) {
+    model_states(r);
+    gpu_last_.assign(static_cast<std::size_t>(gpus_), -1);
+    visit_ends_.assign(static_cast<std::size_t>(gpus_), {});
+    for (std::int64_t seq = 0; seq < sequences_; ++seq) {
+      Train t{r,
+              static_cast<std::int32_t>(r * sequences_ + seq),
+              sequences_ > 1 ? " s" + std::to_string(seq) : "",
+              seq == sequences_ - 1,
+              std::vector<std::vector<Saved>>(static_cast<std::size_t>(L_ + 1), std::vector<Saved>(static_cast<std::size_t>(C_))),
+              std::vector<sim::TaskId>(static_cast<std::size_t>(L_), -1),
+              std::vector<std::vector<sim::TaskId>>(static_cast<std::size_t>(L_)),
+              std::vector<std::vector<sim::TaskId>>(static_cast<std::size_t>(L_ + 1), std::vector<sim::TaskId>(static_cast<std::size_t>(C_), -1))};
+      for (const Visit& v : schedule_.forward) forward_visit(t, v);
+      for (const Visit& v : schedule_.backward) backward_visit(t, v);
+    }
+  }
+  reduce_gradients();
+  optimizer_steps();
+  return std::move(plan_);
+}
+
+// Rings: replica r holds GPUs r*P .. r*P+P-1, in the chosen (or given) order.
+void RingTrackBuilder::choose_rings() {
+  for (int r = 0; r < replicas_; ++r) {
+    std::vector<int> members(static_cast<std::size_t>(P_));
+    std::iota(members.begin(), members.end(), r * P_);
+    if (p_.ring_order.empty()) {
+      plan_.rings.push_back(best_ring_order(in_.cluster, members));
     } else {
       std::vector<int> order;
-      for (int pos : p.ring_order) order.push_back(r * P + pos);
-      plan.rings.push_back(order);
+      for (int pos : p_.ring_order) order.push_back(r * P_ + pos);
+      plan_.rings.push_back(order);
     }
   }
-  plan.hops = P > 1 ? ring_hops(in.cluster, plan.rings.front()) : std::vector<RingHop>{};
+  plan_.hops = P_ > 1 ? ring_hops(in_.cluster, plan_.rings.front()) : std::vector<RingHop>{};
+}
 
-  const TrainSchedule schedule = train_schedule(model, p, in.workload.seq_len);
-  const std::vector<int>& stage_position = schedule.stage_position;
-  const std::vector<Visit>& forward_order = schedule.forward;
-  const std::vector<Visit>& backward_order = schedule.backward;
-
-  // Sizes.
-  LayerSplit chunk_split;
-  chunk_split.seq_len = c;
-  const ActivationBytes acts = layer_activation_bytes(model, chunk_split, Recompute::none);
-  const double kv_chunk = kBf16 * 2 * static_cast<double>(c * model.kv_dim());  // K and V of one chunk
-  const double acc_chunk = kFp32 * 2 * static_cast<double>(c * model.kv_dim());  // fp32 dK and dV
-  const double kept = acts.total() - kv_chunk;                                    // everything but K and V
-  const double checkpoint = kBf16 * static_cast<double>(c * h) + kBf16 * static_cast<double>(c * model.q_dim()) +
-                            kFp32 * static_cast<double>(c * model.heads);  // layer input, attention output, lse
-  const double hidden_chunk = kBf16 * static_cast<double>(c * h);
-  const auto params = model.param_counts();
-  const double layer_params = params.per_layer();
-  const double embedding_params = params.embedding;
-  const double head_params = static_cast<double>(model.vocab * model.hidden) + params.final_norm;
-  const int span = static_cast<int>(std::max<std::int64_t>(1, (p.kv_block_tokens + c - 1) / c));  // chunks per K/V block
-  const bool kv_dram = p.kv == Placement::dram;
-  const bool acts_hbm = p.acts == ActivationPolicy::hbm, recompute = p.acts == ActivationPolicy::recompute;
-  const bool stream_weights = p.weights == WeightPolicy::stream;
-  const bool states_dram = p.states == Placement::dram;
-  // Parameters each ring position holds: its layers, the embedding with layer 0, the LM head at the head's stop.
-  const std::vector<int> owned_layers = layers_per_position(stage_position, P);
-  std::vector<double> resident_params(static_cast<std::size_t>(P), 0), owned_params(static_cast<std::size_t>(P), 0);
-  for (int pos = 0; pos < P; ++pos) {
-    const auto i = static_cast<std::size_t>(pos);
-    resident_params[i] = (pos == stage_position[0] ? embedding_params : 0) + (pos == stage_position[static_cast<std::size_t>(L)] ? head_params : 0);
-    owned_params[i] = layer_params * owned_layers[i] + resident_params[i];
+// Model states of each ring position of replica r.
+void RingTrackBuilder::model_states(int r) {
+  const auto& ring = plan_.rings[static_cast<std::size_t>(r)];
+  for (int pos = 0; pos < P_; ++pos) {
+    const int gpu = ring[static_cast<std::size_t>(pos)];
+    const double resident = resident_params_[static_cast<std::size_t>(pos)];
+    const double owned = owned_params_[static_cast<std::size_t>(pos)];
+    const double layers = owned - resident;
+    const std::string tag = " gpu" + std::to_string(gpu);
+    states(g_.alloc("weights" + tag, gpu, sim::Pool::hbm, bytes(pol_.weight_bytes * (stream_weights_ ? resident : owned)), "weights"));
+    if (stream_weights_) states(g_.alloc("host weights" + tag, host_of(gpu), sim::Pool::dram, bytes(pol_.weight_bytes * layers), "streamed weights"));
+    // Gradients accumulate over the chunks where the weights are (on the host when they are streamed).
+    states(g_.alloc("grads" + tag, gpu, sim::Pool::hbm, bytes(pol_.grad_bytes * (stream_weights_ ? resident : owned)), "gradients"));
+    if (states_dram_) states(g_.alloc("host grads" + tag, host_of(gpu), sim::Pool::dram, bytes(pol_.grad_bytes * owned), "gradients on host"));
+    states(g_.alloc("optimizer" + tag, states_dram_ ? host_of(gpu) : gpu, states_dram_ ? sim::Pool::dram : sim::Pool::hbm,
+                    bytes((pol_.master_bytes + pol_.optimizer_bytes) * owned), "master weights and Adam moments"));
   }
+}
 
-  // Model states are moved and updated whole; the executor tracks them per process (sim::OpCode::states).
-  auto states = [&](sim::TaskId id) { return g.set_op(id, {sim::OpCode::states}); };
-  for (int r = 0; r < replicas; ++r) {
-    const auto& ring = plan.rings[static_cast<std::size_t>(r)];
-    auto gpu_of = [&](int stage) { return ring[static_cast<std::size_t>(stage_position[static_cast<std::size_t>(stage)])]; };
-    auto host_of = [&](int gpu) { return sim::host_device(in.cluster.node_of(gpu)); };
+// Weights streamed for a visit: a buffer per visit in flight, copied in on the H2D engine.
+std::pair<sim::TaskId, sim::TaskId> RingTrackBuilder::weights_in(int gpu, const std::string& name) {
+  if (!stream_weights_) return {-1, -1};
+  const sim::TaskId buf =
+      states(g_.alloc(name + " weights buffer", gpu, sim::Pool::hbm, bytes(pol_.weight_bytes * layer_params_), "streamed layer weights", ids({visit_end_back(gpu, 2)})));
+  return {buf, states(g_.copy(name + " H2D weights", gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * layer_params_), true}, ids({buf})))};
+}
 
-    // Model states of each ring position.
-    for (int pos = 0; pos < P; ++pos) {
-      const int gpu = ring[static_cast<std::size_t>(pos)];
-      const double resident = resident_params[static_cast<std::size_t>(pos)];
-      const double owned = owned_params[static_cast<std::size_t>(pos)];
-      const double layers = owned - resident;
-      const std::string tag = " gpu" + std::to_string(gpu);
-      states(g.alloc("weights" + tag, gpu, sim::Pool::hbm, bytes(pol.weight_bytes * (stream_weights ? resident : owned)), "weights"));
-      if (stream_weights) states(g.alloc("host weights" + tag, host_of(gpu), sim::Pool::dram, bytes(pol.weight_bytes * layers), "streamed weights"));
-      // Gradients accumulate over the chunks where the weights are (on the host when they are streamed).
-      states(g.alloc("grads" + tag, gpu, sim::Pool::hbm, bytes(pol.grad_bytes * (stream_weights ? resident : owned)), "gradients"));
-      if (states_dram) states(g.alloc("host grads" + tag, host_of(gpu), sim::Pool::dram, bytes(pol.grad_bytes * owned), "gradients on host"));
-      states(g.alloc("optimizer" + tag, states_dram ? host_of(gpu) : gpu, states_dram ? sim::Pool::dram : sim::Pool::hbm,
-              bytes((pol.master_bytes + pol.optimizer_bytes) * owned), "master weights and Adam moments"));
+// A visit's output on its way to the next stage's GPU (nothing to send when that is the same GPU).
+sim::TaskId RingTrackBuilder::arrive(sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name, sim::Op what) {
+  if (produced < 0 || from_gpu == to_gpu) return produced;
+  return g_.set_op(g_.send(name, from_gpu, to_gpu, bytes(hidden_chunk_), ids({produced}), kSendStream), what);
+}
+
+// One attention block of chunk v.k against `kv_len` tokens of chunks first..last, on the GPU's compute stream.
+sim::TaskId RingTrackBuilder::attend(const VisitAt& v, const std::string& name, const Train& t, std::int64_t kv_len, bool causal, bool backward,
+                                     bool rec, int first, int last, std::vector<sim::TaskId> deps) {
+  const auto heads = static_cast<std::int32_t>(model_.heads), kv_heads = static_cast<std::int32_t>(model_.kv_heads);
+  const auto hd = static_cast<std::int32_t>(model_.head_dim);
+  return g_.add({name, v.gpu, {sim::StreamKind::compute, 0}, rec, sim::Attention{c_, kv_len, heads, kv_heads, hd, causal, backward},
+                 t.at(backward ? sim::OpCode::attn_bwd : sim::OpCode::attn, v.l, v.k, first, last)},
+                deps);
+}
+
+void RingTrackBuilder::forward_visit(Train& t, const Visit& visit) {
+  const int l = visit.stage, k = visit.chunk;
+  const int gpu = gpu_of(t.r, l);
+  const std::string name = "F" + t.seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k);
+  Saved& sv = t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)];
+  sim::TaskId input;
+  if (l == 0) {
+    input = emit_embedding(g_, gpu, "F" + t.seq_tag + " C" + std::to_string(k) + " embedding", c_, h_, false, gpu_last_[static_cast<std::size_t>(gpu)],
+                           t.at(sim::OpCode::embed, 0, k));
+    gpu_last_[static_cast<std::size_t>(gpu)] = input;
+  } else {
+    input = t.saved[static_cast<std::size_t>(l - 1)][static_cast<std::size_t>(k)].out;
+  }
+  const auto [wbuf, wcopy] = weights_in(gpu, name);
+  const VisitAt v{l, k, gpu, host_of(gpu), name, gpu_last_[static_cast<std::size_t>(gpu)]};
+  sv.kv_hbm = g_.set_op(g_.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({v.prev})), t.at(sim::OpCode::kv, l, k, k, k));
+  sv.work = g_.set_op(g_.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept_), "activations of a chunk", ids({v.prev})), t.at(sim::OpCode::acts, l, k));
+  std::vector<sim::TaskId> stream_buffers;
+  LayerEmitter emitter(g_, model_, chunk_split_, {gpu});
+  emitter.set_coordinates(t.seq_number, l, k);
+  emitter.set_attention_hook([&](const std::string& an, bool, std::vector<sim::TaskId>& last, bool rec) {
+    forward_attention(t, v, sv, stream_buffers, an, last, rec);
+  });
+  std::vector<sim::TaskId> chain{v.prev};
+  const auto begin = static_cast<sim::TaskId>(g_.size());
+  emitter.forward(name, chain);
+  // The visit's first op needs its input, its buffers and (streamed) its weights.
+  for (sim::TaskId dep : ids({input, sv.kv_hbm, sv.work, wcopy})) g_.add_dependency(dep, begin);
+  const sim::TaskId out = chain[0];
+  // The output leaves for the next stage at once (sends are in order on the comm stream, so they are issued in the
+  // order the outputs are produced, not the order their consumers are emitted).
+  sv.out = l + 1 < L_ ? arrive(out, gpu, gpu_of(t.r, l + 1), "F" + t.seq_tag + " L" + std::to_string(l + 1) + " C" + std::to_string(k) + " recv input",
+                               t.at(sim::OpCode::input, l + 1, k))
+                      : out;
+  gpu_last_[static_cast<std::size_t>(gpu)] = out;
+  visit_ends_[static_cast<std::size_t>(gpu)].push_back(out);
+  for (auto buf : stream_buffers) g_.free(name + " free kv buffer", buf, ids({out}));
+  if (wbuf >= 0) g_.free(name + " free weights buffer", wbuf, ids({out}));
+  if (kv_dram_) {
+    g_.free(name + " free kv", sv.kv_hbm, ids({out, sv.kv_d2h}));
+    sv.kv_hbm = -1;
+  }
+  if (!acts_hbm_) keep_activations(t, v, sv, out);
+  if (l == L_ - 1) keep_head_hidden(t, v, out);
+}
+
+// Forward attention of chunk k: its K/V go to host DRAM (kv dram), the causal diagonal block, then the earlier
+// chunks' K/V, in HBM in one call or streamed back in blocks through `prefetch` buffers, and the merge.
+void RingTrackBuilder::forward_attention(Train& t, const VisitAt& v, Saved& sv, std::vector<sim::TaskId>& stream_buffers, const std::string& an,
+                                         std::vector<sim::TaskId>& last, bool rec) {
+  const int l = v.l, k = v.k;
+  if (kv_dram_) {
+    sv.kv_host =
+        g_.set_op(g_.alloc(an + " host kv", v.host, sim::Pool::dram, bytes(kv_chunk_), "K/V in host DRAM", ids({last[0]})), t.at(sim::OpCode::kv, l, k, k, k));
+    sv.kv_d2h = g_.set_op(g_.copy(an + " D2H kv", v.gpu, {sim::Copy::Direction::d2h, bytes(kv_chunk_), true}, ids({sv.kv_host, last[0]})),
+                          t.at(sim::OpCode::kv, l, k, k, k));
+  }
+  last[0] = attend(v, an + " C" + std::to_string(k) + " x C" + std::to_string(k), t, c_, true, false, rec, k, k, ids({last[0]}));
+  if (k == 0) return;
+  if (!kv_dram_) {  // every earlier chunk's K/V is in HBM: one call
+    last[0] = attend(v, an + " C" + std::to_string(k) + " x C0..C" + std::to_string(k - 1), t, c_ * k, false, false, rec, 0, k - 1, ids({last[0]}));
+  } else {
+    std::vector<sim::TaskId> blocks;
+    for (int d = 0; d < std::min(p_.prefetch, (k + span_ - 1) / span_); ++d) {
+      stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm, bytes(kv_chunk_ * span_),
+                                                  "K/V stream buffers", ids({v.prev})),
+                                         t.at(sim::OpCode::kv, l, k, 0, k - 1)));
     }
+    for (int j0 = 0, b = 0; j0 < k; j0 += span_, ++b) {
+      const int j1 = std::min(k, j0 + span_);
+      std::vector<sim::TaskId> deps{stream_buffers[static_cast<std::size_t>(b % p_.prefetch)]};
+      for (int j = j0; j < j1; ++j) deps.push_back(t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);
+      if (b >= p_.prefetch) deps.push_back(blocks[static_cast<std::size_t>(b - p_.prefetch)]);  // its buffer is free again
+      const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
+      const sim::TaskId in_copy = g_.set_op(g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
+                                            t.at(sim::OpCode::kv, l, k, j0, j1 - 1));
+      last[0] = attend(v, an + " C" + std::to_string(k) + " x " + range, t, c_ * (j1 - j0), false, false, rec, j0, j1 - 1, ids({last[0], in_copy}));
+      blocks.push_back(last[0]);
+    }
+  }
+  // Merge the partial outputs by their log-sum-exp.
+  last[0] = g_.elementwise(an + " merge", v.gpu,
+                           {bytes(2 * kBf16 * static_cast<double>(c_ * model_.q_dim())), bytes(kBf16 * static_cast<double>(c_ * model_.q_dim()))},
+                           ids({last[0]}), 0);
+  g_.set_op(last[0], t.at(sim::OpCode::attn_merge, l, k));
+}
 
-    std::vector<sim::TaskId> gpu_last(static_cast<std::size_t>(gpus), -1);  // latest compute task per GPU
-    // Per GPU: the end of each visit so far, so that buffers of visit i wait for visit i - depth to finish.
-    std::vector<std::vector<sim::TaskId>> visit_ends(static_cast<std::size_t>(gpus));
-    auto visit_end_back = [&](int gpu, std::size_t depth) -> sim::TaskId {
-      const auto& ends = visit_ends[static_cast<std::size_t>(gpu)];
-      return ends.size() >= depth ? ends[ends.size() - depth] : -1;
-    };
+// Activations to host DRAM: everything kept, or only what recompute needs.
+void RingTrackBuilder::keep_activations(Train& t, const VisitAt& v, Saved& sv, sim::TaskId out) {
+  const double out_bytes = recompute_ ? checkpoint_ : kept_;
+  const sim::Op kept_op = t.at(recompute_ ? sim::OpCode::checkpoint : sim::OpCode::acts, v.l, v.k);
+  sv.host = g_.set_op(g_.alloc(v.name + " host activations", v.host, sim::Pool::dram, bytes(out_bytes),
+                               recompute_ ? "checkpoints in host DRAM" : "activations in host DRAM", ids({out})),
+                      kept_op);
+  const sim::TaskId d2h = g_.set_op(g_.copy(v.name + " D2H activations", v.gpu, {sim::Copy::Direction::d2h, bytes(out_bytes), true}, ids({sv.host})), kept_op);
+  sv.host_d2h = d2h;
+  g_.free(v.name + " free activations", sv.work, ids({d2h}));
+  sv.work = -1;
+}
 
-    for (std::int64_t seq = 0; seq < sequences; ++seq) {
-      const std::string seq_tag = sequences > 1 ? " s" + std::to_string(seq) : "";
-      const bool last_sequence = seq == sequences - 1;
-      // Per (layer, chunk): what forward leaves for backward.
-      struct Saved {
-        sim::TaskId kv_hbm = -1, kv_host = -1, kv_d2h = -1;  // K/V in HBM, or in host DRAM and its copy
-        sim::TaskId work = -1, host = -1, host_d2h = -1;      // kept activations in HBM, or their host copy
-        sim::TaskId out = -1;                                 // the visit's last task
-      };
-      std::vector<std::vector<Saved>> saved(static_cast<std::size_t>(L + 1), std::vector<Saved>(static_cast<std::size_t>(C)));
-      // What a task is in the model's terms (sim::Op, for the executor); tasks are tagged with g.set_op as they are added.
-      auto at = [&](sim::OpCode code, int l, int k, int first = -1, int last = -1) {
-        return sim::Op{code, static_cast<std::int32_t>(r * sequences + seq), l, k, first, last};  // the step's sequence number
-      };
+// The LM head's stop keeps the final hidden state of the chunk until its backward.
+void RingTrackBuilder::keep_head_hidden(Train& t, const VisitAt& v, sim::TaskId out) {
+  const int k = v.k;
+  const int head_gpu = gpu_of(t.r, L_);
+  Saved& hs = t.saved[static_cast<std::size_t>(L_)][static_cast<std::size_t>(k)];
+  const std::string hname = "F" + t.seq_tag + " head C" + std::to_string(k);
+  const sim::Op hidden = t.at(sim::OpCode::input, L_, k);
+  hs.out = arrive(out, v.gpu, head_gpu, hname + " recv hidden", hidden);
+  if (acts_hbm_) {
+    hs.work = g_.set_op(g_.alloc(hname + " hidden", head_gpu, sim::Pool::hbm, bytes(hidden_chunk_), "final hidden states", ids({hs.out})), hidden);
+    return;
+  }
+  hs.host = g_.set_op(
+      g_.alloc(hname + " host hidden", host_of(head_gpu), sim::Pool::dram, bytes(hidden_chunk_), "final hidden states in host DRAM", ids({hs.out})), hidden);
+  hs.out = g_.set_op(g_.copy(hname + " D2H hidden", head_gpu, {sim::Copy::Direction::d2h, bytes(hidden_chunk_), true}, ids({hs.host})), hidden);
+}
 
-      // Weights streamed for a visit: a buffer per visit in flight, copied in on the H2D engine.
-      auto weights_in = [&](int gpu, const std::string& name) -> std::pair<sim::TaskId, sim::TaskId> {
-        if (!stream_weights) return {-1, -1};
-        const sim::TaskId buf = states(g.alloc(name + " weights buffer", gpu, sim::Pool::hbm, bytes(pol.weight_bytes * layer_params),
-                                        "streamed layer weights", ids({visit_end_back(gpu, 2)})));
-        return {buf, states(g.copy(name + " H2D weights", gpu, {sim::Copy::Direction::h2d, bytes(pol.weight_bytes * layer_params), true}, ids({buf})))};
-      };
-      // A visit's output on its way to the next stage's GPU (nothing to send when that is the same GPU).
-      auto arrive = [&](sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name, sim::Op what) -> sim::TaskId {
-        if (produced < 0 || from_gpu == to_gpu) return produced;
-        return g.set_op(g.send(name, from_gpu, to_gpu, bytes(hidden_chunk), ids({produced}), kSendStream), what);
-      };
+// LM head and loss of chunk k, fused forward and backward.
+void RingTrackBuilder::backward_head(Train& t, const VisitAt& v) {
+  const int k = v.k;
+  Saved& sv = t.saved[static_cast<std::size_t>(L_)][static_cast<std::size_t>(k)];
+  const std::string name = "B" + t.seq_tag + " head C" + std::to_string(k);
+  sim::TaskId ready = sv.out;
+  sim::TaskId buf = sv.work;
+  if (!acts_hbm_) {
+    const sim::TaskId reuse = visit_end_back(v.gpu, 2);
+    buf = g_.set_op(g_.alloc(name + " hidden", v.gpu, sim::Pool::hbm, bytes(hidden_chunk_), "final hidden states", ids({reuse})), t.at(sim::OpCode::input, L_, k));
+    ready = g_.set_op(g_.copy(name + " H2D hidden", v.gpu, {sim::Copy::Direction::h2d, bytes(hidden_chunk_), true}, ids({buf, sv.out})),
+                      t.at(sim::OpCode::input, L_, k));
+  }
+  const auto begin_id = static_cast<sim::TaskId>(g_.size());
+  const sim::TaskId done = emit_loss(g_, v.gpu, "C" + std::to_string(k) + t.seq_tag, c_, h_, model_.vocab, v.prev, t.at(sim::OpCode::none, L_, k));
+  g_.add_dependency(ready, begin_id);
+  g_.free(name + " free hidden", buf, ids({done}));
+  if (sv.host >= 0) g_.free(name + " free host hidden", sv.host, ids({ready}));
+  t.grad_out[static_cast<std::size_t>(L_)][static_cast<std::size_t>(k)] =
+      arrive(done, v.gpu, gpu_of(t.r, L_ - 1), "B" + t.seq_tag + " L" + std::to_string(L_ - 1) + " C" + std::to_string(k) + " recv grad",
+             t.at(sim::OpCode::input_grad, L_, k));
+  gpu_last_[static_cast<std::size_t>(v.gpu)] = done;
+  visit_ends_[static_cast<std::size_t>(v.gpu)].push_back(done);
+  if (k == 0 && t.last_sequence) layer_done_[static_cast<std::size_t>(v.gpu)][static_cast<std::size_t>(L_)] = done;
+}
 
-      // ---- forward -------------------------------------------------------------------------------------------
-      for (const Visit& v : forward_order) {
-        const int l = v.stage, k = v.chunk;
-        const int gpu = gpu_of(l);
-        const sim::DeviceId host = host_of(gpu);
-        const std::string name = "F" + seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k);
-        Saved& sv = saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)];
-        sim::TaskId input;
-        if (l == 0) {
-          input = emit_embedding(g, gpu, "F" + seq_tag + " C" + std::to_string(k) + " embedding", c, h, false,
-                                 gpu_last[static_cast<std::size_t>(gpu)], at(sim::OpCode::embed, 0, k));
-          gpu_last[static_cast<std::size_t>(gpu)] = input;
-        } else {
-          input = saved[static_cast<std::size_t>(l - 1)][static_cast<std::size_t>(k)].out;
-        }
-        const auto [wbuf, wcopy] = weights_in(gpu, name);
-        const sim::TaskId prev = gpu_last[static_cast<std::size_t>(gpu)];
-        sv.kv_hbm = g.set_op(g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({prev})), at(sim::OpCode::kv, l, k, k, k));
-        sv.work = g.set_op(g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({prev})),
-                       at(sim::OpCode::acts, l, k));
+void RingTrackBuilder::backward_visit(Train& t, const Visit& visit) {
+  const int l = visit.stage, k = visit.chunk;
+  const int gpu = gpu_of(t.r, l);
+  const VisitAt v{l, k, gpu, host_of(gpu), "B" + t.seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k), gpu_last_[static_cast<std::size_t>(gpu)]};
+  if (l == L_) return backward_head(t, v);
+  Saved& sv = t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)];
+  const sim::TaskId reuse = visit_end_back(gpu, 2);  // reloads may start once the visit before last is done
+  const sim::TaskId input = t.grad_out[static_cast<std::size_t>(l + 1)][static_cast<std::size_t>(k)];
+  const auto [wbuf, wcopy] = weights_in(gpu, v.name);
+  std::vector<sim::TaskId> ready = ids({input, wcopy});
+  for (sim::TaskId id : reload(t, v, sv, reuse)) ready.push_back(id);
+  if (k == C_ - 1 && C_ > 1) {  // dK/dV of every earlier chunk accumulate over this layer's backward
+    t.accumulators[static_cast<std::size_t>(l)] =
+        g_.set_op(g_.alloc(v.name + " dkv accumulators", kv_dram_ ? v.host : gpu, kv_dram_ ? sim::Pool::dram : sim::Pool::hbm, bytes(acc_chunk_ * (C_ - 1)),
+                           "fp32 dK/dV accumulators", ids({v.prev})),
+                  t.at(sim::OpCode::dkv, l, k, 0, C_ - 2));
+  }
+  std::vector<sim::TaskId> stream_buffers;
+  // The chunk's own fp32 dK/dV (finished in this visit) and, with K/V in DRAM, the stream buffers.
+  const sim::TaskId own_acc = g_.set_op(g_.alloc(v.name + " dkv", gpu, sim::Pool::hbm, bytes(acc_chunk_), "fp32 dK/dV of a chunk", ids({v.prev})),
+                                        t.at(sim::OpCode::dkv, l, k, k, k));
+  LayerEmitter emitter(g_, model_, chunk_split_, {gpu});
+  emitter.set_coordinates(t.seq_number, l, k);
+  emitter.set_attention_hook([&](const std::string& an, bool backward, std::vector<sim::TaskId>& last, bool rec) {
+    if (backward) backward_attention(t, v, own_acc, stream_buffers, an, last, rec);  // recompute keeps the attention output and lse
+  });
+  std::vector<sim::TaskId> chain{v.prev};
+  const auto begin = static_cast<sim::TaskId>(g_.size());
+  if (recompute_) emitter.forward("R" + t.seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k), chain, true);
+  emitter.backward(v.name, chain);
+  for (sim::TaskId dep : ready) g_.add_dependency(dep, begin);
+  const sim::TaskId out = chain[0];
+  t.grad_out[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] =
+      l > 0 ? arrive(out, gpu, gpu_of(t.r, l - 1), "B" + t.seq_tag + " L" + std::to_string(l - 1) + " C" + std::to_string(k) + " recv grad",
+                     t.at(sim::OpCode::input_grad, l, k))
+            : out;
+  gpu_last_[static_cast<std::size_t>(gpu)] = out;
+  visit_ends_[static_cast<std::size_t>(gpu)].push_back(out);
+  release_after_backward(t, v, sv, out, own_acc, wbuf, stream_buffers);
+}
 
-        std::vector<sim::TaskId> stream_buffers;
-        LayerEmitter emitter(g, model, chunk_split, {gpu});
-        emitter.set_coordinates(static_cast<int>(r * sequences + seq), l, k);
-        emitter.set_attention_hook([&](const std::string& an, bool, std::vector<sim::TaskId>& last, bool rec) {
-          if (kv_dram) {
-            sv.kv_host = g.set_op(g.alloc(an + " host kv", host, sim::Pool::dram, bytes(kv_chunk), "K/V in host DRAM", ids({last[0]})),
-                              at(sim::OpCode::kv, l, k, k, k));
-            sv.kv_d2h = g.set_op(g.copy(an + " D2H kv", gpu, {sim::Copy::Direction::d2h, bytes(kv_chunk), true}, ids({sv.kv_host, last[0]})),
-                             at(sim::OpCode::kv, l, k, k, k));
-          }
-          const auto heads = static_cast<std::int32_t>(model.heads), kv_heads = static_cast<std::int32_t>(model.kv_heads);
-          const auto hd = static_cast<std::int32_t>(model.head_dim);
-          last[0] = g.add({an + " C" + std::to_string(k) + " x C" + std::to_string(k), gpu, {sim::StreamKind::compute, 0}, rec,
-                           sim::Attention{c, c, heads, kv_heads, hd, true, false}, at(sim::OpCode::attn, l, k, k, k)},
-                          ids({last[0]}));
-          if (k == 0) return;
-          if (!kv_dram) {  // every earlier chunk's K/V is in HBM: one call
-            last[0] = g.add({an + " C" + std::to_string(k) + " x C0..C" + std::to_string(k - 1), gpu, {sim::StreamKind::compute, 0}, rec,
-                             sim::Attention{c, c * k, heads, kv_heads, hd, false, false}, at(sim::OpCode::attn, l, k, 0, k - 1)},
-                            ids({last[0]}));
-          } else {
-            std::vector<sim::TaskId> blocks;
-            for (int d = 0; d < std::min(p.prefetch, (k + span - 1) / span); ++d) {
-              stream_buffers.push_back(g.set_op(g.alloc(an + " kv buffer " + std::to_string(d), gpu, sim::Pool::hbm, bytes(kv_chunk * span),
-                                                    "K/V stream buffers", ids({prev})),
-                                            at(sim::OpCode::kv, l, k, 0, k - 1)));
-            }
-            for (int j0 = 0, b = 0; j0 < k; j0 += span, ++b) {
-              const int j1 = std::min(k, j0 + span);
-              std::vector<sim::TaskId> deps{stream_buffers[static_cast<std::size_t>(b % p.prefetch)]};
-              for (int j = j0; j < j1; ++j) deps.push_back(saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);
-              if (b >= p.prefetch) deps.push_back(blocks[static_cast<std::size_t>(b - p.prefetch)]);  // its buffer is free again
-              const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
-              const sim::TaskId in_copy = g.set_op(g.copy(an + " H2D kv " + range, gpu,
-                                                      {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps),
-                                               at(sim::OpCode::kv, l, k, j0, j1 - 1));
-              last[0] = g.add({an + " C" + std::to_string(k) + " x " + range, gpu, {sim::StreamKind::compute, 0}, rec,
-                               sim::Attention{c, c * (j1 - j0), heads, kv_heads, hd, false, false}, at(sim::OpCode::attn, l, k, j0, j1 - 1)},
-                              ids({last[0], in_copy}));
-              blocks.push_back(last[0]);
-            }
-          }
-          // Merge the partial outputs by their log-sum-exp.
-          last[0] = g.elementwise(an + " merge", gpu, {bytes(2 * kBf16 * static_cast<double>(c * model.q_dim())),
-                                                      bytes(kBf16 * static_cast<double>(c * model.q_dim()))},
-                                  ids({last[0]}), 0);
-          g.set_op(last[0], at(sim::OpCode::attn_merge, l, k));
-        });
-        std::vector<sim::TaskId> chain{prev};
-        const auto begin = static_cast<sim::TaskId>(g.size());
-        emitter.forward(name, chain);
-        // The visit's first op needs its input, its buffers and (streamed) its weights.
-        for (sim::TaskId dep : ids({input, sv.kv_hbm, sv.work, wcopy})) g.add_dependency(dep, begin);
-        const sim::TaskId out = chain[0];
-        // The output leaves for the next stage at once (sends are in order on the comm stream, so they are issued
-        // in the order the outputs are produced, not the order their consumers are emitted).
-        sv.out = l + 1 < L ? arrive(out, gpu, gpu_of(l + 1), "F" + seq_tag + " L" + std::to_string(l + 1) + " C" + std::to_string(k) + " recv input",
-                                    at(sim::OpCode::input, l + 1, k))
-                           : out;
-        gpu_last[static_cast<std::size_t>(gpu)] = out;
-        visit_ends[static_cast<std::size_t>(gpu)].push_back(out);
-        for (auto buf : stream_buffers) g.free(name + " free kv buffer", buf, ids({out}));
-        if (wbuf >= 0) g.free(name + " free weights buffer", wbuf, ids({out}));
-        if (kv_dram) {
-          g.free(name + " free kv", sv.kv_hbm, ids({out, sv.kv_d2h}));
-          sv.kv_hbm = -1;
-        }
-        if (!acts_hbm) {  // to host DRAM: everything kept, or only what recompute needs
-          const double out_bytes = recompute ? checkpoint : kept;
-          const sim::Op kept_op = at(recompute ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k);
-          sv.host = g.set_op(g.alloc(name + " host activations", host, sim::Pool::dram, bytes(out_bytes),
-                                 recompute ? "checkpoints in host DRAM" : "activations in host DRAM", ids({out})),
-                         kept_op);
-          const sim::TaskId d2h =
-              g.set_op(g.copy(name + " D2H activations", gpu, {sim::Copy::Direction::d2h, bytes(out_bytes), true}, ids({sv.host})), kept_op);
-          sv.host_d2h = d2h;
-          g.free(name + " free activations", sv.work, ids({d2h}));
-          sv.work = -1;
-        }
-        if (l == L - 1) {  // the LM head's stop keeps the final hidden state of the chunk until its backward
-          const int head_gpu = gpu_of(L);
-          Saved& hs = saved[static_cast<std::size_t>(L)][static_cast<std::size_t>(k)];
-          const std::string hname = "F" + seq_tag + " head C" + std::to_string(k);
-          const sim::Op hidden = at(sim::OpCode::input, L, k);
-          hs.out = arrive(out, gpu, head_gpu, hname + " recv hidden", hidden);
-          if (acts_hbm) {
-            hs.work = g.set_op(g.alloc(hname + " hidden", head_gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({hs.out})), hidden);
-          } else {
-            hs.host = g.set_op(g.alloc(hname + " host hidden", host_of(head_gpu), sim::Pool::dram, bytes(hidden_chunk), "final hidden states in host DRAM",
-                                ids({hs.out})),
-                           hidden);
-            hs.out = g.set_op(g.copy(hname + " D2H hidden", head_gpu, {sim::Copy::Direction::d2h, bytes(hidden_chunk), true}, ids({hs.host})), hidden);
-          }
-        }
+// What forward kept, back for backward: the activations (reloaded from DRAM, or the checkpoint to recompute from)
+// and K/V. Returns the copies the visit waits for.
+std::vector<sim::TaskId> RingTrackBuilder::reload(Train& t, const VisitAt& v, Saved& sv, sim::TaskId reuse) {
+  std::vector<sim::TaskId> ready;
+  const int l = v.l, k = v.k;
+  if (!acts_hbm_) {
+    sv.work = g_.set_op(g_.alloc(v.name + " activations", v.gpu, sim::Pool::hbm, bytes(kept_), "activations of a chunk", ids({reuse})),
+                        t.at(sim::OpCode::acts, l, k));
+    const double in_bytes = recompute_ ? checkpoint_ : kept_;
+    ready.push_back(g_.set_op(g_.copy(v.name + " H2D activations", v.gpu, {sim::Copy::Direction::h2d, bytes(in_bytes), true}, ids({sv.work, sv.host_d2h})),
+                              t.at(recompute_ ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k)));
+  }
+  if (kv_dram_) {
+    sv.kv_hbm = g_.set_op(g_.alloc(v.name + " kv", v.gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({reuse})), t.at(sim::OpCode::kv, l, k, k, k));
+    if (!recompute_) {  // recompute produces this chunk's K/V again
+      ready.push_back(g_.set_op(g_.copy(v.name + " H2D kv", v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_), true}, ids({sv.kv_hbm, sv.kv_d2h})),
+                                t.at(sim::OpCode::kv, l, k, k, k)));
+    }
+  }
+  return ready;
+}
+
+// Backward attention of chunk k: the diagonal block (with K/V in DRAM this chunk's accumulated dK/dV come in
+// first; nothing to read for the last chunk), then the earlier chunks' blocks, in HBM in one call or streamed with
+// a read-modify-write of their dK/dV accumulators.
+void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskId own_acc, std::vector<sim::TaskId>& stream_buffers,
+                                          const std::string& an, std::vector<sim::TaskId>& last, bool rec) {
+  const int l = v.l, k = v.k;
+  auto& written = t.acc_written[static_cast<std::size_t>(l)];
+  sim::TaskId acc_in = -1;
+  if (kv_dram_ && k < C_ - 1) {
+    acc_in = g_.set_op(g_.copy(an + " H2D dkv C" + std::to_string(k), v.gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk_), true},
+                               ids({own_acc, written.empty() ? -1 : written[static_cast<std::size_t>(k / span_)]})),
+                       t.at(sim::OpCode::dkv, l, k, k, k));
+  }
+  last[0] = attend(v, an + " C" + std::to_string(k) + " x C" + std::to_string(k), t, c_, true, true, rec, k, k, ids({last[0], acc_in}));
+  if (k == 0) return;
+  if (!kv_dram_) {
+    last[0] = attend(v, an + " C" + std::to_string(k) + " x C0..C" + std::to_string(k - 1), t, c_ * k, false, true, rec, 0, k - 1, ids({last[0]}));
+    return;
+  }
+  const int nblocks = (k + span_ - 1) / span_;
+  for (int d = 0; d < std::min(p_.prefetch, nblocks); ++d) {
+    stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv dkv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm, bytes((kv_chunk_ + acc_chunk_) * span_),
+                                                "K/V and dK/dV stream buffers", ids({v.prev})),
+                                       t.at(sim::OpCode::kv_dkv, l, k, 0, k - 1)));
+  }
+  std::vector<sim::TaskId> blocks, now_written;
+  for (int j0 = 0, b = 0; j0 < k; j0 += span_, ++b) {
+    const int j1 = std::min(k, j0 + span_);
+    const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
+    std::vector<sim::TaskId> deps{stream_buffers[static_cast<std::size_t>(b % p_.prefetch)]};
+    if (b >= p_.prefetch) {  // the buffer is free again once its last block is computed and its dK/dV copied out
+      deps.push_back(blocks[static_cast<std::size_t>(b - p_.prefetch)]);
+      deps.push_back(now_written[static_cast<std::size_t>(b - p_.prefetch)]);
+    }
+    for (int j = j0; j < j1; ++j) deps.push_back(t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);  // forward wrote them
+    const sim::TaskId kv_in = g_.set_op(g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
+                                        t.at(sim::OpCode::kv, l, k, j0, j1 - 1));
+    std::vector<sim::TaskId> block_deps{last[0], kv_in};
+    if (k < C_ - 1) {  // read-modify-write of the accumulators (the last chunk writes them first)
+      if (static_cast<std::size_t>(b) < written.size()) deps.push_back(written[static_cast<std::size_t>(b)]);
+      block_deps.push_back(g_.set_op(g_.copy(an + " H2D dkv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk_ * (j1 - j0)), true}, deps),
+                                     t.at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
+    }
+    last[0] = attend(v, an + " C" + std::to_string(k) + " x " + range, t, c_ * (j1 - j0), false, true, rec, j0, j1 - 1, block_deps);
+    blocks.push_back(last[0]);
+    now_written.push_back(g_.set_op(
+        g_.copy(an + " D2H dkv " + range, v.gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk_ * (j1 - j0)), true}, ids({last[0]})),
+        t.at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
+  }
+  written = now_written;
+}
+
+// After a backward visit: its buffers are released, streamed weight gradients go to the host, layer 0 runs the
+// embedding's backward, and the layer's dK/dV accumulators go once its last chunk (k = 0) is done.
+void RingTrackBuilder::release_after_backward(Train& t, const VisitAt& v, Saved& sv, sim::TaskId out, sim::TaskId own_acc, sim::TaskId wbuf,
+                                              const std::vector<sim::TaskId>& stream_buffers) {
+  const int l = v.l, k = v.k, gpu = v.gpu;
+  const auto& written = t.acc_written[static_cast<std::size_t>(l)];
+  if (!stream_buffers.empty()) {  // the buffers are read until the last dK/dV block is back in host DRAM
+    std::vector<sim::TaskId> deps{out};
+    deps.insert(deps.end(), written.begin(), written.end());
+    for (auto buf : stream_buffers) g_.free(v.name + " free buffer", buf, deps);
+  }
+  g_.free(v.name + " free dkv", own_acc, ids({out}));
+  if (wbuf >= 0) g_.free(v.name + " free weights buffer", wbuf, ids({out}));
+  if (sv.work >= 0) g_.free(v.name + " free activations", sv.work, ids({out}));
+  if (sv.kv_hbm >= 0) g_.free(v.name + " free kv", sv.kv_hbm, ids({out}));
+  if (sv.kv_host >= 0) g_.free(v.name + " free host kv", sv.kv_host, ids({out}));
+  if (sv.host >= 0) g_.free(v.name + " free host activations", sv.host, ids({out}));
+  if (stream_weights_) {  // this visit's weight gradients go to the host and are added there
+    const double grad_bytes = pol_.grad_bytes * layer_params_;
+    const sim::TaskId d2h = states(g_.copy(v.name + " D2H weight grads", gpu, {sim::Copy::Direction::d2h, bytes(grad_bytes), true}, ids({out})));
+    grads_ready_[static_cast<std::size_t>(gpu)].push_back(g_.add({v.name + " host accumulate grads", v.host, {sim::StreamKind::host, 0}, false,
+                                                                  sim::OptimizerStep{bytes(grad_bytes + 2 * pol_.grad_bytes * layer_params_)}, {sim::OpCode::states}},
+                                                                 ids({d2h})));
+  }
+  if (l == 0) {
+    gpu_last_[static_cast<std::size_t>(gpu)] =
+        emit_embedding(g_, gpu, "B" + t.seq_tag + " C" + std::to_string(k) + " embedding", c_, h_, true, out, t.at(sim::OpCode::embed_bwd, 0, k));
+    if (k == 0 && t.last_sequence) layer_done_[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(L_ + 1)] = gpu_last_[static_cast<std::size_t>(gpu)];
+  }
+  if (k != 0) return;  // layer l's backward is complete for this sequence
+  if (t.accumulators[static_cast<std::size_t>(l)] >= 0) {
+    std::vector<sim::TaskId> deps{out};
+    for (auto id : written) deps.push_back(id);
+    g_.free(v.name + " free dkv accumulators", t.accumulators[static_cast<std::size_t>(l)], deps);
+  }
+  if (t.last_sequence) layer_done_[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(l)] = out;
+}
+
+// Per ring position: all-reduce each layer's gradients (then the LM head's and the embedding's) across the replicas
+// as soon as that part's backward is complete everywhere (overlapped with the rest of backward).
+void RingTrackBuilder::reduce_gradients() {
+  if (replicas_ <= 1) return;
+  for (int pos = 0; pos < P_; ++pos) {
+    std::vector<sim::DeviceId> members;
+    for (int r = 0; r < replicas_; ++r) members.push_back(plan_.rings[static_cast<std::size_t>(r)][static_cast<std::size_t>(pos)]);
+    const std::int32_t group = g_.add_group(members);
+    for (int l = 0; l < L_ + 2; ++l) {
+      const bool head = l == L_, embedding = l == L_ + 1;
+      if (schedule_.stage_position[static_cast<std::size_t>(embedding ? 0 : l)] != pos) continue;
+      std::vector<sim::TaskId> deps;
+      for (auto m : members) {
+        deps.push_back(layer_done_[static_cast<std::size_t>(m)][static_cast<std::size_t>(l)]);
+        for (auto id : grads_ready_[static_cast<std::size_t>(m)]) deps.push_back(id);  // streamed: the host's sums
       }
-
-      // ---- backward ------------------------------------------------------------------------------------------
-      std::vector<sim::TaskId> accumulators(static_cast<std::size_t>(L), -1);  // per layer: dK/dV of earlier chunks
-      std::vector<std::vector<sim::TaskId>> acc_written(static_cast<std::size_t>(L));  // per layer, per block: last D2H
-      std::vector<std::vector<sim::TaskId>> grad_out(static_cast<std::size_t>(L + 1), std::vector<sim::TaskId>(static_cast<std::size_t>(C), -1));
-      for (const Visit& v : backward_order) {
-        const int l = v.stage, k = v.chunk;
-        const int gpu = gpu_of(l);
-        const sim::DeviceId host = host_of(gpu);
-        Saved& sv = saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)];
-        const sim::TaskId prev = gpu_last[static_cast<std::size_t>(gpu)];
-        const sim::TaskId reuse = visit_end_back(gpu, 2);  // reloads may start once the visit before last is done
-        if (l == L) {  // LM head and loss of chunk k, fused forward and backward
-          const std::string name = "B" + seq_tag + " head C" + std::to_string(k);
-          sim::TaskId ready = sv.out;
-          sim::TaskId buf = sv.work;
-          if (!acts_hbm) {
-            buf = g.set_op(g.alloc(name + " hidden", gpu, sim::Pool::hbm, bytes(hidden_chunk), "final hidden states", ids({reuse})),
-                       at(sim::OpCode::input, L, k));
-            ready = g.set_op(g.copy(name + " H2D hidden", gpu, {sim::Copy::Direction::h2d, bytes(hidden_chunk), true}, ids({buf, sv.out})),
-                         at(sim::OpCode::input, L, k));
-          }
-          const sim::TaskId begin_id = static_cast<sim::TaskId>(g.size());
-          const sim::TaskId done = emit_loss(g, gpu, "C" + std::to_string(k) + seq_tag, c, h, model.vocab, prev, at(sim::OpCode::none, L, k));
-          g.add_dependency(ready, begin_id);
-          g.free(name + " free hidden", buf, ids({done}));
-          if (sv.host >= 0) g.free(name + " free host hidden", sv.host, ids({ready}));
-          grad_out[static_cast<std::size_t>(L)][static_cast<std::size_t>(k)] =
-              arrive(done, gpu, gpu_of(L - 1), "B" + seq_tag + " L" + std::to_string(L - 1) + " C" + std::to_string(k) + " recv grad",
-                     at(sim::OpCode::input_grad, L, k));
-          gpu_last[static_cast<std::size_t>(gpu)] = done;
-          visit_ends[static_cast<std::size_t>(gpu)].push_back(done);
-          if (k == 0 && last_sequence) layer_done[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(L)] = done;
-          continue;
-        }
-        const std::string name = "B" + seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k);
-        const sim::TaskId input = grad_out[static_cast<std::size_t>(l + 1)][static_cast<std::size_t>(k)];
-        const auto [wbuf, wcopy] = weights_in(gpu, name);
-        std::vector<sim::TaskId> ready = ids({input, wcopy});
-        // What forward kept: the activations (reloaded from DRAM, or the checkpoint to recompute from) and K/V.
-        if (!acts_hbm) {
-          sv.work = g.set_op(g.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept), "activations of a chunk", ids({reuse})),
-                         at(sim::OpCode::acts, l, k));
-          const double in_bytes = recompute ? checkpoint : kept;
-          ready.push_back(g.set_op(g.copy(name + " H2D activations", gpu, {sim::Copy::Direction::h2d, bytes(in_bytes), true}, ids({sv.work, sv.host_d2h})),
-                               at(recompute ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k)));
-        }
-        if (kv_dram) {
-          sv.kv_hbm = g.set_op(g.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk), "K/V of a chunk", ids({reuse})), at(sim::OpCode::kv, l, k, k, k));
-          if (!recompute) {  // recompute produces this chunk's K/V again
-            ready.push_back(g.set_op(g.copy(name + " H2D kv", gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk), true}, ids({sv.kv_hbm, sv.kv_d2h})),
-                                 at(sim::OpCode::kv, l, k, k, k)));
-          }
-        }
-        if (k == C - 1 && C > 1) {  // dK/dV of every earlier chunk accumulate over this layer's backward
-          accumulators[static_cast<std::size_t>(l)] =
-              g.set_op(g.alloc(name + " dkv accumulators", kv_dram ? host : gpu, kv_dram ? sim::Pool::dram : sim::Pool::hbm,
-                           bytes(acc_chunk * (C - 1)), "fp32 dK/dV accumulators", ids({prev})),
-                   at(sim::OpCode::dkv, l, k, 0, C - 2));
-        }
-        std::vector<sim::TaskId> stream_buffers;
-        // The chunk's own fp32 dK/dV (finished in this visit) and, with K/V in DRAM, the stream buffers.
-        const sim::TaskId own_acc = g.set_op(g.alloc(name + " dkv", gpu, sim::Pool::hbm, bytes(acc_chunk), "fp32 dK/dV of a chunk", ids({prev})),
-                                         at(sim::OpCode::dkv, l, k, k, k));
-        auto& written = acc_written[static_cast<std::size_t>(l)];
-        LayerEmitter emitter(g, model, chunk_split, {gpu});
-        emitter.set_coordinates(static_cast<int>(r * sequences + seq), l, k);
-        emitter.set_attention_hook([&](const std::string& an, bool backward, std::vector<sim::TaskId>& last, bool rec) {
-          if (!backward) return;  // recompute keeps the attention output and lse: attention is not run again
-          const auto heads = static_cast<std::int32_t>(model.heads), kv_heads = static_cast<std::int32_t>(model.kv_heads);
-          const auto hd = static_cast<std::int32_t>(model.head_dim);
-          // The diagonal block; with K/V in DRAM this chunk's accumulated dK/dV come in first (nothing to read for
-          // the last chunk).
-          sim::TaskId acc_in = -1;
-          if (kv_dram && k < C - 1) {
-            acc_in = g.set_op(g.copy(an + " H2D dkv C" + std::to_string(k), gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk), true},
-                                 ids({own_acc, written.empty() ? -1 : written[static_cast<std::size_t>(k / span)]})),
-                          at(sim::OpCode::dkv, l, k, k, k));
-          }
-          last[0] = g.add({an + " C" + std::to_string(k) + " x C" + std::to_string(k), gpu, {sim::StreamKind::compute, 0}, rec,
-                           sim::Attention{c, c, heads, kv_heads, hd, true, true}, at(sim::OpCode::attn_bwd, l, k, k, k)},
-                          ids({last[0], acc_in}));
-          if (k == 0) return;
-          if (!kv_dram) {
-            last[0] = g.add({an + " C" + std::to_string(k) + " x C0..C" + std::to_string(k - 1), gpu, {sim::StreamKind::compute, 0}, rec,
-                             sim::Attention{c, c * k, heads, kv_heads, hd, false, true}, at(sim::OpCode::attn_bwd, l, k, 0, k - 1)},
-                            ids({last[0]}));
-            return;
-          }
-          const int nblocks = (k + span - 1) / span;
-          for (int d = 0; d < std::min(p.prefetch, nblocks); ++d) {
-            stream_buffers.push_back(g.set_op(g.alloc(an + " kv dkv buffer " + std::to_string(d), gpu, sim::Pool::hbm,
-                                                  bytes((kv_chunk + acc_chunk) * span), "K/V and dK/dV stream buffers", ids({prev})),
-                                          at(sim::OpCode::kv_dkv, l, k, 0, k - 1)));
-          }
-          std::vector<sim::TaskId> blocks, now_written;
-          for (int j0 = 0, b = 0; j0 < k; j0 += span, ++b) {
-            const int j1 = std::min(k, j0 + span);
-            const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
-            std::vector<sim::TaskId> deps{stream_buffers[static_cast<std::size_t>(b % p.prefetch)]};
-            if (b >= p.prefetch) {  // the buffer is free again once its last block is computed and its dK/dV copied out
-              deps.push_back(blocks[static_cast<std::size_t>(b - p.prefetch)]);
-              deps.push_back(now_written[static_cast<std::size_t>(b - p.prefetch)]);
-            }
-            for (int j = j0; j < j1; ++j) deps.push_back(saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);  // forward wrote them
-            const sim::TaskId kv_in =
-                g.set_op(g.copy(an + " H2D kv " + range, gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk * (j1 - j0)), true}, deps),
-                     at(sim::OpCode::kv, l, k, j0, j1 - 1));
-            std::vector<sim::TaskId> block_deps{last[0], kv_in};
-            if (k < C - 1) {  // read-modify-write of the accumulators (the last chunk writes them first)
-              if (static_cast<std::size_t>(b) < written.size()) deps.push_back(written[static_cast<std::size_t>(b)]);
-              block_deps.push_back(
-                  g.set_op(g.copy(an + " H2D dkv " + range, gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk * (j1 - j0)), true}, deps),
-                       at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
-            }
-            last[0] = g.add({an + " C" + std::to_string(k) + " x " + range, gpu, {sim::StreamKind::compute, 0}, rec,
-                             sim::Attention{c, c * (j1 - j0), heads, kv_heads, hd, false, true}, at(sim::OpCode::attn_bwd, l, k, j0, j1 - 1)},
-                            block_deps);
-            blocks.push_back(last[0]);
-            now_written.push_back(g.set_op(g.copy(an + " D2H dkv " + range, gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk * (j1 - j0)), true},
-                                              ids({last[0]})),
-                                       at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
-          }
-          written = now_written;
-        });
-        std::vector<sim::TaskId> chain{prev};
-        const auto begin = static_cast<sim::TaskId>(g.size());
-        if (recompute) emitter.forward("R" + seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k), chain, true);
-        emitter.backward(name, chain);
-        for (sim::TaskId dep : ready) g.add_dependency(dep, begin);
-        const sim::TaskId out = chain[0];
-        grad_out[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] =
-            l > 0 ? arrive(out, gpu, gpu_of(l - 1), "B" + seq_tag + " L" + std::to_string(l - 1) + " C" + std::to_string(k) + " recv grad",
-                           at(sim::OpCode::input_grad, l, k))
-                  : out;
-        gpu_last[static_cast<std::size_t>(gpu)] = out;
-        visit_ends[static_cast<std::size_t>(gpu)].push_back(out);
-        if (!stream_buffers.empty()) {  // the buffers are read until the last dK/dV block is back in host DRAM
-          std::vector<sim::TaskId> deps{out};
-          deps.insert(deps.end(), written.begin(), written.end());
-          for (auto buf : stream_buffers) g.free(name + " free buffer", buf, deps);
-        }
-        g.free(name + " free dkv", own_acc, ids({out}));
-        if (wbuf >= 0) g.free(name + " free weights buffer", wbuf, ids({out}));
-        if (sv.work >= 0) g.free(name + " free activations", sv.work, ids({out}));
-        if (sv.kv_hbm >= 0) g.free(name + " free kv", sv.kv_hbm, ids({out}));
-        if (sv.kv_host >= 0) g.free(name + " free host kv", sv.kv_host, ids({out}));
-        if (sv.host >= 0) g.free(name + " free host activations", sv.host, ids({out}));
-        if (stream_weights) {  // this visit's weight gradients go to the host and are added there
-          const double grad_bytes = pol.grad_bytes * layer_params;
-          const sim::TaskId d2h = states(g.copy(name + " D2H weight grads", gpu, {sim::Copy::Direction::d2h, bytes(grad_bytes), true}, ids({out})));
-          grads_ready[static_cast<std::size_t>(gpu)].push_back(g.add({name + " host accumulate grads", host, {sim::StreamKind::host, 0}, false,
-                                            sim::OptimizerStep{bytes(grad_bytes + 2 * pol.grad_bytes * layer_params)}, {sim::OpCode::states}},
-                                           ids({d2h})));
-        }
-        if (l == 0) {
-          gpu_last[static_cast<std::size_t>(gpu)] =
-              emit_embedding(g, gpu, "B" + seq_tag + " C" + std::to_string(k) + " embedding", c, h, true, out, at(sim::OpCode::embed_bwd, 0, k));
-          if (k == 0 && last_sequence) layer_done[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(L + 1)] = gpu_last[static_cast<std::size_t>(gpu)];
-        }
-        if (k == 0) {  // layer l's backward is complete for this sequence
-          if (accumulators[static_cast<std::size_t>(l)] >= 0) {
-            std::vector<sim::TaskId> deps{out};
-            for (auto id : written) deps.push_back(id);
-            g.free(name + " free dkv accumulators", accumulators[static_cast<std::size_t>(l)], deps);
-          }
-          if (last_sequence) layer_done[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(l)] = out;
-        }
-      }
+      const double grad_bytes = pol_.grad_bytes * (head ? head_params_ : embedding ? embedding_params_ : layer_params_);
+      const std::string part = head ? "head" : embedding ? "embedding" : "L" + std::to_string(l);
+      const sim::TaskId ar = states(g_.collective("all-reduce grads " + part,
+                                                  {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, group,
+                                                   (bytes(grad_bytes) + replicas_ - 1) / replicas_ * replicas_},
+                                                  deps, kReduceStream));
+      for (auto m : members) reduced_[static_cast<std::size_t>(m)].push_back(ar);
     }
   }
+}
 
-  // Per ring position: all-reduce each layer's gradients (then the LM head's and the embedding's) across the
-  // replicas as soon as that part's backward is complete everywhere (overlapped with the rest of backward), then
-  // the optimizer step where the states live.
-  if (replicas > 1) {
-    for (int pos = 0; pos < P; ++pos) {
-      std::vector<sim::DeviceId> members;
-      for (int r = 0; r < replicas; ++r) members.push_back(plan.rings[static_cast<std::size_t>(r)][static_cast<std::size_t>(pos)]);
-      const std::int32_t group = g.add_group(members);
-      for (int l = 0; l < L + 2; ++l) {
-        const bool head = l == L, embedding = l == L + 1;
-        if (stage_position[static_cast<std::size_t>(embedding ? 0 : l)] != pos) continue;
-        std::vector<sim::TaskId> deps;
-        for (auto m : members) {
-          deps.push_back(layer_done[static_cast<std::size_t>(m)][static_cast<std::size_t>(l)]);
-          for (auto id : grads_ready[static_cast<std::size_t>(m)]) deps.push_back(id);  // streamed: the host's sums
-        }
-        const double grad_bytes = pol.grad_bytes * (head ? head_params : embedding ? embedding_params : layer_params);
-        const std::string part = head ? "head" : embedding ? "embedding" : "L" + std::to_string(l);
-        const sim::TaskId ar = states(g.collective("all-reduce grads " + part,
-                                            {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, group,
-                                             (bytes(grad_bytes) + replicas - 1) / replicas * replicas},
-                                            deps, kReduceStream));
-        for (auto m : members) reduced[static_cast<std::size_t>(m)].push_back(ar);
-      }
-    }
-  }
-  for (int gpu = 0; gpu < gpus; ++gpu) {
-    const int r = gpu / P;
-    const auto& ring = plan.rings[static_cast<std::size_t>(r)];
+// The optimizer step where the states live, after everything on the GPU (its compute stream is in order) and its
+// reductions; from host DRAM the updated weights come back.
+void RingTrackBuilder::optimizer_steps() {
+  for (int gpu = 0; gpu < gpus_; ++gpu) {
+    const auto& ring = plan_.rings[static_cast<std::size_t>(gpu / P_)];
     const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), gpu) - ring.begin());
-    const double owned = owned_params[static_cast<std::size_t>(pos)];
-    // The optimizer waits for everything on this GPU (its compute stream is in order) and its reductions.
-    std::vector<sim::TaskId> deps = reduced[static_cast<std::size_t>(gpu)];
-    for (sim::TaskId id = static_cast<sim::TaskId>(g.size()) - 1; id >= 0; --id) {
-      const auto& t = g.task(id);
-      if (t.device == gpu && t.stream.kind == sim::StreamKind::compute) {
+    const double owned = owned_params_[static_cast<std::size_t>(pos)];
+    std::vector<sim::TaskId> deps = reduced_[static_cast<std::size_t>(gpu)];
+    for (sim::TaskId id = static_cast<sim::TaskId>(g_.size()) - 1; id >= 0; --id) {
+      const auto& task = g_.task(id);
+      if (task.device == gpu && task.stream.kind == sim::StreamKind::compute) {
         deps.push_back(id);
         break;
       }
     }
     const auto opt_bytes = bytes(owned * kAdamBytesPerParam);
-    if (states_dram) {
-      const sim::DeviceId host = sim::host_device(in.cluster.node_of(gpu));
-      std::vector<sim::TaskId> host_deps = deps;
-      if (!stream_weights) {
-        host_deps = {states(g.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol.grad_bytes * owned), true}, deps))};
-      } else {  // the host's sums of this GPU's per-visit gradients
-        for (auto id : grads_ready[static_cast<std::size_t>(gpu)]) host_deps.push_back(id);
-      }
-      const sim::TaskId step = g.add({"optimizer step host for gpu" + std::to_string(gpu), host, {sim::StreamKind::host, 0}, false,
-                                      sim::OptimizerStep{opt_bytes}, {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
-                                     host_deps);
-      if (!stream_weights) {
-        states(g.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol.weight_bytes * owned), true},
-                      ids({step})));
-      }
-    } else {
-      g.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{opt_bytes},
-             {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
-            deps);
+    if (!states_dram_) {
+      g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{opt_bytes},
+              {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
+             deps);
+      continue;
+    }
+    std::vector<sim::TaskId> host_deps = deps;
+    if (!stream_weights_) {
+      host_deps = {states(g_.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol_.grad_bytes * owned), true}, deps))};
+    } else {  // the host's sums of this GPU's per-visit gradients
+      for (auto id : grads_ready_[static_cast<std::size_t>(gpu)]) host_deps.push_back(id);
+    }
+    const sim::TaskId step = g_.add({"optimizer step host for gpu" + std::to_string(gpu), host_of(gpu), {sim::StreamKind::host, 0}, false,
+                                     sim::OptimizerStep{opt_bytes}, {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
+                                    host_deps);
+    if (!stream_weights_) {
+      states(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * owned), true}, ids({step})));
     }
   }
-  return plan;
+}
+
+}  // namespace
+
+RingTrackPlan build_ringtrack(const StepInputs& in, const RingTrackParams& p) {
+  check_ringtrack(in, p);
+  return RingTrackBuilder(in, p).build();
 }
 
 }  // namespace trainyard::planner

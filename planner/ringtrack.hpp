@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/ring_order.hpp"
 #include "planner/step.hpp"
 #include "sim/task_graph.hpp"
 
@@ -53,18 +54,6 @@ struct RingTrackParams {
   std::int64_t kv_block_tokens = kKvBlockTokens;
 };
 
-// The cyclic order of GPUs `members` (cluster GPU indices) that maximises the slowest hop's bandwidth, counting
-// hops that share a link direction as sharing its bandwidth; ties go to fewer node crossings, then the faster
-// total, then the lexicographically smaller order. Exhaustive up to 9 GPUs; beyond that, the nodes in order and a
-// greedy fastest-next-hop chain inside each node.
-std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<int>& members);
-
-struct RingHop {
-  int from = 0, to = 0;  // cluster GPU indices
-  double gbps = 0;       // bandwidth of the hop with every hop of the ring active at once
-};
-// The hops of a cyclic order, with the shared-bandwidth rule above.
-std::vector<RingHop> ring_hops(const sim::Cluster& cluster, const std::vector<int>& order);
 
 struct RingTrackPlan {
   sim::TaskGraph graph;
