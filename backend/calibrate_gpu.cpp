@@ -459,7 +459,7 @@ Measurements measure_on_gpu(const SweepPlan& plan, const CudaDevice& device, int
   m.nccl_measured = false;
   m.nccl_note = visible_gpus < 2 ? "not measured: one GPU visible (" + device.name + "); NCCL collectives need at least two"
                                  : "not measured: " + std::to_string(visible_gpus) +
-                                       " GPUs visible, but trainyard calibrate does not link NCCL yet (the executor's multi-GPU part, issue 8)";
+                                       " GPUs visible, but trainyard calibrate does not link NCCL yet (the executor's multi-GPU part is not written yet)";
 
   Sweep sweep(plan, m, progress);
   sweep.report("sweep '" + plan.name + "' on " + d.describe());

@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA executor (issue 8): runs a step's TaskGraph on a GPU with the real kernels, the same tasks the
+// The CUDA executor: runs a step's TaskGraph on a GPU with the real kernels, the same tasks the
 // simulator timed. It walks the rank's schedule (schedule.hpp: streams, submission order, event waits) and
 // enqueues the whole step ahead of the GPU: GEMMs through cuBLASLt (kernels::Gemm, one per stream), attention,
 // norms, activations, loss and AdamW through kernels/, copies with cudaMemcpyAsync between the tensors' HBM arena

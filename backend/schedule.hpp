@@ -1,5 +1,5 @@
 #pragma once
-// From a TaskGraph to what one executor process submits: the plain C++ half of the backend (issue 8), built and
+// From a TaskGraph to what one executor process submits: the plain C++ half of the backend, built and
 // tested everywhere. The CUDA executor (executor.hpp) only walks this schedule.
 //
 // One process drives one GPU (its rank = its GPU index). Its schedule holds the tasks that involve that GPU:

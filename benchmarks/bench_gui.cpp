@@ -1,4 +1,4 @@
-// How quickly trainyard-gui answers its controls: Llama-3 8B on a DGX A100 at 1M tokens (issue 9's target: the
+// How quickly trainyard-gui answers its controls: Llama-3 8B on a DGX A100 at 1M tokens (the target: the
 // charts update within 0.5 s, or progressively with the first points within 0.5 s). Offscreen, in-process.
 //
 // Each iteration moves a control and times, from the move: the first new point of chart 1 (chunk sweep) and of

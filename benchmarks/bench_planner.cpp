@@ -1,4 +1,4 @@
-// The full plan search (every scheme) for Llama-3 8B at 1M tokens on a DGX A100, on all cores (issue 6's
+// The full plan search (every scheme) for Llama-3 8B at 1M tokens on a DGX A100, on all cores (the
 // target: <= 10 s on the 2-core developers' machine). One iteration: the search takes tens of seconds.
 #include <benchmark/benchmark.h>
 

@@ -1,5 +1,5 @@
 // Building and simulating one ring-track step: Llama-3 8B at 1M tokens on a DGX A100, chunks of 16K, K/V in
-// host DRAM (issue 5's target: at most 1 s for build + simulate on the developers' machine).
+// host DRAM (the target: at most 1 s for build + simulate on the developers' machine).
 #include <benchmark/benchmark.h>
 
 #include "hwprofiles/catalog.hpp"

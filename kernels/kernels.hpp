@@ -1,5 +1,5 @@
 #pragma once
-// CUDA kernels for chunked training (issue 7). Device pointers; bf16 tensors are passed as their 16-bit patterns
+// CUDA kernels for chunked training. Device pointers; bf16 tensors are passed as their 16-bit patterns
 // (std::uint16_t) so that this header needs no CUDA type beyond the stream. Layouts and semantics are those of
 // the CPU references in kernels/reference.hpp, which the GPU tests compare against.
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8's first GPU checks of the CUDA executor, for the GPU machine (built here: carry build/trainyard and
+# The first GPU checks of the CUDA executor, for the GPU machine (built here: carry build/trainyard and
 # build/tests/trainyard_gpu_tests; check `ldd` there first). The executor has never run on a GPU: expect to debug.
 #   1. the executor's GPU tests (a step against the CPU reference, an optimizer step), then compute-sanitizer
 #      memcheck on them (the arena offsets and event waits are the likely faults);

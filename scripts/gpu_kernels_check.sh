@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's GPU checks in one run, for the GPU machine (built elsewhere: carry build/tests/trainyard_gpu_tests and
+# The kernels' GPU checks in one run, for the GPU machine (built elsewhere: carry build/tests/trainyard_gpu_tests and
 # build/benchmarks/bench_kernels). Runs the GPU tests, compute-sanitizer memcheck and racecheck on them,
 # bench_kernels and PyTorch's SDPA on the same shapes, and writes the comparison table to $OUT/kernels.md (the
 # table for benchmarks/results/kernels.md) with the logs beside it.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The unit tests under sanitizers (issue 19), host code only (GUI, CUDA and benchmarks off to save time):
+# The unit tests under sanitizers, host code only (GUI, CUDA and benchmarks off to save time):
 #   build-asan: clang, everything built with -fsanitize=address,undefined (-fno-sanitize-recover=undefined: UB fails
 #               the test), the whole GoogleTest suite run through ctest; the CLI tests run the ASan-built trainyard.
 #               The same directory holds the fuzz targets (scripts/asan_build.sh), so the libraries build once.

@@ -27,7 +27,7 @@ fi
 
 # The unit tests under ASan+UBSan (every test but the timing-bound Limits and the README's whole-minute searches) and
 # under TSan (the tests that start threads in-process); then a 60-second run of every libFuzzer target, in the same
-# ASan build, with the inputs found so far as regression tests (issue 19). Measured here (2 shared cores, ccache
+# ASan build, with the inputs found so far as regression tests. Measured here (2 shared cores, ccache
 # partly warm): asan 13 min (build and tests), tsan 5 min; the fuzz stage about 12 min.
 bash scripts/sanitize.sh asan tsan
 bash scripts/fuzz.sh --ci

@@ -1,5 +1,5 @@
 // The same command gives the same bytes: `plan --json` and the traces of `plan --trace` and `simulate --trace`
-// across two runs and across 1, 2 and 8 search threads (issue 19, determinism).
+// across two runs and across 1, 2 and 8 search threads.
 #include <gtest/gtest.h>
 
 #include "test_support.hpp"

@@ -1,4 +1,4 @@
-// Input checks (issue 19, findings 5, 6 and the input-size cap of 2): what trainyard refuses before it works,
+// Input checks (bad values, hostile files and the input-size cap): what trainyard refuses before it works,
 // and how it says so.
 #include <gtest/gtest.h>
 

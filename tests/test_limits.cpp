@@ -1,4 +1,4 @@
-// Bounded work (issue 19): every command estimates what it will build and refuses, quickly and with exit 2, what
+// Bounded work: every command estimates what it will build and refuses, quickly and with exit 2, what
 // would exceed the memory budget; the estimate is a real count of what the builders make; Ctrl-C exits 130 and
 // leaves no temporary files; progress never writes '\r' when stderr is not a terminal.
 //

@@ -1,4 +1,4 @@
-// "No plan fits" says why, per scheme, and a miss's text and shortfall name the same memory (issue 19, finding 7).
+// "No plan fits" says why, per scheme, and a miss's text and shortfall name the same memory.
 #include <gtest/gtest.h>
 
 #include "common/units.hpp"

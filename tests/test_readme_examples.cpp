@@ -1,4 +1,4 @@
-// Every `trainyard ...` example in README.md runs as printed and exits 0 (issue 19, finding 7): the commands of
+// Every `trainyard ...` example in README.md runs as printed and exits 0: the commands of
 // its code blocks and its inline examples, run from the source directory with output files sent to a temp dir.
 // Usage templates (`trainyard plan --model M [--nodes N] ...`) and bare mentions (`trainyard simulate --plan`)
 // are not examples.

@@ -1,5 +1,5 @@
 // Chrome traces kept to a part of the step (--trace-gpus, --trace-window, --trace-counters) and the default that
-// keeps a long step's trace small enough to open (issue 19, finding 9).
+// keeps a long step's trace small enough to open.
 #include <gtest/gtest.h>
 
 #include <filesystem>

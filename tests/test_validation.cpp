@@ -1,4 +1,4 @@
-// The public validation suite (issue 20): datasets load with every field checked, the FLOP conventions reproduce
+// The public validation suite: datasets load with every field checked, the FLOP conventions reproduce
 // the published figure pairs they come from, the lone-collective benchmark keeps nccl-tests' definitions, and
 // `trainyard validate --baseline` fails when a dataset got worse.
 #include <gtest/gtest.h>
