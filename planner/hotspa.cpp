@@ -240,34 +240,52 @@ GroupResult run_group(const HotSpaSetting& s, const LengthGroup& group, const Gr
   return simulate_group(s, group, plan, update, nullptr, nullptr);
 }
 
-MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
-                              const std::vector<GroupPlan>& plans, const std::string& origin) {
-  std::vector<std::int64_t> bounds;
-  for (const auto& p : plans) bounds.push_back(p.upper);
-  const std::vector<LengthGroup> all = group_lengths(lengths, bounds);
-  std::vector<std::size_t> used;  // the non-empty groups
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    if (!all[i].lengths.empty()) used.push_back(i);
-  }
-  MinibatchResult out;
-  if (used.empty()) throw InputError(origin, "lengths", "at least one sequence", "an empty mini-batch");
-  const std::size_t n = used.size();
-  const std::size_t home = n - 1;
+namespace {
 
-  // Layouts and switch plans: before group 0 the parameters come from home; between groups i and i+1 the
-  // gradients, and the parameters unless i+1 is home (whose parameters never left).
-  std::vector<StateLayout> params(n), grads(n);
+// A mini-batch cut at the plans' bounds: its non-empty groups, shortest first (the last is home), each with its plan.
+struct Minibatch {
+  std::vector<LengthGroup> all;   // one per plan, the empty ones too
+  std::vector<std::size_t> used;  // the non-empty groups
+  const std::vector<GroupPlan>& plans;
+  const std::string& origin;
+
+  std::size_t size() const { return used.size(); }
+  const LengthGroup& group(std::size_t k) const { return all[used[k]]; }
+  const GroupPlan& plan(std::size_t k) const { return plans[used[k]]; }
   // A strategy the group cannot take is the user's error: say which group.
-  auto in_group = [&](std::size_t k, const std::function<void()>& work) {
+  void in_group(std::size_t k, const std::function<void()>& work) const {
     try {
       work();
     } catch (const InputError& e) {
-      throw InputError(origin + ": group " + range_name(all[used[k]].lo, all[used[k]].hi) + " (" + plans[used[k]].spec.scheme + "): " + e.what());
+      throw InputError(origin + ": group " + range_name(group(k).lo, group(k).hi) + " (" + plan(k).spec.scheme + "): " + e.what());
     }
-  };
+  }
+};
+
+Minibatch cut_minibatch(const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans, const std::string& origin) {
+  std::vector<std::int64_t> bounds;
+  for (const auto& p : plans) bounds.push_back(p.upper);
+  Minibatch mb{group_lengths(lengths, bounds), {}, plans, origin};
+  for (std::size_t i = 0; i < mb.all.size(); ++i) {
+    if (!mb.all[i].lengths.empty()) mb.used.push_back(i);
+  }
+  if (mb.used.empty()) throw InputError(origin, "lengths", "at least one sequence", "an empty mini-batch");
+  return mb;
+}
+
+struct SwitchPlans {
+  std::vector<SwitchPlan> params, grads;  // [k]: into group k
+};
+
+// Layouts and switch plans: before group 0 the parameters come from home; between groups i and i+1 the
+// gradients, and the parameters unless i+1 is home (whose parameters never left).
+SwitchPlans plan_switches(const HotSpaSetting& s, const Minibatch& mb) {
+  const std::size_t n = mb.size();
+  const std::size_t home = n - 1;
+  std::vector<StateLayout> params(n), grads(n);
   for (std::size_t k = 0; k < n; ++k) {
-    in_group(k, [&] {
-      const GroupSetup g = group_setup(s, all[used[k]], plans[used[k]]);
+    mb.in_group(k, [&] {
+      const GroupSetup g = group_setup(s, mb.group(k), mb.plan(k));
       const StepInputs in = inputs(s, g.rows.workload);
       params[k] = parameter_layout(in, g.spec);
       grads[k] = gradient_layout(in, g.spec);
@@ -276,23 +294,31 @@ MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int
   const auto gpn = s.cluster.topology.gpus_per_node();
   const auto param_units = unit_bytes(s.model, s.precision.weight_bytes);
   const auto grad_units = unit_bytes(s.model, s.precision.grad_bytes);
-  std::vector<SwitchPlan> param_switch(n), grad_switch(n);  // [k]: into group k
+  SwitchPlans out{std::vector<SwitchPlan>(n), std::vector<SwitchPlan>(n)};
   for (std::size_t k = 0; k < n; ++k) {
-    if (k != home) param_switch[k] = plan_switch(params[k == 0 ? home : k - 1], params[k], param_units, gpn, s.cluster.gpus());
-    if (k > 0) grad_switch[k] = plan_switch(grads[k - 1], grads[k], grad_units, gpn, s.cluster.gpus());
+    if (k != home) out.params[k] = plan_switch(params[k == 0 ? home : k - 1], params[k], param_units, gpn, s.cluster.gpus());
+    if (k > 0) out.grads[k] = plan_switch(grads[k - 1], grads[k], grad_units, gpn, s.cluster.gpus());
   }
+  return out;
+}
 
-  // Groups (each with the next group's parameters in flight) in parallel.
+// Groups (each with the next group's parameters in flight) in parallel, into out.groups; the first that does not
+// fit fails the mini-batch. Returns when each group's prefetch sends ended (simulate_group's sends_end_s).
+std::vector<double> simulate_groups(const HotSpaSetting& s, const Minibatch& mb, const SwitchPlans& switches, MinibatchResult& out) {
+  const std::size_t n = mb.size();
+  const std::size_t home = n - 1;
   out.groups.resize(n);
   std::vector<double> prefetch_end(n, 0);
   double largest = 1;
-  for (std::size_t k = 0; k < n; ++k) in_group(k, [&] { largest = std::max(largest, group_bytes(s, group_setup(s, all[used[k]], plans[used[k]]))); });
+  for (std::size_t k = 0; k < n; ++k) {
+    mb.in_group(k, [&] { largest = std::max(largest, group_bytes(s, group_setup(s, mb.group(k), mb.plan(k)))); });
+  }
   ThreadPool pool(s.threads);
   pool.for_each(
       n,
       [&](std::size_t k) {
-        const SwitchPlan* next = k + 1 < n && !param_switch[k + 1].transfers.empty() ? &param_switch[k + 1] : nullptr;
-        in_group(k, [&] { out.groups[k] = simulate_group(s, all[used[k]], plans[used[k]], k == home, next, &prefetch_end[k]); });
+        const SwitchPlan* next = k + 1 < n && !switches.params[k + 1].transfers.empty() ? &switches.params[k + 1] : nullptr;
+        mb.in_group(k, [&] { out.groups[k] = simulate_group(s, mb.group(k), mb.plan(k), k == home, next, &prefetch_end[k]); });
       },
       s.cancel, parallel_within(budget_of(s), largest));
   throw_if_cancelled(s);
@@ -302,26 +328,43 @@ MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int
       out.failure = "group " + range_name(g.lo, g.hi) + " (" + g.spec.scheme + " " + g.spec.summary() + "): " + g.failure;
     }
   }
-  // Switches: what is left after the previous group.
+  return prefetch_end;
+}
+
+// Switches: what is left after the previous group.
+void add_switches(const HotSpaSetting& s, const SwitchPlans& switches, const std::vector<double>& prefetch_end, MinibatchResult& out) {
+  const std::size_t n = switches.params.size();
+  const std::size_t home = n - 1;
   for (std::size_t k = 0; k < n; ++k) {
     SwitchResult sw;
     sw.from = k == 0 ? home : k - 1;
     sw.to = k;
-    sw.param_bytes = param_switch[k].bytes();
-    sw.grad_bytes = grad_switch[k].bytes();
+    sw.param_bytes = switches.params[k].bytes();
+    sw.grad_bytes = switches.grads[k].bytes();
     if (sw.param_bytes == 0 && sw.grad_bytes == 0) continue;
-    std::vector<const SwitchPlan*> after{&grad_switch[k]};
+    std::vector<const SwitchPlan*> after{&switches.grads[k]};
     double overhang = 0;
     if (k > 0 && prefetch_end[k - 1] >= 0 && sw.param_bytes > 0) {
       sw.params_overlapped = true;
       overhang = std::max(0.0, prefetch_end[k - 1] - out.groups[k - 1].time_s);
     } else {
-      after.push_back(&param_switch[k]);
+      after.push_back(&switches.params[k]);
     }
     sw.exposed_s = overhang + simulate_sends_s(s, after);
     out.others_s += sw.exposed_s;
     out.switches.push_back(sw);
   }
+}
+
+}  // namespace
+
+MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
+                              const std::vector<GroupPlan>& plans, const std::string& origin) {
+  const Minibatch mb = cut_minibatch(lengths, plans, origin);
+  const SwitchPlans switches = plan_switches(s, mb);
+  MinibatchResult out;
+  const std::vector<double> prefetch_end = simulate_groups(s, mb, switches, out);
+  add_switches(s, switches, prefetch_end, out);
   out.total_s = out.others_s;
   for (const auto& g : out.groups) out.total_s += g.time_s;
   return out;
@@ -350,9 +393,22 @@ MinibatchResult run_static(const HotSpaSetting& s, const std::vector<std::int64_
   return r;
 }
 
-HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
-                                 const HotSpaSearchOptions& options) {
-  HotSpaSearchReport report;
+namespace {
+
+// What the phases of search_hotspa share: the setting, the bounds searched and the mini-batch cut at them.
+struct HotSpaSearch {
+  const HotSpaSetting& s;
+  const HotSpaSearchOptions& options;
+  const std::vector<std::int64_t>& lengths;
+  std::vector<std::int64_t> bounds;  // options.bounds, those whose finest group is empty merged into the next one
+  std::vector<LengthGroup> finest;   // the lengths cut at every bound
+  double hbm_usable = 0;
+  std::int64_t budget_bytes = 0;
+  std::size_t per_group = 1;
+  double largest_bytes = 1;  // the largest graph among the candidates
+};
+
+HotSpaSearch prepare_search(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const HotSpaSearchOptions& options) {
   // Bounds whose finest group is empty merge into the next one.
   std::vector<std::int64_t> bounds;
   {
@@ -361,160 +417,211 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
       if (!finest[i].lengths.empty() || i + 1 == finest.size()) bounds.push_back(finest[i].hi);
     }
   }
-  const std::size_t nb = bounds.size();
-  const std::vector<LengthGroup> finest = group_lengths(lengths, bounds);
-  auto merged = [&](std::size_t i, std::size_t j) {  // finest groups i..j-1
-    LengthGroup g;
-    g.lo = finest[i].lo;
-    g.hi = finest[j - 1].hi;
-    for (std::size_t k = i; k < j; ++k) g.lengths.insert(g.lengths.end(), finest[k].lengths.begin(), finest[k].lengths.end());
-    std::sort(g.lengths.begin(), g.lengths.end(), std::greater<>());
-    return g;
-  };
-  const double usable = usable_hbm_bytes(s.cluster, s.hbm_headroom);
-  const std::int64_t budget = budget_of(s);
-  const auto per_group = static_cast<std::size_t>(std::max(1, options.per_group));
-  double largest = 1;  // the largest graph among the candidates
-  // The `limit` configurations with the best time bounds for a group, rows at `row_len`.
-  auto candidates = [&](const LengthGroup& g, std::int64_t row_len, std::size_t limit) {
-    throw_if_cancelled(s);
-    std::vector<std::string> schemes;
-    for (const auto& sc : options.schemes) {
-      if (sc != "ringtrack" || row_len >= 65536) schemes.push_back(sc);  // ring-track: long sequences only
-    }
-    const Workload probe{row_len, std::int64_t{s.cluster.gpus()} * 64};
-    std::map<std::string, std::pair<double, PlanSpec>> ranked;
-    for (const PlanSpec& enumerated : enumerate_plans(inputs(s, probe), schemes)) {
-      const GroupSetup setup = group_setup(s, g, {row_len, enumerated, true, row_len});
-      const PlanSpec& spec = setup.spec;
-      const std::string key = spec_key(spec);
-      if (ranked.count(key)) continue;
-      const StepInputs in = inputs(s, setup.rows.workload);
-      try {
-        check_plan(in, spec);
-      } catch (const InputError&) {
-        continue;
-      }
-      const double bytes = estimate_plan(in, spec).bytes;
-      if (bytes > static_cast<double>(budget)) continue;  // too large to simulate here
-      largest = std::max(largest, bytes);
-      const Bounds b = lower_bounds(in, spec);
-      if (b.hbm_bytes > usable) continue;
-      ranked[key] = {b.step_s, spec};
-    }
-    std::vector<std::pair<double, PlanSpec>> order;
-    for (auto& [key, v] : ranked) order.push_back(v);
-    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<PlanSpec> out;
-    for (std::size_t i = 0; i < order.size() && i < limit; ++i) out.push_back(order[i].second);
-    return out;
-  };
+  std::vector<LengthGroup> finest = group_lengths(lengths, bounds);
+  return {s, options, lengths, std::move(bounds), std::move(finest), usable_hbm_bytes(s.cluster, s.hbm_headroom), budget_of(s),
+          static_cast<std::size_t>(std::max(1, options.per_group))};
+}
 
-  // Candidate groups (i, j] and their configurations. The best time bounds often belong to configurations that run
-  // out of HBM once simulated (the memory bound is a lower bound), so a group none of whose configurations fit
-  // tries the next `per_group` down its list, for up to kTries rounds; static execution likewise tries until
-  // `per_group` fit. (The README's HotSPa example found neither among the first three of each.)
-  struct Job {
-    std::size_t i, j;
-    PlanSpec spec;
-    GroupResult result;
-    std::size_t range = 0;  // index into `ranges`
-  };
-  std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  std::vector<std::vector<PlanSpec>> lists;
+// Finest groups i..j-1 as one group.
+LengthGroup merged(const HotSpaSearch& h, std::size_t i, std::size_t j) {
+  LengthGroup g;
+  g.lo = h.finest[i].lo;
+  g.hi = h.finest[j - 1].hi;
+  for (std::size_t k = i; k < j; ++k) g.lengths.insert(g.lengths.end(), h.finest[k].lengths.begin(), h.finest[k].lengths.end());
+  std::sort(g.lengths.begin(), g.lengths.end(), std::greater<>());
+  return g;
+}
+
+// The `limit` configurations with the best time bounds for a group, rows at `row_len` (h.largest_bytes grows to
+// the largest graph among them).
+std::vector<PlanSpec> candidates(HotSpaSearch& h, const LengthGroup& g, std::int64_t row_len, std::size_t limit) {
+  const HotSpaSetting& s = h.s;
+  throw_if_cancelled(s);
+  std::vector<std::string> schemes;
+  for (const auto& name : h.options.schemes) {
+    if (row_len >= scheme_named(name).hotspa_min_row_tokens) schemes.push_back(name);
+  }
+  const Workload probe{row_len, std::int64_t{s.cluster.gpus()} * 64};
+  std::map<std::string, std::pair<double, PlanSpec>> ranked;
+  for (const PlanSpec& enumerated : enumerate_plans(inputs(s, probe), schemes)) {
+    const GroupSetup setup = group_setup(s, g, {row_len, enumerated, true, row_len});
+    const PlanSpec& spec = setup.spec;
+    const std::string key = spec_key(spec);
+    if (ranked.count(key)) continue;
+    const StepInputs in = inputs(s, setup.rows.workload);
+    try {
+      check_plan(in, spec);
+    } catch (const InputError&) {
+      continue;
+    }
+    const double bytes = estimate_plan(in, spec).bytes;
+    if (bytes > static_cast<double>(h.budget_bytes)) continue;  // too large to simulate here
+    h.largest_bytes = std::max(h.largest_bytes, bytes);
+    const Bounds b = lower_bounds(in, spec);
+    if (b.hbm_bytes > h.hbm_usable) continue;
+    ranked[key] = {b.step_s, spec};
+  }
+  std::vector<std::pair<double, PlanSpec>> order;
+  for (auto& [key, v] : ranked) order.push_back(v);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<PlanSpec> out;
+  for (std::size_t i = 0; i < order.size() && i < limit; ++i) out.push_back(order[i].second);
+  return out;
+}
+
+// Candidate groups (i, j] and their configurations. The best time bounds often belong to configurations that run
+// out of HBM once simulated (the memory bound is a lower bound), so a group none of whose configurations fit
+// tries the next `per_group` down its list, for up to kTries rounds; static execution likewise tries until
+// `per_group` fit. (The README's HotSPa example found neither among the first three of each.)
+struct Job {
+  std::size_t i, j;
+  PlanSpec spec;
+  GroupResult result;
+  std::size_t range = 0;  // index into RangeCandidates::ranges
+};
+
+struct RangeCandidates {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;  // every contiguous range of the bounds
+  std::vector<std::vector<PlanSpec>> lists;                 // each range's configurations, best bound first
+};
+
+RangeCandidates range_candidates(HotSpaSearch& h) {
+  RangeCandidates c;
+  const std::size_t nb = h.bounds.size();
   for (std::size_t i = 0; i < nb; ++i) {
     for (std::size_t j = i + 1; j <= nb; ++j) {
-      ranges.push_back({i, j});
-      lists.push_back(candidates(merged(i, j), bounds[j - 1], kTries * per_group));
+      c.ranges.push_back({i, j});
+      c.lists.push_back(candidates(h, merged(h, i, j), h.bounds[j - 1], kTries * h.per_group));
     }
   }
-  const LengthGroup whole = merged(0, nb);
-  const std::vector<PlanSpec> statics = candidates(whole, bounds.back(), kTries * per_group);
-  std::size_t total = statics.size();  // grows by each round's jobs
+  return c;
+}
+
+// Simulations done of those planned, for options.progress.
+struct SearchProgress {
+  const std::function<void(std::size_t done, std::size_t total)>& report;
+  std::size_t total = 0;  // grows by each round's jobs
   std::atomic<std::size_t> done{0};
-  auto tick = [&] {
+
+  void tick() {
     const std::size_t d = ++done;
-    if (options.progress) options.progress(d, total);
-  };
+    if (report) report(d, total);
+  }
+};
+
+// Round `round`'s jobs: the next `per_group` configurations of each range none of whose configurations fit yet.
+void add_round_jobs(const RangeCandidates& c, const std::vector<bool>& range_fits, std::size_t round, std::size_t per_group,
+                    std::vector<Job>& jobs) {
+  for (std::size_t r = 0; r < c.ranges.size(); ++r) {
+    if (range_fits[r]) continue;
+    for (std::size_t k = round * per_group; k < std::min(c.lists[r].size(), (round + 1) * per_group); ++k) {
+      jobs.push_back({c.ranges[r].first, c.ranges[r].second, c.lists[r][k], {}, r});
+    }
+  }
+}
+
+// The candidate groups simulated round by round (see Job); the jobs come back ordered by i.
+std::vector<Job> simulate_ranges(const HotSpaSearch& h, const RangeCandidates& c, SearchProgress& progress) {
+  const HotSpaSetting& s = h.s;
   ThreadPool pool(s.threads);
   std::vector<Job> jobs;
-  std::vector<bool> range_fits(ranges.size(), false);
+  std::vector<bool> range_fits(c.ranges.size(), false);
   for (std::size_t round = 0; round < kTries; ++round) {
     const std::size_t first = jobs.size();
-    for (std::size_t r = 0; r < ranges.size(); ++r) {
-      if (range_fits[r]) continue;
-      for (std::size_t c = round * per_group; c < std::min(lists[r].size(), (round + 1) * per_group); ++c) {
-        jobs.push_back({ranges[r].first, ranges[r].second, lists[r][c], {}, r});
-      }
-    }
+    add_round_jobs(c, range_fits, round, h.per_group, jobs);
     if (jobs.size() == first) break;
-    total += jobs.size() - first;
+    progress.total += jobs.size() - first;
     pool.for_each(
         jobs.size() - first,
         [&](std::size_t n) {
           Job& job = jobs[first + n];
           HotSpaSetting one = s;
           one.threads = 1;
-          job.result = run_group(one, merged(job.i, job.j), {bounds[job.j - 1], job.spec, false, 0}, false);
-          tick();
+          job.result = run_group(one, merged(h, job.i, job.j), {h.bounds[job.j - 1], job.spec, false, 0}, false);
+          progress.tick();
         },
-        s.cancel, parallel_within(budget, largest));
+        s.cancel, parallel_within(h.budget_bytes, h.largest_bytes));
     throw_if_cancelled(s);
     for (std::size_t k = first; k < jobs.size(); ++k) range_fits[jobs[k].range] = range_fits[jobs[k].range] || jobs[k].result.fits;
   }
   // The shortest path below needs jobs ordered by i.
   std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.i < b.i; });
-  report.simulated = jobs.size();
+  return jobs;
+}
 
-  // Static: each candidate on the finest groups, rows at the longest bound.
+// Static: each candidate on the finest groups, rows at the longest bound, until `per_group` fit; the best into the
+// report.
+void run_statics(const HotSpaSearch& h, const std::vector<PlanSpec>& statics, SearchProgress& progress, HotSpaSearchReport& report) {
   std::optional<MinibatchResult> best_static, first_miss;
   std::size_t static_fits = 0;
   for (const PlanSpec& spec : statics) {
-    if (static_fits >= per_group) break;
-    throw_if_cancelled(s);
-    MinibatchResult r = run_static(s, lengths, bounds, spec, false, "static " + spec.scheme);
+    if (static_fits >= h.per_group) break;
+    throw_if_cancelled(h.s);
+    MinibatchResult r = run_static(h.s, h.lengths, h.bounds, spec, false, "static " + spec.scheme);
     report.simulated += r.groups.size() + 1;
-    tick();
+    progress.tick();
     if (!r.fits && !first_miss) first_miss = r;
     if (!r.fits) continue;
     ++static_fits;
     if (!best_static || r.total_s < best_static->total_s) {
       best_static = r;
-      report.best_static = static_plans(bounds, spec, false);
+      report.best_static = static_plans(h.bounds, spec, false);
     }
   }
-  if (options.progress) options.progress(total, total);
+  if (h.options.progress) h.options.progress(progress.total, progress.total);
   // Without a fitting static plan, the result says why the best-bounded one missed.
   if (best_static) report.static_result = *best_static;
   else if (first_miss) report.static_result = *first_miss;
+}
 
-  // Shortest path over the bounds: state (bound j, job ending there), a switch between neighbours costs the
-  // simulated transfers of Algorithm 1's plan (parameters and gradients, nothing overlapped).
-  std::map<std::string, StateLayout> param_layouts, grad_layouts;
-  auto layouts_of = [&](const Job& job) {
-    const std::string key = spec_key(job.spec) + std::to_string(job.result.rows.workload.seq_len);
-    if (!param_layouts.count(key)) {
-      const StepInputs in = inputs(s, job.result.rows.workload);
-      param_layouts[key] = parameter_layout(in, job.spec);
-      grad_layouts[key] = gradient_layout(in, job.spec);
-    }
-    return key;
-  };
-  const auto gpn = s.cluster.topology.gpus_per_node();
-  const auto param_units = unit_bytes(s.model, s.precision.weight_bytes);
-  const auto grad_units = unit_bytes(s.model, s.precision.grad_bytes);
-  std::map<std::pair<std::string, std::string>, double> switch_s;
-  auto switch_cost = [&](const Job& a, const Job& b) {
-    const std::string ka = layouts_of(a), kb = layouts_of(b);
-    if (ka == kb) return 0.0;
-    auto it = switch_s.find({ka, kb});
-    if (it != switch_s.end()) return it->second;
-    const SwitchPlan p = plan_switch(param_layouts[ka], param_layouts[kb], param_units, gpn, s.cluster.gpus());
-    const SwitchPlan g = plan_switch(grad_layouts[ka], grad_layouts[kb], grad_units, gpn, s.cluster.gpus());
-    const double t = simulate_sends_s(s, {&p, &g});
-    switch_s[{ka, kb}] = t;
-    return t;
-  };
+// The simulated time of the switch between two jobs' layouts: Algorithm 1's plan for the parameters and the
+// gradients, nothing overlapped. Layouts and times are memoised by strategy and row length.
+class SwitchCosts {
+ public:
+  explicit SwitchCosts(const HotSpaSetting& s)
+      : s_(s),
+        gpn_(s.cluster.topology.gpus_per_node()),
+        param_units_(unit_bytes(s.model, s.precision.weight_bytes)),
+        grad_units_(unit_bytes(s.model, s.precision.grad_bytes)) {}
+  double between(const Job& a, const Job& b);
+
+ private:
+  std::string layouts_of(const Job& job);  // the key of the job's layouts, computed on first use
+
+  const HotSpaSetting& s_;
+  int gpn_;
+  std::vector<std::int64_t> param_units_, grad_units_;
+  std::map<std::string, StateLayout> param_layouts_, grad_layouts_;
+  std::map<std::pair<std::string, std::string>, double> switch_s_;
+};
+
+std::string SwitchCosts::layouts_of(const Job& job) {
+  const std::string key = spec_key(job.spec) + std::to_string(job.result.rows.workload.seq_len);
+  if (!param_layouts_.count(key)) {
+    const StepInputs in = inputs(s_, job.result.rows.workload);
+    param_layouts_[key] = parameter_layout(in, job.spec);
+    grad_layouts_[key] = gradient_layout(in, job.spec);
+  }
+  return key;
+}
+
+double SwitchCosts::between(const Job& a, const Job& b) {
+  const std::string ka = layouts_of(a), kb = layouts_of(b);
+  if (ka == kb) return 0.0;
+  auto it = switch_s_.find({ka, kb});
+  if (it != switch_s_.end()) return it->second;
+  const SwitchPlan p = plan_switch(param_layouts_[ka], param_layouts_[kb], param_units_, gpn_, s_.cluster.gpus());
+  const SwitchPlan g = plan_switch(grad_layouts_[ka], grad_layouts_[kb], grad_units_, gpn_, s_.cluster.gpus());
+  const double t = simulate_sends_s(s_, {&p, &g});
+  switch_s_[{ka, kb}] = t;
+  return t;
+}
+
+// Shortest path over the bounds: state (bound j, job ending there), a switch between neighbours costs the
+// simulated transfers of Algorithm 1's plan (parameters and gradients, nothing overlapped). Returns the plans of
+// the path, first group first; none when no path of fitting groups covers the bounds.
+std::vector<GroupPlan> shortest_path(const HotSpaSearch& h, const std::vector<Job>& jobs) {
+  SwitchCosts switch_cost(h.s);
   constexpr double kNone = 1e300;
   std::vector<double> cost(jobs.size(), kNone);
   std::vector<int> back(jobs.size(), -1);
@@ -526,7 +633,7 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
     }
     for (std::size_t p = 0; p < k; ++p) {
       if (jobs[p].j != jobs[k].i || cost[p] >= kNone) continue;
-      const double c = cost[p] + switch_cost(jobs[p], jobs[k]) + jobs[k].result.time_s;
+      const double c = cost[p] + switch_cost.between(jobs[p], jobs[k]) + jobs[k].result.time_s;
       if (c < cost[k]) {
         cost[k] = c;
         back[k] = static_cast<int>(p);
@@ -535,14 +642,34 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
   }
   int best = -1;
   for (std::size_t k = 0; k < jobs.size(); ++k) {
-    if (jobs[k].j == nb && cost[k] < kNone && (best < 0 || cost[k] < cost[static_cast<std::size_t>(best)])) best = static_cast<int>(k);
+    const bool ends_last = jobs[k].j == h.bounds.size();
+    if (ends_last && cost[k] < kNone && (best < 0 || cost[k] < cost[static_cast<std::size_t>(best)])) best = static_cast<int>(k);
   }
-  if (best >= 0) {
-    std::vector<GroupPlan> plans;
-    for (int k = best; k >= 0; k = back[static_cast<std::size_t>(k)]) {
-      const Job& job = jobs[static_cast<std::size_t>(k)];
-      plans.insert(plans.begin(), GroupPlan{bounds[job.j - 1], job.spec, false, 0});
-    }
+  std::vector<GroupPlan> plans;
+  for (int k = best; k >= 0; k = back[static_cast<std::size_t>(k)]) {
+    const Job& job = jobs[static_cast<std::size_t>(k)];
+    plans.insert(plans.begin(), GroupPlan{h.bounds[job.j - 1], job.spec, false, 0});
+  }
+  return plans;
+}
+
+}  // namespace
+
+// Candidate configurations for every range of bounds and for the whole, the ranges simulated, static execution,
+// then the cheapest hot-switched path.
+HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
+                                 const HotSpaSearchOptions& options) {
+  HotSpaSearchReport report;
+  HotSpaSearch h = prepare_search(s, lengths, options);
+  const RangeCandidates ranges = range_candidates(h);
+  const LengthGroup whole = merged(h, 0, h.bounds.size());
+  const std::vector<PlanSpec> statics = candidates(h, whole, h.bounds.back(), kTries * h.per_group);
+  SearchProgress progress{options.progress, statics.size()};
+  const std::vector<Job> jobs = simulate_ranges(h, ranges, progress);
+  report.simulated = jobs.size();
+  run_statics(h, statics, progress, report);
+  const std::vector<GroupPlan> plans = shortest_path(h, jobs);
+  if (!plans.empty()) {
     report.switched_result = run_minibatch(s, lengths, plans, "hot-switched plan");
     report.best_switched = plans;
   }

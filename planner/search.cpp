@@ -205,31 +205,44 @@ RankedPlan simulate_plan(const StepInputs& in, const PlanSpec& spec, const Bound
 
 bool cancelled(const SearchOptions& o) { return o.cancel && o.cancel->load(); }
 
-}  // namespace
+struct Candidate {
+  std::size_t index;
+  Bounds bounds;
+  double size;  // visits or attention blocks the graph has, roughly: what simulating it costs
+};
 
-SearchReport search(const StepInputs& in, const SearchOptions& options) {
-  SearchReport report;
-  const std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
-  report.enumerated = specs.size();
-  for (const auto& spec : specs) ++report.enumerated_by_scheme[spec.scheme];
+// What the waves have found so far: the pruning decisions of the next wave read it.
+struct WaveState {
+  std::vector<double> found;                     // objective keys of fitting plans, sorted
+  std::map<std::string, double> scheme_best;     // objective key of each scheme's best so far
+  std::map<std::string, double> scheme_skipped;  // the best bound among each scheme's skipped candidates
+  std::vector<RankedPlan> fitting;
+};
+
+// Best bound first; among equal bounds the cheaper simulation first, then the smaller memory bound (the likelier
+// to fit: a scheme's plans can only be skipped once one of them fits).
+void sort_by_bound(std::vector<Candidate>& alive, Objective objective) {
+  std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
+    const double ka = bound_key(objective, a.bounds), kb = bound_key(objective, b.bounds);
+    if (ka != kb) return ka < kb;
+    if (a.size != b.size) return a.size < b.size;
+    return a.bounds.hbm_bytes < b.bounds.hbm_bytes;
+  });
+}
+
+// The bounds phase: each spec's graph size (into graph_bytes) and bounds. Specs too large for the budget, and (when
+// pruning) those whose memory bounds cannot fit, are counted in the report and left out; the rest come back sorted by
+// bound. Cancelled: report.interrupted, and nothing.
+std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
+                                          std::int64_t budget, std::vector<double>& graph_bytes, SearchReport& report) {
   const double hbm_usable = usable_hbm_bytes(in.cluster, options.hbm_headroom);
   const double dram_capacity = in.cluster.node.host_dram_bytes.value;
-
-  struct Candidate {
-    std::size_t index;
-    Bounds bounds;
-    double size;  // visits or attention blocks the graph has, roughly: what simulating it costs
-  };
-  // Only orders candidates whose bounds tie; nothing is decided on it.
-  auto graph_size = [&](const PlanSpec& spec) { return scheme_named(spec.scheme).search_cost(in, spec); };
-  const std::int64_t budget = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
-  std::vector<double> graph_bytes(specs.size(), 0);
   std::vector<Candidate> alive;
   for (std::size_t i = 0; i < specs.size(); ++i) {
     if (options.bounds_progress && i % 16 == 0) options.bounds_progress(i, specs.size());
     if (cancelled(options)) {
       report.interrupted = true;
-      return report;
+      return {};
     }
     // Too large to build here: skipped before its bounds (whose cost grows with the graph's) are computed.
     graph_bytes[i] = estimate_plan(in, specs[i]).bytes;
@@ -243,57 +256,84 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
       note_miss(report, bound_miss(specs[i], b, hbm_usable, dram_capacity));
       continue;
     }
-    alive.push_back({i, b, graph_size(specs[i])});
+    // The search cost only orders candidates whose bounds tie; nothing is decided on it.
+    alive.push_back({i, b, scheme_named(specs[i].scheme).search_cost(in, specs[i])});
   }
   if (options.bounds_progress) options.bounds_progress(specs.size(), specs.size());
-  // Best bound first; among equal bounds the cheaper simulation first, then the smaller memory bound (the likelier
-  // to fit: a scheme's plans can only be skipped once one of them fits).
-  std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
-    const double ka = bound_key(options.objective, a.bounds), kb = bound_key(options.objective, b.bounds);
-    if (ka != kb) return ka < kb;
-    if (a.size != b.size) return a.size < b.size;
-    return a.bounds.hbm_bytes < b.bounds.hbm_bytes;
-  });
+  sort_by_bound(alive, options.objective);
+  return alive;
+}
 
+// The wave starting at alive[start], decided from the results of earlier waves only: the positions in `alive` to
+// simulate; the others are pruned (counted, and their bounds kept in scheme_skipped).
+std::vector<std::size_t> choose_wave(const SearchOptions& options, const std::vector<PlanSpec>& specs,
+                                     const std::vector<Candidate>& alive, std::size_t start, WaveState& state,
+                                     SearchReport& report) {
   const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
-  std::vector<double> found;                 // objective keys of fitting plans, sorted
-  std::map<std::string, double> scheme_best;     // objective key of each scheme's best so far
-  std::map<std::string, double> scheme_skipped;  // the best bound among each scheme's skipped candidates
+  std::vector<std::size_t> wave;
+  for (std::size_t i = start; i < std::min(alive.size(), start + kWave); ++i) {
+    const double key = bound_key(options.objective, alive[i].bounds);
+    const std::string& scheme = specs[alive[i].index].scheme;
+    const bool beaten_overall = state.found.size() >= top && key >= state.found[top - 1];
+    const bool scheme_has_plan = state.scheme_best.count(scheme) > 0;
+    if (options.prune && beaten_overall && scheme_has_plan) {
+      ++report.pruned_time;
+      auto [it, inserted] = state.scheme_skipped.emplace(scheme, key);
+      if (!inserted) it->second = std::min(it->second, key);
+    } else {
+      wave.push_back(i);
+    }
+  }
+  return wave;
+}
+
+// Simulates a wave's candidates on the pool, as many at once as fit in the budget together (the answer does not
+// depend on it).
+std::vector<RankedPlan> simulate_wave(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
+                                      const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave,
+                                      const std::vector<double>& graph_bytes, std::int64_t budget, ThreadPool& pool) {
+  std::vector<RankedPlan> results(wave.size());
+  double largest = 1;
+  for (std::size_t w : wave) largest = std::max(largest, graph_bytes[alive[w].index]);
+  const int parallel = static_cast<int>(std::clamp(static_cast<double>(budget) / largest, 1.0, static_cast<double>(pool.size())));
+  pool.for_each(
+      wave.size(),
+      [&](std::size_t w) {
+        const Candidate& c = alive[wave[w]];
+        if (options.before_simulate) options.before_simulate(specs[c.index]);
+        results[w] = simulate_plan(in, specs[c.index], c.bounds, options.hbm_headroom, options.cancel);
+      },
+      options.cancel, parallel);
+  return results;
+}
+
+// A wave's results into the state (the plans that fit) and the report (the misses).
+void record_wave(std::vector<RankedPlan>& results, Objective objective, WaveState& state, SearchReport& report) {
+  for (auto& r : results) {
+    if (r.metrics.fits) {
+      const double key = objective_key(objective, r.metrics);
+      state.found.insert(std::upper_bound(state.found.begin(), state.found.end(), key), key);
+      auto [it, inserted] = state.scheme_best.emplace(r.spec.scheme, key);
+      if (!inserted) it->second = std::min(it->second, key);
+      state.fitting.push_back(std::move(r));
+    } else {
+      note_miss(report, std::move(r));
+    }
+  }
+}
+
+// The simulations, wave by wave, pruning between waves (search.hpp).
+void run_waves(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
+               const std::vector<Candidate>& alive, const std::vector<double>& graph_bytes, std::int64_t budget,
+               WaveState& state, SearchReport& report) {
   ThreadPool pool(options.threads);
-  std::vector<RankedPlan> fitting;
   for (std::size_t start = 0; start < alive.size(); start += kWave) {
     if (cancelled(options)) {
       report.interrupted = true;
       break;
     }
-    // Decide the wave from the results of earlier waves only.
-    std::vector<std::size_t> wave;  // positions in `alive`
-    for (std::size_t i = start; i < std::min(alive.size(), start + kWave); ++i) {
-      const double key = bound_key(options.objective, alive[i].bounds);
-      const std::string& scheme = specs[alive[i].index].scheme;
-      const bool beaten_overall = found.size() >= top && key >= found[top - 1];
-      const bool scheme_has_plan = scheme_best.count(scheme) > 0;
-      if (options.prune && beaten_overall && scheme_has_plan) {
-        ++report.pruned_time;
-        auto [it, inserted] = scheme_skipped.emplace(scheme, key);
-        if (!inserted) it->second = std::min(it->second, key);
-      } else {
-        wave.push_back(i);
-      }
-    }
-    std::vector<RankedPlan> results(wave.size());
-    // As many at once as fit in the budget together (the answer does not depend on it).
-    double largest = 1;
-    for (std::size_t w : wave) largest = std::max(largest, graph_bytes[alive[w].index]);
-    const int parallel = static_cast<int>(std::clamp(static_cast<double>(budget) / largest, 1.0, static_cast<double>(pool.size())));
-    pool.for_each(
-        wave.size(),
-        [&](std::size_t w) {
-          const Candidate& c = alive[wave[w]];
-          if (options.before_simulate) options.before_simulate(specs[c.index]);
-          results[w] = simulate_plan(in, specs[c.index], c.bounds, options.hbm_headroom, options.cancel);
-        },
-        options.cancel, parallel);
+    const std::vector<std::size_t> wave = choose_wave(options, specs, alive, start, state, report);
+    std::vector<RankedPlan> results = simulate_wave(in, options, specs, alive, wave, graph_bytes, budget, pool);
     // Ctrl-C: the wave's simulations that finished stay in the report (the best so far); those cut short or never
     // started are dropped.
     const bool stopped = cancelled(options);
@@ -302,37 +342,38 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
       std::erase_if(results, [](const RankedPlan& r) { return r.spec.scheme.empty() || r.metrics.failure == "cancelled"; });
     }
     report.simulated += results.size();
-    for (auto& r : results) {
-      if (r.metrics.fits) {
-        const double key = objective_key(options.objective, r.metrics);
-        found.insert(std::upper_bound(found.begin(), found.end(), key), key);
-        auto [it, inserted] = scheme_best.emplace(r.spec.scheme, key);
-        if (!inserted) it->second = std::min(it->second, key);
-        fitting.push_back(std::move(r));
-      } else {
-        note_miss(report, std::move(r));
-      }
-    }
+    record_wave(results, options.objective, state, report);
     if (stopped) break;
     if (options.progress) options.progress(std::min(alive.size(), start + kWave) + report.pruned_memory, specs.size());
   }
+}
+
+// The fitting plans, best first, into the report, with each scheme's best and how far the candidates skipped for it
+// could still be ahead (its gap).
+void rank_fitting(WaveState& state, Objective objective, SearchReport& report) {
+  std::vector<RankedPlan>& fitting = state.fitting;
   std::stable_sort(fitting.begin(), fitting.end(), [&](const RankedPlan& a, const RankedPlan& b) {
-    return objective_key(options.objective, a.metrics) < objective_key(options.objective, b.metrics);
+    return objective_key(objective, a.metrics) < objective_key(objective, b.metrics);
   });
   for (const auto& scheme : scheme_names()) {
     for (const auto& r : fitting) {
       if (r.spec.scheme == scheme) {
         report.best_of_scheme.push_back(r);
-        const auto skipped = scheme_skipped.find(scheme);
-        const double key = objective_key(options.objective, r.metrics);
-        if (skipped != scheme_skipped.end() && skipped->second < key) report.best_of_scheme.back().gap = (key - skipped->second) / key;
+        const auto skipped = state.scheme_skipped.find(scheme);
+        const double key = objective_key(objective, r.metrics);
+        if (skipped != state.scheme_skipped.end() && skipped->second < key) {
+          report.best_of_scheme.back().gap = (key - skipped->second) / key;
+        }
         break;
       }
     }
   }
   report.ranked = std::move(fitting);
   if (!report.ranked.empty()) report.closest_miss.reset();
-  // Nothing fits, and some candidates were never tried for their size: the user has to change the inputs or the budget.
+}
+
+// Nothing fits, and some candidates were never tried for their size: the user has to change the inputs or the budget.
+void refuse_if_only_over_budget(const SearchReport& report, const SearchOptions& options, std::int64_t budget) {
   if (report.ranked.empty() && report.over_budget > 0 && options.refuse_over_budget && !report.interrupted) {
     const std::size_t others = report.enumerated - report.over_budget;
     require_within_budget(estimate_tasks(report.smallest_over_budget_bytes / kBytesPerTask), budget,
@@ -340,6 +381,24 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
                               " candidates are larger" + (others ? "; none of the other " + std::to_string(others) + " fits" : "") + ")",
                           "fewer nodes, a smaller --global-batch or a shorter --seq");
   }
+}
+
+}  // namespace
+
+// Bounds for every candidate, the simulations in waves, then the ranking.
+SearchReport search(const StepInputs& in, const SearchOptions& options) {
+  SearchReport report;
+  const std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
+  report.enumerated = specs.size();
+  for (const auto& spec : specs) ++report.enumerated_by_scheme[spec.scheme];
+  const std::int64_t budget = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
+  std::vector<double> graph_bytes(specs.size(), 0);
+  const std::vector<Candidate> alive = bounded_candidates(in, options, specs, budget, graph_bytes, report);
+  if (report.interrupted) return report;
+  WaveState state;
+  run_waves(in, options, specs, alive, graph_bytes, budget, state, report);
+  rank_fitting(state, options.objective, report);
+  refuse_if_only_over_budget(report, options, budget);
   return report;
 }
 

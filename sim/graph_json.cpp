@@ -39,6 +39,157 @@ E enum_choice(const json::Reader& r, std::string_view key, std::initializer_list
   TRAINYARD_CHECK(false, "unreachable");
 }
 
+using TaskIds = std::unordered_map<std::string, TaskId>;
+
+// Pass 1: names, so that dependencies may refer forward.
+TaskIds task_ids(const std::vector<json::Reader>& tasks) {
+  TaskIds ids;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const std::string name = tasks[i].string("name");
+    if (!ids.emplace(name, static_cast<TaskId>(i)).second) {
+      tasks[i].fail("name", "a name no other task has", "\"" + name + "\" again");
+    }
+  }
+  return ids;
+}
+
+// The task a reference in field `key` names; an unknown name is an error there.
+TaskId task_ref(const TaskIds& ids, const json::Reader& r, std::string_view key, const std::string& name) {
+  auto it = ids.find(name);
+  if (it == ids.end()) r.fail(key, "the name of a task in this file", "\"" + name + "\"");
+  return it->second;
+}
+
+// A count (bytes, tokens, a GEMM size): 1 to kMaxCount.
+std::int64_t read_count(const json::Reader& r, std::string_view key) { return r.integer(key, 1, kMaxCount); }
+
+// The optional "stream" of a compute or comm task (default 0).
+std::uint8_t stream_index(const json::Reader& r) {
+  return static_cast<std::uint8_t>(r.has("stream") ? r.integer("stream", 0, 15) : 0);
+}
+
+Gemm parse_gemm(const json::Reader& r) {
+  Gemm g{read_count(r, "m"), read_count(r, "n"), read_count(r, "k"), hw::Dtype::bf16};
+  if (r.has("dtype")) {
+    g.dtype = enum_choice<hw::Dtype>(r, "dtype", {{"bf16", hw::Dtype::bf16}, {"fp16", hw::Dtype::fp16},
+                                                  {"tf32", hw::Dtype::tf32}, {"fp32", hw::Dtype::fp32}});
+  }
+  return g;
+}
+
+Attention parse_attention(const json::Reader& r) {
+  Attention a;
+  a.q_len = read_count(r, "q_len");
+  a.kv_len = read_count(r, "kv_len");
+  a.heads = static_cast<std::int32_t>(r.integer("heads", 1, 4096));
+  a.kv_heads = static_cast<std::int32_t>(r.integer("kv_heads", 1, 4096));
+  a.head_dim = static_cast<std::int32_t>(r.integer("head_dim", 1, 4096));
+  a.causal = r.boolean("causal");
+  a.backward = r.boolean("backward");
+  if (r.has("density")) a.density = r.number("density", {1e-9, 1, "", false, false});
+  return a;
+}
+
+Copy parse_copy(const json::Reader& r) {
+  Copy c;
+  c.direction = enum_choice<Copy::Direction>(r, "direction", {{"h2d", Copy::Direction::h2d}, {"d2h", Copy::Direction::d2h}});
+  c.bytes = read_count(r, "bytes");
+  if (r.has("pinned")) c.pinned = r.boolean("pinned");
+  return c;
+}
+
+// A collective; its group is added to `graph`.
+Collective parse_collective(const json::Reader& r, const std::string& origin, TaskGraph& graph) {
+  Collective c;
+  c.op = enum_choice<CollectiveOp>(r, "op", {{"all_reduce", CollectiveOp::all_reduce},
+                                             {"all_gather", CollectiveOp::all_gather},
+                                             {"reduce_scatter", CollectiveOp::reduce_scatter},
+                                             {"all_to_all", CollectiveOp::all_to_all},
+                                             {"broadcast", CollectiveOp::broadcast}});
+  if (r.has("algorithm")) {
+    c.algorithm = enum_choice<Algorithm>(r, "algorithm", {{"ring", Algorithm::ring}, {"tree", Algorithm::tree},
+                                                          {"direct", Algorithm::direct}});
+  }
+  c.bytes = read_count(r, "bytes");
+  if (r.has("ring_ranks")) c.ring_ranks = static_cast<std::int32_t>(r.integer("ring_ranks", 2, 1 << 24));
+  const json::Json& group = r.raw("group");
+  if (!group.is_array() || group.size() < 2) r.fail("group", "an array of at least 2 devices", json::describe(group));
+  std::vector<DeviceId> members;
+  for (std::size_t m = 0; m < group.size(); ++m) {
+    const json::Json wrapper = {{"member", group[m]}};
+    json::Reader member(wrapper, origin, r.field_path("group[" + std::to_string(m) + "]"));
+    members.push_back(parse_device(member, "member"));
+  }
+  c.group = graph.add_group(std::move(members));
+  return c;
+}
+
+// The fields of the task's kind: its stream and parameters (and a collective's device, its group's first member).
+void parse_params(const json::Reader& r, const std::string& kind, const TaskIds& ids, const std::string& origin,
+                  TaskGraph& graph, Task& task) {
+  if (kind == "gemm") {
+    task.stream = {StreamKind::compute, stream_index(r)};
+    task.params = parse_gemm(r);
+  } else if (kind == "attention") {
+    task.stream = {StreamKind::compute, stream_index(r)};
+    task.params = parse_attention(r);
+  } else if (kind == "elementwise") {
+    task.stream = {StreamKind::compute, stream_index(r)};
+    task.params = Elementwise{r.integer("bytes_read", 0, kMaxCount), r.integer("bytes_written", 0, kMaxCount)};
+  } else if (kind == "optimizer") {
+    task.stream = {is_host(task.device) ? StreamKind::host : StreamKind::compute, 0};
+    task.params = OptimizerStep{read_count(r, "bytes")};
+  } else if (kind == "copy") {
+    const Copy c = parse_copy(r);
+    task.stream = {c.direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h, 0};
+    task.params = c;
+  } else if (kind == "p2p") {
+    task.stream = {StreamKind::comm, stream_index(r)};
+    task.params = PointToPoint{parse_device(r, "dst"), read_count(r, "bytes")};
+  } else if (kind == "collective") {
+    const Collective c = parse_collective(r, origin, graph);
+    task.device = graph.groups()[static_cast<std::size_t>(c.group)].front();
+    task.stream = {StreamKind::comm, stream_index(r)};
+    task.params = c;
+  } else if (kind == "alloc") {
+    Alloc a;
+    a.pool = enum_choice<Pool>(r, "pool", {{"hbm", Pool::hbm}, {"dram", Pool::dram}});
+    a.bytes = read_count(r, "bytes");
+    a.label = graph.add_label(r.string("label"));
+    task.params = a;
+  } else {
+    task.params = Free{task_ref(ids, r, "alloc", r.string("alloc"))};
+  }
+}
+
+std::vector<TaskId> parse_deps(const json::Reader& r, const TaskIds& ids) {
+  std::vector<TaskId> deps;
+  if (r.has("deps")) {
+    const json::Json& list = r.raw("deps");
+    if (!list.is_array()) r.fail("deps", "an array of task names", json::describe(list));
+    for (std::size_t d = 0; d < list.size(); ++d) {
+      const std::string key = "deps[" + std::to_string(d) + "]";
+      if (!list[d].is_string()) r.fail(key, "a task name", json::describe(list[d]));
+      deps.push_back(task_ref(ids, r, key, list[d].get<std::string>()));
+    }
+  }
+  return deps;
+}
+
+// Pass 2: one task, added to `graph` with its dependencies.
+void parse_task(const json::Reader& r, const TaskIds& ids, const std::string& origin, TaskGraph& graph) {
+  Task task;
+  task.name = r.string("name");
+  const std::string kind = r.choice("kind", {"gemm", "attention", "elementwise", "optimizer", "copy", "p2p",
+                                             "collective", "alloc", "free"});
+  if (r.has("recompute")) task.recompute = r.boolean("recompute");
+  if (kind != "collective") task.device = parse_device(r, "device");
+  parse_params(r, kind, ids, origin, graph, task);
+  const std::vector<TaskId> deps = parse_deps(r, ids);
+  r.finish();
+  graph.add(std::move(task), deps);
+}
+
 }  // namespace
 
 GraphDocument parse_graph(const json::Json& document, const std::string& origin) {
@@ -49,118 +200,8 @@ GraphDocument parse_graph(const json::Json& document, const std::string& origin)
   if (top.has("nodes")) out.nodes = static_cast<int>(top.integer("nodes", 1, 100000));
   const std::vector<json::Reader> tasks = top.objects("tasks");
   top.finish();
-
-  // Pass 1: names, so that dependencies may refer forward.
-  std::unordered_map<std::string, TaskId> ids;
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    const std::string name = tasks[i].string("name");
-    if (!ids.emplace(name, static_cast<TaskId>(i)).second) {
-      tasks[i].fail("name", "a name no other task has", "\"" + name + "\" again");
-    }
-  }
-  auto task_ref = [&](const json::Reader& r, std::string_view key, const std::string& name) {
-    auto it = ids.find(name);
-    if (it == ids.end()) r.fail(key, "the name of a task in this file", "\"" + name + "\"");
-    return it->second;
-  };
-
-  TaskGraph& graph = out.graph;
-  for (std::size_t i = 0; i < tasks.size(); ++i) {
-    const json::Reader& r = tasks[i];
-    Task task;
-    task.name = r.string("name");
-    const std::string kind = r.choice("kind", {"gemm", "attention", "elementwise", "optimizer", "copy", "p2p",
-                                               "collective", "alloc", "free"});
-    if (r.has("recompute")) task.recompute = r.boolean("recompute");
-    auto count = [&](std::string_view key) { return r.integer(key, 1, kMaxCount); };
-    auto compute_stream = [&] {
-      task.stream = {StreamKind::compute,
-                     static_cast<std::uint8_t>(r.has("stream") ? r.integer("stream", 0, 15) : 0)};
-    };
-    if (kind != "collective") task.device = parse_device(r, "device");
-    if (kind == "gemm") {
-      compute_stream();
-      Gemm g{count("m"), count("n"), count("k"), hw::Dtype::bf16};
-      if (r.has("dtype")) {
-        g.dtype = enum_choice<hw::Dtype>(r, "dtype", {{"bf16", hw::Dtype::bf16}, {"fp16", hw::Dtype::fp16},
-                                                      {"tf32", hw::Dtype::tf32}, {"fp32", hw::Dtype::fp32}});
-      }
-      task.params = g;
-    } else if (kind == "attention") {
-      compute_stream();
-      Attention a;
-      a.q_len = count("q_len");
-      a.kv_len = count("kv_len");
-      a.heads = static_cast<std::int32_t>(r.integer("heads", 1, 4096));
-      a.kv_heads = static_cast<std::int32_t>(r.integer("kv_heads", 1, 4096));
-      a.head_dim = static_cast<std::int32_t>(r.integer("head_dim", 1, 4096));
-      a.causal = r.boolean("causal");
-      a.backward = r.boolean("backward");
-      if (r.has("density")) a.density = r.number("density", {1e-9, 1, "", false, false});
-      task.params = a;
-    } else if (kind == "elementwise") {
-      compute_stream();
-      task.params = Elementwise{r.integer("bytes_read", 0, kMaxCount), r.integer("bytes_written", 0, kMaxCount)};
-    } else if (kind == "optimizer") {
-      task.stream = {is_host(task.device) ? StreamKind::host : StreamKind::compute, 0};
-      task.params = OptimizerStep{count("bytes")};
-    } else if (kind == "copy") {
-      Copy c;
-      c.direction = enum_choice<Copy::Direction>(r, "direction", {{"h2d", Copy::Direction::h2d}, {"d2h", Copy::Direction::d2h}});
-      c.bytes = count("bytes");
-      if (r.has("pinned")) c.pinned = r.boolean("pinned");
-      task.stream = {c.direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h, 0};
-      task.params = c;
-    } else if (kind == "p2p") {
-      task.stream = {StreamKind::comm, static_cast<std::uint8_t>(r.has("stream") ? r.integer("stream", 0, 15) : 0)};
-      task.params = PointToPoint{parse_device(r, "dst"), count("bytes")};
-    } else if (kind == "collective") {
-      Collective c;
-      c.op = enum_choice<CollectiveOp>(r, "op", {{"all_reduce", CollectiveOp::all_reduce},
-                                                 {"all_gather", CollectiveOp::all_gather},
-                                                 {"reduce_scatter", CollectiveOp::reduce_scatter},
-                                                 {"all_to_all", CollectiveOp::all_to_all},
-                                                 {"broadcast", CollectiveOp::broadcast}});
-      if (r.has("algorithm")) {
-        c.algorithm = enum_choice<Algorithm>(r, "algorithm", {{"ring", Algorithm::ring}, {"tree", Algorithm::tree},
-                                                              {"direct", Algorithm::direct}});
-      }
-      c.bytes = count("bytes");
-      if (r.has("ring_ranks")) c.ring_ranks = static_cast<std::int32_t>(r.integer("ring_ranks", 2, 1 << 24));
-      const json::Json& group = r.raw("group");
-      if (!group.is_array() || group.size() < 2) r.fail("group", "an array of at least 2 devices", json::describe(group));
-      std::vector<DeviceId> members;
-      for (std::size_t m = 0; m < group.size(); ++m) {
-        const json::Json wrapper = {{"member", group[m]}};
-        json::Reader member(wrapper, origin, r.field_path("group[" + std::to_string(m) + "]"));
-        members.push_back(parse_device(member, "member"));
-      }
-      c.group = graph.add_group(std::move(members));
-      task.device = graph.groups()[static_cast<std::size_t>(c.group)].front();
-      task.stream = {StreamKind::comm, static_cast<std::uint8_t>(r.has("stream") ? r.integer("stream", 0, 15) : 0)};
-      task.params = c;
-    } else if (kind == "alloc") {
-      Alloc a;
-      a.pool = enum_choice<Pool>(r, "pool", {{"hbm", Pool::hbm}, {"dram", Pool::dram}});
-      a.bytes = count("bytes");
-      a.label = graph.add_label(r.string("label"));
-      task.params = a;
-    } else {
-      task.params = Free{task_ref(r, "alloc", r.string("alloc"))};
-    }
-    std::vector<TaskId> deps;
-    if (r.has("deps")) {
-      const json::Json& list = r.raw("deps");
-      if (!list.is_array()) r.fail("deps", "an array of task names", json::describe(list));
-      for (std::size_t d = 0; d < list.size(); ++d) {
-        const std::string key = "deps[" + std::to_string(d) + "]";
-        if (!list[d].is_string()) r.fail(key, "a task name", json::describe(list[d]));
-        deps.push_back(task_ref(r, key, list[d].get<std::string>()));
-      }
-    }
-    r.finish();
-    graph.add(std::move(task), deps);
-  }
+  const TaskIds ids = task_ids(tasks);
+  for (const json::Reader& r : tasks) parse_task(r, ids, origin, out.graph);
   return out;
 }
 

@@ -164,140 +164,160 @@ std::string where(const TaskGraph& graph, TaskId id) {
   return "tasks[" + std::to_string(id) + "] '" + graph.task(id).name + "'";
 }
 
-}  // namespace
+// What every check of validate() needs: the graph, the cluster's size, and how to report a failure.
+struct Validation {
+  const TaskGraph& graph;
+  int gpus, nodes;
+  const std::string& origin;
+  std::string any_gpu;  // "a GPU gpu0..gpuN", the expected value of every GPU field
 
-void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& origin) {
-  const auto n = static_cast<TaskId>(graph.size());
-  auto fail = [&](TaskId id, const std::string& field, const std::string& expected, const std::string& got) {
+  [[noreturn]] void fail(TaskId id, const std::string& field, const std::string& expected, const std::string& got) const {
     throw InputError(origin, where(graph, id) + (field.empty() ? "" : "." + field), expected, got);
-  };
-  auto gpu_ok = [&](DeviceId d) { return d >= 0 && d < gpus; };
-  const std::string any_gpu = "a GPU gpu0..gpu" + std::to_string(gpus - 1);
+  }
+  bool gpu_ok(DeviceId d) const { return d >= 0 && d < gpus; }
+  void positive(TaskId id, std::int64_t v, const char* field) const {
+    if (v <= 0) fail(id, field, "a positive number", std::to_string(v));
+  }
+};
 
-  std::vector<bool> freed(graph.size(), false);
-  for (TaskId id = 0; id < n; ++id) {
-    const Task& t = graph.task(id);
-    const TaskKind kind = t.kind();
-    const bool on_host = is_host(t.device);
-    if (on_host ? host_node(t.device) >= nodes : !gpu_ok(t.device)) {
-      fail(id, "device", any_gpu + " or a host host0..host" + std::to_string(nodes - 1), device_name(t.device));
-    }
-    // Which stream each kind runs on.
-    StreamKind want = StreamKind::compute;
-    switch (kind) {
-      case TaskKind::gemm: case TaskKind::attention: case TaskKind::elementwise: want = StreamKind::compute; break;
-      case TaskKind::optimizer: want = on_host ? StreamKind::host : StreamKind::compute; break;
-      case TaskKind::copy:
-        want = std::get<Copy>(t.params).direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h;
-        break;
-      case TaskKind::p2p: case TaskKind::collective: want = StreamKind::comm; break;
-      case TaskKind::alloc: case TaskKind::free: want = StreamKind::none; break;
-    }
-    if (t.stream.kind != want) {
-      fail(id, "stream", "\"" + std::string(to_string(want)) + "\" for a " + std::string(to_string(kind)) + " task",
+// Which stream each kind runs on.
+StreamKind stream_for(const Task& t) {
+  switch (t.kind()) {
+    case TaskKind::gemm: case TaskKind::attention: case TaskKind::elementwise: return StreamKind::compute;
+    case TaskKind::optimizer: return is_host(t.device) ? StreamKind::host : StreamKind::compute;
+    case TaskKind::copy:
+      return std::get<Copy>(t.params).direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h;
+    case TaskKind::p2p: case TaskKind::collective: return StreamKind::comm;
+    case TaskKind::alloc: case TaskKind::free: return StreamKind::none;
+  }
+  return StreamKind::compute;
+}
+
+// The task's device exists, its stream can run its kind, and only optimizer, alloc and free tasks sit on a host.
+void check_placement(const Validation& v, TaskId id) {
+  const Task& t = v.graph.task(id);
+  const TaskKind kind = t.kind();
+  const bool on_host = is_host(t.device);
+  if (on_host ? host_node(t.device) >= v.nodes : !v.gpu_ok(t.device)) {
+    v.fail(id, "device", v.any_gpu + " or a host host0..host" + std::to_string(v.nodes - 1), device_name(t.device));
+  }
+  const StreamKind want = stream_for(t);
+  if (t.stream.kind != want) {
+    v.fail(id, "stream", "\"" + std::string(to_string(want)) + "\" for a " + std::string(to_string(kind)) + " task",
            "\"" + std::string(to_string(t.stream.kind)) + "\"");
+  }
+  if (on_host && kind != TaskKind::optimizer && kind != TaskKind::alloc && kind != TaskKind::free) {
+    v.fail(id, "device", v.any_gpu + " (only optimizer, alloc and free tasks run on a host)", device_name(t.device));
+  }
+}
+
+void check_attention(const Validation& v, TaskId id, const Attention& a) {
+  v.positive(id, a.q_len, "q_len"); v.positive(id, a.kv_len, "kv_len"); v.positive(id, a.heads, "heads");
+  v.positive(id, a.kv_heads, "kv_heads"); v.positive(id, a.head_dim, "head_dim");
+  if (a.heads % a.kv_heads != 0) v.fail(id, "kv_heads", "a divisor of heads", std::to_string(a.kv_heads));
+  if (a.causal && a.q_len > a.kv_len) {
+    v.fail(id, "q_len", "at most kv_len for causal attention (queries are the last q_len positions)", std::to_string(a.q_len));
+  }
+}
+
+// The collective's group: at least 2 distinct existing GPUs; returns it.
+const std::vector<DeviceId>& checked_group(const Validation& v, TaskId id, const Collective& c) {
+  if (c.group < 0 || static_cast<std::size_t>(c.group) >= v.graph.groups().size()) v.fail(id, "group", "a group of GPUs", "none");
+  const auto& members = v.graph.groups()[static_cast<std::size_t>(c.group)];
+  if (members.size() < 2) v.fail(id, "group", "at least 2 GPUs", std::to_string(members.size()));
+  std::vector<DeviceId> sorted = members;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (!v.gpu_ok(sorted[i])) v.fail(id, "group", v.any_gpu + " for every member", device_name(sorted[i]));
+    if (i > 0 && sorted[i] == sorted[i - 1]) v.fail(id, "group", "distinct GPUs", device_name(sorted[i]) + " twice");
+  }
+  return members;
+}
+
+void check_collective(const Validation& v, TaskId id, const Collective& c) {
+  v.positive(id, c.bytes, "bytes");
+  const auto& members = checked_group(v, id, c);
+  const bool tree_ok = c.op == CollectiveOp::all_reduce || c.op == CollectiveOp::broadcast;
+  if (c.algorithm == Algorithm::tree && !tree_ok) {
+    v.fail(id, "algorithm", "ring or direct for " + std::string(to_string(c.op)), "\"tree\"");
+  }
+  if (c.ring_ranks != 0) {
+    const bool ring_op = c.op == CollectiveOp::all_reduce || c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter;
+    if (!ring_op || c.algorithm != Algorithm::ring) {
+      v.fail(id, "ring_ranks", "only on a ring all_reduce, all_gather or reduce_scatter", std::to_string(c.ring_ranks));
     }
-    if (on_host && kind != TaskKind::optimizer && kind != TaskKind::alloc && kind != TaskKind::free) {
-      fail(id, "device", any_gpu + " (only optimizer, alloc and free tasks run on a host)", device_name(t.device));
-    }
-    auto positive = [&](std::int64_t v, const char* field) {
-      if (v <= 0) fail(id, field, "a positive number", std::to_string(v));
-    };
-    switch (kind) {
-      case TaskKind::gemm: {
-        const auto& g = std::get<Gemm>(t.params);
-        positive(g.m, "m"); positive(g.n, "n"); positive(g.k, "k");
-        break;
-      }
-      case TaskKind::attention: {
-        const auto& a = std::get<Attention>(t.params);
-        positive(a.q_len, "q_len"); positive(a.kv_len, "kv_len"); positive(a.heads, "heads");
-        positive(a.kv_heads, "kv_heads"); positive(a.head_dim, "head_dim");
-        if (a.heads % a.kv_heads != 0) fail(id, "kv_heads", "a divisor of heads", std::to_string(a.kv_heads));
-        if (a.causal && a.q_len > a.kv_len) {
-          fail(id, "q_len", "at most kv_len for causal attention (queries are the last q_len positions)",
-               std::to_string(a.q_len));
-        }
-        break;
-      }
-      case TaskKind::elementwise: {
-        const auto& e = std::get<Elementwise>(t.params);
-        if (e.bytes_read < 0 || e.bytes_written < 0 || e.bytes_read + e.bytes_written == 0) {
-          fail(id, "bytes_read", "non-negative byte counts, not both zero",
-               std::to_string(e.bytes_read) + " and " + std::to_string(e.bytes_written));
-        }
-        break;
-      }
-      case TaskKind::optimizer: positive(std::get<OptimizerStep>(t.params).bytes, "bytes"); break;
-      case TaskKind::copy: positive(std::get<Copy>(t.params).bytes, "bytes"); break;
-      case TaskKind::p2p: {
-        const auto& p = std::get<PointToPoint>(t.params);
-        positive(p.bytes, "bytes");
-        if (!gpu_ok(p.dst)) fail(id, "dst", any_gpu, device_name(p.dst));
-        if (p.dst == t.device) fail(id, "dst", "a GPU other than the sender", device_name(p.dst));
-        break;
-      }
-      case TaskKind::collective: {
-        const auto& c = std::get<Collective>(t.params);
-        positive(c.bytes, "bytes");
-        if (c.group < 0 || static_cast<std::size_t>(c.group) >= graph.groups().size()) {
-          fail(id, "group", "a group of GPUs", "none");
-        }
-        const auto& members = graph.groups()[static_cast<std::size_t>(c.group)];
-        if (members.size() < 2) fail(id, "group", "at least 2 GPUs", std::to_string(members.size()));
-        std::vector<DeviceId> sorted = members;
-        std::sort(sorted.begin(), sorted.end());
-        for (std::size_t i = 0; i < sorted.size(); ++i) {
-          if (!gpu_ok(sorted[i])) fail(id, "group", any_gpu + " for every member", device_name(sorted[i]));
-          if (i > 0 && sorted[i] == sorted[i - 1]) fail(id, "group", "distinct GPUs", device_name(sorted[i]) + " twice");
-        }
-        const bool tree_ok = c.op == CollectiveOp::all_reduce || c.op == CollectiveOp::broadcast;
-        if (c.algorithm == Algorithm::tree && !tree_ok) {
-          fail(id, "algorithm", "ring or direct for " + std::string(to_string(c.op)), "\"tree\"");
-        }
-        if (c.ring_ranks != 0) {
-          const bool ring_op = c.op == CollectiveOp::all_reduce || c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter;
-          if (!ring_op || c.algorithm != Algorithm::ring) {
-            fail(id, "ring_ranks", "only on a ring all_reduce, all_gather or reduce_scatter", std::to_string(c.ring_ranks));
-          }
-          if (c.ring_ranks < static_cast<std::int32_t>(members.size())) {
-            fail(id, "ring_ranks", "at least the group size (" + std::to_string(members.size()) + ")", std::to_string(c.ring_ranks));
-          }
-        }
-        const std::int64_t ranks = c.ring_ranks != 0 ? c.ring_ranks : static_cast<std::int64_t>(members.size());
-        if ((c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter ||
-             c.op == CollectiveOp::all_to_all || c.op == CollectiveOp::all_reduce) &&
-            c.bytes % ranks != 0) {
-          fail(id, "bytes", std::string("a multiple of the ") + (c.ring_ranks != 0 ? "ring_ranks" : "group size") + " (" +
-                                std::to_string(ranks) + ")",
-               std::to_string(c.bytes));
-        }
-        break;
-      }
-      case TaskKind::alloc: {
-        const auto& a = std::get<Alloc>(t.params);
-        positive(a.bytes, "bytes");
-        if (a.pool == Pool::hbm && on_host) fail(id, "pool", "\"dram\" on a host device", "\"hbm\"");
-        break;
-      }
-      case TaskKind::free: {
-        const TaskId a = std::get<Free>(t.params).alloc;
-        if (a < 0 || a >= n || graph.task(a).kind() != TaskKind::alloc) {
-          fail(id, "alloc", "the name of an alloc task", a >= 0 && a < n ? where(graph, a) : "nothing");
-        }
-        if (freed[static_cast<std::size_t>(a)]) fail(id, "alloc", "an allocation not freed already", where(graph, a));
-        freed[static_cast<std::size_t>(a)] = true;
-        break;
-      }
+    if (c.ring_ranks < static_cast<std::int32_t>(members.size())) {
+      v.fail(id, "ring_ranks", "at least the group size (" + std::to_string(members.size()) + ")", std::to_string(c.ring_ranks));
     }
   }
+  const std::int64_t ranks = c.ring_ranks != 0 ? c.ring_ranks : static_cast<std::int64_t>(members.size());
+  if ((c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter ||
+       c.op == CollectiveOp::all_to_all || c.op == CollectiveOp::all_reduce) &&
+      c.bytes % ranks != 0) {
+    v.fail(id, "bytes", std::string("a multiple of the ") + (c.ring_ranks != 0 ? "ring_ranks" : "group size") + " (" +
+                            std::to_string(ranks) + ")",
+           std::to_string(c.bytes));
+  }
+}
 
-  // Cycles: Kahn's algorithm; whatever is left over sits on or behind a cycle.
+// A free names an alloc not freed already; `freed` marks the allocs freed so far.
+void check_free(const Validation& v, TaskId id, const Free& f, std::vector<bool>& freed) {
+  const auto n = static_cast<TaskId>(v.graph.size());
+  const TaskId a = f.alloc;
+  if (a < 0 || a >= n || v.graph.task(a).kind() != TaskKind::alloc) {
+    v.fail(id, "alloc", "the name of an alloc task", a >= 0 && a < n ? where(v.graph, a) : "nothing");
+  }
+  if (freed[static_cast<std::size_t>(a)]) v.fail(id, "alloc", "an allocation not freed already", where(v.graph, a));
+  freed[static_cast<std::size_t>(a)] = true;
+}
+
+// The fields of the task's kind.
+void check_params(const Validation& v, TaskId id, std::vector<bool>& freed) {
+  const Task& t = v.graph.task(id);
+  switch (t.kind()) {
+    case TaskKind::gemm: {
+      const auto& g = std::get<Gemm>(t.params);
+      v.positive(id, g.m, "m"); v.positive(id, g.n, "n"); v.positive(id, g.k, "k");
+      break;
+    }
+    case TaskKind::attention: check_attention(v, id, std::get<Attention>(t.params)); break;
+    case TaskKind::elementwise: {
+      const auto& e = std::get<Elementwise>(t.params);
+      if (e.bytes_read < 0 || e.bytes_written < 0 || e.bytes_read + e.bytes_written == 0) {
+        v.fail(id, "bytes_read", "non-negative byte counts, not both zero",
+               std::to_string(e.bytes_read) + " and " + std::to_string(e.bytes_written));
+      }
+      break;
+    }
+    case TaskKind::optimizer: v.positive(id, std::get<OptimizerStep>(t.params).bytes, "bytes"); break;
+    case TaskKind::copy: v.positive(id, std::get<Copy>(t.params).bytes, "bytes"); break;
+    case TaskKind::p2p: {
+      const auto& p = std::get<PointToPoint>(t.params);
+      v.positive(id, p.bytes, "bytes");
+      if (!v.gpu_ok(p.dst)) v.fail(id, "dst", v.any_gpu, device_name(p.dst));
+      if (p.dst == t.device) v.fail(id, "dst", "a GPU other than the sender", device_name(p.dst));
+      break;
+    }
+    case TaskKind::collective: check_collective(v, id, std::get<Collective>(t.params)); break;
+    case TaskKind::alloc: {
+      const auto& a = std::get<Alloc>(t.params);
+      v.positive(id, a.bytes, "bytes");
+      if (a.pool == Pool::hbm && is_host(t.device)) v.fail(id, "pool", "\"dram\" on a host device", "\"hbm\"");
+      break;
+    }
+    case TaskKind::free: check_free(v, id, std::get<Free>(t.params), freed); break;
+  }
+}
+
+// Cycles: Kahn's algorithm; whatever is left over sits on or behind a cycle.
+void check_acyclic(const Validation& v) {
+  const TaskGraph& graph = v.graph;
+  const auto n = static_cast<TaskId>(graph.size());
   std::vector<std::int32_t> indegree(graph.size(), 0);
   std::vector<std::vector<TaskId>> succ(graph.size());
   auto edge = [&](TaskId from, TaskId to) {
-    if (from < 0 || from >= n) fail(to, "deps", "existing tasks", "task index " + std::to_string(from));
-    if (from == to) fail(to, "deps", "no dependency on itself", "itself");
+    if (from < 0 || from >= n) v.fail(to, "deps", "existing tasks", "task index " + std::to_string(from));
+    if (from == to) v.fail(to, "deps", "no dependency on itself", "itself");
     succ[static_cast<std::size_t>(from)].push_back(to);
     ++indegree[static_cast<std::size_t>(to)];
   };
@@ -323,11 +343,25 @@ void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& or
   }
   if (done != graph.size()) {
     for (TaskId i = 0; i < n; ++i) {
-      if (indegree[static_cast<std::size_t>(i)] > 0) fail(i, "deps", "no dependency cycle", "a cycle (this task is on it or waits on it)");
+      if (indegree[static_cast<std::size_t>(i)] > 0) {
+        v.fail(i, "deps", "no dependency cycle", "a cycle (this task is on it or waits on it)");
+      }
     }
   }
 }
 
+}  // namespace
+
+// Task by task (placement, then fields), then the dependencies: the first error found is the one reported.
+void validate(const TaskGraph& graph, int gpus, int nodes, const std::string& origin) {
+  const Validation v{graph, gpus, nodes, origin, "a GPU gpu0..gpu" + std::to_string(gpus - 1)};
+  std::vector<bool> freed(graph.size(), false);
+  for (TaskId id = 0; id < static_cast<TaskId>(graph.size()); ++id) {
+    check_placement(v, id);
+    check_params(v, id, freed);
+  }
+  check_acyclic(v);
+}
 
 TaskId append(TaskGraph& into, const TaskGraph& from) {
   const auto offset = static_cast<TaskId>(into.size());
