@@ -91,17 +91,6 @@ planner::Workload workload_from_flags(const po::variables_map& vm) {
   return workload;
 }
 
-// --nodes: a count in range, and more than one only for nodes that have NICs to join a cluster.
-void check_node_count(int nodes) {
-  if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
-}
-void check_node_count(int nodes, const hw::NodeProfile& node) {
-  check_node_count(nodes);
-  if (nodes > 1 && node.count(hw::VertexType::nic) == 0) {
-    throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster",
-                     std::to_string(nodes));
-  }
-}
 
 void check_output_flags(const po::variables_map& vm, std::initializer_list<const char*> flags) {
   std::map<std::string, std::string> seen;  // path -> flag
@@ -660,7 +649,7 @@ po::options_description simulate_options() {
       ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step")
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
       ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
-      ("stack", po::value<std::string>()->value_name("name|path"), kStackHelp)
+      ("stack", po::value<std::string>()->value_name("name|path"), stacks::kStackFlagHelp)
       ("tp", po::value<int>()->value_name("int"), "megatron: tensor-parallel degree (default 1)")
       ("pp", po::value<int>()->value_name("int"), "megatron: pipeline stages (default 1)")
       ("dp", po::value<int>()->value_name("int"), "megatron: data-parallel degree (default: GPUs / (tp * pp))")

@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "hwprofiles/catalog.hpp"
 #include "hwprofiles/node.hpp"
 #include "sim/collective_bench.hpp"
 #include "planner/plan.hpp"
@@ -43,14 +44,10 @@ bool parse(const std::vector<std::string>& args, const std::string& usage, boost
            const boost::program_options::positional_options_description& positional, boost::program_options::variables_map& vm);
 // --seq with exactly one of --global-batch or --tokens-per-step (a multiple of --seq).
 planner::Workload workload_from_flags(const boost::program_options::variables_map& vm);
-// --nodes in range, and more than one only for nodes that have NICs to join a cluster.
-// --strategies: "all" or a comma list of scheme_names() (duplicates dropped); InputError names --strategies.
-std::vector<std::string> scheme_list(const std::string& text);
-void check_node_count(int nodes);
 // Each of `flags` that was given names a path write_file_atomically can write (common/atomic_file.hpp); checked
 // before any work, and two flags may not name the same file.
 void check_output_flags(const boost::program_options::variables_map& vm, std::initializer_list<const char*> flags);
-void check_node_count(int nodes, const hw::NodeProfile& node);
+using hw::check_node_count;  // --nodes (hwprofiles/catalog.hpp)
 // The command line as the schemes' registry entries read it (their `from_flags`). The map must outlive the result.
 planner::FlagValues flag_values(const boost::program_options::variables_map& vm);
 
@@ -104,10 +101,6 @@ struct LoggedMfu {
   double tflops_per_gpu = 0;
 };
 LoggedMfu logged_mfu(const SimulationSetup::Step& step, const sim::SimResult& result, const model::FlopConvention& convention);
-// --stack NAME|PATH (stacks/frameworks/), default megatron-lm.
-inline constexpr const char* kStackHelp =
-    "software stack the step runs under: megatron-lm (default), megatron-lm-unfused, deepspeed, torchtitan, trainyard, or a "
-    "stack file (docs/stacks.md)";
 stacks::StackProfile stack_from_flags(const boost::program_options::variables_map& vm);
 SimulationSetup setup_simulation(const boost::program_options::variables_map& vm);
 // simulate --collective OP --bytes S --hw NODE [--nodes N] [--algorithm A]: the lone collective, simulated.

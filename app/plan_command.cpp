@@ -105,18 +105,6 @@ void explain(std::ostream& out, const planner::SearchReport& report) {
 
 }  // namespace
 
-std::vector<std::string> scheme_list(const std::string& text) {
-  if (text == "all") return planner::scheme_names();
-  std::vector<std::string> out;
-  for (const auto& item : split_commas(text)) {
-    if (std::find(planner::scheme_names().begin(), planner::scheme_names().end(), item) == planner::scheme_names().end()) {
-      throw InputError("--strategies", "value", "all, or a comma list of " + planner::scheme_list(),
-                       "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa switches between these schemes: plan --lengths)" : ""));
-    }
-    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
-  }
-  return out;
-}
 
 int run_plan(const std::vector<std::string>& args) {
   po::options_description options("plan options");
@@ -128,7 +116,7 @@ int run_plan(const std::vector<std::string>& args) {
       ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step (default 1)")
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
       ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
-      ("stack", po::value<std::string>()->value_name("name|path"), kStackHelp)
+      ("stack", po::value<std::string>()->value_name("name|path"), stacks::kStackFlagHelp)
       ("strategies", po::value<std::string>()->default_value("all")->value_name("list"), ("all, or a comma list of " + planner::scheme_list()).c_str())
       ("objective", po::value<std::string>()->default_value("throughput")->value_name("name"), "throughput, max-seq or min-hbm")
       ("hbm-headroom", po::value<double>()->default_value(0.05)->value_name("fraction"), "fraction of each GPU's HBM kept free")
@@ -159,7 +147,7 @@ int run_plan(const std::vector<std::string>& args) {
     if (vm["explain"].as<bool>() || vm["objective"].as<std::string>() != "throughput") {
       throw InputError("--objective/--explain", "value", "throughput and no --explain with --lengths", "given");
     }
-    return run_plan_lengths(vm, scheme_list(vm["strategies"].as<std::string>()));
+    return run_plan_lengths(vm, planner::schemes_from_list(vm["strategies"].as<std::string>()));
   }
   for (const char* flag : {"groups", "max-len", "seed"}) {
     if (vm.count(flag) && !vm[flag].defaulted()) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
@@ -199,7 +187,7 @@ int run_plan(const std::vector<std::string>& args) {
   }
 
   planner::SearchOptions search;
-  search.schemes = scheme_list(vm["strategies"].as<std::string>());
+  search.schemes = planner::schemes_from_list(vm["strategies"].as<std::string>());
   search.objective = objective;
   search.hbm_headroom = headroom;
   search.top = top;

@@ -86,9 +86,7 @@ SweepPlan quick_sweep() {
 }
 
 double gemm_flops(const GemmShape& shape) {
-  sim::Task task;
-  task.params = sim::Gemm{shape.m, shape.n, shape.k, hw::Dtype::bf16};
-  return sim::compute_cost(task).hardware_flops;
+  return sim::compute_cost(sim::Gemm{shape.m, shape.n, shape.k, hw::Dtype::bf16}).hardware_flops;
 }
 
 double attention_flops(const SweepPlan& plan, const AttentionCase& c, bool backward) {
@@ -99,9 +97,7 @@ double attention_flops(const SweepPlan& plan, const AttentionCase& c, bool backw
   a.head_dim = plan.attention_head_dim;
   a.causal = c.causal;
   a.backward = backward;
-  sim::Task task;
-  task.params = a;
-  return sim::compute_cost(task).hardware_flops;
+  return sim::compute_cost(a).hardware_flops;
 }
 
 double estimated_seconds(const SweepPlan& plan, const hw::GpuProfile& gpu) {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/units.hpp"
+#include "planner/schemes/scheme.hpp"
 
 namespace trainyard::gui {
 
@@ -84,25 +85,30 @@ void set_log_range(QLogValueAxis* axis, double low, double high) {
   axis->setRange(low, high);
 }
 
+// A scheme's place in the registry's list picks its colour and marker (cycling past the end): the same scheme
+// looks the same in every chart.
+std::size_t scheme_index(const std::string& scheme) {
+  const auto& names = planner::scheme_names();
+  return static_cast<std::size_t>(std::find(names.begin(), names.end(), scheme) - names.begin());
+}
+
 }  // namespace
 
 QColor scheme_color(const std::string& scheme) {
-  static const std::map<std::string, QColor> colors{
-      {"ringtrack", QColor(0xd6, 0x27, 0x28)}, {"fpdt", QColor(0x1f, 0x77, 0xb4)},     {"ulysses", QColor(0x2c, 0xa0, 0x2c)},
-      {"ring-attention", QColor(0x94, 0x67, 0xbd)}, {"megatron", QColor(0xff, 0x7f, 0x0e)}, {"zero", QColor(0x8c, 0x56, 0x4b)}};
-  const auto it = colors.find(scheme);
-  return it == colors.end() ? QColor(Qt::gray) : it->second;
+  static const QColor kPalette[] = {QColor(0xd6, 0x27, 0x28), QColor(0x1f, 0x77, 0xb4), QColor(0x2c, 0xa0, 0x2c),
+                                    QColor(0x94, 0x67, 0xbd), QColor(0xff, 0x7f, 0x0e), QColor(0x8c, 0x56, 0x4b)};
+  const std::size_t i = scheme_index(scheme);
+  return i == planner::scheme_names().size() ? QColor(Qt::gray) : kPalette[i % std::size(kPalette)];
 }
 
 SchemeStyle scheme_style(const std::string& scheme, std::size_t index, std::size_t count) {
-  static const std::map<std::string, QScatterSeries::MarkerShape> shapes{
-      {"ringtrack", QScatterSeries::MarkerShapeCircle},      {"fpdt", QScatterSeries::MarkerShapeRectangle},
-      {"ulysses", QScatterSeries::MarkerShapeTriangle},      {"ring-attention", QScatterSeries::MarkerShapeRotatedRectangle},
-      {"megatron", QScatterSeries::MarkerShapeStar},         {"zero", QScatterSeries::MarkerShapePentagon}};
+  static const QScatterSeries::MarkerShape kShapes[] = {QScatterSeries::MarkerShapeCircle,   QScatterSeries::MarkerShapeRectangle,
+                                                        QScatterSeries::MarkerShapeTriangle, QScatterSeries::MarkerShapeRotatedRectangle,
+                                                        QScatterSeries::MarkerShapeStar,     QScatterSeries::MarkerShapePentagon};
   SchemeStyle style;
   style.color = scheme_color(scheme);
-  const auto it = shapes.find(scheme);
-  if (it != shapes.end()) style.shape = it->second;
+  const std::size_t i = scheme_index(scheme);
+  if (i < planner::scheme_names().size()) style.shape = kShapes[i % std::size(kShapes)];
   // Drawn in list order, so later schemes lie on top: earlier ones are wider and larger by a step each.
   const double below = static_cast<double>(count > index ? count - 1 - index : 0);
   style.line_width = 2 + 0.8 * below;

@@ -7,10 +7,11 @@
 #include <iostream>
 #include <memory>
 
-#include "app/commands.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "gui/main_window.hpp"
+#include "planner/schemes/scheme.hpp"
+#include "stacks/stack_profile.hpp"
 
 namespace po = boost::program_options;
 
@@ -31,7 +32,7 @@ trainyard::gui::WhatIfInputs inputs_from(const po::variables_map& vm) {
     if (batch < 1) throw InputError("--global-batch", "value", "a positive integer", std::to_string(batch));
     in.tokens_per_step = batch > 1 ? batch * in.seq_len : 0;
   }
-  in.schemes = trainyard::app::scheme_list(vm["strategies"].as<std::string>());
+  in.schemes = trainyard::planner::schemes_from_list(vm["strategies"].as<std::string>());
   const std::string objective = vm["objective"].as<std::string>();
   if (objective != "throughput" && objective != "min-hbm") throw InputError("--objective", "value", "throughput or min-hbm", "\"" + objective + "\"");
   in.objective = trainyard::planner::parse_objective(objective);
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
       ("model", po::value<std::string>()->default_value("llama3-8b")->value_name("name|path|custom:..."), "model")
       ("hw", po::value<std::string>()->default_value("dgx-a100")->value_name("name|path"), "node profile")
       ("nodes", po::value<int>()->default_value(1)->value_name("int"), "number of nodes")
-      ("stack", po::value<std::string>()->default_value("megatron-lm")->value_name("name|path"), trainyard::app::kStackHelp)
+      ("stack", po::value<std::string>()->default_value("megatron-lm")->value_name("name|path"), trainyard::stacks::kStackFlagHelp)
       ("seq", po::value<std::string>()->default_value("1M")->value_name("tokens"), "sequence length (a power of two, 4K..16M)")
       ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step")
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <set>
 
-#include "app/commands.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
 #include "common/json_reader.hpp"
@@ -17,7 +16,7 @@ namespace {
 
 hw::NodeProfile checked_node(const WhatIfInputs& inputs) {
   hw::NodeProfile node = hw::load_node(inputs.hw, "--hw");
-  app::check_node_count(inputs.nodes, node);
+  hw::check_node_count(inputs.nodes, node);
   return node;
 }
 

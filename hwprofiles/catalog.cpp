@@ -61,4 +61,17 @@ NodeProfile load_node(std::string_view name_or_path, const std::string& origin) 
   return node_from_document(doc.json, doc.origin);
 }
 
+
+// --nodes: a count in range, and more than one only for nodes that have NICs to join a cluster.
+void check_node_count(int nodes) {
+  if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
+}
+void check_node_count(int nodes, const hw::NodeProfile& node) {
+  check_node_count(nodes);
+  if (nodes > 1 && node.count(hw::VertexType::nic) == 0) {
+    throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster",
+                     std::to_string(nodes));
+  }
+}
+
 }  // namespace trainyard::hw

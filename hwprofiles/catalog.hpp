@@ -17,6 +17,10 @@ bool is_builtin_node(std::string_view name);
 // `origin` names where the reference came from ("--hw"), for the unknown-name error.
 GpuProfile load_gpu(std::string_view name_or_path, const std::string& origin = "--gpu");
 NodeProfile load_node(std::string_view name_or_path, const std::string& origin = "--hw");
+// --nodes: a count in [1, 100000], and more than one only for nodes that have NICs to join a cluster; InputError
+// naming --nodes otherwise.
+void check_node_count(int nodes);
+void check_node_count(int nodes, const NodeProfile& node);
 // The document of a GPU profile as written (built-in or file), not yet parsed: what calibration starts from.
 LoadedDocument load_gpu_document(std::string_view name_or_path, const std::string& origin = "--gpu");
 // Parses an already-read document whose "schema" says it is a GPU or a node.

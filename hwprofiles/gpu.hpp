@@ -8,14 +8,12 @@
 #include <vector>
 
 #include "common/json_reader.hpp"
+#include "hwprofiles/dtype.hpp"
 
 namespace trainyard::hw {
 
 using json::Figure;
 
-enum class Dtype { bf16, fp16, tf32, fp32 };
-inline constexpr std::array<Dtype, 4> kAllDtypes = {Dtype::bf16, Dtype::fp16, Dtype::tf32, Dtype::fp32};
-std::string_view to_string(Dtype dtype);
 
 // Raw PCIe bandwidth per direction in GB/s for a generation and lane count (after line encoding:
 // 8b/10b for Gen1-2, 128b/130b for Gen3-5), e.g. Gen4 x16 = 31.5 GB/s.

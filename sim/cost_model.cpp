@@ -29,17 +29,23 @@ double attention_pairs(const Attention& a) {
 }
 
 ComputeCost compute_cost(const Task& task) {
+  ComputeCost c = compute_cost(task.params);
+  if (task.recompute) c.model_flops = 0;
+  return c;
+}
+
+ComputeCost compute_cost(const TaskParams& params) {
   ComputeCost c;
-  switch (task.kind()) {
+  switch (static_cast<TaskKind>(params.index())) {
     case TaskKind::gemm: {
-      const auto& g = std::get<Gemm>(task.params);
+      const auto& g = std::get<Gemm>(params);
       const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
       c.model_flops = c.hardware_flops = 2 * m * n * k;
       c.hbm_bytes = (m * k + k * n + m * n) * dtype_bytes(g.dtype);
       break;
     }
     case TaskKind::attention: {
-      const auto& a = std::get<Attention>(task.params);
+      const auto& a = std::get<Attention>(params);
       const double fwd = 4 * attention_pairs(a) * a.head_dim * a.heads;
       const double q_bytes = static_cast<double>(a.q_len) * a.heads * a.head_dim * 2;
       const double kv_bytes = static_cast<double>(a.kv_len) * a.kv_heads * a.head_dim * 2;
@@ -54,14 +60,13 @@ ComputeCost compute_cost(const Task& task) {
       break;
     }
     case TaskKind::elementwise: {
-      const auto& e = std::get<Elementwise>(task.params);
+      const auto& e = std::get<Elementwise>(params);
       c.hbm_bytes = static_cast<double>(e.bytes_read + e.bytes_written);
       break;
     }
-    case TaskKind::optimizer: c.hbm_bytes = static_cast<double>(std::get<OptimizerStep>(task.params).bytes); break;
+    case TaskKind::optimizer: c.hbm_bytes = static_cast<double>(std::get<OptimizerStep>(params).bytes); break;
     default: break;
   }
-  if (task.recompute) c.model_flops = 0;
   return c;
 }
 

@@ -27,7 +27,8 @@ struct ComputeCost {
 // Attention FLOPs: 4 * head_dim * heads per (query, key) pair that is computed; causal counts only the
 // unmasked pairs, with the queries at the last q_len positions of the keys.
 double attention_pairs(const Attention& a);
-ComputeCost compute_cost(const Task& task);
+ComputeCost compute_cost(const Task& task);  // a recomputed task counts no model FLOPs
+ComputeCost compute_cost(const TaskParams& params);
 
 stacks::ElementwiseClass elementwise_class(OpCode code);
 

@@ -1,6 +1,6 @@
 #pragma once
 // The plan IR: one training step as tasks with dependencies. The simulator (engine.hpp) predicts it and the
-// CUDA executor (issue 8) runs it, so both are judged on the very same schedule.
+// CUDA executor runs it, so both are judged on the very same schedule.
 //
 // Devices: GPU g is 0..gpus-1 across the cluster (node = g / gpus_per_node); the host of node n is
 // host_device(n) (a negative number). Streams are in-order like CUDA streams: a task starts when all its
@@ -13,7 +13,7 @@
 #include <variant>
 #include <vector>
 
-#include "hwprofiles/gpu.hpp"
+#include "hwprofiles/dtype.hpp"
 
 namespace trainyard::sim {
 

@@ -14,6 +14,11 @@
 
 namespace trainyard::stacks {
 
+// The help text of the --stack NAME|PATH option (stacks/frameworks/), default megatron-lm.
+inline constexpr const char* kStackFlagHelp =
+    "software stack the step runs under: megatron-lm (default), megatron-lm-unfused, deepspeed, torchtitan, trainyard, or a "
+    "stack file (docs/stacks.md)";
+
 using json::Figure;
 
 // How an attention call runs. The fused kernels (FlashAttention-2/-3, cuDNN) take their figures from the GPU

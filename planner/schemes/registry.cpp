@@ -46,6 +46,19 @@ std::string scheme_list(std::string_view separator) {
   return out;
 }
 
+std::vector<std::string> schemes_from_list(const std::string& text) {
+  if (text == "all") return scheme_names();
+  std::vector<std::string> out;
+  for (const auto& item : split_commas(text)) {
+    if (find_scheme(item) == nullptr) {
+      throw InputError("--strategies", "value", "all, or a comma list of " + scheme_list(),
+                       "\"" + item + "\"" + (item == "hotspa" ? " (HotSPa switches between these schemes: plan --lengths)" : ""));
+    }
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+  return out;
+}
+
 const Scheme* find_scheme(std::string_view name) {
   for (const Scheme& s : registry().entries) {
     if (s.name == name) return &s;

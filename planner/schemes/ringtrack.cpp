@@ -176,6 +176,7 @@ Scheme ringtrack_scheme() {
           [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
             if (std::find(given.begin(), given.end(), "ring") == given.end()) params["ring"] = gpus;  // one ring of every GPU
           },
+      .hotspa_min_row_tokens = 65536,  // a ring pays off for long sequences only
       .chunk_of = [](const PlanSpec& spec) { return spec.ringtrack.chunk; },
       .set_chunk = [](PlanSpec& spec, std::int64_t tokens) { spec.ringtrack.chunk = tokens; },
       .interactive_chunks = 1024,

@@ -102,6 +102,7 @@ struct Scheme {
   void (*set_micro_batch)(PlanSpec& spec, std::int64_t sequences);
   std::int64_t (*row_multiple)(const PlanSpec& spec, int gpus);
   void (*complete_strategy)(nlohmann::json& parameters, const std::vector<std::string>& given, int gpus);
+  std::int64_t hotspa_min_row_tokens = 0;  // HotSPa's search tries the scheme for rows at least this long only
 
   // The sequence chunk of schemes that have one (ring-track's chunk, FPDT's attention chunk), which the GUI's chunk
   // chart sweeps; nullptr otherwise. `interactive_chunks`: the most chunks per sequence a GUI sweep builds (the
@@ -172,6 +173,9 @@ inline Param hidden(Param p) {
 const std::vector<std::string>& scheme_names();
 // "ringtrack, fpdt, ..., zero" (joined by `separator`) for help texts and errors.
 std::string scheme_list(std::string_view separator = ", ");
+// --strategies: "all" (every scheme) or a comma list of scheme names, duplicates dropped; InputError naming
+// --strategies otherwise.
+std::vector<std::string> schemes_from_list(const std::string& text);
 // The entry of `name`, or nullptr.
 const Scheme* find_scheme(std::string_view name);
 // The entry of `name`; InputError (`origin`, `field`) naming the schemes otherwise.

@@ -128,7 +128,7 @@ inline void parse_values(const boost::program_options::variables_map& vm) {
   if (given("nodes")) app::check_node_count(vm["nodes"].as<int>(), cluster.node);
   if (given("seq")) (void)app::workload_from_flags(vm);
   if (given("precision")) (void)model::precision_policy(text("precision"));
-  if (given("strategies")) (void)app::scheme_list(text("strategies"));
+  if (given("strategies")) (void)planner::schemes_from_list(text("strategies"));
   (void)planner::scheme_named("ringtrack").from_flags(app::flag_values(vm), cluster);
   if (given("switch")) (void)planner::parse_group_plans(text("switch"), "--switch", cluster.gpus());
   if (given("static")) (void)planner::parse_strategy(text("static"), "--static", cluster.gpus());
