@@ -57,12 +57,6 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
   return plain;
 }
 
-// The simulator's trace format, read back as the timeline `trainyard compare` works on.
-[[maybe_unused]] sim::Timeline timeline_of(const sim::SimResult& r, const sim::TaskGraph& graph, const sim::Cluster& cluster, std::string_view source) {
-  std::ostringstream trace;
-  sim::write_chrome_trace(trace, r, graph, cluster, source);
-  return sim::parse_timeline(json::parse(trace.str(), std::string(source) + " trace"), std::string(source));
-}
 
 }  // namespace
 
@@ -153,7 +147,7 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   }
   const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
   if (const auto trace = trace_request(vm, l.cluster->gpus())) write_trace(*trace, measured, graph, *l.cluster, "measured");
-  const sim::Comparison comparison = sim::compare(timeline_of(predicted, graph, *l.cluster, "simulated"), timeline_of(measured, graph, *l.cluster, "measured"));
+  const sim::Comparison comparison = sim::compare(sim::to_timeline(predicted, graph, "simulated"), sim::to_timeline(measured, graph, "measured"));
   const double step_s = static_cast<double>(last.step_ns) * 1e-9;
   const double exposed = static_cast<double>(measured.exposed_transfer_ns.empty() ? 0 : measured.exposed_transfer_ns.front());
   out["steps"] = measured_steps;
