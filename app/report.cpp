@@ -60,20 +60,20 @@ Json gpu_json(const hw::GpuProfile& gpu) {
       {"origin", gpu.origin},
       {"peak_dense_tflops", peaks},
       {"hbm_bytes", figure_json(gpu.hbm_bytes)},
-      {"hbm_gbps", figure_json(gpu.hbm_gbps)},
+      {"hbm_GBps", figure_json(gpu.hbm_gbps)},
       {"sm_count", figure_json(gpu.sm_count)},
       {"pcie_generation", figure_json(gpu.pcie_generation)},
       {"pcie_lanes", figure_json(gpu.pcie_lanes)},
-      {"nvlink_gbps_per_direction", figure_json(gpu.nvlink_gbps_per_direction)},
+      {"nvlink_GBps_per_direction", figure_json(gpu.nvlink_gbps_per_direction)},
       {"sustained",
        {{"gemm_efficiency", figure_json(gpu.sustained.gemm_efficiency)},
         {"hbm_efficiency", figure_json(gpu.sustained.hbm_efficiency)},
-        {"pcie_h2d_gbps", figure_json(gpu.sustained.pcie_h2d_gbps)},
-        {"pcie_d2h_gbps", figure_json(gpu.sustained.pcie_d2h_gbps)},
-        {"nvlink_gbps_per_direction", figure_json(gpu.sustained.nvlink_gbps_per_direction)}}},
+        {"pcie_h2d_GBps", figure_json(gpu.sustained.pcie_h2d_gbps)},
+        {"pcie_d2h_GBps", figure_json(gpu.sustained.pcie_d2h_gbps)},
+        {"nvlink_GBps_per_direction", figure_json(gpu.sustained.nvlink_gbps_per_direction)}}},
       {"derived",
        {{"bf16_peak_tflops", gpu.peak_tflops(hw::Dtype::bf16)},
-        {"pcie_raw_gbps_per_direction", gpu.pcie_raw_gbps_per_direction()},
+        {"pcie_raw_GBps_per_direction", gpu.pcie_raw_gbps_per_direction()},
         {"ridge_flop_per_byte_bf16", gpu.ridge_flop_per_byte(hw::Dtype::bf16)}}},
   };
 }
@@ -117,12 +117,12 @@ Json node_json(const hw::NodeProfile& node, int nodes) {
   Json vertices = Json::array();
   for (const auto& v : node.vertices) {
     Json j = {{"id", v.id}, {"type", hw::to_string(v.type)}};
-    if (v.nic_gbps_per_direction) j["gbps_per_direction"] = figure_json(*v.nic_gbps_per_direction);
+    if (v.nic_gbps_per_direction) j["GBps_per_direction"] = figure_json(*v.nic_gbps_per_direction);
     vertices.push_back(j);
   }
   Json links = Json::array();
   for (const auto& l : node.links) {
-    Json j = {{"a", l.a}, {"b", l.b}, {"type", hw::to_string(l.type)}, {"gbps_per_direction", l.gbps_per_direction},
+    Json j = {{"a", l.a}, {"b", l.b}, {"type", hw::to_string(l.type)}, {"GBps_per_direction", l.gbps_per_direction},
               {"full_duplex", l.full_duplex}};
     if (l.type == hw::LinkType::pcie) {
       j["generation"] = l.pcie_generation;
@@ -145,10 +145,10 @@ Json node_json(const hw::NodeProfile& node, int nodes) {
       {"pcie_peer_to_peer", node.pcie_peer_to_peer},
       {"topology", {{"vertices", vertices}, {"links", links}}},
       {"derived",
-       {{"host_dram_gbps", node.host_dram_gbps()},
-        {"nic_gbps_per_gpu", node.nic_gbps_per_gpu()},
+       {{"host_dram_GBps", node.host_dram_gbps()},
+        {"nic_GBps_per_gpu", node.nic_gbps_per_gpu()},
         {"gpu0_to_host_route", topo.describe(host_route)},
-        {"gpu0_to_host_bottleneck_gbps", host_route.bottleneck_gbps}}},
+        {"gpu0_to_host_bottleneck_GBps", host_route.bottleneck_gbps}}},
       {"cluster",
        {{"nodes", nodes},
         {"gpus", gpus},

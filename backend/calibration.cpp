@@ -348,7 +348,7 @@ CalibrationFits fit_calibration(const Measurements& m, const hw::GpuProfile& bas
   fits.pcie_h2d_gbps = within(1e-9 / fits.h2d_pinned.per_unit_s, raw_pcie, "pcie_generation", pcie_limit);
   fits.pcie_d2h_gbps = within(1e-9 / fits.d2h_pinned.per_unit_s, raw_pcie, "pcie_generation", pcie_limit);
   const double hbm_gbps = 2e-9 / fits.d2d.per_unit_s;
-  fits.hbm_efficiency = within(hbm_gbps, base.hbm_gbps.value, "hbm_gbps",
+  fits.hbm_efficiency = within(hbm_gbps, base.hbm_gbps.value, "hbm_GBps",
                                "at least the device-to-device copy's HBM traffic (read + write)") /
                         base.hbm_gbps.value;
 
@@ -533,13 +533,13 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
                                   {"note", "the fitted GEMM curve at the largest GEMM measured; the curve's ceiling e_max is " +
                                                format_fixed(fits.gemm.curve.e_max, 3)}};
   sustained["hbm_efficiency"] = {{"value", fits.hbm_efficiency}, {"source", "calib_hbm"},
-                                 {"note", format_fixed(fits.hbm_efficiency * doc["hbm_gbps"]["value"].get<double>(), 0) +
+                                 {"note", format_fixed(fits.hbm_efficiency * doc["hbm_GBps"]["value"].get<double>(), 0) +
                                               " GB/s of HBM traffic in device-to-device copies"}};
   const auto rate = [](const LinearCostFit& fit) { return format_fixed(1e-9 / fit.per_unit_s, 1) + " GB/s"; };
-  sustained["pcie_h2d_gbps"] = {{"value", fits.pcie_h2d_gbps}, {"source", "calib_pcie"},
+  sustained["pcie_h2d_GBps"] = {{"value", fits.pcie_h2d_gbps}, {"source", "calib_pcie"},
                                 {"note", "pinned; pageable " + rate(fits.h2d_pageable) + "; with D2H at the same time " +
                                              rate(fits.h2d_both)}};
-  sustained["pcie_d2h_gbps"] = {{"value", fits.pcie_d2h_gbps}, {"source", "calib_pcie"},
+  sustained["pcie_d2h_GBps"] = {{"value", fits.pcie_d2h_gbps}, {"source", "calib_pcie"},
                                 {"note", "pinned; pageable " + rate(fits.d2h_pageable) + "; with H2D at the same time " +
                                              rate(fits.d2h_both)}};
   sustained["efficiency_by_flops"] = {

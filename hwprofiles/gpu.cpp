@@ -148,27 +148,33 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   peaks.finish();
   // Bounds are wide but catch unit slips: HBM in GB instead of bytes, bandwidth in TB/s instead of GB/s.
   gpu.hbm_bytes = top.figure("hbm_bytes", Bound{1073741824.0, 17592186044416.0, "bytes", true, true}, sources);
-  gpu.hbm_gbps = top.figure("hbm_gbps", Bound{50, 100000, "GB/s"}, sources);
+  refuse_old_bandwidth_key(top, "hbm_gbps", "hbm_GBps");
+  refuse_old_bandwidth_key(top, "nvlink_gbps_per_direction", "nvlink_GBps_per_direction");
+  gpu.hbm_gbps = top.figure("hbm_GBps", Bound{50, 100000, "GB/s"}, sources);
   gpu.sm_count = top.figure("sm_count", Bound{1, 10000, "SMs", true}, sources);
   gpu.pcie_generation = top.figure("pcie_generation", Bound{1, 6, "", true}, sources);
   gpu.pcie_lanes = top.figure("pcie_lanes", Bound{1, 32, "lanes", true}, sources);
-  gpu.nvlink_gbps_per_direction = top.figure("nvlink_gbps_per_direction", Bound{0, 10000, "GB/s"}, sources);
+  gpu.nvlink_gbps_per_direction = top.figure("nvlink_GBps_per_direction", Bound{0, 10000, "GB/s"}, sources);
 
   json::Reader sustained = top.object("sustained");
   gpu.sustained.gemm_efficiency = sustained.figure("gemm_efficiency", Bound{0.01, 1, "(fraction of peak)"}, sources);
   gpu.sustained.hbm_efficiency = sustained.figure("hbm_efficiency", Bound{0.01, 1, "(fraction of peak)"}, sources);
-  gpu.sustained.pcie_h2d_gbps = sustained.figure("pcie_h2d_gbps", Bound{0.1, 1000, "GB/s"}, sources);
-  gpu.sustained.pcie_d2h_gbps = sustained.figure("pcie_d2h_gbps", Bound{0.1, 1000, "GB/s"}, sources);
+  for (const auto& [old_key, new_key] : {std::pair{"pcie_h2d_gbps", "pcie_h2d_GBps"}, std::pair{"pcie_d2h_gbps", "pcie_d2h_GBps"},
+                                         std::pair{"nvlink_gbps_per_direction", "nvlink_GBps_per_direction"}}) {
+    refuse_old_bandwidth_key(sustained, old_key, new_key);
+  }
+  gpu.sustained.pcie_h2d_gbps = sustained.figure("pcie_h2d_GBps", Bound{0.1, 1000, "GB/s"}, sources);
+  gpu.sustained.pcie_d2h_gbps = sustained.figure("pcie_d2h_GBps", Bound{0.1, 1000, "GB/s"}, sources);
   json::Reader tables = sustained.object("efficiency_by_flops");
   gpu.sustained.gemm = parse_table(tables, "gemm", sources);
   gpu.sustained.attention_fwd = parse_table(tables, "attention_fwd", sources);
   gpu.sustained.attention_bwd = parse_table(tables, "attention_bwd", sources);
   tables.finish();
   gpu.sustained.kernel_launch_ns = sustained.figure("kernel_launch_ns", Bound{0, 1e6, "ns"}, sources);
-  if (sustained.has("nvlink_gbps_per_direction")) {
-    gpu.sustained.nvlink_gbps_per_direction = sustained.figure("nvlink_gbps_per_direction", Bound{0, 10000, "GB/s"}, sources);
+  if (sustained.has("nvlink_GBps_per_direction")) {
+    gpu.sustained.nvlink_gbps_per_direction = sustained.figure("nvlink_GBps_per_direction", Bound{0, 10000, "GB/s"}, sources);
     if (gpu.sustained.nvlink_gbps_per_direction.value > gpu.nvlink_gbps_per_direction.value) {
-      sustained.fail("nvlink_gbps_per_direction", "at most the datasheet's nvlink_gbps_per_direction (" +
+      sustained.fail("nvlink_GBps_per_direction", "at most the datasheet's nvlink_GBps_per_direction (" +
                                                       format_fixed(gpu.nvlink_gbps_per_direction.value, 1) + " GB/s)",
                      format_fixed(gpu.sustained.nvlink_gbps_per_direction.value, 1));
     }
@@ -190,8 +196,8 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
 
   // A sustained copy rate above the link's raw rate is a unit or transcription mistake.
   const double raw = gpu.pcie_raw_gbps_per_direction();
-  const std::pair<const char*, double> copies[] = {{"pcie_h2d_gbps", gpu.sustained.pcie_h2d_gbps.value},
-                                                   {"pcie_d2h_gbps", gpu.sustained.pcie_d2h_gbps.value}};
+  const std::pair<const char*, double> copies[] = {{"pcie_h2d_GBps", gpu.sustained.pcie_h2d_gbps.value},
+                                                   {"pcie_d2h_GBps", gpu.sustained.pcie_d2h_gbps.value}};
   for (const auto& [key, value] : copies) {
     if (value > raw) {
       sustained.fail(key, "at most the raw PCIe rate of Gen" + std::to_string(int(gpu.pcie_generation.value)) +
@@ -200,6 +206,14 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
     }
   }
   return gpu;
+}
+
+void refuse_old_bandwidth_key(const json::Reader& reader, std::string_view old_key, std::string_view new_key) {
+  if (!reader.has(old_key)) return;
+  reader.fail(old_key,
+              "the key \"" + std::string(new_key) + "\" instead, with the same value in GB/s (gigabytes per second; a datasheet's Gb/s, " +
+                  "gigabits, is 8 times that number)",
+              "the old key \"" + std::string(old_key) + "\"");
 }
 
 }  // namespace trainyard::hw

@@ -19,6 +19,11 @@ using json::Figure;
 // 8b/10b for Gen1-2, 128b/130b for Gen3-5), e.g. Gen4 x16 = 31.5 GB/s.
 double pcie_gbps_per_direction(int generation, int lanes);
 
+// Profile keys of bandwidths say their unit: GB/s, gigabytes per second, as `_GBps`. The keys before that
+// spelling (`_gbps`, which reads as gigabits: a 400 Gb/s NIC typed as 400 would be 8x too fast) are refused with
+// the new name: an InputError on `reader`'s `old_key` when it is present.
+void refuse_old_bandwidth_key(const json::Reader& reader, std::string_view old_key, std::string_view new_key);
+
 // Achieved fraction of the bf16 dense peak as a function of a kernel call's FLOPs, interpolated linearly in
 // log10(FLOPs) between measured or estimated points and clamped at both ends.
 struct EfficiencyTable {

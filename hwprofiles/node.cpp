@@ -123,7 +123,8 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
     spec.type = enum_from<VertexType>(kVertexTypes, v.choice("type", kVertexTypes));
     if (!ids.insert(spec.id).second) v.fail("id", "an id not used by another vertex", "\"" + spec.id + "\" again");
     if (spec.type == VertexType::nic) {
-      spec.nic_gbps_per_direction = v.figure("gbps_per_direction", Bound{0.1, 1000, "GB/s (200 Gb/s = 25 GB/s)"}, sources);
+      refuse_old_bandwidth_key(v, "gbps_per_direction", "GBps_per_direction");
+      spec.nic_gbps_per_direction = v.figure("GBps_per_direction", Bound{0.1, 1000, "GB/s (200 Gb/s = 25 GB/s)"}, sources);
     }
     v.finish();
     node.vertices.push_back(std::move(spec));
@@ -164,18 +165,20 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
       }
       case LinkType::nvlink:
         if (node.gpu.nvlink_gbps_per_direction.value <= 0) {
-          l.fail("type", "no nvlink links: GPU profile \"" + node.gpu.name + "\" has nvlink_gbps_per_direction 0",
+          l.fail("type", "no nvlink links: GPU profile \"" + node.gpu.name + "\" has nvlink_GBps_per_direction 0",
                  "\"nvlink\"");
         }
         link.gbps_per_direction = node.gpu.nvlink_data_gbps();
         break;
       case LinkType::dram:
-        link.gbps = l.figure("gbps", Bound{1, 100000, "GB/s (reads and writes together)"}, sources);
+        refuse_old_bandwidth_key(l, "gbps", "GBps");
+        link.gbps = l.figure("GBps", Bound{1, 100000, "GB/s (reads and writes together)"}, sources);
         link.gbps_per_direction = link.gbps->value;
         link.full_duplex = false;
         break;
       case LinkType::socket:
-        link.gbps = l.figure("gbps_per_direction", Bound{1, 100000, "GB/s"}, sources);
+        refuse_old_bandwidth_key(l, "gbps_per_direction", "GBps_per_direction");
+        link.gbps = l.figure("GBps_per_direction", Bound{1, 100000, "GB/s"}, sources);
         link.gbps_per_direction = link.gbps->value;
         break;
       case LinkType::network: break;

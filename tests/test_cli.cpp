@@ -48,9 +48,9 @@ TEST(Cli, ShowNodeGivesDerivedFigures) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_DOUBLE_EQ(j["gpu"]["derived"]["bf16_peak_tflops"].get<double>(), 312);
-  EXPECT_NEAR(j["gpu"]["derived"]["pcie_raw_gbps_per_direction"].get<double>(), 31.5, 0.01);
+  EXPECT_NEAR(j["gpu"]["derived"]["pcie_raw_GBps_per_direction"].get<double>(), 31.5, 0.01);
   EXPECT_NEAR(j["gpu"]["derived"]["ridge_flop_per_byte_bf16"].get<double>(), 312e12 / 2039e9, 1e-6);
-  EXPECT_EQ(j["gpu"]["hbm_gbps"]["source"]["kind"], "datasheet");
+  EXPECT_EQ(j["gpu"]["hbm_GBps"]["source"]["kind"], "datasheet");
   const auto cluster = run_cli("show dgx-a100 --nodes 4 --json");
   ASSERT_EQ(cluster.exit_code, 0) << cluster.err;
   EXPECT_EQ(nlohmann::json::parse(cluster.out)["cluster"]["gpus"], 32);

@@ -123,21 +123,38 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, BadProfile,
     ::testing::Values(
         BadCase{"unknown_field", kGpu, [](auto& j) { j["hbm_gb"] = 80; }, {"field 'hbm_gb'", "unknown field"}},
-        BadCase{"missing_field", kGpu, [](auto& j) { j.erase("hbm_gbps"); }, {"field 'hbm_gbps'", "missing"}},
+        BadCase{"missing_field", kGpu, [](auto& j) { j.erase("hbm_GBps"); }, {"field 'hbm_GBps'", "missing"}},
         BadCase{"hbm_in_gb", kGpu, [](auto& j) { j["hbm_bytes"]["value"] = 80; },
                 {"field 'hbm_bytes.value'", "bytes", "looks like GB"}},
-        BadCase{"negative_bandwidth", kGpu, [](auto& j) { j["hbm_gbps"]["value"] = -3350; },
-                {"field 'hbm_gbps.value'", "GB/s", "got -3350", "positive"}},
+        BadCase{"negative_bandwidth", kGpu, [](auto& j) { j["hbm_GBps"]["value"] = -3350; },
+                {"field 'hbm_GBps.value'", "GB/s", "got -3350", "positive"}},
         BadCase{"zero_peak", kGpu, [](auto& j) { j["peak_dense_tflops"]["bf16"]["value"] = 0; },
                 {"field 'peak_dense_tflops.bf16.value'", "TFLOP/s"}},
-        BadCase{"bandwidth_in_tbps", kGpu, [](auto& j) { j["hbm_gbps"]["value"] = 3.35; },
-                {"field 'hbm_gbps.value'", "GB/s", "got 3.35"}},
+        BadCase{"bandwidth_in_tbps", kGpu, [](auto& j) { j["hbm_GBps"]["value"] = 3.35; },
+                {"field 'hbm_GBps.value'", "GB/s", "got 3.35"}},
         BadCase{"fractional_sm_count", kGpu, [](auto& j) { j["sm_count"]["value"] = 131.5; },
                 {"field 'sm_count.value'", "an integer"}},
-        BadCase{"copy_faster_than_link", kGpu, [](auto& j) { j["sustained"]["pcie_h2d_gbps"]["value"] = 80; },
-                {"field 'sustained.pcie_h2d_gbps'", "raw PCIe rate"}},
-        BadCase{"unknown_source", kGpu, [](auto& j) { j["hbm_gbps"]["source"] = "blog"; },
-                {"field 'hbm_gbps.source'", "sources"}},
+        BadCase{"copy_faster_than_link", kGpu, [](auto& j) { j["sustained"]["pcie_h2d_GBps"]["value"] = 80; },
+                {"field 'sustained.pcie_h2d_GBps'", "raw PCIe rate"}},
+        // Bandwidth keys written before they said GB/s are refused with the new name, not read 8x off.
+        BadCase{"old_bandwidth_key", kGpu,
+                [](auto& j) {
+                  j["hbm_gbps"] = j["hbm_GBps"];
+                  j.erase("hbm_GBps");
+                },
+                {"field 'hbm_gbps'", "\"hbm_GBps\" instead", "gigabits", "old key"}},
+        BadCase{"old_nic_bandwidth_key", kNode,
+                [](auto& j) {
+                  for (auto& v : j["topology"]["vertices"]) {
+                    if (v["type"] == "nic") {
+                      v["gbps_per_direction"] = v["GBps_per_direction"];
+                      v.erase("GBps_per_direction");
+                    }
+                  }
+                },
+                {"gbps_per_direction'", "\"GBps_per_direction\" instead"}},
+        BadCase{"unknown_source", kGpu, [](auto& j) { j["hbm_GBps"]["source"] = "blog"; },
+                {"field 'hbm_GBps.source'", "sources"}},
         BadCase{"bad_source_kind", kGpu,
                 [](auto& j) { j["sources"]["datasheet"]["kind"] = "rumour"; },
                 {"field 'sources.datasheet.kind'", "datasheet, measured, estimate"}},
@@ -171,7 +188,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"dram_link_between_gpus", kNode,
                 [](auto& j) {
                   j["topology"]["links"].push_back(
-                      {{"a", "gpu0"}, {"b", "gpu1"}, {"type", "dram"}, {"gbps", {{"value", 1}, {"source", "dgx"}}}});
+                      {{"a", "gpu0"}, {"b", "gpu1"}, {"type", "dram"}, {"GBps", {{"value", 1}, {"source", "dgx"}}}});
                 },
                 {"field 'topology.links[", "a link type that can join a gpu and a gpu"}},
         BadCase{"bad_pcie_lanes", kNode, [](auto& j) { j["topology"]["links"][0]["lanes"] = 0; },
