@@ -266,7 +266,6 @@ SchemeBounds ringtrack_bounds(const BoundContext& ctx, const RingTrackParams& p)
 
 SchemeBounds megatron_bounds(const BoundContext& ctx, const MegatronParams& p) {
   const auto& m = ctx.in.model;
-  const auto& pol = ctx.in.precision;
   const double L = ctx.layers;
   SchemeBounds b;
   b.attention_recompute = p.recompute == Recompute::none ? 0 : 1;  // selective recompute: the core attention alone
@@ -275,9 +274,7 @@ SchemeBounds megatron_bounds(const BoundContext& ctx, const MegatronParams& p) {
   // Every rank keeps the full states of its shard of the model (the distributed optimizer splits the master
   // weights and moments dp ways); the ends of the model sit on the first and last stages.
   const double ends = p.pp == 1 ? ctx.resident_params : std::max(ctx.params.embedding, static_cast<double>(m.vocab * m.hidden));
-  const double per_param = p.distributed_optimizer ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / p.dp
-                                                   : pol.bytes_per_param();
-  b.hbm_bytes = per_param * (ctx.layer_params * L / p.pp + ends) / p.tp;
+  b.hbm_bytes = megatron_state_bytes_per_param(ctx.in.precision, p) * (ctx.layer_params * L / p.pp + ends) / p.tp;
   // Activations, at least: one layer's full set while its backward runs (recomputed or kept), and the kept
   // sets (checkpoints under full recompute, unless offloaded) of the stage's other layers for one micro-batch.
   // Without this, megatron at absurd lengths (--seq 1G) passed the bound and every candidate was simulated.
@@ -291,26 +288,21 @@ SchemeBounds megatron_bounds(const BoundContext& ctx, const MegatronParams& p) {
 
 SchemeBounds zero_bounds(const BoundContext& ctx, const ZeroParams& z) {
   const auto& m = ctx.in.model;
-  const auto& pol = ctx.in.precision;
-  const double L = ctx.layers, n = ctx.gpus, all = ctx.all_params;
+  const double L = ctx.layers;
   SchemeBounds b;
   b.attention_recompute = ctx.dense_recompute;
   const LayerSplit split = zero_layer_split(ctx.in, z);
   b.dense_s = L * static_cast<double>(zero_micro_batches(ctx.in, z)) * dense_layer_seconds(ctx.in, split, ctx.dense_recompute > 0) + ctx.head_s;
-  const double layers_params = ctx.layer_params * L;
-  double weights = pol.weight_bytes * ((z.stage == 3 ? layers_params / n : layers_params) + ctx.resident_params);
-  if (z.offload_params) weights -= pol.weight_bytes * layers_params / n;
-  const double grads = z.offload_grads ? 0 : pol.grad_bytes * (z.stage >= 2 ? all / n : all);
-  const double optimizer = z.offload_optimizer ? 0 : ctx.states_per_param * (z.stage >= 1 ? all / n : all);
+  const ZeroStateBytes states = zero_state_bytes(ctx.in, z);
   const double full = split.fpdt_chunks > 1 ? fpdt_working_bytes(m, split) : layer_activation_bytes(m, split, Recompute::none).total();
   const double ckpt = layer_activation_bytes(m, split, Recompute::full).total();
   const auto checkpointed = static_cast<double>(z.checkpointed_layers(m.layers));
   const double acts = z.offload_activations ? 0 : ckpt * checkpointed + full * (L - checkpointed);
-  b.hbm_bytes = weights + grads + optimizer + acts;
+  b.hbm_bytes = (states.weights - states.host_weights) + (z.offload_grads ? 0 : states.grads) + (z.offload_optimizer ? 0 : states.optimizer) + acts;
   double host = 0;
-  if (z.offload_params) host += pol.weight_bytes * layers_params / n;
-  if (z.offload_grads) host += pol.grad_bytes * (z.stage >= 2 ? all / n : all);
-  if (z.offload_optimizer) host += ctx.states_per_param * (z.stage >= 1 ? all / n : all);
+  if (z.offload_params) host += states.host_weights;
+  if (z.offload_grads) host += states.grads;
+  if (z.offload_optimizer) host += states.optimizer;
   if (z.offload_activations) host += ckpt * L;
   b.dram_bytes = host * ctx.in.cluster.topology.gpus_per_node();
   return b;

@@ -21,6 +21,11 @@ std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& 
   return in.workload.global_batch / (p.dp * p.micro_batch);
 }
 
+double megatron_state_bytes_per_param(const model::PrecisionPolicy& pol, const MegatronParams& p) {
+  const int grad_ring = p.whole_dp() * p.whole_cp();
+  return p.distributed_optimizer ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / grad_ring : pol.bytes_per_param();
+}
+
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
   LayerSplit split{p.micro_batch, in.workload.seq_len, p.tp, p.sequence_parallel, false};
   split.tp_comm_overlap = p.tp_comm_overlap;
@@ -343,9 +348,7 @@ sim::TaskGraph MegatronBuilder::build() {
 
 // Model states, resident for the whole step.
 void MegatronBuilder::model_states() {
-  const auto& pol = in_.precision;
-  const double states_per_param =
-      p_.distributed_optimizer ? pol.weight_bytes + pol.grad_bytes + (pol.master_bytes + pol.optimizer_bytes) / grad_ring_ : pol.bytes_per_param();
+  const double states_per_param = megatron_state_bytes_per_param(in_.precision, p_);
   for (int stage = 0; stage < p_.pp; ++stage) {
     double stage_params = layer_params_ * static_cast<double>(stage_layers_[static_cast<std::size_t>(stage)]);
     if (stage == 0) stage_params += params_.embedding / p_.tp;

@@ -60,6 +60,9 @@ struct MegatronParams {
 void check_megatron(const StepInputs& in, const MegatronParams& p);
 // The micro-batches per step: global_batch / (dp * micro_batch).
 std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& p);
+// Model-state bytes per parameter a rank holds: weights and gradients whole; with the distributed optimizer the
+// master weights and Adam moments split over the whole data-parallel x context-parallel group.
+double megatron_state_bytes_per_param(const model::PrecisionPolicy& pol, const MegatronParams& p);
 // One micro-batch's tokens on one TP rank: the shape every Megatron layer cost and memory figure uses.
 LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p);
 // Layers on each pipeline stage (split over its vpp model chunks by megatron_chunk_first_layers), checked by

@@ -38,6 +38,11 @@ constexpr double kBf16 = 2;
 // K/V heads per TP rank: split while there are enough, replicated below that.
 std::int64_t local_kv_heads(const model::ModelConfig& m, int tp) { return std::max<std::int64_t>(1, m.kv_heads / tp); }
 
+// One pass of a K/V ring: K and V of `k_elements` each in bf16; backward also the fp32 dK, dV accumulators.
+double kv_pass_bytes(double k_elements, bool backward) {
+  return backward ? 2 * k_elements * kBf16 + 2 * k_elements * 4 : 2 * k_elements * kBf16;
+}
+
 // One collective over `group` (`size` ranks) after the chain ends last[first, first + count), which it becomes.
 void emit_collective(sim::TaskGraph& graph, const std::string& name, sim::CollectiveOp op, double bytes, std::int32_t group,
                      int size, std::vector<sim::TaskId>& last, std::size_t first, std::size_t count) {
@@ -96,8 +101,7 @@ double tp_bytes_per_layer_forward(const model::ModelConfig& m, const LayerSplit&
 double ring_bytes_per_layer(const model::ModelConfig& m, const LayerSplit& split, bool backward) {
   if (split.cp == 1) return 0;
   const double block = static_cast<double>(split.local_tokens() * local_kv_heads(m, split.tp) * m.head_dim);  // elements of K
-  const double per_pass = backward ? 2 * block * kBf16 + 2 * block * 4 : 2 * block * kBf16;
-  return static_cast<double>(split.cp - 1) * per_pass;
+  return static_cast<double>(split.cp - 1) * kv_pass_bytes(block, backward);
 }
 
 double cp_gathered_kv_bytes(const model::ModelConfig& m, const LayerSplit& split) {
@@ -318,9 +322,8 @@ void LayerEmitter::a2a_p2p_attention(const std::string& name, bool backward, std
     }
   }
   const double k_elements = static_cast<double>(a * split_.local_tokens() * kv_heads_per_rank * model_.head_dim);
-  const double pass = backward ? 2 * k_elements * kBf16 + 2 * k_elements * 4 : 2 * k_elements * kBf16;  // K, V (+ fp32 dK, dV)
   ring_steps(name, rings, groups, {tokens, tokens, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
-             static_cast<std::int64_t>(pass), last, recompute);
+             static_cast<std::int64_t>(kv_pass_bytes(k_elements, backward)), last, recompute);
   cp_exchange_heads(name, backward, false, last);
 }
 

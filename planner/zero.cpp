@@ -61,6 +61,21 @@ void check_zero(const StepInputs& in, const ZeroParams& p) {
   if (p.offload_optimizer && p.stage < 1) fail("--offload", "optimizer only with --zero-stage 1 to 3", "optimizer");
 }
 
+ZeroStateBytes zero_state_bytes(const StepInputs& in, const ZeroParams& p) {
+  const auto& m = in.model;
+  const auto& pol = in.precision;
+  const auto params = m.param_counts();
+  const double n = in.cluster.gpus(), all = m.params();
+  const double resident = params.embedding + static_cast<double>(m.vocab * m.hidden) + params.final_norm;
+  const double layers_params = params.per_layer() * static_cast<double>(m.layers);
+  ZeroStateBytes s;
+  s.weights = pol.weight_bytes * ((p.stage == 3 ? layers_params / n : layers_params) + resident);
+  s.host_weights = p.offload_params ? pol.weight_bytes * layers_params / n : 0;
+  s.grads = pol.grad_bytes * (p.stage >= 2 ? all / n : all);
+  s.optimizer = (pol.master_bytes + pol.optimizer_bytes) * (p.stage >= 1 ? all / n : all);
+  return s;
+}
+
 LayerSplit zero_layer_split(const StepInputs& in, const ZeroParams& p) {
   LayerSplit split{p.micro_batch, in.workload.seq_len, 1, false, false};
   split.ulysses = p.sp;
@@ -186,21 +201,17 @@ sim::TaskGraph ZeroBuilder::build() {
 // Model states. The embedding and LM head stay whole on every GPU (not sharded by stage 3); the layers' weights,
 // gradients and optimizer states are sharded by stage and may live in host DRAM.
 void ZeroBuilder::model_states() {
-  const auto params = model_.param_counts();
-  const double resident_params = params.embedding + static_cast<double>(model_.vocab * model_.hidden) + params.final_norm;
-  const double layers_params = layer_params_ * static_cast<double>(model_.layers);
-  const double weights = pol_.weight_bytes * ((p_.stage == 3 ? layers_params / n_ : layers_params) + resident_params);
-  const double grads = pol_.grad_bytes * (p_.stage >= 2 ? all_params_ / n_ : all_params_);
-  const double optimizer = (pol_.master_bytes + pol_.optimizer_bytes) * (p_.stage >= 1 ? all_params_ / n_ : all_params_);
+  const ZeroStateBytes states = zero_state_bytes(in_, p_);
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     const sim::DeviceId host = host_of(gpu);
-    const double host_weights = p_.offload_params ? pol_.weight_bytes * layers_params / n_ : 0;
-    g_.alloc("weights gpu" + std::to_string(gpu), gpu, sim::Pool::hbm, rounded(weights - host_weights, 1), "weights");
-    if (host_weights > 0) g_.alloc("host weights gpu" + std::to_string(gpu), host, sim::Pool::dram, rounded(host_weights, 1), "offloaded weights");
+    g_.alloc("weights gpu" + std::to_string(gpu), gpu, sim::Pool::hbm, rounded(states.weights - states.host_weights, 1), "weights");
+    if (states.host_weights > 0) {
+      g_.alloc("host weights gpu" + std::to_string(gpu), host, sim::Pool::dram, rounded(states.host_weights, 1), "offloaded weights");
+    }
     g_.alloc("grads gpu" + std::to_string(gpu), p_.offload_grads ? host : gpu, p_.offload_grads ? sim::Pool::dram : sim::Pool::hbm,
-             rounded(grads, 1), "gradients");
+             rounded(states.grads, 1), "gradients");
     g_.alloc("optimizer gpu" + std::to_string(gpu), p_.offload_optimizer ? host : gpu, p_.offload_optimizer ? sim::Pool::dram : sim::Pool::hbm,
-             rounded(optimizer, 1), "master weights and Adam moments");
+             rounded(states.optimizer, 1), "master weights and Adam moments");
   }
 }
 

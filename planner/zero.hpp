@@ -53,6 +53,13 @@ void check_zero(const StepInputs& in, const ZeroParams& p);
 // The slice of each layer one GPU runs for one micro-batch under these parameters.
 LayerSplit zero_layer_split(const StepInputs& in, const ZeroParams& p);
 std::int64_t zero_micro_batches(const StepInputs& in, const ZeroParams& p);
+// One GPU's model states, in bytes: the weights (layers sharded by stage 3, the embedding and LM head whole),
+// `host_weights` the part of them offloaded with the parameters; gradients (sharded by stage 2); master weights
+// and Adam moments (sharded by stage 1). Where gradients and optimizer states live is the offload flags' business.
+struct ZeroStateBytes {
+  double weights = 0, host_weights = 0, grads = 0, optimizer = 0;
+};
+ZeroStateBytes zero_state_bytes(const StepInputs& in, const ZeroParams& p);
 sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p);
 
 }  // namespace trainyard::planner

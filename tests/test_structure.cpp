@@ -174,11 +174,11 @@ TEST(Structure, SchemeNamesAreComparedOnlyInTheRegistry) {
 // (<...>) listed.
 std::set<std::string> includes_of(const std::string& file) {
   std::set<std::string> seen;
-  std::vector<std::string> todo{file};
+  std::vector<std::string> to_read{file};  // project headers found but not read yet
   static const std::regex kInclude(R"re(^\s*#\s*include\s*([<"])([^>"]+)[>"])re");
-  while (!todo.empty()) {
-    const std::string at = todo.back();
-    todo.pop_back();
+  while (!to_read.empty()) {
+    const std::string at = to_read.back();
+    to_read.pop_back();
     std::istringstream text(read(kRoot / at));
     std::string line;
     while (std::getline(text, line)) {
@@ -186,7 +186,7 @@ std::set<std::string> includes_of(const std::string& file) {
       if (!std::regex_search(line, m, kInclude)) continue;
       const std::string name = m[2];
       if (!seen.insert(name).second) continue;
-      if (m[1] == "\"" && fs::exists(kRoot / name)) todo.push_back(name);
+      if (m[1] == "\"" && fs::exists(kRoot / name)) to_read.push_back(name);
     }
   }
   return seen;

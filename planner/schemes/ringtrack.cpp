@@ -15,12 +15,13 @@ std::string_view placement_name(Placement p) { return p == Placement::hbm ? "hbm
 std::string_view acts_name(ActivationPolicy a) {
   return a == ActivationPolicy::hbm ? "hbm" : a == ActivationPolicy::dram ? "dram" : "recompute";
 }
+std::string_view weights_name(WeightPolicy w) { return w == WeightPolicy::resident ? "resident" : "stream"; }
 
 std::string ringtrack_summary(const PlanSpec& spec) {
   const auto& p = spec.ringtrack;
   return "ring " + std::to_string(p.ring) + ", block " + std::to_string(p.block) + ", chunk " + format_tokens(p.chunk) + ", prefetch " +
          std::to_string(p.prefetch) + ", kv " + std::string(placement_name(p.kv)) + ", acts " + std::string(acts_name(p.acts)) +
-         ", weights " + (p.weights == WeightPolicy::resident ? "resident" : "stream") + ", states " + std::string(placement_name(p.states));
+         ", weights " + std::string(weights_name(p.weights)) + ", states " + std::string(placement_name(p.states));
 }
 
 // ring_order: an array of ring positions (empty: chosen from the topology), each checked against "ring".
@@ -61,10 +62,11 @@ std::vector<Param> ringtrack_params() {
       int_param("block", "block (layers)", R, &RingTrackParams::block, 1, kMax, B::layers),
       chunk,
       int_param("prefetch", "prefetch", R, &RingTrackParams::prefetch, 1, 8),
-      enum_param("kv", "K/V", R, &RingTrackParams::kv, {"hbm", "dram"}),
-      enum_param("acts", "activations", R, &RingTrackParams::acts, {"hbm", "dram", "recompute"}),
-      enum_param("weights", "weights", R, &RingTrackParams::weights, {"resident", "stream"}),
-      enum_param("states", "optimizer states", R, &RingTrackParams::states, {"hbm", "dram"}),
+      enum_param("kv", "K/V", R, &RingTrackParams::kv, {Placement::hbm, Placement::dram}, placement_name),
+      enum_param("acts", "activations", R, &RingTrackParams::acts, {ActivationPolicy::hbm, ActivationPolicy::dram, ActivationPolicy::recompute},
+                 acts_name),
+      enum_param("weights", "weights", R, &RingTrackParams::weights, {WeightPolicy::resident, WeightPolicy::stream}, weights_name),
+      enum_param("states", "optimizer states", R, &RingTrackParams::states, {Placement::hbm, Placement::dram}, placement_name),
       ring_order_param(),
   };
 }

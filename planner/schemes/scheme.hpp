@@ -145,18 +145,19 @@ template <typename Part>
 Param bool_param(std::string key, std::string label, Part PlanSpec::*part, bool Part::*field) {
   return member_param(std::move(key), std::move(label), Param::Kind::boolean, part, field);
 }
-// An enum member shown as `names` (in the enum's order: names[i] is the value i).
+// An enum member taking `values`, each shown as name(value) (the enum's own spelling, as summaries print it).
 template <typename Part, typename E>
-Param enum_param(std::string key, std::string label, Part PlanSpec::*part, E Part::*field, std::vector<std::string> names) {
+Param enum_param(std::string key, std::string label, Part PlanSpec::*part, E Part::*field, std::vector<E> values,
+                 std::string_view (*name)(E)) {
   Param p;
   p.key = std::move(key);
   p.label = std::move(label);
   p.kind = Param::Kind::choice;
-  p.choices = names;
-  p.get = [part, field, names](const PlanSpec& spec) { return nlohmann::json(names[static_cast<std::size_t>((spec.*part).*field)]); };
-  p.set = [part, field, names](PlanSpec& spec, const nlohmann::json& v) {
-    const auto at = std::find(names.begin(), names.end(), v.get<std::string>());
-    (spec.*part).*field = static_cast<E>(at - names.begin());
+  for (E v : values) p.choices.emplace_back(name(v));
+  p.get = [part, field, name](const PlanSpec& spec) { return nlohmann::json(std::string(name((spec.*part).*field))); };
+  p.set = [part, field, values, name](PlanSpec& spec, const nlohmann::json& v) {
+    const auto at = std::find_if(values.begin(), values.end(), [&](E e) { return name(e) == v.get<std::string>(); });
+    (spec.*part).*field = *at;  // v is one of the choices: read_params and the GUI give no other
   };
   return p;
 }
