@@ -103,13 +103,12 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   const sim::SimResult predicted = sim::simulate(graph, *l.cluster);
   if (!predicted.completed) throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
-  const std::int64_t chunk = l.plan.spec.ringtrack.chunk;
   const int gpn = l.cluster->topology.gpus_per_node();
   backend::ModelState state(l.model, seed);
   backend::ExecutorOptions options;
   options.run_optimizer = !check;
   options.adam.lr = vm["lr"].as<float>();
-  backend::GpuExecutor executor(graph, state, chunk, gpn, predicted.timing, options);
+  backend::GpuExecutor executor(graph, state, gpn, predicted.timing, options);
   executor.upload(state);
   const bool as_json = vm["json"].as<bool>();
   Json out = {{"plan", origin}, {"device", found.devices.front().name}, {"summary", l.plan.spec.summary()}};
@@ -120,7 +119,7 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
     const backend::MeasuredStep g = executor.run_step(tokens);
     backend::ModelState on_gpu(l.model, seed);
     executor.download(on_gpu);
-    const auto r = backend::run_reference_step(graph, state, chunk, gpn, tokens);
+    const auto r = backend::run_reference_step(graph, state, gpn, tokens);
     const double loss_error = std::abs(g.loss - r.loss) / std::abs(r.loss);
     const double grad_error = backend::max_gradient_difference(on_gpu, state);
     const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
@@ -257,9 +256,9 @@ int run_run(const std::vector<std::string>& args) {
   if (vm["check"].as<bool>()) {
     const auto tokens = step_tokens(0);
     backend::ModelState chunked(l.model, seed), plain(l.model, seed);
-    const auto a = backend::run_reference_step(graph, chunked, l.plan.spec.ringtrack.chunk, gpus_per_node, tokens);
+    const auto a = backend::run_reference_step(graph, chunked, gpus_per_node, tokens);
     const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)", nullptr, memory_budget(vm));
-    const auto b = backend::run_reference_step(plain_graph, plain, workload.seq_len, gpus_per_node, tokens);
+    const auto b = backend::run_reference_step(plain_graph, plain, gpus_per_node, tokens);
     const double loss_error = std::abs(a.loss - b.loss) / std::abs(b.loss);
     const double grad_error = backend::max_gradient_difference(chunked, plain);
     const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
@@ -294,7 +293,7 @@ int run_run(const std::vector<std::string>& args) {
     }
     o.optimizer_step = s;
     const auto start = std::chrono::steady_clock::now();
-    const auto r = backend::run_reference_step(graph, state, l.plan.spec.ringtrack.chunk, gpus_per_node, step_tokens(s - 1), o);
+    const auto r = backend::run_reference_step(graph, state, gpus_per_node, step_tokens(s - 1), o);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     curve.push_back({{"step", s}, {"loss", r.loss}, {"seconds", seconds}});
     csv += std::to_string(s) + "," + format_fixed(r.loss, 6) + "," + format_fixed(seconds, 3) + "\n";

@@ -14,22 +14,9 @@ namespace trainyard::backend {
 
 namespace {
 
-constexpr const char* kRoleNames[] = {"x (layer input)", "norm1 output", "Q", "K", "V", "running attention output",
-                                      "attention output", "attention lse", "projection output", "residual1 output",
-                                      "norm2 output", "gate|up", "MLP activation", "MLP output", "dMLP", "dh1", "dact", "dgate|up",
-                                      "dnorm2", "dproj", "dO", "attention delta", "dQ", "dK|dV accumulator", "dQKV",
-                                      "dnorm1", "dx (input gradient)", "final norm output", "logits", "dlogits"};
-static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::dlogits) + 1);
-
 std::string task_name(const sim::TaskGraph& g, sim::TaskId id) { return "task " + std::to_string(id) + " '" + g.task(id).name + "'"; }
 
 }  // namespace
-
-std::string describe(const Key& k) {
-  std::ostringstream out;
-  out << kRoleNames[static_cast<int>(k.role)] << " of layer " << k.layer << " chunk " << k.chunk << " (sequence " << k.seq << ")";
-  return out.str();
-}
 
 std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::vector<std::vector<sim::TaskId>>* preds) {
   const auto n = graph.size();
@@ -44,10 +31,10 @@ std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::
   for (const auto& [a, b] : graph.edges()) edge(a, b);
   std::map<std::tuple<sim::DeviceId, sim::StreamKind, int>, sim::TaskId> stream_last;
   for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(n); ++id) {
-    const auto& t = graph.task(id);
-    if (t.stream.kind == sim::StreamKind::none) continue;
-    auto [it, fresh] = stream_last.try_emplace({t.device, t.stream.kind, t.stream.index}, id);
-    if (!fresh) edge(std::exchange(it->second, id), id);
+    sim::for_each_occupied_stream(graph, graph.task(id), [&](sim::DeviceId device, sim::Stream stream) {
+      auto [it, fresh] = stream_last.try_emplace({device, stream.kind, stream.index}, id);
+      if (!fresh) edge(std::exchange(it->second, id), id);
+    });
   }
   std::priority_queue<sim::TaskId, std::vector<sim::TaskId>, std::greater<>> ready;
   for (std::size_t i = 0; i < n; ++i) {
@@ -74,7 +61,7 @@ std::vector<Key> content(const sim::Op& op) {
     case sim::OpCode::kv:
     case sim::OpCode::dkv:
     case sim::OpCode::kv_dkv:
-      for (int j = op.first; j <= op.last; ++j) {
+      for (int j = op.kv_first; j <= op.kv_last; ++j) {
         if (op.code != sim::OpCode::dkv) {
           at(Role::k, op.layer, j);
           at(Role::v, op.layer, j);
@@ -95,117 +82,8 @@ std::vector<Key> content(const sim::Op& op) {
   return keys;
 }
 
-std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& m, std::int64_t c) {
-  using sim::OpCode;
-  const std::int64_t h = m.hidden, q = m.q_dim(), kv = m.kv_dim(), f = m.ffn_hidden, heads = m.heads;
-  std::vector<Use> uses;
-  auto key = [&](Role r) { return Key{r, op.seq, op.layer, op.chunk}; };
-  auto read = [&](Role r) { uses.push_back({key(r), Access::read}); };
-  auto write = [&](Role r, std::int64_t elements, DType t = DType::bf16) { uses.push_back({key(r), Access::write, elements, t}); };
-  auto update = [&](Role r) { uses.push_back({key(r), Access::update}); };
-  auto kv_range = [&](Role r) {
-    for (int j = op.first; j <= op.last; ++j) uses.push_back({Key{r, op.seq, op.layer, j}, Access::read});
-  };
-  auto piece = [&](Role r) { return Key{r, op.seq, op.layer, op.chunk, op.first}; };
-  const std::int64_t rows = op.last - op.first;  // the LM head's pieces
-  switch (op.code) {
-    case OpCode::embed: write(Role::x, c * h); break;
-    case OpCode::norm1: read(Role::x); write(Role::n1, c * h); break;
-    case OpCode::qkv: read(Role::n1); write(Role::q, c * q); write(Role::k, c * kv); write(Role::v, c * kv); break;
-    case OpCode::rope: update(Role::q); update(Role::k); break;
-    case OpCode::attn:
-      read(Role::q);
-      kv_range(Role::k);
-      kv_range(Role::v);
-      if (op.last == op.chunk) {  // the diagonal comes first and starts the running state
-        write(Role::o_run, c * q, DType::fp32);
-        write(Role::lse, heads * c, DType::fp32);
-      } else {
-        update(Role::o_run);
-        update(Role::lse);
-      }
-      write(Role::o, c * q);
-      break;
-    case OpCode::attn_merge: read(Role::o_run); write(Role::o, c * q); break;
-    case OpCode::proj: read(Role::o); write(Role::p, c * h); break;
-    case OpCode::residual1: read(Role::x); read(Role::p); write(Role::h1, c * h); break;
-    case OpCode::norm2: read(Role::h1); write(Role::n2, c * h); break;
-    case OpCode::mlp_up: read(Role::n2); write(Role::gu, 2 * c * f); break;
-    case OpCode::act: read(Role::gu); write(Role::a, c * f); break;
-    case OpCode::mlp_down: read(Role::a); write(Role::mo, c * h); break;
-    case OpCode::residual2:
-      read(Role::h1);
-      read(Role::mo);
-      uses.push_back({Key{Role::x, op.seq, op.layer + 1, op.chunk}, Access::write, c * h});
-      break;
-
-    case OpCode::residual2_bwd:
-      uses.push_back({Key{Role::dx, op.seq, op.layer + 1, op.chunk}, Access::read});
-      write(Role::dm, c * h);
-      write(Role::dh1, c * h);
-      break;
-    case OpCode::mlp_down_dgrad: read(Role::dm); write(Role::da, c * f); break;
-    case OpCode::mlp_down_wgrad: read(Role::dm); read(Role::a); break;
-    case OpCode::act_bwd: read(Role::gu); read(Role::da); write(Role::dgu, 2 * c * f); break;
-    case OpCode::mlp_up_dgrad: read(Role::dgu); write(Role::dn2, c * h); break;
-    case OpCode::mlp_up_wgrad: read(Role::dgu); read(Role::n2); break;
-    case OpCode::norm2_bwd: read(Role::h1); read(Role::dn2); update(Role::dh1); break;
-    case OpCode::residual1_bwd: read(Role::dh1); write(Role::dp, c * h); break;
-    case OpCode::proj_dgrad: read(Role::dp); write(Role::d_o, c * q); break;
-    case OpCode::proj_wgrad: read(Role::dp); read(Role::o); break;
-    case OpCode::attn_bwd:
-      kv_range(Role::k);
-      kv_range(Role::v);
-      read(Role::q);
-      read(Role::d_o);
-      read(Role::lse);
-      if (op.last == op.chunk) {  // the diagonal starts dQ and computes D = rowsum(dO * O)
-        read(Role::o);
-        write(Role::dq, c * q, DType::fp32);
-        write(Role::delta, heads * c, DType::fp32);
-      } else {
-        update(Role::dq);
-        update(Role::delta);
-      }
-      for (int j = op.first; j <= op.last; ++j) uses.push_back({Key{Role::dkv, op.seq, op.layer, j}, Access::accumulate, 2 * c * kv, DType::fp32});
-      break;
-    case OpCode::rope_bwd: read(Role::dq); read(Role::dkv); write(Role::dqkv, c * (q + 2 * kv)); break;
-    case OpCode::qkv_dgrad: read(Role::dqkv); write(Role::dn1, c * h); break;
-    case OpCode::qkv_wgrad: read(Role::dqkv); read(Role::n1); break;
-    case OpCode::norm1_bwd: read(Role::x); read(Role::dn1); read(Role::dh1); write(Role::dx, c * h); break;
-    case OpCode::embed_bwd: read(Role::dx); break;
-
-    case OpCode::head_logits:
-      read(Role::x);
-      uses.push_back({piece(Role::logits), Access::write, rows * m.vocab});
-      uses.push_back({piece(Role::nf), Access::write, rows * h});
-      break;
-    case OpCode::head_xent:
-      uses.push_back({piece(Role::logits), Access::read});
-      uses.push_back({piece(Role::dlogits), Access::write, rows * m.vocab});
-      break;
-    case OpCode::head_dgrad:
-      uses.push_back({piece(Role::dlogits), Access::read});
-      read(Role::x);
-      // The pieces fill dx's rows one after another: the first starts it.
-      if (op.first == 0) {
-        write(Role::dx, c * h);
-      } else {
-        update(Role::dx);
-      }
-      break;
-    case OpCode::head_wgrad:
-      uses.push_back({piece(Role::dlogits), Access::read});
-      uses.push_back({piece(Role::nf), Access::read});
-      break;
-    default:
-      throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not a compute op", __FILE__, __LINE__);
-  }
-  return uses;
-}
-
 DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model,
-                           std::int64_t chunk_tokens, int gpus_per_node) {
+                           int gpus_per_node) {
   DataflowPlan plan;
   std::map<std::pair<sim::DeviceId, Key>, int> live;  // what each place holds now
   plan.releases.assign(order.size(), {});
@@ -290,7 +168,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
       case sim::TaskKind::collective: break;  // model states only (the reference refuses others)
       default:
         if (t.op.code == sim::OpCode::states || t.op.code == sim::OpCode::optimizer) break;
-        for (const Use& u : compute_uses(t.op, model, chunk_tokens)) {
+        for (const Use& u : compute_uses(t.op, model, graph.chunk_tokens())) {
           int inst = find(t.device, u.key);
           switch (u.access) {
             case Access::read:
@@ -298,7 +176,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
             case Access::write:
               if (inst < 0) {
                 inst = create(t.device, u.key, u.elements, u.dtype);
-                if (t.op.code == sim::OpCode::head_dgrad) step.zero_first.push_back(inst);
+                if (u.zeroed) step.zero_first.push_back(inst);
               }
               break;
             case Access::accumulate:

@@ -19,12 +19,12 @@ namespace trainyard::backend {
 namespace {
 
 using kernels::bf16_bits;
-constexpr float kNormEps = 1e-5f;  // as reference_step.cpp
 
 // A parameter's device copies; weights bf16, the rest fp32.
 struct DeviceParameter {
   std::string name;
   std::int64_t n = 0;
+  bool decays = true;  // Parameter::decays
   bf16_bits* weight = nullptr;
   float *grad = nullptr, *master = nullptr, *m = nullptr, *v = nullptr;
 };
@@ -44,7 +44,7 @@ struct GpuExecutor::Impl {
   ExecutorOptions opt;
   RankSchedule sched;
   DataflowPlan flow;
-  std::vector<int> step_at;  // per position in sched.order: index into sched.steps, or -1 (allocations, frees)
+  std::vector<int> step_at;  // per position in sched.order: index into sched.submissions, or -1 (allocations, frees)
   std::vector<std::vector<sim::TaskId>> reuse_waits;  // per position: tasks to wait for before reusing bytes
 
   std::vector<cudaStream_t> streams;
@@ -65,15 +65,16 @@ struct GpuExecutor::Impl {
   float* dloss = nullptr;   // 1 / tokens, one per row of a chunk
   std::int64_t states_bytes = 0;
 
-  Impl(const sim::TaskGraph& graph, ModelState& shapes, std::int64_t chunk, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
+  Impl(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
        const ExecutorOptions& options)
-      : g(graph), m(shapes.model()), c(chunk), gpn(gpus_per_node), opt(options) {
+      : g(graph), m(shapes.model()), c(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
     refuse_what_is_not_written();
+    if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
     for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
     sched = make_schedule(g, 0, gpn, predicted);
-    flow = plan_dataflow(g, sched.order, m, c, gpn);
+    flow = plan_dataflow(g, sched.order, m, gpn);
     std::map<sim::TaskId, int> step_of;
-    for (std::size_t i = 0; i < sched.steps.size(); ++i) step_of[sched.steps[i].task] = static_cast<int>(i);
+    for (std::size_t i = 0; i < sched.submissions.size(); ++i) step_of[sched.submissions[i].task] = static_cast<int>(i);
     for (sim::TaskId t : sched.order) {
       const auto it = step_of.find(t);
       step_at.push_back(it == step_of.end() ? -1 : it->second);
@@ -161,6 +162,7 @@ struct GpuExecutor::Impl {
       DeviceParameter d;
       d.name = p->name;
       d.n = static_cast<std::int64_t>(p->size());
+      d.decays = p->decays;
       d.weight = device_alloc<bf16_bits>(d.n);
       d.grad = device_alloc<float>(d.n);
       d.master = device_alloc<float>(d.n);
@@ -198,7 +200,7 @@ struct GpuExecutor::Impl {
     }
     begin.assign(g.size(), nullptr);
     end.assign(g.size(), nullptr);
-    for (const Step& s : sched.steps) {
+    for (const Submission& s : sched.submissions) {
       TRAINYARD_CUDA_CHECK(cudaEventCreate(&begin[static_cast<std::size_t>(s.task)]));
       TRAINYARD_CUDA_CHECK(cudaEventCreate(&end[static_cast<std::size_t>(s.task)]));
     }
@@ -266,7 +268,7 @@ struct GpuExecutor::Impl {
     std::set<int> updated_groups;
     for (std::size_t pos = 0; pos < sched.order.size(); ++pos) {
       if (step_at[pos] < 0) continue;  // allocations and frees: their waits pass to the tasks after them
-      const Step& step = sched.steps[static_cast<std::size_t>(step_at[pos])];
+      const Submission& step = sched.submissions[static_cast<std::size_t>(step_at[pos])];
       const TaskTensors& tensors = flow.steps[pos];
       cudaStream_t stream = streams[static_cast<std::size_t>(step.slot)];
       for (sim::TaskId w : step.waits) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[static_cast<std::size_t>(w)], 0));
@@ -285,7 +287,7 @@ struct GpuExecutor::Impl {
     r.tokens = total;
     r.timing.assign(g.size(), {});
     std::int64_t first = -1, last = 0;
-    for (const Step& s : sched.steps) {
+    for (const Submission& s : sched.submissions) {
       float start_ms = 0, end_ms = 0;
       TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&start_ms, origin, begin[static_cast<std::size_t>(s.task)]));
       TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&end_ms, origin, end[static_cast<std::size_t>(s.task)]));
@@ -372,7 +374,7 @@ struct GpuExecutor::Impl {
         for (int p : members) {
           const DeviceParameter& d = params[static_cast<std::size_t>(p)];
           kernels::AdamW o = opt.adam;
-          if (d.name.find("norm") != std::string::npos) o.weight_decay = 0;  // as ModelState::adamw_step
+          if (!d.decays) o.weight_decay = 0;  // as ModelState::adamw_step
           kernels::adamw(o, optimizer_step, d.n, d.master, d.m, d.v, d.grad, d.weight, stream);
         }
       }
@@ -381,17 +383,34 @@ struct GpuExecutor::Impl {
     if (task.kind() != sim::TaskKind::gemm && task.kind() != sim::TaskKind::attention && task.kind() != sim::TaskKind::elementwise) {
       return;  // nothing to run for this kind (validated in refuse_what_is_not_written)
     }
-    compute(op, t, stream, *gemms[static_cast<std::size_t>(slot)], seq_len);
+    const std::vector<Use> uses = compute_uses(op, m, c);
+    compute(op, OpTensors(op, uses, t.instances), stream, *gemms[static_cast<std::size_t>(slot)], seq_len);
   }
 
-  void compute(const sim::Op& op, const TaskTensors& t, cudaStream_t stream, kernels::Gemm& gemm, std::int64_t seq_len) {
+  // The task's tensors by name (the op table's entry, ops.hpp), as the type the kernels take: asking for a
+  // tensor the entry does not name, or with another dtype, throws before anything is enqueued.
+  template <typename T>
+  static constexpr DType dtype_of = std::is_same_v<T, float> ? DType::fp32 : DType::bf16;
+  template <typename T>
+  const T* input(const OpTensors& t, Role role, int kv_chunk = -1) const {
+    return static_cast<const T*>(where(t.read(role, dtype_of<T>, kv_chunk)));
+  }
+  template <typename T>
+  T* output(const OpTensors& t, Role role, int kv_chunk = -1) const {
+    return static_cast<T*>(where(t.write(role, dtype_of<T>, kv_chunk)));
+  }
+
+  void compute(const sim::Op& op, const OpTensors& t, cudaStream_t stream, kernels::Gemm& gemm, std::int64_t seq_len) {
     using sim::OpCode;
     const int C = static_cast<int>(c), h = static_cast<int>(m.hidden), q = static_cast<int>(m.q_dim()), kv = static_cast<int>(m.kv_dim()),
               f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(m.heads),
               KV = static_cast<int>(m.kv_heads), D = static_cast<int>(m.head_dim);
-    const std::int64_t ch = static_cast<std::int64_t>(C) * h;
-    auto b16 = [&](std::size_t use) { return ptr<bf16_bits>(t, use); };
-    auto f32 = [&](std::size_t use) { return ptr<float>(t, use); };
+    const std::int64_t ch = static_cast<std::int64_t>(C) * h, cq = static_cast<std::int64_t>(C) * q, ckv = static_cast<std::int64_t>(C) * kv,
+                       cf = static_cast<std::int64_t>(C) * f;
+    auto bf16_in = [&](Role r, int j = -1) { return input<bf16_bits>(t, r, j); };
+    auto bf16_out = [&](Role r) { return output<bf16_bits>(t, r); };
+    auto fp32_in = [&](Role r) { return input<float>(t, r); };
+    auto fp32_out = [&](Role r, int j = -1) { return output<float>(t, r, j); };
     // y = x W^T, dx = dy W, dW += dy^T x (W [out][in]; see kernels/gemm.hpp).
     auto forward = [&](int rows, int in, int out, const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float beta = 0) {
       gemm.run(rows, out, in, x, false, w, true, y, false, 1, beta, stream);
@@ -402,180 +421,168 @@ struct GpuExecutor::Impl {
     auto wgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* x, float* dw) {
       gemm.run(out, in, rows, dy, true, x, false, dw, true, 1, 1, stream);
     };
+    auto copy = [&](const bf16_bits* from, bf16_bits* to) {
+      TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(to, from, static_cast<std::size_t>(ch) * 2, cudaMemcpyDeviceToDevice, stream));
+    };
     const std::int32_t* seq_tokens = tokens + static_cast<std::int64_t>(op.seq) * (seq_len + 1) + static_cast<std::int64_t>(op.chunk) * c;
     const bool head = op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad;
     const int l = op.layer;
     auto lp = [&](int k) -> const DeviceParameter& { return layer(l, k); };
     enum { norm1, wqkv, wo, norm2, wup, wdown };
     const std::int64_t qh = static_cast<std::int64_t>(q) * h, kvh = static_cast<std::int64_t>(kv) * h, fh = static_cast<std::int64_t>(f) * h;
-    const int pairs = op.last - op.first + 1;
+    const float eps = static_cast<float>(m.norm_epsilon), rope_theta = static_cast<float>(m.rope_theta.value_or(0));
     if (!head && (l < 0 || l >= m.layers) && op.code != OpCode::embed && op.code != OpCode::embed_bwd) {
       throw InternalError("op " + std::string(sim::to_string(op.code)) + " on layer " + std::to_string(l), __FILE__, __LINE__);
     }
 
     switch (op.code) {
-      // ---- forward (uses in dataflow.cpp's order) --------------------------------------------------------------
+      // ---- forward ------------------------------------------------------------------------------------------
       case OpCode::embed:
-        kernels::embedding_forward(C, h, params[static_cast<std::size_t>(embedding)].weight, seq_tokens, b16(0), stream);
+        kernels::embedding_forward(C, h, params[static_cast<std::size_t>(embedding)].weight, seq_tokens, bf16_out(Role::x), stream);
         return;
-      case OpCode::norm1:
-      case OpCode::norm2:
-        kernels::rmsnorm_forward(C, h, kNormEps, b16(0), lp(op.code == OpCode::norm1 ? norm1 : norm2).weight, b16(1), stream);
-        return;
+      case OpCode::norm1: kernels::rmsnorm_forward(C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_out(Role::n1), stream); return;
+      case OpCode::norm2: kernels::rmsnorm_forward(C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_out(Role::n2), stream); return;
       case OpCode::qkv:
-        forward(C, h, q, b16(0), lp(wqkv).weight, b16(1));
-        forward(C, h, kv, b16(0), lp(wqkv).weight + qh, b16(2));
-        forward(C, h, kv, b16(0), lp(wqkv).weight + qh + kvh, b16(3));
+        forward(C, h, q, bf16_in(Role::n1), lp(wqkv).weight, bf16_out(Role::q));
+        forward(C, h, kv, bf16_in(Role::n1), lp(wqkv).weight + qh, bf16_out(Role::k));
+        forward(C, h, kv, bf16_in(Role::n1), lp(wqkv).weight + qh + kvh, bf16_out(Role::v));
         return;
       case OpCode::rope:
-        kernels::rope(C, H, D, op.chunk * c, opt.rope_base, false, b16(0), stream);
-        kernels::rope(C, KV, D, op.chunk * c, opt.rope_base, false, b16(1), stream);
+        kernels::rope(C, H, D, op.chunk * c, rope_theta, false, bf16_out(Role::q), stream);
+        kernels::rope(C, KV, D, op.chunk * c, rope_theta, false, bf16_out(Role::k), stream);
         return;
-      case OpCode::attn: {
-        // uses: q, k[first..last], v[first..last], o_run, lse, o. Pair by pair into the running state.
-        const bool diagonal = op.last == op.chunk;
-        float* o_run = f32(1 + 2 * static_cast<std::size_t>(pairs));
-        float* lse = f32(2 + 2 * static_cast<std::size_t>(pairs));
-        if (diagonal) {  // an empty running state: zero output, and an lse so low (-1.7e38) its merge weight is 0
-          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(o_run, 0, static_cast<std::size_t>(C) * q * sizeof(float), stream));
+      case OpCode::attn: {  // pair by pair into the running state, the diagonal first as the reference's single call covers it
+        float* o_run = fp32_out(Role::o_run);
+        float* lse = fp32_out(Role::lse);
+        if (starts_accumulation(op)) {  // an empty running state: zero output, and an lse so low (-1.7e38) its merge weight is 0
+          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(o_run, 0, static_cast<std::size_t>(cq) * sizeof(float), stream));
           TRAINYARD_CUDA_CHECK(cudaMemsetAsync(lse, 0xFE, static_cast<std::size_t>(H) * C * sizeof(float), stream));
         }
-        auto* o_part = scratch<bf16_bits>(static_cast<std::int64_t>(C) * q, stream);
+        auto* o_part = scratch<bf16_bits>(cq, stream);
         auto* lse_part = scratch<float>(static_cast<std::int64_t>(H) * C, stream);
-        for (int j = 0; j < pairs; ++j) {
-          const int kv_chunk = op.last - j;  // the diagonal first, as the reference's single call covers it
-          const std::size_t k_use = 1 + static_cast<std::size_t>(kv_chunk - op.first);
-          kernels::attention_forward(pair(op, kv_chunk), b16(0), b16(k_use), b16(k_use + static_cast<std::size_t>(pairs)), o_part, lse_part, stream);
+        for (int j = op.kv_last; j >= op.kv_first; --j) {
+          kernels::attention_forward(pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), o_part, lse_part, stream);
           kernels::attention_merge(C, H, D, o_run, lse, o_part, lse_part, stream);
         }
         release(o_part, stream);
         release(lse_part, stream);
-        kernels::to_bf16(o_run, b16(3 + 2 * static_cast<std::size_t>(pairs)), static_cast<std::int64_t>(C) * q, stream);
+        kernels::to_bf16(o_run, bf16_out(Role::o), cq, stream);
         return;
       }
-      case OpCode::attn_merge: kernels::to_bf16(f32(0), b16(1), static_cast<std::int64_t>(C) * q, stream); return;
-      case OpCode::proj: forward(C, q, h, b16(0), lp(wo).weight, b16(1)); return;
-      case OpCode::residual1:
-      case OpCode::residual2: kernels::add(ch, b16(0), b16(1), b16(2), stream); return;
+      case OpCode::attn_merge: kernels::to_bf16(fp32_in(Role::o_run), bf16_out(Role::o), cq, stream); return;
+      case OpCode::proj: forward(C, q, h, bf16_in(Role::o), lp(wo).weight, bf16_out(Role::p)); return;
+      case OpCode::residual1: kernels::add(ch, bf16_in(Role::x), bf16_in(Role::p), bf16_out(Role::h1), stream); return;
+      case OpCode::residual2: kernels::add(ch, bf16_in(Role::h1), bf16_in(Role::mo), bf16_out(Role::x), stream); return;
       case OpCode::mlp_up:  // gate and up halves
-        forward(C, h, f, b16(0), lp(wup).weight, b16(1));
-        forward(C, h, f, b16(0), lp(wup).weight + fh, b16(1) + static_cast<std::int64_t>(C) * f);
+        forward(C, h, f, bf16_in(Role::n2), lp(wup).weight, bf16_out(Role::gu));
+        forward(C, h, f, bf16_in(Role::n2), lp(wup).weight + fh, bf16_out(Role::gu) + cf);
         return;
-      case OpCode::act: kernels::swiglu_forward(static_cast<std::int64_t>(C) * f, b16(0), b16(0) + static_cast<std::int64_t>(C) * f, b16(1), stream); return;
-      case OpCode::mlp_down: forward(C, f, h, b16(0), lp(wdown).weight, b16(1)); return;
+      case OpCode::act: kernels::swiglu_forward(cf, bf16_in(Role::gu), bf16_in(Role::gu) + cf, bf16_out(Role::a), stream); return;
+      case OpCode::mlp_down: forward(C, f, h, bf16_in(Role::a), lp(wdown).weight, bf16_out(Role::mo)); return;
 
       // ---- backward -----------------------------------------------------------------------------------------
-      case OpCode::residual2_bwd:
-        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b16(1), b16(0), static_cast<std::size_t>(ch) * 2, cudaMemcpyDeviceToDevice, stream));
-        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b16(2), b16(0), static_cast<std::size_t>(ch) * 2, cudaMemcpyDeviceToDevice, stream));
+      case OpCode::residual2_bwd:  // the output's gradient flows into the MLP branch and the residual
+        copy(bf16_in(Role::dx), bf16_out(Role::dm));
+        copy(bf16_in(Role::dx), bf16_out(Role::dh1));
         return;
-      case OpCode::mlp_down_dgrad: dgrad(C, f, h, b16(0), lp(wdown).weight, b16(1)); return;
-      case OpCode::mlp_down_wgrad: wgrad(C, f, h, b16(0), b16(1), lp(wdown).grad); return;
-      case OpCode::act_bwd: {
-        const std::int64_t n = static_cast<std::int64_t>(C) * f;
-        kernels::swiglu_backward(n, b16(0), b16(0) + n, b16(1), b16(2), b16(2) + n, stream);
+      case OpCode::mlp_down_dgrad: dgrad(C, f, h, bf16_in(Role::dm), lp(wdown).weight, bf16_out(Role::da)); return;
+      case OpCode::mlp_down_wgrad: wgrad(C, f, h, bf16_in(Role::dm), bf16_in(Role::a), lp(wdown).grad); return;
+      case OpCode::act_bwd:
+        kernels::swiglu_backward(cf, bf16_in(Role::gu), bf16_in(Role::gu) + cf, bf16_in(Role::da), bf16_out(Role::dgu), bf16_out(Role::dgu) + cf,
+                                 stream);
         return;
-      }
-      case OpCode::mlp_up_dgrad: {  // dn2 = dgate Wg + dup Wu (the second GEMM adds to the first's bf16 result)
-        const std::int64_t n = static_cast<std::int64_t>(C) * f;
-        dgrad(C, h, f, b16(0), lp(wup).weight, b16(1));
-        dgrad(C, h, f, b16(0) + n, lp(wup).weight + fh, b16(1), 1);
+      case OpCode::mlp_up_dgrad:  // dn2 = dgate Wg + dup Wu (the second GEMM adds to the first's bf16 result)
+        dgrad(C, h, f, bf16_in(Role::dgu), lp(wup).weight, bf16_out(Role::dn2));
+        dgrad(C, h, f, bf16_in(Role::dgu) + cf, lp(wup).weight + fh, bf16_out(Role::dn2), 1);
         return;
-      }
-      case OpCode::mlp_up_wgrad: {
-        const std::int64_t n = static_cast<std::int64_t>(C) * f;
-        wgrad(C, h, f, b16(0), b16(1), lp(wup).grad);
-        wgrad(C, h, f, b16(0) + n, b16(1), lp(wup).grad + fh);
+      case OpCode::mlp_up_wgrad:
+        wgrad(C, h, f, bf16_in(Role::dgu), bf16_in(Role::n2), lp(wup).grad);
+        wgrad(C, h, f, bf16_in(Role::dgu) + cf, bf16_in(Role::n2), lp(wup).grad + fh);
         return;
-      }
-      case OpCode::norm2_bwd: {  // uses: h1, dn2, dh1 (updated: dh1 += norm2's input gradient)
+      case OpCode::norm2_bwd: {  // dh1 += norm2's input gradient
         auto* dx = scratch<bf16_bits>(ch, stream);
-        kernels::rmsnorm_backward(C, h, kNormEps, b16(0), lp(norm2).weight, b16(1), dx, lp(norm2).grad, stream);
-        kernels::add(ch, dx, b16(2), b16(2), stream);
+        kernels::rmsnorm_backward(C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_in(Role::dn2), dx, lp(norm2).grad, stream);
+        kernels::add(ch, dx, bf16_out(Role::dh1), bf16_out(Role::dh1), stream);
         release(dx, stream);
         return;
       }
-      case OpCode::residual1_bwd:
-        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b16(1), b16(0), static_cast<std::size_t>(ch) * 2, cudaMemcpyDeviceToDevice, stream));
-        return;
-      case OpCode::proj_dgrad: dgrad(C, q, h, b16(0), lp(wo).weight, b16(1)); return;
-      case OpCode::proj_wgrad: wgrad(C, q, h, b16(0), b16(1), lp(wo).grad); return;
+      case OpCode::residual1_bwd: copy(bf16_in(Role::dh1), bf16_out(Role::dp)); return;
+      case OpCode::proj_dgrad: dgrad(C, q, h, bf16_in(Role::dp), lp(wo).weight, bf16_out(Role::d_o)); return;
+      case OpCode::proj_wgrad: wgrad(C, q, h, bf16_in(Role::dp), bf16_in(Role::o), lp(wo).grad); return;
       case OpCode::attn_bwd: {
-        // uses: k[first..last], v[first..last], q, d_o, lse, then (diagonal) o, dq, delta or dq, delta, then dkv[first..last].
-        const std::size_t n2 = 2 * static_cast<std::size_t>(pairs);
-        const bool diagonal = op.last == op.chunk;
-        const std::size_t dq_use = n2 + 3 + (diagonal ? 1 : 0);
-        if (diagonal) {
-          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(f32(dq_use), 0, static_cast<std::size_t>(C) * q * sizeof(float), stream));
-          kernels::attention_backward_prep(C, H, D, b16(n2 + 3), b16(n2 + 1), f32(dq_use + 1), stream);
+        float* dq = fp32_out(Role::dq);
+        float* delta = fp32_out(Role::delta);
+        if (starts_accumulation(op)) {  // the diagonal starts dQ and computes D = rowsum(dO * O)
+          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(dq, 0, static_cast<std::size_t>(cq) * sizeof(float), stream));
+          kernels::attention_backward_prep(C, H, D, bf16_in(Role::o), bf16_in(Role::d_o), delta, stream);
         }
-        for (int j = 0; j < pairs; ++j) {
-          const std::size_t u = static_cast<std::size_t>(j);
-          float* dkv = f32(dq_use + 2 + u);
-          kernels::attention_backward(pair(op, op.first + j), b16(n2), b16(u), b16(u + static_cast<std::size_t>(pairs)), b16(n2 + 1), f32(n2 + 2),
-                                      f32(dq_use + 1), f32(dq_use), dkv, dkv + static_cast<std::int64_t>(C) * kv, stream);
+        for (int j = op.kv_first; j <= op.kv_last; ++j) {
+          float* dkv = fp32_out(Role::dkv, j);
+          kernels::attention_backward(pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), bf16_in(Role::d_o),
+                                      fp32_in(Role::lse), delta, dq, dkv, dkv + ckv, stream);
         }
         return;
       }
-      case OpCode::rope_bwd: {  // uses: dq (fp32), dkv (fp32 dK | dV), dqkv (bf16 dQ | dK | dV)
-        kernels::to_bf16(f32(0), b16(2), static_cast<std::int64_t>(C) * q, stream);
-        kernels::to_bf16(f32(1), b16(2) + static_cast<std::int64_t>(C) * q, 2 * static_cast<std::int64_t>(C) * kv, stream);
-        kernels::rope(C, H, D, op.chunk * c, opt.rope_base, true, b16(2), stream);
-        kernels::rope(C, KV, D, op.chunk * c, opt.rope_base, true, b16(2) + static_cast<std::int64_t>(C) * q, stream);
+      case OpCode::rope_bwd: {  // dQKV (bf16 dQ | dK | dV) from the fp32 dQ and dK | dV, then RoPE undone on dQ and dK
+        bf16_bits* dqkv = bf16_out(Role::dqkv);
+        kernels::to_bf16(fp32_in(Role::dq), dqkv, cq, stream);
+        kernels::to_bf16(fp32_in(Role::dkv), dqkv + cq, 2 * ckv, stream);
+        kernels::rope(C, H, D, op.chunk * c, rope_theta, true, dqkv, stream);
+        kernels::rope(C, KV, D, op.chunk * c, rope_theta, true, dqkv + cq, stream);
         return;
       }
       case OpCode::qkv_dgrad: {  // dn1 = dQ Wq + dK Wk + dV Wv
-        const bf16_bits* d = b16(0);
-        dgrad(C, h, q, d, lp(wqkv).weight, b16(1));
-        dgrad(C, h, kv, d + static_cast<std::int64_t>(C) * q, lp(wqkv).weight + qh, b16(1), 1);
-        dgrad(C, h, kv, d + static_cast<std::int64_t>(C) * (q + kv), lp(wqkv).weight + qh + kvh, b16(1), 1);
+        const bf16_bits* d = bf16_in(Role::dqkv);
+        dgrad(C, h, q, d, lp(wqkv).weight, bf16_out(Role::dn1));
+        dgrad(C, h, kv, d + cq, lp(wqkv).weight + qh, bf16_out(Role::dn1), 1);
+        dgrad(C, h, kv, d + cq + ckv, lp(wqkv).weight + qh + kvh, bf16_out(Role::dn1), 1);
         return;
       }
       case OpCode::qkv_wgrad: {
-        const bf16_bits* d = b16(0);
-        wgrad(C, h, q, d, b16(1), lp(wqkv).grad);
-        wgrad(C, h, kv, d + static_cast<std::int64_t>(C) * q, b16(1), lp(wqkv).grad + qh);
-        wgrad(C, h, kv, d + static_cast<std::int64_t>(C) * (q + kv), b16(1), lp(wqkv).grad + qh + kvh);
+        const bf16_bits* d = bf16_in(Role::dqkv);
+        wgrad(C, h, q, d, bf16_in(Role::n1), lp(wqkv).grad);
+        wgrad(C, h, kv, d + cq, bf16_in(Role::n1), lp(wqkv).grad + qh);
+        wgrad(C, h, kv, d + cq + ckv, bf16_in(Role::n1), lp(wqkv).grad + qh + kvh);
         return;
       }
-      case OpCode::norm1_bwd:  // uses: x, dn1, dh1, dx
-        kernels::rmsnorm_backward(C, h, kNormEps, b16(0), lp(norm1).weight, b16(1), b16(3), lp(norm1).grad, stream);
-        kernels::add(ch, b16(3), b16(2), b16(3), stream);
+      case OpCode::norm1_bwd:  // dx = norm1's input gradient + the residual's dh1
+        kernels::rmsnorm_backward(C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_in(Role::dn1), bf16_out(Role::dx), lp(norm1).grad, stream);
+        kernels::add(ch, bf16_out(Role::dx), bf16_in(Role::dh1), bf16_out(Role::dx), stream);
         return;
       case OpCode::embed_bwd:
-        kernels::embedding_backward(C, h, seq_tokens, b16(0), params[static_cast<std::size_t>(embedding)].grad, stream);
+        kernels::embedding_backward(C, h, seq_tokens, bf16_in(Role::dx), params[static_cast<std::size_t>(embedding)].grad, stream);
         return;
 
-      // ---- the LM head on rows [first, last) of the chunk ----------------------------------------------------
-      case OpCode::head_logits: {  // uses: x, logits, nf
-        const int rows = op.last - op.first;
-        const bf16_bits* x = b16(0) + static_cast<std::int64_t>(op.first) * h;
-        kernels::rmsnorm_forward(rows, h, kNormEps, x, params[static_cast<std::size_t>(final_norm)].weight, b16(2), stream);
-        forward(rows, h, vocab, b16(2), params[static_cast<std::size_t>(lm_head)].weight, b16(1));
+      // ---- the LM head on rows [row_begin, row_end) of the chunk --------------------------------------------
+      case OpCode::head_logits: {
+        const int rows = op.row_end - op.row_begin;
+        const bf16_bits* x = bf16_in(Role::x) + static_cast<std::int64_t>(op.row_begin) * h;
+        kernels::rmsnorm_forward(rows, h, eps, x, params[static_cast<std::size_t>(final_norm)].weight, bf16_out(Role::nf), stream);
+        forward(rows, h, vocab, bf16_out(Role::nf), params[static_cast<std::size_t>(lm_head)].weight, bf16_out(Role::logits));
         return;
       }
-      case OpCode::head_xent: {  // uses: logits, dlogits
-        const int rows = op.last - op.first;
-        const std::int32_t* targets = seq_tokens + op.first + 1;
-        float* loss = losses + static_cast<std::int64_t>(op.seq) * seq_len + static_cast<std::int64_t>(op.chunk) * c + op.first;
+      case OpCode::head_xent: {
+        const int rows = op.row_end - op.row_begin;
+        const std::int32_t* targets = seq_tokens + op.row_begin + 1;
+        float* loss = losses + static_cast<std::int64_t>(op.seq) * seq_len + static_cast<std::int64_t>(op.chunk) * c + op.row_begin;
         auto* lse = scratch<float>(rows, stream);
-        kernels::cross_entropy_forward(rows, vocab, b16(0), targets, loss, lse, stream);
-        kernels::cross_entropy_backward(rows, vocab, b16(0), targets, lse, dloss, b16(1), stream);
+        kernels::cross_entropy_forward(rows, vocab, bf16_in(Role::logits), targets, loss, lse, stream);
+        kernels::cross_entropy_backward(rows, vocab, bf16_in(Role::logits), targets, lse, dloss, bf16_out(Role::dlogits), stream);
         release(lse, stream);
         return;
       }
-      case OpCode::head_dgrad: {  // uses: dlogits, x, dx
-        const int rows = op.last - op.first;
+      case OpCode::head_dgrad: {  // fills rows [row_begin, row_end) of dx
+        const int rows = op.row_end - op.row_begin;
         auto* dnf = scratch<bf16_bits>(static_cast<std::int64_t>(rows) * h, stream);
-        dgrad(rows, h, vocab, b16(0), params[static_cast<std::size_t>(lm_head)].weight, dnf);
-        const std::int64_t at = static_cast<std::int64_t>(op.first) * h;
-        kernels::rmsnorm_backward(rows, h, kNormEps, b16(1) + at, params[static_cast<std::size_t>(final_norm)].weight, dnf, b16(2) + at,
-                                  params[static_cast<std::size_t>(final_norm)].grad, stream);
+        dgrad(rows, h, vocab, bf16_in(Role::dlogits), params[static_cast<std::size_t>(lm_head)].weight, dnf);
+        const std::int64_t at = static_cast<std::int64_t>(op.row_begin) * h;
+        kernels::rmsnorm_backward(rows, h, eps, bf16_in(Role::x) + at, params[static_cast<std::size_t>(final_norm)].weight, dnf,
+                                  bf16_out(Role::dx) + at, params[static_cast<std::size_t>(final_norm)].grad, stream);
         release(dnf, stream);
         return;
       }
-      case OpCode::head_wgrad:  // uses: dlogits, nf
-        wgrad(op.last - op.first, h, vocab, b16(0), b16(1), params[static_cast<std::size_t>(lm_head)].grad);
+      case OpCode::head_wgrad:
+        wgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), bf16_in(Role::nf), params[static_cast<std::size_t>(lm_head)].grad);
         return;
       default: break;
     }
@@ -616,9 +623,9 @@ struct GpuExecutor::Impl {
   }
 };
 
-GpuExecutor::GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, std::int64_t chunk_tokens, int gpus_per_node,
+GpuExecutor::GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node,
                          std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options)
-    : impl_(std::make_unique<Impl>(graph, shapes, chunk_tokens, gpus_per_node, predicted, options)) {}
+    : impl_(std::make_unique<Impl>(graph, shapes, gpus_per_node, predicted, options)) {}
 GpuExecutor::~GpuExecutor() = default;
 void GpuExecutor::upload(const ModelState& state) { impl_->upload(state); }
 void GpuExecutor::download(ModelState& state) const { impl_->download(state); }

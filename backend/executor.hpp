@@ -33,7 +33,6 @@ namespace trainyard::backend {
 struct ExecutorOptions {
   bool run_optimizer = false;  // AdamW at the graph's optimizer tasks (else the gradients are left as they are)
   kernels::AdamW adam;
-  float rope_base = 10000.0f;
 };
 
 struct MeasuredStep {
@@ -56,7 +55,7 @@ class GpuExecutor {
   // tensors and both arenas, then allocates on the current device; `shapes` gives the parameters' shapes and
   // groups (its values are not read: upload() does that). Throws InputError for what it does not run (above) and
   // when the arena and the states do not fit the device's free memory, with the numbers.
-  GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, std::int64_t chunk_tokens, int gpus_per_node,
+  GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node,
               std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options);
   ~GpuExecutor();
   GpuExecutor(const GpuExecutor&) = delete;

@@ -30,9 +30,11 @@ void fill_normal(Parameter& p, float stddev, std::mt19937_64& rng) {
   }
 }
 
-void fill_ones(Parameter& p) {
+// A norm's gain: ones, decayed only when the model file says so.
+void norm_gain(Parameter& p, const model::ModelConfig& model) {
   std::fill(p.master.begin(), p.master.end(), 1.0f);
   std::fill(p.weight.begin(), p.weight.end(), 1.0f);
+  p.decays = model.norm_weight_decay;
 }
 
 }  // namespace
@@ -43,6 +45,7 @@ ModelState::ModelState(const model::ModelConfig& model, std::uint64_t seed) : mo
   if (model.norm != model::Norm::rmsnorm) throw InputError(origin, "norm", "rmsnorm (the executors run Llama-style layers)", "layernorm");
   if (model.bias) throw InputError(origin, "bias", "false (the executors run Llama-style layers without biases)", "true");
   if (model.head_dim % 2 != 0) throw InputError(origin, "head_dim", "an even number (RoPE rotates pairs)", std::to_string(model.head_dim));
+  if (!model.rope_theta) throw InputError(origin, "rope_theta", "a RoPE base (the executors run Llama-style layers)", "none");
   const auto h = static_cast<std::size_t>(model.hidden), q = static_cast<std::size_t>(model.q_dim()),
              kv = static_cast<std::size_t>(model.kv_dim()), f = static_cast<std::size_t>(model.ffn_hidden),
              vocab = static_cast<std::size_t>(model.vocab);
@@ -53,10 +56,10 @@ ModelState::ModelState(const model::ModelConfig& model, std::uint64_t seed) : mo
     const std::string tag = "L" + std::to_string(l) + " ";
     LayerParameters p{make(tag + "norm1", h), make(tag + "wqkv", (q + 2 * kv) * h), make(tag + "wo", h * q),
                       make(tag + "norm2", h), make(tag + "wup", 2 * f * h),      make(tag + "wdown", h * f)};
-    fill_ones(p.norm1);
+    norm_gain(p.norm1, model);
     fill_normal(p.wqkv, kStd, rng);
     fill_normal(p.wo, out_std, rng);
-    fill_ones(p.norm2);
+    norm_gain(p.norm2, model);
     fill_normal(p.wup, kStd, rng);
     fill_normal(p.wdown, out_std, rng);
     layers_.push_back(std::move(p));
@@ -64,7 +67,7 @@ ModelState::ModelState(const model::ModelConfig& model, std::uint64_t seed) : mo
   embedding_ = make("embedding", vocab * h);
   fill_normal(embedding_, kStd, rng);
   final_norm_ = make("final norm", h);
-  fill_ones(final_norm_);
+  norm_gain(final_norm_, model);
   if (!model.tied_embeddings) {
     lm_head_ = make("lm head", vocab * h);
     fill_normal(lm_head_, kStd, rng);
@@ -103,9 +106,8 @@ void ModelState::zero_grads() {
 
 void ModelState::adamw_step(int group, const kernels::AdamW& opt, int step) {
   for (Parameter* p : this->group(group)) {
-    // Norm gains are not decayed (the usual practice).
     kernels::AdamW o = opt;
-    if (p->name.find("norm") != std::string::npos) o.weight_decay = 0;
+    if (!p->decays) o.weight_decay = 0;
     kernels::adamw_ref(o, step, p->master, p->m, p->v, p->grad, p->weight);
   }
 }

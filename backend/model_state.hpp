@@ -19,6 +19,7 @@ struct Parameter {
   std::vector<float> grad;     // fp32, summed over the step's chunks and sequences
   std::vector<float> master;   // fp32 master copy
   std::vector<float> m, v;     // AdamW moments
+  bool decays = true;          // AdamW's weight decay applies (norm gains: as the model file's norm_weight_decay says)
   std::size_t size() const { return weight.size(); }
 };
 
@@ -38,7 +39,8 @@ constexpr int kHeadGroup = -2;
 class ModelState {
  public:
   // Seeded: weights ~ N(0, 0.02^2) (the output projections scaled by 1/sqrt(2 layers), GPT-2 style), norms 1.
-  // Throws InputError (origin --model) for shapes the executors do not run: gelu, layernorm, bias, an odd head_dim.
+  // Throws InputError (origin --model) for shapes the executors do not run: gelu, layernorm, bias, an odd head_dim,
+  // no rope_theta.
   ModelState(const model::ModelConfig& model, std::uint64_t seed);
 
   const model::ModelConfig& model() const { return model_; }

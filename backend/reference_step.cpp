@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -12,8 +14,6 @@
 namespace trainyard::backend {
 
 namespace {
-
-constexpr float kNormEps = 1e-5f;
 
 // A tensor's copy at one place.
 struct Slot {
@@ -32,18 +32,21 @@ struct GroupState {
 
 class Interpreter {
  public:
-  Interpreter(const sim::TaskGraph& graph, ModelState& state, std::int64_t chunk, int gpus_per_node,
-              std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options)
-      : g_(graph), s_(state), m_(state.model()), c_(chunk), gpn_(gpus_per_node), tokens_(tokens), opt_(options) {
+  Interpreter(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node, std::span<const std::vector<std::int32_t>> tokens,
+              const ReferenceOptions& options)
+      : g_(graph), s_(state), m_(state.model()), c_(graph.chunk_tokens()), gpn_(gpus_per_node), tokens_(tokens), opt_(options) {
     TRAINYARD_CHECK(!tokens.empty(), "a step has at least one sequence");
     seq_len_ = static_cast<std::int64_t>(tokens.front().size()) - 1;
-    TRAINYARD_CHECK(chunk > 0 && seq_len_ % chunk == 0, "the chunk length divides the sequence length");
     total_tokens_ = seq_len_ * static_cast<std::int64_t>(tokens.size());
   }
 
   ReferenceResult run() {
     const auto order = stream_ordered_order(g_, &preds_);
     check_annotated();
+    if (c_ <= 0 || seq_len_ % c_ != 0) {
+      throw InputError("the step's tokens", "sequence length", "a multiple of the graph's chunk length (" + std::to_string(c_) + " tokens)",
+                       std::to_string(seq_len_));
+    }
     if (static_cast<std::int64_t>(g_.size()) <= opt_.race_check_max_tasks) build_ancestors(order);
     find_owners();
     s_.zero_grads();
@@ -136,6 +139,21 @@ class Interpreter {
   }
 
   bool exists(const Key& key) const { return latest_.count(key) > 0; }
+  float eps() const { return static_cast<float>(m_.norm_epsilon); }
+  float rope_theta() const { return static_cast<float>(m_.rope_theta.value_or(0)); }  // ModelState refuses a model without
+
+  // The compute task being run, its tensors found by name through the op table (ops.hpp): a tensor its entry
+  // does not name fails at once.
+  struct Current {
+    sim::TaskId id = -1;
+    sim::DeviceId gpu = 0;
+    std::vector<Use> uses;
+    std::vector<int> slots;  // 0, 1, ...: the reference addresses values by the uses' keys
+  };
+  const std::vector<float>& in(Role role, int kv_chunk = -1) { return read(current_.id, current_.gpu, named_->use(role, kv_chunk).key); }
+  void out(Role role, std::vector<float> data, int kv_chunk = -1) {
+    write(current_.id, current_.gpu, named_->use(role, kv_chunk, true).key, std::move(data));
+  }
 
   // A new value of `key` at `where` (a new version unless `version` carries a copy's).
   std::vector<float>& write(sim::TaskId task, sim::DeviceId where, const Key& key, std::vector<float> data, std::int64_t version = 0) {
@@ -230,13 +248,13 @@ class Interpreter {
   kernels::AttentionShape attention_shape(const sim::Op& op) const {
     kernels::AttentionShape s;
     s.q_len = static_cast<int>(c_);
-    s.kv_len = static_cast<int>(c_ * (op.last - op.first + 1));
+    s.kv_len = static_cast<int>(c_ * (op.kv_last - op.kv_first + 1));
     s.heads = static_cast<int>(m_.heads);
     s.kv_heads = static_cast<int>(m_.kv_heads);
     s.head_dim = static_cast<int>(m_.head_dim);
     s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
     s.q_offset = op.chunk * c_;
-    s.kv_offset = op.first * c_;
+    s.kv_offset = op.kv_first * c_;
     return s;
   }
 
@@ -248,16 +266,16 @@ class Interpreter {
       fail(id, "the graph's attention is " + std::to_string(a->q_len) + " queries x " + std::to_string(a->kv_len) + " keys but the op covers " +
                    std::to_string(s.q_len) + " x " + std::to_string(s.kv_len));
     }
-    if (op.first < 0 || op.last < op.first || op.last > op.chunk) fail(id, "attends to chunks outside 0..its own");
+    if (op.kv_first < 0 || op.kv_last < op.kv_first || op.kv_last > op.chunk) fail(id, "attends to chunks outside 0..its own");
   }
 
-  // K and V of chunks first..last of a layer, one after another.
-  std::pair<std::vector<float>, std::vector<float>> gather_kv(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
+  // K and V of chunks kv_first..kv_last of a layer, one after another.
+  std::pair<std::vector<float>, std::vector<float>> gather_kv(const sim::Op& op) {
     std::vector<float> k, v;
-    for (int j = op.first; j <= op.last; ++j) {
-      const auto& kj = read(id, gpu, {Role::k, op.seq, op.layer, j});
+    for (int j = op.kv_first; j <= op.kv_last; ++j) {
+      const auto& kj = in(Role::k, j);
       k.insert(k.end(), kj.begin(), kj.end());
-      const auto& vj = read(id, gpu, {Role::v, op.seq, op.layer, j});
+      const auto& vj = in(Role::v, j);
       v.insert(v.end(), vj.begin(), vj.end());
     }
     return {std::move(k), std::move(v)};
@@ -303,7 +321,7 @@ class Interpreter {
   // task that adds to the group's gradients; the one copy held here is updated once.
   void optimizer(sim::TaskId id, const sim::Op& op) {
     for (auto& [group, state] : groups_) {
-      if (!state.owners.count(op.first)) continue;
+      if (!state.owners.count(op.owner_gpu)) continue;
       for (sim::TaskId w : state.grad_writers) {
         if (!ordered(w, id)) fail(id, "updates parameters whose gradient " + name(w) + " may still be adding to: a race");
       }
@@ -315,11 +333,12 @@ class Interpreter {
 
   void compute(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
     using sim::OpCode;
-    const std::int64_t c = c_, h = m_.hidden, q = m_.q_dim(), kv = m_.kv_dim(), f = m_.ffn_hidden, vocab = m_.vocab;
+    const std::int64_t c = c_, h = m_.hidden, q = m_.q_dim(), kv = m_.kv_dim(), f = m_.ffn_hidden;
     const int H = static_cast<int>(m_.heads), D = static_cast<int>(m_.head_dim);
-    auto key = [&](Role r) { return Key{r, op.seq, op.layer, op.chunk}; };
-    auto in = [&](Role r) -> const std::vector<float>& { return read(id, gpu, key(r)); };
-    auto out = [&](Role r, std::vector<float> data) { write(id, gpu, key(r), std::move(data)); };
+    current_ = {id, gpu, compute_uses(op, m_, c_), {}};
+    current_.slots.resize(current_.uses.size());
+    std::iota(current_.slots.begin(), current_.slots.end(), 0);
+    named_.emplace(op, current_.uses, current_.slots);
     if (op.layer < 0 || op.chunk < 0 || op.seq < 0) fail(id, "an op without its coordinates");
     if (op.seq >= static_cast<int>(tokens_.size())) {
       throw InputError("the step's tokens", "sequences", "at least " + std::to_string(op.seq + 1) + " (the graph's sequences)",
@@ -378,7 +397,7 @@ class Interpreter {
         const bool first = op.code == OpCode::norm1;
         const auto& x = in(first ? Role::x : Role::h1);
         std::vector<float> y(x.size());
-        kernels::rmsnorm_forward_ref(static_cast<int>(c), static_cast<int>(h), kNormEps, x, (first ? layer->norm1 : layer->norm2).weight, y);
+        kernels::rmsnorm_forward_ref(static_cast<int>(c), static_cast<int>(h), eps(), x, (first ? layer->norm1 : layer->norm2).weight, y);
         out(first ? Role::n1 : Role::n2, rounded(std::move(y)));
         return;
       }
@@ -399,8 +418,8 @@ class Interpreter {
       }
       case OpCode::rope: {
         std::vector<float> qs = in(Role::q), ks = in(Role::k);
-        kernels::rope_ref(static_cast<int>(c), H, D, op.chunk * c, opt_.rope_base, false, qs);
-        kernels::rope_ref(static_cast<int>(c), static_cast<int>(m_.kv_heads), D, op.chunk * c, opt_.rope_base, false, ks);
+        kernels::rope_ref(static_cast<int>(c), H, D, op.chunk * c, rope_theta(), false, qs);
+        kernels::rope_ref(static_cast<int>(c), static_cast<int>(m_.kv_heads), D, op.chunk * c, rope_theta(), false, ks);
         out(Role::q, rounded(std::move(qs)));
         out(Role::k, rounded(std::move(ks)));
         return;
@@ -408,12 +427,12 @@ class Interpreter {
       case OpCode::attn: {
         expect_attention(id, op);
         const auto shape = attention_shape(op);
-        const auto [k, v] = gather_kv(id, gpu, op);
+        const auto [k, v] = gather_kv(op);
         std::vector<float> o_part(static_cast<std::size_t>(c * q)), lse_part(static_cast<std::size_t>(H * c));
         kernels::attention_forward_ref(shape, in(Role::q), k, v, o_part, lse_part);
         round(o_part);  // partials are written in bf16
         std::vector<float> o_run(o_part.size(), 0.0f), lse(lse_part.size(), -std::numeric_limits<float>::infinity());
-        if (op.last != op.chunk) {  // not the diagonal (which comes first): fold into the running state
+        if (!starts_accumulation(op)) {  // not the diagonal (which comes first): fold into the running state
           o_run = in(Role::o_run);
           lse = in(Role::lse);
         }
@@ -436,7 +455,7 @@ class Interpreter {
         if (first) {
           out(Role::h1, std::move(y));
         } else {  // the next layer's input (layer L's: the final hidden state)
-          write(id, gpu, {Role::x, op.seq, op.layer + 1, op.chunk}, std::move(y));
+          out(Role::x, std::move(y));
         }
         return;
       }
@@ -451,8 +470,7 @@ class Interpreter {
 
       // ---- backward ------------------------------------------------------------------------------------------
       case OpCode::residual2_bwd: {  // the output's gradient flows into the MLP branch and the residual
-        const Key dy{Role::dx, op.seq, op.layer + 1, op.chunk};
-        std::vector<float> g = read(id, gpu, dy);
+        std::vector<float> g = in(Role::dx);
         out(Role::dm, g);
         out(Role::dh1, std::move(g));
         return;
@@ -476,7 +494,7 @@ class Interpreter {
         const auto& x = in(second ? Role::h1 : Role::x);
         std::vector<float> dx(x.size());
         Parameter& w = second ? layer->norm2 : layer->norm1;
-        kernels::rmsnorm_backward_ref(static_cast<int>(c), static_cast<int>(h), kNormEps, x, w.weight, in(second ? Role::dn2 : Role::dn1), dx, w.grad);
+        kernels::rmsnorm_backward_ref(static_cast<int>(c), static_cast<int>(h), eps(), x, w.weight, in(second ? Role::dn2 : Role::dn1), dx, w.grad);
         grad_written(op.layer, id);
         const auto& skip = in(Role::dh1);  // the residual's share of the gradient
         for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += skip[i];
@@ -489,9 +507,9 @@ class Interpreter {
       case OpCode::attn_bwd: {
         expect_attention(id, op);
         const auto shape = attention_shape(op);
-        const auto [k, v] = gather_kv(id, gpu, op);
+        const auto [k, v] = gather_kv(op);
         std::vector<float> dq(static_cast<std::size_t>(c * q), 0.0f), delta(static_cast<std::size_t>(H * c));
-        if (op.last == op.chunk) {  // the diagonal comes first: it starts dQ and computes D = rowsum(dO * O)
+        if (starts_accumulation(op)) {  // the diagonal comes first: it starts dQ and computes D = rowsum(dO * O)
           kernels::attention_backward_prep_ref(static_cast<int>(c), H, D, in(Role::o), in(Role::d_o), delta);
         } else {
           dq = in(Role::dq);
@@ -500,15 +518,14 @@ class Interpreter {
         const std::size_t chunk_kv = static_cast<std::size_t>(c * kv);
         std::vector<float> dk(k.size(), 0.0f), dv(v.size(), 0.0f);
         kernels::attention_backward_ref(shape, in(Role::q), k, v, in(Role::d_o), in(Role::lse), delta, dq, dk, dv);
-        for (int j = op.first; j <= op.last; ++j) {  // add into each chunk's fp32 accumulator
-          const Key acc{Role::dkv, op.seq, op.layer, j};
-          std::vector<float> sum = exists(acc) ? read(id, gpu, acc) : std::vector<float>(2 * chunk_kv, 0.0f);
-          const std::size_t at = static_cast<std::size_t>(j - op.first) * chunk_kv;
+        for (int j = op.kv_first; j <= op.kv_last; ++j) {  // add into each chunk's fp32 accumulator
+          std::vector<float> sum = exists(named_->use(Role::dkv, j).key) ? in(Role::dkv, j) : std::vector<float>(2 * chunk_kv, 0.0f);
+          const std::size_t at = static_cast<std::size_t>(j - op.kv_first) * chunk_kv;
           for (std::size_t i = 0; i < chunk_kv; ++i) {
             sum[i] += dk[at + i];
             sum[chunk_kv + i] += dv[at + i];
           }
-          write(id, gpu, acc, std::move(sum));
+          out(Role::dkv, std::move(sum), j);
         }
         out(Role::dq, std::move(dq));
         out(Role::delta, std::move(delta));
@@ -516,11 +533,11 @@ class Interpreter {
       }
       case OpCode::rope_bwd: {  // undo RoPE on dQ and this chunk's (now complete) dK; dV passes through
         std::vector<float> dq = in(Role::dq);
-        const auto& acc = read(id, gpu, {Role::dkv, op.seq, op.layer, op.chunk});
+        const auto& acc = in(Role::dkv);
         const std::size_t chunk_kv = static_cast<std::size_t>(c * kv);
         std::vector<float> dk(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(chunk_kv));
-        kernels::rope_ref(static_cast<int>(c), H, D, op.chunk * c, opt_.rope_base, true, dq);
-        kernels::rope_ref(static_cast<int>(c), static_cast<int>(m_.kv_heads), D, op.chunk * c, opt_.rope_base, true, dk);
+        kernels::rope_ref(static_cast<int>(c), H, D, op.chunk * c, rope_theta(), true, dq);
+        kernels::rope_ref(static_cast<int>(c), static_cast<int>(m_.kv_heads), D, op.chunk * c, rope_theta(), true, dk);
         std::vector<float> dqkv(static_cast<std::size_t>(c * (q + 2 * kv)));
         for (std::int64_t r = 0; r < c; ++r) {
           auto row = dqkv.begin() + r * (q + 2 * kv);
@@ -547,10 +564,9 @@ class Interpreter {
       case OpCode::head_xent:
       case OpCode::head_dgrad:
       case OpCode::head_wgrad:
-        return head(id, gpu, op);
+        return head(id, op);
       default: break;
     }
-    (void)vocab;
     fail(id, "op " + std::string(sim::to_string(op.code)) + " is not one the executor runs");
   }
 
@@ -565,15 +581,13 @@ class Interpreter {
     }
   }
 
-  void head(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
+  void head(sim::TaskId id, const sim::Op& op) {
     using sim::OpCode;
     const std::int64_t h = m_.hidden, vocab = m_.vocab;
-    const std::int64_t first = op.first, rows = op.last - op.first;
-    if (first < 0 || rows <= 0 || op.last > c_) fail(id, "LM head rows outside the chunk");
-    const Key hidden{Role::x, op.seq, op.layer, op.chunk};
-    auto piece = [&](Role r) { return Key{r, op.seq, op.layer, op.chunk, op.first}; };
+    const std::int64_t first = op.row_begin, rows = op.row_end - op.row_begin;
+    if (first < 0 || rows <= 0 || op.row_end > c_) fail(id, "LM head rows outside the chunk");
     auto hidden_rows = [&]() {
-      const auto& x = read(id, gpu, hidden);
+      const auto& x = in(Role::x);
       return std::vector<float>(x.begin() + first * h, x.begin() + (first + rows) * h);
     };
     Parameter& w = s_.lm_head();
@@ -582,14 +596,14 @@ class Interpreter {
       case OpCode::head_logits: {
         expect_gemm(id, rows, vocab, h);
         std::vector<float> nf(static_cast<std::size_t>(rows * h));
-        kernels::rmsnorm_forward_ref(static_cast<int>(rows), static_cast<int>(h), kNormEps, hidden_rows(), s_.final_norm().weight, nf);
+        kernels::rmsnorm_forward_ref(static_cast<int>(rows), static_cast<int>(h), eps(), hidden_rows(), s_.final_norm().weight, nf);
         round(nf);
-        write(id, gpu, piece(Role::logits), rounded(linear(nf, w.weight, rows, h, vocab)));  // bf16, as the GPU's loss kernels read them
-        write(id, gpu, piece(Role::nf), std::move(nf));
+        out(Role::logits, rounded(linear(nf, w.weight, rows, h, vocab)));  // bf16, as the GPU's loss kernels read them
+        out(Role::nf, std::move(nf));
         return;
       }
       case OpCode::head_xent: {
-        const auto& logits = read(id, gpu, piece(Role::logits));
+        const auto& logits = in(Role::logits);
         std::vector<std::int32_t> targets(static_cast<std::size_t>(rows));
         for (std::int64_t r = 0; r < rows; ++r) targets[static_cast<std::size_t>(r)] = token(op.seq, op.chunk * c_ + first + r + 1);
         std::vector<float> loss(static_cast<std::size_t>(rows)), lse(static_cast<std::size_t>(rows));
@@ -600,25 +614,24 @@ class Interpreter {
         const std::vector<float> dloss(static_cast<std::size_t>(rows), 1.0f / static_cast<float>(total_tokens_));
         std::vector<float> dlogits(logits.size());
         kernels::cross_entropy_backward_ref(static_cast<int>(rows), static_cast<int>(vocab), logits, targets, lse, dloss, dlogits);
-        write(id, gpu, piece(Role::dlogits), rounded(std::move(dlogits)));
+        out(Role::dlogits, rounded(std::move(dlogits)));
         return;
       }
       case OpCode::head_dgrad: {
         expect_gemm(id, rows, h, vocab);
-        const auto dnf = rounded(linear_dgrad(read(id, gpu, piece(Role::dlogits)), w.weight, rows, h, vocab));
+        const auto dnf = rounded(linear_dgrad(in(Role::dlogits), w.weight, rows, h, vocab));
         std::vector<float> dx_rows(static_cast<std::size_t>(rows * h));
-        kernels::rmsnorm_backward_ref(static_cast<int>(rows), static_cast<int>(h), kNormEps, hidden_rows(), s_.final_norm().weight, dnf, dx_rows,
+        kernels::rmsnorm_backward_ref(static_cast<int>(rows), static_cast<int>(h), eps(), hidden_rows(), s_.final_norm().weight, dnf, dx_rows,
                                       s_.final_norm().grad);
         grad_written(kHeadGroup, id);
-        const Key grad{Role::dx, op.seq, op.layer, op.chunk};
-        std::vector<float> dx = first == 0 ? std::vector<float>(static_cast<std::size_t>(c_ * h), 0.0f) : read(id, gpu, grad);
+        std::vector<float> dx = starts_accumulation(op) ? std::vector<float>(static_cast<std::size_t>(c_ * h), 0.0f) : in(Role::dx);
         std::copy(dx_rows.begin(), dx_rows.end(), dx.begin() + first * h);
-        write(id, gpu, grad, rounded(std::move(dx)));
+        out(Role::dx, rounded(std::move(dx)));
         return;
       }
       case OpCode::head_wgrad:
         expect_gemm(id, h, vocab, rows);
-        linear_wgrad(read(id, gpu, piece(Role::dlogits)), read(id, gpu, piece(Role::nf)), w.grad, rows, h, vocab);
+        linear_wgrad(in(Role::dlogits), in(Role::nf), w.grad, rows, h, vocab);
         grad_written(head_group, id);
         return;
       default: fail(id, "not an LM head op");
@@ -635,6 +648,8 @@ class Interpreter {
   std::int64_t seq_len_ = 0, total_tokens_ = 0;
 
   std::vector<std::vector<sim::TaskId>> preds_;
+  Current current_;
+  std::optional<OpTensors> named_;
   std::vector<std::vector<std::uint64_t>> ancestors_;
   std::map<std::pair<sim::DeviceId, Key>, Slot> store_;
   std::map<Key, std::int64_t> latest_;
@@ -647,9 +662,9 @@ class Interpreter {
 
 }  // namespace
 
-ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, std::int64_t chunk_tokens, int gpus_per_node,
+ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node,
                                    std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options) {
-  return Interpreter(graph, state, chunk_tokens, gpus_per_node, tokens, options).run();
+  return Interpreter(graph, state, gpus_per_node, tokens, options).run();
 }
 
 }  // namespace trainyard::backend

@@ -40,7 +40,6 @@ struct ReferenceOptions {
   bool run_optimizer = false;   // apply AdamW at the graph's optimizer tasks (else gradients are left as they are)
   kernels::AdamW adam;
   int optimizer_step = 1;       // AdamW's step count t
-  float rope_base = 10000.0f;
   // The ancestor check costs tasks^2 / 8 bytes; above this many tasks it is skipped (and said in the result).
   std::int64_t race_check_max_tasks = 40000;
   // When set, every read and write is appended here (the test of backend/dataflow.hpp's table against the numerics).
@@ -57,9 +56,9 @@ struct ReferenceResult {
 
 // Runs the step of `graph` (finalized or not) on `state`: gradients are zeroed first and hold the step's sums
 // (divided by the step's token count, as the loss is) afterwards. `tokens[s]` holds sequence s's seq_len + 1 token
-// ids (inputs, then the next-token targets). `chunk_tokens` is the chunk length the graph was built with (the
-// sequence length for unchunked schemes); the graph's GEMM and attention shapes are checked against it.
-ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, std::int64_t chunk_tokens, int gpus_per_node,
+// ids (inputs, then the next-token targets). The graph says its chunk length (TaskGraph::chunk_tokens); its GEMM
+// and attention shapes are checked against it.
+ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node,
                                    std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options = {});
 
 }  // namespace trainyard::backend

@@ -23,19 +23,19 @@ struct Involvement {
   DeviceId device = 0;  // whose stream
 };
 
+// Whether this rank runs `task`, and on which device's stream: the streams sim::for_each_occupied_stream gives
+// (a host task's on the node's first rank), plus the receiving side of a send to this rank, on a slot of its own.
 Involvement involvement(const TaskGraph& graph, const Task& task, int rank, int gpus_per_node) {
-  const int node = rank / gpus_per_node;
-  const bool first_of_node = rank % gpus_per_node == 0;
-  if (const auto* c = std::get_if<sim::Collective>(&task.params)) {
-    const auto& members = graph.groups()[static_cast<std::size_t>(c->group)];
-    return {std::find(members.begin(), members.end(), rank) != members.end(), false, rank};
-  }
-  if (const auto* p = std::get_if<sim::PointToPoint>(&task.params)) {
-    if (task.device == rank) return {true, false, rank};
-    return {p->dst == rank, true, rank};
-  }
-  if (sim::is_host(task.device)) return {first_of_node && sim::host_node(task.device) == node, false, task.device};
-  return {task.device == rank, false, rank};
+  const DeviceId host = sim::host_device(rank / gpus_per_node);
+  auto mine = [&](DeviceId d) { return d == rank || (rank % gpus_per_node == 0 && d == host); };
+  Involvement out;
+  sim::for_each_occupied_stream(graph, task, [&](DeviceId device, Stream) {
+    if (mine(device)) out = {true, false, device};
+  });
+  if (out.involved) return out;
+  if (const auto* p = std::get_if<sim::PointToPoint>(&task.params); p && p->dst == rank) return {true, true, rank};
+  if (task.stream.kind == StreamKind::none && mine(task.device)) return {true, false, task.device};
+  return out;
 }
 
 struct Buffer {
@@ -243,7 +243,7 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
       for (TaskId w : pruned) out.waited_on[static_cast<std::size_t>(w)] = true;
       position[static_cast<std::size_t>(t)] = slot_count[static_cast<std::size_t>(slot)]++;
       done_events[static_cast<std::size_t>(t)] = {t};
-      out.steps.push_back({t, slot, std::move(pruned)});
+      out.submissions.push_back({t, slot, std::move(pruned)});
     }
   }
   out.order = std::move(order);

@@ -6,7 +6,8 @@
 // its own tasks, the receiving side of point-to-point sends to it, and the collectives it is a member of. Host
 // tasks (CPU optimizer steps, host DRAM allocations) go to the first rank of their node.
 //
-// Ordering: each CUDA stream runs its tasks in task-id order, as the simulator's streams do; dependencies on
+// Ordering: each CUDA stream runs its tasks in task-id order, by the rule the simulator follows
+// (sim::for_each_occupied_stream); dependencies on
 // tasks of other streams become event waits, pruned to the latest task per stream (streams are in order).
 // Allocations and frees take no stream: their waits pass through to the tasks that depend on them.
 // Dependencies on tasks of other GPUs that are not communication tasks cannot be waited for locally; they
@@ -35,7 +36,7 @@ struct StreamSlot {
   std::string name() const;  // "gpu0 compute0", "gpu1 comm0 recv", "host0 host"
 };
 
-struct Step {
+struct Submission {
   sim::TaskId task = 0;
   int slot = 0;                    // index into RankSchedule::streams (a receive slot: the receiving side of a send)
   std::vector<sim::TaskId> waits;  // tasks on other slots to wait for (their completion events)
@@ -49,7 +50,7 @@ struct Arena {
 struct RankSchedule {
   int rank = 0;
   std::vector<StreamSlot> streams;
-  std::vector<Step> steps;  // submission order: a topological order of dependencies and stream order
+  std::vector<Submission> submissions;  // submission order: a topological order of dependencies and stream order
   std::vector<sim::TaskId> order;  // every task of this rank in that order, allocations and frees included
   std::vector<bool> waited_on;  // per task id: some step waits for it, so it records an event
   Arena hbm, pinned;

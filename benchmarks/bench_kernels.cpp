@@ -55,7 +55,7 @@ kernels::AttentionPath path_of(benchmark::State& state) {
   return state.range(1) == 0 ? kernels::AttentionPath::tensor_cores : kernels::AttentionPath::cuda_cores;
 }
 
-// q = kv = range(0) tokens, 32 heads, head_dim 128, causal diagonal block (the 16K shape); range(1):
+// q = kv = range(0) tokens, 32 heads, head_dim 128, causal diagonal block (a 16K-token chunk); range(1):
 // 0 tensor cores, 1 CUDA cores.
 void BM_AttentionForward(benchmark::State& state) {
   if (!have_gpu(state)) return;

@@ -5,6 +5,9 @@
 #include <limits>
 #include <map>
 
+#include <type_traits>
+
+#include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/dijkstra_shortest_paths.hpp>
 #include <boost/graph/filtered_graph.hpp>
 
@@ -14,6 +17,11 @@
 namespace trainyard::hw {
 
 namespace {
+
+using TopologyGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, TopoVertex, TopoLink>;
+using LinkId = TopologyGraph::edge_descriptor;
+// With vecS vertex storage a vertex descriptor is its index, so the header's VertexId is Boost's as it is.
+static_assert(std::is_same_v<TopologyGraph::vertex_descriptor, VertexId>);
 
 constexpr double kHopCost = 1e-6;  // breaks ties between equally fast routes in favour of fewer hops
 
@@ -25,14 +33,33 @@ bool endpoint_only(VertexType type) { return type == VertexType::gpu || type == 
 
 }  // namespace
 
+struct Topology::Graph {
+  TopologyGraph g;
+  std::vector<LinkId> edges;               // [TopoLink::index]
+  std::vector<std::vector<int>> links_at;  // [vertex]: its links' indices, as Boost's out_edges lists them
+
+  VertexId add_vertex(TopoVertex v) {
+    links_at.emplace_back();
+    return boost::add_vertex(std::move(v), g);
+  }
+  void add_link(VertexId a, VertexId b, TopoLink link) {
+    link.index = static_cast<int>(edges.size());
+    links_at[a].push_back(link.index);
+    if (b != a) links_at[b].push_back(link.index);
+    edges.push_back(boost::add_edge(a, b, link, g).first);
+  }
+};
+
 Topology::Topology(const NodeProfile& node, int node_count)
     : node_count_(node_count), gpus_per_node_(node.gpu_count()), peer_to_peer_(node.pcie_peer_to_peer) {
   TRAINYARD_CHECK(node_count >= 1, "a cluster needs at least one node");
+  auto graph = std::make_shared<Graph>();  // filled here, then only read
+  graph_ = graph;
   const bool has_nics = node.count(VertexType::nic) > 0;
   VertexId fabric{};
   if (node_count > 1) {
     TRAINYARD_CHECK(has_nics, "a multi-node cluster of a node without NICs");
-    fabric = boost::add_vertex(TopoVertex{"fabric", VertexType::fabric, -1}, graph_);
+    fabric = graph->add_vertex(TopoVertex{"fabric", VertexType::fabric, -1});
     fabric_ = fabric;
   }
   auto latency = [&](LinkType type) -> std::int64_t {
@@ -41,10 +68,10 @@ Topology::Topology(const NodeProfile& node, int node_count)
   };
   gpus_.resize(node_count);
   for (int n = 0; n < node_count; ++n) {
-    const auto first = boost::num_vertices(graph_);
+    const auto first = boost::num_vertices(graph->g);
     first_vertex_.push_back(first);
     first_link_.push_back(link_count());
-    for (const auto& v : node.vertices) boost::add_vertex(TopoVertex{v.id, v.type, n}, graph_);
+    for (const auto& v : node.vertices) graph->add_vertex(TopoVertex{v.id, v.type, n});
     auto local = [&](const std::string& id) {
       for (std::size_t i = 0; i < node.vertices.size(); ++i) {
         if (node.vertices[i].id == id) return static_cast<VertexId>(first + i);
@@ -52,14 +79,14 @@ Topology::Topology(const NodeProfile& node, int node_count)
       TRAINYARD_CHECK(false, "link to unknown vertex " + id);
     };
     for (const auto& l : node.links) {
-      add_link(local(l.a), local(l.b), make_link(l.type, l.gbps_per_direction, l.full_duplex, latency(l.type)));
+      graph->add_link(local(l.a), local(l.b), make_link(l.type, l.gbps_per_direction, l.full_duplex, latency(l.type)));
     }
     for (int g = 0; g < gpus_per_node_; ++g) gpus_[n].push_back(local("gpu" + std::to_string(g)));
     if (node_count > 1) {
       for (const auto& v : node.vertices) {
         if (v.type != VertexType::nic) continue;
-        add_link(local(v.id), fabric,
-                 make_link(LinkType::network, v.nic_gbps_per_direction->value, true, latency(LinkType::network)));
+        graph->add_link(local(v.id), fabric,
+                        make_link(LinkType::network, v.nic_gbps_per_direction->value, true, latency(LinkType::network)));
       }
     }
   }
@@ -71,8 +98,9 @@ void Topology::assign_rails() {
   // set take its NICs in turn, in GPU order.
   const VertexId first = first_vertex(0);
   std::vector<VertexId> nics;
-  for (auto [it, end] = boost::vertices(graph_); it != end; ++it) {
-    if (graph_[*it].type == VertexType::nic && graph_[*it].node == 0) nics.push_back(*it);
+  const TopologyGraph& graph = graph_->g;
+  for (auto [it, end] = boost::vertices(graph); it != end; ++it) {
+    if (graph[*it].type == VertexType::nic && graph[*it].node == 0) nics.push_back(*it);
   }
   std::map<std::vector<VertexId>, int> taken;  // nearest set -> GPUs already given one of its NICs
   for (int g = 0; g < gpus_per_node_; ++g) {
@@ -80,7 +108,7 @@ void Topology::assign_rails() {
     for (VertexId nic : nics) {
       if (const auto r = try_route(gpus_[0][static_cast<std::size_t>(g)], nic)) {
         double cost = 0;
-        for (const auto& link : r->links) cost += graph_[link].route_cost;
+        for (int index : r->links) cost += link(index).route_cost;
         costs.emplace_back(cost, nic);
       }
     }
@@ -109,7 +137,7 @@ int Topology::rail_count() const {
 
 std::optional<VertexId> Topology::rail_nic(VertexId gpu) const {
   if (rail_offset_.empty()) return std::nullopt;
-  const int node = graph_[gpu].node;
+  const int node = vertex_info(gpu).node;
   for (int g = 0; g < gpus_per_node_; ++g) {
     if (gpus_[static_cast<std::size_t>(node)][static_cast<std::size_t>(g)] == gpu) {
       const int offset = rail_offset_[static_cast<std::size_t>(g)];
@@ -120,14 +148,30 @@ std::optional<VertexId> Topology::rail_nic(VertexId gpu) const {
   TRAINYARD_CHECK(false, "rail_nic of a vertex that is not a GPU: " + name(gpu));
 }
 
-void Topology::add_link(VertexId a, VertexId b, TopoLink link) {
-  link.index = static_cast<int>(boost::num_edges(graph_));
-  boost::add_edge(a, b, link, graph_);
+int Topology::vertex_count() const { return static_cast<int>(boost::num_vertices(graph_->g)); }
+
+int Topology::link_count() const { return static_cast<int>(graph_->edges.size()); }
+
+const TopoVertex& Topology::vertex_info(VertexId v) const { return graph_->g[v]; }
+
+const TopoLink& Topology::link(int index) const { return graph_->g[graph_->edges[static_cast<std::size_t>(index)]]; }
+
+std::pair<VertexId, VertexId> Topology::link_ends(int index) const {
+  const LinkId e = graph_->edges[static_cast<std::size_t>(index)];
+  return {boost::source(e, graph_->g), boost::target(e, graph_->g)};
 }
 
+VertexId Topology::other_end(int index, VertexId v) const {
+  const auto [a, b] = link_ends(index);
+  return a == v ? b : a;
+}
+
+const std::vector<int>& Topology::links_at(VertexId v) const { return graph_->links_at[v]; }
+
 VertexId Topology::vertex(int node, std::string_view id) const {
-  for (auto [it, end] = boost::vertices(graph_); it != end; ++it) {
-    if (graph_[*it].node == node && graph_[*it].id == id) return *it;
+  const TopologyGraph& g = graph_->g;
+  for (auto [it, end] = boost::vertices(g); it != end; ++it) {
+    if (g[*it].node == node && g[*it].id == id) return *it;
   }
   TRAINYARD_CHECK(false, "no vertex " + std::string(id) + " on node " + std::to_string(node));
 }
@@ -139,13 +183,13 @@ VertexId Topology::gpu(int node, int index) const {
 }
 
 std::string Topology::name(VertexId v) const {
-  const TopoVertex& vertex = graph_[v];
+  const TopoVertex& vertex = vertex_info(v);
   if (node_count_ == 1 || vertex.node < 0) return vertex.id;
   return "n" + std::to_string(vertex.node) + "." + vertex.id;
 }
 
 std::optional<Route> Topology::try_route(VertexId from, VertexId to) const {
-  const TopologyGraph& g = graph_;
+  const TopologyGraph& g = graph_->g;
   auto may_visit = [&g, from, to](VertexId v) { return v == from || v == to || !endpoint_only(g[v].type); };
   boost::filtered_graph<TopologyGraph, boost::keep_all, std::function<bool(VertexId)>> view(g, boost::keep_all(),
                                                                                           may_visit);
@@ -172,7 +216,7 @@ std::optional<Route> Topology::try_route(VertexId from, VertexId to) const {
         best_cost = g[*it].route_cost;
       }
     }
-    route.links.insert(route.links.begin(), best);
+    route.links.insert(route.links.begin(), g[best].index);
     route.vertices.insert(route.vertices.begin(), v);
     route.bottleneck_gbps = std::min(route.bottleneck_gbps, g[best].gbps_per_direction);
     route.latency_ns += g[best].latency_ns;
@@ -191,8 +235,9 @@ Route Topology::route(VertexId from, VertexId to) const {
 std::optional<VertexId> Topology::nearest_host_memory(VertexId gpu) const {
   std::optional<VertexId> best;
   std::size_t best_hops = std::numeric_limits<std::size_t>::max();
-  for (auto [it, end] = boost::vertices(graph_); it != end; ++it) {
-    if (graph_[*it].type != VertexType::host_memory || graph_[*it].node != graph_[gpu].node) continue;
+  const TopologyGraph& g = graph_->g;
+  for (auto [it, end] = boost::vertices(g); it != end; ++it) {
+    if (g[*it].type != VertexType::host_memory || g[*it].node != g[gpu].node) continue;
     if (auto r = try_route(gpu, *it); r && r->links.size() < best_hops) {
       best = *it;
       best_hops = r->links.size();

@@ -1,13 +1,16 @@
 #pragma once
-// The hardware as a graph (Boost Graph): vertices are GPUs, PCIe switches, root complexes, host memories,
-// NVSwitches, NICs and the inter-node fabric; edges are links with a bandwidth per direction and a latency.
-// A cluster is N copies of a node whose NICs all attach to one non-blocking fabric vertex.
+// The hardware as a graph: vertices are GPUs, PCIe switches, root complexes, host memories, NVSwitches, NICs and
+// the inter-node fabric; edges are links with a bandwidth per direction and a latency. A cluster is N copies of a
+// node whose NICs all attach to one non-blocking fabric vertex. Boost Graph does the routing inside topology.cpp;
+// this header stays free of it, since every file that includes sim/engine.hpp includes this one.
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
-
-#include <boost/graph/adjacency_list.hpp>
 
 #include "hwprofiles/node.hpp"
 
@@ -28,14 +31,12 @@ struct TopoLink {
   int index = -1;         // 0..num_edges-1, dense, for per-link arrays in the simulator
 };
 
-using TopologyGraph =
-    boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, TopoVertex, TopoLink>;
-using VertexId = TopologyGraph::vertex_descriptor;
-using LinkId = TopologyGraph::edge_descriptor;
+// A vertex's index, 0..vertex_count-1 (the fabric first when there is one, then node by node).
+using VertexId = std::size_t;
 
 struct Route {
   std::vector<VertexId> vertices;  // from .. to
-  std::vector<LinkId> links;
+  std::vector<int> links;          // TopoLink::index of each hop; links[i] joins vertices[i] and vertices[i + 1]
   double bottleneck_gbps = 0;
   std::int64_t latency_ns = 0;
 };
@@ -44,11 +45,17 @@ class Topology {
  public:
   Topology(const NodeProfile& node, int node_count);
 
-  const TopologyGraph& graph() const { return graph_; }
   int node_count() const { return node_count_; }
   int gpus_per_node() const { return gpus_per_node_; }
   int gpu_count() const { return gpus_per_node_ * node_count_; }
-  int link_count() const { return static_cast<int>(boost::num_edges(graph_)); }
+  int vertex_count() const;
+  int link_count() const;
+  const TopoVertex& vertex_info(VertexId v) const;
+  const TopoLink& link(int index) const;  // index: 0..link_count-1, its TopoLink::index
+  // The ends in the order the link was added (the node file's a, b; a NIC, then the fabric).
+  std::pair<VertexId, VertexId> link_ends(int index) const;
+  VertexId other_end(int index, VertexId v) const;  // the end of the link that is not v
+  const std::vector<int>& links_at(VertexId v) const;  // the links touching v, in the order they were added
   // Layout: every node's vertices and links are contiguous blocks of the same size, in the same order, so a
   // route inside node n is node 0's route shifted by n blocks (the simulator relies on this to compute each
   // route shape once). The fabric vertex, when there is one, comes first.
@@ -76,9 +83,10 @@ class Topology {
   std::string describe(const Route& route) const;  // "gpu0 -> sw0 -> cpu0 -> dram0 (31.5 GB/s, 2000 ns)"
 
  private:
-  void add_link(VertexId a, VertexId b, TopoLink link);
+  struct Graph;  // the Boost graph and its per-link lookups (topology.cpp)
 
-  TopologyGraph graph_;
+  // Shared and const: built once in the constructor, so copies of a Topology (a copied sim::Cluster) can share it.
+  std::shared_ptr<const Graph> graph_;
   int node_count_ = 0;
   int gpus_per_node_ = 0;
   bool peer_to_peer_ = false;

@@ -81,6 +81,9 @@ void read_shape(const json::Reader& r, ModelConfig& m) {
   m.bias = r.boolean("bias");
   m.tied_embeddings = r.boolean("tied_embeddings");
   m.dtype = r.choice("dtype", {"bf16", "fp16", "fp32"});
+  m.norm_epsilon = r.number("norm_epsilon", json::Bound{1e-12, 0.1, "", false, false});
+  if (r.has("rope_theta")) m.rope_theta = r.number("rope_theta", json::Bound{1, 1e12, "", false, false});
+  m.norm_weight_decay = r.boolean("norm_weight_decay");
 }
 
 }  // namespace
@@ -120,8 +123,12 @@ ModelConfig parse_custom_model(std::string_view spec, std::vector<std::string>* 
     if (fields.contains(key)) throw InputError(origin, "custom." + key, "each field once", "it twice");
     std::int64_t number = 0;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+    double real = 0;
+    auto [real_end, real_ec] = std::from_chars(value.data(), value.data() + value.size(), real);
     if (ec == std::errc() && end == value.data() + value.size()) {
       fields[key] = number;
+    } else if (real_ec == std::errc() && real_end == value.data() + value.size()) {
+      fields[key] = real;  // norm_epsilon=1e-6
     } else if (value == "true" || value == "false") {
       fields[key] = value == "true";
     } else {
@@ -154,6 +161,10 @@ ModelConfig parse_custom_model(std::string_view spec, std::vector<std::string>* 
   fill("bias", false);
   fill("tied_embeddings", false);
   fill("dtype", "bf16");
+  // Llama 2's constants (config.json of meta-llama/Llama-2-7b-hf: rms_norm_eps 1e-5, the default rope_theta 10000).
+  fill("norm_epsilon", 1e-5);
+  fill("rope_theta", 10000);
+  fill("norm_weight_decay", false);
 
   ModelConfig m;
   m.origin = origin;

@@ -2,6 +2,7 @@
 // A transformer's shape (models/*.json or --model custom:...) and what follows from it: parameter counts,
 // FLOPs per token, and the bytes of model states under a precision policy.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ struct ModelConfig {
   bool bias = false;
   bool tied_embeddings = false;
   std::string dtype = "bf16";
+  // Constants the executors need (from the model's own config, as its "source" says):
+  double norm_epsilon = 1e-5;        // the norms' epsilon (Hugging Face config.json: rms_norm_eps / layer_norm_eps)
+  std::optional<double> rope_theta;  // the RoPE base (config.json: rope_theta); none: no rotary positions (GPT)
+  bool norm_weight_decay = false;    // AdamW decays the norm gains too (Megatron-LM and Llama's recipes do not)
 
   std::int64_t q_dim() const { return heads * head_dim; }
   std::int64_t kv_dim() const { return kv_heads * head_dim; }

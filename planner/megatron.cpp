@@ -225,7 +225,7 @@ class MegatronBuilder {
     std::string tag;               // "mb3"
     std::int32_t seq;              // the step's sequence number of the micro-batch's first sequence
     std::vector<sim::TaskId> last;  // per rank
-    sim::Op at(sim::OpCode code, std::int64_t l) const { return {code, seq, static_cast<std::int32_t>(l), 0, -1, -1}; }
+    sim::Op at(sim::OpCode code, std::int64_t l) const { return {code, seq, static_cast<std::int32_t>(l), 0}; }
   };
 
   int gpu_of(int stage, int d, int r) const { return (stage * p_.dp + d) * stage_ranks_ + r; }  // r: cp index * tp + TP index
@@ -337,6 +337,7 @@ std::vector<sim::TaskId> MegatronBuilder::transient(const std::vector<sim::Devic
 }
 
 sim::TaskGraph MegatronBuilder::build() {
+  g_.set_chunk_tokens(split_.local_tokens() / split_.sequences);  // one chunk per sequence: a rank's share of it
   model_states();
   for (int d = 0; d < p_.dp; ++d) {
     for (int stage = 0; stage < p_.pp; ++stage) walk_stage(d, stage);
@@ -590,7 +591,7 @@ void MegatronBuilder::optimizer_steps(const std::vector<std::vector<sim::TaskId>
     step[static_cast<std::size_t>(gpu)] =
         g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false,
                 sim::OptimizerStep{static_cast<std::int64_t>(gpu_params_[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam / shards)},
-                {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
+                sim::Op::optimizer_of(gpu)},
                deps);
   }
   if (!p_.distributed_optimizer || grad_replicas_ <= 1) return;

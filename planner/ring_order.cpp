@@ -17,7 +17,7 @@ class HopScorer {
   // The hops of a cyclic order: each hop's bandwidth with every hop of the ring active at once, hops that share a
   // link direction sharing its bandwidth (a half-duplex link counts both directions together).
   std::vector<RingHop> hops(const std::vector<int>& order) {
-    const auto& graph = cluster_.topology.graph();
+    const auto& topo = cluster_.topology;
     const std::size_t n = order.size();
     load_.clear();
     for (std::size_t i = 0; i < n; ++i) {
@@ -28,7 +28,7 @@ class HopScorer {
     for (std::size_t i = 0; i < n; ++i) {
       const hw::Route& r = route(order[i], order[(i + 1) % n]);
       double gbps = r.bottleneck_gbps;
-      for (std::size_t j = 0; j < r.links.size(); ++j) gbps = std::min(gbps, graph[r.links[j]].gbps_per_direction / load_[key(r, j)]);
+      for (std::size_t j = 0; j < r.links.size(); ++j) gbps = std::min(gbps, topo.link(r.links[j]).gbps_per_direction / load_[key(r, j)]);
       out.push_back({order[i], order[(i + 1) % n], gbps});
     }
     return out;
@@ -45,8 +45,8 @@ class HopScorer {
     return it->second;
   }
   std::pair<int, int> key(const hw::Route& r, std::size_t i) const {
-    const auto& link = cluster_.topology.graph()[r.links[i]];
-    return {link.index, link.full_duplex ? static_cast<int>(r.vertices[i] < r.vertices[i + 1]) : 2};
+    const auto& link = cluster_.topology.link(r.links[i]);
+    return {r.links[i], link.full_duplex ? static_cast<int>(r.vertices[i] < r.vertices[i + 1]) : 2};
   }
 
   const sim::Cluster& cluster_;

@@ -214,7 +214,10 @@ class RingTrackBuilder {
     std::vector<std::vector<sim::TaskId>> acc_written;      // per layer, per block: last D2H
     std::vector<std::vector<sim::TaskId>> grad_out;         // [layer][chunk]: the gradient arriving at layer - 1
     // What a task is in the model's terms (sim::Op, for the executor).
-    sim::Op at(sim::OpCode code, int l, int k, int first = -1, int last = -1) const { return sim::Op{code, seq_number, l, k, first, last}; }
+    sim::Op at(sim::OpCode code, int l, int k) const { return sim::Op{code, seq_number, l, k}; }
+    sim::Op kv(sim::OpCode code, int l, int k, int kv_first, int kv_last) const {
+      return sim::Op::kv_range(code, seq_number, l, k, kv_first, kv_last);
+    }
   };
   // A visit's identity while its tasks are emitted.
   struct VisitAt {
@@ -336,6 +339,7 @@ RingTrackPlan RingTrackBuilder::build() {
   const double kv_blocks =
       static_cast<double>(C_) * static_cast<double>(C_) / (2.0 * static_cast<double>(std::max<std::int64_t>(1, p_.kv_block_tokens / p_.chunk)));
   g_.reserve(static_cast<std::size_t>(static_cast<double>(replicas_ * sequences_ * (L_ + 1)) * (60.0 * C_ + (kv_dram_ ? 8 * kv_blocks : 0))));
+  g_.set_chunk_tokens(p_.chunk);
   choose_rings();
   for (int r = 0; r < replicas_; ++r) {
     model_states(r);
@@ -414,7 +418,7 @@ sim::TaskId RingTrackBuilder::attend(const VisitAt& v, const std::string& name, 
   const auto heads = static_cast<std::int32_t>(model_.heads), kv_heads = static_cast<std::int32_t>(model_.kv_heads);
   const auto hd = static_cast<std::int32_t>(model_.head_dim);
   return g_.add({name, v.gpu, {sim::StreamKind::compute, 0}, rec, sim::Attention{c_, kv_len, heads, kv_heads, hd, causal, backward},
-                 t.at(backward ? sim::OpCode::attn_bwd : sim::OpCode::attn, v.l, v.k, first, last)},
+                 t.kv(backward ? sim::OpCode::attn_bwd : sim::OpCode::attn, v.l, v.k, first, last)},
                 deps);
 }
 
@@ -433,7 +437,7 @@ void RingTrackBuilder::forward_visit(Train& t, const Visit& visit) {
   }
   const auto [wbuf, wcopy] = weights_in(gpu, name);
   const VisitAt v{l, k, gpu, host_of(gpu), name, gpu_last_[static_cast<std::size_t>(gpu)]};
-  sv.kv_hbm = g_.set_op(g_.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({v.prev})), t.at(sim::OpCode::kv, l, k, k, k));
+  sv.kv_hbm = g_.set_op(g_.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({v.prev})), t.kv(sim::OpCode::kv, l, k, k, k));
   sv.work = g_.set_op(g_.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept_), "activations of a chunk", ids({v.prev})), t.at(sim::OpCode::acts, l, k));
   std::vector<sim::TaskId> stream_buffers;
   LayerEmitter emitter(g_, model_, chunk_split_, {gpu});
@@ -471,9 +475,9 @@ void RingTrackBuilder::forward_attention(Train& t, const VisitAt& v, Saved& sv, 
   const int l = v.l, k = v.k;
   if (kv_dram_) {
     sv.kv_host =
-        g_.set_op(g_.alloc(an + " host kv", v.host, sim::Pool::dram, bytes(kv_chunk_), "K/V in host DRAM", ids({last[0]})), t.at(sim::OpCode::kv, l, k, k, k));
+        g_.set_op(g_.alloc(an + " host kv", v.host, sim::Pool::dram, bytes(kv_chunk_), "K/V in host DRAM", ids({last[0]})), t.kv(sim::OpCode::kv, l, k, k, k));
     sv.kv_d2h = g_.set_op(g_.copy(an + " D2H kv", v.gpu, {sim::Copy::Direction::d2h, bytes(kv_chunk_), true}, ids({sv.kv_host, last[0]})),
-                          t.at(sim::OpCode::kv, l, k, k, k));
+                          t.kv(sim::OpCode::kv, l, k, k, k));
   }
   last[0] = attend(v, an + " C" + std::to_string(k) + " x C" + std::to_string(k), t, c_, true, false, rec, k, k, ids({last[0]}));
   if (k == 0) return;
@@ -484,7 +488,7 @@ void RingTrackBuilder::forward_attention(Train& t, const VisitAt& v, Saved& sv, 
     for (int d = 0; d < std::min(p_.prefetch, (k + span_ - 1) / span_); ++d) {
       stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm, bytes(kv_chunk_ * span_),
                                                   "K/V stream buffers", ids({v.prev})),
-                                         t.at(sim::OpCode::kv, l, k, 0, k - 1)));
+                                         t.kv(sim::OpCode::kv, l, k, 0, k - 1)));
     }
     for (int j0 = 0, b = 0; j0 < k; j0 += span_, ++b) {
       const int j1 = std::min(k, j0 + span_);
@@ -493,7 +497,7 @@ void RingTrackBuilder::forward_attention(Train& t, const VisitAt& v, Saved& sv, 
       if (b >= p_.prefetch) deps.push_back(blocks[static_cast<std::size_t>(b - p_.prefetch)]);  // its buffer is free again
       const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
       const sim::TaskId in_copy = g_.set_op(g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
-                                            t.at(sim::OpCode::kv, l, k, j0, j1 - 1));
+                                            t.kv(sim::OpCode::kv, l, k, j0, j1 - 1));
       last[0] = attend(v, an + " C" + std::to_string(k) + " x " + range, t, c_ * (j1 - j0), false, false, rec, j0, j1 - 1, ids({last[0], in_copy}));
       blocks.push_back(last[0]);
     }
@@ -576,12 +580,12 @@ void RingTrackBuilder::backward_visit(Train& t, const Visit& visit) {
     t.accumulators[static_cast<std::size_t>(l)] =
         g_.set_op(g_.alloc(v.name + " dkv accumulators", kv_dram_ ? v.host : gpu, kv_dram_ ? sim::Pool::dram : sim::Pool::hbm, bytes(acc_chunk_ * (C_ - 1)),
                            "fp32 dK/dV accumulators", ids({v.prev})),
-                  t.at(sim::OpCode::dkv, l, k, 0, C_ - 2));
+                  t.kv(sim::OpCode::dkv, l, k, 0, C_ - 2));
   }
   std::vector<sim::TaskId> stream_buffers;
   // The chunk's own fp32 dK/dV (finished in this visit) and, with K/V in DRAM, the stream buffers.
   const sim::TaskId own_acc = g_.set_op(g_.alloc(v.name + " dkv", gpu, sim::Pool::hbm, bytes(acc_chunk_), "fp32 dK/dV of a chunk", ids({v.prev})),
-                                        t.at(sim::OpCode::dkv, l, k, k, k));
+                                        t.kv(sim::OpCode::dkv, l, k, k, k));
   LayerEmitter emitter(g_, model_, chunk_split_, {gpu});
   emitter.set_coordinates(t.seq_number, l, k);
   emitter.set_attention_hook([&](const std::string& an, bool backward, std::vector<sim::TaskId>& last, bool rec) {
@@ -615,10 +619,10 @@ std::vector<sim::TaskId> RingTrackBuilder::reload(Train& t, const VisitAt& v, Sa
                               t.at(recompute_ ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k)));
   }
   if (kv_dram_) {
-    sv.kv_hbm = g_.set_op(g_.alloc(v.name + " kv", v.gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({reuse})), t.at(sim::OpCode::kv, l, k, k, k));
+    sv.kv_hbm = g_.set_op(g_.alloc(v.name + " kv", v.gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({reuse})), t.kv(sim::OpCode::kv, l, k, k, k));
     if (!recompute_) {  // recompute produces this chunk's K/V again
       ready.push_back(g_.set_op(g_.copy(v.name + " H2D kv", v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_), true}, ids({sv.kv_hbm, sv.kv_d2h})),
-                                t.at(sim::OpCode::kv, l, k, k, k)));
+                                t.kv(sim::OpCode::kv, l, k, k, k)));
     }
   }
   return ready;
@@ -635,7 +639,7 @@ void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskI
   if (kv_dram_ && k < C_ - 1) {
     acc_in = g_.set_op(g_.copy(an + " H2D dkv C" + std::to_string(k), v.gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk_), true},
                                ids({own_acc, written.empty() ? -1 : written[static_cast<std::size_t>(k / span_)]})),
-                       t.at(sim::OpCode::dkv, l, k, k, k));
+                       t.kv(sim::OpCode::dkv, l, k, k, k));
   }
   last[0] = attend(v, an + " C" + std::to_string(k) + " x C" + std::to_string(k), t, c_, true, true, rec, k, k, ids({last[0], acc_in}));
   if (k == 0) return;
@@ -647,7 +651,7 @@ void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskI
   for (int d = 0; d < std::min(p_.prefetch, nblocks); ++d) {
     stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv dkv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm, bytes((kv_chunk_ + acc_chunk_) * span_),
                                                 "K/V and dK/dV stream buffers", ids({v.prev})),
-                                       t.at(sim::OpCode::kv_dkv, l, k, 0, k - 1)));
+                                       t.kv(sim::OpCode::kv_dkv, l, k, 0, k - 1)));
   }
   std::vector<sim::TaskId> blocks, now_written;
   for (int j0 = 0, b = 0; j0 < k; j0 += span_, ++b) {
@@ -660,18 +664,18 @@ void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskI
     }
     for (int j = j0; j < j1; ++j) deps.push_back(t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);  // forward wrote them
     const sim::TaskId kv_in = g_.set_op(g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
-                                        t.at(sim::OpCode::kv, l, k, j0, j1 - 1));
+                                        t.kv(sim::OpCode::kv, l, k, j0, j1 - 1));
     std::vector<sim::TaskId> block_deps{last[0], kv_in};
     if (k < C_ - 1) {  // read-modify-write of the accumulators (the last chunk writes them first)
       if (static_cast<std::size_t>(b) < written.size()) deps.push_back(written[static_cast<std::size_t>(b)]);
       block_deps.push_back(g_.set_op(g_.copy(an + " H2D dkv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk_ * (j1 - j0)), true}, deps),
-                                     t.at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
+                                     t.kv(sim::OpCode::dkv, l, k, j0, j1 - 1)));
     }
     last[0] = attend(v, an + " C" + std::to_string(k) + " x " + range, t, c_ * (j1 - j0), false, true, rec, j0, j1 - 1, block_deps);
     blocks.push_back(last[0]);
     now_written.push_back(g_.set_op(
         g_.copy(an + " D2H dkv " + range, v.gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk_ * (j1 - j0)), true}, ids({last[0]})),
-        t.at(sim::OpCode::dkv, l, k, j0, j1 - 1)));
+        t.kv(sim::OpCode::dkv, l, k, j0, j1 - 1)));
   }
   written = now_written;
 }
@@ -759,7 +763,7 @@ void RingTrackBuilder::optimizer_steps() {
     const auto opt_bytes = bytes(owned * kAdamBytesPerParam);
     if (!states_dram_) {
       g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{opt_bytes},
-              {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
+              sim::Op::optimizer_of(gpu)},
              deps);
       continue;
     }
@@ -770,7 +774,7 @@ void RingTrackBuilder::optimizer_steps() {
       for (auto id : grads_ready_[static_cast<std::size_t>(gpu)]) host_deps.push_back(id);
     }
     const sim::TaskId step = g_.add({"optimizer step host for gpu" + std::to_string(gpu), host_of(gpu), {sim::StreamKind::host, 0}, false,
-                                     sim::OptimizerStep{opt_bytes}, {sim::OpCode::optimizer, 0, -1, -1, gpu, gpu}},
+                                     sim::OptimizerStep{opt_bytes}, sim::Op::optimizer_of(gpu)},
                                     host_deps);
     if (!stream_weights_) {
       states(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * owned), true}, ids({step})));

@@ -183,7 +183,7 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
             last, recompute, backward ? sim::OpCode::attn_bwd : sim::OpCode::attn);
   for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()); ++id) {  // the whole causal square: its own chunk
     sim::Op o = graph_.task(id).op;
-    o.first = o.last = o.chunk;
+    o.kv_first = o.kv_last = o.chunk;
     graph_.set_op(id, o);
   }
 }
@@ -569,8 +569,8 @@ sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& t
   auto piece = [&](sim::OpCode code, std::int64_t first, std::int64_t count) {
     sim::Op o = coordinates;
     o.code = code;
-    o.first = static_cast<std::int32_t>(first);
-    o.last = static_cast<std::int32_t>(first + count);
+    o.row_begin = static_cast<std::int32_t>(first);
+    o.row_end = static_cast<std::int32_t>(first + count);
     g.set_op(at, o);
   };
   for (std::int64_t c0 = 0; c0 < tokens; c0 += chunk_tokens) {

@@ -105,7 +105,7 @@ class LayerEmitter {
 
   // Where the next forward()/backward() is in the step: every task they emit carries these coordinates and
   // its op code (sim::Op), which is what lets the executor run the graph with real tensors.
-  void set_coordinates(int seq, int layer, int chunk) { at_ = {sim::OpCode::none, seq, layer, chunk, -1, -1}; }
+  void set_coordinates(int seq, int layer, int chunk) { at_ = sim::Op(sim::OpCode::none, seq, layer, chunk); }
   sim::Op op(sim::OpCode code) const {
     sim::Op o = at_;
     o.code = code;

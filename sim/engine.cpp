@@ -60,10 +60,6 @@ class Engine {
     TRAINYARD_CHECK(!library_.protocols.empty(), "a collective library without protocols");
     for (const auto& p : library_.protocols) result_.protocol_names.push_back(p.name);
     if (library_.nvls) result_.protocol_names.push_back("NVLS");
-    edge_by_index_.resize(static_cast<std::size_t>(topo_.link_count()));
-    for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
-      edge_by_index_[static_cast<std::size_t>(topo_.graph()[*it].index)] = *it;
-    }
   }
 
   SimResult run();
@@ -71,8 +67,8 @@ class Engine {
  private:
   std::vector<double> capacities() const {
     std::vector<double> caps(static_cast<std::size_t>(2 * topo_.link_count()));
-    for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
-      const auto& link = topo_.graph()[*it];
+    for (int l = 0; l < topo_.link_count(); ++l) {
+      const auto& link = topo_.link(l);
       caps[static_cast<std::size_t>(2 * link.index)] = link.gbps_per_direction;      // 1 GB/s = 1 byte/ns
       caps[static_cast<std::size_t>(2 * link.index + 1)] = link.gbps_per_direction;
     }
@@ -193,7 +189,7 @@ class Engine {
   std::optional<hw::VertexId> nvlink_switch_of(hw::VertexId gpu) const;
   bool crosses_nvlink(const RouteResources& r) const {
     return std::any_of(r.resources.begin(), r.resources.end(), [&](std::int32_t res) {
-      return topo_.graph()[edge_by_index_[static_cast<std::size_t>(res / 2)]].type == hw::LinkType::nvlink;
+      return topo_.link(res / 2).type == hw::LinkType::nvlink;
     });
   }
   std::unordered_map<TaskId, CollectiveState> collectives_;
@@ -201,7 +197,6 @@ class Engine {
   std::unordered_map<std::uint64_t, RouteResources> routes_;
   std::unordered_map<int, std::vector<Sample>> link_samples_;
   std::vector<hw::VertexId> host_memory_;
-  std::vector<hw::LinkId> edge_by_index_;  // per resource, when recorded
   std::vector<std::int64_t> pool_in_use_;
   std::vector<std::vector<TaskId>> pool_live_;
   std::vector<std::int32_t> live_slot_;
@@ -222,14 +217,7 @@ void Engine::build_streams() {
   task_stream_offset_.assign(static_cast<std::size_t>(n) + 1, 0);
   task_streams_.reserve(static_cast<std::size_t>(n));
   for (TaskId t = 0; t < n; ++t) {
-    const Task& task = graph_.task(t);
-    if (const auto* c = std::get_if<Collective>(&task.params)) {
-      for (DeviceId member : graph_.groups()[static_cast<std::size_t>(c->group)]) {
-        task_streams_.push_back(stream_id(member, task.stream));
-      }
-    } else if (task.stream.kind != StreamKind::none) {
-      task_streams_.push_back(stream_id(task.device, task.stream));
-    }
+    for_each_occupied_stream(graph_, graph_.task(t), [&](DeviceId device, Stream stream) { task_streams_.push_back(stream_id(device, stream)); });
     task_stream_offset_[static_cast<std::size_t>(t) + 1] = static_cast<std::int32_t>(task_streams_.size());
   }
   // Each stream's tasks in submission order.
@@ -375,9 +363,9 @@ void Engine::collect() {
 
 // Every link direction that carried bytes, with its busy time and (when recorded) its load over time.
 void Engine::collect_links() {
-  for (auto [it, end] = boost::edges(topo_.graph()); it != end; ++it) {
-    const auto& link = topo_.graph()[*it];
-    const auto a = boost::source(*it, topo_.graph()), b = boost::target(*it, topo_.graph());
+  for (int l = 0; l < topo_.link_count(); ++l) {
+    const auto& link = topo_.link(l);
+    const auto [a, b] = topo_.link_ends(l);
     for (int dir = 0; dir < (link.full_duplex ? 2 : 1); ++dir) {
       const int r = 2 * link.index + dir;
       if (network_.bytes_moved(r) <= 0) continue;
@@ -670,10 +658,9 @@ double Engine::choose_protocol(const Collective& c, CollectiveState& state) {
 }
 
 std::optional<hw::VertexId> Engine::nvlink_switch_of(hw::VertexId gpu) const {
-  const auto& g = topo_.graph();
-  for (auto [it, end] = boost::out_edges(gpu, g); it != end; ++it) {
-    const hw::VertexId other = boost::target(*it, g);
-    if (g[*it].type == hw::LinkType::nvlink && g[other].type == hw::VertexType::nvswitch) return other;
+  for (int l : topo_.links_at(gpu)) {
+    const hw::VertexId other = topo_.other_end(l, gpu);
+    if (topo_.link(l).type == hw::LinkType::nvlink && topo_.vertex_info(other).type == hw::VertexType::nvswitch) return other;
   }
   return std::nullopt;
 }
@@ -751,8 +738,7 @@ void Engine::start_collective_step(TaskId t) {
 const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
   const std::uint64_t key = (static_cast<std::uint64_t>(from) << 32) | static_cast<std::uint64_t>(to);
   if (auto it = routes_.find(key); it != routes_.end()) return it->second;
-  const auto& g = topo_.graph();
-  const int from_node = g[from].node, to_node = g[to].node;  // -1: the fabric
+  const int from_node = topo_.vertex_info(from).node, to_node = topo_.vertex_info(to).node;  // -1: the fabric
   RouteResources out;
   // Every node is a copy of node 0 and nodes meet only at the fabric, so routes are computed for node 0 once
   // and shifted; a route between nodes is the route to the fabric followed by the route from it.
@@ -766,7 +752,8 @@ const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
     return r;
   };
   auto to_node0 = [&](hw::VertexId v) {
-    return g[v].node <= 0 ? v : v - topo_.first_vertex(g[v].node) + topo_.first_vertex(0);
+    const int node = topo_.vertex_info(v).node;
+    return node <= 0 ? v : v - topo_.first_vertex(node) + topo_.first_vertex(0);
   };
   if (from_node >= 0 && to_node >= 0 && from_node != to_node) {
     const RouteResources first = route(from, *topo_.fabric());
@@ -780,10 +767,9 @@ const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
     const hw::Route r = topo_.route(from, to);
     out.latency_ns = r.latency_ns;
     for (std::size_t i = 0; i < r.links.size(); ++i) {
-      const auto& link = g[r.links[i]];
       // Full-duplex links: one resource per direction, the direction being "from the lower vertex id" or not.
-      const int dir = link.full_duplex && r.vertices[i] > r.vertices[i + 1] ? 1 : 0;
-      out.resources.push_back(2 * link.index + dir);
+      const int dir = topo_.link(r.links[i]).full_duplex && r.vertices[i] > r.vertices[i + 1] ? 1 : 0;
+      out.resources.push_back(2 * r.links[i] + dir);
     }
   }
   check_route_length(out, from, to);
@@ -801,8 +787,7 @@ void Engine::check_route_length(const RouteResources& r, hw::VertexId from, hw::
 // Between nodes a GPU sends through its own rail NIC and the peer receives through its own (NCCL's pairing,
 // hw::Topology::rail_nic); nullopt within a node or without NICs.
 std::optional<RouteResources> Engine::cross_node_route(hw::VertexId from, hw::VertexId to) {
-  const auto& g = topo_.graph();
-  if (g[from].node == g[to].node) return std::nullopt;
+  if (topo_.vertex_info(from).node == topo_.vertex_info(to).node) return std::nullopt;
   const auto nic_from = topo_.rail_nic(from), nic_to = topo_.rail_nic(to);
   if (!nic_from || !nic_to) return std::nullopt;
   RouteResources out = route(from, *nic_from);

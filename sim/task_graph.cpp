@@ -367,6 +367,8 @@ TaskId append(TaskGraph& into, const TaskGraph& from) {
   const auto offset = static_cast<TaskId>(into.size());
   const auto group_offset = static_cast<std::int32_t>(into.groups().size());
   const auto label_offset = static_cast<std::int32_t>(into.labels().size());
+  // One chunk length for the whole graph, or none (0) when the parts differ: the executors then refuse it.
+  into.set_chunk_tokens(into.size() == 0 || into.chunk_tokens() == from.chunk_tokens() ? from.chunk_tokens() : 0);
   for (const auto& g : from.groups()) into.add_group(g);
   for (const auto& l : from.labels()) into.add_label(l);
   for (const Task& t : from.tasks()) {
@@ -406,6 +408,7 @@ TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const T
   };
   std::vector<TaskId> new_id(n, -1);
   TaskGraph out;
+  out.set_chunk_tokens(graph.chunk_tokens());
   for (const auto& g : graph.groups()) out.add_group(g);
   for (const auto& l : graph.labels()) out.add_label(l);
   for (std::size_t i = 0; i < n; ++i) {

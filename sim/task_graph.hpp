@@ -98,9 +98,7 @@ std::string_view to_string(Algorithm algorithm);
 // tensors; a graph with a task left at `none` can only be simulated.
 //
 // Coordinates: sequence `seq` of the step, `layer` (the LM head is layer == the model's layer count), query
-// chunk `chunk`. `first`/`last` are chunk numbers (inclusive) for K/V ranges (attention pairs, K/V and dK/dV
-// moves), token offsets [first, last) inside the chunk for the LM head's pieces, and the GPU whose parameters an
-// optimizer step updates.
+// chunk `chunk`; the fields after them are set only by the ops that say so (-1 otherwise).
 enum class OpCode : std::uint8_t {
   none,
   // forward of layer `layer` on chunk `chunk` (recompute reruns them with Task::recompute set)
@@ -108,12 +106,12 @@ enum class OpCode : std::uint8_t {
   // backward, in the order a layer runs them (each *_dgrad is followed by its *_wgrad: LayerEmitter relies on it)
   residual2_bwd, mlp_down_dgrad, mlp_down_wgrad, act_bwd, mlp_up_dgrad, mlp_up_wgrad, norm2_bwd, residual1_bwd,
   proj_dgrad, proj_wgrad, attn_bwd, rope_bwd, qkv_dgrad, qkv_wgrad, norm1_bwd, embed_bwd,
-  // the final norm, LM head and cross-entropy on tokens [first, last) of the chunk: forward and backward fused
+  // the final norm, LM head and cross-entropy on tokens [row_begin, row_end) of the chunk: forward and backward fused
   head_logits, head_xent, head_dgrad, head_wgrad,
   optimizer,  // AdamW on the parameters the task's device (or the GPU it serves) owns
   // What a copy or send moves, and what an allocation holds (its free drops it): tensors of (layer, chunk)
-  kv,          // K and V of chunks [first, last]
-  dkv,         // fp32 dK/dV accumulators of chunks [first, last]
+  kv,          // K and V of chunks kv_first..kv_last
+  dkv,         // fp32 dK/dV accumulators of chunks kv_first..kv_last
   kv_dkv,      // both (the backward's stream buffers)
   acts,        // what forward keeps for backward except K/V: layer input, norm outputs, q, o, lse, MLP tensors
   checkpoint,  // what recompute keeps: the layer input, the attention output and its lse
@@ -124,9 +122,29 @@ enum class OpCode : std::uint8_t {
 std::string_view to_string(OpCode code);
 
 struct Op {
+  // Coordinates only: the fields below are set by name (kv_range, optimizer_of), never by position.
+  Op(OpCode code_ = OpCode::none, std::int32_t seq_ = 0, std::int32_t layer_ = -1, std::int32_t chunk_ = -1)
+      : code(code_), seq(seq_), layer(layer_), chunk(chunk_) {}
   OpCode code = OpCode::none;
   std::int32_t seq = 0, layer = -1, chunk = -1;
-  std::int32_t first = -1, last = -1;
+  // attn, attn_bwd, kv, dkv, kv_dkv: the K/V chunks kv_first..kv_last (both included).
+  std::int32_t kv_first = -1, kv_last = -1;
+  // head_*: the piece's token rows [row_begin, row_end) inside the chunk.
+  std::int32_t row_begin = -1, row_end = -1;
+  // optimizer: the GPU whose parameters it updates (the task itself may run on its node's host).
+  std::int32_t owner_gpu = -1;
+
+  static Op kv_range(OpCode code, std::int32_t seq, std::int32_t layer, std::int32_t chunk, std::int32_t kv_first, std::int32_t kv_last) {
+    Op o{code, seq, layer, chunk};
+    o.kv_first = kv_first;
+    o.kv_last = kv_last;
+    return o;
+  }
+  static Op optimizer_of(std::int32_t gpu) {
+    Op o{OpCode::optimizer};
+    o.owner_gpu = gpu;
+    return o;
+  }
 };
 
 struct Task {
@@ -185,6 +203,10 @@ class TaskGraph {
   const std::vector<std::vector<DeviceId>>& groups() const { return groups_; }
   const std::vector<std::string>& labels() const { return labels_; }
   const std::vector<std::pair<TaskId, TaskId>>& edges() const { return edges_; }
+  // The tokens of one query chunk (Op::chunk counts chunks of this length; unchunked schemes: the sequence), set by
+  // builders that annotate their tasks; 0 otherwise. The executors size every tensor from it.
+  void set_chunk_tokens(std::int64_t tokens) { chunk_tokens_ = tokens; }
+  std::int64_t chunk_tokens() const { return chunk_tokens_; }
 
   // Successors and predecessor counts in compressed form; valid after finalize().
   void finalize();
@@ -203,6 +225,7 @@ class TaskGraph {
   std::vector<std::int32_t> succ_offset_;
   std::vector<TaskId> succ_;
   std::vector<std::int32_t> pred_count_;
+  std::int64_t chunk_tokens_ = 0;
   bool finalized_ = false;
 };
 
@@ -210,6 +233,20 @@ class TaskGraph {
 TaskId append(TaskGraph& into, const TaskGraph& from);
 // A copy without the tasks `drop` selects; a dropped task's successors inherit its dependencies.
 TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const Task&)>& drop);
+
+// Stream order, the one rule the simulator (sim/engine.cpp), the CPU reference's order (backend/dataflow.cpp) and
+// the executor's schedule (backend/schedule.cpp) share: every stream runs its tasks in task-id order, and a task
+// occupies these streams: a collective, its stream on every member of its group; any other task with a stream,
+// that stream on its own device (a send: the sender's; the receiver's side takes no stream here, the executor
+// gives receives one of their own); allocations and frees, none. Calls visit(device, stream) for each.
+template <typename Visit>
+void for_each_occupied_stream(const TaskGraph& graph, const Task& task, Visit&& visit) {
+  if (const auto* c = std::get_if<Collective>(&task.params)) {
+    for (DeviceId member : graph.groups()[static_cast<std::size_t>(c->group)]) visit(member, task.stream);
+  } else if (task.stream.kind != StreamKind::none) {
+    visit(task.device, task.stream);
+  }
+}
 
 // Checks a graph against a cluster of `gpus` GPUs on `nodes` nodes: devices exist, each kind runs on a
 // stream that can run it, groups are valid, frees match allocs, no cycles. Throws InputError naming

@@ -30,7 +30,7 @@ const std::string kData = TRAINYARD_TEST_DATA_DIR;
 using Seen = std::tuple<sim::TaskId, sim::DeviceId, Key, bool>;  // task, place, tensor, write
 
 // The reads and writes plan_dataflow says each task makes.
-std::set<Seen> planned_accesses(const sim::TaskGraph& g, const DataflowPlan& plan, const model::ModelConfig& m, std::int64_t chunk) {
+std::set<Seen> planned_accesses(const sim::TaskGraph& g, const DataflowPlan& plan, const model::ModelConfig& m) {
   std::set<Seen> out;
   auto at = [&](sim::TaskId task, int instance, bool write) {
     const Instance& i = plan.instances.at(static_cast<std::size_t>(instance));
@@ -48,7 +48,7 @@ std::set<Seen> planned_accesses(const sim::TaskGraph& g, const DataflowPlan& pla
       continue;
     }
     if (step.instances.empty()) continue;
-    const auto uses = compute_uses(t.op, m, chunk);
+    const auto uses = compute_uses(t.op, m, g.chunk_tokens());
     EXPECT_EQ(uses.size(), step.instances.size()) << t.name;
     for (std::size_t u = 0; u < uses.size() && u < step.instances.size(); ++u) {
       const int inst = step.instances[u];
@@ -75,17 +75,18 @@ struct Checked {
 // Runs the reference on the graph, recording its accesses, and holds plan_dataflow's to them.
 Checked check_against_reference(const sim::TaskGraph& g, const model::ModelConfig& m, std::int64_t chunk, std::int64_t seq, int batch,
                                 int gpus_per_node, std::span<const sim::TaskId> order) {
+  EXPECT_EQ(g.chunk_tokens(), chunk) << "the graph carries the chunk length it was built with";
   std::vector<RecordedAccess> recorded;
   ReferenceOptions options;
   options.record = &recorded;
   ModelState state(m, 5);
   const auto tokens = random_windows(m.vocab, seq, batch, 11);
-  run_reference_step(g, state, chunk, gpus_per_node, tokens, options);
+  run_reference_step(g, state, gpus_per_node, tokens, options);
   std::set<Seen> reference;
   for (const RecordedAccess& a : recorded) reference.insert({a.task, a.place, a.key, a.write});
 
-  Checked c{plan_dataflow(g, order, m, chunk, gpus_per_node), reference.size()};
-  const std::set<Seen> planned = planned_accesses(g, c.plan, m, chunk);
+  Checked c{plan_dataflow(g, order, m, gpus_per_node), reference.size()};
+  const std::set<Seen> planned = planned_accesses(g, c.plan, m);
   std::vector<Seen> missing, extra;
   std::set_difference(reference.begin(), reference.end(), planned.begin(), planned.end(), std::back_inserter(missing));
   std::set_difference(planned.begin(), planned.end(), reference.begin(), reference.end(), std::back_inserter(extra));
@@ -185,7 +186,7 @@ TEST(Dataflow, AReadOfATensorNoTaskPutThereIsRefusedBeforeAnythingRuns) {
   ASSERT_NE(reload, order.end());
   order.erase(reload);
   try {
-    plan_dataflow(g, order, m, 16, 1);
+    plan_dataflow(g, order, m, 1);
     FAIL() << "a reload of K/V that never reached the host passed";
   } catch (const InternalError& e) {
     EXPECT_NE(std::string(e.what()).find("which does not hold it"), std::string::npos) << e.what();

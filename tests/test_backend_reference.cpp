@@ -56,7 +56,7 @@ struct Outcome {
 Outcome run(const Step& step, const model::ModelConfig& m, const std::vector<std::vector<std::int32_t>>& tokens,
             ReferenceOptions options = {}, std::uint64_t seed = 7) {
   Outcome o{{}, std::make_unique<ModelState>(m, seed)};
-  o.result = run_reference_step(step.graph, *o.state, step.chunk, step.gpus_per_node, tokens, options);
+  o.result = run_reference_step(step.graph, *o.state, step.gpus_per_node, tokens, options);
   return o;
 }
 
@@ -107,7 +107,7 @@ TEST(ReferenceStep, GradientsMatchFiniteDifferences) {
     ReferenceOptions exact;
     exact.emulate_bf16 = false;
     ModelState state(m, 13);
-    run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, exact);
+    run_reference_step(step.graph, state, step.gpus_per_node, tokens, exact);
     std::vector<std::vector<float>> analytic;  // kept: every run below overwrites the gradients
     for (const Parameter* p : state.all()) analytic.push_back(p->grad);
     int checked = 0;
@@ -126,7 +126,7 @@ TEST(ReferenceStep, GradientsMatchFiniteDifferences) {
         const float eps = 1e-2f * std::max(1.0f, std::abs(original));
         auto loss_at = [&](float w) {
           p->weight[at] = w;
-          const double loss = run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, exact).loss;
+          const double loss = run_reference_step(step.graph, state, step.gpus_per_node, tokens, exact).loss;
           p->weight[at] = original;
           return loss;
         };
@@ -190,8 +190,9 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
 
   // Drop the copy that brings chunk 0's K/V back for chunk 1's attention: the read finds no K/V in HBM.
   {
-    sim::TaskGraph broken;
     const sim::TaskGraph good = planner::build_ringtrack(in, p).graph;
+    sim::TaskGraph broken;
+    broken.set_chunk_tokens(good.chunk_tokens());
     sim::TaskId removed = -1;
     for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(good.size()); ++id) {
       const auto& t = good.task(id);
@@ -209,7 +210,7 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
     ASSERT_GE(removed, 0);
     ModelState state(m, 1);
     try {
-      run_reference_step(broken, state, p.chunk, 1, tokens);
+      run_reference_step(broken, state, 1, tokens);
       FAIL() << "the missing copy was not caught";
     } catch (const InternalError& e) {
       EXPECT_NE(std::string(e.what()).find("does not hold it"), std::string::npos) << e.what();
@@ -221,6 +222,7 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
   {
     const sim::TaskGraph good = planner::build_ringtrack(in, p).graph;
     sim::TaskGraph broken;
+    broken.set_chunk_tokens(good.chunk_tokens());
     for (const auto& t : good.tasks()) broken.add(t);
     int dropped = 0;
     for (const auto& [a, b] : good.edges()) {
@@ -239,7 +241,7 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
     ASSERT_EQ(dropped, 1);
     ModelState state(m, 1);
     try {
-      run_reference_step(broken, state, p.chunk, 1, tokens);
+      run_reference_step(broken, state, 1, tokens);
       FAIL() << "the race was not caught";
     } catch (const InternalError& e) {
       EXPECT_NE(std::string(e.what()).find("a race"), std::string::npos) << e.what();
@@ -253,7 +255,7 @@ TEST(ReferenceStep, RefusesGraphsWhoseTasksDoNotSayWhatTheyAre) {
   g.gemm("a gemm", 0, {16, 16, 16});
   ModelState state(m, 1);
   const auto tokens = random_windows(m.vocab, 16, 1, 1);
-  EXPECT_THROW(run_reference_step(g, state, 16, 1, tokens), InputError);
+  EXPECT_THROW(run_reference_step(g, state, 1, tokens), InputError);
 }
 
 TEST(ReferenceStep, ASmallModelLearnsRepeatedText) {
@@ -271,7 +273,7 @@ TEST(ReferenceStep, ASmallModelLearnsRepeatedText) {
   double first = 0, last = 0;
   for (int s = 1; s <= 30; ++s) {
     o.optimizer_step = s;
-    const double loss = run_reference_step(step.graph, state, step.chunk, step.gpus_per_node, tokens, o).loss;
+    const double loss = run_reference_step(step.graph, state, step.gpus_per_node, tokens, o).loss;
     if (s == 1) first = loss;
     last = loss;
   }

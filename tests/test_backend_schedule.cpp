@@ -24,8 +24,8 @@ using sim::StreamKind;
 using sim::TaskGraph;
 using sim::TaskId;
 
-const Step& step_of(const RankSchedule& s, TaskId t) {
-  for (const auto& step : s.steps) {
+const Submission& submission_of(const RankSchedule& s, TaskId t) {
+  for (const auto& step : s.submissions) {
     if (step.task == t) return step;
   }
   throw std::runtime_error("task " + std::to_string(t) + " not scheduled");
@@ -34,11 +34,11 @@ const Step& step_of(const RankSchedule& s, TaskId t) {
 // Every wait refers to a step submitted earlier, on another stream; every task appears once.
 void expect_valid(const RankSchedule& s) {
   std::map<TaskId, std::size_t> at;
-  for (std::size_t i = 0; i < s.steps.size(); ++i) {
-    EXPECT_TRUE(at.emplace(s.steps[i].task, i).second) << "task " << s.steps[i].task << " twice";
-    for (TaskId w : s.steps[i].waits) {
-      ASSERT_TRUE(at.count(w)) << "step " << s.steps[i].task << " waits for " << w << ", not submitted before it";
-      EXPECT_NE(s.steps[at[w]].slot, s.steps[i].slot);
+  for (std::size_t i = 0; i < s.submissions.size(); ++i) {
+    EXPECT_TRUE(at.emplace(s.submissions[i].task, i).second) << "task " << s.submissions[i].task << " twice";
+    for (TaskId w : s.submissions[i].waits) {
+      ASSERT_TRUE(at.count(w)) << "step " << s.submissions[i].task << " waits for " << w << ", not submitted before it";
+      EXPECT_NE(s.submissions[at[w]].slot, s.submissions[i].slot);
       EXPECT_TRUE(s.waited_on[static_cast<std::size_t>(w)]);
     }
   }
@@ -60,13 +60,13 @@ TEST(BackendSchedule, CrossStreamDependenciesBecomeWaitsPrunedByStreamOrder) {
   g.finalize();
   const RankSchedule s = make_schedule(g, 0, 8);
   expect_valid(s);
-  ASSERT_EQ(s.steps.size(), 5u);
+  ASSERT_EQ(s.submissions.size(), 5u);
   EXPECT_EQ(s.streams.size(), 3u);
-  EXPECT_EQ(step_of(s, c).waits, std::vector<TaskId>{up});
-  EXPECT_EQ(step_of(s, down).waits, std::vector<TaskId>{b});  // a is implied: compute0 runs a before b
-  EXPECT_EQ(step_of(s, up).waits, std::vector<TaskId>{a});
+  EXPECT_EQ(submission_of(s, c).waits, std::vector<TaskId>{up});
+  EXPECT_EQ(submission_of(s, down).waits, std::vector<TaskId>{b});  // a is implied: compute0 runs a before b
+  EXPECT_EQ(submission_of(s, up).waits, std::vector<TaskId>{a});
   EXPECT_FALSE(s.waited_on[static_cast<std::size_t>(c)]);
-  EXPECT_EQ(s.streams[static_cast<std::size_t>(step_of(s, up).slot)].name(), "gpu0 h2d");
+  EXPECT_EQ(s.streams[static_cast<std::size_t>(submission_of(s, up).slot)].name(), "gpu0 h2d");
 }
 
 TEST(BackendSchedule, ArenaReusesFreedBytesOnlyAfterTheirLastUser) {
@@ -80,13 +80,13 @@ TEST(BackendSchedule, ArenaReusesFreedBytesOnlyAfterTheirLastUser) {
   g.finalize();
   const RankSchedule s = make_schedule(g, 0, 8);
   expect_valid(s);
-  ASSERT_EQ(s.steps.size(), 2u);  // allocs and frees take no stream
+  ASSERT_EQ(s.submissions.size(), 2u);  // allocs and frees take no stream
   EXPECT_EQ(s.hbm.offset_bytes.at(x), 0);
   EXPECT_EQ(s.hbm.offset_bytes.at(y), 0);     // x's bytes, reused
   EXPECT_EQ(s.hbm.offset_bytes.at(z), 4096);  // beside them, 256-byte aligned
   EXPECT_EQ(s.hbm.size_bytes, 4096 + 1024);
   // use_y runs on compute0; y's bytes were last used by the H2D copy, so it waits for it through the free.
-  EXPECT_EQ(step_of(s, use_y).waits, std::vector<TaskId>{use_x});
+  EXPECT_EQ(submission_of(s, use_y).waits, std::vector<TaskId>{use_x});
 }
 
 TEST(BackendSchedule, ReuseWaitsEvenWithoutADependencyOnTheFree) {
@@ -102,7 +102,7 @@ TEST(BackendSchedule, ReuseWaitsEvenWithoutADependencyOnTheFree) {
   const RankSchedule s = make_schedule(g, 0, 8);
   expect_valid(s);
   EXPECT_EQ(s.hbm.offset_bytes.at(y), 0);
-  const auto& waits = step_of(s, use_y).waits;
+  const auto& waits = submission_of(s, use_y).waits;
   EXPECT_TRUE(std::find(waits.begin(), waits.end(), later) != waits.end());
   EXPECT_TRUE(std::find(waits.begin(), waits.end(), use_x) != waits.end());
 }
@@ -120,17 +120,17 @@ TEST(BackendSchedule, SendsReceivesAndCollectivesReachEveryRankInvolved) {
   const RankSchedule r0 = make_schedule(g, 0, 8), r1 = make_schedule(g, 1, 8);
   expect_valid(r0);
   expect_valid(r1);
-  EXPECT_EQ(r0.steps.size(), 3u);  // F gpu0, send, ar
-  EXPECT_EQ(r1.steps.size(), 3u);  // recv, F gpu1, ar
-  EXPECT_FALSE(r0.streams[static_cast<std::size_t>(step_of(r0, send).slot)].receive);
-  EXPECT_TRUE(r1.streams[static_cast<std::size_t>(step_of(r1, send).slot)].receive);
-  EXPECT_EQ(r1.streams[static_cast<std::size_t>(step_of(r1, send).slot)].name(), "gpu1 comm0 recv");
-  EXPECT_EQ(step_of(r1, f1).waits, std::vector<TaskId>{send});
-  EXPECT_EQ(step_of(r1, ar).waits, std::vector<TaskId>{f1});
+  EXPECT_EQ(r0.submissions.size(), 3u);  // F gpu0, send, ar
+  EXPECT_EQ(r1.submissions.size(), 3u);  // recv, F gpu1, ar
+  EXPECT_FALSE(r0.streams[static_cast<std::size_t>(submission_of(r0, send).slot)].receive);
+  EXPECT_TRUE(r1.streams[static_cast<std::size_t>(submission_of(r1, send).slot)].receive);
+  EXPECT_EQ(r1.streams[static_cast<std::size_t>(submission_of(r1, send).slot)].name(), "gpu1 comm0 recv");
+  EXPECT_EQ(submission_of(r1, f1).waits, std::vector<TaskId>{send});
+  EXPECT_EQ(submission_of(r1, ar).waits, std::vector<TaskId>{f1});
   // The receive's and the all-reduce's dependencies on gpu0's forward: held by NCCL (the send matches the
   // receive only after gpu0's forward; the all-reduce completes only with gpu0's share).
   EXPECT_EQ(r1.remote_dependencies, 2);
-  for (const auto& st : r0.steps) EXPECT_NE(st.task, alone);
+  for (const auto& st : r0.submissions) EXPECT_NE(st.task, alone);
 }
 
 TEST(BackendSchedule, StreamOrderAgainstTheDependenciesIsAnError) {
@@ -166,7 +166,7 @@ TEST(BackendSchedule, RingTrackPlanSchedulesOnEveryRank) {
   for (int rank = 0; rank < c.gpus(); ++rank) {
     const RankSchedule s = make_schedule(plan.graph, rank, c.topology.gpus_per_node(), predicted.timing);
     expect_valid(s);
-    steps += s.steps.size();
+    steps += s.submissions.size();
     const auto peak = predicted.pools[static_cast<std::size_t>(rank)].peak_bytes;
     EXPECT_GE(s.hbm.size_bytes, peak) << "rank " << rank;
     EXPECT_LE(static_cast<double>(s.hbm.size_bytes), 1.05 * static_cast<double>(peak)) << "rank " << rank;

@@ -54,8 +54,8 @@ TEST(GpuExecutor, ChunkedOffloadedStepMatchesTheCpuReference) {
   const auto g = ringtrack(one_gpu(), m, seq, 2, offloaded());
   const auto tokens = random_windows(m.vocab, seq, 2, 5);
   ModelState cpu(m, 3), gpu(m, 3);
-  const ReferenceResult expected = run_reference_step(g, cpu, 64, 1, tokens);
-  GpuExecutor executor(g, gpu, 64, 1, {}, {});
+  const ReferenceResult expected = run_reference_step(g, cpu, 1, tokens);
+  GpuExecutor executor(g, gpu, 1, {}, {});
   executor.upload(gpu);
   const MeasuredStep measured = executor.run_step(tokens);
   executor.download(gpu);
@@ -83,11 +83,11 @@ TEST(GpuExecutor, AnOptimizerStepMatchesTheReference) {
   ReferenceOptions ro;
   ro.run_optimizer = true;
   ro.adam.lr = 1e-2f;
-  run_reference_step(g, cpu, 64, 1, tokens, ro);
+  run_reference_step(g, cpu, 1, tokens, ro);
   ExecutorOptions eo;
   eo.run_optimizer = true;
   eo.adam = ro.adam;
-  GpuExecutor executor(g, gpu, 64, 1, {}, eo);
+  GpuExecutor executor(g, gpu, 1, {}, eo);
   executor.upload(gpu);
   executor.run_step(tokens, 1);
   executor.download(gpu);
@@ -116,7 +116,7 @@ TEST(GpuExecutor, RefusesWhatItDoesNotRunYetBeforeTouchingTheGpu) {
   const auto g = ringtrack(four, m, 256, 2, ring);
   ModelState shapes(m, 1);
   try {
-    GpuExecutor executor(g, shapes, 64, four.topology.gpus_per_node(), {}, {});
+    GpuExecutor executor(g, shapes, four.topology.gpus_per_node(), {}, {});
     FAIL() << "a two-GPU step was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("NCCL"), std::string::npos) << e.what();

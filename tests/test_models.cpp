@@ -123,6 +123,20 @@ TEST(Models, BadCustomModelsNameTheField) {
   }
 }
 
+// What the executors need beyond the shape comes from the model's own config, once.
+TEST(Models, ExecutorConstantsComeFromTheModelFile) {
+  const ModelConfig llama3 = load_model("llama3-8b");
+  EXPECT_DOUBLE_EQ(llama3.norm_epsilon, 1e-5);
+  ASSERT_TRUE(llama3.rope_theta.has_value());
+  EXPECT_DOUBLE_EQ(*llama3.rope_theta, 500000);
+  EXPECT_FALSE(llama3.norm_weight_decay);
+  EXPECT_DOUBLE_EQ(load_model("llama2-7b").rope_theta.value_or(0), 10000);
+  const ModelConfig custom = parse_custom_model("custom:layers=2,hidden=64,heads=4,norm_epsilon=1e-6,rope_theta=1000000");
+  EXPECT_DOUBLE_EQ(custom.norm_epsilon, 1e-6);
+  EXPECT_DOUBLE_EQ(custom.rope_theta.value_or(0), 1e6);
+  EXPECT_DOUBLE_EQ(parse_custom_model("custom:layers=2,hidden=64,heads=4").rope_theta.value_or(0), 10000);
+}
+
 TEST(Models, BadModelFiles) {
   test::TempDir dir;
   const std::pair<std::function<void(nlohmann::json&)>, std::string> cases[] = {
@@ -131,6 +145,10 @@ TEST(Models, BadModelFiles) {
       {[](auto& j) { j["n_layers"] = 32; }, "field 'n_layers'"},
       {[](auto& j) { j["norm"] = "batchnorm"; }, "rmsnorm, layernorm"},
       {[](auto& j) { j["tied_embeddings"] = "no"; }, "true or false"},
+      {[](auto& j) { j.erase("norm_epsilon"); }, "field 'norm_epsilon'"},
+      {[](auto& j) { j["norm_epsilon"] = 0; }, "field 'norm_epsilon'"},
+      {[](auto& j) { j["rope_theta"] = "500k"; }, "field 'rope_theta'"},
+      {[](auto& j) { j.erase("norm_weight_decay"); }, "field 'norm_weight_decay'"},
   };
   for (const auto& [mutate, expected] : cases) {
     nlohmann::json doc = test::source_json("models/llama3-8b.json");

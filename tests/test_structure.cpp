@@ -203,6 +203,27 @@ TEST(Structure, TheTaskGraphNeedsNoJsonAndTheGuiNoCommandLine) {
   }
 }
 
+std::vector<std::string> boost_graph_headers(const std::set<std::string>& includes) {
+  std::vector<std::string> out;
+  for (const auto& name : includes) {
+    if (name.starts_with("boost/graph/")) out.push_back(name);
+  }
+  return out;
+}
+
+TEST(Structure, BoostGraphStaysInsideTopologyCpp) {
+  // Boost.Graph is the topology's implementation (hwprofiles/topology.cpp), not its interface: every file that
+  // includes sim/engine.hpp would otherwise compile the adjacency_list templates.
+  ASSERT_FALSE(boost_graph_headers(includes_of("hwprofiles/topology.cpp")).empty()) << "the include walker misses what it must find";
+  std::vector<fs::path> headers = {kRoot / "hwprofiles/topology.hpp", kRoot / "sim/engine.hpp"};
+  for (const auto& path : sources({"sim", "planner"})) {
+    if (path.extension() == ".hpp" || path.extension() == ".cuh") headers.push_back(path);
+  }
+  for (const auto& path : headers) {
+    for (const auto& name : boost_graph_headers(includes_of(from_root(path)))) ADD_FAILURE() << from_root(path) << " pulls in " << name;
+  }
+}
+
 TEST(Structure, TheLineCounterFindsFunctionsAndSkipsCommentsAndStrings) {
   const fs::path path = fs::path(::testing::TempDir()) / "structure_probe.cpp";
   std::ofstream(path) << "namespace a {\nstruct S { int f() { return 1; } };\n"

@@ -29,7 +29,7 @@ Figures simulate_step(const model::ModelConfig& m, const hw::NodeProfile& node, 
   return f;
 }
 
-// The whole step and its reduction, within 0.1% (the bar); returns the reduction's replicas.
+// The whole step and its reduction, within 0.1% (the bar the reduction is held to); returns the reduction's replicas.
 void expect_reduction_exact(const std::string& node_name, int nodes, const Workload& w, const PlanSpec& spec) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=2048,heads=16,vocab=32000");
   const hw::NodeProfile node = hw::load_node(node_name);

@@ -63,7 +63,7 @@ TEST(Topology, GpusAndHostMemoryAreNeverTransit) {
   const Topology topo(load_node("dgx-a100"), 1);
   const Route r = topo.route(topo.gpu(0, 0), topo.gpu(0, 5));
   for (std::size_t i = 1; i + 1 < r.vertices.size(); ++i) {
-    const auto type = topo.graph()[r.vertices[i]].type;
+    const auto type = topo.vertex_info(r.vertices[i]).type;
     EXPECT_NE(type, VertexType::gpu);
     EXPECT_NE(type, VertexType::host_memory);
   }
@@ -91,8 +91,8 @@ TEST(Topology, DramLinksAreHalfDuplex) {
   const Topology topo(load_node("lab-h100"), 1);
   const Route r = topo.route(topo.gpu(0, 0), *topo.nearest_host_memory(topo.gpu(0, 0)));
   ASSERT_FALSE(r.links.empty());
-  EXPECT_FALSE(topo.graph()[r.links.back()].full_duplex);
-  EXPECT_TRUE(topo.graph()[r.links.front()].full_duplex);
+  EXPECT_FALSE(topo.link(r.links.back()).full_duplex);
+  EXPECT_TRUE(topo.link(r.links.front()).full_duplex);
 }
 
 }  // namespace trainyard::hw

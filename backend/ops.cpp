@@ -1,0 +1,219 @@
+#include "backend/ops.hpp"
+
+#include <algorithm>
+#include <array>
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+constexpr const char* kRoleNames[] = {"x (layer input)", "norm1 output", "Q", "K", "V", "running attention output",
+                                      "attention output", "attention lse", "projection output", "residual1 output",
+                                      "norm2 output", "gate|up", "MLP activation", "MLP output", "dMLP", "dh1", "dact", "dgate|up",
+                                      "dnorm2", "dproj", "dO", "attention delta", "dQ", "dK|dV accumulator", "dQKV",
+                                      "dnorm1", "dx (input gradient)", "final norm output", "logits", "dlogits"};
+static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::dlogits) + 1);
+
+using sim::OpCode;
+constexpr auto R = Access::read, W = Access::write, U = Access::update;
+constexpr auto f32 = DType::fp32, b16 = DType::bf16;
+constexpr auto kv_chunks = Place::kv_chunks, next_layer = Place::next_layer, piece = Place::head_piece;
+constexpr auto starting = When::starting, continuing = When::continuing;
+constexpr auto HID = Width::hidden, Q = Width::q, KV = Width::kv, QKV = Width::qkv, DKV = Width::dkv, FFN = Width::ffn,
+               GU = Width::gate_up, VOCAB = Width::vocab, HEADS = Width::heads;
+
+// The table. Forward and backward of a Llama layer (RMSNorm, GQA attention with RoPE, SwiGLU MLP), then the
+// LM head. The activations and their gradients are bf16 [rows][width]; the running attention output, lse, delta,
+// dQ and the dK|dV accumulators fp32, as the GPU kernels keep them.
+std::vector<OpSpec> make_table() {
+  using enum Role;
+  return {
+      {OpCode::embed, "embedding", {{x, W, HID}}},
+      {OpCode::norm1, "rmsnorm", {{x, R, HID}, {n1, W, HID}}},
+      {OpCode::qkv, "gemm x3", {{n1, R, HID}, {q, W, Q}, {k, W, KV}, {v, W, KV}}},
+      {OpCode::rope, "rope x2", {{q, U, Q}, {k, U, KV}}},
+      {OpCode::attn,
+       "attention + merge per K/V chunk",
+       {{q, R, Q},
+        {k, R, KV, b16, kv_chunks},
+        {v, R, KV, b16, kv_chunks},
+        {o_run, W, Q, f32, Place::chunk, starting},
+        {lse, W, HEADS, f32, Place::chunk, starting},
+        {o_run, U, Q, f32, Place::chunk, continuing},
+        {lse, U, HEADS, f32, Place::chunk, continuing},
+        {o, W, Q}}},
+      {OpCode::attn_merge, "to_bf16", {{o_run, R, Q, f32}, {o, W, Q}}},
+      {OpCode::proj, "gemm", {{o, R, Q}, {p, W, HID}}},
+      {OpCode::residual1, "add", {{x, R, HID}, {p, R, HID}, {h1, W, HID}}},
+      {OpCode::norm2, "rmsnorm", {{h1, R, HID}, {n2, W, HID}}},
+      {OpCode::mlp_up, "gemm x2", {{n2, R, HID}, {gu, W, GU}}},
+      {OpCode::act, "swiglu", {{gu, R, GU}, {a, W, FFN}}},
+      {OpCode::mlp_down, "gemm", {{a, R, FFN}, {mo, W, HID}}},
+      {OpCode::residual2, "add", {{h1, R, HID}, {mo, R, HID}, {x, W, HID, b16, next_layer}}},
+
+      {OpCode::residual2_bwd, "copy x2", {{dx, R, HID, b16, next_layer}, {dm, W, HID}, {dh1, W, HID}}},
+      {OpCode::mlp_down_dgrad, "gemm", {{dm, R, HID}, {da, W, FFN}}},
+      {OpCode::mlp_down_wgrad, "gemm", {{dm, R, HID}, {a, R, FFN}}},
+      {OpCode::act_bwd, "swiglu backward", {{gu, R, GU}, {da, R, FFN}, {dgu, W, GU}}},
+      {OpCode::mlp_up_dgrad, "gemm x2", {{dgu, R, GU}, {dn2, W, HID}}},
+      {OpCode::mlp_up_wgrad, "gemm x2", {{dgu, R, GU}, {n2, R, HID}}},
+      {OpCode::norm2_bwd, "rmsnorm backward + add", {{h1, R, HID}, {dn2, R, HID}, {dh1, U, HID}}},
+      {OpCode::residual1_bwd, "copy", {{dh1, R, HID}, {dp, W, HID}}},
+      {OpCode::proj_dgrad, "gemm", {{dp, R, HID}, {d_o, W, Q}}},
+      {OpCode::proj_wgrad, "gemm", {{dp, R, HID}, {o, R, Q}}},
+      {OpCode::attn_bwd,
+       "attention backward per K/V chunk",
+       {{k, R, KV, b16, kv_chunks},
+        {v, R, KV, b16, kv_chunks},
+        {q, R, Q},
+        {d_o, R, Q},
+        {lse, R, HEADS, f32},
+        {o, R, Q, b16, Place::chunk, starting},  // D = rowsum(dO * O), once
+        {dq, W, Q, f32, Place::chunk, starting},
+        {delta, W, HEADS, f32, Place::chunk, starting},
+        {dq, U, Q, f32, Place::chunk, continuing},
+        {delta, U, HEADS, f32, Place::chunk, continuing},
+        {dkv, Access::accumulate, DKV, f32, kv_chunks}}},
+      {OpCode::rope_bwd, "to_bf16 + rope x2", {{dq, R, Q, f32}, {dkv, R, DKV, f32}, {dqkv, W, QKV}}},
+      {OpCode::qkv_dgrad, "gemm x3", {{dqkv, R, QKV}, {dn1, W, HID}}},
+      {OpCode::qkv_wgrad, "gemm x3", {{dqkv, R, QKV}, {n1, R, HID}}},
+      {OpCode::norm1_bwd, "rmsnorm backward + add", {{x, R, HID}, {dn1, R, HID}, {dh1, R, HID}, {dx, W, HID}}},
+      {OpCode::embed_bwd, "embedding backward", {{dx, R, HID}}},
+
+      {OpCode::head_logits, "rmsnorm + gemm", {{x, R, HID}, {logits, W, VOCAB, b16, piece}, {nf, W, HID, b16, piece}}},
+      {OpCode::head_xent, "cross_entropy", {{logits, R, VOCAB, b16, piece}, {dlogits, W, VOCAB, b16, piece}}},
+      {OpCode::head_dgrad,
+       "gemm + rmsnorm backward",
+       {{dlogits, R, VOCAB, b16, piece},
+        {x, R, HID},
+        {dx, W, HID, b16, Place::chunk, starting, true},
+        {dx, U, HID, b16, Place::chunk, continuing}}},
+      {OpCode::head_wgrad, "gemm", {{dlogits, R, VOCAB, b16, piece}, {nf, R, HID, b16, piece}}},
+  };
+}
+
+// Indexed by OpCode; null for codes that are not compute ops.
+const std::vector<const OpSpec*>& table_by_code() {
+  static const std::vector<OpSpec> table = make_table();
+  static const std::vector<const OpSpec*> by_code = [] {
+    std::vector<const OpSpec*> v(static_cast<std::size_t>(OpCode::states) + 1, nullptr);
+    for (const OpSpec& s : table) {
+      TRAINYARD_CHECK(v[static_cast<std::size_t>(s.code)] == nullptr, "one op table entry per op code");
+      v[static_cast<std::size_t>(s.code)] = &s;
+    }
+    return v;
+  }();
+  return by_code;
+}
+
+std::int64_t width_elements(Width w, const model::ModelConfig& m) {
+  switch (w) {
+    case Width::hidden: return m.hidden;
+    case Width::q: return m.q_dim();
+    case Width::kv: return m.kv_dim();
+    case Width::qkv: return m.q_dim() + 2 * m.kv_dim();
+    case Width::dkv: return 2 * m.kv_dim();
+    case Width::ffn: return m.ffn_hidden;
+    case Width::gate_up: return 2 * m.ffn_hidden;
+    case Width::vocab: return m.vocab;
+    case Width::heads: return m.heads;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string_view to_string(Role role) { return kRoleNames[static_cast<int>(role)]; }
+
+std::string describe(const Key& k) {
+  std::ostringstream out;
+  out << to_string(k.role) << " of layer " << k.layer << " chunk " << k.chunk << " (sequence " << k.seq << ")";
+  return out.str();
+}
+
+bool is_compute_op(sim::OpCode code) {
+  const auto& by_code = table_by_code();
+  const auto i = static_cast<std::size_t>(code);
+  return i < by_code.size() && by_code[i] != nullptr;
+}
+
+const OpSpec& op_spec(sim::OpCode code) {
+  if (!is_compute_op(code)) throw InternalError("op " + std::string(sim::to_string(code)) + " is not a compute op", __FILE__, __LINE__);
+  return *table_by_code()[static_cast<std::size_t>(code)];
+}
+
+bool starts_accumulation(const sim::Op& op) {
+  switch (op.code) {
+    case OpCode::attn:
+    case OpCode::attn_bwd: return op.kv_last == op.chunk;  // the diagonal pair runs first
+    case OpCode::head_logits:
+    case OpCode::head_xent:
+    case OpCode::head_dgrad:
+    case OpCode::head_wgrad: return op.row_begin == 0;
+    default: return true;
+  }
+}
+
+std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& m, std::int64_t chunk_tokens) {
+  const OpSpec& spec = op_spec(op.code);
+  const bool starts = starts_accumulation(op);
+  std::vector<Use> uses;
+  for (const TensorSpec& t : spec.tensors) {
+    if ((t.when == When::starting && !starts) || (t.when == When::continuing && starts)) continue;
+    const std::int64_t width = width_elements(t.width, m);
+    const std::int64_t rows = t.place == Place::head_piece ? op.row_end - op.row_begin : chunk_tokens;
+    auto add = [&](std::int32_t layer, std::int32_t chunk, std::int32_t sub) {
+      uses.push_back({Key{t.role, op.seq, layer, chunk, sub}, t.access, rows * width, t.dtype, t.zeroed});
+    };
+    switch (t.place) {
+      case Place::chunk: add(op.layer, op.chunk, 0); break;
+      case Place::next_layer: add(op.layer + 1, op.chunk, 0); break;
+      case Place::head_piece: add(op.layer, op.chunk, op.row_begin); break;
+      case Place::kv_chunks:
+        for (int j = op.kv_first; j <= op.kv_last; ++j) add(op.layer, j, 0);
+        break;
+    }
+  }
+  return uses;
+}
+
+OpTensors::OpTensors(const sim::Op& op, std::span<const Use> uses, std::span<const int> slots) : op_(op), uses_(uses), slots_(slots) {
+  TRAINYARD_CHECK(uses.size() == slots.size(), "one executor slot per tensor of the op");
+}
+
+std::size_t OpTensors::index(Role role, int kv_chunk) const {
+  for (std::size_t i = 0; i < uses_.size(); ++i) {
+    const Key& k = uses_[i].key;
+    if (k.role == role && (kv_chunk < 0 || k.chunk == kv_chunk)) return i;
+  }
+  throw InternalError("op " + std::string(sim::to_string(op_.code)) + " (layer " + std::to_string(op_.layer) + " chunk " +
+                          std::to_string(op_.chunk) + ") asks for " + std::string(to_string(role)) +
+                          (kv_chunk >= 0 ? " of chunk " + std::to_string(kv_chunk) : "") + ", which its op table entry does not name",
+                      __FILE__, __LINE__);
+}
+
+const Use& OpTensors::use(Role role, int kv_chunk, bool writes) const {
+  const Use& u = uses_[index(role, kv_chunk)];
+  if (writes && u.access == Access::read) {
+    throw InternalError("op " + std::string(sim::to_string(op_.code)) + "'s " + std::string(to_string(role)) +
+                            " is read-only in the op table but is written",
+                        __FILE__, __LINE__);
+  }
+  return u;
+}
+
+int OpTensors::find(Role role, DType dtype, bool writes, int kv_chunk) const {
+  const Use& u = use(role, kv_chunk, writes);
+  if (u.dtype != dtype) {
+    throw InternalError("op " + std::string(sim::to_string(op_.code)) + "'s " + std::string(to_string(role)) + " is " +
+                            (u.dtype == DType::bf16 ? "bf16" : "fp32") + " in the op table but is accessed as " +
+                            (dtype == DType::bf16 ? "bf16" : "fp32"),
+                        __FILE__, __LINE__);
+  }
+  return slots_[static_cast<std::size_t>(&u - uses_.data())];
+}
+
+}  // namespace trainyard::backend

@@ -1,0 +1,125 @@
+#pragma once
+// The op table: one entry per transformer op the executors run (sim::OpCode), naming the tensors it reads and
+// writes, their shapes and dtypes, and the kernel that computes it. Everything in backend/ that needs to know
+// what an op touches reads it here:
+//   - the dataflow plan (dataflow.hpp) sizes, places and releases tensors from it,
+//   - the CPU reference (reference_step.cpp) and the CUDA executor (executor.cpp) address their tensors through
+//     OpTensors, which finds a tensor by name and refuses one the op's entry does not name (or names with another
+//     dtype, or as read-only where the executor writes it).
+// So reordering an entry's tensors cannot swap two buffers, and an executor that reads a tensor the table does not
+// list fails at once, naming the op and the tensor. Plain C++, built and tested everywhere.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/model.hpp"
+#include "sim/task_graph.hpp"
+
+namespace trainyard::backend {
+
+// The tensors of one (layer, chunk), by role. Forward: x (the layer's input), n1, q, k, v (after RoPE), o_run and
+// lse (the running attention state), o, p (projection), h1, n2, gu (gate | up), a, mo (MLP output), then the next
+// layer's x. Backward: dx is the gradient of x (OpCode::input_grad), dkv the fp32 dK | dV of a chunk.
+enum class Role : std::uint8_t {
+  x, n1, q, k, v, o_run, o, lse, p, h1, n2, gu, a, mo,
+  dm, dh1, da, dgu, dn2, dp, d_o, delta, dq, dkv, dqkv, dn1, dx,
+  nf, logits, dlogits,  // the LM head's pieces (sub = the piece's first token)
+};
+std::string_view to_string(Role role);  // "Q", "dK|dV accumulator"
+
+struct Key {
+  Role role;
+  std::int32_t seq, layer, chunk, sub = 0;
+  auto operator<=>(const Key&) const = default;
+};
+
+std::string describe(const Key& k);  // "Q of layer 3 chunk 1 (sequence 0)"
+
+enum class DType : std::uint8_t { bf16, fp32 };
+constexpr std::int64_t dtype_bytes(DType t) { return t == DType::bf16 ? 2 : 4; }
+
+// read: must exist. write: a new value (an existing buffer at that place is overwritten). update: read and then
+// written in place. accumulate: added to in place, starting from zero where nothing has added yet.
+enum class Access : std::uint8_t { read, write, update, accumulate };
+
+// Which (layer, chunk) an op's tensor belongs to, relative to the op's own coordinates.
+enum class Place : std::uint8_t {
+  chunk,       // the op's (layer, chunk)
+  kv_chunks,   // one tensor per K/V chunk op.kv_first..op.kv_last of the op's layer
+  next_layer,  // (layer + 1, chunk): a layer's output is the next layer's input, its gradient comes from there
+  head_piece,  // the op's chunk, rows [op.row_begin, op.row_end): the LM head's pieces (Key::sub = row_begin)
+};
+
+// A tensor's row width in elements. Rows are the chunk's tokens, or the piece's rows for Place::head_piece.
+enum class Width : std::uint8_t {
+  hidden,   // the model's hidden size
+  q,        // heads x head_dim
+  kv,       // kv_heads x head_dim
+  qkv,      // dQ | dK | dV blocks one after another
+  dkv,      // fp32 dK | dV blocks
+  ffn,      // the MLP's inner width
+  gate_up,  // gate | up (or dgate | dup): two [rows][ffn] halves
+  vocab,    // logits
+  heads,    // one value per head and row (the attention lse and delta, [heads][rows])
+};
+
+// Attention pairs and the LM head's pieces build a tensor over several tasks: the first (the diagonal pair, which
+// runs first; the piece at row 0) starts it, the others continue it.
+enum class When : std::uint8_t { always, starting, continuing };
+
+struct TensorSpec {
+  Role role;
+  Access access;
+  Width width;
+  DType dtype = DType::bf16;
+  Place place = Place::chunk;
+  When when = When::always;
+  bool zeroed = false;  // a new buffer is zeroed before the op (the LM head's pieces fill dx's rows one by one)
+};
+
+struct OpSpec {
+  sim::OpCode code;
+  std::string_view kernels;  // what computes it, as kernels/ names them: "rmsnorm", "gemm x3", "attention + merge"
+  std::vector<TensorSpec> tensors;
+};
+
+// The table's entry for a compute op; InternalError for codes that are not compute ops (moves, the optimizer).
+const OpSpec& op_spec(sim::OpCode code);
+bool is_compute_op(sim::OpCode code);
+// True for the task that starts what its siblings continue (see When).
+bool starts_accumulation(const sim::Op& op);
+
+struct Use {
+  Key key;
+  Access access = Access::read;
+  std::int64_t elements = 0;  // the tensor's size in the executors' layout
+  DType dtype = DType::bf16;
+  bool zeroed = false;
+};
+
+// The op's table entry applied to its coordinates: one Use per tensor it touches (an entry over K/V chunks gives
+// one per chunk, in chunk order), sized for the model and the chunk. Throws InternalError for non-compute ops.
+std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens);
+
+// One task's tensors, found by name. `slots[i]` is the executor's handle (an instance, a buffer) for `uses[i]`.
+// A lookup names the tensor, the dtype the caller reads it as and whether it writes it; InternalError when the
+// op's entry does not have that tensor, has it with another dtype, or has it read-only and the caller writes.
+class OpTensors {
+ public:
+  OpTensors(const sim::Op& op, std::span<const Use> uses, std::span<const int> slots);
+  int read(Role role, DType dtype, int kv_chunk = -1) const { return find(role, dtype, false, kv_chunk); }
+  int write(Role role, DType dtype, int kv_chunk = -1) const { return find(role, dtype, true, kv_chunk); }
+  // The tensor itself (for the CPU reference, which addresses its values by Key).
+  const Use& use(Role role, int kv_chunk = -1, bool writes = false) const;
+
+ private:
+  int find(Role role, DType dtype, bool writes, int kv_chunk) const;
+  std::size_t index(Role role, int kv_chunk) const;
+  const sim::Op& op_;
+  std::span<const Use> uses_;
+  std::span<const int> slots_;
+};
+
+}  // namespace trainyard::backend

@@ -1,0 +1,186 @@
+// The op table (backend/ops.hpp): its entries expand to the right tensors, OpTensors finds them by name and refuses
+// what an entry does not name, and the CUDA executor's accesses (which cannot run here) are held to the table by
+// reading its source: every tensor it asks an op for is one the op's entry names, with the entry's dtype.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "backend/ops.hpp"
+#include "common/error.hpp"
+#include "tests/backend_fixtures.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+using sim::OpCode;
+
+sim::Op attention_pair(OpCode code, int chunk, int kv_first, int kv_last) { return sim::Op::kv_range(code, 0, 1, chunk, kv_first, kv_last); }
+
+std::vector<Role> roles(const std::vector<Use>& uses) {
+  std::vector<Role> out;
+  for (const Use& u : uses) out.push_back(u.key.role);
+  return out;
+}
+
+}  // namespace
+
+TEST(OpTable, EveryComputeOpHasOneEntryAndMovesHaveNone) {
+  for (int c = static_cast<int>(OpCode::embed); c <= static_cast<int>(OpCode::head_wgrad); ++c) {
+    const auto code = static_cast<OpCode>(c);
+    ASSERT_TRUE(is_compute_op(code)) << sim::to_string(code);
+    EXPECT_EQ(op_spec(code).code, code);
+    EXPECT_FALSE(op_spec(code).kernels.empty()) << sim::to_string(code);
+  }
+  for (OpCode code : {OpCode::none, OpCode::optimizer, OpCode::kv, OpCode::dkv, OpCode::acts, OpCode::states}) {
+    EXPECT_FALSE(is_compute_op(code)) << sim::to_string(code);
+    EXPECT_THROW(op_spec(code), InternalError);
+  }
+}
+
+TEST(OpTable, AttentionExpandsItsKvRangeAndStartsOnlyOnTheDiagonal) {
+  const auto m = test::tiny_model();
+  const std::int64_t chunk = 16;
+  const auto diagonal = compute_uses(attention_pair(OpCode::attn, 2, 2, 2), m, chunk);
+  EXPECT_EQ(roles(diagonal), (std::vector<Role>{Role::q, Role::k, Role::v, Role::o_run, Role::lse, Role::o}));
+  EXPECT_EQ(diagonal[3].access, Access::write);
+  EXPECT_EQ(diagonal[3].dtype, DType::fp32);
+  EXPECT_EQ(diagonal[3].elements, chunk * m.q_dim());
+  EXPECT_EQ(diagonal[4].elements, chunk * m.heads);
+
+  const auto earlier = compute_uses(attention_pair(OpCode::attn, 2, 0, 1), m, chunk);
+  EXPECT_EQ(roles(earlier), (std::vector<Role>{Role::q, Role::k, Role::k, Role::v, Role::v, Role::o_run, Role::lse, Role::o}));
+  EXPECT_EQ(earlier[1].key.chunk, 0);
+  EXPECT_EQ(earlier[2].key.chunk, 1);
+  EXPECT_EQ(earlier[5].access, Access::update);
+
+  const auto backward = compute_uses(attention_pair(OpCode::attn_bwd, 2, 0, 1), m, chunk);
+  int accumulators = 0;
+  for (const Use& u : backward) {
+    EXPECT_NE(u.key.role, Role::o) << "only the diagonal reads O (for D = rowsum(dO * O))";
+    if (u.key.role == Role::dkv) {
+      ++accumulators;
+      EXPECT_EQ(u.access, Access::accumulate);
+      EXPECT_EQ(u.elements, 2 * chunk * m.kv_dim());
+    }
+  }
+  EXPECT_EQ(accumulators, 2);
+}
+
+TEST(OpTable, LayerOutputsGoToTheNextLayerAndHeadPiecesAreSizedByTheirRows) {
+  const auto m = test::tiny_model();
+  const auto residual = compute_uses(sim::Op{OpCode::residual2, 0, 1, 3}, m, 16);
+  EXPECT_EQ(residual.back().key, (Key{Role::x, 0, 2, 3}));
+  sim::Op piece{OpCode::head_dgrad, 0, static_cast<std::int32_t>(m.layers), 1};
+  piece.row_begin = 4;
+  piece.row_end = 12;
+  const auto dgrad = compute_uses(piece, m, 16);
+  ASSERT_EQ(dgrad.size(), 3u);
+  EXPECT_EQ(dgrad[0].key.sub, 4);
+  EXPECT_EQ(dgrad[0].elements, 8 * m.vocab);
+  EXPECT_EQ(dgrad[2].access, Access::update) << "a later piece continues dx";
+  piece.row_begin = 0;
+  const auto first = compute_uses(piece, m, 16);
+  EXPECT_EQ(first[2].access, Access::write);
+  EXPECT_TRUE(first[2].zeroed) << "the first piece starts dx from zeros";
+  EXPECT_EQ(first[2].elements, 16 * m.hidden);
+}
+
+TEST(OpTensors, FindsTensorsByNameAndRefusesWhatTheEntryDoesNotName) {
+  const auto m = test::tiny_model();
+  const sim::Op op = attention_pair(OpCode::attn, 1, 0, 1);
+  const auto uses = compute_uses(op, m, 16);
+  std::vector<int> slots;
+  for (std::size_t i = 0; i < uses.size(); ++i) slots.push_back(100 + static_cast<int>(i));
+  const OpTensors named(op, uses, slots);
+  EXPECT_EQ(named.read(Role::q, DType::bf16), 100);
+  EXPECT_EQ(named.read(Role::k, DType::bf16, 1), 102);
+  EXPECT_EQ(named.read(Role::v, DType::bf16, 0), 103);
+  EXPECT_EQ(named.write(Role::o_run, DType::fp32), 105);
+  EXPECT_THROW(named.read(Role::d_o, DType::bf16), InternalError);       // not an attention forward's tensor
+  EXPECT_THROW(named.read(Role::k, DType::bf16, 2), InternalError);      // outside the K/V range
+  EXPECT_THROW(named.read(Role::o_run, DType::bf16), InternalError);     // fp32 in the table
+  EXPECT_THROW(named.write(Role::q, DType::bf16), InternalError);        // read-only in the table
+  try {
+    named.read(Role::dq, DType::fp32);
+    FAIL() << "an unnamed tensor passed";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("attn"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dQ"), std::string::npos) << e.what();
+  }
+}
+
+// The CUDA executor asks for its tensors as bf16_in / bf16_out / fp32_in / fp32_out(Role::...) inside one
+// `case OpCode::...:` block per op. Each ask must be one the op's entry allows; each tensor of the entry must
+// be used. (On a GPU the same asks are checked again at run time by OpTensors.)
+TEST(OpTable, TheCudaExecutorsAccessesMatchTheTable) {
+  std::ifstream in(std::filesystem::path(TRAINYARD_SOURCE_DIR) / "backend/executor.cpp");
+  ASSERT_TRUE(in) << "backend/executor.cpp";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string source = text.str();
+  const auto begin = source.find("void compute(const sim::Op& op, const OpTensors& t");
+  ASSERT_NE(begin, std::string::npos) << "the executor's compute function";
+  const std::string body = source.substr(begin, source.find("\n  }\n", begin) - begin);
+
+  std::map<std::string, OpCode> code_of;
+  for (int c = static_cast<int>(OpCode::embed); c <= static_cast<int>(OpCode::head_wgrad); ++c) {
+    code_of[std::string(sim::to_string(static_cast<OpCode>(c)))] = static_cast<OpCode>(c);
+  }
+  std::map<std::string, Role> role_of;
+  for (int r = 0; r <= static_cast<int>(Role::dlogits); ++r) {
+    static const char* names[] = {"x", "n1", "q", "k", "v", "o_run", "o", "lse", "p", "h1", "n2", "gu", "a", "mo", "dm", "dh1", "da",
+                                  "dgu", "dn2", "dp", "d_o", "delta", "dq", "dkv", "dqkv", "dn1", "dx", "nf", "logits", "dlogits"};
+    role_of[names[r]] = static_cast<Role>(r);
+  }
+
+  // Split the body into case blocks: the labels of a block share its accesses.
+  const std::regex label(R"(case OpCode::(\w+):)"), access(R"((bf16|fp32)_(in|out)\(Role::(\w+))");
+  std::map<OpCode, std::set<std::pair<Role, bool>>> asked;  // op -> (role, writes)
+  std::vector<OpCode> current;
+  bool block_has_code = false;
+  std::istringstream lines(body);
+  int accesses = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, label)) {
+      ASSERT_TRUE(code_of.count(m[1])) << "unknown op " << m[1];
+      if (block_has_code) current.clear();
+      current.push_back(code_of[m[1]]);
+      block_has_code = false;
+    }
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), access); it != std::sregex_iterator(); ++it) {
+      const std::string role = (*it)[3];
+      ASSERT_TRUE(role_of.count(role)) << "unknown role " << role;
+      const DType dtype = (*it)[1] == "bf16" ? DType::bf16 : DType::fp32;
+      const bool writes = (*it)[2] == "out";
+      ASSERT_FALSE(current.empty()) << line;
+      for (OpCode op : current) {
+        bool allowed = false;
+        for (const TensorSpec& s : op_spec(op).tensors) {
+          if (s.role == role_of[role] && s.dtype == dtype && (!writes || s.access != Access::read)) allowed = true;
+        }
+        EXPECT_TRUE(allowed) << sim::to_string(op) << " asks for " << role << " as " << (*it)[1] << (writes ? " output" : " input")
+                             << ", which its op table entry does not allow";
+        asked[op].insert({role_of[role], writes});
+      }
+      ++accesses;
+    }
+    if (line.find("return") != std::string::npos || line.find("kernels::") != std::string::npos) block_has_code = true;
+  }
+  EXPECT_GT(accesses, 60);
+  for (int c = static_cast<int>(OpCode::embed); c <= static_cast<int>(OpCode::head_wgrad); ++c) {
+    const auto code = static_cast<OpCode>(c);
+    for (const TensorSpec& s : op_spec(code).tensors) {
+      const bool used = asked[code].count({s.role, false}) || asked[code].count({s.role, true});
+      EXPECT_TRUE(used) << sim::to_string(code) << "'s " << to_string(s.role) << " is in the op table but the executor never touches it";
+    }
+  }
+}
+
+}  // namespace trainyard::backend
