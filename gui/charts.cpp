@@ -64,6 +64,25 @@ void set_legend(QChart* chart, const std::map<std::string, QScatterSeries*>& sch
   }
 }
 
+// One scheme's series on a chart of two measures per point: a solid line (the first measure, on `first_axes`),
+// a dashed one (the second), and markers and hollow "does not fit" markers on the first measure's points.
+struct SchemeSeries {
+  QLineSeries *solid = nullptr, *dashed = nullptr;
+  QScatterSeries *markers = nullptr, *misses = nullptr;
+};
+SchemeSeries add_scheme_series(QChart* c, const std::string& scheme, std::size_t index, std::size_t schemes,
+                               const QString& first, const std::vector<QAbstractAxis*>& first_axes, const QString& second,
+                               const std::vector<QAbstractAxis*>& second_axes) {
+  const SchemeStyle style = scheme_style(scheme, index, schemes);
+  const QString name = QString::fromStdString(scheme);
+  SchemeSeries s;
+  s.solid = new_line(c, name + " " + first, style.color, Qt::SolidLine, style.line_width, first_axes);
+  s.dashed = new_line(c, name + " " + second, style.color, Qt::DashLine, style.line_width, second_axes);
+  s.markers = new_markers(c, name, style, false, first_axes);
+  s.misses = new_markers(c, name + " does not fit", style, true, first_axes);
+  return s;
+}
+
 // A legend-only series explaining hollow markers.
 void add_hollow_key(QChart* chart, const QString& meaning, const std::vector<QAbstractAxis*>& axes) {
   new_markers(chart, meaning, {QColor(Qt::darkGray), QScatterSeries::MarkerShapeCircle, 2, 8}, true, axes);
@@ -154,16 +173,9 @@ void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min
   c->addAxis(step_axis_, Qt::AlignRight);
   std::map<std::string, QScatterSeries*> legend;
   for (std::size_t i = 0; i < schemes.size(); ++i) {
-    const std::string& scheme = schemes[i];
-    const SchemeStyle style = scheme_style(scheme, i, schemes.size());
-    const QString name = QString::fromStdString(scheme);
-    Series s;
-    s.mfu = new_line(c, name + " MFU", style.color, Qt::SolidLine, style.line_width, {x_, mfu_axis_});
-    s.step = new_line(c, name + " step", style.color, Qt::DashLine, style.line_width, {x_, step_axis_});
-    s.markers = new_markers(c, name, style, false, {x_, mfu_axis_});
-    s.misses = new_markers(c, name + " does not fit", style, true, {x_, mfu_axis_});
-    legend[scheme] = s.markers;
-    series_[scheme] = s;
+    const auto added = add_scheme_series(c, schemes[i], i, schemes.size(), "MFU", {x_, mfu_axis_}, "step", {x_, step_axis_});
+    legend[schemes[i]] = added.markers;
+    series_[schemes[i]] = {added.solid, added.dashed, added.markers, added.misses};
   }
   add_hollow_key(c, kMiss, {x_, mfu_axis_});
   set_legend(c, legend, kMiss);
@@ -238,16 +250,9 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
   c->addAxis(y_, Qt::AlignLeft);
   std::map<std::string, QScatterSeries*> legend;
   for (std::size_t i = 0; i < schemes.size(); ++i) {
-    const std::string& scheme = schemes[i];
-    const SchemeStyle style = scheme_style(scheme, i, schemes.size());
-    const QString name = QString::fromStdString(scheme);
-    Series s;
-    s.hbm = new_line(c, name + " HBM", style.color, Qt::SolidLine, style.line_width, {x_, y_});
-    s.dram = new_line(c, name + " DRAM", style.color, Qt::DashLine, style.line_width, {x_, y_});
-    s.markers = new_markers(c, name, style, false, {x_, y_});
-    s.misses = new_markers(c, name + " does not fit", style, true, {x_, y_});
-    legend[scheme] = s.markers;
-    series_[scheme] = s;
+    const auto added = add_scheme_series(c, schemes[i], i, schemes.size(), "HBM", {x_, y_}, "DRAM", {x_, y_});
+    legend[schemes[i]] = added.markers;
+    series_[schemes[i]] = {added.solid, added.dashed, added.markers, added.misses};
   }
   add_hollow_key(c, kMiss, {x_, y_});
   hbm_capacity_ = new_line(c, "HBM size", Qt::black, Qt::SolidLine, 2, {x_, y_});

@@ -96,19 +96,13 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
   p.summary = spec.summary();
   p.skipped = too_large_to_simulate(spec, in.workload.seq_len);
   if (!p.skipped.empty()) return p;
-  sim::TaskGraph graph;
+  sim::SimResult r;
   try {
-    graph = planner::build_plan(in, spec);
-  } catch (const InputError& e) {
+    r = planner::simulate_plan_step(in, spec, cancel);
+  } catch (const InputError& e) {  // a plan that cannot be built
     p.skipped = e.what();
     return p;
   }
-  graph.finalize();
-  sim::SimOptions options;
-  options.record_memory = false;
-  options.record_links = false;
-  options.cancel = cancel;
-  const sim::SimResult r = sim::simulate(graph, in.cluster, options);
   p.metrics = planner::measure(r, in, hbm_headroom);
   p.hbm_needed_bytes = p.metrics.peak_hbm_bytes;
   p.dram_needed_bytes = p.metrics.peak_dram_bytes;

@@ -182,6 +182,16 @@ nlohmann::json metrics_json(const PlanMetrics& m) {
           {"busiest_link", m.busiest_link}};
 }
 
+sim::SimResult simulate_plan_step(const StepInputs& in, const PlanSpec& spec, const std::atomic<bool>* cancel) {
+  sim::TaskGraph graph = build_plan(in, spec);
+  graph.finalize();
+  sim::SimOptions options;
+  options.record_memory = false;
+  options.record_links = false;
+  options.cancel = cancel;
+  return sim::simulate(graph, in.cluster, options);
+}
+
 // --- the search ------------------------------------------------------------------------------------------------
 
 namespace {
@@ -193,14 +203,7 @@ double bound_key(Objective o, const Bounds& b) { return o == Objective::min_hbm 
 
 RankedPlan simulate_plan(const StepInputs& in, const PlanSpec& spec, const Bounds& bounds, double headroom,
                          const std::atomic<bool>* cancel) {
-  sim::TaskGraph graph = build_plan(in, spec);
-  graph.finalize();
-  sim::SimOptions options;
-  options.record_memory = false;
-  options.record_links = false;
-  options.cancel = cancel;
-  const sim::SimResult r = sim::simulate(graph, in.cluster, options);
-  return {spec, measure(r, in, headroom), bounds};
+  return {spec, measure(simulate_plan_step(in, spec, cancel), in, headroom), bounds};
 }
 
 bool cancelled(const SearchOptions& o) { return o.cancel && o.cancel->load(); }

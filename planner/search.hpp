@@ -46,6 +46,9 @@ struct PlanMetrics {
 // headroom (the CUDA context, workspaces and communication buffers, and the allocator's slack, taken off).
 double usable_hbm_bytes(const sim::Cluster& cluster, double hbm_headroom);
 PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_headroom);
+// Builds and simulates a plan's step as a search does: totals only (no memory or link counters for a trace), and
+// stopped early once `cancel` is set. Throws InputError where the plan cannot be built.
+sim::SimResult simulate_plan_step(const StepInputs& in, const PlanSpec& spec, const std::atomic<bool>* cancel = nullptr);
 // As plan files ("predicted") and `plan --json` write it.
 nlohmann::json metrics_json(const PlanMetrics& m);
 
