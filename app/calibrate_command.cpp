@@ -51,11 +51,13 @@ void print_summary(std::ostream& out, const hw::GpuProfile& before, const hw::Gp
 
 int run_calibrate(const std::vector<std::string>& args) {
   po::options_description options("calibrate options");
+  // clang-format off
   options.add_options()
       ("out", po::value<std::string>()->value_name("path"), "the GPU profile to write (NAME.json; its folder is made if missing)")
       ("base", po::value<std::string>()->value_name("gpu"),
        "the profile to start from: a built-in GPU name or a .json path (default: the built-in that matches the device)")
       ("quick", po::bool_switch(), "a sweep of about 15 s (fewer shapes, sizes and repeats) instead of the full one (under a minute on an H100; at most 5)");
+  // clang-format on
   po::variables_map vm;
   if (parse(args, "trainyard calibrate --out hwprofiles/measured/NAME.json [--base GPU] [--quick]", options, {}, vm)) return 0;
   if (!vm.count("out")) {
@@ -71,8 +73,9 @@ int run_calibrate(const std::vector<std::string>& args) {
   const backend::SweepPlan plan = vm["quick"].as<bool>() ? backend::quick_sweep() : backend::full_sweep();
 #ifndef TRAINYARD_HAVE_CUDA
   (void)plan;
-  throw InputError("trainyard calibrate needs CUDA, and this trainyard was built without it (TRAINYARD_CUDA=OFF: no CUDA toolkit at "
-                   "configure time); nothing was written");
+  throw InputError(
+      "trainyard calibrate needs CUDA, and this trainyard was built without it (TRAINYARD_CUDA=OFF: no CUDA toolkit at "
+      "configure time); nothing was written");
 #else
   const backend::CudaDevices found = backend::query_cuda_devices();
   if (found.devices.empty()) {
@@ -82,10 +85,10 @@ int run_calibrate(const std::vector<std::string>& args) {
   if (!base) {
     const auto match = backend::builtin_gpu_for_device(device.name);
     if (!match) {
-      throw InputError("--base", "value",
-                       "the GPU profile to start from (a built-in name or a .json path): no built-in profile matches the device \"" +
-                           device.name + "\"",
-                       "nothing");
+      throw InputError(
+          "--base", "value",
+          "the GPU profile to start from (a built-in name or a .json path): no built-in profile matches the device \"" + device.name + "\"",
+          "nothing");
     }
     base = hw::load_gpu_document(*match, "--base");
   }
@@ -94,10 +97,8 @@ int run_calibrate(const std::vector<std::string>& args) {
   std::string command = "trainyard calibrate";
   for (const auto& a : args) command += " " + a;
   std::cerr << "calibrate: " << device.name << " (GPU " << device.index << "), starting from " << base->origin << "; the '" << plan.name
-            << "' sweep should take about " << format_fixed(backend::estimated_seconds(plan, before), 0)
-            << " s if the profile's figures hold\n";
-  const backend::Measurements m =
-      backend::measure_on_gpu(plan, device, static_cast<int>(found.devices.size()), command, &std::cerr);
+            << "' sweep should take about " << format_fixed(backend::estimated_seconds(plan, before), 0) << " s if the profile's figures hold\n";
+  const backend::Measurements m = backend::measure_on_gpu(plan, device, static_cast<int>(found.devices.size()), command, &std::cerr);
   const backend::CalibrationFits fits = backend::write_calibrated_profile(m, base->json, base->origin, out);
   const hw::GpuProfile after = hw::load_gpu(out, "--out");
   print_summary(std::cout, before, after);

@@ -18,16 +18,16 @@
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "sim/collective_bench.hpp"
-#include "sim/graph_json.hpp"
-#include "sim/report.hpp"
-#include "planner/megatron.hpp"
 #include "planner/estimate.hpp"
+#include "planner/megatron.hpp"
 #include "planner/plan.hpp"
 #include "planner/ringtrack.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/symmetry.hpp"
 #include "planner/zero.hpp"
+#include "sim/collective_bench.hpp"
+#include "sim/graph_json.hpp"
+#include "sim/report.hpp"
 
 namespace po = boost::program_options;
 using Json = nlohmann::json;
@@ -82,15 +82,13 @@ planner::Workload workload_from_flags(const po::variables_map& vm) {
   } else {
     const std::int64_t tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
     if (tokens % workload.seq_len != 0) {
-      throw InputError("--tokens-per-step", "value", "a multiple of --seq (" + std::to_string(workload.seq_len) + ")",
-                       std::to_string(tokens));
+      throw InputError("--tokens-per-step", "value", "a multiple of --seq (" + std::to_string(workload.seq_len) + ")", std::to_string(tokens));
     }
     workload.global_batch = tokens / workload.seq_len;
   }
   if (workload.global_batch < 1) throw InputError("--global-batch", "value", "a positive integer", std::to_string(workload.global_batch));
   return workload;
 }
-
 
 void check_output_flags(const po::variables_map& vm, std::initializer_list<const char*> flags) {
   std::map<std::string, std::string> seen;  // path -> flag
@@ -131,8 +129,7 @@ LoadedPlan load_plan(const std::string& path, std::int64_t budget_bytes) {
 
 sim::TaskGraph build_plan_step(const LoadedPlan& l, const planner::PlanSpec& spec, const std::string& origin, planner::RingTrackPlan* rings,
                                std::int64_t budget_bytes) {
-  const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload,
-                                   model::precision_policy(l.plan.precision, l.origin + ": field 'precision'")};
+  const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload, model::precision_policy(l.plan.precision, l.origin + ": field 'precision'")};
   // Checked and sized before it is built: a graph larger than the memory budget is refused, not built.
   try {
     planner::check_plan(inputs, spec);
@@ -178,8 +175,7 @@ void list_gpus(bool as_json, Json& out) {
       continue;
     }
     table.add_row({gpu.name, format_fixed(gpu.peak_tflops(hw::Dtype::bf16), 1), format_bytes(gpu.hbm_bytes.value),
-                   format_fixed(gpu.hbm_gbps.value, 0),
-                   "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value),
+                   format_fixed(gpu.hbm_gbps.value, 0), "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value),
                    format_fixed(gpu.nvlink_gbps_per_direction.value, 0), gpu.description});
   }
   if (!as_json) {
@@ -198,9 +194,8 @@ void list_nodes(bool as_json, Json& out) {
       continue;
     }
     const bool nvlink = node.count(hw::VertexType::nvswitch) > 0;
-    table.add_row({node.name, std::to_string(node.gpu_count()) + "x " + node.gpu.name,
-                   format_bytes(node.host_dram_bytes.value), format_fixed(node.host_dram_gbps(), 1),
-                   nvlink ? "NVSwitch" : "none", format_fixed(node.nic_gbps_per_gpu(), 1), node.description});
+    table.add_row({node.name, std::to_string(node.gpu_count()) + "x " + node.gpu.name, format_bytes(node.host_dram_bytes.value),
+                   format_fixed(node.host_dram_gbps(), 1), nvlink ? "NVSwitch" : "none", format_fixed(node.nic_gbps_per_gpu(), 1), node.description});
   }
   if (!as_json) {
     std::cout << "nodes\n";
@@ -218,8 +213,7 @@ void list_models(bool as_json, Json& out) {
       continue;
     }
     table.add_row({m.name, format_count(m.params()), std::to_string(m.layers), std::to_string(m.hidden),
-                   std::to_string(m.heads) + "/" + std::to_string(m.kv_heads), std::to_string(m.ffn_hidden),
-                   std::to_string(m.vocab), m.description});
+                   std::to_string(m.heads) + "/" + std::to_string(m.kv_heads), std::to_string(m.ffn_hidden), std::to_string(m.vocab), m.description});
   }
   if (!as_json) {
     std::cout << "models\n";
@@ -278,11 +272,8 @@ int run_list(const std::vector<std::string>& args) {
   const bool as_json = vm["json"].as<bool>();
 
   using Lister = void (*)(bool, Json&);
-  const std::pair<const char*, Lister> listers[] = {{"gpus", list_gpus},
-                                                    {"nodes", list_nodes},
-                                                    {"models", list_models},
-                                                    {"strategies", list_strategies},
-                                                    {"precisions", list_precisions}};
+  const std::pair<const char*, Lister> listers[] = {
+      {"gpus", list_gpus}, {"nodes", list_nodes}, {"models", list_models}, {"strategies", list_strategies}, {"precisions", list_precisions}};
   Json out = Json::object();
   bool matched = false;
   for (const auto& [name, lister] : listers) {
@@ -300,6 +291,7 @@ int run_list(const std::vector<std::string>& args) {
 
 int run_show(const std::vector<std::string>& args) {
   po::options_description options("show options");
+  // clang-format off
   options.add_options()
       ("name", po::value<std::string>()->value_name("name|path"), "a built-in GPU, node or model name, custom:..., or a JSON file")
       ("hw", po::value<std::string>()->value_name("name|path"), "with a model: set its states against this node profile")
@@ -307,11 +299,11 @@ int run_show(const std::vector<std::string>& args) {
       ("seq", po::value<std::string>()->default_value("4K")->value_name("tokens"), "sequence length for attention FLOPs (e.g. 32K, 1M)")
       ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy for model states (trainyard list precisions)")
       ("json", po::bool_switch(), "print JSON instead of text");
+  // clang-format on
   po::positional_options_description positional;
   positional.add("name", 1);
   po::variables_map vm;
-  if (parse(args, "trainyard show <name|path> [--hw NODE] [--nodes N] [--seq S] [--precision P] [--json]", options,
-            positional, vm)) {
+  if (parse(args, "trainyard show <name|path> [--hw NODE] [--nodes N] [--seq S] [--precision P] [--json]", options, positional, vm)) {
     return 0;
   }
   if (!vm.count("name")) throw InputError("show", "name", "a GPU, node or model name or a JSON path", "nothing");
@@ -333,8 +325,9 @@ int run_show(const std::vector<std::string>& args) {
     if (schema == "trainyard.gpu.v1") kind = Kind::gpu;
     else if (schema == "trainyard.node.v1") kind = Kind::node;
     else if (schema == "trainyard.model.v1") kind = Kind::model;
-    else throw InputError(name, "schema", "\"trainyard.gpu.v1\", \"trainyard.node.v1\" or \"trainyard.model.v1\"",
-                          schema.empty() ? "nothing" : "\"" + schema + "\"");
+    else
+      throw InputError(name, "schema", "\"trainyard.gpu.v1\", \"trainyard.node.v1\" or \"trainyard.model.v1\"",
+                       schema.empty() ? "nothing" : "\"" + schema + "\"");
   } else if (hw::is_builtin_gpu(name)) {
     kind = Kind::gpu;
   } else if (hw::is_builtin_node(name)) {
@@ -350,8 +343,8 @@ int run_show(const std::vector<std::string>& args) {
                      "), custom:..., or a path to a .json file");
   }
   if (kind != Kind::model && vm.count("hw")) {
-    throw InputError("--hw", "value", "--hw only together with a model (show MODEL --hw NODE)", "--hw with a " +
-                     std::string(kind == Kind::gpu ? "GPU" : "node") + " profile");
+    throw InputError("--hw", "value", "--hw only together with a model (show MODEL --hw NODE)",
+                     "--hw with a " + std::string(kind == Kind::gpu ? "GPU" : "node") + " profile");
   }
   if (kind != Kind::node && kind != Kind::model && nodes != 1) {
     throw InputError("--nodes", "value", "--nodes only with a node profile or a model with --hw", std::to_string(nodes));
@@ -422,9 +415,8 @@ namespace {
 // Identical data-parallel replicas and context-parallel ranks are simulated two at a time (planner/symmetry.hpp)
 // unless --no-symmetry. On a reduction `cluster` becomes the smaller one (so `inputs`, which refers to the old
 // one, must not be used after) and the reduced step is returned; the note says what was done or why not.
-std::optional<planner::ReducedStep> reduce_step(const po::variables_map& vm, const planner::StepInputs& inputs,
-                                                const planner::PlanSpec& spec, std::optional<sim::Cluster>& cluster,
-                                                SimulationSetup& setup) {
+std::optional<planner::ReducedStep> reduce_step(const po::variables_map& vm, const planner::StepInputs& inputs, const planner::PlanSpec& spec,
+                                                std::optional<sim::Cluster>& cluster, SimulationSetup& setup) {
   if (vm.count("no-symmetry") && vm["no-symmetry"].as<bool>()) {
     setup.symmetry_note = "every replica simulated (--no-symmetry)";
     return std::nullopt;
@@ -442,13 +434,13 @@ std::optional<planner::ReducedStep> reduce_step(const po::variables_map& vm, con
   setup.simulated_replicas = reduced->spec.megatron.dp;
   setup.cp_ranks = reduced->cp_ranks;
   setup.simulated_cp_ranks = reduced->spec.megatron.cp;
-  setup.symmetry_note = std::to_string(setup.simulated_replicas) + " of " + std::to_string(setup.replicas) +
-                        " identical data-parallel replicas";
+  setup.symmetry_note = std::to_string(setup.simulated_replicas) + " of " + std::to_string(setup.replicas) + " identical data-parallel replicas";
   if (setup.cp_ranks > setup.simulated_cp_ranks) {
     setup.symmetry_note += " and " + std::to_string(setup.simulated_cp_ranks) + " of " + std::to_string(setup.cp_ranks) + " context-parallel ranks";
   }
-  setup.symmetry_note += " simulated, their collectives as the whole rings (figures are per GPU of the whole step; --no-symmetry "
-                         "simulates them all)";
+  setup.symmetry_note +=
+      " simulated, their collectives as the whole rings (figures are per GPU of the whole step; --no-symmetry "
+      "simulates them all)";
   return reduced;
 }
 
@@ -531,8 +523,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
         const auto& flags = planner::scheme_named(name).flags;
         if (std::find(flags.begin(), flags.end(), flag) != flags.end()) owners += (owners.empty() ? "" : ", ") + name;
       }
-      throw InputError("--" + flag, "value", "no --" + flag + " with --strategy " + strategy + " (it is a flag of " + owners + ")",
-                       "--" + flag);
+      throw InputError("--" + flag, "value", "no --" + flag + " with --strategy " + strategy + " (it is a flag of " + owners + ")", "--" + flag);
     };
     for (const auto& flag : valued_scheme_flags()) {
       if (vm.count(flag) && !takes(flag)) foreign(flag);
@@ -581,10 +572,10 @@ namespace {
 
 sim::CollectiveOp collective_op_from_flag(const std::string& text) {
   static const std::map<std::string, sim::CollectiveOp> ops = {{"all-reduce", sim::CollectiveOp::all_reduce},
-                                                              {"all-gather", sim::CollectiveOp::all_gather},
-                                                              {"reduce-scatter", sim::CollectiveOp::reduce_scatter},
-                                                              {"all-to-all", sim::CollectiveOp::all_to_all},
-                                                              {"broadcast", sim::CollectiveOp::broadcast}};
+                                                               {"all-gather", sim::CollectiveOp::all_gather},
+                                                               {"reduce-scatter", sim::CollectiveOp::reduce_scatter},
+                                                               {"all-to-all", sim::CollectiveOp::all_to_all},
+                                                               {"broadcast", sim::CollectiveOp::broadcast}};
   const auto it = ops.find(text);
   if (it == ops.end()) {
     throw InputError("--collective", "value", "all-reduce, all-gather, reduce-scatter, all-to-all or broadcast", "\"" + text + "\"");
@@ -622,8 +613,13 @@ namespace {
 int run_simulate_collective(const po::variables_map& vm) {
   const sim::CollectiveBenchmark b = collective_from_flags(vm);
   if (vm["json"].as<bool>()) {
-    const Json out = {{"collective", std::string(sim::to_string(b.op))}, {"algorithm", std::string(sim::to_string(b.algorithm))},
-                      {"protocol", b.protocol},     {"bytes", b.bytes}, {"ranks", b.ranks}, {"time_ns", b.time_ns}, {"algbw_gbps", b.algbw_gbps},
+    const Json out = {{"collective", std::string(sim::to_string(b.op))},
+                      {"algorithm", std::string(sim::to_string(b.algorithm))},
+                      {"protocol", b.protocol},
+                      {"bytes", b.bytes},
+                      {"ranks", b.ranks},
+                      {"time_ns", b.time_ns},
+                      {"algbw_gbps", b.algbw_gbps},
                       {"busbw_gbps", b.busbw_gbps}};
     std::cout << out.dump(2) << "\n";
     return 0;
@@ -638,6 +634,7 @@ int run_simulate_collective(const po::variables_map& vm) {
 
 po::options_description simulate_options() {
   po::options_description options("simulate options (a task graph file, or a strategy built for a model)");
+  // clang-format off
   options.add_options()
       ("graph", po::value<std::string>()->value_name("path"), "task graph JSON file (docs/taskgraph.md)")
       ("plan", po::value<std::string>()->value_name("path"), "plan file written by 'trainyard plan --out' (docs/planner.md)")
@@ -684,6 +681,7 @@ po::options_description simulate_options() {
       ("collective", po::value<std::string>()->value_name("op"), "one collective over all GPUs of --hw x --nodes, as nccl-tests runs it: all-reduce, all-gather, reduce-scatter, all-to-all or broadcast")
       ("bytes", po::value<std::string>()->value_name("size"), "with --collective: the buffer per GPU (nccl-tests' size), e.g. 1M, 8G")
       ("algorithm", po::value<std::string>()->default_value("ring")->value_name("ring|tree|direct"), "with --collective: how it runs");
+  // clang-format on
   add_lengths_options(options, false);
   add_memory_budget_option(options);
   add_trace_options(options);
@@ -739,7 +737,9 @@ int run_simulate(const std::vector<std::string>& args) {
     Json out = sim::metrics_json(result, graph, *cluster);
     if (logged) out["stack"]["as_logged"] = {{"mfu", logged->mfu}, {"tflops_per_gpu", logged->tflops_per_gpu}};
     if (setup.replicas > 0) {
-      out["symmetry"] = {{"replicas", setup.replicas}, {"simulated_replicas", setup.simulated_replicas}, {"cp_ranks", setup.cp_ranks},
+      out["symmetry"] = {{"replicas", setup.replicas},
+                         {"simulated_replicas", setup.simulated_replicas},
+                         {"cp_ranks", setup.cp_ranks},
                          {"simulated_cp_ranks", setup.simulated_cp_ranks}};
     }
     if (ring) {

@@ -8,10 +8,10 @@
 
 #include "hwprofiles/catalog.hpp"
 #include "hwprofiles/node.hpp"
-#include "sim/collective_bench.hpp"
 #include "planner/plan.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/step.hpp"
+#include "sim/collective_bench.hpp"
 
 namespace trainyard::app {
 
@@ -26,9 +26,9 @@ const std::vector<Command>& commands();
 int run_list(const std::vector<std::string>& args);
 int run_show(const std::vector<std::string>& args);
 int run_simulate(const std::vector<std::string>& args);
-int run_plan(const std::vector<std::string>& args);     // app/plan_command.cpp
-int run_compare(const std::vector<std::string>& args);  // app/compare_command.cpp
-int run_run(const std::vector<std::string>& args);      // app/run_command.cpp
+int run_plan(const std::vector<std::string>& args);       // app/plan_command.cpp
+int run_compare(const std::vector<std::string>& args);    // app/compare_command.cpp
+int run_run(const std::vector<std::string>& args);        // app/run_command.cpp
 int run_calibrate(const std::vector<std::string>& args);  // app/calibrate_command.cpp
 int run_validate(const std::vector<std::string>& args);   // app/validate_command.cpp
 // app/hotspa_command.cpp: the --lengths flags of simulate and plan, and those commands with them.

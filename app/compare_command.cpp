@@ -11,10 +11,12 @@ namespace trainyard::app {
 
 int run_compare(const std::vector<std::string>& args) {
   po::options_description options("compare options");
+  // clang-format off
   options.add_options()
       ("predicted", po::value<std::string>()->value_name("path"), "the simulated timeline (trainyard simulate --trace)")
       ("measured", po::value<std::string>()->value_name("path"), "the measured timeline (trainyard run --trace)")
       ("json", po::bool_switch(), "print JSON instead of text");
+  // clang-format on
   po::positional_options_description positional;
   positional.add("predicted", 1).add("measured", 1);
   po::variables_map vm;

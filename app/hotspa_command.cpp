@@ -58,8 +58,8 @@ void check_minibatch_size(const planner::LengthSource& source, std::int64_t toke
   for (const auto& bin : source.bins) shortest = std::min(shortest, bin.min);
   constexpr double kBytesPerSequence = 4 * sizeof(std::int64_t);  // the draw, the groups, their merges
   const double sequences = static_cast<double>(tokens) / static_cast<double>(std::max<std::int64_t>(1, shortest));
-  planner::require_within_budget({sequences, sequences * kBytesPerSequence}, budget_bytes,
-                                 "a mini-batch of lengths", "fewer --tokens-per-step", "sequences at most");
+  planner::require_within_budget({sequences, sequences * kBytesPerSequence}, budget_bytes, "a mini-batch of lengths", "fewer --tokens-per-step",
+                                 "sequences at most");
 }
 
 // The mini-batch and the setting.
@@ -81,15 +81,19 @@ void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
 void print_header(const LengthsRun& run) {
   std::cout << "lengths: " << run.source.origin << ": " << run.source.description << "\n"
             << "mini-batch: " << run.lengths.size() << " sequences, " << format_tokens(run.tokens) << " tokens, longest "
-            << format_tokens(*std::max_element(run.lengths.begin(), run.lengths.end())) << " (documents cut at "
-            << format_tokens(run.max_len) << "), " << planner::to_string(run.setting->batching) << "\n"
-            << "model " << run.model.name << " on " << run.cluster->nodes << " x " << run.cluster->node.name << " ("
-            << run.cluster->gpus() << " GPUs)\n\n";
+            << format_tokens(*std::max_element(run.lengths.begin(), run.lengths.end())) << " (documents cut at " << format_tokens(run.max_len)
+            << "), " << planner::to_string(run.setting->batching) << "\n"
+            << "model " << run.model.name << " on " << run.cluster->nodes << " x " << run.cluster->node.name << " (" << run.cluster->gpus()
+            << " GPUs)\n\n";
 }
 
 nlohmann::json header_json(const LengthsRun& run) {
-  return {{"lengths", run.source.origin}, {"description", run.source.description}, {"sequences", run.lengths.size()},
-          {"max_len", run.max_len}, {"model", run.model.name}, {"gpus", run.cluster->gpus()},
+  return {{"lengths", run.source.origin},
+          {"description", run.source.description},
+          {"sequences", run.lengths.size()},
+          {"max_len", run.max_len},
+          {"model", run.model.name},
+          {"gpus", run.cluster->gpus()},
           {"batching", planner::to_string(run.setting->batching)}};
 }
 
@@ -100,6 +104,7 @@ void print_failure(const std::string& what, const planner::MinibatchResult& r) {
 }  // namespace
 
 void add_lengths_options(po::options_description& options, bool plan) {
+  // clang-format off
   options.add_options()
       ("lengths", po::value<std::string>()->value_name("dist:NAME|FILE"),
        "variable-length mini-batches: dist:commoncrawl, dist:github, a file of lengths (one per line) or a histogram JSON")
@@ -109,12 +114,16 @@ void add_lengths_options(po::options_description& options, bool plan) {
                                                                     : "with --lengths: the length groups to break the time down by, e.g. 1K,4K,8K,16K,32K")
       ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding"), "with --lengths: packed rows with per-document masks, or one padded row per sequence")
       ("micro-batch-tokens", po::value<std::string>()->default_value("16K")->value_name("tokens"), "with --lengths: micro-batch size for strategies that give none");
+  // clang-format on
   if (!plan) {
+    // clang-format off
     options.add_options()
         ("static", po::value<std::string>()->value_name("SCHEME:k=v,..."), "with --lengths: one strategy for every group, e.g. megatron:tp=16,pp=2")
         ("switch", po::value<std::string>()->value_name("UPPER=SCHEME:k=v,...;..."), "with --lengths: hot switching, a strategy per group, e.g. 4K=megatron:dp=4,tp=2,pp=4;32K=megatron:tp=16,pp=2");
+    // clang-format on
   } else {
-    options.add_options()("per-group", po::value<int>()->default_value(3)->value_name("int"), "with --lengths: configurations simulated per candidate group");
+    options.add_options()("per-group", po::value<int>()->default_value(3)->value_name("int"),
+                          "with --lengths: configurations simulated per candidate group");
   }
 }
 
@@ -129,7 +138,8 @@ struct LengthsOutcome {
 LengthsOutcome simulate_minibatch(const po::variables_map& vm) {
   if (!vm.count("static") && !vm.count("switch")) throw InputError("--static/--switch", "value", "at least one with --lengths", "neither");
   for (const char* flag : {"graph", "plan", "strategy"}) {
-    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --lengths (--static and --switch give the strategies)", "given");
+    if (vm.count(flag))
+      throw InputError(std::string("--") + flag, "value", "none with --lengths (--static and --switch give the strategies)", "given");
   }
   // Groups: --groups, else the --switch bounds; rows of the static plan are --max-len long.
   std::vector<planner::GroupPlan> switched;
@@ -140,7 +150,8 @@ LengthsOutcome simulate_minibatch(const po::variables_map& vm) {
     const int gpus = run.cluster->gpus();
     if (vm.count("switch")) switched = planner::parse_group_plans(vm["switch"].as<std::string>(), "--switch", gpus);
     if (vm.count("groups")) bounds = token_list(vm["groups"].as<std::string>(), "--groups");
-    else if (!switched.empty()) for (const auto& p : switched) bounds.push_back(p.upper);
+    else if (!switched.empty())
+      for (const auto& p : switched) bounds.push_back(p.upper);
     std::int64_t max_len = vm.count("max-len") ? parse_token_count(vm["max-len"].as<std::string>(), "--max-len") : 0;
     if (max_len == 0) {
       if (bounds.empty()) throw InputError("--max-len", "value", "a value (or --groups / --switch bounds)", "nothing");
@@ -148,9 +159,11 @@ LengthsOutcome simulate_minibatch(const po::variables_map& vm) {
     }
     if (bounds.empty()) bounds.push_back(max_len);
     if (!switched.empty() && switched.back().upper < max_len) {
-      throw InputError("--switch", "value", "a last group bound of at least --max-len (" + format_tokens(max_len) + ")", format_tokens(switched.back().upper));
+      throw InputError("--switch", "value", "a last group bound of at least --max-len (" + format_tokens(max_len) + ")",
+                       format_tokens(switched.back().upper));
     }
-    if (bounds.back() < max_len) throw InputError("--groups", "value", "a last bound of at least --max-len (" + format_tokens(max_len) + ")", format_tokens(bounds.back()));
+    if (bounds.back() < max_len)
+      throw InputError("--groups", "value", "a last bound of at least --max-len (" + format_tokens(max_len) + ")", format_tokens(bounds.back()));
     load(vm, run, max_len);
   }
   std::optional<planner::MinibatchResult> st, sw;
@@ -196,8 +209,8 @@ int run_simulate_lengths(const po::variables_map& vm) {
   if (sw) {
     for (const auto& s : sw->switches) {
       std::cout << "switch to group " << s.to + 1 << ": " << format_bytes(static_cast<double>(s.param_bytes)) << " parameters"
-                << (s.params_overlapped ? " (during the group before)" : "") << ", "
-                << format_bytes(static_cast<double>(s.grad_bytes)) << " gradients, " << format_fixed(s.exposed_s, 3) << " s exposed\n";
+                << (s.params_overlapped ? " (during the group before)" : "") << ", " << format_bytes(static_cast<double>(s.grad_bytes))
+                << " gradients, " << format_fixed(s.exposed_s, 3) << " s exposed\n";
     }
     std::cout << "MFU: static " << (st ? format_fixed(100 * st->mfu(*run.cluster), 1) + "%" : "-") << ", hot-switched "
               << format_fixed(100 * sw->mfu(*run.cluster), 1) << "%\n";
@@ -214,7 +227,8 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
     for (std::int64_t b = 1024; b < max_len; b *= 2) bounds.push_back(b);
     bounds.push_back(max_len);
   }
-  if (bounds.back() != max_len) throw InputError("--groups", "value", "a last bound equal to --max-len (" + format_tokens(max_len) + ")", format_tokens(bounds.back()));
+  if (bounds.back() != max_len)
+    throw InputError("--groups", "value", "a last bound equal to --max-len (" + format_tokens(max_len) + ")", format_tokens(bounds.back()));
   LengthsRun run;
   load_hardware(vm, run);
   load(vm, run, max_len);
@@ -244,8 +258,8 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
     const std::string& why = (no_static ? report.static_result : report.switched_result).failure;
     std::cout << "no " << (no_static ? "static" : "hot-switched") << " plan fits"
               << (!why.empty() ? ": the best-bounded candidate's " + why
-                  : no_static ? " (no configuration passed the memory bounds)"
-                              : " (no chain of groups that fit covers every length)")
+                  : no_static  ? " (no configuration passed the memory bounds)"
+                               : " (no chain of groups that fit covers every length)")
               << "\n";
     return 1;
   }

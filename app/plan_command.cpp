@@ -16,8 +16,8 @@
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "planner/no_fit.hpp"
 #include "planner/estimate.hpp"
+#include "planner/no_fit.hpp"
 #include "planner/search.hpp"
 #include "sim/report.hpp"
 
@@ -31,7 +31,9 @@ namespace {
 std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
 
 Json plan_json(const planner::RankedPlan& p) {
-  return {{"scheme", p.spec.scheme}, {"summary", p.spec.summary()}, {"parameters", planner::parameters_json(p.spec)},
+  return {{"scheme", p.spec.scheme},
+          {"summary", p.spec.summary()},
+          {"parameters", planner::parameters_json(p.spec)},
           {"metrics", planner::metrics_json(p.metrics)}};
 }
 
@@ -40,8 +42,11 @@ Json no_fit_json(const planner::SchemeNoFit& s) {
   Json j{{"scheme", s.scheme}, {"configurations", s.configurations}, {"reason", s.reason()}};
   if (s.closest) {
     const auto& m = s.closest->metrics;
-    j["closest_miss"] = {{"summary", s.closest->spec.summary()}, {"parameters", planner::parameters_json(s.closest->spec)},
-                         {"failure", m.failure}, {"short_of", m.short_of}, {"shortfall_bytes", m.shortfall_bytes},
+    j["closest_miss"] = {{"summary", s.closest->spec.summary()},
+                         {"parameters", planner::parameters_json(s.closest->spec)},
+                         {"failure", m.failure},
+                         {"short_of", m.short_of},
+                         {"shortfall_bytes", m.shortfall_bytes},
                          {"by_bounds", m.bound_only}};
   }
   return j;
@@ -50,8 +55,8 @@ Json no_fit_json(const planner::SchemeNoFit& s) {
 void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p) {
   const auto& m = p.metrics;
   table.add_row({rank, p.spec.scheme, p.spec.summary(), seconds(m.step_s), format_number(std::round(m.tokens_per_s)),
-             format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
-             format_bytes(static_cast<double>(m.peak_dram_bytes)), m.bottleneck});
+                 format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
+                 format_bytes(static_cast<double>(m.peak_dram_bytes)), m.bottleneck});
 }
 
 // Why `other` loses to `winner`, in one sentence: the largest per-GPU difference among recompute, other
@@ -66,19 +71,17 @@ std::string reason(const planner::RankedPlan& winner, const planner::RankedPlan&
   };
   const double dense_w = w.compute_s - w.recompute_s, dense_o = o.compute_s - o.recompute_s;
   std::vector<Part> parts{
-      {o.recompute_s - w.recompute_s, "it recomputes " + seconds(o.recompute_s) + " per GPU (HFU " + format_fixed(100 * o.hfu, 1) +
-                                          "% vs MFU " + format_fixed(100 * o.mfu, 1) + "%) against " + seconds(w.recompute_s)},
-      {dense_o - dense_w, "its kernels take longer: " + seconds(dense_o) + " of compute per GPU without recompute against " +
-                              seconds(dense_w) + " (smaller or less efficient calls)"},
+      {o.recompute_s - w.recompute_s, "it recomputes " + seconds(o.recompute_s) + " per GPU (HFU " + format_fixed(100 * o.hfu, 1) + "% vs MFU " +
+                                          format_fixed(100 * o.mfu, 1) + "%) against " + seconds(w.recompute_s)},
+      {dense_o - dense_w, "its kernels take longer: " + seconds(dense_o) + " of compute per GPU without recompute against " + seconds(dense_w) +
+                              " (smaller or less efficient calls)"},
       {o.exposed_transfer_s - w.exposed_transfer_s, "it waits " + seconds(o.exposed_transfer_s) + " per GPU on transfers against " +
                                                         seconds(w.exposed_transfer_s) +
                                                         (o.busiest_link.empty() ? "" : " (busiest link " + o.busiest_link + ")")},
-      {o.bubble_s - w.bubble_s, "its GPUs idle " + seconds(o.bubble_s) + " per GPU in pipeline bubbles or imbalance against " +
-                                    seconds(w.bubble_s)},
+      {o.bubble_s - w.bubble_s, "its GPUs idle " + seconds(o.bubble_s) + " per GPU in pipeline bubbles or imbalance against " + seconds(w.bubble_s)},
   };
   const auto worst = std::max_element(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.delta < b.delta; });
-  return other.spec.scheme + " (" + other.spec.summary() + "): " + format_fixed(slower, 2) + "x the step time, mainly because " +
-         worst->words + ".";
+  return other.spec.scheme + " (" + other.spec.summary() + "): " + format_fixed(slower, 2) + "x the step time, mainly because " + worst->words + ".";
 }
 
 void explain(std::ostream& out, const planner::SearchReport& report) {
@@ -105,9 +108,9 @@ void explain(std::ostream& out, const planner::SearchReport& report) {
 
 }  // namespace
 
-
 int run_plan(const std::vector<std::string>& args) {
   po::options_description options("plan options");
+  // clang-format off
   options.add_options()
       ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model (required)")
       ("hw", po::value<std::string>()->value_name("name|path"), "node profile (required)")
@@ -126,6 +129,7 @@ int run_plan(const std::vector<std::string>& args) {
       ("out", po::value<std::string>()->value_name("path"), "write the best plan to a plan file (trainyard simulate --plan runs it)")
       ("trace", po::value<std::string>()->value_name("path"), "write the best plan's Chrome trace")
       ("explain", po::bool_switch(), "the winner's step-time breakdown and why each other scheme's best loses");
+  // clang-format on
   add_lengths_options(options, true);
   add_trace_options(options);
   add_memory_budget_option(options);
@@ -142,7 +146,8 @@ int run_plan(const std::vector<std::string>& args) {
   }
   if (vm.count("lengths")) {
     for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
-      if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
+      if (vm.count(flag))
+        throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
     }
     if (vm["explain"].as<bool>() || vm["objective"].as<std::string>() != "throughput") {
       throw InputError("--objective/--explain", "value", "throughput and no --explain with --lengths", "given");
@@ -205,8 +210,7 @@ int run_plan(const std::vector<std::string>& args) {
 
   if (objective == planner::Objective::max_seq) {
     Json out = Json::array();
-    TextTable table({"scheme", "max length", "plan", "MFU there", "peak HBM/GPU", "peak DRAM/node"},
-                    {false, true, false, true, true, true});
+    TextTable table({"scheme", "max length", "plan", "MFU there", "peak HBM/GPU", "peak DRAM/node"}, {false, true, false, true, true, true});
     for (const auto& scheme : search.schemes) {
       if (interrupted()) break;
       progress.set_phase("longest sequence for " + scheme);
@@ -218,8 +222,9 @@ int run_plan(const std::vector<std::string>& args) {
         continue;
       }
       const auto& m = best->plan.metrics;
-      table.add_row({scheme, format_tokens(best->seq_len) + (best->limited_by_budget ? " (budget)" : ""), best->plan.spec.summary(), format_fixed(100 * m.mfu, 1) + "%",
-                 format_bytes(static_cast<double>(m.peak_hbm_bytes)), format_bytes(static_cast<double>(m.peak_dram_bytes))});
+      table.add_row({scheme, format_tokens(best->seq_len) + (best->limited_by_budget ? " (budget)" : ""), best->plan.spec.summary(),
+                     format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
+                     format_bytes(static_cast<double>(m.peak_dram_bytes))});
       Json j = plan_json(best->plan);
       j["max_seq_len"] = best->seq_len;
       j["limited_by_budget"] = best->limited_by_budget;
@@ -229,8 +234,8 @@ int run_plan(const std::vector<std::string>& args) {
     if (as_json) {
       std::cout << Json{{"objective", "max-seq"}, {"interrupted", interrupted()}, {"schemes", out}}.dump(2) << "\n";
     } else {
-      std::cout << "longest trainable sequence per scheme (multiples of 1K tokens), " << model.name << " on " << nodes << " x "
-                << cluster.node.name << (interrupted() ? " (interrupted: partial)" : "") << "\n\n";
+      std::cout << "longest trainable sequence per scheme (multiples of 1K tokens), " << model.name << " on " << nodes << " x " << cluster.node.name
+                << (interrupted() ? " (interrupted: partial)" : "") << "\n\n";
       table.print(std::cout);
     }
     return interrupted() ? kInterruptedExitCode : 0;
@@ -241,8 +246,8 @@ int run_plan(const std::vector<std::string>& args) {
   progress.finish();
 
   if (report.ranked.empty()) {
-    std::string miss = "no plan fits " + model.name + " at " + format_tokens(workload.seq_len) + " tokens on " + std::to_string(nodes) +
-                       " x " + cluster.node.name;
+    std::string miss = "no plan fits " + model.name + " at " + format_tokens(workload.seq_len) + " tokens on " + std::to_string(nodes) + " x " +
+                       cluster.node.name;
     if (report.closest_miss) miss += "; closest miss: " + planner::describe_miss(*report.closest_miss);
     const auto schemes = planner::schemes_without_fit(report, search.schemes);
     if (as_json) {
@@ -283,11 +288,19 @@ int run_plan(const std::vector<std::string>& args) {
       per_scheme.push_back(plan_json(p));
       per_scheme.back()["gap"] = p.gap;
     }
-    Json out{{"model", model_name}, {"hw", hw_name}, {"nodes", nodes},
+    Json out{{"model", model_name},
+             {"hw", hw_name},
+             {"nodes", nodes},
              {"workload", {{"seq_len", workload.seq_len}, {"global_batch", workload.global_batch}}},
-             {"objective", vm["objective"].as<std::string>()}, {"ranked", ranked}, {"best_of_scheme", per_scheme},
-             {"enumerated", report.enumerated}, {"pruned_memory", report.pruned_memory}, {"pruned_time", report.pruned_time},
-             {"simulated", report.simulated}, {"over_budget", report.over_budget}, {"interrupted", report.interrupted}};
+             {"objective", vm["objective"].as<std::string>()},
+             {"ranked", ranked},
+             {"best_of_scheme", per_scheme},
+             {"enumerated", report.enumerated},
+             {"pruned_memory", report.pruned_memory},
+             {"pruned_time", report.pruned_time},
+             {"simulated", report.simulated},
+             {"over_budget", report.over_budget},
+             {"interrupted", report.interrupted}};
     if (vm["explain"].as<bool>()) {
       Json reasons = Json::array();
       for (const auto& p : report.best_of_scheme) {
@@ -298,8 +311,8 @@ int run_plan(const std::vector<std::string>& args) {
     std::cout << out.dump(2) << "\n";
     return report.interrupted ? kInterruptedExitCode : 0;
   }
-  std::cout << "plans for " << model.name << " at " << format_tokens(workload.seq_len) << " tokens x " << workload.global_batch
-            << " per step on " << nodes << " x " << cluster.node.name << ", objective " << vm["objective"].as<std::string>()
+  std::cout << "plans for " << model.name << " at " << format_tokens(workload.seq_len) << " tokens x " << workload.global_batch << " per step on "
+            << nodes << " x " << cluster.node.name << ", objective " << vm["objective"].as<std::string>()
             << (report.interrupted ? " (interrupted: best found so far)" : "") << "\n\n";
   TextTable table({"rank", "scheme", "parameters", "step", "tokens/s", "MFU", "peak HBM/GPU", "peak DRAM/node", "bottleneck"},
                   {true, false, false, true, true, true, true, true, false});
@@ -324,14 +337,15 @@ int run_plan(const std::vector<std::string>& args) {
   for (const auto& s : planner::schemes_without_fit(report, search.schemes)) {
     if (s.configurations == 0 || !report.interrupted) std::cout << s.reason() << "\n";
   }
-  std::cout << "\n" << report.enumerated << " plans enumerated, " << report.pruned_memory << " pruned by memory bounds, "
-            << report.pruned_time << " by time bounds, "
+  std::cout << "\n"
+            << report.enumerated << " plans enumerated, " << report.pruned_memory << " pruned by memory bounds, " << report.pruned_time
+            << " by time bounds, "
             << (report.over_budget ? std::to_string(report.over_budget) + " too large for the memory budget (--memory-budget), " : "")
-            << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s ("
-            << format_fixed(rate, 1) << " plans/s)\n";
+            << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s (" << format_fixed(rate, 1) << " plans/s)\n";
   if (vm["explain"].as<bool>()) explain(std::cout, report);
-  if (vm.count("out") && !report.interrupted) std::cout << "\nplan written to " << vm["out"].as<std::string>() << " (run it: trainyard simulate --plan "
-                                 << vm["out"].as<std::string>() << ")\n";
+  if (vm.count("out") && !report.interrupted)
+    std::cout << "\nplan written to " << vm["out"].as<std::string>() << " (run it: trainyard simulate --plan " << vm["out"].as<std::string>()
+              << ")\n";
   return report.interrupted ? kInterruptedExitCode : 0;
 }
 

@@ -17,11 +17,9 @@ using Json = nlohmann::json;
 
 namespace {
 
-
 Json figure_json(const hw::Figure& f) {
   Json out = {{"value", f.value},
-              {"source", {{"id", f.source_id}, {"kind", trainyard::json::to_string(f.source.kind)},
-                          {"detail", f.source.describe()}}}};
+              {"source", {{"id", f.source_id}, {"kind", trainyard::json::to_string(f.source.kind)}, {"detail", f.source.describe()}}}};
   if (!f.note.empty()) out["note"] = f.note;
   return out;
 }
@@ -40,8 +38,7 @@ std::map<std::string, std::vector<std::string>> devices_by_switch(const hw::Node
     const auto* b = node.find_vertex(l.b);
     if (b->type == hw::VertexType::pcie_switch && (a->type == hw::VertexType::gpu || a->type == hw::VertexType::nic)) {
       out[l.b].push_back(l.a);
-    } else if (a->type == hw::VertexType::pcie_switch &&
-               (b->type == hw::VertexType::gpu || b->type == hw::VertexType::nic)) {
+    } else if (a->type == hw::VertexType::pcie_switch && (b->type == hw::VertexType::gpu || b->type == hw::VertexType::nic)) {
       out[l.a].push_back(l.b);
     }
   }
@@ -88,19 +85,13 @@ void print_gpu(std::ostream& out, const hw::GpuProfile& gpu) {
   add_figure(table, "HBM capacity", gpu.hbm_bytes, format_bytes(gpu.hbm_bytes.value));
   add_figure(table, "HBM bandwidth", gpu.hbm_gbps, format_fixed(gpu.hbm_gbps.value, 0) + " GB/s");
   add_figure(table, "SMs", gpu.sm_count, format_number(gpu.sm_count.value));
-  add_figure(table, "PCIe", gpu.pcie_generation,
-             "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value));
+  add_figure(table, "PCIe", gpu.pcie_generation, "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value));
   add_figure(table, "NVLink per direction", gpu.nvlink_gbps_per_direction,
-             gpu.nvlink_gbps_per_direction.value > 0 ? format_fixed(gpu.nvlink_gbps_per_direction.value, 0) + " GB/s"
-                                                     : "none");
-  add_figure(table, "sustained GEMM", gpu.sustained.gemm_efficiency,
-             format_fixed(100 * gpu.sustained.gemm_efficiency.value, 0) + "% of bf16 peak");
-  add_figure(table, "sustained HBM", gpu.sustained.hbm_efficiency,
-             format_fixed(100 * gpu.sustained.hbm_efficiency.value, 0) + "% of HBM bandwidth");
-  add_figure(table, "sustained H2D (pinned)", gpu.sustained.pcie_h2d_gbps,
-             format_fixed(gpu.sustained.pcie_h2d_gbps.value, 1) + " GB/s");
-  add_figure(table, "sustained D2H (pinned)", gpu.sustained.pcie_d2h_gbps,
-             format_fixed(gpu.sustained.pcie_d2h_gbps.value, 1) + " GB/s");
+             gpu.nvlink_gbps_per_direction.value > 0 ? format_fixed(gpu.nvlink_gbps_per_direction.value, 0) + " GB/s" : "none");
+  add_figure(table, "sustained GEMM", gpu.sustained.gemm_efficiency, format_fixed(100 * gpu.sustained.gemm_efficiency.value, 0) + "% of bf16 peak");
+  add_figure(table, "sustained HBM", gpu.sustained.hbm_efficiency, format_fixed(100 * gpu.sustained.hbm_efficiency.value, 0) + "% of HBM bandwidth");
+  add_figure(table, "sustained H2D (pinned)", gpu.sustained.pcie_h2d_gbps, format_fixed(gpu.sustained.pcie_h2d_gbps.value, 1) + " GB/s");
+  add_figure(table, "sustained D2H (pinned)", gpu.sustained.pcie_d2h_gbps, format_fixed(gpu.sustained.pcie_d2h_gbps.value, 1) + " GB/s");
   if (gpu.sustained.nvlink_gbps_per_direction.value > 0) {
     add_figure(table, "NVLink data rate", gpu.sustained.nvlink_gbps_per_direction,
                format_fixed(gpu.sustained.nvlink_gbps_per_direction.value, 1) + " GB/s per direction (simulated)");
@@ -109,8 +100,7 @@ void print_gpu(std::ostream& out, const hw::GpuProfile& gpu) {
   out << "\nderived\n"
       << "  bf16 dense peak      " << format_fixed(gpu.peak_tflops(hw::Dtype::bf16), 1) << " TFLOP/s\n"
       << "  PCIe per direction   " << format_fixed(gpu.pcie_raw_gbps_per_direction(), 1) << " GB/s raw\n"
-      << "  ridge point (bf16)   " << format_fixed(gpu.ridge_flop_per_byte(hw::Dtype::bf16), 0)
-      << " FLOP/byte of HBM traffic\n";
+      << "  ridge point (bf16)   " << format_fixed(gpu.ridge_flop_per_byte(hw::Dtype::bf16), 0) << " FLOP/byte of HBM traffic\n";
 }
 
 Json node_json(const hw::NodeProfile& node, int nodes) {
@@ -122,8 +112,7 @@ Json node_json(const hw::NodeProfile& node, int nodes) {
   }
   Json links = Json::array();
   for (const auto& l : node.links) {
-    Json j = {{"a", l.a}, {"b", l.b}, {"type", hw::to_string(l.type)}, {"GBps_per_direction", l.gbps_per_direction},
-              {"full_duplex", l.full_duplex}};
+    Json j = {{"a", l.a}, {"b", l.b}, {"type", hw::to_string(l.type)}, {"GBps_per_direction", l.gbps_per_direction}, {"full_duplex", l.full_duplex}};
     if (l.type == hw::LinkType::pcie) {
       j["generation"] = l.pcie_generation;
       j["lanes"] = l.pcie_lanes;
@@ -166,28 +155,23 @@ void print_node(std::ostream& out, const hw::NodeProfile& node, int nodes) {
   table.add_row({"GPUs", std::to_string(n) + " x " + gpu.name});
   table.add_row({"bf16 dense peak", format_fixed(gpu.peak_tflops(hw::Dtype::bf16), 1) + " TFLOP/s per GPU, " +
                                         format_fixed(n * gpu.peak_tflops(hw::Dtype::bf16), 0) + " per node"});
-  table.add_row({"HBM", format_bytes(gpu.hbm_bytes.value) + " at " + format_fixed(gpu.hbm_gbps.value, 0) +
-                            " GB/s per GPU"});
+  table.add_row({"HBM", format_bytes(gpu.hbm_bytes.value) + " at " + format_fixed(gpu.hbm_gbps.value, 0) + " GB/s per GPU"});
   table.add_row({"ridge point (bf16)", format_fixed(gpu.ridge_flop_per_byte(hw::Dtype::bf16), 0) + " FLOP/byte"});
-  table.add_row({"PCIe per GPU", "Gen" + format_number(gpu.pcie_generation.value) + " x" +
-                                     format_number(gpu.pcie_lanes.value) + ": " +
-                                     format_fixed(gpu.pcie_raw_gbps_per_direction(), 1) +
-                                     " GB/s per direction raw; sustained H2D " +
+  table.add_row({"PCIe per GPU", "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value) + ": " +
+                                     format_fixed(gpu.pcie_raw_gbps_per_direction(), 1) + " GB/s per direction raw; sustained H2D " +
                                      format_fixed(gpu.sustained.pcie_h2d_gbps.value, 1) + ", D2H " +
                                      format_fixed(gpu.sustained.pcie_d2h_gbps.value, 1) + " GB/s"});
   const bool nvlink = node.count(hw::VertexType::nvswitch) > 0 ||
-                      std::any_of(node.links.begin(), node.links.end(),
-                                  [](const hw::LinkSpec& l) { return l.type == hw::LinkType::nvlink; });
+                      std::any_of(node.links.begin(), node.links.end(), [](const hw::LinkSpec& l) { return l.type == hw::LinkType::nvlink; });
   table.add_row({"NVLink", nvlink ? format_fixed(gpu.nvlink_gbps_per_direction.value, 0) + " GB/s per direction per GPU" +
                                         (node.count(hw::VertexType::nvswitch) ? " (NVSwitch)" : "")
                                   : "none"});
   table.add_row({"PCIe peer-to-peer", node.pcie_peer_to_peer ? "yes" : "no (GPU-to-GPU copies go through host memory)"});
-  table.add_row({"host DRAM", format_bytes(node.host_dram_bytes.value) + " at " + format_fixed(node.host_dram_gbps(), 1) +
-                                  " GB/s (" + std::to_string(node.count(hw::VertexType::host_memory)) + " socket(s))"});
+  table.add_row({"host DRAM", format_bytes(node.host_dram_bytes.value) + " at " + format_fixed(node.host_dram_gbps(), 1) + " GB/s (" +
+                                  std::to_string(node.count(hw::VertexType::host_memory)) + " socket(s))"});
   const int nics = node.count(hw::VertexType::nic);
   table.add_row({"NICs", nics == 0 ? "none (single node only)"
-                                   : std::to_string(nics) + ", " + format_fixed(node.nic_gbps_per_gpu(), 1) +
-                                         " GB/s per direction per GPU"});
+                                   : std::to_string(nics) + ", " + format_fixed(node.nic_gbps_per_gpu(), 1) + " GB/s per direction per GPU"});
   hw::Topology topo(node, 1);
   const auto gpu0 = topo.gpu(0, 0);
   table.add_row({"gpu0 to host", topo.describe(topo.route(gpu0, *topo.nearest_host_memory(gpu0)))});
@@ -204,9 +188,8 @@ void print_node(std::ostream& out, const hw::NodeProfile& node, int nodes) {
   }
   if (nodes > 1) {
     const int gpus = n * nodes;
-    out << "\ncluster of " << nodes << " nodes: " << gpus << " GPUs, "
-        << format_fixed(gpus * gpu.peak_tflops(hw::Dtype::bf16) / 1000, 2) << " PFLOP/s bf16 dense, "
-        << format_bytes(gpus * gpu.hbm_bytes.value) << " HBM, " << format_bytes(nodes * node.host_dram_bytes.value)
+    out << "\ncluster of " << nodes << " nodes: " << gpus << " GPUs, " << format_fixed(gpus * gpu.peak_tflops(hw::Dtype::bf16) / 1000, 2)
+        << " PFLOP/s bf16 dense, " << format_bytes(gpus * gpu.hbm_bytes.value) << " HBM, " << format_bytes(nodes * node.host_dram_bytes.value)
         << " host DRAM\n";
     hw::Topology cluster(node, nodes);
     out << "  inter-node route: " << cluster.describe(cluster.route(cluster.gpu(0, 0), cluster.gpu(1, 0))) << "\n";
@@ -276,34 +259,29 @@ void print_model(std::ostream& out, const model::ModelConfig& m, const ModelRepo
   const auto p = m.param_counts();
   out << m.name << ": " << m.description << "\n(from " << m.origin << "; shape: " << m.source << ")\n\n";
   TextTable table({"figure", "value"});
-  table.add_row({"shape", std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
-                              std::to_string(m.heads) + " heads (" + std::to_string(m.kv_heads) + " kv, head_dim " +
-                              std::to_string(m.head_dim) + "), ffn " + std::to_string(m.ffn_hidden) + " " +
-                              std::string(model::to_string(m.activation)) + ", vocab " + std::to_string(m.vocab)});
+  table.add_row({"shape", std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " + std::to_string(m.heads) + " heads (" +
+                              std::to_string(m.kv_heads) + " kv, head_dim " + std::to_string(m.head_dim) + "), ffn " + std::to_string(m.ffn_hidden) +
+                              " " + std::string(model::to_string(m.activation)) + ", vocab " + std::to_string(m.vocab)});
   table.add_row({"details", std::string(model::to_string(m.norm)) + (m.bias ? ", biases" : ", no biases") +
                                 (m.tied_embeddings ? ", tied embeddings" : ", untied embeddings") + ", " + m.dtype});
-  table.add_row({"parameters", format_count(m.params()) + " (embedding " + format_count(p.embedding) + ", LM head " +
-                                   format_count(p.lm_head) + ", per layer " + format_count(p.per_layer()) + ")"});
-  table.add_row({"dense FLOPs/token", format_flops(m.dense_flops_per_token_fwd()) + " forward, " +
-                                          format_flops(3 * m.dense_flops_per_token_fwd()) + " training"});
+  table.add_row({"parameters", format_count(m.params()) + " (embedding " + format_count(p.embedding) + ", LM head " + format_count(p.lm_head) +
+                                   ", per layer " + format_count(p.per_layer()) + ")"});
+  table.add_row({"dense FLOPs/token",
+                 format_flops(m.dense_flops_per_token_fwd()) + " forward, " + format_flops(3 * m.dense_flops_per_token_fwd()) + " training"});
   table.add_row({"attention FLOPs/token", format_flops(m.attention_flops_per_token_fwd(options.seq_len, true)) +
                                               " forward at S=" + format_tokens(options.seq_len) + " (causal)"});
-  table.add_row({"training FLOPs/token", format_flops(m.training_flops_per_token(options.seq_len, true)) +
-                                             " at S=" + format_tokens(options.seq_len) + " (Megatron formula: " +
-                                             format_flops(m.megatron_flops_per_token(options.seq_len)) + ")"});
+  table.add_row({"training FLOPs/token", format_flops(m.training_flops_per_token(options.seq_len, true)) + " at S=" + format_tokens(options.seq_len) +
+                                             " (Megatron formula: " + format_flops(m.megatron_flops_per_token(options.seq_len)) + ")"});
   const auto s = model::model_state_bytes(m, options.precision);
-  table.add_row({"model states", format_bytes(s.total()) + " with " + options.precision.name + " (weights " +
-                                     format_bytes(s.weights) + ", grads " + format_bytes(s.grads) + ", master " +
-                                     format_bytes(s.master) + ", Adam " + format_bytes(s.optimizer) + ")"});
+  table.add_row({"model states", format_bytes(s.total()) + " with " + options.precision.name + " (weights " + format_bytes(s.weights) + ", grads " +
+                                     format_bytes(s.grads) + ", master " + format_bytes(s.master) + ", Adam " + format_bytes(s.optimizer) + ")"});
   if (options.hw != nullptr) {
     const int gpus = options.hw->gpu_count() * options.nodes;
     const double hbm = options.hw->gpu.hbm_bytes.value;
-    table.add_row({"on " + options.hw->name + " x" + std::to_string(options.nodes),
-                   std::to_string(gpus) + " GPUs with " + format_bytes(hbm) + " HBM each"});
-    table.add_row({"  replicated states", format_bytes(s.total()) + " per GPU: " +
-                                              (s.total() <= hbm ? "fit" : "do not fit") + " in HBM"});
-    table.add_row({"  fully sharded states", format_bytes(s.total() / gpus) + " per GPU: " +
-                                                 (s.total() / gpus <= hbm ? "fit" : "do not fit") +
+    table.add_row(
+        {"on " + options.hw->name + " x" + std::to_string(options.nodes), std::to_string(gpus) + " GPUs with " + format_bytes(hbm) + " HBM each"});
+    table.add_row({"  replicated states", format_bytes(s.total()) + " per GPU: " + (s.total() <= hbm ? "fit" : "do not fit") + " in HBM"});
+    table.add_row({"  fully sharded states", format_bytes(s.total() / gpus) + " per GPU: " + (s.total() / gpus <= hbm ? "fit" : "do not fit") +
                                                  " in HBM (before activations)"});
   }
   table.print(out);
@@ -366,11 +344,13 @@ std::pair<std::int64_t, std::int64_t> parse_window(const std::string& text) {
 }  // namespace
 
 void add_trace_options(po::options_description& options) {
+  // clang-format off
   options.add_options()
       ("trace-gpus", po::value<std::string>()->value_name("all|LIST"),
        "with --trace: the GPUs whose tracks it keeps, e.g. 0 or 0,4-7 (default: all when the trace is small, else GPU 0)")
       ("trace-window", po::value<std::string>()->value_name("START:END"), "with --trace: only this part of the step, in ms, e.g. 0:250")
       ("trace-counters", po::value<std::string>()->value_name("on|off"), "with --trace: memory and link counter tracks (default on)");
+  // clang-format on
 }
 
 std::optional<TraceRequest> trace_request(const po::variables_map& vm, int gpus) {
@@ -411,8 +391,7 @@ std::string megabytes(std::int64_t bytes) { return format_fixed(static_cast<doub
 
 }  // namespace
 
-ResolvedTrace resolve_selection(const TraceRequest& request, const sim::SimResult& result, const sim::TaskGraph& graph,
-                                const sim::Cluster& cluster) {
+ResolvedTrace resolve_selection(const TraceRequest& request, const sim::SimResult& result, const sim::TaskGraph& graph, const sim::Cluster& cluster) {
   ResolvedTrace out{request.selection, ""};
   sim::TraceSelection& sel = out.selection;
   if (request.gpus_given) return out;
@@ -446,9 +425,7 @@ ResolvedTrace resolve_selection(const TraceRequest& request, const sim::SimResul
 void write_trace(const TraceRequest& request, const sim::SimResult& result, const sim::TaskGraph& graph, const sim::Cluster& cluster,
                  std::string_view source) {
   const ResolvedTrace resolved = resolve_selection(request, result, graph, cluster);
-  write_file_atomically(request.path, [&](std::ostream& out) {
-    sim::write_chrome_trace(out, result, graph, cluster, source, resolved.selection);
-  });
+  write_file_atomically(request.path, [&](std::ostream& out) { sim::write_chrome_trace(out, result, graph, cluster, source, resolved.selection); });
   std::cerr << "trace " << request.path << ": " << sim::describe(resolved.selection, result.gpus)
             << (resolved.note.empty() ? "" : " (" + resolved.note + ")") << "\n";
 }

@@ -37,8 +37,8 @@ void add_trace_options(boost::program_options::options_description& options);
 struct TraceRequest {
   std::string path;
   sim::TraceSelection selection;
-  bool gpus_given = false;    // --trace-gpus: else chosen by size when written
-  bool window_given = false;  // --trace-window
+  bool gpus_given = false;      // --trace-gpus: else chosen by size when written
+  bool window_given = false;    // --trace-window
   bool counters_given = false;  // --trace-counters
 };
 // nullopt without --trace (the trace flags alone are an InputError). Every flag is checked against `gpus`.
@@ -50,8 +50,7 @@ struct ResolvedTrace {
   sim::TraceSelection selection;
   std::string note;
 };
-ResolvedTrace resolve_selection(const TraceRequest& request, const sim::SimResult& result, const sim::TaskGraph& graph,
-                                const sim::Cluster& cluster);
+ResolvedTrace resolve_selection(const TraceRequest& request, const sim::SimResult& result, const sim::TaskGraph& graph, const sim::Cluster& cluster);
 // Writes the trace and says on stderr which part of the step it holds.
 void write_trace(const TraceRequest& request, const sim::SimResult& result, const sim::TaskGraph& graph, const sim::Cluster& cluster,
                  std::string_view source = "simulated");

@@ -23,8 +23,8 @@
 #endif
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
-#include "common/interrupt.hpp"
 #include "common/input_file.hpp"
+#include "common/interrupt.hpp"
 #include "common/json_reader.hpp"
 #include "common/units.hpp"
 #include "planner/plan.hpp"
@@ -56,7 +56,6 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
   plain.ringtrack.states = planner::Placement::hbm;
   return plain;
 }
-
 
 }  // namespace
 
@@ -94,14 +93,17 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   if (found.devices.empty()) throw InputError("--device", "value", "cpu: there is no usable CUDA GPU here (" + found.reason + ")", "gpu");
   const bool check = vm["check"].as<bool>();
   if (check && !cpu_can_check) {
-    throw InputError(origin, "model", "a small model for --check (the CPU reference runs the same step; at most " +
-                                          format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)", "a larger one");
+    throw InputError(
+        origin, "model",
+        "a small model for --check (the CPU reference runs the same step; at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)",
+        "a larger one");
   }
   const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
   sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
   graph.finalize();
   const sim::SimResult predicted = sim::simulate(graph, *l.cluster);
-  if (!predicted.completed) throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
+  if (!predicted.completed)
+    throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
   const int gpn = l.cluster->topology.gpus_per_node();
   backend::ModelState state(l.model, seed);
@@ -123,8 +125,11 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
     const double loss_error = std::abs(g.loss - r.loss) / std::abs(r.loss);
     const double grad_error = backend::max_gradient_difference(on_gpu, state);
     const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
-    out["check"] = {{"gpu_loss", g.loss}, {"cpu_loss", r.loss}, {"loss_relative_error", loss_error},
-                    {"gradient_max_error_relative_per_block", grad_error}, {"pass", pass}};
+    out["check"] = {{"gpu_loss", g.loss},
+                    {"cpu_loss", r.loss},
+                    {"loss_relative_error", loss_error},
+                    {"gradient_max_error_relative_per_block", grad_error},
+                    {"pass", pass}};
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
@@ -142,7 +147,9 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   for (int s = 0; s < steps; ++s) {
     last = executor.run_step(step_tokens(warmup + s), warmup + s + 1);
     measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
-    if (!as_json) std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2) << " ms\n";
+    if (!as_json)
+      std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2)
+                << " ms\n";
   }
   const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
   if (const auto trace = trace_request(vm, l.cluster->gpus())) write_trace(*trace, measured, graph, *l.cluster, "measured");
@@ -150,24 +157,32 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   const double step_s = static_cast<double>(last.step_ns) * 1e-9;
   const double exposed = static_cast<double>(measured.exposed_transfer_ns.empty() ? 0 : measured.exposed_transfer_ns.front());
   out["steps"] = measured_steps;
-  out["measured"] = {{"step_ns", last.step_ns}, {"tokens_per_s", static_cast<double>(last.tokens) / step_s}, {"mfu", measured.mfu()},
-                     {"exposed_copy_ns", exposed}, {"peak_hbm_bytes", last.peak_hbm_bytes()}, {"arena_bytes", last.arena_bytes},
-                     {"live_peak_bytes", last.live_peak_bytes}, {"states_bytes", last.states_bytes}, {"scratch_peak_bytes", last.scratch_peak_bytes},
-                     {"pinned_bytes", last.pinned_bytes}, {"device_used_bytes", last.device_used_bytes}};
+  out["measured"] = {{"step_ns", last.step_ns},
+                     {"tokens_per_s", static_cast<double>(last.tokens) / step_s},
+                     {"mfu", measured.mfu()},
+                     {"exposed_copy_ns", exposed},
+                     {"peak_hbm_bytes", last.peak_hbm_bytes()},
+                     {"arena_bytes", last.arena_bytes},
+                     {"live_peak_bytes", last.live_peak_bytes},
+                     {"states_bytes", last.states_bytes},
+                     {"scratch_peak_bytes", last.scratch_peak_bytes},
+                     {"pinned_bytes", last.pinned_bytes},
+                     {"device_used_bytes", last.device_used_bytes}};
   out["predicted"] = {{"step_ns", predicted.step_ns}, {"mfu", predicted.mfu()}, {"peak_hbm_bytes", predicted.pools.front().peak_bytes}};
   out["comparison"] = sim::comparison_json(comparison);
   if (as_json) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << "measured       " << format_fixed(step_s * 1e3, 2) << " ms per step (predicted " << format_fixed(static_cast<double>(predicted.step_ns) * 1e-6, 2)
-            << "), " << format_fixed(static_cast<double>(last.tokens) / step_s, 0) << " tokens/s, MFU " << format_fixed(100 * measured.mfu(), 1)
-            << "% (predicted " << format_fixed(100 * predicted.mfu(), 1) << "%)\n"
-            << "exposed copy   " << format_fixed(exposed * 1e-6, 2) << " ms (" << format_fixed(100 * exposed / static_cast<double>(std::max<std::int64_t>(last.step_ns, 1)), 1)
-            << "% of the step)\n"
-            << "peak HBM       " << format_bytes(static_cast<double>(last.peak_hbm_bytes())) << " (tensor arena " << format_bytes(static_cast<double>(last.arena_bytes))
-            << ", states " << format_bytes(static_cast<double>(last.states_bytes)) << ", scratch " << format_bytes(static_cast<double>(last.scratch_peak_bytes))
-            << "; predicted " << format_bytes(static_cast<double>(predicted.pools.front().peak_bytes)) << ")\n\n";
+  std::cout << "measured       " << format_fixed(step_s * 1e3, 2) << " ms per step (predicted "
+            << format_fixed(static_cast<double>(predicted.step_ns) * 1e-6, 2) << "), " << format_fixed(static_cast<double>(last.tokens) / step_s, 0)
+            << " tokens/s, MFU " << format_fixed(100 * measured.mfu(), 1) << "% (predicted " << format_fixed(100 * predicted.mfu(), 1) << "%)\n"
+            << "exposed copy   " << format_fixed(exposed * 1e-6, 2) << " ms ("
+            << format_fixed(100 * exposed / static_cast<double>(std::max<std::int64_t>(last.step_ns, 1)), 1) << "% of the step)\n"
+            << "peak HBM       " << format_bytes(static_cast<double>(last.peak_hbm_bytes())) << " (tensor arena "
+            << format_bytes(static_cast<double>(last.arena_bytes)) << ", states " << format_bytes(static_cast<double>(last.states_bytes))
+            << ", scratch " << format_bytes(static_cast<double>(last.scratch_peak_bytes)) << "; predicted "
+            << format_bytes(static_cast<double>(predicted.pools.front().peak_bytes)) << ")\n\n";
   sim::print_comparison(std::cout, comparison);
   return 0;
 #endif
@@ -200,6 +215,7 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
 
 int run_run(const std::vector<std::string>& args) {
   po::options_description options("run options");
+  // clang-format off
   options.add_options()
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
@@ -213,12 +229,15 @@ int run_run(const std::vector<std::string>& args) {
       ("lr", po::value<float>()->default_value(1e-3f)->value_name("float"), "AdamW learning rate")
       ("loss-curve", po::value<std::string>()->value_name("path"), "write step,loss,seconds as CSV")
       ("json", po::bool_switch(), "print the result as JSON");
+  // clang-format on
   add_memory_budget_option(options);
   add_trace_options(options);
   po::positional_options_description positional;
   po::variables_map vm;
-  if (parse(args, "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--loss-curve FILE] [--json]", options,
-            positional, vm)) {
+  if (parse(
+          args,
+          "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--loss-curve FILE] [--json]",
+          options, positional, vm)) {
     return 0;
   }
   if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file", "nothing");
@@ -257,22 +276,29 @@ int run_run(const std::vector<std::string>& args) {
     const auto tokens = step_tokens(0);
     backend::ModelState chunked(l.model, seed), plain(l.model, seed);
     const auto a = backend::run_reference_step(graph, chunked, gpus_per_node, tokens);
-    const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)", nullptr, memory_budget(vm));
+    const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)", nullptr,
+                                                       memory_budget(vm));
     const auto b = backend::run_reference_step(plain_graph, plain, gpus_per_node, tokens);
     const double loss_error = std::abs(a.loss - b.loss) / std::abs(b.loss);
     const double grad_error = backend::max_gradient_difference(chunked, plain);
     const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
-    out["check"] = {{"loss", a.loss}, {"unchunked_loss", b.loss}, {"loss_relative_error", loss_error},
-                    {"gradient_max_error_relative_per_block", grad_error}, {"loss_tolerance", kLossTolerance},
-                    {"gradient_tolerance", kGradientTolerance}, {"reads_checked", a.reads_checked},
-                    {"race_checked", a.race_checked}, {"pass", pass}};
+    out["check"] = {{"loss", a.loss},
+                    {"unchunked_loss", b.loss},
+                    {"loss_relative_error", loss_error},
+                    {"gradient_max_error_relative_per_block", grad_error},
+                    {"loss_tolerance", kLossTolerance},
+                    {"gradient_tolerance", kGradientTolerance},
+                    {"reads_checked", a.reads_checked},
+                    {"race_checked", a.race_checked},
+                    {"pass", pass}};
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
       std::cout << "plan           " << l.plan.spec.summary() << " (" << graph.size() << " tasks, CPU reference executor)\n"
                 << "loss           " << format_fixed(a.loss, 6) << " chunked, " << format_fixed(b.loss, 6) << " unchunked: relative error "
                 << loss_error << " (tolerance " << kLossTolerance << ")\n"
-                << "gradients      largest difference " << grad_error << " of the block's largest entry, worst block (tolerance " << kGradientTolerance << ")\n"
+                << "gradients      largest difference " << grad_error << " of the block's largest entry, worst block (tolerance "
+                << kGradientTolerance << ")\n"
                 << "dataflow       " << a.reads_checked << " reads checked: every tensor where the plan put it, latest, "
                 << (a.race_checked ? "and ordered by the graph" : "(order not checked: graph too large)") << "\n"
                 << "check          " << (pass ? "PASS" : "FAIL") << "\n";

@@ -131,9 +131,15 @@ Json results_json(const ValidationDataset& d, const std::vector<CaseResult>& res
     c["figures"] = figures;
     cases.push_back(c);
   }
-  return {{"dataset", d.name},    {"title", d.title},   {"source", d.source},
-          {"cases", cases},       {"mape", s.mape},     {"compared", s.compared},
-          {"max_seq_equal", s.max_seq_equal}, {"max_seq_total", s.max_seq_total}, {"not_simulated", s.not_simulated}};
+  return {{"dataset", d.name},
+          {"title", d.title},
+          {"source", d.source},
+          {"cases", cases},
+          {"mape", s.mape},
+          {"compared", s.compared},
+          {"max_seq_equal", s.max_seq_equal},
+          {"max_seq_total", s.max_seq_total},
+          {"not_simulated", s.not_simulated}};
 }
 
 // The recorded figures per dataset for this mode ("fast" or "all"); a dataset is worse when its MAPE rose, fewer
@@ -152,8 +158,7 @@ std::vector<std::string> regressions(const Json& baseline_mode, const std::map<s
       worse.push_back(name + ": MAPE " + format_fixed(100 * s.mape, 2) + "% against the recorded " + format_fixed(100 * mape, 2) + "%");
     }
     if (s.max_seq_equal < equal) {
-      worse.push_back(name + ": max length equal in " + std::to_string(s.max_seq_equal) + " cases against the recorded " +
-                      format_fixed(equal, 0));
+      worse.push_back(name + ": max length equal in " + std::to_string(s.max_seq_equal) + " cases against the recorded " + format_fixed(equal, 0));
     }
     if (s.not_simulated > not_simulated) {
       worse.push_back(name + ": " + std::to_string(s.not_simulated) + " cases not predicted against the recorded " + std::to_string(not_simulated));
@@ -181,6 +186,7 @@ void write_baseline(const std::string& path, const std::string& mode, const std:
 
 int run_validate(const std::vector<std::string>& args) {
   po::options_description options("validate options");
+  // clang-format off
   options.add_options()
       ("only", po::value<std::string>()->value_name("name"), "only this dataset, or only cases whose name contains it")
       ("fast", po::bool_switch(), "only the cases marked fast (what CI runs)")
@@ -189,6 +195,7 @@ int run_validate(const std::vector<std::string>& args) {
       ("write-baseline", po::value<std::string>()->value_name("path"), "record this run's figures per dataset (for --fast or all cases)")
       ("markdown", po::bool_switch(), "print Markdown tables (docs/validation.md is made of them)")
       ("json", po::bool_switch(), "print the results as JSON");
+  // clang-format on
   add_memory_budget_option(options);
   po::positional_options_description positional;
   po::variables_map vm;
@@ -205,8 +212,8 @@ int run_validate(const std::vector<std::string>& args) {
     const Json doc = json::parse(read_input_file(path, kJsonFileCapBytes, "a baseline JSON file"), path);
     baseline = doc.contains(mode) ? doc[mode] : Json::object();
   }
-  const std::vector<ValidationDataset> datasets =
-      vm.count("cases") ? load_validation_files(vm["cases"].as<std::vector<std::string>>()) : builtin_validation_suite();
+  const std::vector<ValidationDataset> datasets = vm.count("cases") ? load_validation_files(vm["cases"].as<std::vector<std::string>>())
+                                                                    : builtin_validation_suite();
   const std::string only = vm.count("only") ? vm["only"].as<std::string>() : "";
 
   std::map<std::string, DatasetScore> scores;

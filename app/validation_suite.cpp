@@ -25,8 +25,8 @@ namespace trainyard::app {
 namespace po = boost::program_options;
 using Json = nlohmann::json;
 
-const std::vector<std::string> kValidationMetrics = {"step_s",     "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",     "peak_hbm_gib",
-                                                     "max_seq",    "busbw_gbps",           "algbw_gbps",     "time_us", "attention_tflops"};
+const std::vector<std::string> kValidationMetrics = {"step_s",  "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",     "peak_hbm_gib",
+                                                     "max_seq", "busbw_gbps",           "algbw_gbps",     "time_us", "attention_tflops"};
 
 namespace {
 
@@ -71,7 +71,8 @@ ValidationCase parse_case(const json::Reader& r) {
   c.name = r.string("name");
   c.fast = r.has("fast") && r.boolean("fast");
   if (r.has("note")) c.note = r.string("note");
-  if (r.has("simulate") == r.has("attention")) r.fail("simulate", "exactly one of \"simulate\" (flags) or \"attention\" (a kernel shape)", "both or neither");
+  if (r.has("simulate") == r.has("attention"))
+    r.fail("simulate", "exactly one of \"simulate\" (flags) or \"attention\" (a kernel shape)", "both or neither");
   if (r.has("simulate")) c.simulate = string_list(r, "simulate");
   if (r.has("attention")) c.attention = parse_attention(r.object("attention"));
   if (r.has("unstated")) {
@@ -94,8 +95,10 @@ ValidationCase parse_case(const json::Reader& r) {
   const json::Reader published = r.object("published");
   for (const auto& [metric, value] : r.raw("published").items()) {
     if (std::find(kValidationMetrics.begin(), kValidationMetrics.end(), metric) == kValidationMetrics.end()) {
-      published.fail(metric, "one of the validation metrics (step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, peak_hbm_gib, max_seq, "
-                             "busbw_gbps, algbw_gbps, time_us, attention_tflops)", "\"" + metric + "\"");
+      published.fail(metric,
+                     "one of the validation metrics (step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, peak_hbm_gib, max_seq, "
+                     "busbw_gbps, algbw_gbps, time_us, attention_tflops)",
+                     "\"" + metric + "\"");
     }
     c.published[metric] = metric == "max_seq" ? static_cast<double>(tokens_field(published, metric))
                                               : published.number(metric, {1e-9, 1e12, "", false});
@@ -176,7 +179,7 @@ double attention_tflops(const AttentionShape& a) {
   if (!node.gpu.sustained.attention_kernels.contains(a.implementation)) {
     throw InputError(node.gpu.origin, "sustained.attention_kernels", "figures for " + a.implementation + " (the kernel the case timed)", "none");
   }
-  stacks::StackProfile stack = stacks::default_stack();  // only its attention kernel is used here
+  stacks::StackProfile stack = stacks::default_stack();                            // only its attention kernel is used here
   stack.attention.preference = {*stacks::attention_impl_named(a.implementation)};  // parse_attention allows only fused kernels
   const sim::ComputeModel compute(node, stack);
   double ns = 0;
@@ -216,13 +219,13 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
     return p;
   }
   p.completed = true;
-  const SimulationSetup::Step& step = *setup.step;  // --strategy runs always have it
+  const SimulationSetup::Step& step = *setup.step;                                     // --strategy runs always have it
   const double gpus = step.gpus, step_s = static_cast<double>(result.step_ns) * 1e-9;  // the whole step's GPUs
   const double tokens = static_cast<double>(step.workload.tokens());
   const LoggedMfu logged = logged_mfu(step, result, d.convention);  // in the source's own convention
   const double peak_tflops = d.peak_tflops > 0 ? d.peak_tflops : setup.cluster->node.gpu.peak_tflops(hw::Dtype::bf16);
   std::int64_t peak_hbm = 0;
-  for (int g = 0; g < result.gpus; ++g) peak_hbm = std::max(peak_hbm, result.pools[static_cast<std::size_t>(g)].peak_bytes);  // HBM pools first
+  for (int g = 0; g < result.gpus; ++g) peak_hbm = std::max(peak_hbm, result.pools[g].peak_bytes);  // HBM pools first
   p.figures = {{"step_s", step_s},
                {"tokens_per_s_per_gpu", tokens / step_s / gpus},
                {"tflops_per_gpu", logged.tflops_per_gpu},
@@ -289,8 +292,7 @@ void run_tuned_step_case(const ValidationDataset& d, const ValidationCase& c, co
     }
   }
   if (!best) {
-    r.error = tried == 1 ? first_failure
-                         : "no combination of the unstated options fits; " + first_failed_flags + ": " + first_failure;
+    r.error = tried == 1 ? first_failure : "no combination of the unstated options fits; " + first_failed_flags + ": " + first_failure;
     return;
   }
   if (!c.unstated.empty()) {

@@ -295,8 +295,8 @@ void measure_attention(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
       }
     }
   }
-  sweep.report("attention forward: " + throughput_range(sweep.measurements().attention_fwd) + "; backward: " +
-               throughput_range(sweep.measurements().attention_bwd));
+  sweep.report("attention forward: " + throughput_range(sweep.measurements().attention_fwd) +
+               "; backward: " + throughput_range(sweep.measurements().attention_bwd));
 }
 
 void measure_launch(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
@@ -345,9 +345,7 @@ void measure_copies(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
   };
   for (const auto& s : series) {
     for (std::int64_t bytes : plan.copy_bytes) {
-      const auto time = sweep.point(*s.trials, stream, [&] {
-        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(s.dst, s.src, z(bytes), s.kind, stream));
-      });
+      const auto time = sweep.point(*s.trials, stream, [&] { TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(s.dst, s.src, z(bytes), s.kind, stream)); });
       if (!time) {
         sweep.skip(std::string(s.name) + " copy of " + format_bytes(static_cast<double>(bytes)), too_slow(plan.max_call_seconds));
         break;
@@ -409,9 +407,9 @@ void measure_copies(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
     }
     m.d2d.push_back({static_cast<double>(bytes), *time});
   }
-  sweep.report("copies: H2D pinned " + bandwidth_range(m.h2d_pinned) + ", D2H pinned " + bandwidth_range(m.d2h_pinned) +
-               ", H2D pageable " + bandwidth_range(m.h2d_pageable) + ", D2H pageable " + bandwidth_range(m.d2h_pageable) +
-               ", device to device " + bandwidth_range(m.d2d));
+  sweep.report("copies: H2D pinned " + bandwidth_range(m.h2d_pinned) + ", D2H pinned " + bandwidth_range(m.d2h_pinned) + ", H2D pageable " +
+               bandwidth_range(m.h2d_pageable) + ", D2H pageable " + bandwidth_range(m.d2h_pageable) + ", device to device " +
+               bandwidth_range(m.d2d));
 }
 
 std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
@@ -427,8 +425,7 @@ std::string utc_now() {
 
 }  // namespace
 
-Measurements measure_on_gpu(const SweepPlan& plan, const CudaDevice& device, int visible_gpus, const std::string& command,
-                            std::ostream* progress) {
+Measurements measure_on_gpu(const SweepPlan& plan, const CudaDevice& device, int visible_gpus, const std::string& command, std::ostream* progress) {
   Measurements m;
   m.started_utc = utc_now();
   m.command = command;
@@ -457,9 +454,10 @@ Measurements measure_on_gpu(const SweepPlan& plan, const CudaDevice& device, int
   TRAINYARD_CUDA_CHECK(cudaRuntimeGetVersion(&version));
   d.runtime_version = version_string(version);
   m.nccl_measured = false;
-  m.nccl_note = visible_gpus < 2 ? "not measured: one GPU visible (" + device.name + "); NCCL collectives need at least two"
-                                 : "not measured: " + std::to_string(visible_gpus) +
-                                       " GPUs visible, but trainyard calibrate does not link NCCL yet (the executor's multi-GPU part is not written yet)";
+  m.nccl_note = visible_gpus < 2
+                    ? "not measured: one GPU visible (" + device.name + "); NCCL collectives need at least two"
+                    : "not measured: " + std::to_string(visible_gpus) +
+                          " GPUs visible, but trainyard calibrate does not link NCCL yet (the executor's multi-GPU part is not written yet)";
 
   Sweep sweep(plan, m, progress);
   sweep.report("sweep '" + plan.name + "' on " + d.describe());

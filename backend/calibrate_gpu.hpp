@@ -19,7 +19,6 @@ namespace trainyard::backend {
 // Measures `plan` on `device` (made the current device); `visible_gpus` is how many the process sees (NCCL
 // needs several). Progress goes to `progress` when not null. CUDA and cuBLASLt failures throw InternalError
 // with file:line.
-Measurements measure_on_gpu(const SweepPlan& plan, const CudaDevice& device, int visible_gpus, const std::string& command,
-                            std::ostream* progress);
+Measurements measure_on_gpu(const SweepPlan& plan, const CudaDevice& device, int visible_gpus, const std::string& command, std::ostream* progress);
 
 }  // namespace trainyard::backend

@@ -24,9 +24,7 @@ namespace {
 const char* const kOrigin = "calibration measurements";
 const char* const kTableBasis = "; the table is the curve at 10 points per decade over the FLOPs measured (clamped outside it)";
 
-std::string field(const std::string& what, std::size_t i, const char* member) {
-  return what + "[" + std::to_string(i) + "]" + member;
-}
+std::string field(const std::string& what, std::size_t i, const char* member) { return what + "[" + std::to_string(i) + "]" + member; }
 
 bool positive(double x) { return std::isfinite(x) && x > 0; }
 
@@ -85,9 +83,7 @@ SweepPlan quick_sweep() {
   return plan;
 }
 
-double gemm_flops(const GemmShape& shape) {
-  return sim::compute_cost(sim::Gemm{shape.m, shape.n, shape.k, hw::Dtype::bf16}).hardware_flops;
-}
+double gemm_flops(const GemmShape& shape) { return sim::compute_cost(sim::Gemm{shape.m, shape.n, shape.k, hw::Dtype::bf16}).hardware_flops; }
 
 double attention_flops(const SweepPlan& plan, const AttentionCase& c, bool backward) {
   sim::Attention a;
@@ -125,8 +121,8 @@ double estimated_seconds(const SweepPlan& plan, const hw::GpuProfile& gpu) {
   for (std::int64_t bytes : plan.copy_bytes) {
     const double b = static_cast<double>(bytes), latency_s = 10e-6;
     // Pinned each way, both at once, pageable each way (the simulator's assumption: half the pinned rate).
-    total += point(latency_s + b / h2d) + point(latency_s + b / d2h) + point(latency_s + b / std::min(h2d, d2h)) +
-             point(latency_s + 2 * b / h2d) + point(latency_s + 2 * b / d2h);
+    total += point(latency_s + b / h2d) + point(latency_s + b / d2h) + point(latency_s + b / std::min(h2d, d2h)) + point(latency_s + 2 * b / h2d) +
+             point(latency_s + 2 * b / d2h);
   }
   for (std::int64_t bytes : plan.d2d_bytes) {
     total += point(5e-6 + 2 * static_cast<double>(bytes) / (gpu.hbm_gbps.value * 1e9 * gpu.sustained.hbm_efficiency.value));
@@ -139,8 +135,8 @@ double estimated_seconds(const SweepPlan& plan, const hw::GpuProfile& gpu) {
 
 namespace {
 
-void check_points(std::span<const std::pair<double, double>> points, const std::string& what, const char* x_name,
-                  const char* y_name, std::size_t min_points, std::size_t min_distinct) {
+void check_points(std::span<const std::pair<double, double>> points, const std::string& what, const char* x_name, const char* y_name,
+                  std::size_t min_points, std::size_t min_distinct) {
   std::vector<double> xs;
   for (std::size_t i = 0; i < points.size(); ++i) {
     const auto [x, y] = points[i];
@@ -150,10 +146,10 @@ void check_points(std::span<const std::pair<double, double>> points, const std::
   }
   const std::size_t distinct = distinct_count(xs);
   if (points.size() < min_points || distinct < min_distinct) {
-    throw InputError(kOrigin, what,
-                     "at least " + std::to_string(min_points) + " points over " + std::to_string(min_distinct) + " distinct " +
-                         x_name + " values to fit",
-                     std::to_string(points.size()) + " points, " + std::to_string(distinct) + " distinct");
+    throw InputError(
+        kOrigin, what,
+        "at least " + std::to_string(min_points) + " points over " + std::to_string(min_distinct) + " distinct " + x_name + " values to fit",
+        std::to_string(points.size()) + " points, " + std::to_string(distinct) + " distinct");
   }
 }
 
@@ -163,7 +159,7 @@ std::optional<LinearCostFit> linear_fit(std::span<const std::pair<double, double
   Eigen::MatrixXd a(n, 2);
   const Eigen::VectorXd b = Eigen::VectorXd::Ones(n);
   for (Eigen::Index i = 0; i < n; ++i) {
-    const auto [x, t] = x_seconds[static_cast<std::size_t>(i)];
+    const auto [x, t] = x_seconds[i];
     a(i, 0) = 1 / t;
     a(i, 1) = x / t;
   }
@@ -195,8 +191,8 @@ double levenberg_marquardt(const std::vector<double>& log_f, const std::vector<d
   const auto evaluate = [&](const Eigen::Vector3d& t, Eigen::VectorXd& r, Eigen::MatrixXd* jacobian) {
     const double p = std::exp(t(2));
     for (Eigen::Index i = 0; i < n; ++i) {
-      const double u = p * (t(1) - log_f[static_cast<std::size_t>(i)]);
-      r(i) = t(0) - softplus(u) - log_e[static_cast<std::size_t>(i)];
+      const double u = p * (t(1) - log_f[i]);
+      r(i) = t(0) - softplus(u) - log_e[i];
       if (jacobian) {
         const double s = sigmoid(u);
         (*jacobian)(i, 0) = 1;
@@ -285,16 +281,15 @@ SaturatingFit fit_saturating(std::span<const std::pair<double, double>> flops_ef
   return fit;
 }
 
-std::vector<std::pair<double, double>> efficiency_points(std::span<const KernelPoint> points, double peak_flops_per_s,
-                                                         double launch_s, const std::string& what, std::size_t* dropped) {
+std::vector<std::pair<double, double>> efficiency_points(std::span<const KernelPoint> points, double peak_flops_per_s, double launch_s,
+                                                         const std::string& what, std::size_t* dropped) {
   std::vector<std::pair<double, double>> out;
   std::size_t launch_bound = 0;
   for (std::size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     if (!positive(p.flops)) throw InputError(kOrigin, field(what, i, ".flops"), "a positive, finite FLOP count", format_number(p.flops));
     if (!positive(p.seconds)) {
-      throw InputError(kOrigin, field(what, i, ".seconds"), "a positive, finite time per call (" + p.shape + ")",
-                       format_number(p.seconds));
+      throw InputError(kOrigin, field(what, i, ".seconds"), "a positive, finite time per call (" + p.shape + ")", format_number(p.seconds));
     }
     const double compute_s = p.seconds - launch_s;
     if (compute_s < 0.2 * p.seconds) {
@@ -335,12 +330,11 @@ CalibrationFits fit_calibration(const Measurements& m, const hw::GpuProfile& bas
   const auto within = [&](double measured, double limit, const std::string& field_name, const std::string& expected) {
     if (measured <= limit) return measured;
     if (measured <= 1.03 * limit) {
-      fits.warnings.push_back(field_name + ": measured " + format_fixed(measured, 3) + " is above " + format_fixed(limit, 3) +
-                              " (" + expected + "); clipped");
+      fits.warnings.push_back(field_name + ": measured " + format_fixed(measured, 3) + " is above " + format_fixed(limit, 3) + " (" + expected +
+                              "); clipped");
       return limit;
     }
-    throw InputError(base.origin, field_name, expected + " (is this the right base profile? see --base)",
-                     "a measured " + format_fixed(measured, 3));
+    throw InputError(base.origin, field_name, expected + " (is this the right base profile? see --base)", "a measured " + format_fixed(measured, 3));
   };
   const double raw_pcie = base.pcie_raw_gbps_per_direction();
   const std::string pcie_limit = "at most the raw PCIe Gen" + format_number(base.pcie_generation.value) + " x" +
@@ -348,8 +342,7 @@ CalibrationFits fit_calibration(const Measurements& m, const hw::GpuProfile& bas
   fits.pcie_h2d_gbps = within(1e-9 / fits.h2d_pinned.per_unit_s, raw_pcie, "pcie_generation", pcie_limit);
   fits.pcie_d2h_gbps = within(1e-9 / fits.d2h_pinned.per_unit_s, raw_pcie, "pcie_generation", pcie_limit);
   const double hbm_gbps = 2e-9 / fits.d2d.per_unit_s;
-  fits.hbm_efficiency = within(hbm_gbps, base.hbm_gbps.value, "hbm_GBps",
-                               "at least the device-to-device copy's HBM traffic (read + write)") /
+  fits.hbm_efficiency = within(hbm_gbps, base.hbm_gbps.value, "hbm_GBps", "at least the device-to-device copy's HBM traffic (read + write)") /
                         base.hbm_gbps.value;
 
   const double peak = base.peak_tflops(hw::Dtype::bf16) * 1e12, launch_s = fits.launch.per_unit_s;
@@ -357,8 +350,8 @@ CalibrationFits fit_calibration(const Measurements& m, const hw::GpuProfile& bas
     const auto pairs = efficiency_points(points, peak, launch_s, what, &dropped);
     const auto above = std::count_if(pairs.begin(), pairs.end(), [](const auto& p) { return p.second > 1; });
     if (above > 0) {
-      fits.warnings.push_back(what + ": " + std::to_string(above) + " point(s) above the profile's bf16 peak of " +
-                              format_fixed(peak * 1e-12, 1) + " TFLOP/s (table clipped at 1)");
+      fits.warnings.push_back(what + ": " + std::to_string(above) + " point(s) above the profile's bf16 peak of " + format_fixed(peak * 1e-12, 1) +
+                              " TFLOP/s (table clipped at 1)");
     }
     return fit_saturating(pairs, what);
   };
@@ -388,9 +381,8 @@ std::vector<std::pair<double, double>> curve_table(const SaturatingFit& fit) {
 }
 
 std::string DeviceDescription::describe() const {
-  return name + " (GPU " + std::to_string(index) + " of " + std::to_string(visible_gpus) +
-         (pci_bus_id.empty() ? "" : ", " + pci_bus_id) + ", sm_" + std::to_string(compute_capability_major) +
-         std::to_string(compute_capability_minor) + ", " + std::to_string(sm_count) + " SMs, " +
+  return name + " (GPU " + std::to_string(index) + " of " + std::to_string(visible_gpus) + (pci_bus_id.empty() ? "" : ", " + pci_bus_id) + ", sm_" +
+         std::to_string(compute_capability_major) + std::to_string(compute_capability_minor) + ", " + std::to_string(sm_count) + " SMs, " +
          format_bytes(static_cast<double>(memory_bytes)) + ", CUDA driver " + driver_version + ", runtime " + runtime_version + ")";
 }
 
@@ -422,9 +414,9 @@ std::string describe_curve(const SaturatingFit& fit) {
 }
 
 std::string describe_rate(const LinearCostFit& fit) {
-  return "t = latency + bytes / rate fitted by least squares on relative error: rate " + format_fixed(1e-9 / fit.per_unit_s, 2) +
-         " GB/s, latency " + format_fixed(fit.fixed_s * 1e6, 2) + " us, rms error " + format_fixed(100 * fit.rms_relative_error, 1) +
-         "% over " + std::to_string(fit.points) + " sizes";
+  return "t = latency + bytes / rate fitted by least squares on relative error: rate " + format_fixed(1e-9 / fit.per_unit_s, 2) + " GB/s, latency " +
+         format_fixed(fit.fixed_s * 1e6, 2) + " us, rms error " + format_fixed(100 * fit.rms_relative_error, 1) + "% over " +
+         std::to_string(fit.points) + " sizes";
 }
 
 std::string flops_range(const std::vector<KernelPoint>& points) {
@@ -498,15 +490,12 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
   const std::string time = m.started_utc.size() >= 19 ? m.started_utc.substr(11, 8) + " UTC" : m.started_utc;
   const std::string device = m.device.describe();
   const auto measured = [&](const std::string& basis) {
-    return Json{{"kind", "measured"}, {"date", date}, {"command", m.command}, {"device", device},
-                {"basis", "started " + time + "; " + basis}};
+    return Json{{"kind", "measured"}, {"date", date}, {"command", m.command}, {"device", device}, {"basis", "started " + time + "; " + basis}};
   };
   const double peak_tflops = doc["peak_dense_tflops"]["bf16"]["value"].get<double>();
   const std::string efficiency = "; e = FLOPs / (bf16 peak " + format_fixed(peak_tflops, 1) +
                                  " TFLOP/s x (time per call - kernel_launch_ns)), FLOPs in the simulator's convention";
-  const auto dropped = [](std::size_t n) {
-    return n == 0 ? std::string() : "; " + std::to_string(n) + " launch-bound point(s) left out";
-  };
+  const auto dropped = [](std::size_t n) { return n == 0 ? std::string() : "; " + std::to_string(n) + " launch-bound point(s) left out"; };
   Json& sources = doc["sources"];
   sources["calib_gemm"] = measured("cuBLASLt bf16 GEMMs (kernels::Gemm: fp32 accumulation, bf16 C) on " + std::to_string(m.gemm.size()) +
                                    " shapes of " + flops_range(m.gemm) + "; " + m.method + efficiency + dropped(fits.gemm_dropped) + "; " +
@@ -514,41 +503,44 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
   const std::string attention = "kernels::attention_* (tensor cores) on " + std::to_string(m.attention_fwd.size()) +
                                 " chunk pairs (diagonal causal and full; " + m.attention_shape + ")";
   sources["calib_attention_fwd"] = measured(attention + " forward, " + flops_range(m.attention_fwd) + "; " + m.method + efficiency +
-                                            dropped(fits.attention_fwd_dropped) + "; " + describe_curve(fits.attention_fwd) +
-                                            kTableBasis);
+                                            dropped(fits.attention_fwd_dropped) + "; " + describe_curve(fits.attention_fwd) + kTableBasis);
   sources["calib_attention_bwd"] = measured(attention + " backward (without the D = rowsum(dO o) prep), FLOPs = 2.5x forward, " +
-                                            flops_range(m.attention_bwd) + "; " + m.method + efficiency + dropped(fits.attention_bwd_dropped) +
-                                            "; " + describe_curve(fits.attention_bwd) + kTableBasis);
-  sources["calib_hbm"] = measured("cudaMemcpyAsync device to device, " + bytes_range(m.d2d) + "; " + m.method + "; " +
-                                  describe_rate(fits.d2d) + "; HBM traffic = 2 x the rate (read + write)");
+                                            flops_range(m.attention_bwd) + "; " + m.method + efficiency + dropped(fits.attention_bwd_dropped) + "; " +
+                                            describe_curve(fits.attention_bwd) + kTableBasis);
+  sources["calib_hbm"] = measured("cudaMemcpyAsync device to device, " + bytes_range(m.d2d) + "; " + m.method + "; " + describe_rate(fits.d2d) +
+                                  "; HBM traffic = 2 x the rate (read + write)");
   sources["calib_pcie"] = measured("cudaMemcpyAsync between pinned host memory and HBM, " + bytes_range(m.h2d_pinned) + ", each direction alone; " +
                                    m.method + "; H2D: " + describe_rate(fits.h2d_pinned) + "; D2H: " + describe_rate(fits.d2h_pinned));
-  sources["calib_launch"] = measured("empty kernels back to back on one stream, enqueued behind a blocking kernel (the GPU's cost per "
-                                     "kernel, host launch rate hidden as the executor's queued work hides it); t = fixed + kernels x "
-                                     "per_kernel fitted by least squares on relative error over " +
-                                     std::to_string(fits.launch.points) + " counts; " + m.method);
+  sources["calib_launch"] = measured(
+      "empty kernels back to back on one stream, enqueued behind a blocking kernel (the GPU's cost per "
+      "kernel, host launch rate hidden as the executor's queued work hides it); t = fixed + kernels x "
+      "per_kernel fitted by least squares on relative error over " +
+      std::to_string(fits.launch.points) + " counts; " + m.method);
 
   Json& sustained = doc["sustained"];
-  sustained["gemm_efficiency"] = {{"value", fits.gemm_efficiency}, {"source", "calib_gemm"},
-                                  {"note", "the fitted GEMM curve at the largest GEMM measured; the curve's ceiling e_max is " +
-                                               format_fixed(fits.gemm.curve.e_max, 3)}};
-  sustained["hbm_efficiency"] = {{"value", fits.hbm_efficiency}, {"source", "calib_hbm"},
-                                 {"note", format_fixed(fits.hbm_efficiency * doc["hbm_GBps"]["value"].get<double>(), 0) +
-                                              " GB/s of HBM traffic in device-to-device copies"}};
+  sustained["gemm_efficiency"] = {
+      {"value", fits.gemm_efficiency},
+      {"source", "calib_gemm"},
+      {"note", "the fitted GEMM curve at the largest GEMM measured; the curve's ceiling e_max is " + format_fixed(fits.gemm.curve.e_max, 3)}};
+  sustained["hbm_efficiency"] = {
+      {"value", fits.hbm_efficiency},
+      {"source", "calib_hbm"},
+      {"note", format_fixed(fits.hbm_efficiency * doc["hbm_GBps"]["value"].get<double>(), 0) + " GB/s of HBM traffic in device-to-device copies"}};
   const auto rate = [](const LinearCostFit& fit) { return format_fixed(1e-9 / fit.per_unit_s, 1) + " GB/s"; };
-  sustained["pcie_h2d_GBps"] = {{"value", fits.pcie_h2d_gbps}, {"source", "calib_pcie"},
-                                {"note", "pinned; pageable " + rate(fits.h2d_pageable) + "; with D2H at the same time " +
-                                             rate(fits.h2d_both)}};
-  sustained["pcie_d2h_GBps"] = {{"value", fits.pcie_d2h_gbps}, {"source", "calib_pcie"},
-                                {"note", "pinned; pageable " + rate(fits.d2h_pageable) + "; with H2D at the same time " +
-                                             rate(fits.d2h_both)}};
+  sustained["pcie_h2d_GBps"] = {{"value", fits.pcie_h2d_gbps},
+                                {"source", "calib_pcie"},
+                                {"note", "pinned; pageable " + rate(fits.h2d_pageable) + "; with D2H at the same time " + rate(fits.h2d_both)}};
+  sustained["pcie_d2h_GBps"] = {{"value", fits.pcie_d2h_gbps},
+                                {"source", "calib_pcie"},
+                                {"note", "pinned; pageable " + rate(fits.d2h_pageable) + "; with H2D at the same time " + rate(fits.d2h_both)}};
   sustained["efficiency_by_flops"] = {
       {"gemm", {{"source", "calib_gemm"}, {"points", table_json(curve_table(fits.gemm))}}},
       {"attention_fwd", {{"source", "calib_attention_fwd"}, {"points", table_json(curve_table(fits.attention_fwd))}}},
       {"attention_bwd", {{"source", "calib_attention_bwd"}, {"points", table_json(curve_table(fits.attention_bwd))}}}};
-  sustained["kernel_launch_ns"] = {{"value", fits.kernel_launch_ns}, {"source", "calib_launch"},
-                                   {"note", "host-bound launch rate (nothing queued ahead): " +
-                                                format_fixed(fits.launch_host.per_unit_s * 1e9, 0) + " ns per kernel"}};
+  sustained["kernel_launch_ns"] = {
+      {"value", fits.kernel_launch_ns},
+      {"source", "calib_launch"},
+      {"note", "host-bound launch rate (nothing queued ahead): " + format_fixed(fits.launch_host.per_unit_s * 1e9, 0) + " ns per kernel"}};
 
   doc["name"] = name;
   doc["description"] = doc["description"].get<std::string>() + ", calibrated on " + m.device.name + " " + date;
@@ -558,41 +550,47 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
       {"sweep", m.sweep},
       {"started_utc", m.started_utc},
       {"duration_s", m.duration_s},
-      {"device", {{"index", m.device.index}, {"name", m.device.name}, {"pci_bus_id", m.device.pci_bus_id},
-                  {"compute_capability", std::to_string(m.device.compute_capability_major) + "." +
-                                             std::to_string(m.device.compute_capability_minor)},
-                  {"sm_count", m.device.sm_count}, {"memory_bytes", m.device.memory_bytes},
-                  {"driver_version", m.device.driver_version}, {"runtime_version", m.device.runtime_version},
-                  {"visible_gpus", m.device.visible_gpus}}},
+      {"device",
+       {{"index", m.device.index},
+        {"name", m.device.name},
+        {"pci_bus_id", m.device.pci_bus_id},
+        {"compute_capability", std::to_string(m.device.compute_capability_major) + "." + std::to_string(m.device.compute_capability_minor)},
+        {"sm_count", m.device.sm_count},
+        {"memory_bytes", m.device.memory_bytes},
+        {"driver_version", m.device.driver_version},
+        {"runtime_version", m.device.runtime_version},
+        {"visible_gpus", m.device.visible_gpus}}},
       {"method", m.method},
       {"attention_shape", m.attention_shape},
       {"nccl", {{"measured", m.nccl_measured}, {"note", m.nccl_note}}},
       {"skipped", m.skipped},
       {"warnings", fits.warnings},
-      {"points", {{"gemm", kernel_points_json(m.gemm)},
-                  {"attention_fwd", kernel_points_json(m.attention_fwd)},
-                  {"attention_bwd", kernel_points_json(m.attention_bwd)},
-                  {"launch", launch_points_json(m.launch)},
-                  {"launch_host", launch_points_json(m.launch_host)},
-                  {"h2d_pinned", copy_points_json(m.h2d_pinned)},
-                  {"d2h_pinned", copy_points_json(m.d2h_pinned)},
-                  {"h2d_pageable", copy_points_json(m.h2d_pageable)},
-                  {"d2h_pageable", copy_points_json(m.d2h_pageable)},
-                  {"h2d_both", copy_points_json(m.h2d_both)},
-                  {"d2h_both", copy_points_json(m.d2h_both)},
-                  {"d2d", copy_points_json(m.d2d)}}},
-      {"fits", {{"gemm", saturating_json(fits.gemm, fits.gemm_dropped)},
-                {"attention_fwd", saturating_json(fits.attention_fwd, fits.attention_fwd_dropped)},
-                {"attention_bwd", saturating_json(fits.attention_bwd, fits.attention_bwd_dropped)},
-                {"launch", linear_json(fits.launch, false)},
-                {"launch_host", linear_json(fits.launch_host, false)},
-                {"h2d_pinned", linear_json(fits.h2d_pinned, true)},
-                {"d2h_pinned", linear_json(fits.d2h_pinned, true)},
-                {"h2d_pageable", linear_json(fits.h2d_pageable, true)},
-                {"d2h_pageable", linear_json(fits.d2h_pageable, true)},
-                {"h2d_both", linear_json(fits.h2d_both, true)},
-                {"d2h_both", linear_json(fits.d2h_both, true)},
-                {"d2d", linear_json(fits.d2d, true)}}}};
+      {"points",
+       {{"gemm", kernel_points_json(m.gemm)},
+        {"attention_fwd", kernel_points_json(m.attention_fwd)},
+        {"attention_bwd", kernel_points_json(m.attention_bwd)},
+        {"launch", launch_points_json(m.launch)},
+        {"launch_host", launch_points_json(m.launch_host)},
+        {"h2d_pinned", copy_points_json(m.h2d_pinned)},
+        {"d2h_pinned", copy_points_json(m.d2h_pinned)},
+        {"h2d_pageable", copy_points_json(m.h2d_pageable)},
+        {"d2h_pageable", copy_points_json(m.d2h_pageable)},
+        {"h2d_both", copy_points_json(m.h2d_both)},
+        {"d2h_both", copy_points_json(m.d2h_both)},
+        {"d2d", copy_points_json(m.d2d)}}},
+      {"fits",
+       {{"gemm", saturating_json(fits.gemm, fits.gemm_dropped)},
+        {"attention_fwd", saturating_json(fits.attention_fwd, fits.attention_fwd_dropped)},
+        {"attention_bwd", saturating_json(fits.attention_bwd, fits.attention_bwd_dropped)},
+        {"launch", linear_json(fits.launch, false)},
+        {"launch_host", linear_json(fits.launch_host, false)},
+        {"h2d_pinned", linear_json(fits.h2d_pinned, true)},
+        {"d2h_pinned", linear_json(fits.d2h_pinned, true)},
+        {"h2d_pageable", linear_json(fits.h2d_pageable, true)},
+        {"d2h_pageable", linear_json(fits.d2h_pageable, true)},
+        {"h2d_both", linear_json(fits.h2d_both, true)},
+        {"d2h_both", linear_json(fits.d2h_both, true)},
+        {"d2d", linear_json(fits.d2d, true)}}}};
 
   // Sources nothing refers to any more (the estimates the measurements replaced) go.
   std::set<std::string> used;

@@ -101,14 +101,14 @@ struct DeviceDescription {
 
 struct Measurements {
   DeviceDescription device;
-  std::string started_utc;  // "2026-03-01T12:34:56Z"
-  std::string command;      // the command line that ran
-  std::string method;       // how a point was timed, for the sources' basis
-  std::string sweep;        // "full" or "quick"
+  std::string started_utc;      // "2026-03-01T12:34:56Z"
+  std::string command;          // the command line that ran
+  std::string method;           // how a point was timed, for the sources' basis
+  std::string sweep;            // "full" or "quick"
   std::string attention_shape;  // "32 heads, 8 K/V heads, head_dim 128"
   double duration_s = 0;
   std::vector<KernelPoint> gemm, attention_fwd, attention_bwd;
-  std::vector<std::string> skipped;  // points not measured and why
+  std::vector<std::string> skipped;      // points not measured and why
   std::vector<LaunchPoint> launch;       // enqueued behind a blocking kernel: the GPU's cost per kernel
   std::vector<LaunchPoint> launch_host;  // enqueued while the GPU is idle: bound by the host's launch rate
   std::vector<CopyPoint> h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable;
@@ -145,8 +145,8 @@ SaturatingFit fit_saturating(std::span<const std::pair<double, double>> flops_ef
 
 // Kernel points as (FLOPs, e = FLOPs / (peak * (seconds - launch))), without those whose time is mostly launch
 // cost (seconds - launch < 20% of seconds); `dropped` counts them. Non-positive FLOPs or seconds are errors.
-std::vector<std::pair<double, double>> efficiency_points(std::span<const KernelPoint> points, double peak_flops_per_s,
-                                                         double launch_s, const std::string& what, std::size_t* dropped);
+std::vector<std::pair<double, double>> efficiency_points(std::span<const KernelPoint> points, double peak_flops_per_s, double launch_s,
+                                                         const std::string& what, std::size_t* dropped);
 
 struct CalibrationFits {
   LinearCostFit launch, launch_host;
@@ -155,10 +155,10 @@ struct CalibrationFits {
   std::size_t gemm_dropped = 0, attention_fwd_dropped = 0, attention_bwd_dropped = 0;
   // The profile's figures.
   double kernel_launch_ns = 0;
-  double gemm_efficiency = 0;  // the GEMM curve at the largest GEMM measured
-  double hbm_efficiency = 0;   // 2 x the device-to-device copy rate / the profile's hbm_gbps
+  double gemm_efficiency = 0;                   // the GEMM curve at the largest GEMM measured
+  double hbm_efficiency = 0;                    // 2 x the device-to-device copy rate / the profile's hbm_gbps
   double pcie_h2d_gbps = 0, pcie_d2h_gbps = 0;  // pinned
-  std::vector<std::string> warnings;  // e.g. efficiencies above 1 clipped
+  std::vector<std::string> warnings;            // e.g. efficiencies above 1 clipped
 };
 // Fits every series. Throws InputError when a series is missing or unusable, and when a figure contradicts the
 // base profile (a copy faster than its PCIe link, HBM faster than its datasheet: the wrong base profile).
@@ -176,8 +176,7 @@ std::vector<std::pair<double, double>> curve_table(const SaturatingFit& fit);
 // `base_document` (trainyard.gpu.v1) named `name`, with its sustained figures and tables replaced by the fitted
 // ones, each with a measured source (date, command, device, basis: how it was measured and fitted), sources
 // nothing refers to any more dropped, and the points, fits and NCCL status under "calibration".
-json::Json calibrated_profile(const json::Json& base_document, const std::string& name, const Measurements& m,
-                              const CalibrationFits& fits);
+json::Json calibrated_profile(const json::Json& base_document, const std::string& name, const Measurements& m, const CalibrationFits& fits);
 
 // NAME of --out NAME.json (InputError naming --out unless it ends in .json with a non-empty name).
 std::string profile_name_from_path(const std::string& out_path);
@@ -187,8 +186,8 @@ void check_output_path(const std::string& out_path);
 
 // Fits `m`, builds the profile on `base_document`, checks it loads (hw::parse_gpu) and writes it to `out_path`
 // with common/atomic_file. Nothing is written when any step fails.
-CalibrationFits write_calibrated_profile(const Measurements& m, const json::Json& base_document,
-                                         const std::string& base_origin, const std::string& out_path);
+CalibrationFits write_calibrated_profile(const Measurements& m, const json::Json& base_document, const std::string& base_origin,
+                                         const std::string& out_path);
 
 // The built-in profile a CUDA device name is, e.g. "NVIDIA H100 80GB HBM3" -> "h100-sxm"; none for devices
 // without one (H100 NVL, A100 40GB PCIe, ...): --base then says which profile to start from.

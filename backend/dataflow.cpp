@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <map>
 #include <queue>
+#include <sstream>
 #include <tuple>
 #include <utility>
-#include <sstream>
 
 #include "backend/schedule.hpp"
 #include "common/error.hpp"
@@ -24,9 +24,9 @@ std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::
   std::vector<std::vector<sim::TaskId>> succs(n);
   std::vector<int> missing(n, 0);
   auto edge = [&](sim::TaskId a, sim::TaskId b) {
-    if (preds) (*preds)[static_cast<std::size_t>(b)].push_back(a);
-    succs[static_cast<std::size_t>(a)].push_back(b);
-    ++missing[static_cast<std::size_t>(b)];
+    if (preds) (*preds)[b].push_back(a);
+    succs[a].push_back(b);
+    ++missing[b];
   };
   for (const auto& [a, b] : graph.edges()) edge(a, b);
   std::map<std::tuple<sim::DeviceId, sim::StreamKind, int>, sim::TaskId> stream_last;
@@ -46,8 +46,8 @@ std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::
     const sim::TaskId t = ready.top();
     ready.pop();
     order.push_back(t);
-    for (sim::TaskId s : succs[static_cast<std::size_t>(t)]) {
-      if (--missing[static_cast<std::size_t>(s)] == 0) ready.push(s);
+    for (sim::TaskId s : succs[t]) {
+      if (--missing[s] == 0) ready.push(s);
     }
   }
   TRAINYARD_CHECK(order.size() == n, "the step's task graph has a cycle");
@@ -82,15 +82,14 @@ std::vector<Key> content(const sim::Op& op) {
   return keys;
 }
 
-DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model,
-                           int gpus_per_node) {
+DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node) {
   DataflowPlan plan;
   std::map<std::pair<sim::DeviceId, Key>, int> live;  // what each place holds now
   plan.releases.assign(order.size(), {});
   auto host_of = [&](sim::DeviceId gpu) { return sim::host_device(gpu / gpus_per_node); };
 
   auto touch = [&](int instance, int position) {
-    auto& acc = plan.instances[static_cast<std::size_t>(instance)].accessors;
+    auto& acc = plan.instances[instance].accessors;
     if (acc.empty() || acc.back() != position) acc.push_back(position);
   };
   auto find = [&](sim::DeviceId place, const Key& key) {
@@ -109,9 +108,9 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
     return id;
   };
   auto release = [&](int instance, int position) {
-    Instance& inst = plan.instances[static_cast<std::size_t>(instance)];
+    Instance& inst = plan.instances[instance];
     inst.release_after = position;
-    plan.releases[static_cast<std::size_t>(position)].push_back(instance);
+    plan.releases[position].push_back(instance);
   };
 
   for (std::size_t pos = 0; pos < order.size(); ++pos) {
@@ -136,7 +135,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
           continue;
         }
         if (src < 0) need(from, key);
-        const Instance& s = plan.instances[static_cast<std::size_t>(src)];
+        const Instance& s = plan.instances[src];
         int dst = find(to, key);
         if (dst < 0) dst = create(to, key, s.bytes / dtype_bytes(s.dtype), s.dtype);
         touch(src, position);
@@ -195,7 +194,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
   }
   // What no free dropped is released after its last access.
   for (const auto& [where, instance] : live) {
-    const auto& acc = plan.instances[static_cast<std::size_t>(instance)].accessors;
+    const auto& acc = plan.instances[instance].accessors;
     if (!acc.empty()) release(instance, acc.back());
   }
   // The device high-water mark: each instance is live from its first access to its release.
@@ -203,7 +202,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
   for (const Instance& inst : plan.instances) {
     if (sim::is_host(inst.place) || inst.accessors.empty()) continue;
     auto& d = delta.try_emplace(inst.place, order.size() + 1, 0).first->second;
-    d[static_cast<std::size_t>(inst.accessors.front())] += inst.bytes;
+    d[inst.accessors.front()] += inst.bytes;
     d[static_cast<std::size_t>(inst.release_after) + 1] -= inst.bytes;
   }
   for (const auto& [place, d] : delta) {
@@ -218,15 +217,16 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
   for (const auto& [gpu, ids] : on_gpu) {
     std::vector<Lifetime> lifetimes;
     for (int i : ids) {
-      const Instance& inst = plan.instances[static_cast<std::size_t>(i)];
-      lifetimes.push_back({inst.accessors.front(), inst.release_after + 1, (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment, -1});
+      const Instance& inst = plan.instances[i];
+      lifetimes.push_back(
+          {inst.accessors.front(), inst.release_after + 1, (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment, -1});
     }
     std::vector<std::vector<int>> reuses;
     plan.device_arena_bytes = std::max(plan.device_arena_bytes, place_lifetimes(lifetimes, &reuses));
     for (std::size_t k = 0; k < ids.size(); ++k) {
-      Instance& inst = plan.instances[static_cast<std::size_t>(ids[k])];
+      Instance& inst = plan.instances[ids[k]];
       inst.device_offset_bytes = lifetimes[k].offset;
-      for (int r : reuses[k]) inst.reuses.push_back(ids[static_cast<std::size_t>(r)]);
+      for (int r : reuses[k]) inst.reuses.push_back(ids[r]);
     }
   }
   return plan;

@@ -31,11 +31,11 @@ struct Instance {
   sim::DeviceId place = 0;
   DType dtype = DType::bf16;
   std::int64_t bytes = 0;
-  std::vector<int> accessors;      // positions in the order that read or write it
-  int release_after = -1;          // position after which its bytes may be reused (see plan_dataflow)
-  std::int64_t host_offset_bytes = -1;  // host instances: offset in the pinned arena (no reuse inside a step)
+  std::vector<int> accessors;             // positions in the order that read or write it
+  int release_after = -1;                 // position after which its bytes may be reused (see plan_dataflow)
+  std::int64_t host_offset_bytes = -1;    // host instances: offset in the pinned arena (no reuse inside a step)
   std::int64_t device_offset_bytes = -1;  // device instances: offset in their GPU's arena
-  std::vector<int> reuses;              // device instances: earlier instances whose bytes it takes (wait for their accessors)
+  std::vector<int> reuses;                // device instances: earlier instances whose bytes it takes (wait for their accessors)
 };
 
 // What one task touches: for compute ops one instance per compute_uses entry, in its order (an OpTensors finds
@@ -49,20 +49,19 @@ struct TaskTensors {
 
 struct DataflowPlan {
   std::vector<Instance> instances;
-  std::vector<TaskTensors> steps;             // per position in the order
-  std::vector<std::vector<int>> releases;     // per position: instances released after it
-  std::int64_t host_bytes = 0;                // the pinned arena: every host instance of the step, no reuse
-  std::int64_t device_peak_bytes = 0;         // live device instances' high-water mark in this order (per GPU, max)
-  std::int64_t device_arena_bytes = 0;        // the arena they are placed in (the peak plus alignment and fragmentation)
+  std::vector<TaskTensors> steps;          // per position in the order
+  std::vector<std::vector<int>> releases;  // per position: instances released after it
+  std::int64_t host_bytes = 0;             // the pinned arena: every host instance of the step, no reuse
+  std::int64_t device_peak_bytes = 0;      // live device instances' high-water mark in this order (per GPU, max)
+  std::int64_t device_arena_bytes = 0;     // the arena they are placed in (the peak plus alignment and fragmentation)
 };
 
 // Walks `order` (a topological order of the graph, such as the schedule's submission order) and gives every
 // tensor instance its size, accessors and release: an instance that an allocation holds is released where the
 // graph frees that allocation (so the executor holds memory as the simulator did); any other (a visit's
 // intermediate) after its last access. Device instances are placed in one arena per GPU offline
-// (place_lifetimes, 256-byte aligned); an instance reusing bytes waits for the accessors of their earlier owners. Throws InternalError when a read finds nothing (the reference executor
-// says which copy is missing; run it first on a small model).
-DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model,
-                           int gpus_per_node);
+// (place_lifetimes, 256-byte aligned); an instance reusing bytes waits for the accessors of their earlier owners. Throws InternalError when a read
+// finds nothing (the reference executor says which copy is missing; run it first on a small model).
+DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node);
 
 }  // namespace trainyard::backend

@@ -19,8 +19,7 @@ CudaDevices query_cuda_devices() {
       out.devices.clear();
       return out;
     }
-    out.devices.push_back({i, prop.name, prop.major, prop.minor, static_cast<std::int64_t>(prop.totalGlobalMem),
-                           prop.multiProcessorCount});
+    out.devices.push_back({i, prop.name, prop.major, prop.minor, static_cast<std::int64_t>(prop.totalGlobalMem), prop.multiProcessorCount});
   }
   return out;
 }

@@ -44,19 +44,19 @@ struct GpuExecutor::Impl {
   ExecutorOptions opt;
   RankSchedule sched;
   DataflowPlan flow;
-  std::vector<int> step_at;  // per position in sched.order: index into sched.submissions, or -1 (allocations, frees)
+  std::vector<int> step_at;                           // per position in sched.order: index into sched.submissions, or -1 (allocations, frees)
   std::vector<std::vector<sim::TaskId>> reuse_waits;  // per position: tasks to wait for before reusing bytes
 
   std::vector<cudaStream_t> streams;
   std::vector<std::unique_ptr<kernels::Gemm>> gemms;  // one per stream: each owns its workspace
-  std::vector<cudaEvent_t> begin, end;                 // per task id (null for tasks without a stream)
+  std::vector<cudaEvent_t> begin, end;                // per task id (null for tasks without a stream)
   cudaEvent_t origin = nullptr;
   void* arena = nullptr;
   void* pinned = nullptr;
 
-  std::vector<DeviceParameter> params;       // ModelState::all() order
-  std::map<int, std::vector<int>> groups;    // optimizer group -> params
-  std::vector<int> layer_param;              // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
+  std::vector<DeviceParameter> params;     // ModelState::all() order
+  std::map<int, std::vector<int>> groups;  // optimizer group -> params
+  std::vector<int> layer_param;            // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
   std::int64_t tokens_capacity = 0, losses_capacity = 0;
@@ -65,8 +65,7 @@ struct GpuExecutor::Impl {
   float* dloss = nullptr;   // 1 / tokens, one per row of a chunk
   std::int64_t states_bytes = 0;
 
-  Impl(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
-       const ExecutorOptions& options)
+  Impl(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options)
       : g(graph), m(shapes.model()), c(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
     refuse_what_is_not_written();
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
@@ -93,8 +92,10 @@ struct GpuExecutor::Impl {
   // Errors are ignored here: it runs from the destructor and while an error is already on its way up.
   void release_all() {
     cudaDeviceSynchronize();
-    for (auto e : begin) if (e) cudaEventDestroy(e);
-    for (auto e : end) if (e) cudaEventDestroy(e);
+    for (auto e : begin)
+      if (e) cudaEventDestroy(e);
+    for (auto e : end)
+      if (e) cudaEventDestroy(e);
     if (origin) cudaEventDestroy(origin);
     gemms.clear();
     for (auto s : streams) cudaStreamDestroy(s);
@@ -117,16 +118,15 @@ struct GpuExecutor::Impl {
       const std::string what = "task " + std::to_string(id) + " '" + t.name + "'";
       if (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective) {
         throw InputError("the plan's task graph", what,
-                         "a step on one GPU (sends and collectives through NCCL are not written yet in the CUDA executor)",
-                         "a task of several GPUs");
+                         "a step on one GPU (sends and collectives through NCCL are not written yet in the CUDA executor)", "a task of several GPUs");
       }
       const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
       if (sim::is_host(t.device) && !memory) {
         throw InputError("the plan's task graph", what, "GPU tasks (the CUDA executor does not run host optimizer steps yet)", "a host task");
       }
       if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
-        throw InputError("the plan's task graph", what,
-                         "weights and optimizer states resident in HBM (the CUDA executor does not stream them yet)", "a copy of model states");
+        throw InputError("the plan's task graph", what, "weights and optimizer states resident in HBM (the CUDA executor does not stream them yet)",
+                         "a copy of model states");
       }
       if (t.op.code == sim::OpCode::none && !memory) {
         throw InputError("the plan's task graph", what, "a task the executor can run (a builder that annotates its tasks: ring-track)",
@@ -201,15 +201,15 @@ struct GpuExecutor::Impl {
     begin.assign(g.size(), nullptr);
     end.assign(g.size(), nullptr);
     for (const Submission& s : sched.submissions) {
-      TRAINYARD_CUDA_CHECK(cudaEventCreate(&begin[static_cast<std::size_t>(s.task)]));
-      TRAINYARD_CUDA_CHECK(cudaEventCreate(&end[static_cast<std::size_t>(s.task)]));
+      TRAINYARD_CUDA_CHECK(cudaEventCreate(&begin[s.task]));
+      TRAINYARD_CUDA_CHECK(cudaEventCreate(&end[s.task]));
     }
     TRAINYARD_CUDA_CHECK(cudaEventCreate(&origin));
   }
 
   // --- the step ------------------------------------------------------------------------------------------------
   void* where(int instance) const {
-    const Instance& i = flow.instances[static_cast<std::size_t>(instance)];
+    const Instance& i = flow.instances[instance];
     return sim::is_host(i.place) ? offset<void>(pinned, i.host_offset_bytes) : offset<void>(arena, i.device_offset_bytes);
   }
   template <typename T>
@@ -217,7 +217,7 @@ struct GpuExecutor::Impl {
     return static_cast<T*>(where(t.instances.at(use)));
   }
 
-  const DeviceParameter& layer(int l, int k) const { return params[static_cast<std::size_t>(layer_param[static_cast<std::size_t>(l * 6 + k)])]; }
+  const DeviceParameter& layer(int l, int k) const { return params[layer_param[l * 6 + k]]; }
 
   MeasuredStep run(std::span<const std::vector<std::int32_t>> token_ids, int optimizer_step) {
     TRAINYARD_CHECK(!token_ids.empty(), "a step has at least one sequence");
@@ -268,18 +268,18 @@ struct GpuExecutor::Impl {
     std::set<int> updated_groups;
     for (std::size_t pos = 0; pos < sched.order.size(); ++pos) {
       if (step_at[pos] < 0) continue;  // allocations and frees: their waits pass to the tasks after them
-      const Submission& step = sched.submissions[static_cast<std::size_t>(step_at[pos])];
+      const Submission& step = sched.submissions[step_at[pos]];
       const TaskTensors& tensors = flow.steps[pos];
-      cudaStream_t stream = streams[static_cast<std::size_t>(step.slot)];
-      for (sim::TaskId w : step.waits) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[static_cast<std::size_t>(w)], 0));
-      for (sim::TaskId w : reuse_waits[pos]) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[static_cast<std::size_t>(w)], 0));
+      cudaStream_t stream = streams[step.slot];
+      for (sim::TaskId w : step.waits) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[w], 0));
+      for (sim::TaskId w : reuse_waits[pos]) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[w], 0));
       const sim::TaskId id = step.task;
-      TRAINYARD_CUDA_CHECK(cudaEventRecord(begin[static_cast<std::size_t>(id)], stream));
+      TRAINYARD_CUDA_CHECK(cudaEventRecord(begin[id], stream));
       for (int inst : tensors.zero_first) {
-        TRAINYARD_CUDA_CHECK(cudaMemsetAsync(where(inst), 0, static_cast<std::size_t>(flow.instances[static_cast<std::size_t>(inst)].bytes), stream));
+        TRAINYARD_CUDA_CHECK(cudaMemsetAsync(where(inst), 0, static_cast<std::size_t>(flow.instances[inst].bytes), stream));
       }
       execute(id, tensors, stream, step.slot, seq_len, optimizer_step, updated_groups);
-      TRAINYARD_CUDA_CHECK(cudaEventRecord(end[static_cast<std::size_t>(id)], stream));
+      TRAINYARD_CUDA_CHECK(cudaEventRecord(end[id], stream));
     }
     TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -289,9 +289,9 @@ struct GpuExecutor::Impl {
     std::int64_t first = -1, last = 0;
     for (const Submission& s : sched.submissions) {
       float start_ms = 0, end_ms = 0;
-      TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&start_ms, origin, begin[static_cast<std::size_t>(s.task)]));
-      TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&end_ms, origin, end[static_cast<std::size_t>(s.task)]));
-      auto& t = r.timing[static_cast<std::size_t>(s.task)];
+      TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&start_ms, origin, begin[s.task]));
+      TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&end_ms, origin, end[s.task]));
+      auto& t = r.timing[s.task];
       t.start_ns = static_cast<std::int64_t>(std::llround(static_cast<double>(start_ms) * 1e6));
       t.end_ns = std::max(t.start_ns, static_cast<std::int64_t>(std::llround(static_cast<double>(end_ms) * 1e6)));
       first = first < 0 ? t.start_ns : std::min(first, t.start_ns);
@@ -305,7 +305,8 @@ struct GpuExecutor::Impl {
     TRAINYARD_CUDA_CHECK(cudaMemcpy(loss.data(), losses, loss.size() * sizeof(float), cudaMemcpyDeviceToHost));
     double sum = 0;
     for (float l : loss) sum += l;
-    if (!std::isfinite(sum)) throw InternalError("the step's loss is not finite (a token's loss was never written, or the step diverged)", __FILE__, __LINE__);
+    if (!std::isfinite(sum))
+      throw InternalError("the step's loss is not finite (a token's loss was never written, or the step diverged)", __FILE__, __LINE__);
     r.loss = sum / static_cast<double>(total);
     r.arena_bytes = flow.device_arena_bytes;
     r.live_peak_bytes = flow.device_peak_bytes;
@@ -326,10 +327,10 @@ struct GpuExecutor::Impl {
     std::set<sim::TaskId> waits;
     for (int inst : tensors.instances) {
       if (inst < 0) continue;
-      const Instance& i = flow.instances[static_cast<std::size_t>(inst)];
+      const Instance& i = flow.instances[inst];
       if (i.accessors.front() != pos) continue;  // not created here
       for (int earlier : i.reuses) {
-        for (int at : flow.instances[static_cast<std::size_t>(earlier)].accessors) waits.insert(sched.order[static_cast<std::size_t>(at)]);
+        for (int at : flow.instances[earlier].accessors) waits.insert(sched.order[at]);
       }
     }
     return {waits.begin(), waits.end()};  // only tasks with a stream touch tensors, so each has an end event
@@ -363,7 +364,7 @@ struct GpuExecutor::Impl {
     if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
       for (std::size_t i = 0; i + 1 < t.instances.size(); i += 2) {
         if (t.instances[i] < 0) continue;
-        const auto bytes = static_cast<std::size_t>(flow.instances[static_cast<std::size_t>(t.instances[i])].bytes);
+        const auto bytes = static_cast<std::size_t>(flow.instances[t.instances[i]].bytes);
         TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(where(t.instances[i + 1]), where(t.instances[i]), bytes, cudaMemcpyDefault, stream));
       }
       return;
@@ -372,7 +373,7 @@ struct GpuExecutor::Impl {
       for (const auto& [gid, members] : groups) {
         if (!updated_groups.insert(gid).second || !opt.run_optimizer) continue;
         for (int p : members) {
-          const DeviceParameter& d = params[static_cast<std::size_t>(p)];
+          const DeviceParameter& d = params[p];
           kernels::AdamW o = opt.adam;
           if (!d.decays) o.weight_decay = 0;  // as ModelState::adamw_step
           kernels::adamw(o, optimizer_step, d.n, d.master, d.m, d.v, d.grad, d.weight, stream);
@@ -384,7 +385,7 @@ struct GpuExecutor::Impl {
       return;  // nothing to run for this kind (validated in refuse_what_is_not_written)
     }
     const std::vector<Use> uses = compute_uses(op, m, c);
-    compute(op, OpTensors(op, uses, t.instances), stream, *gemms[static_cast<std::size_t>(slot)], seq_len);
+    compute(op, OpTensors(op, uses, t.instances), stream, *gemms[slot], seq_len);
   }
 
   // The task's tensors by name (the op table's entry, ops.hpp), as the type the kernels take: asking for a
@@ -403,8 +404,8 @@ struct GpuExecutor::Impl {
   void compute(const sim::Op& op, const OpTensors& t, cudaStream_t stream, kernels::Gemm& gemm, std::int64_t seq_len) {
     using sim::OpCode;
     const int C = static_cast<int>(c), h = static_cast<int>(m.hidden), q = static_cast<int>(m.q_dim()), kv = static_cast<int>(m.kv_dim()),
-              f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(m.heads),
-              KV = static_cast<int>(m.kv_heads), D = static_cast<int>(m.head_dim);
+              f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(m.heads), KV = static_cast<int>(m.kv_heads),
+              D = static_cast<int>(m.head_dim);
     const std::int64_t ch = static_cast<std::int64_t>(C) * h, cq = static_cast<std::int64_t>(C) * q, ckv = static_cast<std::int64_t>(C) * kv,
                        cf = static_cast<std::int64_t>(C) * f;
     auto bf16_in = [&](Role r, int j = -1) { return input<bf16_bits>(t, r, j); };
@@ -437,9 +438,7 @@ struct GpuExecutor::Impl {
 
     switch (op.code) {
       // ---- forward ------------------------------------------------------------------------------------------
-      case OpCode::embed:
-        kernels::embedding_forward(C, h, params[static_cast<std::size_t>(embedding)].weight, seq_tokens, bf16_out(Role::x), stream);
-        return;
+      case OpCode::embed: kernels::embedding_forward(C, h, params[embedding].weight, seq_tokens, bf16_out(Role::x), stream); return;
       case OpCode::norm1: kernels::rmsnorm_forward(C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_out(Role::n1), stream); return;
       case OpCode::norm2: kernels::rmsnorm_forward(C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_out(Role::n2), stream); return;
       case OpCode::qkv:
@@ -518,8 +517,8 @@ struct GpuExecutor::Impl {
         }
         for (int j = op.kv_first; j <= op.kv_last; ++j) {
           float* dkv = fp32_out(Role::dkv, j);
-          kernels::attention_backward(pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), bf16_in(Role::d_o),
-                                      fp32_in(Role::lse), delta, dq, dkv, dkv + ckv, stream);
+          kernels::attention_backward(pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), bf16_in(Role::d_o), fp32_in(Role::lse),
+                                      delta, dq, dkv, dkv + ckv, stream);
         }
         return;
       }
@@ -549,16 +548,14 @@ struct GpuExecutor::Impl {
         kernels::rmsnorm_backward(C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_in(Role::dn1), bf16_out(Role::dx), lp(norm1).grad, stream);
         kernels::add(ch, bf16_out(Role::dx), bf16_in(Role::dh1), bf16_out(Role::dx), stream);
         return;
-      case OpCode::embed_bwd:
-        kernels::embedding_backward(C, h, seq_tokens, bf16_in(Role::dx), params[static_cast<std::size_t>(embedding)].grad, stream);
-        return;
+      case OpCode::embed_bwd: kernels::embedding_backward(C, h, seq_tokens, bf16_in(Role::dx), params[embedding].grad, stream); return;
 
       // ---- the LM head on rows [row_begin, row_end) of the chunk --------------------------------------------
       case OpCode::head_logits: {
         const int rows = op.row_end - op.row_begin;
         const bf16_bits* x = bf16_in(Role::x) + static_cast<std::int64_t>(op.row_begin) * h;
-        kernels::rmsnorm_forward(rows, h, eps, x, params[static_cast<std::size_t>(final_norm)].weight, bf16_out(Role::nf), stream);
-        forward(rows, h, vocab, bf16_out(Role::nf), params[static_cast<std::size_t>(lm_head)].weight, bf16_out(Role::logits));
+        kernels::rmsnorm_forward(rows, h, eps, x, params[final_norm].weight, bf16_out(Role::nf), stream);
+        forward(rows, h, vocab, bf16_out(Role::nf), params[lm_head].weight, bf16_out(Role::logits));
         return;
       }
       case OpCode::head_xent: {
@@ -574,16 +571,14 @@ struct GpuExecutor::Impl {
       case OpCode::head_dgrad: {  // fills rows [row_begin, row_end) of dx
         const int rows = op.row_end - op.row_begin;
         auto* dnf = scratch<bf16_bits>(static_cast<std::int64_t>(rows) * h, stream);
-        dgrad(rows, h, vocab, bf16_in(Role::dlogits), params[static_cast<std::size_t>(lm_head)].weight, dnf);
+        dgrad(rows, h, vocab, bf16_in(Role::dlogits), params[lm_head].weight, dnf);
         const std::int64_t at = static_cast<std::int64_t>(op.row_begin) * h;
-        kernels::rmsnorm_backward(rows, h, eps, bf16_in(Role::x) + at, params[static_cast<std::size_t>(final_norm)].weight, dnf,
-                                  bf16_out(Role::dx) + at, params[static_cast<std::size_t>(final_norm)].grad, stream);
+        kernels::rmsnorm_backward(rows, h, eps, bf16_in(Role::x) + at, params[final_norm].weight, dnf, bf16_out(Role::dx) + at,
+                                  params[final_norm].grad, stream);
         release(dnf, stream);
         return;
       }
-      case OpCode::head_wgrad:
-        wgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), bf16_in(Role::nf), params[static_cast<std::size_t>(lm_head)].grad);
-        return;
+      case OpCode::head_wgrad: wgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), bf16_in(Role::nf), params[lm_head].grad); return;
       default: break;
     }
     throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not one the CUDA executor runs", __FILE__, __LINE__);
@@ -623,8 +618,8 @@ struct GpuExecutor::Impl {
   }
 };
 
-GpuExecutor::GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node,
-                         std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options)
+GpuExecutor::GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
+                         const ExecutorOptions& options)
     : impl_(std::make_unique<Impl>(graph, shapes, gpus_per_node, predicted, options)) {}
 GpuExecutor::~GpuExecutor() = default;
 void GpuExecutor::upload(const ModelState& state) { impl_->upload(state); }

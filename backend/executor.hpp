@@ -36,16 +36,16 @@ struct ExecutorOptions {
 };
 
 struct MeasuredStep {
-  double loss = 0;                       // mean cross-entropy over the step's tokens
+  double loss = 0;  // mean cross-entropy over the step's tokens
   std::int64_t tokens = 0;
-  std::int64_t step_ns = 0;              // the first task's start to the last task's end (CUDA events)
-  std::vector<sim::TaskTiming> timing;   // per task id, from the step's start; -1 for allocations and frees
-  std::int64_t arena_bytes = 0;          // the tensors' arena
-  std::int64_t live_peak_bytes = 0;      // the tensors' live high-water mark in submission order (arena minus fragmentation)
-  std::int64_t states_bytes = 0;         // model states, token ids, losses and the GEMM workspaces
-  std::int64_t scratch_peak_bytes = 0;   // the stream-ordered pool's high-water mark (per-task scratch: attention partials)
-  std::int64_t pinned_bytes = 0;         // host tensors (pinned)
-  std::int64_t device_used_bytes = 0;    // cudaMemGetInfo: total - free at the end of the step
+  std::int64_t step_ns = 0;             // the first task's start to the last task's end (CUDA events)
+  std::vector<sim::TaskTiming> timing;  // per task id, from the step's start; -1 for allocations and frees
+  std::int64_t arena_bytes = 0;         // the tensors' arena
+  std::int64_t live_peak_bytes = 0;     // the tensors' live high-water mark in submission order (arena minus fragmentation)
+  std::int64_t states_bytes = 0;        // model states, token ids, losses and the GEMM workspaces
+  std::int64_t scratch_peak_bytes = 0;  // the stream-ordered pool's high-water mark (per-task scratch: attention partials)
+  std::int64_t pinned_bytes = 0;        // host tensors (pinned)
+  std::int64_t device_used_bytes = 0;   // cudaMemGetInfo: total - free at the end of the step
   std::int64_t peak_hbm_bytes() const { return arena_bytes + states_bytes + scratch_peak_bytes; }
 };
 
@@ -55,8 +55,8 @@ class GpuExecutor {
   // tensors and both arenas, then allocates on the current device; `shapes` gives the parameters' shapes and
   // groups (its values are not read: upload() does that). Throws InputError for what it does not run (above) and
   // when the arena and the states do not fit the device's free memory, with the numbers.
-  GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node,
-              std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options);
+  GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
+              const ExecutorOptions& options);
   ~GpuExecutor();
   GpuExecutor(const GpuExecutor&) = delete;
   GpuExecutor& operator=(const GpuExecutor&) = delete;

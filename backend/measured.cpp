@@ -75,7 +75,8 @@ sim::SimResult measured_result(const sim::SimResult& predicted, const sim::TaskG
     if (timing[i].start_ns >= 0) busy[{t.device, t.stream.kind, t.stream.index}].push_back({timing[i].start_ns, timing[i].end_ns});
   }
   for (auto& s : r.streams) s.busy_ns = total(merged(busy[{s.device, s.stream.kind, s.stream.index}]));
-  for (std::size_t g = 0; g < r.exposed_transfer_ns.size(); ++g) r.exposed_transfer_ns[g] = exposed_copy_ns(graph, timing, static_cast<sim::DeviceId>(g));
+  for (std::size_t g = 0; g < r.exposed_transfer_ns.size(); ++g)
+    r.exposed_transfer_ns[g] = exposed_copy_ns(graph, timing, static_cast<sim::DeviceId>(g));
   r.events = 0;
   r.flow_recomputes = 0;
   r.mean_component_flows = 0;

@@ -46,16 +46,15 @@ ModelState::ModelState(const model::ModelConfig& model, std::uint64_t seed) : mo
   if (model.bias) throw InputError(origin, "bias", "false (the executors run Llama-style layers without biases)", "true");
   if (model.head_dim % 2 != 0) throw InputError(origin, "head_dim", "an even number (RoPE rotates pairs)", std::to_string(model.head_dim));
   if (!model.rope_theta) throw InputError(origin, "rope_theta", "a RoPE base (the executors run Llama-style layers)", "none");
-  const auto h = static_cast<std::size_t>(model.hidden), q = static_cast<std::size_t>(model.q_dim()),
-             kv = static_cast<std::size_t>(model.kv_dim()), f = static_cast<std::size_t>(model.ffn_hidden),
-             vocab = static_cast<std::size_t>(model.vocab);
+  const auto h = static_cast<std::size_t>(model.hidden), q = static_cast<std::size_t>(model.q_dim()), kv = static_cast<std::size_t>(model.kv_dim()),
+             f = static_cast<std::size_t>(model.ffn_hidden), vocab = static_cast<std::size_t>(model.vocab);
   std::mt19937_64 rng(seed);
   constexpr float kStd = 0.02f;
   const float out_std = kStd / std::sqrt(2.0f * static_cast<float>(model.layers));
   for (std::int64_t l = 0; l < model.layers; ++l) {
     const std::string tag = "L" + std::to_string(l) + " ";
     LayerParameters p{make(tag + "norm1", h), make(tag + "wqkv", (q + 2 * kv) * h), make(tag + "wo", h * q),
-                      make(tag + "norm2", h), make(tag + "wup", 2 * f * h),      make(tag + "wdown", h * f)};
+                      make(tag + "norm2", h), make(tag + "wup", 2 * f * h),         make(tag + "wdown", h * f)};
     norm_gain(p.norm1, model);
     fill_normal(p.wqkv, kStd, rng);
     fill_normal(p.wo, out_std, rng);
@@ -81,7 +80,7 @@ std::vector<Parameter*> ModelState::group(int group) {
     return {&final_norm_, &lm_head_};
   }
   TRAINYARD_CHECK(group >= 0 && group < static_cast<int>(layers_.size()), "parameter group out of range");
-  auto& l = layers_[static_cast<std::size_t>(group)];
+  auto& l = layers_[group];
   return {&l.norm1, &l.wqkv, &l.wo, &l.norm2, &l.wup, &l.wdown};
 }
 
@@ -141,8 +140,8 @@ double max_gradient_difference(const ModelState& a, const ModelState& reference)
   return worst;
 }
 
-std::vector<std::vector<std::int32_t>> text_windows(std::string_view text, const std::string& path, std::int64_t seq_len,
-                                                    std::int64_t sequences, std::int64_t offset) {
+std::vector<std::vector<std::int32_t>> text_windows(std::string_view text, const std::string& path, std::int64_t seq_len, std::int64_t sequences,
+                                                    std::int64_t offset) {
   const auto n = static_cast<std::int64_t>(text.size());
   if (n < seq_len + 1) {
     throw InputError(path, "length", "at least " + std::to_string(seq_len + 1) + " bytes (one sequence and its last target)",
@@ -152,14 +151,13 @@ std::vector<std::vector<std::int32_t>> text_windows(std::string_view text, const
   for (std::int64_t s = 0; s < sequences; ++s) {
     std::vector<std::int32_t> window(static_cast<std::size_t>(seq_len + 1));
     const std::int64_t start = (offset + s * seq_len) % n;
-    for (std::int64_t i = 0; i <= seq_len; ++i) window[static_cast<std::size_t>(i)] = static_cast<unsigned char>(text[static_cast<std::size_t>((start + i) % n)]);
+    for (std::int64_t i = 0; i <= seq_len; ++i) window[i] = static_cast<unsigned char>(text[(start + i) % n]);
     out.push_back(std::move(window));
   }
   return out;
 }
 
-std::vector<std::vector<std::int32_t>> random_windows(std::int64_t vocab, std::int64_t seq_len, std::int64_t sequences,
-                                                      std::uint64_t seed) {
+std::vector<std::vector<std::int32_t>> random_windows(std::int64_t vocab, std::int64_t seq_len, std::int64_t sequences, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(vocab - 1));
   std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(sequences), std::vector<std::int32_t>(static_cast<std::size_t>(seq_len + 1)));

@@ -14,12 +14,12 @@ namespace trainyard::backend {
 
 // One parameter tensor with everything the optimizer needs.
 struct Parameter {
-  std::string name;            // "L3 wqkv", "embedding"
-  std::vector<float> weight;   // what forward reads (bf16 values)
-  std::vector<float> grad;     // fp32, summed over the step's chunks and sequences
-  std::vector<float> master;   // fp32 master copy
-  std::vector<float> m, v;     // AdamW moments
-  bool decays = true;          // AdamW's weight decay applies (norm gains: as the model file's norm_weight_decay says)
+  std::string name;           // "L3 wqkv", "embedding"
+  std::vector<float> weight;  // what forward reads (bf16 values)
+  std::vector<float> grad;    // fp32, summed over the step's chunks and sequences
+  std::vector<float> master;  // fp32 master copy
+  std::vector<float> m, v;    // AdamW moments
+  bool decays = true;         // AdamW's weight decay applies (norm gains: as the model file's norm_weight_decay says)
   std::size_t size() const { return weight.size(); }
 };
 
@@ -82,10 +82,9 @@ double max_gradient_difference(const ModelState& a, const ModelState& reference)
 // Byte-level tokens (vocab 256) of a text (the contents of the file `path`), cut into `sequences` windows of
 // seq_len + 1 tokens (inputs and next-token targets) starting at `offset` and wrapping round the text. Throws
 // InputError naming the file when it is shorter than one window.
-std::vector<std::vector<std::int32_t>> text_windows(std::string_view text, const std::string& path, std::int64_t seq_len,
-                                                    std::int64_t sequences, std::int64_t offset);
+std::vector<std::vector<std::int32_t>> text_windows(std::string_view text, const std::string& path, std::int64_t seq_len, std::int64_t sequences,
+                                                    std::int64_t offset);
 // Seeded uniform tokens in [0, vocab), same shape.
-std::vector<std::vector<std::int32_t>> random_windows(std::int64_t vocab, std::int64_t seq_len, std::int64_t sequences,
-                                                      std::uint64_t seed);
+std::vector<std::vector<std::int32_t>> random_windows(std::int64_t vocab, std::int64_t seq_len, std::int64_t sequences, std::uint64_t seed);
 
 }  // namespace trainyard::backend

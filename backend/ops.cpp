@@ -10,11 +10,14 @@ namespace trainyard::backend {
 
 namespace {
 
+// A table laid out by hand.
+// clang-format off
 constexpr const char* kRoleNames[] = {"x (layer input)", "norm1 output", "Q", "K", "V", "running attention output",
                                       "attention output", "attention lse", "projection output", "residual1 output",
                                       "norm2 output", "gate|up", "MLP activation", "MLP output", "dMLP", "dh1", "dact", "dgate|up",
                                       "dnorm2", "dproj", "dO", "attention delta", "dQ", "dK|dV accumulator", "dQKV",
                                       "dnorm1", "dx (input gradient)", "final norm output", "logits", "dlogits"};
+// clang-format on
 static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::dlogits) + 1);
 
 using sim::OpCode;
@@ -22,8 +25,8 @@ constexpr auto R = Access::read, W = Access::write, U = Access::update;
 constexpr auto f32 = DType::fp32, b16 = DType::bf16;
 constexpr auto kv_chunks = Place::kv_chunks, next_layer = Place::next_layer, piece = Place::head_piece;
 constexpr auto starting = When::starting, continuing = When::continuing;
-constexpr auto HID = Width::hidden, Q = Width::q, KV = Width::kv, QKV = Width::qkv, DKV = Width::dkv, FFN = Width::ffn,
-               GU = Width::gate_up, VOCAB = Width::vocab, HEADS = Width::heads;
+constexpr auto HID = Width::hidden, Q = Width::q, KV = Width::kv, QKV = Width::qkv, DKV = Width::dkv, FFN = Width::ffn, GU = Width::gate_up,
+               VOCAB = Width::vocab, HEADS = Width::heads;
 
 // The table. Forward and backward of a Llama layer (RMSNorm, GQA attention with RoPE, SwiGLU MLP), then the
 // LM head. The activations and their gradients are bf16 [rows][width]; the running attention output, lse, delta,
@@ -87,10 +90,7 @@ std::vector<OpSpec> make_table() {
       {OpCode::head_xent, "cross_entropy", {{logits, R, VOCAB, b16, piece}, {dlogits, W, VOCAB, b16, piece}}},
       {OpCode::head_dgrad,
        "gemm + rmsnorm backward",
-       {{dlogits, R, VOCAB, b16, piece},
-        {x, R, HID},
-        {dx, W, HID, b16, Place::chunk, starting, true},
-        {dx, U, HID, b16, Place::chunk, continuing}}},
+       {{dlogits, R, VOCAB, b16, piece}, {x, R, HID}, {dx, W, HID, b16, Place::chunk, starting, true}, {dx, U, HID, b16, Place::chunk, continuing}}},
       {OpCode::head_wgrad, "gemm", {{dlogits, R, VOCAB, b16, piece}, {nf, R, HID, b16, piece}}},
   };
 }
@@ -189,18 +189,18 @@ std::size_t OpTensors::index(Role role, int kv_chunk) const {
     const Key& k = uses_[i].key;
     if (k.role == role && (kv_chunk < 0 || k.chunk == kv_chunk)) return i;
   }
-  throw InternalError("op " + std::string(sim::to_string(op_.code)) + " (layer " + std::to_string(op_.layer) + " chunk " +
-                          std::to_string(op_.chunk) + ") asks for " + std::string(to_string(role)) +
-                          (kv_chunk >= 0 ? " of chunk " + std::to_string(kv_chunk) : "") + ", which its op table entry does not name",
+  throw InternalError("op " + std::string(sim::to_string(op_.code)) + " (layer " + std::to_string(op_.layer) + " chunk " + std::to_string(op_.chunk) +
+                          ") asks for " + std::string(to_string(role)) + (kv_chunk >= 0 ? " of chunk " + std::to_string(kv_chunk) : "") +
+                          ", which its op table entry does not name",
                       __FILE__, __LINE__);
 }
 
 const Use& OpTensors::use(Role role, int kv_chunk, bool writes) const {
   const Use& u = uses_[index(role, kv_chunk)];
   if (writes && u.access == Access::read) {
-    throw InternalError("op " + std::string(sim::to_string(op_.code)) + "'s " + std::string(to_string(role)) +
-                            " is read-only in the op table but is written",
-                        __FILE__, __LINE__);
+    throw InternalError(
+        "op " + std::string(sim::to_string(op_.code)) + "'s " + std::string(to_string(role)) + " is read-only in the op table but is written",
+        __FILE__, __LINE__);
   }
   return u;
 }
@@ -213,7 +213,7 @@ int OpTensors::find(Role role, DType dtype, bool writes, int kv_chunk) const {
                             (dtype == DType::bf16 ? "bf16" : "fp32"),
                         __FILE__, __LINE__);
   }
-  return slots_[static_cast<std::size_t>(&u - uses_.data())];
+  return slots_[&u - uses_.data()];
 }
 
 }  // namespace trainyard::backend

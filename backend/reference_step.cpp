@@ -73,9 +73,9 @@ class Interpreter {
     const std::size_t n = g_.size(), words = (n + 63) / 64;
     ancestors_.assign(n, std::vector<std::uint64_t>(words, 0));
     for (sim::TaskId t : order) {
-      auto& mine = ancestors_[static_cast<std::size_t>(t)];
-      for (sim::TaskId p : preds_[static_cast<std::size_t>(t)]) {
-        const auto& theirs = ancestors_[static_cast<std::size_t>(p)];
+      auto& mine = ancestors_[t];
+      for (sim::TaskId p : preds_[t]) {
+        const auto& theirs = ancestors_[p];
         for (std::size_t w = 0; w < words; ++w) mine[w] |= theirs[w];
         mine[static_cast<std::size_t>(p) / 64] |= std::uint64_t{1} << (static_cast<std::size_t>(p) % 64);
       }
@@ -86,13 +86,11 @@ class Interpreter {
   bool ordered(sim::TaskId before, sim::TaskId task) const {
     if (ancestors_.empty() || before == task) return true;
     const auto b = static_cast<std::size_t>(before);
-    return (ancestors_[static_cast<std::size_t>(task)][b / 64] >> (b % 64)) & 1;
+    return (ancestors_[task][b / 64] >> (b % 64)) & 1;
   }
 
   std::string name(sim::TaskId id) const { return "task " + std::to_string(id) + " '" + g_.task(id).name + "'"; }
-  [[noreturn]] void fail(sim::TaskId id, const std::string& what) const {
-    throw InternalError(name(id) + ": " + what, __FILE__, __LINE__);
-  }
+  [[noreturn]] void fail(sim::TaskId id, const std::string& what) const { throw InternalError(name(id) + ": " + what, __FILE__, __LINE__); }
 
   void check_annotated() const {
     for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g_.size()); ++id) {
@@ -125,8 +123,8 @@ class Interpreter {
     }
     Slot& slot = it->second;
     if (slot.version != latest_[key]) {
-      fail(task, "reads " + describe(key) + " on " + sim::device_name(where) + " at version " + std::to_string(slot.version) +
-                     " but the latest is " + std::to_string(latest_[key]) + ": a stale copy");
+      fail(task, "reads " + describe(key) + " on " + sim::device_name(where) + " at version " + std::to_string(slot.version) + " but the latest is " +
+                     std::to_string(latest_[key]) + ": a stale copy");
     }
     if (!ordered(slot.producer, task)) {
       fail(task, "reads " + describe(key) + " on " + sim::device_name(where) + " put there by " + name(slot.producer) +
@@ -163,7 +161,8 @@ class Interpreter {
                      ", which is not ordered before it: a race");
     }
     for (sim::TaskId r : slot.readers) {
-      if (!ordered(r, task)) fail(task, "overwrites " + describe(key) + " on " + sim::device_name(where) + " while " + name(r) + " may still read it");
+      if (!ordered(r, task))
+        fail(task, "overwrites " + describe(key) + " on " + sim::device_name(where) + " while " + name(r) + " may still read it");
     }
     if (opt_.record) opt_.record->push_back({task, where, key, true});
     slot.data = std::move(data);
@@ -238,9 +237,9 @@ class Interpreter {
   void grad_written(int group, sim::TaskId id) { groups_[group].grad_writers.push_back(id); }
 
   std::int32_t token(int seq, std::int64_t position) const {
-    const auto& t = tokens_[static_cast<std::size_t>(seq)];
+    const auto& t = tokens_[seq];
     TRAINYARD_CHECK(position >= 0 && position < static_cast<std::int64_t>(t.size()), "token position inside the sequence");
-    const std::int32_t id = t[static_cast<std::size_t>(position)];
+    const std::int32_t id = t[position];
     TRAINYARD_CHECK(id >= 0 && id < m_.vocab, "token id inside the vocabulary");
     return id;
   }
@@ -347,7 +346,7 @@ class Interpreter {
     if (op.layer > m_.layers || (op.layer == m_.layers) != (op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad)) {
       fail(id, "layer " + std::to_string(op.layer) + " out of range for op " + std::string(sim::to_string(op.code)));
     }
-    LayerParameters* layer = op.layer < m_.layers ? &s_.layers()[static_cast<std::size_t>(op.layer)] : nullptr;
+    LayerParameters* layer = op.layer < m_.layers ? &s_.layers()[op.layer] : nullptr;
     // The layer's four linear maps y = x W^T (W [out][in]): forward (qkv's, which splits its output, is below), the
     // input gradient dx = dy W and the weight gradient dW += dy^T x (each *_wgrad code follows its *_dgrad).
     struct Linear {
@@ -442,9 +441,7 @@ class Interpreter {
         out(Role::lse, std::move(lse));
         return;
       }
-      case OpCode::attn_merge:
-        out(Role::o, rounded(in(Role::o_run)));
-        return;
+      case OpCode::attn_merge: out(Role::o, rounded(in(Role::o_run))); return;
       case OpCode::residual1:
       case OpCode::residual2: {
         const bool first = op.code == OpCode::residual1;
@@ -501,9 +498,7 @@ class Interpreter {
         out(second ? Role::dh1 : Role::dx, rounded(std::move(dx)));
         return;
       }
-      case OpCode::residual1_bwd:
-        out(Role::dp, in(Role::dh1));
-        return;
+      case OpCode::residual1_bwd: out(Role::dp, in(Role::dh1)); return;
       case OpCode::attn_bwd: {
         expect_attention(id, op);
         const auto shape = attention_shape(op);
@@ -553,7 +548,7 @@ class Interpreter {
         auto& de = s_.embedding().grad;
         for (std::int64_t r = 0; r < c; ++r) {
           const std::int64_t row = token(op.seq, op.chunk * c + r);
-          for (std::int64_t i = 0; i < h; ++i) de[static_cast<std::size_t>(row * h + i)] += dx[static_cast<std::size_t>(r * h + i)];
+          for (std::int64_t i = 0; i < h; ++i) de[row * h + i] += dx[r * h + i];
         }
         grad_written(kEmbeddingGroup, id);
         return;
@@ -563,8 +558,7 @@ class Interpreter {
       case OpCode::head_logits:
       case OpCode::head_xent:
       case OpCode::head_dgrad:
-      case OpCode::head_wgrad:
-        return head(id, op);
+      case OpCode::head_wgrad: return head(id, op);
       default: break;
     }
     fail(id, "op " + std::string(sim::to_string(op.code)) + " is not one the executor runs");
@@ -605,7 +599,7 @@ class Interpreter {
       case OpCode::head_xent: {
         const auto& logits = in(Role::logits);
         std::vector<std::int32_t> targets(static_cast<std::size_t>(rows));
-        for (std::int64_t r = 0; r < rows; ++r) targets[static_cast<std::size_t>(r)] = token(op.seq, op.chunk * c_ + first + r + 1);
+        for (std::int64_t r = 0; r < rows; ++r) targets[r] = token(op.seq, op.chunk * c_ + first + r + 1);
         std::vector<float> loss(static_cast<std::size_t>(rows)), lse(static_cast<std::size_t>(rows));
         kernels::cross_entropy_forward_ref(static_cast<int>(rows), static_cast<int>(vocab), logits, targets, loss, lse);
         for (float l : loss) loss_sum_ += l;

@@ -36,10 +36,10 @@ struct RecordedAccess {
 };
 
 struct ReferenceOptions {
-  bool emulate_bf16 = true;     // round what is stored in bf16 (activations, weights) as the GPU does
-  bool run_optimizer = false;   // apply AdamW at the graph's optimizer tasks (else gradients are left as they are)
+  bool emulate_bf16 = true;    // round what is stored in bf16 (activations, weights) as the GPU does
+  bool run_optimizer = false;  // apply AdamW at the graph's optimizer tasks (else gradients are left as they are)
   kernels::AdamW adam;
-  int optimizer_step = 1;       // AdamW's step count t
+  int optimizer_step = 1;  // AdamW's step count t
   // The ancestor check costs tasks^2 / 8 bytes; above this many tasks it is skipped (and said in the result).
   std::int64_t race_check_max_tasks = 40000;
   // When set, every read and write is appended here (the test of backend/dataflow.hpp's table against the numerics).

@@ -53,7 +53,7 @@ std::vector<std::vector<TaskId>> place_buffers(std::vector<Buffer>& buffers, Are
     buffers[i].lifetime = lifetimes[i];
     arena.offset_bytes[buffers[i].alloc] = lifetimes[i].offset;
     for (int o : earlier[i]) {
-      if (buffers[static_cast<std::size_t>(o)].free_task >= 0) reuse[i].push_back(buffers[static_cast<std::size_t>(o)].free_task);
+      if (buffers[o].free_task >= 0) reuse[i].push_back(buffers[o].free_task);
     }
   }
   return reuse;
@@ -92,7 +92,8 @@ std::int64_t place_lifetimes(std::vector<Lifetime>& buffers, std::vector<std::ve
       for (std::size_t o = 0; o < buffers.size(); ++o) {
         const Lifetime& a = buffers[o];
         const bool before = a.end <= buffers[i].start;
-        if (before && a.offset < buffers[i].offset + buffers[i].size && buffers[i].offset < a.offset + a.size) (*reuses)[i].push_back(static_cast<int>(o));
+        if (before && a.offset < buffers[i].offset + buffers[i].size && buffers[i].offset < a.offset + a.size)
+          (*reuses)[i].push_back(static_cast<int>(o));
       }
     }
   }
@@ -122,63 +123,63 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
     const Involvement inv = involvement(graph, task, rank, gpus_per_node);
     if (!inv.involved) continue;
     if (task.stream.kind == StreamKind::none) {
-      slot_of[static_cast<std::size_t>(t)] = -1;
+      slot_of[t] = -1;
       continue;
     }
     const auto key = std::tuple{inv.device, static_cast<int>(task.stream.kind), static_cast<int>(task.stream.index), inv.receive};
     auto [it, inserted] = slot_ids.try_emplace(key, static_cast<int>(out.streams.size()));
     if (inserted) out.streams.push_back({inv.device, task.stream, inv.receive});
-    slot_of[static_cast<std::size_t>(t)] = it->second;
+    slot_of[t] = it->second;
   }
 
   // Local predecessors: dependencies and the previous task on the same slot; `pending` counts both.
   std::vector<std::vector<TaskId>> preds(static_cast<std::size_t>(n)), succs(static_cast<std::size_t>(n));
   std::vector<int> pending(static_cast<std::size_t>(n), 0);
   for (const auto& [before, after] : graph.edges()) {
-    if (slot_of[static_cast<std::size_t>(after)] == -2) continue;
-    if (slot_of[static_cast<std::size_t>(before)] == -2) {
+    if (slot_of[after] == -2) continue;
+    if (slot_of[before] == -2) {
       ++out.remote_dependencies;
       continue;
     }
-    preds[static_cast<std::size_t>(after)].push_back(before);
-    succs[static_cast<std::size_t>(before)].push_back(after);
-    ++pending[static_cast<std::size_t>(after)];
+    preds[after].push_back(before);
+    succs[before].push_back(after);
+    ++pending[after];
   }
   std::vector<TaskId> last_on_slot(out.streams.size(), -1);
   std::vector<TaskId> next_on_slot(static_cast<std::size_t>(n), -1);
   for (TaskId t = 0; t < n; ++t) {
-    const int slot = slot_of[static_cast<std::size_t>(t)];
+    const int slot = slot_of[t];
     if (slot < 0) continue;
-    if (last_on_slot[static_cast<std::size_t>(slot)] >= 0) {
-      next_on_slot[static_cast<std::size_t>(last_on_slot[static_cast<std::size_t>(slot)])] = t;
-      ++pending[static_cast<std::size_t>(t)];
+    if (last_on_slot[slot] >= 0) {
+      next_on_slot[last_on_slot[slot]] = t;
+      ++pending[t];
     }
-    last_on_slot[static_cast<std::size_t>(slot)] = t;
+    last_on_slot[slot] = t;
   }
 
   // Kahn's algorithm, earliest predicted start (then lowest task id) first.
   using Key = std::pair<std::int64_t, TaskId>;
-  auto key = [&](TaskId t) { return Key{predicted.empty() ? 0 : predicted[static_cast<std::size_t>(t)].start_ns, t}; };
+  auto key = [&](TaskId t) { return Key{predicted.empty() ? 0 : predicted[t].start_ns, t}; };
   std::priority_queue<Key, std::vector<Key>, std::greater<>> ready;
   for (TaskId t = 0; t < n; ++t) {
-    if (slot_of[static_cast<std::size_t>(t)] != -2 && pending[static_cast<std::size_t>(t)] == 0) ready.push(key(t));
+    if (slot_of[t] != -2 && pending[t] == 0) ready.push(key(t));
   }
   auto release = [&](TaskId t) {
-    if (--pending[static_cast<std::size_t>(t)] == 0) ready.push(key(t));
+    if (--pending[t] == 0) ready.push(key(t));
   };
   std::vector<TaskId> order;
   while (!ready.empty()) {
     const TaskId t = ready.top().second;
     ready.pop();
     order.push_back(t);
-    for (TaskId s : succs[static_cast<std::size_t>(t)]) release(s);
-    if (next_on_slot[static_cast<std::size_t>(t)] >= 0) release(next_on_slot[static_cast<std::size_t>(t)]);
+    for (TaskId s : succs[t]) release(s);
+    if (next_on_slot[t] >= 0) release(next_on_slot[t]);
   }
   int ours = 0;
   for (int s : slot_of) ours += s != -2;
   if (static_cast<int>(order.size()) != ours) {
     for (TaskId t = 0; t < n; ++t) {
-      if (slot_of[static_cast<std::size_t>(t)] != -2 && pending[static_cast<std::size_t>(t)] > 0) {
+      if (slot_of[t] != -2 && pending[t] > 0) {
         throw InputError("task '" + graph.task(t).name + "' on gpu" + std::to_string(rank) +
                          " can never start: its stream runs tasks in task order and an earlier task on it depends on a later one "
                          "(expected dependencies that follow stream order)");
@@ -188,7 +189,7 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
 
   // Arenas: lifetimes in submission positions, then the placement and the frees each allocation waits for.
   std::vector<std::int64_t> at(static_cast<std::size_t>(n), -1);
-  for (std::size_t i = 0; i < order.size(); ++i) at[static_cast<std::size_t>(order[i])] = static_cast<std::int64_t>(i);
+  for (std::size_t i = 0; i < order.size(); ++i) at[order[i]] = static_cast<std::int64_t>(i);
   std::vector<Buffer> pools[2];
   std::map<TaskId, std::size_t> buffer_of;
   for (TaskId t : order) {
@@ -196,14 +197,14 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
       auto& pool = pools[a->pool == sim::Pool::hbm ? 0 : 1];
       buffer_of[t] = pool.size();
       const std::int64_t size = (std::max<std::int64_t>(a->bytes, 1) + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-      pool.push_back({t, -1, {at[static_cast<std::size_t>(t)], std::numeric_limits<std::int64_t>::max(), size, -1}});
+      pool.push_back({t, -1, {at[t], std::numeric_limits<std::int64_t>::max(), size, -1}});
     } else if (const auto* f = std::get_if<sim::Free>(&graph.task(t).params)) {
       const auto& alloc = std::get<sim::Alloc>(graph.task(f->alloc).params);
       const auto it = buffer_of.find(f->alloc);
       if (it == buffer_of.end()) continue;  // freeing another rank's allocation: validate() rules it out
       Buffer& b = pools[alloc.pool == sim::Pool::hbm ? 0 : 1][it->second];
       b.free_task = t;
-      b.lifetime.end = at[static_cast<std::size_t>(t)];
+      b.lifetime.end = at[t];
     }
   }
   std::map<TaskId, std::vector<TaskId>> reuse_frees;
@@ -219,30 +220,30 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
   std::vector<int> slot_count(out.streams.size(), 0);
   for (TaskId t : order) {
     std::vector<TaskId> waits;
-    for (TaskId p : preds[static_cast<std::size_t>(t)]) {
-      const auto& e = done_events[static_cast<std::size_t>(p)];
+    for (TaskId p : preds[t]) {
+      const auto& e = done_events[p];
       waits.insert(waits.end(), e.begin(), e.end());
     }
     if (const auto it = reuse_frees.find(t); it != reuse_frees.end()) {
-      for (TaskId f : it->second) waits.insert(waits.end(), done_events[static_cast<std::size_t>(f)].begin(), done_events[static_cast<std::size_t>(f)].end());
+      for (TaskId f : it->second) waits.insert(waits.end(), done_events[f].begin(), done_events[f].end());
     }
-    const int slot = slot_of[static_cast<std::size_t>(t)];
+    const int slot = slot_of[t];
     // Keep the latest task per other slot; drop this slot's own (stream order covers them).
     std::map<int, TaskId> latest;
     for (TaskId w : waits) {
-      const int s = slot_of[static_cast<std::size_t>(w)];
+      const int s = slot_of[w];
       if (s == slot) continue;
       auto [it, inserted] = latest.try_emplace(s, w);
-      if (!inserted && position[static_cast<std::size_t>(w)] > position[static_cast<std::size_t>(it->second)]) it->second = w;
+      if (!inserted && position[w] > position[it->second]) it->second = w;
     }
     std::vector<TaskId> pruned;
     for (const auto& [s, w] : latest) pruned.push_back(w);
     if (slot < 0) {
-      done_events[static_cast<std::size_t>(t)] = std::move(pruned);
+      done_events[t] = std::move(pruned);
     } else {
-      for (TaskId w : pruned) out.waited_on[static_cast<std::size_t>(w)] = true;
-      position[static_cast<std::size_t>(t)] = slot_count[static_cast<std::size_t>(slot)]++;
-      done_events[static_cast<std::size_t>(t)] = {t};
+      for (TaskId w : pruned) out.waited_on[w] = true;
+      position[t] = slot_count[slot]++;
+      done_events[t] = {t};
       out.submissions.push_back({t, slot, std::move(pruned)});
     }
   }

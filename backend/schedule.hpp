@@ -43,7 +43,7 @@ struct Submission {
 };
 
 struct Arena {
-  std::int64_t size_bytes = 0;               // the high-water mark of the plan
+  std::int64_t size_bytes = 0;                       // the high-water mark of the plan
   std::map<sim::TaskId, std::int64_t> offset_bytes;  // per Alloc task
 };
 
@@ -51,8 +51,8 @@ struct RankSchedule {
   int rank = 0;
   std::vector<StreamSlot> streams;
   std::vector<Submission> submissions;  // submission order: a topological order of dependencies and stream order
-  std::vector<sim::TaskId> order;  // every task of this rank in that order, allocations and frees included
-  std::vector<bool> waited_on;  // per task id: some step waits for it, so it records an event
+  std::vector<sim::TaskId> order;       // every task of this rank in that order, allocations and frees included
+  std::vector<bool> waited_on;          // per task id: some step waits for it, so it records an event
   Arena hbm, pinned;
   int remote_dependencies = 0;  // dependencies on other GPUs' non-communication tasks (see above)
 };
@@ -63,7 +63,7 @@ constexpr std::int64_t kArenaAlignment = 256;
 struct Lifetime {
   std::int64_t start = 0, end = 0;  // end = max when never released
   std::int64_t size = 0;
-  std::int64_t offset = -1;         // set by place_lifetimes
+  std::int64_t offset = -1;  // set by place_lifetimes
 };
 
 // Offline placement of one arena's buffers: sets every offset and returns the arena's size. With `reuses`, gives

@@ -25,9 +25,15 @@ bool have_gpu(benchmark::State& state) {
 }
 
 struct Buffer {
-  explicit Buffer(std::size_t bytes) { TRAINYARD_CUDA_CHECK(cudaMalloc(&ptr, bytes)); TRAINYARD_CUDA_CHECK(cudaMemset(ptr, 0, bytes)); }
+  explicit Buffer(std::size_t bytes) {
+    TRAINYARD_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+    TRAINYARD_CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+  }
   ~Buffer() { cudaFree(ptr); }
-  template <typename T> T* as() { return static_cast<T*>(ptr); }
+  template <typename T>
+  T* as() {
+    return static_cast<T*>(ptr);
+  }
   void* ptr = nullptr;
 };
 
@@ -64,7 +70,10 @@ void BM_AttentionForward(benchmark::State& state) {
   const kernels::AttentionShape s{n, n, heads, heads, dim, true, 0, 0};
   const std::size_t elems = static_cast<std::size_t>(n) * heads * dim;
   Buffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2), lse(static_cast<std::size_t>(n) * heads * 4);
-  timed(state, [&] { kernels::attention_forward(s, q.as<std::uint16_t>(), k.as<std::uint16_t>(), v.as<std::uint16_t>(), o.as<std::uint16_t>(), lse.as<float>(), nullptr, path); });
+  timed(state, [&] {
+    kernels::attention_forward(s, q.as<std::uint16_t>(), k.as<std::uint16_t>(), v.as<std::uint16_t>(), o.as<std::uint16_t>(), lse.as<float>(),
+                               nullptr, path);
+  });
   const double flops = 4.0 * heads * dim * (static_cast<double>(n) * (n + 1) / 2);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -131,7 +140,8 @@ void BM_EmbeddingForward(benchmark::State& state) {
   const int rows = static_cast<int>(state.range(0)), hidden = 4096;
   Buffer table(std::size_t{1024} * hidden * 2), tokens(static_cast<std::size_t>(rows) * 4), y(static_cast<std::size_t>(rows) * hidden * 2);
   TRAINYARD_CUDA_CHECK(cudaMemset(tokens.ptr, 0, static_cast<std::size_t>(rows) * 4));
-  timed(state, [&] { kernels::embedding_forward(rows, hidden, table.as<std::uint16_t>(), tokens.as<std::int32_t>(), y.as<std::uint16_t>(), nullptr); });
+  timed(state,
+        [&] { kernels::embedding_forward(rows, hidden, table.as<std::uint16_t>(), tokens.as<std::int32_t>(), y.as<std::uint16_t>(), nullptr); });
   state.counters["GB/s"] = benchmark::Counter(4.0 * rows * hidden * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_EmbeddingForward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);

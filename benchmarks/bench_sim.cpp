@@ -20,8 +20,7 @@ TaskGraph compute_pipeline(int tasks) {
     for (int gpu = 0; gpu < gpus; ++gpu) {
       std::vector<TaskId> deps;
       if (left >= 0) deps.push_back(left);
-      left = g.gemm("F L" + std::to_string(gpu) + " C" + std::to_string(i), gpu,
-                    {4096, 4096 + 64 * (i % 7), 4096, hw::Dtype::bf16}, deps);
+      left = g.gemm("F L" + std::to_string(gpu) + " C" + std::to_string(i), gpu, {4096, 4096 + 64 * (i % 7), 4096, hw::Dtype::bf16}, deps);
     }
   }
   g.finalize();

@@ -23,7 +23,6 @@ namespace {
 
 std::string quoted(const std::string& text) { return "\"" + text + "\""; }
 
-
 // The file a path names: a symbolic link is followed to its target (so the link stays a link). Empty `why`
 // means usable so far; otherwise it says what is wrong.
 struct Target {
@@ -53,7 +52,8 @@ Target resolve(const std::string& path) {
   t.exists = true;
   t.mode = st.st_mode;
   if (S_ISDIR(st.st_mode)) t.why = "is a directory";
-  else if (!S_ISREG(st.st_mode)) t.why = "is " + file_kind_name(st.st_mode) + ", not a regular file (trainyard writes files by renaming a finished temporary file into place)";
+  else if (!S_ISREG(st.st_mode))
+    t.why = "is " + file_kind_name(st.st_mode) + ", not a regular file (trainyard writes files by renaming a finished temporary file into place)";
   return t;
 }
 
@@ -178,9 +178,7 @@ TempFile& open_temp(const Target& t, const std::string& path, std::optional<Temp
 }  // namespace
 
 void check_writable(const std::string& path, const std::string& flag) {
-  const auto refuse = [&](const std::string& got) {
-    throw InputError(flag, "value", "a path to a file trainyard can write", got);
-  };
+  const auto refuse = [&](const std::string& got) { throw InputError(flag, "value", "a path to a file trainyard can write", got); };
   const Target t = resolve(path);
   if (!t.why.empty()) refuse(quoted(path) + ", which " + t.why);
   const std::string folder = folder_of(t.path);

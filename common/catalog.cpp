@@ -6,9 +6,7 @@
 
 namespace trainyard {
 
-bool looks_like_path(std::string_view text) {
-  return text.find('/') != std::string_view::npos || text.ends_with(".json");
-}
+bool looks_like_path(std::string_view text) { return text.find('/') != std::string_view::npos || text.ends_with(".json"); }
 
 Catalog::Catalog(const std::vector<EmbeddedFile>& builtins, std::string dir, std::string what)
     : builtins_(&builtins), dir_(std::move(dir)), what_(std::move(what)) {}
@@ -34,8 +32,7 @@ std::vector<std::string> Catalog::names() const {
 }
 
 bool Catalog::contains(std::string_view name) const {
-  return std::any_of(builtins_->begin(), builtins_->end(),
-                     [&](const EmbeddedFile& f) { return name_of(f, dir_) == name; });
+  return std::any_of(builtins_->begin(), builtins_->end(), [&](const EmbeddedFile& f) { return name_of(f, dir_) == name; });
 }
 
 LoadedDocument Catalog::load(std::string_view name_or_path, const std::string& origin) const {
@@ -51,8 +48,8 @@ LoadedDocument Catalog::load(std::string_view name_or_path, const std::string& o
   }
   std::string known;
   for (const auto& name : names()) known += (known.empty() ? "" : ", ") + name;
-  throw InputError(origin + ": unknown " + what_ + " \"" + std::string(name_or_path) + "\": expected one of " +
-                   known + ", or a path to a .json file");
+  throw InputError(origin + ": unknown " + what_ + " \"" + std::string(name_or_path) + "\": expected one of " + known +
+                   ", or a path to a .json file");
 }
 
 }  // namespace trainyard

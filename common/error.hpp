@@ -27,9 +27,9 @@ class InternalError : public std::logic_error {
   InternalError(const std::string& what, const char* file, int line);
 };
 
-#define TRAINYARD_CHECK(cond, what)                                               \
-  do {                                                                            \
-    if (!(cond)) throw ::trainyard::InternalError((what), __FILE__, __LINE__);   \
+#define TRAINYARD_CHECK(cond, what)                                            \
+  do {                                                                         \
+    if (!(cond)) throw ::trainyard::InternalError((what), __FILE__, __LINE__); \
   } while (0)
 
 }  // namespace trainyard

@@ -18,9 +18,7 @@ namespace {
   throw InputError(path + ": " + why + " (expected " + std::string(expected) + ")");
 }
 
-std::string cap_words(std::uint64_t cap_bytes) {
-  return "the cap of " + format_bytes(static_cast<double>(cap_bytes)) + " for this kind of file";
-}
+std::string cap_words(std::uint64_t cap_bytes) { return "the cap of " + format_bytes(static_cast<double>(cap_bytes)) + " for this kind of file"; }
 
 // Closes on every way out.
 struct Fd {
@@ -47,8 +45,7 @@ std::int64_t checked_size(int fd, const std::string& path, std::uint64_t cap_byt
   if (!S_ISREG(st.st_mode)) return -1;
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (size > cap_bytes) {
-    refuse(path, "its size, " + std::to_string(size) + " bytes (" + format_bytes(static_cast<double>(size)) + "), is over " +
-                     cap_words(cap_bytes),
+    refuse(path, "its size, " + std::to_string(size) + " bytes (" + format_bytes(static_cast<double>(size)) + "), is over " + cap_words(cap_bytes),
            expected);
   }
   return static_cast<std::int64_t>(size);
@@ -69,9 +66,9 @@ std::string read_input_file(const std::string& path, std::uint64_t cap_bytes, st
     if (n == 0) break;
     // A regular file may grow while read; a pipe or device has no size: the cap holds for both.
     if (text.size() + static_cast<std::size_t>(n) > cap_bytes) {
-      refuse(path, "more than " + format_bytes(static_cast<double>(cap_bytes)) + " read (" +
-                       (size >= 0 ? std::string("it grew while read") : std::string("a device or pipe without end?")) +
-                       "), over " + cap_words(cap_bytes),
+      refuse(path,
+             "more than " + format_bytes(static_cast<double>(cap_bytes)) + " read (" +
+                 (size >= 0 ? std::string("it grew while read") : std::string("a device or pipe without end?")) + "), over " + cap_words(cap_bytes),
              expected);
     }
     text.append(buffer, static_cast<std::size_t>(n));

@@ -36,8 +36,7 @@ std::string join(const std::vector<std::string>& items) {
 
 std::string format_bound(const Bound& bound) {
   std::ostringstream out;
-  out << (bound.integer ? "an integer" : "a number") << " in [" << format_number(bound.min) << ", "
-      << format_number(bound.max) << "]";
+  out << (bound.integer ? "an integer" : "a number") << " in [" << format_number(bound.min) << ", " << format_number(bound.max) << "]";
   if (!bound.unit.empty()) out << " " << bound.unit;
   return out.str();
 }
@@ -178,8 +177,7 @@ Json parse(std::string_view text, const std::string& origin) {
     // e.what() repeats the byte offset; keep only nlohmann's description after the last ": ".
     std::string detail = e.what();
     if (auto pos = detail.rfind(": "); pos != std::string::npos) detail = detail.substr(pos + 2);
-    throw InputError(origin + ":" + line_column(text, e.byte == 0 ? 0 : e.byte - 1) +
-                     ": malformed JSON: " + detail);
+    throw InputError(origin + ":" + line_column(text, e.byte == 0 ? 0 : e.byte - 1) + ": malformed JSON: " + detail);
   } catch (const Json::out_of_range& e) {  // a number beyond a double's range, e.g. 1e999 (found by fuzzing)
     std::string detail = e.what();
     if (auto pos = detail.find("] "); pos != std::string::npos) detail = detail.substr(pos + 2);
@@ -187,9 +185,7 @@ Json parse(std::string_view text, const std::string& origin) {
   }
 }
 
-Json parse_file(const std::string& path, std::uint64_t cap_bytes) {
-  return parse(read_input_file(path, cap_bytes, "a JSON file"), path);
-}
+Json parse_file(const std::string& path, std::uint64_t cap_bytes) { return parse(read_input_file(path, cap_bytes, "a JSON file"), path); }
 
 std::string_view to_string(Source::Kind kind) {
   switch (kind) {
@@ -219,16 +215,13 @@ std::string describe(const Json& value) {
   return "an object";
 }
 
-Reader::Reader(const Json& object, std::string origin, std::string path)
-    : json_(&object), origin_(std::move(origin)), path_(std::move(path)) {
+Reader::Reader(const Json& object, std::string origin, std::string path) : json_(&object), origin_(std::move(origin)), path_(std::move(path)) {
   if (!object.is_object()) {
     throw InputError(origin_, path_.empty() ? "(top level)" : path_, "a JSON object", describe(object));
   }
 }
 
-std::string Reader::field_path(std::string_view key) const {
-  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
-}
+std::string Reader::field_path(std::string_view key) const { return path_.empty() ? std::string(key) : path_ + "." + std::string(key); }
 
 bool Reader::has(std::string_view key) const { return json_->contains(key); }
 
@@ -278,10 +271,8 @@ double Reader::check_number(const Json& value, std::string_view key, const Bound
   const bool whole = std::floor(x) == x;
   if (std::isfinite(x) && x >= bound.min && x <= bound.max && (!bound.integer || whole)) return x;
   std::string got = describe(value);
-  if (x > 0 && x < bound.min && bound.bytes_given_in_gb && x * 1073741824.0 >= bound.min &&
-      x * 1073741824.0 <= bound.max) {
-    got += " (this looks like GB or GiB; the field is in bytes, e.g. " +
-           format_number(x * 1073741824.0) + " for " + describe(value) + " GiB)";
+  if (x > 0 && x < bound.min && bound.bytes_given_in_gb && x * 1073741824.0 >= bound.min && x * 1073741824.0 <= bound.max) {
+    got += " (this looks like GB or GiB; the field is in bytes, e.g. " + format_number(x * 1073741824.0) + " for " + describe(value) + " GiB)";
   } else if (x <= 0 && bound.min > 0) {
     got += " (sizes and rates must be positive)";
   }
@@ -293,9 +284,7 @@ std::int64_t Reader::integer(std::string_view key, std::int64_t min, std::int64_
   return static_cast<std::int64_t>(check_number(at(key), key, bound));
 }
 
-double Reader::number(std::string_view key, const Bound& bound) const {
-  return check_number(at(key), key, bound);
-}
+double Reader::number(std::string_view key, const Bound& bound) const { return check_number(at(key), key, bound); }
 
 Reader Reader::object(std::string_view key) const {
   const Json& value = at(key);
@@ -357,8 +346,7 @@ Source Reader::source(std::string_view key, const Sources& sources, std::string*
 
 Figure Reader::figure(std::string_view key, const Bound& bound, const Sources& sources) const {
   if (has(key) && !at(key).is_object()) {
-    fail(key, "a figure object {\"value\": ..., \"source\": ...} with value " + format_bound(bound),
-         describe(at(key)));
+    fail(key, "a figure object {\"value\": ..., \"source\": ...} with value " + format_bound(bound), describe(at(key)));
   }
   Reader entry = object(key);
   Figure figure;

@@ -51,7 +51,7 @@ struct Figure {
 struct Bound {
   double min = 0;
   double max = 0;
-  std::string unit;            // e.g. "bytes", "GB/s", "TFLOP/s", "" for pure numbers
+  std::string unit;  // e.g. "bytes", "GB/s", "TFLOP/s", "" for pure numbers
   bool integer = false;
   bool bytes_given_in_gb = false;  // if true, a too-small value that would fit when scaled by 2^30 gets a hint
 };

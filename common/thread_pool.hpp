@@ -38,8 +38,7 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }  // workers and the caller
 
   // At most `parallel` jobs at once (0: size()); see the header comment.
-  void for_each(std::size_t n, const std::function<void(std::size_t)>& job, const std::atomic<bool>* cancel = nullptr,
-                int parallel = 0);
+  void for_each(std::size_t n, const std::function<void(std::size_t)>& job, const std::atomic<bool>* cancel = nullptr, int parallel = 0);
 
   void post(int priority, std::function<void()> job);
   void clear();  // drops queued (not yet started) posted work

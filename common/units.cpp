@@ -14,16 +14,27 @@ std::int64_t parse_token_count(std::string_view text, const std::string& origin)
   double scale = 1;
   std::string_view digits = text;
   switch (text.back()) {
-    case 'K': case 'k': scale = 1024.0; digits.remove_suffix(1); break;
-    case 'M': case 'm': scale = 1048576.0; digits.remove_suffix(1); break;
-    case 'G': case 'g': scale = 1073741824.0; digits.remove_suffix(1); break;
+    case 'K':
+    case 'k':
+      scale = 1024.0;
+      digits.remove_suffix(1);
+      break;
+    case 'M':
+    case 'm':
+      scale = 1048576.0;
+      digits.remove_suffix(1);
+      break;
+    case 'G':
+    case 'g':
+      scale = 1073741824.0;
+      digits.remove_suffix(1);
+      break;
     default: break;
   }
   double value = 0;
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
   const double tokens = value * scale;
-  if (ec != std::errc() || end != digits.data() + digits.size() || !(tokens >= 1) ||
-      tokens > 9.0e15 || std::floor(tokens) != tokens) {
+  if (ec != std::errc() || end != digits.data() + digits.size() || !(tokens >= 1) || tokens > 9.0e15 || std::floor(tokens) != tokens) {
     throw InputError(origin, "value", expected, "\"" + std::string(text) + "\"");
   }
   return static_cast<std::int64_t>(tokens);

@@ -3,8 +3,8 @@
 // long-context literature does (a "128K" context is 131072 tokens); bandwidths are decimal (1 GB/s = 1e9 B/s).
 #include <cstdint>
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 namespace trainyard {
 
@@ -13,7 +13,7 @@ std::int64_t parse_token_count(std::string_view text, const std::string& origin)
 // "a,b,c" -> {"a", "b", "c"} (empty items kept, so that callers can reject them).
 std::vector<std::string> split_commas(std::string_view text);
 
-std::string format_number(double value);         // 12, 0.5, 8.03e+09 -> short, exact where it can be
+std::string format_number(double value);  // 12, 0.5, 8.03e+09 -> short, exact where it can be
 std::string format_fixed(double value, int decimals);
 std::string format_bytes(double bytes);          // binary units: "80.0 GiB", "2.00 TiB"
 std::string format_count(double count);          // decimal: "8.03 B", "525.3 M", "4096"

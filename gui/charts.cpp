@@ -26,8 +26,7 @@ QChart* new_chart(const QString& title) {
   return chart;
 }
 
-QLineSeries* new_line(QChart* chart, const QString& name, QColor color, Qt::PenStyle style, double width,
-                      const std::vector<QAbstractAxis*>& axes) {
+QLineSeries* new_line(QChart* chart, const QString& name, QColor color, Qt::PenStyle style, double width, const std::vector<QAbstractAxis*>& axes) {
   auto* s = new QLineSeries();
   s->setName(name);
   QPen pen(color);
@@ -70,9 +69,8 @@ struct SchemeSeries {
   QLineSeries *solid = nullptr, *dashed = nullptr;
   QScatterSeries *markers = nullptr, *misses = nullptr;
 };
-SchemeSeries add_scheme_series(QChart* c, const std::string& scheme, std::size_t index, std::size_t schemes,
-                               const QString& first, const std::vector<QAbstractAxis*>& first_axes, const QString& second,
-                               const std::vector<QAbstractAxis*>& second_axes) {
+SchemeSeries add_scheme_series(QChart* c, const std::string& scheme, std::size_t index, std::size_t schemes, const QString& first,
+                               const std::vector<QAbstractAxis*>& first_axes, const QString& second, const std::vector<QAbstractAxis*>& second_axes) {
   const SchemeStyle style = scheme_style(scheme, index, schemes);
   const QString name = QString::fromStdString(scheme);
   SchemeSeries s;
@@ -259,7 +257,8 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
   dram_capacity_ = new_line(c, "DRAM size", Qt::black, Qt::DashDotLine, 2, {x_, y_});
   // Without inputs (an error is shown) there are no capacities to draw.
   if (hbm_capacity_bytes > 0) hbm_capacity_->replace(QList<QPointF>{{low / 1.3, hbm_capacity_bytes / kGiB}, {high * 1.3, hbm_capacity_bytes / kGiB}});
-  if (dram_capacity_bytes > 0) dram_capacity_->replace(QList<QPointF>{{low / 1.3, dram_capacity_bytes / kGiB}, {high * 1.3, dram_capacity_bytes / kGiB}});
+  if (dram_capacity_bytes > 0)
+    dram_capacity_->replace(QList<QPointF>{{low / 1.3, dram_capacity_bytes / kGiB}, {high * 1.3, dram_capacity_bytes / kGiB}});
   y_min_ = hbm_capacity_bytes > 0 ? hbm_capacity_bytes / kGiB / 8 : 1;
   y_max_ = dram_capacity_bytes > 0 ? dram_capacity_bytes / kGiB * 2 : 1024;
   set_log_range(y_, y_min_, y_max_);
@@ -378,8 +377,8 @@ void StepMemoryChart::show_plan(const PlanDetail& d, int gpu) {
   gpu = std::clamp(gpu, 0, r.gpus - 1);
   const double step_s = static_cast<double>(r.step_ns) * 1e-9;
   constexpr std::size_t kBuckets = 800;
-  const auto& hbm_pool = r.pools[static_cast<std::size_t>(gpu)];
-  const auto& dram_pool = r.pools[static_cast<std::size_t>(r.gpus + cluster.node_of(gpu))];
+  const auto& hbm_pool = r.pools[gpu];
+  const auto& dram_pool = r.pools[r.gpus + cluster.node_of(gpu)];
   hbm_->setName(QString("HBM of gpu%1").arg(gpu));
   dram_->setName(QString("DRAM of host%1").arg(cluster.node_of(gpu)));
   hbm_->replace(step_line(hbm_pool.level, step_s, kBuckets));

@@ -38,7 +38,7 @@ class ChunkChart : public QChartView {
   void reset(const std::vector<std::string>& schemes, std::int64_t min_chunk, std::int64_t max_chunk);
   void clear_scheme(const std::string& scheme);
   void add_point(const Point& p);
-  int points(const std::string& scheme) const;  // MFU points shown (flat lines count 1)
+  int points(const std::string& scheme) const;             // MFU points shown (flat lines count 1)
   QList<QPointF> misses(const std::string& scheme) const;  // (chunk, 0) of the chunks that do not fit
 
  private:
@@ -69,7 +69,7 @@ class MemoryChart : public QChartView {
              double dram_capacity_bytes);
   void clear_scheme(const std::string& scheme);
   void add_point(const Point& p);
-  int points(const std::string& scheme) const;  // HBM points shown for the scheme
+  int points(const std::string& scheme) const;                 // HBM points shown for the scheme
   QList<QPointF> hbm_points(const std::string& scheme) const;  // (length, GiB) of the lengths that fit, by length
   QList<QPointF> misses(const std::string& scheme) const;      // (length, GiB needed) of those that do not, HBM and DRAM
   int total_points() const;

@@ -37,7 +37,7 @@ class JobRunner : public QObject {
   // Releases `object` on a worker thread (freeing a large graph can take longer than a frame).
   void dispose(std::shared_ptr<const void> object);
 
-  int pending() const { return pending_; }  // jobs of the current generations not yet handed back
+  int pending() const { return pending_; }               // jobs of the current generations not yet handed back
   int pending(const std::string& channel_prefix) const;  // of the channels whose name starts so
   // Processes events until every current job is handed back, or `timeout_ms` passes; true when idle (tests and
   // --screenshot use it; the window itself never waits).
@@ -72,32 +72,30 @@ template <typename Result>
 void JobRunner::submit(const std::string& channel, int priority, std::function<Result()> work, std::function<void(Result)> done,
                        std::function<void(const std::string&)> failed) {
   Ticket ticket = take_ticket(channel);
-  pool_.post(
-      priority,
-      [this, ticket, work = std::move(work), done = std::move(done), failed = std::move(failed)] {
-        if (ticket.current->load() != ticket.generation) return;  // restarted while queued: skip the work
-        std::shared_ptr<Result> result;
-        std::string error;
-        try {
-          result = std::make_shared<Result>(work());
-        } catch (const std::exception& e) {
-          error = e.what();
-        } catch (...) {
-          error = "unknown error";  // never let an exception end a pool thread (std::terminate)
-        }
-        QMetaObject::invokeMethod(
-            this,
-            [this, ticket, result, error, done, failed]() mutable {
-              if (!current(ticket)) {
-                if (result) dispose(std::move(result));  // a stale result may be large: freed off this thread
-                return;
-              }
-              finished(ticket);  // before `done`, which may restart this channel and submit more
-              if (result) done(std::move(*result));
-              else failed(error);
-            },
-            Qt::QueuedConnection);
-      });
+  pool_.post(priority, [this, ticket, work = std::move(work), done = std::move(done), failed = std::move(failed)] {
+    if (ticket.current->load() != ticket.generation) return;  // restarted while queued: skip the work
+    std::shared_ptr<Result> result;
+    std::string error;
+    try {
+      result = std::make_shared<Result>(work());
+    } catch (const std::exception& e) {
+      error = e.what();
+    } catch (...) {
+      error = "unknown error";  // never let an exception end a pool thread (std::terminate)
+    }
+    QMetaObject::invokeMethod(
+        this,
+        [this, ticket, result, error, done, failed]() mutable {
+          if (!current(ticket)) {
+            if (result) dispose(std::move(result));  // a stale result may be large: freed off this thread
+            return;
+          }
+          finished(ticket);  // before `done`, which may restart this channel and submit more
+          if (result) done(std::move(*result));
+          else failed(error);
+        },
+        Qt::QueuedConnection);
+  });
 }
 
 }  // namespace trainyard::gui

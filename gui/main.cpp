@@ -44,6 +44,7 @@ trainyard::gui::WhatIfInputs inputs_from(const po::variables_map& vm) {
 
 int main(int argc, char** argv) {
   po::options_description options("trainyard-gui options");
+  // clang-format off
   options.add_options()
       ("help", "this help")
       ("model", po::value<std::string>()->default_value("llama3-8b")->value_name("name|path|custom:..."), "model")
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
       ("width", po::value<int>()->default_value(1600)->value_name("px"), "window width")
       ("height", po::value<int>()->default_value(1000)->value_name("px"), "window height")
       ("timeout", po::value<int>()->default_value(600)->value_name("s"), "--screenshot: the longest wait for the charts");
+  // clang-format on
   po::variables_map vm;
   trainyard::gui::WhatIfInputs inputs;
   try {

@@ -4,9 +4,9 @@
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHeaderView>
-#include <QScrollBar>
 #include <QMenuBar>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QSvgGenerator>
@@ -231,9 +231,8 @@ void MainWindow::build_menus() {
                                                           {"timeline", timeline_},
                                                           {"whole window", this}};
   for (const auto& [name, widget] : targets) {
-    charts->addAction(name, this, [=, this] {
-      ask(true, "Save " + name, "Images (*.png *.svg)", [this, widget](const QString& p) { save_chart(widget, p); });
-    });
+    charts->addAction(name, this,
+                      [=, this] { ask(true, "Save " + name, "Images (*.png *.svg)", [this, widget](const QString& p) { save_chart(widget, p); }); });
   }
   file->addSeparator();
   file->addAction("&Quit", this, &QWidget::close);
@@ -283,9 +282,7 @@ void MainWindow::recompute_now() {
   recompute_all();
 }
 
-void MainWindow::set_seq_len(std::int64_t tokens) {
-  seq_->setValue(seq_slider_position(seq_, tokens));
-}
+void MainWindow::set_seq_len(std::int64_t tokens) { seq_->setValue(seq_slider_position(seq_, tokens)); }
 
 void MainWindow::set_hw(const QString& hw) { hw_->setCurrentText(hw); }
 
@@ -486,8 +483,7 @@ void MainWindow::start_chunk_chart(const std::string& scheme) {
   auto setup = setup_;
   const auto preferred = preferred_plans();
   jobs_.submit<std::optional<planner::PlanSpec>>(
-      channel, 5,
-      [setup, scheme, preferred] { return chart_plan(setup->at(setup->inputs.seq_len), scheme, preferred, setup->inputs.hbm_headroom); },
+      channel, 5, [setup, scheme, preferred] { return chart_plan(setup->at(setup->inputs.seq_len), scheme, preferred, setup->inputs.hbm_headroom); },
       [this, setup, scheme, channel, cancel](std::optional<planner::PlanSpec> spec) {
         if (!spec) return;
         const double headroom = setup->inputs.hbm_headroom;
@@ -503,7 +499,8 @@ void MainWindow::start_chunk_chart(const std::string& scheme) {
               [this](Point p) {
                 chunk_chart_->add_point(p);
                 emit chart_updated(1);
-              }, [](const std::string&) {});
+              },
+              [](const std::string&) {});
         }
       },
       [this, scheme](const std::string& e) { show_error(QString::fromStdString(scheme + ": " + e)); });
@@ -534,7 +531,8 @@ void MainWindow::start_memory_chart(const std::string& scheme) {
         [this](Point p) {
           memory_chart_->add_point(p);
           emit chart_updated(2);
-        }, [](const std::string&) {});
+        },
+        [](const std::string&) {});
   }
 }
 

@@ -50,7 +50,7 @@ class MainWindow : public QMainWindow {
   void set_seq_len(std::int64_t tokens);  // moves the slider (to the nearest power of two)
   void set_chunk(std::int64_t tokens);    // the selected plan's chunk, where it has one
   void set_hw(const QString& hw);
-  void recompute_now();                   // instead of waiting for the controls' short debounce
+  void recompute_now();  // instead of waiting for the controls' short debounce
   bool open_plan(const QString& path);
   bool save_plan(const QString& path);
   bool save_trace(const QString& path);
@@ -67,9 +67,9 @@ class MainWindow : public QMainWindow {
   void build_menus();
   void set_inputs(const WhatIfInputs& inputs);
   WhatIfInputs read_inputs() const;
-  void inputs_changed();      // a control of the inputs moved: debounced recompute_all
-  void params_changed();      // the selected plan's parameters changed
-  void scheme_changed();      // the selected plan's scheme changed
+  void inputs_changed();  // a control of the inputs moved: debounced recompute_all
+  void params_changed();  // the selected plan's parameters changed
+  void scheme_changed();  // the selected plan's scheme changed
   void row_selected();
   void recompute_all();
   void update_panel_ranges();

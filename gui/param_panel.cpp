@@ -16,9 +16,7 @@ namespace trainyard::gui {
 
 namespace {
 
-bool shown(const planner::Param& p) {
-  return p.in_panel && p.kind != planner::Param::Kind::tokens && p.kind != planner::Param::Kind::custom;
-}
+bool shown(const planner::Param& p) { return p.in_panel && p.kind != planner::Param::Kind::tokens && p.kind != planner::Param::Kind::custom; }
 
 int clamp_int(std::int64_t v) { return static_cast<int>(std::clamp<std::int64_t>(v, INT_MIN, INT_MAX)); }
 

@@ -32,7 +32,7 @@ class ParamPanel : public QWidget {
  private:
   struct Control {
     const planner::Param* param;
-    QWidget* widget;               // QSpinBox, QCheckBox or QComboBox; for a set, the box holding `items`
+    QWidget* widget;                // QSpinBox, QCheckBox or QComboBox; for a set, the box holding `items`
     std::vector<QCheckBox*> items;  // a set's choices, in order
   };
   Control make_control(const planner::Param& p);

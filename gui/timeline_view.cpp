@@ -16,9 +16,9 @@ constexpr int kLabelWidth = 110, kRowHeight = 26, kLinkRowHeight = 18, kAxisHeig
 
 QColor class_color(const std::string& task_class) {
   static const std::map<std::string, QColor> colors{
-      {"gemm", QColor(0x1f, 0x77, 0xb4)},     {"attention fwd", QColor(0xd6, 0x27, 0x28)}, {"attention bwd", QColor(0x9c, 0x1b, 0x1c)},
+      {"gemm", QColor(0x1f, 0x77, 0xb4)},        {"attention fwd", QColor(0xd6, 0x27, 0x28)}, {"attention bwd", QColor(0x9c, 0x1b, 0x1c)},
       {"elementwise", QColor(0x7f, 0x7f, 0x7f)}, {"optimizer", QColor(0x8c, 0x56, 0x4b)},     {"H2D", QColor(0x2c, 0xa0, 0x2c)},
-      {"D2H", QColor(0x98, 0xdf, 0x8a)},      {"p2p", QColor(0xff, 0x7f, 0x0e)},           {"collective", QColor(0x94, 0x67, 0xbd)}};
+      {"D2H", QColor(0x98, 0xdf, 0x8a)},         {"p2p", QColor(0xff, 0x7f, 0x0e)},           {"collective", QColor(0x94, 0x67, 0xbd)}};
   const auto it = colors.find(task_class);
   return it == colors.end() ? QColor(0xbc, 0xbd, 0x22) : it->second;
 }

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/compare.hpp"
 #include "gui/what_if.hpp"
+#include "sim/compare.hpp"
 #include "sim/engine.hpp"
 
 namespace trainyard::gui {

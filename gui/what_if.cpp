@@ -23,7 +23,9 @@ hw::NodeProfile checked_node(const WhatIfInputs& inputs) {
 }  // namespace
 
 Setup::Setup(const WhatIfInputs& in)
-    : inputs(in), model(model::load_model(in.model, "--model")), cluster(checked_node(in), in.nodes, stacks::load_stack(in.stack, "--stack")),
+    : inputs(in),
+      model(model::load_model(in.model, "--model")),
+      cluster(checked_node(in), in.nodes, stacks::load_stack(in.stack, "--stack")),
       precision(model::precision_policy("bf16-mixed")) {
   if (in.seq_len < 1) throw InputError("--seq", "value", "a positive token count", std::to_string(in.seq_len));
   if (in.tokens_per_step < 0) {
@@ -41,8 +43,7 @@ planner::StepInputs Setup::at(std::int64_t seq_len) const {
 
 void check_sequence_control_length(std::int64_t seq_len, const std::string& origin, const std::string& field, const std::string& as_given) {
   if (seq_len < 1 || seq_len > kMaxSeqLen || (seq_len & (seq_len - 1)) != 0) {
-    throw InputError(origin, field, "a power of two up to 16M (the GUI's sequence control; trainyard simulate --plan takes any length)",
-                     as_given);
+    throw InputError(origin, field, "a power of two up to 16M (the GUI's sequence control; trainyard simulate --plan takes any length)", as_given);
   }
 }
 
@@ -115,8 +116,8 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
   return p;
 }
 
-std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme,
-                                            const std::vector<planner::PlanSpec>& preferred, double hbm_headroom) {
+std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme, const std::vector<planner::PlanSpec>& preferred,
+                                            double hbm_headroom) {
   std::optional<planner::PlanSpec> spec;
   for (const auto& p : preferred) {
     if (p.scheme != scheme || spec) continue;
@@ -203,8 +204,8 @@ std::string measured_mismatch(const sim::Timeline& predicted, const MeasuredTrac
     if (devices.count(device) && !seen.count({s.name, device})) first = first ? first : &s, ++missing;
   }
   if (!first) return "";
-  return file + " is not a trace of the selected plan: " + std::to_string(missing) + " of the plan's tasks on the GPUs it covers are not in it (first: \"" +
-         first->name + "\" on " + predicted.device_label(first->pid) + ")";
+  return file + " is not a trace of the selected plan: " + std::to_string(missing) +
+         " of the plan's tasks on the GPUs it covers are not in it (first: \"" + first->name + "\" on " + predicted.device_label(first->pid) + ")";
 }
 
 TimelineRows index_timeline(const sim::Timeline& t) {

@@ -85,8 +85,8 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
 // valid there (the window passes the parameter panel's plan, then the search's best of each scheme), else the
 // planner's quick_plan. On schemes with a chunk, a chunk that does not divide this length or makes the graph too
 // large becomes the nearest longer one that works.
-std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme,
-                                            const std::vector<planner::PlanSpec>& preferred, double hbm_headroom);
+std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme, const std::vector<planner::PlanSpec>& preferred,
+                                            double hbm_headroom);
 
 // A measured trace (trainyard run --trace) and how much of its step it holds (otherData.selection).
 struct MeasuredTrace {
@@ -111,12 +111,11 @@ struct PlanDetail {
   planner::PlanSpec spec;
   planner::PlanMetrics metrics;
   std::shared_ptr<const sim::TaskGraph> graph;
-  std::shared_ptr<const sim::SimResult> result;     // memory levels and link loads recorded
-  std::shared_ptr<const sim::Timeline> timeline;    // the Chrome trace's slices
-  std::shared_ptr<const TimelineRows> rows;         // index_timeline(*timeline)
+  std::shared_ptr<const sim::SimResult> result;   // memory levels and link loads recorded
+  std::shared_ptr<const sim::Timeline> timeline;  // the Chrome trace's slices
+  std::shared_ptr<const TimelineRows> rows;       // index_timeline(*timeline)
 };
-PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planner::PlanSpec& spec,
-                                const std::atomic<bool>* cancel = nullptr);
+PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planner::PlanSpec& spec, const std::atomic<bool>* cancel = nullptr);
 
 // The plan file (trainyard.plan.v1) of a plan at these inputs, as `trainyard plan --out` writes it.
 planner::PlanFile plan_file(const Setup& setup, const planner::PlanSpec& spec, const planner::PlanMetrics* predicted);

@@ -24,8 +24,7 @@ const Catalog& nodes() {
 
 // A node's "gpu" field: a built-in name, or a path relative to the node file.
 GpuProfile load_gpu_for_node(const std::string& reference, const std::string& node_origin) {
-  if (looks_like_path(reference) && !std::filesystem::path(reference).is_absolute() &&
-      !node_origin.ends_with("(built-in)")) {
+  if (looks_like_path(reference) && !std::filesystem::path(reference).is_absolute() && !node_origin.ends_with("(built-in)")) {
     const auto path = std::filesystem::path(node_origin).parent_path() / reference;
     return load_gpu(path.string(), node_origin + ": field 'gpu'");
   }
@@ -39,17 +38,11 @@ std::vector<std::string> builtin_node_names() { return nodes().names(); }
 bool is_builtin_gpu(std::string_view name) { return gpus().contains(name); }
 bool is_builtin_node(std::string_view name) { return nodes().contains(name); }
 
-GpuProfile gpu_from_document(const json::Json& document, const std::string& origin) {
-  return parse_gpu(document, origin);
-}
+GpuProfile gpu_from_document(const json::Json& document, const std::string& origin) { return parse_gpu(document, origin); }
 
-NodeProfile node_from_document(const json::Json& document, const std::string& origin) {
-  return parse_node(document, origin, &load_gpu_for_node);
-}
+NodeProfile node_from_document(const json::Json& document, const std::string& origin) { return parse_node(document, origin, &load_gpu_for_node); }
 
-LoadedDocument load_gpu_document(std::string_view name_or_path, const std::string& origin) {
-  return gpus().load(name_or_path, origin);
-}
+LoadedDocument load_gpu_document(std::string_view name_or_path, const std::string& origin) { return gpus().load(name_or_path, origin); }
 
 GpuProfile load_gpu(std::string_view name_or_path, const std::string& origin) {
   LoadedDocument doc = gpus().load(name_or_path, origin);
@@ -61,7 +54,6 @@ NodeProfile load_node(std::string_view name_or_path, const std::string& origin) 
   return node_from_document(doc.json, doc.origin);
 }
 
-
 // --nodes: a count in range, and more than one only for nodes that have NICs to join a cluster.
 void check_node_count(int nodes) {
   if (nodes < 1 || nodes > 100000) throw InputError("--nodes", "value", "an integer in [1, 100000]", std::to_string(nodes));
@@ -69,8 +61,7 @@ void check_node_count(int nodes) {
 void check_node_count(int nodes, const hw::NodeProfile& node) {
   check_node_count(nodes);
   if (nodes > 1 && node.count(hw::VertexType::nic) == 0) {
-    throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster",
-                     std::to_string(nodes));
+    throw InputError("--nodes", "value", "1: node profile \"" + node.name + "\" has no NIC to join a cluster", std::to_string(nodes));
   }
 }
 

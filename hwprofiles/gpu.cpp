@@ -21,12 +21,21 @@ double pcie_gbps_per_direction(int generation, int lanes) {
   // Transfer rate per lane in GT/s and encoding efficiency, PCI Express Base Specifications 1.0-6.0.
   double gtps = 0, encoding = 128.0 / 130.0;
   switch (generation) {
-    case 1: gtps = 2.5; encoding = 0.8; break;
-    case 2: gtps = 5.0; encoding = 0.8; break;
+    case 1:
+      gtps = 2.5;
+      encoding = 0.8;
+      break;
+    case 2:
+      gtps = 5.0;
+      encoding = 0.8;
+      break;
     case 3: gtps = 8.0; break;
     case 4: gtps = 16.0; break;
     case 5: gtps = 32.0; break;
-    case 6: gtps = 64.0; encoding = 242.0 / 256.0; break;  // FLIT mode
+    case 6:
+      gtps = 64.0;
+      encoding = 242.0 / 256.0;
+      break;  // FLIT mode
     default: TRAINYARD_CHECK(false, "PCIe generation out of range: " + std::to_string(generation));
   }
   return gtps * encoding / 8.0 * lanes;
@@ -61,9 +70,7 @@ double GpuProfile::pcie_raw_gbps_per_direction() const {
   return pcie_gbps_per_direction(static_cast<int>(pcie_generation.value), static_cast<int>(pcie_lanes.value));
 }
 
-double GpuProfile::ridge_flop_per_byte(Dtype dtype) const {
-  return peak_tflops(dtype) * 1e12 / (hbm_gbps.value * 1e9);
-}
+double GpuProfile::ridge_flop_per_byte(Dtype dtype) const { return peak_tflops(dtype) * 1e12 / (hbm_gbps.value * 1e9); }
 
 namespace {
 
@@ -76,8 +83,8 @@ std::vector<std::pair<double, double>> fraction_points(const json::Reader& r, st
   std::vector<std::pair<double, double>> out;
   for (std::size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
-    const bool ok = p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number() && x_ok(p[0].get<double>()) &&
-                    p[1].get<double>() > 0 && p[1].get<double>() <= 1 && (i == 0 || p[0].get<double>() > out.back().first);
+    const bool ok = p.is_array() && p.size() == 2 && p[0].is_number() && p[1].is_number() && x_ok(p[0].get<double>()) && p[1].get<double>() > 0 &&
+                    p[1].get<double>() <= 1 && (i == 0 || p[0].get<double>() > out.back().first);
     if (!ok) r.fail(std::string(key) + "[" + std::to_string(i) + "]", expected, p.dump());
     out.emplace_back(p[0].get<double>(), p[1].get<double>());
   }
@@ -100,9 +107,9 @@ AttentionKernel::Pass parse_attention_pass(const json::Reader& parent, std::stri
   const json::Reader r = parent.object(key);
   AttentionKernel::Pass pass;
   pass.source = r.source("source", sources, &pass.source_id);
-  pass.ceiling_by_head_dim =
-      fraction_points(r, "ceiling_by_head_dim", "a non-empty array of [head_dim, fraction of peak] pairs, head_dim increasing, fraction in (0, 1]",
-                      [](double head_dim) { return head_dim >= 8 && head_dim <= 1024; });
+  pass.ceiling_by_head_dim = fraction_points(r, "ceiling_by_head_dim",
+                                             "a non-empty array of [head_dim, fraction of peak] pairs, head_dim increasing, fraction in (0, 1]",
+                                             [](double head_dim) { return head_dim >= 8 && head_dim <= 1024; });
   pass.block_overhead_keys = r.figure("block_overhead_keys", json::Bound{0, 1e6, "key positions"}, sources);
   r.finish();
   return pass;
@@ -142,8 +149,7 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
 
   json::Reader peaks = top.object("peak_dense_tflops");
   for (Dtype dtype : kAllDtypes) {
-    gpu.peak_dense_tflops[static_cast<int>(dtype)] =
-        peaks.figure(to_string(dtype), Bound{0.1, 100000, "TFLOP/s"}, sources);
+    gpu.peak_dense_tflops[static_cast<int>(dtype)] = peaks.figure(to_string(dtype), Bound{0.1, 100000, "TFLOP/s"}, sources);
   }
   peaks.finish();
   // Bounds are wide but catch unit slips: HBM in GB instead of bytes, bandwidth in TB/s instead of GB/s.
@@ -174,8 +180,8 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   if (sustained.has("nvlink_GBps_per_direction")) {
     gpu.sustained.nvlink_gbps_per_direction = sustained.figure("nvlink_GBps_per_direction", Bound{0, 10000, "GB/s"}, sources);
     if (gpu.sustained.nvlink_gbps_per_direction.value > gpu.nvlink_gbps_per_direction.value) {
-      sustained.fail("nvlink_GBps_per_direction", "at most the datasheet's nvlink_GBps_per_direction (" +
-                                                      format_fixed(gpu.nvlink_gbps_per_direction.value, 1) + " GB/s)",
+      sustained.fail("nvlink_GBps_per_direction",
+                     "at most the datasheet's nvlink_GBps_per_direction (" + format_fixed(gpu.nvlink_gbps_per_direction.value, 1) + " GB/s)",
                      format_fixed(gpu.sustained.nvlink_gbps_per_direction.value, 1));
     }
   }
@@ -185,7 +191,8 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
     gpu.sustained.gemm_tile_cols = sustained.figure("gemm_tile_cols", Bound{1, 4096, "columns", true}, sources);
   }
   if (sustained.has("collective_ctas")) {
-    gpu.sustained.collective_ctas = sustained.figure("collective_ctas", Bound{0, gpu.sm_count.value - 1, "thread blocks (fewer than sm_count)", true}, sources);
+    gpu.sustained.collective_ctas = sustained.figure("collective_ctas", Bound{0, gpu.sm_count.value - 1, "thread blocks (fewer than sm_count)", true},
+                                                     sources);
   }
   sustained.finish();
   // What `trainyard calibrate` measured and fitted (backend/calibration.hpp): a record for people, not read here.
@@ -200,8 +207,9 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
                                                    {"pcie_d2h_GBps", gpu.sustained.pcie_d2h_gbps.value}};
   for (const auto& [key, value] : copies) {
     if (value > raw) {
-      sustained.fail(key, "at most the raw PCIe rate of Gen" + std::to_string(int(gpu.pcie_generation.value)) +
-                              " x" + std::to_string(int(gpu.pcie_lanes.value)) + " (" + format_fixed(raw, 1) + " GB/s)",
+      sustained.fail(key,
+                     "at most the raw PCIe rate of Gen" + std::to_string(int(gpu.pcie_generation.value)) + " x" +
+                         std::to_string(int(gpu.pcie_lanes.value)) + " (" + format_fixed(raw, 1) + " GB/s)",
                      format_fixed(value, 1));
     }
   }

@@ -14,7 +14,6 @@ namespace trainyard::hw {
 
 using json::Figure;
 
-
 // Raw PCIe bandwidth per direction in GB/s for a generation and lane count (after line encoding:
 // 8b/10b for Gen1-2, 128b/130b for Gen3-5), e.g. Gen4 x16 = 31.5 GB/s.
 double pcie_gbps_per_direction(int generation, int lanes);
@@ -55,7 +54,7 @@ struct AttentionKernel {
 struct GpuProfile {
   std::string name;
   std::string description;
-  std::string origin;  // the file it came from
+  std::string origin;                       // the file it came from
   std::array<Figure, 4> peak_dense_tflops;  // indexed by Dtype
   Figure hbm_bytes;
   Figure hbm_gbps;
@@ -68,7 +67,7 @@ struct GpuProfile {
     Figure hbm_efficiency;   // fraction of hbm_gbps that streaming kernels reach
     Figure pcie_h2d_gbps;    // pinned host-to-device copies
     Figure pcie_d2h_gbps;    // pinned device-to-host copies
-    EfficiencyTable gemm;           // by the call's FLOPs
+    EfficiencyTable gemm;    // by the call's FLOPs
     EfficiencyTable attention_fwd;
     EfficiencyTable attention_bwd;
     Figure kernel_launch_ns;  // fixed cost per kernel on a stream

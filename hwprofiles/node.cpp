@@ -135,8 +135,7 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
   for (int i = 0; i < gpus; ++i) {
     const VertexSpec* v = node.find_vertex("gpu" + std::to_string(i));
     if (v == nullptr || v->type != VertexType::gpu) {
-      topology.fail("vertices", "GPU vertices named gpu0..gpu" + std::to_string(gpus - 1),
-                    "no gpu vertex named \"gpu" + std::to_string(i) + "\"");
+      topology.fail("vertices", "GPU vertices named gpu0..gpu" + std::to_string(gpus - 1), "no gpu vertex named \"gpu" + std::to_string(i) + "\"");
     }
   }
 
@@ -152,8 +151,7 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
     if (b == nullptr) l.fail("b", "the id of a vertex listed in topology.vertices", "\"" + link.b + "\"");
     if (a == b) l.fail("b", "a vertex other than \"a\"", "\"" + link.b + "\"");
     if (!endpoints_ok(link.type, a->type, b->type)) {
-      l.fail("type", "a link type that can join a " + std::string(to_string(a->type)) + " and a " +
-                         std::string(to_string(b->type)),
+      l.fail("type", "a link type that can join a " + std::string(to_string(a->type)) + " and a " + std::string(to_string(b->type)),
              "\"" + std::string(to_string(link.type)) + "\"");
     }
     switch (link.type) {
@@ -165,8 +163,7 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
       }
       case LinkType::nvlink:
         if (node.gpu.nvlink_gbps_per_direction.value <= 0) {
-          l.fail("type", "no nvlink links: GPU profile \"" + node.gpu.name + "\" has nvlink_GBps_per_direction 0",
-                 "\"nvlink\"");
+          l.fail("type", "no nvlink links: GPU profile \"" + node.gpu.name + "\" has nvlink_GBps_per_direction 0", "\"nvlink\"");
         }
         link.gbps_per_direction = node.gpu.nvlink_data_gbps();
         break;
@@ -216,13 +213,10 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
     const VertexId a = graph.gpu(0, i);
     for (int j = i + 1; j < gpus; ++j) {
       if (!graph.try_route(a, graph.gpu(0, j))) {
-        topology.fail("links", "a path of links between every two GPUs",
-                      "none between gpu" + std::to_string(i) + " and gpu" + std::to_string(j));
+        topology.fail("links", "a path of links between every two GPUs", "none between gpu" + std::to_string(i) + " and gpu" + std::to_string(j));
       }
     }
-    const bool reaches_nic = nics.empty() || std::any_of(nics.begin(), nics.end(), [&](VertexId nic) {
-                               return graph.try_route(a, nic).has_value();
-                             });
+    const bool reaches_nic = nics.empty() || std::any_of(nics.begin(), nics.end(), [&](VertexId nic) { return graph.try_route(a, nic).has_value(); });
     if (!reaches_nic) {
       topology.fail("links", "a path of links from every GPU to a NIC", "none from gpu" + std::to_string(i));
     }

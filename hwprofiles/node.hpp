@@ -25,9 +25,9 @@ struct LinkSpec {
   std::string a;
   std::string b;
   LinkType type = LinkType::pcie;
-  int pcie_generation = 0;  // pcie links
-  int pcie_lanes = 0;       // pcie links
-  std::optional<Figure> gbps;  // dram: total of both directions; socket: per direction
+  int pcie_generation = 0;        // pcie links
+  int pcie_lanes = 0;             // pcie links
+  std::optional<Figure> gbps;     // dram: total of both directions; socket: per direction
   double gbps_per_direction = 0;  // resolved for every link type (dram: the shared total)
   bool full_duplex = true;        // DRAM bandwidth is shared by reads and writes
 };

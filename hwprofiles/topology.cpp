@@ -85,8 +85,7 @@ Topology::Topology(const NodeProfile& node, int node_count)
     if (node_count > 1) {
       for (const auto& v : node.vertices) {
         if (v.type != VertexType::nic) continue;
-        graph->add_link(local(v.id), fabric,
-                        make_link(LinkType::network, v.nic_gbps_per_direction->value, true, latency(LinkType::network)));
+        graph->add_link(local(v.id), fabric, make_link(LinkType::network, v.nic_gbps_per_direction->value, true, latency(LinkType::network)));
       }
     }
   }
@@ -106,7 +105,7 @@ void Topology::assign_rails() {
   for (int g = 0; g < gpus_per_node_; ++g) {
     std::vector<std::pair<double, VertexId>> costs;
     for (VertexId nic : nics) {
-      if (const auto r = try_route(gpus_[0][static_cast<std::size_t>(g)], nic)) {
+      if (const auto r = try_route(gpus_[0][g], nic)) {
         double cost = 0;
         for (int index : r->links) cost += link(index).route_cost;
         costs.emplace_back(cost, nic);
@@ -139,8 +138,8 @@ std::optional<VertexId> Topology::rail_nic(VertexId gpu) const {
   if (rail_offset_.empty()) return std::nullopt;
   const int node = vertex_info(gpu).node;
   for (int g = 0; g < gpus_per_node_; ++g) {
-    if (gpus_[static_cast<std::size_t>(node)][static_cast<std::size_t>(g)] == gpu) {
-      const int offset = rail_offset_[static_cast<std::size_t>(g)];
+    if (gpus_[node][g] == gpu) {
+      const int offset = rail_offset_[g];
       if (offset < 0) return std::nullopt;
       return first_vertex(node) + static_cast<VertexId>(offset);
     }
@@ -154,10 +153,10 @@ int Topology::link_count() const { return static_cast<int>(graph_->edges.size())
 
 const TopoVertex& Topology::vertex_info(VertexId v) const { return graph_->g[v]; }
 
-const TopoLink& Topology::link(int index) const { return graph_->g[graph_->edges[static_cast<std::size_t>(index)]]; }
+const TopoLink& Topology::link(int index) const { return graph_->g[graph_->edges[index]]; }
 
 std::pair<VertexId, VertexId> Topology::link_ends(int index) const {
-  const LinkId e = graph_->edges[static_cast<std::size_t>(index)];
+  const LinkId e = graph_->edges[index];
   return {boost::source(e, graph_->g), boost::target(e, graph_->g)};
 }
 
@@ -177,8 +176,7 @@ VertexId Topology::vertex(int node, std::string_view id) const {
 }
 
 VertexId Topology::gpu(int node, int index) const {
-  TRAINYARD_CHECK(node >= 0 && node < node_count_ && index >= 0 && index < gpus_per_node_,
-                  "GPU index out of range");
+  TRAINYARD_CHECK(node >= 0 && node < node_count_ && index >= 0 && index < gpus_per_node_, "GPU index out of range");
   return gpus_[node][index];
 }
 
@@ -191,16 +189,14 @@ std::string Topology::name(VertexId v) const {
 std::optional<Route> Topology::try_route(VertexId from, VertexId to) const {
   const TopologyGraph& g = graph_->g;
   auto may_visit = [&g, from, to](VertexId v) { return v == from || v == to || !endpoint_only(g[v].type); };
-  boost::filtered_graph<TopologyGraph, boost::keep_all, std::function<bool(VertexId)>> view(g, boost::keep_all(),
-                                                                                          may_visit);
+  boost::filtered_graph<TopologyGraph, boost::keep_all, std::function<bool(VertexId)>> view(g, boost::keep_all(), may_visit);
   const auto n = boost::num_vertices(g);
   std::vector<VertexId> predecessor(n);
   std::vector<double> distance(n, std::numeric_limits<double>::infinity());
-  boost::dijkstra_shortest_paths(
-      view, from,
-      boost::predecessor_map(boost::make_iterator_property_map(predecessor.begin(), boost::get(boost::vertex_index, g)))
-          .distance_map(boost::make_iterator_property_map(distance.begin(), boost::get(boost::vertex_index, g)))
-          .weight_map(boost::get(&TopoLink::route_cost, g)));
+  boost::dijkstra_shortest_paths(view, from,
+                                 boost::predecessor_map(boost::make_iterator_property_map(predecessor.begin(), boost::get(boost::vertex_index, g)))
+                                     .distance_map(boost::make_iterator_property_map(distance.begin(), boost::get(boost::vertex_index, g)))
+                                     .weight_map(boost::get(&TopoLink::route_cost, g)));
   if (from != to && predecessor[to] == to) return std::nullopt;
 
   Route route;

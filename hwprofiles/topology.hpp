@@ -19,7 +19,7 @@ namespace trainyard::hw {
 struct TopoVertex {
   std::string id;  // as in the node file ("gpu3"); the fabric is "fabric"
   VertexType type = VertexType::gpu;
-  int node = -1;   // -1 for the fabric
+  int node = -1;  // -1 for the fabric
 };
 
 struct TopoLink {
@@ -54,13 +54,13 @@ class Topology {
   const TopoLink& link(int index) const;  // index: 0..link_count-1, its TopoLink::index
   // The ends in the order the link was added (the node file's a, b; a NIC, then the fabric).
   std::pair<VertexId, VertexId> link_ends(int index) const;
-  VertexId other_end(int index, VertexId v) const;  // the end of the link that is not v
+  VertexId other_end(int index, VertexId v) const;     // the end of the link that is not v
   const std::vector<int>& links_at(VertexId v) const;  // the links touching v, in the order they were added
   // Layout: every node's vertices and links are contiguous blocks of the same size, in the same order, so a
   // route inside node n is node 0's route shifted by n blocks (the simulator relies on this to compute each
   // route shape once). The fabric vertex, when there is one, comes first.
-  VertexId first_vertex(int node) const { return first_vertex_[static_cast<std::size_t>(node)]; }
-  int first_link(int node) const { return first_link_[static_cast<std::size_t>(node)]; }
+  VertexId first_vertex(int node) const { return first_vertex_[node]; }
+  int first_link(int node) const { return first_link_[node]; }
   std::optional<VertexId> fabric() const { return fabric_; }
   bool pcie_peer_to_peer() const { return peer_to_peer_; }
 

@@ -19,14 +19,13 @@ namespace {
 
 using namespace detail;
 
-constexpr int kWarps = 4;          // warps per block
-constexpr int kRowsPerWarp = 4;    // forward: query rows per warp
-constexpr int kKeysPerTile = 32;   // forward: keys per shared-memory tile (one per lane)
+constexpr int kWarps = 4;         // warps per block
+constexpr int kRowsPerWarp = 4;   // forward: query rows per warp
+constexpr int kKeysPerTile = 32;  // forward: keys per shared-memory tile (one per lane)
 
 // grid (ceil(q_len / 16), heads), block 128 threads.
 template <int D>
-__global__ void attention_forward_kernel(Geometry g, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o,
-                                         float* lse) {
+__global__ void attention_forward_kernel(Geometry g, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o, float* lse) {
   constexpr int kPerLane = D / 32;
   __shared__ float q_tile[kWarps * kRowsPerWarp][D];
   __shared__ float k_tile[kKeysPerTile][D + 1];  // +1: lane j reads row j without bank conflicts
@@ -112,8 +111,7 @@ __global__ void attention_merge_kernel(int q_len, int heads, int head_dim, float
   if (lane == 0) lse_acc[li] = top + logf(total);
 }
 
-__global__ void attention_backward_prep_kernel(int q_len, int heads, int head_dim, const bf16_bits* o, const bf16_bits* d_o,
-                                               float* delta) {
+__global__ void attention_backward_prep_kernel(int q_len, int heads, int head_dim, const bf16_bits* o, const bf16_bits* d_o, float* delta) {
   const long long w = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (w >= static_cast<long long>(q_len) * heads) return;
@@ -211,16 +209,15 @@ void attention_merge(int q_len, int heads, int head_dim, float* o_acc, float* ls
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
-void attention_backward_prep(int q_len, int heads, int head_dim, const bf16_bits* o, const bf16_bits* d_o, float* delta,
-                             cudaStream_t stream) {
+void attention_backward_prep(int q_len, int heads, int head_dim, const bf16_bits* o, const bf16_bits* d_o, float* delta, cudaStream_t stream) {
   const long long warps = static_cast<long long>(q_len) * heads;
   if (warps == 0) return;
   attention_backward_prep_kernel<<<warps_to_blocks(warps), kWarps * 32, 0, stream>>>(q_len, heads, head_dim, o, d_o, delta);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
-void attention_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o,
-                        const float* lse, const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream, AttentionPath path) {
+void attention_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o, const float* lse,
+                        const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream, AttentionPath path) {
   check_shape(s);
   const long long warps = static_cast<long long>(s.kv_len) * s.heads;
   if (warps == 0 || s.q_len == 0) return;

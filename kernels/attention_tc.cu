@@ -65,8 +65,8 @@ __device__ void load_query_rows(const Geometry& g, int head, int first_row, int 
 
 // grid (ceil(q_len / 64), heads), 128 threads.
 template <int D>
-__global__ void __launch_bounds__(kThreads) attention_forward_tc_kernel(Geometry g, const bf16_bits* q, const bf16_bits* k,
-                                                                       const bf16_bits* v, bf16_bits* o, float* lse) {
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_tc_kernel(Geometry g, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o, float* lse) {
   __shared__ __align__(16) bf16_bits k_tile[kKeysPerTile * (D + kPad)];
   __shared__ __align__(16) bf16_bits vt_tile[D * (kKeysPerTile + kPad)];
   const int head = static_cast<int>(blockIdx.y), kv_head = head / (g.heads / g.kv_heads);
@@ -168,9 +168,9 @@ struct BackwardTiles {
 
 // grid (ceil(kv_len / 64), heads), 128 threads, sizeof(BackwardTiles<D>) bytes of dynamic shared memory.
 template <int D>
-__global__ void __launch_bounds__(kThreads) attention_backward_tc_kernel(Geometry g, const bf16_bits* q, const bf16_bits* k,
-                                                                        const bf16_bits* v, const bf16_bits* d_o, const float* lse,
-                                                                        const float* delta, float* dq, float* dk, float* dv) {
+__global__ void __launch_bounds__(kThreads)
+    attention_backward_tc_kernel(Geometry g, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o, const float* lse,
+                                 const float* delta, float* dq, float* dk, float* dv) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   auto& sm = *reinterpret_cast<BackwardTiles<D>*>(shared_bytes);
   constexpr int kRow = D + kPad;
@@ -277,8 +277,8 @@ void check_aligned(const void* p, const char* what) {
 }
 
 template <int D>
-void launch_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o,
-                     const float* lse, const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
+void launch_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o, const float* lse,
+                     const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream) {
   constexpr int kBytes = sizeof(BackwardTiles<D>);
   // Above the 48 KiB default for D = 128. The opt-in is per device, so it is set before every launch (cheap).
   TRAINYARD_CUDA_CHECK(cudaFuncSetAttribute(attention_backward_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
@@ -289,7 +289,7 @@ void launch_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bit
 }  // namespace
 
 void detail::attention_forward_tensor_cores(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o,
-                                    float* lse, cudaStream_t stream) {
+                                            float* lse, cudaStream_t stream) {
   for (const auto& [p, what] : {std::pair<const void*, const char*>{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}}) check_aligned(p, what);
   const dim3 grid(static_cast<unsigned>((s.q_len + kForwardQueries - 1) / kForwardQueries), static_cast<unsigned>(s.heads));
   if (s.head_dim == 64) {
@@ -301,8 +301,8 @@ void detail::attention_forward_tensor_cores(const AttentionShape& s, const bf16_
 }
 
 void detail::attention_backward_tensor_cores(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
-                                     const bf16_bits* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv,
-                                     cudaStream_t stream) {
+                                             const bf16_bits* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv,
+                                             cudaStream_t stream) {
   for (const auto& [p, what] : {std::pair<const void*, const char*>{q, "q"}, {k, "k"}, {v, "v"}, {d_o, "dO"}}) check_aligned(p, what);
   if (s.head_dim == 64) {
     launch_backward<64>(s, q, k, v, d_o, lse, delta, dq, dk, dv, stream);

@@ -10,12 +10,8 @@
 
 namespace trainyard::kernels::detail {
 
-__device__ __forceinline__ float load(const bf16_bits* p, std::int64_t i) {
-  return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]);
-}
-__device__ __forceinline__ void store(bf16_bits* p, std::int64_t i, float x) {
-  reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
-}
+__device__ __forceinline__ float load(const bf16_bits* p, std::int64_t i) { return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p)[i]); }
+__device__ __forceinline__ void store(bf16_bits* p, std::int64_t i, float x) { reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); }
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
@@ -36,8 +32,7 @@ struct Geometry {
 };
 
 inline Geometry geometry(const AttentionShape& s) {
-  return {s.q_len, s.kv_len, s.heads, s.kv_heads, s.causal, static_cast<long long>(s.q_offset), static_cast<long long>(s.kv_offset),
-          s.scale()};
+  return {s.q_len, s.kv_len, s.heads, s.kv_heads, s.causal, static_cast<long long>(s.q_offset), static_cast<long long>(s.kv_offset), s.scale()};
 }
 
 // --- tensor cores -------------------------------------------------------------------------------------------
@@ -86,10 +81,9 @@ inline bool aligned16(std::initializer_list<const void*> pointers) {
 }
 
 // The tensor-core launches (attention_tc.cu), behind attention_forward/attention_backward's AttentionPath.
-void attention_forward_tensor_cores(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o,
-                                    float* lse, cudaStream_t stream);
-void attention_backward_tensor_cores(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
-                                     const bf16_bits* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv,
-                                     cudaStream_t stream);
+void attention_forward_tensor_cores(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o, float* lse,
+                                    cudaStream_t stream);
+void attention_backward_tensor_cores(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o,
+                                     const float* lse, const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream);
 
 }  // namespace trainyard::kernels::detail

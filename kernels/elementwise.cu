@@ -102,8 +102,8 @@ __global__ void rmsnorm_forward_kernel(int cols, float eps, bool vec, const bf16
 }
 
 // dx = inv * (dy*w - x * inv^2 * mean(dy*w*x)); also records inv per row for the dw pass.
-__global__ void rmsnorm_backward_dx_kernel(int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy,
-                                           bf16_bits* dx, float* inv_rows) {
+__global__ void rmsnorm_backward_dx_kernel(int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy, bf16_bits* dx,
+                                           float* inv_rows) {
   const std::int64_t row = blockIdx.x;
   float ss = 0, dot = 0;
   for (int c = static_cast<int>(threadIdx.x); c < cols; c += static_cast<int>(blockDim.x)) {
@@ -121,8 +121,7 @@ __global__ void rmsnorm_backward_dx_kernel(int cols, float eps, const bf16_bits*
   if (threadIdx.x == 0) inv_rows[row] = inv;
 }
 
-__global__ void rmsnorm_backward_dw_kernel(int rows, int cols, const bf16_bits* x, const bf16_bits* dy, const float* inv_rows,
-                                           float* dw) {
+__global__ void rmsnorm_backward_dw_kernel(int rows, int cols, const bf16_bits* x, const bf16_bits* dy, const float* inv_rows, float* dw) {
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= cols) return;
   float sum = 0;
@@ -143,8 +142,8 @@ __global__ void swiglu_forward_kernel(std::int64_t n, bool vec, const bf16_bits*
   store8(y, i, n, vec, out);
 }
 
-__global__ void swiglu_backward_kernel(std::int64_t n, bool vec, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy,
-                                       bf16_bits* d_gate, bf16_bits* d_up) {
+__global__ void swiglu_backward_kernel(std::int64_t n, bool vec, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate,
+                                       bf16_bits* d_up) {
   const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
   if (i >= n) return;
   const Eight g = load8(gate, i, n, vec), u = load8(up, i, n, vec), d = load8(dy, i, n, vec);
@@ -214,8 +213,8 @@ __global__ void cross_entropy_forward_kernel(int vocab, const bf16_bits* logits,
   }
 }
 
-__global__ void cross_entropy_backward_kernel(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets,
-                                              const float* lse, const float* dloss, bf16_bits* dlogits) {
+__global__ void cross_entropy_backward_kernel(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse,
+                                              const float* dloss, bf16_bits* dlogits) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<std::int64_t>(rows) * vocab) return;
   const std::int64_t row = i / vocab;
@@ -262,8 +261,8 @@ void rmsnorm_forward(int rows, int cols, float eps, const bf16_bits* x, const bf
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
-void rmsnorm_backward(int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy, bf16_bits* dx,
-                      float* dw, cudaStream_t stream) {
+void rmsnorm_backward(int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy, bf16_bits* dx, float* dw,
+                      cudaStream_t stream) {
   if (rows == 0) return;
   float* inv_rows = nullptr;
   TRAINYARD_CUDA_CHECK(cudaMallocAsync(&inv_rows, sizeof(float) * static_cast<std::size_t>(rows), stream));
@@ -280,11 +279,10 @@ void swiglu_forward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, 
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
-void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate,
-                     bf16_bits* d_up, cudaStream_t stream) {
+void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate, bf16_bits* d_up,
+                     cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<blocks_for_eights(n), kThreads, 0, stream>>>(n, aligned16({gate, up, dy, d_gate, d_up}), gate, up, dy, d_gate,
-                                                                        d_up);
+  swiglu_backward_kernel<<<blocks_for_eights(n), kThreads, 0, stream>>>(n, aligned16({gate, up, dy, d_gate, d_up}), gate, up, dy, d_gate, d_up);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -306,23 +304,21 @@ void embedding_backward(int rows, int hidden, const std::int32_t* tokens, const 
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
-void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x,
-          cudaStream_t stream) {
+void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x, cudaStream_t stream) {
   const std::int64_t n = static_cast<std::int64_t>(rows) * heads * (head_dim / 2);
   if (n == 0) return;
   rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(rows, heads, head_dim, position_offset, base, inverse ? -1.0f : 1.0f, x);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
-void cross_entropy_forward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss, float* lse,
-                           cudaStream_t stream) {
+void cross_entropy_forward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss, float* lse, cudaStream_t stream) {
   if (rows == 0) return;
   cross_entropy_forward_kernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(vocab, logits, targets, loss, lse);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
-void cross_entropy_backward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse,
-                            const float* dloss, bf16_bits* dlogits, cudaStream_t stream) {
+void cross_entropy_backward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse, const float* dloss,
+                            bf16_bits* dlogits, cudaStream_t stream) {
   const std::int64_t n = static_cast<std::int64_t>(rows) * vocab;
   if (n == 0) return;
   cross_entropy_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(rows, vocab, logits, targets, lse, dloss, dlogits);

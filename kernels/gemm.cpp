@@ -45,8 +45,8 @@ Gemm::~Gemm() {
   cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-void Gemm::run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const bf16_bits* b, bool transpose_b, void* c, bool c_fp32,
-               float alpha, float beta, cudaStream_t stream) {
+void Gemm::run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const bf16_bits* b, bool transpose_b, void* c, bool c_fp32, float alpha,
+               float beta, cudaStream_t stream) {
   // cuBLASLt is column-major: a row-major [r][c] matrix is a column-major c x r one. So row-major C = op(A) op(B)
   // is column-major C^T = op(B)^T op(A)^T: cuBLASLt's first operand is B, its second is A.
   Descriptors d;
@@ -68,8 +68,8 @@ void Gemm::run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const 
   }
   TRAINYARD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, c_fp32 ? CUDA_R_32F : CUDA_R_16BF, u(n), u(m), n));
   TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.preference));
-  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
-                                                              sizeof(workspace_bytes_)));
+  TRAINYARD_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
   // The heuristic assumes 256-byte-aligned operands unless told otherwise; the executor passes row blocks of a
   // weight (wqkv's k rows, wup's up rows) whose alignment is whatever the shapes make it.
   const auto alignment = [](const void* p) {
@@ -78,8 +78,10 @@ void Gemm::run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const 
     return bytes;
   };
   const std::uint32_t align_first = alignment(b), align_second = alignment(a), align_c = alignment(c);
-  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first, sizeof(align_first)));
-  TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second, sizeof(align_second)));
+  TRAINYARD_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_first, sizeof(align_first)));
+  TRAINYARD_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_second, sizeof(align_second)));
   TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)));
   TRAINYARD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
   cublasLtMatmulHeuristicResult_t heuristic{};
@@ -90,8 +92,8 @@ void Gemm::run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const 
     throw InternalError("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " GEMM",
                         __FILE__, __LINE__);
   }
-  TRAINYARD_CUBLAS_CHECK(cublasLtMatmul(handle, d.op, &alpha, b, d.a, a, d.b, &beta, c, d.c, c, d.c, &heuristic.algo, workspace_,
-                                        workspace_bytes_, stream));
+  TRAINYARD_CUBLAS_CHECK(
+      cublasLtMatmul(handle, d.op, &alpha, b, d.a, a, d.b, &beta, c, d.c, c, d.c, &heuristic.algo, workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace trainyard::kernels

@@ -20,8 +20,8 @@ class Gemm {
   // Row-major C[m][n] = alpha * op(A) * op(B) + beta * C; A is [m][k] ([k][m] when transpose_a), B is [k][n]
   // ([n][k] when transpose_b); A and B bf16, C bf16 or fp32 (`c_fp32`), accumulation in fp32. Throws
   // InternalError (with the cuBLAS status) when cuBLASLt has no algorithm for the shape or fails.
-  void run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const bf16_bits* b, bool transpose_b, void* c, bool c_fp32,
-           float alpha, float beta, cudaStream_t stream);
+  void run(int m, int n, int k, const bf16_bits* a, bool transpose_a, const bf16_bits* b, bool transpose_b, void* c, bool c_fp32, float alpha,
+           float beta, cudaStream_t stream);
 
  private:
   void* handle_ = nullptr;  // cublasLtHandle_t

@@ -24,28 +24,26 @@ using bf16_bits = std::uint16_t;
 enum class AttentionPath { tensor_cores, cuda_cores };
 
 // One chunk pair: o (bf16) and lse (fp32, [heads][q_len]); head_dim 64 or 128.
-void attention_forward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o,
-                       float* lse, cudaStream_t stream, AttentionPath path = AttentionPath::tensor_cores);
+void attention_forward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o, float* lse,
+                       cudaStream_t stream, AttentionPath path = AttentionPath::tensor_cores);
 // Folds a partial (o_part bf16, lse_part) into running fp32 accumulators (o_acc, lse_acc), exactly.
-void attention_merge(int q_len, int heads, int head_dim, float* o_acc, float* lse_acc, const bf16_bits* o_part,
-                     const float* lse_part, cudaStream_t stream);
+void attention_merge(int q_len, int heads, int head_dim, float* o_acc, float* lse_acc, const bf16_bits* o_part, const float* lse_part,
+                     cudaStream_t stream);
 // D = rowsum(dO * O) per (head, query).
-void attention_backward_prep(int q_len, int heads, int head_dim, const bf16_bits* o, const bf16_bits* d_o, float* delta,
-                             cudaStream_t stream);
+void attention_backward_prep(int q_len, int heads, int head_dim, const bf16_bits* o, const bf16_bits* d_o, float* delta, cudaStream_t stream);
 // Adds one chunk pair's share to the fp32 accumulators dq, dk, dv.
-void attention_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
-                        const bf16_bits* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv,
-                        cudaStream_t stream, AttentionPath path = AttentionPath::tensor_cores);
+void attention_backward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, const bf16_bits* d_o, const float* lse,
+                        const float* delta, float* dq, float* dk, float* dv, cudaStream_t stream, AttentionPath path = AttentionPath::tensor_cores);
 
 // --- elementwise (elementwise.cu) --------------------------------------------------------------------------
 void to_bf16(const float* x, bf16_bits* y, std::int64_t n, cudaStream_t stream);
 void rmsnorm_forward(int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, bf16_bits* y, cudaStream_t stream);
 // dx (bf16) per row; dw accumulates into fp32 (deterministic: one thread per column sums the rows in order).
-void rmsnorm_backward(int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy, bf16_bits* dx,
-                      float* dw, cudaStream_t stream);
+void rmsnorm_backward(int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy, bf16_bits* dx, float* dw,
+                      cudaStream_t stream);
 void swiglu_forward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, bf16_bits* y, cudaStream_t stream);
-void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate,
-                     bf16_bits* d_up, cudaStream_t stream);
+void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate, bf16_bits* d_up,
+                     cudaStream_t stream);
 // y = a + b (y may alias a or b).
 void add(std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y, cudaStream_t stream);
 // y[r] = table[tokens[r]]; the backward adds dy[r] into the fp32 dtable[tokens[r]] (atomics: the order of the
@@ -53,13 +51,10 @@ void add(std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y, c
 void embedding_forward(int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y, cudaStream_t stream);
 void embedding_backward(int rows, int hidden, const std::int32_t* tokens, const bf16_bits* dy, float* dtable, cudaStream_t stream);
 // In place on x [rows][heads][head_dim]; `inverse` for the backward.
-void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x,
-          cudaStream_t stream);
-void cross_entropy_forward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss, float* lse,
-                           cudaStream_t stream);
-void cross_entropy_backward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse,
-                            const float* dloss, bf16_bits* dlogits, cudaStream_t stream);
-void adamw(const AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad, bf16_bits* weights,
-           cudaStream_t stream);
+void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x, cudaStream_t stream);
+void cross_entropy_forward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss, float* lse, cudaStream_t stream);
+void cross_entropy_backward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse, const float* dloss,
+                            bf16_bits* dlogits, cudaStream_t stream);
+void adamw(const AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad, bf16_bits* weights, cudaStream_t stream);
 
 }  // namespace trainyard::kernels

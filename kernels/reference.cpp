@@ -13,9 +13,7 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-std::size_t at(std::size_t row, std::size_t head, std::size_t dim, std::size_t heads, std::size_t d) {
-  return (row * heads + head) * d + dim;
-}
+std::size_t at(std::size_t row, std::size_t head, std::size_t dim, std::size_t heads, std::size_t d) { return (row * heads + head) * d + dim; }
 
 void check_attention(const AttentionShape& s, std::size_t q, std::size_t kv) {
   TRAINYARD_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0 && s.head_dim > 0, "attention heads");
@@ -23,9 +21,7 @@ void check_attention(const AttentionShape& s, std::size_t q, std::size_t kv) {
   TRAINYARD_CHECK(kv == static_cast<std::size_t>(s.kv_len) * static_cast<std::size_t>(s.kv_heads * s.head_dim), "k/v size");
 }
 
-bool visible(const AttentionShape& s, int i, int j) {
-  return !s.causal || s.kv_offset + j <= s.q_offset + i;
-}
+bool visible(const AttentionShape& s, int i, int j) { return !s.causal || s.kv_offset + j <= s.q_offset + i; }
 
 double silu(double g) { return g / (1 + std::exp(-g)); }
 
@@ -42,8 +38,8 @@ float from_bf16(std::uint16_t x) { return std::bit_cast<float>(static_cast<std::
 
 float AttentionShape::scale() const { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
 
-void attention_forward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                           std::span<const float> v, std::span<float> o, std::span<float> lse) {
+void attention_forward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> v, std::span<float> o,
+                           std::span<float> lse) {
   check_attention(s, q.size(), k.size());
   const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
   const std::size_t group = H / KH;
@@ -58,26 +54,26 @@ void attention_forward_ref(const AttentionShape& s, std::span<const float> q, st
         for (std::size_t d = 0; d < D; ++d) {
           dot += static_cast<double>(q[at(static_cast<std::size_t>(i), h, d, H, D)]) * k[at(static_cast<std::size_t>(j), kh, d, KH, D)];
         }
-        score[static_cast<std::size_t>(j)] = visible(s, i, j) ? dot * scale : kNegInf;
-        best = std::max(best, score[static_cast<std::size_t>(j)]);
+        score[j] = visible(s, i, j) ? dot * scale : kNegInf;
+        best = std::max(best, score[j]);
       }
       double sum = 0;
-      for (int j = 0; j < s.kv_len; ++j) sum += best == kNegInf ? 0 : std::exp(score[static_cast<std::size_t>(j)] - best);
+      for (int j = 0; j < s.kv_len; ++j) sum += best == kNegInf ? 0 : std::exp(score[j] - best);
       for (std::size_t d = 0; d < D; ++d) {
         double acc = 0;
         for (int j = 0; j < s.kv_len && sum > 0; ++j) {
-          acc += std::exp(score[static_cast<std::size_t>(j)] - best) * v[at(static_cast<std::size_t>(j), kh, d, KH, D)];
+          acc += std::exp(score[j] - best) * v[at(static_cast<std::size_t>(j), kh, d, KH, D)];
         }
         o[at(static_cast<std::size_t>(i), h, d, H, D)] = sum > 0 ? static_cast<float>(acc / sum) : 0.0f;
       }
-      lse[h * static_cast<std::size_t>(s.q_len) + static_cast<std::size_t>(i)] =
-          sum > 0 ? static_cast<float>(best + std::log(sum)) : -std::numeric_limits<float>::infinity();
+      lse[h * static_cast<std::size_t>(s.q_len) + static_cast<std::size_t>(i)] = sum > 0 ? static_cast<float>(best + std::log(sum))
+                                                                                         : -std::numeric_limits<float>::infinity();
     }
   }
 }
 
-void attention_merge_ref(int q_len, int heads, int head_dim, std::span<float> o_acc, std::span<float> lse_acc,
-                         std::span<const float> o_part, std::span<const float> lse_part) {
+void attention_merge_ref(int q_len, int heads, int head_dim, std::span<float> o_acc, std::span<float> lse_acc, std::span<const float> o_part,
+                         std::span<const float> lse_part) {
   const auto H = static_cast<std::size_t>(heads), D = static_cast<std::size_t>(head_dim);
   for (std::size_t h = 0; h < H; ++h) {
     for (std::size_t i = 0; i < static_cast<std::size_t>(q_len); ++i) {
@@ -96,8 +92,7 @@ void attention_merge_ref(int q_len, int heads, int head_dim, std::span<float> o_
   }
 }
 
-void attention_backward_prep_ref(int q_len, int heads, int head_dim, std::span<const float> o, std::span<const float> d_o,
-                                 std::span<float> delta) {
+void attention_backward_prep_ref(int q_len, int heads, int head_dim, std::span<const float> o, std::span<const float> d_o, std::span<float> delta) {
   const auto H = static_cast<std::size_t>(heads), D = static_cast<std::size_t>(head_dim);
   for (std::size_t h = 0; h < H; ++h) {
     for (std::size_t i = 0; i < static_cast<std::size_t>(q_len); ++i) {
@@ -108,9 +103,9 @@ void attention_backward_prep_ref(int q_len, int heads, int head_dim, std::span<c
   }
 }
 
-void attention_backward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                            std::span<const float> v, std::span<const float> d_o, std::span<const float> lse,
-                            std::span<const float> delta, std::span<float> dq, std::span<float> dk, std::span<float> dv) {
+void attention_backward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                            std::span<const float> d_o, std::span<const float> lse, std::span<const float> delta, std::span<float> dq,
+                            std::span<float> dk, std::span<float> dv) {
   check_attention(s, q.size(), k.size());
   const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
   const std::size_t group = H / KH;
@@ -147,8 +142,8 @@ namespace {
 // Probabilities of one chunk pair as the naive bf16 path has them: P[h][i][j] (0 where masked), with the scores
 // rounded after the matmul and after the scale, P after the softmax. lse_out receives the fp32 lse when given;
 // otherwise `lse_in` (the forward's) normalises, as a recomputing backward does.
-std::vector<float> naive_probabilities(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                                       std::span<const float> lse_in, std::span<float> lse_out) {
+std::vector<float> naive_probabilities(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> lse_in,
+                                       std::span<float> lse_out) {
   const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
   const auto Q = static_cast<std::size_t>(s.q_len), K = static_cast<std::size_t>(s.kv_len);
   const float scale = s.scale();
@@ -161,7 +156,7 @@ std::vector<float> naive_probabilities(const AttentionShape& s, std::span<const 
         float dot = 0;
         for (std::size_t d = 0; d < D; ++d) dot += q[at(i, h, d, H, D)] * k[at(j, kh, d, KH, D)];
         score[j] = visible(s, static_cast<int>(i), static_cast<int>(j)) ? round_bf16(round_bf16(dot) * scale)
-                                                                       : -std::numeric_limits<float>::infinity();
+                                                                        : -std::numeric_limits<float>::infinity();
         best = std::max(best, score[j]);
       }
       float* row = &p[(h * Q + i) * K];
@@ -181,8 +176,8 @@ std::vector<float> naive_probabilities(const AttentionShape& s, std::span<const 
 
 }  // namespace
 
-void attention_forward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                                  std::span<const float> v, std::span<float> o, std::span<float> lse) {
+void attention_forward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                                  std::span<float> o, std::span<float> lse) {
   check_attention(s, q.size(), k.size());
   const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
   const auto Q = static_cast<std::size_t>(s.q_len), K = static_cast<std::size_t>(s.kv_len);
@@ -199,9 +194,9 @@ void attention_forward_naive_bf16(const AttentionShape& s, std::span<const float
   }
 }
 
-void attention_backward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                                   std::span<const float> v, std::span<const float> d_o, std::span<const float> lse,
-                                   std::span<const float> delta, std::span<float> dq, std::span<float> dk, std::span<float> dv) {
+void attention_backward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                                   std::span<const float> d_o, std::span<const float> lse, std::span<const float> delta, std::span<float> dq,
+                                   std::span<float> dk, std::span<float> dv) {
   check_attention(s, q.size(), k.size());
   const auto H = static_cast<std::size_t>(s.heads), KH = static_cast<std::size_t>(s.kv_heads), D = static_cast<std::size_t>(s.head_dim);
   const auto Q = static_cast<std::size_t>(s.q_len), K = static_cast<std::size_t>(s.kv_len);
@@ -255,8 +250,8 @@ void rmsnorm_forward_ref(int rows, int cols, float eps, std::span<const float> x
   }
 }
 
-void rmsnorm_backward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w,
-                          std::span<const float> dy, std::span<float> dx, std::span<float> dw) {
+void rmsnorm_backward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w, std::span<const float> dy,
+                          std::span<float> dx, std::span<float> dw) {
   const auto C = static_cast<std::size_t>(cols);
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
     double ms = 0, dot = 0;
@@ -277,8 +272,8 @@ void swiglu_forward_ref(std::span<const float> gate, std::span<const float> up, 
   for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(silu(gate[i]) * up[i]);
 }
 
-void swiglu_backward_ref(std::span<const float> gate, std::span<const float> up, std::span<const float> dy,
-                         std::span<float> d_gate, std::span<float> d_up) {
+void swiglu_backward_ref(std::span<const float> gate, std::span<const float> up, std::span<const float> dy, std::span<float> d_gate,
+                         std::span<float> d_up) {
   for (std::size_t i = 0; i < dy.size(); ++i) {
     const double g = gate[i], sig = 1 / (1 + std::exp(-g));
     d_up[i] = static_cast<float>(dy[i] * g * sig);
@@ -293,7 +288,8 @@ void add_ref(std::span<const float> a, std::span<const float> b, std::span<float
 void embedding_forward_ref(int rows, int hidden, std::span<const float> table, std::span<const std::int32_t> tokens, std::span<float> y) {
   const auto H = static_cast<std::size_t>(hidden);
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
-    std::copy_n(table.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tokens[r]) * H), H, y.begin() + static_cast<std::ptrdiff_t>(r * H));
+    std::copy_n(table.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tokens[r]) * H), H,
+                y.begin() + static_cast<std::ptrdiff_t>(r * H));
   }
 }
 
@@ -320,8 +316,8 @@ void rope_ref(int rows, int heads, int head_dim, std::int64_t position_offset, f
   }
 }
 
-void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets,
-                               std::span<float> loss, std::span<float> lse) {
+void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets, std::span<float> loss,
+                               std::span<float> lse) {
   const auto V = static_cast<std::size_t>(vocab);
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
     double best = kNegInf;
@@ -334,8 +330,8 @@ void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logit
   }
 }
 
-void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets,
-                                std::span<const float> lse, std::span<const float> dloss, std::span<float> dlogits) {
+void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets, std::span<const float> lse,
+                                std::span<const float> dloss, std::span<float> dlogits) {
   const auto V = static_cast<std::size_t>(vocab);
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
     for (std::size_t c = 0; c < V; ++c) {
@@ -345,8 +341,8 @@ void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logi
   }
 }
 
-void gemm_ref(int m, int n, int k, std::span<const float> a, bool transpose_a, std::span<const float> b, bool transpose_b,
-              std::span<float> c, float alpha, float beta) {
+void gemm_ref(int m, int n, int k, std::span<const float> a, bool transpose_a, std::span<const float> b, bool transpose_b, std::span<float> c,
+              float alpha, float beta) {
   const auto M = static_cast<std::size_t>(m), N = static_cast<std::size_t>(n), K = static_cast<std::size_t>(k);
   for (std::size_t i = 0; i < M; ++i) {
     for (std::size_t j = 0; j < N; ++j) {
@@ -359,8 +355,8 @@ void gemm_ref(int m, int n, int k, std::span<const float> a, bool transpose_a, s
   }
 }
 
-void adamw_ref(const AdamW& opt, int step, std::span<float> master, std::span<float> m, std::span<float> v,
-               std::span<const float> grad, std::span<float> weights_bf16) {
+void adamw_ref(const AdamW& opt, int step, std::span<float> master, std::span<float> m, std::span<float> v, std::span<const float> grad,
+               std::span<float> weights_bf16) {
   const double c1 = 1 - std::pow(static_cast<double>(opt.beta1), step), c2 = 1 - std::pow(static_cast<double>(opt.beta2), step);
   for (std::size_t i = 0; i < master.size(); ++i) {
     const double g = grad[i];

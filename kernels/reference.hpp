@@ -30,43 +30,42 @@ struct AttentionShape {
 
 // Forward of one (query chunk, key/value chunk) pair: o and the natural-log log-sum-exp of the scaled scores per
 // (head, query). A query that sees no key gets o = 0 and lse = -infinity.
-void attention_forward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                           std::span<const float> v, std::span<float> o, std::span<float> lse);
+void attention_forward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> v, std::span<float> o,
+                           std::span<float> lse);
 
 // Merges a partial result (o_part, lse_part) over other keys into the running (o_acc, lse_acc) of the same queries:
 // the exact softmax over the union of the keys. The running pair starts at o = 0, lse = -infinity.
-void attention_merge_ref(int q_len, int heads, int head_dim, std::span<float> o_acc, std::span<float> lse_acc,
-                         std::span<const float> o_part, std::span<const float> lse_part);
+void attention_merge_ref(int q_len, int heads, int head_dim, std::span<float> o_acc, std::span<float> lse_acc, std::span<const float> o_part,
+                         std::span<const float> lse_part);
 
 // D = rowsum(dO * O) per (head, query), needed once per query chunk by every backward pair.
-void attention_backward_prep_ref(int q_len, int heads, int head_dim, std::span<const float> o, std::span<const float> d_o,
-                                 std::span<float> delta);
+void attention_backward_prep_ref(int q_len, int heads, int head_dim, std::span<const float> o, std::span<const float> d_o, std::span<float> delta);
 
 // Backward of one chunk pair given the final o's log-sum-exp and D of the query chunk: adds this pair's share to
 // dq, dk and dv (accumulators, summed over pairs; dk/dv summed over the heads of each K/V head).
-void attention_backward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                            std::span<const float> v, std::span<const float> d_o, std::span<const float> lse,
-                            std::span<const float> delta, std::span<float> dq, std::span<float> dk, std::span<float> dv);
+void attention_backward_ref(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                            std::span<const float> d_o, std::span<const float> lse, std::span<const float> delta, std::span<float> dq,
+                            std::span<float> dk, std::span<float> dv);
 
 // What a naive bf16 implementation of the same chunk pair computes (PyTorch's unfused math path in bf16): every
 // matmul's output, the scaled scores and the softmax rounded to bf16, sums in fp32. Its error against the fp64
 // references above is the yardstick for the kernels' tolerance: a fused kernel should be within a small multiple
 // of it. The backward writes (not adds) bf16-rounded dq, dk, dv.
-void attention_forward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                                  std::span<const float> v, std::span<float> o, std::span<float> lse);
-void attention_backward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k,
-                                   std::span<const float> v, std::span<const float> d_o, std::span<const float> lse,
-                                   std::span<const float> delta, std::span<float> dq, std::span<float> dk, std::span<float> dv);
+void attention_forward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                                  std::span<float> o, std::span<float> lse);
+void attention_backward_naive_bf16(const AttentionShape& s, std::span<const float> q, std::span<const float> k, std::span<const float> v,
+                                   std::span<const float> d_o, std::span<const float> lse, std::span<const float> delta, std::span<float> dq,
+                                   std::span<float> dk, std::span<float> dv);
 
 // y = x / sqrt(mean(x^2) + eps) * w over each row; backward gives dx and adds to dw.
 void rmsnorm_forward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w, std::span<float> y);
-void rmsnorm_backward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w,
-                          std::span<const float> dy, std::span<float> dx, std::span<float> dw);
+void rmsnorm_backward_ref(int rows, int cols, float eps, std::span<const float> x, std::span<const float> w, std::span<const float> dy,
+                          std::span<float> dx, std::span<float> dw);
 
 // y = silu(gate) * up, elementwise; backward gives d_gate and d_up.
 void swiglu_forward_ref(std::span<const float> gate, std::span<const float> up, std::span<float> y);
-void swiglu_backward_ref(std::span<const float> gate, std::span<const float> up, std::span<const float> dy,
-                         std::span<float> d_gate, std::span<float> d_up);
+void swiglu_backward_ref(std::span<const float> gate, std::span<const float> up, std::span<const float> dy, std::span<float> d_gate,
+                         std::span<float> d_up);
 
 // y = a + b, elementwise (the residual adds; y may be a).
 void add_ref(std::span<const float> a, std::span<const float> b, std::span<float> y);
@@ -81,22 +80,22 @@ void rope_ref(int rows, int heads, int head_dim, std::int64_t position_offset, f
 
 // Cross-entropy over logits [rows][vocab] with integer targets: loss[r] = lse(logits[r]) - logits[r][target[r]]
 // (the mean is the caller's business); backward: dlogits = (softmax - onehot(target)) * dloss[r].
-void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets,
-                               std::span<float> loss, std::span<float> lse);
-void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets,
-                                std::span<const float> lse, std::span<const float> dloss, std::span<float> dlogits);
+void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets, std::span<float> loss,
+                               std::span<float> lse);
+void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets, std::span<const float> lse,
+                                std::span<const float> dloss, std::span<float> dlogits);
 
 // Row-major C[m][n] = alpha * op(A) * op(B) + beta * C, where A is [m][k] ([k][m] when transpose_a) and B is
 // [k][n] ([n][k] when transpose_b): what the cuBLASLt wrapper computes.
-void gemm_ref(int m, int n, int k, std::span<const float> a, bool transpose_a, std::span<const float> b, bool transpose_b,
-              std::span<float> c, float alpha, float beta);
+void gemm_ref(int m, int n, int k, std::span<const float> a, bool transpose_a, std::span<const float> b, bool transpose_b, std::span<float> c,
+              float alpha, float beta);
 
 // One AdamW step (decoupled weight decay, bias-corrected moments, step t >= 1) on fp32 master weights and
 // moments; `weights_bf16` receives the rounded copy the forward pass uses.
 struct AdamW {
   float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
 };
-void adamw_ref(const AdamW& opt, int step, std::span<float> master, std::span<float> m, std::span<float> v,
-               std::span<const float> grad, std::span<float> weights_bf16);
+void adamw_ref(const AdamW& opt, int step, std::span<float> master, std::span<float> m, std::span<float> v, std::span<const float> grad,
+               std::span<float> weights_bf16);
 
 }  // namespace trainyard::kernels

@@ -46,8 +46,7 @@ double ModelConfig::training_flops_per_token(std::int64_t seq_len, bool causal) 
   return 3 * (dense_flops_per_token_fwd() + attention_flops_per_token_fwd(seq_len, causal));
 }
 
-double convention_flops_per_token(const ModelConfig& model, std::int64_t seq_len, const FlopConvention& convention,
-                                  bool full_recompute) {
+double convention_flops_per_token(const ModelConfig& model, std::int64_t seq_len, const FlopConvention& convention, bool full_recompute) {
   const bool causal = convention.causal_attention_halved;
   const double forward = model.dense_flops_per_token_fwd() + model.attention_flops_per_token_fwd(seq_len, causal);
   double flops = 3 * forward;
@@ -148,8 +147,7 @@ ModelConfig parse_custom_model(std::string_view spec, std::vector<std::string>* 
   const std::int64_t hidden = shape.integer("hidden", 8, 1 << 20);
   const std::int64_t heads = shape.integer("heads", 1, hidden);
   if (hidden % heads != 0 && !fields.contains("head_dim")) {
-    shape.fail("heads", "a divisor of hidden (" + std::to_string(hidden) + ") unless head_dim is given",
-               std::to_string(heads));
+    shape.fail("heads", "a divisor of hidden (" + std::to_string(hidden) + ") unless head_dim is given", std::to_string(heads));
   }
   fill("kv_heads", heads);
   fill("head_dim", hidden / heads);
@@ -180,8 +178,7 @@ ModelConfig parse_custom_model(std::string_view spec, std::vector<std::string>* 
 std::vector<PrecisionPolicy> precision_policies() {
   return {
       {"bf16-mixed", "bf16 weights and gradients, fp32 master weights and Adam m, v (16 B/param)", 2, 2, 4, 8},
-      {"bf16-mixed-fp32-grads", "bf16 weights, fp32 gradient accumulation, fp32 master and Adam (18 B/param)", 2,
-       4, 4, 8},
+      {"bf16-mixed-fp32-grads", "bf16 weights, fp32 gradient accumulation, fp32 master and Adam (18 B/param)", 2, 4, 4, 8},
       {"fp32", "fp32 weights and gradients, fp32 Adam m, v (16 B/param)", 4, 4, 0, 8},
   };
 }

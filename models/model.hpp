@@ -16,16 +16,14 @@ std::string_view to_string(Activation a);
 std::string_view to_string(Norm n);
 
 struct ParamCounts {
-  double embedding = 0;        // vocab * hidden
-  double lm_head = 0;          // 0 when tied to the embedding
+  double embedding = 0;  // vocab * hidden
+  double lm_head = 0;    // 0 when tied to the embedding
   double attention_per_layer = 0;
   double mlp_per_layer = 0;
   double norms_per_layer = 0;
   double final_norm = 0;
   double per_layer() const { return attention_per_layer + mlp_per_layer + norms_per_layer; }
-  double total(std::int64_t layers) const {
-    return embedding + lm_head + final_norm + per_layer() * static_cast<double>(layers);
-  }
+  double total(std::int64_t layers) const { return embedding + lm_head + final_norm + per_layer() * static_cast<double>(layers); }
 };
 
 struct ModelConfig {
@@ -80,8 +78,7 @@ struct FlopConvention {
 };
 // Training FLOPs per token under `convention`: 3x the forward (dense + attention), plus the recomputed forward
 // when the run recomputes everything and the convention counts it, plus the embedding term when counted.
-double convention_flops_per_token(const ModelConfig& model, std::int64_t seq_len, const FlopConvention& convention,
-                                  bool full_recompute);
+double convention_flops_per_token(const ModelConfig& model, std::int64_t seq_len, const FlopConvention& convention, bool full_recompute);
 
 ModelConfig parse_model(const json::Json& document, const std::string& origin);
 
@@ -92,7 +89,7 @@ ModelConfig parse_custom_model(std::string_view spec, std::vector<std::string>* 
 struct PrecisionPolicy {
   std::string name;
   std::string description;
-  double weight_bytes = 2;     // per parameter, the copy used for compute
+  double weight_bytes = 2;  // per parameter, the copy used for compute
   double grad_bytes = 2;
   double master_bytes = 4;     // fp32 master weights (0 when compute weights are already fp32)
   double optimizer_bytes = 8;  // Adam m and v in fp32

@@ -102,7 +102,7 @@ std::vector<double> ring_held_bytes(const BoundContext& ctx, const RingTrackPara
   std::vector<double> held(static_cast<std::size_t>(p.ring), 0);
   if (per_chunk <= 0 || r.C <= 1) {
     for (int pos = 0; pos < p.ring; ++pos) {
-      if (r.owned[static_cast<std::size_t>(pos)] > 0) held[static_cast<std::size_t>(pos)] = r.owned[static_cast<std::size_t>(pos)] * r.C * per_chunk + visit_extra;
+      if (r.owned[pos] > 0) held[pos] = r.owned[pos] * r.C * per_chunk + visit_extra;
     }
     return held;
   }
@@ -130,7 +130,7 @@ std::vector<double> ring_held_bytes(const BoundContext& ctx, const RingTrackPara
       accumulators += at[o * chunks_n + chunks_n - 1] <= start && at[o * chunks_n] >= start;
     }
     const double bytes = chunks_held * per_chunk + (p.kv == Placement::hbm ? accumulators * (r.C - 1) * r.acc_chunk : 0) + visit_extra;
-    held[static_cast<std::size_t>(pos)] = std::max(held[static_cast<std::size_t>(pos)], bytes);
+    held[pos] = std::max(held[pos], bytes);
   }
   return held;
 }
@@ -144,12 +144,12 @@ double ring_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const R
   const double head_params = static_cast<double>(m.vocab * m.hidden) + ctx.params.final_norm;
   double hbm = 0;
   for (int pos = 0; pos < p.ring; ++pos) {
-    const double layers = r.owned[static_cast<std::size_t>(pos)] * ctx.layer_params;
+    const double layers = r.owned[pos] * ctx.layer_params;
     const double extra = (pos == 0 ? ctx.params.embedding : 0) + (pos == head_pos ? head_params : 0);
     const double states = pol.weight_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
                           pol.grad_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
                           (p.states == Placement::hbm ? ctx.states_per_param * (layers + extra) : 0);
-    hbm = std::max(hbm, states + held[static_cast<std::size_t>(pos)]);
+    hbm = std::max(hbm, states + held[pos]);
   }
   return hbm;
 }
@@ -225,9 +225,9 @@ double ring_path_s(const BoundContext& ctx, const RingTrackParams& p, const Ring
     return ctx.attention_s(4 * static_cast<double>(m.q_dim()) * (k * c * c + c * c / 2), backward);
   };
   double chain = 0;
-  for (double k = 0; k < C; ++k) chain += fwd + attention_visit(k, false);          // layer 0, forward
-  chain += (L - 1) * (fwd + attention_visit(C - 1, false));                           // chunk C-1, forward
-  chain += L * (bwd + rec + attention_visit(C - 1, true));                             // chunk C-1, backward
+  for (double k = 0; k < C; ++k) chain += fwd + attention_visit(k, false);           // layer 0, forward
+  chain += (L - 1) * (fwd + attention_visit(C - 1, false));                          // chunk C-1, forward
+  chain += L * (bwd + rec + attention_visit(C - 1, true));                           // chunk C-1, backward
   for (double k = 0; k < C - 1; ++k) chain += bwd + rec + attention_visit(k, true);  // layer 0, backward
   double paced_s = r.sequences * chain;
   double per_layer_work = C * (both + rec);
@@ -235,13 +235,13 @@ double ring_path_s(const BoundContext& ctx, const RingTrackParams& p, const Ring
   const double last_chunk_visit = fwd + attention_visit(C - 1, false) + bwd + rec + attention_visit(C - 1, true);
   const int head_pos = r.positions.back();
   for (int pos = 0; pos < p.ring; ++pos) {
-    if (pos == head_pos || r.owned[static_cast<std::size_t>(pos)] == 0) continue;
+    if (pos == head_pos || r.owned[pos] == 0) continue;
     std::int64_t deepest = 0;
     for (std::int64_t l = 0; l < m.layers; ++l) {
-      if (r.positions[static_cast<std::size_t>(l)] == pos) deepest = l;
+      if (r.positions[l] == pos) deepest = l;
     }
     const double idle = static_cast<double>(m.layers - 1 - deepest) * last_chunk_visit;
-    paced_s = std::max(paced_s, r.sequences * (r.owned[static_cast<std::size_t>(pos)] * per_layer_work + idle));
+    paced_s = std::max(paced_s, r.sequences * (r.owned[pos] * per_layer_work + idle));
   }
   return paced_s;
 }

@@ -4,8 +4,8 @@
 // share (its busiest GPU's dense ops, the HBM and host DRAM it must hold, how copies and critical paths pace it)
 // is its registry entry's `bounds`, one of the functions below.
 #include "models/model.hpp"
-#include "planner/plan.hpp"
 #include "planner/megatron.hpp"
+#include "planner/plan.hpp"
 #include "planner/ringtrack.hpp"
 #include "planner/zero.hpp"
 #include "sim/cost_model.hpp"

@@ -79,7 +79,6 @@ double ringtrack_tasks(const StepInputs& in, const RingTrackParams& p) {
   return replicas * sequences * (layers + 1) * (per_visit * chunks + 8 * kv_blocks);
 }
 
-
 GraphEstimate estimate_tasks(double tasks) { return {tasks, tasks * kBytesPerTask}; }
 
 GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec) { return scheme_named(spec.scheme).estimate(in, spec); }
@@ -100,8 +99,8 @@ void require_cluster_within_budget(const hw::NodeProfile& node, int nodes, std::
 void require_within_budget(const GraphEstimate& e, std::int64_t budget_bytes, const std::string& what, const std::string& advice,
                            const std::string& unit) {
   if (e.bytes <= static_cast<double>(budget_bytes)) return;
-  throw InputError("--memory-budget", "size", what + " within " + format_bytes(static_cast<double>(budget_bytes)) + " (" + advice +
-                                                  ", or raise --memory-budget)",
+  throw InputError("--memory-budget", "size",
+                   what + " within " + format_bytes(static_cast<double>(budget_bytes)) + " (" + advice + ", or raise --memory-budget)",
                    "an estimated " + format_count(e.tasks) + " " + unit + ", " + format_bytes(e.bytes));
 }
 

@@ -8,8 +8,8 @@
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
 #include "common/memory_budget.hpp"
-#include "common/thread_pool.hpp"
 #include "common/text_table.hpp"
+#include "common/thread_pool.hpp"
 #include "common/units.hpp"
 #include "planner/estimate.hpp"
 #include "planner/schemes/scheme.hpp"
@@ -79,7 +79,7 @@ BuiltGroup build_group(const HotSpaSetting& s, const LengthGroup& group, const G
 
 double max_end_s(const sim::SimResult& r, sim::TaskId first, sim::TaskId last) {
   std::int64_t end = 0;
-  for (sim::TaskId i = first; i < last; ++i) end = std::max(end, r.timing[static_cast<std::size_t>(i)].end_ns);
+  for (sim::TaskId i = first; i < last; ++i) end = std::max(end, r.timing[i].end_ns);
   return static_cast<double>(end) * 1e-9;
 }
 
@@ -92,8 +92,8 @@ sim::SimOptions quiet(const HotSpaSetting& s) {
 
 // Simulates a group, with the next switch's parameter sends alongside when given; returns the group's result and,
 // through `sends_end_s`, when those sends finished (when they fit in memory beside the group: else -1).
-GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update,
-                           const SwitchPlan* prefetch, double* sends_end_s) {
+GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update, const SwitchPlan* prefetch,
+                           double* sends_end_s) {
   GroupResult g;
   g.lo = group.lo;
   g.hi = group.hi;
@@ -126,7 +126,7 @@ GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, con
   if (sends_end_s) *sends_end_s = prefetch ? max_end_s(r, group_tasks, all_tasks) : 0;
   if (prefetch) {
     std::vector<std::int64_t> incoming(static_cast<std::size_t>(s.cluster.gpus()), 0);
-    for (const auto& t : prefetch->transfers) incoming[static_cast<std::size_t>(t.dst)] += t.bytes;
+    for (const auto& t : prefetch->transfers) incoming[t.dst] += t.bytes;
     const double usable = usable_hbm_bytes(s.cluster, s.hbm_headroom);
     bool room = true;
     for (int gpu = 0; gpu < s.cluster.gpus(); ++gpu) {
@@ -358,8 +358,8 @@ void add_switches(const HotSpaSetting& s, const SwitchPlans& switches, const std
 
 }  // namespace
 
-MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
-                              const std::vector<GroupPlan>& plans, const std::string& origin) {
+MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans,
+                              const std::string& origin) {
   const Minibatch mb = cut_minibatch(lengths, plans, origin);
   const SwitchPlans switches = plan_switches(s, mb);
   MinibatchResult out;
@@ -418,7 +418,13 @@ HotSpaSearch prepare_search(const HotSpaSetting& s, const std::vector<std::int64
     }
   }
   std::vector<LengthGroup> finest = group_lengths(lengths, bounds);
-  return {s, options, lengths, std::move(bounds), std::move(finest), usable_hbm_bytes(s.cluster, s.hbm_headroom), budget_of(s),
+  return {s,
+          options,
+          lengths,
+          std::move(bounds),
+          std::move(finest),
+          usable_hbm_bytes(s.cluster, s.hbm_headroom),
+          budget_of(s),
           static_cast<std::size_t>(std::max(1, options.per_group))};
 }
 
@@ -510,8 +516,7 @@ struct SearchProgress {
 };
 
 // Round `round`'s jobs: the next `per_group` configurations of each range none of whose configurations fit yet.
-void add_round_jobs(const RangeCandidates& c, const std::vector<bool>& range_fits, std::size_t round, std::size_t per_group,
-                    std::vector<Job>& jobs) {
+void add_round_jobs(const RangeCandidates& c, const std::vector<bool>& range_fits, std::size_t round, std::size_t per_group, std::vector<Job>& jobs) {
   for (std::size_t r = 0; r < c.ranges.size(); ++r) {
     if (range_fits[r]) continue;
     for (std::size_t k = round * per_group; k < std::min(c.lists[r].size(), (round + 1) * per_group); ++k) {
@@ -643,11 +648,11 @@ std::vector<GroupPlan> shortest_path(const HotSpaSearch& h, const std::vector<Jo
   int best = -1;
   for (std::size_t k = 0; k < jobs.size(); ++k) {
     const bool ends_last = jobs[k].j == h.bounds.size();
-    if (ends_last && cost[k] < kNone && (best < 0 || cost[k] < cost[static_cast<std::size_t>(best)])) best = static_cast<int>(k);
+    if (ends_last && cost[k] < kNone && (best < 0 || cost[k] < cost[best])) best = static_cast<int>(k);
   }
   std::vector<GroupPlan> plans;
-  for (int k = best; k >= 0; k = back[static_cast<std::size_t>(k)]) {
-    const Job& job = jobs[static_cast<std::size_t>(k)];
+  for (int k = best; k >= 0; k = back[k]) {
+    const Job& job = jobs[k];
     plans.insert(plans.begin(), GroupPlan{h.bounds[job.j - 1], job.spec, false, 0});
   }
   return plans;
@@ -657,8 +662,7 @@ std::vector<GroupPlan> shortest_path(const HotSpaSearch& h, const std::vector<Jo
 
 // Candidate configurations for every range of bounds and for the whole, the ranges simulated, static execution,
 // then the cheapest hot-switched path.
-HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
-                                 const HotSpaSearchOptions& options) {
+HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const HotSpaSearchOptions& options) {
   HotSpaSearchReport report;
   HotSpaSearch h = prepare_search(s, lengths, options);
   const RangeCandidates ranges = range_candidates(h);
@@ -681,7 +685,8 @@ std::string table3(const MinibatchResult& st, const MinibatchResult& sw) {
               {false, true, true, true, true, true, false});
   std::vector<std::vector<std::string>> rows;
   for (const GroupResult& g : st.groups) {
-    rows.push_back({range_name(g.lo, g.hi), std::to_string(g.sequences), format_tokens(g.tokens), g.fits ? format_fixed(g.time_s, 2) : "no fit", "", "", ""});
+    rows.push_back(
+        {range_name(g.lo, g.hi), std::to_string(g.sequences), format_tokens(g.tokens), g.fits ? format_fixed(g.time_s, 2) : "no fit", "", "", ""});
   }
   // A switched group spans one or more static rows: its time goes on the first, the speedup against their sum.
   for (const GroupResult& h : sw.groups) {
@@ -693,7 +698,7 @@ std::string table3(const MinibatchResult& st, const MinibatchResult& sw) {
       if (first < 0) first = static_cast<int>(r);
     }
     if (first < 0) continue;
-    auto& row = rows[static_cast<std::size_t>(first)];
+    auto& row = rows[first];
     row[4] = (h.fits ? format_fixed(h.time_s, 2) : "no fit") + " (" + range_name(h.lo, h.hi) + ")";
     row[5] = h.fits && static_s > 0 ? format_fixed(static_s / h.time_s, 2) + "x" : "-";
     row[6] = h.spec.scheme + " " + h.spec.summary();
@@ -711,19 +716,33 @@ std::string table3(const MinibatchResult& st, const MinibatchResult& sw) {
 Json minibatch_json(const MinibatchResult& r, const sim::Cluster& cluster) {
   Json groups = Json::array();
   for (const auto& g : r.groups) {
-    groups.push_back({{"lo", g.lo}, {"hi", g.hi}, {"sequences", g.sequences}, {"tokens", g.tokens},
-                      {"rows", g.rows.workload.global_batch}, {"row_len", g.rows.workload.seq_len},
-                      {"fill", g.rows.fill}, {"attention_density", g.rows.attention_density},
-                      {"scheme", g.spec.scheme}, {"parameters", parameters_json(g.spec)}, {"summary", g.spec.summary()},
-                      {"fits", g.fits}, {"failure", g.failure}, {"time_s", g.time_s}, {"peak_hbm_bytes", g.peak_hbm_bytes}});
+    groups.push_back({{"lo", g.lo},
+                      {"hi", g.hi},
+                      {"sequences", g.sequences},
+                      {"tokens", g.tokens},
+                      {"rows", g.rows.workload.global_batch},
+                      {"row_len", g.rows.workload.seq_len},
+                      {"fill", g.rows.fill},
+                      {"attention_density", g.rows.attention_density},
+                      {"scheme", g.spec.scheme},
+                      {"parameters", parameters_json(g.spec)},
+                      {"summary", g.spec.summary()},
+                      {"fits", g.fits},
+                      {"failure", g.failure},
+                      {"time_s", g.time_s},
+                      {"peak_hbm_bytes", g.peak_hbm_bytes}});
   }
   Json switches = Json::array();
   for (const auto& s : r.switches) {
-    switches.push_back({{"from", s.from}, {"to", s.to}, {"param_bytes", s.param_bytes}, {"grad_bytes", s.grad_bytes},
-                        {"params_overlapped", s.params_overlapped}, {"exposed_s", s.exposed_s}});
+    switches.push_back({{"from", s.from},
+                        {"to", s.to},
+                        {"param_bytes", s.param_bytes},
+                        {"grad_bytes", s.grad_bytes},
+                        {"params_overlapped", s.params_overlapped},
+                        {"exposed_s", s.exposed_s}});
   }
   return {{"groups", groups}, {"switches", switches}, {"others_s", r.others_s}, {"total_s", r.total_s},
-          {"fits", r.fits}, {"failure", r.failure}, {"mfu", r.mfu(cluster)}};
+          {"fits", r.fits},   {"failure", r.failure}, {"mfu", r.mfu(cluster)}};
 }
 
 }  // namespace trainyard::planner

@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/schemes/scheme.hpp"
 #include "planner/lengths.hpp"
 #include "planner/plan.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "planner/switching.hpp"
 
 namespace trainyard::planner {
@@ -86,8 +86,8 @@ struct MinibatchResult {
 
 // Runs the groups of `lengths` cut at the plans' bounds, each under its plan. One plan (or plans that are all the
 // same strategy) is static execution. Invalid strategies for a group are an InputError naming `origin`.
-MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
-                              const std::vector<GroupPlan>& plans, const std::string& origin);
+MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans,
+                              const std::string& origin);
 // The plans of static execution: `spec` on every group of `bounds`, rows at the last bound.
 std::vector<GroupPlan> static_plans(const std::vector<std::int64_t>& bounds, const PlanSpec& spec, bool auto_micro_batch);
 // Static execution of `spec`: one run over the whole mini-batch packed at the longest bound gives the total (one
@@ -114,8 +114,7 @@ struct HotSpaSearchReport {
   MinibatchResult static_result, switched_result;
   std::size_t simulated = 0;
 };
-HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths,
-                                 const HotSpaSearchOptions& options);
+HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const HotSpaSearchOptions& options);
 
 // Static beside hot-switched in the seed's Table 3 form: one row per static group (each run alone), the switched
 // plan's time on the first row of each of its groups with the speedup over those rows, "Others", and the totals.

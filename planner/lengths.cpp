@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <numbers>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "common/error.hpp"
 #include "common/input_file.hpp"
@@ -33,7 +33,7 @@ class Generator {
   explicit Generator(std::uint64_t seed) : engine_(seed) {}
   // [0, 1) from the top 53 bits: std::mt19937_64's sequence is fixed by the standard, this transform is ours.
   double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
-  double normal() {  // Box-Muller, one of the pair
+  double normal() {                     // Box-Muller, one of the pair
     const double u1 = 1.0 - uniform();  // (0, 1]
     const double u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
@@ -46,10 +46,8 @@ class Generator {
 
 std::int64_t draw(const LengthSource& s, Generator& gen) {
   switch (s.kind) {
-    case LengthSource::Kind::lognormal:
-      return static_cast<std::int64_t>(std::llround(std::exp(s.mu + s.sigma * gen.normal())));
-    case LengthSource::Kind::samples:
-      return s.samples[gen.index(s.samples.size())];
+    case LengthSource::Kind::lognormal: return static_cast<std::int64_t>(std::llround(std::exp(s.mu + s.sigma * gen.normal())));
+    case LengthSource::Kind::samples: return s.samples[gen.index(s.samples.size())];
     case LengthSource::Kind::histogram: {
       double total = 0;
       for (const auto& b : s.bins) total += b.weight;
@@ -149,8 +147,7 @@ LengthSource load_lengths(const std::string& spec) {
   return read_samples(spec);
 }
 
-std::vector<std::int64_t> sample_minibatch(const LengthSource& source, std::int64_t tokens, std::int64_t max_len,
-                                           std::uint64_t seed) {
+std::vector<std::int64_t> sample_minibatch(const LengthSource& source, std::int64_t tokens, std::int64_t max_len, std::uint64_t seed) {
   if (tokens < 1) throw InputError("--tokens-per-step", "value", "a positive number of tokens", std::to_string(tokens));
   if (max_len < 1) throw InputError("--max-len", "value", "a positive number of tokens", std::to_string(max_len));
   Generator gen(seed);
@@ -181,7 +178,8 @@ std::vector<LengthGroup> group_lengths(const std::vector<std::int64_t>& lengths,
   if (upper_bounds.empty()) throw InputError("--groups", "value", "at least one length group", "none");
   for (std::size_t i = 0; i < upper_bounds.size(); ++i) {
     if (upper_bounds[i] < 1 || (i > 0 && upper_bounds[i] <= upper_bounds[i - 1])) {
-      throw InputError("--groups", "value", "ascending positive group bounds", format_tokens(upper_bounds[i]) + " at position " + std::to_string(i + 1));
+      throw InputError("--groups", "value", "ascending positive group bounds",
+                       format_tokens(upper_bounds[i]) + " at position " + std::to_string(i + 1));
     }
   }
   std::vector<LengthGroup> groups(upper_bounds.size());
@@ -195,7 +193,7 @@ std::vector<LengthGroup> group_lengths(const std::vector<std::int64_t>& lengths,
       throw InputError("--groups", "value", "a last group bound of at least the longest sequence (" + format_tokens(l) + ")",
                        format_tokens(upper_bounds.back()));
     }
-    groups[static_cast<std::size_t>(it - upper_bounds.begin())].lengths.push_back(l);
+    groups[it - upper_bounds.begin()].lengths.push_back(l);
   }
   for (auto& g : groups) std::sort(g.lengths.begin(), g.lengths.end(), std::greater<>());
   return groups;

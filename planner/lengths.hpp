@@ -17,7 +17,7 @@ namespace trainyard::planner {
 struct LengthSource {
   enum class Kind { lognormal, samples, histogram };
   Kind kind = Kind::lognormal;
-  std::string origin;       // "dist:github" or the file path: what errors and reports name
+  std::string origin;        // "dist:github" or the file path: what errors and reports name
   double mu = 0, sigma = 1;  // lognormal: ln(tokens) ~ Normal(mu, sigma)
   std::vector<std::int64_t> samples;
   struct Bin {
@@ -42,8 +42,7 @@ inline constexpr std::int64_t kMinDocumentTokens = 16;
 // than `max_len` becomes pieces of `max_len` plus the remainder, as data pipelines cut long documents. The same
 // (source, tokens, max_len, seed) gives the same lengths everywhere (own generator and transforms, not the
 // standard library's distributions, whose output differs between implementations).
-std::vector<std::int64_t> sample_minibatch(const LengthSource& source, std::int64_t tokens, std::int64_t max_len,
-                                           std::uint64_t seed);
+std::vector<std::int64_t> sample_minibatch(const LengthSource& source, std::int64_t tokens, std::int64_t max_len, std::uint64_t seed);
 
 // Sequences with lengths in (lo, hi].
 struct LengthGroup {

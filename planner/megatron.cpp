@@ -17,9 +17,7 @@ std::string mb_name(std::int64_t mb) { return "mb" + std::to_string(mb); }
 
 }  // namespace
 
-std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& p) {
-  return in.workload.global_batch / (p.dp * p.micro_batch);
-}
+std::int64_t megatron_micro_batches(const StepInputs& in, const MegatronParams& p) { return in.workload.global_batch / (p.dp * p.micro_batch); }
 
 double megatron_state_bytes_per_param(const model::PrecisionPolicy& pol, const MegatronParams& p) {
   const int grad_ring = p.whole_dp() * p.whole_cp();
@@ -49,7 +47,7 @@ std::vector<std::int64_t> megatron_stage_layers(std::int64_t layers, const Megat
   const int middle_stages = p.pp - (first > 0) - (last > 0);
   const std::int64_t rest = layers - first - last;
   const std::int64_t each = middle_stages > 0 ? rest / middle_stages : 0;
-  for (int s = 0; s < p.pp; ++s) out[static_cast<std::size_t>(s)] = each;
+  for (int s = 0; s < p.pp; ++s) out[s] = each;
   if (first > 0) out.front() = first;
   if (last > 0) out.back() = last;
   return out;
@@ -61,7 +59,7 @@ std::vector<std::int64_t> megatron_chunk_first_layers(std::int64_t layers, const
   const std::vector<std::int64_t> stage_layers = megatron_stage_layers(layers, p);
   std::vector<std::int64_t> first{0};
   for (int v = 0; v < p.pp * p.vpp; ++v) {
-    const std::int64_t on_stage = stage_layers[static_cast<std::size_t>(v % p.pp)];
+    const std::int64_t on_stage = stage_layers[v % p.pp];
     const int chunk = v / p.pp;
     first.push_back(first.back() + on_stage / p.vpp + (chunk < on_stage % p.vpp ? 1 : 0));
   }
@@ -70,9 +68,7 @@ std::vector<std::int64_t> megatron_chunk_first_layers(std::int64_t layers, const
 
 namespace {
 void check_megatron_stages(const model::ModelConfig& m, const MegatronParams& p) {
-  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) {
-    throw InputError(flag, "value", expected, got);
-  };
+  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) { throw InputError(flag, "value", expected, got); };
   if (p.first_stage_layers < 0 || p.last_stage_layers < 0) {
     fail("--first-stage-layers/--last-stage-layers", "0 (an even split) or a layer count", "a negative count");
   }
@@ -99,16 +95,14 @@ void check_megatron_stages(const model::ModelConfig& m, const MegatronParams& p)
 void check_megatron(const StepInputs& in, const MegatronParams& p) {
   const auto& m = in.model;
   const int gpus = in.cluster.gpus();
-  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) {
-    throw InputError(flag, "value", expected, got);
-  };
+  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) { throw InputError(flag, "value", expected, got); };
   if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.cp < 1 || p.vpp < 1 || p.micro_batch < 1) {
     fail("--tp/--pp/--dp/--cp/--vpp/--micro-batch", "positive integers", "a value below 1");
   }
   if (static_cast<std::int64_t>(p.tp) * p.pp * p.dp * p.cp != gpus) {
     fail("--tp/--pp/--dp/--cp", "tp * pp * dp * cp = the cluster's " + std::to_string(gpus) + " GPUs",
-         std::to_string(p.tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " * " + std::to_string(p.cp) +
-             " = " + std::to_string(static_cast<std::int64_t>(p.tp) * p.pp * p.dp * p.cp));
+         std::to_string(p.tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " * " + std::to_string(p.cp) + " = " +
+             std::to_string(static_cast<std::int64_t>(p.tp) * p.pp * p.dp * p.cp));
   }
   if (p.whole_cp() > 1 && in.workload.seq_len % (2 * p.whole_cp()) != 0) {
     fail("--cp", "a degree whose 2 * cp chunks divide the sequence (" + std::to_string(in.workload.seq_len) + " tokens)",
@@ -116,8 +110,8 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
   }
   if (p.cp_comm != CpComm::p2p && p.cp == 1) fail("--cp-comm", "p2p unless --cp > 1", std::string(to_string(p.cp_comm)));
   if (p.cp_comm == CpComm::a2a_p2p && (p.cp_a2a < 2 || p.cp_a2a >= p.cp || p.cp % p.cp_a2a != 0)) {
-    fail("--cp-a2a", "with --cp-comm a2a+p2p, an all-to-all group size of at least 2 that divides --cp (" + std::to_string(p.cp) +
-                         ") into at least 2 groups",
+    fail("--cp-a2a",
+         "with --cp-comm a2a+p2p, an all-to-all group size of at least 2 that divides --cp (" + std::to_string(p.cp) + ") into at least 2 groups",
          std::to_string(p.cp_a2a));
   }
   if (p.cp_comm != CpComm::a2a_p2p && p.cp_a2a != 0) {
@@ -128,8 +122,9 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
     const std::string flag = p.cp_comm == CpComm::a2a ? "--cp" : "--cp-a2a";
     const std::int64_t heads_per_tp = m.heads / p.tp, kv_per_tp = std::max<std::int64_t>(1, m.kv_heads / p.tp);
     if (heads_per_tp % a2a != 0 || (kv_per_tp >= a2a && kv_per_tp % a2a != 0) || (kv_per_tp < a2a && a2a % kv_per_tp != 0)) {
-      fail(flag, "with --cp-comm " + std::string(to_string(p.cp_comm)) + ", an all-to-all size dividing each TP rank's heads (" +
-                     std::to_string(heads_per_tp) + ") and K/V heads (" + std::to_string(kv_per_tp) + ", or a multiple of them: replicated)",
+      fail(flag,
+           "with --cp-comm " + std::string(to_string(p.cp_comm)) + ", an all-to-all size dividing each TP rank's heads (" +
+               std::to_string(heads_per_tp) + ") and K/V heads (" + std::to_string(kv_per_tp) + ", or a multiple of them: replicated)",
            std::to_string(a2a));
     }
   }
@@ -140,31 +135,32 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
   // collectives then cross the network).
   const int per_node = in.cluster.topology.gpus_per_node();
   if (per_node % p.tp != 0 && p.tp % per_node != 0) {
-    fail("--tp", "a divisor or a multiple of the GPUs per node (" + std::to_string(per_node) +
-                     "): a tensor-parallel group stays inside a node or spans whole nodes", std::to_string(p.tp));
+    fail("--tp",
+         "a divisor or a multiple of the GPUs per node (" + std::to_string(per_node) +
+             "): a tensor-parallel group stays inside a node or spans whole nodes",
+         std::to_string(p.tp));
   }
   if (m.heads % p.tp != 0) fail("--tp", "a divisor of the model's heads (" + std::to_string(m.heads) + ")", std::to_string(p.tp));
   if (m.ffn_hidden % p.tp != 0) fail("--tp", "a divisor of ffn_hidden (" + std::to_string(m.ffn_hidden) + ")", std::to_string(p.tp));
   if (p.first_stage_layers == 0 && p.last_stage_layers == 0 && m.layers % (p.pp * p.vpp) != 0) {
-    fail("--pp/--vpp", "pp * vpp dividing the model's " + std::to_string(m.layers) +
-                           " layers (or an uneven split: --first-stage-layers, --last-stage-layers)",
+    fail("--pp/--vpp",
+         "pp * vpp dividing the model's " + std::to_string(m.layers) + " layers (or an uneven split: --first-stage-layers, --last-stage-layers)",
          std::to_string(p.pp) + " * " + std::to_string(p.vpp));
   }
   check_megatron_stages(m, p);
   if (p.vpp > 1 && p.pp == 1) fail("--vpp", "1 unless --pp > 1 (interleaving needs a pipeline)", std::to_string(p.vpp));
   if (p.sequence_parallel && p.tp == 1) fail("--sequence-parallel", "only with --tp > 1", "--tp 1");
-  if (p.tp_comm_overlap && !p.sequence_parallel) fail("--tp-comm-overlap", "only with --sequence-parallel (as Megatron requires)", "no --sequence-parallel");
+  if (p.tp_comm_overlap && !p.sequence_parallel)
+    fail("--tp-comm-overlap", "only with --sequence-parallel (as Megatron requires)", "no --sequence-parallel");
   if (p.offload_activations && p.recompute != Recompute::full) {
     fail("--offload", "acts only with --recompute full (the offloaded checkpoints are the layer inputs)", "acts");
   }
   if (in.workload.global_batch % (p.dp * p.micro_batch) != 0) {
-    fail("--global-batch", "a multiple of dp * micro-batch (" + std::to_string(p.dp * p.micro_batch) + ")",
-         std::to_string(in.workload.global_batch));
+    fail("--global-batch", "a multiple of dp * micro-batch (" + std::to_string(p.dp * p.micro_batch) + ")", std::to_string(in.workload.global_batch));
   }
   const std::int64_t mbs = megatron_micro_batches(in, p);
   if (p.vpp > 1 && mbs % p.pp != 0) {
-    fail("--vpp", "micro-batches per step (" + std::to_string(mbs) + ") a multiple of pp for the interleaved schedule",
-         std::to_string(p.vpp));
+    fail("--vpp", "micro-batches per step (" + std::to_string(mbs) + ") a multiple of pp for the interleaved schedule", std::to_string(p.vpp));
   }
 }
 
@@ -220,10 +216,10 @@ class MegatronBuilder {
   };
   // One slot of the schedule: what its tasks are in the model's terms (sim::Op) and where their chains end.
   struct Slot {
-    int v;                         // virtual stage
-    std::int64_t mb;               // micro-batch
-    std::string tag;               // "mb3"
-    std::int32_t seq;              // the step's sequence number of the micro-batch's first sequence
+    int v;                          // virtual stage
+    std::int64_t mb;                // micro-batch
+    std::string tag;                // "mb3"
+    std::int32_t seq;               // the step's sequence number of the micro-batch's first sequence
     std::vector<sim::TaskId> last;  // per rank
     sim::Op at(sim::OpCode code, std::int64_t l) const { return {code, seq, static_cast<std::int32_t>(l), 0}; }
   };
@@ -231,10 +227,8 @@ class MegatronBuilder {
   int gpu_of(int stage, int d, int r) const { return (stage * p_.dp + d) * stage_ranks_ + r; }  // r: cp index * tp + TP index
   std::vector<sim::DeviceId> ranks_of(int stage, int d) const;
   std::vector<sim::DeviceId> grad_group(int stage, int t) const;  // the dp x cp ranks of (stage, TP index t), replica-major
-  std::int64_t chunk_layers(int v) const { return first_layer_[static_cast<std::size_t>(v) + 1] - first_layer_[static_cast<std::size_t>(v)]; }
-  SlotTasks& tasks_of(int d, int v, std::int64_t mb, bool forward) {
-    return slots_[static_cast<std::size_t>(d)][static_cast<std::size_t>(v)][static_cast<std::size_t>(mb)][forward ? 0 : 1];
-  }
+  std::int64_t chunk_layers(int v) const { return first_layer_[static_cast<std::size_t>(v) + 1] - first_layer_[v]; }
+  SlotTasks& tasks_of(int d, int v, std::int64_t mb, bool forward) { return slots_[d][v][mb][forward ? 0 : 1]; }
   std::vector<sim::TaskId> transient(const std::vector<sim::DeviceId>& ranks, const std::string& name, std::vector<sim::TaskId>& last);
 
   void model_states();
@@ -329,8 +323,8 @@ std::vector<sim::TaskId> MegatronBuilder::transient(const std::vector<sim::Devic
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     std::vector<sim::TaskId> after;
     if (last[r] >= 0) after.push_back(last[r]);
-    ids.push_back(g_.alloc(name + " working activations", ranks[r], sim::Pool::hbm,
-                           std::max<std::int64_t>(1, static_cast<std::int64_t>(full_layer_)), "working activations " + name, after));
+    ids.push_back(g_.alloc(name + " working activations", ranks[r], sim::Pool::hbm, std::max<std::int64_t>(1, static_cast<std::int64_t>(full_layer_)),
+                           "working activations " + name, after));
     last[r] = ids.back();
   }
   return ids;
@@ -351,12 +345,12 @@ sim::TaskGraph MegatronBuilder::build() {
 void MegatronBuilder::model_states() {
   const double states_per_param = megatron_state_bytes_per_param(in_.precision, p_);
   for (int stage = 0; stage < p_.pp; ++stage) {
-    double stage_params = layer_params_ * static_cast<double>(stage_layers_[static_cast<std::size_t>(stage)]);
+    double stage_params = layer_params_ * static_cast<double>(stage_layers_[stage]);
     if (stage == 0) stage_params += params_.embedding / p_.tp;
     if (stage == p_.pp - 1) stage_params += static_cast<double>(model_.vocab * h_) / p_.tp + params_.final_norm;
     for (int d = 0; d < p_.dp; ++d) {
       for (sim::DeviceId gpu : ranks_of(stage, d)) {
-        gpu_params_[static_cast<std::size_t>(gpu)] = stage_params;
+        gpu_params_[gpu] = stage_params;
         g_.set_op(g_.alloc("model states gpu" + std::to_string(gpu), gpu, sim::Pool::hbm, static_cast<std::int64_t>(stage_params * states_per_param),
                            "model states (" + in_.precision.name + ")"),
                   {sim::OpCode::states});
@@ -370,14 +364,13 @@ void MegatronBuilder::walk_stage(int d, int stage) {
               std::vector<std::int64_t>(static_cast<std::size_t>(p_.vpp), -1)};
   const auto schedule = pipeline_schedule(stage, p_.pp, mbs_, p_.vpp);
   for (const auto& slot : schedule) {
-    if (!slot.forward) w.last_backward_mb[static_cast<std::size_t>(slot.chunk)] = slot.micro_batch;
+    if (!slot.forward) w.last_backward_mb[slot.chunk] = slot.micro_batch;
   }
   for (const auto& entry : schedule) {
     const int v = entry.chunk * p_.pp + stage;
     const std::int64_t mb = entry.micro_batch;
     // The executor runs micro-batches of one sequence without TP: one chunk, the whole sequence.
-    Slot slot{v, mb, mb_name(mb), static_cast<std::int32_t>((d * mbs_ + mb) * p_.micro_batch),
-              std::vector<sim::TaskId>(w.ranks.size(), -1)};
+    Slot slot{v, mb, mb_name(mb), static_cast<std::int32_t>((d * mbs_ + mb) * p_.micro_batch), std::vector<sim::TaskId>(w.ranks.size(), -1)};
     SlotTasks& tasks = tasks_of(d, v, mb, entry.forward);
     if (entry.forward) {
       forward_slot(w, slot, tasks);
@@ -385,7 +378,7 @@ void MegatronBuilder::walk_stage(int d, int stage) {
       backward_slot(w, slot, tasks);
     }
     tasks.last = slot.last;
-    for (std::size_t r = 0; r < w.ranks.size(); ++r) last_compute_[static_cast<std::size_t>(w.ranks[r])] = slot.last[r];
+    for (std::size_t r = 0; r < w.ranks.size(); ++r) last_compute_[w.ranks[r]] = slot.last[r];
   }
 }
 
@@ -397,15 +390,13 @@ void MegatronBuilder::forward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) {
   for (std::size_t r = 0; r < w.ranks.size(); ++r) {
     // Allocated when the GPU reaches this slot (after its previous slot), not before.
     std::vector<sim::TaskId> after;
-    if (last_compute_[static_cast<std::size_t>(w.ranks[r])] >= 0) after.push_back(last_compute_[static_cast<std::size_t>(w.ranks[r])]);
+    if (last_compute_[w.ranks[r]] >= 0) after.push_back(last_compute_[w.ranks[r]]);
     // The activations this slot keeps for backward (checkpoints under full recompute; in host DRAM with checkpoint
     // offload).
-    last[r] = g_.alloc("F V" + std::to_string(v) + " " + slot.tag + " activations", w.ranks[r],
-                       p_.offload_activations ? sim::Pool::dram : sim::Pool::hbm,
-                       std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer_ * static_cast<double>(chunk_layers(v)))),
-                       (p_.offload_activations ? "offloaded checkpoints virtual stage " : "activations virtual stage ") + std::to_string(v) +
-                           " " + slot.tag,
-                       after);
+    last[r] = g_.alloc(
+        "F V" + std::to_string(v) + " " + slot.tag + " activations", w.ranks[r], p_.offload_activations ? sim::Pool::dram : sim::Pool::hbm,
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer_ * static_cast<double>(chunk_layers(v)))),
+        (p_.offload_activations ? "offloaded checkpoints virtual stage " : "activations virtual stage ") + std::to_string(v) + " " + slot.tag, after);
     tasks.first.push_back(last[r]);
   }
   if (v == 0) {
@@ -413,7 +404,7 @@ void MegatronBuilder::forward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) {
       last[r] = emit_embedding(g_, w.ranks[r], "F " + slot.tag + " embedding", s_, h_, false, last[r], slot.at(sim::OpCode::embed, 0));
     }
   }
-  for (std::int64_t l = first_layer_[static_cast<std::size_t>(v)]; l < first_layer_[static_cast<std::size_t>(v) + 1]; ++l) forward_layer(w, slot, l);
+  for (std::int64_t l = first_layer_[v]; l < first_layer_[static_cast<std::size_t>(v) + 1]; ++l) forward_layer(w, slot, l);
   if (v == virtual_stages_ - 1) {
     for (std::size_t r = 0; r < w.ranks.size(); ++r) {
       last[r] = emit_loss(g_, w.ranks[r], slot.tag, s_, h_, vocab_shard_, last[r], slot.at(sim::OpCode::none, model_.layers),
@@ -452,7 +443,7 @@ void MegatronBuilder::send_to(StageWalk& w, const Slot& slot, SlotTasks& tasks, 
     tasks.send.push_back(g_.send((forward ? "F V" : "B V") + std::to_string(slot.v) + " " + slot.tag + (forward ? " send act" : " send grad"),
                                  w.ranks[r], gpu_of(to_stage, w.d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s_ * h_ / p_.tp),
                                  std::vector<sim::TaskId>{slot.last[r]}, kPipeStream));
-    const std::int64_t layer = forward ? first_layer_[static_cast<std::size_t>(slot.v) + 1] : first_layer_[static_cast<std::size_t>(slot.v)];
+    const std::int64_t layer = forward ? first_layer_[static_cast<std::size_t>(slot.v) + 1] : first_layer_[slot.v];
     g_.set_op(tasks.send.back(), slot.at(forward ? sim::OpCode::input : sim::OpCode::input_grad, layer));
   }
 }
@@ -461,9 +452,9 @@ void MegatronBuilder::backward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) 
   const int v = slot.v;
   auto& last = slot.last;
   const auto begin = static_cast<sim::TaskId>(g_.size());
-  for (std::int64_t l = first_layer_[static_cast<std::size_t>(v) + 1] - 1; l >= first_layer_[static_cast<std::size_t>(v)]; --l) {
+  for (std::int64_t l = first_layer_[static_cast<std::size_t>(v) + 1] - 1; l >= first_layer_[v]; --l) {
     backward_layer(w, slot, l);
-    if (slot.mb == w.last_backward_mb[static_cast<std::size_t>(v / p_.pp)]) cut_bucket(w, slot, l);
+    if (slot.mb == w.last_backward_mb[v / p_.pp]) cut_bucket(w, slot, l);
   }
   if (v == 0) {
     for (std::size_t r = 0; r < w.ranks.size(); ++r) {
@@ -473,7 +464,7 @@ void MegatronBuilder::backward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) 
       for (int t = 0; t < p_.tp; ++t) {
         Bucket& b = buckets_.at(std::make_tuple(w.stage, t, w.bucket_index - 1));
         if (w.d == 0) b.params += params_.embedding / p_.tp;
-        for (int c = 0; c < p_.cp; ++c) b.ready[b.ready.size() - static_cast<std::size_t>(p_.cp - c)] = last[static_cast<std::size_t>(c * p_.tp + t)];
+        for (int c = 0; c < p_.cp; ++c) b.ready[b.ready.size() - static_cast<std::size_t>(p_.cp - c)] = last[c * p_.tp + t];
       }
     }
   }
@@ -523,7 +514,7 @@ void MegatronBuilder::backward_layer(StageWalk& w, Slot& slot, std::int64_t l) {
 // it holds bucket_params or the chunk is done.
 void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l) {
   w.bucket_params += layer_params_;
-  const bool chunk_done = l == first_layer_[static_cast<std::size_t>(slot.v)];
+  const bool chunk_done = l == first_layer_[slot.v];
   if (w.bucket_params < p_.bucket_params && !chunk_done) return;
   // The last stage's first bucket also carries the LM head's gradients (computed before any layer's).
   const double head = w.stage == p_.pp - 1 && w.bucket_index == 0 ? static_cast<double>(model_.vocab * h_) / p_.tp + params_.final_norm : 0;
@@ -531,7 +522,7 @@ void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l)
     const auto key = std::make_tuple(w.stage, t, w.bucket_index);
     auto [it, inserted] = buckets_.try_emplace(key, Bucket{w.stage, t, w.bucket_params + head, {}});
     if (inserted) bucket_order_.push_back(key);
-    for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(slot.last[static_cast<std::size_t>(c * p_.tp + t)]);
+    for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(slot.last[c * p_.tp + t]);
   }
   ++w.bucket_index;
   w.bucket_params = 0;
@@ -568,14 +559,14 @@ std::vector<std::vector<sim::TaskId>> MegatronBuilder::reduce_gradients() {
     auto [it, inserted] = groups.try_emplace({b.stage, b.t}, 0);
     if (inserted) it->second = g_.add_group(grad_group(b.stage, b.t));
     const auto bytes = static_cast<std::int64_t>(b.params * in_.precision.grad_bytes) / grad_ring_ * grad_ring_ + grad_ring_;
-    const sim::TaskId reduce = g_.collective(
-        std::string(p_.distributed_optimizer ? "DP reduce-scatter" : "DP all-reduce") + " stage " + std::to_string(b.stage) + " tp" +
-            std::to_string(b.t) + " bucket " + std::to_string(std::get<2>(key)),
-        {p_.distributed_optimizer ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce, sim::Algorithm::ring, it->second, bytes,
-         ring_ranks_},
-        b.ready, kDpStream);
+    const sim::TaskId reduce = g_.collective(std::string(p_.distributed_optimizer ? "DP reduce-scatter" : "DP all-reduce") + " stage " +
+                                                 std::to_string(b.stage) + " tp" + std::to_string(b.t) + " bucket " +
+                                                 std::to_string(std::get<2>(key)),
+                                             {p_.distributed_optimizer ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
+                                              sim::Algorithm::ring, it->second, bytes, ring_ranks_},
+                                             b.ready, kDpStream);
     g_.set_op(reduce, {sim::OpCode::states});
-    for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[static_cast<std::size_t>(gpu)].push_back(reduce);
+    for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[gpu].push_back(reduce);
   }
   return gpu_reductions;
 }
@@ -586,21 +577,23 @@ void MegatronBuilder::optimizer_steps(const std::vector<std::vector<sim::TaskId>
   const int shards = p_.distributed_optimizer ? grad_ring_ : 1;
   std::vector<sim::TaskId> step(static_cast<std::size_t>(in_.cluster.gpus()));
   for (int gpu = 0; gpu < in_.cluster.gpus(); ++gpu) {
-    std::vector<sim::TaskId> deps = reductions[static_cast<std::size_t>(gpu)];
-    if (last_compute_[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last_compute_[static_cast<std::size_t>(gpu)]);
-    step[static_cast<std::size_t>(gpu)] =
-        g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false,
-                sim::OptimizerStep{static_cast<std::int64_t>(gpu_params_[static_cast<std::size_t>(gpu)] * kAdamBytesPerParam / shards)},
-                sim::Op::optimizer_of(gpu)},
-               deps);
+    std::vector<sim::TaskId> deps = reductions[gpu];
+    if (last_compute_[gpu] >= 0) deps.push_back(last_compute_[gpu]);
+    step[gpu] = g_.add({"optimizer step gpu" + std::to_string(gpu),
+                        gpu,
+                        {sim::StreamKind::compute, 0},
+                        false,
+                        sim::OptimizerStep{static_cast<std::int64_t>(gpu_params_[gpu] * kAdamBytesPerParam / shards)},
+                        sim::Op::optimizer_of(gpu)},
+                       deps);
   }
   if (!p_.distributed_optimizer || grad_replicas_ <= 1) return;
   for (int stage = 0; stage < p_.pp; ++stage) {
     for (int t = 0; t < p_.tp; ++t) {
       const std::vector<sim::DeviceId> members = grad_group(stage, t);
       std::vector<sim::TaskId> deps;
-      for (sim::DeviceId gpu : members) deps.push_back(step[static_cast<std::size_t>(gpu)]);
-      const double weights = gpu_params_[static_cast<std::size_t>(members.front())] * in_.precision.weight_bytes;
+      for (sim::DeviceId gpu : members) deps.push_back(step[gpu]);
+      const double weights = gpu_params_[members.front()] * in_.precision.weight_bytes;
       g_.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
                     {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g_.add_group(members),
                      static_cast<std::int64_t>(weights) / grad_ring_ * grad_ring_ + grad_ring_, ring_ranks_},

@@ -27,21 +27,21 @@ struct MegatronParams {
   int tp = 1;
   int pp = 1;
   int dp = 1;
-  int cp = 1;                       // context-parallel degree
-  CpComm cp_comm = CpComm::p2p;     // how the cp ranks exchange attention's inputs
-  int cp_a2a = 0;                   // a2a+p2p: the all-to-all level's size (Megatron's first
-                                    // --hierarchical-context-parallel-sizes entry); 0 with other comm types
-  int vpp = 1;                      // virtual stages (model chunks) per pipeline rank
-  int first_stage_layers = 0;       // layers on the first / last pipeline stage; 0: an even split
+  int cp = 1;                    // context-parallel degree
+  CpComm cp_comm = CpComm::p2p;  // how the cp ranks exchange attention's inputs
+  int cp_a2a = 0;                // a2a+p2p: the all-to-all level's size (Megatron's first
+                                 // --hierarchical-context-parallel-sizes entry); 0 with other comm types
+  int vpp = 1;                   // virtual stages (model chunks) per pipeline rank
+  int first_stage_layers = 0;    // layers on the first / last pipeline stage; 0: an even split
   int last_stage_layers = 0;
-  std::int64_t micro_batch = 1;     // sequences per micro-batch
+  std::int64_t micro_batch = 1;  // sequences per micro-batch
   bool sequence_parallel = false;
   // Megatron's --tp-comm-overlap (Transformer Engine userbuffers, needs sequence parallelism): each TP all-gather
   // and reduce-scatter runs beside the GEMM that consumes or produces it instead of before or after it.
   bool tp_comm_overlap = false;
   Recompute recompute = Recompute::none;
   bool offload_activations = false;  // OC: full-recompute checkpoints kept in host DRAM (needs recompute full)
-  double bucket_params = 40e6;      // DP all-reduce bucket size in parameters (Megatron's default is 40M)
+  double bucket_params = 40e6;       // DP all-reduce bucket size in parameters (Megatron's default is 40M)
   // Megatron's distributed optimizer (ZeRO-1 across the data-parallel ranks): fp32 master weights and Adam moments
   // are split dp ways, gradients are reduce-scattered instead of all-reduced, and the updated bf16 weights are
   // all-gathered after the optimizer step.

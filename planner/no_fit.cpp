@@ -51,8 +51,7 @@ std::string miss_details(const RankedPlan& miss) {
   const PlanMetrics& m = miss.metrics;
   std::string text = "(" + miss.spec.summary() + "): " + m.failure;
   if (!m.short_of.empty()) {
-    text += "; short by " + std::string(m.bound_only ? "at least " : "") + format_bytes(static_cast<double>(m.shortfall_bytes)) +
-            " of " + m.short_of;
+    text += "; short by " + std::string(m.bound_only ? "at least " : "") + format_bytes(static_cast<double>(m.shortfall_bytes)) + " of " + m.short_of;
   }
   return text;
 }
@@ -63,8 +62,9 @@ std::string describe_miss(const RankedPlan& miss) { return miss.spec.scheme + " 
 
 std::string SchemeNoFit::reason() const {
   if (configurations == 0) {
-    return scheme + ": no valid configuration for this model, cluster and batch (e.g. fewer sequences per step than its "
-                    "data-parallel ranks, or a sequence its chunks or heads do not divide)";
+    return scheme +
+           ": no valid configuration for this model, cluster and batch (e.g. fewer sequences per step than its "
+           "data-parallel ranks, or a sequence its chunks or heads do not divide)";
   }
   const std::string count = std::to_string(configurations) + " configuration" + (configurations == 1 ? "" : "s");
   if (interrupted) {

@@ -24,10 +24,10 @@ std::string describe_miss(const RankedPlan& miss);
 
 struct SchemeNoFit {
   std::string scheme;
-  std::size_t configurations = 0;   // valid configurations for these inputs
+  std::size_t configurations = 0;     // valid configurations for these inputs
   std::optional<RankedPlan> closest;  // the one that missed by the least, when any was bounded or simulated
   bool interrupted = false;           // the search stopped early: not every configuration was tried
-  std::string reason() const;       // one sentence, starting with the scheme
+  std::string reason() const;         // one sentence, starting with the scheme
 };
 // The schemes of `schemes` without a fitting plan in `report`, in that order.
 std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const std::vector<std::string>& schemes);

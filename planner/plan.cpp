@@ -94,7 +94,7 @@ void check_ring_order(const std::vector<int>& order, int ring, const std::string
     if (position < 0 || position >= ring) {
       throw InputError(origin, field, "ring positions " + positions, std::to_string(position) + " at index " + std::to_string(i));
     }
-    int& first = first_index[static_cast<std::size_t>(position)];
+    int& first = first_index[position];
     if (first >= 0) {
       throw InputError(origin, field, "each ring position " + positions + " once",
                        std::to_string(position) + " twice (at indices " + std::to_string(first) + " and " + std::to_string(i) + ")");
@@ -112,9 +112,16 @@ namespace {
 // "--chunk" -> "parameters.chunk"; the flags that are not parameters of the scheme have their own fields.
 std::string plan_field_of_flag(std::string_view flag) {
   static const std::pair<std::string_view, std::string_view> kOwnFields[] = {
-      {"--global-batch", "workload.global_batch"}, {"--seq", "workload.seq_len"}, {"--tokens-per-step", "workload"},
-      {"--nodes", "nodes"}, {"--hw", "hw"}, {"--model", "model"}, {"--precision", "precision"}, {"--stack", "stack"},
-      {"--zero-stage", "parameters.zero_stage"}, {"--offload", "parameters.offload (megatron: offload_activations)"},
+      {"--global-batch", "workload.global_batch"},
+      {"--seq", "workload.seq_len"},
+      {"--tokens-per-step", "workload"},
+      {"--nodes", "nodes"},
+      {"--hw", "hw"},
+      {"--model", "model"},
+      {"--precision", "precision"},
+      {"--stack", "stack"},
+      {"--zero-stage", "parameters.zero_stage"},
+      {"--offload", "parameters.offload (megatron: offload_activations)"},
       {"--recompute", "parameters.recompute (zero: activation_checkpointing)"}};
   for (const auto& [from, to] : kOwnFields) {
     if (flag == from) return std::string(to);
@@ -162,7 +169,7 @@ std::string prediction_drift(const PlanFile& plan, const sim::SimResult& result,
   };
   std::int64_t peak_hbm_bytes = 0;
   for (int g = 0; g < gpus && g < static_cast<int>(result.pools.size()); ++g) {
-    peak_hbm_bytes = std::max(peak_hbm_bytes, result.pools[static_cast<std::size_t>(g)].peak_bytes);
+    peak_hbm_bytes = std::max(peak_hbm_bytes, result.pools[g].peak_bytes);
   }
   struct Figure {
     const char* key;
@@ -184,8 +191,8 @@ std::string prediction_drift(const PlanFile& plan, const sim::SimResult& result,
            (change > 0 ? "+" : "") + format_fixed(100 * change, 2) + "%)";
   }
   if (out.empty()) return out;
-  return "this simulation differs from the plan's stored prediction by more than " + format_fixed(100 * kPredictionTolerance, 1) +
-         "%: " + out + "; the plan's inputs (profiles, model or trainyard version) changed since it was written";
+  return "this simulation differs from the plan's stored prediction by more than " + format_fixed(100 * kPredictionTolerance, 1) + "%: " + out +
+         "; the plan's inputs (profiles, model or trainyard version) changed since it was written";
 }
 
 }  // namespace trainyard::planner

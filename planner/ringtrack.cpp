@@ -26,7 +26,6 @@ std::vector<sim::TaskId> ids(std::initializer_list<sim::TaskId> list) {
   return out;
 }
 
-
 // The order in which each GPU runs its visits (its compute stream is in order, so this order is the schedule):
 // a list schedule of the train with estimated visit costs. Forward, a visit is ready once its chunk has left
 // the previous stage and the previous chunk has left this stage. When a GPU is free it runs, of the visits ready
@@ -38,7 +37,7 @@ std::vector<sim::TaskId> ids(std::initializer_list<sim::TaskId> list) {
 template <typename Cost>
 std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& stage_position, int positions, bool backward, const Cost& cost) {
   std::vector<int> next(static_cast<std::size_t>(stages), backward ? chunks - 1 : 0);  // per stage, next chunk
-  std::vector<double> stage_free(static_cast<std::size_t>(stages), 0);               // when its previous chunk ended
+  std::vector<double> stage_free(static_cast<std::size_t>(stages), 0);                 // when its previous chunk ended
   std::vector<std::vector<double>> finish(static_cast<std::size_t>(stages), std::vector<double>(static_cast<std::size_t>(chunks), -1));
   std::vector<double> gpu_free(static_cast<std::size_t>(positions), 0);
   std::vector<Visit> order;
@@ -51,16 +50,16 @@ std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& s
     std::fill(pick.begin(), pick.end(), -1);
     std::fill(pick_start.begin(), pick_start.end(), 0.0);
     for (int s = 0; s < stages; ++s) {
-      const int k = next[static_cast<std::size_t>(s)];
+      const int k = next[s];
       if (k < 0 || k >= chunks) continue;
-      double ready = stage_free[static_cast<std::size_t>(s)];
+      double ready = stage_free[s];
       const int upstream = backward ? s + 1 : s - 1;
       if (upstream >= 0 && upstream < stages) {
-        const double at = finish[static_cast<std::size_t>(upstream)][static_cast<std::size_t>(k)];
+        const double at = finish[upstream][k];
         if (at < 0) continue;
         ready = std::max(ready, at);
       }
-      const auto pos = static_cast<std::size_t>(stage_position[static_cast<std::size_t>(s)]);
+      const auto pos = static_cast<std::size_t>(stage_position[s]);
       const double start = std::max(ready, gpu_free[pos]);
       const int cur = pick[pos];
       const bool deeper = cur >= 0 && (backward ? s < cur : s > cur);
@@ -76,18 +75,18 @@ std::vector<Visit> train_order(int stages, int chunks, const std::vector<int>& s
     int best = -1;
     double best_start = 0;
     for (int pos = 0; pos < positions; ++pos) {
-      if (pick[static_cast<std::size_t>(pos)] >= 0 && (best < 0 || pick_start[static_cast<std::size_t>(pos)] < best_start)) {
-        best = pick[static_cast<std::size_t>(pos)];
-        best_start = pick_start[static_cast<std::size_t>(pos)];
+      if (pick[pos] >= 0 && (best < 0 || pick_start[pos] < best_start)) {
+        best = pick[pos];
+        best_start = pick_start[pos];
       }
     }
     TRAINYARD_CHECK(best >= 0, "the train always has a visit that can run");
-    const int k = next[static_cast<std::size_t>(best)];
+    const int k = next[best];
     const double end = best_start + cost(best, k);
-    finish[static_cast<std::size_t>(best)][static_cast<std::size_t>(k)] = end;
-    stage_free[static_cast<std::size_t>(best)] = end;
-    gpu_free[static_cast<std::size_t>(stage_position[static_cast<std::size_t>(best)])] = end;
-    next[static_cast<std::size_t>(best)] += backward ? -1 : 1;
+    finish[best][k] = end;
+    stage_free[best] = end;
+    gpu_free[stage_position[best]] = end;
+    next[best] += backward ? -1 : 1;
     order.push_back({best, k});
   }
   return order;
@@ -114,14 +113,14 @@ std::string RingTrackPlan::describe() const {
 std::vector<int> stage_positions(std::int64_t layers, const RingTrackParams& p) {
   const int L = static_cast<int>(layers);
   std::vector<int> out(static_cast<std::size_t>(L + 1));
-  for (int l = 0; l < L; ++l) out[static_cast<std::size_t>(l)] = (l / p.block) % p.ring;
-  out[static_cast<std::size_t>(L)] = ((L - 1) / p.block + 1) % p.ring;
+  for (int l = 0; l < L; ++l) out[l] = (l / p.block) % p.ring;
+  out[L] = ((L - 1) / p.block + 1) % p.ring;
   return out;
 }
 
 std::vector<int> layers_per_position(const std::vector<int>& stage_positions, int ring) {
   std::vector<int> out(static_cast<std::size_t>(ring), 0);
-  for (std::size_t l = 0; l + 1 < stage_positions.size(); ++l) ++out[static_cast<std::size_t>(stage_positions[l])];
+  for (std::size_t l = 0; l + 1 < stage_positions.size(); ++l) ++out[stage_positions[l]];
   return out;
 }
 
@@ -150,9 +149,7 @@ TrainSchedule train_schedule(const model::ModelConfig& model, const RingTrackPar
 void check_ringtrack(const StepInputs& in, const RingTrackParams& p) {
   const auto& m = in.model;
   const int gpus = in.cluster.gpus();
-  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) {
-    throw InputError(flag, "value", expected, got);
-  };
+  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) { throw InputError(flag, "value", expected, got); };
   if (p.ring < 1 || gpus % p.ring != 0) fail("--ring", "a divisor of the cluster's " + std::to_string(gpus) + " GPUs", std::to_string(p.ring));
   if (p.block < 1 || p.block > m.layers) fail("--block", "1 to the model's " + std::to_string(m.layers) + " layers", std::to_string(p.block));
   const std::int64_t blocks = (m.layers + p.block - 1) / p.block;
@@ -200,8 +197,8 @@ class RingTrackBuilder {
   // Per (layer, chunk): what forward leaves for backward.
   struct Saved {
     sim::TaskId kv_hbm = -1, kv_host = -1, kv_d2h = -1;  // K/V in HBM, or in host DRAM and its copy
-    sim::TaskId work = -1, host = -1, host_d2h = -1;      // kept activations in HBM, or their host copy
-    sim::TaskId out = -1;                                 // the visit's last task
+    sim::TaskId work = -1, host = -1, host_d2h = -1;     // kept activations in HBM, or their host copy
+    sim::TaskId out = -1;                                // the visit's last task
   };
   // One sequence of one replica going through the ring.
   struct Train {
@@ -209,10 +206,10 @@ class RingTrackBuilder {
     std::int32_t seq_number;  // the step's sequence number
     std::string seq_tag;      // " s3" when there are several sequences
     bool last_sequence;
-    std::vector<std::vector<Saved>> saved;                  // [layer (L: the head)][chunk]
-    std::vector<sim::TaskId> accumulators;                  // per layer: dK/dV of earlier chunks
-    std::vector<std::vector<sim::TaskId>> acc_written;      // per layer, per block: last D2H
-    std::vector<std::vector<sim::TaskId>> grad_out;         // [layer][chunk]: the gradient arriving at layer - 1
+    std::vector<std::vector<Saved>> saved;              // [layer (L: the head)][chunk]
+    std::vector<sim::TaskId> accumulators;              // per layer: dK/dV of earlier chunks
+    std::vector<std::vector<sim::TaskId>> acc_written;  // per layer, per block: last D2H
+    std::vector<std::vector<sim::TaskId>> grad_out;     // [layer][chunk]: the gradient arriving at layer - 1
     // What a task is in the model's terms (sim::Op, for the executor).
     sim::Op at(sim::OpCode code, int l, int k) const { return sim::Op{code, seq_number, l, k}; }
     sim::Op kv(sim::OpCode code, int l, int k, int kv_first, int kv_last) const {
@@ -227,21 +224,19 @@ class RingTrackBuilder {
     sim::TaskId prev;  // the GPU's latest compute task before the visit
   };
 
-  int gpu_of(int r, int stage) const {
-    return plan_.rings[static_cast<std::size_t>(r)][static_cast<std::size_t>(schedule_.stage_position[static_cast<std::size_t>(stage)])];
-  }
+  int gpu_of(int r, int stage) const { return plan_.rings[r][schedule_.stage_position[stage]]; }
   sim::DeviceId host_of(int gpu) const { return sim::host_device(in_.cluster.node_of(gpu)); }
   // The end of the visit `depth` back on this GPU, so that buffers of visit i wait for visit i - depth to finish.
   sim::TaskId visit_end_back(int gpu, std::size_t depth) const {
-    const auto& ends = visit_ends_[static_cast<std::size_t>(gpu)];
+    const auto& ends = visit_ends_[gpu];
     return ends.size() >= depth ? ends[ends.size() - depth] : -1;
   }
   // Model states are moved and updated whole; the executor tracks them per process (sim::OpCode::states).
   sim::TaskId states(sim::TaskId id) { return g_.set_op(id, {sim::OpCode::states}); }
   std::pair<sim::TaskId, sim::TaskId> weights_in(int gpu, const std::string& name);
   sim::TaskId arrive(sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name, sim::Op what);
-  sim::TaskId attend(const VisitAt& v, const std::string& name, const Train& t, std::int64_t kv_len, bool causal, bool backward, bool rec,
-                     int first, int last, std::vector<sim::TaskId> deps);
+  sim::TaskId attend(const VisitAt& v, const std::string& name, const Train& t, std::int64_t kv_len, bool causal, bool backward, bool rec, int first,
+                     int last, std::vector<sim::TaskId> deps);
 
   void choose_rings();
   void model_states(int r);
@@ -267,10 +262,10 @@ class RingTrackBuilder {
   const int gpus_, P_, replicas_, L_, C_;
   const std::int64_t c_, h_, sequences_;
   LayerSplit chunk_split_;
-  double kv_chunk_ = 0;      // K and V of one chunk
-  double acc_chunk_ = 0;     // fp32 dK and dV
-  double kept_ = 0;          // everything but K and V
-  double checkpoint_ = 0;    // layer input, attention output, lse
+  double kv_chunk_ = 0;    // K and V of one chunk
+  double acc_chunk_ = 0;   // fp32 dK and dV
+  double kept_ = 0;        // everything but K and V
+  double checkpoint_ = 0;  // layer input, attention output, lse
   double hidden_chunk_ = 0;
   double layer_params_ = 0, embedding_params_ = 0, head_params_ = 0;
   int span_ = 1;  // chunks per K/V block
@@ -315,7 +310,8 @@ RingTrackBuilder::RingTrackBuilder(const StepInputs& in, const RingTrackParams& 
   kv_chunk_ = kBf16 * 2 * static_cast<double>(c_ * model_.kv_dim());
   acc_chunk_ = kFp32 * 2 * static_cast<double>(c_ * model_.kv_dim());
   kept_ = acts.total() - kv_chunk_;
-  checkpoint_ = kBf16 * static_cast<double>(c_ * h_) + kBf16 * static_cast<double>(c_ * model_.q_dim()) + kFp32 * static_cast<double>(c_ * model_.heads);
+  checkpoint_ = kBf16 * static_cast<double>(c_ * h_) + kBf16 * static_cast<double>(c_ * model_.q_dim()) +
+                kFp32 * static_cast<double>(c_ * model_.heads);
   hidden_chunk_ = kBf16 * static_cast<double>(c_ * h_);
   const auto params = model_.param_counts();
   layer_params_ = params.per_layer();
@@ -329,15 +325,15 @@ RingTrackBuilder::RingTrackBuilder(const StepInputs& in, const RingTrackParams& 
   owned_params_.assign(static_cast<std::size_t>(P_), 0);
   for (int pos = 0; pos < P_; ++pos) {
     const auto i = static_cast<std::size_t>(pos);
-    resident_params_[i] = (pos == stage_position[0] ? embedding_params_ : 0) + (pos == stage_position[static_cast<std::size_t>(L_)] ? head_params_ : 0);
+    resident_params_[i] = (pos == stage_position[0] ? embedding_params_ : 0) + (pos == stage_position[L_] ? head_params_ : 0);
     owned_params_[i] = layer_params_ * owned_layers[i] + resident_params_[i];
   }
 }
 
 RingTrackPlan RingTrackBuilder::build() {
   // About 60 tasks per visit (the layer's ops, their buffers, copies and sends) plus the streamed K/V blocks.
-  const double kv_blocks =
-      static_cast<double>(C_) * static_cast<double>(C_) / (2.0 * static_cast<double>(std::max<std::int64_t>(1, p_.kv_block_tokens / p_.chunk)));
+  const double kv_blocks = static_cast<double>(C_) * static_cast<double>(C_) /
+                           (2.0 * static_cast<double>(std::max<std::int64_t>(1, p_.kv_block_tokens / p_.chunk)));
   g_.reserve(static_cast<std::size_t>(static_cast<double>(replicas_ * sequences_ * (L_ + 1)) * (60.0 * C_ + (kv_dram_ ? 8 * kv_blocks : 0))));
   g_.set_chunk_tokens(p_.chunk);
   choose_rings();
@@ -381,11 +377,11 @@ void RingTrackBuilder::choose_rings() {
 
 // Model states of each ring position of replica r.
 void RingTrackBuilder::model_states(int r) {
-  const auto& ring = plan_.rings[static_cast<std::size_t>(r)];
+  const auto& ring = plan_.rings[r];
   for (int pos = 0; pos < P_; ++pos) {
-    const int gpu = ring[static_cast<std::size_t>(pos)];
-    const double resident = resident_params_[static_cast<std::size_t>(pos)];
-    const double owned = owned_params_[static_cast<std::size_t>(pos)];
+    const int gpu = ring[pos];
+    const double resident = resident_params_[pos];
+    const double owned = owned_params_[pos];
     const double layers = owned - resident;
     const std::string tag = " gpu" + std::to_string(gpu);
     states(g_.alloc("weights" + tag, gpu, sim::Pool::hbm, bytes(pol_.weight_bytes * (stream_weights_ ? resident : owned)), "weights"));
@@ -401,8 +397,8 @@ void RingTrackBuilder::model_states(int r) {
 // Weights streamed for a visit: a buffer per visit in flight, copied in on the H2D engine.
 std::pair<sim::TaskId, sim::TaskId> RingTrackBuilder::weights_in(int gpu, const std::string& name) {
   if (!stream_weights_) return {-1, -1};
-  const sim::TaskId buf =
-      states(g_.alloc(name + " weights buffer", gpu, sim::Pool::hbm, bytes(pol_.weight_bytes * layer_params_), "streamed layer weights", ids({visit_end_back(gpu, 2)})));
+  const sim::TaskId buf = states(g_.alloc(name + " weights buffer", gpu, sim::Pool::hbm, bytes(pol_.weight_bytes * layer_params_),
+                                          "streamed layer weights", ids({visit_end_back(gpu, 2)})));
   return {buf, states(g_.copy(name + " H2D weights", gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * layer_params_), true}, ids({buf})))};
 }
 
@@ -417,7 +413,11 @@ sim::TaskId RingTrackBuilder::attend(const VisitAt& v, const std::string& name, 
                                      bool rec, int first, int last, std::vector<sim::TaskId> deps) {
   const auto heads = static_cast<std::int32_t>(model_.heads), kv_heads = static_cast<std::int32_t>(model_.kv_heads);
   const auto hd = static_cast<std::int32_t>(model_.head_dim);
-  return g_.add({name, v.gpu, {sim::StreamKind::compute, 0}, rec, sim::Attention{c_, kv_len, heads, kv_heads, hd, causal, backward},
+  return g_.add({name,
+                 v.gpu,
+                 {sim::StreamKind::compute, 0},
+                 rec,
+                 sim::Attention{c_, kv_len, heads, kv_heads, hd, causal, backward},
                  t.kv(backward ? sim::OpCode::attn_bwd : sim::OpCode::attn, v.l, v.k, first, last)},
                 deps);
 }
@@ -426,25 +426,26 @@ void RingTrackBuilder::forward_visit(Train& t, const Visit& visit) {
   const int l = visit.stage, k = visit.chunk;
   const int gpu = gpu_of(t.r, l);
   const std::string name = "F" + t.seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k);
-  Saved& sv = t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)];
+  Saved& sv = t.saved[l][k];
   sim::TaskId input;
   if (l == 0) {
-    input = emit_embedding(g_, gpu, "F" + t.seq_tag + " C" + std::to_string(k) + " embedding", c_, h_, false, gpu_last_[static_cast<std::size_t>(gpu)],
+    input = emit_embedding(g_, gpu, "F" + t.seq_tag + " C" + std::to_string(k) + " embedding", c_, h_, false, gpu_last_[gpu],
                            t.at(sim::OpCode::embed, 0, k));
-    gpu_last_[static_cast<std::size_t>(gpu)] = input;
+    gpu_last_[gpu] = input;
   } else {
-    input = t.saved[static_cast<std::size_t>(l - 1)][static_cast<std::size_t>(k)].out;
+    input = t.saved[l - 1][k].out;
   }
   const auto [wbuf, wcopy] = weights_in(gpu, name);
-  const VisitAt v{l, k, gpu, host_of(gpu), name, gpu_last_[static_cast<std::size_t>(gpu)]};
-  sv.kv_hbm = g_.set_op(g_.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({v.prev})), t.kv(sim::OpCode::kv, l, k, k, k));
-  sv.work = g_.set_op(g_.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept_), "activations of a chunk", ids({v.prev})), t.at(sim::OpCode::acts, l, k));
+  const VisitAt v{l, k, gpu, host_of(gpu), name, gpu_last_[gpu]};
+  sv.kv_hbm = g_.set_op(g_.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({v.prev})),
+                        t.kv(sim::OpCode::kv, l, k, k, k));
+  sv.work = g_.set_op(g_.alloc(name + " activations", gpu, sim::Pool::hbm, bytes(kept_), "activations of a chunk", ids({v.prev})),
+                      t.at(sim::OpCode::acts, l, k));
   std::vector<sim::TaskId> stream_buffers;
   LayerEmitter emitter(g_, model_, chunk_split_, {gpu});
   emitter.set_coordinates(t.seq_number, l, k);
-  emitter.set_attention_hook([&](const std::string& an, bool, std::vector<sim::TaskId>& last, bool rec) {
-    forward_attention(t, v, sv, stream_buffers, an, last, rec);
-  });
+  emitter.set_attention_hook(
+      [&](const std::string& an, bool, std::vector<sim::TaskId>& last, bool rec) { forward_attention(t, v, sv, stream_buffers, an, last, rec); });
   std::vector<sim::TaskId> chain{v.prev};
   const auto begin = static_cast<sim::TaskId>(g_.size());
   emitter.forward(name, chain);
@@ -453,11 +454,12 @@ void RingTrackBuilder::forward_visit(Train& t, const Visit& visit) {
   const sim::TaskId out = chain[0];
   // The output leaves for the next stage at once (sends are in order on the comm stream, so they are issued in the
   // order the outputs are produced, not the order their consumers are emitted).
-  sv.out = l + 1 < L_ ? arrive(out, gpu, gpu_of(t.r, l + 1), "F" + t.seq_tag + " L" + std::to_string(l + 1) + " C" + std::to_string(k) + " recv input",
-                               t.at(sim::OpCode::input, l + 1, k))
-                      : out;
-  gpu_last_[static_cast<std::size_t>(gpu)] = out;
-  visit_ends_[static_cast<std::size_t>(gpu)].push_back(out);
+  sv.out = l + 1 < L_
+               ? arrive(out, gpu, gpu_of(t.r, l + 1), "F" + t.seq_tag + " L" + std::to_string(l + 1) + " C" + std::to_string(k) + " recv input",
+                        t.at(sim::OpCode::input, l + 1, k))
+               : out;
+  gpu_last_[gpu] = out;
+  visit_ends_[gpu].push_back(out);
   for (auto buf : stream_buffers) g_.free(name + " free kv buffer", buf, ids({out}));
   if (wbuf >= 0) g_.free(name + " free weights buffer", wbuf, ids({out}));
   if (kv_dram_) {
@@ -474,8 +476,8 @@ void RingTrackBuilder::forward_attention(Train& t, const VisitAt& v, Saved& sv, 
                                          std::vector<sim::TaskId>& last, bool rec) {
   const int l = v.l, k = v.k;
   if (kv_dram_) {
-    sv.kv_host =
-        g_.set_op(g_.alloc(an + " host kv", v.host, sim::Pool::dram, bytes(kv_chunk_), "K/V in host DRAM", ids({last[0]})), t.kv(sim::OpCode::kv, l, k, k, k));
+    sv.kv_host = g_.set_op(g_.alloc(an + " host kv", v.host, sim::Pool::dram, bytes(kv_chunk_), "K/V in host DRAM", ids({last[0]})),
+                           t.kv(sim::OpCode::kv, l, k, k, k));
     sv.kv_d2h = g_.set_op(g_.copy(an + " D2H kv", v.gpu, {sim::Copy::Direction::d2h, bytes(kv_chunk_), true}, ids({sv.kv_host, last[0]})),
                           t.kv(sim::OpCode::kv, l, k, k, k));
   }
@@ -486,18 +488,19 @@ void RingTrackBuilder::forward_attention(Train& t, const VisitAt& v, Saved& sv, 
   } else {
     std::vector<sim::TaskId> blocks;
     for (int d = 0; d < std::min(p_.prefetch, (k + span_ - 1) / span_); ++d) {
-      stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm, bytes(kv_chunk_ * span_),
-                                                  "K/V stream buffers", ids({v.prev})),
-                                         t.kv(sim::OpCode::kv, l, k, 0, k - 1)));
+      stream_buffers.push_back(g_.set_op(
+          g_.alloc(an + " kv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm, bytes(kv_chunk_ * span_), "K/V stream buffers", ids({v.prev})),
+          t.kv(sim::OpCode::kv, l, k, 0, k - 1)));
     }
     for (int j0 = 0, b = 0; j0 < k; j0 += span_, ++b) {
       const int j1 = std::min(k, j0 + span_);
-      std::vector<sim::TaskId> deps{stream_buffers[static_cast<std::size_t>(b % p_.prefetch)]};
-      for (int j = j0; j < j1; ++j) deps.push_back(t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);
-      if (b >= p_.prefetch) deps.push_back(blocks[static_cast<std::size_t>(b - p_.prefetch)]);  // its buffer is free again
+      std::vector<sim::TaskId> deps{stream_buffers[b % p_.prefetch]};
+      for (int j = j0; j < j1; ++j) deps.push_back(t.saved[l][j].kv_d2h);
+      if (b >= p_.prefetch) deps.push_back(blocks[b - p_.prefetch]);  // its buffer is free again
       const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
-      const sim::TaskId in_copy = g_.set_op(g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
-                                            t.kv(sim::OpCode::kv, l, k, j0, j1 - 1));
+      const sim::TaskId in_copy = g_.set_op(
+          g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
+          t.kv(sim::OpCode::kv, l, k, j0, j1 - 1));
       last[0] = attend(v, an + " C" + std::to_string(k) + " x " + range, t, c_ * (j1 - j0), false, false, rec, j0, j1 - 1, ids({last[0], in_copy}));
       blocks.push_back(last[0]);
     }
@@ -516,7 +519,8 @@ void RingTrackBuilder::keep_activations(Train& t, const VisitAt& v, Saved& sv, s
   sv.host = g_.set_op(g_.alloc(v.name + " host activations", v.host, sim::Pool::dram, bytes(out_bytes),
                                recompute_ ? "checkpoints in host DRAM" : "activations in host DRAM", ids({out})),
                       kept_op);
-  const sim::TaskId d2h = g_.set_op(g_.copy(v.name + " D2H activations", v.gpu, {sim::Copy::Direction::d2h, bytes(out_bytes), true}, ids({sv.host})), kept_op);
+  const sim::TaskId d2h = g_.set_op(g_.copy(v.name + " D2H activations", v.gpu, {sim::Copy::Direction::d2h, bytes(out_bytes), true}, ids({sv.host})),
+                                    kept_op);
   sv.host_d2h = d2h;
   g_.free(v.name + " free activations", sv.work, ids({d2h}));
   sv.work = -1;
@@ -526,7 +530,7 @@ void RingTrackBuilder::keep_activations(Train& t, const VisitAt& v, Saved& sv, s
 void RingTrackBuilder::keep_head_hidden(Train& t, const VisitAt& v, sim::TaskId out) {
   const int k = v.k;
   const int head_gpu = gpu_of(t.r, L_);
-  Saved& hs = t.saved[static_cast<std::size_t>(L_)][static_cast<std::size_t>(k)];
+  Saved& hs = t.saved[L_][k];
   const std::string hname = "F" + t.seq_tag + " head C" + std::to_string(k);
   const sim::Op hidden = t.at(sim::OpCode::input, L_, k);
   hs.out = arrive(out, v.gpu, head_gpu, hname + " recv hidden", hidden);
@@ -535,20 +539,22 @@ void RingTrackBuilder::keep_head_hidden(Train& t, const VisitAt& v, sim::TaskId 
     return;
   }
   hs.host = g_.set_op(
-      g_.alloc(hname + " host hidden", host_of(head_gpu), sim::Pool::dram, bytes(hidden_chunk_), "final hidden states in host DRAM", ids({hs.out})), hidden);
+      g_.alloc(hname + " host hidden", host_of(head_gpu), sim::Pool::dram, bytes(hidden_chunk_), "final hidden states in host DRAM", ids({hs.out})),
+      hidden);
   hs.out = g_.set_op(g_.copy(hname + " D2H hidden", head_gpu, {sim::Copy::Direction::d2h, bytes(hidden_chunk_), true}, ids({hs.host})), hidden);
 }
 
 // LM head and loss of chunk k, fused forward and backward.
 void RingTrackBuilder::backward_head(Train& t, const VisitAt& v) {
   const int k = v.k;
-  Saved& sv = t.saved[static_cast<std::size_t>(L_)][static_cast<std::size_t>(k)];
+  Saved& sv = t.saved[L_][k];
   const std::string name = "B" + t.seq_tag + " head C" + std::to_string(k);
   sim::TaskId ready = sv.out;
   sim::TaskId buf = sv.work;
   if (!acts_hbm_) {
     const sim::TaskId reuse = visit_end_back(v.gpu, 2);
-    buf = g_.set_op(g_.alloc(name + " hidden", v.gpu, sim::Pool::hbm, bytes(hidden_chunk_), "final hidden states", ids({reuse})), t.at(sim::OpCode::input, L_, k));
+    buf = g_.set_op(g_.alloc(name + " hidden", v.gpu, sim::Pool::hbm, bytes(hidden_chunk_), "final hidden states", ids({reuse})),
+                    t.at(sim::OpCode::input, L_, k));
     ready = g_.set_op(g_.copy(name + " H2D hidden", v.gpu, {sim::Copy::Direction::h2d, bytes(hidden_chunk_), true}, ids({buf, sv.out})),
                       t.at(sim::OpCode::input, L_, k));
   }
@@ -557,30 +563,29 @@ void RingTrackBuilder::backward_head(Train& t, const VisitAt& v) {
   g_.add_dependency(ready, begin_id);
   g_.free(name + " free hidden", buf, ids({done}));
   if (sv.host >= 0) g_.free(name + " free host hidden", sv.host, ids({ready}));
-  t.grad_out[static_cast<std::size_t>(L_)][static_cast<std::size_t>(k)] =
-      arrive(done, v.gpu, gpu_of(t.r, L_ - 1), "B" + t.seq_tag + " L" + std::to_string(L_ - 1) + " C" + std::to_string(k) + " recv grad",
-             t.at(sim::OpCode::input_grad, L_, k));
-  gpu_last_[static_cast<std::size_t>(v.gpu)] = done;
-  visit_ends_[static_cast<std::size_t>(v.gpu)].push_back(done);
-  if (k == 0 && t.last_sequence) layer_done_[static_cast<std::size_t>(v.gpu)][static_cast<std::size_t>(L_)] = done;
+  t.grad_out[L_][k] = arrive(done, v.gpu, gpu_of(t.r, L_ - 1),
+                             "B" + t.seq_tag + " L" + std::to_string(L_ - 1) + " C" + std::to_string(k) + " recv grad",
+                             t.at(sim::OpCode::input_grad, L_, k));
+  gpu_last_[v.gpu] = done;
+  visit_ends_[v.gpu].push_back(done);
+  if (k == 0 && t.last_sequence) layer_done_[v.gpu][L_] = done;
 }
 
 void RingTrackBuilder::backward_visit(Train& t, const Visit& visit) {
   const int l = visit.stage, k = visit.chunk;
   const int gpu = gpu_of(t.r, l);
-  const VisitAt v{l, k, gpu, host_of(gpu), "B" + t.seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k), gpu_last_[static_cast<std::size_t>(gpu)]};
+  const VisitAt v{l, k, gpu, host_of(gpu), "B" + t.seq_tag + " L" + std::to_string(l) + " C" + std::to_string(k), gpu_last_[gpu]};
   if (l == L_) return backward_head(t, v);
-  Saved& sv = t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)];
+  Saved& sv = t.saved[l][k];
   const sim::TaskId reuse = visit_end_back(gpu, 2);  // reloads may start once the visit before last is done
-  const sim::TaskId input = t.grad_out[static_cast<std::size_t>(l + 1)][static_cast<std::size_t>(k)];
+  const sim::TaskId input = t.grad_out[l + 1][k];
   const auto [wbuf, wcopy] = weights_in(gpu, v.name);
   std::vector<sim::TaskId> ready = ids({input, wcopy});
   for (sim::TaskId id : reload(t, v, sv, reuse)) ready.push_back(id);
   if (k == C_ - 1 && C_ > 1) {  // dK/dV of every earlier chunk accumulate over this layer's backward
-    t.accumulators[static_cast<std::size_t>(l)] =
-        g_.set_op(g_.alloc(v.name + " dkv accumulators", kv_dram_ ? v.host : gpu, kv_dram_ ? sim::Pool::dram : sim::Pool::hbm, bytes(acc_chunk_ * (C_ - 1)),
-                           "fp32 dK/dV accumulators", ids({v.prev})),
-                  t.kv(sim::OpCode::dkv, l, k, 0, C_ - 2));
+    t.accumulators[l] = g_.set_op(g_.alloc(v.name + " dkv accumulators", kv_dram_ ? v.host : gpu, kv_dram_ ? sim::Pool::dram : sim::Pool::hbm,
+                                           bytes(acc_chunk_ * (C_ - 1)), "fp32 dK/dV accumulators", ids({v.prev})),
+                                  t.kv(sim::OpCode::dkv, l, k, 0, C_ - 2));
   }
   std::vector<sim::TaskId> stream_buffers;
   // The chunk's own fp32 dK/dV (finished in this visit) and, with K/V in DRAM, the stream buffers.
@@ -597,12 +602,12 @@ void RingTrackBuilder::backward_visit(Train& t, const Visit& visit) {
   emitter.backward(v.name, chain);
   for (sim::TaskId dep : ready) g_.add_dependency(dep, begin);
   const sim::TaskId out = chain[0];
-  t.grad_out[static_cast<std::size_t>(l)][static_cast<std::size_t>(k)] =
-      l > 0 ? arrive(out, gpu, gpu_of(t.r, l - 1), "B" + t.seq_tag + " L" + std::to_string(l - 1) + " C" + std::to_string(k) + " recv grad",
-                     t.at(sim::OpCode::input_grad, l, k))
-            : out;
-  gpu_last_[static_cast<std::size_t>(gpu)] = out;
-  visit_ends_[static_cast<std::size_t>(gpu)].push_back(out);
+  t.grad_out[l][k] = l > 0 ? arrive(out, gpu, gpu_of(t.r, l - 1),
+                                    "B" + t.seq_tag + " L" + std::to_string(l - 1) + " C" + std::to_string(k) + " recv grad",
+                                    t.at(sim::OpCode::input_grad, l, k))
+                           : out;
+  gpu_last_[gpu] = out;
+  visit_ends_[gpu].push_back(out);
   release_after_backward(t, v, sv, out, own_acc, wbuf, stream_buffers);
 }
 
@@ -615,11 +620,13 @@ std::vector<sim::TaskId> RingTrackBuilder::reload(Train& t, const VisitAt& v, Sa
     sv.work = g_.set_op(g_.alloc(v.name + " activations", v.gpu, sim::Pool::hbm, bytes(kept_), "activations of a chunk", ids({reuse})),
                         t.at(sim::OpCode::acts, l, k));
     const double in_bytes = recompute_ ? checkpoint_ : kept_;
-    ready.push_back(g_.set_op(g_.copy(v.name + " H2D activations", v.gpu, {sim::Copy::Direction::h2d, bytes(in_bytes), true}, ids({sv.work, sv.host_d2h})),
-                              t.at(recompute_ ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k)));
+    ready.push_back(
+        g_.set_op(g_.copy(v.name + " H2D activations", v.gpu, {sim::Copy::Direction::h2d, bytes(in_bytes), true}, ids({sv.work, sv.host_d2h})),
+                  t.at(recompute_ ? sim::OpCode::checkpoint : sim::OpCode::acts, l, k)));
   }
   if (kv_dram_) {
-    sv.kv_hbm = g_.set_op(g_.alloc(v.name + " kv", v.gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({reuse})), t.kv(sim::OpCode::kv, l, k, k, k));
+    sv.kv_hbm = g_.set_op(g_.alloc(v.name + " kv", v.gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({reuse})),
+                          t.kv(sim::OpCode::kv, l, k, k, k));
     if (!recompute_) {  // recompute produces this chunk's K/V again
       ready.push_back(g_.set_op(g_.copy(v.name + " H2D kv", v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_), true}, ids({sv.kv_hbm, sv.kv_d2h})),
                                 t.kv(sim::OpCode::kv, l, k, k, k)));
@@ -634,11 +641,11 @@ std::vector<sim::TaskId> RingTrackBuilder::reload(Train& t, const VisitAt& v, Sa
 void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskId own_acc, std::vector<sim::TaskId>& stream_buffers,
                                           const std::string& an, std::vector<sim::TaskId>& last, bool rec) {
   const int l = v.l, k = v.k;
-  auto& written = t.acc_written[static_cast<std::size_t>(l)];
+  auto& written = t.acc_written[l];
   sim::TaskId acc_in = -1;
   if (kv_dram_ && k < C_ - 1) {
     acc_in = g_.set_op(g_.copy(an + " H2D dkv C" + std::to_string(k), v.gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk_), true},
-                               ids({own_acc, written.empty() ? -1 : written[static_cast<std::size_t>(k / span_)]})),
+                               ids({own_acc, written.empty() ? -1 : written[k / span_]})),
                        t.kv(sim::OpCode::dkv, l, k, k, k));
   }
   last[0] = attend(v, an + " C" + std::to_string(k) + " x C" + std::to_string(k), t, c_, true, true, rec, k, k, ids({last[0], acc_in}));
@@ -649,33 +656,34 @@ void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskI
   }
   const int nblocks = (k + span_ - 1) / span_;
   for (int d = 0; d < std::min(p_.prefetch, nblocks); ++d) {
-    stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv dkv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm, bytes((kv_chunk_ + acc_chunk_) * span_),
-                                                "K/V and dK/dV stream buffers", ids({v.prev})),
+    stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv dkv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm,
+                                                bytes((kv_chunk_ + acc_chunk_) * span_), "K/V and dK/dV stream buffers", ids({v.prev})),
                                        t.kv(sim::OpCode::kv_dkv, l, k, 0, k - 1)));
   }
   std::vector<sim::TaskId> blocks, now_written;
   for (int j0 = 0, b = 0; j0 < k; j0 += span_, ++b) {
     const int j1 = std::min(k, j0 + span_);
     const std::string range = "C" + std::to_string(j0) + (j1 - j0 > 1 ? "..C" + std::to_string(j1 - 1) : "");
-    std::vector<sim::TaskId> deps{stream_buffers[static_cast<std::size_t>(b % p_.prefetch)]};
+    std::vector<sim::TaskId> deps{stream_buffers[b % p_.prefetch]};
     if (b >= p_.prefetch) {  // the buffer is free again once its last block is computed and its dK/dV copied out
-      deps.push_back(blocks[static_cast<std::size_t>(b - p_.prefetch)]);
-      deps.push_back(now_written[static_cast<std::size_t>(b - p_.prefetch)]);
+      deps.push_back(blocks[b - p_.prefetch]);
+      deps.push_back(now_written[b - p_.prefetch]);
     }
-    for (int j = j0; j < j1; ++j) deps.push_back(t.saved[static_cast<std::size_t>(l)][static_cast<std::size_t>(j)].kv_d2h);  // forward wrote them
-    const sim::TaskId kv_in = g_.set_op(g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
-                                        t.kv(sim::OpCode::kv, l, k, j0, j1 - 1));
+    for (int j = j0; j < j1; ++j) deps.push_back(t.saved[l][j].kv_d2h);  // forward wrote them
+    const sim::TaskId kv_in = g_.set_op(
+        g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
+        t.kv(sim::OpCode::kv, l, k, j0, j1 - 1));
     std::vector<sim::TaskId> block_deps{last[0], kv_in};
     if (k < C_ - 1) {  // read-modify-write of the accumulators (the last chunk writes them first)
-      if (static_cast<std::size_t>(b) < written.size()) deps.push_back(written[static_cast<std::size_t>(b)]);
+      if (static_cast<std::size_t>(b) < written.size()) deps.push_back(written[b]);
       block_deps.push_back(g_.set_op(g_.copy(an + " H2D dkv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk_ * (j1 - j0)), true}, deps),
                                      t.kv(sim::OpCode::dkv, l, k, j0, j1 - 1)));
     }
     last[0] = attend(v, an + " C" + std::to_string(k) + " x " + range, t, c_ * (j1 - j0), false, true, rec, j0, j1 - 1, block_deps);
     blocks.push_back(last[0]);
-    now_written.push_back(g_.set_op(
-        g_.copy(an + " D2H dkv " + range, v.gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk_ * (j1 - j0)), true}, ids({last[0]})),
-        t.kv(sim::OpCode::dkv, l, k, j0, j1 - 1)));
+    now_written.push_back(
+        g_.set_op(g_.copy(an + " D2H dkv " + range, v.gpu, {sim::Copy::Direction::d2h, bytes(acc_chunk_ * (j1 - j0)), true}, ids({last[0]})),
+                  t.kv(sim::OpCode::dkv, l, k, j0, j1 - 1)));
   }
   written = now_written;
 }
@@ -685,7 +693,7 @@ void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskI
 void RingTrackBuilder::release_after_backward(Train& t, const VisitAt& v, Saved& sv, sim::TaskId out, sim::TaskId own_acc, sim::TaskId wbuf,
                                               const std::vector<sim::TaskId>& stream_buffers) {
   const int l = v.l, k = v.k, gpu = v.gpu;
-  const auto& written = t.acc_written[static_cast<std::size_t>(l)];
+  const auto& written = t.acc_written[l];
   if (!stream_buffers.empty()) {  // the buffers are read until the last dK/dV block is back in host DRAM
     std::vector<sim::TaskId> deps{out};
     deps.insert(deps.end(), written.begin(), written.end());
@@ -700,22 +708,26 @@ void RingTrackBuilder::release_after_backward(Train& t, const VisitAt& v, Saved&
   if (stream_weights_) {  // this visit's weight gradients go to the host and are added there
     const double grad_bytes = pol_.grad_bytes * layer_params_;
     const sim::TaskId d2h = states(g_.copy(v.name + " D2H weight grads", gpu, {sim::Copy::Direction::d2h, bytes(grad_bytes), true}, ids({out})));
-    grads_ready_[static_cast<std::size_t>(gpu)].push_back(g_.add({v.name + " host accumulate grads", v.host, {sim::StreamKind::host, 0}, false,
-                                                                  sim::OptimizerStep{bytes(grad_bytes + 2 * pol_.grad_bytes * layer_params_)}, {sim::OpCode::states}},
-                                                                 ids({d2h})));
+    grads_ready_[gpu].push_back(g_.add({v.name + " host accumulate grads",
+                                        v.host,
+                                        {sim::StreamKind::host, 0},
+                                        false,
+                                        sim::OptimizerStep{bytes(grad_bytes + 2 * pol_.grad_bytes * layer_params_)},
+                                        {sim::OpCode::states}},
+                                       ids({d2h})));
   }
   if (l == 0) {
-    gpu_last_[static_cast<std::size_t>(gpu)] =
-        emit_embedding(g_, gpu, "B" + t.seq_tag + " C" + std::to_string(k) + " embedding", c_, h_, true, out, t.at(sim::OpCode::embed_bwd, 0, k));
-    if (k == 0 && t.last_sequence) layer_done_[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(L_ + 1)] = gpu_last_[static_cast<std::size_t>(gpu)];
+    gpu_last_[gpu] = emit_embedding(g_, gpu, "B" + t.seq_tag + " C" + std::to_string(k) + " embedding", c_, h_, true, out,
+                                    t.at(sim::OpCode::embed_bwd, 0, k));
+    if (k == 0 && t.last_sequence) layer_done_[gpu][L_ + 1] = gpu_last_[gpu];
   }
   if (k != 0) return;  // layer l's backward is complete for this sequence
-  if (t.accumulators[static_cast<std::size_t>(l)] >= 0) {
+  if (t.accumulators[l] >= 0) {
     std::vector<sim::TaskId> deps{out};
     for (auto id : written) deps.push_back(id);
-    g_.free(v.name + " free dkv accumulators", t.accumulators[static_cast<std::size_t>(l)], deps);
+    g_.free(v.name + " free dkv accumulators", t.accumulators[l], deps);
   }
-  if (t.last_sequence) layer_done_[static_cast<std::size_t>(gpu)][static_cast<std::size_t>(l)] = out;
+  if (t.last_sequence) layer_done_[gpu][l] = out;
 }
 
 // Per ring position: all-reduce each layer's gradients (then the LM head's and the embedding's) across the replicas
@@ -724,23 +736,23 @@ void RingTrackBuilder::reduce_gradients() {
   if (replicas_ <= 1) return;
   for (int pos = 0; pos < P_; ++pos) {
     std::vector<sim::DeviceId> members;
-    for (int r = 0; r < replicas_; ++r) members.push_back(plan_.rings[static_cast<std::size_t>(r)][static_cast<std::size_t>(pos)]);
+    for (int r = 0; r < replicas_; ++r) members.push_back(plan_.rings[r][pos]);
     const std::int32_t group = g_.add_group(members);
     for (int l = 0; l < L_ + 2; ++l) {
       const bool head = l == L_, embedding = l == L_ + 1;
-      if (schedule_.stage_position[static_cast<std::size_t>(embedding ? 0 : l)] != pos) continue;
+      if (schedule_.stage_position[embedding ? 0 : l] != pos) continue;
       std::vector<sim::TaskId> deps;
       for (auto m : members) {
-        deps.push_back(layer_done_[static_cast<std::size_t>(m)][static_cast<std::size_t>(l)]);
-        for (auto id : grads_ready_[static_cast<std::size_t>(m)]) deps.push_back(id);  // streamed: the host's sums
+        deps.push_back(layer_done_[m][l]);
+        for (auto id : grads_ready_[m]) deps.push_back(id);  // streamed: the host's sums
       }
       const double grad_bytes = pol_.grad_bytes * (head ? head_params_ : embedding ? embedding_params_ : layer_params_);
       const std::string part = head ? "head" : embedding ? "embedding" : "L" + std::to_string(l);
-      const sim::TaskId ar = states(g_.collective("all-reduce grads " + part,
-                                                  {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, group,
-                                                   (bytes(grad_bytes) + replicas_ - 1) / replicas_ * replicas_},
-                                                  deps, kReduceStream));
-      for (auto m : members) reduced_[static_cast<std::size_t>(m)].push_back(ar);
+      const sim::TaskId ar = states(
+          g_.collective("all-reduce grads " + part,
+                        {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, group, (bytes(grad_bytes) + replicas_ - 1) / replicas_ * replicas_},
+                        deps, kReduceStream));
+      for (auto m : members) reduced_[m].push_back(ar);
     }
   }
 }
@@ -749,10 +761,10 @@ void RingTrackBuilder::reduce_gradients() {
 // reductions; from host DRAM the updated weights come back.
 void RingTrackBuilder::optimizer_steps() {
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    const auto& ring = plan_.rings[static_cast<std::size_t>(gpu / P_)];
+    const auto& ring = plan_.rings[gpu / P_];
     const int pos = static_cast<int>(std::find(ring.begin(), ring.end(), gpu) - ring.begin());
-    const double owned = owned_params_[static_cast<std::size_t>(pos)];
-    std::vector<sim::TaskId> deps = reduced_[static_cast<std::size_t>(gpu)];
+    const double owned = owned_params_[pos];
+    std::vector<sim::TaskId> deps = reduced_[gpu];
     for (sim::TaskId id = static_cast<sim::TaskId>(g_.size()) - 1; id >= 0; --id) {
       const auto& task = g_.task(id);
       if (task.device == gpu && task.stream.kind == sim::StreamKind::compute) {
@@ -762,22 +774,32 @@ void RingTrackBuilder::optimizer_steps() {
     }
     const auto opt_bytes = bytes(owned * kAdamBytesPerParam);
     if (!states_dram_) {
-      g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{opt_bytes},
+      g_.add({"optimizer step gpu" + std::to_string(gpu),
+              gpu,
+              {sim::StreamKind::compute, 0},
+              false,
+              sim::OptimizerStep{opt_bytes},
               sim::Op::optimizer_of(gpu)},
              deps);
       continue;
     }
     std::vector<sim::TaskId> host_deps = deps;
     if (!stream_weights_) {
-      host_deps = {states(g_.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol_.grad_bytes * owned), true}, deps))};
+      host_deps = {
+          states(g_.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol_.grad_bytes * owned), true}, deps))};
     } else {  // the host's sums of this GPU's per-visit gradients
-      for (auto id : grads_ready_[static_cast<std::size_t>(gpu)]) host_deps.push_back(id);
+      for (auto id : grads_ready_[gpu]) host_deps.push_back(id);
     }
-    const sim::TaskId step = g_.add({"optimizer step host for gpu" + std::to_string(gpu), host_of(gpu), {sim::StreamKind::host, 0}, false,
-                                     sim::OptimizerStep{opt_bytes}, sim::Op::optimizer_of(gpu)},
+    const sim::TaskId step = g_.add({"optimizer step host for gpu" + std::to_string(gpu),
+                                     host_of(gpu),
+                                     {sim::StreamKind::host, 0},
+                                     false,
+                                     sim::OptimizerStep{opt_bytes},
+                                     sim::Op::optimizer_of(gpu)},
                                     host_deps);
     if (!stream_weights_) {
-      states(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * owned), true}, ids({step})));
+      states(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * owned), true},
+                     ids({step})));
     }
   }
 }

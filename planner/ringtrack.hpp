@@ -48,12 +48,11 @@ struct RingTrackParams {
   // Gradients, fp32 master weights and Adam moments: hbm (optimizer step on the GPU) or dram (optimizer step on
   // the host CPU, updated bf16 weights copied back).
   Placement states = Placement::hbm;
-  std::vector<int> ring_order;     // positions 0..P-1 in ring order (same pattern in every replica); empty: from the topology
+  std::vector<int> ring_order;  // positions 0..P-1 in ring order (same pattern in every replica); empty: from the topology
   // Tokens per streamed K/V block: not a plan-file parameter (plans use kKvBlockTokens); tests lower it to stream
   // several blocks through the prefetch buffers at small sizes.
   std::int64_t kv_block_tokens = kKvBlockTokens;
 };
-
 
 struct RingTrackPlan {
   sim::TaskGraph graph;

@@ -56,7 +56,6 @@ bool valid(const StepInputs& in, const PlanSpec& spec) {
   }
 }
 
-
 }  // namespace
 
 Objective parse_objective(const std::string& name) {
@@ -108,9 +107,10 @@ PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_he
   const int gpus = in.cluster.gpus();
   const double usable = usable_hbm_bytes(in.cluster, hbm_headroom);
   for (int g = 0; g < gpus && g < static_cast<int>(r.pools.size()); ++g) {
-    pm.peak_hbm_bytes = std::max(pm.peak_hbm_bytes, r.pools[static_cast<std::size_t>(g)].peak_bytes);
+    pm.peak_hbm_bytes = std::max(pm.peak_hbm_bytes, r.pools[g].peak_bytes);
   }
-  for (std::size_t i = static_cast<std::size_t>(gpus); i < r.pools.size(); ++i) pm.peak_dram_bytes = std::max(pm.peak_dram_bytes, r.pools[i].peak_bytes);
+  for (std::size_t i = static_cast<std::size_t>(gpus); i < r.pools.size(); ++i)
+    pm.peak_dram_bytes = std::max(pm.peak_dram_bytes, r.pools[i].peak_bytes);
   pm.step_s = static_cast<double>(r.step_ns) * 1e-9;
   if (!r.completed) {
     if (r.oom) {
@@ -149,7 +149,8 @@ PlanMetrics measure(const sim::SimResult& r, const StepInputs& in, double hbm_he
     if (!busiest || link.busy_ns > busiest->busy_ns) busiest = &link;
   }
   if (busiest) {
-    pm.busiest_link = busiest->name + " busy " + format_fixed(100.0 * static_cast<double>(busiest->busy_ns) / static_cast<double>(r.step_ns), 0) + "%";
+    pm.busiest_link = busiest->name + " busy " + format_fixed(100.0 * static_cast<double>(busiest->busy_ns) / static_cast<double>(r.step_ns), 0) +
+                      "%";
   }
   const double idle = pm.exposed_transfer_s + pm.bubble_s;
   if (idle < 0.15 * pm.step_s) {
@@ -196,13 +197,10 @@ sim::SimResult simulate_plan_step(const StepInputs& in, const PlanSpec& spec, co
 
 namespace {
 
-double objective_key(Objective o, const PlanMetrics& m) {
-  return o == Objective::min_hbm ? static_cast<double>(m.peak_hbm_bytes) : m.step_s;
-}
+double objective_key(Objective o, const PlanMetrics& m) { return o == Objective::min_hbm ? static_cast<double>(m.peak_hbm_bytes) : m.step_s; }
 double bound_key(Objective o, const Bounds& b) { return o == Objective::min_hbm ? b.hbm_bytes : b.step_s; }
 
-RankedPlan simulate_plan(const StepInputs& in, const PlanSpec& spec, const Bounds& bounds, double headroom,
-                         const std::atomic<bool>* cancel) {
+RankedPlan simulate_plan(const StepInputs& in, const PlanSpec& spec, const Bounds& bounds, double headroom, const std::atomic<bool>* cancel) {
   return {spec, measure(simulate_plan_step(in, spec, cancel), in, headroom), bounds};
 }
 
@@ -236,8 +234,8 @@ void sort_by_bound(std::vector<Candidate>& alive, Objective objective) {
 // The bounds phase: each spec's graph size (into graph_bytes) and bounds. Specs too large for the budget, and (when
 // pruning) those whose memory bounds cannot fit, are counted in the report and left out; the rest come back sorted by
 // bound. Cancelled: report.interrupted, and nothing.
-std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
-                                          std::int64_t budget, std::vector<double>& graph_bytes, SearchReport& report) {
+std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, std::int64_t budget,
+                                          std::vector<double>& graph_bytes, SearchReport& report) {
   const double hbm_usable = usable_hbm_bytes(in.cluster, options.hbm_headroom);
   const double dram_capacity = in.cluster.node.host_dram_bytes.value;
   std::vector<Candidate> alive;
@@ -269,9 +267,8 @@ std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOpti
 
 // The wave starting at alive[start], decided from the results of earlier waves only: the positions in `alive` to
 // simulate; the others are pruned (counted, and their bounds kept in scheme_skipped).
-std::vector<std::size_t> choose_wave(const SearchOptions& options, const std::vector<PlanSpec>& specs,
-                                     const std::vector<Candidate>& alive, std::size_t start, WaveState& state,
-                                     SearchReport& report) {
+std::vector<std::size_t> choose_wave(const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
+                                     std::size_t start, WaveState& state, SearchReport& report) {
   const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
   std::vector<std::size_t> wave;
   for (std::size_t i = start; i < std::min(alive.size(), start + kWave); ++i) {
@@ -326,9 +323,8 @@ void record_wave(std::vector<RankedPlan>& results, Objective objective, WaveStat
 }
 
 // The simulations, wave by wave, pruning between waves (search.hpp).
-void run_waves(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
-               const std::vector<Candidate>& alive, const std::vector<double>& graph_bytes, std::int64_t budget,
-               WaveState& state, SearchReport& report) {
+void run_waves(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
+               const std::vector<double>& graph_bytes, std::int64_t budget, WaveState& state, SearchReport& report) {
   ThreadPool pool(options.threads);
   for (std::size_t start = 0; start < alive.size(); start += kWave) {
     if (cancelled(options)) {

@@ -39,8 +39,8 @@ struct PlanMetrics {
   std::string busiest_link;  // its name and utilisation, when transfers matter
   std::string failure;       // when it does not fit: why
   std::int64_t shortfall_bytes = 0;
-  std::string short_of;      // the memory shortfall_bytes is short of ("HBM per GPU", "host DRAM per node"); empty: not memory
-  bool bound_only = false;   // a miss by the memory lower bounds (not simulated): the shortfall is at least this
+  std::string short_of;     // the memory shortfall_bytes is short of ("HBM per GPU", "host DRAM per node"); empty: not memory
+  bool bound_only = false;  // a miss by the memory lower bounds (not simulated): the shortfall is at least this
 };
 // HBM per GPU the plan's tensors may use: what the stack's allocator can hand out of the HBM left after the
 // headroom (the CUDA context, workspaces and communication buffers, and the allocator's slack, taken off).
@@ -93,13 +93,13 @@ struct SearchOptions {
   Objective objective = Objective::throughput;  // throughput or min_hbm (max_seq: max_sequence below)
   double hbm_headroom = 0.05;                   // fraction of each GPU's HBM kept free
   int top = 10;
-  int threads = 0;                              // 0: all cores
+  int threads = 0;                                                           // 0: all cores
   std::function<void(std::size_t done, std::size_t total)> progress;         // plans decided, of all enumerated
   std::function<void(std::size_t done, std::size_t total)> bounds_progress;  // candidates whose bounds are computed
   // Set (e.g. by Ctrl-C): the bounds phase and the simulations stop; the report (interrupted) holds every plan whose
   // simulation finished.
   const std::atomic<bool>* cancel = nullptr;
-  bool prune = true;                            // false: simulate every candidate (tests compare the two)
+  bool prune = true;  // false: simulate every candidate (tests compare the two)
   // Memory for the graphs in flight (0: common/memory_budget.hpp's default). A candidate whose graph alone would
   // not fit is skipped (counted in over_budget); a wave runs as many simulations at once as fit together. When no
   // plan fits and some candidates were skipped so, search() throws InputError (--memory-budget) with the smallest
@@ -111,7 +111,7 @@ struct SearchOptions {
 };
 
 struct SearchReport {
-  std::vector<RankedPlan> ranked;          // every simulated plan that fits, best first
+  std::vector<RankedPlan> ranked;  // every simulated plan that fits, best first
   // The best simulated plan of each scheme that has one fitting, in scheme_names() order. Exact for the schemes in the
   // top k; for the others, `gap` bounds how far their true best can be ahead of it.
   std::vector<RankedPlan> best_of_scheme;
@@ -119,7 +119,7 @@ struct SearchReport {
   // Per scheme: its candidate that missed by the least (planner/no_fit.hpp says why a scheme has no plan).
   std::map<std::string, RankedPlan> closest_miss_by_scheme;
   std::size_t enumerated = 0, pruned_memory = 0, pruned_time = 0, simulated = 0;
-  std::size_t over_budget = 0;     // candidates skipped: their graph would exceed the memory budget
+  std::size_t over_budget = 0;  // candidates skipped: their graph would exceed the memory budget
   double smallest_over_budget_bytes = 0;
   std::map<std::string, std::size_t> enumerated_by_scheme;  // valid configurations per scheme
   bool interrupted = false;

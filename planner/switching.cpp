@@ -92,9 +92,9 @@ StateLayout ringtrack_layout(const StepInputs& in, const RingTrackParams& p) {
   }
   return whole(m, [&](int unit) {
     // Layers at their stage's position; the embedding with layer 0; the LM head at the stop after the last layer.
-    const int pos = position[static_cast<std::size_t>(unit < L ? unit : unit == L ? 0 : L)];
+    const int pos = position[unit < L ? unit : unit == L ? 0 : L];
     std::vector<sim::DeviceId> h;
-    for (const auto& ring : rings) h.push_back(ring[static_cast<std::size_t>(pos)]);
+    for (const auto& ring : rings) h.push_back(ring[pos]);
     return h;
   });
 }
@@ -118,7 +118,7 @@ StateLayout layout(const StepInputs& in, const PlanSpec& spec, bool gradients) {
 
 // The holders of the shard of `unit` that contains the point x.
 const Shard& shard_at(const StateLayout& layout, int unit, double x) {
-  const auto& shards = layout.units[static_cast<std::size_t>(unit)];
+  const auto& shards = layout.units[unit];
   for (const auto& s : shards) {
     if (x >= s.begin && x < s.end) return s;
   }
@@ -148,10 +148,8 @@ std::int64_t SwitchPlan::bytes() const {
   return total;
 }
 
-SwitchPlan plan_switch(const StateLayout& from, const StateLayout& to, const std::vector<std::int64_t>& unit_bytes,
-                       int gpus_per_node, int gpus) {
-  TRAINYARD_CHECK(from.units.size() == to.units.size() && from.units.size() == unit_bytes.size(),
-                  "layouts of different models");
+SwitchPlan plan_switch(const StateLayout& from, const StateLayout& to, const std::vector<std::int64_t>& unit_bytes, int gpus_per_node, int gpus) {
+  TRAINYARD_CHECK(from.units.size() == to.units.size() && from.units.size() == unit_bytes.size(), "layouts of different models");
   SwitchPlan plan;
   plan.intra_send_bytes.assign(static_cast<std::size_t>(gpus), 0);
   plan.inter_send_bytes.assign(static_cast<std::size_t>(gpus), 0);
@@ -183,7 +181,7 @@ SwitchPlan plan_switch(const StateLayout& from, const StateLayout& to, const std
             if (src < 0 || plan.inter_send_bytes[s] < plan.inter_send_bytes[src]) src = s;
           }
         }
-        (inter ? plan.inter_send_bytes : plan.intra_send_bytes)[static_cast<std::size_t>(src)] += bytes;
+        (inter ? plan.inter_send_bytes : plan.intra_send_bytes)[src] += bytes;
         plan.transfers.push_back({static_cast<int>(u), a, b, bytes, src, dst, inter});
       }
     }
@@ -191,13 +189,12 @@ SwitchPlan plan_switch(const StateLayout& from, const StateLayout& to, const std
   return plan;
 }
 
-void add_switch_sends(sim::TaskGraph& graph, const SwitchPlan& plan, const std::string& prefix,
-                      const std::vector<sim::TaskId>& after) {
+void add_switch_sends(sim::TaskGraph& graph, const SwitchPlan& plan, const std::string& prefix, const std::vector<sim::TaskId>& after) {
   std::map<std::pair<sim::DeviceId, sim::DeviceId>, std::int64_t> pairs;
   for (const auto& t : plan.transfers) pairs[{t.src, t.dst}] += t.bytes;
   for (const auto& [ends, bytes] : pairs) {
-    graph.send(prefix + " gpu" + std::to_string(ends.first) + "->gpu" + std::to_string(ends.second), ends.first, ends.second,
-               bytes, after, ends.second % 256);
+    graph.send(prefix + " gpu" + std::to_string(ends.first) + "->gpu" + std::to_string(ends.second), ends.first, ends.second, bytes, after,
+               ends.second % 256);
   }
 }
 

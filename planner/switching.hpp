@@ -54,12 +54,10 @@ struct SwitchPlan {
 // destination that does not already hold it, send it from a holder on the destination's node with the least
 // intra-node volume sent so far, else from the holder with the least inter-node volume sent so far (ties: the
 // lower GPU). Links are full duplex, so balancing what each GPU sends balances the switch.
-SwitchPlan plan_switch(const StateLayout& from, const StateLayout& to, const std::vector<std::int64_t>& unit_bytes,
-                       int gpus_per_node, int gpus);
+SwitchPlan plan_switch(const StateLayout& from, const StateLayout& to, const std::vector<std::int64_t>& unit_bytes, int gpus_per_node, int gpus);
 
 // The plan's transfers as sends (one per source and destination, on a comm stream of its own per destination so a
 // GPU's sends proceed together, as in one batched NCCL group), each after `after` when given.
-void add_switch_sends(sim::TaskGraph& graph, const SwitchPlan& plan, const std::string& prefix,
-                      const std::vector<sim::TaskId>& after = {});
+void add_switch_sends(sim::TaskGraph& graph, const SwitchPlan& plan, const std::string& prefix, const std::vector<sim::TaskId>& after = {});
 
 }  // namespace trainyard::planner

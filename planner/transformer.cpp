@@ -39,13 +39,11 @@ constexpr double kBf16 = 2;
 std::int64_t local_kv_heads(const model::ModelConfig& m, int tp) { return std::max<std::int64_t>(1, m.kv_heads / tp); }
 
 // One pass of a K/V ring: K and V of `k_elements` each in bf16; backward also the fp32 dK, dV accumulators.
-double kv_pass_bytes(double k_elements, bool backward) {
-  return backward ? 2 * k_elements * kBf16 + 2 * k_elements * 4 : 2 * k_elements * kBf16;
-}
+double kv_pass_bytes(double k_elements, bool backward) { return backward ? 2 * k_elements * kBf16 + 2 * k_elements * 4 : 2 * k_elements * kBf16; }
 
 // One collective over `group` (`size` ranks) after the chain ends last[first, first + count), which it becomes.
-void emit_collective(sim::TaskGraph& graph, const std::string& name, sim::CollectiveOp op, double bytes, std::int32_t group,
-                     int size, std::vector<sim::TaskId>& last, std::size_t first, std::size_t count) {
+void emit_collective(sim::TaskGraph& graph, const std::string& name, sim::CollectiveOp op, double bytes, std::int32_t group, int size,
+                     std::vector<sim::TaskId>& last, std::size_t first, std::size_t count) {
   std::vector<sim::TaskId> deps;
   for (std::size_t r = first; r < first + count; ++r) {
     if (last[r] >= 0) deps.push_back(last[r]);
@@ -74,9 +72,9 @@ ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerS
   a.norms = 2 * kBf16 * s * h * replicated;
   a.projection_inputs = 2 * kBf16 * s * h * replicated;
   a.attention = kBf16 * s * (q + 2 * kv) + kBf16 * s * q + 4.0 * s * static_cast<double>(m.heads) / t;  // q,k,v; o; lse
-  a.mlp = m.activation == model::Activation::swiglu ? 3 * kBf16 * s * f   // gate, up, their product
-                                                    : 2 * kBf16 * s * f;  // GELU input and output
-  if (split.dropout) a.dropout_masks = 2 * s * h * replicated;           // after attention and after the MLP
+  a.mlp = m.activation == model::Activation::swiglu ? 3 * kBf16 * s * f                                 // gate, up, their product
+                                                    : 2 * kBf16 * s * f;                                // GELU input and output
+  if (split.dropout) a.dropout_masks = 2 * s * h * replicated;                                          // after attention and after the MLP
   if (recompute == Recompute::none && split.score_bytes > 0) {
     // Each GPU's heads see the whole sequence (Ulysses gathers it): heads/(t*u) x b x S x S scores.
     const double local_heads = static_cast<double>(m.heads) / (t * split.ulysses);
@@ -114,15 +112,14 @@ double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerS
   return kBf16 * local * static_cast<double>(2 * m.q_dim() + 2 * m.kv_dim());
 }
 
-LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
-                           std::vector<sim::DeviceId> ranks)
+LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split, std::vector<sim::DeviceId> ranks)
     : graph_(graph), model_(model), split_(split), ranks_(std::move(ranks)) {
   TRAINYARD_CHECK(split.ulysses == 1 || (split.tp == 1 && split.cp == 1), "Ulysses combines with neither TP nor CP");
   TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp * split.ulysses * split.built_cp(), "one rank per shard");
   TRAINYARD_CHECK(split.built_cp() == split.cp || (split.zigzag && split.built_cp() >= 2), "reduced cp ranks need zigzag");
   auto group_of = [&](int first, int count, int stride) {
     std::vector<sim::DeviceId> members;
-    for (int i = 0; i < count; ++i) members.push_back(ranks_[static_cast<std::size_t>(first + i * stride)]);
+    for (int i = 0; i < count; ++i) members.push_back(ranks_[first + i * stride]);
     return graph_.add_group(members);
   };
   if (split.tp > 1) {
@@ -141,8 +138,8 @@ LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& mode
   if (split.ulysses > 1) ulysses_group_ = graph_.add_group(ranks_);
 }
 
-void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last,
-                             bool recompute, sim::OpCode code) {
+void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last, bool recompute,
+                             sim::OpCode code) {
   for (std::size_t r = 0; r < ranks_.size(); ++r) {
     std::vector<sim::TaskId> deps;
     if (last[r] >= 0) deps.push_back(last[r]);
@@ -152,10 +149,10 @@ void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& par
   join_.clear();
 }
 
-void LayerEmitter::gemm(const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
-                        std::vector<sim::TaskId>& last, bool recompute) {
-  each_rank(name, sim::Gemm{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1), std::max<std::int64_t>(k, 1), hw::Dtype::bf16},
-            last, recompute, code);
+void LayerEmitter::gemm(const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k, std::vector<sim::TaskId>& last,
+                        bool recompute) {
+  each_rank(name, sim::Gemm{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1), std::max<std::int64_t>(k, 1), hw::Dtype::bf16}, last,
+            recompute, code);
 }
 
 void LayerEmitter::elementwise(const std::string& name, sim::OpCode code, double read, double written, std::vector<sim::TaskId>& last,
@@ -178,9 +175,10 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);  // batch folded into heads
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
   const auto before = static_cast<sim::TaskId>(graph_.size());
-  each_rank(name, sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads),
-                                 static_cast<std::int32_t>(model_.head_dim), true, backward},
-            last, recompute, backward ? sim::OpCode::attn_bwd : sim::OpCode::attn);
+  each_rank(
+      name,
+      sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
+      last, recompute, backward ? sim::OpCode::attn_bwd : sim::OpCode::attn);
   for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()); ++id) {  // the whole causal square: its own chunk
     sim::Op o = graph_.task(id).op;
     o.kv_first = o.kv_last = o.chunk;
@@ -194,34 +192,33 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
 // computes only r + 1 of the cp blocks (the imbalance zigzag removes); with zigzag every later step computes
 // half a block's pairs on every rank. Backward passes K, V and the fp32 dK, dV accumulators.
 void LayerEmitter::ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
-  const int built = split_.built_cp();  // built < cp: the built ranks pass among themselves
+  const int built = split_.built_cp();                                  // built < cp: the built ranks pass among themselves
   const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
   std::vector<std::vector<std::size_t>> rings(static_cast<std::size_t>(split_.tp));  // one per TP index
   for (int t = 0; t < split_.tp; ++t) {
-    for (int r = 0; r < built; ++r) rings[static_cast<std::size_t>(t)].push_back(rank_index(r, t));
+    for (int r = 0; r < built; ++r) rings[t].push_back(rank_index(r, t));
   }
   const auto pass_bytes = static_cast<std::int64_t>(ring_bytes_per_layer(model_, split_, backward) / (split_.cp - 1));
-  ring_steps(name, rings, split_.cp, {local, local, heads, kv_heads, static_cast<std::int32_t>(model_.head_dim), false, backward},
-             pass_bytes, last, recompute);
+  ring_steps(name, rings, split_.cp, {local, local, heads, kv_heads, static_cast<std::int32_t>(model_.head_dim), false, backward}, pass_bytes, last,
+             recompute);
 }
 
-void LayerEmitter::ring_steps(const std::string& name, const std::vector<std::vector<std::size_t>>& rings, int steps,
-                              sim::Attention block, std::int64_t pass_bytes, std::vector<sim::TaskId>& last, bool recompute) {
+void LayerEmitter::ring_steps(const std::string& name, const std::vector<std::vector<std::size_t>>& rings, int steps, sim::Attention block,
+                              std::int64_t pass_bytes, std::vector<sim::TaskId>& last, bool recompute) {
   for (const auto& ring : rings) {
     const int size = static_cast<int>(ring.size());
     std::vector<sim::TaskId> sent(ring.size(), -1);  // the previous step's messages, by sender
     for (int step = 0; step < steps; ++step) {
       std::vector<sim::TaskId> now_sent(ring.size(), -1);
       for (int r = 0; r < size; ++r) {
-        const std::size_t ri = ring[static_cast<std::size_t>(r)];
-        const sim::TaskId received = step == 0 ? -1 : sent[static_cast<std::size_t>((r - 1 + size) % size)];
+        const std::size_t ri = ring[r];
+        const sim::TaskId received = step == 0 ? -1 : sent[(r - 1 + size) % size];
         if (step + 1 < steps) {  // pass on what this rank holds now
           std::vector<sim::TaskId> deps{received >= 0 ? received : last[ri]};
-          now_sent[static_cast<std::size_t>(r)] = graph_.send(name + " ring pass " + std::to_string(step), ranks_[ri],
-                                                              ranks_[ring[static_cast<std::size_t>((r + 1) % size)]],
-                                                              std::max<std::int64_t>(1, pass_bytes), deps, 1);
+          now_sent[r] = graph_.send(name + " ring pass " + std::to_string(step), ranks_[ri], ranks_[ring[(r + 1) % size]],
+                                    std::max<std::int64_t>(1, pass_bytes), deps, 1);
         }
         const int source = r - step;  // the rank this block started on (negative: a later block, wrapped)
         sim::Attention this_block = block;
@@ -269,7 +266,8 @@ void LayerEmitter::allgather_attention(const std::string& name, bool backward, s
   const auto gathered = static_cast<std::int64_t>(cp_gathered_kv_bytes(model_, split_)) / cp * cp + cp;
   cp_collective(name + " all-gather kv", sim::CollectiveOp::all_gather, gathered, last);
   // local queries x the whole sequence, half of it unmasked on average: 1/cp of the causal pairs
-  each_rank(name, sim::Attention{local, split_.seq_len / 2, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
+  each_rank(name,
+            sim::Attention{local, split_.seq_len / 2, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
             last, recompute, sim::OpCode::none);
   if (backward) cp_collective(name + " reduce-scatter dkv", sim::CollectiveOp::reduce_scatter, gathered, last);
 }
@@ -297,8 +295,10 @@ void LayerEmitter::a2a_attention(const std::string& name, bool backward, std::ve
   cp_exchange_heads(name, backward, true, last);
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / (split_.tp * cp));
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * std::max<std::int64_t>(1, local_kv_heads(model_, split_.tp) / cp));
-  each_rank(name, sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
-            last, recompute, sim::OpCode::none);
+  each_rank(
+      name,
+      sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
+      last, recompute, sim::OpCode::none);
   cp_exchange_heads(name, backward, false, last);
 }
 
@@ -339,8 +339,7 @@ struct FpdtChunk {
 };
 FpdtChunk fpdt_chunk(const model::ModelConfig& m, const LayerSplit& split) {
   const double shards = split.ulysses;
-  return {static_cast<double>(split.tokens()) / split.fpdt_chunks, static_cast<double>(m.q_dim()) / shards,
-          static_cast<double>(m.kv_dim()) / shards};
+  return {static_cast<double>(split.tokens()) / split.fpdt_chunks, static_cast<double>(m.q_dim()) / shards, static_cast<double>(m.kv_dim()) / shards};
 }
 }  // namespace
 
@@ -377,7 +376,10 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
     const sim::DeviceId gpu = ranks_[r];
     auto block = [&](const std::string& label, bool causal, std::vector<sim::TaskId> deps) {
       if (last[r] >= 0) deps.push_back(last[r]);
-      last[r] = graph_.add({name + " " + label, gpu, {sim::StreamKind::compute, 0}, recompute,
+      last[r] = graph_.add({name + " " + label,
+                            gpu,
+                            {sim::StreamKind::compute, 0},
+                            recompute,
                             sim::Attention{chunk_tokens, chunk_tokens, heads, std::min(kv_heads, heads), head_dim, causal, backward}},
                            deps);
       return last[r];
@@ -393,7 +395,7 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
         offloaded.push_back(copy("D2H kv C" + std::to_string(i), sim::Copy::Direction::d2h, kv_bytes, after_start));
         std::vector<sim::TaskId> blocks{block("C" + std::to_string(i) + " x C" + std::to_string(i), true, {})};
         for (int j = 0; j < i; ++j) {
-          std::vector<sim::TaskId> deps{offloaded[static_cast<std::size_t>(j)]};
+          std::vector<sim::TaskId> deps{offloaded[j]};
           if (blocks.size() >= 2) deps.push_back(blocks[blocks.size() - 2]);  // two buffers
           const sim::TaskId in = copy("H2D kv C" + std::to_string(j) + " for C" + std::to_string(i), sim::Copy::Direction::h2d, kv_bytes, deps);
           blocks.push_back(block("C" + std::to_string(i) + " x C" + std::to_string(j), false, {in}));
@@ -427,8 +429,8 @@ void LayerEmitter::ulysses_exchange(const std::string& name, double bytes, std::
 void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {
   TRAINYARD_CHECK(join_.empty(), "a collective right after a GEMM run beside another collective");
   for (int c = 0; c < static_cast<int>(tp_groups_.size()); ++c) {
-    emit_collective(graph_, split_.built_cp() > 1 ? name + " cp" + std::to_string(c) : name, op, bytes,
-                    tp_groups_[static_cast<std::size_t>(c)], split_.tp, last, rank_index(c, 0), static_cast<std::size_t>(split_.tp));
+    emit_collective(graph_, split_.built_cp() > 1 ? name + " cp" + std::to_string(c) : name, op, bytes, tp_groups_[c], split_.tp, last,
+                    rank_index(c, 0), static_cast<std::size_t>(split_.tp));
   }
 }
 
@@ -437,9 +439,9 @@ void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, dou
 // the input's all-gather beside the dgrad GEMM, the dgrad's reduce-scatter beside the wgrad GEMM). Modelled as
 // the two running side by side: max(GEMM, collective), sharing SMs and links as the engine shares them; the
 // chunk that cannot overlap (1/tp of the longer one) is not charged.
-void LayerEmitter::gemm_beside_collective(const std::string& gemm_name, sim::OpCode code, std::int64_t m, std::int64_t n,
-                                          std::int64_t k, const std::string& collective_name, sim::CollectiveOp op,
-                                          double bytes, bool gather_first, std::vector<sim::TaskId>& last, bool recompute) {
+void LayerEmitter::gemm_beside_collective(const std::string& gemm_name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
+                                          const std::string& collective_name, sim::CollectiveOp op, double bytes, bool gather_first,
+                                          std::vector<sim::TaskId>& last, bool recompute) {
   if (!split_.tp_comm_overlap) {
     if (gather_first) collective(collective_name, op, bytes, last);
     gemm(gemm_name, code, m, n, k, last, recompute);
@@ -466,8 +468,8 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   const auto reduce = sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
   elementwise(p + " norm1", sim::OpCode::norm1, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   if (sp) {
-    gemm_beside_collective(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, p + " ag1", sim::CollectiveOp::all_gather, hidden_bytes,
-                           true, last, recompute);
+    gemm_beside_collective(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, p + " ag1", sim::CollectiveOp::all_gather, hidden_bytes, true, last,
+                           recompute);
   } else {
     gemm(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, last, recompute);
   }
@@ -475,19 +477,18 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   ulysses_exchange(p + " a2a qkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   attention(p + " attn", false, last, recompute);
   ulysses_exchange(p + " a2a out", kBf16 * static_cast<double>(s * q), last);
-  gemm_beside_collective(p + " proj", sim::OpCode::proj, s, h, q, p + (sp ? " rs1" : " ar1"), reduce, hidden_bytes, false, last,
-                         recompute);
+  gemm_beside_collective(p + " proj", sim::OpCode::proj, s, h, q, p + (sp ? " rs1" : " ar1"), reduce, hidden_bytes, false, last, recompute);
   elementwise(p + " residual1", sim::OpCode::residual1, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   elementwise(p + " norm2", sim::OpCode::norm2, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   if (sp) {
-    gemm_beside_collective(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, p + " ag2", sim::CollectiveOp::all_gather,
-                           hidden_bytes, true, last, recompute);
+    gemm_beside_collective(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, p + " ag2", sim::CollectiveOp::all_gather, hidden_bytes,
+                           true, last, recompute);
   } else {
     gemm(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, last, recompute);
   }
-  elementwise(p + " act", sim::OpCode::act, kBf16 * static_cast<double>(s * (swiglu ? 2 * f : f)), kBf16 * static_cast<double>(s * f), last, recompute);
-  gemm_beside_collective(p + " mlp_down", sim::OpCode::mlp_down, s, h, f, p + (sp ? " rs2" : " ar2"), reduce, hidden_bytes, false,
-                         last, recompute);
+  elementwise(p + " act", sim::OpCode::act, kBf16 * static_cast<double>(s * (swiglu ? 2 * f : f)), kBf16 * static_cast<double>(s * f), last,
+              recompute);
+  gemm_beside_collective(p + " mlp_down", sim::OpCode::mlp_down, s, h, f, p + (sp ? " rs2" : " ar2"), reduce, hidden_bytes, false, last, recompute);
   elementwise(p + " residual2", sim::OpCode::residual2, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   TRAINYARD_CHECK(join_.empty(), "a collective run beside a GEMM that nothing waits for");
 }
@@ -507,8 +508,7 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   const auto reduce = sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
   // A GEMM Y = X W (X: m x k, W: k x n) has two backward GEMMs, dX = dY W^T and dW = X^T dY. With sequence
   // parallelism the input X is all-gathered again before dW (beside dX), and dX is reduce-scattered (beside dW).
-  auto dgrad = [&](const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
-                   const std::string& gather_name) {
+  auto dgrad = [&](const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k, const std::string& gather_name) {
     if (!sp) return gemm(name + " dgrad", code, m, k, n, last, false);
     gemm_beside_collective(name + " dgrad", code, m, k, n, gather_name, sim::CollectiveOp::all_gather, hidden_bytes, true, last, false);
   };
@@ -517,8 +517,8 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   };
   auto wgrad_then_reduce = [&](const std::string& name, sim::OpCode dgrad_code, std::int64_t m, std::int64_t n, std::int64_t k,
                                const std::string& reduce_name) {
-    gemm_beside_collective(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad_code) + 1), k, n, m, reduce_name, reduce,
-                           hidden_bytes, false, last, false);
+    gemm_beside_collective(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad_code) + 1), k, n, m, reduce_name, reduce, hidden_bytes,
+                           false, last, false);
   };
   elementwise(p + " residual2 bwd", sim::OpCode::residual2_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
   dgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f, p + " ag2 bwd");
@@ -534,7 +534,8 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   if (split_.recompute_attention) attention(p + " attn recompute", false, last, true);
   attention(p + " attn bwd", true, last, false);
   ulysses_exchange(p + " a2a dqkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
-  elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, false);
+  elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last,
+              false);
   gemm(p + " qkv dgrad", sim::OpCode::qkv_dgrad, s, h, q + 2 * kv, last, false);
   wgrad_then_reduce(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + (sp ? " rs1 bwd" : " ar1 bwd"));
   elementwise(p + " norm1 bwd", sim::OpCode::norm1_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
@@ -542,13 +543,11 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
 }
 
 namespace {
-std::vector<sim::TaskId> after_of(sim::TaskId after) {
-  return after >= 0 ? std::vector<sim::TaskId>{after} : std::vector<sim::TaskId>{};
-}
+std::vector<sim::TaskId> after_of(sim::TaskId after) { return after >= 0 ? std::vector<sim::TaskId>{after} : std::vector<sim::TaskId>{}; }
 }  // namespace
 
-sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens,
-                           std::int64_t hidden, bool backward, sim::TaskId after, sim::Op at) {
+sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens, std::int64_t hidden, bool backward,
+                           sim::TaskId after, sim::Op at) {
   const std::int64_t read = backward ? 4 * tokens * hidden : 8 * tokens;  // ids, or gradient + table rows
   const sim::TaskId id = g.elementwise(name, gpu, {read, 2 * tokens * hidden}, after_of(after));
   at.code = backward ? sim::OpCode::embed_bwd : sim::OpCode::embed;
@@ -561,9 +560,8 @@ LossMemory loss_memory(const stacks::StackProfile& stack) {
   return {0, stack.loss_logits.bytes_per_logit.value};
 }
 
-sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
-                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op coordinates,
-                      const LossMemory& memory) {
+sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens, std::int64_t hidden,
+                      std::int64_t vocab_shard, sim::TaskId after, sim::Op coordinates, const LossMemory& memory) {
   const std::int64_t chunk_tokens = memory.chunk_tokens > 0 ? memory.chunk_tokens : std::max<std::int64_t>(tokens, 1);
   sim::TaskId at = after;
   auto piece = [&](sim::OpCode code, std::int64_t first, std::int64_t count) {
@@ -577,8 +575,7 @@ sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& t
     const std::int64_t c = std::min(chunk_tokens, tokens - c0);
     const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
     const auto logit_bytes = static_cast<std::int64_t>(static_cast<double>(c * vocab_shard) * memory.bytes_per_logit);
-    const sim::TaskId logits = g.alloc(name + " logits", gpu, sim::Pool::hbm, logit_bytes, "fp32 logits chunk " + tag,
-                                       after_of(at));
+    const sim::TaskId logits = g.alloc(name + " logits", gpu, sim::Pool::hbm, logit_bytes, "fp32 logits chunk " + tag, after_of(at));
     at = g.gemm(name + " lm_head", gpu, {c, vocab_shard, hidden, hw::Dtype::bf16}, std::vector<sim::TaskId>{logits});
     piece(sim::OpCode::head_logits, c0, c);
     at = g.elementwise(name + " softmax xent", gpu, {c * vocab_shard * 4, c * vocab_shard * 2}, std::vector<sim::TaskId>{at});

@@ -33,22 +33,22 @@ struct LayerSplit {
   std::int64_t seq_len = 0;    // tokens per sequence S
   int tp = 1;
   bool sequence_parallel = false;
-  bool dropout = false;        // GPT-3-style dropout masks (Korthikanti et al.); the built-in models train without
-  int ulysses = 1;             // DeepSpeed-Ulysses degree: tokens split across ranks, heads split for attention
-  int cp = 1;                  // ring attention / context parallelism: tokens split, K/V blocks passed round
-                               // (combines with tp: ranks are [cp index][tp index], TP groups innermost)
-  bool zigzag = false;         // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
-  CpComm cp_comm = CpComm::p2p;  // cp: how the ranks exchange attention's inputs
-  int cp_a2a = 1;              // a2a_p2p: ranks in each all-to-all group (consecutive cp ranks); the ring has cp / cp_a2a
-  int cp_ranks = 0;            // symmetry reduction: the cp ranks built, standing for all cp (0: cp); their
-                               // exchanges run as the whole ring's (needs zigzag: every rank the same work)
-  int fpdt_chunks = 1;         // FPDT: the sequence's attention runs in this many chunks, K/V of earlier chunks
-                               // (and q, o, lse, dO, dq in backward) streamed from host DRAM
+  bool dropout = false;              // GPT-3-style dropout masks (Korthikanti et al.); the built-in models train without
+  int ulysses = 1;                   // DeepSpeed-Ulysses degree: tokens split across ranks, heads split for attention
+  int cp = 1;                        // ring attention / context parallelism: tokens split, K/V blocks passed round
+                                     // (combines with tp: ranks are [cp index][tp index], TP groups innermost)
+  bool zigzag = false;               // cp: each rank holds chunks r and 2cp-1-r, balancing causal work
+  CpComm cp_comm = CpComm::p2p;      // cp: how the ranks exchange attention's inputs
+  int cp_a2a = 1;                    // a2a_p2p: ranks in each all-to-all group (consecutive cp ranks); the ring has cp / cp_a2a
+  int cp_ranks = 0;                  // symmetry reduction: the cp ranks built, standing for all cp (0: cp); their
+                                     // exchanges run as the whole ring's (needs zigzag: every rank the same work)
+  int fpdt_chunks = 1;               // FPDT: the sequence's attention runs in this many chunks, K/V of earlier chunks
+                                     // (and q, o, lse, dO, dq in backward) streamed from host DRAM
   bool recompute_attention = false;  // selective recompute (Megatron's recompute_modules = core_attn): the core
                                      // attention's forward runs again just before its backward, whatever the kernel
-  double score_bytes = 0;      // unfused attention (stacks::AttentionImpl::unfused): bytes kept per (head, query,
-                               // key) score for backward when nothing is recomputed
-  bool tp_comm_overlap = false;  // with sequence_parallel: TP all-gathers and reduce-scatters run beside their GEMMs
+  double score_bytes = 0;            // unfused attention (stacks::AttentionImpl::unfused): bytes kept per (head, query,
+                                     // key) score for backward when nothing is recomputed
+  bool tp_comm_overlap = false;      // with sequence_parallel: TP all-gathers and reduce-scatters run beside their GEMMs
   std::int64_t tokens() const { return sequences * seq_len; }
   std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
   int built_cp() const { return cp_ranks > 0 ? cp_ranks : cp; }
@@ -60,11 +60,11 @@ struct LayerSplit {
 // the core attention's forward again; with unfused attention it drops the stored scores); "full" keeps the layer
 // input only.
 struct ActivationBytes {
-  double norms = 0;          // the inputs of both norms
+  double norms = 0;              // the inputs of both norms
   double projection_inputs = 0;  // QKV and MLP-up inputs (the norms' outputs)
-  double attention = 0;      // q, k, v, attention output, lse
-  double mlp = 0;            // the MLP's intermediate tensors
-  double dropout_masks = 0;  // 1 byte per element, when dropout is on
+  double attention = 0;          // q, k, v, attention output, lse
+  double mlp = 0;                // the MLP's intermediate tensors
+  double dropout_masks = 0;      // 1 byte per element, when dropout is on
   double total() const { return norms + projection_inputs + attention + mlp + dropout_masks; }
 };
 ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerSplit& split, Recompute recompute);
@@ -100,8 +100,7 @@ double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, boo
 // group only; Ulysses all-to-alls over all ranks; ring passes between the ranks of one TP index.
 class LayerEmitter {
  public:
-  LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split,
-               std::vector<sim::DeviceId> ranks);
+  LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split, std::vector<sim::DeviceId> ranks);
 
   // Where the next forward()/backward() is in the step: every task they emit carries these coordinates and
   // its op code (sim::Op), which is what lets the executor run the graph with real tensors.
@@ -118,18 +117,15 @@ class LayerEmitter {
 
   // Replaces the attention step (forward, recompute or backward) for schemes that stream it themselves
   // (ring-track: one chunk against the K/V of all earlier chunks); the hook chains its tasks through `last`.
-  using AttentionHook =
-      std::function<void(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute)>;
+  using AttentionHook = std::function<void(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute)>;
   void set_attention_hook(AttentionHook hook) { attention_hook_ = std::move(hook); }
 
  private:
   // One task per rank, each after that rank's previous task.
-  void each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last, bool recompute,
-                 sim::OpCode code);
-  void gemm(const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
-            std::vector<sim::TaskId>& last, bool recompute);
-  void elementwise(const std::string& name, sim::OpCode code, double read, double written, std::vector<sim::TaskId>& last,
-                   bool recompute);
+  void each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last, bool recompute, sim::OpCode code);
+  void gemm(const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k, std::vector<sim::TaskId>& last,
+            bool recompute);
+  void elementwise(const std::string& name, sim::OpCode code, double read, double written, std::vector<sim::TaskId>& last, bool recompute);
   void attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
   // With split.tp_comm_overlap: the collective and the GEMM both start after `last`, and the rank's next task
@@ -172,8 +168,8 @@ class LayerEmitter {
 // Embedding lookup (a gather writing tokens*h*2 bytes) or its backward (a scatter-add into the embedding
 // gradient). Under TP the vocab-parallel lookup's all-reduce (tokens*h*2 bytes) is not modelled.
 // `at` gives the coordinates (sequence, chunk) its tasks carry.
-sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens,
-                           std::int64_t hidden, bool backward, sim::TaskId after, sim::Op at = {});
+sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens, std::int64_t hidden, bool backward,
+                           sim::TaskId after, sim::Op at = {});
 // How the loss holds its logits: in pieces of `chunk_tokens` (0: the whole micro-batch at once), each holding
 // `bytes_per_logit` while its cross-entropy runs.
 struct LossMemory {
@@ -185,8 +181,7 @@ LossMemory loss_memory(const stacks::StackProfile& stack);
 // LM head and softmax cross-entropy over `tokens`, forward and backward fused per chunk (LossMemory; trainyard's
 // default of 8K tokens keeps the fp32 logits of a long sequence from existing whole): logits, loss, input and
 // weight gradients. The final norm runs inside the LM head's pieces (its cost is not modelled: h elements per token).
-sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens,
-                      std::int64_t hidden, std::int64_t vocab_shard, sim::TaskId after, sim::Op at = {},
-                      const LossMemory& memory = {});
+sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& tag, std::int64_t tokens, std::int64_t hidden,
+                      std::int64_t vocab_shard, sim::TaskId after, sim::Op at = {}, const LossMemory& memory = {});
 
 }  // namespace trainyard::planner

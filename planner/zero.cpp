@@ -26,21 +26,17 @@ std::int64_t zero_micro_batches(const StepInputs& in, const ZeroParams& p) {
 void check_zero(const StepInputs& in, const ZeroParams& p) {
   const auto& m = in.model;
   const int gpus = in.cluster.gpus();
-  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) {
-    throw InputError(flag, "value", expected, got);
-  };
+  auto fail = [](const std::string& flag, const std::string& expected, const std::string& got) { throw InputError(flag, "value", expected, got); };
   if (p.stage < 0 || p.stage > 3) fail("--zero-stage", "0, 1, 2 or 3", std::to_string(p.stage));
   if (p.sp < 1 || gpus % p.sp != 0) fail("--sp", "a divisor of the cluster's " + std::to_string(gpus) + " GPUs", std::to_string(p.sp));
   if (m.heads % p.sp != 0 || m.kv_heads % p.sp != 0) {
-    fail("--sp", "a divisor of the heads (" + std::to_string(m.heads) + ") and kv heads (" + std::to_string(m.kv_heads) + ")",
-         std::to_string(p.sp));
+    fail("--sp", "a divisor of the heads (" + std::to_string(m.heads) + ") and kv heads (" + std::to_string(m.kv_heads) + ")", std::to_string(p.sp));
   }
   if (in.workload.seq_len % p.sp != 0) fail("--sp", "a divisor of the sequence length", std::to_string(p.sp));
   if (p.cp < 1 || gpus % p.cp != 0) fail("--cp", "a divisor of the cluster's " + std::to_string(gpus) + " GPUs", std::to_string(p.cp));
   if (p.cp > 1 && p.sp > 1) fail("--cp", "1 with --sp > 1 (Ulysses and ring attention are separate schemes here)", std::to_string(p.cp));
   if (in.workload.seq_len % (p.zigzag ? 2 * p.cp : p.cp) != 0) {
-    fail("--cp", "a degree such that the sequence splits into " + std::string(p.zigzag ? "2 * cp" : "cp") + " equal chunks",
-         std::to_string(p.cp));
+    fail("--cp", "a degree such that the sequence splits into " + std::string(p.zigzag ? "2 * cp" : "cp") + " equal chunks", std::to_string(p.cp));
   }
   if (p.zigzag && p.cp == 1) fail("--zigzag", "only with --cp > 1", "--cp 1");
   if (p.checkpoint_every < 1 || p.checkpoint_every > m.layers) {
@@ -158,9 +154,10 @@ ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
       split_(zero_layer_split(in, p)),
       last_(static_cast<std::size_t>(in.cluster.gpus()), -1) {
   full_acts_ = split_.fpdt_chunks > 1 ? fpdt_working_bytes(model_, split_) : layer_activation_bytes(model_, split_, Recompute::none).total();
-  fpdt_host_ = split_.fpdt_chunks > 1 ? static_cast<double>(split_.local_tokens()) *
-                                            (2.0 * static_cast<double>(2 * model_.q_dim() + 2 * model_.kv_dim()) + 4.0 * static_cast<double>(model_.q_dim()))
-                                      : 0;
+  fpdt_host_ = split_.fpdt_chunks > 1
+                   ? static_cast<double>(split_.local_tokens()) *
+                         (2.0 * static_cast<double>(2 * model_.q_dim() + 2 * model_.kv_dim()) + 4.0 * static_cast<double>(model_.q_dim()))
+                   : 0;
   ckpt_ = layer_activation_bytes(model_, split_, Recompute::full).total();
   layer_params_ = model_.param_counts().per_layer();
   all_params_ = model_.params();
@@ -218,9 +215,9 @@ void ZeroBuilder::model_states() {
 void ZeroBuilder::run_groups(const std::function<void(LayerEmitter&, std::vector<sim::TaskId>&)>& emit) {
   for (std::size_t grp = 0; grp < emitters_.size(); ++grp) {
     std::vector<sim::TaskId> chain;
-    for (auto r : group_ranks_[grp]) chain.push_back(last_[static_cast<std::size_t>(r)]);
+    for (auto r : group_ranks_[grp]) chain.push_back(last_[r]);
     emit(emitters_[grp], chain);
-    for (std::size_t i = 0; i < chain.size(); ++i) last_[static_cast<std::size_t>(group_ranks_[grp][i])] = chain[i];
+    for (std::size_t i = 0; i < chain.size(); ++i) last_[group_ranks_[grp][i]] = chain[i];
   }
 }
 
@@ -234,7 +231,7 @@ std::vector<sim::TaskId> ZeroBuilder::all_last() const {
 
 void ZeroBuilder::embeddings(const std::string& name, bool backward) {
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    auto& at = last_[static_cast<std::size_t>(gpu)];
+    auto& at = last_[gpu];
     at = emit_embedding(g_, gpu, name, s_, h_, backward, at);
   }
 }
@@ -250,8 +247,9 @@ sim::TaskId ZeroBuilder::gather_layer(const std::string& name) {
     // At most two layer buffers: this one waits until the buffer of two gathers ago is released.
     std::vector<sim::TaskId> after;
     const std::size_t k = gather_chain_.size();
-    if (k >= 2 && gather_releases_[k - 2][static_cast<std::size_t>(gpu)] >= 0) after.push_back(gather_releases_[k - 2][static_cast<std::size_t>(gpu)]);
-    buffers.push_back(g_.alloc(name + " buffer", gpu, sim::Pool::hbm, rounded(pol_.weight_bytes * layer_params_, 1), "gathered layer parameters", after));
+    if (k >= 2 && gather_releases_[k - 2][gpu] >= 0) after.push_back(gather_releases_[k - 2][gpu]);
+    buffers.push_back(
+        g_.alloc(name + " buffer", gpu, sim::Pool::hbm, rounded(pol_.weight_bytes * layer_params_, 1), "gathered layer parameters", after));
     deps.push_back(buffers.back());
     if (p_.offload_params) {
       deps.push_back(g_.copy(name + " H2D shard", gpu, {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * layer_params_ / n_, 1), true},
@@ -259,7 +257,8 @@ sim::TaskId ZeroBuilder::gather_layer(const std::string& name) {
     }
   }
   const sim::TaskId gather = g_.collective(
-      name, {sim::CollectiveOp::all_gather, sim::Algorithm::ring, zero_group_, rounded(pol_.weight_bytes * layer_params_, gpus_)}, deps, kGatherStream);
+      name, {sim::CollectiveOp::all_gather, sim::Algorithm::ring, zero_group_, rounded(pol_.weight_bytes * layer_params_, gpus_)}, deps,
+      kGatherStream);
   gather_chain_.push_back(gather);
   gather_buffers_.push_back(buffers);
   gather_releases_.emplace_back(static_cast<std::size_t>(gpus_), -1);
@@ -269,8 +268,7 @@ sim::TaskId ZeroBuilder::gather_layer(const std::string& name) {
 void ZeroBuilder::release_gather(std::size_t index, const std::string& name) {
   if (index >= gather_buffers_.size()) return;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    gather_releases_[index][static_cast<std::size_t>(gpu)] = g_.free(name + " release", gather_buffers_[index][static_cast<std::size_t>(gpu)],
-                                                                    std::vector<sim::TaskId>{last_[static_cast<std::size_t>(gpu)]});
+    gather_releases_[index][gpu] = g_.free(name + " release", gather_buffers_[index][gpu], std::vector<sim::TaskId>{last_[gpu]});
   }
 }
 
@@ -294,7 +292,7 @@ void ZeroBuilder::needs_gather(sim::TaskId gather, sim::TaskId begin) {
 void ZeroBuilder::copy_out_gathered(sim::TaskId gather, const std::string& name) {
   if (gather < 0 || copy_out_bytes_ <= 0) return;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    auto& at = last_[static_cast<std::size_t>(gpu)];
+    auto& at = last_[gpu];
     std::vector<sim::TaskId> deps{gather};
     if (at >= 0) deps.push_back(at);
     at = g_.elementwise(name + " copy out gathered params", gpu, {rounded(copy_out_bytes_, 1), rounded(copy_out_bytes_, 1)}, deps);
@@ -307,7 +305,7 @@ void ZeroBuilder::copy_in_grads(const std::string& name) {
   if (copy_in_passes_ <= 0) return;
   const double read = copy_in_passes_ * pol_.grad_bytes * layer_params_, written = copy_in_passes_ * reduce_bytes_per_param_ * layer_params_;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    auto& at = last_[static_cast<std::size_t>(gpu)];
+    auto& at = last_[gpu];
     at = g_.elementwise(name + " copy in grads", gpu, {rounded(read, 1), rounded(written, 1)},
                         at >= 0 ? std::vector<sim::TaskId>{at} : std::vector<sim::TaskId>{});
   }
@@ -319,8 +317,9 @@ std::vector<sim::TaskId> ZeroBuilder::fpdt_host_buffers(const std::string& name)
   if (fpdt_host_ <= 0) return ids;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     std::vector<sim::TaskId> after;
-    if (last_[static_cast<std::size_t>(gpu)] >= 0) after.push_back(last_[static_cast<std::size_t>(gpu)]);
-    ids.push_back(g_.alloc(name + " FPDT host buffers", host_of(gpu), sim::Pool::dram, rounded(fpdt_host_, 1), "FPDT attention tensors " + name, after));
+    if (last_[gpu] >= 0) after.push_back(last_[gpu]);
+    ids.push_back(
+        g_.alloc(name + " FPDT host buffers", host_of(gpu), sim::Pool::dram, rounded(fpdt_host_, 1), "FPDT attention tensors " + name, after));
   }
   return ids;
 }
@@ -344,10 +343,10 @@ void ZeroBuilder::forward_pass(const std::string& tag, std::vector<std::vector<s
     const sim::TaskId gather = gather_layer(prefix + " gather params");
     for (int gpu = 0; gpu < gpus_; ++gpu) {
       std::vector<sim::TaskId> deps;
-      if (last_[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last_[static_cast<std::size_t>(gpu)]);
+      if (last_[gpu] >= 0) deps.push_back(last_[gpu]);
       // Every layer's forward holds its full activations; with checkpointing only until the layer ends.
-      saved[static_cast<std::size_t>(l)].push_back(g_.alloc(prefix + " activations", gpu, sim::Pool::hbm, rounded(full_acts_, 1), "activations " + prefix, deps));
-      last_[static_cast<std::size_t>(gpu)] = saved[static_cast<std::size_t>(l)].back();
+      saved[l].push_back(g_.alloc(prefix + " activations", gpu, sim::Pool::hbm, rounded(full_acts_, 1), "activations " + prefix, deps));
+      last_[gpu] = saved[l].back();
     }
     const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
     const auto begin = static_cast<sim::TaskId>(g_.size());
@@ -356,7 +355,7 @@ void ZeroBuilder::forward_pass(const std::string& tag, std::vector<std::vector<s
     needs_gather(gather, begin);
     release_host_buffers(host_buffers, prefix);
     release_gather(gather_index, prefix);
-    if (p_.checkpoints_layer(l)) checkpoint_layer(prefix, saved[static_cast<std::size_t>(l)]);
+    if (p_.checkpoints_layer(l)) checkpoint_layer(prefix, saved[l]);
   }
 }
 
@@ -364,23 +363,24 @@ void ZeroBuilder::forward_pass(const std::string& tag, std::vector<std::vector<s
 // host DRAM as well. `saved` (per GPU) then holds the checkpoint's allocation.
 void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::vector<sim::TaskId>& saved) {
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    const sim::TaskId alloc = saved[static_cast<std::size_t>(gpu)];
-    const sim::TaskId done = last_[static_cast<std::size_t>(gpu)];
+    const sim::TaskId alloc = saved[gpu];
+    const sim::TaskId done = last_[gpu];
     // Trade the full activations for the checkpoint (the layer input): free them, keep a checkpoint-sized
     // allocation; with OC the checkpoint is copied to host DRAM and released on the GPU once copied.
-    const sim::TaskId keep = g_.alloc(prefix + " checkpoint", gpu, sim::Pool::hbm, rounded(ckpt_, 1), "checkpoint " + prefix, std::vector<sim::TaskId>{done});
+    const sim::TaskId keep = g_.alloc(prefix + " checkpoint", gpu, sim::Pool::hbm, rounded(ckpt_, 1), "checkpoint " + prefix,
+                                      std::vector<sim::TaskId>{done});
     g_.free(prefix + " drop activations", alloc, std::vector<sim::TaskId>{keep});
     if (!p_.offload_activations) {
-      saved[static_cast<std::size_t>(gpu)] = keep;
+      saved[gpu] = keep;
       continue;
     }
-    const sim::TaskId host_copy = g_.alloc(prefix + " host checkpoint", host_of(gpu), sim::Pool::dram, rounded(ckpt_, 1), "offloaded checkpoint " + prefix,
-                                           std::vector<sim::TaskId>{keep});
-    const sim::TaskId d2h =
-        g_.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt_, 1), offload_.pinned}, std::vector<sim::TaskId>{host_copy});
-    if (offload_.blocking) last_[static_cast<std::size_t>(gpu)] = d2h;  // the next layer waits for the copy
+    const sim::TaskId host_copy = g_.alloc(prefix + " host checkpoint", host_of(gpu), sim::Pool::dram, rounded(ckpt_, 1),
+                                           "offloaded checkpoint " + prefix, std::vector<sim::TaskId>{keep});
+    const sim::TaskId d2h = g_.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt_, 1), offload_.pinned},
+                                    std::vector<sim::TaskId>{host_copy});
+    if (offload_.blocking) last_[gpu] = d2h;  // the next layer waits for the copy
     g_.free(prefix + " release checkpoint", keep, std::vector<sim::TaskId>{d2h});
-    saved[static_cast<std::size_t>(gpu)] = host_copy;
+    saved[gpu] = host_copy;
   }
 }
 
@@ -390,7 +390,7 @@ void ZeroBuilder::loss(const std::string& tag) {
   LossMemory memory = loss_memory(in_.cluster.stack);
   if (split_.fpdt_chunks > 1) memory.chunk_tokens = std::max<std::int64_t>(1, s_ / split_.fpdt_chunks);
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    auto& at = last_[static_cast<std::size_t>(gpu)];
+    auto& at = last_[gpu];
     at = emit_loss(g_, gpu, tag, s_, h_, model_.vocab, at, {}, memory);
   }
 }
@@ -398,7 +398,7 @@ void ZeroBuilder::loss(const std::string& tag) {
 // Backward, last layer first; each layer's gradients reduced as soon as they exist.
 void ZeroBuilder::backward_pass(const std::string& tag, bool last_mb, std::vector<std::vector<sim::TaskId>>& saved) {
   for (std::int64_t l = model_.layers - 1; l >= 0; --l) {
-    backward_layer(l, tag, saved[static_cast<std::size_t>(l)]);
+    backward_layer(l, tag, saved[l]);
     reduce_layer_gradients("B L" + std::to_string(l) + " " + tag, last_mb);
   }
 }
@@ -410,14 +410,14 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
   std::vector<sim::TaskId> transient(static_cast<std::size_t>(gpus_), -1);
   const bool checkpoint = p_.checkpoints_layer(l);
   for (int gpu = 0; gpu < gpus_ && checkpoint; ++gpu) {
-    auto& at = last_[static_cast<std::size_t>(gpu)];
+    auto& at = last_[gpu];
     if (p_.offload_activations) {
       at = g_.copy(prefix + " H2D checkpoint", gpu, {sim::Copy::Direction::h2d, rounded(ckpt_, 1), offload_.pinned}, std::vector<sim::TaskId>{at});
     }
     // The recomputed layer's activations exist only while its backward runs.
-    transient[static_cast<std::size_t>(gpu)] =
-        g_.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm, rounded(full_acts_, 1), "recomputed " + prefix, std::vector<sim::TaskId>{at});
-    at = transient[static_cast<std::size_t>(gpu)];
+    transient[gpu] = g_.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm, rounded(full_acts_, 1), "recomputed " + prefix,
+                              std::vector<sim::TaskId>{at});
+    at = transient[gpu];
   }
   const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
   const auto begin = static_cast<sim::TaskId>(g_.size());
@@ -429,9 +429,9 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
   needs_gather(gather, begin);
   release_host_buffers(host_buffers, prefix);
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    const sim::TaskId done = last_[static_cast<std::size_t>(gpu)];
-    if (transient[static_cast<std::size_t>(gpu)] >= 0) g_.free(prefix + " free recomputed", transient[static_cast<std::size_t>(gpu)], std::vector<sim::TaskId>{done});
-    g_.free(prefix + " free saved", saved[static_cast<std::size_t>(gpu)], std::vector<sim::TaskId>{done});
+    const sim::TaskId done = last_[gpu];
+    if (transient[gpu] >= 0) g_.free(prefix + " free recomputed", transient[gpu], std::vector<sim::TaskId>{done});
+    g_.free(prefix + " free saved", saved[gpu], std::vector<sim::TaskId>{done});
   }
   release_gather(gather_index, prefix);
 }
@@ -459,17 +459,19 @@ void ZeroBuilder::optimizer_step() {
   std::vector<sim::TaskId> updated;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     std::vector<sim::TaskId> deps = reductions_;
-    if (last_[static_cast<std::size_t>(gpu)] >= 0) deps.push_back(last_[static_cast<std::size_t>(gpu)]);
+    if (last_[gpu] >= 0) deps.push_back(last_[gpu]);
     const auto bytes = rounded(shard * kAdamBytesPerParam, 1);
     if (!p_.offload_optimizer) {
-      updated.push_back(g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{bytes}}, deps));
+      updated.push_back(
+          g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{bytes}}, deps));
       continue;
     }
-    const sim::TaskId step =
-        g_.add({"optimizer step host for gpu" + std::to_string(gpu), host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{bytes}}, deps);
-    updated.push_back(p_.offload_params ? step
-                                        : g_.copy("H2D updated params gpu" + std::to_string(gpu), gpu,
-                                                  {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * shard, 1), true}, std::vector<sim::TaskId>{step}));
+    const sim::TaskId step = g_.add(
+        {"optimizer step host for gpu" + std::to_string(gpu), host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{bytes}}, deps);
+    updated.push_back(p_.offload_params
+                          ? step
+                          : g_.copy("H2D updated params gpu" + std::to_string(gpu), gpu,
+                                    {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * shard, 1), true}, std::vector<sim::TaskId>{step}));
   }
   if (gpus_ > 1 && (p_.stage == 1 || p_.stage == 2)) {
     g_.collective("all-gather updated params",

@@ -28,17 +28,15 @@ namespace trainyard::planner {
 
 struct ZeroParams {
   int stage = 0;
-  int sp = 1;                     // Ulysses degree
-  int cp = 1;                     // ring attention (context parallel) degree
-  bool zigzag = false;            // ring attention's causal load balancing
-  std::int64_t fpdt_chunk = 0;    // FPDT: attention chunk in global tokens (0: off); K/V etc. streamed via host
-  std::int64_t micro_batch = 1;   // sequences per micro-batch per sequence-parallel group
+  int sp = 1;                             // Ulysses degree
+  int cp = 1;                             // ring attention (context parallel) degree
+  bool zigzag = false;                    // ring attention's causal load balancing
+  std::int64_t fpdt_chunk = 0;            // FPDT: attention chunk in global tokens (0: off); K/V etc. streamed via host
+  std::int64_t micro_batch = 1;           // sequences per micro-batch per sequence-parallel group
   bool activation_checkpointing = false;  // AC
-  int checkpoint_every = 1;  // with AC: checkpoint every n-th layer (torchtitan's selective layer AC: 2), the rest keep all
+  int checkpoint_every = 1;               // with AC: checkpoint every n-th layer (torchtitan's selective layer AC: 2), the rest keep all
   // Whether layer `l` is checkpointed (with OC, every layer is: the offloaded checkpoint is all it keeps).
-  bool checkpoints_layer(std::int64_t l) const {
-    return offload_activations || (activation_checkpointing && (l + 1) % checkpoint_every == 0);
-  }
+  bool checkpoints_layer(std::int64_t l) const { return offload_activations || (activation_checkpointing && (l + 1) % checkpoint_every == 0); }
   // Layers of `layers` that are checkpointed and so recomputed in backward.
   std::int64_t checkpointed_layers(std::int64_t layers) const {
     return offload_activations ? layers : activation_checkpointing ? layers / checkpoint_every : 0;
@@ -46,7 +44,7 @@ struct ZeroParams {
   bool offload_optimizer = false;
   bool offload_grads = false;
   bool offload_params = false;
-  bool offload_activations = false;       // OC
+  bool offload_activations = false;  // OC
 };
 
 void check_zero(const StepInputs& in, const ZeroParams& p);

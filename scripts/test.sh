@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The layout .clang-format describes, before anything builds (scripts/check_format.sh --fix applies it).
+bash scripts/check_format.sh
 bash scripts/build.sh
 
 # The parts this build has, against the parts the README promises: the GUI always, CUDA where the toolkit is.

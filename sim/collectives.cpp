@@ -19,11 +19,11 @@ int tree_depth(int n) {  // levels below the root in a heap-ordered binary tree 
 std::vector<std::vector<int>> ring_channels(const std::vector<int>& member_nodes, int rails) {
   const int n = static_cast<int>(member_nodes.size());
   std::vector<int> identity(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) identity[static_cast<std::size_t>(i)] = i;
+  for (int i = 0; i < n; ++i) identity[i] = i;
   // Contiguous runs of equal length, one per node, no node twice.
   std::vector<int> run_starts{0};
   for (int i = 1; i < n; ++i) {
-    if (member_nodes[static_cast<std::size_t>(i)] != member_nodes[static_cast<std::size_t>(i - 1)]) run_starts.push_back(i);
+    if (member_nodes[i] != member_nodes[i - 1]) run_starts.push_back(i);
   }
   const int nodes = static_cast<int>(run_starts.size());
   const int per_node = n / nodes;
@@ -60,21 +60,18 @@ double bytes_sent_per_rank(CollectiveOp op, Algorithm algorithm, int n, std::int
 int collective_steps(CollectiveOp op, Algorithm algorithm, int n) {
   TRAINYARD_CHECK(n >= 2, "a collective needs at least two ranks");
   switch (op) {
-    case CollectiveOp::all_reduce:
-      return algorithm == Algorithm::ring ? 2 * (n - 1) : algorithm == Algorithm::direct ? 2 : 2 * tree_depth(n);
+    case CollectiveOp::all_reduce: return algorithm == Algorithm::ring ? 2 * (n - 1) : algorithm == Algorithm::direct ? 2 : 2 * tree_depth(n);
     case CollectiveOp::all_gather:
     case CollectiveOp::reduce_scatter:
     case CollectiveOp::all_to_all:
       TRAINYARD_CHECK(algorithm != Algorithm::tree, "tree is only modelled for all_reduce and broadcast");
       return algorithm == Algorithm::ring ? n - 1 : 1;
-    case CollectiveOp::broadcast:
-      return algorithm == Algorithm::ring ? (n == 2 ? 1 : 2 * n - 3) : algorithm == Algorithm::direct ? 1 : tree_depth(n);
+    case CollectiveOp::broadcast: return algorithm == Algorithm::ring ? (n == 2 ? 1 : 2 * n - 3) : algorithm == Algorithm::direct ? 1 : tree_depth(n);
   }
   return 0;
 }
 
-void collective_step(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes, int step,
-                     std::vector<Transfer>& out) {
+void collective_step(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes, int step, std::vector<Transfer>& out) {
   const double b = static_cast<double>(bytes);
   const double slice = b / n;
   auto all_pairs = [&](double each) {

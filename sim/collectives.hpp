@@ -34,7 +34,6 @@ int collective_steps(CollectiveOp op, Algorithm algorithm, int n);
 // (n-1) B, a tree's inner rank 2 B.
 double bytes_sent_per_rank(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes);
 // Appends the transfers of step `step` (0-based) to `out`.
-void collective_step(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes, int step,
-                     std::vector<Transfer>& out);
+void collective_step(CollectiveOp op, Algorithm algorithm, int n, std::int64_t bytes, int step, std::vector<Transfer>& out);
 
 }  // namespace trainyard::sim

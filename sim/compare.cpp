@@ -16,8 +16,7 @@ namespace {
 
 using json::Json;
 
-constexpr const char* kClassOrder[] = {"gemm", "attention fwd", "attention bwd", "elementwise", "optimizer",
-                                       "H2D",  "D2H",           "p2p",           "collective"};
+constexpr const char* kClassOrder[] = {"gemm", "attention fwd", "attention bwd", "elementwise", "optimizer", "H2D", "D2H", "p2p", "collective"};
 
 std::int64_t microseconds_to_ns(double us) { return std::llround(us * 1000.0); }
 
@@ -40,8 +39,8 @@ void add_row(std::vector<ComparisonRow>& rows, const std::string& what, const Ti
 }
 
 Json row_json(const ComparisonRow& r) {
-  return {{"what", r.what},          {"predicted_ns", r.predicted_ns}, {"measured_ns", r.measured_ns},
-          {"error", r.error()},      {"predicted_tasks", r.predicted_count}, {"measured_tasks", r.measured_count}};
+  return {{"what", r.what},     {"predicted_ns", r.predicted_ns},       {"measured_ns", r.measured_ns},
+          {"error", r.error()}, {"predicted_tasks", r.predicted_count}, {"measured_tasks", r.measured_count}};
 }
 
 }  // namespace
@@ -166,8 +165,8 @@ Comparison compare(const Timeline& predicted, const Timeline& measured) {
 }
 
 void print_comparison(std::ostream& out, const Comparison& c) {
-  out << "step time: predicted " << ms(c.step.predicted_ns) << " ms, measured " << ms(c.step.measured_ns) << " ms, error "
-      << percent(c.step.error()) << "\n";
+  out << "step time: predicted " << ms(c.step.predicted_ns) << " ms, measured " << ms(c.step.measured_ns) << " ms, error " << percent(c.step.error())
+      << "\n";
   out << "peak HBM (largest GPU): predicted " << format_bytes(static_cast<double>(c.predicted_peak_hbm_bytes)) << ", measured "
       << format_bytes(static_cast<double>(c.measured_peak_hbm_bytes)) << ", error " << percent(c.peak_hbm_error()) << "\n";
   if (c.only_predicted + c.only_measured > 0) {
@@ -177,8 +176,8 @@ void print_comparison(std::ostream& out, const Comparison& c) {
     out << "\n";
     TextTable table({title, "tasks", "predicted ms", "measured ms", "error"});
     for (const auto& r : *rows) {
-      table.add_row({r.what, std::to_string(std::max(r.predicted_count, r.measured_count)), ms(r.predicted_ns), ms(r.measured_ns),
-                     percent(r.error())});
+      table.add_row(
+          {r.what, std::to_string(std::max(r.predicted_count, r.measured_count)), ms(r.predicted_ns), ms(r.measured_ns), percent(r.error())});
     }
     table.print(out);
   }
@@ -195,12 +194,13 @@ Json comparison_json(const Comparison& c) {
   for (const auto& d : c.largest) {
     largest.push_back({{"task", d.name}, {"stream", d.stream}, {"predicted_ns", d.predicted_ns}, {"measured_ns", d.measured_ns}});
   }
-  return {{"step", row_json(c.step)},
-          {"peak_hbm", {{"predicted_bytes", c.predicted_peak_hbm_bytes}, {"measured_bytes", c.measured_peak_hbm_bytes}, {"error", c.peak_hbm_error()}}},
-          {"by_class", classes},
-          {"by_stream", streams},
-          {"largest_differences", largest},
-          {"unmatched", {{"only_predicted", c.only_predicted}, {"only_measured", c.only_measured}}}};
+  return {
+      {"step", row_json(c.step)},
+      {"peak_hbm", {{"predicted_bytes", c.predicted_peak_hbm_bytes}, {"measured_bytes", c.measured_peak_hbm_bytes}, {"error", c.peak_hbm_error()}}},
+      {"by_class", classes},
+      {"by_stream", streams},
+      {"largest_differences", largest},
+      {"unmatched", {{"only_predicted", c.only_predicted}, {"only_measured", c.only_measured}}}};
 }
 
 }  // namespace trainyard::sim

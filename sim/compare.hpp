@@ -29,10 +29,10 @@ struct Timeline {
   std::int64_t step_ns = 0;
   std::vector<std::int64_t> peak_hbm_bytes;  // per GPU
   std::vector<TimelineSlice> slices;
-  std::map<int, std::string> process_names;                // pid -> "gpu0" style name
+  std::map<int, std::string> process_names;                 // pid -> "gpu0" style name
   std::map<std::pair<int, int>, std::string> stream_names;  // (pid, tid) -> "compute0"
-  std::string device_label(int pid) const;                   // "gpu0"
-  std::string stream_label(int pid, int tid) const;          // "gpu0 compute0"
+  std::string device_label(int pid) const;                  // "gpu0"
+  std::string stream_label(int pid, int tid) const;         // "gpu0 compute0"
 };
 
 // Reads a trace written by write_chrome_trace; anything else is an InputError naming the file and the field.
@@ -48,15 +48,15 @@ struct ComparisonRow {
 
 struct Comparison {
   ComparisonRow step;
-  std::vector<ComparisonRow> by_class;   // in a fixed order (gemm, attention fwd, ...), classes present only
-  std::vector<ComparisonRow> by_stream;  // every stream present in either timeline
+  std::vector<ComparisonRow> by_class;                                     // in a fixed order (gemm, attention fwd, ...), classes present only
+  std::vector<ComparisonRow> by_stream;                                    // every stream present in either timeline
   std::int64_t predicted_peak_hbm_bytes = 0, measured_peak_hbm_bytes = 0;  // the largest over GPUs
   double peak_hbm_error() const;
   struct Difference {
     std::string name, stream;
     std::int64_t predicted_ns = 0, measured_ns = 0;
   };
-  std::vector<Difference> largest;  // the ten matched tasks with the largest |predicted - measured|
+  std::vector<Difference> largest;            // the ten matched tasks with the largest |predicted - measured|
   int only_predicted = 0, only_measured = 0;  // slices without a counterpart (name and device)
 };
 

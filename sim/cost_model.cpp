@@ -72,11 +72,18 @@ ComputeCost compute_cost(const TaskParams& params) {
 
 stacks::ElementwiseClass elementwise_class(OpCode code) {
   switch (code) {
-    case OpCode::norm1: case OpCode::norm2: case OpCode::norm1_bwd: case OpCode::norm2_bwd: return stacks::ElementwiseClass::norm;
-    case OpCode::rope: case OpCode::rope_bwd: return stacks::ElementwiseClass::rope;
-    case OpCode::act: case OpCode::act_bwd: return stacks::ElementwiseClass::activation;
-    case OpCode::residual1: case OpCode::residual2: case OpCode::residual1_bwd: case OpCode::residual2_bwd:
-      return stacks::ElementwiseClass::residual;
+    case OpCode::norm1:
+    case OpCode::norm2:
+    case OpCode::norm1_bwd:
+    case OpCode::norm2_bwd: return stacks::ElementwiseClass::norm;
+    case OpCode::rope:
+    case OpCode::rope_bwd: return stacks::ElementwiseClass::rope;
+    case OpCode::act:
+    case OpCode::act_bwd: return stacks::ElementwiseClass::activation;
+    case OpCode::residual1:
+    case OpCode::residual2:
+    case OpCode::residual1_bwd:
+    case OpCode::residual2_bwd: return stacks::ElementwiseClass::residual;
     case OpCode::head_xent: return stacks::ElementwiseClass::loss;
     default: return stacks::ElementwiseClass::other;
   }
@@ -163,8 +170,8 @@ int ComputeModel::kernels(const Task& task) const {
   }
   if (task.kind() == TaskKind::attention && attention_impl_ == stacks::AttentionImpl::unfused) {
     const auto& a = std::get<Attention>(task.params);
-    return (a.backward ? 4 : 2) + static_cast<int>(a.backward ? stack_->attention.softmax_passes_backward.value
-                                                               : stack_->attention.softmax_passes_forward.value);
+    return (a.backward ? 4 : 2) +
+           static_cast<int>(a.backward ? stack_->attention.softmax_passes_backward.value : stack_->attention.softmax_passes_forward.value);
   }
   return 1;
 }

@@ -17,20 +17,14 @@ namespace trainyard::sim {
 Cluster::Cluster(hw::NodeProfile node_profile, int node_count, stacks::StackProfile stack_profile)
     : node(std::move(node_profile)), nodes(node_count), topology(node, node_count), stack(std::move(stack_profile)) {}
 
-double SimResult::mfu() const {
-  return step_ns > 0 ? model_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0;
-}
-double SimResult::hfu() const {
-  return step_ns > 0 ? hardware_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0;
-}
+double SimResult::mfu() const { return step_ns > 0 ? model_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0; }
+double SimResult::hfu() const { return step_ns > 0 ? hardware_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0; }
 
 std::string OomReport::describe(const TaskGraph& graph) const {
   std::string out = "out of memory at task '" + graph.task(task).name + "': " + pool + " needs " +
-                    format_bytes(static_cast<double>(requested_bytes)) + " with " +
-                    format_bytes(static_cast<double>(in_use_bytes)) + " of " +
-                    format_bytes(static_cast<double>(capacity_bytes)) + " in use: " +
-                    format_bytes(static_cast<double>(excess_bytes)) + " (" + std::to_string(excess_bytes) +
-                    " bytes) over; largest live:";
+                    format_bytes(static_cast<double>(requested_bytes)) + " with " + format_bytes(static_cast<double>(in_use_bytes)) + " of " +
+                    format_bytes(static_cast<double>(capacity_bytes)) + " in use: " + format_bytes(static_cast<double>(excess_bytes)) + " (" +
+                    std::to_string(excess_bytes) + " bytes) over; largest live:";
   for (const auto& [label, bytes] : largest_live) out += " " + label + " (" + format_bytes(static_cast<double>(bytes)) + "),";
   if (!largest_live.empty()) out.pop_back();
   return out;
@@ -69,8 +63,8 @@ class Engine {
     std::vector<double> caps(static_cast<std::size_t>(2 * topo_.link_count()));
     for (int l = 0; l < topo_.link_count(); ++l) {
       const auto& link = topo_.link(l);
-      caps[static_cast<std::size_t>(2 * link.index)] = link.gbps_per_direction;      // 1 GB/s = 1 byte/ns
-      caps[static_cast<std::size_t>(2 * link.index + 1)] = link.gbps_per_direction;
+      caps[2 * link.index] = link.gbps_per_direction;  // 1 GB/s = 1 byte/ns
+      caps[2 * link.index + 1] = link.gbps_per_direction;
     }
     return caps;
   }
@@ -100,9 +94,7 @@ class Engine {
   const RouteResources& route(hw::VertexId from, hw::VertexId to);
   const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
   void check_route_length(const RouteResources& r, hw::VertexId from, hw::VertexId to) const;
-  hw::VertexId gpu_vertex(DeviceId g) const {
-    return topo_.gpu(cluster_.node_of(g), g % topo_.gpus_per_node());
-  }
+  hw::VertexId gpu_vertex(DeviceId g) const { return topo_.gpu(cluster_.node_of(g), g % topo_.gpus_per_node()); }
   // The DRAM on the GPU's socket: found once for node 0's GPU of the same index, then shifted to its node.
   hw::VertexId host_memory_of(DeviceId gpu) {
     const int per_node = topo_.gpus_per_node();
@@ -110,7 +102,7 @@ class Engine {
       for (int g = 0; g < per_node; ++g) host_memory_.push_back(*topo_.nearest_host_memory(topo_.gpu(0, g)));
     }
     const int node = cluster_.node_of(gpu);
-    return host_memory_[static_cast<std::size_t>(gpu % per_node)] - topo_.first_vertex(0) + topo_.first_vertex(node);
+    return host_memory_[gpu % per_node] - topo_.first_vertex(0) + topo_.first_vertex(node);
   }
   int pool_of(const Task& t, Pool pool) const {
     if (pool == Pool::hbm) return t.device;
@@ -130,9 +122,9 @@ class Engine {
   // kernels running there, whose end moves when that changes (a newer end event carries a newer version).
   struct SharedCompute {
     TaskId task;
-    std::int64_t full_rate_ns;   // the kernel's duration on all SMs
-    double remaining_ns;         // of full-rate work left at since_ns
-    double rate;                 // share of the SMs it has now
+    std::int64_t full_rate_ns;  // the kernel's duration on all SMs
+    double remaining_ns;        // of full-rate work left at since_ns
+    double rate;                // share of the SMs it has now
     std::int64_t since_ns;
     std::uint32_t version = 0;
   };
@@ -150,7 +142,7 @@ class Engine {
   EventQueue queue_;
   SimResult result_;
 
-  std::vector<std::int32_t> blocking_;     // unfinished deps + streams where the task is not yet at the head
+  std::vector<std::int32_t> blocking_;  // unfinished deps + streams where the task is not yet at the head
   std::vector<std::int32_t> task_stream_offset_;
   std::vector<std::int32_t> task_streams_;  // stream ids each task occupies
   struct StreamState {
@@ -161,8 +153,8 @@ class Engine {
   };
   std::vector<StreamState> streams_;
   std::vector<TaskId> stream_tasks_;
-  std::vector<std::int64_t> head_since_;  // when the task reached the head of its (first) stream
-  std::vector<TaskId> last_dep_;          // the dependency that finished last
+  std::vector<std::int64_t> head_since_;       // when the task reached the head of its (first) stream
+  std::vector<TaskId> last_dep_;               // the dependency that finished last
   std::vector<std::int64_t> tail_latency_ns_;  // added after a copy/p2p flow ends
   struct CollectiveState {
     int step = 0;
@@ -182,15 +174,13 @@ class Engine {
   // bytes * m / ring_ranks.
   std::int64_t simulated_bytes(const Collective& c) const {
     if (c.ring_ranks == 0) return c.bytes;
-    const auto m = static_cast<double>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
+    const auto m = static_cast<double>(graph_.groups()[c.group].size());
     return static_cast<std::int64_t>(std::llround(static_cast<double>(c.bytes) * m / c.ring_ranks));
   }
   void consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns);
   std::optional<hw::VertexId> nvlink_switch_of(hw::VertexId gpu) const;
   bool crosses_nvlink(const RouteResources& r) const {
-    return std::any_of(r.resources.begin(), r.resources.end(), [&](std::int32_t res) {
-      return topo_.link(res / 2).type == hw::LinkType::nvlink;
-    });
+    return std::any_of(r.resources.begin(), r.resources.end(), [&](std::int32_t res) { return topo_.link(res / 2).type == hw::LinkType::nvlink; });
   }
   std::unordered_map<TaskId, CollectiveState> collectives_;
   std::vector<Transfer> step_transfers_;
@@ -208,8 +198,8 @@ void Engine::build_streams() {
   const auto n = static_cast<TaskId>(graph_.size());
   std::unordered_map<std::uint64_t, std::int32_t> ids;
   auto stream_id = [&](DeviceId device, Stream s) {
-    const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 16) |
-                              (static_cast<std::uint64_t>(s.kind) << 8) | s.index;
+    const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 16) | (static_cast<std::uint64_t>(s.kind) << 8) |
+                              s.index;
     auto [it, inserted] = ids.try_emplace(key, static_cast<std::int32_t>(streams_.size()));
     if (inserted) streams_.push_back({device, s});
     return it->second;
@@ -222,7 +212,7 @@ void Engine::build_streams() {
   }
   // Each stream's tasks in submission order.
   std::vector<std::int32_t> fill(streams_.size(), 0);
-  for (std::int32_t s : task_streams_) ++streams_[static_cast<std::size_t>(s)].count;
+  for (std::int32_t s : task_streams_) ++streams_[s].count;
   std::int32_t offset = 0;
   for (auto& s : streams_) {
     s.first = s.head = offset;
@@ -230,9 +220,9 @@ void Engine::build_streams() {
   }
   stream_tasks_.resize(task_streams_.size());
   for (TaskId t = 0; t < n; ++t) {
-    for (std::int32_t i = task_stream_offset_[static_cast<std::size_t>(t)]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
-      auto& s = streams_[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])];
-      stream_tasks_[static_cast<std::size_t>(s.first + fill[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])]++)] = t;
+    for (std::int32_t i = task_stream_offset_[t]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
+      auto& s = streams_[task_streams_[i]];
+      stream_tasks_[s.first + fill[task_streams_[i]]++] = t;
     }
   }
 }
@@ -291,24 +281,23 @@ void Engine::prepare() {
   build_streams();
   blocking_.resize(static_cast<std::size_t>(n));
   for (TaskId t = 0; t < n; ++t) {
-    blocking_[static_cast<std::size_t>(t)] =
-        graph_.predecessor_count(t) + task_stream_offset_[static_cast<std::size_t>(t) + 1] - task_stream_offset_[static_cast<std::size_t>(t)];
+    blocking_[t] = graph_.predecessor_count(t) + task_stream_offset_[static_cast<std::size_t>(t) + 1] - task_stream_offset_[t];
   }
 }
 
 // Stream heads first (in stream order), then tasks with nothing to wait for, in task order.
 void Engine::start() {
   for (auto& s : streams_) {
-    if (s.count > 0) release(stream_tasks_[static_cast<std::size_t>(s.first)]);
+    if (s.count > 0) release(stream_tasks_[s.first]);
   }
   const auto n = static_cast<TaskId>(graph_.size());
   for (TaskId t = 0; t < n && !stop_; ++t) {
-    if (blocking_[static_cast<std::size_t>(t)] == 0 && result_.timing[static_cast<std::size_t>(t)].start_ns < 0) launch(t);
+    if (blocking_[t] == 0 && result_.timing[t].start_ns < 0) launch(t);
   }
 }
 
 void Engine::flow_ended(const Event& e) {
-  if (e.version != network_.version(e.id)) return;  // its completion moved earlier; a newer event exists
+  if (e.version != network_.version(e.id)) return;       // its completion moved earlier; a newer event exists
   if (network_.completion_ns(e.id) > queue_.now_ns()) {  // its completion moved later: wait until then
     queue_.push(network_.completion_ns(e.id), kFlowEnd, e.id, e.version);
     return;
@@ -319,7 +308,7 @@ void Engine::flow_ended(const Event& e) {
   if (options_.record_links) record_links();
   auto it = collectives_.find(owner);
   if (it == collectives_.end()) {
-    queue_.push(queue_.now_ns() + tail_latency_ns_[static_cast<std::size_t>(owner)], kTaskEnd, owner);
+    queue_.push(queue_.now_ns() + tail_latency_ns_[owner], kTaskEnd, owner);
   } else if (--it->second.outstanding == 0) {
     queue_.push(queue_.now_ns() + it->second.latency_ns, kStepDone, owner);
   }
@@ -343,10 +332,9 @@ void Engine::collect() {
   network_.settle(queue_.now_ns());
   result_.flow_recomputes = network_.stats().recomputes;
   result_.max_concurrent_flows = network_.stats().max_active_flows;
-  result_.engine_bytes = result_.timing.capacity() * sizeof(TaskTiming) + blocking_.capacity() * 4 +
-                         task_stream_offset_.capacity() * 4 + task_streams_.capacity() * 4 + stream_tasks_.capacity() * 4 +
-                         head_since_.capacity() * 8 + last_dep_.capacity() * 4 + tail_latency_ns_.capacity() * 8 +
-                         live_slot_.capacity() * 4;
+  result_.engine_bytes = result_.timing.capacity() * sizeof(TaskTiming) + blocking_.capacity() * 4 + task_stream_offset_.capacity() * 4 +
+                         task_streams_.capacity() * 4 + stream_tasks_.capacity() * 4 + head_since_.capacity() * 8 + last_dep_.capacity() * 4 +
+                         tail_latency_ns_.capacity() * 8 + live_slot_.capacity() * 4;
   result_.mean_component_flows = network_.stats().recomputes > 0
                                      ? static_cast<double>(network_.stats().component_flows) / static_cast<double>(network_.stats().recomputes)
                                      : 0;
@@ -354,7 +342,7 @@ void Engine::collect() {
   for (const auto& s : streams_) {
     std::int64_t busy = 0;
     for (std::int32_t i = s.first; i < s.first + s.count; ++i) {
-      const auto& timing = result_.timing[static_cast<std::size_t>(stream_tasks_[static_cast<std::size_t>(i)])];
+      const auto& timing = result_.timing[stream_tasks_[i]];
       if (timing.end_ns >= 0) busy += timing.end_ns - timing.start_ns;
     }
     result_.streams.push_back({s.device, s.stream, busy});
@@ -381,14 +369,14 @@ void Engine::collect_links() {
 
 void Engine::release(TaskId t) {
   // After a failure nothing new starts: the report shows the state at the first failing task.
-  if (--blocking_[static_cast<std::size_t>(t)] == 0 && !stop_) launch(t);
+  if (--blocking_[t] == 0 && !stop_) launch(t);
 }
 
 // The host issues a GPU's kernels one after another, running ahead of the GPU, at the stack's dispatch cost per
 // kernel; a kernel cannot start before it has been issued. Where the stack syncs before the optimizer the host
 // first waits for the GPU to get there.
 std::int64_t Engine::host_issue_ns(const Task& task, std::int64_t now) {
-  std::int64_t& issued = host_issued_ns_[static_cast<std::size_t>(task.device)];
+  std::int64_t& issued = host_issued_ns_[task.device];
   const stacks::StackProfile& stack = cluster_.stack;
   if (task.kind() == TaskKind::optimizer && stack.host.sync_before_optimizer) issued = std::max(issued, now);
   issued += static_cast<std::int64_t>(std::ceil(compute_.kernels(task) * stack.host.dispatch_us_per_kernel.value * 1e3));
@@ -399,7 +387,7 @@ std::int64_t Engine::host_issue_ns(const Task& task, std::int64_t now) {
 
 double Engine::sm_share(DeviceId gpu) const {
   const double sms = cluster_.node.gpu.sm_count.value;
-  const double held = std::min(sms - 1, static_cast<double>(collective_ctas_[static_cast<std::size_t>(gpu)]));
+  const double held = std::min(sms - 1, static_cast<double>(collective_ctas_[gpu]));
   return (sms - held) / sms;
 }
 
@@ -410,10 +398,10 @@ void Engine::change_collective_ctas(TaskId collective, int sign) {
   if (ctas == 0) return;
   const std::int64_t now = queue_.now_ns();
   const auto& c = std::get<Collective>(graph_.task(collective).params);
-  for (DeviceId gpu : graph_.groups()[static_cast<std::size_t>(c.group)]) {
-    collective_ctas_[static_cast<std::size_t>(gpu)] += sign * ctas;
+  for (DeviceId gpu : graph_.groups()[c.group]) {
+    collective_ctas_[gpu] += sign * ctas;
     const double rate = sm_share(gpu);
-    for (SharedCompute& k : shared_compute_[static_cast<std::size_t>(gpu)]) {
+    for (SharedCompute& k : shared_compute_[gpu]) {
       if (k.rate == rate) continue;
       k.remaining_ns -= static_cast<double>(std::max<std::int64_t>(0, now - k.since_ns)) * k.rate;
       k.since_ns = std::max(now, k.since_ns);
@@ -427,10 +415,10 @@ void Engine::change_collective_ctas(TaskId collective, int sign) {
 bool Engine::stale_end(TaskId t, std::uint32_t version) {
   const Task& task = graph_.task(t);
   if (!shares_sms(task)) return false;
-  auto& running = shared_compute_[static_cast<std::size_t>(task.device)];
+  auto& running = shared_compute_[task.device];
   const auto it = std::find_if(running.begin(), running.end(), [&](const SharedCompute& k) { return k.task == t; });
   if (it == running.end() || it->version != version) return true;
-  const std::int64_t elapsed = queue_.now_ns() - result_.timing[static_cast<std::size_t>(t)].start_ns;
+  const std::int64_t elapsed = queue_.now_ns() - result_.timing[t].start_ns;
   const std::int64_t lost = std::max<std::int64_t>(0, elapsed - it->full_rate_ns);
   result_.collective_sm_ns += lost;
   result_.compute_classes[static_cast<std::size_t>(task.kind())].busy_ns += lost;
@@ -442,7 +430,7 @@ bool Engine::stale_end(TaskId t, std::uint32_t version) {
 void Engine::launch(TaskId t) {
   const Task& task = graph_.task(t);
   const std::int64_t now = queue_.now_ns();
-  result_.timing[static_cast<std::size_t>(t)].start_ns = now;
+  result_.timing[t].start_ns = now;
   note_exposed_wait(t, task, now);
   switch (task.kind()) {
     case TaskKind::gemm:
@@ -475,10 +463,10 @@ void Engine::launch(TaskId t) {
 // Exposed transfer time: the main compute stream sat idle waiting for a copy or message.
 void Engine::note_exposed_wait(TaskId t, const Task& task, std::int64_t now) {
   if (task.stream.kind != StreamKind::compute || task.stream.index != 0 || is_host(task.device)) return;
-  const TaskId dep = last_dep_[static_cast<std::size_t>(t)];
-  const std::int64_t idle_since = head_since_[static_cast<std::size_t>(t)];
+  const TaskId dep = last_dep_[t];
+  const std::int64_t idle_since = head_since_[t];
   if (dep >= 0 && is_transfer(graph_.task(dep).kind()) && now > idle_since) {
-    result_.exposed_transfer_ns[static_cast<std::size_t>(task.device)] += now - idle_since;
+    result_.exposed_transfer_ns[task.device] += now - idle_since;
   }
 }
 
@@ -492,7 +480,7 @@ void Engine::launch_compute(TaskId t, const Task& task, std::int64_t now) {
   if (duration > kMaxTimeNs - start) {
     throw InputError("task '" + task.name + "' would end after the simulator's time range (about 146 years)");
   }
-  result_.timing[static_cast<std::size_t>(t)].start_ns = start;
+  result_.timing[t].start_ns = start;
   if (!is_host(task.device)) {
     auto& totals = result_.compute_classes[static_cast<std::size_t>(kind)];
     totals.busy_ns += duration;
@@ -502,7 +490,7 @@ void Engine::launch_compute(TaskId t, const Task& task, std::int64_t now) {
   }
   if (shares_sms(task)) {
     const double rate = sm_share(task.device);
-    shared_compute_[static_cast<std::size_t>(task.device)].push_back({t, duration, static_cast<double>(duration), rate, start, 0});
+    shared_compute_[task.device].push_back({t, duration, static_cast<double>(duration), rate, start, 0});
     queue_.push(start + static_cast<std::int64_t>(std::ceil(static_cast<double>(duration) / rate)), kTaskEnd, t);
   } else {
     queue_.push(start + duration, kTaskEnd, t);
@@ -510,12 +498,12 @@ void Engine::launch_compute(TaskId t, const Task& task, std::int64_t now) {
 }
 
 void Engine::launch_collective(TaskId t, const Collective& c) {
-  const int n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<int>(graph_.groups()[static_cast<std::size_t>(c.group)].size());
+  const int n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<int>(graph_.groups()[c.group].size());
   CollectiveState state;
   state.steps = collective_steps(c.op, c.algorithm, n);
   if (c.algorithm == Algorithm::ring) {
     std::vector<int> member_nodes;
-    for (DeviceId m : graph_.groups()[static_cast<std::size_t>(c.group)]) member_nodes.push_back(cluster_.node_of(m));
+    for (DeviceId m : graph_.groups()[c.group]) member_nodes.push_back(cluster_.node_of(m));
     state.channels = ring_channels(member_nodes, topo_.rail_count());
   }
   consider_nvls(c, state, choose_protocol(c, state));
@@ -528,35 +516,35 @@ void Engine::launch_collective(TaskId t, const Collective& c) {
 void Engine::launch_alloc(TaskId t, const Task& task, std::int64_t now) {
   const auto& a = std::get<Alloc>(task.params);
   const int pool = pool_of(task, a.pool);
-  auto& usage = result_.pools[static_cast<std::size_t>(pool)];
-  const std::int64_t in_use = pool_in_use_[static_cast<std::size_t>(pool)];
+  auto& usage = result_.pools[pool];
+  const std::int64_t in_use = pool_in_use_[pool];
   if (in_use + a.bytes > usage.capacity_bytes) {
     report_oom(t, pool, a.bytes, in_use);
     return;
   }
-  pool_in_use_[static_cast<std::size_t>(pool)] = in_use + a.bytes;
+  pool_in_use_[pool] = in_use + a.bytes;
   usage.peak_bytes = std::max(usage.peak_bytes, in_use + a.bytes);
-  live_slot_[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(pool_live_[static_cast<std::size_t>(pool)].size());
-  pool_live_[static_cast<std::size_t>(pool)].push_back(t);
+  live_slot_[t] = static_cast<std::int32_t>(pool_live_[pool].size());
+  pool_live_[pool].push_back(t);
   if (options_.record_memory) usage.level.push_back({now, static_cast<double>(in_use + a.bytes)});
   queue_.push(now, kTaskEnd, t);
 }
 
 // The first allocation that does not fit stops the run; the report names the largest live buffers of the pool.
 void Engine::report_oom(TaskId t, int pool, std::int64_t bytes, std::int64_t in_use) {
-  const auto& usage = result_.pools[static_cast<std::size_t>(pool)];
+  const auto& usage = result_.pools[pool];
   OomReport oom{t, usage.name, bytes, in_use, usage.capacity_bytes, in_use + bytes - usage.capacity_bytes, {}};
-  std::vector<TaskId> live = pool_live_[static_cast<std::size_t>(pool)];
+  std::vector<TaskId> live = pool_live_[pool];
   std::sort(live.begin(), live.end(), [&](TaskId x, TaskId y) {
     const auto bx = std::get<Alloc>(graph_.task(x).params).bytes, by = std::get<Alloc>(graph_.task(y).params).bytes;
     return bx != by ? bx > by : x < y;
   });
   for (std::size_t i = 0; i < live.size() && i < 5; ++i) {
     const auto& la = std::get<Alloc>(graph_.task(live[i]).params);
-    oom.largest_live.emplace_back(graph_.labels()[static_cast<std::size_t>(la.label)], la.bytes);
+    oom.largest_live.emplace_back(graph_.labels()[la.label], la.bytes);
   }
   result_.oom = std::move(oom);
-  result_.timing[static_cast<std::size_t>(t)].start_ns = -1;
+  result_.timing[t].start_ns = -1;
   stop_ = true;
 }
 
@@ -565,39 +553,39 @@ void Engine::launch_free(TaskId t, const Task& task, std::int64_t now) {
   const Task& alloc_task = graph_.task(a);
   const auto& alloc = std::get<Alloc>(alloc_task.params);
   const int pool = pool_of(alloc_task, alloc.pool);
-  auto& live = pool_live_[static_cast<std::size_t>(pool)];
-  const std::int32_t slot = live_slot_[static_cast<std::size_t>(a)];
-  live[static_cast<std::size_t>(slot)] = live.back();
-  live_slot_[static_cast<std::size_t>(live.back())] = slot;
+  auto& live = pool_live_[pool];
+  const std::int32_t slot = live_slot_[a];
+  live[slot] = live.back();
+  live_slot_[live.back()] = slot;
   live.pop_back();
-  pool_in_use_[static_cast<std::size_t>(pool)] -= alloc.bytes;
+  pool_in_use_[pool] -= alloc.bytes;
   if (options_.record_memory) {
-    result_.pools[static_cast<std::size_t>(pool)].level.push_back({now, static_cast<double>(pool_in_use_[static_cast<std::size_t>(pool)])});
+    result_.pools[pool].level.push_back({now, static_cast<double>(pool_in_use_[pool])});
   }
   queue_.push(now, kTaskEnd, t);
 }
 
 void Engine::finish(TaskId t) {
   const std::int64_t now = queue_.now_ns();
-  result_.timing[static_cast<std::size_t>(t)].end_ns = now;
+  result_.timing[t].end_ns = now;
   ++finished_;
   for (TaskId s : graph_.successors(t)) {
-    last_dep_[static_cast<std::size_t>(s)] = t;
+    last_dep_[s] = t;
     release(s);
   }
-  for (std::int32_t i = task_stream_offset_[static_cast<std::size_t>(t)]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
-    StreamState& s = streams_[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])];
+  for (std::int32_t i = task_stream_offset_[t]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
+    StreamState& s = streams_[task_streams_[i]];
     ++s.head;
     if (s.head < s.first + s.count) {
-      const TaskId next = stream_tasks_[static_cast<std::size_t>(s.head)];
-      head_since_[static_cast<std::size_t>(next)] = std::max(head_since_[static_cast<std::size_t>(next)], now);
+      const TaskId next = stream_tasks_[s.head];
+      head_since_[next] = std::max(head_since_[next], now);
       release(next);
     }
   }
 }
 
 void Engine::start_flow(TaskId owner, const RouteResources& r, double bytes, double cap) {
-  if (collectives_.find(owner) == collectives_.end()) tail_latency_ns_[static_cast<std::size_t>(owner)] = r.latency_ns;
+  if (collectives_.find(owner) == collectives_.end()) tail_latency_ns_[owner] = r.latency_ns;
   network_.start(r.resources, bytes, cap, queue_.now_ns(), owner);
   push_changed_flows();
   if (options_.record_links) record_links();
@@ -623,19 +611,19 @@ void Engine::record_links() {
 // step latency is that of the slowest link class a first-step transfer crosses and the bandwidth that of the
 // slowest route it takes (times the channels, which run on other links). The data then moves as flows.
 double Engine::choose_protocol(const Collective& c, CollectiveState& state) {
-  const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
+  const auto& members = graph_.groups()[c.group];
   const int n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<int>(members.size());
   step_transfers_.clear();
   collective_step(c.op, c.algorithm, static_cast<int>(members.size()), simulated_bytes(c), 0, step_transfers_);
   stacks::LinkClass link_class = stacks::LinkClass::nvlink;
   double bottleneck_gbps = std::numeric_limits<double>::infinity();
   for (const Transfer& tr : step_transfers_) {
-    const DeviceId a = members[static_cast<std::size_t>(tr.src_rank)], b = members[static_cast<std::size_t>(tr.dst_rank)];
+    const DeviceId a = members[tr.src_rank], b = members[tr.dst_rank];
     const RouteResources& r = gpu_to_gpu(a, b);
     for (std::int32_t res : r.resources) bottleneck_gbps = std::min(bottleneck_gbps, network_.capacity(res));
     const stacks::LinkClass cls = cluster_.node_of(a) != cluster_.node_of(b) ? stacks::LinkClass::network
-                                  : crosses_nvlink(r)                         ? stacks::LinkClass::nvlink
-                                                                              : stacks::LinkClass::pcie;
+                                  : crosses_nvlink(r)                        ? stacks::LinkClass::nvlink
+                                                                             : stacks::LinkClass::pcie;
     link_class = std::max(link_class, cls);
   }
   const double bandwidth_gbps = bottleneck_gbps * static_cast<double>(std::max<std::size_t>(1, state.channels.size()));
@@ -670,7 +658,7 @@ std::optional<hw::VertexId> Engine::nvlink_switch_of(hw::VertexId gpu) const {
 // channels, which costs its link another 1/n of the buffer each way.
 void Engine::consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns) {
   if (c.op != CollectiveOp::all_reduce || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0 || c.ring_ranks != 0) return;
-  const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
+  const auto& members = graph_.groups()[c.group];
   std::optional<hw::VertexId> shared;
   double link_gbps = std::numeric_limits<double>::infinity();
   for (DeviceId m : members) {
@@ -697,7 +685,7 @@ void Engine::consider_nvls(const Collective& c, CollectiveState& state, double p
 void Engine::start_collective_step(TaskId t) {
   const Task& task = graph_.task(t);
   const auto& c = std::get<Collective>(task.params);
-  const auto& members = graph_.groups()[static_cast<std::size_t>(c.group)];
+  const auto& members = graph_.groups()[c.group];
   auto& state = collectives_.at(t);
   state.latency_ns = state.step_latency_ns + (state.step == 0 ? state.base_latency_ns : 0);
   if (state.nvls_switch) {  // up to the switch and back down, for every member at once
@@ -719,8 +707,8 @@ void Engine::start_collective_step(TaskId t) {
       const std::size_t first = step_transfers_.size();
       collective_step(c.op, c.algorithm, n, bytes / channels, state.step, step_transfers_);
       for (std::size_t i = first; i < step_transfers_.size(); ++i) {
-        step_transfers_[i].src_rank = order[static_cast<std::size_t>(step_transfers_[i].src_rank)];
-        step_transfers_[i].dst_rank = order[static_cast<std::size_t>(step_transfers_[i].dst_rank)];
+        step_transfers_[i].src_rank = order[step_transfers_[i].src_rank];
+        step_transfers_[i].dst_rank = order[step_transfers_[i].dst_rank];
       }
     }
   }
@@ -730,7 +718,7 @@ void Engine::start_collective_step(TaskId t) {
     return;
   }
   for (const Transfer& tr : step_transfers_) {
-    const RouteResources& r = gpu_to_gpu(members[static_cast<std::size_t>(tr.src_rank)], members[static_cast<std::size_t>(tr.dst_rank)]);
+    const RouteResources& r = gpu_to_gpu(members[tr.src_rank], members[tr.dst_rank]);
     start_flow(t, r, tr.bytes / state.efficiency, FlowNetwork::kUncapped);  // the protocol's wire format
   }
 }
@@ -778,9 +766,8 @@ const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
 
 void Engine::check_route_length(const RouteResources& r, hw::VertexId from, hw::VertexId to) const {
   if (r.resources.size() > static_cast<std::size_t>(FlowNetwork::kMaxHops)) {
-    throw InputError(cluster_.node.origin + ": the route from " + topo_.name(from) + " to " + topo_.name(to) +
-                     " crosses " + std::to_string(r.resources.size()) + " links; the simulator supports at most " +
-                     std::to_string(FlowNetwork::kMaxHops));
+    throw InputError(cluster_.node.origin + ": the route from " + topo_.name(from) + " to " + topo_.name(to) + " crosses " +
+                     std::to_string(r.resources.size()) + " links; the simulator supports at most " + std::to_string(FlowNetwork::kMaxHops));
   }
 }
 
@@ -825,21 +812,20 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
 std::string Engine::describe_stuck() const {
   for (const auto& s : streams_) {
     if (s.head >= s.first + s.count) continue;
-    const TaskId t = stream_tasks_[static_cast<std::size_t>(s.head)];
-    const std::string head = "stream-order deadlock: task '" + graph_.task(t).name + "' heads its " +
-                             std::string(to_string(s.stream.kind)) + " stream on " + device_name(s.device);
+    const TaskId t = stream_tasks_[s.head];
+    const std::string head = "stream-order deadlock: task '" + graph_.task(t).name + "' heads its " + std::string(to_string(s.stream.kind)) +
+                             " stream on " + device_name(s.device);
     for (const auto& [from, to] : graph_.edges()) {
-      if (to == t && result_.timing[static_cast<std::size_t>(from)].end_ns < 0) {
+      if (to == t && result_.timing[from].end_ns < 0) {
         return head + " but waits for '" + graph_.task(from).name + "', which cannot start before it";
       }
     }
     // No dependency left: it also occupies another stream (a collective) where something else is ahead of it.
-    for (std::int32_t i = task_stream_offset_[static_cast<std::size_t>(t)]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
-      const StreamState& other = streams_[static_cast<std::size_t>(task_streams_[static_cast<std::size_t>(i)])];
-      const TaskId ahead = stream_tasks_[static_cast<std::size_t>(other.head)];
+    for (std::int32_t i = task_stream_offset_[t]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
+      const StreamState& other = streams_[task_streams_[i]];
+      const TaskId ahead = stream_tasks_[other.head];
       if (ahead != t) {
-        return head + " but on " + device_name(other.device) + " it is queued behind '" + graph_.task(ahead).name +
-               "', which waits for it";
+        return head + " but on " + device_name(other.device) + " it is queued behind '" + graph_.task(ahead).name + "', which waits for it";
       }
     }
     return head + " and cannot start";

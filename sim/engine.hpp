@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "hwprofiles/topology.hpp"
+#include "sim/task_graph.hpp"
 #include "stacks/collective_library.hpp"
 #include "stacks/stack_profile.hpp"
-#include "sim/task_graph.hpp"
 
 namespace trainyard::sim {
 
@@ -96,8 +96,8 @@ struct SimResult {
   int gpus = 0;
   double peak_flops_per_gpu = 0;  // bf16 dense
   std::uint64_t events = 0;
-  std::uint64_t flow_recomputes = 0;          // rate recomputations (one per flow start or end)
-  double mean_component_flows = 0;            // flows covered per recomputation
+  std::uint64_t flow_recomputes = 0;  // rate recomputations (one per flow start or end)
+  double mean_component_flows = 0;    // flows covered per recomputation
   std::uint64_t max_concurrent_flows = 0;
   std::size_t engine_bytes = 0;  // the engine's per-task state (timings included), for memory-per-task figures
   // The protocol each collective ran with (an index into protocol_names), collective tasks only.

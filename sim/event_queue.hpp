@@ -41,9 +41,7 @@ class EventQueue {
   }
 
  private:
-  static bool before(const Event& a, const Event& b) {
-    return a.time_ns != b.time_ns ? a.time_ns < b.time_ns : a.seq < b.seq;
-  }
+  static bool before(const Event& a, const Event& b) { return a.time_ns != b.time_ns ? a.time_ns < b.time_ns : a.seq < b.seq; }
   void sift_up(std::size_t i) {
     const Event e = heap_[i];
     while (i > 0) {

@@ -34,23 +34,23 @@ class FlowNetwork {
   // a new event. A flow whose completion moved later keeps its pending event; when it fires before
   // completion_ns(), push it again for completion_ns() with the same version.
   const std::vector<int>& changed() const { return changed_; }
-  std::int64_t completion_ns(int flow) const { return flows_[static_cast<std::size_t>(flow)].completion_ns; }
-  std::uint32_t version(int flow) const { return flows_[static_cast<std::size_t>(flow)].version; }
-  std::int32_t owner(int flow) const { return flows_[static_cast<std::size_t>(flow)].owner; }
-  double rate(int flow) const { return flows_[static_cast<std::size_t>(flow)].rate; }
+  std::int64_t completion_ns(int flow) const { return flows_[flow].completion_ns; }
+  std::uint32_t version(int flow) const { return flows_[flow].version; }
+  std::int32_t owner(int flow) const { return flows_[flow].owner; }
+  double rate(int flow) const { return flows_[flow].rate; }
   int active_flows() const { return active_; }
 
   // Accounting, per resource, up to `now_ns` (call settle(now) first for exact figures mid-run).
   void settle(std::int64_t now_ns);
-  double bytes_moved(int resource) const { return resources_[static_cast<std::size_t>(resource)].bytes_moved; }
-  std::int64_t busy_ns(int resource) const { return resources_[static_cast<std::size_t>(resource)].busy_ns; }
+  double bytes_moved(int resource) const { return resources_[resource].bytes_moved; }
+  std::int64_t busy_ns(int resource) const { return resources_[resource].busy_ns; }
   double load(int resource) const;  // current sum of rates through it
-  double capacity(int resource) const { return resources_[static_cast<std::size_t>(resource)].capacity; }
+  double capacity(int resource) const { return resources_[resource].capacity; }
   int resource_count() const { return static_cast<int>(resources_.size()); }
   // Work done so far, for the benchmarks: recomputations, flows and filling rounds they covered.
   struct Stats {
-    std::uint64_t recomputes = 0, component_flows = 0, fill_rounds = 0, boundary_redos = 0, filling_steps = 0,
-                  filling_scans = 0, max_active_flows = 0;
+    std::uint64_t recomputes = 0, component_flows = 0, fill_rounds = 0, boundary_redos = 0, filling_steps = 0, filling_scans = 0,
+                  max_active_flows = 0;
   };
   const Stats& stats() const { return stats_; }
   // Resources whose load changed in the last start()/finish(), for the link-usage trace.
@@ -58,8 +58,8 @@ class FlowNetwork {
 
  private:
   struct Flow {
-    std::array<std::int32_t, kMaxHops> hop{};      // resources on the route
-    std::array<std::int32_t, kMaxHops> slot{};     // position of this flow in each resource's flow list
+    std::array<std::int32_t, kMaxHops> hop{};   // resources on the route
+    std::array<std::int32_t, kMaxHops> slot{};  // position of this flow in each resource's flow list
     std::int32_t hops = 0;
     std::int32_t owner = -1;
     double remaining = 0;
@@ -79,13 +79,13 @@ class FlowNetwork {
     double bytes_moved = 0;
     std::int64_t busy_ns = 0;
     std::int64_t busy_since = 0;
-    double load = 0;                // sum of the rates of its flows
-    double remaining_capacity = 0;  // progressive-filling scratch
-    double old_component_load = 0;  // scratch: the component's share of `load` before the change
-    std::int32_t unfrozen = 0;      // scratch
+    double load = 0;                   // sum of the rates of its flows
+    double remaining_capacity = 0;     // progressive-filling scratch
+    double old_component_load = 0;     // scratch: the component's share of `load` before the change
+    std::int32_t unfrozen = 0;         // scratch
     std::int32_t component_flows = 0;  // scratch
-    std::uint32_t mark = 0;         // visited in this round
-    std::uint32_t expanded = 0;     // all its flows joined this round
+    std::uint32_t mark = 0;            // visited in this round
+    std::uint32_t expanded = 0;        // all its flows joined this round
   };
 
   bool saturated(const Resource& r) const { return r.load >= r.capacity * (1 - 1e-9); }

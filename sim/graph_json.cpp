@@ -64,15 +64,13 @@ TaskId task_ref(const TaskIds& ids, const json::Reader& r, std::string_view key,
 std::int64_t read_count(const json::Reader& r, std::string_view key) { return r.integer(key, 1, kMaxCount); }
 
 // The optional "stream" of a compute or comm task (default 0).
-std::uint8_t stream_index(const json::Reader& r) {
-  return static_cast<std::uint8_t>(r.has("stream") ? r.integer("stream", 0, 15) : 0);
-}
+std::uint8_t stream_index(const json::Reader& r) { return static_cast<std::uint8_t>(r.has("stream") ? r.integer("stream", 0, 15) : 0); }
 
 Gemm parse_gemm(const json::Reader& r) {
   Gemm g{read_count(r, "m"), read_count(r, "n"), read_count(r, "k"), hw::Dtype::bf16};
   if (r.has("dtype")) {
-    g.dtype = enum_choice<hw::Dtype>(r, "dtype", {{"bf16", hw::Dtype::bf16}, {"fp16", hw::Dtype::fp16},
-                                                  {"tf32", hw::Dtype::tf32}, {"fp32", hw::Dtype::fp32}});
+    g.dtype = enum_choice<hw::Dtype>(r, "dtype",
+                                     {{"bf16", hw::Dtype::bf16}, {"fp16", hw::Dtype::fp16}, {"tf32", hw::Dtype::tf32}, {"fp32", hw::Dtype::fp32}});
   }
   return g;
 }
@@ -101,14 +99,14 @@ Copy parse_copy(const json::Reader& r) {
 // A collective; its group is added to `graph`.
 Collective parse_collective(const json::Reader& r, const std::string& origin, TaskGraph& graph) {
   Collective c;
-  c.op = enum_choice<CollectiveOp>(r, "op", {{"all_reduce", CollectiveOp::all_reduce},
-                                             {"all_gather", CollectiveOp::all_gather},
-                                             {"reduce_scatter", CollectiveOp::reduce_scatter},
-                                             {"all_to_all", CollectiveOp::all_to_all},
-                                             {"broadcast", CollectiveOp::broadcast}});
+  c.op = enum_choice<CollectiveOp>(r, "op",
+                                   {{"all_reduce", CollectiveOp::all_reduce},
+                                    {"all_gather", CollectiveOp::all_gather},
+                                    {"reduce_scatter", CollectiveOp::reduce_scatter},
+                                    {"all_to_all", CollectiveOp::all_to_all},
+                                    {"broadcast", CollectiveOp::broadcast}});
   if (r.has("algorithm")) {
-    c.algorithm = enum_choice<Algorithm>(r, "algorithm", {{"ring", Algorithm::ring}, {"tree", Algorithm::tree},
-                                                          {"direct", Algorithm::direct}});
+    c.algorithm = enum_choice<Algorithm>(r, "algorithm", {{"ring", Algorithm::ring}, {"tree", Algorithm::tree}, {"direct", Algorithm::direct}});
   }
   c.bytes = read_count(r, "bytes");
   if (r.has("ring_ranks")) c.ring_ranks = static_cast<std::int32_t>(r.integer("ring_ranks", 2, 1 << 24));
@@ -125,8 +123,7 @@ Collective parse_collective(const json::Reader& r, const std::string& origin, Ta
 }
 
 // The fields of the task's kind: its stream and parameters (and a collective's device, its group's first member).
-void parse_params(const json::Reader& r, const std::string& kind, const TaskIds& ids, const std::string& origin,
-                  TaskGraph& graph, Task& task) {
+void parse_params(const json::Reader& r, const std::string& kind, const TaskIds& ids, const std::string& origin, TaskGraph& graph, Task& task) {
   if (kind == "gemm") {
     task.stream = {StreamKind::compute, stream_index(r)};
     task.params = parse_gemm(r);
@@ -148,7 +145,7 @@ void parse_params(const json::Reader& r, const std::string& kind, const TaskIds&
     task.params = PointToPoint{parse_device(r, "dst"), read_count(r, "bytes")};
   } else if (kind == "collective") {
     const Collective c = parse_collective(r, origin, graph);
-    task.device = graph.groups()[static_cast<std::size_t>(c.group)].front();
+    task.device = graph.groups()[c.group].front();
     task.stream = {StreamKind::comm, stream_index(r)};
     task.params = c;
   } else if (kind == "alloc") {
@@ -180,8 +177,7 @@ std::vector<TaskId> parse_deps(const json::Reader& r, const TaskIds& ids) {
 void parse_task(const json::Reader& r, const TaskIds& ids, const std::string& origin, TaskGraph& graph) {
   Task task;
   task.name = r.string("name");
-  const std::string kind = r.choice("kind", {"gemm", "attention", "elementwise", "optimizer", "copy", "p2p",
-                                             "collective", "alloc", "free"});
+  const std::string kind = r.choice("kind", {"gemm", "attention", "elementwise", "optimizer", "copy", "p2p", "collective", "alloc", "free"});
   if (r.has("recompute")) task.recompute = r.boolean("recompute");
   if (kind != "collective") task.device = parse_device(r, "device");
   parse_params(r, kind, ids, origin, graph, task);
@@ -214,7 +210,7 @@ json::Json graph_to_json(const TaskGraph& graph) {
     // finalize() adds alloc -> free edges itself; leave them implicit.
     const Task& t = graph.task(to);
     if (const auto* f = std::get_if<Free>(&t.params); f && f->alloc == from) continue;
-    deps[static_cast<std::size_t>(to)].push_back(from);
+    deps[to].push_back(from);
   }
   Json tasks = Json::array();
   for (TaskId id = 0; id < static_cast<TaskId>(graph.size()); ++id) {
@@ -229,36 +225,51 @@ json::Json graph_to_json(const TaskGraph& graph) {
         [&](const auto& p) {
           using P = std::decay_t<decltype(p)>;
           if constexpr (std::is_same_v<P, Gemm>) {
-            j["m"] = p.m; j["n"] = p.n; j["k"] = p.k; j["dtype"] = hw::to_string(p.dtype);
+            j["m"] = p.m;
+            j["n"] = p.n;
+            j["k"] = p.k;
+            j["dtype"] = hw::to_string(p.dtype);
           } else if constexpr (std::is_same_v<P, Attention>) {
-            j["q_len"] = p.q_len; j["kv_len"] = p.kv_len; j["heads"] = p.heads; j["kv_heads"] = p.kv_heads;
-            j["head_dim"] = p.head_dim; j["causal"] = p.causal; j["backward"] = p.backward;
+            j["q_len"] = p.q_len;
+            j["kv_len"] = p.kv_len;
+            j["heads"] = p.heads;
+            j["kv_heads"] = p.kv_heads;
+            j["head_dim"] = p.head_dim;
+            j["causal"] = p.causal;
+            j["backward"] = p.backward;
             if (p.density != 1) j["density"] = p.density;
           } else if constexpr (std::is_same_v<P, Elementwise>) {
-            j["bytes_read"] = p.bytes_read; j["bytes_written"] = p.bytes_written;
+            j["bytes_read"] = p.bytes_read;
+            j["bytes_written"] = p.bytes_written;
           } else if constexpr (std::is_same_v<P, OptimizerStep>) {
             j["bytes"] = p.bytes;
           } else if constexpr (std::is_same_v<P, Copy>) {
-            j["direction"] = p.direction == Copy::Direction::h2d ? "h2d" : "d2h"; j["bytes"] = p.bytes; j["pinned"] = p.pinned;
+            j["direction"] = p.direction == Copy::Direction::h2d ? "h2d" : "d2h";
+            j["bytes"] = p.bytes;
+            j["pinned"] = p.pinned;
           } else if constexpr (std::is_same_v<P, PointToPoint>) {
-            j["dst"] = device_name(p.dst); j["bytes"] = p.bytes;
+            j["dst"] = device_name(p.dst);
+            j["bytes"] = p.bytes;
           } else if constexpr (std::is_same_v<P, Collective>) {
-            j["op"] = to_string(p.op); j["algorithm"] = to_string(p.algorithm); j["bytes"] = p.bytes;
+            j["op"] = to_string(p.op);
+            j["algorithm"] = to_string(p.algorithm);
+            j["bytes"] = p.bytes;
             if (p.ring_ranks != 0) j["ring_ranks"] = p.ring_ranks;
             Json group = Json::array();
-            for (DeviceId m : graph.groups()[static_cast<std::size_t>(p.group)]) group.push_back(device_name(m));
+            for (DeviceId m : graph.groups()[p.group]) group.push_back(device_name(m));
             j["group"] = group;
           } else if constexpr (std::is_same_v<P, Alloc>) {
-            j["pool"] = p.pool == Pool::hbm ? "hbm" : "dram"; j["bytes"] = p.bytes;
-            j["label"] = graph.labels()[static_cast<std::size_t>(p.label)];
+            j["pool"] = p.pool == Pool::hbm ? "hbm" : "dram";
+            j["bytes"] = p.bytes;
+            j["label"] = graph.labels()[p.label];
           } else if constexpr (std::is_same_v<P, Free>) {
             j["alloc"] = graph.task(p.alloc).name;
           }
         },
         t.params);
-    if (!deps[static_cast<std::size_t>(id)].empty()) {
+    if (!deps[id].empty()) {
       Json list = Json::array();
-      for (TaskId d : deps[static_cast<std::size_t>(id)]) list.push_back(graph.task(d).name);
+      for (TaskId d : deps[id]) list.push_back(graph.task(d).name);
       j["deps"] = list;
     }
     tasks.push_back(std::move(j));

@@ -21,9 +21,7 @@ std::string stream_name(Stream s) {
   return std::string(to_string(s.kind));
 }
 
-double fraction(std::int64_t part, std::int64_t whole) {
-  return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0;
-}
+double fraction(std::int64_t part, std::int64_t whole) { return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0; }
 
 struct GpuSummary {
   std::int64_t compute_busy_ns = 0, h2d_busy_ns = 0, d2h_busy_ns = 0, comm_busy_ns = 0;
@@ -33,7 +31,7 @@ std::vector<GpuSummary> gpu_summaries(const SimResult& r) {
   std::vector<GpuSummary> out(static_cast<std::size_t>(r.gpus));
   for (const auto& s : r.streams) {
     if (is_host(s.device)) continue;
-    auto& g = out[static_cast<std::size_t>(s.device)];
+    auto& g = out[s.device];
     switch (s.stream.kind) {
       case StreamKind::compute: g.compute_busy_ns = std::max(g.compute_busy_ns, s.busy_ns); break;
       case StreamKind::h2d: g.h2d_busy_ns = s.busy_ns; break;
@@ -65,8 +63,7 @@ json::Json compute_classes_json(const SimResult& r, const Cluster& cluster) {
     const bool flops = k == static_cast<std::size_t>(TaskKind::gemm) || k == static_cast<std::size_t>(TaskKind::attention);
     json::Json entry = {{"tasks", c.tasks}, {"busy_ns", c.busy_ns}, {"model_flops", c.model_flops}, {"hbm_bytes", c.hbm_bytes}};
     if (busy_s > 0) {
-      entry["efficiency"] = flops ? c.model_flops / (busy_s * r.peak_flops_per_gpu)
-                                  : c.hbm_bytes / (busy_s * cluster.node.gpu.hbm_gbps.value * 1e9);
+      entry["efficiency"] = flops ? c.model_flops / (busy_s * r.peak_flops_per_gpu) : c.hbm_bytes / (busy_s * cluster.node.gpu.hbm_gbps.value * 1e9);
       entry["efficiency_of"] = flops ? "bf16 dense peak (model FLOPs)" : "HBM bandwidth (bytes the fused op would move)";
     }
     out[std::string(to_string(static_cast<TaskKind>(k)))] = entry;
@@ -96,39 +93,37 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
                   {"attention", r.attention_impl},
                   {"hbm_reserved_fixed_bytes", r.hbm_fixed_bytes},
                   {"allocator_overhead", r.allocator_overhead},
-                  {"host_wait_ns", r.host_wait_ns}, {"collective_sm_ns", r.collective_sm_ns}};
+                  {"host_wait_ns", r.host_wait_ns},
+                  {"collective_sm_ns", r.collective_sm_ns}};
   out["compute_classes"] = compute_classes_json(r, cluster);
   if (!r.completed) {  // a step that did not finish has no step time or MFU, only where it stopped
     out["stopped_at_ns"] = r.step_ns;
     for (const char* key : {"step_ns", "step_s", "mfu", "hfu"}) out[key] = nullptr;
   }
   if (r.oom) {
-    out["oom"] = {{"task", graph.task(r.oom->task).name},
-                  {"pool", r.oom->pool},
-                  {"requested_bytes", r.oom->requested_bytes},
-                  {"in_use_bytes", r.oom->in_use_bytes},
-                  {"capacity_bytes", r.oom->capacity_bytes},
-                  {"excess_bytes", r.oom->excess_bytes},
+    out["oom"] = {{"task", graph.task(r.oom->task).name},      {"pool", r.oom->pool},
+                  {"requested_bytes", r.oom->requested_bytes}, {"in_use_bytes", r.oom->in_use_bytes},
+                  {"capacity_bytes", r.oom->capacity_bytes},   {"excess_bytes", r.oom->excess_bytes},
                   {"largest_live", r.oom->largest_live}};
   }
   if (!r.stuck.empty()) out["stuck"] = r.stuck;
   const auto summaries = gpu_summaries(r);
   Json gpus = Json::array();
   for (int g = 0; g < r.gpus; ++g) {
-    const auto& s = summaries[static_cast<std::size_t>(g)];
+    const auto& s = summaries[g];
     gpus.push_back({{"gpu", g},
-                    {"peak_hbm_bytes", r.pools[static_cast<std::size_t>(g)].peak_bytes},
-                    {"peak_hbm_reserved_bytes", r.hbm_reserved_bytes(static_cast<double>(r.pools[static_cast<std::size_t>(g)].peak_bytes))},
+                    {"peak_hbm_bytes", r.pools[g].peak_bytes},
+                    {"peak_hbm_reserved_bytes", r.hbm_reserved_bytes(static_cast<double>(r.pools[g].peak_bytes))},
                     {"compute_busy", fraction(s.compute_busy_ns, r.step_ns)},
                     {"h2d_busy", fraction(s.h2d_busy_ns, r.step_ns)},
                     {"d2h_busy", fraction(s.d2h_busy_ns, r.step_ns)},
                     {"comm_busy", fraction(s.comm_busy_ns, r.step_ns)},
-                    {"exposed_transfer_ns", r.exposed_transfer_ns[static_cast<std::size_t>(g)]}});
+                    {"exposed_transfer_ns", r.exposed_transfer_ns[g]}});
   }
   out["per_gpu"] = gpus;
   Json nodes = Json::array();
   for (int n = 0; n < cluster.nodes; ++n) {
-    nodes.push_back({{"node", n}, {"peak_dram_bytes", r.pools[static_cast<std::size_t>(r.gpus + n)].peak_bytes}});
+    nodes.push_back({{"node", n}, {"peak_dram_bytes", r.pools[r.gpus + n].peak_bytes}});
   }
   out["per_node"] = nodes;
   Json links = Json::array();
@@ -147,13 +142,13 @@ void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph
   if (r.oom) out << "simulation stopped: " << r.oom->describe(graph) << "\n\n";
   if (!r.stuck.empty()) out << "simulation stopped: " << r.stuck << "\n\n";
   if (r.completed) {
-    out << "step time      " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms (" << graph.size() << " tasks on "
-        << r.gpus << " x " << cluster.node.gpu.name << ")\n"
+    out << "step time      " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms (" << graph.size() << " tasks on " << r.gpus << " x "
+        << cluster.node.gpu.name << ")\n"
         << "model FLOPs    " << format_flops(r.model_flops) << "; MFU " << format_fixed(100 * r.mfu(), 1) << "%, HFU "
         << format_fixed(100 * r.hfu(), 1) << "% of " << format_fixed(r.peak_flops_per_gpu * 1e-12, 1) << " TFLOP/s bf16 per GPU\n\n";
   } else {  // no step time or MFU for a step that did not finish: only how far it got
-    out << "stopped at     " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms into the step (" << graph.size()
-        << " tasks on " << r.gpus << " x " << cluster.node.gpu.name << "); no step time or MFU\n\n";
+    out << "stopped at     " << format_fixed(static_cast<double>(r.step_ns) * 1e-6, 3) << " ms into the step (" << graph.size() << " tasks on "
+        << r.gpus << " x " << cluster.node.gpu.name << "); no step time or MFU\n\n";
   }
   if (!r.collective_protocols.empty()) {
     out << "collectives    " << r.collective_protocols.size() << " (";
@@ -166,7 +161,8 @@ void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph
   }
   out << "stack          " << r.stack << ": attention " << r.attention_impl << "; HBM reserved = allocated x "
       << format_fixed(1 + r.allocator_overhead, 2) << " + " << format_bytes(r.hbm_fixed_bytes) << " (context, workspaces, buffers)";
-  if (r.host_wait_ns > 0) out << "; GPUs waited " << format_fixed(static_cast<double>(r.host_wait_ns) * 1e-6 / std::max(1, r.gpus), 3) << " ms each for the host";
+  if (r.host_wait_ns > 0)
+    out << "; GPUs waited " << format_fixed(static_cast<double>(r.host_wait_ns) * 1e-6 / std::max(1, r.gpus), 3) << " ms each for the host";
   if (r.collective_sm_ns > 0) {
     out << "; GEMMs and attention ran " << format_fixed(static_cast<double>(r.collective_sm_ns) * 1e-6 / std::max(1, r.gpus), 3)
         << " ms longer per GPU on the SMs collectives left them";
@@ -177,17 +173,15 @@ void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph
                  {false, true, true, true, true, true, true, true});
   auto pct = [&](std::int64_t ns) { return format_fixed(100 * fraction(ns, r.step_ns), 1) + "%"; };
   for (int g = 0; g < r.gpus; ++g) {
-    const auto& s = summaries[static_cast<std::size_t>(g)];
-    const auto peak = static_cast<double>(r.pools[static_cast<std::size_t>(g)].peak_bytes);
-    gpus.add_row({"gpu" + std::to_string(g), format_bytes(peak), format_bytes(r.hbm_reserved_bytes(peak)),
-                  pct(s.compute_busy_ns), pct(s.h2d_busy_ns), pct(s.d2h_busy_ns), pct(s.comm_busy_ns),
-                  format_fixed(static_cast<double>(r.exposed_transfer_ns[static_cast<std::size_t>(g)]) * 1e-6, 3) + " ms"});
+    const auto& s = summaries[g];
+    const auto peak = static_cast<double>(r.pools[g].peak_bytes);
+    gpus.add_row({"gpu" + std::to_string(g), format_bytes(peak), format_bytes(r.hbm_reserved_bytes(peak)), pct(s.compute_busy_ns), pct(s.h2d_busy_ns),
+                  pct(s.d2h_busy_ns), pct(s.comm_busy_ns), format_fixed(static_cast<double>(r.exposed_transfer_ns[g]) * 1e-6, 3) + " ms"});
   }
   gpus.print(out);
   out << "\n";
   for (int n = 0; n < cluster.nodes; ++n) {
-    out << "host" << n << " peak pinned DRAM: "
-        << format_bytes(static_cast<double>(r.pools[static_cast<std::size_t>(r.gpus + n)].peak_bytes)) << "\n";
+    out << "host" << n << " peak pinned DRAM: " << format_bytes(static_cast<double>(r.pools[r.gpus + n].peak_bytes)) << "\n";
   }
   if (!r.links.empty()) {
     std::vector<const LinkUsage*> links;
@@ -229,11 +223,11 @@ int trace_tid(Stream s) {
 template <typename Slice>
 void for_each_slice(const SimResult& r, const TaskGraph& graph, Slice&& slice) {
   for (TaskId t = 0; t < static_cast<TaskId>(graph.size()); ++t) {
-    if (r.timing[static_cast<std::size_t>(t)].end_ns < 0) continue;
+    if (r.timing[t].end_ns < 0) continue;
     const Task& task = graph.task(t);
     if (task.stream.kind == StreamKind::none) continue;  // alloc/free show as memory counters
     if (const auto* c = std::get_if<Collective>(&task.params)) {
-      for (DeviceId m : graph.groups()[static_cast<std::size_t>(c->group)]) slice(t, m);
+      for (DeviceId m : graph.groups()[c->group]) slice(t, m);
     } else {
       slice(t, task.device);
     }
@@ -246,7 +240,7 @@ Timeline to_timeline(const SimResult& r, const TaskGraph& graph, std::string_vie
   Timeline t;
   t.source = source;
   t.step_ns = r.step_ns;
-  for (int g = 0; g < r.gpus; ++g) t.peak_hbm_bytes.push_back(r.pools[static_cast<std::size_t>(g)].peak_bytes);
+  for (int g = 0; g < r.gpus; ++g) t.peak_hbm_bytes.push_back(r.pools[g].peak_bytes);
   for (const auto& s : r.streams) {
     const int pid = trace_pid(r, s.device);
     t.process_names[pid] = device_name(s.device);
@@ -254,9 +248,8 @@ Timeline to_timeline(const SimResult& r, const TaskGraph& graph, std::string_vie
   }
   for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
     const Task& task = graph.task(id);
-    const auto& timing = r.timing[static_cast<std::size_t>(id)];
-    t.slices.push_back({task.name, trace_pid(r, device), trace_tid(task.stream), task_class(task), timing.start_ns,
-                        timing.end_ns - timing.start_ns});
+    const auto& timing = r.timing[id];
+    t.slices.push_back({task.name, trace_pid(r, device), trace_tid(task.stream), task_class(task), timing.start_ns, timing.end_ns - timing.start_ns});
   });
   return t;
 }
@@ -275,8 +268,8 @@ Keep keep_of(const TraceSelection& sel, const SimResult& r, const Cluster& clust
   k.pid.assign(static_cast<std::size_t>(r.gpus + cluster.nodes), sel.gpus.empty());
   for (int g : sel.gpus) {
     TRAINYARD_CHECK(g >= 0 && g < r.gpus, "trace GPU " + std::to_string(g) + " out of range");
-    k.pid[static_cast<std::size_t>(g)] = true;
-    k.pid[static_cast<std::size_t>(r.gpus + cluster.node_of(g))] = true;  // its host: copies and pinned DRAM
+    k.pid[g] = true;
+    k.pid[r.gpus + cluster.node_of(g)] = true;  // its host: copies and pinned DRAM
   }
   k.start_ns = sel.start_ns;
   k.end_ns = sel.end_ns < 0 ? std::numeric_limits<std::int64_t>::max() : sel.end_ns;
@@ -302,15 +295,14 @@ void window_samples(const std::vector<Sample>& samples, const Keep& k, Emit&& em
 
 }  // namespace
 
-std::vector<TraceEvent> trace_events(const SimResult& r, const TaskGraph& graph, const Cluster& cluster,
-                                     const TraceSelection& selection) {
+std::vector<TraceEvent> trace_events(const SimResult& r, const TaskGraph& graph, const Cluster& cluster, const TraceSelection& selection) {
   // The JSON around a slice's name and a sample's value (pid, tid, ts, dur, args), measured on written traces.
   constexpr std::int64_t kSliceBytes = 110, kSampleBytes = 75;
   const Keep keep = keep_of(selection, r, cluster);
   std::vector<TraceEvent> events;
   for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
-    const auto& timing = r.timing[static_cast<std::size_t>(id)];
-    if (keep.pid[static_cast<std::size_t>(trace_pid(r, device))] && keep.overlaps(timing.start_ns, timing.end_ns)) {
+    const auto& timing = r.timing[id];
+    if (keep.pid[trace_pid(r, device)] && keep.overlaps(timing.start_ns, timing.end_ns)) {
       const Task& task = graph.task(id);
       events.push_back({timing.start_ns, kSliceBytes + static_cast<std::int64_t>(task.name.size() + 2 * task_class(task).size())});
     }
@@ -345,12 +337,12 @@ std::string describe(const TraceSelection& sel, int gpus) {
   return text + ", memory and link counters " + (sel.counters ? "on" : "off");
 }
 
-void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster,
-                        std::string_view source, const TraceSelection& selection) {
+void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& graph, const Cluster& cluster, std::string_view source,
+                        const TraceSelection& selection) {
   using json::Json;
   constexpr int kLinksPid = 1000000;
   const Keep keep = keep_of(selection, r, cluster);
-  auto kept = [&](int pid) { return keep.pid[static_cast<std::size_t>(pid)]; };
+  auto kept = [&](int pid) { return keep.pid[pid]; };
   auto pid_of = [&](DeviceId d) { return trace_pid(r, d); };
   auto tid_of = trace_tid;
   auto us = [](std::int64_t ns) { return format_fixed(static_cast<double>(ns) / 1000.0, 3); };
@@ -363,25 +355,26 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
   for (int g = 0; g < r.gpus; ++g) {
     if (!kept(g)) continue;
     emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(g) + ",\"args\":{\"name\":" +
-         Json(cluster.topology.name(cluster.topology.gpu(cluster.node_of(g), g % cluster.topology.gpus_per_node())) +
-              " (gpu" + std::to_string(g) + ")").dump() + "}}");
+         Json(cluster.topology.name(cluster.topology.gpu(cluster.node_of(g), g % cluster.topology.gpus_per_node())) + " (gpu" + std::to_string(g) +
+              ")")
+             .dump() +
+         "}}");
   }
   for (int n = 0; n < cluster.nodes; ++n) {
     if (!kept(r.gpus + n)) continue;
-    emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(r.gpus + n) + ",\"args\":{\"name\":\"host" +
-         std::to_string(n) + "\"}}");
+    emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(r.gpus + n) + ",\"args\":{\"name\":\"host" + std::to_string(n) + "\"}}");
   }
   emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(kLinksPid) + ",\"args\":{\"name\":\"links\"}}");
   for (const auto& s : r.streams) {
     if (!kept(pid_of(s.device))) continue;
-    emit("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_of(s.device)) + ",\"tid\":" +
-         std::to_string(tid_of(s.stream)) + ",\"args\":{\"name\":\"" + stream_name(s.stream) + "\"}}");
+    emit("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid_of(s.device)) + ",\"tid\":" + std::to_string(tid_of(s.stream)) +
+         ",\"args\":{\"name\":\"" + stream_name(s.stream) + "\"}}");
   }
   std::int64_t slices_written = 0, slices_left_out = 0;
   std::unordered_map<TaskId, std::uint8_t> protocol_of(r.collective_protocols.begin(), r.collective_protocols.end());
   for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
     const Task& task = graph.task(id);
-    const auto& timing = r.timing[static_cast<std::size_t>(id)];
+    const auto& timing = r.timing[id];
     if (!kept(pid_of(device)) || !keep.overlaps(timing.start_ns, timing.end_ns)) {
       ++slices_left_out;
       return;
@@ -391,8 +384,8 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
     if (const auto it = protocol_of.find(id); it != protocol_of.end()) args += ",\"protocol\":\"" + r.protocol_names[it->second] + "\"";
     args += "}";
     emit("{\"ph\":\"X\",\"name\":" + Json(task.name).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
-         ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" +
-         us(timing.end_ns - timing.start_ns) + ",\"args\":" + args + "}");
+         ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" + us(timing.end_ns - timing.start_ns) +
+         ",\"args\":" + args + "}");
   });
   if (selection.counters) {
     for (std::size_t p = 0; p < r.pools.size(); ++p) {
@@ -400,27 +393,28 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
       if (!kept(pid)) continue;
       const std::string head = "{\"ph\":\"C\",\"name\":\"" + std::string(pid < r.gpus ? "HBM bytes" : "pinned DRAM bytes") +
                                "\",\"pid\":" + std::to_string(pid) + ",\"ts\":";
-      window_samples(r.pools[p].level, keep, [&](std::int64_t ns, double value) {
-        emit(head + us(ns) + ",\"args\":{\"bytes\":" + format_fixed(value, 0) + "}}");
-      });
+      window_samples(r.pools[p].level, keep,
+                     [&](std::int64_t ns, double value) { emit(head + us(ns) + ",\"args\":{\"bytes\":" + format_fixed(value, 0) + "}}"); });
     }
     for (const auto& l : r.links) {
       const std::string head = "{\"ph\":\"C\",\"name\":" + Json(l.name).dump() + ",\"pid\":" + std::to_string(kLinksPid) + ",\"ts\":";
-      window_samples(l.load_gbps, keep, [&](std::int64_t ns, double value) {
-        emit(head + us(ns) + ",\"args\":{\"GB/s\":" + format_fixed(value, 3) + "}}");
-      });
+      window_samples(l.load_gbps, keep,
+                     [&](std::int64_t ns, double value) { emit(head + us(ns) + ",\"args\":{\"GB/s\":" + format_fixed(value, 3) + "}}"); });
     }
   }
   Json peaks = Json::array(), gpus = Json::array();
   for (int g = 0; g < r.gpus; ++g) {
-    peaks.push_back(r.pools[static_cast<std::size_t>(g)].peak_bytes);
+    peaks.push_back(r.pools[g].peak_bytes);
     if (kept(g)) gpus.push_back(g);
   }
-  const Json chosen{{"gpus", gpus}, {"gpus_total", r.gpus}, {"start_ns", selection.start_ns},
-                    {"end_ns", selection.end_ns < 0 ? r.step_ns : selection.end_ns}, {"counters", selection.counters},
-                    {"slices_written", slices_written}, {"slices_left_out", slices_left_out}};
-  const Json other{{"trainyard", "timeline.v1"}, {"source", source}, {"step_ns", r.step_ns}, {"peak_hbm_bytes", peaks},
-                   {"selection", chosen}};
+  const Json chosen{{"gpus", gpus},
+                    {"gpus_total", r.gpus},
+                    {"start_ns", selection.start_ns},
+                    {"end_ns", selection.end_ns < 0 ? r.step_ns : selection.end_ns},
+                    {"counters", selection.counters},
+                    {"slices_written", slices_written},
+                    {"slices_left_out", slices_left_out}};
+  const Json other{{"trainyard", "timeline.v1"}, {"source", source}, {"step_ns", r.step_ns}, {"peak_hbm_bytes", peaks}, {"selection", chosen}};
   out << "\n],\n\"otherData\": " << other.dump() << "}\n";
 }
 

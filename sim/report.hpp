@@ -25,7 +25,7 @@ void print_metrics(std::ostream& out, const SimResult& result, const TaskGraph& 
 // nodes' hosts), the slices and counter samples of a time window, and the memory and link counters or none.
 // What was kept and how many slices were left out go in otherData.selection, so a partial trace says so.
 struct TraceSelection {
-  std::vector<int> gpus;     // the GPUs whose tracks are written; empty: every GPU
+  std::vector<int> gpus;  // the GPUs whose tracks are written; empty: every GPU
   std::int64_t start_ns = 0;
   std::int64_t end_ns = -1;  // -1: to the end of the step
   bool counters = true;      // HBM/DRAM levels and link loads
@@ -41,8 +41,7 @@ struct TraceEvent {
   std::int64_t time_ns = 0;
   std::int64_t bytes = 0;
 };
-std::vector<TraceEvent> trace_events(const SimResult& result, const TaskGraph& graph, const Cluster& cluster,
-                                     const TraceSelection& selection);
+std::vector<TraceEvent> trace_events(const SimResult& result, const TaskGraph& graph, const Cluster& cluster, const TraceSelection& selection);
 
 // The timeline the Chrome trace above holds (same task names, processes and streams), without the JSON: what
 // the GUI draws and compares with a measured trace.

@@ -7,9 +7,7 @@
 
 namespace trainyard::sim {
 
-std::string device_name(DeviceId d) {
-  return is_host(d) ? "host" + std::to_string(host_node(d)) : "gpu" + std::to_string(d);
-}
+std::string device_name(DeviceId d) { return is_host(d) ? "host" + std::to_string(host_node(d)) : "gpu" + std::to_string(d); }
 
 std::string_view to_string(StreamKind kind) {
   switch (kind) {
@@ -24,21 +22,17 @@ std::string_view to_string(StreamKind kind) {
 }
 
 std::string_view to_string(TaskKind kind) {
-  static constexpr std::string_view names[] = {"gemm", "attention", "elementwise", "optimizer", "copy",
-                                               "p2p",  "collective", "alloc",       "free"};
+  static constexpr std::string_view names[] = {"gemm", "attention", "elementwise", "optimizer", "copy", "p2p", "collective", "alloc", "free"};
   return names[static_cast<int>(kind)];
 }
 
 std::string_view to_string(OpCode code) {
   static constexpr std::string_view names[] = {
-      "none",          "embed",          "norm1",         "qkv",          "rope",           "attn",
-      "attn_merge",    "proj",           "residual1",     "norm2",        "mlp_up",         "act",
-      "mlp_down",      "residual2",      "residual2_bwd", "mlp_down_dgrad", "mlp_down_wgrad", "act_bwd",
-      "mlp_up_dgrad",  "mlp_up_wgrad",   "norm2_bwd",     "residual1_bwd", "proj_dgrad",    "proj_wgrad",
-      "attn_bwd",      "rope_bwd",       "qkv_dgrad",     "qkv_wgrad",    "norm1_bwd",      "embed_bwd",
-      "head_logits",   "head_xent",      "head_dgrad",    "head_wgrad",   "optimizer",      "kv",
-      "dkv",           "kv_dkv",         "acts",          "checkpoint",   "input",          "input_grad",
-      "states"};
+      "none",         "embed",        "norm1",     "qkv",           "rope",       "attn",          "attn_merge",     "proj",           "residual1",
+      "norm2",        "mlp_up",       "act",       "mlp_down",      "residual2",  "residual2_bwd", "mlp_down_dgrad", "mlp_down_wgrad", "act_bwd",
+      "mlp_up_dgrad", "mlp_up_wgrad", "norm2_bwd", "residual1_bwd", "proj_dgrad", "proj_wgrad",    "attn_bwd",       "rope_bwd",       "qkv_dgrad",
+      "qkv_wgrad",    "norm1_bwd",    "embed_bwd", "head_logits",   "head_xent",  "head_dgrad",    "head_wgrad",     "optimizer",      "kv",
+      "dkv",          "kv_dkv",       "acts",      "checkpoint",    "input",      "input_grad",    "states"};
   static_assert(std::size(names) == static_cast<std::size_t>(OpCode::states) + 1);
   return names[static_cast<int>(code)];
 }
@@ -93,21 +87,17 @@ TaskId TaskGraph::copy(std::string name, DeviceId gpu, Copy c, std::span<const T
   return add({std::move(name), gpu, {engine, 0}, false, c}, deps);
 }
 
-TaskId TaskGraph::send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps,
-                       int stream) {
-  return add({std::move(name), src, {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, PointToPoint{dst, bytes}},
-             deps);
+TaskId TaskGraph::send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps, int stream) {
+  return add({std::move(name), src, {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, PointToPoint{dst, bytes}}, deps);
 }
 
 TaskId TaskGraph::collective(std::string name, Collective c, std::span<const TaskId> deps, int stream) {
   TRAINYARD_CHECK(c.group >= 0 && static_cast<std::size_t>(c.group) < groups_.size() && !groups_[c.group].empty(),
                   "collective with an unknown group");
-  return add({std::move(name), groups_[c.group].front(), {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, c},
-             deps);
+  return add({std::move(name), groups_[c.group].front(), {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, c}, deps);
 }
 
-TaskId TaskGraph::alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label,
-                        std::span<const TaskId> deps) {
+TaskId TaskGraph::alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label, std::span<const TaskId> deps) {
   const std::int32_t l = add_label(std::move(label));
   return add({std::move(name), device, {}, false, Alloc{pool, bytes, l}}, deps);
 }
@@ -132,12 +122,12 @@ void TaskGraph::finalize() {
     TRAINYARD_CHECK(from >= 0 && static_cast<std::size_t>(from) < n && to >= 0 && static_cast<std::size_t>(to) < n,
                     "dependency on a task that does not exist");
     ++succ_offset_[static_cast<std::size_t>(from) + 1];
-    ++pred_count_[static_cast<std::size_t>(to)];
+    ++pred_count_[to];
   }
   for (std::size_t i = 0; i < n; ++i) succ_offset_[i + 1] += succ_offset_[i];
   succ_.resize(edges_.size());
   std::vector<std::int32_t> fill(succ_offset_.begin(), succ_offset_.end() - 1);
-  for (const auto& [from, to] : edges_) succ_[static_cast<std::size_t>(fill[static_cast<std::size_t>(from)]++)] = to;
+  for (const auto& [from, to] : edges_) succ_[fill[from]++] = to;
   finalized_ = true;
 }
 
@@ -147,9 +137,8 @@ std::span<const TaskId> TaskGraph::successors(TaskId id) const {
 }
 
 std::size_t TaskGraph::memory_bytes() const {
-  std::size_t bytes = tasks_.capacity() * sizeof(Task) + edges_.capacity() * sizeof(edges_[0]) +
-                      succ_offset_.capacity() * sizeof(std::int32_t) + succ_.capacity() * sizeof(TaskId) +
-                      pred_count_.capacity() * sizeof(std::int32_t);
+  std::size_t bytes = tasks_.capacity() * sizeof(Task) + edges_.capacity() * sizeof(edges_[0]) + succ_offset_.capacity() * sizeof(std::int32_t) +
+                      succ_.capacity() * sizeof(TaskId) + pred_count_.capacity() * sizeof(std::int32_t);
   for (const auto& t : tasks_) {
     if (t.name.capacity() > 15) bytes += t.name.capacity() + 1;  // beyond the small-string buffer
   }
@@ -160,9 +149,7 @@ std::size_t TaskGraph::memory_bytes() const {
 
 namespace {
 
-std::string where(const TaskGraph& graph, TaskId id) {
-  return "tasks[" + std::to_string(id) + "] '" + graph.task(id).name + "'";
-}
+std::string where(const TaskGraph& graph, TaskId id) { return "tasks[" + std::to_string(id) + "] '" + graph.task(id).name + "'"; }
 
 // What every check of validate() needs: the graph, the cluster's size, and how to report a failure.
 struct Validation {
@@ -183,12 +170,15 @@ struct Validation {
 // Which stream each kind runs on.
 StreamKind stream_for(const Task& t) {
   switch (t.kind()) {
-    case TaskKind::gemm: case TaskKind::attention: case TaskKind::elementwise: return StreamKind::compute;
+    case TaskKind::gemm:
+    case TaskKind::attention:
+    case TaskKind::elementwise: return StreamKind::compute;
     case TaskKind::optimizer: return is_host(t.device) ? StreamKind::host : StreamKind::compute;
-    case TaskKind::copy:
-      return std::get<Copy>(t.params).direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h;
-    case TaskKind::p2p: case TaskKind::collective: return StreamKind::comm;
-    case TaskKind::alloc: case TaskKind::free: return StreamKind::none;
+    case TaskKind::copy: return std::get<Copy>(t.params).direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h;
+    case TaskKind::p2p:
+    case TaskKind::collective: return StreamKind::comm;
+    case TaskKind::alloc:
+    case TaskKind::free: return StreamKind::none;
   }
   return StreamKind::compute;
 }
@@ -212,8 +202,11 @@ void check_placement(const Validation& v, TaskId id) {
 }
 
 void check_attention(const Validation& v, TaskId id, const Attention& a) {
-  v.positive(id, a.q_len, "q_len"); v.positive(id, a.kv_len, "kv_len"); v.positive(id, a.heads, "heads");
-  v.positive(id, a.kv_heads, "kv_heads"); v.positive(id, a.head_dim, "head_dim");
+  v.positive(id, a.q_len, "q_len");
+  v.positive(id, a.kv_len, "kv_len");
+  v.positive(id, a.heads, "heads");
+  v.positive(id, a.kv_heads, "kv_heads");
+  v.positive(id, a.head_dim, "head_dim");
   if (a.heads % a.kv_heads != 0) v.fail(id, "kv_heads", "a divisor of heads", std::to_string(a.kv_heads));
   if (a.causal && a.q_len > a.kv_len) {
     v.fail(id, "q_len", "at most kv_len for causal attention (queries are the last q_len positions)", std::to_string(a.q_len));
@@ -223,7 +216,7 @@ void check_attention(const Validation& v, TaskId id, const Attention& a) {
 // The collective's group: at least 2 distinct existing GPUs; returns it.
 const std::vector<DeviceId>& checked_group(const Validation& v, TaskId id, const Collective& c) {
   if (c.group < 0 || static_cast<std::size_t>(c.group) >= v.graph.groups().size()) v.fail(id, "group", "a group of GPUs", "none");
-  const auto& members = v.graph.groups()[static_cast<std::size_t>(c.group)];
+  const auto& members = v.graph.groups()[c.group];
   if (members.size() < 2) v.fail(id, "group", "at least 2 GPUs", std::to_string(members.size()));
   std::vector<DeviceId> sorted = members;
   std::sort(sorted.begin(), sorted.end());
@@ -251,11 +244,10 @@ void check_collective(const Validation& v, TaskId id, const Collective& c) {
     }
   }
   const std::int64_t ranks = c.ring_ranks != 0 ? c.ring_ranks : static_cast<std::int64_t>(members.size());
-  if ((c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter ||
-       c.op == CollectiveOp::all_to_all || c.op == CollectiveOp::all_reduce) &&
+  if ((c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter || c.op == CollectiveOp::all_to_all ||
+       c.op == CollectiveOp::all_reduce) &&
       c.bytes % ranks != 0) {
-    v.fail(id, "bytes", std::string("a multiple of the ") + (c.ring_ranks != 0 ? "ring_ranks" : "group size") + " (" +
-                            std::to_string(ranks) + ")",
+    v.fail(id, "bytes", std::string("a multiple of the ") + (c.ring_ranks != 0 ? "ring_ranks" : "group size") + " (" + std::to_string(ranks) + ")",
            std::to_string(c.bytes));
   }
 }
@@ -267,8 +259,8 @@ void check_free(const Validation& v, TaskId id, const Free& f, std::vector<bool>
   if (a < 0 || a >= n || v.graph.task(a).kind() != TaskKind::alloc) {
     v.fail(id, "alloc", "the name of an alloc task", a >= 0 && a < n ? where(v.graph, a) : "nothing");
   }
-  if (freed[static_cast<std::size_t>(a)]) v.fail(id, "alloc", "an allocation not freed already", where(v.graph, a));
-  freed[static_cast<std::size_t>(a)] = true;
+  if (freed[a]) v.fail(id, "alloc", "an allocation not freed already", where(v.graph, a));
+  freed[a] = true;
 }
 
 // The fields of the task's kind.
@@ -277,15 +269,16 @@ void check_params(const Validation& v, TaskId id, std::vector<bool>& freed) {
   switch (t.kind()) {
     case TaskKind::gemm: {
       const auto& g = std::get<Gemm>(t.params);
-      v.positive(id, g.m, "m"); v.positive(id, g.n, "n"); v.positive(id, g.k, "k");
+      v.positive(id, g.m, "m");
+      v.positive(id, g.n, "n");
+      v.positive(id, g.k, "k");
       break;
     }
     case TaskKind::attention: check_attention(v, id, std::get<Attention>(t.params)); break;
     case TaskKind::elementwise: {
       const auto& e = std::get<Elementwise>(t.params);
       if (e.bytes_read < 0 || e.bytes_written < 0 || e.bytes_read + e.bytes_written == 0) {
-        v.fail(id, "bytes_read", "non-negative byte counts, not both zero",
-               std::to_string(e.bytes_read) + " and " + std::to_string(e.bytes_written));
+        v.fail(id, "bytes_read", "non-negative byte counts, not both zero", std::to_string(e.bytes_read) + " and " + std::to_string(e.bytes_written));
       }
       break;
     }
@@ -318,8 +311,8 @@ void check_acyclic(const Validation& v) {
   auto edge = [&](TaskId from, TaskId to) {
     if (from < 0 || from >= n) v.fail(to, "deps", "existing tasks", "task index " + std::to_string(from));
     if (from == to) v.fail(to, "deps", "no dependency on itself", "itself");
-    succ[static_cast<std::size_t>(from)].push_back(to);
-    ++indegree[static_cast<std::size_t>(to)];
+    succ[from].push_back(to);
+    ++indegree[to];
   };
   for (const auto& [from, to] : graph.edges()) edge(from, to);
   // finalize() makes every free wait for its alloc: include those edges, or a cycle through them would pass.
@@ -330,20 +323,20 @@ void check_acyclic(const Validation& v) {
   }
   std::vector<TaskId> ready;
   for (TaskId i = 0; i < n; ++i) {
-    if (indegree[static_cast<std::size_t>(i)] == 0) ready.push_back(i);
+    if (indegree[i] == 0) ready.push_back(i);
   }
   std::size_t done = 0;
   while (!ready.empty()) {
     const TaskId t = ready.back();
     ready.pop_back();
     ++done;
-    for (TaskId s : succ[static_cast<std::size_t>(t)]) {
-      if (--indegree[static_cast<std::size_t>(s)] == 0) ready.push_back(s);
+    for (TaskId s : succ[t]) {
+      if (--indegree[s] == 0) ready.push_back(s);
     }
   }
   if (done != graph.size()) {
     for (TaskId i = 0; i < n; ++i) {
-      if (indegree[static_cast<std::size_t>(i)] > 0) {
+      if (indegree[i] > 0) {
         v.fail(i, "deps", "no dependency cycle", "a cycle (this task is on it or waits on it)");
       }
     }
@@ -385,7 +378,7 @@ TaskId append(TaskGraph& into, const TaskGraph& from) {
 TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const Task&)>& drop) {
   const std::size_t n = graph.size();
   std::vector<std::vector<TaskId>> preds(n);
-  for (const auto& [before, after] : graph.edges()) preds[static_cast<std::size_t>(after)].push_back(before);
+  for (const auto& [before, after] : graph.edges()) preds[after].push_back(before);
   std::vector<char> dropped(n);
   for (std::size_t i = 0; i < n; ++i) dropped[i] = drop(graph.tasks()[i]) ? 1 : 0;
   // The kept tasks a dropped task stands for (memoised; the graph is acyclic).
@@ -396,7 +389,7 @@ TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const T
     if (!resolved[i]) {
       resolved[i] = 1;
       for (TaskId p : preds[i]) {
-        if (!dropped[static_cast<std::size_t>(p)]) {
+        if (!dropped[p]) {
           stands_for[i].push_back(p);
         } else {
           const auto& inherited = kept_preds(p);
@@ -415,8 +408,8 @@ TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const T
     if (dropped[i]) continue;
     Task copy = graph.tasks()[i];
     if (auto* f = std::get_if<Free>(&copy.params)) {
-      TRAINYARD_CHECK(!dropped[static_cast<std::size_t>(f->alloc)], "an alloc dropped with its free kept");
-      f->alloc = new_id[static_cast<std::size_t>(f->alloc)];
+      TRAINYARD_CHECK(!dropped[f->alloc], "an alloc dropped with its free kept");
+      f->alloc = new_id[f->alloc];
     }
     new_id[i] = out.add(std::move(copy));
   }
@@ -425,7 +418,7 @@ TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const T
     std::vector<TaskId> deps = kept_preds(static_cast<TaskId>(i));
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    for (TaskId d : deps) out.add_dependency(new_id[static_cast<std::size_t>(d)], new_id[i]);
+    for (TaskId d : deps) out.add_dependency(new_id[d], new_id[i]);
   }
   return out;
 }

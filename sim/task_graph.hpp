@@ -85,8 +85,7 @@ struct Free {
   TaskId alloc = 0;
 };
 
-using TaskParams =
-    std::variant<Gemm, Attention, Elementwise, OptimizerStep, Copy, PointToPoint, Collective, Alloc, Free>;
+using TaskParams = std::variant<Gemm, Attention, Elementwise, OptimizerStep, Copy, PointToPoint, Collective, Alloc, Free>;
 
 enum class TaskKind : std::uint8_t { gemm, attention, elementwise, optimizer, copy, p2p, collective, alloc, free };
 std::string_view to_string(TaskKind kind);
@@ -99,6 +98,8 @@ std::string_view to_string(Algorithm algorithm);
 //
 // Coordinates: sequence `seq` of the step, `layer` (the LM head is layer == the model's layer count), query
 // chunk `chunk`; the fields after them are set only by the ops that say so (-1 otherwise).
+// A table laid out by hand.
+// clang-format off
 enum class OpCode : std::uint8_t {
   none,
   // forward of layer `layer` on chunk `chunk` (recompute reruns them with Task::recompute set)
@@ -119,6 +120,7 @@ enum class OpCode : std::uint8_t {
   input_grad,  // the gradient of the layer's input
   states,      // model states (weights, gradients, master weights, moments) of the device's layers
 };
+// clang-format on
 std::string_view to_string(OpCode code);
 
 struct Op {
@@ -171,7 +173,7 @@ class TaskGraph {
   void add_dependency(TaskId before, TaskId after);
   // Says what task `id` is (sim::Op); returns `id`, so a builder can tag a task as it adds it.
   TaskId set_op(TaskId id, Op op) {
-    tasks_[static_cast<std::size_t>(id)].op = op;
+    tasks_[id].op = op;
     return id;
   }
   std::int32_t add_group(std::vector<DeviceId> members);
@@ -184,11 +186,9 @@ class TaskGraph {
   TaskId copy(std::string name, DeviceId gpu, Copy c, std::span<const TaskId> deps = {});
   // Messages and collectives run on comm stream `stream` (several let pipeline sends, tensor-parallel and
   // data-parallel collectives proceed independently, as separate NCCL streams do).
-  TaskId send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps = {},
-              int stream = 0);
+  TaskId send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps = {}, int stream = 0);
   TaskId collective(std::string name, Collective c, std::span<const TaskId> deps = {}, int stream = 0);
-  TaskId alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label,
-               std::span<const TaskId> deps = {});
+  TaskId alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label, std::span<const TaskId> deps = {});
   TaskId free(std::string name, TaskId alloc, std::span<const TaskId> deps = {});
 
   std::size_t size() const { return tasks_.size(); }
@@ -197,8 +197,8 @@ class TaskGraph {
     tasks_.reserve(tasks);
     edges_.reserve(2 * tasks);
   }
-  const Task& task(TaskId id) const { return tasks_[static_cast<std::size_t>(id)]; }
-  Task& edit(TaskId id) { return tasks_[static_cast<std::size_t>(id)]; }  // before finalize(): sizes, not deps
+  const Task& task(TaskId id) const { return tasks_[id]; }
+  Task& edit(TaskId id) { return tasks_[id]; }  // before finalize(): sizes, not deps
   const std::vector<Task>& tasks() const { return tasks_; }
   const std::vector<std::vector<DeviceId>>& groups() const { return groups_; }
   const std::vector<std::string>& labels() const { return labels_; }
@@ -212,7 +212,7 @@ class TaskGraph {
   void finalize();
   bool finalized() const { return finalized_; }
   std::span<const TaskId> successors(TaskId id) const;
-  std::int32_t predecessor_count(TaskId id) const { return pred_count_[static_cast<std::size_t>(id)]; }
+  std::int32_t predecessor_count(TaskId id) const { return pred_count_[id]; }
 
   // Bytes held by the graph, for the benchmarks' memory-per-task figure.
   std::size_t memory_bytes() const;
@@ -242,7 +242,7 @@ TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const T
 template <typename Visit>
 void for_each_occupied_stream(const TaskGraph& graph, const Task& task, Visit&& visit) {
   if (const auto* c = std::get_if<Collective>(&task.params)) {
-    for (DeviceId member : graph.groups()[static_cast<std::size_t>(c->group)]) visit(member, task.stream);
+    for (DeviceId member : graph.groups()[c->group]) visit(member, task.stream);
   } else if (task.stream.kind != StreamKind::none) {
     visit(task.device, task.stream);
   }

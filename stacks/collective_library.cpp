@@ -23,10 +23,10 @@ Protocol parse_protocol(const json::Reader& r, const json::Sources& sources) {
   const json::Reader steps = r.object("step_latency_us");
   const char* patterns[] = {"ring", "tree"};
   for (int i = 0; i < 2; ++i) {
-    p.base_latency_us[static_cast<std::size_t>(i)] = microseconds(base, patterns[i], sources);
+    p.base_latency_us[i] = microseconds(base, patterns[i], sources);
     const json::Reader by_link = steps.object(patterns[i]);
     const char* links[] = {"nvlink", "pcie", "network"};
-    for (int l = 0; l < 3; ++l) p.step_latency_us[static_cast<std::size_t>(i)][static_cast<std::size_t>(l)] = microseconds(by_link, links[l], sources);
+    for (int l = 0; l < 3; ++l) p.step_latency_us[i][l] = microseconds(by_link, links[l], sources);
     by_link.finish();
   }
   base.finish();

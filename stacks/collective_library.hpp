@@ -17,8 +17,8 @@ enum class Pattern { ring, tree };  // rings also stand for direct exchanges and
 
 struct Protocol {
   std::string name;
-  json::Figure efficiency;                     // data bytes per wire byte
-  std::array<json::Figure, 2> base_latency_us;  // by Pattern
+  json::Figure efficiency;                                     // data bytes per wire byte
+  std::array<json::Figure, 2> base_latency_us;                 // by Pattern
   std::array<std::array<json::Figure, 3>, 2> step_latency_us;  // by Pattern, then LinkClass
 
   double base_ns(Pattern p) const { return 1e3 * base_latency_us[static_cast<int>(p)].value; }

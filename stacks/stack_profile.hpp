@@ -78,14 +78,14 @@ struct StackProfile {
     json::Source source;
   } checkpoint_offload;
   struct Host {
-    Figure dispatch_us_per_kernel;  // host time to issue one kernel (framework, dispatcher, driver launch)
+    Figure dispatch_us_per_kernel;       // host time to issue one kernel (framework, dispatcher, driver launch)
     bool sync_before_optimizer = false;  // the host waits for the GPU before the optimizer (e.g. grad-norm .item())
   } host;
   struct Memory {
-    Figure cuda_context_bytes;        // context and loaded kernels, per GPU
-    Figure workspace_bytes;           // library workspaces (cuBLAS, cuBLASLt, cuDNN)
-    Figure communication_bytes;       // communication library buffers and the framework's gradient buckets
-    Figure allocator_overhead;        // reserved / allocated - 1 of the caching allocator at its peak
+    Figure cuda_context_bytes;   // context and loaded kernels, per GPU
+    Figure workspace_bytes;      // library workspaces (cuBLAS, cuBLASLt, cuDNN)
+    Figure communication_bytes;  // communication library buffers and the framework's gradient buckets
+    Figure allocator_overhead;   // reserved / allocated - 1 of the caching allocator at its peak
     double fixed_bytes() const { return cuda_context_bytes.value + workspace_bytes.value + communication_bytes.value; }
   } memory;
   model::FlopConvention mfu_convention;  // how the framework's own log counts FLOPs for its MFU / TFLOP/s

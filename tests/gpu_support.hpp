@@ -15,10 +15,10 @@
 
 namespace trainyard::test {
 
-#define TRAINYARD_REQUIRE_GPU()                                                                  \
-  do {                                                                                          \
-    const auto found = ::trainyard::backend::query_cuda_devices();                              \
-    if (found.devices.empty()) GTEST_SKIP() << "no usable CUDA GPU: " << found.reason;           \
+#define TRAINYARD_REQUIRE_GPU()                                                        \
+  do {                                                                                 \
+    const auto found = ::trainyard::backend::query_cuda_devices();                     \
+    if (found.devices.empty()) GTEST_SKIP() << "no usable CUDA GPU: " << found.reason; \
   } while (0)
 
 template <typename T>
@@ -32,9 +32,7 @@ class DeviceBuffer {
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void upload(const std::vector<T>& host) {
-    TRAINYARD_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
+  void upload(const std::vector<T>& host) { TRAINYARD_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice)); }
   std::vector<T> download() const {
     std::vector<T> host(n_);
     TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
@@ -69,15 +67,14 @@ inline std::vector<float> floats(const std::vector<std::uint16_t>& x) {
 }
 
 // Every value finite and within abs_tol + rel_tol * |expected| of the reference; reports the worst miss.
-inline ::testing::AssertionResult close_to(const std::vector<float>& got, const std::vector<float>& expected, double abs_tol,
-                                           double rel_tol) {
+inline ::testing::AssertionResult close_to(const std::vector<float>& got, const std::vector<float>& expected, double abs_tol, double rel_tol) {
   if (got.size() != expected.size()) return ::testing::AssertionFailure() << "size " << got.size() << " vs " << expected.size();
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double g = got[i], e = expected[i];
     if (!std::isfinite(g) && std::isfinite(e)) return ::testing::AssertionFailure() << "element " << i << " is " << g << ", expected " << e;
     if (std::abs(g - e) > abs_tol + rel_tol * std::abs(e)) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << g << " vs " << e << " (tolerance " << abs_tol << " + "
-                                           << rel_tol << " relative)";
+      return ::testing::AssertionFailure() << "element " << i << ": " << g << " vs " << e << " (tolerance " << abs_tol << " + " << rel_tol
+                                           << " relative)";
     }
   }
   return ::testing::AssertionSuccess();

@@ -21,7 +21,6 @@ using test::error_of;
 
 namespace {
 
-
 std::vector<std::string> names_in(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& entry : fs::directory_iterator(dir)) out.push_back(entry.path().filename().string());
@@ -48,10 +47,11 @@ TEST(AtomicFile, WritesBytesAndStreamsAndReplacesWithNothingLeftBeside) {
 TEST(AtomicFile, AnExceptionWhileWritingLeavesTheOldFileAndNoTemporary) {
   test::TempDir dir;
   const std::string path = dir.write("plan.json", "old");
-  EXPECT_THROW(write_file_atomically(path, [](std::ostream& out) {
-                 out << "half of it";
-                 throw std::runtime_error("interrupted");
-               }),
+  EXPECT_THROW(write_file_atomically(path,
+                                     [](std::ostream& out) {
+                                       out << "half of it";
+                                       throw std::runtime_error("interrupted");
+                                     }),
                std::runtime_error);
   EXPECT_EQ(test::read_file(path), "old");
   EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"plan.json"});
@@ -66,9 +66,7 @@ TEST(AtomicFile, AWriteErrorIsReportedAndCleanedUp) {
     std::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of killing the process
     rlimit limit{4096, 4096};
     setrlimit(RLIMIT_FSIZE, &limit);
-    const std::string message = error_of([&] {
-      write_file_atomically(path, [](std::ostream& out) { out << std::string(1 << 20, 'x'); });
-    });
+    const std::string message = error_of([&] { write_file_atomically(path, [](std::ostream& out) { out << std::string(1 << 20, 'x'); }); });
     const bool reported = message.find("trace.json") != std::string::npos && message.find("writing it failed") != std::string::npos;
     const bool clean = test::read_file(path) == "old" && names_in(dir.path()) == std::vector<std::string>{"trace.json"};
     std::_Exit(reported && clean ? 0 : 1);
@@ -109,10 +107,8 @@ TEST(AtomicFile, CheckWritableNamesTheFlagAndWhatIsWrong) {
   struct Case {
     std::string path, says;
   };
-  for (const Case& c : {Case{(dir.path() / "missing" / "p.json").string(), "does not exist"},
-                        Case{dir.path().string(), "is a directory"},
-                        Case{"/dev/full", "is a character device, not a regular file"},
-                        Case{"", "is empty"},
+  for (const Case& c : {Case{(dir.path() / "missing" / "p.json").string(), "does not exist"}, Case{dir.path().string(), "is a directory"},
+                        Case{"/dev/full", "is a character device, not a regular file"}, Case{"", "is empty"},
                         Case{dir.write("file", "x") + "/p.json", "is not a folder"}}) {
     SCOPED_TRACE(c.path);
     const std::string message = error_of([&] { check_writable(c.path, "--trace"); });

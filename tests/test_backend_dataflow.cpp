@@ -33,7 +33,7 @@ using Seen = std::tuple<sim::TaskId, sim::DeviceId, Key, bool>;  // task, place,
 std::set<Seen> planned_accesses(const sim::TaskGraph& g, const DataflowPlan& plan, const model::ModelConfig& m) {
   std::set<Seen> out;
   auto at = [&](sim::TaskId task, int instance, bool write) {
-    const Instance& i = plan.instances.at(static_cast<std::size_t>(instance));
+    const Instance& i = plan.instances.at(instance);
     out.insert({task, i.place, i.key, write});
   };
   for (const TaskTensors& step : plan.steps) {
@@ -118,9 +118,7 @@ Checked check_against_reference(const sim::TaskGraph& g, const model::ModelConfi
   return c;
 }
 
-std::vector<sim::TaskId> schedule_order(const sim::TaskGraph& g) {
-  return make_schedule(g, 0, 1).order;
-}
+std::vector<sim::TaskId> schedule_order(const sim::TaskGraph& g) { return make_schedule(g, 0, 1).order; }
 
 sim::TaskGraph ringtrack(const sim::Cluster& cluster, std::int64_t seq, int batch, const planner::RingTrackParams& p) {
   const planner::StepInputs in{tiny_model(), cluster, {seq, batch}, model::precision_policy("bf16-mixed")};

@@ -102,10 +102,10 @@ TEST(OpTensors, FindsTensorsByNameAndRefusesWhatTheEntryDoesNotName) {
   EXPECT_EQ(named.read(Role::k, DType::bf16, 1), 102);
   EXPECT_EQ(named.read(Role::v, DType::bf16, 0), 103);
   EXPECT_EQ(named.write(Role::o_run, DType::fp32), 105);
-  EXPECT_THROW(named.read(Role::d_o, DType::bf16), InternalError);       // not an attention forward's tensor
-  EXPECT_THROW(named.read(Role::k, DType::bf16, 2), InternalError);      // outside the K/V range
-  EXPECT_THROW(named.read(Role::o_run, DType::bf16), InternalError);     // fp32 in the table
-  EXPECT_THROW(named.write(Role::q, DType::bf16), InternalError);        // read-only in the table
+  EXPECT_THROW(named.read(Role::d_o, DType::bf16), InternalError);    // not an attention forward's tensor
+  EXPECT_THROW(named.read(Role::k, DType::bf16, 2), InternalError);   // outside the K/V range
+  EXPECT_THROW(named.read(Role::o_run, DType::bf16), InternalError);  // fp32 in the table
+  EXPECT_THROW(named.write(Role::q, DType::bf16), InternalError);     // read-only in the table
   try {
     named.read(Role::dq, DType::fp32);
     FAIL() << "an unnamed tensor passed";
@@ -134,8 +134,8 @@ TEST(OpTable, TheCudaExecutorsAccessesMatchTheTable) {
   }
   std::map<std::string, Role> role_of;
   for (int r = 0; r <= static_cast<int>(Role::dlogits); ++r) {
-    static const char* names[] = {"x", "n1", "q", "k", "v", "o_run", "o", "lse", "p", "h1", "n2", "gu", "a", "mo", "dm", "dh1", "da",
-                                  "dgu", "dn2", "dp", "d_o", "delta", "dq", "dkv", "dqkv", "dn1", "dx", "nf", "logits", "dlogits"};
+    static const char* names[] = {"x",   "n1", "q",   "k",   "v",  "o_run", "o",     "lse", "p",   "h1",   "n2",  "gu", "a",  "mo",     "dm",
+                                  "dh1", "da", "dgu", "dn2", "dp", "d_o",   "delta", "dq",  "dkv", "dqkv", "dn1", "dx", "nf", "logits", "dlogits"};
     role_of[names[r]] = static_cast<Role>(r);
   }
 

@@ -53,8 +53,8 @@ struct Outcome {
   std::unique_ptr<ModelState> state;  // the gradients of the step
 };
 
-Outcome run(const Step& step, const model::ModelConfig& m, const std::vector<std::vector<std::int32_t>>& tokens,
-            ReferenceOptions options = {}, std::uint64_t seed = 7) {
+Outcome run(const Step& step, const model::ModelConfig& m, const std::vector<std::vector<std::int32_t>>& tokens, ReferenceOptions options = {},
+            std::uint64_t seed = 7) {
   Outcome o{{}, std::make_unique<ModelState>(m, seed)};
   o.result = run_reference_step(step.graph, *o.state, step.gpus_per_node, tokens, options);
   return o;

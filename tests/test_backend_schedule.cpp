@@ -39,14 +39,12 @@ void expect_valid(const RankSchedule& s) {
     for (TaskId w : s.submissions[i].waits) {
       ASSERT_TRUE(at.count(w)) << "step " << s.submissions[i].task << " waits for " << w << ", not submitted before it";
       EXPECT_NE(s.submissions[at[w]].slot, s.submissions[i].slot);
-      EXPECT_TRUE(s.waited_on[static_cast<std::size_t>(w)]);
+      EXPECT_TRUE(s.waited_on[w]);
     }
   }
 }
 
-sim::Task compute(const std::string& name, sim::DeviceId gpu) {
-  return {name, gpu, {StreamKind::compute, 0}, false, sim::Gemm{128, 128, 128}};
-}
+sim::Task compute(const std::string& name, sim::DeviceId gpu) { return {name, gpu, {StreamKind::compute, 0}, false, sim::Gemm{128, 128, 128}}; }
 
 }  // namespace
 
@@ -55,7 +53,7 @@ TEST(BackendSchedule, CrossStreamDependenciesBecomeWaitsPrunedByStreamOrder) {
   const TaskId a = g.add(compute("a", 0));
   const TaskId b = g.add(compute("b", 0));
   const TaskId up = g.copy("H2D x", 0, {sim::Copy::Direction::h2d, 1 << 20, true}, {{a}});
-  const TaskId c = g.add(compute("c", 0), {a, b, up});  // a and b: same stream, no wait; up: another stream
+  const TaskId c = g.add(compute("c", 0), {a, b, up});                                           // a and b: same stream, no wait; up: another stream
   const TaskId down = g.copy("D2H y", 0, {sim::Copy::Direction::d2h, 1 << 20, true}, {{a, b}});  // b is later on compute0
   g.finalize();
   const RankSchedule s = make_schedule(g, 0, 8);
@@ -65,8 +63,8 @@ TEST(BackendSchedule, CrossStreamDependenciesBecomeWaitsPrunedByStreamOrder) {
   EXPECT_EQ(submission_of(s, c).waits, std::vector<TaskId>{up});
   EXPECT_EQ(submission_of(s, down).waits, std::vector<TaskId>{b});  // a is implied: compute0 runs a before b
   EXPECT_EQ(submission_of(s, up).waits, std::vector<TaskId>{a});
-  EXPECT_FALSE(s.waited_on[static_cast<std::size_t>(c)]);
-  EXPECT_EQ(s.streams[static_cast<std::size_t>(submission_of(s, up).slot)].name(), "gpu0 h2d");
+  EXPECT_FALSE(s.waited_on[c]);
+  EXPECT_EQ(s.streams[submission_of(s, up).slot].name(), "gpu0 h2d");
 }
 
 TEST(BackendSchedule, ArenaReusesFreedBytesOnlyAfterTheirLastUser) {
@@ -122,9 +120,9 @@ TEST(BackendSchedule, SendsReceivesAndCollectivesReachEveryRankInvolved) {
   expect_valid(r1);
   EXPECT_EQ(r0.submissions.size(), 3u);  // F gpu0, send, ar
   EXPECT_EQ(r1.submissions.size(), 3u);  // recv, F gpu1, ar
-  EXPECT_FALSE(r0.streams[static_cast<std::size_t>(submission_of(r0, send).slot)].receive);
-  EXPECT_TRUE(r1.streams[static_cast<std::size_t>(submission_of(r1, send).slot)].receive);
-  EXPECT_EQ(r1.streams[static_cast<std::size_t>(submission_of(r1, send).slot)].name(), "gpu1 comm0 recv");
+  EXPECT_FALSE(r0.streams[submission_of(r0, send).slot].receive);
+  EXPECT_TRUE(r1.streams[submission_of(r1, send).slot].receive);
+  EXPECT_EQ(r1.streams[submission_of(r1, send).slot].name(), "gpu1 comm0 recv");
   EXPECT_EQ(submission_of(r1, f1).waits, std::vector<TaskId>{send});
   EXPECT_EQ(submission_of(r1, ar).waits, std::vector<TaskId>{f1});
   // The receive's and the all-reduce's dependencies on gpu0's forward: held by NCCL (the send matches the
@@ -167,7 +165,7 @@ TEST(BackendSchedule, RingTrackPlanSchedulesOnEveryRank) {
     const RankSchedule s = make_schedule(plan.graph, rank, c.topology.gpus_per_node(), predicted.timing);
     expect_valid(s);
     steps += s.submissions.size();
-    const auto peak = predicted.pools[static_cast<std::size_t>(rank)].peak_bytes;
+    const auto peak = predicted.pools[rank].peak_bytes;
     EXPECT_GE(s.hbm.size_bytes, peak) << "rank " << rank;
     EXPECT_LE(static_cast<double>(s.hbm.size_bytes), 1.05 * static_cast<double>(peak)) << "rank " << rank;
     std::set<std::string> kinds;

@@ -43,8 +43,8 @@ std::vector<double> log_spaced(double lo, double hi, int n) {
 struct Truth {
   SaturatingCurve gemm{0.74, 2e9, 0.9}, attention_fwd{0.55, 6e9, 1.2}, attention_bwd{0.42, 1.5e10, 1.0};
   double launch_s = 2.2e-6, host_launch_s = 4.5e-6;
-  double h2d_gbps = 52.0, d2h_gbps = 53.5, h2d_pageable_gbps = 21.0, d2h_pageable_gbps = 18.0, h2d_both_gbps = 47.0,
-         d2h_both_gbps = 49.0, d2d_gbps = 1450.0;  // d2d: bytes copied per second (HBM traffic is twice that)
+  double h2d_gbps = 52.0, d2h_gbps = 53.5, h2d_pageable_gbps = 21.0, d2h_pageable_gbps = 18.0, h2d_both_gbps = 47.0, d2h_both_gbps = 49.0,
+         d2d_gbps = 1450.0;  // d2d: bytes copied per second (HBM traffic is twice that)
   double copy_latency_s = 9e-6;
 };
 
@@ -65,9 +65,7 @@ Measurements synthetic(const Truth& truth, double sigma, std::uint32_t seed, dou
   m.sweep = plan.name;
   m.attention_shape = "32 heads, 8 K/V heads, head_dim 128";
   m.nccl_note = "not measured: one GPU visible (test)";
-  const auto kernel_time = [&](const SaturatingCurve& curve, double flops) {
-    return (flops / (peak * curve.at(flops)) + truth.launch_s) * noise();
-  };
+  const auto kernel_time = [&](const SaturatingCurve& curve, double flops) { return (flops / (peak * curve.at(flops)) + truth.launch_s) * noise(); };
   for (const auto& g : plan.gemm) m.gemm.push_back({"gemm", gemm_flops(g), kernel_time(truth.gemm, gemm_flops(g))});
   for (const auto& c : plan.attention) {
     m.attention_fwd.push_back({"fwd", attention_flops(plan, c, false), kernel_time(truth.attention_fwd, attention_flops(plan, c, false))});
@@ -123,8 +121,7 @@ TEST(CalibrationFit, SaturatingCurveRecoversKnownParameters) {
   const SaturatingCurve cases[] = {{0.72, 3e9, 0.8}, {0.55, 4e10, 1.6}, {0.9, 5e8, 1.0}};
   std::uint32_t seed = 11;
   for (const auto& truth : cases) {
-    SCOPED_TRACE("e_max " + std::to_string(truth.e_max) + ", F_half " + std::to_string(truth.flops_half) + ", p " +
-                 std::to_string(truth.exponent));
+    SCOPED_TRACE("e_max " + std::to_string(truth.e_max) + ", F_half " + std::to_string(truth.flops_half) + ", p " + std::to_string(truth.exponent));
     // Exact points: the parameters come back to fit precision.
     std::vector<std::pair<double, double>> exact, noisy;
     Noise noise(0.02, seed++);
@@ -242,7 +239,8 @@ TEST(CalibrationProfile, WrittenProfileLoadsAndTheSimulatorGetsTheFittedValues) 
     task.device = 0;
     task.params = sim::Gemm{g.m, g.n, g.k, hw::Dtype::bf16};
     const double truth_s = gemm_flops(g) / (989.4e12 * truth.gemm.at(gemm_flops(g))) + truth.launch_s;
-    EXPECT_NEAR(static_cast<double>(sim::ComputeModel(node, stacks::default_stack()).duration_ns(task)) * 1e-9 / truth_s, 1.0, 0.04) << g.m << "x" << g.n << "x" << g.k;
+    EXPECT_NEAR(static_cast<double>(sim::ComputeModel(node, stacks::default_stack()).duration_ns(task)) * 1e-9 / truth_s, 1.0, 0.04)
+        << g.m << "x" << g.n << "x" << g.k;
   }
   // Nothing else was left in the folder (the temporary file was renamed).
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path() / "measured"), fs::directory_iterator()), 1);
@@ -331,9 +329,14 @@ TEST(CalibrationProfile, CalibrationRecordMustBeAnObject) {
 
 TEST(CalibrationDevice, DeviceNamesMapToBuiltinProfiles) {
   const std::pair<const char*, const char*> cases[] = {
-      {"NVIDIA H100 80GB HBM3", "h100-sxm"},  {"NVIDIA H100 PCIe", "h100-pcie"},         {"NVIDIA H200", "h200-sxm"},
-      {"NVIDIA A100-SXM4-80GB", "a100-80gb-sxm"}, {"NVIDIA A100-SXM4-40GB", "a100-40gb-sxm"}, {"NVIDIA A100 80GB PCIe", "a100-80gb-pcie"},
-      {"NVIDIA L40S", "l40s"},                 {"NVIDIA GeForce RTX 4090", "rtx-4090"},
+      {"NVIDIA H100 80GB HBM3", "h100-sxm"},
+      {"NVIDIA H100 PCIe", "h100-pcie"},
+      {"NVIDIA H200", "h200-sxm"},
+      {"NVIDIA A100-SXM4-80GB", "a100-80gb-sxm"},
+      {"NVIDIA A100-SXM4-40GB", "a100-40gb-sxm"},
+      {"NVIDIA A100 80GB PCIe", "a100-80gb-pcie"},
+      {"NVIDIA L40S", "l40s"},
+      {"NVIDIA GeForce RTX 4090", "rtx-4090"},
   };
   for (const auto& [device, profile] : cases) {
     const auto match = builtin_gpu_for_device(device);
@@ -375,7 +378,8 @@ TEST(CalibrationCli, WithoutAGpuItSaysSoAndWritesNothing) {
   const std::string saved = previous ? previous : "";
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
   const auto r = test::run_cli("calibrate --quick --out " + out.string());
-  if (previous) ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1); else ::unsetenv("CUDA_VISIBLE_DEVICES");
+  if (previous) ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+  else ::unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(r.err.find("needs a usable CUDA GPU") != std::string::npos || r.err.find("built without") != std::string::npos) << r.err;
   EXPECT_NE(r.err.find("nothing was written"), std::string::npos) << r.err;

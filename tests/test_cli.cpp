@@ -125,8 +125,9 @@ TEST(Cli, SimulateReportsOutOfMemoryAndKeepsTheTraceUpToIt) {
 }
 
 TEST(Cli, SimulateMegatronStrategy) {
-  const auto r = run_cli("simulate --strategy megatron --model llama3.2-1b --hw dgx-a100 --seq 4K --global-batch 16 "
-                         "--tp 2 --pp 2 --sequence-parallel --recompute full --json");
+  const auto r = run_cli(
+      "simulate --strategy megatron --model llama3.2-1b --hw dgx-a100 --seq 4K --global-batch 16 "
+      "--tp 2 --pp 2 --sequence-parallel --recompute full --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto metrics = nlohmann::json::parse(r.out);
   EXPECT_EQ(metrics["completed"], true);
@@ -143,21 +144,24 @@ TEST(Cli, SimulateMegatronStrategy) {
 }
 
 TEST(Cli, SimulateZeroAndUlysses) {
-  const auto zero = run_cli("simulate --strategy zero --model llama3.2-1b --hw dgx-a100 --seq 8K --global-batch 8 "
-                            "--zero-stage 3 --recompute full --offload optimizer,acts --json");
+  const auto zero = run_cli(
+      "simulate --strategy zero --model llama3.2-1b --hw dgx-a100 --seq 8K --global-batch 8 "
+      "--zero-stage 3 --recompute full --offload optimizer,acts --json");
   ASSERT_EQ(zero.exit_code, 0) << zero.err;
   const auto z = nlohmann::json::parse(zero.out);
   EXPECT_EQ(z["completed"], true);
   EXPECT_GT(z["per_node"][0]["peak_dram_bytes"].get<double>(), 0);  // offloaded states and checkpoints
-  const auto ulysses = run_cli("simulate --strategy ulysses --sp 8 --zero-stage 2 --model llama3.2-1b --hw dgx-a100 "
-                               "--seq 64K --global-batch 1 --recompute full --json");
+  const auto ulysses = run_cli(
+      "simulate --strategy ulysses --sp 8 --zero-stage 2 --model llama3.2-1b --hw dgx-a100 "
+      "--seq 64K --global-batch 1 --recompute full --json");
   ASSERT_EQ(ulysses.exit_code, 0) << ulysses.err;
   EXPECT_EQ(nlohmann::json::parse(ulysses.out)["completed"], true);
 }
 
 TEST(Cli, SimulateRingTrackShowsTheRingOrder) {
-  const std::string args = "simulate --strategy ringtrack --ring 4 --chunk 2K --block 1 --prefetch 2 --kv dram --acts recompute "
-                           "--weights resident --states dram --model llama3.2-1b --hw dgx-a100 --seq 16K --global-batch 2";
+  const std::string args =
+      "simulate --strategy ringtrack --ring 4 --chunk 2K --block 1 --prefetch 2 --kv dram --acts recompute "
+      "--weights resident --states dram --model llama3.2-1b --hw dgx-a100 --seq 16K --global-batch 2";
   const auto text = run_cli(args);
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("ring order     gpu0 -> "), std::string::npos) << text.out;
@@ -193,7 +197,8 @@ TEST(Cli, APlanThatNoLongerFitsItsHardwareIsAClearError) {
   const auto plan_path = [&](const std::string& name, const std::string& hw, std::int64_t seq) {
     const auto path = dir.path() / name;
     std::ofstream(path) << R"({"format": "trainyard.plan.v1", "model": "llama3-8b", "hw": ")" << hw << R"(", "nodes": 1,
-      "workload": {"seq_len": )" << seq << R"(, "global_batch": 1}, "precision": "bf16-mixed", "scheme": "ringtrack",
+      "workload": {"seq_len": )"
+                        << seq << R"(, "global_batch": 1}, "precision": "bf16-mixed", "scheme": "ringtrack",
       "parameters": {"ring": 8, "block": 1, "chunk": 16384, "prefetch": 2, "kv": "hbm", "acts": "hbm",
                      "weights": "resident", "states": "hbm", "ring_order": []}})";
     return path.string();
@@ -251,8 +256,8 @@ TEST(Cli, RunChecksTheChunkedPlanAgainstTheUnchunkedStepAndTrains) {
   const std::string curve = (dir.path() / "curve.csv").string();
   std::string text;
   while (text.size() < 4000) text += "the quick brown fox jumps over the lazy dog. ";
-  const auto train = run_cli("run --plan " + plan + " --device cpu --steps 3 --lr 1e-2 --text " + dir.write("text.txt", text) +
-                             " --loss-curve " + curve + " --json");
+  const auto train = run_cli("run --plan " + plan + " --device cpu --steps 3 --lr 1e-2 --text " + dir.write("text.txt", text) + " --loss-curve " +
+                             curve + " --json");
   ASSERT_EQ(train.exit_code, 0) << train.err;
   const auto steps = nlohmann::json::parse(train.out)["steps"];
   ASSERT_EQ(steps.size(), 3u);
@@ -352,19 +357,12 @@ TEST_P(CliBadInput, Exits2WithAClearMessage) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, CliBadInput,
     ::testing::Values(
-        CliError{"", {"usage"}},
-        CliError{"frobnicate", {"unknown command 'frobnicate'"}},
-        CliError{"list --colour", {"--colour"}},
-        CliError{"show h100-sxm --verbose", {"--verbose"}},
-        CliError{"list widgets", {"widgets", "gpus, nodes, models"}},
-        CliError{"show h300", {"unknown name \"h300\"", "h100-sxm"}},
-        CliError{"show llama3-8b --hw dgx-z100", {"--hw", "dgx-z100", "dgx-a100"}},
-        CliError{"show llama3-8b --seq 12X", {"--seq", "token count"}},
-        CliError{"show llama3-8b --precision int4", {"--precision", "bf16-mixed"}},
-        CliError{"show dgx-a100 --nodes 0", {"--nodes", "[1, 100000]"}},
-        CliError{"show lab-h100 --nodes 2", {"--nodes", "no NIC"}},
-        CliError{"show h100-sxm --hw dgx-a100", {"--hw", "only together with a model"}},
-        CliError{"show custom:layers=2,hidden=64", {"custom.heads"}},
+        CliError{"", {"usage"}}, CliError{"frobnicate", {"unknown command 'frobnicate'"}}, CliError{"list --colour", {"--colour"}},
+        CliError{"show h100-sxm --verbose", {"--verbose"}}, CliError{"list widgets", {"widgets", "gpus, nodes, models"}},
+        CliError{"show h300", {"unknown name \"h300\"", "h100-sxm"}}, CliError{"show llama3-8b --hw dgx-z100", {"--hw", "dgx-z100", "dgx-a100"}},
+        CliError{"show llama3-8b --seq 12X", {"--seq", "token count"}}, CliError{"show llama3-8b --precision int4", {"--precision", "bf16-mixed"}},
+        CliError{"show dgx-a100 --nodes 0", {"--nodes", "[1, 100000]"}}, CliError{"show lab-h100 --nodes 2", {"--nodes", "no NIC"}},
+        CliError{"show h100-sxm --hw dgx-a100", {"--hw", "only together with a model"}}, CliError{"show custom:layers=2,hidden=64", {"custom.heads"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/malformed.json", {"malformed.json:5:", "malformed JSON"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/no-schema.json", {"no-schema.json", "field 'schema'"}},
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/missing.json", {"missing.json", "cannot open"}},
@@ -405,8 +403,7 @@ INSTANTIATE_TEST_SUITE_P(
                  {"--offload", "optimizer, grads, params, acts"}},
         CliError{"simulate --strategy zero --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --offload params",
                  {"--offload", "--zero-stage 3"}},
-        CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --tp 3",
-                 {"--tp", "tp * pp * dp"}},
+        CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --tp 3", {"--tp", "tp * pp * dp"}},
         CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K", {"--global-batch/--tokens-per-step"}},
         CliError{"simulate --strategy megatron --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --recompute most",
                  {"--recompute", "none, selective or full"}},
@@ -414,9 +411,7 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"simulate --graph " TRAINYARD_TEST_DATA_DIR "/malformed.json --hw dgx-a100", {"malformed.json:5:"}},
         CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --hw lab-h100",
                  {"two-gpu-offload.json", "'send act L0 C0'.dst", "gpu0..gpu0"}},
-        CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --nodes 2 --hw lab-h200",
-                 {"--nodes", "no NIC"}},
-        CliError{"show " TRAINYARD_TEST_DATA_DIR "/gpu-hbm-in-gb.json",
-                 {"gpu-hbm-in-gb.json", "field 'hbm_bytes.value'", "looks like GB"}}));
+        CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --nodes 2 --hw lab-h200", {"--nodes", "no NIC"}},
+        CliError{"show " TRAINYARD_TEST_DATA_DIR "/gpu-hbm-in-gb.json", {"gpu-hbm-in-gb.json", "field 'hbm_bytes.value'", "looks like GB"}}));
 
 }  // namespace trainyard

@@ -66,11 +66,11 @@ struct Expected {
 };
 
 const AttentionShape kPairs[] = {
-    {37, 37, 4, 4, 64, true, 100, 100},   // diagonal causal block, 37 rows
-    {50, 70, 8, 2, 128, false, 200, 0},   // earlier block, GQA 4:1
-    {129, 129, 2, 1, 128, true, 0, 0},    // causal, one K/V head, past two tiles
-    {16, 200, 4, 2, 64, true, 184, 0},    // the last 16 queries of 200 keys
-    {70, 33, 2, 2, 128, true, 0, 40},     // keys after some queries: rows that see nothing (o = 0, lse = -inf)
+    {37, 37, 4, 4, 64, true, 100, 100},  // diagonal causal block, 37 rows
+    {50, 70, 8, 2, 128, false, 200, 0},  // earlier block, GQA 4:1
+    {129, 129, 2, 1, 128, true, 0, 0},   // causal, one K/V head, past two tiles
+    {16, 200, 4, 2, 64, true, 184, 0},   // the last 16 queries of 200 keys
+    {70, 33, 2, 2, 128, true, 0, 40},    // keys after some queries: rows that see nothing (o = 0, lse = -inf)
 };
 
 }  // namespace
@@ -148,7 +148,7 @@ TEST(GpuAttention, ChunkedEqualsUnchunkedForwardAndBackward) {
       std::copy(o_chunk.begin(), o_chunk.end(), o_all.begin() + static_cast<std::ptrdiff_t>(qi * chunk_q));
       const auto lse_chunk = lse_acc.download();
       for (int h = 0; h < heads; ++h) {
-        for (int i = 0; i < chunk; ++i) lse_all[static_cast<std::size_t>(h * S + qi * chunk + i)] = lse_chunk[static_cast<std::size_t>(h * chunk + i)];
+        for (int i = 0; i < chunk; ++i) lse_all[h * S + qi * chunk + i] = lse_chunk[h * chunk + i];
       }
     }
     EXPECT_TRUE(test::close_to(o_all, want.o, want.o_tolerance, 0)) << name(path) << " forward";
@@ -160,8 +160,8 @@ TEST(GpuAttention, ChunkedEqualsUnchunkedForwardAndBackward) {
       std::vector<float> lse_chunk(chunk_rows), delta_chunk(chunk_rows);
       for (int h = 0; h < heads; ++h) {
         for (int i = 0; i < chunk; ++i) {
-          lse_chunk[static_cast<std::size_t>(h * chunk + i)] = want.lse[static_cast<std::size_t>(h * S + qi * chunk + i)];
-          delta_chunk[static_cast<std::size_t>(h * chunk + i)] = want.delta[static_cast<std::size_t>(h * S + qi * chunk + i)];
+          lse_chunk[h * chunk + i] = want.lse[h * S + qi * chunk + i];
+          delta_chunk[h * chunk + i] = want.delta[h * S + qi * chunk + i];
         }
       }
       DeviceBuffer<float> lse(lse_chunk), delta(delta_chunk);

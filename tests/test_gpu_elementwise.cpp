@@ -15,7 +15,8 @@ constexpr double kBf16Rel = 1.0 / 128;
 TEST(GpuElementwise, RmsNormForwardAndBackward) {
   TRAINYARD_REQUIRE_GPU();
   for (auto [rows, cols] : {std::pair{3, 7}, std::pair{17, 4096}, std::pair{5, 1000}}) {
-    const auto x = test::random_bf16_values(static_cast<std::size_t>(rows * cols), 1), w = test::random_bf16_values(static_cast<std::size_t>(cols), 2);
+    const auto x = test::random_bf16_values(static_cast<std::size_t>(rows * cols), 1),
+               w = test::random_bf16_values(static_cast<std::size_t>(cols), 2);
     const auto dy = test::random_bf16_values(x.size(), 3);
     std::vector<float> y_ref(x.size()), dx_ref(x.size()), dw_ref(w.size(), 0.0f);
     rmsnorm_forward_ref(rows, cols, 1e-5f, x, w, y_ref);
@@ -62,7 +63,7 @@ TEST(GpuElementwise, AddAndEmbeddingRows) {
   const auto table = test::random_bf16_values(static_cast<std::size_t>(vocab * hidden), 9);
   const auto dy = test::random_bf16_values(static_cast<std::size_t>(rows * hidden), 10);
   std::vector<std::int32_t> tokens(rows);
-  for (int r = 0; r < rows; ++r) tokens[static_cast<std::size_t>(r)] = (r * 7 + 3) % vocab;
+  for (int r = 0; r < rows; ++r) tokens[r] = (r * 7 + 3) % vocab;
   std::vector<float> y_ref(dy.size()), dtable_ref(table.size(), 0.0f);
   embedding_forward_ref(rows, hidden, table, tokens, y_ref);
   embedding_backward_ref(rows, hidden, tokens, dy, dtable_ref);
@@ -97,7 +98,7 @@ TEST(GpuElementwise, CrossEntropyUpToLlamaVocabulary) {
   for (auto [rows, vocab] : {std::pair{3, 11}, std::pair{4, 128256}}) {
     const auto logits = test::random_bf16_values(static_cast<std::size_t>(rows * vocab), 8, 3.0f);
     std::vector<std::int32_t> targets(static_cast<std::size_t>(rows));
-    for (int r = 0; r < rows; ++r) targets[static_cast<std::size_t>(r)] = (r * 7919 + 13) % vocab;
+    for (int r = 0; r < rows; ++r) targets[r] = (r * 7919 + 13) % vocab;
     std::vector<float> dloss(static_cast<std::size_t>(rows), 1.0f / static_cast<float>(rows));
     std::vector<float> loss_ref(targets.size()), lse_ref(targets.size()), dlogits_ref(logits.size());
     cross_entropy_forward_ref(rows, vocab, logits, targets, loss_ref, lse_ref);

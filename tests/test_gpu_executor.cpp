@@ -23,8 +23,7 @@ model::ModelConfig small_model() {
   return model::parse_custom_model("custom:layers=2,hidden=256,heads=4,kv_heads=2,head_dim=64,ffn_hidden=512,vocab=256");
 }
 
-sim::TaskGraph ringtrack(const sim::Cluster& cluster, const model::ModelConfig& m, std::int64_t seq, int batch,
-                         const planner::RingTrackParams& p) {
+sim::TaskGraph ringtrack(const sim::Cluster& cluster, const model::ModelConfig& m, std::int64_t seq, int batch, const planner::RingTrackParams& p) {
   const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
   auto g = planner::build_ringtrack(in, p).graph;
   g.finalize();
@@ -67,8 +66,8 @@ TEST(GpuExecutor, ChunkedOffloadedStepMatchesTheCpuReference) {
   // The measured timeline respects every dependency (a task starts after its predecessors end).
   EXPECT_GT(measured.step_ns, 0);
   for (const auto& [a, b] : g.edges()) {
-    const auto& ta = measured.timing[static_cast<std::size_t>(a)];
-    const auto& tb = measured.timing[static_cast<std::size_t>(b)];
+    const auto& ta = measured.timing[a];
+    const auto& tb = measured.timing[b];
     if (ta.start_ns < 0 || tb.start_ns < 0) continue;  // allocations and frees take no time
     EXPECT_LE(ta.end_ns, tb.start_ns + 1000) << g.task(a).name << " -> " << g.task(b).name;
   }

@@ -18,9 +18,10 @@ TEST(GpuGemm, RowMajorProductsWithTransposesMatchTheReference) {
     int m, n, k;
     bool ta, tb;
   };
-  for (const Case c : {Case{64, 96, 128, false, false}, Case{37, 53, 77, false, true}, Case{128, 40, 200, true, false},
-                       Case{1, 4096, 4096, false, true}}) {
-    const auto a = test::random_bf16_values(static_cast<std::size_t>(c.m * c.k), 1), b = test::random_bf16_values(static_cast<std::size_t>(c.k * c.n), 2);
+  for (const Case c :
+       {Case{64, 96, 128, false, false}, Case{37, 53, 77, false, true}, Case{128, 40, 200, true, false}, Case{1, 4096, 4096, false, true}}) {
+    const auto a = test::random_bf16_values(static_cast<std::size_t>(c.m * c.k), 1),
+               b = test::random_bf16_values(static_cast<std::size_t>(c.k * c.n), 2);
     const auto c0 = test::random_bf16_values(static_cast<std::size_t>(c.m * c.n), 3);
     std::vector<float> ref = c0;
     gemm_ref(c.m, c.n, c.k, a, c.ta, b, c.tb, ref, 0.5f, 2.0f);

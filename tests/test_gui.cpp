@@ -401,8 +401,11 @@ class GuiTest : public QObject {
     // Without saying it holds a window, half a step lacks tasks of the plan.
     QVERIFY(!w.open_measured(unmarked));
     QVERIFY2(w.error_text().contains("of the plan's tasks"), qPrintable(w.error_text()));
-    doc["otherData"]["selection"] = {{"gpus", json::Json::array({0})}, {"gpus_total", 1}, {"start_ns", 0},
-                                     {"end_ns", static_cast<std::int64_t>(half_us * 1000)}, {"counters", true}};  // ns are integers
+    doc["otherData"]["selection"] = {{"gpus", json::Json::array({0})},
+                                     {"gpus_total", 1},
+                                     {"start_ns", 0},
+                                     {"end_ns", static_cast<std::int64_t>(half_us * 1000)},
+                                     {"counters", true}};  // ns are integers
     const QString window = dir.filePath("first-half.json");
     std::ofstream(window.toStdString()) << doc.dump();
     QVERIFY2(w.open_measured(window), qPrintable(w.error_text()));

@@ -144,7 +144,7 @@ TEST(Switching, BytesMatchTheReshardedState) {
   EXPECT_EQ(planner::plan_switch(pure_dp, tp8_pp2, units, 8, 16).bytes(), 0);
   const auto gather = planner::plan_switch(tp8_pp2, pure_dp, units, 8, 16);
   // llama3.2-1b ties its embeddings: with PP 2 the first and last stage both hold them, so they need 14 copies.
-  const std::int64_t embedding = units[static_cast<std::size_t>(s.model.layers)];
+  const std::int64_t embedding = units[s.model.layers];
   EXPECT_EQ(gather.bytes(), 15 * model_bytes - embedding);
   // ZeRO-3 (GPU g holds 1/16 of every unit) to TP 8 x PP 2 (GPU 8s+t wants slice t/8 of its stage's units): only
   // GPU 0 (stage 0) and GPU 15 (stage 1) already hold half of their slice, 1/16 of a unit.
@@ -249,7 +249,8 @@ TEST(HotSpaCli, SimulateAndPlanWithLengths) {
   const auto p = nlohmann::json::parse(plan.out);
   EXPECT_TRUE(p["static"]["fits"].get<bool>());
   EXPECT_TRUE(p["switched"]["fits"].get<bool>());
-  const auto bad = test::run_cli("simulate --lengths dist:nope --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --max-len 4K --static megatron:tp=8");
+  const auto bad = test::run_cli(
+      "simulate --lengths dist:nope --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --max-len 4K --static megatron:tp=8");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--lengths"), std::string::npos) << bad.err;
 }

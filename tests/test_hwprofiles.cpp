@@ -12,10 +12,8 @@ using test::source_json;
 using test::TempDir;
 
 TEST(HwProfiles, AllBuiltinNamesArePresent) {
-  const std::vector<std::string> gpus = {"a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "h100-pcie",
-                                         "h100-sxm",      "h200-sxm",       "l40s",          "rtx-4090"};
-  const std::vector<std::string> nodes = {"dgx-a100", "dgx-h100", "hgx-h200", "lab-h100",
-                                          "lab-h200", "pcie-4090x8", "pcie-a100x4"};
+  const std::vector<std::string> gpus = {"a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "h100-pcie", "h100-sxm", "h200-sxm", "l40s", "rtx-4090"};
+  const std::vector<std::string> nodes = {"dgx-a100", "dgx-h100", "hgx-h200", "lab-h100", "lab-h200", "pcie-4090x8", "pcie-a100x4"};
   EXPECT_EQ(builtin_gpu_names(), gpus);
   EXPECT_EQ(builtin_node_names(), nodes);
 }
@@ -49,8 +47,8 @@ TEST(HwProfiles, DatasheetFiguresOfKnownGpus) {
 TEST(HwProfiles, EfficiencyTablesInterpolateInLogFlops) {
   EfficiencyTable t;
   t.points = {{1e6, 0.1}, {1e9, 0.4}};
-  EXPECT_DOUBLE_EQ(t.at(1e3), 0.1);  // clamped below
-  EXPECT_DOUBLE_EQ(t.at(1e12), 0.4);  // and above
+  EXPECT_DOUBLE_EQ(t.at(1e3), 0.1);    // clamped below
+  EXPECT_DOUBLE_EQ(t.at(1e12), 0.4);   // and above
   EXPECT_NEAR(t.at(1e7), 0.2, 1e-12);  // a third of the way in log10
   const GpuProfile h100 = load_gpu("h100-sxm");
   EXPECT_LT(h100.sustained.gemm.at(1e8), h100.sustained.gemm.at(1e11));
@@ -124,26 +122,26 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"unknown_field", kGpu, [](auto& j) { j["hbm_gb"] = 80; }, {"field 'hbm_gb'", "unknown field"}},
         BadCase{"missing_field", kGpu, [](auto& j) { j.erase("hbm_GBps"); }, {"field 'hbm_GBps'", "missing"}},
-        BadCase{"hbm_in_gb", kGpu, [](auto& j) { j["hbm_bytes"]["value"] = 80; },
-                {"field 'hbm_bytes.value'", "bytes", "looks like GB"}},
-        BadCase{"negative_bandwidth", kGpu, [](auto& j) { j["hbm_GBps"]["value"] = -3350; },
-                {"field 'hbm_GBps.value'", "GB/s", "got -3350", "positive"}},
-        BadCase{"zero_peak", kGpu, [](auto& j) { j["peak_dense_tflops"]["bf16"]["value"] = 0; },
-                {"field 'peak_dense_tflops.bf16.value'", "TFLOP/s"}},
-        BadCase{"bandwidth_in_tbps", kGpu, [](auto& j) { j["hbm_GBps"]["value"] = 3.35; },
-                {"field 'hbm_GBps.value'", "GB/s", "got 3.35"}},
-        BadCase{"fractional_sm_count", kGpu, [](auto& j) { j["sm_count"]["value"] = 131.5; },
-                {"field 'sm_count.value'", "an integer"}},
-        BadCase{"copy_faster_than_link", kGpu, [](auto& j) { j["sustained"]["pcie_h2d_GBps"]["value"] = 80; },
+        BadCase{"hbm_in_gb", kGpu, [](auto& j) { j["hbm_bytes"]["value"] = 80; }, {"field 'hbm_bytes.value'", "bytes", "looks like GB"}},
+        BadCase{
+            "negative_bandwidth", kGpu, [](auto& j) { j["hbm_GBps"]["value"] = -3350; }, {"field 'hbm_GBps.value'", "GB/s", "got -3350", "positive"}},
+        BadCase{"zero_peak", kGpu, [](auto& j) { j["peak_dense_tflops"]["bf16"]["value"] = 0; }, {"field 'peak_dense_tflops.bf16.value'", "TFLOP/s"}},
+        BadCase{"bandwidth_in_tbps", kGpu, [](auto& j) { j["hbm_GBps"]["value"] = 3.35; }, {"field 'hbm_GBps.value'", "GB/s", "got 3.35"}},
+        BadCase{"fractional_sm_count", kGpu, [](auto& j) { j["sm_count"]["value"] = 131.5; }, {"field 'sm_count.value'", "an integer"}},
+        BadCase{"copy_faster_than_link",
+                kGpu,
+                [](auto& j) { j["sustained"]["pcie_h2d_GBps"]["value"] = 80; },
                 {"field 'sustained.pcie_h2d_GBps'", "raw PCIe rate"}},
         // Bandwidth keys written before they said GB/s are refused with the new name, not read 8x off.
-        BadCase{"old_bandwidth_key", kGpu,
+        BadCase{"old_bandwidth_key",
+                kGpu,
                 [](auto& j) {
                   j["hbm_gbps"] = j["hbm_GBps"];
                   j.erase("hbm_GBps");
                 },
                 {"field 'hbm_gbps'", "\"hbm_GBps\" instead", "gigabits", "old key"}},
-        BadCase{"old_nic_bandwidth_key", kNode,
+        BadCase{"old_nic_bandwidth_key",
+                kNode,
                 [](auto& j) {
                   for (auto& v : j["topology"]["vertices"]) {
                     if (v["type"] == "nic") {
@@ -153,50 +151,64 @@ INSTANTIATE_TEST_SUITE_P(
                   }
                 },
                 {"gbps_per_direction'", "\"GBps_per_direction\" instead"}},
-        BadCase{"unknown_source", kGpu, [](auto& j) { j["hbm_GBps"]["source"] = "blog"; },
-                {"field 'hbm_GBps.source'", "sources"}},
-        BadCase{"bad_source_kind", kGpu,
+        BadCase{"unknown_source", kGpu, [](auto& j) { j["hbm_GBps"]["source"] = "blog"; }, {"field 'hbm_GBps.source'", "sources"}},
+        BadCase{"bad_source_kind",
+                kGpu,
                 [](auto& j) { j["sources"]["datasheet"]["kind"] = "rumour"; },
                 {"field 'sources.datasheet.kind'", "datasheet, measured, estimate"}},
-        BadCase{"measured_without_date", kGpu,
-                [](auto& j) { j["sources"]["datasheet"] = {{"kind", "measured"}, {"command", "x"}}; },
+        BadCase{"measured_without_date",
+                kGpu,
+                [](auto& j) {
+                  j["sources"]["datasheet"] = {{"kind", "measured"}, {"command", "x"}};
+                },
                 {"field 'sources.datasheet.date'", "missing"}},
-        BadCase{"efficiency_table_not_increasing", kGpu,
-                [](auto& j) { j["sustained"]["efficiency_by_flops"]["gemm"]["points"] = {{1e9, 0.5}, {1e6, 0.1}}; },
+        BadCase{"efficiency_table_not_increasing",
+                kGpu,
+                [](auto& j) {
+                  j["sustained"]["efficiency_by_flops"]["gemm"]["points"] = {{1e9, 0.5}, {1e6, 0.1}};
+                },
                 {"field 'sustained.efficiency_by_flops.gemm.points[1]'", "flops increasing"}},
-        BadCase{"efficiency_above_one", kGpu,
-                [](auto& j) { j["sustained"]["efficiency_by_flops"]["attention_fwd"]["points"] = {{1e9, 75}}; },
+        BadCase{"efficiency_above_one",
+                kGpu,
+                [](auto& j) {
+                  j["sustained"]["efficiency_by_flops"]["attention_fwd"]["points"] = {{1e9, 75}};
+                },
                 {"field 'sustained.efficiency_by_flops.attention_fwd.points[0]'", "fraction in (0, 1]"}},
-        BadCase{"wrong_schema", kGpu, [](auto& j) { j["schema"] = "trainyard.node.v1"; },
-                {"field 'schema'", "trainyard.gpu.v1"}},
+        BadCase{"wrong_schema", kGpu, [](auto& j) { j["schema"] = "trainyard.node.v1"; }, {"field 'schema'", "trainyard.gpu.v1"}},
         BadCase{"unknown_gpu", kNode, [](auto& j) { j["gpu"] = "a200"; }, {"field 'gpu'", "unknown GPU profile", "a200"}},
-        BadCase{"dram_in_gb", kNode, [](auto& j) { j["host_dram_bytes"]["value"] = 2048; },
-                {"field 'host_dram_bytes.value'", "looks like GB"}},
-        BadCase{"unknown_vertex_type", kNode, [](auto& j) { j["topology"]["vertices"][0]["type"] = "cpu"; },
+        BadCase{"dram_in_gb", kNode, [](auto& j) { j["host_dram_bytes"]["value"] = 2048; }, {"field 'host_dram_bytes.value'", "looks like GB"}},
+        BadCase{"unknown_vertex_type",
+                kNode,
+                [](auto& j) { j["topology"]["vertices"][0]["type"] = "cpu"; },
                 {"field 'topology.vertices[0].type'", "root_complex"}},
-        BadCase{"duplicate_vertex", kNode, [](auto& j) { j["topology"]["vertices"][1]["id"] = "cpu0"; },
+        BadCase{"duplicate_vertex",
+                kNode,
+                [](auto& j) { j["topology"]["vertices"][1]["id"] = "cpu0"; },
                 {"field 'topology.vertices[1].id'", "not used by another vertex"}},
-        BadCase{"link_to_nowhere", kNode, [](auto& j) { j["topology"]["links"][0]["b"] = "sw9"; },
-                {"field 'topology.links[0].b'", "sw9"}},
-        BadCase{"gpu_ids_not_contiguous", kNode,
+        BadCase{"link_to_nowhere", kNode, [](auto& j) { j["topology"]["links"][0]["b"] = "sw9"; }, {"field 'topology.links[0].b'", "sw9"}},
+        BadCase{"gpu_ids_not_contiguous",
+                kNode,
                 [](auto& j) {
                   for (auto& v : j["topology"]["vertices"]) {
                     if (v["id"] == "gpu3") v["id"] = "gpu9";
                   }
                 },
                 {"field 'topology.vertices'", "gpu0..gpu7", "gpu3"}},
-        BadCase{"dram_link_between_gpus", kNode,
+        BadCase{"dram_link_between_gpus",
+                kNode,
                 [](auto& j) {
-                  j["topology"]["links"].push_back(
-                      {{"a", "gpu0"}, {"b", "gpu1"}, {"type", "dram"}, {"GBps", {{"value", 1}, {"source", "dgx"}}}});
+                  j["topology"]["links"].push_back({{"a", "gpu0"}, {"b", "gpu1"}, {"type", "dram"}, {"GBps", {{"value", 1}, {"source", "dgx"}}}});
                 },
                 {"field 'topology.links[", "a link type that can join a gpu and a gpu"}},
-        BadCase{"bad_pcie_lanes", kNode, [](auto& j) { j["topology"]["links"][0]["lanes"] = 0; },
-                {"field 'topology.links[0].lanes'", "[1, 32]"}},
-        BadCase{"stray_latency", kNode,
-                [](auto& j) { j["topology"]["latency_ns"]["ethernet"] = {{"value", 1}, {"source", "dgx"}}; },
+        BadCase{"bad_pcie_lanes", kNode, [](auto& j) { j["topology"]["links"][0]["lanes"] = 0; }, {"field 'topology.links[0].lanes'", "[1, 32]"}},
+        BadCase{"stray_latency",
+                kNode,
+                [](auto& j) {
+                  j["topology"]["latency_ns"]["ethernet"] = {{"value", 1}, {"source", "dgx"}};
+                },
                 {"field 'topology.latency_ns.ethernet'", "unknown field"}},
-        BadCase{"sockets_not_joined", "hwprofiles/nodes/pcie-a100x4.json",
+        BadCase{"sockets_not_joined",
+                "hwprofiles/nodes/pcie-a100x4.json",
                 [](auto& j) {
                   nlohmann::json kept = nlohmann::json::array();
                   for (auto& l : j["topology"]["links"]) {
@@ -206,7 +218,8 @@ INSTANTIATE_TEST_SUITE_P(
                   j["topology"]["latency_ns"].erase("socket");
                 },
                 {"field 'topology.links'", "between every two GPUs", "gpu0 and gpu2"}},
-        BadCase{"gpu_cut_off_from_host", kNode,
+        BadCase{"gpu_cut_off_from_host",
+                kNode,
                 [](auto& j) {
                   auto& links = j["topology"]["links"];
                   nlohmann::json kept = nlohmann::json::array();

@@ -25,7 +25,6 @@ using test::error_of;
 
 namespace {
 
-
 const std::string kTinyPlan = TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json";
 
 // The tiny example plan with `from` replaced by `to` (the first occurrence), written to `dir`.
@@ -77,7 +76,11 @@ TEST(Inputs, ADirectoryAnEmptyFileAndABinaryFileAreNamedForWhatTheyAre) {
   EXPECT_EQ(message.find("malformed"), std::string::npos) << message;
   message = error_of([&] { json::parse_file(dir.write("empty.json", "  \n")); });
   EXPECT_NE(message.find("empty"), std::string::npos) << message;
-  message = error_of([&] { json::parse_file(dir.write("elf.json", std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10))); });
+  message = error_of([&] {
+    json::parse_file(dir.write("elf.json", std::string("\x7f"
+                                                       "ELF\x02\x01\x01\0\0\0",
+                                                       10)));
+  });
   EXPECT_NE(message.find("elf.json:1:5: not JSON text: byte 0x02 at offset 4"), std::string::npos) << message;
   message = error_of([] { json::parse("{\"a\": \"\xff\xfe\"}", "latin.json"); });
   EXPECT_NE(message.find("byte 0xFF"), std::string::npos) << message;
@@ -134,9 +137,7 @@ TEST(Inputs, ADeviceWithoutEndIsCutAtTheCap) {
 TEST(Inputs, AHugeFileIsRefusedByItsSizeBeforeReading) {
   test::TempDir dir;
   const std::string path = (dir.path() / "huge.json").string();
-  {
-    std::ofstream touch(path);
-  }
+  { std::ofstream touch(path); }
   ASSERT_EQ(::truncate(path.c_str(), std::int64_t{1} << 40), 0);  // 1 TiB, sparse: nothing is stored or read
   const auto start = std::chrono::steady_clock::now();
   const auto r = run_cli("simulate --plan " + path);
@@ -180,8 +181,9 @@ TEST(Inputs, ARepeatedRingPositionIsNamedAsARepeat) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("field 'parameters.ring_order'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("0 twice"), std::string::npos) << r.err;
-  r = run_cli("simulate --strategy ringtrack --model custom:layers=8,hidden=64,heads=4,kv_heads=2,head_dim=16,ffn_hidden=192,vocab=256 "
-              "--hw dgx-a100 --seq 256 --global-batch 1 --ring 8 --ring-order 0,1,2,3,4,5,6,6");
+  r = run_cli(
+      "simulate --strategy ringtrack --model custom:layers=8,hidden=64,heads=4,kv_heads=2,head_dim=16,ffn_hidden=192,vocab=256 "
+      "--hw dgx-a100 --seq 256 --global-batch 1 --ring 8 --ring-order 0,1,2,3,4,5,6,6");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--ring-order: field 'value'"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("6 twice (at indices 6 and 7)"), std::string::npos) << r.err;
@@ -210,13 +212,12 @@ TEST(Inputs, RunRefusesBadNumbersAndIgnoredFlagsBeforeAnyWork) {
   struct Case {
     std::string args, says;
   };
-  for (const Case& c : {Case{"--lr -1", "--lr: field 'value': expected a learning rate in (0, 1], got -1"},
-                        Case{"--lr=-1", "--lr: field 'value'"}, Case{"--lr nan", "--lr"}, Case{"--lr inf", "--lr"},
-                        Case{"--lr 0", "--lr"}, Case{"--lr 5", "--lr"}, Case{"--steps 0", "--steps"},
-                        Case{"--steps 1000000", "--steps"}, Case{"--warmup -1", "--warmup"},
-                        Case{"--warmup 2", "--warmup: field 'value': expected --device gpu"},
-                        Case{"--trace t.json", "--trace: field 'value': expected --device gpu"},
-                        Case{"--check --steps 3", "--steps"}, Case{"--check --lr 0.1", "--lr"}}) {
+  for (const Case& c :
+       {Case{"--lr -1", "--lr: field 'value': expected a learning rate in (0, 1], got -1"}, Case{"--lr=-1", "--lr: field 'value'"},
+        Case{"--lr nan", "--lr"}, Case{"--lr inf", "--lr"}, Case{"--lr 0", "--lr"}, Case{"--lr 5", "--lr"}, Case{"--steps 0", "--steps"},
+        Case{"--steps 1000000", "--steps"}, Case{"--warmup -1", "--warmup"}, Case{"--warmup 2", "--warmup: field 'value': expected --device gpu"},
+        Case{"--trace t.json", "--trace: field 'value': expected --device gpu"}, Case{"--check --steps 3", "--steps"},
+        Case{"--check --lr 0.1", "--lr"}}) {
     SCOPED_TRACE(c.args);
     const auto r = run_cli("run --device cpu --plan " + kTinyPlan + " " + c.args);
     EXPECT_EQ(r.exit_code, 2);
@@ -240,7 +241,8 @@ TEST(Inputs, SimulatePlanWarnsWhenTheStoredPredictionDiffers) {
   r = run_cli("simulate --plan " + dir.write("stale.json", doc.dump(2)));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("warning: " + (dir.path() / "stale.json").string() + ": this simulation differs from the plan's stored prediction"),
-            std::string::npos) << r.err;
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("step time"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("(+100.00%)"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("peak HBM"), std::string::npos) << "only what differs: " << r.err;
@@ -266,8 +268,7 @@ TEST(Outputs, ABadOutputPathFailsBeforeTheSearchAndNamesTheFlag) {
     std::string args, says;
   };
   for (const Case& c : {Case{"--out " + missing, "--out: field 'value'"}, Case{"--trace " + missing, "--trace: field 'value'"},
-                        Case{"--out /dev/full", "character device, not a regular file"},
-                        Case{"--out " + dir.path().string(), "is a directory"},
+                        Case{"--out /dev/full", "character device, not a regular file"}, Case{"--out " + dir.path().string(), "is a directory"},
                         Case{"--out " + (dir.path() / "a.json").string() + " --trace " + (dir.path() / "a.json").string(),
                              "--trace: field 'value': expected a file other than --out's"}}) {
     SCOPED_TRACE(c.args);
@@ -306,7 +307,9 @@ TEST(Outputs, EveryOutputFlagIsCheckedFirst) {
                         Case{"run --device cpu --steps 2 --plan " + kTinyPlan + " --loss-curve " + missing, "--loss-curve: field 'value'"},
                         Case{"run --device cpu --steps 2 --plan " + kTinyPlan + " --loss-curve /dev/full", "character device"},
                         Case{"simulate --lengths dist:github --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K "
-                             "--static megatron:tp=8 --trace " + (dir.path() / "t.json").string(), "--trace: field 'value': expected none with --lengths"}}) {
+                             "--static megatron:tp=8 --trace " +
+                                 (dir.path() / "t.json").string(),
+                             "--trace: field 'value': expected none with --lengths"}}) {
     SCOPED_TRACE(c.args);
     const auto r = run_cli(c.args);
     EXPECT_EQ(r.exit_code, 2);
@@ -321,8 +324,8 @@ TEST(Outputs, AWriteErrorAfterTheWorkIsReportedNotSuccess) {
   const std::string trace = (dir.path() / "trace.json").string();
   // A file-size limit of a few KiB stands in for a full disk: the trace does not fit (SIGXFSZ ignored, so write()
   // fails with EFBIG). The error text goes to a pipe, which the limit does not cover.
-  const std::string command = "ulimit -f 8; trap '' XFSZ; " + std::string(TRAINYARD_BINARY) + " simulate --plan " + kTinyPlan +
-                              " --trace " + trace + " 2>&1 >/dev/null; echo exit=$?";
+  const std::string command = "ulimit -f 8; trap '' XFSZ; " + std::string(TRAINYARD_BINARY) + " simulate --plan " + kTinyPlan + " --trace " + trace +
+                              " 2>&1 >/dev/null; echo exit=$?";
   const std::string err = shell(command);
   EXPECT_NE(err.find("trace.json: writing it failed"), std::string::npos) << err;
   EXPECT_NE(err.find("exit=2"), std::string::npos) << err;

@@ -56,8 +56,7 @@ TEST(JsonReader, NumbersOutsideTheirBoundSayWhatWasExpected) {
 TEST(JsonReader, BytesGivenInGigabytesGetAHint) {
   const Json doc = {{"hbm_bytes", {{"value", 80}, {"source", "ds"}}}};
   Reader r(doc, "gpu.json");
-  const std::string msg =
-      error_of([&] { r.figure("hbm_bytes", Bound{1073741824.0, 1e13, "bytes", true, true}, kSources); });
+  const std::string msg = error_of([&] { r.figure("hbm_bytes", Bound{1073741824.0, 1e13, "bytes", true, true}, kSources); });
   EXPECT_NE(msg.find("field 'hbm_bytes.value'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("looks like GB"), std::string::npos) << msg;
 }

@@ -62,9 +62,9 @@ struct Chunked {
 TEST(KernelReference, Bf16RoundsToNearestEven) {
   EXPECT_EQ(to_bf16(1.0f), 0x3F80);
   EXPECT_EQ(from_bf16(0x3F80), 1.0f);
-  EXPECT_EQ(to_bf16(1.0f + 1.0f / 256), 0x3F80);      // halfway: ties to the even 1.0
-  EXPECT_EQ(to_bf16(1.0f + 3.0f / 256), 0x3F82);      // halfway between 0x3F81 and 0x3F82: to even
-  EXPECT_EQ(round_bf16(-2.5f), -2.5f);                // exactly representable
+  EXPECT_EQ(to_bf16(1.0f + 1.0f / 256), 0x3F80);  // halfway: ties to the even 1.0
+  EXPECT_EQ(to_bf16(1.0f + 3.0f / 256), 0x3F82);  // halfway between 0x3F81 and 0x3F82: to even
+  EXPECT_EQ(round_bf16(-2.5f), -2.5f);            // exactly representable
   EXPECT_TRUE(std::isnan(from_bf16(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
   EXPECT_TRUE(std::isinf(round_bf16(std::numeric_limits<float>::infinity())));
 }
@@ -91,7 +91,7 @@ TEST(KernelReference, ChunkedAttentionWithMergeEqualsUnchunked) {
     EXPECT_LT(max_abs_diff(o_acc, std::span<const float>(o_full).subspan(c.q_size(qi * c.chunk), c.q_size(c.chunk))), 1e-5) << qi;
     for (int h = 0; h < c.heads; ++h) {
       for (int i = 0; i < c.chunk; ++i) {
-        EXPECT_NEAR(lse_acc[static_cast<std::size_t>(h * c.chunk + i)], lse_full[static_cast<std::size_t>(h * S + qi * c.chunk + i)], 1e-5);
+        EXPECT_NEAR(lse_acc[h * c.chunk + i], lse_full[h * S + qi * c.chunk + i], 1e-5);
       }
     }
   }
@@ -136,16 +136,15 @@ TEST(KernelReference, ChunkedAttentionBackwardEqualsUnchunked) {
     std::vector<float> lse_chunk(static_cast<std::size_t>(c.heads * c.chunk)), delta_chunk(lse_chunk.size());
     for (int h = 0; h < c.heads; ++h) {
       for (int i = 0; i < c.chunk; ++i) {
-        lse_chunk[static_cast<std::size_t>(h * c.chunk + i)] = lse[static_cast<std::size_t>(h * S + qi * c.chunk + i)];
-        delta_chunk[static_cast<std::size_t>(h * c.chunk + i)] = delta[static_cast<std::size_t>(h * S + qi * c.chunk + i)];
+        lse_chunk[h * c.chunk + i] = lse[h * S + qi * c.chunk + i];
+        delta_chunk[h * c.chunk + i] = delta[h * S + qi * c.chunk + i];
       }
     }
     for (int kj = qi; kj >= 0; --kj) {
       AttentionShape pair{c.chunk, c.chunk, c.heads, c.kv_heads, c.dim, kj == qi, std::int64_t{qi} * c.chunk, std::int64_t{kj} * c.chunk};
       auto sub_q = [&](auto& x) { return std::span(x).subspan(c.q_size(qi * c.chunk), c.q_size(c.chunk)); };
       auto sub_kv = [&](auto& x) { return std::span(x).subspan(c.kv_size(kj * c.chunk), c.kv_size(c.chunk)); };
-      attention_backward_ref(pair, sub_q(q), sub_kv(k), sub_kv(v), sub_q(d_o), lse_chunk, delta_chunk, sub_q(dq_c), sub_kv(dk_c),
-                             sub_kv(dv_c));
+      attention_backward_ref(pair, sub_q(q), sub_kv(k), sub_kv(v), sub_q(d_o), lse_chunk, delta_chunk, sub_q(dq_c), sub_kv(dk_c), sub_kv(dv_c));
     }
   }
   EXPECT_LT(max_abs_diff(dq_c, dq), 1e-4);
@@ -256,8 +255,8 @@ TEST(KernelReference, RopeInverseUndoesItAndChunksCompose) {
 }
 
 TEST(KernelReference, GemmWithTransposesByHand) {
-  const std::vector<float> a{1, 2, 3, 4, 5, 6};     // [2][3]
-  const std::vector<float> b{1, 0, 0, 1, 1, 1};     // [3][2]
+  const std::vector<float> a{1, 2, 3, 4, 5, 6};  // [2][3]
+  const std::vector<float> b{1, 0, 0, 1, 1, 1};  // [3][2]
   std::vector<float> c{10, 20, 30, 40};
   gemm_ref(2, 2, 3, a, false, b, false, c, 1.0f, 0.5f);  // [[4, 5], [10, 11]] + c / 2
   EXPECT_EQ(c, (std::vector<float>{9, 15, 25, 31}));

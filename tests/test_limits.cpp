@@ -120,10 +120,10 @@ TEST(Limits, HugeSequencesAreRefusedQuickly) {
 }
 
 TEST(Limits, SimulateAStrategyOrPlanTooLargeIsRefused) {
-  expect_refused({"simulate", "--strategy", "megatron", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--seq", "64K", "--global-batch",
-                  "1000000000", "--tp", "8"});
-  expect_refused({"simulate", "--strategy", "ringtrack", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--seq", "1G", "--global-batch", "1",
-                  "--chunk", "1K"});
+  expect_refused({"simulate", "--strategy", "megatron", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--seq", "64K", "--global-batch", "1000000000",
+                  "--tp", "8"});
+  expect_refused(
+      {"simulate", "--strategy", "ringtrack", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--seq", "1G", "--global-batch", "1", "--chunk", "1K"});
   test::TempDir dir;
   const std::string plan = dir.write("huge.plan.json", R"({"format": "trainyard.plan.v1", "model": "llama3.2-1b", "hw": "dgx-a100",
     "nodes": 1, "precision": "bf16-mixed", "workload": {"seq_len": 65536, "global_batch": 1000000000}, "scheme": "ringtrack",
@@ -137,14 +137,14 @@ TEST(Limits, SimulateAStrategyOrPlanTooLargeIsRefused) {
 TEST(Limits, LengthsTooManyTokensAreRefused) {
   expect_refused({"simulate", "--lengths", "dist:github", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--tokens-per-step", "1000000000000",
                   "--max-len", "8K", "--static", "megatron:tp=8"});
-  expect_refused({"plan", "--lengths", "dist:github", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--tokens-per-step", "1000000000000",
-                  "--max-len", "4K", "--strategies", "megatron"});
+  expect_refused({"plan", "--lengths", "dist:github", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--tokens-per-step", "1000000000000", "--max-len",
+                  "4K", "--strategies", "megatron"});
 }
 
 TEST(Limits, ARaisedBudgetIsHonoured) {
   // The same command is refused under a small budget and runs under the default one.
-  const std::vector<std::string> args{"simulate", "--strategy", "megatron", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--seq", "4K",
-                                      "--global-batch", "64", "--tp", "8"};
+  const std::vector<std::string> args{"simulate", "--strategy", "megatron",       "--model", "llama3.2-1b", "--hw", "dgx-a100",
+                                      "--seq",    "4K",         "--global-batch", "64",      "--tp",        "8"};
   auto small = args;
   small.insert(small.end(), {"--memory-budget", "1M"});
   EXPECT_EQ(run_limited(small).exit_code, 2);
@@ -247,9 +247,8 @@ TEST(Limits, TheSearchSkipsCandidatesOverTheBudget) {
 TEST(Interrupt, PlanStopsWith130AndLeavesNoTemporaryFiles) {
   test::TempDir dir;
   const std::string out = (dir.path() / "best.plan.json").string();
-  const LimitedRun r = run_limited({"plan", "--model", "llama3-8b", "--hw", "dgx-h100", "--nodes", "2", "--seq", "256K", "--threads", "1",
-                                    "--out", out},
-                                   60, 1.5);
+  const LimitedRun r = run_limited(
+      {"plan", "--model", "llama3-8b", "--hw", "dgx-h100", "--nodes", "2", "--seq", "256K", "--threads", "1", "--out", out}, 60, 1.5);
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_LT(r.seconds, 20) << "the search did not stop soon after Ctrl-C";
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {

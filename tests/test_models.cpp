@@ -10,9 +10,8 @@
 namespace trainyard::model {
 
 TEST(Models, AllBuiltinsLoad) {
-  const std::vector<std::string> expected = {"gpt-13b",    "gpt-2.7b",   "gpt-30b",    "gpt-6.7b",
-                                             "llama-32b",  "llama2-13b", "llama2-70b", "llama2-7b",  "llama3-405b",
-                                             "llama3-70b", "llama3-8b",  "llama3.2-1b", "llama3.2-3b"};
+  const std::vector<std::string> expected = {"gpt-13b",   "gpt-2.7b",    "gpt-30b",    "gpt-6.7b",  "llama-32b",   "llama2-13b", "llama2-70b",
+                                             "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "llama3.2-1b", "llama3.2-3b"};
   EXPECT_EQ(builtin_model_names(), expected);
   for (const auto& name : expected) {
     SCOPED_TRACE(name);
@@ -24,9 +23,9 @@ TEST(Models, AllBuiltinsLoad) {
 
 // Published parameter counts, within 0.5%.
 TEST(Models, ParameterCountsMatchPublishedFigures) {
-  const std::pair<const char*, double> published[] = {
-      {"llama3-8b", 8.03e9}, {"llama2-7b", 6.74e9}, {"llama3-70b", 70.6e9}, {"llama3-405b", 405.9e9},
-      {"llama2-13b", 13.0e9}, {"llama2-70b", 69.0e9}, {"llama3.2-1b", 1.24e9}, {"llama3.2-3b", 3.21e9}};
+  const std::pair<const char*, double> published[] = {{"llama3-8b", 8.03e9},    {"llama2-7b", 6.74e9},  {"llama3-70b", 70.6e9},
+                                                      {"llama3-405b", 405.9e9}, {"llama2-13b", 13.0e9}, {"llama2-70b", 69.0e9},
+                                                      {"llama3.2-1b", 1.24e9},  {"llama3.2-3b", 3.21e9}};
   for (const auto& [name, params] : published) {
     SCOPED_TRACE(name);
     EXPECT_NEAR(load_model(name).params() / params, 1.0, 0.005);
@@ -49,8 +48,7 @@ TEST(Models, HandComputedLlama3_8b) {
   // Attention: 4 * kv_len * q_dim * L, kv_len averaged (S+1)/2 for causal.
   EXPECT_DOUBLE_EQ(m.attention_flops_per_token_fwd(8192, false), 4.0 * 8192 * 4096 * 32);
   EXPECT_DOUBLE_EQ(m.attention_flops_per_token_fwd(8192, true), 4.0 * 4096.5 * 4096 * 32);
-  EXPECT_DOUBLE_EQ(m.training_flops_per_token(8192, true),
-                   3 * (m.dense_flops_per_token_fwd() + m.attention_flops_per_token_fwd(8192, true)));
+  EXPECT_DOUBLE_EQ(m.training_flops_per_token(8192, true), 3 * (m.dense_flops_per_token_fwd() + m.attention_flops_per_token_fwd(8192, true)));
 }
 
 TEST(Models, TiedEmbeddingsHaveNoSeparateHead) {

@@ -27,8 +27,7 @@ TEST(NoFit, BoundMissNamesTheMemoryItsShortfallCounts) {
   EXPECT_EQ(dram.metrics.shortfall_bytes, static_cast<std::int64_t>(1e12));
   EXPECT_EQ(dram.metrics.failure.rfind("needs at least " + format_bytes(3e12) + " of host DRAM per node", 0), 0u) << dram.metrics.failure;
   EXPECT_NE(dram.metrics.failure.find("(and needs at least " + format_bytes(90e9) + " of HBM per GPU"), std::string::npos);
-  EXPECT_NE(describe_miss(dram).find("short by at least " + format_bytes(1e12) + " of host DRAM per node"), std::string::npos)
-      << describe_miss(dram);
+  EXPECT_NE(describe_miss(dram).find("short by at least " + format_bytes(1e12) + " of host DRAM per node"), std::string::npos) << describe_miss(dram);
   // HBM short by more than DRAM: HBM's.
   const RankedPlan hbm = bound_miss(megatron(), {100e9, 2.01e12, 1.0}, 76e9, 2e12);
   EXPECT_EQ(hbm.metrics.short_of, "HBM per GPU");

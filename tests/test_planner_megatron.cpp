@@ -18,9 +18,7 @@ namespace trainyard::planner {
 namespace {
 
 // A GPT-3-like layer as Korthikanti et al. assume it: MHA, GELU with a 4h MLP.
-model::ModelConfig gpt_like() {
-  return model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,activation=gelu,vocab=64");
-}
+model::ModelConfig gpt_like() { return model::parse_custom_model("custom:layers=4,hidden=1024,heads=16,activation=gelu,vocab=64"); }
 
 }  // namespace
 
@@ -47,8 +45,7 @@ TEST(Activations, MatchKorthikantiPerLayer) {
     EXPECT_DOUBLE_EQ(layer_activation_bytes(m, split, Recompute::full).total(), 2 * s * b * h / t);
   }
   // Without dropout (how the built-in models train) the two 1-byte masks go: 32 s b h.
-  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, LayerSplit{2, 4096, 1, false, false}, Recompute::none).total(),
-                   32 * s * b * h + lse);
+  EXPECT_DOUBLE_EQ(layer_activation_bytes(m, LayerSplit{2, 4096, 1, false, false}, Recompute::none).total(), 32 * s * b * h + lse);
 }
 
 TEST(Activations, SwigluAndGqaCountTheirOwnTensors) {
@@ -255,7 +252,7 @@ std::set<std::vector<sim::DeviceId>> groups_of(const sim::TaskGraph& g, sim::Col
   std::set<std::vector<sim::DeviceId>> out;
   for (const auto& t : g.tasks()) {
     const auto* c = std::get_if<sim::Collective>(&t.params);
-    if (c != nullptr && c->op == op) out.insert(g.groups()[static_cast<std::size_t>(c->group)]);
+    if (c != nullptr && c->op == op) out.insert(g.groups()[c->group]);
   }
   return out;
 }
@@ -308,8 +305,8 @@ TEST(Megatron, AllGatherContextParallelGathersKvAndReduceScattersItsGradients) {
   int gathers = 0, scatters = 0;
   for (const auto& t : g.tasks()) {
     const auto* c = std::get_if<sim::Collective>(&t.params);
-    if (c == nullptr || g.groups()[static_cast<std::size_t>(c->group)].size() != 2) continue;
-    const auto& members = g.groups()[static_cast<std::size_t>(c->group)];
+    if (c == nullptr || g.groups()[c->group].size() != 2) continue;
+    const auto& members = g.groups()[c->group];
     if (c->op == sim::CollectiveOp::all_gather || c->op == sim::CollectiveOp::reduce_scatter) {
       EXPECT_EQ(members[0] % 2, members[1] % 2) << t.name;  // the cp ranks of one TP index
       EXPECT_NEAR(static_cast<double>(c->bytes), cp_gathered_kv_bytes(k.model, split), 2);
@@ -389,13 +386,13 @@ TEST(Megatron, AllToAllContextParallelTradesTheSequenceSplitForAHeadSplit) {
   int exchanges = 0, attentions = 0;
   for (const auto& t : g.tasks()) {
     if (const auto* c = std::get_if<sim::Collective>(&t.params); c != nullptr && c->op == sim::CollectiveOp::all_to_all) {
-      const auto& members = g.groups()[static_cast<std::size_t>(c->group)];
+      const auto& members = g.groups()[c->group];
       ASSERT_EQ(members.size(), 2U);
       EXPECT_EQ(members[0] % 2, members[1] % 2) << t.name;  // the cp ranks of one TP index
       ++exchanges;
     }
     if (const auto* a = std::get_if<sim::Attention>(&t.params); a != nullptr && t.device == 0) {
-      EXPECT_EQ(a->q_len, 8192) << t.name;  // the whole sequence ...
+      EXPECT_EQ(a->q_len, 8192) << t.name;          // the whole sequence ...
       EXPECT_EQ(a->heads, 16 / (2 * 2)) << t.name;  // ... for 1/cp of the TP rank's heads
       ++attentions;
     }
@@ -442,7 +439,7 @@ TEST(Megatron, HierarchicalContextParallelRunsAllToAllsInsideGroupsAndARingAcros
       ++blocks_on_gpu0;
     }
   }
-  EXPECT_EQ(sends, 2 * 2 * 8);        // layers x (forward, backward) x 8 ranks passing once round a ring of 2
+  EXPECT_EQ(sends, 2 * 2 * 8);           // layers x (forward, backward) x 8 ranks passing once round a ring of 2
   EXPECT_EQ(blocks_on_gpu0, 2 * 2 * 2);  // layers x (forward, backward) x ring steps
   // Each pass carries what a p2p ring's does (twice the tokens, half the K/V heads), but once instead of cp - 1 times.
   MegatronParams flat = p;

@@ -139,7 +139,7 @@ TEST(RingTrack, BubbleMatchesTheFillAndDrainFormula) {
       if (t.stream.kind != sim::StreamKind::compute || t.kind() == sim::TaskKind::optimizer) continue;
       if (first < 0 || r.timing[i].start_ns < first) first = r.timing[i].start_ns;
       last = std::max(last, r.timing[i].end_ns);
-      busy[static_cast<std::size_t>(t.device)] += static_cast<double>(r.timing[i].end_ns - r.timing[i].start_ns);
+      busy[t.device] += static_cast<double>(r.timing[i].end_ns - r.timing[i].start_ns);
     }
     const double span = static_cast<double>(last - first);
     double total = 0, most = 0, least = 1e300;
@@ -173,7 +173,7 @@ TEST(RingTrack, HbmDoesNotGrowWithTheSequenceWhenKvAndActivationsLiveInDram) {
     const auto r = run(plan.graph, c);
     ASSERT_TRUE(r.completed) << S;
     std::int64_t peak = 0;
-    for (int gpu = 0; gpu < 8; ++gpu) peak = std::max(peak, r.pools[static_cast<std::size_t>(gpu)].peak_bytes);
+    for (int gpu = 0; gpu < 8; ++gpu) peak = std::max(peak, r.pools[gpu].peak_bytes);
     peaks.push_back(peak);
     dram.push_back(r.pools[8].peak_bytes);
   }

@@ -40,7 +40,7 @@ TEST(Search, LowerBoundsNeverExceedTheSimulation) {
     g.finalize();
     const sim::SimResult r = sim::simulate(g, c);
     std::int64_t hbm = 0, dram = 0;
-    for (int gpu = 0; gpu < 4; ++gpu) hbm = std::max(hbm, r.pools[static_cast<std::size_t>(gpu)].peak_bytes);
+    for (int gpu = 0; gpu < 4; ++gpu) hbm = std::max(hbm, r.pools[gpu].peak_bytes);
     dram = r.pools[4].peak_bytes;
     const std::string what = specs[i].scheme + ": " + specs[i].summary();
     if (r.completed) {

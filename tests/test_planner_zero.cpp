@@ -64,8 +64,8 @@ TEST(Zero, StagesShardModelStatesAndPickTheirCollectives) {
     EXPECT_NEAR(static_cast<double>(alloc_bytes(g, "optimizer gpu0")), 12 * (stage >= 1 ? p / 4 : p), 1);
     const Counts k = count(g);
     EXPECT_EQ(k.all_gathers, stage == 3 ? 2 * 4 * 2 : (stage >= 1 ? 1 : 0));  // per layer fwd + bwd; or after the step
-    EXPECT_EQ(k.reduce_scatters, stage >= 2 ? 4 * 2 : 0);                       // every micro-batch
-    EXPECT_EQ(k.all_reduces, stage <= 1 ? 4 : 0);                               // last micro-batch only
+    EXPECT_EQ(k.reduce_scatters, stage >= 2 ? 4 * 2 : 0);                     // every micro-batch
+    EXPECT_EQ(k.all_reduces, stage <= 1 ? 4 : 0);                             // last micro-batch only
     const sim::SimResult r = run(g, c);
     EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
     peak_hbm.push_back(r.pools[0].peak_bytes);
@@ -88,9 +88,9 @@ TEST(Zero, OffloadMovesStatesAndCheckpointsToHostMemory) {
   off.offload_optimizer = off.offload_grads = off.offload_params = off.offload_activations = true;
   sim::TaskGraph g = build_zero(in, off);
   const Counts k = count(g);
-  EXPECT_EQ(k.host_steps, 4);        // the AdamW step of each GPU's shard runs on the host
-  EXPECT_EQ(k.d2h, 4 * 4 + 4 * 4);   // checkpoints (4 layers x 4 GPUs, 1 micro-batch) and gradient shards
-  EXPECT_GT(k.h2d, 4 * 4);           // checkpoints back, parameter shards before each gather
+  EXPECT_EQ(k.host_steps, 4);       // the AdamW step of each GPU's shard runs on the host
+  EXPECT_EQ(k.d2h, 4 * 4 + 4 * 4);  // checkpoints (4 layers x 4 GPUs, 1 micro-batch) and gradient shards
+  EXPECT_GT(k.h2d, 4 * 4);          // checkpoints back, parameter shards before each gather
   const sim::SimResult r = run(g, c);
   ASSERT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
   EXPECT_GT(r.pools[4].peak_bytes, 0);                            // host DRAM holds states and checkpoints
@@ -213,13 +213,13 @@ TEST(RingAttention, PassesKvBlocksRoundTheRingAndZigzagBalancesTheWork) {
     std::vector<double> attention_ns(4, 0);
     for (sim::TaskId t = 0; t < static_cast<sim::TaskId>(g.size()); ++t) {
       if (g.task(t).kind() == sim::TaskKind::attention) {
-        attention_ns[static_cast<std::size_t>(g.task(t).device)] += static_cast<double>(r.timing[t].end_ns - r.timing[t].start_ns);
+        attention_ns[g.task(t).device] += static_cast<double>(r.timing[t].end_ns - r.timing[t].start_ns);
       }
     }
     busy.push_back(attention_ns);
   }
-  EXPECT_GT(busy[0][3], 3 * busy[0][0]);              // plain: rank 3 computes 4 blocks, rank 0 one
-  EXPECT_NEAR(busy[1][3] / busy[1][0], 1.0, 0.05);    // zigzag: balanced
+  EXPECT_GT(busy[0][3], 3 * busy[0][0]);            // plain: rank 3 computes 4 blocks, rank 0 one
+  EXPECT_NEAR(busy[1][3] / busy[1][0], 1.0, 0.05);  // zigzag: balanced
 }
 
 }  // namespace trainyard::planner

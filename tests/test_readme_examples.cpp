@@ -109,8 +109,8 @@ ExampleRun run_example(const std::string& command, const TempDir& dir) {
     args += " " + single_quoted(w[i]);
   }
   const auto err = dir.path() / "stderr";
-  const std::string shell = "cd " + single_quoted(TRAINYARD_SOURCE_DIR) + " && " + single_quoted(TRAINYARD_BINARY) + args +
-                            " >/dev/null 2>" + single_quoted(err.string());
+  const std::string shell = "cd " + single_quoted(TRAINYARD_SOURCE_DIR) + " && " + single_quoted(TRAINYARD_BINARY) + args + " >/dev/null 2>" +
+                            single_quoted(err.string());
   const auto started = std::chrono::steady_clock::now();
   const int status = std::system(shell.c_str());
   ExampleRun r;
@@ -146,15 +146,14 @@ TEST_P(ReadmeExample, ExitsZero) {
   EXPECT_EQ(r.exit_code, 0) << GetParam() << "\n" << r.err;
 }
 
-INSTANTIATE_TEST_SUITE_P(Readme, ReadmeExample, ::testing::ValuesIn(readme_commands()),
-                         [](const ::testing::TestParamInfo<std::string>& example) {
-                           std::string name = std::to_string(example.index) + "_";
-                           for (const auto& w : words(example.param)) {
-                             if (w == "trainyard") continue;
-                             name += w;  // the subcommand
-                             break;
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Readme, ReadmeExample, ::testing::ValuesIn(readme_commands()), [](const ::testing::TestParamInfo<std::string>& example) {
+  std::string name = std::to_string(example.index) + "_";
+  for (const auto& w : words(example.param)) {
+    if (w == "trainyard") continue;
+    name += w;  // the subcommand
+    break;
+  }
+  return name;
+});
 
 }  // namespace trainyard::test

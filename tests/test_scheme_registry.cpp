@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <set>
 
+#include "hwprofiles/catalog.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/schemes/zero_family.hpp"
 #include "planner/search.hpp"
-#include "hwprofiles/catalog.hpp"
 #include "tests/test_support.hpp"
 
 namespace trainyard::planner {

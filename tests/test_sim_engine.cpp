@@ -21,9 +21,7 @@ namespace {
 
 const double kPcie = hw::pcie_gbps_per_direction(4, 16);  // 31.5077 GB/s = bytes/ns
 
-Cluster tiny(int nodes = 1) {
-  return Cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), nodes, test::ideal_stack());
-}
+Cluster tiny(int nodes = 1) { return Cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), nodes, test::ideal_stack()); }
 
 SimResult run(TaskGraph& graph, const Cluster& cluster) {
   validate(graph, cluster.gpus(), cluster.nodes, "test graph");

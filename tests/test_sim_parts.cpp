@@ -92,7 +92,7 @@ TEST(Collectives, StepCountsAndBytesPerRank) {
     ASSERT_EQ(step.size(), static_cast<std::size_t>(n));
     for (const auto& t : step) {
       EXPECT_EQ(t.dst_rank, (t.src_rank + 1) % n);
-      sent[static_cast<std::size_t>(t.src_rank)] += t.bytes;
+      sent[t.src_rank] += t.bytes;
     }
   }
   for (double s : sent) EXPECT_DOUBLE_EQ(s, 2.0 * (n - 1) / n * bytes);
@@ -101,7 +101,7 @@ TEST(Collectives, StepCountsAndBytesPerRank) {
   for (int s = 0; s < n - 1; ++s) {
     std::vector<Transfer> step;
     collective_step(CollectiveOp::all_to_all, Algorithm::ring, n, bytes, s, step);
-    for (const auto& t : step) ++seen[static_cast<std::size_t>(t.src_rank)][static_cast<std::size_t>(t.dst_rank)];
+    for (const auto& t : step) ++seen[t.src_rank][t.dst_rank];
   }
   for (int a = 0; a < n; ++a) {
     for (int b = 0; b < n; ++b) EXPECT_EQ(seen[a][b], a == b ? 0 : 1);
@@ -111,9 +111,9 @@ TEST(Collectives, StepCountsAndBytesPerRank) {
   for (int s = 0; s < collective_steps(CollectiveOp::broadcast, Algorithm::ring, n); ++s) {
     std::vector<Transfer> step;
     collective_step(CollectiveOp::broadcast, Algorithm::ring, n, bytes, s, step);
-    for (const auto& t : step) received[static_cast<std::size_t>(t.dst_rank)] += t.bytes;
+    for (const auto& t : step) received[t.dst_rank] += t.bytes;
   }
-  for (int r = 1; r < n; ++r) EXPECT_DOUBLE_EQ(received[static_cast<std::size_t>(r)], bytes);
+  for (int r = 1; r < n; ++r) EXPECT_DOUBLE_EQ(received[r], bytes);
 }
 
 // A ring over several nodes runs one channel per rail, each channel rotating every node's members so that its
@@ -126,17 +126,17 @@ TEST(Collectives, RingChannelsRotateEachNodesMembers) {
   std::set<int> exits;  // the member each channel leaves node 0 from
   for (const auto& order : two_nodes) exits.insert(order[3]);
   EXPECT_EQ(exits.size(), 4u);
-  EXPECT_EQ(ring_channels({0, 0, 1, 1}, 1).size(), 1u);           // one rail
-  EXPECT_EQ(ring_channels({0, 0, 0, 0}, 8).size(), 1u);           // one node
-  EXPECT_EQ(ring_channels({0, 0, 0, 1}, 8).size(), 1u);           // uneven
-  EXPECT_EQ(ring_channels({0, 1, 0, 1}, 8).size(), 1u);           // not contiguous per node
-  EXPECT_EQ(ring_channels({0, 0, 1, 1, 0, 0}, 8).size(), 1u);     // a node twice
+  EXPECT_EQ(ring_channels({0, 0, 1, 1}, 1).size(), 1u);        // one rail
+  EXPECT_EQ(ring_channels({0, 0, 0, 0}, 8).size(), 1u);        // one node
+  EXPECT_EQ(ring_channels({0, 0, 0, 1}, 8).size(), 1u);        // uneven
+  EXPECT_EQ(ring_channels({0, 1, 0, 1}, 8).size(), 1u);        // not contiguous per node
+  EXPECT_EQ(ring_channels({0, 0, 1, 1, 0, 0}, 8).size(), 1u);  // a node twice
 }
 
 TEST(CostModel, CausalAttentionCountsUnmaskedPairs) {
   Attention a{4, 4, 1, 1, 1, true, false};
   EXPECT_DOUBLE_EQ(attention_pairs(a), 10);  // 1 + 2 + 3 + 4
-  a.q_len = 2;                                // queries at positions 2, 3 of 4 keys: 3 + 4
+  a.q_len = 2;                               // queries at positions 2, 3 of 4 keys: 3 + 4
   EXPECT_DOUBLE_EQ(attention_pairs(a), 7);
   a.causal = false;
   EXPECT_DOUBLE_EQ(attention_pairs(a), 8);
@@ -241,11 +241,9 @@ TEST(CostModel, UnfusedAttentionComputesTheWholeSquareAndPassesThroughHbm) {
   Task full = t;
   std::get<Attention>(full.params).causal = false;
   EXPECT_EQ(model.duration_ns(full), model.duration_ns(t));
-  EXPECT_GE(static_cast<double>(model.duration_ns(full)),
-            compute_cost(full).hardware_flops / (312e3 * model.attention_best_fraction(false, 128)));
+  EXPECT_GE(static_cast<double>(model.duration_ns(full)), compute_cost(full).hardware_flops / (312e3 * model.attention_best_fraction(false, 128)));
   std::get<Attention>(full.params).backward = true;
-  EXPECT_GE(static_cast<double>(model.duration_ns(full)),
-            compute_cost(full).hardware_flops / (312e3 * model.attention_best_fraction(true, 128)));
+  EXPECT_GE(static_cast<double>(model.duration_ns(full)), compute_cost(full).hardware_flops / (312e3 * model.attention_best_fraction(true, 128)));
 }
 
 TEST(CostModel, EagerElementwiseOpsMoveMoreBytesInMoreKernels) {
@@ -307,28 +305,22 @@ TEST(GraphJson, MalformedGraphsAreRejectedClearly) {
       {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1},
            {"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1}])",
        {"g.json", "tasks[1].name", "a name no other task has"}},
-      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "deps": ["nope"]}])",
-       {"tasks[0].deps[0]", "\"nope\""}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "deps": ["nope"]}])", {"tasks[0].deps[0]", "\"nope\""}},
       {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "deps": ["b"]},
            {"name": "b", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "deps": ["a"]}])",
        {"no dependency cycle", "'a'"}},
       {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1},
            {"name": "f", "kind": "free", "device": "gpu0", "alloc": "a"}])",
        {"tasks[1] 'f'.alloc", "the name of an alloc task"}},
-      {R"([{"name": "a", "kind": "gemm", "device": "gpu9", "m": 1, "n": 1, "k": 1}])",
-       {"tasks[0] 'a'.device", "gpu0..gpu7", "gpu9"}},
-      {R"([{"name": "a", "kind": "gemm", "device": "cpu0", "m": 1, "n": 1, "k": 1}])",
-       {"tasks[0].device", "\"gpu0\""}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu9", "m": 1, "n": 1, "k": 1}])", {"tasks[0] 'a'.device", "gpu0..gpu7", "gpu9"}},
+      {R"([{"name": "a", "kind": "gemm", "device": "cpu0", "m": 1, "n": 1, "k": 1}])", {"tasks[0].device", "\"gpu0\""}},
       {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 0, "n": 1, "k": 1}])", {"tasks[0].m", "got 0"}},
       {R"([{"name": "a", "kind": "matmul", "device": "gpu0"}])", {"tasks[0].kind", "gemm, attention"}},
-      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "flops": 5}])",
-       {"tasks[0].flops", "unknown field"}},
-      {R"([{"name": "c", "kind": "collective", "op": "all_reduce", "group": ["gpu0"], "bytes": 8}])",
-       {"tasks[0].group", "at least 2"}},
+      {R"([{"name": "a", "kind": "gemm", "device": "gpu0", "m": 1, "n": 1, "k": 1, "flops": 5}])", {"tasks[0].flops", "unknown field"}},
+      {R"([{"name": "c", "kind": "collective", "op": "all_reduce", "group": ["gpu0"], "bytes": 8}])", {"tasks[0].group", "at least 2"}},
       {R"([{"name": "c", "kind": "collective", "op": "all_gather", "algorithm": "tree", "group": ["gpu0", "gpu1"], "bytes": 8}])",
        {"'c'.algorithm", "ring or direct"}},
-      {R"([{"name": "p", "kind": "p2p", "device": "gpu0", "dst": "gpu0", "bytes": 8}])",
-       {"'p'.dst", "other than the sender"}},
+      {R"([{"name": "p", "kind": "p2p", "device": "gpu0", "dst": "gpu0", "bytes": 8}])", {"'p'.dst", "other than the sender"}},
       {R"([{"name": "c", "kind": "collective", "op": "all_to_all", "group": ["gpu0", "gpu1"], "bytes": 8, "ring_ranks": 4}])",
        {"'c'.ring_ranks", "only on a ring all_reduce"}},
       {R"([{"name": "c", "kind": "collective", "op": "all_reduce", "group": ["gpu0", "gpu1", "gpu2"], "bytes": 6, "ring_ranks": 2}])",
@@ -373,7 +365,7 @@ TEST(FlowNetwork, IncrementalRatesEqualAFullRecomputation) {
     while (!unfrozen.empty()) {
       std::vector<int> count(capacity.size(), 0);
       for (int id : unfrozen) {
-        for (auto r : flows.at(id).route) ++count[static_cast<std::size_t>(r)];
+        for (auto r : flows.at(id).route) ++count[r];
       }
       double share = FlowNetwork::kUncapped;
       int bottleneck = -1;
@@ -393,7 +385,7 @@ TEST(FlowNetwork, IncrementalRatesEqualAFullRecomputation) {
       }
       for (int id : freeze) {
         rate[id] = cap <= share ? flows.at(id).cap : share;
-        for (auto r : flows.at(id).route) remaining[static_cast<std::size_t>(r)] -= rate[id];
+        for (auto r : flows.at(id).route) remaining[r] -= rate[id];
         unfrozen.erase(id);
       }
     }

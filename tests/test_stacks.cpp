@@ -9,8 +9,8 @@
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/megatron.hpp"
-#include "planner/zero.hpp"
 #include "planner/transformer.hpp"
+#include "planner/zero.hpp"
 #include "sim/engine.hpp"
 #include "stacks/stack_profile.hpp"
 #include "test_support.hpp"
@@ -145,7 +145,7 @@ TEST(Stacks, SelectiveRecomputeRerunsTheCoreAttention) {
   };
   EXPECT_EQ(attention_recomputes(planner::Recompute::none), 0);
   EXPECT_EQ(attention_recomputes(planner::Recompute::selective), 2 * 2 * 8);  // layers x micro-batches x TP ranks
-  EXPECT_EQ(attention_recomputes(planner::Recompute::full), 2 * 2 * 8);      // inside the recomputed forward
+  EXPECT_EQ(attention_recomputes(planner::Recompute::full), 2 * 2 * 8);       // inside the recomputed forward
 }
 
 // FSDP2 copies each gathered layer's parameters out of the all-gather buffer on the compute stream; ZeRO-3 as
@@ -167,7 +167,7 @@ TEST(Stacks, Fsdp2CopiesGatheredParametersOut) {
     return std::pair{n, bytes};
   };
   const auto [n, bytes] = copies("torchtitan");
-  EXPECT_EQ(n, 2 * 2 * 8);  // layers x (forward, backward) x GPUs
+  EXPECT_EQ(n, 2 * 2 * 8);                                                        // layers x (forward, backward) x GPUs
   EXPECT_EQ(bytes, static_cast<std::int64_t>(2 * m.param_counts().per_layer()));  // bf16 parameters, read once
   EXPECT_EQ(copies("deepspeed").first, 0);
 }
@@ -186,7 +186,8 @@ TEST(Stacks, Fsdp2ReducesGradientsInFp32AfterCopyingThemIn) {
     const sim::TaskGraph g = planner::build_zero(in, z);
     std::int64_t scatter_bytes = 0, copies = 0, copy_written = 0;
     for (const auto& t : g.tasks()) {
-      if (const auto* coll = std::get_if<sim::Collective>(&t.params); coll && coll->op == sim::CollectiveOp::reduce_scatter) scatter_bytes = coll->bytes;
+      if (const auto* coll = std::get_if<sim::Collective>(&t.params); coll && coll->op == sim::CollectiveOp::reduce_scatter)
+        scatter_bytes = coll->bytes;
       if (t.name.find("copy in grads") != std::string::npos) {
         ++copies;
         copy_written = std::get<sim::Elementwise>(t.params).bytes_written;
@@ -256,8 +257,10 @@ TEST(Stacks, MegatronHoldsTheWholeMicroBatchsLogitsForItsLoss) {
 TEST(StacksCli, PlanFilesRecordTheStackAndSimulateReportsIt) {
   test::TempDir dir;
   const std::string plan = (dir.path() / "p.json").string();
-  const auto planned = test::run_cli("plan --model custom:layers=2,hidden=256,heads=4,kv_heads=4,vocab=1024 --hw dgx-a100 --seq 8K "
-                                     "--strategies megatron --stack torchtitan --out " + plan);
+  const auto planned = test::run_cli(
+      "plan --model custom:layers=2,hidden=256,heads=4,kv_heads=4,vocab=1024 --hw dgx-a100 --seq 8K "
+      "--strategies megatron --stack torchtitan --out " +
+      plan);
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   EXPECT_EQ(nlohmann::json::parse(test::read_file(plan))["stack"], "torchtitan");
   const auto sim = test::run_cli("simulate --plan " + plan + " --json");
@@ -269,7 +272,8 @@ TEST(StacksCli, PlanFilesRecordTheStackAndSimulateReportsIt) {
   const auto refused = test::run_cli("simulate --plan " + plan + " --stack deepspeed");
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("--stack"), std::string::npos) << refused.err;
-  const auto text = test::run_cli("simulate --strategy megatron --tp 8 --model llama3-8b --hw dgx-h100 --seq 4K --global-batch 1 --stack megatron-lm");
+  const auto text = test::run_cli(
+      "simulate --strategy megatron --tp 8 --model llama3-8b --hw dgx-h100 --seq 4K --global-batch 1 --stack megatron-lm");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("stack          megatron-lm: attention cudnn"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("as megatron-lm logs it: MFU"), std::string::npos) << text.out;

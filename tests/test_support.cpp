@@ -1,10 +1,10 @@
 #include "test_support.hpp"
 
+#include <sys/wait.h>
 #include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <sys/wait.h>
 
 namespace trainyard::test {
 
@@ -43,8 +43,7 @@ nlohmann::json source_json(const std::string& relative_path) {
 CliResult run_cli(const std::string& args) {
   TempDir dir;
   const auto out = dir.path() / "out", err = dir.path() / "err";
-  const std::string command =
-      std::string(TRAINYARD_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
+  const std::string command = std::string(TRAINYARD_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
   const int status = std::system(command.c_str());
   CliResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -25,7 +25,7 @@ Figures simulate_step(const model::ModelConfig& m, const hw::NodeProfile& node, 
   const sim::SimResult r = test::simulate_built(g, cluster, "symmetry");
   EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
   Figures f{static_cast<double>(r.step_ns), 0, r.mfu()};
-  for (int gpu = 0; gpu < r.gpus; ++gpu) f.peak_hbm_bytes = std::max(f.peak_hbm_bytes, static_cast<double>(r.pools[static_cast<std::size_t>(gpu)].peak_bytes));
+  for (int gpu = 0; gpu < r.gpus; ++gpu) f.peak_hbm_bytes = std::max(f.peak_hbm_bytes, static_cast<double>(r.pools[gpu].peak_bytes));
   return f;
 }
 

@@ -133,8 +133,7 @@ namespace {
 nlohmann::json read_trace(const std::string& path) { return nlohmann::json::parse(test::read_file(path)); }
 
 // A mid-size step: llama3-8b at 256K tokens, ring-track with 2K chunks on a DGX A100 (76 MB as a whole trace).
-const std::string kMidSize =
-    "simulate --strategy ringtrack --model llama3-8b --hw dgx-a100 --seq 256K --global-batch 1 --chunk 2K --json";
+const std::string kMidSize = "simulate --strategy ringtrack --model llama3-8b --hw dgx-a100 --seq 256K --global-batch 1 --chunk 2K --json";
 
 }  // namespace
 
@@ -190,8 +189,8 @@ TEST(TraceCli, EachFlagChangesTheTrace) {
 
 TEST(TraceCli, BadTraceFlagsNameTheFlag) {
   const std::string graph = "simulate --graph " + std::string(TRAINYARD_SOURCE_DIR) + "/examples/two-gpu-offload.json ";
-  for (const std::string bad : {"--trace-gpus 8", "--trace-gpus 3-1", "--trace-gpus x", "--trace-window 5:2",
-                                 "--trace-window 5", "--trace-window -1:2", "--trace-counters maybe"}) {
+  for (const std::string bad : {"--trace-gpus 8", "--trace-gpus 3-1", "--trace-gpus x", "--trace-window 5:2", "--trace-window 5",
+                                "--trace-window -1:2", "--trace-counters maybe"}) {
     test::TempDir dir;
     const auto r = test::run_cli(graph + "--trace " + (dir.path() / "t.json").string() + " " + bad);
     EXPECT_EQ(r.exit_code, 2) << bad;

@@ -108,8 +108,8 @@ TEST(Validation, TorchtitanConventionReproducesItsPublishedMfu) {
   const double attention_full = 12.0 * 32 * 4096 * 8192;
   EXPECT_NEAR(model::convention_flops_per_token(m, 8192, torchtitan, false) - model::convention_flops_per_token(m, 8192, halved, false),
               attention_full / 2, attention_full * 1e-3);
-  EXPECT_NEAR(model::convention_flops_per_token(m, 8192, with_recompute, true) / model::convention_flops_per_token(m, 8192, halved, true),
-              4.0 / 3, 1e-9);
+  EXPECT_NEAR(model::convention_flops_per_token(m, 8192, with_recompute, true) / model::convention_flops_per_token(m, 8192, halved, true), 4.0 / 3,
+              1e-9);
 }
 
 TEST(Validation, CollectiveBenchmarkUsesNcclTestsDefinitions) {
@@ -177,14 +177,17 @@ TEST(ValidationCli, FastCasesAreNoWorseThanTheBaselineAndABetterBaselineFails) {
 TEST(ValidationCli, MixedLengthCasesPredictWhatSimulateLengthsPrints) {
   // A HotSPa-style case: a mini-batch of mixed lengths under a static strategy; its step_s is simulate --lengths'
   // total for the same flags.
-  const std::string flags = R"("--lengths", "dist:github", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--tokens-per-step", "64K", "--max-len", "8K", "--seed", "1", "--static", "megatron:dp=8")";
+  const std::string flags =
+      R"("--lengths", "dist:github", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--tokens-per-step", "64K", "--max-len", "8K", "--seed", "1", "--static", "megatron:dp=8")";
   test::TempDir dir;
   const std::string cases = dir.write("cases.json", R"({"schema": "trainyard.validation.v1", "dataset": "lengths", "title": "t", "source": "s",
     "flop_convention": {"causal_attention_halved": true, "recompute_counted": false, "input_embedding_counted": false, "text": "x"},
-    "cases": [{"name": "mixed", "simulate": [)" + flags + R"(], "published": {"step_s": 1.0}}]})");
+    "cases": [{"name": "mixed", "simulate": [)" + flags +
+                                                        R"(], "published": {"step_s": 1.0}}]})");
   const auto validated = test::run_cli("validate --cases " + cases + " --json");
   ASSERT_EQ(validated.exit_code, 0) << validated.err;
-  const auto simulated = test::run_cli("simulate --lengths dist:github --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --max-len 8K --seed 1 --static megatron:dp=8 --json");
+  const auto simulated = test::run_cli(
+      "simulate --lengths dist:github --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --max-len 8K --seed 1 --static megatron:dp=8 --json");
   ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
   const double total_s = Json::parse(simulated.out)["static"]["total_s"].get<double>();
   const Json figure = Json::parse(validated.out)[0]["cases"][0]["figures"][0];

@@ -19,10 +19,9 @@ std::string megatron_summary(const PlanSpec& spec) {
                                  : "";
   return "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " + std::to_string(p.dp) +
          (p.cp > 1 ? ", cp " + std::to_string(p.cp) + " " + std::string(to_string(p.cp_comm)) : "") +
-         (p.cp_a2a > 0 ? " (a2a groups of " + std::to_string(p.cp_a2a) + ")" : "") +
-         (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + uneven + ", mb " + std::to_string(p.micro_batch) +
-         (p.sequence_parallel ? ", sp" : "") + (p.tp_comm_overlap ? ", tp overlap" : "") + ", recompute " + std::string(to_string(p.recompute)) +
-         (p.offload_activations ? ", offload acts" : "") + (p.distributed_optimizer ? ", dist-opt" : "");
+         (p.cp_a2a > 0 ? " (a2a groups of " + std::to_string(p.cp_a2a) + ")" : "") + (p.vpp > 1 ? ", vpp " + std::to_string(p.vpp) : "") + uneven +
+         ", mb " + std::to_string(p.micro_batch) + (p.sequence_parallel ? ", sp" : "") + (p.tp_comm_overlap ? ", tp overlap" : "") + ", recompute " +
+         std::string(to_string(p.recompute)) + (p.offload_activations ? ", offload acts" : "") + (p.distributed_optimizer ? ", dist-opt" : "");
 }
 
 std::vector<Param> megatron_params() {
@@ -42,8 +41,8 @@ std::vector<Param> megatron_params() {
       optional(bool_param("distributed_optimizer", "distributed optimizer", M, &MegatronParams::distributed_optimizer)),
       optional(bool_param("tp_comm_overlap", "TP comm overlap", M, &MegatronParams::tp_comm_overlap)),
       optional(int_param("cp", "cp", M, &MegatronParams::cp, 1, kMax, B::gpus)),
-      optional(enum_param("cp_comm", "CP comm", M, &MegatronParams::cp_comm, {CpComm::p2p, CpComm::all_gather, CpComm::a2a, CpComm::a2a_p2p},
-                          to_string)),
+      optional(
+          enum_param("cp_comm", "CP comm", M, &MegatronParams::cp_comm, {CpComm::p2p, CpComm::all_gather, CpComm::a2a, CpComm::a2a_p2p}, to_string)),
       optional(int_param("cp_a2a", "CP a2a group", M, &MegatronParams::cp_a2a, 0, kMax, B::gpus)),
       optional(int_param("first_stage_layers", "first stage layers", M, &MegatronParams::first_stage_layers, 0, kMax, B::layers)),
       optional(int_param("last_stage_layers", "last stage layers", M, &MegatronParams::last_stage_layers, 0, kMax, B::layers)),
@@ -134,8 +133,8 @@ Scheme megatron_scheme() {
   return {
       .name = "megatron",
       .description = "Megatron-LM TP/PP/DP/SP with selective or full recompute",
-      .flags = {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch",
-                "sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"},
+      .flags = {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch", "sequence-parallel",
+                "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"},
       .required_flags = {},
       .executable = false,
       .params = megatron_params(),

@@ -12,16 +12,14 @@ namespace trainyard::planner {
 namespace {
 
 std::string_view placement_name(Placement p) { return p == Placement::hbm ? "hbm" : "dram"; }
-std::string_view acts_name(ActivationPolicy a) {
-  return a == ActivationPolicy::hbm ? "hbm" : a == ActivationPolicy::dram ? "dram" : "recompute";
-}
+std::string_view acts_name(ActivationPolicy a) { return a == ActivationPolicy::hbm ? "hbm" : a == ActivationPolicy::dram ? "dram" : "recompute"; }
 std::string_view weights_name(WeightPolicy w) { return w == WeightPolicy::resident ? "resident" : "stream"; }
 
 std::string ringtrack_summary(const PlanSpec& spec) {
   const auto& p = spec.ringtrack;
   return "ring " + std::to_string(p.ring) + ", block " + std::to_string(p.block) + ", chunk " + format_tokens(p.chunk) + ", prefetch " +
-         std::to_string(p.prefetch) + ", kv " + std::string(placement_name(p.kv)) + ", acts " + std::string(acts_name(p.acts)) +
-         ", weights " + std::string(weights_name(p.weights)) + ", states " + std::string(placement_name(p.states));
+         std::to_string(p.prefetch) + ", kv " + std::string(placement_name(p.kv)) + ", acts " + std::string(acts_name(p.acts)) + ", weights " +
+         std::string(weights_name(p.weights)) + ", states " + std::string(placement_name(p.states));
 }
 
 // ring_order: an array of ring positions (empty: chosen from the topology), each checked against "ring".
@@ -40,7 +38,7 @@ Param ring_order_param() {
     }
     for (std::size_t i = 0; i < order.size(); ++i) {
       const auto position = order[i].get<std::int64_t>();  // checked here: a cast to int could wrap
-      if (position < 0 || position >= rt.ring) {  // a huge unsigned one reads as negative
+      if (position < 0 || position >= rt.ring) {           // a huge unsigned one reads as negative
         r.fail("ring_order", "ring positions 0.." + std::to_string(rt.ring - 1) + " (\"ring\" is " + std::to_string(rt.ring) + ")",
                json::describe(order[i]) + " at index " + std::to_string(i));
       }
@@ -169,8 +167,7 @@ Scheme ringtrack_scheme() {
           [](const StepInputs& in, const PlanSpec& spec) {
             return static_cast<double>(in.model.layers) * static_cast<double>(in.workload.seq_len) / static_cast<double>(spec.ringtrack.chunk);
           },
-      .recomputed_layer_share =
-          [](const PlanSpec& spec, std::int64_t) { return spec.ringtrack.acts == ActivationPolicy::recompute ? 1.0 : 0.0; },
+      .recomputed_layer_share = [](const PlanSpec& spec, std::int64_t) { return spec.ringtrack.acts == ActivationPolicy::recompute ? 1.0 : 0.0; },
       .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return ringtrack_layout(in, spec.ringtrack); },
       .set_micro_batch = [](PlanSpec&, std::int64_t) {},  // a replica's ring takes one sequence at a time
       .row_multiple = [](const PlanSpec& spec, int gpus) -> std::int64_t { return gpus / std::max(1, spec.ringtrack.ring); },

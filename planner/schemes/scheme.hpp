@@ -42,21 +42,21 @@ struct Param {
   enum class Kind {
     integer,  // min..max
     boolean,
-    choice,   // one of `choices`
-    tokens,   // a token count min..max (the GUI's shared chunk control sets it: not in the panel)
-    set,      // a comma list of some of `choices`, "none" for none of them (the GUI: a check box each)
-    custom,   // read by `read` (errors name the field), written by `get`; not in the panel
+    choice,  // one of `choices`
+    tokens,  // a token count min..max (the GUI's shared chunk control sets it: not in the panel)
+    set,     // a comma list of some of `choices`, "none" for none of them (the GUI: a check box each)
+    custom,  // read by `read` (errors name the field), written by `get`; not in the panel
   };
   enum class Bound { fixed, gpus, layers };  // the GUI's upper bound: `max`, the cluster's GPUs, the model's layers
-  std::string key;    // plan-file field ("micro_batch")
-  std::string label;  // the GUI's label ("micro-batch")
+  std::string key;                           // plan-file field ("micro_batch")
+  std::string label;                         // the GUI's label ("micro-batch")
   Kind kind = Kind::integer;
   std::int64_t min = 1, max = 1 << 20;
   Bound gui_max = Bound::fixed;
   std::vector<std::string> choices;
-  bool optional = false;  // plan files written before it existed may lack it: the PlanSpec's default stays
-  bool in_panel = true;   // shown in the GUI's parameter panel
-  std::function<nlohmann::json(const PlanSpec&)> get;        // an integer, a bool or a string
+  bool optional = false;                                      // plan files written before it existed may lack it: the PlanSpec's default stays
+  bool in_panel = true;                                       // shown in the GUI's parameter panel
+  std::function<nlohmann::json(const PlanSpec&)> get;         // an integer, a bool or a string
   std::function<void(PlanSpec&, const nlohmann::json&)> set;  // from a value of the kind (custom: unused)
   std::function<void(const json::Reader&, PlanSpec&)> read;   // custom only
 };
@@ -147,8 +147,7 @@ Param bool_param(std::string key, std::string label, Part PlanSpec::*part, bool 
 }
 // An enum member taking `values`, each shown as name(value) (the enum's own spelling, as summaries print it).
 template <typename Part, typename E>
-Param enum_param(std::string key, std::string label, Part PlanSpec::*part, E Part::*field, std::vector<E> values,
-                 std::string_view (*name)(E)) {
+Param enum_param(std::string key, std::string label, Part PlanSpec::*part, E Part::*field, std::vector<E> values, std::string_view (*name)(E)) {
   Param p;
   p.key = std::move(key);
   p.label = std::move(label);

@@ -156,8 +156,8 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
           },
       .layout = [](const StepInputs& in, const PlanSpec& spec, bool gradients) { return zero_layout(in, spec.zero, gradients); },
       .set_micro_batch = [](PlanSpec& spec, std::int64_t sequences) { spec.zero.micro_batch = sequences; },
-      .row_multiple =
-          [](const PlanSpec& spec, int gpus) { return std::int64_t{gpus / std::max(1, spec.zero.sp * spec.zero.cp)} * spec.zero.micro_batch; },
+      .row_multiple = [](const PlanSpec& spec,
+                         int gpus) { return std::int64_t{gpus / std::max(1, spec.zero.sp * spec.zero.cp)} * spec.zero.micro_batch; },
       .complete_strategy = [](nlohmann::json&, const std::vector<std::string>&, int) {},
   };
 }

@@ -63,8 +63,7 @@ inline void load_plan_file(std::string_view text) {
   const planner::PlanFile plan = planner::read_plan_file(path);
   if (looks_like_path(plan.model) || looks_like_path(plan.hw)) return;
   const app::LoadedPlan loaded = app::load_plan(path);
-  const planner::StepInputs inputs{loaded.model, *loaded.cluster, loaded.plan.workload,
-                                   model::precision_policy(loaded.plan.precision, path)};
+  const planner::StepInputs inputs{loaded.model, *loaded.cluster, loaded.plan.workload, model::precision_policy(loaded.plan.precision, path)};
   planner::check_plan(inputs, loaded.plan.spec);
   (void)loaded.plan.spec.summary();
 }
@@ -112,8 +111,8 @@ inline std::vector<std::string> split_lines(std::string_view text) {
 }
 inline void value_options(boost::program_options::options_description& o) {
   namespace po = boost::program_options;
-  for (const char* flag : {"model", "hw", "seq", "tokens-per-step", "precision", "strategies", "chunk", "kv", "acts", "weights",
-                           "states", "ring-order", "switch", "static", "groups", "batching", "max-len"}) {
+  for (const char* flag : {"model", "hw", "seq", "tokens-per-step", "precision", "strategies", "chunk", "kv", "acts", "weights", "states",
+                           "ring-order", "switch", "static", "groups", "batching", "max-len"}) {
     o.add_options()(flag, po::value<std::string>());
   }
   for (const char* flag : {"nodes", "ring", "block", "prefetch", "top"}) o.add_options()(flag, po::value<int>());

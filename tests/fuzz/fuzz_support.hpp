@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the libFuzzer targets: a loader may reject its input only with trainyard::InputError; any other
 // exception escapes LLVMFuzzerTestOneInput, aborts, and libFuzzer records the input as a crash.
+#include <unistd.h>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -9,15 +10,12 @@
 #include <streambuf>
 #include <string>
 #include <string_view>
-#include <unistd.h>
 
 #include "common/error.hpp"
 
 namespace trainyard::fuzz {
 
-inline std::string_view text_of(const std::uint8_t* data, std::size_t size) {
-  return {reinterpret_cast<const char*>(data), size};
-}
+inline std::string_view text_of(const std::uint8_t* data, std::size_t size) { return {reinterpret_cast<const char*>(data), size}; }
 
 // The file loaders take a path: the input goes to a per-process file with the suffix the loader dispatches on.
 inline std::string write_temp(std::string_view text, const std::string& suffix) {
