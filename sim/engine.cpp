@@ -810,12 +810,13 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
 }
 
 std::string Engine::describe_stuck() const {
+  const auto edges = graph_.edges();
   for (const auto& s : streams_) {
     if (s.head >= s.first + s.count) continue;
     const TaskId t = stream_tasks_[s.head];
     const std::string head = "stream-order deadlock: task '" + graph_.task(t).name + "' heads its " + std::string(to_string(s.stream.kind)) +
                              " stream on " + device_name(s.device);
-    for (const auto& [from, to] : graph_.edges()) {
+    for (const auto& [from, to] : edges) {
       if (to == t && result_.timing[from].end_ns < 0) {
         return head + " but waits for '" + graph_.task(from).name + "', which cannot start before it";
       }

@@ -128,7 +128,18 @@ void TaskGraph::finalize() {
   succ_.resize(edges_.size());
   std::vector<std::int32_t> fill(succ_offset_.begin(), succ_offset_.end() - 1);
   for (const auto& [from, to] : edges_) succ_[fill[from]++] = to;
+  std::vector<std::pair<TaskId, TaskId>>().swap(edges_);  // the successor lists hold them now
   finalized_ = true;
+}
+
+std::vector<std::pair<TaskId, TaskId>> TaskGraph::edges() const {
+  if (!finalized_) return edges_;
+  std::vector<std::pair<TaskId, TaskId>> out;
+  out.reserve(succ_.size());
+  for (TaskId from = 0; from < static_cast<TaskId>(tasks_.size()); ++from) {
+    for (TaskId to : successors(from)) out.emplace_back(from, to);
+  }
+  return out;
 }
 
 std::span<const TaskId> TaskGraph::successors(TaskId id) const {
@@ -136,15 +147,17 @@ std::span<const TaskId> TaskGraph::successors(TaskId id) const {
   return {succ_.data() + succ_offset_[i], static_cast<std::size_t>(succ_offset_[i + 1] - succ_offset_[i])};
 }
 
-std::size_t TaskGraph::memory_bytes() const {
-  std::size_t bytes = tasks_.capacity() * sizeof(Task) + edges_.capacity() * sizeof(edges_[0]) + succ_offset_.capacity() * sizeof(std::int32_t) +
-                      succ_.capacity() * sizeof(TaskId) + pred_count_.capacity() * sizeof(std::int32_t);
+TaskGraph::MemoryBytes TaskGraph::memory() const {
+  MemoryBytes m;
+  m.task_records = tasks_.capacity() * sizeof(Task);
+  m.edges = edges_.capacity() * sizeof(edges_[0]) + succ_offset_.capacity() * sizeof(std::int32_t) + succ_.capacity() * sizeof(TaskId) +
+            pred_count_.capacity() * sizeof(std::int32_t);
   for (const auto& t : tasks_) {
-    if (t.name.capacity() > 15) bytes += t.name.capacity() + 1;  // beyond the small-string buffer
+    if (t.name.capacity() > 15) m.name_heap += t.name.capacity() + 1;  // beyond the small-string buffer
   }
-  for (const auto& l : labels_) bytes += sizeof(l) + l.capacity();
-  for (const auto& g : groups_) bytes += sizeof(g) + g.capacity() * sizeof(DeviceId);
-  return bytes;
+  for (const auto& l : labels_) m.groups_and_labels += sizeof(l) + l.capacity();
+  for (const auto& g : groups_) m.groups_and_labels += sizeof(g) + g.capacity() * sizeof(DeviceId);
+  return m;
 }
 
 namespace {

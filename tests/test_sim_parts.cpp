@@ -424,3 +424,27 @@ TEST(FlowNetwork, IncrementalRatesEqualAFullRecomputation) {
 }
 
 }  // namespace trainyard::sim
+
+namespace trainyard::sim {
+
+// The chunk length a graph carries for the executors survives the graph's copies and merges, and a merge of
+// graphs built with different chunks carries none (so an executor refuses it rather than guess).
+TEST(TaskGraph, TheChunkLengthSurvivesCopiesAndMergesOnlyWhenItAgrees) {
+  TaskGraph a, b, c;
+  a.set_chunk_tokens(4096);
+  a.gemm("a", 0, {16, 16, 16});
+  b.set_chunk_tokens(4096);
+  b.gemm("b", 0, {16, 16, 16});
+  c.set_chunk_tokens(8192);
+  c.gemm("c", 0, {16, 16, 16});
+  EXPECT_EQ(without_tasks(a, [](const Task&) { return false; }).chunk_tokens(), 4096);
+  TaskGraph merged;
+  append(merged, a);
+  EXPECT_EQ(merged.chunk_tokens(), 4096);
+  append(merged, b);
+  EXPECT_EQ(merged.chunk_tokens(), 4096);
+  append(merged, c);
+  EXPECT_EQ(merged.chunk_tokens(), 0);
+}
+
+}  // namespace trainyard::sim
