@@ -5,10 +5,11 @@
 // norms, activations, loss and AdamW through kernels/, copies with cudaMemcpyAsync between the tensors' HBM arena
 // and pinned host memory on the schedule's H2D/D2H streams, and a CUDA event pair around every task.
 //
-// Which tensor each task reads and writes, how big it is and when its bytes are free again come from the dataflow
-// plan (dataflow.hpp), which the tests hold to the CPU reference executor: the GPU runs the same ops on the same
-// tensors as reference_step.hpp, in bf16 storage with fp32 accumulators. Tensors live in one arena planned
-// offline; a tensor that reuses bytes waits for the tasks that touched their earlier owner.
+// Which tensor each task reads and writes, how big it is and when its bytes are free again come from the op table
+// (ops.hpp) and the dataflow plan (dataflow.hpp), which the tests hold to the CPU reference executor: the GPU runs
+// the same ops on the same tensors as reference_step.hpp, in bf16 storage with fp32 accumulators, and finds each
+// by name (OpTensors). Tensors live in one arena planned offline; a tensor that reuses bytes waits for the tasks
+// that touched their earlier owner.
 //
 // NOT YET RUN ON A GPU: no GPU was lent while this was written. It compiles, and the parts below the GPU calls are
 // tested on the CPU (the dataflow table, the arenas, the schedule); tests/test_gpu_executor.cpp compares a step
