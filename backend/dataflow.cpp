@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <queue>
-#include <sstream>
 #include <tuple>
 #include <utility>
 
@@ -117,7 +116,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
     const int position = static_cast<int>(pos);
     const sim::TaskId id = order[pos];
     const sim::Task& t = graph.task(id);
-    TaskTensors step{id, {}, {}};
+    TaskTensors step{id, {}, {}, {}};
     auto need = [&](sim::DeviceId place, const Key& key) {
       const int found = find(place, key);
       if (found < 0) {
@@ -167,7 +166,8 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
       case sim::TaskKind::collective: break;  // model states only (the reference refuses others)
       default:
         if (t.op.code == sim::OpCode::states || t.op.code == sim::OpCode::optimizer) break;
-        for (const Use& u : compute_uses(t.op, model, graph.chunk_tokens())) {
+        step.uses = compute_uses(t.op, model, graph.chunk_tokens());
+        for (const Use& u : step.uses) {
           int inst = find(t.device, u.key);
           switch (u.access) {
             case Access::read:

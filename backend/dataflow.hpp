@@ -44,6 +44,7 @@ struct Instance {
 struct TaskTensors {
   sim::TaskId task = 0;
   std::vector<int> instances;
+  std::vector<Use> uses;        // compute ops: the op table's tensors (compute_uses), instances[i] holding uses[i]
   std::vector<int> zero_first;  // new buffers to zero before the task: accumulators, and the LM head's first dx piece
 };
 

@@ -384,8 +384,7 @@ struct GpuExecutor::Impl {
     if (task.kind() != sim::TaskKind::gemm && task.kind() != sim::TaskKind::attention && task.kind() != sim::TaskKind::elementwise) {
       return;  // nothing to run for this kind (validated in refuse_what_is_not_written)
     }
-    const std::vector<Use> uses = compute_uses(op, m, c);
-    compute(op, OpTensors(op, uses, t.instances), stream, *gemms[slot], seq_len);
+    compute(op, OpTensors(op, t.uses, t.instances), stream, *gemms[slot], seq_len);  // the plan's uses, computed once
   }
 
   // The task's tensors by name (the op table's entry, ops.hpp), as the type the kernels take: asking for a

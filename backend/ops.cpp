@@ -181,7 +181,7 @@ std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& m, st
 }
 
 OpTensors::OpTensors(const sim::Op& op, std::span<const Use> uses, std::span<const int> slots) : op_(op), uses_(uses), slots_(slots) {
-  TRAINYARD_CHECK(uses.size() == slots.size(), "one executor slot per tensor of the op");
+  TRAINYARD_CHECK(slots.empty() || uses.size() == slots.size(), "one executor slot per tensor of the op");
 }
 
 std::size_t OpTensors::index(Role role, int kv_chunk) const {
@@ -213,6 +213,7 @@ int OpTensors::find(Role role, DType dtype, bool writes, int kv_chunk) const {
                             (dtype == DType::bf16 ? "bf16" : "fp32"),
                         __FILE__, __LINE__);
   }
+  TRAINYARD_CHECK(!slots_.empty(), "OpTensors built without slots answers use() only");
   return slots_[&u - uses_.data()];
 }
 

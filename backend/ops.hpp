@@ -106,12 +106,13 @@ struct Use {
 // one per chunk, in chunk order), sized for the model and the chunk. Throws InternalError for non-compute ops.
 std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens);
 
-// One task's tensors, found by name. `slots[i]` is the executor's handle (an instance, a buffer) for `uses[i]`.
+// One task's tensors, found by name. `slots[i]` is the executor's handle (an instance, a buffer) for `uses[i]`;
+// without slots (the CPU reference, which addresses values by the uses' keys) only use() answers.
 // A lookup names the tensor, the dtype the caller reads it as and whether it writes it; InternalError when the
 // op's entry does not have that tensor, has it with another dtype, or has it read-only and the caller writes.
 class OpTensors {
  public:
-  OpTensors(const sim::Op& op, std::span<const Use> uses, std::span<const int> slots);
+  OpTensors(const sim::Op& op, std::span<const Use> uses, std::span<const int> slots = {});
   int read(Role role, DType dtype, int kv_chunk = -1) const { return find(role, dtype, false, kv_chunk); }
   int write(Role role, DType dtype, int kv_chunk = -1) const { return find(role, dtype, true, kv_chunk); }
   // The tensor itself (for the CPU reference, which addresses its values by Key).

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -138,7 +137,7 @@ class Interpreter {
 
   bool exists(const Key& key) const { return latest_.count(key) > 0; }
   float eps() const { return static_cast<float>(m_.norm_epsilon); }
-  float rope_theta() const { return static_cast<float>(m_.rope_theta.value_or(0)); }  // ModelState refuses a model without
+  float rope_theta() const { return static_cast<float>(m_.rope_theta.value_or(0)); }  // ModelState refuses a model without one
 
   // The compute task being run, its tensors found by name through the op table (ops.hpp): a tensor its entry
   // does not name fails at once.
@@ -146,7 +145,6 @@ class Interpreter {
     sim::TaskId id = -1;
     sim::DeviceId gpu = 0;
     std::vector<Use> uses;
-    std::vector<int> slots;  // 0, 1, ...: the reference addresses values by the uses' keys
   };
   const std::vector<float>& in(Role role, int kv_chunk = -1) { return read(current_.id, current_.gpu, named_->use(role, kv_chunk).key); }
   void out(Role role, std::vector<float> data, int kv_chunk = -1) {
@@ -334,10 +332,8 @@ class Interpreter {
     using sim::OpCode;
     const std::int64_t c = c_, h = m_.hidden, q = m_.q_dim(), kv = m_.kv_dim(), f = m_.ffn_hidden;
     const int H = static_cast<int>(m_.heads), D = static_cast<int>(m_.head_dim);
-    current_ = {id, gpu, compute_uses(op, m_, c_), {}};
-    current_.slots.resize(current_.uses.size());
-    std::iota(current_.slots.begin(), current_.slots.end(), 0);
-    named_.emplace(op, current_.uses, current_.slots);
+    current_ = {id, gpu, compute_uses(op, m_, c_)};
+    named_.emplace(op, current_.uses);
     if (op.layer < 0 || op.chunk < 0 || op.seq < 0) fail(id, "an op without its coordinates");
     if (op.seq >= static_cast<int>(tokens_.size())) {
       throw InputError("the step's tokens", "sequences", "at least " + std::to_string(op.seq + 1) + " (the graph's sequences)",

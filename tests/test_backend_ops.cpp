@@ -106,6 +106,9 @@ TEST(OpTensors, FindsTensorsByNameAndRefusesWhatTheEntryDoesNotName) {
   EXPECT_THROW(named.read(Role::k, DType::bf16, 2), InternalError);   // outside the K/V range
   EXPECT_THROW(named.read(Role::o_run, DType::bf16), InternalError);  // fp32 in the table
   EXPECT_THROW(named.write(Role::q, DType::bf16), InternalError);     // read-only in the table
+  const OpTensors by_key(op, uses);                                   // the CPU reference's form: tensors by key, no executor slots
+  EXPECT_EQ(by_key.use(Role::k, 1).key.chunk, 1);
+  EXPECT_THROW(by_key.read(Role::q, DType::bf16), InternalError);
   try {
     named.read(Role::dq, DType::fp32);
     FAIL() << "an unnamed tensor passed";
