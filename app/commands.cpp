@@ -723,6 +723,10 @@ int run_simulate(const std::vector<std::string>& args) {
   graph.finalize();
   sim::SimOptions sim_options;
   sim_options.cancel = &interrupt_flag();  // Ctrl-C: the engine stops, the command exits 130
+  // The memory and link samples feed only the trace's counters: without a trace they would be kept for nothing
+  // (on large steps they hold more than the graph).
+  sim_options.record_memory = trace.has_value();
+  sim_options.record_links = trace.has_value();
   const sim::SimResult result = sim::simulate(graph, *cluster, sim_options);
   throw_if_interrupted();
   if (plan_file && result.completed) {

@@ -30,6 +30,20 @@ std::pair<double, double> attention_tasks(const ZeroParams& z, double seq) {
   return {1, 1};
 }
 
+// Tasks per rank for one attention under context parallelism (transformer.cpp's LayerEmitter): p2p, a block and
+// a ring pass per step of the whole ring and a merge; all_gather, the gather, the block and (backward) the
+// reduce-scatter; a2a, the two all-to-alls around the block; a2a_p2p, those around a ring over the cp / a2a groups.
+double cp_attention_tasks(CpComm comm, double whole_cp, int cp_a2a) {
+  if (whole_cp <= 1) return 1;
+  switch (comm) {
+    case CpComm::p2p: return 2 * whole_cp + 1;
+    case CpComm::all_gather:
+    case CpComm::a2a: return 3;
+    case CpComm::a2a_p2p: return 2 * whole_cp / std::max(1, cp_a2a) + 3;
+  }
+  return 2 * whole_cp + 1;
+}
+
 }  // namespace
 
 double zero_tasks(const StepInputs& in, const ZeroParams& z) {
@@ -53,9 +67,8 @@ double megatron_tasks(const StepInputs& in, const MegatronParams& p) {
   const double micro_batches = std::max(1.0, batch / (dp * micro));
   const bool recompute = p.recompute == Recompute::full;
   const double attention_again = p.recompute == Recompute::selective ? 1 : 0;  // the core attention, recomputed
-  // Context parallelism: cp blocks, cp - 1 ring passes and a merge (all-gather CP: fewer) per attention.
-  const double cp = std::max(1, p.cp), whole_cp = std::max(1, p.whole_cp());  // built ranks; the whole degree
-  const double attention = whole_cp > 1 ? 2 * whole_cp + 1 : 1;
+  const double cp = std::max(1, p.cp), whole_cp = std::max(1, p.whole_cp());   // built ranks; the whole degree
+  const double attention = cp_attention_tasks(p.cp_comm, whole_cp, p.cp_a2a);
   const double per_layer = kForwardTasks + kBackwardTasks + 2 * attention + (recompute ? kForwardTasks + attention : attention_again * attention) +
                            kLayerExtra;
   // Every rank: its layers and the pipeline messages of each slot; the last stage's ranks: the loss.
