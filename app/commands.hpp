@@ -86,9 +86,10 @@ struct SimulationSetup {
     int gpus = 0;                 // of the whole step (a symmetry reduction simulates fewer)
   };
   std::optional<Step> step;
-  // Symmetry reduction (planner/symmetry.hpp): the data-parallel replicas and context-parallel ranks of the
-  // whole step and how many of each were simulated (all 0: the whole step ran); `symmetry_note` says what was
-  // done or why not.
+  // Symmetry reduction (planner/symmetry.hpp): the replicas (`symmetry_unit` says what they are) and
+  // context-parallel ranks of the whole step and how many of each were simulated (all 0: the whole step ran);
+  // `symmetry_note` says what was done or why not.
+  std::string symmetry_unit;
   int replicas = 0;
   int simulated_replicas = 0;
   int cp_ranks = 0;

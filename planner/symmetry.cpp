@@ -54,8 +54,39 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
   out.nodes = p.pp * r.dp * r.cp * p.tp / per_node;
   out.workload = in.workload;
   out.workload.global_batch = in.workload.global_batch / p.dp * r.dp;
+  out.unit = "data-parallel replicas";
   out.replicas = p.dp;
+  out.simulated_replicas = r.dp;
   out.cp_ranks = p.cp;
+  out.simulated_cp_ranks = r.cp;
+  return out;
+}
+
+std::optional<ReducedStep> reduce_zero_family_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
+  auto no = [&](const std::string& reason) -> std::optional<ReducedStep> {
+    if (why_not != nullptr) *why_not = reason;
+    return std::nullopt;
+  };
+  const ZeroParams& z = spec.zero;
+  const int per_node = in.cluster.topology.gpus_per_node(), gpus = in.cluster.gpus();
+  const int group = z.sp * z.cp;
+  // A unit: whole nodes holding whole sequence-parallel groups, so two units share nothing but the fabric.
+  const int unit = group % per_node == 0 ? group : per_node % group == 0 ? per_node : 0;
+  if (unit == 0) {
+    return no("a sequence-parallel group of " + std::to_string(group) + " GPUs neither fills whole nodes of " + std::to_string(per_node) +
+              " nor divides one: groups would share node links");
+  }
+  const int units = gpus / unit;
+  if (units <= kBuilt) return no(std::to_string(units) + " units of " + std::to_string(unit) + " GPUs: nothing to reduce");
+  ReducedStep out;
+  out.spec = spec;
+  out.spec.zero.gpus_represented = gpus;
+  out.nodes = kBuilt * unit / per_node;
+  out.workload = in.workload;
+  out.workload.global_batch = in.workload.global_batch / units * kBuilt;  // a multiple of a unit's groups (check_zero)
+  out.unit = "nodes";
+  out.replicas = gpus / per_node;
+  out.simulated_replicas = out.nodes;
   return out;
 }
 

@@ -8,8 +8,10 @@
 // each pipeline stage of a replica must fill whole nodes. tests/test_symmetry.cpp holds the reduced step to
 // the full one. Context-parallel ranks reduce the same way when each one's TP group fills whole nodes: two
 // built, their K/V exchanges run as the whole ring's (Megatron's load-balanced split gives every rank the same
-// work). Each scheme's registry entry says whether and how its steps reduce (`reduce_by_symmetry`); today
-// Megatron's data-parallel replicas and CP ranks do; pipeline stages and TP ranks are not reduced yet.
+// work). The ZeRO family (zero, ulysses, ring-attention, fpdt) reduces by whole units of nodes: every GPU is a
+// data-parallel rank, its sequence-parallel group inside a unit, and the ZeRO collectives over every GPU run as
+// the whole cluster's ring. Each scheme's registry entry says whether and how its steps reduce
+// (`reduce_by_symmetry`); ring-track's replicas, pipeline stages and TP ranks are not reduced yet.
 #include <optional>
 #include <string>
 
@@ -21,13 +23,18 @@ struct ReducedStep {
   PlanSpec spec;      // as simulated: dp (and cp) 2 where reduced, dp_represented (cp_represented) the step's
   int nodes = 0;      // of the simulated cluster
   Workload workload;  // the simulated replicas' share of the step's sequences
-  int replicas = 0;   // the data-parallel replicas of the whole step
-  int cp_ranks = 0;   // the context-parallel ranks of the whole step
+  std::string unit;   // what a replica is: "data-parallel replicas", or "nodes" for the ZeRO family
+  int replicas = 0;   // the replicas (units) of the whole step, and how many were built
+  int simulated_replicas = 0;
+  int cp_ranks = 0;  // the context-parallel ranks of the whole step (0: not a Megatron step), and how many were built
+  int simulated_cp_ranks = 0;
 };
 
 // The reduced step when the plan allows one, else nullopt with `why_not` (when given) saying why.
 std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not = nullptr);
 // Megatron's reduction (its registry entry's `reduce_by_symmetry`).
 std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not);
+// The ZeRO family's (zero, ulysses, ring-attention, fpdt).
+std::optional<ReducedStep> reduce_zero_family_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not);
 
 }  // namespace trainyard::planner

@@ -61,7 +61,7 @@ ZeroStateBytes zero_state_bytes(const StepInputs& in, const ZeroParams& p) {
   const auto& m = in.model;
   const auto& pol = in.precision;
   const auto params = m.param_counts();
-  const double n = in.cluster.gpus(), all = m.params();
+  const double n = p.whole_gpus(in.cluster.gpus()), all = m.params();
   const double resident = params.embedding + static_cast<double>(m.vocab * m.hidden) + params.final_norm;
   const double layers_params = params.per_layer() * static_cast<double>(m.layers);
   ZeroStateBytes s;
@@ -121,7 +121,14 @@ class ZeroBuilder {
   const stacks::StackProfile::CheckpointOffload& offload_;  // how --offload acts copies run
   const model::PrecisionPolicy& pol_;
   const int gpus_;
-  const double n_;  // GPUs, as a divisor of sharded states
+  const double n_;  // GPUs of the whole step, as a divisor of sharded states
+  // The ZeRO collectives' ring when only some of the step's GPUs are built (symmetry), else 0: their bytes are a
+  // multiple of it.
+  const std::int32_t ring_ranks_;
+  std::int32_t ring_size() const { return ring_ranks_ > 0 ? ring_ranks_ : gpus_; }
+  sim::Collective over_everyone(sim::CollectiveOp op, double bytes) const {
+    return {op, sim::Algorithm::ring, zero_group_, rounded(bytes, ring_size()), ring_ranks_};
+  }
   const LayerSplit split_;
   double full_acts_ = 0;  // a layer's activations while it runs (FPDT: a few chunks' worth)
   double fpdt_host_ = 0;  // FPDT: its attention tensors waiting in host DRAM
@@ -150,7 +157,8 @@ ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
       offload_(in.cluster.stack.checkpoint_offload),
       pol_(in.precision),
       gpus_(in.cluster.gpus()),
-      n_(in.cluster.gpus()),
+      n_(p.whole_gpus(in.cluster.gpus())),
+      ring_ranks_(p.gpus_represented > in.cluster.gpus() ? p.gpus_represented : 0),
       split_(zero_layer_split(in, p)),
       last_(static_cast<std::size_t>(in.cluster.gpus()), -1) {
   full_acts_ = split_.fpdt_chunks > 1 ? fpdt_working_bytes(model_, split_) : layer_activation_bytes(model_, split_, Recompute::none).total();
@@ -256,9 +264,8 @@ sim::TaskId ZeroBuilder::gather_layer(const std::string& name) {
                              std::vector<sim::TaskId>{buffers.back()}));
     }
   }
-  const sim::TaskId gather = g_.collective(
-      name, {sim::CollectiveOp::all_gather, sim::Algorithm::ring, zero_group_, rounded(pol_.weight_bytes * layer_params_, gpus_)}, deps,
-      kGatherStream);
+  const sim::TaskId gather = g_.collective(name, over_everyone(sim::CollectiveOp::all_gather, pol_.weight_bytes * layer_params_), deps,
+                                           kGatherStream);
   gather_chain_.push_back(gather);
   gather_buffers_.push_back(buffers);
   gather_releases_.emplace_back(static_cast<std::size_t>(gpus_), -1);
@@ -442,8 +449,7 @@ void ZeroBuilder::reduce_layer_gradients(const std::string& prefix, bool last_mb
   const auto op = p_.stage >= 2 ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
   copy_in_grads(prefix);
   const sim::TaskId reduce = g_.collective(prefix + (p_.stage >= 2 ? " reduce-scatter grads" : " all-reduce grads"),
-                                           {op, sim::Algorithm::ring, zero_group_, rounded(reduce_bytes_per_param_ * layer_params_, gpus_)},
-                                           all_last(), kReduceStream);
+                                           over_everyone(op, reduce_bytes_per_param_ * layer_params_), all_last(), kReduceStream);
   reductions_.push_back(reduce);
   if (!p_.offload_grads || !last_mb) return;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
@@ -474,9 +480,7 @@ void ZeroBuilder::optimizer_step() {
                                     {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * shard, 1), true}, std::vector<sim::TaskId>{step}));
   }
   if (gpus_ > 1 && (p_.stage == 1 || p_.stage == 2)) {
-    g_.collective("all-gather updated params",
-                  {sim::CollectiveOp::all_gather, sim::Algorithm::ring, zero_group_, rounded(pol_.weight_bytes * all_params_, gpus_)}, updated,
-                  kGatherStream);
+    g_.collective("all-gather updated params", over_everyone(sim::CollectiveOp::all_gather, pol_.weight_bytes * all_params_), updated, kGatherStream);
   }
 }
 

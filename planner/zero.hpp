@@ -45,6 +45,10 @@ struct ZeroParams {
   bool offload_grads = false;
   bool offload_params = false;
   bool offload_activations = false;  // OC
+  // Symmetry reduction (planner/symmetry.hpp): the whole step's GPUs when the cluster holds only some of them (0:
+  // the cluster's). States are sharded over all of them, and the ZeRO collectives run as their whole ring.
+  int gpus_represented = 0;
+  int whole_gpus(int built) const { return gpus_represented > 0 ? gpus_represented : built; }
 };
 
 void check_zero(const StepInputs& in, const ZeroParams& p);

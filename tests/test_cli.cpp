@@ -321,6 +321,7 @@ TEST(Cli, SimulateReducesIdenticalReplicasAndSaysSo) {
   ASSERT_EQ(reduced.exit_code, 0) << reduced.err;
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   const auto a = nlohmann::json::parse(reduced.out), b = nlohmann::json::parse(whole.out);
+  EXPECT_EQ(a["symmetry"]["unit"], "data-parallel replicas");
   EXPECT_EQ(a["symmetry"]["replicas"], 4);
   EXPECT_EQ(a["symmetry"]["simulated_replicas"], 2);
   EXPECT_FALSE(b.contains("symmetry"));
@@ -329,6 +330,21 @@ TEST(Cli, SimulateReducesIdenticalReplicasAndSaysSo) {
   EXPECT_NEAR(a["mfu"].get<double>() / b["mfu"].get<double>(), 1, 1e-3);
   const auto text = run_cli("simulate --strategy megatron --model llama3-8b --hw dgx-a100 --nodes 4 --seq 8K --global-batch 16 --tp 8 --dp 4");
   EXPECT_NE(text.out.find("symmetry       2 of 4 identical data-parallel replicas simulated"), std::string::npos) << text.out;
+}
+
+TEST(Cli, SimulateReducesZeroByNodes) {
+  const std::string step = "simulate --strategy zero --zero-stage 2 --model llama3.2-1b --hw dgx-a100 --nodes 4 --seq 8K --global-batch 32";
+  const auto reduced = run_cli(step + " --json"), whole = run_cli(step + " --json --no-symmetry"), text = run_cli(step);
+  ASSERT_EQ(reduced.exit_code, 0) << reduced.err;
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const auto a = nlohmann::json::parse(reduced.out), b = nlohmann::json::parse(whole.out);
+  EXPECT_EQ(a["symmetry"]["unit"], "nodes");
+  EXPECT_EQ(a["symmetry"]["replicas"], 4);
+  EXPECT_EQ(a["symmetry"]["simulated_replicas"], 2);
+  EXPECT_EQ(a["gpus"], 16);
+  EXPECT_EQ(b["gpus"], 32);
+  EXPECT_NEAR(a["step_ns"].get<double>() / b["step_ns"].get<double>(), 1, 1e-3);
+  EXPECT_NE(text.out.find("symmetry       2 of 4 identical nodes simulated"), std::string::npos) << text.out;
 }
 
 TEST(Cli, SimulateMegatronThatDoesNotFitExits1WithTheReport) {

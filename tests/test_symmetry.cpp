@@ -1,5 +1,5 @@
 // Symmetry reduction (planner/symmetry.hpp): a step simulated with two of its identical data-parallel replicas
-// gives the whole step's per-GPU figures.
+// (Megatron) or two units of identical nodes (the ZeRO family) gives the whole step's per-GPU figures.
 #include <gtest/gtest.h>
 
 #include "hwprofiles/catalog.hpp"
@@ -38,7 +38,10 @@ void expect_reduction_exact(const std::string& node_name, int nodes, const Workl
   std::string why;
   const auto reduced = reduce_by_symmetry(in, spec, &why);
   ASSERT_TRUE(reduced.has_value()) << why;
-  EXPECT_EQ(reduced->nodes * reduced->replicas * reduced->cp_ranks, nodes * reduced->spec.megatron.dp * reduced->spec.megatron.cp);
+  // The simulated share of the step is the share of its replicas (and CP ranks) that were built.
+  EXPECT_EQ(reduced->nodes * reduced->replicas * std::max(1, reduced->cp_ranks),
+            nodes * reduced->simulated_replicas * std::max(1, reduced->simulated_cp_ranks));
+  EXPECT_LT(reduced->nodes, nodes);
   const Figures whole = simulate_step(m, node, nodes, w, spec);
   const Figures part = simulate_step(m, node, reduced->nodes, reduced->workload, reduced->spec);
   EXPECT_NEAR(part.step_ns / whole.step_ns, 1, 1e-3) << spec.summary();
@@ -53,6 +56,13 @@ PlanSpec megatron(int tp, int pp, int dp) {
   spec.megatron.pp = pp;
   spec.megatron.dp = dp;
   spec.megatron.bucket_params = 20e6;
+  return spec;
+}
+
+PlanSpec zero_family(const std::string& scheme, int stage) {
+  PlanSpec spec;
+  spec.scheme = scheme;
+  spec.zero.stage = stage;
   return spec;
 }
 
@@ -96,6 +106,43 @@ TEST(Symmetry, MegatronContextParallelRanksReduceExactly) {
   expect_reduction_exact("dgx-a100", 9, {12288, 6}, both);
 }
 
+TEST(Symmetry, ZeroStagesReduceByNodesExactly) {
+  // Every GPU a data-parallel rank: two of four or six nodes built, the ZeRO collectives run as the whole ring.
+  expect_reduction_exact("dgx-a100", 4, {2048, 64}, zero_family("zero", 0));
+  expect_reduction_exact("dgx-a100", 3, {2048, 48}, zero_family("zero", 1));
+  PlanSpec stage2 = zero_family("zero", 2);
+  stage2.zero.micro_batch = 2;
+  expect_reduction_exact("dgx-h100", 4, {2048, 128}, stage2);
+  PlanSpec stage3 = zero_family("zero", 3);
+  stage3.zero.activation_checkpointing = true;
+  expect_reduction_exact("dgx-a100", 6, {2048, 48}, stage3);
+  // Offload of everything: the host optimizer step, gradient and parameter copies, checkpoints in host DRAM.
+  PlanSpec offload = zero_family("zero", 3);
+  offload.zero.offload_optimizer = offload.zero.offload_grads = offload.zero.offload_params = true;
+  offload.zero.offload_activations = true;
+  expect_reduction_exact("dgx-a100", 4, {4096, 32}, offload);
+}
+
+TEST(Symmetry, SequenceParallelSchemesReduceByNodesExactly) {
+  // Ulysses of 8 (a node) and of 16 (two nodes: a unit of two nodes, four units), ring attention of 8 with zigzag
+  // and of 4 (two groups a node), FPDT's chunked attention with its host traffic.
+  PlanSpec ulysses = zero_family("ulysses", 3);
+  ulysses.zero.sp = 8;
+  expect_reduction_exact("dgx-a100", 3, {32768, 3}, ulysses);
+  ulysses.zero.sp = 16;
+  expect_reduction_exact("dgx-h100", 8, {32768, 4}, ulysses);
+  PlanSpec ring = zero_family("ring-attention", 2);
+  ring.zero.cp = 8;
+  ring.zero.zigzag = true;
+  expect_reduction_exact("dgx-a100", 4, {32768, 4}, ring);
+  ring.zero.cp = 4;
+  expect_reduction_exact("dgx-h100", 3, {16384, 6}, ring);
+  PlanSpec fpdt = zero_family("fpdt", 3);
+  fpdt.zero.sp = 8;
+  fpdt.zero.fpdt_chunk = 16384;
+  expect_reduction_exact("dgx-a100", 3, {65536, 3}, fpdt);
+}
+
 TEST(Symmetry, SaysWhyAPlanIsNotReduced) {
   const model::ModelConfig m = model::parse_custom_model("custom:layers=8,hidden=2048,heads=16,vocab=32000");
   const sim::Cluster cluster(hw::load_node("dgx-a100"), 2);
@@ -109,10 +156,19 @@ TEST(Symmetry, SaysWhyAPlanIsNotReduced) {
   narrow_cp.megatron.cp = 4;
   EXPECT_FALSE(reduce_by_symmetry(in, narrow_cp, &why).has_value());
   EXPECT_NE(why.find("whole nodes"), std::string::npos) << why;
-  PlanSpec zero;
-  zero.scheme = "zero";
-  EXPECT_FALSE(reduce_by_symmetry(in, zero, &why).has_value());
-  EXPECT_NE(why.find("zero steps are not reduced by symmetry yet (only megatron's are)"), std::string::npos) << why;
+  EXPECT_FALSE(reduce_by_symmetry(in, zero_family("zero", 1), &why).has_value());  // two nodes
+  EXPECT_NE(why.find("nothing to reduce"), std::string::npos) << why;
+  const sim::Cluster three_nodes(hw::load_node("dgx-a100"), 3);
+  PlanSpec odd_group = zero_family("ring-attention", 0);  // groups of 12 GPUs straddle nodes of 8
+  odd_group.zero.cp = 12;
+  EXPECT_FALSE(reduce_by_symmetry({m, three_nodes, {24576, 2}, in.precision}, odd_group, &why).has_value());
+  EXPECT_NE(why.find("share node links"), std::string::npos) << why;
+  PlanSpec ringtrack;
+  ringtrack.scheme = "ringtrack";
+  EXPECT_FALSE(reduce_by_symmetry(in, ringtrack, &why).has_value());
+  EXPECT_NE(why.find("ringtrack steps are not reduced by symmetry yet (only "), std::string::npos) << why;
+  EXPECT_NE(why.find("megatron"), std::string::npos) << why;
+  EXPECT_NE(why.find("zero"), std::string::npos) << why;
 }
 
 }  // namespace trainyard::planner

@@ -159,6 +159,7 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .row_multiple = [](const PlanSpec& spec,
                          int gpus) { return std::int64_t{gpus / std::max(1, spec.zero.sp * spec.zero.cp)} * spec.zero.micro_batch; },
       .complete_strategy = [](nlohmann::json&, const std::vector<std::string>&, int) {},
+      .reduce_by_symmetry = reduce_zero_family_by_symmetry,
   };
 }
 
