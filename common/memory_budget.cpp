@@ -49,4 +49,21 @@ std::int64_t parse_memory_size(const std::string& text, const std::string& flag)
   return static_cast<std::int64_t>(bytes);
 }
 
+void MemoryGate::acquire(double bytes) {
+  std::unique_lock lock(mutex_);
+  freed_.wait(lock, [&] { return holders_ == 0 || held_bytes_ + bytes <= budget_bytes_; });
+  held_bytes_ += bytes;
+  ++holders_;
+}
+
+void MemoryGate::release(double bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    held_bytes_ -= bytes;
+    --holders_;
+    if (holders_ == 0) held_bytes_ = 0;  // no rounding drift between jobs
+  }
+  freed_.notify_all();
+}
+
 }  // namespace trainyard

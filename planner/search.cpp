@@ -291,19 +291,17 @@ std::vector<std::size_t> choose_wave(const SearchOptions& options, const std::ve
 // depend on it).
 std::vector<RankedPlan> simulate_wave(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
                                       const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave,
-                                      const std::vector<double>& graph_bytes, std::int64_t budget, ThreadPool& pool) {
+                                      const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool) {
   std::vector<RankedPlan> results(wave.size());
-  double largest = 1;
-  for (std::size_t w : wave) largest = std::max(largest, graph_bytes[alive[w].index]);
-  const int parallel = static_cast<int>(std::clamp(static_cast<double>(budget) / largest, 1.0, static_cast<double>(pool.size())));
   pool.for_each(
       wave.size(),
       [&](std::size_t w) {
         const Candidate& c = alive[wave[w]];
+        const MemoryGate::Hold hold(gate, graph_bytes[c.index]);
         if (options.before_simulate) options.before_simulate(specs[c.index]);
         results[w] = simulate_plan(in, specs[c.index], c.bounds, options.hbm_headroom, options.cancel);
       },
-      options.cancel, parallel);
+      options.cancel);
   return results;
 }
 
@@ -326,13 +324,14 @@ void record_wave(std::vector<RankedPlan>& results, Objective objective, WaveStat
 void run_waves(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
                const std::vector<double>& graph_bytes, std::int64_t budget, WaveState& state, SearchReport& report) {
   ThreadPool pool(options.threads);
+  MemoryGate gate(static_cast<double>(budget));
   for (std::size_t start = 0; start < alive.size(); start += kWave) {
     if (cancelled(options)) {
       report.interrupted = true;
       break;
     }
     const std::vector<std::size_t> wave = choose_wave(options, specs, alive, start, state, report);
-    std::vector<RankedPlan> results = simulate_wave(in, options, specs, alive, wave, graph_bytes, budget, pool);
+    std::vector<RankedPlan> results = simulate_wave(in, options, specs, alive, wave, graph_bytes, gate, pool);
     // Ctrl-C: the wave's simulations that finished stay in the report (the best so far); those cut short or never
     // started are dropped.
     const bool stopped = cancelled(options);

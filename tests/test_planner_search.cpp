@@ -53,6 +53,34 @@ TEST(Search, LowerBoundsNeverExceedTheSimulation) {
   for (const auto& scheme : scheme_names()) EXPECT_GT(checked[scheme], 0) << scheme << " had no completed configuration to check";
 }
 
+TEST(Search, MegatronSearchCoversContextParallelismAndUnevenStages) {
+  // 6 layers on 4 GPUs: pp 4 splits them 1, 2, 2, 1 (the middle stages take ceil(6 / 4), the ends the rest), and
+  // CP 2 and 4 are searched beside TP and PP. The bounds hold for those plans too.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=6,hidden=256,heads=4,kv_heads=4,vocab=1024");
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
+  const StepInputs in{m, c, {16384, 4}, model::precision_policy("bf16-mixed")};
+  int uneven = 0, cp = 0;
+  for (const auto& spec : enumerate_plans(in, {"megatron"})) {
+    const auto& p = spec.megatron;
+    if (p.pp == 4) {
+      EXPECT_EQ(p.first_stage_layers, 1) << spec.summary();
+      EXPECT_EQ(p.last_stage_layers, 1) << spec.summary();
+    }
+    if (p.pp == 2) {
+      EXPECT_EQ(p.first_stage_layers, 0) << spec.summary();  // 3 + 3: even
+    }
+    if (p.pp != 4 && p.cp == 1) continue;
+    sim::TaskGraph g = build_plan(in, spec);
+    g.finalize();
+    const sim::SimResult r = sim::simulate(g, c);
+    if (!r.completed) continue;  // the test node's HBM is small
+    EXPECT_LE(lower_bounds(in, spec).step_s, static_cast<double>(r.step_ns) * 1e-9 * (1 + 1e-9)) << spec.summary();
+    ++(p.pp == 4 ? uneven : cp);
+  }
+  EXPECT_GT(uneven, 0);
+  EXPECT_GT(cp, 0);
+}
+
 TEST(Search, RingTrackBoundsHoldWhereKvBlocksStreamThroughOneBuffer) {
   // Long sequences in small chunks: many K/V blocks per visit, where the one-buffer bound adds the copies.
   const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");

@@ -1,7 +1,8 @@
 // common/thread_pool: exceptions on workers reach the caller (never std::terminate), cancellation, nesting, and
-// the plan search carrying a worker's exception out.
+// the plan search carrying a worker's exception out; the memory gate that sizes the search's concurrency.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/memory_budget.hpp"
 #include "common/thread_pool.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
@@ -136,6 +138,36 @@ TEST(ThreadPool, AnExceptionInTheSearchWavesReachesTheCaller) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("injected failure"), std::string::npos) << e.what();
   }
+}
+
+TEST(MemoryGate, HoldersTogetherStayWithinTheBudgetAndAnOversizeJobRunsAlone) {
+  // Jobs of 3, 5 and 12 units against a budget of 10, four at a time: whatever the timing, the units held at once
+  // never pass 10 except by one job alone, and every job runs.
+  const std::vector<double> sizes{3, 5, 3, 12, 5, 3, 3, 5, 12, 3, 5, 5};
+  MemoryGate gate(10);
+  std::mutex mutex;
+  double held = 0, most_held_together = 0;
+  int running = 0, ran = 0;
+  bool oversize_shared = false;
+  ThreadPool pool(4);
+  pool.for_each(sizes.size(), [&](std::size_t i) {
+    const MemoryGate::Hold hold(gate, sizes[i]);
+    {
+      std::lock_guard lock(mutex);
+      held += sizes[i];
+      ++running;
+      ++ran;
+      if (running > 1) most_held_together = std::max(most_held_together, held);
+      if (sizes[i] > 10 && running > 1) oversize_shared = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::lock_guard lock(mutex);
+    held -= sizes[i];
+    --running;
+  });
+  EXPECT_EQ(ran, static_cast<int>(sizes.size()));
+  EXPECT_LE(most_held_together, 10);
+  EXPECT_FALSE(oversize_shared);
 }
 
 }  // namespace trainyard

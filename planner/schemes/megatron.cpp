@@ -1,6 +1,7 @@
 // Megatron-LM: TP (with SP and TP overlap), PP (interleaved, uneven), DP (distributed optimizer), CP, recompute
 // and checkpoint offload (planner/megatron.hpp builds it).
 #include <algorithm>
+#include <utility>
 
 #include "common/error.hpp"
 
@@ -49,49 +50,71 @@ std::vector<Param> megatron_params() {
   };
 }
 
-// Every TP degree within a node, every pipeline depth (interleaved by 2 where it pipelines), SP, the recompute
-// modes that can pay, checkpoint offload under full recompute, the searched micro-batches, and the distributed
-// optimizer wherever there is data parallelism. Not searched: CP, TP overlap, uneven stages (explicit plans only).
-void enumerate_megatron(const StepInputs& in, const AddPlan& add) {
-  const int gpus = in.cluster.gpus();
+// An uneven pipeline split for `layers` that `pp` stages (x vpp chunks) do not divide evenly, as Llama 3's 405B
+// ran (126 layers on 16 stages: 7, 14 x 8, 7): every middle stage takes ceil(layers / pp), the first and last
+// share the rest, fewer each (they also hold the embedding and the LM head). {0, 0}: the even split serves, or
+// no uneven split is searched (interleaved pipelines: Megatron wants each stage's layers divisible by vpp).
+std::pair<int, int> uneven_stage_layers(std::int64_t layers, int pp, int vpp) {
+  if (pp < 2 || vpp > 1 || layers % pp == 0) return {0, 0};
+  const std::int64_t middle = (layers + pp - 1) / pp, rest = layers - (pp - 2) * middle;
+  if (rest < 2) return {0, 0};
+  return {static_cast<int>(rest / 2), static_cast<int>(rest - rest / 2)};
+}
+
+// One (tp, cp, pp) layout's plans: interleaving by 2 where it pipelines, SP, the recompute modes that can pay,
+// checkpoint offload under full recompute, the searched micro-batches, and the distributed optimizer wherever
+// there is data parallelism.
+void enumerate_megatron_layout(const StepInputs& in, int tp, int cp, int pp, const AddPlan& add) {
   const bool unfused = stored_score_bytes(in.cluster) > 0;
-  for (int tp : divisors(gpus)) {
-    // Tensor parallelism across nodes (valid for explicit plans) is not searched: every layer's collectives
-    // would cross the network.
-    if (tp > in.cluster.topology.gpus_per_node()) continue;
-    for (int pp : divisors(gpus / tp)) {
-      for (int vpp : {1, 2}) {
-        if (vpp > 1 && pp == 1) continue;
-        for (bool sp : {false, true}) {
-          if (sp && tp == 1) continue;
-          // Selective recompute keeps what "none" keeps once attention is fused (planner/transformer.hpp), at
-          // the price of the core attention's recompute: it is tried only where attention is unfused.
-          for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
-            if (rc == Recompute::selective && !unfused) continue;  // with fused attention: none's memory, more time
-            for (bool oc : {false, true}) {
-              if (oc && rc != Recompute::full) continue;
-              for (std::int64_t mb : kSearchedMicroBatches) {
-                PlanSpec spec;
-                spec.scheme = "megatron";
-                auto& mp = spec.megatron;
-                mp.tp = tp;
-                mp.pp = pp;
-                mp.dp = gpus / (tp * pp);
-                mp.vpp = vpp;
-                mp.micro_batch = mb;
-                mp.sequence_parallel = sp;
-                mp.recompute = rc;
-                mp.offload_activations = oc;
-                add(spec);
-                if (mp.dp > 1) {
-                  spec.megatron.distributed_optimizer = true;
-                  add(spec);
-                }
-              }
+  for (int vpp : {1, 2}) {
+    if (vpp > 1 && pp == 1) continue;
+    const auto [first, last] = uneven_stage_layers(in.model.layers, pp, vpp);
+    for (bool sp : {false, true}) {
+      if (sp && tp == 1) continue;
+      // Selective recompute keeps what "none" keeps once attention is fused (planner/transformer.hpp), at the
+      // price of the core attention's recompute: it is tried only where attention is unfused.
+      for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+        if (rc == Recompute::selective && !unfused) continue;  // with fused attention: none's memory, more time
+        for (bool oc : {false, true}) {
+          if (oc && rc != Recompute::full) continue;
+          for (std::int64_t mb : kSearchedMicroBatches) {
+            PlanSpec spec;
+            spec.scheme = "megatron";
+            auto& mp = spec.megatron;
+            mp.tp = tp;
+            mp.cp = cp;
+            mp.pp = pp;
+            mp.dp = in.cluster.gpus() / (tp * cp * pp);
+            mp.vpp = vpp;
+            mp.first_stage_layers = first;
+            mp.last_stage_layers = last;
+            mp.micro_batch = mb;
+            mp.sequence_parallel = sp;
+            mp.recompute = rc;
+            mp.offload_activations = oc;
+            add(spec);
+            if (mp.dp * mp.cp > 1) {
+              spec.megatron.distributed_optimizer = true;
+              add(spec);
             }
           }
         }
       }
+    }
+  }
+}
+
+// Every TP degree within a node, every CP degree (K/V ring passes, Megatron's default) and every pipeline depth
+// (split unevenly where the layers do not divide), with enumerate_megatron_layout's options. Not searched: TP
+// overlap, the other CP comm types (explicit plans only).
+void enumerate_megatron(const StepInputs& in, const AddPlan& add) {
+  const int gpus = in.cluster.gpus();
+  for (int tp : divisors(gpus)) {
+    // Tensor parallelism across nodes (valid for explicit plans) is not searched: every layer's collectives
+    // would cross the network.
+    if (tp > in.cluster.topology.gpus_per_node()) continue;
+    for (int cp : divisors(gpus / tp)) {
+      for (int pp : divisors(gpus / (tp * cp))) enumerate_megatron_layout(in, tp, cp, pp, add);
     }
   }
 }
