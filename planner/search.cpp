@@ -341,7 +341,7 @@ void run_waves(const StepInputs& in, const SearchOptions& options, const std::ve
     }
     report.simulated += results.size();
     record_wave(results, options.objective, state, report);
-    if (stopped) break;
+    if (stopped || (options.stop_at_first_fit && !state.fitting.empty())) break;
     if (options.progress) options.progress(std::min(alive.size(), start + kWave) + report.pruned_memory, specs.size());
   }
 }
@@ -429,6 +429,7 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   probe.progress = nullptr;
   probe.bounds_progress = nullptr;
   probe.refuse_over_budget = false;
+  probe.stop_at_first_fit = true;
   std::map<std::int64_t, bool> over_budget_at;  // per probed length: nothing fit, and some candidate was too large
   // At most 16 doublings (1K to 64M) and 16 halvings of the gap.
   constexpr std::size_t kMostProbes = 32;
@@ -444,7 +445,7 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
     over_budget_at[seq] = r.ranked.empty() && r.over_budget > 0;
     return !r.ranked.empty();
   };
-  constexpr std::int64_t kStep = 1024, kLimit = std::int64_t{64} << 20;
+  constexpr std::int64_t kStep = 1024, kLimit = std::int64_t{64} << 20, kResolutionDivisor = 64;
   std::int64_t good = 0, bad = 0;
   for (std::int64_t seq = kStep; seq <= kLimit; seq *= 2) {
     if (cancelled(options)) break;
@@ -458,7 +459,9 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
     good = seq;
   }
   if (good == 0) return std::nullopt;
-  while (bad != 0 && bad - good > kStep) {
+  // To within 1/64 of the length (at least 1K): beyond that, the probes near the limit, where every candidate must
+  // be simulated to show that none fits, cost more than the answer gains.
+  while (bad != 0 && bad - good > std::max(kStep, good / kResolutionDivisor)) {
     if (cancelled(options)) break;
     const std::int64_t mid = (good + bad) / 2 / kStep * kStep;
     if (mid <= good) break;

@@ -106,6 +106,9 @@ struct SearchOptions {
   // estimate, unless refuse_over_budget is false (max_sequence probes).
   std::int64_t memory_budget_bytes = 0;
   bool refuse_over_budget = true;
+  // True: the search ends with the wave in which some plan first fits (max_sequence's probes ask only whether one
+  // does); `ranked` then holds that wave's fitting plans, not the best of all.
+  bool stop_at_first_fit = false;
   // Called on the worker thread before each simulation (tests inject failures here).
   std::function<void(const PlanSpec&)> before_simulate;
 };

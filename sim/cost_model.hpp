@@ -10,6 +10,7 @@
 //     per-FLOP tables.
 //   elementwise: HBM bytes times the stack's passes for the op (an eager RMSNorm moves ~9x a fused one), plus
 //     one launch per kernel.
+#include <array>
 #include <cstdint>
 
 #include "hwprofiles/node.hpp"
@@ -53,6 +54,32 @@ class ComputeModel {
   const stacks::StackProfile* stack_;
   stacks::AttentionImpl attention_impl_ = stacks::AttentionImpl::calibrated;
   const hw::AttentionKernel* attention_kernel_ = nullptr;  // for the fused implementations
+};
+
+// What the engine needs of a compute task when it launches.
+struct ComputeTimes {
+  ComputeCost cost;  // as compute_cost(params): the caller drops a recomputed task's model FLOPs
+  std::int64_t duration_ns = 0;
+  int kernels = 1;
+};
+
+// ComputeModel's answers with GEMMs memoised by shape: a step repeats a few shapes millions of times, and the
+// efficiency lookup (logarithms) otherwise dominates the engine's time. Other tasks are computed each time.
+class ComputeMemo {
+ public:
+  explicit ComputeMemo(const ComputeModel& model) : model_(&model) {}
+  ComputeTimes times(const Task& task);
+
+ private:
+  ComputeTimes compute(const Task& task) const;
+  struct Slot {
+    Gemm shape;
+    ComputeTimes times;
+    bool used = false;
+  };
+  static constexpr std::size_t kSlots = 64;  // direct-mapped: a collision only costs a recomputation
+  const ComputeModel* model_;
+  std::array<Slot, kSlots> slots_{};
 };
 
 }  // namespace trainyard::sim

@@ -32,7 +32,8 @@ std::string OomReport::describe(const TaskGraph& graph) const {
 
 namespace {
 
-enum EventKind : std::uint32_t { kTaskEnd = 0, kFlowEnd = 1, kStepDone = 2 };
+// A kernel sharing SMs with collectives ends with kSharedEnd (its end can move); other tasks with kTaskEnd.
+enum EventKind : std::uint32_t { kTaskEnd = 0, kFlowEnd = 1, kStepDone = 2, kSharedEnd = 3 };
 
 bool is_transfer(TaskKind k) { return k == TaskKind::copy || k == TaskKind::p2p || k == TaskKind::collective; }
 
@@ -50,6 +51,7 @@ class Engine {
         options_(options),
         library_(options.collectives ? *options.collectives : stacks::default_collective_library()),
         compute_(cluster.node, cluster.stack),
+        compute_memo_(compute_),
         network_(capacities()) {
     TRAINYARD_CHECK(!library_.protocols.empty(), "a collective library without protocols");
     for (const auto& p : library_.protocols) result_.protocol_names.push_back(p.name);
@@ -78,13 +80,15 @@ class Engine {
   void collect_links();
   void release(TaskId t);  // one blocker gone; launches at zero
   void launch(TaskId t);
+  // Inlined on purpose: GCC drops calls to a function that only prefetches (it counts as free of effects).
+  [[gnu::always_inline]] inline void prefetch_next_in_streams(TaskId t) const;
   void note_exposed_wait(TaskId t, const Task& task, std::int64_t now);
   void launch_compute(TaskId t, const Task& task, std::int64_t now);
   void launch_collective(TaskId t, const Collective& c);
   void launch_alloc(TaskId t, const Task& task, std::int64_t now);
   void report_oom(TaskId t, int pool, std::int64_t bytes, std::int64_t in_use);
   void launch_free(TaskId t, const Task& task, std::int64_t now);
-  std::int64_t host_issue_ns(const Task& task, std::int64_t now);
+  std::int64_t host_issue_ns(const Task& task, int kernels, std::int64_t now);
   void finish(TaskId t);
   void start_flow(TaskId owner, const RouteResources& route, double bytes, double cap);
   void push_changed_flows();
@@ -93,6 +97,9 @@ class Engine {
   void record_links();
   const RouteResources& route(hw::VertexId from, hw::VertexId to);
   const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
+  // Memoised per GPU (routes_ never moves its entries): copies and sends look routes up once per task.
+  const RouteResources& copy_route(DeviceId gpu, bool h2d);
+  const RouteResources& send_route(DeviceId src, DeviceId dst);
   void check_route_length(const RouteResources& r, hw::VertexId from, hw::VertexId to) const;
   hw::VertexId gpu_vertex(DeviceId g) const { return topo_.gpu(cluster_.node_of(g), g % topo_.gpus_per_node()); }
   // The DRAM on the GPU's socket: found once for node 0's GPU of the same index, then shifted to its node.
@@ -117,6 +124,7 @@ class Engine {
   SimOptions options_;
   const stacks::CollectiveLibrary& library_;
   ComputeModel compute_;
+  ComputeMemo compute_memo_;
   std::vector<std::int64_t> host_issued_ns_;  // per GPU: when the host has issued its latest kernel
   // SMs shared with collectives: per GPU, the thread blocks running collectives hold, and the GEMM and attention
   // kernels running there, whose end moves when that changes (a newer end event carries a newer version).
@@ -153,9 +161,13 @@ class Engine {
   };
   std::vector<StreamState> streams_;
   std::vector<TaskId> stream_tasks_;
-  std::vector<std::int64_t> head_since_;       // when the task reached the head of its (first) stream
-  std::vector<TaskId> last_dep_;               // the dependency that finished last
-  std::vector<std::int64_t> tail_latency_ns_;  // added after a copy/p2p flow ends
+  std::vector<std::int64_t> head_since_;  // when the task reached the head of its (first) stream
+  std::vector<TaskId> last_dep_;          // the dependency that finished last
+  struct FlowOwner {
+    std::int64_t latency_ns = 0;  // the route's, added after a copy/p2p flow ends
+    bool collective = false;      // its end counts towards a collective step instead
+  };
+  std::vector<FlowOwner> flow_owners_;  // per flow id, so that a flow's end need not read its task
   struct CollectiveState {
     int step = 0;
     int steps = 0;
@@ -185,6 +197,12 @@ class Engine {
   std::unordered_map<TaskId, CollectiveState> collectives_;
   std::vector<Transfer> step_transfers_;
   std::unordered_map<std::uint64_t, RouteResources> routes_;
+  std::vector<const RouteResources*> copy_routes_;  // per GPU: d2h, h2d
+  struct SendRoute {
+    DeviceId dst = -1;
+    const RouteResources* route = nullptr;
+  };
+  std::vector<SendRoute> send_routes_;  // per GPU: the latest destination's route
   std::unordered_map<int, std::vector<Sample>> link_samples_;
   std::vector<hw::VertexId> host_memory_;
   std::vector<std::int64_t> pool_in_use_;
@@ -196,13 +214,18 @@ class Engine {
 
 void Engine::build_streams() {
   const auto n = static_cast<TaskId>(graph_.size());
-  std::unordered_map<std::uint64_t, std::int32_t> ids;
+  // Per device (hosts after the GPUs), the ids of its streams: a device has a handful, so a scan beats a hash.
+  std::vector<std::vector<std::int32_t>> device_streams(static_cast<std::size_t>(cluster_.gpus() + cluster_.nodes));
   auto stream_id = [&](DeviceId device, Stream s) {
-    const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 16) | (static_cast<std::uint64_t>(s.kind) << 8) |
-                              s.index;
-    auto [it, inserted] = ids.try_emplace(key, static_cast<std::int32_t>(streams_.size()));
-    if (inserted) streams_.push_back({device, s});
-    return it->second;
+    const auto slot = static_cast<std::size_t>(is_host(device) ? cluster_.gpus() + host_node(device) : device);
+    TRAINYARD_CHECK(slot < device_streams.size(), "a task on a device the cluster lacks");
+    auto& ids = device_streams[slot];
+    for (std::int32_t id : ids) {
+      if (streams_[id].stream.kind == s.kind && streams_[id].stream.index == s.index) return id;
+    }
+    ids.push_back(static_cast<std::int32_t>(streams_.size()));
+    streams_.push_back({device, s});
+    return ids.back();
   };
   task_stream_offset_.assign(static_cast<std::size_t>(n) + 1, 0);
   task_streams_.reserve(static_cast<std::size_t>(n));
@@ -239,8 +262,9 @@ SimResult Engine::run() {
       result_.stuck = "cancelled";
       break;
     }
-    switch (e.kind) {
-      case kTaskEnd:
+    switch (e.kind()) {
+      case kTaskEnd: finish(e.id); break;
+      case kSharedEnd:
         if (!stale_end(e.id, e.version)) finish(e.id);
         break;
       case kFlowEnd: flow_ended(e); break;
@@ -269,6 +293,8 @@ void Engine::prepare() {
   host_issued_ns_.assign(static_cast<std::size_t>(gpus), 0);
   collective_ctas_.assign(static_cast<std::size_t>(gpus), 0);
   shared_compute_.assign(static_cast<std::size_t>(gpus), {});
+  copy_routes_.assign(2 * static_cast<std::size_t>(gpus), nullptr);
+  send_routes_.assign(static_cast<std::size_t>(gpus), {});
   for (int node = 0; node < cluster_.nodes; ++node) {
     result_.pools.push_back({"host" + std::to_string(node) + " dram", static_cast<std::int64_t>(cluster_.node.host_dram_bytes.value), 0, {}});
   }
@@ -277,7 +303,6 @@ void Engine::prepare() {
   live_slot_.assign(static_cast<std::size_t>(n), -1);
   head_since_.assign(static_cast<std::size_t>(n), 0);
   last_dep_.assign(static_cast<std::size_t>(n), -1);
-  tail_latency_ns_.assign(static_cast<std::size_t>(n), 0);
   build_streams();
   blocking_.resize(static_cast<std::size_t>(n));
   for (TaskId t = 0; t < n; ++t) {
@@ -303,15 +328,16 @@ void Engine::flow_ended(const Event& e) {
     return;
   }
   const TaskId owner = network_.owner(e.id);
+  const FlowOwner flow_owner = flow_owners_[e.id];
   network_.finish(e.id, queue_.now_ns());
   push_changed_flows();
   if (options_.record_links) record_links();
-  auto it = collectives_.find(owner);
-  if (it == collectives_.end()) {
-    queue_.push(queue_.now_ns() + tail_latency_ns_[owner], kTaskEnd, owner);
-  } else if (--it->second.outstanding == 0) {
-    queue_.push(queue_.now_ns() + it->second.latency_ns, kStepDone, owner);
+  if (!flow_owner.collective) {
+    queue_.push(queue_.now_ns() + flow_owner.latency_ns, kTaskEnd, owner);
+    return;
   }
+  CollectiveState& state = collectives_.at(owner);
+  if (--state.outstanding == 0) queue_.push(queue_.now_ns() + state.latency_ns, kStepDone, owner);
 }
 
 void Engine::collective_step_done(TaskId t) {
@@ -334,19 +360,19 @@ void Engine::collect() {
   result_.max_concurrent_flows = network_.stats().max_active_flows;
   result_.engine_bytes = result_.timing.capacity() * sizeof(TaskTiming) + blocking_.capacity() * 4 + task_stream_offset_.capacity() * 4 +
                          task_streams_.capacity() * 4 + stream_tasks_.capacity() * 4 + head_since_.capacity() * 8 + last_dep_.capacity() * 4 +
-                         tail_latency_ns_.capacity() * 8 + live_slot_.capacity() * 4;
+                         flow_owners_.capacity() * sizeof(FlowOwner) + live_slot_.capacity() * 4;
   result_.mean_component_flows = network_.stats().recomputes > 0
                                      ? static_cast<double>(network_.stats().component_flows) / static_cast<double>(network_.stats().recomputes)
                                      : 0;
   collect_links();
-  for (const auto& s : streams_) {
-    std::int64_t busy = 0;
-    for (std::int32_t i = s.first; i < s.first + s.count; ++i) {
-      const auto& timing = result_.timing[stream_tasks_[i]];
-      if (timing.end_ns >= 0) busy += timing.end_ns - timing.start_ns;
-    }
-    result_.streams.push_back({s.device, s.stream, busy});
+  // Busy time per stream, summed in task order: one pass over the timings instead of a strided one per stream.
+  std::vector<std::int64_t> busy_ns(streams_.size(), 0);
+  for (std::size_t t = 0; t < result_.timing.size(); ++t) {
+    const auto& timing = result_.timing[t];
+    if (timing.end_ns < 0) continue;
+    for (std::int32_t i = task_stream_offset_[t]; i < task_stream_offset_[t + 1]; ++i) busy_ns[task_streams_[i]] += timing.end_ns - timing.start_ns;
   }
+  for (std::size_t s = 0; s < streams_.size(); ++s) result_.streams.push_back({streams_[s].device, streams_[s].stream, busy_ns[s]});
 }
 
 // Every link direction that carried bytes, with its busy time and (when recorded) its load over time.
@@ -375,11 +401,11 @@ void Engine::release(TaskId t) {
 // The host issues a GPU's kernels one after another, running ahead of the GPU, at the stack's dispatch cost per
 // kernel; a kernel cannot start before it has been issued. Where the stack syncs before the optimizer the host
 // first waits for the GPU to get there.
-std::int64_t Engine::host_issue_ns(const Task& task, std::int64_t now) {
+std::int64_t Engine::host_issue_ns(const Task& task, int kernels, std::int64_t now) {
   std::int64_t& issued = host_issued_ns_[task.device];
   const stacks::StackProfile& stack = cluster_.stack;
   if (task.kind() == TaskKind::optimizer && stack.host.sync_before_optimizer) issued = std::max(issued, now);
-  issued += static_cast<std::int64_t>(std::ceil(compute_.kernels(task) * stack.host.dispatch_us_per_kernel.value * 1e3));
+  issued += static_cast<std::int64_t>(std::ceil(kernels * stack.host.dispatch_us_per_kernel.value * 1e3));
   if (issued <= now) return now;
   result_.host_wait_ns += issued - now;
   return issued;
@@ -406,7 +432,7 @@ void Engine::change_collective_ctas(TaskId collective, int sign) {
       k.remaining_ns -= static_cast<double>(std::max<std::int64_t>(0, now - k.since_ns)) * k.rate;
       k.since_ns = std::max(now, k.since_ns);
       k.rate = rate;
-      queue_.push(k.since_ns + static_cast<std::int64_t>(std::ceil(std::max(0.0, k.remaining_ns) / rate)), kTaskEnd, k.task, ++k.version);
+      queue_.push(k.since_ns + static_cast<std::int64_t>(std::ceil(std::max(0.0, k.remaining_ns) / rate)), kSharedEnd, k.task, ++k.version);
     }
   }
 }
@@ -414,7 +440,6 @@ void Engine::change_collective_ctas(TaskId collective, int sign) {
 // True for an end event a change of SM share has replaced; a kernel's last end also counts the time it lost.
 bool Engine::stale_end(TaskId t, std::uint32_t version) {
   const Task& task = graph_.task(t);
-  if (!shares_sms(task)) return false;
   auto& running = shared_compute_[task.device];
   const auto it = std::find_if(running.begin(), running.end(), [&](const SharedCompute& k) { return k.task == t; });
   if (it == running.end() || it->version != version) return true;
@@ -432,6 +457,7 @@ void Engine::launch(TaskId t) {
   const std::int64_t now = queue_.now_ns();
   result_.timing[t].start_ns = now;
   note_exposed_wait(t, task, now);
+  prefetch_next_in_streams(t);
   switch (task.kind()) {
     case TaskKind::gemm:
     case TaskKind::attention:
@@ -439,24 +465,40 @@ void Engine::launch(TaskId t) {
     case TaskKind::optimizer: launch_compute(t, task, now); break;
     case TaskKind::copy: {
       const auto& c = std::get<Copy>(task.params);
-      const hw::VertexId gpu = gpu_vertex(task.device);
-      const hw::VertexId host = host_memory_of(task.device);
       const bool h2d = c.direction == Copy::Direction::h2d;
       const auto& sustained = cluster_.node.gpu.sustained;
       // Pageable copies are staged through a pinned bounce buffer by the driver: about half the pinned rate.
       const double cap = (h2d ? sustained.pcie_h2d_gbps.value : sustained.pcie_d2h_gbps.value) * (c.pinned ? 1.0 : 0.5);
-      const RouteResources& r = h2d ? route(host, gpu) : route(gpu, host);
-      start_flow(t, r, static_cast<double>(c.bytes), cap);
+      start_flow(t, copy_route(task.device, h2d), static_cast<double>(c.bytes), cap);
       break;
     }
     case TaskKind::p2p: {
       const auto& p = std::get<PointToPoint>(task.params);
-      start_flow(t, gpu_to_gpu(task.device, p.dst), static_cast<double>(p.bytes), FlowNetwork::kUncapped);
+      start_flow(t, send_route(task.device, p.dst), static_cast<double>(p.bytes), FlowNetwork::kUncapped);
       break;
     }
     case TaskKind::collective: launch_collective(t, std::get<Collective>(task.params)); break;
     case TaskKind::alloc: launch_alloc(t, task, now); break;
     case TaskKind::free: launch_free(t, task, now); break;
+  }
+}
+
+// The tasks queued behind `t` are likely released when it ends; by then their state (read at random: streams
+// interleave in task order) can be in cache instead of costing a miss per array.
+inline void Engine::prefetch_next_in_streams(TaskId t) const {
+  for (std::int32_t i = task_stream_offset_[t]; i < task_stream_offset_[static_cast<std::size_t>(t) + 1]; ++i) {
+    const StreamState& s = streams_[task_streams_[i]];
+    if (s.head + 1 >= s.first + s.count) continue;
+    const TaskId next = stream_tasks_[s.head + 1];
+    const Task& task = graph_.task(next);
+    __builtin_prefetch(&task.device);  // device and stream, then the params through their variant index
+    __builtin_prefetch(&task.params);
+    __builtin_prefetch(reinterpret_cast<const char*>(&task.params + 1) - 1);
+    __builtin_prefetch(&blocking_[next]);
+    __builtin_prefetch(&head_since_[next]);
+    __builtin_prefetch(&last_dep_[next]);
+    __builtin_prefetch(&task_stream_offset_[next]);
+    __builtin_prefetch(&result_.timing[next]);
   }
 }
 
@@ -472,11 +514,13 @@ void Engine::note_exposed_wait(TaskId t, const Task& task, std::int64_t now) {
 
 void Engine::launch_compute(TaskId t, const Task& task, std::int64_t now) {
   const TaskKind kind = task.kind();
-  const ComputeCost cost = compute_cost(task);
+  const ComputeTimes times = compute_memo_.times(task);
+  ComputeCost cost = times.cost;
+  if (task.recompute) cost.model_flops = 0;  // as compute_cost(task)
   result_.model_flops += cost.model_flops;
   result_.hardware_flops += cost.hardware_flops;
-  const std::int64_t duration = compute_.duration_ns(task);
-  const std::int64_t start = is_host(task.device) ? now : host_issue_ns(task, now);
+  const std::int64_t duration = times.duration_ns;
+  const std::int64_t start = is_host(task.device) ? now : host_issue_ns(task, times.kernels, now);
   if (duration > kMaxTimeNs - start) {
     throw InputError("task '" + task.name + "' would end after the simulator's time range (about 146 years)");
   }
@@ -491,7 +535,7 @@ void Engine::launch_compute(TaskId t, const Task& task, std::int64_t now) {
   if (shares_sms(task)) {
     const double rate = sm_share(task.device);
     shared_compute_[task.device].push_back({t, duration, static_cast<double>(duration), rate, start, 0});
-    queue_.push(start + static_cast<std::int64_t>(std::ceil(static_cast<double>(duration) / rate)), kTaskEnd, t);
+    queue_.push(start + static_cast<std::int64_t>(std::ceil(static_cast<double>(duration) / rate)), kSharedEnd, t);
   } else {
     queue_.push(start + duration, kTaskEnd, t);
   }
@@ -585,8 +629,9 @@ void Engine::finish(TaskId t) {
 }
 
 void Engine::start_flow(TaskId owner, const RouteResources& r, double bytes, double cap) {
-  if (collectives_.find(owner) == collectives_.end()) tail_latency_ns_[owner] = r.latency_ns;
-  network_.start(r.resources, bytes, cap, queue_.now_ns(), owner);
+  const auto id = static_cast<std::size_t>(network_.start(r.resources, bytes, cap, queue_.now_ns(), owner));
+  if (id >= flow_owners_.size()) flow_owners_.resize(id + 1);
+  flow_owners_[id] = {r.latency_ns, graph_.task(owner).kind() == TaskKind::collective};
   push_changed_flows();
   if (options_.record_links) record_links();
 }
@@ -785,6 +830,21 @@ std::optional<RouteResources> Engine::cross_node_route(hw::VertexId from, hw::Ve
   }
   check_route_length(out, from, to);
   return out;
+}
+
+const RouteResources& Engine::copy_route(DeviceId gpu, bool h2d) {
+  const RouteResources*& cached = copy_routes_[2 * static_cast<std::size_t>(gpu) + (h2d ? 1 : 0)];
+  if (cached == nullptr) {
+    const hw::VertexId device = gpu_vertex(gpu), host = host_memory_of(gpu);
+    cached = h2d ? &route(host, device) : &route(device, host);
+  }
+  return *cached;
+}
+
+const RouteResources& Engine::send_route(DeviceId src, DeviceId dst) {
+  SendRoute& cached = send_routes_[src];
+  if (cached.dst != dst) cached = {dst, &gpu_to_gpu(src, dst)};
+  return *cached.route;
 }
 
 const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {

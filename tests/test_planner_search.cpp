@@ -293,9 +293,11 @@ TEST(Search, MaxSequenceIsTheLongestThatFits) {
   ASSERT_TRUE(best.has_value());
   EXPECT_EQ(best->seq_len % 1024, 0);
   EXPECT_TRUE(best->plan.metrics.fits);
-  // One step of 1K longer does not fit (or has no valid configuration).
+  // One step of the resolution longer (1K, or 1/64 of the length where that is more) does not fit (or has no
+  // valid configuration).
   o.schemes = {"ulysses"};
-  const StepInputs longer{m, c, {best->seq_len + 1024, 1}, model::precision_policy("bf16-mixed")};
+  const std::int64_t resolution = std::max<std::int64_t>(1024, (best->seq_len / 64 + 1023) / 1024 * 1024);
+  const StepInputs longer{m, c, {best->seq_len + resolution, 1}, model::precision_policy("bf16-mixed")};
   EXPECT_TRUE(search(longer, o).ranked.empty()) << best->seq_len;
   const StepInputs at{m, c, {best->seq_len, 1}, model::precision_policy("bf16-mixed")};
   EXPECT_FALSE(search(at, o).ranked.empty());
