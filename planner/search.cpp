@@ -251,6 +251,10 @@ std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOpti
       if (report.over_budget++ == 0 || graph_bytes[i] < report.smallest_over_budget_bytes) report.smallest_over_budget_bytes = graph_bytes[i];
       continue;
     }
+    if (options.known_not_to_fit && options.known_not_to_fit(specs[i])) {
+      ++report.pruned_memory;
+      continue;
+    }
     const Bounds b = lower_bounds(in, specs[i]);
     if (options.prune && (b.hbm_bytes > hbm_usable || b.dram_bytes > dram_capacity)) {
       ++report.pruned_memory;
@@ -315,6 +319,7 @@ void record_wave(std::vector<RankedPlan>& results, Objective objective, WaveStat
       if (!inserted) it->second = std::min(it->second, key);
       state.fitting.push_back(std::move(r));
     } else {
+      report.simulated_misses.push_back(r.spec);
       note_miss(report, std::move(r));
     }
   }
@@ -430,6 +435,14 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   probe.bounds_progress = nullptr;
   probe.refuse_over_budget = false;
   probe.stop_at_first_fit = true;
+  // A configuration that did not fit at some length is not tried at longer ones: its memory only grows with the
+  // sequence. Keyed by its summary, with the shortest length it missed at.
+  std::map<std::string, std::int64_t> missed_at;
+  std::int64_t probing = 0;
+  probe.known_not_to_fit = [&](const PlanSpec& spec) {
+    const auto it = missed_at.find(spec.summary());
+    return it != missed_at.end() && it->second <= probing;
+  };
   std::map<std::int64_t, bool> over_budget_at;  // per probed length: nothing fit, and some candidate was too large
   // At most 16 doublings (1K to 64M) and 16 halvings of the gap.
   constexpr std::size_t kMostProbes = 32;
@@ -439,7 +452,12 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   // large for the memory budget counts as not fitting (and says so).
   auto fits_at = [&](std::int64_t seq) -> std::optional<bool> {
     const StepInputs at{in.model, in.cluster, {seq, in.workload.global_batch}, in.precision};
+    probing = seq;
     SearchReport r = search(at, probe);
+    for (const PlanSpec& miss : r.simulated_misses) {
+      auto [it, inserted] = missed_at.emplace(miss.summary(), seq);
+      if (!inserted) it->second = std::min(it->second, seq);
+    }
     if (options.progress) options.progress(++probes, kMostProbes);
     if (r.enumerated == 0) return std::nullopt;
     over_budget_at[seq] = r.ranked.empty() && r.over_budget > 0;

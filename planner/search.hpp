@@ -109,6 +109,9 @@ struct SearchOptions {
   // True: the search ends with the wave in which some plan first fits (max_sequence's probes ask only whether one
   // does); `ranked` then holds that wave's fitting plans, not the best of all.
   bool stop_at_first_fit = false;
+  // Candidates for which this says true are left out as known not to fit (counted in pruned_memory):
+  // max_sequence's probes skip the configurations that did not fit at a shorter length.
+  std::function<bool(const PlanSpec&)> known_not_to_fit;
   // Called on the worker thread before each simulation (tests inject failures here).
   std::function<void(const PlanSpec&)> before_simulate;
 };
@@ -125,6 +128,7 @@ struct SearchReport {
   std::size_t over_budget = 0;  // candidates skipped: their graph would exceed the memory budget
   double smallest_over_budget_bytes = 0;
   std::map<std::string, std::size_t> enumerated_by_scheme;  // valid configurations per scheme
+  std::vector<PlanSpec> simulated_misses;                   // the simulated candidates that did not fit
   bool interrupted = false;
 };
 

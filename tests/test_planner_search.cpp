@@ -1,6 +1,7 @@
 // The plan search: sound bounds, pruning that never loses the best plan, determinism, plan files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "common/error.hpp"
@@ -79,6 +80,34 @@ TEST(Search, MegatronSearchCoversContextParallelismAndUnevenStages) {
   }
   EXPECT_GT(uneven, 0);
   EXPECT_GT(cp, 0);
+}
+
+TEST(Search, ProbesStopAtTheFirstFitAndSkipWhatIsKnownNotToFit) {
+  // max_sequence's probe options: stop_at_first_fit ends the search with the first wave that holds a fitting
+  // plan; known_not_to_fit leaves candidates out before their bounds; simulated_misses lists what did not fit.
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=4,hidden=256,heads=4,kv_heads=4,vocab=1024");
+  const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
+  const StepInputs in{m, c, {16384, 4}, model::precision_policy("bf16-mixed")};
+  SearchOptions all;
+  all.schemes = {"megatron"};
+  const SearchReport full = search(in, all);
+  ASSERT_FALSE(full.ranked.empty());
+  SearchOptions first = all;
+  first.stop_at_first_fit = true;
+  const SearchReport quick = search(in, first);
+  ASSERT_FALSE(quick.ranked.empty());
+  EXPECT_LT(quick.simulated, full.simulated);
+  SearchOptions none = all;
+  std::size_t asked = 0;
+  none.known_not_to_fit = [&](const PlanSpec&) { return ++asked > 0; };
+  const SearchReport skipped = search(in, none);
+  EXPECT_TRUE(skipped.ranked.empty());
+  EXPECT_EQ(skipped.simulated, 0u);
+  EXPECT_EQ(asked, skipped.enumerated);
+  EXPECT_EQ(skipped.pruned_memory, skipped.enumerated);
+  for (const PlanSpec& miss : full.simulated_misses) {
+    EXPECT_TRUE(std::none_of(full.ranked.begin(), full.ranked.end(), [&](const RankedPlan& r) { return r.spec.summary() == miss.summary(); }));
+  }
 }
 
 TEST(Search, RingTrackBoundsHoldWhereKvBlocksStreamThroughOneBuffer) {
