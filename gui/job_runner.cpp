@@ -1,5 +1,7 @@
 #include "gui/job_runner.hpp"
 
+#include <malloc.h>
+
 #include <QCoreApplication>
 #include <QElapsedTimer>
 
@@ -72,5 +74,7 @@ bool JobRunner::wait_idle(int timeout_ms) {
   }
   return pending_ == 0;
 }
+
+void release_freed_memory() { malloc_trim(0); }
 
 }  // namespace trainyard::gui

@@ -604,6 +604,7 @@ void MainWindow::start_search() {
         // One core fewer than the machine has: the charts' points keep a worker while the search runs.
         options.threads = std::max(1, QThread::idealThreadCount() - 1);
         options.cancel = cancel.get();
+        options.memory_gate = &graph_memory_gate();  // with the chart points: one budget for the window
         // Posted to the window (events to a destroyed window are dropped; the runner stops the search first).
         options.progress = [this, cancel](std::size_t done, std::size_t total) {
           QMetaObject::invokeMethod(

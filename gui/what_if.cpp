@@ -8,6 +8,7 @@
 #include "common/json_reader.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
+#include "planner/estimate.hpp"
 #include "sim/report.hpp"
 
 namespace trainyard::gui {
@@ -89,6 +90,11 @@ std::vector<std::int64_t> chunk_sweep(const std::string& scheme, std::int64_t se
   return out;
 }
 
+MemoryGate& graph_memory_gate() {
+  static MemoryGate gate(static_cast<double>(default_memory_budget_bytes()));
+  return gate;
+}
+
 Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x,
                      const std::atomic<bool>* cancel) {
   Point p;
@@ -99,6 +105,7 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
   if (!p.skipped.empty()) return p;
   sim::SimResult r;
   try {
+    const MemoryGate::Hold hold(graph_memory_gate(), planner::estimate_plan(in, spec).bytes);
     r = planner::simulate_plan_step(in, spec, cancel);
   } catch (const InputError& e) {  // a plan that cannot be built
     p.skipped = e.what();
@@ -145,6 +152,8 @@ PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planne
   d.setup = setup;
   d.spec = spec;
   const planner::StepInputs in = setup->at(setup->inputs.seq_len);
+  // Held while built and simulated; the plan kept for the window afterwards is not counted (one at a time).
+  const MemoryGate::Hold hold(graph_memory_gate(), planner::estimate_plan(in, spec).bytes);
   auto graph = std::make_shared<sim::TaskGraph>(planner::build_plan(in, spec));
   graph->finalize();
   sim::SimOptions options;

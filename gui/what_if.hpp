@@ -77,6 +77,10 @@ struct Point {
   std::int64_t hbm_needed_bytes = 0, dram_needed_bytes = 0;
   bool out_of_memory = false;
 };
+// What every graph the GUI builds holds while it is built and simulated (chart points, the selected plan, the
+// plan search): one budget for all of them, common/memory_budget.hpp's default.
+MemoryGate& graph_memory_gate();
+
 // `cancel` (optional) stops the simulation early once set; the point is then of no use.
 Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x,
                      const std::atomic<bool>* cancel = nullptr);

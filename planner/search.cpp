@@ -329,7 +329,8 @@ void record_wave(std::vector<RankedPlan>& results, Objective objective, WaveStat
 void run_waves(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
                const std::vector<double>& graph_bytes, std::int64_t budget, WaveState& state, SearchReport& report) {
   ThreadPool pool(options.threads);
-  MemoryGate gate(static_cast<double>(budget));
+  MemoryGate own_gate(static_cast<double>(budget));
+  MemoryGate& gate = options.memory_gate != nullptr ? *options.memory_gate : own_gate;
   for (std::size_t start = 0; start < alive.size(); start += kWave) {
     if (cancelled(options)) {
       report.interrupted = true;

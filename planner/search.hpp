@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/memory_budget.hpp"
 #include "planner/plan.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "sim/engine.hpp"
@@ -105,6 +106,9 @@ struct SearchOptions {
   // plan fits and some candidates were skipped so, search() throws InputError (--memory-budget) with the smallest
   // estimate, unless refuse_over_budget is false (max_sequence probes).
   std::int64_t memory_budget_bytes = 0;
+  // The gate the simulations in flight hold their estimates in: shared with other work that builds graphs (the
+  // GUI's chart points) so that all of it together stays within one budget; null: the search's own, of the budget.
+  MemoryGate* memory_gate = nullptr;
   bool refuse_over_budget = true;
   // True: the search ends with the wave in which some plan first fits (max_sequence's probes ask only whether one
   // does); `ranked` then holds that wave's fitting plans, not the best of all.
