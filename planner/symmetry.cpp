@@ -6,6 +6,12 @@ namespace trainyard::planner {
 
 namespace {
 constexpr int kBuilt = 2;  // replicas or cp ranks built: a ring needs two members, which keep every link's load symmetric
+
+// No reduction, with `reason` in `why_not` when the caller asked.
+std::optional<ReducedStep> not_reduced(std::string* why_not, const std::string& reason) {
+  if (why_not != nullptr) *why_not = reason;
+  return std::nullopt;
+}
 }  // namespace
 
 std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
@@ -22,10 +28,6 @@ std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSp
 }
 
 std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
-  auto no = [&](const std::string& reason) -> std::optional<ReducedStep> {
-    if (why_not != nullptr) *why_not = reason;
-    return std::nullopt;
-  };
   const MegatronParams& p = spec.megatron;
   const int per_node = in.cluster.topology.gpus_per_node();
   // Context-parallel ranks: identical under Megatron's load-balanced split when each one's TP group fills
@@ -36,9 +38,10 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
   // Data-parallel replicas: when each pipeline stage of a replica fills whole nodes.
   const bool dp_reduces = p.dp > kBuilt && (p.tp * cp_built) % per_node == 0;
   if (!cp_reduces && !dp_reduces) {
-    if (p.dp <= kBuilt && p.cp <= kBuilt) return no("dp " + std::to_string(p.dp) + " and cp " + std::to_string(p.cp) + ": nothing to reduce");
-    return no("a pipeline stage of one replica (tp x cp = " + std::to_string(p.tp * p.cp) + " GPUs) does not fill whole nodes of " +
-              std::to_string(per_node) + ": replicas would share node links");
+    if (p.dp <= kBuilt && p.cp <= kBuilt)
+      return not_reduced(why_not, "dp " + std::to_string(p.dp) + " and cp " + std::to_string(p.cp) + ": nothing to reduce");
+    return not_reduced(why_not, "a pipeline stage of one replica (tp x cp = " + std::to_string(p.tp * p.cp) + " GPUs) does not fill whole nodes of " +
+                                    std::to_string(per_node) + ": replicas would share node links");
   }
   ReducedStep out;
   out.spec = spec;
@@ -63,21 +66,17 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
 }
 
 std::optional<ReducedStep> reduce_zero_family_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
-  auto no = [&](const std::string& reason) -> std::optional<ReducedStep> {
-    if (why_not != nullptr) *why_not = reason;
-    return std::nullopt;
-  };
   const ZeroParams& z = spec.zero;
   const int per_node = in.cluster.topology.gpus_per_node(), gpus = in.cluster.gpus();
   const int group = z.sp * z.cp;
   // A unit: whole nodes holding whole sequence-parallel groups, so two units share nothing but the fabric.
   const int unit = group % per_node == 0 ? group : per_node % group == 0 ? per_node : 0;
   if (unit == 0) {
-    return no("a sequence-parallel group of " + std::to_string(group) + " GPUs neither fills whole nodes of " + std::to_string(per_node) +
-              " nor divides one: groups would share node links");
+    return not_reduced(why_not, "a sequence-parallel group of " + std::to_string(group) + " GPUs neither fills whole nodes of " +
+                                    std::to_string(per_node) + " nor divides one: groups would share node links");
   }
   const int units = gpus / unit;
-  if (units <= kBuilt) return no(std::to_string(units) + " units of " + std::to_string(unit) + " GPUs: nothing to reduce");
+  if (units <= kBuilt) return not_reduced(why_not, std::to_string(units) + " units of " + std::to_string(unit) + " GPUs: nothing to reduce");
   ReducedStep out;
   out.spec = spec;
   out.spec.zero.gpus_represented = gpus;

@@ -122,12 +122,11 @@ class ZeroBuilder {
   const model::PrecisionPolicy& pol_;
   const int gpus_;
   const double n_;  // GPUs of the whole step, as a divisor of sharded states
-  // The ZeRO collectives' ring when only some of the step's GPUs are built (symmetry), else 0: their bytes are a
-  // multiple of it.
-  const std::int32_t ring_ranks_;
-  std::int32_t ring_size() const { return ring_ranks_ > 0 ? ring_ranks_ : gpus_; }
+  // A ZeRO collective over every GPU of the step: the whole ring's when only some of them are built (symmetry:
+  // ring_ranks set), its bytes a multiple of that ring.
   sim::Collective over_everyone(sim::CollectiveOp op, double bytes) const {
-    return {op, sim::Algorithm::ring, zero_group_, rounded(bytes, ring_size()), ring_ranks_};
+    const int ring = p_.whole_gpus(gpus_);
+    return {op, sim::Algorithm::ring, zero_group_, rounded(bytes, ring), ring > gpus_ ? ring : 0};
   }
   const LayerSplit split_;
   double full_acts_ = 0;  // a layer's activations while it runs (FPDT: a few chunks' worth)
@@ -158,7 +157,6 @@ ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
       pol_(in.precision),
       gpus_(in.cluster.gpus()),
       n_(p.whole_gpus(in.cluster.gpus())),
-      ring_ranks_(p.gpus_represented > in.cluster.gpus() ? p.gpus_represented : 0),
       split_(zero_layer_split(in, p)),
       last_(static_cast<std::size_t>(in.cluster.gpus()), -1) {
   full_acts_ = split_.fpdt_chunks > 1 ? fpdt_working_bytes(model_, split_) : layer_activation_bytes(model_, split_, Recompute::none).total();
