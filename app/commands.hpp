@@ -86,14 +86,16 @@ struct SimulationSetup {
     int gpus = 0;                 // of the whole step (a symmetry reduction simulates fewer)
   };
   std::optional<Step> step;
-  // Symmetry reduction (planner/symmetry.hpp): the replicas (`symmetry_unit` says what they are) and
-  // context-parallel ranks of the whole step and how many of each were simulated (all 0: the whole step ran);
-  // `symmetry_note` says what was done or why not.
+  // Symmetry reduction (planner/symmetry.hpp): the replicas (`symmetry_unit` says what they are),
+  // context-parallel ranks and tensor-parallel ranks (of a group) of the whole step and how many of each were
+  // simulated (all 0: the whole step ran); `symmetry_note` says what was done or why not.
   std::string symmetry_unit;
   int replicas = 0;
   int simulated_replicas = 0;
   int cp_ranks = 0;
   int simulated_cp_ranks = 0;
+  int tp_ranks = 0;
+  int simulated_tp_ranks = 0;
   std::string symmetry_note;
 };
 // The MFU and TFLOP/s per GPU the stack's own log would print for this step (stacks::StackProfile::mfu_convention).

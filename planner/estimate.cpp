@@ -62,7 +62,7 @@ double zero_tasks(const StepInputs& in, const ZeroParams& z) {
 double megatron_tasks(const StepInputs& in, const MegatronParams& p) {
   const double layers = static_cast<double>(in.model.layers);
   const double seq = static_cast<double>(in.workload.seq_len), batch = static_cast<double>(in.workload.global_batch);
-  const double tp = std::max(1, p.tp), pp = std::max(1, p.pp), dp = std::max(1, p.dp);
+  const double tp = std::max(1, p.built_tp()), pp = std::max(1, p.pp), dp = std::max(1, p.dp);  // built ranks
   const double micro = static_cast<double>(std::max<std::int64_t>(1, p.micro_batch));
   const double micro_batches = std::max(1.0, batch / (dp * micro));
   const bool recompute = p.recompute == Recompute::full;

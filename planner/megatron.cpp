@@ -29,6 +29,7 @@ LayerSplit megatron_layer_split(const StepInputs& in, const MegatronParams& p) {
   split.tp_comm_overlap = p.tp_comm_overlap;
   split.cp = p.whole_cp();
   if (p.cp_represented > 0) split.cp_ranks = p.cp;
+  split.tp_ranks = p.tp_built;
   split.zigzag = split.cp > 1;  // Megatron always load-balances causal CP (two chunks per rank)
   split.cp_comm = p.cp_comm;
   if (p.cp_comm == CpComm::a2a_p2p) split.cp_a2a = p.cp_a2a;
@@ -99,10 +100,12 @@ void check_megatron(const StepInputs& in, const MegatronParams& p) {
   if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.cp < 1 || p.vpp < 1 || p.micro_batch < 1) {
     fail("--tp/--pp/--dp/--cp/--vpp/--micro-batch", "positive integers", "a value below 1");
   }
-  if (static_cast<std::int64_t>(p.tp) * p.pp * p.dp * p.cp != gpus) {
+  if (p.tp_built != 0 && (p.tp_built < 1 || p.tp % p.tp_built != 0)) fail("tp_built", "0 or a divisor of tp", std::to_string(p.tp_built));
+  const int tp = p.built_tp();  // the cluster holds the built ranks only
+  if (static_cast<std::int64_t>(tp) * p.pp * p.dp * p.cp != gpus) {
     fail("--tp/--pp/--dp/--cp", "tp * pp * dp * cp = the cluster's " + std::to_string(gpus) + " GPUs",
-         std::to_string(p.tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " * " + std::to_string(p.cp) + " = " +
-             std::to_string(static_cast<std::int64_t>(p.tp) * p.pp * p.dp * p.cp));
+         std::to_string(tp) + " * " + std::to_string(p.pp) + " * " + std::to_string(p.dp) + " * " + std::to_string(p.cp) + " = " +
+             std::to_string(static_cast<std::int64_t>(tp) * p.pp * p.dp * p.cp));
   }
   if (p.whole_cp() > 1 && in.workload.seq_len % (2 * p.whole_cp()) != 0) {
     fail("--cp", "a degree whose 2 * cp chunks divide the sequence (" + std::to_string(in.workload.seq_len) + " tokens)",
@@ -224,7 +227,7 @@ class MegatronBuilder {
     sim::Op at(sim::OpCode code, std::int64_t l) const { return {code, seq, static_cast<std::int32_t>(l), 0}; }
   };
 
-  int gpu_of(int stage, int d, int r) const { return (stage * p_.dp + d) * stage_ranks_ + r; }  // r: cp index * tp + TP index
+  int gpu_of(int stage, int d, int r) const { return (stage * p_.dp + d) * stage_ranks_ + r; }  // r: cp index * tp_ + TP index
   std::vector<sim::DeviceId> ranks_of(int stage, int d) const;
   std::vector<sim::DeviceId> grad_group(int stage, int t) const;  // the dp x cp ranks of (stage, TP index t), replica-major
   std::int64_t chunk_layers(int v) const { return first_layer_[static_cast<std::size_t>(v) + 1] - first_layer_[v]; }
@@ -257,7 +260,8 @@ class MegatronBuilder {
   const model::ParamCounts params_;
   const double layer_params_;
   const std::int64_t s_, h_, vocab_shard_;  // one rank's tokens of the micro-batch (1/cp of them); hidden; vocab / tp
-  const int stage_ranks_;                   // cp x tp
+  const int tp_;                            // TP ranks built per group (all tp unless reduced by symmetry)
+  const int stage_ranks_;                   // cp x tp_
   // The ranks holding the same weights, over which gradients are reduced: built here (grad_group), and in the
   // whole data-parallel ring the built ones stand for (symmetry reduction).
   const int grad_replicas_, grad_ring_;
@@ -292,7 +296,8 @@ MegatronBuilder::MegatronBuilder(const StepInputs& in, const MegatronParams& p)
       s_(split_.local_tokens()),
       h_(in.model.hidden),
       vocab_shard_((in.model.vocab + p.tp - 1) / p.tp),
-      stage_ranks_(p.cp * p.tp),
+      tp_(p.built_tp()),
+      stage_ranks_(p.cp * tp_),
       grad_replicas_(p.dp * p.cp),
       grad_ring_(p.whole_dp() * p.whole_cp()),
       ring_ranks_(grad_ring_ > grad_replicas_ ? grad_ring_ : 0),
@@ -311,7 +316,7 @@ std::vector<sim::DeviceId> MegatronBuilder::ranks_of(int stage, int d) const {
 std::vector<sim::DeviceId> MegatronBuilder::grad_group(int stage, int t) const {
   std::vector<sim::DeviceId> members;
   for (int d = 0; d < p_.dp; ++d) {
-    for (int c = 0; c < p_.cp; ++c) members.push_back(gpu_of(stage, d, c * p_.tp + t));
+    for (int c = 0; c < p_.cp; ++c) members.push_back(gpu_of(stage, d, c * tp_ + t));
   }
   return members;
 }
@@ -461,10 +466,10 @@ void MegatronBuilder::backward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) 
       last[r] = emit_embedding(g_, w.ranks[r], "B " + slot.tag + " embedding", s_, h_, true, last[r], slot.at(sim::OpCode::embed_bwd, 0));
     }
     if (slot.mb == w.last_backward_mb[0]) {  // the embedding's gradients join the last bucket, after its backward
-      for (int t = 0; t < p_.tp; ++t) {
+      for (int t = 0; t < tp_; ++t) {
         Bucket& b = buckets_.at(std::make_tuple(w.stage, t, w.bucket_index - 1));
         if (w.d == 0) b.params += params_.embedding / p_.tp;
-        for (int c = 0; c < p_.cp; ++c) b.ready[b.ready.size() - static_cast<std::size_t>(p_.cp - c)] = last[c * p_.tp + t];
+        for (int c = 0; c < p_.cp; ++c) b.ready[b.ready.size() - static_cast<std::size_t>(p_.cp - c)] = last[c * tp_ + t];
       }
     }
   }
@@ -518,11 +523,11 @@ void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l)
   if (w.bucket_params < p_.bucket_params && !chunk_done) return;
   // The last stage's first bucket also carries the LM head's gradients (computed before any layer's).
   const double head = w.stage == p_.pp - 1 && w.bucket_index == 0 ? static_cast<double>(model_.vocab * h_) / p_.tp + params_.final_norm : 0;
-  for (int t = 0; t < p_.tp; ++t) {
+  for (int t = 0; t < tp_; ++t) {
     const auto key = std::make_tuple(w.stage, t, w.bucket_index);
     auto [it, inserted] = buckets_.try_emplace(key, Bucket{w.stage, t, w.bucket_params + head, {}});
     if (inserted) bucket_order_.push_back(key);
-    for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(slot.last[c * p_.tp + t]);
+    for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(slot.last[c * tp_ + t]);
   }
   ++w.bucket_index;
   w.bucket_params = 0;
@@ -589,7 +594,7 @@ void MegatronBuilder::optimizer_steps(const std::vector<std::vector<sim::TaskId>
   }
   if (!p_.distributed_optimizer || grad_replicas_ <= 1) return;
   for (int stage = 0; stage < p_.pp; ++stage) {
-    for (int t = 0; t < p_.tp; ++t) {
+    for (int t = 0; t < tp_; ++t) {
       const std::vector<sim::DeviceId> members = grad_group(stage, t);
       std::vector<sim::TaskId> deps;
       for (sim::DeviceId gpu : members) deps.push_back(step[gpu]);

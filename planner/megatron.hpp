@@ -52,6 +52,10 @@ struct MegatronParams {
   int dp_represented = 0;
   // Likewise for context parallelism: the cp = 2 ranks built stand for this many (0: cp is the whole degree).
   int cp_represented = 0;
+  // And for tensor parallelism: the TP ranks built of each group (0: all tp), standing for all tp. Unlike dp and
+  // cp, tp stays the whole degree (the shards' shapes); their collectives run as rings of tp ranks.
+  int tp_built = 0;
+  int built_tp() const { return tp_built > 0 ? tp_built : tp; }
   int whole_cp() const { return cp_represented > 0 ? cp_represented : cp; }
   int whole_dp() const { return dp_represented > 0 ? dp_represented : dp; }
 };

@@ -1,5 +1,7 @@
 #include "planner/symmetry.hpp"
 
+#include <set>
+
 #include "planner/schemes/scheme.hpp"
 
 namespace trainyard::planner {
@@ -27,6 +29,34 @@ std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSp
   return std::nullopt;
 }
 
+namespace {
+// Whether one GPU can stand for each GPU of its node: the node's GPUs meet only at one NVSwitch (a ring of one
+// member then loads its links as the whole ring loads each member's: sim's loopback) and each reaches the
+// fabric on links of its own (its rail NIC's), so the built GPU's traffic meets no idle GPU's. Else a reason.
+std::string node_gpus_not_independent(const hw::Topology& topo) {
+  const int n = topo.gpus_per_node();
+  std::set<int> fabric_links;
+  std::optional<hw::VertexId> shared_switch;
+  for (int i = 0; i < n; ++i) {
+    const hw::Route next = topo.route(topo.gpu(0, i), topo.gpu(0, (i + 1) % n));
+    const hw::VertexId middle = next.vertices.size() == 3 ? next.vertices[1] : next.vertices.front();
+    if (next.vertices.size() != 3 || topo.vertex_info(middle).type != hw::VertexType::nvswitch || (shared_switch && *shared_switch != middle)) {
+      return "the node's GPUs do not meet at one NVSwitch (" + topo.describe(next) + ")";
+    }
+    shared_switch = middle;
+    if (!topo.fabric() || topo.node_count() == 1) continue;
+    const auto nic = topo.rail_nic(topo.gpu(0, i));
+    if (!nic) return topo.name(topo.gpu(0, i)) + " has no rail NIC";
+    for (const hw::Route& leg : {topo.route(topo.gpu(0, i), *nic), topo.route(*nic, *topo.fabric())}) {
+      for (int link : leg.links) {
+        if (!fabric_links.insert(link).second) return "GPUs of a node share links to the fabric (" + topo.describe(leg) + ")";
+      }
+    }
+  }
+  return {};
+}
+}  // namespace
+
 std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
   const MegatronParams& p = spec.megatron;
   const int per_node = in.cluster.topology.gpus_per_node();
@@ -37,9 +67,16 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
   const int cp_built = cp_reduces ? kBuilt : p.cp;
   // Data-parallel replicas: when each pipeline stage of a replica fills whole nodes.
   const bool dp_reduces = p.dp > kBuilt && (p.tp * cp_built) % per_node == 0;
-  if (!cp_reduces && !dp_reduces) {
+  // TP ranks: one built of a group that is exactly a node, when nothing else shares the node's links (no
+  // checkpoints offloaded over PCIe to host DRAM).
+  std::string tp_why_not = p.tp != per_node        ? "tp " + std::to_string(p.tp) + " is not a node of " + std::to_string(per_node) + " GPUs"
+                           : p.offload_activations ? "checkpoints are offloaded to host DRAM"
+                                                   : node_gpus_not_independent(in.cluster.topology);
+  const bool tp_reduces = p.tp > 1 && tp_why_not.empty();
+  if (!cp_reduces && !dp_reduces && !tp_reduces) {
     if (p.dp <= kBuilt && p.cp <= kBuilt)
-      return not_reduced(why_not, "dp " + std::to_string(p.dp) + " and cp " + std::to_string(p.cp) + ": nothing to reduce");
+      return not_reduced(why_not, "dp " + std::to_string(p.dp) + " and cp " + std::to_string(p.cp) +
+                                      ": nothing to reduce, and TP ranks are not: " + (p.tp == 1 ? "tp 1" : tp_why_not));
     return not_reduced(why_not, "a pipeline stage of one replica (tp x cp = " + std::to_string(p.tp * p.cp) + " GPUs) does not fill whole nodes of " +
                                     std::to_string(per_node) + ": replicas would share node links");
   }
@@ -54,6 +91,10 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
     r.cp = kBuilt;
     r.cp_represented = p.cp;
   }
+  if (tp_reduces) {
+    r.tp_built = 1;
+    out.devices_per_node = 1;
+  }
   out.nodes = p.pp * r.dp * r.cp * p.tp / per_node;
   out.workload = in.workload;
   out.workload.global_batch = in.workload.global_batch / p.dp * r.dp;
@@ -62,6 +103,8 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
   out.simulated_replicas = r.dp;
   out.cp_ranks = p.cp;
   out.simulated_cp_ranks = r.cp;
+  out.tp_ranks = p.tp;
+  out.simulated_tp_ranks = r.built_tp();
   return out;
 }
 

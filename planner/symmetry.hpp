@@ -10,8 +10,12 @@
 // built, their K/V exchanges run as the whole ring's (Megatron's load-balanced split gives every rank the same
 // work). The ZeRO family (zero, ulysses, ring-attention, fpdt) reduces by whole units of nodes: every GPU is a
 // data-parallel rank, its sequence-parallel group inside a unit, and the ZeRO collectives over every GPU run as
-// the whole cluster's ring. Each scheme's registry entry says whether and how its steps reduce
-// (`reduce_by_symmetry`); ring-track's replicas, pipeline stages and TP ranks are not reduced yet.
+// the whole cluster's ring. Megatron's TP ranks reduce to one when a TP group is exactly a node whose GPUs meet
+// only at one NVSwitch and reach the fabric on links of their own: the built rank's TP collectives run as the
+// whole group's ring through the switch (sim::Collective::ring_ranks), the other GPUs of each node stand idle
+// and are not part of the simulated step (sim::Cluster::devices_per_node). Each scheme's registry entry says
+// whether and how its steps reduce (`reduce_by_symmetry`); ring-track's replicas, pipeline stages and TP ranks
+// are not reduced yet, nor are Megatron's pipeline stages (they differ in warm-up and cool-down).
 #include <optional>
 #include <string>
 
@@ -28,6 +32,9 @@ struct ReducedStep {
   int simulated_replicas = 0;
   int cp_ranks = 0;  // the context-parallel ranks of the whole step (0: not a Megatron step), and how many were built
   int simulated_cp_ranks = 0;
+  int tp_ranks = 0;  // the tensor-parallel ranks of a group (0: not a Megatron step), and how many were built
+  int simulated_tp_ranks = 0;
+  int devices_per_node = 0;  // the simulated cluster's sim::Cluster::devices_per_node (0: every GPU of a node)
 };
 
 // The reduced step when the plan allows one, else nullopt with `why_not` (when given) saying why.

@@ -41,15 +41,16 @@ std::int64_t local_kv_heads(const model::ModelConfig& m, int tp) { return std::m
 // One pass of a K/V ring: K and V of `k_elements` each in bf16; backward also the fp32 dK, dV accumulators.
 double kv_pass_bytes(double k_elements, bool backward) { return backward ? 2 * k_elements * kBf16 + 2 * k_elements * 4 : 2 * k_elements * kBf16; }
 
-// One collective over `group` (`size` ranks) after the chain ends last[first, first + count), which it becomes.
+// One collective over `group` (`size` ranks; under symmetry, a ring of `ring_ranks` of which the group holds the built
+// ones) after the chain ends last[first, first + count), which it becomes.
 void emit_collective(sim::TaskGraph& graph, const std::string& name, sim::CollectiveOp op, double bytes, std::int32_t group, int size,
-                     std::vector<sim::TaskId>& last, std::size_t first, std::size_t count) {
+                     std::vector<sim::TaskId>& last, std::size_t first, std::size_t count, std::int32_t ring_ranks = 0) {
   std::vector<sim::TaskId> deps;
   for (std::size_t r = first; r < first + count; ++r) {
     if (last[r] >= 0) deps.push_back(last[r]);
   }
   const auto rounded = (static_cast<std::int64_t>(bytes) + size - 1) / size * size;  // a multiple of the group size
-  const sim::TaskId c = graph.collective(name, {op, sim::Algorithm::ring, group, rounded}, deps);
+  const sim::TaskId c = graph.collective(name, {op, sim::Algorithm::ring, group, rounded, ring_ranks}, deps);
   std::fill(last.begin() + static_cast<std::ptrdiff_t>(first), last.begin() + static_cast<std::ptrdiff_t>(first + count), c);
 }
 }  // namespace
@@ -115,7 +116,7 @@ double ulysses_bytes_per_layer_forward(const model::ModelConfig& m, const LayerS
 LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split, std::vector<sim::DeviceId> ranks)
     : graph_(graph), model_(model), split_(split), ranks_(std::move(ranks)) {
   TRAINYARD_CHECK(split.ulysses == 1 || (split.tp == 1 && split.cp == 1), "Ulysses combines with neither TP nor CP");
-  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.tp * split.ulysses * split.built_cp(), "one rank per shard");
+  TRAINYARD_CHECK(static_cast<int>(ranks_.size()) == split.built_tp() * split.ulysses * split.built_cp(), "one rank per shard");
   TRAINYARD_CHECK(split.built_cp() == split.cp || (split.zigzag && split.built_cp() >= 2), "reduced cp ranks need zigzag");
   auto group_of = [&](int first, int count, int stride) {
     std::vector<sim::DeviceId> members;
@@ -123,13 +124,13 @@ LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& mode
     return graph_.add_group(members);
   };
   if (split.tp > 1) {
-    for (int c = 0; c < split.built_cp(); ++c) tp_groups_.push_back(group_of(c * split.tp, split.tp, 1));
+    for (int c = 0; c < split.built_cp(); ++c) tp_groups_.push_back(group_of(c * split.built_tp(), split.built_tp(), 1));
   }
   if (split.cp > 1 && split.cp_comm != CpComm::p2p) {  // one group per TP index, or per a2a_p2p's a2a level
     const int size = split.cp_comm == CpComm::a2a_p2p ? split.cp_a2a : split.built_cp();
-    for (int t = 0; t < split.tp; ++t) {
+    for (int t = 0; t < split.built_tp(); ++t) {
       for (int first = 0; first < split.built_cp(); first += size) {
-        CpGroup g{group_of(static_cast<int>(rank_index(first, t)), size, split.tp), {}};
+        CpGroup g{group_of(static_cast<int>(rank_index(first, t)), size, split.built_tp()), {}};
         for (int c = first; c < first + size; ++c) g.members.push_back(rank_index(c, t));
         cp_groups_.push_back(std::move(g));
       }
@@ -196,8 +197,8 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
   const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
-  std::vector<std::vector<std::size_t>> rings(static_cast<std::size_t>(split_.tp));  // one per TP index
-  for (int t = 0; t < split_.tp; ++t) {
+  std::vector<std::vector<std::size_t>> rings(static_cast<std::size_t>(split_.built_tp()));  // one per TP index
+  for (int t = 0; t < split_.built_tp(); ++t) {
     for (int r = 0; r < built; ++r) rings[t].push_back(rank_index(r, t));
   }
   const auto pass_bytes = static_cast<std::int64_t>(ring_bytes_per_layer(model_, split_, backward) / (split_.cp - 1));
@@ -315,7 +316,7 @@ void LayerEmitter::a2a_p2p_attention(const std::string& name, bool backward, std
   const std::int64_t kv_heads_per_rank = std::max<std::int64_t>(1, local_kv_heads(model_, split_.tp) / a);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * kv_heads_per_rank);
   std::vector<std::vector<std::size_t>> rings;  // per TP index and place in the a2a group: that place in every group
-  for (int t = 0; t < split_.tp; ++t) {
+  for (int t = 0; t < split_.built_tp(); ++t) {
     for (int i = 0; i < a; ++i) {
       rings.emplace_back();
       for (int g = 0; g < groups; ++g) rings.back().push_back(rank_index(g * a + i, t));
@@ -425,12 +426,14 @@ void LayerEmitter::ulysses_exchange(const std::string& name, double bytes, std::
   emit_collective(graph_, name, sim::CollectiveOp::all_to_all, bytes, ulysses_group_, split_.ulysses, last, 0, last.size());
 }
 
-// The tensor-parallel collective of each cp slice, over that slice's TP group.
+// The tensor-parallel collective of each cp slice, over that slice's TP group (under symmetry, its built ranks
+// running the whole group's ring).
 void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {
   TRAINYARD_CHECK(join_.empty(), "a collective right after a GEMM run beside another collective");
+  const std::int32_t ring_ranks = split_.built_tp() < split_.tp ? split_.tp : 0;
   for (int c = 0; c < static_cast<int>(tp_groups_.size()); ++c) {
     emit_collective(graph_, split_.built_cp() > 1 ? name + " cp" + std::to_string(c) : name, op, bytes, tp_groups_[c], split_.tp, last,
-                    rank_index(c, 0), static_cast<std::size_t>(split_.tp));
+                    rank_index(c, 0), static_cast<std::size_t>(split_.built_tp()), ring_ranks);
   }
 }
 

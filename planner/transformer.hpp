@@ -49,9 +49,12 @@ struct LayerSplit {
   double score_bytes = 0;            // unfused attention (stacks::AttentionImpl::unfused): bytes kept per (head, query,
                                      // key) score for backward when nothing is recomputed
   bool tp_comm_overlap = false;      // with sequence_parallel: TP all-gathers and reduce-scatters run beside their GEMMs
+  int tp_ranks = 0;                  // symmetry reduction: the TP ranks built of each group (0: tp), standing for all tp;
+                                     // their collectives run as the whole group's ring
   std::int64_t tokens() const { return sequences * seq_len; }
   std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
   int built_cp() const { return cp_ranks > 0 ? cp_ranks : cp; }
+  int built_tp() const { return tp_ranks > 0 ? tp_ranks : tp; }
 };
 
 // Bytes of activations one layer keeps for backward on one GPU. Follows Korthikanti et al. (2022), "Reducing
@@ -145,7 +148,7 @@ class LayerEmitter {
   void cp_exchange_heads(const std::string& name, bool backward, bool inbound, std::vector<sim::TaskId>& last);
   void cp_collective(const std::string& name, sim::CollectiveOp op, std::int64_t bytes, std::vector<sim::TaskId>& last);
   // The ranks of TP index t across the cp slices, and the chain ends of those ranks.
-  std::size_t rank_index(int cp_index, int tp_index) const { return static_cast<std::size_t>(cp_index * split_.tp + tp_index); }
+  std::size_t rank_index(int cp_index, int tp_index) const { return static_cast<std::size_t>(cp_index * split_.built_tp() + tp_index); }
   void fpdt_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
 
   sim::TaskGraph& graph_;

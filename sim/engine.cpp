@@ -14,8 +14,15 @@
 
 namespace trainyard::sim {
 
-Cluster::Cluster(hw::NodeProfile node_profile, int node_count, stacks::StackProfile stack_profile)
-    : node(std::move(node_profile)), nodes(node_count), topology(node, node_count), stack(std::move(stack_profile)) {}
+Cluster::Cluster(hw::NodeProfile node_profile, int node_count, stacks::StackProfile stack_profile, int devices_per_node_)
+    : node(std::move(node_profile)),
+      nodes(node_count),
+      topology(node, node_count),
+      stack(std::move(stack_profile)),
+      devices_per_node(devices_per_node_ > 0 ? devices_per_node_ : topology.gpus_per_node()) {
+  TRAINYARD_CHECK(devices_per_node <= topology.gpus_per_node(), "devices_per_node " + std::to_string(devices_per_node) + " exceeds the node's " +
+                                                                    std::to_string(topology.gpus_per_node()) + " GPUs");
+}
 
 double SimResult::mfu() const { return step_ns > 0 ? model_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0; }
 double SimResult::hfu() const { return step_ns > 0 ? hardware_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0; }
@@ -97,11 +104,12 @@ class Engine {
   void record_links();
   const RouteResources& route(hw::VertexId from, hw::VertexId to);
   const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
+  RouteResources loopback(hw::VertexId gpu);
   // Memoised per GPU (routes_ never moves its entries): copies and sends look routes up once per task.
   const RouteResources& copy_route(DeviceId gpu, bool h2d);
   const RouteResources& send_route(DeviceId src, DeviceId dst);
   void check_route_length(const RouteResources& r, hw::VertexId from, hw::VertexId to) const;
-  hw::VertexId gpu_vertex(DeviceId g) const { return topo_.gpu(cluster_.node_of(g), g % topo_.gpus_per_node()); }
+  hw::VertexId gpu_vertex(DeviceId g) const { return topo_.gpu(cluster_.node_of(g), cluster_.slot_of(g)); }
   // The DRAM on the GPU's socket: found once for node 0's GPU of the same index, then shifted to its node.
   hw::VertexId host_memory_of(DeviceId gpu) {
     const int per_node = topo_.gpus_per_node();
@@ -109,7 +117,7 @@ class Engine {
       for (int g = 0; g < per_node; ++g) host_memory_.push_back(*topo_.nearest_host_memory(topo_.gpu(0, g)));
     }
     const int node = cluster_.node_of(gpu);
-    return host_memory_[gpu % per_node] - topo_.first_vertex(0) + topo_.first_vertex(node);
+    return host_memory_[cluster_.slot_of(gpu)] - topo_.first_vertex(0) + topo_.first_vertex(node);
   }
   int pool_of(const Task& t, Pool pool) const {
     if (pool == Pool::hbm) return t.device;
@@ -702,8 +710,8 @@ std::optional<hw::VertexId> Engine::nvlink_switch_of(hw::VertexId gpu) const {
 // sends its buffer to the switch, which reduces, and receives the sum; each GPU also heads one of the n
 // channels, which costs its link another 1/n of the buffer each way.
 void Engine::consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns) {
-  if (c.op != CollectiveOp::all_reduce || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0 || c.ring_ranks != 0) return;
-  const auto& members = graph_.groups()[c.group];
+  if (c.op != CollectiveOp::all_reduce || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0) return;
+  const auto& members = graph_.groups()[c.group];  // under symmetry, the built members of a ring of ring_ranks
   std::optional<hw::VertexId> shared;
   double link_gbps = std::numeric_limits<double>::infinity();
   for (DeviceId m : members) {
@@ -713,7 +721,7 @@ void Engine::consider_nvls(const Collective& c, CollectiveState& state, double p
     shared = sw;
     for (std::int32_t res : route(gpu_vertex(m), *sw).resources) link_gbps = std::min(link_gbps, network_.capacity(res));
   }
-  const double n = static_cast<double>(members.size());
+  const double n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<double>(members.size());
   const double wire_bytes = static_cast<double>(c.bytes) * (1 + 1 / n) / library_.nvls->efficiency.value;
   const double nvls_ns = 1e3 * library_.nvls->latency_us.value + wire_bytes / link_gbps;
   if (nvls_ns >= predicted_ns) return;
@@ -851,6 +859,7 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
   const hw::VertexId va = gpu_vertex(a), vb = gpu_vertex(b);
   const std::uint64_t key = (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(va) << 32) | static_cast<std::uint64_t>(vb);
   if (auto it = routes_.find(key); it != routes_.end()) return it->second;
+  if (va == vb) return routes_.emplace(key, loopback(va)).first->second;
   RouteResources out = cross_node_route(va, vb).value_or(RouteResources{});
   if (out.resources.empty()) out = route(va, vb);
   // Without PCIe peer-to-peer, GPUs of one node that lack NVLink exchange through host memory: the data
@@ -867,6 +876,18 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
     out = std::move(staged);
   }
   return routes_.emplace(key, std::move(out)).first->second;
+}
+
+// A ring of one built member (symmetry: a TP group standing for its whole ring) passes each slice to itself
+// through its NVSwitch, loading its own link out and in as its neighbours' slices would in the whole ring.
+RouteResources Engine::loopback(hw::VertexId gpu) {
+  const auto sw = nvlink_switch_of(gpu);
+  TRAINYARD_CHECK(sw.has_value(), "a ring of one member needs its GPU on an NVSwitch (" + topo_.name(gpu) + " has none)");
+  RouteResources out = route(gpu, *sw);
+  const RouteResources& back = route(*sw, gpu);
+  out.resources.insert(out.resources.end(), back.resources.begin(), back.resources.end());
+  out.latency_ns += back.latency_ns;
+  return out;
 }
 
 std::string Engine::describe_stuck() const {

@@ -355,10 +355,7 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
   for (int g = 0; g < r.gpus; ++g) {
     if (!kept(g)) continue;
     emit("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(g) + ",\"args\":{\"name\":" +
-         Json(cluster.topology.name(cluster.topology.gpu(cluster.node_of(g), g % cluster.topology.gpus_per_node())) + " (gpu" + std::to_string(g) +
-              ")")
-             .dump() +
-         "}}");
+         Json(cluster.topology.name(cluster.topology.gpu(cluster.node_of(g), cluster.slot_of(g))) + " (gpu" + std::to_string(g) + ")").dump() + "}}");
   }
   for (int n = 0; n < cluster.nodes; ++n) {
     if (!kept(r.gpus + n)) continue;

@@ -226,11 +226,13 @@ void check_attention(const Validation& v, TaskId id, const Attention& a) {
   }
 }
 
-// The collective's group: at least 2 distinct existing GPUs; returns it.
+// The collective's group: at least 2 distinct existing GPUs (1 standing for a ring of ring_ranks); returns it.
 const std::vector<DeviceId>& checked_group(const Validation& v, TaskId id, const Collective& c) {
   if (c.group < 0 || static_cast<std::size_t>(c.group) >= v.graph.groups().size()) v.fail(id, "group", "a group of GPUs", "none");
   const auto& members = v.graph.groups()[c.group];
-  if (members.size() < 2) v.fail(id, "group", "at least 2 GPUs", std::to_string(members.size()));
+  if (members.size() < (c.ring_ranks != 0 ? 1U : 2U)) {
+    v.fail(id, "group", c.ring_ranks != 0 ? "at least 1 GPU" : "at least 2 GPUs", std::to_string(members.size()));
+  }
   std::vector<DeviceId> sorted = members;
   std::sort(sorted.begin(), sorted.end());
   for (std::size_t i = 0; i < sorted.size(); ++i) {

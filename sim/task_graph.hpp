@@ -73,7 +73,8 @@ struct Collective {
   // Symmetry reduction: a ring all-reduce, all-gather or reduce-scatter of `ring_ranks` ranks of which the group
   // holds the simulated ones (identical replicas stand for the rest): it takes the steps of the whole ring and
   // every member sends bytes / ring_ranks to its successor in the group each step, as every rank of the whole
-  // ring would. 0: the group is the whole ring.
+  // ring would; a group of one member passes its slices to itself through its NVSwitch. 0: the group is the
+  // whole ring.
   std::int32_t ring_ranks = 0;
 };
 struct Alloc {

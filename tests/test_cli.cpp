@@ -325,11 +325,15 @@ TEST(Cli, SimulateReducesIdenticalReplicasAndSaysSo) {
   EXPECT_EQ(a["symmetry"]["replicas"], 4);
   EXPECT_EQ(a["symmetry"]["simulated_replicas"], 2);
   EXPECT_FALSE(b.contains("symmetry"));
-  EXPECT_EQ(a["gpus"], 16);  // two of the four replicas of 8 GPUs
+  EXPECT_EQ(a["symmetry"]["tp_ranks"], 8);
+  EXPECT_EQ(a["symmetry"]["simulated_tp_ranks"], 1);
+  EXPECT_EQ(a["gpus"], 2);  // one TP rank of each of the two replicas built
   EXPECT_NEAR(a["step_ns"].get<double>() / b["step_ns"].get<double>(), 1, 1e-3);
   EXPECT_NEAR(a["mfu"].get<double>() / b["mfu"].get<double>(), 1, 1e-3);
   const auto text = run_cli("simulate --strategy megatron --model llama3-8b --hw dgx-a100 --nodes 4 --seq 8K --global-batch 16 --tp 8 --dp 4");
-  EXPECT_NE(text.out.find("symmetry       2 of 4 identical data-parallel replicas simulated"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("symmetry       2 of 4 identical data-parallel replicas, 1 of each group's 8 tensor-parallel ranks simulated"),
+            std::string::npos)
+      << text.out;
 }
 
 TEST(Cli, SimulateReducesZeroByNodes) {

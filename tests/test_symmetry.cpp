@@ -1,5 +1,6 @@
 // Symmetry reduction (planner/symmetry.hpp): a step simulated with two of its identical data-parallel replicas
-// (Megatron) or two units of identical nodes (the ZeRO family) gives the whole step's per-GPU figures.
+// and one rank of each node-filling TP group (Megatron), or two units of identical nodes (the ZeRO family), gives
+// the whole step's per-GPU figures.
 #include <gtest/gtest.h>
 
 #include "hwprofiles/catalog.hpp"
@@ -18,8 +19,9 @@ struct Figures {
   double mfu = 0;
 };
 
-Figures simulate_step(const model::ModelConfig& m, const hw::NodeProfile& node, int nodes, const Workload& w, const PlanSpec& spec) {
-  const sim::Cluster cluster(node, nodes);
+Figures simulate_step(const model::ModelConfig& m, const hw::NodeProfile& node, int nodes, const Workload& w, const PlanSpec& spec,
+                      int devices_per_node = 0) {
+  const sim::Cluster cluster(node, nodes, stacks::default_stack(), devices_per_node);
   const StepInputs in{m, cluster, w, model::precision_policy("bf16-mixed")};
   sim::TaskGraph g = build_plan(in, spec);
   const sim::SimResult r = test::simulate_built(g, cluster, "symmetry");
@@ -41,9 +43,9 @@ void expect_reduction_exact(const std::string& node_name, int nodes, const Workl
   // The simulated share of the step is the share of its replicas (and CP ranks) that were built.
   EXPECT_EQ(reduced->nodes * reduced->replicas * std::max(1, reduced->cp_ranks),
             nodes * reduced->simulated_replicas * std::max(1, reduced->simulated_cp_ranks));
-  EXPECT_LT(reduced->nodes, nodes);
+  EXPECT_LT(reduced->nodes * (reduced->devices_per_node > 0 ? reduced->devices_per_node : node.gpu_count()), nodes * node.gpu_count());
   const Figures whole = simulate_step(m, node, nodes, w, spec);
-  const Figures part = simulate_step(m, node, reduced->nodes, reduced->workload, reduced->spec);
+  const Figures part = simulate_step(m, node, reduced->nodes, reduced->workload, reduced->spec, reduced->devices_per_node);
   EXPECT_NEAR(part.step_ns / whole.step_ns, 1, 1e-3) << spec.summary();
   EXPECT_NEAR(part.peak_hbm_bytes / whole.peak_hbm_bytes, 1, 1e-3) << spec.summary();
   EXPECT_NEAR(part.mfu / whole.mfu, 1, 1e-3) << spec.summary();
@@ -69,9 +71,9 @@ PlanSpec zero_family(const std::string& scheme, int stage) {
 }  // namespace
 
 TEST(Symmetry, MegatronDataParallelReplicasReduceExactly) {
-  // 64 and 128 A100s: TP 8 fills a node, PP 2, DP 4 and 8; the gradient all-reduce, the distributed optimizer's
-  // reduce-scatter and weight all-gather, sequence parallelism with selective recompute, full recompute with
-  // checkpoints offloaded to host DRAM.
+  // 64 and 128 A100s: TP 8 fills a node (one rank of it built), PP 2, DP 4 and 8; the gradient all-reduce, the
+  // distributed optimizer's reduce-scatter and weight all-gather, sequence parallelism with selective recompute,
+  // full recompute with checkpoints offloaded to host DRAM (TP ranks then all built: they share PCIe).
   expect_reduction_exact("dgx-a100", 8, {2048, 16}, megatron(8, 2, 4));
   PlanSpec dist = megatron(8, 2, 8);
   dist.megatron.distributed_optimizer = true;
@@ -104,6 +106,22 @@ TEST(Symmetry, MegatronContextParallelRanksReduceExactly) {
   both.megatron.cp = 3;
   both.megatron.distributed_optimizer = true;
   expect_reduction_exact("dgx-a100", 9, {12288, 6}, both);
+}
+
+TEST(Symmetry, MegatronTensorParallelRanksReduceToOneExactly) {
+  // Nothing but the TP group to reduce: one rank of each 8-GPU node built, its all-reduces (A100: rings through
+  // the NVSwitch; H100: NVLS) and, with sequence parallelism, all-gathers and reduce-scatters run beside their
+  // GEMMs as the whole group's; pipeline sends on each GPU's own rail.
+  expect_reduction_exact("dgx-a100", 2, {2048, 8}, megatron(8, 2, 1));
+  PlanSpec overlap = megatron(8, 2, 2);
+  overlap.megatron.sequence_parallel = true;
+  overlap.megatron.tp_comm_overlap = true;
+  overlap.megatron.vpp = 2;
+  expect_reduction_exact("dgx-h100", 4, {4096, 8}, overlap);
+  PlanSpec cp = megatron(8, 1, 1);
+  cp.megatron.cp = 2;
+  cp.megatron.recompute = Recompute::full;
+  expect_reduction_exact("dgx-h100", 2, {16384, 2}, cp);
 }
 
 TEST(Symmetry, ZeroStagesReduceByNodesExactly) {
@@ -150,8 +168,14 @@ TEST(Symmetry, SaysWhyAPlanIsNotReduced) {
   std::string why;
   EXPECT_FALSE(reduce_by_symmetry(in, megatron(4, 1, 4), &why).has_value());  // two replicas per node
   EXPECT_NE(why.find("whole nodes"), std::string::npos) << why;
-  EXPECT_FALSE(reduce_by_symmetry(in, megatron(8, 1, 2), &why).has_value());
-  EXPECT_NE(why.find("nothing to reduce"), std::string::npos) << why;
+  PlanSpec offload = megatron(8, 1, 2);  // the TP ranks' checkpoints share PCIe to host DRAM
+  offload.megatron.recompute = Recompute::full;
+  offload.megatron.offload_activations = true;
+  EXPECT_FALSE(reduce_by_symmetry(in, offload, &why).has_value());
+  EXPECT_NE(why.find("nothing to reduce, and TP ranks are not: checkpoints are offloaded"), std::string::npos) << why;
+  const sim::Cluster pcie(hw::load_node("pcie-a100x4"), 2);  // no NVSwitch: a TP ring's hops differ by rank
+  EXPECT_FALSE(reduce_by_symmetry({m, pcie, {2048, 16}, in.precision}, megatron(4, 1, 2), &why).has_value());
+  EXPECT_NE(why.find("do not meet at one NVSwitch"), std::string::npos) << why;
   PlanSpec narrow_cp = megatron(4, 1, 1);  // CP ranks of TP 4 would share nodes
   narrow_cp.megatron.cp = 4;
   EXPECT_FALSE(reduce_by_symmetry(in, narrow_cp, &why).has_value());
