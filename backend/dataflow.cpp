@@ -13,7 +13,7 @@ namespace trainyard::backend {
 
 namespace {
 
-std::string task_name(const sim::TaskGraph& g, sim::TaskId id) { return "task " + std::to_string(id) + " '" + g.task(id).name + "'"; }
+std::string task_name(const sim::TaskGraph& g, sim::TaskId id) { return "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'"; }
 
 }  // namespace
 

@@ -115,7 +115,7 @@ struct GpuExecutor::Impl {
   void refuse_what_is_not_written() const {
     for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
       const sim::Task& t = g.task(id);
-      const std::string what = "task " + std::to_string(id) + " '" + t.name + "'";
+      const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
       if (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective) {
         throw InputError("the plan's task graph", what,
                          "a step on one GPU (sends and collectives through NCCL are not written yet in the CUDA executor)", "a task of several GPUs");

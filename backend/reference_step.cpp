@@ -88,7 +88,7 @@ class Interpreter {
     return (ancestors_[task][b / 64] >> (b % 64)) & 1;
   }
 
-  std::string name(sim::TaskId id) const { return "task " + std::to_string(id) + " '" + g_.task(id).name + "'"; }
+  std::string name(sim::TaskId id) const { return "task " + std::to_string(id) + " '" + std::string(g_.name(id)) + "'"; }
   [[noreturn]] void fail(sim::TaskId id, const std::string& what) const { throw InternalError(name(id) + ": " + what, __FILE__, __LINE__); }
 
   void check_annotated() const {

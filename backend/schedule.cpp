@@ -180,7 +180,7 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
   if (static_cast<int>(order.size()) != ours) {
     for (TaskId t = 0; t < n; ++t) {
       if (slot_of[t] != -2 && pending[t] > 0) {
-        throw InputError("task '" + graph.task(t).name + "' on gpu" + std::to_string(rank) +
+        throw InputError("task '" + std::string(graph.name(t)) + "' on gpu" + std::to_string(rank) +
                          " can never start: its stream runs tasks in task order and an earlier task on it depends on a later one "
                          "(expected dependencies that follow stream order)");
       }

@@ -584,8 +584,8 @@ void MegatronBuilder::optimizer_steps(const std::vector<std::vector<sim::TaskId>
   for (int gpu = 0; gpu < in_.cluster.gpus(); ++gpu) {
     std::vector<sim::TaskId> deps = reductions[gpu];
     if (last_compute_[gpu] >= 0) deps.push_back(last_compute_[gpu]);
-    step[gpu] = g_.add({"optimizer step gpu" + std::to_string(gpu),
-                        gpu,
+    step[gpu] = g_.add("optimizer step gpu" + std::to_string(gpu),
+                       {gpu,
                         {sim::StreamKind::compute, 0},
                         false,
                         sim::OptimizerStep{static_cast<std::int64_t>(gpu_params_[gpu] * kAdamBytesPerParam / shards)},

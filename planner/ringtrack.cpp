@@ -413,8 +413,8 @@ sim::TaskId RingTrackBuilder::attend(const VisitAt& v, const std::string& name, 
                                      bool rec, int first, int last, std::vector<sim::TaskId> deps) {
   const auto heads = static_cast<std::int32_t>(model_.heads), kv_heads = static_cast<std::int32_t>(model_.kv_heads);
   const auto hd = static_cast<std::int32_t>(model_.head_dim);
-  return g_.add({name,
-                 v.gpu,
+  return g_.add(name,
+                {v.gpu,
                  {sim::StreamKind::compute, 0},
                  rec,
                  sim::Attention{c_, kv_len, heads, kv_heads, hd, causal, backward},
@@ -708,8 +708,8 @@ void RingTrackBuilder::release_after_backward(Train& t, const VisitAt& v, Saved&
   if (stream_weights_) {  // this visit's weight gradients go to the host and are added there
     const double grad_bytes = pol_.grad_bytes * layer_params_;
     const sim::TaskId d2h = states(g_.copy(v.name + " D2H weight grads", gpu, {sim::Copy::Direction::d2h, bytes(grad_bytes), true}, ids({out})));
-    grads_ready_[gpu].push_back(g_.add({v.name + " host accumulate grads",
-                                        v.host,
+    grads_ready_[gpu].push_back(g_.add(v.name + " host accumulate grads",
+                                       {v.host,
                                         {sim::StreamKind::host, 0},
                                         false,
                                         sim::OptimizerStep{bytes(grad_bytes + 2 * pol_.grad_bytes * layer_params_)},
@@ -774,13 +774,8 @@ void RingTrackBuilder::optimizer_steps() {
     }
     const auto opt_bytes = bytes(owned * kAdamBytesPerParam);
     if (!states_dram_) {
-      g_.add({"optimizer step gpu" + std::to_string(gpu),
-              gpu,
-              {sim::StreamKind::compute, 0},
-              false,
-              sim::OptimizerStep{opt_bytes},
-              sim::Op::optimizer_of(gpu)},
-             deps);
+      g_.add("optimizer step gpu" + std::to_string(gpu),
+             {gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{opt_bytes}, sim::Op::optimizer_of(gpu)}, deps);
       continue;
     }
     std::vector<sim::TaskId> host_deps = deps;
@@ -790,12 +785,8 @@ void RingTrackBuilder::optimizer_steps() {
     } else {  // the host's sums of this GPU's per-visit gradients
       for (auto id : grads_ready_[gpu]) host_deps.push_back(id);
     }
-    const sim::TaskId step = g_.add({"optimizer step host for gpu" + std::to_string(gpu),
-                                     host_of(gpu),
-                                     {sim::StreamKind::host, 0},
-                                     false,
-                                     sim::OptimizerStep{opt_bytes},
-                                     sim::Op::optimizer_of(gpu)},
+    const sim::TaskId step = g_.add("optimizer step host for gpu" + std::to_string(gpu),
+                                    {host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{opt_bytes}, sim::Op::optimizer_of(gpu)},
                                     host_deps);
     if (!stream_weights_) {
       states(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * owned), true},

@@ -145,7 +145,7 @@ void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& par
     std::vector<sim::TaskId> deps;
     if (last[r] >= 0) deps.push_back(last[r]);
     if (!join_.empty() && join_[r] >= 0) deps.push_back(join_[r]);
-    last[r] = graph_.add({name, ranks_[r], {sim::StreamKind::compute, 0}, recompute, params, op(code)}, deps);
+    last[r] = graph_.add(name, {ranks_[r], {sim::StreamKind::compute, 0}, recompute, params, op(code)}, deps);
   }
   join_.clear();
 }
@@ -231,7 +231,7 @@ void LayerEmitter::ring_steps(const std::string& name, const std::vector<std::ve
         }
         std::vector<sim::TaskId> deps{last[ri]};
         if (received >= 0) deps.push_back(received);
-        last[ri] = graph_.add({name + " block " + std::to_string(step), ranks_[ri], {sim::StreamKind::compute, 0}, recompute, this_block}, deps);
+        last[ri] = graph_.add(name + " block " + std::to_string(step), {ranks_[ri], {sim::StreamKind::compute, 0}, recompute, this_block}, deps);
       }
       sent = now_sent;
     }
@@ -377,8 +377,8 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
     const sim::DeviceId gpu = ranks_[r];
     auto block = [&](const std::string& label, bool causal, std::vector<sim::TaskId> deps) {
       if (last[r] >= 0) deps.push_back(last[r]);
-      last[r] = graph_.add({name + " " + label,
-                            gpu,
+      last[r] = graph_.add(name + " " + label,
+                           {gpu,
                             {sim::StreamKind::compute, 0},
                             recompute,
                             sim::Attention{chunk_tokens, chunk_tokens, heads, std::min(kv_heads, heads), head_dim, causal, backward}},

@@ -467,11 +467,11 @@ void ZeroBuilder::optimizer_step() {
     const auto bytes = rounded(shard * kAdamBytesPerParam, 1);
     if (!p_.offload_optimizer) {
       updated.push_back(
-          g_.add({"optimizer step gpu" + std::to_string(gpu), gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{bytes}}, deps));
+          g_.add("optimizer step gpu" + std::to_string(gpu), {gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{bytes}}, deps));
       continue;
     }
-    const sim::TaskId step = g_.add(
-        {"optimizer step host for gpu" + std::to_string(gpu), host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{bytes}}, deps);
+    const sim::TaskId step = g_.add("optimizer step host for gpu" + std::to_string(gpu),
+                                    {host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{bytes}}, deps);
     updated.push_back(p_.offload_params
                           ? step
                           : g_.copy("H2D updated params gpu" + std::to_string(gpu), gpu,

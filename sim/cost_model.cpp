@@ -13,7 +13,7 @@ namespace {
 // A duration must fit the simulator's clock; sizes that break it are the graph's fault.
 std::int64_t checked_ns(const Task& task, double ns) {
   if (!(ns <= static_cast<double>(kMaxTimeNs))) {
-    throw InputError("task '" + task.name + "' would take " + format_number(ns * 1e-9) +
+    throw InputError("this " + std::string(to_string(task.kind())) + " on " + device_name(task.device) + " would take " + format_number(ns * 1e-9) +
                      " s, beyond the simulator's time range (about 146 years): check its sizes");
   }
   return static_cast<std::int64_t>(ns);

@@ -28,7 +28,7 @@ double SimResult::mfu() const { return step_ns > 0 ? model_flops / (static_cast<
 double SimResult::hfu() const { return step_ns > 0 ? hardware_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0; }
 
 std::string OomReport::describe(const TaskGraph& graph) const {
-  std::string out = "out of memory at task '" + graph.task(task).name + "': " + pool + " needs " +
+  std::string out = "out of memory at task '" + std::string(graph.name(task)) + "': " + pool + " needs " +
                     format_bytes(static_cast<double>(requested_bytes)) + " with " + format_bytes(static_cast<double>(in_use_bytes)) + " of " +
                     format_bytes(static_cast<double>(capacity_bytes)) + " in use: " + format_bytes(static_cast<double>(excess_bytes)) + " (" +
                     std::to_string(excess_bytes) + " bytes) over; largest live:";
@@ -90,6 +90,7 @@ class Engine {
   // Inlined on purpose: GCC drops calls to a function that only prefetches (it counts as free of effects).
   [[gnu::always_inline]] inline void prefetch_next_in_streams(TaskId t) const;
   void note_exposed_wait(TaskId t, const Task& task, std::int64_t now);
+  ComputeTimes compute_times(TaskId t, const Task& task);
   void launch_compute(TaskId t, const Task& task, std::int64_t now);
   void launch_collective(TaskId t, const Collective& c);
   void launch_alloc(TaskId t, const Task& task, std::int64_t now);
@@ -520,9 +521,18 @@ void Engine::note_exposed_wait(TaskId t, const Task& task, std::int64_t now) {
   }
 }
 
+// The cost model knows the task but not its name, which lives in the graph: an error there gets it here.
+ComputeTimes Engine::compute_times(TaskId t, const Task& task) {
+  try {
+    return compute_memo_.times(task);
+  } catch (const InputError& e) {
+    throw InputError("task '" + std::string(graph_.name(t)) + "': " + e.what());
+  }
+}
+
 void Engine::launch_compute(TaskId t, const Task& task, std::int64_t now) {
   const TaskKind kind = task.kind();
-  const ComputeTimes times = compute_memo_.times(task);
+  const ComputeTimes times = compute_times(t, task);
   ComputeCost cost = times.cost;
   if (task.recompute) cost.model_flops = 0;  // as compute_cost(task)
   result_.model_flops += cost.model_flops;
@@ -530,7 +540,7 @@ void Engine::launch_compute(TaskId t, const Task& task, std::int64_t now) {
   const std::int64_t duration = times.duration_ns;
   const std::int64_t start = is_host(task.device) ? now : host_issue_ns(task, times.kernels, now);
   if (duration > kMaxTimeNs - start) {
-    throw InputError("task '" + task.name + "' would end after the simulator's time range (about 146 years)");
+    throw InputError("task '" + std::string(graph_.name(t)) + "' would end after the simulator's time range (about 146 years)");
   }
   result_.timing[t].start_ns = start;
   if (!is_host(task.device)) {
@@ -895,11 +905,11 @@ std::string Engine::describe_stuck() const {
   for (const auto& s : streams_) {
     if (s.head >= s.first + s.count) continue;
     const TaskId t = stream_tasks_[s.head];
-    const std::string head = "stream-order deadlock: task '" + graph_.task(t).name + "' heads its " + std::string(to_string(s.stream.kind)) +
+    const std::string head = "stream-order deadlock: task '" + std::string(graph_.name(t)) + "' heads its " + std::string(to_string(s.stream.kind)) +
                              " stream on " + device_name(s.device);
     for (const auto& [from, to] : edges) {
       if (to == t && result_.timing[from].end_ns < 0) {
-        return head + " but waits for '" + graph_.task(from).name + "', which cannot start before it";
+        return head + " but waits for '" + std::string(graph_.name(from)) + "', which cannot start before it";
       }
     }
     // No dependency left: it also occupies another stream (a collective) where something else is ahead of it.
@@ -907,7 +917,7 @@ std::string Engine::describe_stuck() const {
       const StreamState& other = streams_[task_streams_[i]];
       const TaskId ahead = stream_tasks_[other.head];
       if (ahead != t) {
-        return head + " but on " + device_name(other.device) + " it is queued behind '" + graph_.task(ahead).name + "', which waits for it";
+        return head + " but on " + device_name(other.device) + " it is queued behind '" + std::string(graph_.name(ahead)) + "', which waits for it";
       }
     }
     return head + " and cannot start";

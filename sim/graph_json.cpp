@@ -176,14 +176,14 @@ std::vector<TaskId> parse_deps(const json::Reader& r, const TaskIds& ids) {
 // Pass 2: one task, added to `graph` with its dependencies.
 void parse_task(const json::Reader& r, const TaskIds& ids, const std::string& origin, TaskGraph& graph) {
   Task task;
-  task.name = r.string("name");
+  const std::string name = r.string("name");
   const std::string kind = r.choice("kind", {"gemm", "attention", "elementwise", "optimizer", "copy", "p2p", "collective", "alloc", "free"});
   if (r.has("recompute")) task.recompute = r.boolean("recompute");
   if (kind != "collective") task.device = parse_device(r, "device");
   parse_params(r, kind, ids, origin, graph, task);
   const std::vector<TaskId> deps = parse_deps(r, ids);
   r.finish();
-  graph.add(std::move(task), deps);
+  graph.add(name, std::move(task), deps);
 }
 
 }  // namespace
@@ -215,7 +215,7 @@ json::Json graph_to_json(const TaskGraph& graph) {
   Json tasks = Json::array();
   for (TaskId id = 0; id < static_cast<TaskId>(graph.size()); ++id) {
     const Task& t = graph.task(id);
-    Json j = {{"name", t.name}, {"kind", to_string(t.kind())}};
+    Json j = {{"name", graph.name(id)}, {"kind", to_string(t.kind())}};
     if (t.kind() != TaskKind::collective) j["device"] = device_name(t.device);
     if ((t.stream.kind == StreamKind::compute || t.stream.kind == StreamKind::comm) && t.stream.index != 0) {
       j["stream"] = t.stream.index;
@@ -263,13 +263,13 @@ json::Json graph_to_json(const TaskGraph& graph) {
             j["bytes"] = p.bytes;
             j["label"] = graph.labels()[p.label];
           } else if constexpr (std::is_same_v<P, Free>) {
-            j["alloc"] = graph.task(p.alloc).name;
+            j["alloc"] = graph.name(p.alloc);
           }
         },
         t.params);
     if (!deps[id].empty()) {
       Json list = Json::array();
-      for (TaskId d : deps[id]) list.push_back(graph.task(d).name);
+      for (TaskId d : deps[id]) list.push_back(graph.name(d));
       j["deps"] = list;
     }
     tasks.push_back(std::move(j));

@@ -101,7 +101,7 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
     for (const char* key : {"step_ns", "step_s", "mfu", "hfu"}) out[key] = nullptr;
   }
   if (r.oom) {
-    out["oom"] = {{"task", graph.task(r.oom->task).name},      {"pool", r.oom->pool},
+    out["oom"] = {{"task", graph.name(r.oom->task)},           {"pool", r.oom->pool},
                   {"requested_bytes", r.oom->requested_bytes}, {"in_use_bytes", r.oom->in_use_bytes},
                   {"capacity_bytes", r.oom->capacity_bytes},   {"excess_bytes", r.oom->excess_bytes},
                   {"largest_live", r.oom->largest_live}};
@@ -249,7 +249,8 @@ Timeline to_timeline(const SimResult& r, const TaskGraph& graph, std::string_vie
   for_each_slice(r, graph, [&](TaskId id, DeviceId device) {
     const Task& task = graph.task(id);
     const auto& timing = r.timing[id];
-    t.slices.push_back({task.name, trace_pid(r, device), trace_tid(task.stream), task_class(task), timing.start_ns, timing.end_ns - timing.start_ns});
+    t.slices.push_back({std::string(graph.name(id)), trace_pid(r, device), trace_tid(task.stream), task_class(task), timing.start_ns,
+                        timing.end_ns - timing.start_ns});
   });
   return t;
 }
@@ -304,7 +305,7 @@ std::vector<TraceEvent> trace_events(const SimResult& r, const TaskGraph& graph,
     const auto& timing = r.timing[id];
     if (keep.pid[trace_pid(r, device)] && keep.overlaps(timing.start_ns, timing.end_ns)) {
       const Task& task = graph.task(id);
-      events.push_back({timing.start_ns, kSliceBytes + static_cast<std::int64_t>(task.name.size() + 2 * task_class(task).size())});
+      events.push_back({timing.start_ns, kSliceBytes + static_cast<std::int64_t>(graph.name(id).size() + 2 * task_class(task).size())});
     }
   });
   if (!selection.counters) return events;
@@ -380,7 +381,7 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
     std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\",\"class\":\"" + task_class(task) + "\"";
     if (const auto it = protocol_of.find(id); it != protocol_of.end()) args += ",\"protocol\":\"" + r.protocol_names[it->second] + "\"";
     args += "}";
-    emit("{\"ph\":\"X\",\"name\":" + Json(task.name).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
+    emit("{\"ph\":\"X\",\"name\":" + Json(graph.name(id)).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
          ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" + us(timing.end_ns - timing.start_ns) +
          ",\"args\":" + args + "}");
   });

@@ -47,9 +47,12 @@ std::string_view to_string(Algorithm algorithm) {
   return names[static_cast<int>(algorithm)];
 }
 
-TaskId TaskGraph::add(Task task, std::span<const TaskId> deps) {
+TaskId TaskGraph::add(std::string_view name, Task task, std::span<const TaskId> deps) {
   TRAINYARD_CHECK(!finalized_, "task added to a finalized graph");
   const auto id = static_cast<TaskId>(tasks_.size());
+  task.name_offset = names_.size();
+  task.name_length = static_cast<std::uint32_t>(std::min<std::size_t>(name.size(), UINT32_MAX));
+  names_.append(name.substr(0, task.name_length));
   tasks_.push_back(std::move(task));
   for (TaskId d : deps) edges_.emplace_back(d, id);
   return id;
@@ -70,41 +73,41 @@ std::int32_t TaskGraph::add_label(std::string label) {
   return static_cast<std::int32_t>(labels_.size() - 1);
 }
 
-TaskId TaskGraph::gemm(std::string name, DeviceId gpu, Gemm g, std::span<const TaskId> deps, int stream) {
-  return add({std::move(name), gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, g}, deps);
+TaskId TaskGraph::gemm(std::string_view name, DeviceId gpu, Gemm g, std::span<const TaskId> deps, int stream) {
+  return add(name, {gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, g}, deps);
 }
 
-TaskId TaskGraph::attention(std::string name, DeviceId gpu, Attention a, std::span<const TaskId> deps, int stream) {
-  return add({std::move(name), gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, a}, deps);
+TaskId TaskGraph::attention(std::string_view name, DeviceId gpu, Attention a, std::span<const TaskId> deps, int stream) {
+  return add(name, {gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, a}, deps);
 }
 
-TaskId TaskGraph::elementwise(std::string name, DeviceId gpu, Elementwise e, std::span<const TaskId> deps, int stream) {
-  return add({std::move(name), gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, e}, deps);
+TaskId TaskGraph::elementwise(std::string_view name, DeviceId gpu, Elementwise e, std::span<const TaskId> deps, int stream) {
+  return add(name, {gpu, {StreamKind::compute, static_cast<std::uint8_t>(stream)}, false, e}, deps);
 }
 
-TaskId TaskGraph::copy(std::string name, DeviceId gpu, Copy c, std::span<const TaskId> deps) {
+TaskId TaskGraph::copy(std::string_view name, DeviceId gpu, Copy c, std::span<const TaskId> deps) {
   const StreamKind engine = c.direction == Copy::Direction::h2d ? StreamKind::h2d : StreamKind::d2h;
-  return add({std::move(name), gpu, {engine, 0}, false, c}, deps);
+  return add(name, {gpu, {engine, 0}, false, c}, deps);
 }
 
-TaskId TaskGraph::send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps, int stream) {
-  return add({std::move(name), src, {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, PointToPoint{dst, bytes}}, deps);
+TaskId TaskGraph::send(std::string_view name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps, int stream) {
+  return add(name, {src, {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, PointToPoint{dst, bytes}}, deps);
 }
 
-TaskId TaskGraph::collective(std::string name, Collective c, std::span<const TaskId> deps, int stream) {
+TaskId TaskGraph::collective(std::string_view name, Collective c, std::span<const TaskId> deps, int stream) {
   TRAINYARD_CHECK(c.group >= 0 && static_cast<std::size_t>(c.group) < groups_.size() && !groups_[c.group].empty(),
                   "collective with an unknown group");
-  return add({std::move(name), groups_[c.group].front(), {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, c}, deps);
+  return add(name, {groups_[c.group].front(), {StreamKind::comm, static_cast<std::uint8_t>(stream)}, false, c}, deps);
 }
 
-TaskId TaskGraph::alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label, std::span<const TaskId> deps) {
+TaskId TaskGraph::alloc(std::string_view name, DeviceId device, Pool pool, std::int64_t bytes, std::string label, std::span<const TaskId> deps) {
   const std::int32_t l = add_label(std::move(label));
-  return add({std::move(name), device, {}, false, Alloc{pool, bytes, l}}, deps);
+  return add(name, {device, {}, false, Alloc{pool, bytes, l}}, deps);
 }
 
-TaskId TaskGraph::free(std::string name, TaskId alloc, std::span<const TaskId> deps) {
+TaskId TaskGraph::free(std::string_view name, TaskId alloc, std::span<const TaskId> deps) {
   TRAINYARD_CHECK(alloc >= 0 && static_cast<std::size_t>(alloc) < tasks_.size(), "free of an unknown task");
-  return add({std::move(name), tasks_[alloc].device, {}, false, Free{alloc}}, deps);
+  return add(name, {tasks_[alloc].device, {}, false, Free{alloc}}, deps);
 }
 
 void TaskGraph::finalize() {
@@ -152,9 +155,7 @@ TaskGraph::MemoryBytes TaskGraph::memory() const {
   m.task_records = tasks_.capacity() * sizeof(Task);
   m.edges = edges_.capacity() * sizeof(edges_[0]) + succ_offset_.capacity() * sizeof(std::int32_t) + succ_.capacity() * sizeof(TaskId) +
             pred_count_.capacity() * sizeof(std::int32_t);
-  for (const auto& t : tasks_) {
-    if (t.name.capacity() > 15) m.name_heap += t.name.capacity() + 1;  // beyond the small-string buffer
-  }
+  m.names = names_.capacity();
   for (const auto& l : labels_) m.groups_and_labels += sizeof(l) + l.capacity();
   for (const auto& g : groups_) m.groups_and_labels += sizeof(g) + g.capacity() * sizeof(DeviceId);
   return m;
@@ -162,7 +163,7 @@ TaskGraph::MemoryBytes TaskGraph::memory() const {
 
 namespace {
 
-std::string where(const TaskGraph& graph, TaskId id) { return "tasks[" + std::to_string(id) + "] '" + graph.task(id).name + "'"; }
+std::string where(const TaskGraph& graph, TaskId id) { return "tasks[" + std::to_string(id) + "] '" + std::string(graph.name(id)) + "'"; }
 
 // What every check of validate() needs: the graph, the cluster's size, and how to report a failure.
 struct Validation {
@@ -384,7 +385,7 @@ TaskId append(TaskGraph& into, const TaskGraph& from) {
     if (auto* c = std::get_if<Collective>(&copy.params)) c->group += group_offset;
     if (auto* a = std::get_if<Alloc>(&copy.params)) a->label += label_offset;
     if (auto* f = std::get_if<Free>(&copy.params)) f->alloc += offset;
-    into.add(std::move(copy));
+    into.add(from.name_of(t), std::move(copy));
   }
   for (const auto& [before, after] : from.edges()) into.add_dependency(before + offset, after + offset);
   return offset;
@@ -426,7 +427,7 @@ TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const T
       TRAINYARD_CHECK(!dropped[f->alloc], "an alloc dropped with its free kept");
       f->alloc = new_id[f->alloc];
     }
-    new_id[i] = out.add(std::move(copy));
+    new_id[i] = out.add(graph.name(static_cast<TaskId>(i)), std::move(copy));
   }
   for (std::size_t i = 0; i < n; ++i) {
     if (dropped[i]) continue;

@@ -150,17 +150,21 @@ struct Op {
   }
 };
 
+// A task's name ("F L3 C7 attn", "H2D kv L3 C5": says what it is) lives in its graph's name arena
+// (TaskGraph::name): an inline std::string per task took 32 bytes plus the heap for most names.
 struct Task {
   Task() = default;
-  Task(std::string name_, DeviceId device_, Stream stream_, bool recompute_, TaskParams params_, Op op_ = {})
-      : name(std::move(name_)), device(device_), stream(stream_), recompute(recompute_), params(std::move(params_)), op(op_) {}
+  Task(DeviceId device_, Stream stream_, bool recompute_, TaskParams params_, Op op_ = {})
+      : params(std::move(params_)), op(op_), device(device_), stream(stream_), recompute(recompute_) {}
 
-  std::string name;  // says what it is: "F L3 C7 attn", "H2D kv L3 C5"
+  // Laid out largest first so the record packs into 104 bytes (it is most of a graph's memory).
+  TaskParams params;
+  std::uint64_t name_offset = 0;  // in the graph's name arena (set by TaskGraph::add)
+  Op op;                          // what it is in the model's terms, when the builder says (else code none)
+  std::uint32_t name_length = 0;
   DeviceId device = 0;
   Stream stream;
   bool recompute = false;  // counted in HFU, not MFU
-  TaskParams params;
-  Op op;  // what it is in the model's terms, when the builder says (else code none)
 
   TaskKind kind() const { return static_cast<TaskKind>(params.index()); }
 };
@@ -169,8 +173,10 @@ struct Task {
 // list until finalize() turns them into compressed successor lists for the engine.
 class TaskGraph {
  public:
-  TaskId add(Task task, std::span<const TaskId> deps = {});
-  TaskId add(Task task, std::initializer_list<TaskId> deps) { return add(std::move(task), std::span(deps.begin(), deps.size())); }
+  TaskId add(std::string_view name, Task task, std::span<const TaskId> deps = {});
+  TaskId add(std::string_view name, Task task, std::initializer_list<TaskId> deps) {
+    return add(name, std::move(task), std::span(deps.begin(), deps.size()));
+  }
   void add_dependency(TaskId before, TaskId after);
   // Says what task `id` is (sim::Op); returns `id`, so a builder can tag a task as it adds it.
   TaskId set_op(TaskId id, Op op) {
@@ -181,24 +187,27 @@ class TaskGraph {
   std::int32_t add_label(std::string label);
 
   // Convenience builders used by the schemes; each returns the new task's id.
-  TaskId gemm(std::string name, DeviceId gpu, Gemm g, std::span<const TaskId> deps = {}, int stream = 0);
-  TaskId attention(std::string name, DeviceId gpu, Attention a, std::span<const TaskId> deps = {}, int stream = 0);
-  TaskId elementwise(std::string name, DeviceId gpu, Elementwise e, std::span<const TaskId> deps = {}, int stream = 0);
-  TaskId copy(std::string name, DeviceId gpu, Copy c, std::span<const TaskId> deps = {});
+  TaskId gemm(std::string_view name, DeviceId gpu, Gemm g, std::span<const TaskId> deps = {}, int stream = 0);
+  TaskId attention(std::string_view name, DeviceId gpu, Attention a, std::span<const TaskId> deps = {}, int stream = 0);
+  TaskId elementwise(std::string_view name, DeviceId gpu, Elementwise e, std::span<const TaskId> deps = {}, int stream = 0);
+  TaskId copy(std::string_view name, DeviceId gpu, Copy c, std::span<const TaskId> deps = {});
   // Messages and collectives run on comm stream `stream` (several let pipeline sends, tensor-parallel and
   // data-parallel collectives proceed independently, as separate NCCL streams do).
-  TaskId send(std::string name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps = {}, int stream = 0);
-  TaskId collective(std::string name, Collective c, std::span<const TaskId> deps = {}, int stream = 0);
-  TaskId alloc(std::string name, DeviceId device, Pool pool, std::int64_t bytes, std::string label, std::span<const TaskId> deps = {});
-  TaskId free(std::string name, TaskId alloc, std::span<const TaskId> deps = {});
+  TaskId send(std::string_view name, DeviceId src, DeviceId dst, std::int64_t bytes, std::span<const TaskId> deps = {}, int stream = 0);
+  TaskId collective(std::string_view name, Collective c, std::span<const TaskId> deps = {}, int stream = 0);
+  TaskId alloc(std::string_view name, DeviceId device, Pool pool, std::int64_t bytes, std::string label, std::span<const TaskId> deps = {});
+  TaskId free(std::string_view name, TaskId alloc, std::span<const TaskId> deps = {});
 
   std::size_t size() const { return tasks_.size(); }
   // Room for about `tasks` tasks and twice as many edges, for builders that know their graph's size.
   void reserve(std::size_t tasks) {
     tasks_.reserve(tasks);
     edges_.reserve(2 * tasks);
+    names_.reserve(24 * tasks);  // names average about 20 characters
   }
   const Task& task(TaskId id) const { return tasks_[id]; }
+  std::string_view name(TaskId id) const { return name_of(tasks_[id]); }
+  std::string_view name_of(const Task& t) const { return {names_.data() + t.name_offset, t.name_length}; }
   Task& edit(TaskId id) { return tasks_[id]; }  // before finalize(): sizes, not deps
   const std::vector<Task>& tasks() const { return tasks_; }
   const std::vector<std::vector<DeviceId>>& groups() const { return groups_; }
@@ -221,16 +230,17 @@ class TaskGraph {
   // Bytes held by the graph, by what holds them, for the benchmarks' memory-per-task figures.
   struct MemoryBytes {
     std::size_t task_records = 0;  // the Task vector (sizeof(Task) per slot reserved)
-    std::size_t name_heap = 0;     // names longer than std::string's inline buffer (15 characters)
+    std::size_t names = 0;         // the name arena: every task's name, one after another
     std::size_t edges = 0;         // the dependency list, plus the successor lists and counts once finalized
     std::size_t groups_and_labels = 0;
-    std::size_t total() const { return task_records + name_heap + edges + groups_and_labels; }
+    std::size_t total() const { return task_records + names + edges + groups_and_labels; }
   };
   MemoryBytes memory() const;
   std::size_t memory_bytes() const { return memory().total(); }
 
  private:
   std::vector<Task> tasks_;
+  std::string names_;  // the tasks' names (Task::name_offset, name_length)
   std::vector<std::pair<TaskId, TaskId>> edges_;
   std::vector<std::vector<DeviceId>> groups_;
   std::vector<std::string> labels_;

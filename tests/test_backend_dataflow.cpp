@@ -49,7 +49,7 @@ std::set<Seen> planned_accesses(const sim::TaskGraph& g, const DataflowPlan& pla
     }
     if (step.instances.empty()) continue;
     const auto uses = compute_uses(t.op, m, g.chunk_tokens());
-    EXPECT_EQ(uses.size(), step.instances.size()) << t.name;
+    EXPECT_EQ(uses.size(), step.instances.size()) << g.name(step.task);
     for (std::size_t u = 0; u < uses.size() && u < step.instances.size(); ++u) {
       const int inst = step.instances[u];
       const bool fresh = std::count(step.zero_first.begin(), step.zero_first.end(), inst) > 0;
@@ -94,7 +94,7 @@ Checked check_against_reference(const sim::TaskGraph& g, const model::ModelConfi
     std::string s;
     for (std::size_t i = 0; i < v.size() && i < 5; ++i) {
       const auto& [task, place, key, write] = v[i];
-      s += "\n  " + g.task(task).name + " " + (write ? "writes " : "reads ") + describe(key) + " on " + sim::device_name(place);
+      s += "\n  " + std::string(g.name(task)) + " " + (write ? "writes " : "reads ") + describe(key) + " on " + sim::device_name(place);
     }
     return s;
   };

@@ -201,10 +201,10 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
         removed = id;
         sim::Task states_copy = t;  // keep the ids: the copy becomes a copy of model states, which carries no values
         states_copy.op = {sim::OpCode::states};
-        broken.add(states_copy);
+        broken.add(good.name(id), states_copy);
         continue;
       }
-      broken.add(t);
+      broken.add(good.name(id), t);
     }
     for (const auto& [a, b] : good.edges()) broken.add_dependency(a, b);
     ASSERT_GE(removed, 0);
@@ -223,7 +223,7 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
     const sim::TaskGraph good = planner::build_ringtrack(in, p).graph;
     sim::TaskGraph broken;
     broken.set_chunk_tokens(good.chunk_tokens());
-    for (const auto& t : good.tasks()) broken.add(t);
+    for (const auto& t : good.tasks()) broken.add(good.name_of(t), t);
     int dropped = 0;
     for (const auto& [a, b] : good.edges()) {
       const auto& from = good.task(a);
@@ -232,7 +232,7 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
                           std::get<sim::Copy>(from.params).direction == sim::Copy::Direction::d2h;
       const bool h2d_kv = to.kind() == sim::TaskKind::copy && to.op.code == sim::OpCode::kv &&
                           std::get<sim::Copy>(to.params).direction == sim::Copy::Direction::h2d;
-      if (d2h_kv && h2d_kv && from.op.layer == 0 && from.op.chunk == 0 && to.op.chunk == 1 && to.name[0] == 'F') {  // forward's reload
+      if (d2h_kv && h2d_kv && from.op.layer == 0 && from.op.chunk == 0 && to.op.chunk == 1 && good.name(b)[0] == 'F') {  // forward's reload
         ++dropped;
         continue;
       }

@@ -44,16 +44,18 @@ void expect_valid(const RankSchedule& s) {
   }
 }
 
-sim::Task compute(const std::string& name, sim::DeviceId gpu) { return {name, gpu, {StreamKind::compute, 0}, false, sim::Gemm{128, 128, 128}}; }
+sim::TaskId compute(TaskGraph& g, const std::string& name, sim::DeviceId gpu, std::initializer_list<TaskId> deps = {}) {
+  return g.add(name, {gpu, {StreamKind::compute, 0}, false, sim::Gemm{128, 128, 128}}, deps);
+}
 
 }  // namespace
 
 TEST(BackendSchedule, CrossStreamDependenciesBecomeWaitsPrunedByStreamOrder) {
   TaskGraph g;
-  const TaskId a = g.add(compute("a", 0));
-  const TaskId b = g.add(compute("b", 0));
+  const TaskId a = compute(g, "a", 0);
+  const TaskId b = compute(g, "b", 0);
   const TaskId up = g.copy("H2D x", 0, {sim::Copy::Direction::h2d, 1 << 20, true}, {{a}});
-  const TaskId c = g.add(compute("c", 0), {a, b, up});                                           // a and b: same stream, no wait; up: another stream
+  const TaskId c = compute(g, "c", 0, {a, b, up});                                               // a and b: same stream, no wait; up: another stream
   const TaskId down = g.copy("D2H y", 0, {sim::Copy::Direction::d2h, 1 << 20, true}, {{a, b}});  // b is later on compute0
   g.finalize();
   const RankSchedule s = make_schedule(g, 0, 8);
@@ -74,7 +76,7 @@ TEST(BackendSchedule, ArenaReusesFreedBytesOnlyAfterTheirLastUser) {
   const TaskId free_x = g.free("free x", x, {{use_x}});
   const TaskId y = g.alloc("alloc y", 0, sim::Pool::hbm, 4000, "y", {{free_x}});
   const TaskId z = g.alloc("alloc z", 0, sim::Pool::hbm, 1000, "z");  // live beside x and y
-  const TaskId use_y = g.add(compute("use y", 0), {y, z});
+  const TaskId use_y = compute(g, "use y", 0, {y, z});
   g.finalize();
   const RankSchedule s = make_schedule(g, 0, 8);
   expect_valid(s);
@@ -93,7 +95,7 @@ TEST(BackendSchedule, ReuseWaitsEvenWithoutADependencyOnTheFree) {
   const TaskId x = g.alloc("alloc x", 0, sim::Pool::hbm, 4096, "x");
   const TaskId use_x = g.copy("D2H x", 0, {sim::Copy::Direction::d2h, 4096, true}, {{x}});
   g.free("free x", x, {{use_x}});
-  const TaskId later = g.add(compute("later", 0), {use_x});
+  const TaskId later = compute(g, "later", 0, {use_x});
   const TaskId y = g.alloc("alloc y", 0, sim::Pool::hbm, 2048, "y", {{later}});
   const TaskId use_y = g.copy("H2D y", 0, {sim::Copy::Direction::h2d, 2048, true}, {{y}});
   g.finalize();
@@ -107,13 +109,13 @@ TEST(BackendSchedule, ReuseWaitsEvenWithoutADependencyOnTheFree) {
 
 TEST(BackendSchedule, SendsReceivesAndCollectivesReachEveryRankInvolved) {
   TaskGraph g;
-  const TaskId f0 = g.add(compute("F gpu0", 0));
+  const TaskId f0 = compute(g, "F gpu0", 0);
   const std::vector<TaskId> after_f0{f0};
   const TaskId send = g.send("send act", 0, 1, 1 << 20, after_f0);
-  const TaskId f1 = g.add(compute("F gpu1", 1), {send});
+  const TaskId f1 = compute(g, "F gpu1", 1, {send});
   const auto group = g.add_group({0, 1});
   const TaskId ar = g.collective("ar grads", {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, group, 1 << 20}, std::vector<TaskId>{f0, f1}, 1);
-  const TaskId alone = g.add(compute("gpu2 only", 2));
+  const TaskId alone = compute(g, "gpu2 only", 2);
   g.finalize();
   const RankSchedule r0 = make_schedule(g, 0, 8), r1 = make_schedule(g, 1, 8);
   expect_valid(r0);
@@ -133,8 +135,8 @@ TEST(BackendSchedule, SendsReceivesAndCollectivesReachEveryRankInvolved) {
 
 TEST(BackendSchedule, StreamOrderAgainstTheDependenciesIsAnError) {
   TaskGraph g;
-  const TaskId first = g.add(compute("first", 0));
-  const TaskId second = g.add(compute("second", 0));
+  const TaskId first = compute(g, "first", 0);
+  const TaskId second = compute(g, "second", 0);
   g.add_dependency(second, first);  // compute0 runs `first` before `second`, yet it waits for `second`
   g.finalize();
   try {
@@ -179,11 +181,11 @@ TEST(BackendSchedule, RingTrackPlanSchedulesOnEveryRank) {
 // covered by compute stream 0 is what is exposed; streams' busy time is the union of their tasks.
 TEST(BackendMeasured, ExposedCopyTimeAndBusyTimesFromRecordedTimings) {
   TaskGraph g;
-  g.add(compute("a", 0));
-  g.add(compute("b", 0));
-  g.add({"h2d", 0, {StreamKind::h2d, 0}, false, sim::Copy{sim::Copy::Direction::h2d, 1 << 20, true}});
-  g.add({"d2h", 0, {StreamKind::d2h, 0}, false, sim::Copy{sim::Copy::Direction::d2h, 1 << 20, true}});
-  g.add({"other gpu", 1, {StreamKind::h2d, 0}, false, sim::Copy{sim::Copy::Direction::h2d, 1 << 20, true}});
+  compute(g, "a", 0);
+  compute(g, "b", 0);
+  g.add("h2d", {0, {StreamKind::h2d, 0}, false, sim::Copy{sim::Copy::Direction::h2d, 1 << 20, true}});
+  g.add("d2h", {0, {StreamKind::d2h, 0}, false, sim::Copy{sim::Copy::Direction::d2h, 1 << 20, true}});
+  g.add("other gpu", {1, {StreamKind::h2d, 0}, false, sim::Copy{sim::Copy::Direction::h2d, 1 << 20, true}});
   // a [0, 40), b [60, 100); h2d [30, 70) overlaps both and is exposed in [40, 60); d2h [90, 130) in [100, 130).
   const std::vector<sim::TaskTiming> timing = {{0, 40}, {60, 100}, {30, 70}, {90, 130}, {0, 500}};
   EXPECT_EQ(exposed_copy_ns(g, timing, 0), 20 + 30);

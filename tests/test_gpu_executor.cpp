@@ -69,7 +69,7 @@ TEST(GpuExecutor, ChunkedOffloadedStepMatchesTheCpuReference) {
     const auto& ta = measured.timing[a];
     const auto& tb = measured.timing[b];
     if (ta.start_ns < 0 || tb.start_ns < 0) continue;  // allocations and frees take no time
-    EXPECT_LE(ta.end_ns, tb.start_ns + 1000) << g.task(a).name << " -> " << g.task(b).name;
+    EXPECT_LE(ta.end_ns, tb.start_ns + 1000) << std::string(g.name(a)) << " -> " << std::string(g.name(b));
   }
 }
 

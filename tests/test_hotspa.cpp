@@ -218,7 +218,7 @@ TEST(HotSpa, StrategiesParseWithErrorsNamingTheKey) {
 TEST(SimGraph, WithoutTasksKeepsTheOrderThroughDroppedTasks) {
   sim::TaskGraph g;
   const auto a = g.elementwise("a", 0, {100, 100});
-  const auto b = g.add({"opt", 0, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{1000}}, {a});
+  const auto b = g.add("opt", {0, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{1000}}, {a});
   g.elementwise("c", 0, {100, 100}, std::vector<sim::TaskId>{b});
   const auto out = sim::without_tasks(g, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; });
   ASSERT_EQ(out.size(), 2u);
@@ -227,7 +227,7 @@ TEST(SimGraph, WithoutTasksKeepsTheOrderThroughDroppedTasks) {
 }
 
 TEST(SimGraph, AttentionDensityScalesItsFlops) {
-  sim::Task t{"attn", 0, {sim::StreamKind::compute, 0}, false, sim::Attention{4096, 4096, 32, 8, 128, true, false, 1.0}};
+  sim::Task t{0, {sim::StreamKind::compute, 0}, false, sim::Attention{4096, 4096, 32, 8, 128, true, false, 1.0}};
   const double full = sim::compute_cost(t).model_flops;
   std::get<sim::Attention>(t.params).density = 0.25;
   EXPECT_DOUBLE_EQ(sim::compute_cost(t).model_flops, full / 4);

@@ -268,9 +268,9 @@ TEST(Megatron, ContextParallelSplitsTheSequenceAndKeepsEachExchangeInItsGroup) {
   int layer_gemms = 0;
   for (const auto& t : g.tasks()) {
     const auto* gemm = std::get_if<sim::Gemm>(&t.params);
-    if (gemm != nullptr && t.name.find(" qkv") != std::string::npos && t.name.find("dgrad") == std::string::npos &&
-        t.name.find("wgrad") == std::string::npos) {
-      EXPECT_EQ(gemm->m, 4096) << t.name;
+    if (gemm != nullptr && g.name_of(t).find(" qkv") != std::string::npos && g.name_of(t).find("dgrad") == std::string::npos &&
+        g.name_of(t).find("wgrad") == std::string::npos) {
+      EXPECT_EQ(gemm->m, 4096) << g.name_of(t);
       ++layer_gemms;
     }
   }
@@ -280,8 +280,8 @@ TEST(Megatron, ContextParallelSplitsTheSequenceAndKeepsEachExchangeInItsGroup) {
   double passed_by_gpu0 = 0;
   for (const auto& t : g.tasks()) {
     if (const auto* p2p = std::get_if<sim::PointToPoint>(&t.params)) {
-      EXPECT_EQ(t.device % 2, p2p->dst % 2) << t.name;
-      EXPECT_NE(t.device / 2, p2p->dst / 2) << t.name;
+      EXPECT_EQ(t.device % 2, p2p->dst % 2) << g.name_of(t);
+      EXPECT_NE(t.device / 2, p2p->dst / 2) << g.name_of(t);
       if (t.device == 0) passed_by_gpu0 += static_cast<double>(p2p->bytes);
     }
   }
@@ -308,7 +308,7 @@ TEST(Megatron, AllGatherContextParallelGathersKvAndReduceScattersItsGradients) {
     if (c == nullptr || g.groups()[c->group].size() != 2) continue;
     const auto& members = g.groups()[c->group];
     if (c->op == sim::CollectiveOp::all_gather || c->op == sim::CollectiveOp::reduce_scatter) {
-      EXPECT_EQ(members[0] % 2, members[1] % 2) << t.name;  // the cp ranks of one TP index
+      EXPECT_EQ(members[0] % 2, members[1] % 2) << g.name_of(t);  // the cp ranks of one TP index
       EXPECT_NEAR(static_cast<double>(c->bytes), cp_gathered_kv_bytes(k.model, split), 2);
       gathers += c->op == sim::CollectiveOp::all_gather;
       scatters += c->op == sim::CollectiveOp::reduce_scatter;
@@ -317,7 +317,7 @@ TEST(Megatron, AllGatherContextParallelGathersKvAndReduceScattersItsGradients) {
   EXPECT_EQ(gathers, 2 * 2 * 2);  // 2 layers x (forward, backward) x 2 TP indices
   EXPECT_EQ(scatters, 2 * 2);     // 2 layers x 2 TP indices
   for (const auto& t : g.tasks()) {
-    EXPECT_NE(t.kind(), sim::TaskKind::p2p) << t.name;
+    EXPECT_NE(t.kind(), sim::TaskKind::p2p) << g.name_of(t);
   }
   const sim::SimResult r = test::simulate_built(g, k.cluster, "megatron");
   EXPECT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
@@ -344,7 +344,8 @@ TEST(Megatron, UnevenPipelineStagesTakeTheirOwnLayerCounts) {
   sim::TaskGraph g = build_megatron(in, q);
   std::map<sim::DeviceId, std::set<std::string>> layers_on;
   for (const auto& t : g.tasks()) {
-    if (t.kind() == sim::TaskKind::gemm && t.name.rfind("F L", 0) == 0) layers_on[t.device].insert(t.name.substr(2, t.name.find(' ', 2) - 2));
+    if (t.kind() == sim::TaskKind::gemm && g.name_of(t).rfind("F L", 0) == 0)
+      layers_on[t.device].insert(std::string(g.name_of(t).substr(2, g.name_of(t).find(' ', 2) - 2)));
   }
   EXPECT_EQ(layers_on[0], (std::set<std::string>{"L0"}));
   EXPECT_EQ(layers_on[1], (std::set<std::string>{"L1", "L2"}));
@@ -388,12 +389,12 @@ TEST(Megatron, AllToAllContextParallelTradesTheSequenceSplitForAHeadSplit) {
     if (const auto* c = std::get_if<sim::Collective>(&t.params); c != nullptr && c->op == sim::CollectiveOp::all_to_all) {
       const auto& members = g.groups()[c->group];
       ASSERT_EQ(members.size(), 2U);
-      EXPECT_EQ(members[0] % 2, members[1] % 2) << t.name;  // the cp ranks of one TP index
+      EXPECT_EQ(members[0] % 2, members[1] % 2) << g.name_of(t);  // the cp ranks of one TP index
       ++exchanges;
     }
     if (const auto* a = std::get_if<sim::Attention>(&t.params); a != nullptr && t.device == 0) {
-      EXPECT_EQ(a->q_len, 8192) << t.name;          // the whole sequence ...
-      EXPECT_EQ(a->heads, 16 / (2 * 2)) << t.name;  // ... for 1/cp of the TP rank's heads
+      EXPECT_EQ(a->q_len, 8192) << g.name_of(t);          // the whole sequence ...
+      EXPECT_EQ(a->heads, 16 / (2 * 2)) << g.name_of(t);  // ... for 1/cp of the TP rank's heads
       ++attentions;
     }
   }
@@ -429,13 +430,13 @@ TEST(Megatron, HierarchicalContextParallelRunsAllToAllsInsideGroupsAndARingAcros
   int sends = 0, blocks_on_gpu0 = 0;
   for (const auto& t : g.tasks()) {
     if (const auto* p2p = std::get_if<sim::PointToPoint>(&t.params)) {
-      EXPECT_EQ(p2p->dst, (t.device + 4) % 8) << t.name;  // cp rank c to c + 2: the same place in the other group
+      EXPECT_EQ(p2p->dst, (t.device + 4) % 8) << g.name_of(t);  // cp rank c to c + 2: the same place in the other group
       if (t.device == 0) passed_by_gpu0 += static_cast<double>(p2p->bytes);
       ++sends;
     }
     if (const auto* a = std::get_if<sim::Attention>(&t.params); a != nullptr && t.device == 0) {
-      EXPECT_EQ(a->q_len, 2 * 8192 / 4) << t.name;  // the group's two quarters of the sequence ...
-      EXPECT_EQ(a->heads, 16 / (2 * 2)) << t.name;  // ... for half of the TP rank's heads
+      EXPECT_EQ(a->q_len, 2 * 8192 / 4) << g.name_of(t);  // the group's two quarters of the sequence ...
+      EXPECT_EQ(a->heads, 16 / (2 * 2)) << g.name_of(t);  // ... for half of the TP rank's heads
       ++blocks_on_gpu0;
     }
   }
@@ -472,7 +473,7 @@ TEST(LayerEmitter, UlyssesAndRingAttentionEmitNoTensorParallelCollectives) {
     layer.backward("B L0", last);
     for (const auto& t : g.tasks()) {
       if (const auto* c = std::get_if<sim::Collective>(&t.params)) {
-        EXPECT_EQ(c->op, sim::CollectiveOp::all_to_all) << t.name;
+        EXPECT_EQ(c->op, sim::CollectiveOp::all_to_all) << g.name_of(t);
       }
     }
   }
@@ -492,7 +493,7 @@ TEST(Megatron, TpCommOverlapRunsEachTpCollectiveBesideItsGemm) {
   // their predecessor and RoPE, which reads the GEMM's output, waits for both.
   auto gathered_before = [](const sim::TaskGraph& g, const std::string& gemm_name) {
     for (sim::TaskId t = 0; t < static_cast<sim::TaskId>(g.size()); ++t) {
-      if (g.task(t).name != gemm_name || g.task(t).device != 0) continue;
+      if (std::string(g.name(t)) != gemm_name || g.task(t).device != 0) continue;
       for (sim::TaskId s = 0; s < static_cast<sim::TaskId>(g.size()); ++s) {
         if (g.task(s).kind() != sim::TaskKind::collective) continue;
         for (sim::TaskId next : g.successors(s)) {

@@ -28,7 +28,7 @@ Span span_of(const sim::TaskGraph& g, const sim::SimResult& r, const std::string
   Span s;
   for (std::size_t i = 0; i < g.size(); ++i) {
     const auto& t = g.tasks()[i];
-    if (t.stream.kind != sim::StreamKind::compute || t.device >= gpus || t.name.rfind(prefix + " ", 0) != 0) continue;
+    if (t.stream.kind != sim::StreamKind::compute || t.device >= gpus || g.name_of(t).rfind(prefix + " ", 0) != 0) continue;
     if (s.start < 0 || r.timing[i].start_ns < s.start) s.start = r.timing[i].start_ns;
     s.end = std::max(s.end, r.timing[i].end_ns);
     s.device = t.device;
@@ -76,7 +76,7 @@ TEST(RingTrack, VisitsFollowTheTrainDependencies) {
   }
   // Causal attention of chunk 3 reads the K/V of chunks 0..2 back from host DRAM (one 64K-token block).
   int kv_reads = 0;
-  for (const auto& t : plan.graph.tasks()) kv_reads += t.name == "F L2 C3 attn H2D kv C0..C2" && t.device == 0;
+  for (const auto& t : plan.graph.tasks()) kv_reads += plan.graph.name_of(t) == "F L2 C3 attn H2D kv C0..C2" && t.device == 0;
   EXPECT_EQ(kv_reads, 1);
   // Data-parallel replicas all-reduce each layer's gradients once per step, and the LM head's and the embedding's.
   int all_reduces = 0;
@@ -96,7 +96,7 @@ TEST(RingTrack, OnlyChunkActivationsCrossBetweenGpus) {
   double forward = 0, backward = 0, other = 0;
   for (const auto& t : plan.graph.tasks()) {
     if (const auto* msg = std::get_if<sim::PointToPoint>(&t.params)) {
-      (t.name[0] == 'F' ? forward : t.name[0] == 'B' ? backward : other) += static_cast<double>(msg->bytes);
+      (plan.graph.name_of(t)[0] == 'F' ? forward : plan.graph.name_of(t)[0] == 'B' ? backward : other) += static_cast<double>(msg->bytes);
     }
   }
   // Every chunk hops L times forward (into layers 1..L-1 and into the LM head's stop) and L times back.
@@ -109,7 +109,8 @@ TEST(RingTrack, OnlyChunkActivationsCrossBetweenGpus) {
   RingTrackPlan stages = build_ringtrack(in, p);
   double staged = 0;
   for (const auto& t : stages.graph.tasks()) {
-    if (const auto* msg = std::get_if<sim::PointToPoint>(&t.params); msg && t.name[0] == 'F') staged += static_cast<double>(msg->bytes);
+    if (const auto* msg = std::get_if<sim::PointToPoint>(&t.params); msg && stages.graph.name_of(t)[0] == 'F')
+      staged += static_cast<double>(msg->bytes);
   }
   EXPECT_DOUBLE_EQ(staged, expected / 2);
 }

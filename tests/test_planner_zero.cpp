@@ -39,7 +39,7 @@ Counts count(const sim::TaskGraph& g) {
 
 std::int64_t alloc_bytes(const sim::TaskGraph& g, const std::string& name) {
   for (const auto& t : g.tasks()) {
-    if (t.name == name) return std::get<sim::Alloc>(t.params).bytes;
+    if (g.name_of(t) == name) return std::get<sim::Alloc>(t.params).bytes;
   }
   return -1;
 }

@@ -140,7 +140,7 @@ TEST(CostModel, CausalAttentionCountsUnmaskedPairs) {
   EXPECT_DOUBLE_EQ(attention_pairs(a), 7);
   a.causal = false;
   EXPECT_DOUBLE_EQ(attention_pairs(a), 8);
-  Task t{"bwd", 0, {StreamKind::compute, 0}, false, Attention{1024, 1024, 8, 8, 64, true, true}};
+  Task t{0, {StreamKind::compute, 0}, false, Attention{1024, 1024, 8, 8, 64, true, true}};
   const ComputeCost c = compute_cost(t);
   const double fwd = 4.0 * (1024.0 * 1025 / 2) * 64 * 8;
   EXPECT_DOUBLE_EQ(c.model_flops, 2 * fwd);
@@ -154,19 +154,19 @@ TEST(CostModel, RooflineAndEfficiencyTable) {
   const ComputeModel model(node, stacks::default_stack());
   auto compute_duration_ns = [&](const Task& t, const hw::GpuProfile&, const hw::NodeProfile&) { return model.duration_ns(t); };
   // Compute-bound: 2e9 FLOPs at 100 TFLOP/s x 0.5 = 40,000 ns.
-  Task big{"g", 0, {StreamKind::compute, 0}, false, Gemm{1000, 1000, 1000, hw::Dtype::bf16}};
+  Task big{0, {StreamKind::compute, 0}, false, Gemm{1000, 1000, 1000, hw::Dtype::bf16}};
   EXPECT_EQ(compute_duration_ns(big, node.gpu, node), 40'000);
   // Memory-bound: m=1, n=1,000,000, k=1000 moves (m*k + k*n + m*n) x 2 = (1e3 + 1e9 + 1e6) x 2 bytes at
   // 1000 GB/s = 2,002,002 ns, while its 2e9 FLOPs take 40,000 ns.
-  Task skinny{"s", 0, {StreamKind::compute, 0}, false, Gemm{1, 1'000'000, 1000, hw::Dtype::bf16}};
+  Task skinny{0, {StreamKind::compute, 0}, false, Gemm{1, 1'000'000, 1000, hw::Dtype::bf16}};
   EXPECT_EQ(compute_duration_ns(skinny, node.gpu, node), 2'002'002);
   // Small GEMMs reach less of the peak: 2e6 FLOPs sit between the table's (1e6, 0.1) and (1e9, 0.5) points,
   // at log10 fraction 0.1003: efficiency 0.1401.
-  Task small{"m", 0, {StreamKind::compute, 0}, false, Gemm{100, 100, 100, hw::Dtype::bf16}};
+  Task small{0, {StreamKind::compute, 0}, false, Gemm{100, 100, 100, hw::Dtype::bf16}};
   const double eff = 0.1 + 0.4 * (std::log10(2e6) - 6) / 3;
   EXPECT_EQ(compute_duration_ns(small, node.gpu, node), static_cast<std::int64_t>(std::ceil(2e6 / (100e3 * eff))));
   // Elementwise: bytes over HBM.
-  Task norm{"n", 0, {StreamKind::compute, 0}, false, Elementwise{500'000, 500'000}};
+  Task norm{0, {StreamKind::compute, 0}, false, Elementwise{500'000, 500'000}};
   EXPECT_EQ(compute_duration_ns(norm, node.gpu, node), 1'000);
 }
 
@@ -182,7 +182,7 @@ TEST(CostModel, FusedAttentionByBlocks) {
   const double peak_per_ns = 989.4e3, launch = 4000;
   const double overhead = k.forward.block_overhead_keys.value;
   // Non-causal, 1024 queries and keys, 16 heads of 128: 8 blocks x 128 rows x (1024 + overhead) keys.
-  Task full{"a", 0, {StreamKind::compute, 0}, false, Attention{1024, 1024, 16, 16, 128, false, false}};
+  Task full{0, {StreamKind::compute, 0}, false, Attention{1024, 1024, 16, 16, 128, false, false}};
   const double full_flops = 8 * 128 * (1024 + overhead) * 16 * 4 * 128;
   EXPECT_EQ(model.duration_ns(full), static_cast<std::int64_t>(std::ceil(full_flops / (peak_per_ns * k.forward.ceiling(128))) + launch));
   // Causal: block i runs over (i + 1) x 128 keys, the diagonal block whole: 128 x 36 / 8 = 576 keys per block on average.
@@ -191,7 +191,7 @@ TEST(CostModel, FusedAttentionByBlocks) {
   const double causal_flops = 128 * (128.0 * 36 + 8 * overhead) * 16 * 4 * 128;
   EXPECT_EQ(model.duration_ns(causal), static_cast<std::int64_t>(std::ceil(causal_flops / (peak_per_ns * k.forward.ceiling(128))) + launch));
   // Queries at the end of a longer key range (a later chunk): 2 blocks of 128 queries after 768 earlier keys.
-  Task chunk{"c", 0, {StreamKind::compute, 0}, false, Attention{256, 1024, 16, 16, 128, true, false}};
+  Task chunk{0, {StreamKind::compute, 0}, false, Attention{256, 1024, 16, 16, 128, true, false}};
   const double chunk_flops = 128 * ((768 + 128) + (768 + 256) + 2 * overhead) * 16 * 4 * 128;
   EXPECT_EQ(model.duration_ns(chunk), static_cast<std::int64_t>(std::ceil(chunk_flops / (peak_per_ns * k.forward.ceiling(128))) + launch));
   // The ceiling interpolates in log2(head_dim): d96 lies between d64 and d128.
@@ -208,7 +208,7 @@ TEST(CostModel, GemmWavesOverTheSms) {
   const ComputeModel model(node, stacks::default_stack());
   ASSERT_EQ(node.gpu.sm_count.value, 108);
   auto compute_ns = [&](std::int64_t m, std::int64_t n, std::int64_t k) {
-    const Task t{"g", 0, {StreamKind::compute, 0}, false, Gemm{m, n, k, hw::Dtype::bf16}};
+    const Task t{0, {StreamKind::compute, 0}, false, Gemm{m, n, k, hw::Dtype::bf16}};
     return static_cast<double>(model.duration_ns(t)) - node.gpu.sustained.kernel_launch_ns.value;
   };
   auto curve_ns = [&](double m, double n, double k) {
@@ -229,7 +229,7 @@ TEST(CostModel, UnfusedAttentionComputesTheWholeSquareAndPassesThroughHbm) {
   const stacks::StackProfile unfused = stacks::load_stack("megatron-lm-unfused", "test");
   const ComputeModel model(node, unfused);
   ASSERT_EQ(model.attention_impl(), stacks::AttentionImpl::unfused);
-  Task t{"a", 0, {StreamKind::compute, 0}, false, Attention{4096, 4096, 8, 8, 128, true, false}};
+  Task t{0, {StreamKind::compute, 0}, false, Attention{4096, 4096, 8, 8, 128, true, false}};
   const double scores = 4096.0 * 4096 * 8;
   const double gemm_flops = 2 * scores * 128;
   const double gemm_ns = 2 * gemm_flops / (312e3 * node.gpu.sustained.gemm.at(gemm_flops));
@@ -250,7 +250,7 @@ TEST(CostModel, EagerElementwiseOpsMoveMoreBytesInMoreKernels) {
   const hw::NodeProfile node = hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json");
   const stacks::StackProfile eager = stacks::load_stack("torchtitan", "test");
   const ComputeModel fused(node, stacks::default_stack()), model(node, eager);
-  Task norm{"n", 0, {StreamKind::compute, 0}, false, Elementwise{500'000'000, 500'000'000}, Op{OpCode::norm1}};
+  Task norm{0, {StreamKind::compute, 0}, false, Elementwise{500'000'000, 500'000'000}, Op{OpCode::norm1}};
   Task residual = norm;
   residual.op.code = OpCode::residual1;
   const double launch = node.gpu.sustained.kernel_launch_ns.value;

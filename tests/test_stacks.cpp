@@ -160,7 +160,7 @@ TEST(Stacks, Fsdp2CopiesGatheredParametersOut) {
     const sim::TaskGraph g = planner::build_zero(in, z);
     std::int64_t bytes = 0, n = 0;
     for (const auto& t : g.tasks()) {
-      if (t.name.find("copy out gathered params") == std::string::npos) continue;
+      if (g.name_of(t).find("copy out gathered params") == std::string::npos) continue;
       ++n;
       bytes = std::get<sim::Elementwise>(t.params).bytes_read;
     }
@@ -188,7 +188,7 @@ TEST(Stacks, Fsdp2ReducesGradientsInFp32AfterCopyingThemIn) {
     for (const auto& t : g.tasks()) {
       if (const auto* coll = std::get_if<sim::Collective>(&t.params); coll && coll->op == sim::CollectiveOp::reduce_scatter)
         scatter_bytes = coll->bytes;
-      if (t.name.find("copy in grads") != std::string::npos) {
+      if (g.name_of(t).find("copy in grads") != std::string::npos) {
         ++copies;
         copy_written = std::get<sim::Elementwise>(t.params).bytes_written;
       }
@@ -221,9 +221,10 @@ TEST(Stacks, DeepSpeedCheckpointOffloadBlocksTheComputeStream) {
     // Does layer 1's first forward task on GPU 0 wait for layer 0's copy out?
     bool waits = false, pinned = true;
     for (sim::TaskId t = 0; t < static_cast<sim::TaskId>(g.size()); ++t) {
-      if (g.task(t).device != 0 || g.task(t).name.find("F L0") != 0 || g.task(t).name.find("D2H checkpoint") == std::string::npos) continue;
+      if (g.task(t).device != 0 || std::string(g.name(t)).find("F L0") != 0 || std::string(g.name(t)).find("D2H checkpoint") == std::string::npos)
+        continue;
       pinned = std::get<sim::Copy>(g.task(t).params).pinned;
-      for (sim::TaskId next : g.successors(t)) waits = waits || g.task(next).name.find("F L1") == 0;
+      for (sim::TaskId next : g.successors(t)) waits = waits || std::string(g.name(next)).find("F L1") == 0;
     }
     return std::pair{waits, pinned};
   };
