@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/error.hpp"
+#include "planner/estimate.hpp"
 
 namespace trainyard::planner {
 
@@ -336,6 +337,7 @@ std::vector<sim::TaskId> MegatronBuilder::transient(const std::vector<sim::Devic
 }
 
 sim::TaskGraph MegatronBuilder::build() {
+  g_.reserve(static_cast<std::size_t>(megatron_tasks(in_, p_)));
   g_.set_chunk_tokens(split_.local_tokens() / split_.sequences);  // one chunk per sequence: a rank's share of it
   model_states();
   for (int d = 0; d < p_.dp; ++d) {

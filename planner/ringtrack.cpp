@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/units.hpp"
+#include "planner/estimate.hpp"
 #include "planner/transformer.hpp"
 
 namespace trainyard::planner {
@@ -331,10 +332,7 @@ RingTrackBuilder::RingTrackBuilder(const StepInputs& in, const RingTrackParams& 
 }
 
 RingTrackPlan RingTrackBuilder::build() {
-  // About 60 tasks per visit (the layer's ops, their buffers, copies and sends) plus the streamed K/V blocks.
-  const double kv_blocks = static_cast<double>(C_) * static_cast<double>(C_) /
-                           (2.0 * static_cast<double>(std::max<std::int64_t>(1, p_.kv_block_tokens / p_.chunk)));
-  g_.reserve(static_cast<std::size_t>(static_cast<double>(replicas_ * sequences_ * (L_ + 1)) * (60.0 * C_ + (kv_dram_ ? 8 * kv_blocks : 0))));
+  g_.reserve(static_cast<std::size_t>(ringtrack_tasks(in_, p_)));
   g_.set_chunk_tokens(p_.chunk);
   choose_rings();
   for (int r = 0; r < replicas_; ++r) {

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "common/error.hpp"
+#include "planner/estimate.hpp"
 
 namespace trainyard::planner {
 
@@ -176,6 +177,7 @@ ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
 }
 
 sim::TaskGraph ZeroBuilder::build() {
+  g_.reserve(static_cast<std::size_t>(zero_tasks(in_, p_)));
   std::vector<sim::DeviceId> everyone;
   for (int gpu = 0; gpu < gpus_; ++gpu) everyone.push_back(gpu);
   zero_group_ = gpus_ > 1 ? g_.add_group(everyone) : -1;

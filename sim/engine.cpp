@@ -159,9 +159,9 @@ class Engine {
   EventQueue queue_;
   SimResult result_;
 
-  std::vector<std::int32_t> blocking_;  // unfinished deps + streams where the task is not yet at the head
-  std::vector<std::int32_t> task_stream_offset_;
-  std::vector<std::int32_t> task_streams_;  // stream ids each task occupies
+  HugePageVector<std::int32_t> blocking_;  // unfinished deps + streams where the task is not yet at the head
+  HugePageVector<std::int32_t> task_stream_offset_;
+  HugePageVector<std::int32_t> task_streams_;  // stream ids each task occupies
   struct StreamState {
     DeviceId device;
     Stream stream;
@@ -169,9 +169,9 @@ class Engine {
     std::int64_t free_since = 0;
   };
   std::vector<StreamState> streams_;
-  std::vector<TaskId> stream_tasks_;
-  std::vector<std::int64_t> head_since_;  // when the task reached the head of its (first) stream
-  std::vector<TaskId> last_dep_;          // the dependency that finished last
+  HugePageVector<TaskId> stream_tasks_;
+  HugePageVector<std::int64_t> head_since_;  // when the task reached the head of its (first) stream
+  HugePageVector<TaskId> last_dep_;          // the dependency that finished last
   struct FlowOwner {
     std::int64_t latency_ns = 0;  // the route's, added after a copy/p2p flow ends
     bool collective = false;      // its end counts towards a collective step instead

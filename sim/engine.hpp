@@ -90,9 +90,9 @@ struct SimResult {
   std::optional<OomReport> oom;
   std::string stuck;  // when the run could not finish for another reason (stream-order deadlock)
   std::int64_t step_ns = 0;
-  std::vector<TaskTiming> timing;
-  std::vector<PoolUsage> pools;  // GPUs' HBM first (index = GPU), then each node's DRAM
-  std::vector<LinkUsage> links;  // only resources that carried traffic
+  HugePageVector<TaskTiming> timing;  // per task (common/huge_pages.hpp)
+  std::vector<PoolUsage> pools;       // GPUs' HBM first (index = GPU), then each node's DRAM
+  std::vector<LinkUsage> links;       // only resources that carried traffic
   std::vector<StreamUsage> streams;
   std::vector<std::int64_t> exposed_transfer_ns;  // per GPU: compute stream 0 idle waiting on a transfer
   double model_flops = 0;

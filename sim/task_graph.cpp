@@ -52,7 +52,7 @@ TaskId TaskGraph::add(std::string_view name, Task task, std::span<const TaskId> 
   const auto id = static_cast<TaskId>(tasks_.size());
   task.name_offset = names_.size();
   task.name_length = static_cast<std::uint32_t>(std::min<std::size_t>(name.size(), UINT32_MAX));
-  names_.append(name.substr(0, task.name_length));
+  names_.insert(names_.end(), name.begin(), name.begin() + task.name_length);
   tasks_.push_back(std::move(task));
   for (TaskId d : deps) edges_.emplace_back(d, id);
   return id;
@@ -131,12 +131,12 @@ void TaskGraph::finalize() {
   succ_.resize(edges_.size());
   std::vector<std::int32_t> fill(succ_offset_.begin(), succ_offset_.end() - 1);
   for (const auto& [from, to] : edges_) succ_[fill[from]++] = to;
-  std::vector<std::pair<TaskId, TaskId>>().swap(edges_);  // the successor lists hold them now
+  HugePageVector<std::pair<TaskId, TaskId>>().swap(edges_);  // the successor lists hold them now
   finalized_ = true;
 }
 
 std::vector<std::pair<TaskId, TaskId>> TaskGraph::edges() const {
-  if (!finalized_) return edges_;
+  if (!finalized_) return {edges_.begin(), edges_.end()};
   std::vector<std::pair<TaskId, TaskId>> out;
   out.reserve(succ_.size());
   for (TaskId from = 0; from < static_cast<TaskId>(tasks_.size()); ++from) {
@@ -152,10 +152,10 @@ std::span<const TaskId> TaskGraph::successors(TaskId id) const {
 
 TaskGraph::MemoryBytes TaskGraph::memory() const {
   MemoryBytes m;
-  m.task_records = tasks_.capacity() * sizeof(Task);
-  m.edges = edges_.capacity() * sizeof(edges_[0]) + succ_offset_.capacity() * sizeof(std::int32_t) + succ_.capacity() * sizeof(TaskId) +
-            pred_count_.capacity() * sizeof(std::int32_t);
-  m.names = names_.capacity();
+  m.task_records = tasks_.size() * sizeof(Task);
+  m.edges = edges_.size() * sizeof(edges_[0]) + succ_offset_.size() * sizeof(std::int32_t) + succ_.size() * sizeof(TaskId) +
+            pred_count_.size() * sizeof(std::int32_t);
+  m.names = names_.size();
   for (const auto& l : labels_) m.groups_and_labels += sizeof(l) + l.capacity();
   for (const auto& g : groups_) m.groups_and_labels += sizeof(g) + g.capacity() * sizeof(DeviceId);
   return m;
@@ -319,23 +319,44 @@ void check_params(const Validation& v, TaskId id, std::vector<bool>& freed) {
 }
 
 // Cycles: Kahn's algorithm; whatever is left over sits on or behind a cycle.
+// Compressed successor lists (a counting sort of the edges by source), for graphs not finalized yet.
+struct SuccessorLists {
+  std::vector<std::int32_t> offset;  // per task, and one past the last
+  std::vector<TaskId> to;
+  std::span<const TaskId> of(TaskId t) const { return {to.data() + offset[t], static_cast<std::size_t>(offset[t + 1] - offset[t])}; }
+};
+
+SuccessorLists checked_successor_lists(const Validation& v) {
+  const TaskGraph& graph = v.graph;
+  const auto n = static_cast<TaskId>(graph.size());
+  std::vector<std::pair<TaskId, TaskId>> edges = graph.edges();
+  // finalize() makes every free wait for its alloc: include those edges, or a cycle through them would pass.
+  for (TaskId id = 0; id < n; ++id) {
+    if (const auto* f = std::get_if<Free>(&graph.task(id).params)) edges.emplace_back(f->alloc, id);
+  }
+  SuccessorLists lists;
+  lists.offset.assign(graph.size() + 1, 0);
+  for (const auto& [from, to] : edges) {
+    if (from < 0 || from >= n) v.fail(to, "deps", "existing tasks", "task index " + std::to_string(from));
+    if (from == to) v.fail(to, "deps", "no dependency on itself", "itself");
+    ++lists.offset[from + 1];
+  }
+  for (TaskId t = 0; t < n; ++t) lists.offset[t + 1] += lists.offset[t];
+  lists.to.resize(edges.size());
+  std::vector<std::int32_t> fill(lists.offset.begin(), lists.offset.end() - 1);
+  for (const auto& [from, to] : edges) lists.to[fill[from]++] = to;
+  return lists;
+}
+
+// Kahn's algorithm over the successor lists (the graph's own once finalized: no copy of a graph of millions).
 void check_acyclic(const Validation& v) {
   const TaskGraph& graph = v.graph;
   const auto n = static_cast<TaskId>(graph.size());
+  const SuccessorLists built = graph.finalized() ? SuccessorLists{} : checked_successor_lists(v);
+  auto successors = [&](TaskId t) { return graph.finalized() ? graph.successors(t) : built.of(t); };
   std::vector<std::int32_t> indegree(graph.size(), 0);
-  std::vector<std::vector<TaskId>> succ(graph.size());
-  auto edge = [&](TaskId from, TaskId to) {
-    if (from < 0 || from >= n) v.fail(to, "deps", "existing tasks", "task index " + std::to_string(from));
-    if (from == to) v.fail(to, "deps", "no dependency on itself", "itself");
-    succ[from].push_back(to);
-    ++indegree[to];
-  };
-  for (const auto& [from, to] : graph.edges()) edge(from, to);
-  // finalize() makes every free wait for its alloc: include those edges, or a cycle through them would pass.
-  if (!graph.finalized()) {
-    for (TaskId id = 0; id < n; ++id) {
-      if (const auto* f = std::get_if<Free>(&graph.task(id).params)) edge(f->alloc, id);
-    }
+  for (TaskId t = 0; t < n; ++t) {
+    for (TaskId s : successors(t)) ++indegree[s];
   }
   std::vector<TaskId> ready;
   for (TaskId i = 0; i < n; ++i) {
@@ -346,7 +367,7 @@ void check_acyclic(const Validation& v) {
     const TaskId t = ready.back();
     ready.pop_back();
     ++done;
-    for (TaskId s : succ[t]) {
+    for (TaskId s : successors(t)) {
       if (--indegree[s] == 0) ready.push_back(s);
     }
   }

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/huge_pages.hpp"
 #include "hwprofiles/dtype.hpp"
 
 namespace trainyard::sim {
@@ -199,8 +200,10 @@ class TaskGraph {
   TaskId free(std::string_view name, TaskId alloc, std::span<const TaskId> deps = {});
 
   std::size_t size() const { return tasks_.size(); }
-  // Room for about `tasks` tasks and twice as many edges, for builders that know their graph's size.
-  void reserve(std::size_t tasks) {
+  // Room for an estimated `tasks` tasks (the planner's estimates are within a factor of 2), with 25% to spare, so
+  // that the arrays are not copied as they grow: room never written costs address space, not memory.
+  void reserve(std::size_t estimated_tasks) {
+    const std::size_t tasks = estimated_tasks + estimated_tasks / 4;
     tasks_.reserve(tasks);
     edges_.reserve(2 * tasks);
     names_.reserve(24 * tasks);  // names average about 20 characters
@@ -209,7 +212,7 @@ class TaskGraph {
   std::string_view name(TaskId id) const { return name_of(tasks_[id]); }
   std::string_view name_of(const Task& t) const { return {names_.data() + t.name_offset, t.name_length}; }
   Task& edit(TaskId id) { return tasks_[id]; }  // before finalize(): sizes, not deps
-  const std::vector<Task>& tasks() const { return tasks_; }
+  std::span<const Task> tasks() const { return tasks_; }
   const std::vector<std::vector<DeviceId>>& groups() const { return groups_; }
   const std::vector<std::string>& labels() const { return labels_; }
   // Every dependency (before, after). Before finalize() in the order given; after it, by `before` (each task's
@@ -227,9 +230,10 @@ class TaskGraph {
   std::span<const TaskId> successors(TaskId id) const;
   std::int32_t predecessor_count(TaskId id) const { return pred_count_[id]; }
 
-  // Bytes held by the graph, by what holds them, for the benchmarks' memory-per-task figures.
+  // Bytes the graph has written, by what holds them, for the benchmarks' memory-per-task figures. The room that
+  // reserve() leaves beyond them is never touched, so the process does not hold it (it is not counted).
   struct MemoryBytes {
-    std::size_t task_records = 0;  // the Task vector (sizeof(Task) per slot reserved)
+    std::size_t task_records = 0;  // the Task vector (sizeof(Task) per task)
     std::size_t names = 0;         // the name arena: every task's name, one after another
     std::size_t edges = 0;         // the dependency list, plus the successor lists and counts once finalized
     std::size_t groups_and_labels = 0;
@@ -239,14 +243,15 @@ class TaskGraph {
   std::size_t memory_bytes() const { return memory().total(); }
 
  private:
-  std::vector<Task> tasks_;
-  std::string names_;  // the tasks' names (Task::name_offset, name_length)
-  std::vector<std::pair<TaskId, TaskId>> edges_;
+  // The per-task arrays, in huge pages where they are large (common/huge_pages.hpp).
+  HugePageVector<Task> tasks_;
+  HugePageVector<char> names_;  // the tasks' names (Task::name_offset, name_length), one after another
+  HugePageVector<std::pair<TaskId, TaskId>> edges_;
   std::vector<std::vector<DeviceId>> groups_;
   std::vector<std::string> labels_;
-  std::vector<std::int32_t> succ_offset_;
-  std::vector<TaskId> succ_;
-  std::vector<std::int32_t> pred_count_;
+  HugePageVector<std::int32_t> succ_offset_;
+  HugePageVector<TaskId> succ_;
+  HugePageVector<std::int32_t> pred_count_;
   std::int64_t chunk_tokens_ = 0;
   bool finalized_ = false;
 };
