@@ -25,6 +25,7 @@ class MemoryGate {
   explicit MemoryGate(double budget_bytes) : budget_bytes_(budget_bytes) {}
   void acquire(double bytes);
   void release(double bytes);
+  double budget_bytes() const { return budget_bytes_; }
 
   // Holds `bytes` of the gate for its lifetime.
   class Hold {

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "common/input_file.hpp"
 #include "common/json_reader.hpp"
+#include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/estimate.hpp"
@@ -103,9 +104,18 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
   p.summary = spec.summary();
   p.skipped = too_large_to_simulate(spec, in.workload.seq_len);
   if (!p.skipped.empty()) return p;
+  // A point whose graph alone is over the window's budget is left out, not run alone past it: the charts sweep to
+  // 4M tokens, where such graphs took the window to several GiB (the selected plan still runs whatever its size).
+  const planner::GraphEstimate estimate = planner::estimate_plan(in, spec);
+  if (estimate.bytes > graph_memory_gate().budget_bytes()) {
+    p.skipped = "its step graph, an estimated " + format_count(estimate.tasks) + " tasks (" + format_bytes(estimate.bytes) +
+                "), is over the window's memory budget (" + format_bytes(graph_memory_gate().budget_bytes()) +
+                "): trainyard simulate --memory-budget runs it";
+    return p;
+  }
   sim::SimResult r;
   try {
-    const MemoryGate::Hold hold(graph_memory_gate(), planner::estimate_plan(in, spec).bytes);
+    const MemoryGate::Hold hold(graph_memory_gate(), estimate.bytes);
     r = planner::simulate_plan_step(in, spec, cancel);
   } catch (const InputError& e) {  // a plan that cannot be built
     p.skipped = e.what();

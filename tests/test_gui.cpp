@@ -13,6 +13,7 @@
 #include "gui/main_window.hpp"
 #include "gui/param_panel.hpp"
 #include "gui/what_if.hpp"
+#include "planner/estimate.hpp"
 #include "planner/plan.hpp"
 
 using namespace trainyard;
@@ -133,6 +134,18 @@ class GuiTest : public QObject {
     QCOMPARE(plan_file(setup, spec, nullptr).stack, std::string("torchtitan"));
     in.stack = "no-such-stack";
     QVERIFY_THROWS_EXCEPTION(InputError, Setup{in});
+  }
+
+  void a_point_whose_graph_is_over_the_budget_is_left_out_with_the_reason() {
+    const Setup setup(small_inputs());
+    planner::StepInputs in = setup.at(65536);
+    in.workload.global_batch = std::int64_t{1} << 24;  // millions of micro-batches: an estimate of many GiB
+    planner::PlanSpec spec;
+    spec.scheme = "zero";
+    QVERIFY(planner::estimate_plan(in, spec).bytes > graph_memory_gate().budget_bytes());
+    const Point p = simulate_point(in, spec, 0.05, 65536);
+    QVERIFY2(p.skipped.find("over the window's memory budget") != std::string::npos, p.skipped.c_str());
+    QVERIFY(!p.metrics.fits);
   }
 
   void a_step_that_runs_out_of_memory_reports_at_least_the_capacity() {
