@@ -139,11 +139,50 @@ void insert_sorted(QXYSeries* series, QPointF point) {
   series->insert(static_cast<int>(at - points.begin()), point);
 }
 
+// --- left-out points -------------------------------------------------------------------------------------------
+
+void LeftOutPoints::set_chart(QChart* chart, const QString& title) {
+  chart_ = chart;
+  title_ = title;
+  chart_->setTitle(title_);
+}
+
+void LeftOutPoints::add(const std::string& scheme) {
+  ++per_scheme_[scheme];
+  show();
+}
+
+void LeftOutPoints::clear(const std::string& scheme) {
+  per_scheme_.erase(scheme);
+  show();
+}
+
+void LeftOutPoints::clear_all() {
+  per_scheme_.clear();
+  show();
+}
+
+int LeftOutPoints::count() const {
+  int n = 0;
+  for (const auto& [scheme, points] : per_scheme_) n += points;
+  return n;
+}
+
+void LeftOutPoints::show() const {
+  if (chart_ == nullptr) return;
+  const int n = count();
+  chart_->setTitle(
+      n == 0
+          ? title_
+          : title_ + QString("<br><small>%1 point%2 left out: too large to simulate here, or no valid plan</small>").arg(n).arg(n == 1 ? "" : "s"));
+}
+
 // --- chart 1 ---------------------------------------------------------------------------------------------------
 
 ChunkChart::ChunkChart(QWidget* parent) : QChartView(parent) {
   setRenderHint(QPainter::Antialiasing);
-  setChart(new_chart("MFU (solid) and step time (dashed) vs chunk length"));
+  setChart(new_chart(""));
+  left_out_.set_chart(chart(), "MFU (solid) and step time (dashed) vs chunk length");
   reset({}, 1024, 256 * 1024);
 }
 
@@ -151,6 +190,7 @@ void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min
   QChart* c = chart();
   remove_series_and_axes(c);
   series_.clear();
+  left_out_.clear_all();
   min_chunk_ = min_chunk;
   max_chunk_ = std::max(max_chunk, min_chunk);
   step_max_s_ = 0;
@@ -180,6 +220,7 @@ void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min
 }
 
 void ChunkChart::clear_scheme(const std::string& scheme) {
+  left_out_.clear(scheme);
   const auto it = series_.find(scheme);
   if (it == series_.end()) return;
   for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.mfu, it->second.step, it->second.markers, it->second.misses}) s->clear();
@@ -188,7 +229,11 @@ void ChunkChart::clear_scheme(const std::string& scheme) {
 
 void ChunkChart::add_point(const Point& p) {
   const auto it = series_.find(p.scheme);
-  if (it == series_.end() || !p.skipped.empty()) return;
+  if (it == series_.end()) return;
+  if (!p.skipped.empty()) {
+    left_out_.add(p.scheme);
+    return;
+  }
   Series& s = it->second;
   if (!p.metrics.fits) {
     if (p.x > 0) insert_sorted(s.misses, {static_cast<double>(p.x), 0});
@@ -224,7 +269,8 @@ QList<QPointF> ChunkChart::misses(const std::string& scheme) const {
 
 MemoryChart::MemoryChart(QWidget* parent) : QChartView(parent) {
   setRenderHint(QPainter::Antialiasing);
-  setChart(new_chart("Peak HBM per GPU (solid) and DRAM per node (dashed) vs sequence length; black: their sizes"));
+  setChart(new_chart(""));
+  left_out_.set_chart(chart(), "Peak HBM per GPU (solid), DRAM per node (dashed); black: their sizes");
   reset({}, {4096, 8192}, 80 * kGiB, 2048 * kGiB);
 }
 
@@ -233,6 +279,7 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
   QChart* c = chart();
   remove_series_and_axes(c);
   series_.clear();
+  left_out_.clear_all();
   const double low = lengths.empty() ? 4096 : static_cast<double>(lengths.front());
   const double high = lengths.empty() ? 8192 : static_cast<double>(lengths.back());
   x_ = new QLogValueAxis();
@@ -266,6 +313,7 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
 }
 
 void MemoryChart::clear_scheme(const std::string& scheme) {
+  left_out_.clear(scheme);
   const auto it = series_.find(scheme);
   if (it == series_.end()) return;
   for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.hbm, it->second.dram, it->second.markers, it->second.misses}) s->clear();
@@ -274,7 +322,11 @@ void MemoryChart::clear_scheme(const std::string& scheme) {
 
 void MemoryChart::add_point(const Point& p) {
   const auto it = series_.find(p.scheme);
-  if (it == series_.end() || !p.skipped.empty()) return;
+  if (it == series_.end()) return;
+  if (!p.skipped.empty()) {
+    left_out_.add(p.scheme);
+    return;
+  }
   const double x = static_cast<double>(p.x);
   const double hbm = static_cast<double>(p.hbm_needed_bytes) / kGiB, dram = static_cast<double>(p.dram_needed_bytes) / kGiB;
   Series& s = it->second;

@@ -31,6 +31,23 @@ SchemeStyle scheme_style(const std::string& scheme, std::size_t index, std::size
 // Chart 1: MFU (solid, left axis, filled markers) and step time (dashed, right axis) against the chunk length, one
 // colour and marker shape per scheme; schemes without a chunk are flat lines across the range; chunks that do
 // not fit are the scheme's marker drawn hollow on the axis.
+// The points a chart could not draw (Point::skipped: a graph too large to simulate here, or no valid plan),
+// counted per scheme and said under the chart's title, so that a gap in a curve is not read as the scheme's limit.
+class LeftOutPoints {
+ public:
+  void set_chart(QChart* chart, const QString& title);
+  void add(const std::string& scheme);
+  void clear(const std::string& scheme);
+  void clear_all();
+  int count() const;
+
+ private:
+  void show() const;
+  QChart* chart_ = nullptr;
+  QString title_;
+  std::map<std::string, int> per_scheme_;
+};
+
 class ChunkChart : public QChartView {
   Q_OBJECT
  public:
@@ -40,6 +57,7 @@ class ChunkChart : public QChartView {
   void add_point(const Point& p);
   int points(const std::string& scheme) const;             // MFU points shown (flat lines count 1)
   QList<QPointF> misses(const std::string& scheme) const;  // (chunk, 0) of the chunks that do not fit
+  int left_out() const { return left_out_.count(); }
 
  private:
   struct Series {
@@ -55,6 +73,7 @@ class ChunkChart : public QChartView {
   std::map<std::string, Series> series_;
   std::int64_t min_chunk_ = 1024, max_chunk_ = 1024;
   double step_max_s_ = 0;
+  LeftOutPoints left_out_;
 };
 
 // Chart 2: peak HBM per GPU (solid, filled markers) and peak DRAM per node (dashed) against the sequence length,
@@ -73,6 +92,7 @@ class MemoryChart : public QChartView {
   QList<QPointF> hbm_points(const std::string& scheme) const;  // (length, GiB) of the lengths that fit, by length
   QList<QPointF> misses(const std::string& scheme) const;      // (length, GiB needed) of those that do not, HBM and DRAM
   int total_points() const;
+  int left_out() const { return left_out_.count(); }
 
  private:
   struct Series {
@@ -88,6 +108,7 @@ class MemoryChart : public QChartView {
   QLineSeries* hbm_capacity_ = nullptr;
   QLineSeries* dram_capacity_ = nullptr;
   double y_min_ = 0, y_max_ = 0;
+  LeftOutPoints left_out_;
 };
 
 // Chart 3: memory in use over the selected plan's step: HBM of one GPU (left axis) and pinned DRAM of its node

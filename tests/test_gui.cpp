@@ -549,6 +549,32 @@ class GuiTest : public QObject {
     QCOMPARE(chunks.misses("ringtrack"), (QList<QPointF>{{16384, 0}}));
   }
 
+  void points_left_out_are_counted_in_the_title_until_their_scheme_is_cleared() {
+    Point skipped = point("ringtrack", 16384, false, 0, 0);
+    skipped.skipped = "over the window's memory budget";
+    MemoryChart memory;
+    memory.reset({"ringtrack", "zero"}, {4096, 8192, 16384}, 80 * kGiB, 2048 * kGiB);
+    memory.add_point(point("ringtrack", 4096, true, 40, 100));
+    QCOMPARE(memory.left_out(), 0);
+    QVERIFY(!memory.chart()->title().contains("left out"));
+    memory.add_point(skipped);
+    QCOMPARE(memory.left_out(), 1);
+    QVERIFY2(memory.chart()->title().contains("1 point left out"), qPrintable(memory.chart()->title()));
+    QCOMPARE(memory.points("ringtrack"), 1);  // not drawn
+    memory.clear_scheme("zero");
+    QCOMPARE(memory.left_out(), 1);
+    memory.clear_scheme("ringtrack");
+    QCOMPARE(memory.left_out(), 0);
+    QVERIFY(!memory.chart()->title().contains("left out"));
+    ChunkChart chunks;
+    chunks.reset({"ringtrack"}, 1024, 16384);
+    chunks.add_point(skipped);
+    chunks.add_point(skipped);
+    QVERIFY2(chunks.chart()->title().contains("2 points left out"), qPrintable(chunks.chart()->title()));
+    chunks.reset({"ringtrack"}, 1024, 16384);
+    QCOMPARE(chunks.left_out(), 0);
+  }
+
   void a_chart_saved_through_a_link_replaces_the_files_it_points_to() {
     // The project's atomic writer follows a link (the link stays); renaming a temporary over the link would
     // replace the link with a file.
