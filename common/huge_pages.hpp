@@ -37,7 +37,7 @@ struct HugePageAllocator {
     if (n * sizeof(T) < kHugePageMinArrayBytes) {
       std::allocator<T>{}.deallocate(p, n);
     } else {
-      ::operator delete (p, whole_pages(n * sizeof(T)), std::align_val_t{kHugePageBytes});
+      ::operator delete (p, std::align_val_t{kHugePageBytes});
     }
   }
   friend bool operator==(const HugePageAllocator&, const HugePageAllocator&) { return true; }
