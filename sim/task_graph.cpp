@@ -47,6 +47,22 @@ std::string_view to_string(Algorithm algorithm) {
   return names[static_cast<int>(algorithm)];
 }
 
+namespace {
+
+// Compressed successor lists of `edges` (valid task ids) over `tasks` tasks: task t's successors are
+// to[offset[t] .. offset[t + 1]), in edge order (a counting sort by source).
+template <class Edges, class Offsets, class Targets>
+void compress_successors(std::size_t tasks, const Edges& edges, Offsets& offset, Targets& to) {
+  offset.assign(tasks + 1, 0);
+  for (const auto& edge : edges) ++offset[static_cast<std::size_t>(edge.first) + 1];
+  for (std::size_t i = 0; i < tasks; ++i) offset[i + 1] += offset[i];
+  to.resize(edges.size());
+  std::vector<std::int32_t> fill(offset.begin(), offset.end() - 1);
+  for (const auto& edge : edges) to[fill[edge.first]++] = edge.second;
+}
+
+}  // namespace
+
 TaskId TaskGraph::add(std::string_view name, Task task, std::span<const TaskId> deps) {
   TRAINYARD_CHECK(!finalized_, "task added to a finalized graph");
   const auto id = static_cast<TaskId>(tasks_.size());
@@ -119,18 +135,13 @@ void TaskGraph::finalize() {
       if (f->alloc >= 0 && static_cast<std::size_t>(f->alloc) < n) edges_.emplace_back(f->alloc, static_cast<TaskId>(i));
     }
   }
-  succ_offset_.assign(n + 1, 0);
   pred_count_.assign(n, 0);
   for (const auto& [from, to] : edges_) {
     TRAINYARD_CHECK(from >= 0 && static_cast<std::size_t>(from) < n && to >= 0 && static_cast<std::size_t>(to) < n,
                     "dependency on a task that does not exist");
-    ++succ_offset_[static_cast<std::size_t>(from) + 1];
     ++pred_count_[to];
   }
-  for (std::size_t i = 0; i < n; ++i) succ_offset_[i + 1] += succ_offset_[i];
-  succ_.resize(edges_.size());
-  std::vector<std::int32_t> fill(succ_offset_.begin(), succ_offset_.end() - 1);
-  for (const auto& [from, to] : edges_) succ_[fill[from]++] = to;
+  compress_successors(n, edges_, succ_offset_, succ_);
   HugePageVector<std::pair<TaskId, TaskId>>().swap(edges_);  // the successor lists hold them now
   finalized_ = true;
 }
@@ -319,7 +330,7 @@ void check_params(const Validation& v, TaskId id, std::vector<bool>& freed) {
 }
 
 // Cycles: Kahn's algorithm; whatever is left over sits on or behind a cycle.
-// Compressed successor lists (a counting sort of the edges by source), for graphs not finalized yet.
+// Compressed successor lists (compress_successors), for graphs not finalized yet.
 struct SuccessorLists {
   std::vector<std::int32_t> offset;  // per task, and one past the last
   std::vector<TaskId> to;
@@ -334,17 +345,12 @@ SuccessorLists checked_successor_lists(const Validation& v) {
   for (TaskId id = 0; id < n; ++id) {
     if (const auto* f = std::get_if<Free>(&graph.task(id).params)) edges.emplace_back(f->alloc, id);
   }
-  SuccessorLists lists;
-  lists.offset.assign(graph.size() + 1, 0);
   for (const auto& [from, to] : edges) {
     if (from < 0 || from >= n) v.fail(to, "deps", "existing tasks", "task index " + std::to_string(from));
     if (from == to) v.fail(to, "deps", "no dependency on itself", "itself");
-    ++lists.offset[from + 1];
   }
-  for (TaskId t = 0; t < n; ++t) lists.offset[t + 1] += lists.offset[t];
-  lists.to.resize(edges.size());
-  std::vector<std::int32_t> fill(lists.offset.begin(), lists.offset.end() - 1);
-  for (const auto& [from, to] : edges) lists.to[fill[from]++] = to;
+  SuccessorLists lists;
+  compress_successors(graph.size(), edges, lists.offset, lists.to);
   return lists;
 }
 
