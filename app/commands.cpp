@@ -412,9 +412,10 @@ planner::FlagValues flag_values(const po::variables_map& vm) {
 
 namespace {
 
-// Identical data-parallel replicas and context-parallel ranks (the ZeRO family: identical nodes) are simulated two
-// at a time, and a node-filling TP group by one rank (planner/symmetry.hpp) unless --no-symmetry. On a reduction `cluster` becomes the smaller one
-// (so `inputs`, which refers to the old one, must not be used after) and the reduced step is returned; the note says what was done or why not.
+// Megatron's identical data-parallel replicas are simulated by one (two of a node each), its context-parallel ranks (the ZeRO family:
+// identical nodes) two at a time, and a node-filling TP group by one rank (planner/symmetry.hpp) unless --no-symmetry. On a reduction `cluster`
+// becomes the smaller one (so `inputs`, which refers to the old one, must not be used after) and the reduced step is returned; the note says what was
+// done or why not.
 std::optional<planner::ReducedStep> reduce_step(const po::variables_map& vm, const planner::StepInputs& inputs, const planner::PlanSpec& spec,
                                                 std::optional<sim::Cluster>& cluster, SimulationSetup& setup) {
   if (vm.count("no-symmetry") && vm["no-symmetry"].as<bool>()) {
@@ -667,7 +668,7 @@ po::options_description simulate_options() {
       ("offload", po::value<std::string>()->value_name("list"), "comma list of optimizer, grads, params, acts (megatron: acts only)")
       ("sp", po::value<int>()->value_name("int"), "ulysses: sequence-parallel degree (required)")
       ("cp", po::value<int>()->value_name("int"), "ring-attention (required), megatron (default 1): context-parallel degree")
-      ("no-symmetry", po::bool_switch(), "simulate every replica (default: two of Megatron's identical data-parallel replicas and CP ranks and one TP rank of a node-filling group, or two units of identical nodes of the ZeRO family; planner/symmetry.hpp)")
+      ("no-symmetry", po::bool_switch(), "simulate every replica (default: one of Megatron's identical data-parallel replicas (two of one node each), two of its CP ranks and one TP rank of a node-filling group, or two units of identical nodes of the ZeRO family; planner/symmetry.hpp)")
       ("cp-comm", po::value<std::string>()->value_name("p2p|all_gather|a2a|a2a+p2p"), "megatron: how CP ranks share attention's inputs: K/V ring passes (p2p, default), K/V all-gathered, all-to-all to a head split (a2a), or both in two levels (a2a+p2p, hierarchical CP: give --cp-a2a)")
       ("cp-a2a", po::value<int>()->value_name("int"), "megatron, --cp-comm a2a+p2p: ranks in each all-to-all group, consecutive cp ranks (Megatron's --hierarchical-context-parallel-sizes A cp/A)")
       ("first-stage-layers", po::value<int>()->value_name("int"), "megatron: layers on the first pipeline stage (default: an even split)")

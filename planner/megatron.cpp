@@ -267,6 +267,9 @@ class MegatronBuilder {
   // whole data-parallel ring the built ones stand for (symmetry reduction).
   const int grad_replicas_, grad_ring_;
   const std::int32_t ring_ranks_;
+  // Under symmetry the gradient ring crosses nodes (reduced replicas and CP ranks fill whole nodes): a lone
+  // built member loops through the network (sim::Collective::ring_across_nodes).
+  const bool ring_across_nodes_;
 
   sim::TaskGraph g_;
   std::vector<double> gpu_params_;
@@ -302,6 +305,7 @@ MegatronBuilder::MegatronBuilder(const StepInputs& in, const MegatronParams& p)
       grad_replicas_(p.dp * p.cp),
       grad_ring_(p.whole_dp() * p.whole_cp()),
       ring_ranks_(grad_ring_ > grad_replicas_ ? grad_ring_ : 0),
+      ring_across_nodes_(ring_ranks_ != 0),
       gpu_params_(static_cast<std::size_t>(in.cluster.gpus()), 0),
       slots_(static_cast<std::size_t>(p.dp),
              std::vector<std::vector<std::array<SlotTasks, 2>>>(static_cast<std::size_t>(virtual_stages_),
@@ -559,7 +563,7 @@ void MegatronBuilder::link_pipeline() {
 // on its own stream so that it overlaps the rest of the backward pass. Returns each GPU's reductions.
 std::vector<std::vector<sim::TaskId>> MegatronBuilder::reduce_gradients() {
   std::vector<std::vector<sim::TaskId>> gpu_reductions(static_cast<std::size_t>(in_.cluster.gpus()));
-  if (grad_replicas_ <= 1) return gpu_reductions;
+  if (grad_ring_ <= 1) return gpu_reductions;
   std::map<std::pair<int, int>, std::int32_t> groups;
   for (const auto& key : bucket_order_) {
     const Bucket& b = buckets_.at(key);
@@ -570,7 +574,7 @@ std::vector<std::vector<sim::TaskId>> MegatronBuilder::reduce_gradients() {
                                                  std::to_string(b.stage) + " tp" + std::to_string(b.t) + " bucket " +
                                                  std::to_string(std::get<2>(key)),
                                              {p_.distributed_optimizer ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
-                                              sim::Algorithm::ring, it->second, bytes, ring_ranks_},
+                                              sim::Algorithm::ring, it->second, bytes, ring_ranks_, ring_across_nodes_},
                                              b.ready, kDpStream);
     g_.set_op(reduce, {sim::OpCode::states});
     for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[gpu].push_back(reduce);
@@ -594,7 +598,7 @@ void MegatronBuilder::optimizer_steps(const std::vector<std::vector<sim::TaskId>
                         sim::Op::optimizer_of(gpu)},
                        deps);
   }
-  if (!p_.distributed_optimizer || grad_replicas_ <= 1) return;
+  if (!p_.distributed_optimizer || grad_ring_ <= 1) return;
   for (int stage = 0; stage < p_.pp; ++stage) {
     for (int t = 0; t < tp_; ++t) {
       const std::vector<sim::DeviceId> members = grad_group(stage, t);
@@ -603,7 +607,7 @@ void MegatronBuilder::optimizer_steps(const std::vector<std::vector<sim::TaskId>
       const double weights = gpu_params_[members.front()] * in_.precision.weight_bytes;
       g_.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
                     {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g_.add_group(members),
-                     static_cast<std::int64_t>(weights) / grad_ring_ * grad_ring_ + grad_ring_, ring_ranks_},
+                     static_cast<std::int64_t>(weights) / grad_ring_ * grad_ring_ + grad_ring_, ring_ranks_, ring_across_nodes_},
                     deps, kDpStream);
     }
   }

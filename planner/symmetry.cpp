@@ -7,7 +7,9 @@
 namespace trainyard::planner {
 
 namespace {
-constexpr int kBuilt = 2;  // replicas or cp ranks built: a ring needs two members, which keep every link's load symmetric
+// CP ranks and ZeRO units built: two members of a ring keep every link's load symmetric (a CP rank's K/V
+// passes and a ZeRO ring's hops between nodes need a peer).
+constexpr int kBuilt = 2;
 
 // No reduction, with `reason` in `why_not` when the caller asked.
 std::optional<ReducedStep> not_reduced(std::string* why_not, const std::string& reason) {
@@ -65,8 +67,13 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
   const bool cp_reduces = p.cp > kBuilt && p.tp % per_node == 0 && p.cp_comm != CpComm::a2a &&
                           p.cp_comm != CpComm::a2a_p2p;  // all-to-alls: every pair of a group exchanges
   const int cp_built = cp_reduces ? kBuilt : p.cp;
-  // Data-parallel replicas: when each pipeline stage of a replica fills whole nodes.
-  const bool dp_reduces = p.dp > kBuilt && (p.tp * cp_built) % per_node == 0;
+  // Data-parallel replicas: when each pipeline stage of a replica fills whole nodes. One replica is built when it
+  // spans nodes: its lone member of each gradient ring sends each slice out through its rail NIC to the fabric
+  // and back in (sim::Collective::ring_across_nodes), as each replica's does in the whole ring. A replica of one
+  // node is built twice (one node has no fabric to loop through).
+  const bool whole_nodes = (p.tp * cp_built) % per_node == 0;
+  const int dp_built = whole_nodes && p.pp * p.tp * cp_built / per_node >= 2 ? 1 : kBuilt;
+  const bool dp_reduces = whole_nodes && p.dp > dp_built;
   // TP ranks: one built of a group that is exactly a node, when nothing else shares the node's links (no
   // checkpoints offloaded over PCIe to host DRAM).
   std::string tp_why_not = p.tp != per_node        ? "tp " + std::to_string(p.tp) + " is not a node of " + std::to_string(per_node) + " GPUs"
@@ -74,7 +81,7 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
                                                    : node_gpus_not_independent(in.cluster.topology);
   const bool tp_reduces = p.tp > 1 && tp_why_not.empty();
   if (!cp_reduces && !dp_reduces && !tp_reduces) {
-    if (p.dp <= kBuilt && p.cp <= kBuilt)
+    if (p.dp <= dp_built && p.cp <= kBuilt)
       return not_reduced(why_not, "dp " + std::to_string(p.dp) + " and cp " + std::to_string(p.cp) +
                                       ": nothing to reduce, and TP ranks are not: " + (p.tp == 1 ? "tp 1" : tp_why_not));
     return not_reduced(why_not, "a pipeline stage of one replica (tp x cp = " + std::to_string(p.tp * p.cp) + " GPUs) does not fill whole nodes of " +
@@ -84,7 +91,7 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
   out.spec = spec;
   MegatronParams& r = out.spec.megatron;
   if (dp_reduces) {
-    r.dp = kBuilt;
+    r.dp = dp_built;
     r.dp_represented = p.dp;
   }
   if (cp_reduces) {

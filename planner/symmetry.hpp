@@ -1,15 +1,16 @@
 #pragma once
-// Symmetry reduction: a step whose data-parallel replicas are identical is simulated with two of them. The
-// replicas run the same tasks at the same times, so every per-GPU figure (step time, memory, MFU, tokens per
-// second per GPU) is one replica's; what they share are the data-parallel collectives, which the two built
-// replicas run as rings of the whole data-parallel degree (sim::Collective::ring_ranks): every step of such a
-// ring, every rank sends one slice to its successor, so each GPU's links carry what they carry in the whole
-// ring. Exact where the replicas share no link but the fabric (hw::Topology: one non-blocking fabric vertex):
-// each pipeline stage of a replica must fill whole nodes. tests/test_symmetry.cpp holds the reduced step to
-// the full one. Context-parallel ranks reduce the same way when each one's TP group fills whole nodes: two
-// built, their K/V exchanges run as the whole ring's (Megatron's load-balanced split gives every rank the same
-// work). The ZeRO family (zero, ulysses, ring-attention, fpdt) reduces by whole units of nodes: every GPU is a
-// data-parallel rank, its sequence-parallel group inside a unit, and the ZeRO collectives over every GPU run as
+// Symmetry reduction: a Megatron step whose data-parallel replicas are identical is simulated with one of them
+// (two where a replica is a single node).
+// The replicas run the same tasks at the same times, so every per-GPU figure (step time, memory, MFU, tokens per
+// second per GPU) is one replica's; what they share are the data-parallel collectives, which the built replica
+// runs as rings of the whole data-parallel degree (sim::Collective::ring_ranks): every step of such a ring,
+// every rank sends one slice to its successor in another node, so the lone built member sends its slice out
+// through its rail NIC to the fabric and takes its predecessor's in the same way (ring_across_nodes), and each
+// GPU's links carry what they carry in the whole ring. Exact where the replicas share no link but the fabric
+// (hw::Topology: one non-blocking fabric vertex): each pipeline stage of a replica must fill whole nodes. tests/test_symmetry.cpp holds the reduced
+// step to the full one. Context-parallel ranks reduce the same way when each one's TP group fills whole nodes: two built, their K/V exchanges run as
+// the whole ring's (Megatron's load-balanced split gives every rank the same work). The ZeRO family (zero, ulysses, ring-attention, fpdt) reduces by
+// whole units of nodes: every GPU is a data-parallel rank, its sequence-parallel group inside a unit, and the ZeRO collectives over every GPU run as
 // the whole cluster's ring. Megatron's TP ranks reduce to one when a TP group is exactly a node whose GPUs meet
 // only at one NVSwitch and reach the fabric on links of their own: the built rank's TP collectives run as the
 // whole group's ring through the switch (sim::Collective::ring_ranks), the other GPUs of each node stand idle
@@ -24,7 +25,7 @@
 namespace trainyard::planner {
 
 struct ReducedStep {
-  PlanSpec spec;      // as simulated: dp (and cp) 2 where reduced, dp_represented (cp_represented) the step's
+  PlanSpec spec;      // as simulated: dp 1 or 2 (cp 2) where reduced, dp_represented (cp_represented) the step's
   int nodes = 0;      // of the simulated cluster
   Workload workload;  // the simulated replicas' share of the step's sequences
   std::string unit;   // what a replica is: "data-parallel replicas", or "nodes" for the ZeRO family

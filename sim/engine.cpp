@@ -105,7 +105,11 @@ class Engine {
   void record_links();
   const RouteResources& route(hw::VertexId from, hw::VertexId to);
   const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
+  // A collective's transfer between two members: gpu_to_gpu, except that a lone member of a ring across nodes
+  // loops through the network (network_loopback) rather than its NVSwitch.
+  const RouteResources& member_route(const Collective& c, DeviceId a, DeviceId b);
   RouteResources loopback(hw::VertexId gpu);
+  RouteResources network_loopback(hw::VertexId gpu);
   // Memoised per GPU (routes_ never moves its entries): copies and sends look routes up once per task.
   const RouteResources& copy_route(DeviceId gpu, bool h2d);
   const RouteResources& send_route(DeviceId src, DeviceId dst);
@@ -682,11 +686,10 @@ double Engine::choose_protocol(const Collective& c, CollectiveState& state) {
   double bottleneck_gbps = std::numeric_limits<double>::infinity();
   for (const Transfer& tr : step_transfers_) {
     const DeviceId a = members[tr.src_rank], b = members[tr.dst_rank];
-    const RouteResources& r = gpu_to_gpu(a, b);
+    const RouteResources& r = member_route(c, a, b);
     for (std::int32_t res : r.resources) bottleneck_gbps = std::min(bottleneck_gbps, network_.capacity(res));
-    const stacks::LinkClass cls = cluster_.node_of(a) != cluster_.node_of(b) ? stacks::LinkClass::network
-                                  : crosses_nvlink(r)                        ? stacks::LinkClass::nvlink
-                                                                             : stacks::LinkClass::pcie;
+    const bool across_nodes = cluster_.node_of(a) != cluster_.node_of(b) || (a == b && c.ring_across_nodes);
+    const stacks::LinkClass cls = across_nodes ? stacks::LinkClass::network : crosses_nvlink(r) ? stacks::LinkClass::nvlink : stacks::LinkClass::pcie;
     link_class = std::max(link_class, cls);
   }
   const double bandwidth_gbps = bottleneck_gbps * static_cast<double>(std::max<std::size_t>(1, state.channels.size()));
@@ -720,7 +723,7 @@ std::optional<hw::VertexId> Engine::nvlink_switch_of(hw::VertexId gpu) const {
 // sends its buffer to the switch, which reduces, and receives the sum; each GPU also heads one of the n
 // channels, which costs its link another 1/n of the buffer each way.
 void Engine::consider_nvls(const Collective& c, CollectiveState& state, double predicted_ns) {
-  if (c.op != CollectiveOp::all_reduce || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0) return;
+  if (c.op != CollectiveOp::all_reduce || c.ring_across_nodes || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0) return;
   const auto& members = graph_.groups()[c.group];  // under symmetry, the built members of a ring of ring_ranks
   std::optional<hw::VertexId> shared;
   double link_gbps = std::numeric_limits<double>::infinity();
@@ -781,7 +784,7 @@ void Engine::start_collective_step(TaskId t) {
     return;
   }
   for (const Transfer& tr : step_transfers_) {
-    const RouteResources& r = gpu_to_gpu(members[tr.src_rank], members[tr.dst_rank]);
+    const RouteResources& r = member_route(c, members[tr.src_rank], members[tr.dst_rank]);
     start_flow(t, r, tr.bytes / state.efficiency, FlowNetwork::kUncapped);  // the protocol's wire format
   }
 }
@@ -888,6 +891,14 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
   return routes_.emplace(key, std::move(out)).first->second;
 }
 
+const RouteResources& Engine::member_route(const Collective& c, DeviceId a, DeviceId b) {
+  if (a != b || !c.ring_across_nodes) return gpu_to_gpu(a, b);
+  const hw::VertexId v = gpu_vertex(a);
+  const std::uint64_t key = (std::uint64_t{3} << 62) | static_cast<std::uint64_t>(v);  // apart from route's and gpu_to_gpu's keys
+  if (auto it = routes_.find(key); it != routes_.end()) return it->second;
+  return routes_.emplace(key, network_loopback(v)).first->second;
+}
+
 // A ring of one built member (symmetry: a TP group standing for its whole ring) passes each slice to itself
 // through its NVSwitch, loading its own link out and in as its neighbours' slices would in the whole ring.
 RouteResources Engine::loopback(hw::VertexId gpu) {
@@ -897,6 +908,29 @@ RouteResources Engine::loopback(hw::VertexId gpu) {
   const RouteResources& back = route(*sw, gpu);
   out.resources.insert(out.resources.end(), back.resources.begin(), back.resources.end());
   out.latency_ns += back.latency_ns;
+  return out;
+}
+
+// A ring of one built member that stands for a ring across nodes (symmetry: one data-parallel replica built)
+// sends each slice out as it would to its successor in the next node, through its rail NIC to the fabric, and
+// receives its predecessor's the same way in: the legs that cross_node_route gives a GPU and its peer.
+RouteResources Engine::network_loopback(hw::VertexId gpu) {
+  TRAINYARD_CHECK(topo_.fabric().has_value(), "a ring across nodes needs a fabric (" + topo_.name(gpu) + "'s cluster has none)");
+  const hw::VertexId fabric = *topo_.fabric();
+  const auto nic = topo_.rail_nic(gpu);
+  std::vector<std::pair<hw::VertexId, hw::VertexId>> legs;
+  if (nic) {
+    legs = {{gpu, *nic}, {*nic, fabric}, {fabric, *nic}, {*nic, gpu}};
+  } else {
+    legs = {{gpu, fabric}, {fabric, gpu}};
+  }
+  RouteResources out;
+  for (const auto& [a, b] : legs) {
+    const RouteResources& leg = route(a, b);
+    out.resources.insert(out.resources.end(), leg.resources.begin(), leg.resources.end());
+    out.latency_ns += leg.latency_ns;
+  }
+  check_route_length(out, gpu, gpu);
   return out;
 }
 

@@ -110,8 +110,13 @@ Collective parse_collective(const json::Reader& r, const std::string& origin, Ta
   }
   c.bytes = read_count(r, "bytes");
   if (r.has("ring_ranks")) c.ring_ranks = static_cast<std::int32_t>(r.integer("ring_ranks", 2, 1 << 24));
+  if (r.has("ring_across_nodes")) c.ring_across_nodes = r.boolean("ring_across_nodes");
+  // One member stands for a ring of ring_ranks (symmetry reduction); else a group of at least two.
+  const std::size_t fewest = c.ring_ranks != 0 ? 1 : 2;
   const json::Json& group = r.raw("group");
-  if (!group.is_array() || group.size() < 2) r.fail("group", "an array of at least 2 devices", json::describe(group));
+  if (!group.is_array() || group.size() < fewest) {
+    r.fail("group", "an array of at least " + std::to_string(fewest) + " devices", json::describe(group));
+  }
   std::vector<DeviceId> members;
   for (std::size_t m = 0; m < group.size(); ++m) {
     const json::Json wrapper = {{"member", group[m]}};
@@ -255,6 +260,7 @@ json::Json graph_to_json(const TaskGraph& graph) {
             j["algorithm"] = to_string(p.algorithm);
             j["bytes"] = p.bytes;
             if (p.ring_ranks != 0) j["ring_ranks"] = p.ring_ranks;
+            if (p.ring_across_nodes) j["ring_across_nodes"] = true;
             Json group = Json::array();
             for (DeviceId m : graph.groups()[p.group]) group.push_back(device_name(m));
             j["group"] = group;

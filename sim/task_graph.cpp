@@ -269,6 +269,8 @@ void check_collective(const Validation& v, TaskId id, const Collective& c) {
     if (c.ring_ranks < static_cast<std::int32_t>(members.size())) {
       v.fail(id, "ring_ranks", "at least the group size (" + std::to_string(members.size()) + ")", std::to_string(c.ring_ranks));
     }
+  } else if (c.ring_across_nodes) {
+    v.fail(id, "ring_across_nodes", "only with ring_ranks (a group standing for a whole ring)", "true");
   }
   const std::int64_t ranks = c.ring_ranks != 0 ? c.ring_ranks : static_cast<std::int64_t>(members.size());
   if ((c.op == CollectiveOp::all_gather || c.op == CollectiveOp::reduce_scatter || c.op == CollectiveOp::all_to_all ||

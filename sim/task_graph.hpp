@@ -74,9 +74,11 @@ struct Collective {
   // Symmetry reduction: a ring all-reduce, all-gather or reduce-scatter of `ring_ranks` ranks of which the group
   // holds the simulated ones (identical replicas stand for the rest): it takes the steps of the whole ring and
   // every member sends bytes / ring_ranks to its successor in the group each step, as every rank of the whole
-  // ring would; a group of one member passes its slices to itself through its NVSwitch. 0: the group is the
+  // ring would; a group of one member passes its slices to itself, through its NVSwitch or, when the whole ring
+  // crosses nodes (`ring_across_nodes`), out through its rail NIC to the fabric and back in. 0: the group is the
   // whole ring.
   std::int32_t ring_ranks = 0;
+  bool ring_across_nodes = false;
 };
 struct Alloc {
   Pool pool = Pool::hbm;

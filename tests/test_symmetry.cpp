@@ -1,4 +1,4 @@
-// Symmetry reduction (planner/symmetry.hpp): a step simulated with two of its identical data-parallel replicas
+// Symmetry reduction (planner/symmetry.hpp): a step simulated with one of its identical data-parallel replicas
 // and one rank of each node-filling TP group (Megatron), or two units of identical nodes (the ZeRO family), gives
 // the whole step's per-GPU figures.
 #include <gtest/gtest.h>
@@ -89,6 +89,10 @@ TEST(Symmetry, MegatronDataParallelReplicasReduceExactly) {
   cp.megatron.cp = 2;
   cp.megatron.vpp = 2;
   expect_reduction_exact("dgx-h100", 12, {8192, 6}, cp);
+  // DP 2 on H100 nodes: the one replica built all-reduces through its rail NIC, never as NVLS inside its node.
+  PlanSpec two = megatron(8, 2, 2);
+  two.megatron.sequence_parallel = true;
+  expect_reduction_exact("dgx-h100", 4, {4096, 8}, two);
 }
 
 TEST(Symmetry, MegatronContextParallelRanksReduceExactly) {
