@@ -1,7 +1,7 @@
 // `trainyard run --plan plan.json`: executes a plan's step with real tensors. On the CPU reference executor
 // (backend/reference_step.hpp): small models, the chunked-vs-unchunked check and training curves. On a GPU
 // (backend/executor.hpp, one GPU so far): the measured step against the simulator's prediction, the measured
-// trace, and --check against the CPU reference. The GPU path has not run on a GPU yet (backend/README.md).
+// trace, and --check against the CPU reference. The GPU path has run on one H100 (benchmarks/results/gpu.md).
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -27,9 +27,11 @@
 #include "common/interrupt.hpp"
 #include "common/json_reader.hpp"
 #include "common/units.hpp"
+#include "hwprofiles/catalog.hpp"
 #include "planner/plan.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "sim/report.hpp"
+#include "stacks/stack_profile.hpp"
 
 namespace po = boost::program_options;
 using Json = nlohmann::json;
@@ -84,6 +86,17 @@ class StepTokens {
   std::string text_;
 };
 
+#ifdef TRAINYARD_HAVE_CUDA
+// The cluster the measured step is predicted on: the plan's nodes under the `trainyard` stack (this executor's
+// kernels and memory, whatever stack the plan names for other engines), with --gpu-profile's GPU (a profile
+// `trainyard calibrate` wrote on this GPU) when given.
+sim::Cluster executor_cluster(const LoadedPlan& l, const po::variables_map& vm) {
+  hw::NodeProfile node = l.cluster->node;
+  if (vm.count("gpu-profile")) node.gpu = hw::load_gpu(vm["gpu-profile"].as<std::string>(), "--gpu-profile");
+  return sim::Cluster(node, l.cluster->topology.node_count(), stacks::load_stack("trainyard", "run's prediction"));
+}
+#endif
+
 int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, bool cpu_can_check) {
 #ifndef TRAINYARD_HAVE_CUDA
   (void)l, (void)origin, (void)vm, (void)cpu_can_check;
@@ -101,7 +114,8 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
   sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
   graph.finalize();
-  const sim::SimResult predicted = sim::simulate(graph, *l.cluster);
+  const sim::Cluster predicting = executor_cluster(l, vm);
+  const sim::SimResult predicted = sim::simulate(graph, predicting);
   if (!predicted.completed)
     throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
@@ -168,12 +182,17 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
                      {"scratch_peak_bytes", last.scratch_peak_bytes},
                      {"pinned_bytes", last.pinned_bytes},
                      {"device_used_bytes", last.device_used_bytes}};
-  out["predicted"] = {{"step_ns", predicted.step_ns}, {"mfu", predicted.mfu()}, {"peak_hbm_bytes", predicted.pools.front().peak_bytes}};
+  out["predicted"] = {{"step_ns", predicted.step_ns},
+                      {"mfu", predicted.mfu()},
+                      {"peak_hbm_bytes", predicted.pools.front().peak_bytes},
+                      {"stack", predicting.stack.name},
+                      {"gpu_profile", predicting.node.gpu.name}};
   out["comparison"] = sim::comparison_json(comparison);
   if (as_json) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
+  std::cout << "predicted on   the " << predicting.stack.name << " stack (this executor), GPU profile " << predicting.node.gpu.name << "\n";
   std::cout << "measured       " << format_fixed(step_s * 1e3, 2) << " ms per step (predicted "
             << format_fixed(static_cast<double>(predicted.step_ns) * 1e-6, 2) << "), " << format_fixed(static_cast<double>(last.tokens) / step_s, 0)
             << " tokens/s, MFU " << format_fixed(100 * measured.mfu(), 1) << "% (predicted " << format_fixed(100 * predicted.mfu(), 1) << "%)\n"
@@ -219,9 +238,11 @@ int run_run(const std::vector<std::string>& args) {
   options.add_options()
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
-       "gpu: the CUDA executor (one GPU; not yet run on a GPU); cpu: the CPU reference executor, small models only")
+       "gpu: the CUDA executor (one GPU, ring-track plans); cpu: the CPU reference executor, small models only")
       ("warmup", po::value<int>()->default_value(1)->value_name("int"), "GPU: steps run before the measured ones (not measured)")
       ("trace", po::value<std::string>()->value_name("path"), "GPU: write the last measured step as a Chrome trace (trainyard compare reads it)")
+      ("gpu-profile", po::value<std::string>()->value_name("name|path"),
+       "GPU: predict with this GPU profile (e.g. one `trainyard calibrate` wrote here) instead of the plan node's; the prediction always uses the trainyard stack")
       ("steps", po::value<int>()->default_value(1)->value_name("int"), "optimizer steps to run (AdamW after each)")
       ("check", po::bool_switch(), "compare the plan's loss and gradients with the unchunked step on the same weights and tokens")
       ("text", po::value<std::string>()->value_name("path"), "train on this file's bytes (byte-level tokens; the model's vocab must be >= 256); default: random tokens")
@@ -234,10 +255,10 @@ int run_run(const std::vector<std::string>& args) {
   add_trace_options(options);
   po::positional_options_description positional;
   po::variables_map vm;
-  if (parse(
-          args,
-          "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--loss-curve FILE] [--json]",
-          options, positional, vm)) {
+  if (parse(args,
+            "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--gpu-profile P] "
+            "[--loss-curve FILE] [--json]",
+            options, positional, vm)) {
     return 0;
   }
   if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file", "nothing");

@@ -113,6 +113,9 @@ struct GpuExecutor::Impl {
   }
 
   void refuse_what_is_not_written() const {
+    if (!kernels::attention_supports_head_dim(m.head_dim)) {
+      throw InputError("the plan's model", "head_dim", "64 or 128 (the CUDA attention kernels' widths)", std::to_string(m.head_dim));
+    }
     for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
       const sim::Task& t = g.task(id);
       const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";

@@ -1,7 +1,7 @@
 // Throughput of the CUDA kernels on the device (CUDA events around each launch): attention chunk pairs in TFLOP/s
 // (causal FLOPs counted for the unmasked pairs only), elementwise kernels in GB/s beside a device-to-device copy
 // of the same bytes measured in the same run. Without a usable GPU every benchmark reports an error and runs
-// nothing. The comparison with PyTorch's SDPA on the same shapes is scripts/gpu_kernels_check.sh, which runs this
+// nothing. The comparison with PyTorch's SDPA on the same shapes is scripts/gpu_check.sh, which runs this
 // binary and scripts/sdpa_bench.py on the GPU machine and writes the table.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>

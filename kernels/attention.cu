@@ -179,7 +179,7 @@ __global__ void attention_backward_kernel(Geometry g, const bf16_bits* q, const 
 unsigned warps_to_blocks(long long warps) { return static_cast<unsigned>((warps + kWarps - 1) / kWarps); }
 
 void check_shape(const AttentionShape& s) {
-  if (s.head_dim != 64 && s.head_dim != 128) {
+  if (!attention_supports_head_dim(s.head_dim)) {
     throw InternalError("attention kernels support head_dim 64 and 128, got " + std::to_string(s.head_dim), __FILE__, __LINE__);
   }
   TRAINYARD_CHECK(s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0, "attention: heads must be a multiple of kv_heads");

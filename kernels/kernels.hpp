@@ -23,6 +23,8 @@ using bf16_bits = std::uint16_t;
 // 16-byte aligned) and a plain one on CUDA cores, kept as an independent cross-check.
 enum class AttentionPath { tensor_cores, cuda_cores };
 
+// The head widths the attention kernels are written for.
+constexpr bool attention_supports_head_dim(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 // One chunk pair: o (bf16) and lse (fp32, [heads][q_len]); head_dim 64 or 128.
 void attention_forward(const AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o, float* lse,
                        cudaStream_t stream, AttentionPath path = AttentionPath::tensor_cores);

@@ -1,6 +1,6 @@
 // The CUDA executor against the CPU reference executor: the same graph, weights and tokens give the same loss and
 // gradients (within bf16 rounding of differently ordered work), the measured timeline respects the graph's
-// dependencies, and an optimizer step matches the reference's. Skips without a GPU (it has never run on one yet:
+// dependencies, and an optimizer step matches the reference's. Skips without a GPU (run on one H100: benchmarks/results/gpu.md;
 // backend/executor.hpp). What the executor refuses is checked before it touches the GPU, so that test runs
 // everywhere.
 #include <gtest/gtest.h>
@@ -119,6 +119,16 @@ TEST(GpuExecutor, RefusesWhatItDoesNotRunYetBeforeTouchingTheGpu) {
     FAIL() << "a two-GPU step was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("NCCL"), std::string::npos) << e.what();
+  }
+  // A head width the attention kernels are not written for (examples/tiny-ringtrack.plan.json's 16).
+  const auto narrow = model::parse_custom_model("custom:layers=2,hidden=64,heads=4,kv_heads=2,head_dim=16,ffn_hidden=192,vocab=256");
+  const auto narrow_graph = ringtrack(one_gpu(), narrow, 256, 1, offloaded());
+  ModelState narrow_shapes(narrow, 1);
+  try {
+    GpuExecutor executor(narrow_graph, narrow_shapes, 1, {}, {});
+    FAIL() << "head_dim 16 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim"), std::string::npos) << e.what();
   }
 }
 

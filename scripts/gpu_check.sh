@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Every GPU check in one run, for a lent GPU machine (first run on an H100 on 2026-11-27: benchmarks/results/gpu.md).
+# Each check runs under a time limit (all of them together under 10 minutes) and its log is kept; a failing
+# check does not stop the others.
+#   kernels:   the GPU tests, compute-sanitizer memcheck and racecheck on the attention and elementwise kernels,
+#              bench_kernels beside PyTorch's SDPA on the same shapes (the table: kernels.md);
+#   calibrate: `calibrate --quick`, the profile it writes;
+#   executor:  memcheck on the executor's tests, `run --check` on the small plan (the GPU step against the CPU
+#              reference), measured runs with their traces and the comparison with the prediction, the medium
+#              plan's also predicted with the calibrated profile.
+# Usage: scripts/gpu_check.sh [BIN]   BIN holds trainyard, trainyard_gpu_tests and bench_kernels (default: the
+# build/ layout). Results: $OUT/gpu-check.tgz (or build/gpu-check/), and the summary table on stdout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin="${1:-}"
+trainyard="${bin:-build}/trainyard"
+tests="${bin:-build/tests}/trainyard_gpu_tests"
+bench="${bin:-build/benchmarks}/bench_kernels"
+out="${OUT:-build}"
+work="$out/gpu-check"
+mkdir -p "$work"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+echo "| check | exit | seconds |" >"$work/summary.md"
+echo "|---|---|---|" >>"$work/summary.md"
+# check NAME SECONDS COMMAND...: runs it with its output in NAME.log; records the exit status (124: time limit).
+check() {
+  local name=$1 limit=$2 start
+  shift 2
+  start=$(date +%s.%N)
+  timeout -k 10 "$limit" "$@" >"$work/$name.log" 2>&1
+  local rc=$?
+  printf '| %s | %s | %s |\n' "$name" "$rc" "$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')" | tee -a "$work/summary.md"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$work/gpu.txt"
+check gpu-tests 90 "$tests"
+check memcheck-kernels 90 "$sanitizer" --tool memcheck --error-exitcode 3 "$tests" --gtest_filter='GpuAttention.*:GpuElementwise.*'
+# GEMM runs inside cuBLASLt, whose internals are not ours to race-check.
+check racecheck-kernels 60 "$sanitizer" --tool racecheck --error-exitcode 3 "$tests" --gtest_filter='GpuAttention.Chunk*:GpuElementwise.*'
+check memcheck-executor 80 "$sanitizer" --tool memcheck --error-exitcode 3 "$tests" --gtest_filter='GpuExecutor.*'
+check calibrate 45 "$trainyard" calibrate --quick --out "$work/calibrated-gpu.json"
+# The small plan is the CPU reference's size (at most 5 GFLOP); the medium one is timed against its prediction.
+check run-check 40 "$trainyard" run --plan examples/small-ringtrack-gpu.plan.json --device gpu --check
+check run-small 40 "$trainyard" run --plan examples/small-ringtrack-gpu.plan.json --device gpu --warmup 2 --steps 3 --trace "$work/measured-small.json"
+check run-medium 50 "$trainyard" run --plan examples/medium-ringtrack-gpu.plan.json --device gpu --warmup 2 --steps 3 --trace "$work/measured-medium.json"
+# The same step predicted with the profile calibrate just wrote (the loop: calibrate, predict, run, compare).
+check run-medium-calibrated 50 "$trainyard" run --plan examples/medium-ringtrack-gpu.plan.json --device gpu --warmup 2 --steps 3 \
+  --gpu-profile "$work/calibrated-gpu.json"
+check bench-kernels 45 "$bench" --benchmark_format=json --benchmark_out="$work/bench_kernels.json" --benchmark_out_format=json
+check sdpa 40 python3 scripts/sdpa_bench.py 16384 4096
+cp "$work/sdpa.log" "$work/sdpa.jsonl"
+python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo "kernels table: failed (kernels-table.log)"
+[ -f "$work/kernels.md" ] && cat "$work/kernels.md"
+for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated; do
+  echo "--- $log (last lines)"
+  tail -n 25 "$work/$log.log"
+done
+grep -h "ERROR SUMMARY" "$work"/memcheck-*.log "$work"/racecheck-*.log
+if [ -n "${OUT:-}" ]; then  # the device tool brings back few files: one archive
+  tar czf "$OUT/gpu-check.tgz" -C "$out" gpu-check && rm -rf "$work"
+fi
