@@ -22,7 +22,10 @@ struct GraphEstimate {
 // Bytes per task of a built graph and its simulation (the task, its name, edges, successor lists, the engine's
 // timing and event state), measured on built plans with some headroom: the whole process's peak RSS over the tasks
 // was 237 B for Megatron (Llama 3 405B, 890K tasks), 236 B for Megatron with CP (1.9M) and 290 B for FPDT (229K,
-// the process's ~10 MB base included); benchmarks/results/sim.md says what each byte is.
+// the process's ~10 MB base included) before task names moved to an arena (2026-11-27); since then 198 B for the
+// 1T Megatron step (3.2M tasks, whole process) and 234-273 B for every scheme's largest configuration in
+// tests/test_limits.cpp (heap in use). Kept at 400: lowering it lets larger graphs into the same budget, which
+// changes what the searches simulate; benchmarks/results/sim.md says what each byte is.
 inline constexpr double kBytesPerTask = 400;
 
 GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec);

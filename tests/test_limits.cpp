@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <thread>
 
@@ -186,18 +187,10 @@ TEST(Limits, EstimateCountsWhatTheBuildersMake) {
   for (const auto& scheme : planner::scheme_names()) EXPECT_GT(checked[scheme], 0) << scheme;
 }
 
-// The bytes per task: what a built graph and its simulation hold, measured by the allocator, stays within the estimate.
-TEST(Limits, BytesPerTaskCoverABuiltAndSimulatedGraph) {
-  const model::ModelConfig m = model::load_model("llama3.2-1b", "model");
-  const sim::Cluster c(hw::load_node("dgx-a100", "hw"), 1);
-  const planner::StepInputs in{m, c, {65536, 8}, model::precision_policy("bf16-mixed")};
-  planner::PlanSpec spec;
-  spec.scheme = "ringtrack";
-  spec.ringtrack.ring = 8;
-  spec.ringtrack.chunk = 4096;
-  const auto estimate = planner::estimate_plan(in, spec);
-  // Heap in use (small blocks and mmapped large ones); the engine's own state is gone when simulate() returns, so
-  // its reported size is added to what the graph and the result still hold then.
+// What building, finalizing and simulating `spec` holds at its peak, measured by the allocator (heap blocks in use
+// and mmapped ones); the engine's own state is gone when simulate() returns, so its reported size is added to what
+// the graph and the result still hold then. Sets `tasks` to the graph's size.
+double held_bytes(const planner::StepInputs& in, const planner::PlanSpec& spec, double& tasks) {
   const auto in_use = [] {
     const auto info = mallinfo2();
     return info.uordblks + info.hblkhd;
@@ -205,7 +198,6 @@ TEST(Limits, BytesPerTaskCoverABuiltAndSimulatedGraph) {
   malloc_trim(0);
   const std::size_t before = in_use();
   std::size_t peak = 0;
-  double tasks = 0;
   {
     sim::TaskGraph g = planner::build_plan(in, spec);
     g.finalize();
@@ -213,14 +205,38 @@ TEST(Limits, BytesPerTaskCoverABuiltAndSimulatedGraph) {
     sim::SimOptions o;
     o.record_memory = false;
     o.record_links = false;
-    const sim::SimResult r = sim::simulate(g, c, o);
+    const sim::SimResult r = sim::simulate(g, in.cluster, o);
     peak = in_use() + r.engine_bytes;
     EXPECT_TRUE(r.completed || r.oom) << r.stuck;
   }
-  ASSERT_GT(tasks, 10000);
-  const double held = static_cast<double>(peak - before);
-  EXPECT_LE(held, tasks * planner::kBytesPerTask) << held / tasks << " bytes per task";
-  EXPECT_LE(held, estimate.bytes * 2);
+  return static_cast<double>(peak - before);
+}
+
+// The bytes per task: what a built graph and its simulation hold stays within the estimate, for every scheme's
+// largest configuration here (thousands to half a million tasks).
+TEST(Limits, BytesPerTaskCoverABuiltAndSimulatedGraph) {
+  const model::ModelConfig m = model::load_model("llama3.2-1b", "model");
+  const sim::Cluster c(hw::load_node("dgx-a100", "hw"), 1);
+  const planner::StepInputs in{m, c, {65536, 8}, model::precision_policy("bf16-mixed")};
+  std::map<std::string, planner::PlanSpec> largest;  // per scheme, the configuration of most estimated tasks
+  std::map<std::string, double> largest_tasks;
+  for (const planner::PlanSpec& spec : planner::enumerate_plans(in, planner::scheme_names())) {
+    const double tasks = planner::estimate_plan(in, spec).tasks;
+    if (tasks <= 1.5e6 && tasks > largest_tasks[spec.scheme]) {
+      largest_tasks[spec.scheme] = tasks;
+      largest[spec.scheme] = spec;
+    }
+  }
+  for (const auto& scheme : planner::scheme_names()) {
+    ASSERT_TRUE(largest.count(scheme)) << scheme;
+    const planner::PlanSpec& spec = largest.at(scheme);
+    double tasks = 0;
+    const double held = held_bytes(in, spec, tasks);
+    EXPECT_GT(tasks, 5000) << scheme;
+    EXPECT_LE(held, tasks * planner::kBytesPerTask) << scheme << " " << spec.summary() << ": " << held / tasks << " bytes per task";
+    EXPECT_LE(held, planner::estimate_plan(in, spec).bytes * 2) << scheme;
+    std::cout << scheme << " " << spec.summary() << ": " << tasks << " tasks, " << held / tasks << " bytes per task\n";
+  }
 }
 
 TEST(Limits, TheSearchSkipsCandidatesOverTheBudget) {
