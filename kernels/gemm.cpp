@@ -19,20 +19,26 @@ void check(cublasStatus_t status, const char* call, int line) {
 #define TRAINYARD_CUBLAS_CHECK(call) check((call), #call, __LINE__)
 
 // cuBLASLt is opened on the first GEMM, not linked: loading it runs its static initialisers, which cost every
-// trainyard command (a simulation too) about 0.4 s and 200 MiB of RSS on a machine with or without a GPU.
+// trainyard command (a simulation too) 0.4-0.6 s and 200 MiB of RSS on a machine with or without a GPU.
+// One row per cuBLASLt function used here: the member that holds it, and its name in the library.
+#define TRAINYARD_CUBLASLT_FUNCTIONS(X)                             \
+  X(create, cublasLtCreate)                                         \
+  X(destroy, cublasLtDestroy)                                       \
+  X(matmul, cublasLtMatmul)                                         \
+  X(algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)             \
+  X(desc_create, cublasLtMatmulDescCreate)                          \
+  X(desc_destroy, cublasLtMatmulDescDestroy)                        \
+  X(desc_set_attribute, cublasLtMatmulDescSetAttribute)             \
+  X(preference_create, cublasLtMatmulPreferenceCreate)              \
+  X(preference_destroy, cublasLtMatmulPreferenceDestroy)            \
+  X(preference_set_attribute, cublasLtMatmulPreferenceSetAttribute) \
+  X(layout_create, cublasLtMatrixLayoutCreate)                      \
+  X(layout_destroy, cublasLtMatrixLayoutDestroy)
+
 struct CublasLt {
-  decltype(&cublasLtCreate) create;
-  decltype(&cublasLtDestroy) destroy;
-  decltype(&cublasLtMatmul) matmul;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic;
-  decltype(&cublasLtMatmulDescCreate) desc_create;
-  decltype(&cublasLtMatmulDescDestroy) desc_destroy;
-  decltype(&cublasLtMatmulDescSetAttribute) desc_set_attribute;
-  decltype(&cublasLtMatmulPreferenceCreate) preference_create;
-  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set_attribute;
-  decltype(&cublasLtMatrixLayoutCreate) layout_create;
-  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+#define TRAINYARD_CUBLASLT_MEMBER(member, function) decltype(&function) member;
+  TRAINYARD_CUBLASLT_FUNCTIONS(TRAINYARD_CUBLASLT_MEMBER)
+#undef TRAINYARD_CUBLASLT_MEMBER
 };
 
 #define TRAINYARD_STRINGIFY_VALUE(x) #x
@@ -50,18 +56,9 @@ CublasLt open_cublas_lt() {
     if (f == nullptr) throw InternalError(std::string(kCublasLtLibrary) + " has no " + name, __FILE__, __LINE__);
   };
   CublasLt api{};
-  symbol(api.create, "cublasLtCreate");
-  symbol(api.destroy, "cublasLtDestroy");
-  symbol(api.matmul, "cublasLtMatmul");
-  symbol(api.algo_get_heuristic, "cublasLtMatmulAlgoGetHeuristic");
-  symbol(api.desc_create, "cublasLtMatmulDescCreate");
-  symbol(api.desc_destroy, "cublasLtMatmulDescDestroy");
-  symbol(api.desc_set_attribute, "cublasLtMatmulDescSetAttribute");
-  symbol(api.preference_create, "cublasLtMatmulPreferenceCreate");
-  symbol(api.preference_destroy, "cublasLtMatmulPreferenceDestroy");
-  symbol(api.preference_set_attribute, "cublasLtMatmulPreferenceSetAttribute");
-  symbol(api.layout_create, "cublasLtMatrixLayoutCreate");
-  symbol(api.layout_destroy, "cublasLtMatrixLayoutDestroy");
+#define TRAINYARD_CUBLASLT_LOAD(member, function) symbol(api.member, #function);
+  TRAINYARD_CUBLASLT_FUNCTIONS(TRAINYARD_CUBLASLT_LOAD)
+#undef TRAINYARD_CUBLASLT_LOAD
   return api;  // the library stays open for the process
 }
 
