@@ -412,9 +412,10 @@ planner::FlagValues flag_values(const po::variables_map& vm) {
 
 namespace {
 
-// Megatron's identical data-parallel replicas are simulated by one (two of a node each), its context-parallel ranks (the ZeRO family:
-// identical nodes) two at a time, and a node-filling TP group by one rank (planner/symmetry.hpp) unless --no-symmetry. On a reduction `cluster`
-// becomes the smaller one (so `inputs`, which refers to the old one, must not be used after) and the reduced step is returned; the note says what was
+// Megatron's identical data-parallel replicas are simulated by one (two of a node each), its context-parallel
+// ranks (the ZeRO family: identical nodes) two at a time, and a node-filling TP group by one rank
+// (planner/symmetry.hpp) unless --no-symmetry. On a reduction `cluster` becomes the smaller one (so `inputs`,
+// which refers to the old one, must not be used after) and the reduced step is returned; the note says what was
 // done or why not.
 std::optional<planner::ReducedStep> reduce_step(const po::variables_map& vm, const planner::StepInputs& inputs, const planner::PlanSpec& spec,
                                                 std::optional<sim::Cluster>& cluster, SimulationSetup& setup) {
