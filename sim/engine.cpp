@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <unordered_map>
@@ -104,6 +106,8 @@ class Engine {
   std::optional<RouteResources> cross_node_route(hw::VertexId from, hw::VertexId to);
   void record_links();
   const RouteResources& route(hw::VertexId from, hw::VertexId to);
+  // The legs' routes one after the other (a path through the vertices where they meet), hop limit checked.
+  RouteResources chain(std::initializer_list<std::pair<hw::VertexId, hw::VertexId>> legs);
   const RouteResources& gpu_to_gpu(DeviceId a, DeviceId b);
   // A collective's transfer between two members: gpu_to_gpu, except that a lone member of a ring across nodes
   // loops through the network (network_loopback) rather than its NVSwitch.
@@ -810,11 +814,7 @@ const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
     return node <= 0 ? v : v - topo_.first_vertex(node) + topo_.first_vertex(0);
   };
   if (from_node >= 0 && to_node >= 0 && from_node != to_node) {
-    const RouteResources first = route(from, *topo_.fabric());
-    const RouteResources& second = route(*topo_.fabric(), to);
-    out = first;
-    out.resources.insert(out.resources.end(), second.resources.begin(), second.resources.end());
-    out.latency_ns += second.latency_ns;
+    out = chain({{from, *topo_.fabric()}, {*topo_.fabric(), to}});
   } else if (std::max(from_node, to_node) > 0) {
     out = shifted(route(to_node0(from), to_node0(to)), std::max(from_node, to_node));
   } else {
@@ -830,6 +830,17 @@ const RouteResources& Engine::route(hw::VertexId from, hw::VertexId to) {
   return routes_.emplace(key, std::move(out)).first->second;
 }
 
+RouteResources Engine::chain(std::initializer_list<std::pair<hw::VertexId, hw::VertexId>> legs) {
+  RouteResources out;
+  for (const auto& [a, b] : legs) {
+    const RouteResources& leg = route(a, b);  // routes_ never moves its entries
+    out.resources.insert(out.resources.end(), leg.resources.begin(), leg.resources.end());
+    out.latency_ns += leg.latency_ns;
+  }
+  check_route_length(out, legs.begin()->first, std::prev(legs.end())->second);
+  return out;
+}
+
 void Engine::check_route_length(const RouteResources& r, hw::VertexId from, hw::VertexId to) const {
   if (r.resources.size() > static_cast<std::size_t>(FlowNetwork::kMaxHops)) {
     throw InputError(cluster_.node.origin + ": the route from " + topo_.name(from) + " to " + topo_.name(to) + " crosses " +
@@ -843,14 +854,7 @@ std::optional<RouteResources> Engine::cross_node_route(hw::VertexId from, hw::Ve
   if (topo_.vertex_info(from).node == topo_.vertex_info(to).node) return std::nullopt;
   const auto nic_from = topo_.rail_nic(from), nic_to = topo_.rail_nic(to);
   if (!nic_from || !nic_to) return std::nullopt;
-  RouteResources out = route(from, *nic_from);
-  for (const auto& [a, b] : {std::pair{*nic_from, *topo_.fabric()}, std::pair{*topo_.fabric(), *nic_to}, std::pair{*nic_to, to}}) {
-    const RouteResources& leg = route(a, b);
-    out.resources.insert(out.resources.end(), leg.resources.begin(), leg.resources.end());
-    out.latency_ns += leg.latency_ns;
-  }
-  check_route_length(out, from, to);
-  return out;
+  return chain({{from, *nic_from}, {*nic_from, *topo_.fabric()}, {*topo_.fabric(), *nic_to}, {*nic_to, to}});
 }
 
 const RouteResources& Engine::copy_route(DeviceId gpu, bool h2d) {
@@ -881,12 +885,7 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
   const bool same_node = cluster_.node_of(a) == cluster_.node_of(b);
   if (same_node && !nvlink && !topo_.pcie_peer_to_peer()) {
     const hw::VertexId host = host_memory_of(a);
-    RouteResources staged = route(va, host);
-    const RouteResources& second = route(host, vb);
-    staged.resources.insert(staged.resources.end(), second.resources.begin(), second.resources.end());
-    staged.latency_ns += second.latency_ns;
-    check_route_length(staged, va, vb);
-    out = std::move(staged);
+    out = chain({{va, host}, {host, vb}});
   }
   return routes_.emplace(key, std::move(out)).first->second;
 }
@@ -904,11 +903,7 @@ const RouteResources& Engine::member_route(const Collective& c, DeviceId a, Devi
 RouteResources Engine::loopback(hw::VertexId gpu) {
   const auto sw = nvlink_switch_of(gpu);
   TRAINYARD_CHECK(sw.has_value(), "a ring of one member needs its GPU on an NVSwitch (" + topo_.name(gpu) + " has none)");
-  RouteResources out = route(gpu, *sw);
-  const RouteResources& back = route(*sw, gpu);
-  out.resources.insert(out.resources.end(), back.resources.begin(), back.resources.end());
-  out.latency_ns += back.latency_ns;
-  return out;
+  return chain({{gpu, *sw}, {*sw, gpu}});
 }
 
 // A ring of one built member that stands for a ring across nodes (symmetry: one data-parallel replica built)
@@ -918,20 +913,8 @@ RouteResources Engine::network_loopback(hw::VertexId gpu) {
   TRAINYARD_CHECK(topo_.fabric().has_value(), "a ring across nodes needs a fabric (" + topo_.name(gpu) + "'s cluster has none)");
   const hw::VertexId fabric = *topo_.fabric();
   const auto nic = topo_.rail_nic(gpu);
-  std::vector<std::pair<hw::VertexId, hw::VertexId>> legs;
-  if (nic) {
-    legs = {{gpu, *nic}, {*nic, fabric}, {fabric, *nic}, {*nic, gpu}};
-  } else {
-    legs = {{gpu, fabric}, {fabric, gpu}};
-  }
-  RouteResources out;
-  for (const auto& [a, b] : legs) {
-    const RouteResources& leg = route(a, b);
-    out.resources.insert(out.resources.end(), leg.resources.begin(), leg.resources.end());
-    out.latency_ns += leg.latency_ns;
-  }
-  check_route_length(out, gpu, gpu);
-  return out;
+  if (!nic) return chain({{gpu, fabric}, {fabric, gpu}});
+  return chain({{gpu, *nic}, {*nic, fabric}, {fabric, *nic}, {*nic, gpu}});
 }
 
 std::string Engine::describe_stuck() const {
