@@ -440,10 +440,11 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   // sequence. Keyed by its summary, with the shortest length it missed at.
   std::map<std::string, std::int64_t> missed_at;
   std::int64_t probing = 0;
-  probe.known_not_to_fit = [&](const PlanSpec& spec) {
+  auto missed_by = [&](const PlanSpec& spec, std::int64_t seq) {
     const auto it = missed_at.find(spec.summary());
-    return it != missed_at.end() && it->second <= probing;
+    return it != missed_at.end() && it->second <= seq;
   };
+  probe.known_not_to_fit = [&](const PlanSpec& spec) { return missed_by(spec, probing); };
   std::map<std::int64_t, bool> over_budget_at;  // per probed length: nothing fit, and some candidate was too large
   // At most 16 doublings (1K to 64M) and 16 halvings of the gap.
   constexpr std::size_t kMostProbes = 32;
@@ -496,6 +497,7 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   best.bounds_progress = nullptr;
   best.refuse_over_budget = false;
   best.cancel = nullptr;  // one search at a length known to fit: finish it, so an interrupted probe still has a plan
+  best.known_not_to_fit = [&](const PlanSpec& spec) { return missed_by(spec, good); };  // the probes simulated them
   SearchReport r = search(at, best);
   if (r.ranked.empty()) return std::nullopt;
   return MaxSeqResult{good, r.ranked.front(), bad != 0 && over_budget_at[bad]};

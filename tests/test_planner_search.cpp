@@ -328,8 +328,13 @@ TEST(Search, MaxSequenceIsTheLongestThatFits) {
   const std::int64_t resolution = std::max<std::int64_t>(1024, (best->seq_len / 64 + 1023) / 1024 * 1024);
   const StepInputs longer{m, c, {best->seq_len + resolution, 1}, model::precision_policy("bf16-mixed")};
   EXPECT_TRUE(search(longer, o).ranked.empty()) << best->seq_len;
+  // Its plan is the throughput search's best at that length, although max_sequence's last search skips the
+  // configurations its probes saw miss.
   const StepInputs at{m, c, {best->seq_len, 1}, model::precision_policy("bf16-mixed")};
-  EXPECT_FALSE(search(at, o).ranked.empty());
+  const SearchReport direct = search(at, o);
+  ASSERT_FALSE(direct.ranked.empty());
+  EXPECT_EQ(direct.ranked.front().spec.summary(), best->plan.spec.summary());
+  EXPECT_EQ(direct.ranked.front().metrics.step_s, best->plan.metrics.step_s);
 }
 
 }  // namespace trainyard::planner
