@@ -14,6 +14,7 @@
 #include "app/report.hpp"
 #include "backend/measured.hpp"
 #include "backend/model_state.hpp"
+#include "backend/mpi_communicator.hpp"
 #include "backend/reference_step.hpp"
 #include "sim/compare.hpp"
 #include "sim/engine.hpp"
@@ -230,6 +231,8 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
   if (!vm.count("trace")) trace_request(vm, 0);  // the trace flags without --trace are refused
 }
 
+int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator* comm);
+
 }  // namespace
 
 int run_run(const std::vector<std::string>& args) {
@@ -249,7 +252,9 @@ int run_run(const std::vector<std::string>& args) {
       ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("int"), "seed of the weights (and of random tokens)")
       ("lr", po::value<float>()->default_value(1e-3f)->value_name("float"), "AdamW learning rate")
       ("loss-curve", po::value<std::string>()->value_name("path"), "write step,loss,seconds as CSV")
-      ("json", po::bool_switch(), "print the result as JSON");
+      ("json", po::bool_switch(), "print the result as JSON")
+      ("comm-timeout", po::value<double>()->default_value(300)->value_name("seconds"),
+       "under mpirun: the longest any rank waits for a message or a collective before the run stops with an error");
   // clang-format on
   add_memory_budget_option(options);
   add_trace_options(options);
@@ -265,27 +270,61 @@ int run_run(const std::vector<std::string>& args) {
   const std::string device = vm["device"].as<std::string>();
   if (device != "gpu" && device != "cpu") throw InputError("--device", "value", "gpu or cpu", "\"" + device + "\"");
   check_run_flags(vm, device);
-  const int steps = vm["steps"].as<int>();
   const std::string origin = vm["plan"].as<std::string>();
 
   const LoadedPlan l = load_plan(origin, memory_budget(vm));
-  if (!planner::scheme_named(l.plan.spec.scheme).executable) {
+  const planner::Scheme& scheme = planner::scheme_named(l.plan.spec.scheme);
+  if (!scheme.executable && (device == "gpu" || !scheme.cpu_only_refusal)) {
     std::string runnable;
     for (const auto& name : planner::scheme_names()) {
-      if (planner::scheme_named(name).executable) runnable += (runnable.empty() ? "" : ", ") + name;
+      const planner::Scheme& s = planner::scheme_named(name);
+      if (s.executable || (device == "cpu" && s.cpu_only_refusal)) runnable += (runnable.empty() ? "" : ", ") + name;
     }
-    throw InputError(origin, "scheme", runnable + " (the schemes whose tasks say what they compute, so far)", "\"" + l.plan.spec.scheme + "\"");
+    throw InputError(origin, "scheme", runnable + " (the schemes whose tasks say what they compute, so far, on --device " + device + ")",
+                     "\"" + l.plan.spec.scheme + "\"");
+  }
+  if (!scheme.executable) {
+    if (const std::string needs = scheme.cpu_only_refusal(l.plan.spec); !needs.empty()) {
+      throw InputError(origin, "parameters", needs + " for the CPU reference executor", l.plan.spec.summary());
+    }
   }
   const auto& workload = l.plan.workload;
   const double flops = l.model.training_flops_per_token(workload.seq_len, true) * static_cast<double>(workload.tokens());
   if (vm.count("text") && l.model.vocab < 256) {
     throw InputError(origin, "model", "a vocab of at least 256 for byte-level --text", std::to_string(l.model.vocab));
   }
-  if (device == "gpu") return run_on_gpu(l, origin, vm, flops <= kCpuStepFlopLimit);
+  if (device == "gpu") {
+    if (backend::MpiSession::launched_by_mpirun()) {
+      throw InputError("--device", "value", "cpu under mpirun (the GPU executor runs one GPU, without NCCL, so far)", "gpu");
+    }
+    return run_on_gpu(l, origin, vm, flops <= kCpuStepFlopLimit);
+  }
   if (flops > kCpuStepFlopLimit) {
     throw InputError(origin, "model", "a small model for --device cpu (at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)",
                      format_fixed(flops / 1e9, 1) + " GFLOP per step");
   }
+  backend::MpiSession mpi;
+  if (!mpi.active()) return run_on_cpu(l, origin, vm, nullptr);
+  const double timeout_s = vm["comm-timeout"].as<double>();
+  if (!(timeout_s > 0 && timeout_s <= 86400)) throw InputError("--comm-timeout", "value", "seconds in (0, 86400]", format_number(timeout_s));
+  backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
+  try {
+    return run_on_cpu(l, origin, vm, &comm);
+  } catch (const std::exception& e) {
+    if (comm.size() == 1) throw;
+    // The other ranks may be waiting on this one: end them all rather than leave them to their timeouts.
+    std::cerr << "error: rank " << comm.rank() << " of " << comm.size() << ": " << e.what() << "\n";
+    backend::MpiSession::abort_all(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+  }
+}
+
+namespace {
+
+// The CPU reference executor: one rank with everything, or under mpirun this rank's GPU (rank 0 prints).
+int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator* comm) {
+  const auto& workload = l.plan.workload;
+  const int steps = vm["steps"].as<int>();
+  const bool root = comm == nullptr || comm->rank() == 0;
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
   const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
   const int gpus_per_node = l.cluster->topology.gpus_per_node();
@@ -296,7 +335,12 @@ int run_run(const std::vector<std::string>& args) {
   if (vm["check"].as<bool>()) {
     const auto tokens = step_tokens(0);
     backend::ModelState chunked(l.model, seed), plain(l.model, seed);
-    const auto a = backend::run_reference_step(graph, chunked, gpus_per_node, tokens);
+    backend::ReferenceOptions distributed;
+    distributed.comm = comm;
+    const auto a = backend::run_reference_step(graph, chunked, gpus_per_node, tokens, distributed);
+    if (comm != nullptr) backend::gather_to_rank0(graph, chunked, *comm);
+    if (!root) return 0;  // rank 0 compares and reports
+    // The unchunked step on this one rank, every GPU's tasks here.
     const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)", nullptr,
                                                        memory_budget(vm));
     const auto b = backend::run_reference_step(plain_graph, plain, gpus_per_node, tokens);
@@ -315,12 +359,14 @@ int run_run(const std::vector<std::string>& args) {
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
-      std::cout << "plan           " << l.plan.spec.summary() << " (" << graph.size() << " tasks, CPU reference executor)\n"
+      std::cout << "plan           " << l.plan.spec.summary() << " (" << graph.size() << " tasks, CPU reference executor"
+                << (comm != nullptr ? ", " + std::to_string(comm->size()) + " ranks" : std::string()) << ")\n"
                 << "loss           " << format_fixed(a.loss, 6) << " chunked, " << format_fixed(b.loss, 6) << " unchunked: relative error "
                 << loss_error << " (tolerance " << kLossTolerance << ")\n"
                 << "gradients      largest difference " << grad_error << " of the block's largest entry, worst block (tolerance "
                 << kGradientTolerance << ")\n"
-                << "dataflow       " << a.reads_checked << " reads checked: every tensor where the plan put it, latest, "
+                << "dataflow       " << a.reads_checked << " reads checked" << (comm != nullptr ? " on rank 0" : "")
+                << ": every tensor where the plan put it, latest, "
                 << (a.race_checked ? "and ordered by the graph" : "(order not checked: graph too large)") << "\n"
                 << "check          " << (pass ? "PASS" : "FAIL") << "\n";
     }
@@ -329,6 +375,7 @@ int run_run(const std::vector<std::string>& args) {
 
   backend::ModelState state(l.model, seed);
   backend::ReferenceOptions o;
+  o.comm = comm;
   o.run_optimizer = true;
   o.adam.lr = vm["lr"].as<float>();
   Json curve = Json::array();
@@ -344,8 +391,9 @@ int run_run(const std::vector<std::string>& args) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     curve.push_back({{"step", s}, {"loss", r.loss}, {"seconds", seconds}});
     csv += std::to_string(s) + "," + format_fixed(r.loss, 6) + "," + format_fixed(seconds, 3) + "\n";
-    if (!as_json) std::cout << "step " << s << "  loss " << format_fixed(r.loss, 4) << "  (" << format_fixed(seconds, 2) << " s)\n";
+    if (!as_json && root) std::cout << "step " << s << "  loss " << format_fixed(r.loss, 4) << "  (" << format_fixed(seconds, 2) << " s)\n";
   }
+  if (!root) return interrupted() ? kInterruptedExitCode : 0;
   if (vm.count("loss-curve")) {
     write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
   }
@@ -356,5 +404,7 @@ int run_run(const std::vector<std::string>& args) {
   }
   return interrupted() ? kInterruptedExitCode : 0;
 }
+
+}  // namespace
 
 }  // namespace trainyard::app

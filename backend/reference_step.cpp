@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <optional>
@@ -33,7 +34,14 @@ class Interpreter {
  public:
   Interpreter(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node, std::span<const std::vector<std::int32_t>> tokens,
               const ReferenceOptions& options)
-      : g_(graph), s_(state), m_(state.model()), c_(graph.chunk_tokens()), gpn_(gpus_per_node), tokens_(tokens), opt_(options) {
+      : g_(graph),
+        s_(state),
+        m_(state.model()),
+        c_(graph.chunk_tokens()),
+        gpn_(gpus_per_node),
+        tokens_(tokens),
+        opt_(options),
+        comm_(options.comm != nullptr && options.comm->size() > 1 ? options.comm : nullptr) {
     TRAINYARD_CHECK(!tokens.empty(), "a step has at least one sequence");
     seq_len_ = static_cast<std::int64_t>(tokens.front().size()) - 1;
     total_tokens_ = seq_len_ * static_cast<std::int64_t>(tokens.size());
@@ -48,14 +56,23 @@ class Interpreter {
     }
     if (static_cast<std::int64_t>(g_.size()) <= opt_.race_check_max_tasks) build_ancestors(order);
     find_owners();
+    if (comm_) check_ranks();
     s_.zero_grads();
     for (sim::TaskId id : order) run_task(id);
+    if (comm_) {  // every rank's share of the loss
+      double sums[2] = {loss_sum_, static_cast<double>(loss_rows_)};
+      comm_->all_reduce_sum(all_ranks(), sums);
+      loss_sum_ = sums[0];
+      loss_rows_ = static_cast<std::int64_t>(std::llround(sums[1]));
+    }
     if (loss_rows_ != total_tokens_) {
       throw InputError("the step's tokens", "sequences", std::to_string(loss_rows_ / seq_len_) + " (the graph's sequences)",
                        std::to_string(tokens_.size()));
     }
     for (const auto& [group, state] : groups_) {
-      TRAINYARD_CHECK(state.updated || !has_optimizer_, "every parameter group has an optimizer step");
+      if (!comm_ || state.owners.count(comm_->rank())) {
+        TRAINYARD_CHECK(state.updated || !has_optimizer_, "every parameter group has an optimizer step");
+      }
     }
     ReferenceResult r;
     r.loss = loss_sum_ / static_cast<double>(total_tokens_);
@@ -108,6 +125,113 @@ class Interpreter {
       if (t.op.code == sim::OpCode::norm1) groups_[t.op.layer].owners.insert(t.device);
       if (t.op.code == sim::OpCode::embed) groups_[kEmbeddingGroup].owners.insert(t.device);
       if (t.op.code == sim::OpCode::head_logits) groups_[kHeadGroup].owners.insert(t.device);
+    }
+  }
+
+  // --- ranks ---------------------------------------------------------------------------------------------------
+  bool mine(sim::DeviceId gpu) const { return !comm_ || gpu == comm_->rank(); }
+  std::vector<int> all_ranks() const {
+    std::vector<int> r(static_cast<std::size_t>(comm_->size()));
+    for (int i = 0; i < comm_->size(); ++i) r[static_cast<std::size_t>(i)] = i;
+    return r;
+  }
+
+  // One rank per GPU, and every parameter group used on several GPUs reduced by some collective of the graph
+  // (else each rank would update its copy with its own share of the gradient).
+  void check_ranks() const {
+    int gpus = 0;
+    std::map<int, std::set<sim::DeviceId>> holders;
+    std::set<int> reduced;
+    for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g_.size()); ++id) {
+      const sim::Task& t = g_.task(id);
+      if (!sim::is_host(t.device)) gpus = std::max(gpus, t.device + 1);
+      for (int group : parameter_groups(t)) holders[group].insert(t.device);
+      if (t.kind() == sim::TaskKind::collective && t.op.carries_gradients()) {
+        for (int group : carried_groups(t.op)) reduced.insert(group);
+      }
+    }
+    if (gpus != comm_->size()) {
+      throw InputError("mpirun", "ranks (-np)", std::to_string(gpus) + ", one per GPU of the plan (or run without mpirun: one rank)",
+                       std::to_string(comm_->size()));
+    }
+    for (const auto& [group, devices] : holders) {
+      if (devices.size() > 1 && !reduced.count(group)) {
+        throw InputError("the plan's task graph", "parameter group " + std::to_string(group),
+                         "a gradient reduction over the GPUs that use it, to run on several ranks", "none");
+      }
+    }
+  }
+
+  // The parameter groups a compute task reads or adds to.
+  std::vector<int> parameter_groups(const sim::Task& t) const {
+    using sim::OpCode;
+    const OpCode code = t.op.code;
+    if (code == OpCode::embed || code == OpCode::embed_bwd) return {kEmbeddingGroup};
+    if (code >= OpCode::head_logits && code <= OpCode::head_wgrad) {
+      if (m_.tied_embeddings) return {kHeadGroup, kEmbeddingGroup};
+      return {kHeadGroup};
+    }
+    if (code >= OpCode::norm1 && code <= OpCode::norm1_bwd && t.op.layer >= 0 && t.op.layer < m_.layers) return {t.op.layer};
+    return {};
+  }
+
+  static std::vector<int> carried_groups(const sim::Op& op) {
+    std::vector<int> groups;
+    for (int l = op.kv_first; l <= op.kv_last; ++l) groups.push_back(l);
+    if (op.carries_head_gradients()) groups.push_back(kHeadGroup);
+    if (op.carries_embedding_gradients()) groups.push_back(kEmbeddingGroup);
+    return groups;
+  }
+
+  // A gradient reduction on this rank: the sum over its members of each carried group's gradients.
+  void reduce_gradients(const sim::Task& t) {
+    const auto& members = g_.groups()[std::get<sim::Collective>(t.params).group];
+    std::vector<int> ranks(members.begin(), members.end());
+    std::sort(ranks.begin(), ranks.end());
+    if (!std::binary_search(ranks.begin(), ranks.end(), comm_->rank())) return;
+    for (int group : carried_groups(t.op)) {
+      for (Parameter* p : s_.group(group)) comm_->all_reduce_sum(ranks, p->grad);
+    }
+  }
+
+  // A send between ranks: the tensors the sender holds of what `op` moves, each with its version, in one message
+  // under the task's id.
+  void send_tensors(sim::TaskId task, sim::DeviceId from, sim::DeviceId to, const sim::Op& op) {
+    std::vector<std::byte> message;
+    auto put = [&](const void* data, std::size_t bytes) {
+      const auto* b = static_cast<const std::byte*>(data);
+      message.insert(message.end(), b, b + bytes);
+    };
+    const auto keys = content(op);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i].role == Role::dkv && !exists(keys[i])) continue;  // an accumulator nothing has added to yet is zero
+      const std::vector<float>& data = read(task, from, keys[i]);
+      const std::int64_t header[3] = {static_cast<std::int64_t>(i), store_.at({from, keys[i]}).version, static_cast<std::int64_t>(data.size())};
+      put(header, sizeof header);
+      put(data.data(), data.size() * sizeof(float));
+    }
+    comm_->send(to, task, message);
+  }
+
+  void receive_tensors(sim::TaskId task, sim::DeviceId from, sim::DeviceId to, const sim::Op& op) {
+    const std::vector<std::byte> message = comm_->recv(from, task);
+    const auto keys = content(op);
+    std::size_t at = 0;
+    while (at < message.size()) {
+      std::int64_t header[3];
+      if (message.size() - at < sizeof header) fail(task, "a message from rank " + std::to_string(from) + " cut short");
+      std::memcpy(header, message.data() + at, sizeof header);
+      at += sizeof header;
+      const auto bytes = static_cast<std::size_t>(header[2]) * sizeof(float);
+      if (header[0] < 0 || header[0] >= static_cast<std::int64_t>(keys.size()) || header[2] < 0 || message.size() - at < bytes) {
+        fail(task, "a message from rank " + std::to_string(from) + " that does not match the task's tensors");
+      }
+      std::vector<float> data(static_cast<std::size_t>(header[2]));
+      std::memcpy(data.data(), message.data() + at, bytes);
+      at += bytes;
+      const Key& key = keys[static_cast<std::size_t>(header[0])];
+      latest_[key] = std::max(latest_[key], header[1]);
+      write(task, to, key, std::move(data), header[1]);
     }
   }
 
@@ -290,28 +414,39 @@ class Interpreter {
         return;
       }
       case sim::TaskKind::copy: {
-        if (op.code == sim::OpCode::states) return;
+        if (op.code == sim::OpCode::states || !mine(t.device)) return;
         const auto& copy = std::get<sim::Copy>(t.params);
         const bool h2d = copy.direction == sim::Copy::Direction::h2d;
         move(id, h2d ? host_of(t.device) : t.device, h2d ? t.device : host_of(t.device), op);
         return;
       }
-      case sim::TaskKind::p2p:
+      case sim::TaskKind::p2p: {
         if (op.code == sim::OpCode::states) return;
-        move(id, t.device, std::get<sim::PointToPoint>(t.params).dst, op);
+        const sim::DeviceId dst = std::get<sim::PointToPoint>(t.params).dst;
+        if (mine(t.device) && mine(dst)) {
+          move(id, t.device, dst, op);
+        } else if (mine(t.device)) {
+          send_tensors(id, t.device, dst, op);
+        } else if (mine(dst)) {
+          receive_tensors(id, t.device, dst, op);
+        }
         return;
+      }
       case sim::TaskKind::collective:
-        if (op.code != sim::OpCode::states) fail(id, "a collective on activations: the reference runs ring-track's data-parallel gradients only");
-        return;  // gradients are held once per step: the all-reduce's sum is already there
+        if (op.code != sim::OpCode::states) fail(id, "a collective on activations: the reference runs data-parallel gradient reductions only");
+        // One rank: gradients are held once per step, so the all-reduce's sum is already there.
+        if (comm_ && op.carries_gradients()) reduce_gradients(t);
+        return;
       default: break;
     }
     if (op.code == sim::OpCode::states) return;
     if (op.code == sim::OpCode::optimizer) {
+      if (!mine(op.owner_gpu)) return;
       has_optimizer_ = true;
       return optimizer(id, op);
     }
     if (sim::is_host(t.device)) fail(id, "a host task the executor does not know");
-    compute(id, t.device, op);
+    if (mine(t.device)) compute(id, t.device, op);
   }
 
   // Every GPU holding a group updates its copy (data-parallel replicas the same way): each must come after every
@@ -635,6 +770,7 @@ class Interpreter {
   int gpn_;
   std::span<const std::vector<std::int32_t>> tokens_;
   ReferenceOptions opt_;
+  Communicator* comm_;  // null: one rank runs everything
   std::int64_t seq_len_ = 0, total_tokens_ = 0;
 
   std::vector<std::vector<sim::TaskId>> preds_;
@@ -655,6 +791,41 @@ class Interpreter {
 ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node,
                                    std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options) {
   return Interpreter(graph, state, gpus_per_node, tokens, options).run();
+}
+
+void gather_to_rank0(const sim::TaskGraph& graph, ModelState& state, Communicator& comm) {
+  if (comm.size() <= 1) return;
+  std::map<int, sim::DeviceId> first_owner;  // the lowest GPU running each group's forward
+  for (const auto& t : graph.tasks()) {
+    int group = 0;
+    if (t.op.code == sim::OpCode::norm1) {
+      group = t.op.layer;
+    } else if (t.op.code == sim::OpCode::embed) {
+      group = kEmbeddingGroup;
+    } else if (t.op.code == sim::OpCode::head_logits) {
+      group = kHeadGroup;
+    } else {
+      continue;
+    }
+    auto [it, inserted] = first_owner.emplace(group, t.device);
+    if (!inserted) it->second = std::min(it->second, t.device);
+  }
+  int tag = 0;
+  for (const auto& [group, owner] : first_owner) {
+    for (Parameter* p : state.group(group)) {
+      for (std::vector<float>* values : {&p->grad, &p->weight}) {
+        ++tag;
+        if (owner == 0) continue;
+        if (comm.rank() == owner) send_floats(comm, 0, tag, *values);
+        if (comm.rank() == 0) {
+          std::vector<float> got = recv_floats(comm, owner, tag);
+          if (got.size() != values->size()) throw TRAINYARD_COMM_ERROR("rank 0: rank " + std::to_string(owner) + " sent a tensor of another size");
+          *values = std::move(got);
+        }
+      }
+    }
+  }
+  comm.barrier();
 }
 
 }  // namespace trainyard::backend

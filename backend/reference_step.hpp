@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/communicator.hpp"
 #include "backend/dataflow.hpp"
 #include "backend/model_state.hpp"
 #include "sim/task_graph.hpp"
@@ -44,6 +45,12 @@ struct ReferenceOptions {
   std::int64_t race_check_max_tasks = 40000;
   // When set, every read and write is appended here (the test of backend/dataflow.hpp's table against the numerics).
   std::vector<RecordedAccess>* record = nullptr;
+  // Several ranks (one per GPU of the graph: GPU g is rank g): this rank runs its GPU's tasks on its own copy of
+  // the model states; a send to another rank's GPU is a message (backend/communicator.hpp), a gradient reduction
+  // (sim::Op::gradients) sums the groups it carries over its members' ranks, and the loss is summed over all
+  // ranks. Frees and host allocations run on every rank (each drops what it holds). A rank checks the dataflow
+  // of what it holds; a received tensor keeps the version it was sent with. Null or one rank: everything here.
+  Communicator* comm = nullptr;
 };
 
 struct ReferenceResult {
@@ -60,5 +67,10 @@ struct ReferenceResult {
 // and attention shapes are checked against it.
 ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node,
                                    std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options = {});
+
+// After a step on several ranks: every parameter group's gradients and weights, from the lowest rank whose GPU
+// runs the group's forward, into rank 0's `state`, so that rank 0 holds what a single-rank run would. Every rank
+// calls it.
+void gather_to_rank0(const sim::TaskGraph& graph, ModelState& state, Communicator& comm);
 
 }  // namespace trainyard::backend

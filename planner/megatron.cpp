@@ -208,6 +208,9 @@ class MegatronBuilder {
     int stage, t;
     double params;
     std::vector<sim::TaskId> ready;  // per replica and cp index
+    // What it carries, for the executors (sim::Op::gradients): layers first_layer..last_layer, the head's, the embedding's.
+    std::int64_t first_layer = 0, last_layer = -1;
+    bool head = false, embedding = false;
   };
   // One replica's pipeline stage as its schedule is walked.
   struct StageWalk {
@@ -217,6 +220,7 @@ class MegatronBuilder {
     std::vector<std::int64_t> last_backward_mb;  // per chunk: its last backward completes its gradients
     int bucket_index = 0;
     double bucket_params = 0;
+    std::int64_t bucket_top_layer = -1;  // the open bucket's first (highest) layer: backward runs layers downwards
   };
   // One slot of the schedule: what its tasks are in the model's terms (sim::Op) and where their chains end.
   struct Slot {
@@ -475,6 +479,7 @@ void MegatronBuilder::backward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) 
       for (int t = 0; t < tp_; ++t) {
         Bucket& b = buckets_.at(std::make_tuple(w.stage, t, w.bucket_index - 1));
         if (w.d == 0) b.params += params_.embedding / p_.tp;
+        b.embedding = true;
         for (int c = 0; c < p_.cp; ++c) b.ready[b.ready.size() - static_cast<std::size_t>(p_.cp - c)] = last[c * tp_ + t];
       }
     }
@@ -524,6 +529,7 @@ void MegatronBuilder::backward_layer(StageWalk& w, Slot& slot, std::int64_t l) {
 // In the last backward of a chunk, layer l's gradients are complete: they join the open bucket, which is cut when
 // it holds bucket_params or the chunk is done.
 void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l) {
+  if (w.bucket_params == 0) w.bucket_top_layer = l;
   w.bucket_params += layer_params_;
   const bool chunk_done = l == first_layer_[slot.v];
   if (w.bucket_params < p_.bucket_params && !chunk_done) return;
@@ -531,7 +537,7 @@ void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l)
   const double head = w.stage == p_.pp - 1 && w.bucket_index == 0 ? static_cast<double>(model_.vocab * h_) / p_.tp + params_.final_norm : 0;
   for (int t = 0; t < tp_; ++t) {
     const auto key = std::make_tuple(w.stage, t, w.bucket_index);
-    auto [it, inserted] = buckets_.try_emplace(key, Bucket{w.stage, t, w.bucket_params + head, {}});
+    auto [it, inserted] = buckets_.try_emplace(key, Bucket{w.stage, t, w.bucket_params + head, {}, l, w.bucket_top_layer, head > 0, false});
     if (inserted) bucket_order_.push_back(key);
     for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(slot.last[c * tp_ + t]);
   }
@@ -576,7 +582,7 @@ std::vector<std::vector<sim::TaskId>> MegatronBuilder::reduce_gradients() {
                                              {p_.distributed_optimizer ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce,
                                               sim::Algorithm::ring, it->second, bytes, ring_ranks_, ring_across_nodes_},
                                              b.ready, kDpStream);
-    g_.set_op(reduce, {sim::OpCode::states});
+    g_.set_op(reduce, sim::Op::gradients(static_cast<std::int32_t>(b.first_layer), static_cast<std::int32_t>(b.last_layer), b.head, b.embedding));
     for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[gpu].push_back(reduce);
   }
   return gpu_reductions;

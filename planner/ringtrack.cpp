@@ -746,10 +746,11 @@ void RingTrackBuilder::reduce_gradients() {
       }
       const double grad_bytes = pol_.grad_bytes * (head ? head_params_ : embedding ? embedding_params_ : layer_params_);
       const std::string part = head ? "head" : embedding ? "embedding" : "L" + std::to_string(l);
-      const sim::TaskId ar = states(
+      const sim::TaskId ar = g_.set_op(
           g_.collective("all-reduce grads " + part,
                         {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, group, (bytes(grad_bytes) + replicas_ - 1) / replicas_ * replicas_},
-                        deps, kReduceStream));
+                        deps, kReduceStream),
+          sim::Op::gradients(head || embedding ? 0 : l, head || embedding ? -1 : l, head, embedding));
       for (auto m : members) reduced_[m].push_back(ar);
     }
   }

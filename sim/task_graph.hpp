@@ -122,7 +122,8 @@ enum class OpCode : std::uint8_t {
   checkpoint,  // what recompute keeps: the layer input, the attention output and its lse
   input,       // the layer's input (the previous layer's output; layer L: the final hidden state)
   input_grad,  // the gradient of the layer's input
-  states,      // model states (weights, gradients, master weights, moments) of the device's layers
+  states,      // model states (weights, gradients, master weights, moments) of the device's layers; on a
+               // data-parallel collective, the gradients it reduces (Op::gradients)
 };
 // clang-format on
 std::string_view to_string(OpCode code);
@@ -151,6 +152,20 @@ struct Op {
     o.owner_gpu = gpu;
     return o;
   }
+  // A gradient reduction (OpCode::states on a collective) and the parameter groups whose gradients it carries, so
+  // that executors on several ranks reduce exactly those: layers first_layer..last_layer (none when last < first),
+  // the LM head's and the embedding's. Kept in the K/V range and the row fields, which states ops do not use.
+  static Op gradients(std::int32_t first_layer, std::int32_t last_layer, bool head, bool embedding) {
+    Op o{OpCode::states};
+    o.kv_first = first_layer;
+    o.kv_last = last_layer;
+    o.row_begin = head ? 1 : 0;
+    o.row_end = embedding ? 1 : 0;
+    return o;
+  }
+  bool carries_gradients() const { return code == OpCode::states && row_begin >= 0; }
+  bool carries_head_gradients() const { return carries_gradients() && row_begin == 1; }
+  bool carries_embedding_gradients() const { return carries_gradients() && row_end == 1; }
 };
 
 // A task's name ("F L3 C7 attn", "H2D kv L3 C5": says what it is) lives in its graph's name arena

@@ -155,6 +155,7 @@ Scheme ringtrack_scheme() {
       .flags = {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"},
       .required_flags = {},
       .executable = true,
+      .cpu_only_refusal = nullptr,
       .params = ringtrack_params(),
       .from_flags = ringtrack_from_flags,
       .summary = ringtrack_summary,

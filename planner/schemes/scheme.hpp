@@ -71,8 +71,12 @@ struct Scheme {
     std::string expected;  // what the error asks for: "a degree"
   };
   std::vector<RequiredFlag> required_flags;  // of `flags`, the ones without a default
-  // `trainyard run` can execute its graph: its tasks say what they compute (sim::Op), so far ring-track's only.
+  // `trainyard run` can execute its graph on both executors: its tasks say what they compute (sim::Op), so far
+  // ring-track's only.
   bool executable = false;
+  // Where `executable` is false: the CPU reference executor runs some of its plans. Empty: it runs this one; else
+  // the parameter and value it needs ("tp 1: ..."). Null: none.
+  std::function<std::string(const PlanSpec&)> cpu_only_refusal;
 
   // Every parameter, in the order a plan file's fields are checked.
   std::vector<Param> params;

@@ -1,0 +1,262 @@
+#include "backend/mpi_communicator.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <thread>
+
+#include "common/interrupt.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+std::string mpi_error(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+void check(int code, const std::string& what) {
+  if (code != MPI_SUCCESS) throw TRAINYARD_COMM_ERROR(what + ": " + mpi_error(code));
+}
+
+int count_of(std::size_t n, const std::string& what) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw TRAINYARD_COMM_ERROR(what + ": " + std::to_string(n) + " elements, more than one MPI call carries");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+// --- the session -------------------------------------------------------------------------------------------------
+
+bool MpiSession::launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return false;
+}
+
+MpiSession::MpiSession() {
+  if (!launched_by_mpirun()) return;
+  int provided = 0;
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  // Errors come back as codes (turned into CommError) instead of MPI's default of ending the process.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  active_ = true;
+}
+
+MpiSession::~MpiSession() {
+  if (active_) MPI_Finalize();
+}
+
+void MpiSession::abort_all(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::exit(exit_code);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever did
+}
+
+// --- the communicator ----------------------------------------------------------------------------------------------
+
+struct MpiCommunicator::Pending {
+  std::vector<std::byte> bytes;
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::string what;
+};
+
+struct MpiCommunicator::Group {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int size = 0, my_index = 0;
+  std::vector<int> ranks;
+  std::string name;
+};
+
+MpiCommunicator::MpiCommunicator(std::chrono::milliseconds timeout) : timeout_(timeout) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) throw TRAINYARD_COMM_ERROR("MPI is not initialised: start the run with mpirun (backend::MpiSession)");
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;  // a communicator that outlived its session: MPI has freed everything already
+  for (auto& [ranks, group] : groups_) {
+    if (group->comm != MPI_COMM_NULL) MPI_Comm_free(&group->comm);
+  }
+  // Sends still in flight after an error: cancelled, so that MPI_Finalize does not wait for them.
+  for (auto& p : sends_) {
+    if (p->request != MPI_REQUEST_NULL) {
+      MPI_Cancel(&p->request);
+      MPI_Request_free(&p->request);
+    }
+  }
+}
+
+void MpiCommunicator::wait(void* request, const std::string& what) {
+  auto* r = static_cast<MPI_Request*>(request);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(r, &done, MPI_STATUS_IGNORE), who() + ": " + what);
+    if (done) return;
+    if (interrupted()) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": interrupted");
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": no answer within " + std::to_string(std::chrono::duration<double>(timeout_).count()) +
+                                 " s (a rank stopped, or the ranks do not agree on the order of their messages)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+void MpiCommunicator::reap_sends(bool all) {
+  for (auto& p : sends_) {
+    if (all) {
+      wait(&p->request, p->what);
+    } else {
+      int done = 0;
+      check(MPI_Test(&p->request, &done, MPI_STATUS_IGNORE), who() + ": " + p->what);
+    }
+  }
+  std::erase_if(sends_, [](const std::unique_ptr<Pending>& p) { return p->request == MPI_REQUEST_NULL; });
+}
+
+void MpiCommunicator::send(int dst, int tag, std::span<const std::byte> bytes) {
+  auto p = std::make_unique<Pending>();
+  p->bytes.assign(bytes.begin(), bytes.end());
+  p->what = "send of " + std::to_string(bytes.size()) + " bytes to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
+  if (dst < 0 || dst >= size_ || dst == rank_) throw TRAINYARD_COMM_ERROR(who() + ": " + p->what + ": no such peer");
+  check(MPI_Isend(p->bytes.data(), count_of(p->bytes.size(), p->what), MPI_BYTE, dst, tag, MPI_COMM_WORLD, &p->request), who() + ": " + p->what);
+  sends_.push_back(std::move(p));
+  reap_sends(false);
+}
+
+std::vector<std::byte> MpiCommunicator::recv(int src, int tag) {
+  const std::string what = "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
+  if (src < 0 || src >= size_ || src == rank_) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": no such peer");
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto pause = std::chrono::microseconds(1);
+  MPI_Status status;
+  for (;;) {
+    int arrived = 0;
+    check(MPI_Iprobe(src, tag, MPI_COMM_WORLD, &arrived, &status), who() + ": " + what);
+    if (arrived) break;
+    reap_sends(false);  // our own sends go on while we wait
+    if (interrupted()) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": interrupted");
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": nothing came within " + std::to_string(std::chrono::duration<double>(timeout_).count()) +
+                                 " s (the sender stopped, or the ranks do not agree on the order of their messages)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(count));
+  check(MPI_Recv(bytes.data(), count, MPI_BYTE, src, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), who() + ": " + what);
+  return bytes;
+}
+
+const MpiCommunicator::Group& MpiCommunicator::group_of(std::span<const int> ranks) {
+  std::vector<int> key(ranks.begin(), ranks.end());
+  auto it = groups_.find(key);
+  if (it != groups_.end()) return *it->second;
+  auto g = std::make_unique<Group>();
+  g->ranks = key;
+  g->size = static_cast<int>(key.size());
+  for (int r : key) g->name += (g->name.empty() ? "" : ",") + std::to_string(r);
+  g->name = "group {" + g->name + "}";
+  if (!std::is_sorted(key.begin(), key.end()) || std::adjacent_find(key.begin(), key.end()) != key.end() || key.empty() || key.front() < 0 ||
+      key.back() >= size_) {
+    throw TRAINYARD_COMM_ERROR(who() + ": " + g->name + ": a group is distinct ranks in ascending order");
+  }
+  const auto mine = std::find(key.begin(), key.end(), rank_);
+  if (mine == key.end()) throw TRAINYARD_COMM_ERROR(who() + ": " + g->name + ": this rank is not a member");
+  g->my_index = static_cast<int>(mine - key.begin());
+  MPI_Group world = MPI_GROUP_NULL, sub = MPI_GROUP_NULL;
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Group_incl(world, g->size, key.data(), &sub);
+  // Collective over the members only, which create their groups in the same (graph) order.
+  const int code = MPI_Comm_create_group(MPI_COMM_WORLD, sub, 0, &g->comm);
+  MPI_Group_free(&sub);
+  MPI_Group_free(&world);
+  check(code, who() + ": creating " + g->name);
+  MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
+  return *groups_.emplace(std::move(key), std::move(g)).first->second;
+}
+
+void MpiCommunicator::all_reduce_sum(std::span<const int> group, std::span<float> data) {
+  const Group& g = group_of(group);
+  const std::string what = "all-reduce of " + std::to_string(data.size()) + " floats over " + g.name;
+  MPI_Request r;
+  check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), who() + ": " + what);
+  wait(&r, what);
+}
+
+void MpiCommunicator::all_reduce_sum(std::span<const int> group, std::span<double> data) {
+  const Group& g = group_of(group);
+  const std::string what = "all-reduce of " + std::to_string(data.size()) + " doubles over " + g.name;
+  MPI_Request r;
+  check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_DOUBLE, MPI_SUM, g.comm, &r), who() + ": " + what);
+  wait(&r, what);
+}
+
+void MpiCommunicator::broadcast(std::span<const int> group, int root, std::span<float> data) {
+  const Group& g = group_of(group);
+  const std::string what = "broadcast of " + std::to_string(data.size()) + " floats from rank " + std::to_string(root) + " over " + g.name;
+  const auto at = std::find(g.ranks.begin(), g.ranks.end(), root);
+  if (at == g.ranks.end()) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": the root is not a member");
+  MPI_Request r;
+  check(MPI_Ibcast(data.data(), count_of(data.size(), what), MPI_FLOAT, static_cast<int>(at - g.ranks.begin()), g.comm, &r), who() + ": " + what);
+  wait(&r, what);
+}
+
+std::vector<float> MpiCommunicator::all_gather(std::span<const int> group, std::span<const float> mine) {
+  const Group& g = group_of(group);
+  const std::string what = "all-gather of " + std::to_string(mine.size()) + " floats per rank over " + g.name;
+  std::vector<float> out(mine.size() * static_cast<std::size_t>(g.size));
+  const int n = count_of(mine.size(), what);
+  MPI_Request r;
+  check(MPI_Iallgather(mine.data(), n, MPI_FLOAT, out.data(), n, MPI_FLOAT, g.comm, &r), who() + ": " + what);
+  wait(&r, what);
+  return out;
+}
+
+std::vector<float> MpiCommunicator::reduce_scatter_sum(std::span<const int> group, std::span<const float> data) {
+  const Group& g = group_of(group);
+  const std::string what = "reduce-scatter of " + std::to_string(data.size()) + " floats over " + g.name;
+  if (data.size() % static_cast<std::size_t>(g.size) != 0) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": not a multiple of the group's size");
+  std::vector<float> out(data.size() / static_cast<std::size_t>(g.size));
+  MPI_Request r;
+  check(MPI_Ireduce_scatter_block(data.data(), out.data(), count_of(out.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), who() + ": " + what);
+  wait(&r, what);
+  return out;
+}
+
+std::vector<float> MpiCommunicator::all_to_all(std::span<const int> group, std::span<const float> data) {
+  const Group& g = group_of(group);
+  const std::string what = "all-to-all of " + std::to_string(data.size()) + " floats over " + g.name;
+  if (data.size() % static_cast<std::size_t>(g.size) != 0) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": not a multiple of the group's size");
+  std::vector<float> out(data.size());
+  const int block = count_of(data.size() / static_cast<std::size_t>(g.size), what);
+  MPI_Request r;
+  check(MPI_Ialltoall(data.data(), block, MPI_FLOAT, out.data(), block, MPI_FLOAT, g.comm, &r), who() + ": " + what);
+  wait(&r, what);
+  return out;
+}
+
+void MpiCommunicator::barrier() {
+  reap_sends(true);
+  MPI_Request r;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &r), who() + ": barrier");
+  wait(&r, "barrier");
+}
+
+}  // namespace trainyard::backend

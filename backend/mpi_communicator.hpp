@@ -1,0 +1,66 @@
+#pragma once
+// The Communicator over MPI (OpenMPI from Debian): one rank per process, started by `mpirun -np N trainyard ...`.
+// Every wait is a loop of MPI_Test / MPI_Iprobe with a deadline and a Ctrl-C check (MPI's blocking calls cannot
+// time out), so a lost message ends in CommError; the caller then calls abort_all(), which takes the other ranks
+// down with it (MPI_Abort) instead of leaving them waiting.
+#include <chrono>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/communicator.hpp"
+
+namespace trainyard::backend {
+
+// MPI for this process: initialised when the process was started by mpirun (OpenMPI's or a PMI launcher's
+// environment says so), else not touched at all (a plain `trainyard run` is one rank without MPI).
+class MpiSession {
+ public:
+  MpiSession();
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  bool active() const { return active_; }
+  // Whether the environment says this process is one rank of an mpirun.
+  static bool launched_by_mpirun();
+  // Ends every rank of the run (MPI_Abort) with `exit_code`, after this rank's error was printed.
+  [[noreturn]] static void abort_all(int exit_code);
+
+ private:
+  bool active_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Over MPI_COMM_WORLD of an active session; `timeout` bounds every wait.
+  explicit MpiCommunicator(std::chrono::milliseconds timeout);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void send(int dst, int tag, std::span<const std::byte> bytes) override;
+  std::vector<std::byte> recv(int src, int tag) override;
+  void all_reduce_sum(std::span<const int> group, std::span<float> data) override;
+  void all_reduce_sum(std::span<const int> group, std::span<double> data) override;
+  void broadcast(std::span<const int> group, int root, std::span<float> data) override;
+  std::vector<float> all_gather(std::span<const int> group, std::span<const float> mine) override;
+  std::vector<float> reduce_scatter_sum(std::span<const int> group, std::span<const float> data) override;
+  std::vector<float> all_to_all(std::span<const int> group, std::span<const float> data) override;
+  void barrier() override;
+
+ private:
+  struct Pending;  // a send in flight and its bytes
+  struct Group;    // a sub-communicator and this rank's place in it
+  const Group& group_of(std::span<const int> ranks);
+  void wait(void* request, const std::string& what);  // MPI_Request*, until done, the deadline or Ctrl-C
+  void reap_sends(bool all);
+  std::string who() const { return "rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
+
+  int rank_ = 0, size_ = 1;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::unique_ptr<Pending>> sends_;
+  std::map<std::vector<int>, std::unique_ptr<Group>> groups_;
+};
+
+}  // namespace trainyard::backend

@@ -1,0 +1,223 @@
+// Several ranks under mpirun (ctest runs this binary with 2, 4 and 8 processes): the MPI communicator's calls
+// give what they should, a message that never comes is an error naming the rank and the tag (not a hang), and a
+// step split over one rank per GPU gives the single-rank step's loss, gradients and, after AdamW, weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <numeric>
+
+#include "backend/model_state.hpp"
+#include "backend/mpi_communicator.hpp"
+#include "backend/reference_step.hpp"
+#include "hwprofiles/catalog.hpp"
+#include "planner/megatron.hpp"
+#include "planner/ringtrack.hpp"
+#include "tests/backend_fixtures.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kData = TRAINYARD_TEST_DATA_DIR;
+
+// Every test's communicator: long enough for a loaded machine, short enough that a broken test ends.
+MpiCommunicator& world() {
+  static MpiCommunicator comm(60s);
+  return comm;
+}
+
+std::vector<int> all_ranks() {
+  std::vector<int> r(static_cast<std::size_t>(world().size()));
+  std::iota(r.begin(), r.end(), 0);
+  return r;
+}
+
+// One GPU per rank: 2 GPUs (tiny-node-2), 4 (tiny-node), 8 (two tiny-nodes: messages cross the network).
+sim::Cluster cluster_for_ranks() {
+  const int n = world().size();
+  if (n == 2) return sim::Cluster(hw::load_node(kData + "/tiny-node-2.json"), 1);
+  return sim::Cluster(hw::load_node(kData + "/tiny-node.json"), std::max(1, n / 4));
+}
+
+}  // namespace
+
+TEST(Mpi, CollectivesOverTheWorldAndASubgroup) {
+  MpiCommunicator& c = world();
+  const int n = c.size(), me = c.rank();
+  const auto everyone = all_ranks();
+  std::vector<float> x = {static_cast<float>(me), 1.0f};
+  c.all_reduce_sum(everyone, x);
+  EXPECT_EQ(x[0], static_cast<float>(n * (n - 1) / 2));
+  EXPECT_EQ(x[1], static_cast<float>(n));
+
+  std::vector<float> b = {me == n - 1 ? 42.0f : 0.0f};
+  c.broadcast(everyone, n - 1, b);
+  EXPECT_EQ(b[0], 42.0f);
+
+  const std::vector<float> mine = {static_cast<float>(10 * me), static_cast<float>(10 * me + 1)};
+  const auto gathered = c.all_gather(everyone, mine);
+  ASSERT_EQ(gathered.size(), static_cast<std::size_t>(2 * n));
+  for (int r = 0; r < n; ++r) EXPECT_EQ(gathered[static_cast<std::size_t>(2 * r + 1)], static_cast<float>(10 * r + 1));
+
+  // Member r's block i of reduce-scatter's input is r + i: member i gets the sum over r.
+  std::vector<float> blocks(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) blocks[static_cast<std::size_t>(i)] = static_cast<float>(me + i);
+  const auto share = c.reduce_scatter_sum(everyone, blocks);
+  ASSERT_EQ(share.size(), 1u);
+  EXPECT_EQ(share[0], static_cast<float>(n * (n - 1) / 2 + n * me));
+
+  // all-to-all: member r sends 100 r + i to member i.
+  for (int i = 0; i < n; ++i) blocks[static_cast<std::size_t>(i)] = static_cast<float>(100 * me + i);
+  const auto got = c.all_to_all(everyone, blocks);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(got[static_cast<std::size_t>(r)], static_cast<float>(100 * r + me));
+
+  // A subgroup: the even ranks.
+  if (me % 2 == 0) {
+    std::vector<int> evens;
+    for (int r = 0; r < n; r += 2) evens.push_back(r);
+    std::vector<double> one = {1.0};
+    c.all_reduce_sum(evens, one);
+    EXPECT_EQ(one[0], static_cast<double>(evens.size()));
+  }
+  c.barrier();
+}
+
+TEST(Mpi, MessagesBetweenRanksArriveInOrder) {
+  MpiCommunicator& c = world();
+  const int n = c.size(), me = c.rank();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  // Everyone sends before anyone receives: sends never wait for their receives.
+  for (int k = 0; k < 3; ++k) send_floats(c, next, 7, std::vector<float>{static_cast<float>(me), static_cast<float>(k)});
+  for (int k = 0; k < 3; ++k) {
+    const auto m = recv_floats(c, prev, 7);
+    ASSERT_EQ(m.size(), 2u);
+    EXPECT_EQ(m[0], static_cast<float>(prev));
+    EXPECT_EQ(m[1], static_cast<float>(k));
+  }
+  c.barrier();
+}
+
+// The send/recv order broken: rank 1 waits for a message rank 0 never sends. It must end in an error that names
+// the rank, the peer and the tag, after the timeout; never a hang.
+TEST(Mpi, AMessageThatNeverComesIsAnErrorNotAHang) {
+  MpiCommunicator impatient(300ms);
+  if (impatient.rank() == 1) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      impatient.recv(0, 424242);
+      ADD_FAILURE() << "a receive with no sender returned";
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank 1 of"), std::string::npos) << what;
+      EXPECT_NE(what.find("from rank 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("tag 424242"), std::string::npos) << what;
+      EXPECT_NE(what.find("mpi_communicator.cpp:"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  }
+  world().barrier();
+}
+
+namespace {
+
+struct Split {
+  double loss = 0;
+  std::unique_ptr<ModelState> state;
+};
+
+// The step on every rank (each its own GPU), gathered to rank 0; and on rank 0 alone, the same graph on one rank.
+void expect_split_equals_single(const sim::TaskGraph& graph, const model::ModelConfig& m, const std::vector<std::vector<std::int32_t>>& tokens,
+                                int gpus_per_node, int steps = 1) {
+  ModelState split(m, 5);
+  ReferenceOptions o;
+  o.comm = &world();
+  o.run_optimizer = steps > 1;
+  double split_loss = 0;
+  for (int s = 1; s <= steps; ++s) {
+    o.optimizer_step = s;
+    split_loss = run_reference_step(graph, split, gpus_per_node, tokens, o).loss;
+  }
+  gather_to_rank0(graph, split, world());
+  if (world().rank() != 0) return;
+  ModelState single(m, 5);
+  ReferenceOptions one = o;
+  one.comm = nullptr;
+  double single_loss = 0;
+  for (int s = 1; s <= steps; ++s) {
+    one.optimizer_step = s;
+    single_loss = run_reference_step(graph, single, gpus_per_node, tokens, one).loss;
+  }
+  // The same arithmetic but for the order gradients are summed in (over ranks, not over tasks).
+  EXPECT_NEAR(split_loss, single_loss, 1e-6 * std::abs(single_loss));
+  EXPECT_LT(max_gradient_difference(split, single), 1e-4);
+  if (steps > 1) {
+    const auto a = split.all();
+    const auto b = single.all();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      for (std::size_t j = 0; j < a[i]->weight.size(); ++j) {
+        ASSERT_NEAR(a[i]->weight[j], b[i]->weight[j], 1e-3f * (1.0f + std::abs(b[i]->weight[j]))) << a[i]->name << " [" << j << "]";
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// A ring over every rank's GPU (sends between ranks), and rings of two with replicas (a gradient all-reduce).
+TEST(Mpi, RingTrackStepSplitOverRanksEqualsTheSingleRankStep) {
+  const int n = world().size();
+  // The tiny model with 4 layers: a ring can be as long as the model has layers.
+  const auto m = model::parse_custom_model("custom:layers=4,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61");
+  const sim::Cluster cluster = cluster_for_ranks();
+  const std::int64_t seq = 64;
+  for (int ring : {n, 2, 1}) {
+    if (ring > 4 || n % ring != 0) continue;  // a ring of at most the model's 4 layers
+    SCOPED_TRACE("ring " + std::to_string(ring));
+    const std::int64_t batch = n / ring;
+    const auto tokens = random_windows(m.vocab, seq, batch, 31);
+    planner::RingTrackParams p = test::chunked_offloaded();
+    p.ring = ring;
+    for (int i = 0; i < ring; ++i) p.ring_order.push_back(i);
+    const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
+    const sim::TaskGraph graph = planner::build_ringtrack(in, p).graph;
+    expect_split_equals_single(graph, m, tokens, cluster.topology.gpus_per_node());
+  }
+}
+
+// Pipeline stages on different ranks (activations and gradients by message) and data-parallel replicas (bucketed
+// all-reduce), with checkpoints offloaded; three steps with AdamW keep the weights in step with one rank's.
+TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
+  const int n = world().size();
+  const auto m = test::tiny_model();
+  const sim::Cluster cluster = cluster_for_ranks();
+  const std::int64_t seq = 32;
+  for (int pp : {1, 2}) {
+    SCOPED_TRACE("pp " + std::to_string(pp));
+    planner::MegatronParams p;
+    p.pp = pp;
+    p.dp = n / pp;
+    p.recompute = pp == 2 ? planner::Recompute::full : planner::Recompute::none;
+    p.offload_activations = pp == 2;
+    const std::int64_t batch = 2 * p.dp;
+    const auto tokens = random_windows(m.vocab, seq, batch, 37);
+    const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
+    const sim::TaskGraph graph = planner::build_megatron(in, p);
+    expect_split_equals_single(graph, m, tokens, cluster.topology.gpus_per_node(), pp == 2 ? 3 : 1);
+  }
+}
+
+}  // namespace trainyard::backend
+
+int main(int argc, char** argv) {
+  trainyard::backend::MpiSession session;
+  if (!session.active()) {
+    std::fprintf(stderr, "test_mpi runs under mpirun (ctest starts it with 2, 4 and 8 ranks)\n");
+    return 1;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  const int failed = RUN_ALL_TESTS();
+  // Any rank's failure fails the run (mpirun returns the first non-zero exit code).
+  return failed;
+}
