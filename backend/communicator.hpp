@@ -47,6 +47,10 @@ class Communicator {
   virtual std::vector<float> all_to_all(std::span<const int> group, std::span<const float> data) = 0;
   // Returns once every rank has reached it (and every message this rank sent has been delivered).
   virtual void barrier() = 0;
+  // Every rank, before a step, with every group the step's collectives use (in one order on all ranks): sets up
+  // what they need while all ranks are known to be there, so that no call inside the step can wait without a
+  // deadline (MPI's creation of a sub-communicator has none).
+  virtual void prepare_groups(const std::vector<std::vector<int>>& groups) = 0;
 };
 
 // Messages of floats, with the helpers below: the executors' tensors.

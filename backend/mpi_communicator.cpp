@@ -67,6 +67,10 @@ struct MpiCommunicator::Pending {
   std::string what;
 };
 
+struct MpiCommunicator::World {
+  MPI_Comm comm = MPI_COMM_NULL;  // MPI_COMM_WORLD's duplicate
+};
+
 struct MpiCommunicator::Group {
   MPI_Comm comm = MPI_COMM_NULL;
   int size = 0, my_index = 0;
@@ -78,17 +82,21 @@ MpiCommunicator::MpiCommunicator(std::chrono::milliseconds timeout) : timeout_(t
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) throw TRAINYARD_COMM_ERROR("MPI is not initialised: start the run with mpirun (backend::MpiSession)");
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // A context of its own (collective: every rank constructs its communicators in the same order), so messages
+  // left over by a run that failed never match another communicator's receives.
+  MPI_Comm world = MPI_COMM_NULL;
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+  world_ = std::make_unique<World>();
+  world_->comm = world;
+  MPI_Comm_rank(world, &rank_);
+  MPI_Comm_size(world, &size_);
 }
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;  // a communicator that outlived its session: MPI has freed everything already
-  for (auto& [ranks, group] : groups_) {
-    if (group->comm != MPI_COMM_NULL) MPI_Comm_free(&group->comm);
-  }
   // Sends still in flight after an error: cancelled, so that MPI_Finalize does not wait for them.
   for (auto& p : sends_) {
     if (p->request != MPI_REQUEST_NULL) {
@@ -96,6 +104,10 @@ MpiCommunicator::~MpiCommunicator() {
       MPI_Request_free(&p->request);
     }
   }
+  for (auto& [ranks, group] : groups_) {
+    if (group->comm != MPI_COMM_NULL) MPI_Comm_free(&group->comm);
+  }
+  if (world_ && world_->comm != MPI_COMM_NULL) MPI_Comm_free(&world_->comm);
 }
 
 void MpiCommunicator::wait(void* request, const std::string& what) {
@@ -133,7 +145,7 @@ void MpiCommunicator::send(int dst, int tag, std::span<const std::byte> bytes) {
   p->bytes.assign(bytes.begin(), bytes.end());
   p->what = "send of " + std::to_string(bytes.size()) + " bytes to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
   if (dst < 0 || dst >= size_ || dst == rank_) throw TRAINYARD_COMM_ERROR(who() + ": " + p->what + ": no such peer");
-  check(MPI_Isend(p->bytes.data(), count_of(p->bytes.size(), p->what), MPI_BYTE, dst, tag, MPI_COMM_WORLD, &p->request), who() + ": " + p->what);
+  check(MPI_Isend(p->bytes.data(), count_of(p->bytes.size(), p->what), MPI_BYTE, dst, tag, world_->comm, &p->request), who() + ": " + p->what);
   sends_.push_back(std::move(p));
   reap_sends(false);
 }
@@ -146,7 +158,7 @@ std::vector<std::byte> MpiCommunicator::recv(int src, int tag) {
   MPI_Status status;
   for (;;) {
     int arrived = 0;
-    check(MPI_Iprobe(src, tag, MPI_COMM_WORLD, &arrived, &status), who() + ": " + what);
+    check(MPI_Iprobe(src, tag, world_->comm, &arrived, &status), who() + ": " + what);
     if (arrived) break;
     reap_sends(false);  // our own sends go on while we wait
     if (interrupted()) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": interrupted");
@@ -160,7 +172,7 @@ std::vector<std::byte> MpiCommunicator::recv(int src, int tag) {
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
   std::vector<std::byte> bytes(static_cast<std::size_t>(count));
-  check(MPI_Recv(bytes.data(), count, MPI_BYTE, src, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), who() + ": " + what);
+  check(MPI_Recv(bytes.data(), count, MPI_BYTE, src, tag, world_->comm, MPI_STATUS_IGNORE), who() + ": " + what);
   return bytes;
 }
 
@@ -181,10 +193,10 @@ const MpiCommunicator::Group& MpiCommunicator::group_of(std::span<const int> ran
   if (mine == key.end()) throw TRAINYARD_COMM_ERROR(who() + ": " + g->name + ": this rank is not a member");
   g->my_index = static_cast<int>(mine - key.begin());
   MPI_Group world = MPI_GROUP_NULL, sub = MPI_GROUP_NULL;
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Comm_group(world_->comm, &world);
   MPI_Group_incl(world, g->size, key.data(), &sub);
   // Collective over the members only, which create their groups in the same (graph) order.
-  const int code = MPI_Comm_create_group(MPI_COMM_WORLD, sub, 0, &g->comm);
+  const int code = MPI_Comm_create_group(world_->comm, sub, 0, &g->comm);
   MPI_Group_free(&sub);
   MPI_Group_free(&world);
   check(code, who() + ": creating " + g->name);
@@ -255,8 +267,15 @@ std::vector<float> MpiCommunicator::all_to_all(std::span<const int> group, std::
 void MpiCommunicator::barrier() {
   reap_sends(true);
   MPI_Request r;
-  check(MPI_Ibarrier(MPI_COMM_WORLD, &r), who() + ": barrier");
+  check(MPI_Ibarrier(world_->comm, &r), who() + ": barrier");
   wait(&r, "barrier");
+}
+
+void MpiCommunicator::prepare_groups(const std::vector<std::vector<int>>& groups) {
+  barrier();  // everyone is here (or this throws after the timeout)
+  for (const auto& g : groups) {
+    if (std::find(g.begin(), g.end(), rank_) != g.end()) group_of(g);
+  }
 }
 
 }  // namespace trainyard::backend

@@ -33,7 +33,8 @@ class MpiSession {
 
 class MpiCommunicator final : public Communicator {
  public:
-  // Over MPI_COMM_WORLD of an active session; `timeout` bounds every wait.
+  // Over all ranks of an active session, in a context of its own (every rank constructs its communicators in the
+  // same order: a collective call); `timeout` bounds every wait.
   explicit MpiCommunicator(std::chrono::milliseconds timeout);
   ~MpiCommunicator() override;
 
@@ -48,8 +49,10 @@ class MpiCommunicator final : public Communicator {
   std::vector<float> reduce_scatter_sum(std::span<const int> group, std::span<const float> data) override;
   std::vector<float> all_to_all(std::span<const int> group, std::span<const float> data) override;
   void barrier() override;
+  void prepare_groups(const std::vector<std::vector<int>>& groups) override;
 
  private:
+  struct World;    // this communicator's duplicate of MPI_COMM_WORLD (mpi.h stays out of this header)
   struct Pending;  // a send in flight and its bytes
   struct Group;    // a sub-communicator and this rank's place in it
   const Group& group_of(std::span<const int> ranks);
@@ -59,6 +62,7 @@ class MpiCommunicator final : public Communicator {
 
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
+  std::unique_ptr<World> world_;
   std::vector<std::unique_ptr<Pending>> sends_;
   std::map<std::vector<int>, std::unique_ptr<Group>> groups_;
 };

@@ -56,7 +56,12 @@ class Interpreter {
     }
     if (static_cast<std::int64_t>(g_.size()) <= opt_.race_check_max_tasks) build_ancestors(order);
     find_owners();
-    if (comm_) check_ranks();
+    if (comm_) {
+      check_ranks();
+      std::vector<std::vector<int>> groups = reduction_groups();
+      groups.push_back(all_ranks());  // the loss's sum
+      comm_->prepare_groups(groups);
+    }
     s_.zero_grads();
     for (sim::TaskId id : order) run_task(id);
     if (comm_) {  // every rank's share of the loss
@@ -183,11 +188,25 @@ class Interpreter {
     return groups;
   }
 
-  // A gradient reduction on this rank: the sum over its members of each carried group's gradients.
-  void reduce_gradients(const sim::Task& t) {
+  // The ranks of a gradient reduction's members, ascending.
+  std::vector<int> reduction_ranks(const sim::Task& t) const {
     const auto& members = g_.groups()[std::get<sim::Collective>(t.params).group];
     std::vector<int> ranks(members.begin(), members.end());
     std::sort(ranks.begin(), ranks.end());
+    return ranks;
+  }
+  // Every gradient reduction's ranks, in task order (the same on every rank).
+  std::vector<std::vector<int>> reduction_groups() const {
+    std::vector<std::vector<int>> groups;
+    for (const sim::Task& t : g_.tasks()) {
+      if (t.kind() == sim::TaskKind::collective && t.op.carries_gradients()) groups.push_back(reduction_ranks(t));
+    }
+    return groups;
+  }
+
+  // A gradient reduction on this rank: the sum over its members of each carried group's gradients.
+  void reduce_gradients(const sim::Task& t) {
+    const std::vector<int> ranks = reduction_ranks(t);
     if (!std::binary_search(ranks.begin(), ranks.end(), comm_->rank())) return;
     for (int group : carried_groups(t.op)) {
       for (Parameter* p : s_.group(group)) comm_->all_reduce_sum(ranks, p->grad);

@@ -23,6 +23,7 @@ tsan_filter='-HotSpaCli.*'
 # Cli.PlanStopsCleanlyOnCtrlC... waits up to a minute for the 1M search to reach a plan, a timing ASan's slowdown
 # makes flaky (once, on a loaded machine, its 12 s attempt left no output at all; not reproduced), while
 # Interrupt.* drive the same Ctrl-C path under ASan.
+# The mpirun tests (mpi_*) run in the ASan build with LeakSanitizer off (tests/CMakeLists.txt says why).
 asan_exclude='^Limits\.|^Readme/|^Cli\.PlanStopsCleanlyOnCtrlC'
 
 source scripts/asan_build.sh
@@ -32,7 +33,7 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     asan)
       configure_asan_build
-      cmake --build "$asan_build" -j "$jobs" --target trainyard trainyard_tests trainyard_registry_tests
+      cmake --build "$asan_build" -j "$jobs" --target trainyard trainyard_tests trainyard_registry_tests trainyard_mpi_tests
       # Leaks fail the run; UB stops it with a stack.
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         ctest --test-dir "$asan_build" --output-on-failure -j "$jobs" -E "$asan_exclude"

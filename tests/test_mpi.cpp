@@ -208,6 +208,49 @@ TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
   }
 }
 
+// The ranks disagree on their messages (rank 0's graph has lost a send the others' graph has): the step must end
+// on every rank with an error, the receiving rank's naming the sender, the tag (the send's task id) and where,
+// within the timeout; never a hang. (Its own communicator: what the failed run leaves unreceived stays there.)
+TEST(Mpi, AStepWhoseRanksDisagreeOnAMessageFailsWithAClearErrorNotAHang) {
+  MpiCommunicator impatient(500ms);
+  const int n = impatient.size();
+  const auto m = test::tiny_model();
+  const sim::Cluster cluster = cluster_for_ranks();
+  const std::int64_t seq = 64;
+  planner::RingTrackParams p = test::chunked_offloaded();
+  p.ring = 2;
+  p.ring_order = {0, 1};
+  const planner::StepInputs in{m, cluster, {seq, n / 2}, model::precision_policy("bf16-mixed")};
+  sim::TaskGraph graph = planner::build_ringtrack(in, p).graph;
+  sim::TaskId lost = -1;
+  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(graph.size()) && lost < 0; ++id) {
+    const sim::Task& t = graph.task(id);
+    if (t.kind() == sim::TaskKind::p2p && t.device == 0 && std::get<sim::PointToPoint>(t.params).dst == 1) lost = id;
+  }
+  ASSERT_GE(lost, 0);
+  if (impatient.rank() == 0) graph.edit(lost).op = sim::Op{sim::OpCode::states};  // a task this rank does not send
+  ModelState state(m, 5);
+  ReferenceOptions o;
+  o.comm = &impatient;
+  const auto tokens = random_windows(m.vocab, seq, n / 2, 41);
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    run_reference_step(graph, state, cluster.topology.gpus_per_node(), tokens, o);
+  } catch (const CommError& e) {
+    error = e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  if (impatient.rank() <= 1) {
+    EXPECT_FALSE(error.empty()) << "rank " << impatient.rank() << " finished a step its peer could not";
+  }
+  if (impatient.rank() == 1) {
+    EXPECT_NE(error.find("rank 1 of"), std::string::npos) << error;
+    EXPECT_NE(error.find("from rank 0 (tag " + std::to_string(lost) + ")"), std::string::npos) << error;
+  }
+  world().barrier();
+}
+
 }  // namespace trainyard::backend
 
 int main(int argc, char** argv) {
