@@ -125,6 +125,8 @@ int run_plan(const std::vector<std::string>& args) {
       ("hbm-headroom", po::value<double>()->default_value(0.05)->value_name("fraction"), "fraction of each GPU's HBM kept free")
       ("top", po::value<int>()->default_value(10)->value_name("int"), "plans to show")
       ("threads", po::value<int>()->default_value(0)->value_name("int"), "simulation threads (0: all cores); the answer does not depend on it")
+      ("executable", po::value<std::string>()->value_name("cpu|gpu"),
+       "only plans `trainyard run --device cpu|gpu` runs (its executors do not run every scheme yet)")
       ("json", po::bool_switch(), "print the result as JSON")
       ("out", po::value<std::string>()->value_name("path"), "write the best plan to a plan file (trainyard simulate --plan runs it)")
       ("trace", po::value<std::string>()->value_name("path"), "write the best plan's Chrome trace")
@@ -137,7 +139,7 @@ int run_plan(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (parse(args,
             "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
-            "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10]\n"
+            "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
             "       [--json] [--out plan.json] [--trace best.json] [--explain]\n"
             "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] --tokens-per-step T\n"
             "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--json]",
@@ -145,7 +147,7 @@ int run_plan(const std::vector<std::string>& args) {
     return 0;
   }
   if (vm.count("lengths")) {
-    for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
+    for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters", "executable"}) {
       if (vm.count(flag))
         throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
     }
@@ -199,6 +201,11 @@ int run_plan(const std::vector<std::string>& args) {
   search.threads = threads;
   search.cancel = &interrupt_flag();
   search.memory_budget_bytes = std::max<std::int64_t>(1, budget - static_cast<std::int64_t>(cluster_bytes));  // what the cluster leaves
+  if (vm.count("executable")) {
+    const std::string device = vm["executable"].as<std::string>();
+    if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
+    search.runnable = [device](const planner::StepInputs& in, const planner::PlanSpec& spec) { return run_refusal(in, spec, device).empty(); };
+  }
   // A progress line on a terminal only (not with --json; nothing when stderr is piped): common/progress.hpp.
   Progress progress("bounds", !as_json);
   search.bounds_progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "plans"); };

@@ -62,6 +62,32 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
 
 }  // namespace
 
+std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::string& device) {
+  const planner::Scheme& scheme = planner::scheme_named(spec.scheme);
+  const bool cpu = device == "cpu";
+  if (!scheme.executable && (!cpu || !scheme.cpu_only_refusal)) {
+    std::string runnable;
+    for (const auto& name : planner::scheme_names()) {
+      const planner::Scheme& s = planner::scheme_named(name);
+      if (s.executable || (cpu && s.cpu_only_refusal)) runnable += (runnable.empty() ? "" : " or ") + name;
+    }
+    return "scheme " + runnable + " (the schemes whose tasks say what they compute, so far, on --device " + device + ")";
+  }
+  if (!scheme.executable) {
+    if (std::string needs = scheme.cpu_only_refusal(spec); !needs.empty()) return needs + " for the CPU reference executor";
+  }
+  if (cpu) {
+    const double flops = in.model.training_flops_per_token(in.workload.seq_len, true) * static_cast<double>(in.workload.tokens());
+    if (flops > kCpuStepFlopLimit) {
+      return "a small model for --device cpu (at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step; this step is " +
+             format_fixed(flops / 1e9, 1) + " GFLOP)";
+    }
+  } else if (in.cluster.gpus() != 1) {
+    return "one GPU for --device gpu (the CUDA executor runs one GPU, without NCCL, so far; this plan has " + std::to_string(in.cluster.gpus()) + ")";
+  }
+  return "";
+}
+
 namespace {
 
 // Each step's tokens: the text's next windows (the file read once, with its size cap), or seeded random ones.
@@ -273,23 +299,10 @@ int run_run(const std::vector<std::string>& args) {
   const std::string origin = vm["plan"].as<std::string>();
 
   const LoadedPlan l = load_plan(origin, memory_budget(vm));
-  const planner::Scheme& scheme = planner::scheme_named(l.plan.spec.scheme);
-  if (!scheme.executable && (device == "gpu" || !scheme.cpu_only_refusal)) {
-    std::string runnable;
-    for (const auto& name : planner::scheme_names()) {
-      const planner::Scheme& s = planner::scheme_named(name);
-      if (s.executable || (device == "cpu" && s.cpu_only_refusal)) runnable += (runnable.empty() ? "" : ", ") + name;
-    }
-    throw InputError(origin, "scheme", runnable + " (the schemes whose tasks say what they compute, so far, on --device " + device + ")",
-                     "\"" + l.plan.spec.scheme + "\"");
+  const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload, model::precision_policy(l.plan.precision, origin + ": field 'precision'")};
+  if (const std::string needs = run_refusal(inputs, l.plan.spec, device); !needs.empty()) {
+    throw InputError(origin, "plan", needs, l.plan.spec.scheme + ": " + l.plan.spec.summary());
   }
-  if (!scheme.executable) {
-    if (const std::string needs = scheme.cpu_only_refusal(l.plan.spec); !needs.empty()) {
-      throw InputError(origin, "parameters", needs + " for the CPU reference executor", l.plan.spec.summary());
-    }
-  }
-  const auto& workload = l.plan.workload;
-  const double flops = l.model.training_flops_per_token(workload.seq_len, true) * static_cast<double>(workload.tokens());
   if (vm.count("text") && l.model.vocab < 256) {
     throw InputError(origin, "model", "a vocab of at least 256 for byte-level --text", std::to_string(l.model.vocab));
   }
@@ -297,11 +310,7 @@ int run_run(const std::vector<std::string>& args) {
     if (backend::MpiSession::launched_by_mpirun()) {
       throw InputError("--device", "value", "cpu under mpirun (the GPU executor runs one GPU, without NCCL, so far)", "gpu");
     }
-    return run_on_gpu(l, origin, vm, flops <= kCpuStepFlopLimit);
-  }
-  if (flops > kCpuStepFlopLimit) {
-    throw InputError(origin, "model", "a small model for --device cpu (at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)",
-                     format_fixed(flops / 1e9, 1) + " GFLOP per step");
+    return run_on_gpu(l, origin, vm, run_refusal(inputs, l.plan.spec, "cpu").empty());
   }
   backend::MpiSession mpi;
   if (!mpi.active()) return run_on_cpu(l, origin, vm, nullptr);

@@ -61,6 +61,9 @@ std::string miss_details(const RankedPlan& miss) {
 std::string describe_miss(const RankedPlan& miss) { return miss.spec.scheme + " " + miss_details(miss); }
 
 std::string SchemeNoFit::reason() const {
+  if (configurations == 0 && not_runnable > 0) {
+    return scheme + ": none of its " + std::to_string(not_runnable) + " configurations is one the executor asked for (--executable) runs";
+  }
   if (configurations == 0) {
     return scheme +
            ": no valid configuration for this model, cluster and batch (e.g. fewer sequences per step than its "
@@ -80,8 +83,9 @@ std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const s
     const bool fits = std::any_of(report.best_of_scheme.begin(), report.best_of_scheme.end(),
                                   [&](const RankedPlan& p) { return p.spec.scheme == scheme; });
     if (fits) continue;
-    SchemeNoFit s{scheme, 0, std::nullopt, report.interrupted};
+    SchemeNoFit s{scheme, 0, 0, std::nullopt, report.interrupted};
     if (const auto n = report.enumerated_by_scheme.find(scheme); n != report.enumerated_by_scheme.end()) s.configurations = n->second;
+    if (const auto n = report.not_runnable_by_scheme.find(scheme); n != report.not_runnable_by_scheme.end()) s.not_runnable = n->second;
     if (const auto c = report.closest_miss_by_scheme.find(scheme); c != report.closest_miss_by_scheme.end()) s.closest = c->second;
     out.push_back(std::move(s));
   }

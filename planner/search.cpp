@@ -392,7 +392,14 @@ void refuse_if_only_over_budget(const SearchReport& report, const SearchOptions&
 // Bounds for every candidate, the simulations in waves, then the ranking.
 SearchReport search(const StepInputs& in, const SearchOptions& options) {
   SearchReport report;
-  const std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
+  std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
+  if (options.runnable) {
+    std::erase_if(specs, [&](const PlanSpec& spec) {
+      const bool out = !options.runnable(in, spec);
+      if (out) ++report.not_runnable_by_scheme[spec.scheme];
+      return out;
+    });
+  }
   report.enumerated = specs.size();
   for (const auto& spec : specs) ++report.enumerated_by_scheme[spec.scheme];
   const std::int64_t budget = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();

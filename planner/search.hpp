@@ -116,6 +116,9 @@ struct SearchOptions {
   // Candidates for which this says true are left out as known not to fit (counted in pruned_memory):
   // max_sequence's probes skip the configurations that did not fit at a shorter length.
   std::function<bool(const PlanSpec&)> known_not_to_fit;
+  // When set, only the candidates for which it returns true are enumerated (`plan --executable`: the plans the
+  // chosen executor runs). Given the inputs, which max_sequence's probes change.
+  std::function<bool(const StepInputs&, const PlanSpec&)> runnable;
   // Called on the worker thread before each simulation (tests inject failures here).
   std::function<void(const PlanSpec&)> before_simulate;
 };
@@ -131,8 +134,9 @@ struct SearchReport {
   std::size_t enumerated = 0, pruned_memory = 0, pruned_time = 0, simulated = 0;
   std::size_t over_budget = 0;  // candidates skipped: their graph would exceed the memory budget
   double smallest_over_budget_bytes = 0;
-  std::map<std::string, std::size_t> enumerated_by_scheme;  // valid configurations per scheme
-  std::vector<PlanSpec> simulated_misses;                   // the simulated candidates that did not fit
+  std::map<std::string, std::size_t> enumerated_by_scheme;    // valid configurations per scheme
+  std::map<std::string, std::size_t> not_runnable_by_scheme;  // valid ones SearchOptions::runnable left out
+  std::vector<PlanSpec> simulated_misses;                     // the simulated candidates that did not fit
   bool interrupted = false;
 };
 

@@ -435,3 +435,35 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"show " TRAINYARD_TEST_DATA_DIR "/gpu-hbm-in-gb.json", {"gpu-hbm-in-gb.json", "field 'hbm_bytes.value'", "looks like GB"}}));
 
 }  // namespace trainyard
+
+namespace trainyard::app {
+
+// `plan --executable cpu` never picks what `run --device cpu` refuses: every plan it lists is one the CPU executor
+// runs (ring-track, or Megatron without TP), the best of them runs and passes --check, and a device whose executor
+// runs none of a scheme's configurations says so for that scheme.
+TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
+  test::TempDir dir;
+  const std::string inputs =
+      "--model custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256 --hw pcie-a100x4 --seq 64 --global-batch 4";
+  const auto plan = run_cli("plan " + inputs + " --executable cpu --top 50 --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto j = nlohmann::json::parse(plan.out);
+  ASSERT_FALSE(j["ranked"].empty());
+  for (const auto& r : j["ranked"]) {
+    const std::string scheme = r["scheme"];
+    EXPECT_TRUE(scheme == "ringtrack" || scheme == "megatron") << scheme;
+    if (scheme == "megatron") {
+      EXPECT_EQ(r["parameters"]["tp"], 1) << r["summary"];
+    }
+  }
+  const std::string out = (dir.path() / "best.json").string();
+  ASSERT_EQ(run_cli("plan " + inputs + " --executable cpu --out " + out).exit_code, 0);
+  const auto check = run_cli("run --device cpu --check --plan " + out);
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+  EXPECT_NE(check.out.find("PASS"), std::string::npos) << check.out;
+  const auto gpu = run_cli("plan " + inputs + " --executable gpu --strategies ulysses");
+  EXPECT_NE(gpu.err.find("ulysses: none of its 60 configurations is one the executor asked for"), std::string::npos) << gpu.out << gpu.err;
+  EXPECT_EQ(run_cli("plan " + inputs + " --executable tpu").exit_code, 2);
+}
+
+}  // namespace trainyard::app
