@@ -110,22 +110,36 @@ MpiCommunicator::~MpiCommunicator() {
   if (world_ && world_->comm != MPI_COMM_NULL) MPI_Comm_free(&world_->comm);
 }
 
-void MpiCommunicator::wait(void* request, const std::string& what) {
-  auto* r = static_cast<MPI_Request*>(request);
+// Calls `done` until it says true, backing off from 1 us to 1 ms between calls; Ctrl-C or the timeout end the wait
+// with CommError ("what: nothing came within ...", with `cause` saying what that usually means).
+void MpiCommunicator::poll(const std::function<bool()>& done, const std::string& what, const std::string& cause) {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto pause = std::chrono::microseconds(1);
-  for (;;) {
-    int done = 0;
-    check(MPI_Test(r, &done, MPI_STATUS_IGNORE), who() + ": " + what);
-    if (done) return;
+  while (!done()) {
     if (interrupted()) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": interrupted");
     if (std::chrono::steady_clock::now() > deadline) {
-      throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": no answer within " + std::to_string(std::chrono::duration<double>(timeout_).count()) +
-                                 " s (a rank stopped, or the ranks do not agree on the order of their messages)");
+      throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": nothing came within " + std::to_string(std::chrono::duration<double>(timeout_).count()) +
+                                 " s (" + cause + ")");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
+}
+
+void MpiCommunicator::wait(void* request, const std::string& what) {
+  auto* r = static_cast<MPI_Request*>(request);
+  poll(
+      [&] {
+        int done = 0;
+        check(MPI_Test(r, &done, MPI_STATUS_IGNORE), who() + ": " + what);
+        return done != 0;
+      },
+      what, "a rank stopped, or the ranks do not agree on the order of their messages");
+}
+
+void MpiCommunicator::complete(int started, void* request, const std::string& what) {
+  check(started, who() + ": " + what);
+  wait(request, what);
 }
 
 void MpiCommunicator::reap_sends(bool all) {
@@ -153,22 +167,15 @@ void MpiCommunicator::send(int dst, int tag, std::span<const std::byte> bytes) {
 std::vector<std::byte> MpiCommunicator::recv(int src, int tag) {
   const std::string what = "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
   if (src < 0 || src >= size_ || src == rank_) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": no such peer");
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  auto pause = std::chrono::microseconds(1);
   MPI_Status status;
-  for (;;) {
-    int arrived = 0;
-    check(MPI_Iprobe(src, tag, world_->comm, &arrived, &status), who() + ": " + what);
-    if (arrived) break;
-    reap_sends(false);  // our own sends go on while we wait
-    if (interrupted()) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": interrupted");
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": nothing came within " + std::to_string(std::chrono::duration<double>(timeout_).count()) +
-                                 " s (the sender stopped, or the ranks do not agree on the order of their messages)");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
+  poll(
+      [&] {
+        int arrived = 0;
+        check(MPI_Iprobe(src, tag, world_->comm, &arrived, &status), who() + ": " + what);
+        if (!arrived) reap_sends(false);  // our own sends go on while we wait
+        return arrived != 0;
+      },
+      what, "the sender stopped, or the ranks do not agree on the order of their messages");
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
   std::vector<std::byte> bytes(static_cast<std::size_t>(count));
@@ -208,16 +215,14 @@ void MpiCommunicator::all_reduce_sum(std::span<const int> group, std::span<float
   const Group& g = group_of(group);
   const std::string what = "all-reduce of " + std::to_string(data.size()) + " floats over " + g.name;
   MPI_Request r;
-  check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), who() + ": " + what);
-  wait(&r, what);
+  complete(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), &r, what);
 }
 
 void MpiCommunicator::all_reduce_sum(std::span<const int> group, std::span<double> data) {
   const Group& g = group_of(group);
   const std::string what = "all-reduce of " + std::to_string(data.size()) + " doubles over " + g.name;
   MPI_Request r;
-  check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_DOUBLE, MPI_SUM, g.comm, &r), who() + ": " + what);
-  wait(&r, what);
+  complete(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_DOUBLE, MPI_SUM, g.comm, &r), &r, what);
 }
 
 void MpiCommunicator::broadcast(std::span<const int> group, int root, std::span<float> data) {
@@ -226,8 +231,7 @@ void MpiCommunicator::broadcast(std::span<const int> group, int root, std::span<
   const auto at = std::find(g.ranks.begin(), g.ranks.end(), root);
   if (at == g.ranks.end()) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": the root is not a member");
   MPI_Request r;
-  check(MPI_Ibcast(data.data(), count_of(data.size(), what), MPI_FLOAT, static_cast<int>(at - g.ranks.begin()), g.comm, &r), who() + ": " + what);
-  wait(&r, what);
+  complete(MPI_Ibcast(data.data(), count_of(data.size(), what), MPI_FLOAT, static_cast<int>(at - g.ranks.begin()), g.comm, &r), &r, what);
 }
 
 std::vector<float> MpiCommunicator::all_gather(std::span<const int> group, std::span<const float> mine) {
@@ -236,8 +240,7 @@ std::vector<float> MpiCommunicator::all_gather(std::span<const int> group, std::
   std::vector<float> out(mine.size() * static_cast<std::size_t>(g.size));
   const int n = count_of(mine.size(), what);
   MPI_Request r;
-  check(MPI_Iallgather(mine.data(), n, MPI_FLOAT, out.data(), n, MPI_FLOAT, g.comm, &r), who() + ": " + what);
-  wait(&r, what);
+  complete(MPI_Iallgather(mine.data(), n, MPI_FLOAT, out.data(), n, MPI_FLOAT, g.comm, &r), &r, what);
   return out;
 }
 
@@ -247,8 +250,7 @@ std::vector<float> MpiCommunicator::reduce_scatter_sum(std::span<const int> grou
   if (data.size() % static_cast<std::size_t>(g.size) != 0) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": not a multiple of the group's size");
   std::vector<float> out(data.size() / static_cast<std::size_t>(g.size));
   MPI_Request r;
-  check(MPI_Ireduce_scatter_block(data.data(), out.data(), count_of(out.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), who() + ": " + what);
-  wait(&r, what);
+  complete(MPI_Ireduce_scatter_block(data.data(), out.data(), count_of(out.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), &r, what);
   return out;
 }
 
@@ -259,8 +261,7 @@ std::vector<float> MpiCommunicator::all_to_all(std::span<const int> group, std::
   std::vector<float> out(data.size());
   const int block = count_of(data.size() / static_cast<std::size_t>(g.size), what);
   MPI_Request r;
-  check(MPI_Ialltoall(data.data(), block, MPI_FLOAT, out.data(), block, MPI_FLOAT, g.comm, &r), who() + ": " + what);
-  wait(&r, what);
+  complete(MPI_Ialltoall(data.data(), block, MPI_FLOAT, out.data(), block, MPI_FLOAT, g.comm, &r), &r, what);
   return out;
 }
 

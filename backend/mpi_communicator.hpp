@@ -4,6 +4,7 @@
 // time out), so a lost message ends in CommError; the caller then calls abort_all(), which takes the other ranks
 // down with it (MPI_Abort) instead of leaving them waiting.
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -56,7 +57,10 @@ class MpiCommunicator final : public Communicator {
   struct Pending;  // a send in flight and its bytes
   struct Group;    // a sub-communicator and this rank's place in it
   const Group& group_of(std::span<const int> ranks);
+  void poll(const std::function<bool()>& done, const std::string& what, const std::string& cause);
   void wait(void* request, const std::string& what);  // MPI_Request*, until done, the deadline or Ctrl-C
+  // A non-blocking call's return code `started` checked, then its request waited for.
+  void complete(int started, void* request, const std::string& what);
   void reap_sends(bool all);
   std::string who() const { return "rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
 
