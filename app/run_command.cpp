@@ -1,5 +1,6 @@
 // `trainyard run --plan plan.json`: executes a plan's step with real tensors. On the CPU reference executor
-// (backend/reference_step.hpp): small models, the chunked-vs-unchunked check and training curves. On a GPU
+// (backend/reference_step.hpp): small models, the chunked-vs-unchunked check and training curves, on one rank or,
+// under mpirun, one rank per GPU of the plan (backend/mpi_communicator.hpp). On a GPU
 // (backend/executor.hpp, one GPU so far): the measured step against the simulator's prediction, the measured
 // trace, and --check against the CPU reference. The GPU path has run on one H100 (benchmarks/results/gpu.md).
 #include <chrono>
@@ -267,7 +268,7 @@ int run_run(const std::vector<std::string>& args) {
   options.add_options()
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
-       "gpu: the CUDA executor (one GPU, ring-track plans); cpu: the CPU reference executor, small models only")
+       "gpu: the CUDA executor (one GPU, ring-track plans); cpu: the CPU reference executor, small models only (ring-track, Megatron without TP; under mpirun -np N one rank per GPU)")
       ("warmup", po::value<int>()->default_value(1)->value_name("int"), "GPU: steps run before the measured ones (not measured)")
       ("trace", po::value<std::string>()->value_name("path"), "GPU: write the last measured step as a Chrome trace (trainyard compare reads it)")
       ("gpu-profile", po::value<std::string>()->value_name("name|path"),
