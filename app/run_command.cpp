@@ -289,7 +289,7 @@ int run_run(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (parse(args,
             "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--gpu-profile P] "
-            "[--loss-curve FILE] [--json]",
+            "[--loss-curve FILE] [--comm-timeout S] [--json]",
             options, positional, vm)) {
     return 0;
   }

@@ -453,7 +453,10 @@ class Interpreter {
       }
       case sim::TaskKind::collective:
         if (op.code != sim::OpCode::states) fail(id, "a collective on activations: the reference runs data-parallel gradient reductions only");
-        // One rank: gradients are held once per step, so the all-reduce's sum is already there.
+        // One rank: gradients are held once per step, so the all-reduce's sum is already there. Several: a
+        // reduction (a reduce-scatter for the distributed optimizer too) sums whole gradients on every member,
+        // each member then updates whole weights, and the weights' all-gather (model states) has nothing to move:
+        // the same arithmetic as updating shards and gathering them.
         if (comm_ && op.carries_gradients()) reduce_gradients(t);
         return;
       default: break;

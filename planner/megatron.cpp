@@ -611,10 +611,12 @@ void MegatronBuilder::optimizer_steps(const std::vector<std::vector<sim::TaskId>
       std::vector<sim::TaskId> deps;
       for (sim::DeviceId gpu : members) deps.push_back(step[gpu]);
       const double weights = gpu_params_[members.front()] * in_.precision.weight_bytes;
-      g_.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
-                    {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g_.add_group(members),
-                     static_cast<std::int64_t>(weights) / grad_ring_ * grad_ring_ + grad_ring_, ring_ranks_, ring_across_nodes_},
-                    deps, kDpStream);
+      // Model states: the executors hold whole weights per rank, so their updated copies need no message.
+      g_.set_op(g_.collective("DP all-gather weights stage " + std::to_string(stage) + " tp" + std::to_string(t),
+                              {sim::CollectiveOp::all_gather, sim::Algorithm::ring, g_.add_group(members),
+                               static_cast<std::int64_t>(weights) / grad_ring_ * grad_ring_ + grad_ring_, ring_ranks_, ring_across_nodes_},
+                              deps, kDpStream),
+                {sim::OpCode::states});
     }
   }
 }

@@ -208,6 +208,25 @@ TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
   }
 }
 
+// Interleaved stages (2 chunks of layers per pipeline rank) with the distributed optimizer (its reduce-scatters
+// carry the gradient buckets), over the ranks, against one rank; then 3 AdamW steps.
+TEST(Mpi, InterleavedMegatronWithTheDistributedOptimizerSplitOverRanksEqualsTheSingleRankStep) {
+  const int n = world().size();
+  const auto m = model::parse_custom_model("custom:layers=4,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61");
+  const sim::Cluster cluster = cluster_for_ranks();
+  const std::int64_t seq = 32;
+  planner::MegatronParams p;
+  p.pp = 2;
+  p.vpp = 2;
+  p.dp = n / 2;
+  p.distributed_optimizer = p.dp > 1;
+  const std::int64_t batch = 2 * p.dp;  // interleaving needs micro-batches in multiples of the stages
+  const auto tokens = random_windows(m.vocab, seq, batch, 43);
+  const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
+  const sim::TaskGraph graph = planner::build_megatron(in, p);
+  expect_split_equals_single(graph, m, tokens, cluster.topology.gpus_per_node(), 3);
+}
+
 // The ranks disagree on their messages (rank 0's graph has lost a send the others' graph has): the step must end
 // on every rank with an error, the receiving rank's naming the sender, the tag (the send's task id) and where,
 // within the timeout; never a hang. (Its own communicator: what the failed run leaves unreceived stays there.)
