@@ -208,6 +208,33 @@ TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
   }
 }
 
+// An uneven pipeline split (5 layers: 3 on the first stage, 2 on the last), as Llama 3 405B's, against one rank.
+TEST(Mpi, UnevenMegatronPipelineSplitOverRanksEqualsTheSingleRankStep) {
+  const int n = world().size();
+  const auto m = model::parse_custom_model("custom:layers=5,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61");
+  const sim::Cluster cluster = cluster_for_ranks();
+  const std::int64_t seq = 32;
+  planner::MegatronParams p;
+  p.pp = 2;
+  p.dp = n / 2;
+  p.first_stage_layers = 3;
+  p.last_stage_layers = 2;
+  const std::int64_t batch = 2 * p.dp;
+  const auto tokens = random_windows(m.vocab, seq, batch, 47);
+  const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
+  const sim::TaskGraph graph = planner::build_megatron(in, p);
+  expect_split_equals_single(graph, m, tokens, cluster.topology.gpus_per_node(), 3);
+  if (world().rank() != 0) return;
+  // The split step itself is the model's: the same as data parallelism alone on one rank.
+  planner::MegatronParams flat;
+  flat.dp = n;
+  ModelState uneven(m, 5), plain(m, 5);
+  const double a = run_reference_step(graph, uneven, cluster.topology.gpus_per_node(), tokens).loss;
+  const double b = run_reference_step(planner::build_megatron(in, flat), plain, cluster.topology.gpus_per_node(), tokens).loss;
+  EXPECT_NEAR(a, b, 1e-6 * std::abs(b));
+  EXPECT_LT(max_gradient_difference(uneven, plain), 1e-4);
+}
+
 // Interleaved stages (2 chunks of layers per pipeline rank) with the distributed optimizer (its reduce-scatters
 // carry the gradient buckets), over the ranks, against one rank; then 3 AdamW steps.
 TEST(Mpi, InterleavedMegatronWithTheDistributedOptimizerSplitOverRanksEqualsTheSingleRankStep) {

@@ -151,15 +151,14 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
 }
 
 // What the CPU reference runs of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
-// pipeline (interleaved too) and data parallelism with one sequence per micro-batch, any recompute, offloaded
-// checkpoints, the distributed optimizer; tensor and context parallelism's collectives on activations and uneven
-// splits are not executed (nor tested) yet.
+// pipeline (interleaved or split unevenly too) and data parallelism with one sequence per micro-batch, any
+// recompute, offloaded checkpoints, the distributed optimizer; tensor and context parallelism's collectives on
+// activations are not executed (nor tested) yet.
 std::string megatron_cpu_refusal(const PlanSpec& spec) {
   const MegatronParams& p = spec.megatron;
   if (p.tp != 1) return "tp 1 (tensor parallelism is not executed yet)";
   if (p.cp != 1) return "cp 1 (context parallelism is not executed yet)";
   if (p.micro_batch != 1) return "micro_batch 1 (one sequence per micro-batch)";
-  if (p.first_stage_layers > 0 || p.last_stage_layers > 0) return "an even pipeline split (uneven ones are not executed yet)";
   return "";
 }
 
