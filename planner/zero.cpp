@@ -112,6 +112,7 @@ class ZeroBuilder {
   void needs_gather(sim::TaskId gather, sim::TaskId begin);
   void copy_out_gathered(sim::TaskId gather, const std::string& name);
   void copy_in_grads(const std::string& name);
+  void reduce_resident_gradients(const std::string& prefix, double params, bool last_mb);
   std::vector<sim::TaskId> fpdt_host_buffers(const std::string& name);
   void release_host_buffers(const std::vector<sim::TaskId>& ids, const std::string& name);
   sim::DeviceId host_of(int gpu) const { return sim::host_device(in_.cluster.node_of(gpu)); }
@@ -196,8 +197,11 @@ sim::TaskGraph ZeroBuilder::build() {
     embeddings("F " + tag + " embedding", false);
     forward_pass(tag, saved);
     loss(tag);
+    const model::ParamCounts counts = model_.param_counts();
+    reduce_resident_gradients("B " + tag + " head", counts.lm_head + counts.final_norm, mb == mbs - 1);
     backward_pass(tag, mb == mbs - 1, saved);
     embeddings("B " + tag + " embedding", true);
+    reduce_resident_gradients("B " + tag + " embedding", counts.embedding, mb == mbs - 1);
   }
   optimizer_step();
   return std::move(g_);
@@ -456,6 +460,15 @@ void ZeroBuilder::reduce_layer_gradients(const std::string& prefix, bool last_mb
     reductions_.push_back(g_.copy(prefix + " D2H grads", gpu, {sim::Copy::Direction::d2h, rounded(pol_.grad_bytes * layer_params_ / n_, 1), true},
                                   std::vector<sim::TaskId>{reduce}));
   }
+}
+
+// The LM head's (with the final norm's) and the embedding's gradients, reduced as a layer's are: the head's once the
+// loss's backward has made them, the embedding's after its backward (a tied head's part is in the embedding's).
+void ZeroBuilder::reduce_resident_gradients(const std::string& prefix, double params, bool last_mb) {
+  if (gpus_ <= 1 || params <= 0 || (p_.stage < 2 && !last_mb)) return;
+  const auto op = p_.stage >= 2 ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
+  reductions_.push_back(g_.collective(prefix + (p_.stage >= 2 ? " reduce-scatter grads" : " all-reduce grads"),
+                                      over_everyone(op, reduce_bytes_per_param_ * params), all_last(), kReduceStream));
 }
 
 // Optimizer step over each GPU's shard (all of it at stage 0), on the GPU or on its node's host, then the updated
