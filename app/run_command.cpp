@@ -253,6 +253,10 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
   if (!vm["warmup"].defaulted() && (device != "gpu" || check)) refuse("--warmup", "--device gpu without --check");
   if (!vm["steps"].defaulted() && check) refuse("--steps", "no --steps with --check (it runs one step)");
   if (!vm["lr"].defaulted() && check) refuse("--lr", "no --lr with --check (no optimizer step is taken)");
+  const double timeout_s = vm["comm-timeout"].as<double>();
+  if (!(timeout_s > 0 && timeout_s <= 86400)) throw InputError("--comm-timeout", "value", "seconds in (0, 86400]", format_number(timeout_s));
+  if (!vm["comm-timeout"].defaulted() && !backend::MpiSession::launched_by_mpirun())
+    refuse("--comm-timeout", "a run under mpirun (one rank has no one to wait for)");
   if (vm.count("text")) check_input_file(vm["text"].as<std::string>(), kTextFileCapBytes, "a text file to train on");
   check_output_flags(vm, {"trace", "loss-curve"});
   if (!vm.count("trace")) trace_request(vm, 0);  // the trace flags without --trace are refused
@@ -316,7 +320,6 @@ int run_run(const std::vector<std::string>& args) {
   backend::MpiSession mpi;
   if (!mpi.active()) return run_on_cpu(l, origin, vm, nullptr);
   const double timeout_s = vm["comm-timeout"].as<double>();
-  if (!(timeout_s > 0 && timeout_s <= 86400)) throw InputError("--comm-timeout", "value", "seconds in (0, 86400]", format_number(timeout_s));
   backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
   try {
     return run_on_cpu(l, origin, vm, &comm);

@@ -464,6 +464,11 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   const auto gpu = run_cli("plan " + inputs + " --executable gpu --strategies ulysses");
   EXPECT_NE(gpu.err.find("ulysses: none of its 60 configurations is one the executor asked for"), std::string::npos) << gpu.out << gpu.err;
   EXPECT_EQ(run_cli("plan " + inputs + " --executable tpu").exit_code, 2);
+  // Without mpirun there is no one to wait for: --comm-timeout is refused, as is a timeout that is no duration.
+  const auto lone = run_cli("run --device cpu --check --comm-timeout 5 --plan " + out);
+  EXPECT_EQ(lone.exit_code, 2);
+  EXPECT_NE(lone.err.find("--comm-timeout"), std::string::npos) << lone.err;
+  EXPECT_EQ(run_cli("run --device cpu --check --comm-timeout -1 --plan " + out).exit_code, 2);
 }
 
 }  // namespace trainyard::app
