@@ -15,6 +15,17 @@ namespace trainyard::backend {
 
 namespace {
 
+// Which GPUs hold each parameter group (a layer, kEmbeddingGroup, kHeadGroup): those running its forward.
+std::map<int, std::set<sim::DeviceId>> forward_owners(const sim::TaskGraph& graph) {
+  std::map<int, std::set<sim::DeviceId>> owners;
+  for (const auto& t : graph.tasks()) {
+    if (t.op.code == sim::OpCode::norm1) owners[t.op.layer].insert(t.device);
+    if (t.op.code == sim::OpCode::embed) owners[kEmbeddingGroup].insert(t.device);
+    if (t.op.code == sim::OpCode::head_logits) owners[kHeadGroup].insert(t.device);
+  }
+  return owners;
+}
+
 // A tensor's copy at one place.
 struct Slot {
   std::vector<float> data;
@@ -126,11 +137,7 @@ class Interpreter {
 
   // Which GPUs hold each parameter group: where its forward runs.
   void find_owners() {
-    for (const auto& t : g_.tasks()) {
-      if (t.op.code == sim::OpCode::norm1) groups_[t.op.layer].owners.insert(t.device);
-      if (t.op.code == sim::OpCode::embed) groups_[kEmbeddingGroup].owners.insert(t.device);
-      if (t.op.code == sim::OpCode::head_logits) groups_[kHeadGroup].owners.insert(t.device);
-    }
+    for (auto& [group, owners] : forward_owners(g_)) groups_[group].owners = std::move(owners);
   }
 
   // --- ranks ---------------------------------------------------------------------------------------------------
@@ -817,23 +824,9 @@ ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& stat
 
 void gather_to_rank0(const sim::TaskGraph& graph, ModelState& state, Communicator& comm) {
   if (comm.size() <= 1) return;
-  std::map<int, sim::DeviceId> first_owner;  // the lowest GPU running each group's forward
-  for (const auto& t : graph.tasks()) {
-    int group = 0;
-    if (t.op.code == sim::OpCode::norm1) {
-      group = t.op.layer;
-    } else if (t.op.code == sim::OpCode::embed) {
-      group = kEmbeddingGroup;
-    } else if (t.op.code == sim::OpCode::head_logits) {
-      group = kHeadGroup;
-    } else {
-      continue;
-    }
-    auto [it, inserted] = first_owner.emplace(group, t.device);
-    if (!inserted) it->second = std::min(it->second, t.device);
-  }
   int tag = 0;
-  for (const auto& [group, owner] : first_owner) {
+  for (const auto& [group, owners] : forward_owners(graph)) {
+    const sim::DeviceId owner = *owners.begin();  // the lowest GPU running the group's forward
     for (Parameter* p : state.group(group)) {
       for (std::vector<float>* values : {&p->grad, &p->weight}) {
         ++tag;

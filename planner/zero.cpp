@@ -112,6 +112,8 @@ class ZeroBuilder {
   void needs_gather(sim::TaskId gather, sim::TaskId begin);
   void copy_out_gathered(sim::TaskId gather, const std::string& name);
   void copy_in_grads(const std::string& name);
+  bool reduces_after(bool last_mb) const;
+  sim::TaskId reduce_gradients(const std::string& prefix, double params);
   void reduce_resident_gradients(const std::string& prefix, double params, bool last_mb);
   std::vector<sim::TaskId> fpdt_host_buffers(const std::string& name);
   void release_host_buffers(const std::vector<sim::TaskId>& ids, const std::string& name);
@@ -191,13 +193,13 @@ sim::TaskGraph ZeroBuilder::build() {
     emitters_.emplace_back(g_, model_, split_, ranks);
   }
   const std::int64_t mbs = zero_micro_batches(in_, p_);
+  const model::ParamCounts counts = model_.param_counts();
   for (std::int64_t mb = 0; mb < mbs; ++mb) {
     const std::string tag = "mb" + std::to_string(mb);
     std::vector<std::vector<sim::TaskId>> saved(static_cast<std::size_t>(model_.layers));  // per layer, per GPU
     embeddings("F " + tag + " embedding", false);
     forward_pass(tag, saved);
     loss(tag);
-    const model::ParamCounts counts = model_.param_counts();
     reduce_resident_gradients("B " + tag + " head", counts.lm_head + counts.final_norm, mb == mbs - 1);
     backward_pass(tag, mb == mbs - 1, saved);
     embeddings("B " + tag + " embedding", true);
@@ -447,14 +449,23 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
   release_gather(gather_index, prefix);
 }
 
-// Gradients of a layer: reduce-scattered every micro-batch (stages 2-3) or all-reduced once (0-1).
-void ZeroBuilder::reduce_layer_gradients(const std::string& prefix, bool last_mb) {
-  if (gpus_ <= 1 || (p_.stage < 2 && !last_mb)) return;
+// Gradients are reduce-scattered every micro-batch (stages 2-3) or all-reduced once, after the last (0-1).
+bool ZeroBuilder::reduces_after(bool last_mb) const { return gpus_ > 1 && (p_.stage >= 2 || last_mb); }
+
+// The reduction of `params` parameters' gradients over every GPU, once each GPU's work so far is done.
+sim::TaskId ZeroBuilder::reduce_gradients(const std::string& prefix, double params) {
   const auto op = p_.stage >= 2 ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
-  copy_in_grads(prefix);
   const sim::TaskId reduce = g_.collective(prefix + (p_.stage >= 2 ? " reduce-scatter grads" : " all-reduce grads"),
-                                           over_everyone(op, reduce_bytes_per_param_ * layer_params_), all_last(), kReduceStream);
+                                           over_everyone(op, reduce_bytes_per_param_ * params), all_last(), kReduceStream);
   reductions_.push_back(reduce);
+  return reduce;
+}
+
+// A layer's gradients (copied into the reduction's dtype first where the stack does so).
+void ZeroBuilder::reduce_layer_gradients(const std::string& prefix, bool last_mb) {
+  if (!reduces_after(last_mb)) return;
+  copy_in_grads(prefix);
+  const sim::TaskId reduce = reduce_gradients(prefix, layer_params_);
   if (!p_.offload_grads || !last_mb) return;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     reductions_.push_back(g_.copy(prefix + " D2H grads", gpu, {sim::Copy::Direction::d2h, rounded(pol_.grad_bytes * layer_params_ / n_, 1), true},
@@ -465,10 +476,7 @@ void ZeroBuilder::reduce_layer_gradients(const std::string& prefix, bool last_mb
 // The LM head's (with the final norm's) and the embedding's gradients, reduced as a layer's are: the head's once the
 // loss's backward has made them, the embedding's after its backward (a tied head's part is in the embedding's).
 void ZeroBuilder::reduce_resident_gradients(const std::string& prefix, double params, bool last_mb) {
-  if (gpus_ <= 1 || params <= 0 || (p_.stage < 2 && !last_mb)) return;
-  const auto op = p_.stage >= 2 ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
-  reductions_.push_back(g_.collective(prefix + (p_.stage >= 2 ? " reduce-scatter grads" : " all-reduce grads"),
-                                      over_everyone(op, reduce_bytes_per_param_ * params), all_last(), kReduceStream));
+  if (reduces_after(last_mb) && params > 0) reduce_gradients(prefix, params);
 }
 
 // Optimizer step over each GPU's shard (all of it at stage 0), on the GPU or on its node's host, then the updated

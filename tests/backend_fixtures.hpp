@@ -9,10 +9,11 @@
 
 namespace trainyard::test {
 
-// With GQA (4 query heads on 2 K/V heads); the head and embedding untied unless asked.
-inline model::ModelConfig tiny_model(bool tied = false) {
-  return model::parse_custom_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61,tied_embeddings=" +
-                                   std::string(tied ? "true" : "false"));
+// With GQA (4 query heads on 2 K/V heads); the head and embedding untied unless asked; 2 layers unless asked.
+inline model::ModelConfig tiny_model(bool tied = false, int layers = 2) {
+  return model::parse_custom_model(
+      "custom:layers=" + std::to_string(layers) +
+      ",hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61,tied_embeddings=" + std::string(tied ? "true" : "false"));
 }
 
 inline const sim::Cluster& one_gpu() {

@@ -163,13 +163,25 @@ void expect_split_equals_single(const sim::TaskGraph& graph, const model::ModelC
   }
 }
 
+// A Megatron step of `p` on one GPU per rank: 32 tokens, two sequences per data-parallel replica.
+struct MegatronStep {
+  sim::Cluster cluster;
+  std::vector<std::vector<std::int32_t>> tokens;
+  sim::TaskGraph graph;
+};
+MegatronStep megatron_step(const model::ModelConfig& m, const planner::MegatronParams& p, std::uint64_t token_seed) {
+  MegatronStep s{cluster_for_ranks(), random_windows(m.vocab, 32, 2 * p.dp, token_seed), {}};
+  s.graph = planner::build_megatron({m, s.cluster, {32, 2 * p.dp}, model::precision_policy("bf16-mixed")}, p);
+  return s;
+}
+
 }  // namespace
 
 // A ring over every rank's GPU (sends between ranks), and rings of two with replicas (a gradient all-reduce).
 TEST(Mpi, RingTrackStepSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
   // The tiny model with 4 layers: a ring can be as long as the model has layers.
-  const auto m = model::parse_custom_model("custom:layers=4,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61");
+  const auto m = test::tiny_model(false, 4);
   const sim::Cluster cluster = cluster_for_ranks();
   const std::int64_t seq = 64;
   for (int ring : {n, 2, 1}) {
@@ -191,8 +203,6 @@ TEST(Mpi, RingTrackStepSplitOverRanksEqualsTheSingleRankStep) {
 TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
   const auto m = test::tiny_model();
-  const sim::Cluster cluster = cluster_for_ranks();
-  const std::int64_t seq = 32;
   for (int pp : {1, 2}) {
     SCOPED_TRACE("pp " + std::to_string(pp));
     planner::MegatronParams p;
@@ -200,37 +210,31 @@ TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
     p.dp = n / pp;
     p.recompute = pp == 2 ? planner::Recompute::full : planner::Recompute::none;
     p.offload_activations = pp == 2;
-    const std::int64_t batch = 2 * p.dp;
-    const auto tokens = random_windows(m.vocab, seq, batch, 37);
-    const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
-    const sim::TaskGraph graph = planner::build_megatron(in, p);
-    expect_split_equals_single(graph, m, tokens, cluster.topology.gpus_per_node(), pp == 2 ? 3 : 1);
+    const MegatronStep s = megatron_step(m, p, 37);
+    expect_split_equals_single(s.graph, m, s.tokens, s.cluster.topology.gpus_per_node(), pp == 2 ? 3 : 1);
   }
 }
 
 // An uneven pipeline split (5 layers: 3 on the first stage, 2 on the last), as Llama 3 405B's, against one rank.
 TEST(Mpi, UnevenMegatronPipelineSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
-  const auto m = model::parse_custom_model("custom:layers=5,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61");
-  const sim::Cluster cluster = cluster_for_ranks();
-  const std::int64_t seq = 32;
+  const auto m = test::tiny_model(false, 5);
   planner::MegatronParams p;
   p.pp = 2;
   p.dp = n / 2;
   p.first_stage_layers = 3;
   p.last_stage_layers = 2;
-  const std::int64_t batch = 2 * p.dp;
-  const auto tokens = random_windows(m.vocab, seq, batch, 47);
-  const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
-  const sim::TaskGraph graph = planner::build_megatron(in, p);
-  expect_split_equals_single(graph, m, tokens, cluster.topology.gpus_per_node(), 3);
+  const MegatronStep s = megatron_step(m, p, 47);
+  const int gpus_per_node = s.cluster.topology.gpus_per_node();
+  expect_split_equals_single(s.graph, m, s.tokens, gpus_per_node, 3);
   if (world().rank() != 0) return;
-  // The split step itself is the model's: the same as data parallelism alone on one rank.
+  // The split step itself is the model's: the same as data parallelism alone on one rank (one sequence per GPU).
   planner::MegatronParams flat;
   flat.dp = n;
+  const sim::TaskGraph flat_graph = planner::build_megatron({m, s.cluster, {32, n}, model::precision_policy("bf16-mixed")}, flat);
   ModelState uneven(m, 5), plain(m, 5);
-  const double a = run_reference_step(graph, uneven, cluster.topology.gpus_per_node(), tokens).loss;
-  const double b = run_reference_step(planner::build_megatron(in, flat), plain, cluster.topology.gpus_per_node(), tokens).loss;
+  const double a = run_reference_step(s.graph, uneven, gpus_per_node, s.tokens).loss;
+  const double b = run_reference_step(flat_graph, plain, gpus_per_node, s.tokens).loss;
   EXPECT_NEAR(a, b, 1e-6 * std::abs(b));
   EXPECT_LT(max_gradient_difference(uneven, plain), 1e-4);
 }
@@ -239,19 +243,14 @@ TEST(Mpi, UnevenMegatronPipelineSplitOverRanksEqualsTheSingleRankStep) {
 // carry the gradient buckets), over the ranks, against one rank; then 3 AdamW steps.
 TEST(Mpi, InterleavedMegatronWithTheDistributedOptimizerSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
-  const auto m = model::parse_custom_model("custom:layers=4,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61");
-  const sim::Cluster cluster = cluster_for_ranks();
-  const std::int64_t seq = 32;
+  const auto m = test::tiny_model(false, 4);
   planner::MegatronParams p;
   p.pp = 2;
   p.vpp = 2;
   p.dp = n / 2;
   p.distributed_optimizer = p.dp > 1;
-  const std::int64_t batch = 2 * p.dp;  // interleaving needs micro-batches in multiples of the stages
-  const auto tokens = random_windows(m.vocab, seq, batch, 43);
-  const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
-  const sim::TaskGraph graph = planner::build_megatron(in, p);
-  expect_split_equals_single(graph, m, tokens, cluster.topology.gpus_per_node(), 3);
+  const MegatronStep s = megatron_step(m, p, 43);  // 2 micro-batches per replica: a multiple of the stages
+  expect_split_equals_single(s.graph, m, s.tokens, s.cluster.topology.gpus_per_node(), 3);
 }
 
 // The ranks disagree on their messages (rank 0's graph has lost a send the others' graph has): the step must end
