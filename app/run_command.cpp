@@ -152,7 +152,8 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   backend::ExecutorOptions options;
   options.run_optimizer = !check;
   options.adam.lr = vm["lr"].as<float>();
-  backend::GpuExecutor executor(graph, state, gpn, predicted.timing, options);
+  const auto device = backend::make_cuda_device();
+  backend::Executor executor(*device, graph, state, gpn, predicted.timing, options);
   executor.upload(state);
   const bool as_json = vm["json"].as<bool>();
   Json out = {{"plan", origin}, {"device", found.devices.front().name}, {"summary", l.plan.spec.summary()}};

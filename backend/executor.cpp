@@ -1,24 +1,19 @@
 #include "backend/executor.hpp"
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 
 #include "backend/dataflow.hpp"
+#include "backend/device.hpp"
 #include "backend/schedule.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
-#include "kernels/gemm.hpp"
-#include "kernels/kernels.hpp"
 
 namespace trainyard::backend {
 
 namespace {
-
-using kernels::bf16_bits;
 
 // A parameter's device copies; weights bf16, the rest fp32.
 struct DeviceParameter {
@@ -36,7 +31,8 @@ T* offset(void* base, std::int64_t bytes) {
 
 }  // namespace
 
-struct GpuExecutor::Impl {
+struct Executor::Impl {
+  Device& dev;
   const sim::TaskGraph& g;
   model::ModelConfig m;
   std::int64_t c;
@@ -47,10 +43,9 @@ struct GpuExecutor::Impl {
   std::vector<int> step_at;                           // per position in sched.order: index into sched.submissions, or -1 (allocations, frees)
   std::vector<std::vector<sim::TaskId>> reuse_waits;  // per position: tasks to wait for before reusing bytes
 
-  std::vector<cudaStream_t> streams;
-  std::vector<std::unique_ptr<kernels::Gemm>> gemms;  // one per stream: each owns its workspace
-  std::vector<cudaEvent_t> begin, end;                // per task id (null for tasks without a stream)
-  cudaEvent_t origin = nullptr;
+  std::vector<int> streams;          // the device's stream per schedule slot
+  std::vector<int> begin, end;       // per task id: the device's events (-1 for tasks without a stream)
+  int origin = -1;
   void* arena = nullptr;
   void* pinned = nullptr;
 
@@ -65,8 +60,8 @@ struct GpuExecutor::Impl {
   float* dloss = nullptr;   // 1 / tokens, one per row of a chunk
   std::int64_t states_bytes = 0;
 
-  Impl(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options)
-      : g(graph), m(shapes.model()), c(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
+  Impl(Device& device, const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options)
+      : dev(device), g(graph), m(shapes.model()), c(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
     refuse_what_is_not_written();
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
     for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
@@ -91,44 +86,40 @@ struct GpuExecutor::Impl {
 
   // Errors are ignored here: it runs from the destructor and while an error is already on its way up.
   void release_all() {
-    cudaDeviceSynchronize();
-    for (auto e : begin)
-      if (e) cudaEventDestroy(e);
-    for (auto e : end)
-      if (e) cudaEventDestroy(e);
-    if (origin) cudaEventDestroy(origin);
-    gemms.clear();
-    for (auto s : streams) cudaStreamDestroy(s);
+    try {
+      dev.synchronize();
+    } catch (...) {  // the step's error has been reported, or is on its way up
+    }
     for (auto& p : params) {
       for (void* ptr : {static_cast<void*>(p.weight), static_cast<void*>(p.grad), static_cast<void*>(p.master), static_cast<void*>(p.m),
                         static_cast<void*>(p.v)}) {
-        cudaFree(ptr);
+        dev.release(ptr);
       }
     }
-    cudaFree(tokens);
-    cudaFree(losses);
-    cudaFree(dloss);
-    cudaFree(arena);
-    cudaFreeHost(pinned);
+    dev.release(tokens);
+    dev.release(losses);
+    dev.release(dloss);
+    dev.release(arena);
+    dev.release_pinned(pinned);
   }
 
   void refuse_what_is_not_written() const {
-    if (!kernels::attention_supports_head_dim(m.head_dim)) {
-      throw InputError("the plan's model", "head_dim", "64 or 128 (the CUDA attention kernels' widths)", std::to_string(m.head_dim));
+    if (const std::string needs = dev.refuses_head_dim(m.head_dim); !needs.empty()) {
+      throw InputError("the plan's model", "head_dim", needs, std::to_string(m.head_dim));
     }
     for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
       const sim::Task& t = g.task(id);
       const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
       if (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective) {
         throw InputError("the plan's task graph", what,
-                         "a step on one GPU (sends and collectives through NCCL are not written yet in the CUDA executor)", "a task of several GPUs");
+                         "a step on one GPU (sends and collectives between GPUs are not written yet in the executor: NCCL on GPUs, MPI on CPU ranks)", "a task of several GPUs");
       }
       const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
       if (sim::is_host(t.device) && !memory) {
-        throw InputError("the plan's task graph", what, "GPU tasks (the CUDA executor does not run host optimizer steps yet)", "a host task");
+        throw InputError("the plan's task graph", what, "GPU tasks (the executor does not run host optimizer steps yet)", "a host task");
       }
       if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
-        throw InputError("the plan's task graph", what, "weights and optimizer states resident in HBM (the CUDA executor does not stream them yet)",
+        throw InputError("the plan's task graph", what, "weights and optimizer states resident in HBM (the executor does not stream them yet)",
                          "a copy of model states");
       }
       if (t.op.code == sim::OpCode::none && !memory) {
@@ -140,10 +131,9 @@ struct GpuExecutor::Impl {
 
   template <typename T>
   T* device_alloc(std::int64_t count) {
-    void* p = nullptr;
-    const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(count, 1)) * sizeof(T);
-    TRAINYARD_CUDA_CHECK(cudaMalloc(&p, bytes));
-    states_bytes += static_cast<std::int64_t>(bytes);
+    const std::int64_t bytes = std::max<std::int64_t>(count, 1) * static_cast<std::int64_t>(sizeof(T));
+    void* p = dev.allocate(bytes);
+    states_bytes += bytes;
     return static_cast<T*>(p);
   }
 
@@ -151,12 +141,11 @@ struct GpuExecutor::Impl {
     // The states, in ModelState's layout and order.
     std::int64_t state_bytes_needed = 0;
     for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 * 4);
-    std::size_t free_bytes = 0, total_bytes = 0;
-    TRAINYARD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const std::int64_t workspaces = static_cast<std::int64_t>(sched.streams.size() * kernels::Gemm::kWorkspaceBytes);
+    const std::int64_t free_bytes = dev.free_bytes();
+    const std::int64_t workspaces = static_cast<std::int64_t>(sched.streams.size()) * dev.per_stream_bytes();
     const std::int64_t needed = state_bytes_needed + flow.device_arena_bytes + workspaces;
-    if (needed > static_cast<std::int64_t>(free_bytes)) {
-      throw InputError("the plan", "HBM", "at most " + format_bytes(static_cast<double>(free_bytes)) + " (free on this GPU)",
+    if (needed > free_bytes) {
+      throw InputError("the plan", "device memory", "at most " + format_bytes(static_cast<double>(free_bytes)) + " (free on " + dev.name() + ")",
                        format_bytes(static_cast<double>(needed)) + ": " + format_bytes(static_cast<double>(flow.device_arena_bytes)) +
                            " of tensors, " + format_bytes(static_cast<double>(state_bytes_needed)) + " of model states and " +
                            format_bytes(static_cast<double>(workspaces)) + " of GEMM workspaces");
@@ -192,22 +181,19 @@ struct GpuExecutor::Impl {
     losses = device_alloc<float>(1);  // sized per step
     dloss = device_alloc<float>(c);
 
-    TRAINYARD_CUDA_CHECK(cudaMalloc(&arena, static_cast<std::size_t>(std::max<std::int64_t>(flow.device_arena_bytes, 1))));
-    TRAINYARD_CUDA_CHECK(cudaMallocHost(&pinned, static_cast<std::size_t>(std::max<std::int64_t>(flow.host_bytes, 1))));
+    arena = dev.allocate(flow.device_arena_bytes);
+    pinned = dev.allocate_pinned(flow.host_bytes);
     for (std::size_t s = 0; s < sched.streams.size(); ++s) {
-      cudaStream_t stream = nullptr;
-      TRAINYARD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      streams.push_back(stream);
-      gemms.push_back(std::make_unique<kernels::Gemm>());
-      states_bytes += static_cast<std::int64_t>(kernels::Gemm::kWorkspaceBytes);
+      streams.push_back(dev.create_stream());
+      states_bytes += dev.per_stream_bytes();
     }
-    begin.assign(g.size(), nullptr);
-    end.assign(g.size(), nullptr);
+    begin.assign(g.size(), -1);
+    end.assign(g.size(), -1);
     for (const Submission& s : sched.submissions) {
-      TRAINYARD_CUDA_CHECK(cudaEventCreate(&begin[s.task]));
-      TRAINYARD_CUDA_CHECK(cudaEventCreate(&end[s.task]));
+      begin[s.task] = dev.create_event();
+      end[s.task] = dev.create_event();
     }
-    TRAINYARD_CUDA_CHECK(cudaEventCreate(&origin));
+    origin = dev.create_event();
   }
 
   // --- the step ------------------------------------------------------------------------------------------------
@@ -242,58 +228,53 @@ struct GpuExecutor::Impl {
       }
       flat.insert(flat.end(), s.begin(), s.end());
     }
+    const auto flat_bytes = static_cast<std::int64_t>(flat.size() * sizeof(std::int32_t));
     if (static_cast<std::int64_t>(flat.size()) > tokens_capacity) {
-      TRAINYARD_CUDA_CHECK(cudaFree(tokens));
-      TRAINYARD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&tokens), flat.size() * sizeof(std::int32_t)));
+      dev.release(tokens);
+      tokens = nullptr;
+      tokens = static_cast<std::int32_t*>(dev.allocate(flat_bytes));
       tokens_capacity = static_cast<std::int64_t>(flat.size());
     }
+    const auto loss_bytes = total * static_cast<std::int64_t>(sizeof(float));
     if (total > losses_capacity) {
-      TRAINYARD_CUDA_CHECK(cudaFree(losses));
-      TRAINYARD_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&losses), static_cast<std::size_t>(total) * sizeof(float)));
+      dev.release(losses);
+      losses = nullptr;
+      losses = static_cast<float*>(dev.allocate(loss_bytes));
       losses_capacity = total;
     }
-    TRAINYARD_CUDA_CHECK(cudaMemcpy(tokens, flat.data(), flat.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
+    dev.upload(tokens, flat.data(), flat_bytes);
     const std::vector<float> weights(static_cast<std::size_t>(c), 1.0f / static_cast<float>(total));
-    TRAINYARD_CUDA_CHECK(cudaMemcpy(dloss, weights.data(), weights.size() * sizeof(float), cudaMemcpyHostToDevice));
-    TRAINYARD_CUDA_CHECK(cudaMemset(losses, 0xFF, static_cast<std::size_t>(total) * sizeof(float)));  // NaN: a row no task wrote shows
-    for (const auto& p : params) TRAINYARD_CUDA_CHECK(cudaMemset(p.grad, 0, static_cast<std::size_t>(p.n) * sizeof(float)));
-    cudaMemPool_t pool = nullptr;
-    int device = 0;
-    TRAINYARD_CUDA_CHECK(cudaGetDevice(&device));
-    TRAINYARD_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
-    std::uint64_t zero = 0;
-    TRAINYARD_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero));
-    TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
+    dev.upload(dloss, weights.data(), static_cast<std::int64_t>(weights.size() * sizeof(float)));
+    dev.fill(losses, 0xFF, loss_bytes);  // NaN: a row no task wrote shows
+    for (const auto& p : params) dev.fill(p.grad, 0, p.n * static_cast<std::int64_t>(sizeof(float)));
+    dev.reset_scratch_peak();
+    dev.synchronize();
 
     // Everything starts after `origin`; then the schedule, step by step.
-    TRAINYARD_CUDA_CHECK(cudaEventRecord(origin, streams.front()));
-    for (std::size_t s = 1; s < streams.size(); ++s) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(streams[s], origin, 0));
+    dev.record(origin, streams.front());
+    for (std::size_t s = 1; s < streams.size(); ++s) dev.wait(streams[s], origin);
     std::set<int> updated_groups;
     for (std::size_t pos = 0; pos < sched.order.size(); ++pos) {
       if (step_at[pos] < 0) continue;  // allocations and frees: their waits pass to the tasks after them
       const Submission& step = sched.submissions[step_at[pos]];
       const TaskTensors& tensors = flow.steps[pos];
-      cudaStream_t stream = streams[step.slot];
-      for (sim::TaskId w : step.waits) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[w], 0));
-      for (sim::TaskId w : reuse_waits[pos]) TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(stream, end[w], 0));
+      const int stream = streams[step.slot];
+      for (sim::TaskId w : step.waits) dev.wait(stream, end[w]);
+      for (sim::TaskId w : reuse_waits[pos]) dev.wait(stream, end[w]);
       const sim::TaskId id = step.task;
-      TRAINYARD_CUDA_CHECK(cudaEventRecord(begin[id], stream));
-      for (int inst : tensors.zero_first) {
-        TRAINYARD_CUDA_CHECK(cudaMemsetAsync(where(inst), 0, static_cast<std::size_t>(flow.instances[inst].bytes), stream));
-      }
-      execute(id, tensors, stream, step.slot, seq_len, optimizer_step, updated_groups);
-      TRAINYARD_CUDA_CHECK(cudaEventRecord(end[id], stream));
+      dev.record(begin[id], stream);
+      for (int inst : tensors.zero_first) dev.fill(stream, where(inst), 0, flow.instances[inst].bytes);
+      execute(id, tensors, stream, seq_len, optimizer_step, updated_groups);
+      dev.record(end[id], stream);
     }
-    TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
+    dev.synchronize();
 
     MeasuredStep r;
     r.tokens = total;
     r.timing.assign(g.size(), {});
     std::int64_t first = -1, last = 0;
     for (const Submission& s : sched.submissions) {
-      float start_ms = 0, end_ms = 0;
-      TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&start_ms, origin, begin[s.task]));
-      TRAINYARD_CUDA_CHECK(cudaEventElapsedTime(&end_ms, origin, end[s.task]));
+      const double start_ms = dev.elapsed_ms(origin, begin[s.task]), end_ms = dev.elapsed_ms(origin, end[s.task]);
       auto& t = r.timing[s.task];
       t.start_ns = static_cast<std::int64_t>(std::llround(static_cast<double>(start_ms) * 1e6));
       t.end_ns = std::max(t.start_ns, static_cast<std::int64_t>(std::llround(static_cast<double>(end_ms) * 1e6)));
@@ -305,7 +286,7 @@ struct GpuExecutor::Impl {
     }
     r.step_ns = last - std::max<std::int64_t>(first, 0);
     std::vector<float> loss(static_cast<std::size_t>(total));
-    TRAINYARD_CUDA_CHECK(cudaMemcpy(loss.data(), losses, loss.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    dev.download(loss.data(), losses, loss_bytes);
     double sum = 0;
     for (float l : loss) sum += l;
     if (!std::isfinite(sum))
@@ -315,12 +296,8 @@ struct GpuExecutor::Impl {
     r.live_peak_bytes = flow.device_peak_bytes;
     r.states_bytes = states_bytes;
     r.pinned_bytes = flow.host_bytes;
-    std::uint64_t high = 0;
-    TRAINYARD_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-    r.scratch_peak_bytes = static_cast<std::int64_t>(high);
-    std::size_t free_bytes = 0, total_bytes = 0;
-    TRAINYARD_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    r.device_used_bytes = static_cast<std::int64_t>(total_bytes - free_bytes);
+    r.scratch_peak_bytes = dev.scratch_peak_bytes();
+    r.device_used_bytes = dev.used_bytes();
     return r;
   }
 
@@ -353,22 +330,19 @@ struct GpuExecutor::Impl {
   }
 
   template <typename T>
-  T* scratch(std::int64_t count, cudaStream_t stream) const {
-    void* p = nullptr;
-    TRAINYARD_CUDA_CHECK(cudaMallocAsync(&p, static_cast<std::size_t>(count) * sizeof(T), stream));
-    return static_cast<T*>(p);
+  T* scratch(std::int64_t count, int stream) const {
+    return static_cast<T*>(dev.scratch(stream, count * static_cast<std::int64_t>(sizeof(T))));
   }
-  static void release(void* p, cudaStream_t stream) { TRAINYARD_CUDA_CHECK(cudaFreeAsync(p, stream)); }
+  void release(void* p, int stream) const { dev.release_scratch(stream, p); }
 
-  void execute(sim::TaskId id, const TaskTensors& t, cudaStream_t stream, int slot, std::int64_t seq_len, int optimizer_step,
+  void execute(sim::TaskId id, const TaskTensors& t, int stream, std::int64_t seq_len, int optimizer_step,
                std::set<int>& updated_groups) {
     const sim::Task& task = g.task(id);
     const sim::Op& op = task.op;
     if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
       for (std::size_t i = 0; i + 1 < t.instances.size(); i += 2) {
         if (t.instances[i] < 0) continue;
-        const auto bytes = static_cast<std::size_t>(flow.instances[t.instances[i]].bytes);
-        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(where(t.instances[i + 1]), where(t.instances[i]), bytes, cudaMemcpyDefault, stream));
+        dev.copy(stream, where(t.instances[i + 1]), where(t.instances[i]), flow.instances[t.instances[i]].bytes);
       }
       return;
     }
@@ -379,7 +353,7 @@ struct GpuExecutor::Impl {
           const DeviceParameter& d = params[p];
           kernels::AdamW o = opt.adam;
           if (!d.decays) o.weight_decay = 0;  // as ModelState::adamw_step
-          kernels::adamw(o, optimizer_step, d.n, d.master, d.m, d.v, d.grad, d.weight, stream);
+          dev.adamw(stream, o, optimizer_step, d.n, d.master, d.m, d.v, d.grad, d.weight);
         }
       }
       return;
@@ -387,7 +361,7 @@ struct GpuExecutor::Impl {
     if (task.kind() != sim::TaskKind::gemm && task.kind() != sim::TaskKind::attention && task.kind() != sim::TaskKind::elementwise) {
       return;  // nothing to run for this kind (validated in refuse_what_is_not_written)
     }
-    compute(op, OpTensors(op, t.uses, t.instances), stream, *gemms[slot], seq_len);  // the plan's uses, computed once
+    compute(op, OpTensors(op, t.uses, t.instances), stream, seq_len);  // the plan's uses, computed once
   }
 
   // The task's tensors by name (the op table's entry, ops.hpp), as the type the kernels take: asking for a
@@ -403,7 +377,7 @@ struct GpuExecutor::Impl {
     return static_cast<T*>(where(t.write(role, dtype_of<T>, kv_chunk)));
   }
 
-  void compute(const sim::Op& op, const OpTensors& t, cudaStream_t stream, kernels::Gemm& gemm, std::int64_t seq_len) {
+  void compute(const sim::Op& op, const OpTensors& t, int stream, std::int64_t seq_len) {
     using sim::OpCode;
     const int C = static_cast<int>(c), h = static_cast<int>(m.hidden), q = static_cast<int>(m.q_dim()), kv = static_cast<int>(m.kv_dim()),
               f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(m.heads), KV = static_cast<int>(m.kv_heads),
@@ -416,16 +390,16 @@ struct GpuExecutor::Impl {
     auto fp32_out = [&](Role r, int j = -1) { return output<float>(t, r, j); };
     // y = x W^T, dx = dy W, dW += dy^T x (W [out][in]; see kernels/gemm.hpp).
     auto forward = [&](int rows, int in, int out, const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float beta = 0) {
-      gemm.run(rows, out, in, x, false, w, true, y, false, 1, beta, stream);
+      dev.gemm(stream, rows, out, in, x, false, w, true, y, false, 1, beta);
     };
     auto dgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* w, bf16_bits* dx, float beta = 0) {
-      gemm.run(rows, in, out, dy, false, w, false, dx, false, 1, beta, stream);
+      dev.gemm(stream, rows, in, out, dy, false, w, false, dx, false, 1, beta);
     };
     auto wgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* x, float* dw) {
-      gemm.run(out, in, rows, dy, true, x, false, dw, true, 1, 1, stream);
+      dev.gemm(stream, out, in, rows, dy, true, x, false, dw, true, 1, 1);
     };
     auto copy = [&](const bf16_bits* from, bf16_bits* to) {
-      TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(to, from, static_cast<std::size_t>(ch) * 2, cudaMemcpyDeviceToDevice, stream));
+      dev.copy(stream, to, from, ch * 2);
     };
     const std::int32_t* seq_tokens = tokens + static_cast<std::int64_t>(op.seq) * (seq_len + 1) + static_cast<std::int64_t>(op.chunk) * c;
     const bool head = op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad;
@@ -440,45 +414,45 @@ struct GpuExecutor::Impl {
 
     switch (op.code) {
       // ---- forward ------------------------------------------------------------------------------------------
-      case OpCode::embed: kernels::embedding_forward(C, h, params[embedding].weight, seq_tokens, bf16_out(Role::x), stream); return;
-      case OpCode::norm1: kernels::rmsnorm_forward(C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_out(Role::n1), stream); return;
-      case OpCode::norm2: kernels::rmsnorm_forward(C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_out(Role::n2), stream); return;
+      case OpCode::embed: dev.embedding_forward(stream, C, h, params[embedding].weight, seq_tokens, bf16_out(Role::x)); return;
+      case OpCode::norm1: dev.rmsnorm_forward(stream, C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_out(Role::n1)); return;
+      case OpCode::norm2: dev.rmsnorm_forward(stream, C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_out(Role::n2)); return;
       case OpCode::qkv:
         forward(C, h, q, bf16_in(Role::n1), lp(wqkv).weight, bf16_out(Role::q));
         forward(C, h, kv, bf16_in(Role::n1), lp(wqkv).weight + qh, bf16_out(Role::k));
         forward(C, h, kv, bf16_in(Role::n1), lp(wqkv).weight + qh + kvh, bf16_out(Role::v));
         return;
       case OpCode::rope:
-        kernels::rope(C, H, D, op.chunk * c, rope_theta, false, bf16_out(Role::q), stream);
-        kernels::rope(C, KV, D, op.chunk * c, rope_theta, false, bf16_out(Role::k), stream);
+        dev.rope(stream, C, H, D, op.chunk * c, rope_theta, false, bf16_out(Role::q));
+        dev.rope(stream, C, KV, D, op.chunk * c, rope_theta, false, bf16_out(Role::k));
         return;
       case OpCode::attn: {  // pair by pair into the running state, the diagonal first as the reference's single call covers it
         float* o_run = fp32_out(Role::o_run);
         float* lse = fp32_out(Role::lse);
         if (starts_accumulation(op)) {  // an empty running state: zero output, and an lse so low (-1.7e38) its merge weight is 0
-          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(o_run, 0, static_cast<std::size_t>(cq) * sizeof(float), stream));
-          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(lse, 0xFE, static_cast<std::size_t>(H) * C * sizeof(float), stream));
+          dev.fill(stream, o_run, 0, cq * 4);
+          dev.fill(stream, lse, 0xFE, static_cast<std::int64_t>(H) * C * 4);
         }
         auto* o_part = scratch<bf16_bits>(cq, stream);
         auto* lse_part = scratch<float>(static_cast<std::int64_t>(H) * C, stream);
         for (int j = op.kv_last; j >= op.kv_first; --j) {
-          kernels::attention_forward(pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), o_part, lse_part, stream);
-          kernels::attention_merge(C, H, D, o_run, lse, o_part, lse_part, stream);
+          dev.attention_forward(stream, pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), o_part, lse_part);
+          dev.attention_merge(stream, C, H, D, o_run, lse, o_part, lse_part);
         }
         release(o_part, stream);
         release(lse_part, stream);
-        kernels::to_bf16(o_run, bf16_out(Role::o), cq, stream);
+        dev.to_bf16(stream, o_run, bf16_out(Role::o), cq);
         return;
       }
-      case OpCode::attn_merge: kernels::to_bf16(fp32_in(Role::o_run), bf16_out(Role::o), cq, stream); return;
+      case OpCode::attn_merge: dev.to_bf16(stream, fp32_in(Role::o_run), bf16_out(Role::o), cq); return;
       case OpCode::proj: forward(C, q, h, bf16_in(Role::o), lp(wo).weight, bf16_out(Role::p)); return;
-      case OpCode::residual1: kernels::add(ch, bf16_in(Role::x), bf16_in(Role::p), bf16_out(Role::h1), stream); return;
-      case OpCode::residual2: kernels::add(ch, bf16_in(Role::h1), bf16_in(Role::mo), bf16_out(Role::x), stream); return;
+      case OpCode::residual1: dev.add(stream, ch, bf16_in(Role::x), bf16_in(Role::p), bf16_out(Role::h1)); return;
+      case OpCode::residual2: dev.add(stream, ch, bf16_in(Role::h1), bf16_in(Role::mo), bf16_out(Role::x)); return;
       case OpCode::mlp_up:  // gate and up halves
         forward(C, h, f, bf16_in(Role::n2), lp(wup).weight, bf16_out(Role::gu));
         forward(C, h, f, bf16_in(Role::n2), lp(wup).weight + fh, bf16_out(Role::gu) + cf);
         return;
-      case OpCode::act: kernels::swiglu_forward(cf, bf16_in(Role::gu), bf16_in(Role::gu) + cf, bf16_out(Role::a), stream); return;
+      case OpCode::act: dev.swiglu_forward(stream, cf, bf16_in(Role::gu), bf16_in(Role::gu) + cf, bf16_out(Role::a)); return;
       case OpCode::mlp_down: forward(C, f, h, bf16_in(Role::a), lp(wdown).weight, bf16_out(Role::mo)); return;
 
       // ---- backward -----------------------------------------------------------------------------------------
@@ -489,8 +463,7 @@ struct GpuExecutor::Impl {
       case OpCode::mlp_down_dgrad: dgrad(C, f, h, bf16_in(Role::dm), lp(wdown).weight, bf16_out(Role::da)); return;
       case OpCode::mlp_down_wgrad: wgrad(C, f, h, bf16_in(Role::dm), bf16_in(Role::a), lp(wdown).grad); return;
       case OpCode::act_bwd:
-        kernels::swiglu_backward(cf, bf16_in(Role::gu), bf16_in(Role::gu) + cf, bf16_in(Role::da), bf16_out(Role::dgu), bf16_out(Role::dgu) + cf,
-                                 stream);
+        dev.swiglu_backward(stream, cf, bf16_in(Role::gu), bf16_in(Role::gu) + cf, bf16_in(Role::da), bf16_out(Role::dgu), bf16_out(Role::dgu) + cf);
         return;
       case OpCode::mlp_up_dgrad:  // dn2 = dgate Wg + dup Wu (the second GEMM adds to the first's bf16 result)
         dgrad(C, h, f, bf16_in(Role::dgu), lp(wup).weight, bf16_out(Role::dn2));
@@ -502,8 +475,8 @@ struct GpuExecutor::Impl {
         return;
       case OpCode::norm2_bwd: {  // dh1 += norm2's input gradient
         auto* dx = scratch<bf16_bits>(ch, stream);
-        kernels::rmsnorm_backward(C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_in(Role::dn2), dx, lp(norm2).grad, stream);
-        kernels::add(ch, dx, bf16_out(Role::dh1), bf16_out(Role::dh1), stream);
+        dev.rmsnorm_backward(stream, C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_in(Role::dn2), dx, lp(norm2).grad);
+        dev.add(stream, ch, dx, bf16_out(Role::dh1), bf16_out(Role::dh1));
         release(dx, stream);
         return;
       }
@@ -514,22 +487,22 @@ struct GpuExecutor::Impl {
         float* dq = fp32_out(Role::dq);
         float* delta = fp32_out(Role::delta);
         if (starts_accumulation(op)) {  // the diagonal starts dQ and computes D = rowsum(dO * O)
-          TRAINYARD_CUDA_CHECK(cudaMemsetAsync(dq, 0, static_cast<std::size_t>(cq) * sizeof(float), stream));
-          kernels::attention_backward_prep(C, H, D, bf16_in(Role::o), bf16_in(Role::d_o), delta, stream);
+          dev.fill(stream, dq, 0, cq * 4);
+          dev.attention_backward_prep(stream, C, H, D, bf16_in(Role::o), bf16_in(Role::d_o), delta);
         }
         for (int j = op.kv_first; j <= op.kv_last; ++j) {
           float* dkv = fp32_out(Role::dkv, j);
-          kernels::attention_backward(pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), bf16_in(Role::d_o), fp32_in(Role::lse),
-                                      delta, dq, dkv, dkv + ckv, stream);
+          dev.attention_backward(stream, pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), bf16_in(Role::d_o), fp32_in(Role::lse),
+                                      delta, dq, dkv, dkv + ckv);
         }
         return;
       }
       case OpCode::rope_bwd: {  // dQKV (bf16 dQ | dK | dV) from the fp32 dQ and dK | dV, then RoPE undone on dQ and dK
         bf16_bits* dqkv = bf16_out(Role::dqkv);
-        kernels::to_bf16(fp32_in(Role::dq), dqkv, cq, stream);
-        kernels::to_bf16(fp32_in(Role::dkv), dqkv + cq, 2 * ckv, stream);
-        kernels::rope(C, H, D, op.chunk * c, rope_theta, true, dqkv, stream);
-        kernels::rope(C, KV, D, op.chunk * c, rope_theta, true, dqkv + cq, stream);
+        dev.to_bf16(stream, fp32_in(Role::dq), dqkv, cq);
+        dev.to_bf16(stream, fp32_in(Role::dkv), dqkv + cq, 2 * ckv);
+        dev.rope(stream, C, H, D, op.chunk * c, rope_theta, true, dqkv);
+        dev.rope(stream, C, KV, D, op.chunk * c, rope_theta, true, dqkv + cq);
         return;
       }
       case OpCode::qkv_dgrad: {  // dn1 = dQ Wq + dK Wk + dV Wv
@@ -547,16 +520,16 @@ struct GpuExecutor::Impl {
         return;
       }
       case OpCode::norm1_bwd:  // dx = norm1's input gradient + the residual's dh1
-        kernels::rmsnorm_backward(C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_in(Role::dn1), bf16_out(Role::dx), lp(norm1).grad, stream);
-        kernels::add(ch, bf16_out(Role::dx), bf16_in(Role::dh1), bf16_out(Role::dx), stream);
+        dev.rmsnorm_backward(stream, C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_in(Role::dn1), bf16_out(Role::dx), lp(norm1).grad);
+        dev.add(stream, ch, bf16_out(Role::dx), bf16_in(Role::dh1), bf16_out(Role::dx));
         return;
-      case OpCode::embed_bwd: kernels::embedding_backward(C, h, seq_tokens, bf16_in(Role::dx), params[embedding].grad, stream); return;
+      case OpCode::embed_bwd: dev.embedding_backward(stream, C, h, seq_tokens, bf16_in(Role::dx), params[embedding].grad); return;
 
       // ---- the LM head on rows [row_begin, row_end) of the chunk --------------------------------------------
       case OpCode::head_logits: {
         const int rows = op.row_end - op.row_begin;
         const bf16_bits* x = bf16_in(Role::x) + static_cast<std::int64_t>(op.row_begin) * h;
-        kernels::rmsnorm_forward(rows, h, eps, x, params[final_norm].weight, bf16_out(Role::nf), stream);
+        dev.rmsnorm_forward(stream, rows, h, eps, x, params[final_norm].weight, bf16_out(Role::nf));
         forward(rows, h, vocab, bf16_out(Role::nf), params[lm_head].weight, bf16_out(Role::logits));
         return;
       }
@@ -565,8 +538,8 @@ struct GpuExecutor::Impl {
         const std::int32_t* targets = seq_tokens + op.row_begin + 1;
         float* loss = losses + static_cast<std::int64_t>(op.seq) * seq_len + static_cast<std::int64_t>(op.chunk) * c + op.row_begin;
         auto* lse = scratch<float>(rows, stream);
-        kernels::cross_entropy_forward(rows, vocab, bf16_in(Role::logits), targets, loss, lse, stream);
-        kernels::cross_entropy_backward(rows, vocab, bf16_in(Role::logits), targets, lse, dloss, bf16_out(Role::dlogits), stream);
+        dev.cross_entropy_forward(stream, rows, vocab, bf16_in(Role::logits), targets, loss, lse);
+        dev.cross_entropy_backward(stream, rows, vocab, bf16_in(Role::logits), targets, lse, dloss, bf16_out(Role::dlogits));
         release(lse, stream);
         return;
       }
@@ -575,15 +548,15 @@ struct GpuExecutor::Impl {
         auto* dnf = scratch<bf16_bits>(static_cast<std::int64_t>(rows) * h, stream);
         dgrad(rows, h, vocab, bf16_in(Role::dlogits), params[lm_head].weight, dnf);
         const std::int64_t at = static_cast<std::int64_t>(op.row_begin) * h;
-        kernels::rmsnorm_backward(rows, h, eps, bf16_in(Role::x) + at, params[final_norm].weight, dnf, bf16_out(Role::dx) + at,
-                                  params[final_norm].grad, stream);
+        dev.rmsnorm_backward(stream, rows, h, eps, bf16_in(Role::x) + at, params[final_norm].weight, dnf, bf16_out(Role::dx) + at,
+                                  params[final_norm].grad);
         release(dnf, stream);
         return;
       }
       case OpCode::head_wgrad: wgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), bf16_in(Role::nf), params[lm_head].grad); return;
       default: break;
     }
-    throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not one the CUDA executor runs", __FILE__, __LINE__);
+    throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not one the executor runs", __FILE__, __LINE__);
   }
 
   // --- states between host and device ----------------------------------------------------------------------------
@@ -595,38 +568,38 @@ struct GpuExecutor::Impl {
       const DeviceParameter& d = params[i];
       std::vector<bf16_bits> bits(p.size());
       for (std::size_t k = 0; k < bits.size(); ++k) bits[k] = kernels::to_bf16(p.weight[k]);
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(d.weight, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(d.master, p.master.data(), p.size() * 4, cudaMemcpyHostToDevice));
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(d.m, p.m.data(), p.size() * 4, cudaMemcpyHostToDevice));
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(d.v, p.v.data(), p.size() * 4, cudaMemcpyHostToDevice));
+      dev.upload(d.weight, bits.data(), d.n * 2);
+      dev.upload(d.master, p.master.data(), d.n * 4);
+      dev.upload(d.m, p.m.data(), d.n * 4);
+      dev.upload(d.v, p.v.data(), d.n * 4);
     }
   }
 
   void download(ModelState& state) const {
-    TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
+    dev.synchronize();
     const auto all = state.all();
     TRAINYARD_CHECK(all.size() == params.size(), "the state is of the executor's model");
     for (std::size_t i = 0; i < all.size(); ++i) {
       Parameter& p = *all[i];
       const DeviceParameter& d = params[i];
       std::vector<bf16_bits> bits(p.size());
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(bits.data(), d.weight, bits.size() * 2, cudaMemcpyDeviceToHost));
+      dev.download(bits.data(), d.weight, d.n * 2);
       for (std::size_t k = 0; k < bits.size(); ++k) p.weight[k] = kernels::from_bf16(bits[k]);
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(p.grad.data(), d.grad, p.size() * 4, cudaMemcpyDeviceToHost));
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(p.master.data(), d.master, p.size() * 4, cudaMemcpyDeviceToHost));
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(p.m.data(), d.m, p.size() * 4, cudaMemcpyDeviceToHost));
-      TRAINYARD_CUDA_CHECK(cudaMemcpy(p.v.data(), d.v, p.size() * 4, cudaMemcpyDeviceToHost));
+      dev.download(p.grad.data(), d.grad, d.n * 4);
+      dev.download(p.master.data(), d.master, d.n * 4);
+      dev.download(p.m.data(), d.m, d.n * 4);
+      dev.download(p.v.data(), d.v, d.n * 4);
     }
   }
 };
 
-GpuExecutor::GpuExecutor(const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
-                         const ExecutorOptions& options)
-    : impl_(std::make_unique<Impl>(graph, shapes, gpus_per_node, predicted, options)) {}
-GpuExecutor::~GpuExecutor() = default;
-void GpuExecutor::upload(const ModelState& state) { impl_->upload(state); }
-void GpuExecutor::download(ModelState& state) const { impl_->download(state); }
-MeasuredStep GpuExecutor::run_step(std::span<const std::vector<std::int32_t>> tokens, int optimizer_step) {
+Executor::Executor(Device& device, const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
+                   const ExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(device, graph, shapes, gpus_per_node, predicted, options)) {}
+Executor::~Executor() = default;
+void Executor::upload(const ModelState& state) { impl_->upload(state); }
+void Executor::download(ModelState& state) const { impl_->download(state); }
+MeasuredStep Executor::run_step(std::span<const std::vector<std::int32_t>> tokens, int optimizer_step) {
   return impl_->run(tokens, optimizer_step);
 }
 

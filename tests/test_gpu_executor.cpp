@@ -54,7 +54,8 @@ TEST(GpuExecutor, ChunkedOffloadedStepMatchesTheCpuReference) {
   const auto tokens = random_windows(m.vocab, seq, 2, 5);
   ModelState cpu(m, 3), gpu(m, 3);
   const ReferenceResult expected = run_reference_step(g, cpu, 1, tokens);
-  GpuExecutor executor(g, gpu, 1, {}, {});
+  const auto device = make_cuda_device();
+  Executor executor(*device, g, gpu, 1, {}, {});
   executor.upload(gpu);
   const MeasuredStep measured = executor.run_step(tokens);
   executor.download(gpu);
@@ -86,7 +87,8 @@ TEST(GpuExecutor, AnOptimizerStepMatchesTheReference) {
   ExecutorOptions eo;
   eo.run_optimizer = true;
   eo.adam = ro.adam;
-  GpuExecutor executor(g, gpu, 1, {}, eo);
+  const auto device = make_cuda_device();
+  Executor executor(*device, g, gpu, 1, {}, eo);
   executor.upload(gpu);
   executor.run_step(tokens, 1);
   executor.download(gpu);
@@ -115,7 +117,8 @@ TEST(GpuExecutor, RefusesWhatItDoesNotRunYetBeforeTouchingTheGpu) {
   const auto g = ringtrack(four, m, 256, 2, ring);
   ModelState shapes(m, 1);
   try {
-    GpuExecutor executor(g, shapes, four.topology.gpus_per_node(), {}, {});
+    const auto device = make_cuda_device();
+    Executor executor(*device, g, shapes, four.topology.gpus_per_node(), {}, {});
     FAIL() << "a two-GPU step was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("NCCL"), std::string::npos) << e.what();
@@ -125,7 +128,8 @@ TEST(GpuExecutor, RefusesWhatItDoesNotRunYetBeforeTouchingTheGpu) {
   const auto narrow_graph = ringtrack(one_gpu(), narrow, 256, 1, offloaded());
   ModelState narrow_shapes(narrow, 1);
   try {
-    GpuExecutor executor(narrow_graph, narrow_shapes, 1, {}, {});
+    const auto device = make_cuda_device();
+    Executor executor(*device, narrow_graph, narrow_shapes, 1, {}, {});
     FAIL() << "head_dim 16 was accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim"), std::string::npos) << e.what();
