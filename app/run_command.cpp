@@ -1,8 +1,10 @@
-// `trainyard run --plan plan.json`: executes a plan's step with real tensors. On the CPU reference executor
-// (backend/reference_step.hpp): small models, the chunked-vs-unchunked check and training curves, on one rank or,
-// under mpirun, one rank per GPU of the plan (backend/mpi_communicator.hpp). On a GPU
-// (backend/executor.hpp, one GPU so far): the measured step against the simulator's prediction, the measured
-// trace, and --check against the CPU reference. The GPU path has run on one H100 (benchmarks/results/gpu.md).
+// `trainyard run --plan plan.json`: executes a plan's step with real tensors.
+//   - The executor (backend/executor.hpp, one GPU so far) on a device: the measured step against the simulator's
+//     prediction and the measured trace. --device gpu: the CUDA device, and --check against the CPU reference
+//     (run on one H100: benchmarks/results/gpu.md). --device cpu: the CPU device (streams as threads), small models.
+//   - The CPU reference executor (backend/reference_step.hpp): small models, the chunked-vs-unchunked check
+//     (--check) and training on plans the executor does not run yet, on one rank or, under mpirun, one rank per
+//     GPU of the plan (backend/mpi_communicator.hpp). Untimed.
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -19,9 +21,10 @@
 #include "backend/reference_step.hpp"
 #include "sim/compare.hpp"
 #include "sim/engine.hpp"
+#include "backend/cpu_device.hpp"
+#include "backend/executor.hpp"
 #ifdef TRAINYARD_HAVE_CUDA
 #include "backend/device_info.hpp"
-#include "backend/executor.hpp"
 #endif
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
@@ -114,16 +117,17 @@ class StepTokens {
   std::string text_;
 };
 
-#ifdef TRAINYARD_HAVE_CUDA
 // The cluster the measured step is predicted on: the plan's nodes under the `trainyard` stack (this executor's
 // kernels and memory, whatever stack the plan names for other engines), with --gpu-profile's GPU (a profile
-// `trainyard calibrate` wrote on this GPU) when given.
+// `trainyard calibrate` wrote on this device) when given.
 sim::Cluster executor_cluster(const LoadedPlan& l, const po::variables_map& vm) {
   hw::NodeProfile node = l.cluster->node;
   if (vm.count("gpu-profile")) node.gpu = hw::load_gpu(vm["gpu-profile"].as<std::string>(), "--gpu-profile");
   return sim::Cluster(node, l.cluster->topology.node_count(), stacks::load_stack("trainyard", "run's prediction"));
 }
-#endif
+
+int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Device& device, const std::string& label,
+                 bool cpu_can_check);
 
 int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, bool cpu_can_check) {
 #ifndef TRAINYARD_HAVE_CUDA
@@ -132,6 +136,15 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
 #else
   const auto found = backend::query_cuda_devices();
   if (found.devices.empty()) throw InputError("--device", "value", "cpu: there is no usable CUDA GPU here (" + found.reason + ")", "gpu");
+  const auto device = backend::make_cuda_device();
+  return run_measured(l, origin, vm, *device, found.devices.front().name, cpu_can_check);
+#endif
+}
+
+// The executor on `device` (the CUDA device, or the CPU device: streams as threads): steps measured with the
+// device's events against the simulator's prediction, or with --check (GPU) one step against the CPU reference.
+int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Device& device, const std::string& label,
+                 bool cpu_can_check) {
   const bool check = vm["check"].as<bool>();
   if (check && !cpu_can_check) {
     throw InputError(
@@ -152,11 +165,10 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   backend::ExecutorOptions options;
   options.run_optimizer = !check;
   options.adam.lr = vm["lr"].as<float>();
-  const auto device = backend::make_cuda_device();
-  backend::Executor executor(*device, graph, state, gpn, predicted.timing, options);
+  backend::Executor executor(device, graph, state, gpn, predicted.timing, options);
   executor.upload(state);
   const bool as_json = vm["json"].as<bool>();
-  Json out = {{"plan", origin}, {"device", found.devices.front().name}, {"summary", l.plan.spec.summary()}};
+  Json out = {{"plan", origin}, {"device", label}, {"executor", "schedule"}, {"summary", l.plan.spec.summary()}};
   const StepTokens step_tokens(l, vm);
 
   if (check) {
@@ -184,16 +196,23 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
     return pass ? 0 : 1;
   }
 
-  for (int s = 0; s < warmup; ++s) executor.run_step(step_tokens(s), s + 1);
+  std::string csv = "step,loss,seconds\n";  // --loss-curve: every step, the warm-up ones too
+  for (int s = 0; s < warmup; ++s) {
+    const backend::MeasuredStep w = executor.run_step(step_tokens(s), s + 1);
+    csv += std::to_string(s + 1) + "," + format_fixed(w.loss, 6) + "," + format_fixed(static_cast<double>(w.step_ns) * 1e-9, 6) + "\n";
+  }
   backend::MeasuredStep last;
   Json measured_steps = Json::array();
   for (int s = 0; s < steps; ++s) {
+    if (interrupted()) throw Interrupted();
     last = executor.run_step(step_tokens(warmup + s), warmup + s + 1);
     measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
+    csv += std::to_string(warmup + s + 1) + "," + format_fixed(last.loss, 6) + "," + format_fixed(static_cast<double>(last.step_ns) * 1e-9, 6) + "\n";
     if (!as_json)
       std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2)
                 << " ms\n";
   }
+  if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
   const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
   if (const auto trace = trace_request(vm, l.cluster->gpus())) write_trace(*trace, measured, graph, *l.cluster, "measured");
   const sim::Comparison comparison = sim::compare(sim::to_timeline(predicted, graph, "simulated"), sim::to_timeline(measured, graph, "measured"));
@@ -233,7 +252,6 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
             << format_bytes(static_cast<double>(predicted.pools.front().peak_bytes)) << ")\n\n";
   sim::print_comparison(std::cout, comparison);
   return 0;
-#endif
 }
 
 // Every number and file flag, before any work: a bad one must not cost a training run or its results.
@@ -249,9 +267,10 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
   const bool check = vm["check"].as<bool>();
   // Flags the chosen path would ignore: an output that never appears, or a setting that changes nothing.
   const auto refuse = [](const std::string& flag, const std::string& expected) { throw InputError(flag, "value", expected, "given"); };
-  if (vm.count("trace") && (device != "gpu" || check)) refuse("--trace", "--device gpu without --check (the measured step's trace)");
-  if (vm.count("loss-curve") && (device != "cpu" || check)) refuse("--loss-curve", "--device cpu without --check (the GPU path writes none yet)");
-  if (!vm["warmup"].defaulted() && (device != "gpu" || check)) refuse("--warmup", "--device gpu without --check");
+  (void)device;
+  if (vm.count("trace") && check) refuse("--trace", "a run without --check (the measured step's trace)");
+  if (vm.count("loss-curve") && check) refuse("--loss-curve", "a run without --check");
+  if (!vm["warmup"].defaulted() && check) refuse("--warmup", "a run without --check");
   if (!vm["steps"].defaulted() && check) refuse("--steps", "no --steps with --check (it runs one step)");
   if (!vm["lr"].defaulted() && check) refuse("--lr", "no --lr with --check (no optimizer step is taken)");
   const double timeout_s = vm["comm-timeout"].as<double>();
@@ -273,11 +292,12 @@ int run_run(const std::vector<std::string>& args) {
   options.add_options()
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
-       "gpu: the CUDA executor (one GPU, ring-track plans); cpu: the CPU reference executor, small models only (ring-track, Megatron without TP; under mpirun -np N one rank per GPU)")
-      ("warmup", po::value<int>()->default_value(1)->value_name("int"), "GPU: steps run before the measured ones (not measured)")
-      ("trace", po::value<std::string>()->value_name("path"), "GPU: write the last measured step as a Chrome trace (trainyard compare reads it)")
+       "gpu: the executor on the CUDA device (one GPU, ring-track plans); cpu: small models only, the same executor on the CPU device (streams as threads) "
+       "where it runs the plan (one GPU, states resident), else the CPU reference executor (ring-track, Megatron without TP; under mpirun -np N one rank per GPU; no timing)")
+      ("warmup", po::value<int>()->default_value(1)->value_name("int"), "the executor: steps run before the measured ones (not measured)")
+      ("trace", po::value<std::string>()->value_name("path"), "the executor: write the last measured step as a Chrome trace (trainyard compare reads it)")
       ("gpu-profile", po::value<std::string>()->value_name("name|path"),
-       "GPU: predict with this GPU profile (e.g. one `trainyard calibrate` wrote here) instead of the plan node's; the prediction always uses the trainyard stack")
+       "the executor: predict with this device profile (e.g. one `trainyard calibrate` wrote here) instead of the plan node's GPU; the prediction always uses the trainyard stack")
       ("steps", po::value<int>()->default_value(1)->value_name("int"), "optimizer steps to run (AdamW after each)")
       ("check", po::bool_switch(), "compare the plan's loss and gradients with the unchunked step on the same weights and tokens")
       ("text", po::value<std::string>()->value_name("path"), "train on this file's bytes (byte-level tokens; the model's vocab must be >= 256); default: random tokens")
@@ -319,7 +339,28 @@ int run_run(const std::vector<std::string>& args) {
     return run_on_gpu(l, origin, vm, run_refusal(inputs, l.plan.spec, "cpu").empty());
   }
   backend::MpiSession mpi;
-  if (!mpi.active()) return run_on_cpu(l, origin, vm, nullptr);
+  if (!mpi.active()) {
+    // The executor on the CPU device where it runs the plan (timed, as on a GPU); else the reference, untimed.
+    if (!vm["check"].as<bool>()) {
+      const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+      const auto refusal = backend::executor_refusal(graph);
+      if (!refusal) {
+        const auto cpu = backend::make_cpu_device();
+        return run_measured(l, origin, vm, *cpu, "cpu", true);
+      }
+      for (const char* flag : {"trace", "warmup", "gpu-profile"}) {
+        if (vm.count(flag) && !vm[flag].defaulted()) {
+          throw InputError("--" + std::string(flag), "value", "a plan the executor runs (" + refusal->expected + ")",
+                           refusal->task + ": " + refusal->found + "; the CPU reference executor runs it, untimed");
+        }
+      }
+      if (!vm["json"].as<bool>()) std::cout << "executor       CPU reference, untimed (the executor does not run " << refusal->task << ": " << refusal->found << ")\n";
+    }
+    return run_on_cpu(l, origin, vm, nullptr);
+  }
+  for (const char* flag : {"trace", "warmup", "gpu-profile"}) {
+    if (vm.count(flag) && !vm[flag].defaulted()) throw InputError("--" + std::string(flag), "value", "a run on one rank (under mpirun the CPU reference runs, untimed)", "given");
+  }
   const double timeout_s = vm["comm-timeout"].as<double>();
   backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
   try {

@@ -381,6 +381,7 @@ std::vector<std::pair<double, double>> curve_table(const SaturatingFit& fit) {
 }
 
 std::string DeviceDescription::describe() const {
+  if (driver_version.empty()) return name + " (" + format_bytes(static_cast<double>(memory_bytes)) + " available)";  // not a CUDA device
   return name + " (GPU " + std::to_string(index) + " of " + std::to_string(visible_gpus) + (pci_bus_id.empty() ? "" : ", " + pci_bus_id) + ", sm_" +
          std::to_string(compute_capability_major) + std::to_string(compute_capability_minor) + ", " + std::to_string(sm_count) + " SMs, " +
          format_bytes(static_cast<double>(memory_bytes)) + ", CUDA driver " + driver_version + ", runtime " + runtime_version + ")";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "backend/dataflow.hpp"
@@ -30,6 +31,28 @@ T* offset(void* base, std::int64_t bytes) {
 }
 
 }  // namespace
+
+std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g) {
+  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
+    const sim::Task& t = g.task(id);
+    const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
+    if (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective) {
+      return ExecutorRefusal{what, "a step on one GPU (sends and collectives between GPUs are not written yet in the executor: NCCL on GPUs, MPI on CPU ranks)",
+                             "a task of several GPUs"};
+    }
+    const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
+    if (sim::is_host(t.device) && !memory) {
+      return ExecutorRefusal{what, "GPU tasks (the executor does not run host optimizer steps yet)", "a host task"};
+    }
+    if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
+      return ExecutorRefusal{what, "weights and optimizer states resident in HBM (the executor does not stream them yet)", "a copy of model states"};
+    }
+    if (t.op.code == sim::OpCode::none && !memory) {
+      return ExecutorRefusal{what, "a task the executor can run (a builder that annotates its tasks: ring-track)", "a task without an op"};
+    }
+  }
+  return std::nullopt;
+}
 
 struct Executor::Impl {
   Device& dev;
@@ -107,26 +130,7 @@ struct Executor::Impl {
     if (const std::string needs = dev.refuses_head_dim(m.head_dim); !needs.empty()) {
       throw InputError("the plan's model", "head_dim", needs, std::to_string(m.head_dim));
     }
-    for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
-      const sim::Task& t = g.task(id);
-      const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
-      if (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective) {
-        throw InputError("the plan's task graph", what,
-                         "a step on one GPU (sends and collectives between GPUs are not written yet in the executor: NCCL on GPUs, MPI on CPU ranks)", "a task of several GPUs");
-      }
-      const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
-      if (sim::is_host(t.device) && !memory) {
-        throw InputError("the plan's task graph", what, "GPU tasks (the executor does not run host optimizer steps yet)", "a host task");
-      }
-      if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
-        throw InputError("the plan's task graph", what, "weights and optimizer states resident in HBM (the executor does not stream them yet)",
-                         "a copy of model states");
-      }
-      if (t.op.code == sim::OpCode::none && !memory) {
-        throw InputError("the plan's task graph", what, "a task the executor can run (a builder that annotates its tasks: ring-track)",
-                         "a task without an op");
-      }
-    }
+    if (const auto refusal = executor_refusal(g)) throw InputError("the plan's task graph", refusal->task, refusal->expected, refusal->found);
   }
 
   template <typename T>
@@ -359,7 +363,7 @@ struct Executor::Impl {
       return;
     }
     if (task.kind() != sim::TaskKind::gemm && task.kind() != sim::TaskKind::attention && task.kind() != sim::TaskKind::elementwise) {
-      return;  // nothing to run for this kind (validated in refuse_what_is_not_written)
+      return;  // nothing to run for this kind (validated by executor_refusal)
     }
     compute(op, OpTensors(op, t.uses, t.instances), stream, seq_len);  // the plan's uses, computed once
   }

@@ -21,6 +21,7 @@
 // master weights and moments stay resident in device memory.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,6 +52,14 @@ struct MeasuredStep {
   std::int64_t device_used_bytes = 0;   // the device's memory in use at the end of the step (Device::used_bytes)
   std::int64_t peak_hbm_bytes() const { return arena_bytes + states_bytes + scratch_peak_bytes; }
 };
+
+// Why the executor cannot run a graph, whatever the device (InputError's parts), or nothing when it can.
+struct ExecutorRefusal {
+  std::string task;      // "task 12 'F L0 c1 kv h2d'"
+  std::string expected;  // what the executor runs
+  std::string found;
+};
+std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& graph);
 
 class Executor {
  public:

@@ -1,0 +1,308 @@
+#include "backend/calibrate_device.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <functional>
+#include <optional>
+#include <thread>
+
+#include "common/error.hpp"
+#include "common/interrupt.hpp"
+#include "common/units.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+double median(std::vector<double> values) {
+  TRAINYARD_CHECK(!values.empty(), "median of nothing");
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+// Device memory for the sweep, filled with `byte` (0x3C3C as bf16 is 0.0115: finite products, nothing denormal).
+class Buffer {
+ public:
+  Buffer(Device& d, std::int64_t bytes, int byte, bool pinned = false) : d_(d), pinned_(pinned) {
+    p_ = pinned ? d.allocate_pinned(bytes) : d.allocate(bytes);
+    d.fill(p_, byte, bytes);
+  }
+  ~Buffer() { pinned_ ? d_.release_pinned(p_) : d_.release(p_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  Device& d_;
+  bool pinned_;
+  void* p_ = nullptr;
+};
+
+class Sweep {
+ public:
+  Sweep(const SweepPlan& plan, Measurements& m, Device& d, std::ostream* progress)
+      : plan_(plan), m_(m), d_(d), progress_(progress), start_(std::chrono::steady_clock::now()) {
+    stream_ = d.create_stream();
+    second_ = d.create_stream();
+    begin_ = d.create_event();
+    end_ = d.create_event();
+    end_second_ = d.create_event();
+  }
+
+  // Seconds per call of `calls` calls queued back to back on the sweep's stream.
+  double trial(const std::function<void()>& call, int calls) {
+    throw_if_interrupted();
+    d_.record(begin_, stream_);
+    for (int i = 0; i < calls; ++i) call();
+    d_.record(end_, stream_);
+    d_.synchronize();
+    return d_.elapsed_ms(begin_, end_) * 1e-3 / calls;
+  }
+
+  // The median seconds per call; nullopt when one call takes longer than the plan allows.
+  std::optional<double> point(const std::function<void()>& call) {
+    for (int i = 0; i < plan_.warmup_calls; ++i) call();
+    d_.synchronize();
+    const double one = trial(call, 1);
+    if (one > plan_.max_call_seconds) return std::nullopt;
+    const int calls = static_cast<int>(std::clamp(std::ceil(plan_.trial_seconds / std::max(one, 1e-9)), 1.0, double(plan_.max_calls_per_trial)));
+    std::vector<double> per_call;
+    for (int r = 0; r < plan_.repeats; ++r) per_call.push_back(trial(call, calls));
+    return median(per_call);
+  }
+
+  // H2D on the sweep's stream and D2H on a second one that starts with it: seconds per copy of each.
+  std::pair<double, double> both_ways(void* h2d_dst, const void* h2d_src, void* d2h_dst, const void* d2h_src, std::int64_t bytes, int calls) {
+    throw_if_interrupted();
+    d_.record(begin_, stream_);
+    d_.wait(second_, begin_);
+    for (int i = 0; i < calls; ++i) {
+      d_.copy(stream_, h2d_dst, h2d_src, bytes);
+      d_.copy(second_, d2h_dst, d2h_src, bytes);
+    }
+    d_.record(end_, stream_);
+    d_.record(end_second_, second_);
+    d_.synchronize();
+    return {d_.elapsed_ms(begin_, end_) * 1e-3 / calls, d_.elapsed_ms(begin_, end_second_) * 1e-3 / calls};
+  }
+
+  void skip(const std::string& what) {
+    m_.skipped.push_back(what + ": one call took longer than " + format_number(plan_.max_call_seconds) + " s; larger ones skipped");
+  }
+  void report(const std::string& line) {
+    if (progress_) *progress_ << "calibrate: " << line << " (" << format_fixed(elapsed(), 1) << " s)" << std::endl;
+  }
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+  const SweepPlan& plan_;
+  Measurements& m_;
+  Device& d_;
+  std::ostream* progress_;
+  std::chrono::steady_clock::time_point start_;
+  int stream_ = 0, second_ = 0, begin_ = 0, end_ = 0, end_second_ = 0;
+};
+
+std::string rate_range(const std::vector<KernelPoint>& points) {
+  double lo = 1e300, hi = 0;
+  for (const auto& p : points) lo = std::min(lo, p.flops / p.seconds), hi = std::max(hi, p.flops / p.seconds);
+  return std::to_string(points.size()) + " points, " + format_fixed(lo * 1e-9, 2) + " to " + format_fixed(hi * 1e-9, 2) + " GFLOP/s";
+}
+
+std::string bandwidth(const std::vector<CopyPoint>& points) {
+  double hi = 0;
+  for (const auto& p : points) hi = std::max(hi, p.bytes / p.seconds);
+  return "up to " + format_fixed(hi * 1e-9, 1) + " GB/s";
+}
+
+void measure_launch(Sweep& s) {
+  // An empty fill is the device's empty kernel: queued, woken, done.
+  Buffer b(s.d_, 256, 0);
+  for (int count : s.plan_.launch_counts) {
+    std::vector<double> totals;
+    for (int r = 0; r < s.plan_.repeats; ++r) totals.push_back(s.trial([&] { s.d_.fill(s.stream_, b.as<void>(), 0, 0); }, count) * count);
+    s.m_.launch.push_back({count, median(totals)});
+    s.m_.launch_host.push_back({count, median(totals)});  // the host queues as fast as the stream runs: one series
+  }
+  s.report("launch: " + format_fixed(s.m_.launch.back().seconds / s.m_.launch.back().kernels * 1e9, 0) + " ns per empty operation");
+}
+
+void measure_gemm(Sweep& s) {
+  auto shapes = s.plan_.gemm;
+  std::stable_sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return gemm_flops(a) < gemm_flops(b); });
+  std::int64_t a_elems = 1, b_elems = 1, c_elems = 1;
+  for (const auto& g : shapes) {
+    a_elems = std::max<std::int64_t>(a_elems, std::int64_t{g.m} * g.k);
+    b_elems = std::max<std::int64_t>(b_elems, std::int64_t{g.k} * g.n);
+    c_elems = std::max<std::int64_t>(c_elems, std::int64_t{g.m} * g.n);
+  }
+  Buffer a(s.d_, a_elems * 2, 0x3C), b(s.d_, b_elems * 2, 0x3C), c(s.d_, c_elems * 2, 0);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const GemmShape g = shapes[i];
+    const std::string label = "gemm " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + (g.transpose_a ? " A^T" : "") +
+                              (g.transpose_b ? " B^T" : "");
+    const auto time = s.point(
+        [&] { s.d_.gemm(s.stream_, g.m, g.n, g.k, a.as<bf16_bits>(), g.transpose_a, b.as<bf16_bits>(), g.transpose_b, c.as<void>(), false, 1, 0); });
+    if (!time) {
+      s.skip(label);
+      break;
+    }
+    s.m_.gemm.push_back({label, gemm_flops(g), *time});
+  }
+  s.report("GEMM: " + rate_range(s.m_.gemm));
+}
+
+void measure_attention(Sweep& s) {
+  const SweepPlan& plan = s.plan_;
+  int longest = 1;
+  for (const auto& c : plan.attention) longest = std::max(longest, c.length);
+  const std::int64_t q = std::int64_t{longest} * plan.attention_heads * plan.attention_head_dim;
+  const std::int64_t kv = std::int64_t{longest} * plan.attention_kv_heads * plan.attention_head_dim;
+  const std::int64_t rows = std::int64_t{longest} * plan.attention_heads;
+  Buffer qb(s.d_, q * 2, 0x3C), kb(s.d_, kv * 2, 0x3C), vb(s.d_, kv * 2, 0x3C), ob(s.d_, q * 2, 0), dob(s.d_, q * 2, 0x3C);
+  Buffer lse(s.d_, rows * 4, 0), delta(s.d_, rows * 4, 0), dq(s.d_, q * 4, 0), dk(s.d_, kv * 4, 0), dv(s.d_, kv * 4, 0);
+  for (const auto& c : plan.attention) {
+    kernels::AttentionShape a;
+    a.q_len = a.kv_len = c.length;
+    a.heads = plan.attention_heads;
+    a.kv_heads = plan.attention_kv_heads;
+    a.head_dim = plan.attention_head_dim;
+    a.causal = c.causal;
+    const std::string label = "attention " + std::to_string(c.length) + (c.causal ? " causal" : " full");
+    const auto forward = [&] {
+      s.d_.attention_forward(s.stream_, a, qb.as<bf16_bits>(), kb.as<bf16_bits>(), vb.as<bf16_bits>(), ob.as<bf16_bits>(), lse.as<float>());
+    };
+    const auto fwd = s.point(forward);
+    if (!fwd) {
+      s.skip(label);
+      break;
+    }
+    s.m_.attention_fwd.push_back({label + " fwd", attention_flops(plan, c, false), *fwd});
+    forward();  // o and lse of this shape, then D, as the backward reads them
+    s.d_.attention_backward_prep(s.stream_, c.length, a.heads, a.head_dim, ob.as<bf16_bits>(), dob.as<bf16_bits>(), delta.as<float>());
+    const auto bwd = s.point([&] {
+      s.d_.attention_backward(s.stream_, a, qb.as<bf16_bits>(), kb.as<bf16_bits>(), vb.as<bf16_bits>(), dob.as<bf16_bits>(), lse.as<float>(),
+                              delta.as<float>(), dq.as<float>(), dk.as<float>(), dv.as<float>());
+    });
+    if (!bwd) {
+      s.skip(label + " backward");
+      break;
+    }
+    s.m_.attention_bwd.push_back({label + " bwd", attention_flops(plan, c, true), *bwd});
+  }
+  s.report("attention forward: " + rate_range(s.m_.attention_fwd) + "; backward: " + rate_range(s.m_.attention_bwd));
+}
+
+void measure_copies(Sweep& s) {
+  const SweepPlan& plan = s.plan_;
+  std::int64_t largest = 1;
+  for (auto b : plan.copy_bytes) largest = std::max(largest, b);
+  for (auto b : plan.d2d_bytes) largest = std::max(largest, b);
+  Buffer dev_a(s.d_, largest, 0x3C), dev_b(s.d_, largest, 0x3C), host_a(s.d_, largest, 0x3C, true), host_b(s.d_, largest, 0x3C, true);
+  struct Series {
+    std::vector<CopyPoint>* out;
+    void* dst;
+    const void* src;
+  };
+  // Pinned and pageable are the same memory on this device (see calibrate_device.hpp).
+  const Series series[] = {{&s.m_.h2d_pinned, dev_a.as<void>(), host_a.as<void>()},
+                           {&s.m_.d2h_pinned, host_b.as<void>(), dev_b.as<void>()},
+                           {&s.m_.h2d_pageable, dev_a.as<void>(), host_a.as<void>()},
+                           {&s.m_.d2h_pageable, host_b.as<void>(), dev_b.as<void>()},
+                           {&s.m_.d2d, dev_b.as<void>(), dev_a.as<void>()}};
+  for (const auto& series_i : series) {
+    const bool d2d = series_i.out == &s.m_.d2d;
+    for (std::int64_t bytes : d2d ? plan.d2d_bytes : plan.copy_bytes) {
+      const auto time = s.point([&] { s.d_.copy(s.stream_, series_i.dst, series_i.src, bytes); });
+      if (!time) {
+        s.skip("copy of " + format_bytes(static_cast<double>(bytes)));
+        break;
+      }
+      series_i.out->push_back({static_cast<double>(bytes), *time});
+    }
+  }
+  for (std::int64_t bytes : plan.copy_bytes) {
+    const auto [h2d_one, d2h_one] = s.both_ways(dev_a.as<void>(), host_a.as<void>(), host_b.as<void>(), dev_b.as<void>(), bytes, 1);
+    const int calls = static_cast<int>(
+        std::clamp(std::ceil(plan.trial_seconds / std::max(std::max(h2d_one, d2h_one), 1e-9)), 1.0, double(plan.max_calls_per_trial)));
+    std::vector<double> h2d, d2h;
+    for (int r = 0; r < plan.repeats; ++r) {
+      const auto [x, y] = s.both_ways(dev_a.as<void>(), host_a.as<void>(), host_b.as<void>(), dev_b.as<void>(), bytes, calls);
+      h2d.push_back(x);
+      d2h.push_back(y);
+    }
+    s.m_.h2d_both.push_back({static_cast<double>(bytes), median(h2d)});
+    s.m_.d2h_both.push_back({static_cast<double>(bytes), median(d2h)});
+  }
+  s.report("copies: H2D " + bandwidth(s.m_.h2d_pinned) + ", D2H " + bandwidth(s.m_.d2h_pinned) + ", device to device " + bandwidth(s.m_.d2d));
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+SweepPlan cpu_sweep() {
+  SweepPlan plan;
+  plan.name = "cpu";
+  for (int size : {16, 32, 48, 64, 96, 128, 192, 256}) plan.gemm.push_back({size, size, size});
+  // The small models' layer GEMMs (hidden 32 to 256, fused QKV, gate+up, down) on chunks of 16 to 256 tokens.
+  for (int tokens : {16, 64, 256}) {
+    for (auto [n, k] : {std::pair{64, 64}, std::pair{128, 64}, std::pair{384, 64}, std::pair{64, 192}}) plan.gemm.push_back({tokens, n, k});
+  }
+  plan.gemm.push_back({64, 64, 192, false, false});  // dX = dY W
+  plan.gemm.push_back({192, 64, 64, true, false});   // dW = dY^T X
+  plan.attention_heads = 4;
+  plan.attention_kv_heads = 2;
+  plan.attention_head_dim = 16;
+  for (int length : {16, 32, 64, 128, 256}) {
+    plan.attention.push_back({length, true});
+    plan.attention.push_back({length, false});
+  }
+  for (std::int64_t bytes = std::int64_t{16} << 10; bytes <= std::int64_t{16} << 20; bytes *= 4) plan.copy_bytes.push_back(bytes);
+  for (std::int64_t bytes = std::int64_t{64} << 10; bytes <= std::int64_t{16} << 20; bytes *= 4) plan.d2d_bytes.push_back(bytes);
+  plan.launch_counts = {4, 16, 64, 128};
+  plan.repeats = 5;
+  plan.trial_seconds = 0.02;
+  plan.max_call_seconds = 2.0;
+  return plan;
+}
+
+Measurements measure_on_device(const SweepPlan& plan, Device& device, const std::string& description, const std::string& command,
+                               std::ostream* progress) {
+  Measurements m;
+  m.started_utc = utc_now();
+  m.command = command;
+  m.sweep = plan.name;
+  m.attention_shape = std::to_string(plan.attention_heads) + " heads, " + std::to_string(plan.attention_kv_heads) + " K/V heads, head_dim " +
+                      std::to_string(plan.attention_head_dim);
+  m.method = "the device's events around n back-to-back calls on one stream (n sized from one timed call so a trial lasts about " +
+             format_number(plan.trial_seconds * 1e3) + " ms, at most " + std::to_string(plan.max_calls_per_trial) + "), " +
+             std::to_string(plan.warmup_calls) + " warm-up calls excluded, median of " + std::to_string(plan.repeats) + " trials";
+  m.device.name = description;
+  m.device.memory_bytes = device.free_bytes();
+  m.nccl_note = "not measured: the CPU device's ranks talk over MPI, which this sweep does not time yet";
+  Sweep sweep(plan, m, device, progress);
+  sweep.report("sweep '" + plan.name + "' on " + m.device.describe());
+  measure_launch(sweep);
+  measure_gemm(sweep);
+  measure_attention(sweep);
+  measure_copies(sweep);
+  m.duration_s = sweep.elapsed();
+  return m;
+}
+
+}  // namespace trainyard::backend
