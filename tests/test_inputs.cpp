@@ -215,8 +215,8 @@ TEST(Inputs, RunRefusesBadNumbersAndIgnoredFlagsBeforeAnyWork) {
   for (const Case& c :
        {Case{"--lr -1", "--lr: field 'value': expected a learning rate in (0, 1], got -1"}, Case{"--lr=-1", "--lr: field 'value'"},
         Case{"--lr nan", "--lr"}, Case{"--lr inf", "--lr"}, Case{"--lr 0", "--lr"}, Case{"--lr 5", "--lr"}, Case{"--steps 0", "--steps"},
-        Case{"--steps 1000000", "--steps"}, Case{"--warmup -1", "--warmup"}, Case{"--warmup 2", "--warmup: field 'value': expected --device gpu"},
-        Case{"--trace t.json", "--trace: field 'value': expected --device gpu"}, Case{"--check --steps 3", "--steps"},
+        Case{"--steps 1000000", "--steps"}, Case{"--warmup -1", "--warmup"}, Case{"--check --warmup 2", "--warmup: field 'value': expected a run without --check"},
+        Case{"--check --trace t.json", "--trace: field 'value': expected a run without --check"}, Case{"--check --steps 3", "--steps"},
         Case{"--check --lr 0.1", "--lr"}}) {
     SCOPED_TRACE(c.args);
     const auto r = run_cli("run --device cpu --plan " + kTinyPlan + " " + c.args);
@@ -224,6 +224,11 @@ TEST(Inputs, RunRefusesBadNumbersAndIgnoredFlagsBeforeAnyWork) {
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
     EXPECT_EQ(r.out.find("step 1"), std::string::npos) << "it trained: " << r.out;
   }
+  // A plan the executor does not run (four GPUs on one rank) runs untimed on the reference: no trace to write.
+  const auto r = run_cli("run --device cpu --plan " + std::string(TRAINYARD_SOURCE_DIR) + "/examples/tiny-megatron-4ranks.plan.json --trace t.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--trace: field 'value': expected a plan the executor runs (a step on one GPU"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("step 1"), std::string::npos) << "it trained: " << r.out;
 }
 
 TEST(Inputs, SimulatePlanWarnsWhenTheStoredPredictionDiffers) {
