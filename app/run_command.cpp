@@ -15,14 +15,14 @@
 
 #include "app/commands.hpp"
 #include "app/report.hpp"
+#include "backend/cpu_device.hpp"
+#include "backend/executor.hpp"
 #include "backend/measured.hpp"
 #include "backend/model_state.hpp"
 #include "backend/mpi_communicator.hpp"
 #include "backend/reference_step.hpp"
 #include "sim/compare.hpp"
 #include "sim/engine.hpp"
-#include "backend/cpu_device.hpp"
-#include "backend/executor.hpp"
 #ifdef TRAINYARD_HAVE_CUDA
 #include "backend/device_info.hpp"
 #endif
@@ -354,12 +354,14 @@ int run_run(const std::vector<std::string>& args) {
                            refusal->task + ": " + refusal->found + "; the CPU reference executor runs it, untimed");
         }
       }
-      if (!vm["json"].as<bool>()) std::cout << "executor       CPU reference, untimed (the executor does not run " << refusal->task << ": " << refusal->found << ")\n";
+      if (!vm["json"].as<bool>())
+        std::cout << "executor       CPU reference, untimed (the executor does not run " << refusal->task << ": " << refusal->found << ")\n";
     }
     return run_on_cpu(l, origin, vm, nullptr);
   }
   for (const char* flag : {"trace", "warmup", "gpu-profile"}) {
-    if (vm.count(flag) && !vm[flag].defaulted()) throw InputError("--" + std::string(flag), "value", "a run on one rank (under mpirun the CPU reference runs, untimed)", "given");
+    if (vm.count(flag) && !vm[flag].defaulted())
+      throw InputError("--" + std::string(flag), "value", "a run on one rank (under mpirun the CPU reference runs, untimed)", "given");
   }
   const double timeout_s = vm["comm-timeout"].as<double>();
   backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));

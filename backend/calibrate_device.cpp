@@ -18,13 +18,6 @@ namespace trainyard::backend {
 
 namespace {
 
-double median(std::vector<double> values) {
-  TRAINYARD_CHECK(!values.empty(), "median of nothing");
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
-}
-
 // Device memory for the sweep, filled with `byte` (0x3C3C as bf16 is 0.0115: finite products, nothing denormal).
 class Buffer {
  public:
@@ -76,7 +69,7 @@ class Sweep {
     const int calls = static_cast<int>(std::clamp(std::ceil(plan_.trial_seconds / std::max(one, 1e-9)), 1.0, double(plan_.max_calls_per_trial)));
     std::vector<double> per_call;
     for (int r = 0; r < plan_.repeats; ++r) per_call.push_back(trial(call, calls));
-    return median(per_call);
+    return median_of(per_call);
   }
 
   // H2D on the sweep's stream and D2H on a second one that starts with it: seconds per copy of each.
@@ -128,8 +121,8 @@ void measure_launch(Sweep& s) {
   for (int count : s.plan_.launch_counts) {
     std::vector<double> totals;
     for (int r = 0; r < s.plan_.repeats; ++r) totals.push_back(s.trial([&] { s.d_.fill(s.stream_, b.as<void>(), 0, 0); }, count) * count);
-    s.m_.launch.push_back({count, median(totals)});
-    s.m_.launch_host.push_back({count, median(totals)});  // the host queues as fast as the stream runs: one series
+    s.m_.launch.push_back({count, median_of(totals)});
+    s.m_.launch_host.push_back({count, median_of(totals)});  // the host queues as fast as the stream runs: one series
   }
   s.report("launch: " + format_fixed(s.m_.launch.back().seconds / s.m_.launch.back().kernels * 1e9, 0) + " ns per empty operation");
 }
@@ -238,19 +231,10 @@ void measure_copies(Sweep& s) {
       h2d.push_back(x);
       d2h.push_back(y);
     }
-    s.m_.h2d_both.push_back({static_cast<double>(bytes), median(h2d)});
-    s.m_.d2h_both.push_back({static_cast<double>(bytes), median(d2h)});
+    s.m_.h2d_both.push_back({static_cast<double>(bytes), median_of(h2d)});
+    s.m_.d2h_both.push_back({static_cast<double>(bytes), median_of(d2h)});
   }
   s.report("copies: H2D " + bandwidth(s.m_.h2d_pinned) + ", D2H " + bandwidth(s.m_.d2h_pinned) + ", device to device " + bandwidth(s.m_.d2d));
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace
@@ -275,8 +259,8 @@ SweepPlan cpu_sweep() {
   for (std::int64_t bytes = std::int64_t{16} << 10; bytes <= std::int64_t{16} << 20; bytes *= 4) plan.copy_bytes.push_back(bytes);
   for (std::int64_t bytes = std::int64_t{64} << 10; bytes <= std::int64_t{16} << 20; bytes *= 4) plan.d2d_bytes.push_back(bytes);
   plan.launch_counts = {4, 16, 64, 128};
-  plan.repeats = 5;
-  plan.trial_seconds = 0.02;
+  plan.repeats = 9;
+  plan.trial_seconds = 0.05;
   plan.max_call_seconds = 2.0;
   return plan;
 }

@@ -90,13 +90,6 @@ double elapsed_s(const Event& from, const Event& to) {
   return static_cast<double>(ms) * 1e-3;
 }
 
-double median(std::vector<double> values) {
-  TRAINYARD_CHECK(!values.empty(), "median of nothing");
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
-}
-
 // Holds a stream with launch_stream_blocker until release(); the flags live in mapped pinned memory.
 class Blocker {
  public:
@@ -175,7 +168,7 @@ class Sweep {
     const int calls = calls_per_trial(one);
     std::vector<double> per_call;
     for (int r = 0; r < plan_.repeats; ++r) per_call.push_back(trials.run(call, calls));
-    return median(per_call);
+    return median_of(per_call);
   }
 
   void skip(const std::string& what, const std::string& why) { m_.skipped.push_back(what + ": " + why); }
@@ -307,7 +300,7 @@ void measure_launch(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
     for (auto [trials, out] : {std::pair{&behind, &sweep.measurements().launch}, std::pair{&alone, &sweep.measurements().launch_host}}) {
       std::vector<double> totals;
       for (int r = 0; r < sweep.plan().repeats; ++r) totals.push_back(trials->run([&] { launch_empty_kernel(stream); }, count) * count);
-      out->push_back({count, median(totals)});
+      out->push_back({count, median_of(totals)});
     }
   }
   const auto& gpu = sweep.measurements().launch;
@@ -393,8 +386,8 @@ void measure_copies(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
       h2d.push_back(a);
       d2h.push_back(b);
     }
-    m.h2d_both.push_back({static_cast<double>(bytes), median(h2d)});
-    m.d2h_both.push_back({static_cast<double>(bytes), median(d2h)});
+    m.h2d_both.push_back({static_cast<double>(bytes), median_of(h2d)});
+    m.d2h_both.push_back({static_cast<double>(bytes), median_of(d2h)});
   }
 
   for (std::int64_t bytes : plan.d2d_bytes) {
@@ -413,15 +406,6 @@ void measure_copies(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
 }
 
 std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "backend/calibration.hpp"
 
 #include <algorithm>
+#include <ctime>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -378,6 +379,22 @@ std::vector<std::pair<double, double>> curve_table(const SaturatingFit& fit) {
     out.emplace_back(flops, std::clamp(fit.curve.at(flops), 1e-6, 1.0));
   }
   return out;
+}
+
+double median_of(std::vector<double> values) {
+  TRAINYARD_CHECK(!values.empty(), "median of nothing");
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 std::string DeviceDescription::describe() const {

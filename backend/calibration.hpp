@@ -118,6 +118,10 @@ struct Measurements {
   std::string nccl_note;  // why NCCL was not measured, or what was
 };
 
+// The sweeps' small helpers (the CUDA and the CPU device's measurements share them).
+double median_of(std::vector<double> values);  // InternalError for none
+std::string utc_now();                         // "2026-03-01T12:34:56Z"
+
 // ---- fits ------------------------------------------------------------------------------------------------
 
 struct LinearCostFit {  // t(x) = fixed_s + x * per_unit_s

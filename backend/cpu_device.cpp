@@ -72,7 +72,7 @@ class CpuDevice final : public Device {
       s->cv.notify_all();
     }
     for (auto& s : streams_) s->thread.join();
-    for (const auto& [p, bytes] : allocations_) ::operator delete(p, std::align_val_t{kAlignment});
+    for (const auto& [p, bytes] : allocations_) ::operator delete (p, std::align_val_t{kAlignment});
   }
 
   std::string name() const override { return "cpu (" + std::to_string(streams_.size()) + " streams as threads)"; }
@@ -87,7 +87,7 @@ class CpuDevice final : public Device {
   void release_pinned(void* p) noexcept override { give_back(p); }
   void* scratch(int stream, std::int64_t bytes) override {
     (void)stream_at(stream);
-    void* p = ::operator new(static_cast<std::size_t>(std::max<std::int64_t>(bytes, 1)), std::align_val_t{kAlignment});
+    void* p = ::operator new (static_cast<std::size_t>(std::max<std::int64_t>(bytes, 1)), std::align_val_t{kAlignment});
     const std::int64_t live = scratch_live_bytes_ += bytes;
     std::int64_t peak = scratch_peak_bytes_.load();
     while (live > peak && !scratch_peak_bytes_.compare_exchange_weak(peak, live)) {
@@ -104,7 +104,7 @@ class CpuDevice final : public Device {
         bytes = scratch_sizes_.at(p);
         scratch_sizes_.erase(p);
       }
-      ::operator delete(p, std::align_val_t{kAlignment});
+      ::operator delete (p, std::align_val_t{kAlignment});
       scratch_live_bytes_ -= bytes;
     });
   }
@@ -198,7 +198,8 @@ class CpuDevice final : public Device {
   void attention_forward(int stream, const kernels::AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v, bf16_bits* o,
                          float* lse) override {
     enqueue(stream, [=] {
-      const std::int64_t qn = static_cast<std::int64_t>(s.q_len) * s.heads * s.head_dim, kvn = static_cast<std::int64_t>(s.kv_len) * s.kv_heads * s.head_dim;
+      const std::int64_t qn = static_cast<std::int64_t>(s.q_len) * s.heads * s.head_dim,
+                         kvn = static_cast<std::int64_t>(s.kv_len) * s.kv_heads * s.head_dim;
       std::vector<float> of(static_cast<std::size_t>(qn));
       kernels::attention_forward_ref(s, widen(q, qn), widen(k, kvn), widen(v, kvn), of, span_of(lse, static_cast<std::int64_t>(s.heads) * s.q_len));
       narrow(of, o);
@@ -214,14 +215,15 @@ class CpuDevice final : public Device {
   void attention_backward_prep(int stream, int q_len, int heads, int head_dim, const bf16_bits* o, const bf16_bits* d_o, float* delta) override {
     enqueue(stream, [=] {
       const std::int64_t n = static_cast<std::int64_t>(q_len) * heads * head_dim;
-      kernels::attention_backward_prep_ref(q_len, heads, head_dim, widen(o, n), widen(d_o, n), span_of(delta, static_cast<std::int64_t>(heads) * q_len));
+      kernels::attention_backward_prep_ref(q_len, heads, head_dim, widen(o, n), widen(d_o, n),
+                                           span_of(delta, static_cast<std::int64_t>(heads) * q_len));
     });
   }
   void attention_backward(int stream, const kernels::AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
                           const bf16_bits* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv) override {
     enqueue(stream, [=] {
-      const std::int64_t qn = static_cast<std::int64_t>(s.q_len) * s.heads * s.head_dim, kvn = static_cast<std::int64_t>(s.kv_len) * s.kv_heads * s.head_dim,
-                         rows = static_cast<std::int64_t>(s.heads) * s.q_len;
+      const std::int64_t qn = static_cast<std::int64_t>(s.q_len) * s.heads * s.head_dim,
+                         kvn = static_cast<std::int64_t>(s.kv_len) * s.kv_heads * s.head_dim, rows = static_cast<std::int64_t>(s.heads) * s.q_len;
       kernels::attention_backward_ref(s, widen(q, qn), widen(k, kvn), widen(v, kvn), widen(d_o, qn), span_of(lse, rows), span_of(delta, rows),
                                       span_of(dq, qn), span_of(dk, kvn), span_of(dv, kvn));
     });
@@ -397,7 +399,7 @@ class CpuDevice final : public Device {
     if (size > free_bytes()) {
       throw InputError("the cpu device", "memory", "at most " + std::to_string(free_bytes()) + " bytes more", std::to_string(size) + " bytes");
     }
-    void* p = ::operator new(static_cast<std::size_t>(size), std::align_val_t{kAlignment});
+    void* p = ::operator new (static_cast<std::size_t>(size), std::align_val_t{kAlignment});
     std::lock_guard lock(alloc_mu_);
     allocations_[p] = size;
     allocated_bytes_ += size;
@@ -410,7 +412,7 @@ class CpuDevice final : public Device {
     if (it == allocations_.end()) return;
     allocated_bytes_ -= it->second;
     allocations_.erase(it);
-    ::operator delete(p, std::align_val_t{kAlignment});
+    ::operator delete (p, std::align_val_t{kAlignment});
   }
 
   CpuDeviceOptions options_;

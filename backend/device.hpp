@@ -30,8 +30,8 @@ class Device {
   virtual std::string refuses_head_dim(std::int64_t head_dim) const = 0;
 
   // --- memory ----------------------------------------------------------------------------------------------
-  virtual std::int64_t free_bytes() = 0;     // device memory left
-  virtual std::int64_t used_bytes() = 0;     // device memory in use (the CUDA driver's count, or this device's)
+  virtual std::int64_t free_bytes() = 0;                  // device memory left
+  virtual std::int64_t used_bytes() = 0;                  // device memory in use (the CUDA driver's count, or this device's)
   virtual void* allocate(std::int64_t bytes) = 0;         // device memory ("HBM")
   virtual void* allocate_pinned(std::int64_t bytes) = 0;  // page-locked host memory the copy engines reach
   virtual void release(void* device_memory) noexcept = 0;
@@ -56,13 +56,13 @@ class Device {
   virtual int create_event() = 0;
   virtual void record(int event, int stream) = 0;
   virtual void wait(int stream, int event) = 0;
-  virtual double elapsed_ms(int from_event, int to_event) = 0;  // both recorded and complete
+  virtual double elapsed_ms(int from_event, int to_event) = 0;                        // both recorded and complete
   virtual void copy(int stream, void* dst, const void* src, std::int64_t bytes) = 0;  // any direction
   virtual void fill(int stream, void* dst, int byte, std::int64_t bytes) = 0;
 
   // --- kernels (kernels/kernels.hpp and kernels/gemm.hpp say what each computes) ------------------------------
-  virtual void gemm(int stream, int m, int n, int k, const bf16_bits* a, bool transpose_a, const bf16_bits* b, bool transpose_b, void* c,
-                    bool c_fp32, float alpha, float beta) = 0;
+  virtual void gemm(int stream, int m, int n, int k, const bf16_bits* a, bool transpose_a, const bf16_bits* b, bool transpose_b, void* c, bool c_fp32,
+                    float alpha, float beta) = 0;
   virtual void attention_forward(int stream, const kernels::AttentionShape& s, const bf16_bits* q, const bf16_bits* k, const bf16_bits* v,
                                  bf16_bits* o, float* lse) = 0;
   virtual void attention_merge(int stream, int q_len, int heads, int head_dim, float* o_acc, float* lse_acc, const bf16_bits* o_part,
@@ -72,8 +72,8 @@ class Device {
                                   const bf16_bits* d_o, const float* lse, const float* delta, float* dq, float* dk, float* dv) = 0;
   virtual void to_bf16(int stream, const float* x, bf16_bits* y, std::int64_t n) = 0;
   virtual void rmsnorm_forward(int stream, int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, bf16_bits* y) = 0;
-  virtual void rmsnorm_backward(int stream, int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy,
-                                bf16_bits* dx, float* dw) = 0;
+  virtual void rmsnorm_backward(int stream, int rows, int cols, float eps, const bf16_bits* x, const bf16_bits* w, const bf16_bits* dy, bf16_bits* dx,
+                                float* dw) = 0;
   virtual void swiglu_forward(int stream, std::int64_t n, const bf16_bits* gate, const bf16_bits* up, bf16_bits* y) = 0;
   virtual void swiglu_backward(int stream, std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate,
                                bf16_bits* d_up) = 0;

@@ -37,8 +37,9 @@ std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g) {
     const sim::Task& t = g.task(id);
     const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
     if (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective) {
-      return ExecutorRefusal{what, "a step on one GPU (sends and collectives between GPUs are not written yet in the executor: NCCL on GPUs, MPI on CPU ranks)",
-                             "a task of several GPUs"};
+      return ExecutorRefusal{
+          what, "a step on one GPU (sends and collectives between GPUs are not written yet in the executor: NCCL on GPUs, MPI on CPU ranks)",
+          "a task of several GPUs"};
     }
     const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
     if (sim::is_host(t.device) && !memory) {
@@ -66,8 +67,8 @@ struct Executor::Impl {
   std::vector<int> step_at;                           // per position in sched.order: index into sched.submissions, or -1 (allocations, frees)
   std::vector<std::vector<sim::TaskId>> reuse_waits;  // per position: tasks to wait for before reusing bytes
 
-  std::vector<int> streams;          // the device's stream per schedule slot
-  std::vector<int> begin, end;       // per task id: the device's events (-1 for tasks without a stream)
+  std::vector<int> streams;     // the device's stream per schedule slot
+  std::vector<int> begin, end;  // per task id: the device's events (-1 for tasks without a stream)
   int origin = -1;
   void* arena = nullptr;
   void* pinned = nullptr;
@@ -83,7 +84,8 @@ struct Executor::Impl {
   float* dloss = nullptr;   // 1 / tokens, one per row of a chunk
   std::int64_t states_bytes = 0;
 
-  Impl(Device& device, const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted, const ExecutorOptions& options)
+  Impl(Device& device, const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
+       const ExecutorOptions& options)
       : dev(device), g(graph), m(shapes.model()), c(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
     refuse_what_is_not_written();
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
@@ -339,8 +341,7 @@ struct Executor::Impl {
   }
   void release(void* p, int stream) const { dev.release_scratch(stream, p); }
 
-  void execute(sim::TaskId id, const TaskTensors& t, int stream, std::int64_t seq_len, int optimizer_step,
-               std::set<int>& updated_groups) {
+  void execute(sim::TaskId id, const TaskTensors& t, int stream, std::int64_t seq_len, int optimizer_step, std::set<int>& updated_groups) {
     const sim::Task& task = g.task(id);
     const sim::Op& op = task.op;
     if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
@@ -402,9 +403,7 @@ struct Executor::Impl {
     auto wgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* x, float* dw) {
       dev.gemm(stream, out, in, rows, dy, true, x, false, dw, true, 1, 1);
     };
-    auto copy = [&](const bf16_bits* from, bf16_bits* to) {
-      dev.copy(stream, to, from, ch * 2);
-    };
+    auto copy = [&](const bf16_bits* from, bf16_bits* to) { dev.copy(stream, to, from, ch * 2); };
     const std::int32_t* seq_tokens = tokens + static_cast<std::int64_t>(op.seq) * (seq_len + 1) + static_cast<std::int64_t>(op.chunk) * c;
     const bool head = op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad;
     const int l = op.layer;
@@ -496,8 +495,8 @@ struct Executor::Impl {
         }
         for (int j = op.kv_first; j <= op.kv_last; ++j) {
           float* dkv = fp32_out(Role::dkv, j);
-          dev.attention_backward(stream, pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), bf16_in(Role::d_o), fp32_in(Role::lse),
-                                      delta, dq, dkv, dkv + ckv);
+          dev.attention_backward(stream, pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), bf16_in(Role::d_o),
+                                 fp32_in(Role::lse), delta, dq, dkv, dkv + ckv);
         }
         return;
       }
@@ -553,7 +552,7 @@ struct Executor::Impl {
         dgrad(rows, h, vocab, bf16_in(Role::dlogits), params[lm_head].weight, dnf);
         const std::int64_t at = static_cast<std::int64_t>(op.row_begin) * h;
         dev.rmsnorm_backward(stream, rows, h, eps, bf16_in(Role::x) + at, params[final_norm].weight, dnf, bf16_out(Role::dx) + at,
-                                  params[final_norm].grad);
+                             params[final_norm].grad);
         release(dnf, stream);
         return;
       }
@@ -603,8 +602,6 @@ Executor::Executor(Device& device, const sim::TaskGraph& graph, ModelState& shap
 Executor::~Executor() = default;
 void Executor::upload(const ModelState& state) { impl_->upload(state); }
 void Executor::download(ModelState& state) const { impl_->download(state); }
-MeasuredStep Executor::run_step(std::span<const std::vector<std::int32_t>> tokens, int optimizer_step) {
-  return impl_->run(tokens, optimizer_step);
-}
+MeasuredStep Executor::run_step(std::span<const std::vector<std::int32_t>> tokens, int optimizer_step) { return impl_->run(tokens, optimizer_step); }
 
 }  // namespace trainyard::backend

@@ -212,12 +212,12 @@ TEST(Inputs, RunRefusesBadNumbersAndIgnoredFlagsBeforeAnyWork) {
   struct Case {
     std::string args, says;
   };
-  for (const Case& c :
-       {Case{"--lr -1", "--lr: field 'value': expected a learning rate in (0, 1], got -1"}, Case{"--lr=-1", "--lr: field 'value'"},
-        Case{"--lr nan", "--lr"}, Case{"--lr inf", "--lr"}, Case{"--lr 0", "--lr"}, Case{"--lr 5", "--lr"}, Case{"--steps 0", "--steps"},
-        Case{"--steps 1000000", "--steps"}, Case{"--warmup -1", "--warmup"}, Case{"--check --warmup 2", "--warmup: field 'value': expected a run without --check"},
-        Case{"--check --trace t.json", "--trace: field 'value': expected a run without --check"}, Case{"--check --steps 3", "--steps"},
-        Case{"--check --lr 0.1", "--lr"}}) {
+  for (const Case& c : {Case{"--lr -1", "--lr: field 'value': expected a learning rate in (0, 1], got -1"}, Case{"--lr=-1", "--lr: field 'value'"},
+                        Case{"--lr nan", "--lr"}, Case{"--lr inf", "--lr"}, Case{"--lr 0", "--lr"}, Case{"--lr 5", "--lr"},
+                        Case{"--steps 0", "--steps"}, Case{"--steps 1000000", "--steps"}, Case{"--warmup -1", "--warmup"},
+                        Case{"--check --warmup 2", "--warmup: field 'value': expected a run without --check"},
+                        Case{"--check --trace t.json", "--trace: field 'value': expected a run without --check"},
+                        Case{"--check --steps 3", "--steps"}, Case{"--check --lr 0.1", "--lr"}}) {
     SCOPED_TRACE(c.args);
     const auto r = run_cli("run --device cpu --plan " + kTinyPlan + " " + c.args);
     EXPECT_EQ(r.exit_code, 2);
