@@ -258,7 +258,7 @@ SweepPlan cpu_sweep() {
   }
   for (std::int64_t bytes = std::int64_t{16} << 10; bytes <= std::int64_t{16} << 20; bytes *= 4) plan.copy_bytes.push_back(bytes);
   for (std::int64_t bytes = std::int64_t{64} << 10; bytes <= std::int64_t{16} << 20; bytes *= 4) plan.d2d_bytes.push_back(bytes);
-  plan.launch_counts = {4, 16, 64, 128};
+  plan.launch_counts = {64, 256, 1024, 4096};  // many: one empty operation costs microseconds, a wake-up as much
   plan.repeats = 9;
   plan.trial_seconds = 0.05;
   plan.max_call_seconds = 2.0;

@@ -1,8 +1,8 @@
 #include "backend/calibration.hpp"
 
 #include <algorithm>
-#include <ctime>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <limits>
 #include <set>

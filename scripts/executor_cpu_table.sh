@@ -83,8 +83,10 @@ lines += ["", f"Step time: mean absolute error {100 * statistics.mean(errors):.1
           "holds: the executor sizes its arena from the tensors themselves, so the graph's offload buffers are larger than the tensors "
           "that pass through them for these tiny models. Not yet investigated; on the H100 (benchmarks/results/gpu.md, an offloaded "
           "plan of a larger model) the two agree within 5%.",
-          "", "Repeatability (2026-11-27, this 2-core VM): three runs of this script minutes apart gave step-time mean absolute errors "
-          "of 17.0%, 18.9% and 21.0% (this table is the third). With the shorter sweep first tried (5 trials of 20 ms per point instead of 9 of 50 ms) two runs gave "
+          "", "Repeatability (2026-11-27, this 2-core VM): four runs of this script minutes apart gave step-time mean absolute errors "
+          "of 17.0%, 18.9%, 21.0% and 39.7% (this table is the fourth, after the launch series was lengthened). The first plan's "
+          "prediction stayed at 105-112 ms while its measured step went from 127 to 173 ms: the machine's noise, not the "
+          "calibration, makes most of the spread; a quiet machine and more measured steps would narrow it. With the shorter sweep first tried (5 trials of 20 ms per point instead of 9 of 50 ms) two runs gave "
           "33% and 23%, and the errors changed sign between them: on a shared machine the sweep's length matters.",
           "", "Only ring-track on one GPU runs on the executor so far (issue 23): the other schemes' plans run on the CPU reference executor, "
           "which is untimed.", "", "The calibration this table used:", "", "```", cal.strip(), "```", ""]

@@ -1,17 +1,20 @@
 // The executor (backend/executor.hpp) on the CPU device (backend/cpu_device.hpp): the schedule the GPU runs, with
 // streams as threads and real event waits, against the CPU reference executor on the same graph, weights and
-// tokens. scripts/sanitize.sh tsan runs this file under ThreadSanitizer: a wait the schedule lacks is a race there.
+// tokens; and `calibrate --device cpu`'s sweep through the same device. scripts/sanitize.sh tsan runs this file
+// under ThreadSanitizer: a wait the schedule lacks is a race there.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
+#include "backend/calibrate_device.hpp"
 #include "backend/cpu_device.hpp"
 #include "backend/executor.hpp"
 #include "backend/reference_step.hpp"
 #include "common/error.hpp"
 #include "planner/ringtrack.hpp"
 #include "tests/backend_fixtures.hpp"
+#include "tests/test_support.hpp"
 
 namespace trainyard::backend {
 
@@ -161,6 +164,44 @@ TEST(CpuExecutor, RefusesWhatItDoesNotRunYet) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("one GPU"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace trainyard::backend
+
+namespace trainyard::backend {
+
+// `trainyard calibrate --device cpu` on a shortened sweep: every series is measured through the Device interface,
+// and the fitted profile loads and predicts from what was measured.
+TEST(CpuCalibration, AShortSweepMeasuresEverySeriesAndWritesAProfileTheSimulatorLoads) {
+  SweepPlan plan = cpu_sweep();
+  plan.gemm.resize(6);
+  plan.attention.resize(6);
+  // Sizes 16x apart, so that the copy times grow clearly with the size however loaded the machine is.
+  plan.copy_bytes = {std::int64_t{16} << 10, std::int64_t{256} << 10, std::int64_t{4} << 20};
+  plan.d2d_bytes = plan.copy_bytes;
+  plan.launch_counts = {64, 1024, 4096};
+  plan.repeats = 3;
+  plan.trial_seconds = 0.003;
+  const auto dev = make_cpu_device();
+  const Measurements m = measure_on_device(plan, *dev, "test cpu device", "test", nullptr);
+  EXPECT_EQ(m.gemm.size(), 6u);
+  EXPECT_EQ(m.attention_fwd.size(), 6u);
+  EXPECT_EQ(m.attention_bwd.size(), 6u);
+  EXPECT_EQ(m.h2d_both.size(), 3u);
+  EXPECT_EQ(m.d2d.size(), 3u);
+  for (const auto& p : m.gemm) EXPECT_GT(p.seconds, 0) << p.shape;
+  for (const auto& p : m.d2h_pinned) EXPECT_GT(p.seconds, 0);
+  test::TempDir dir;
+  const std::string out = (dir.path() / "cpu-test.json").string();
+  const auto base = hw::load_gpu_document("cpu-device", "--base");
+  write_calibrated_profile(m, base.json, base.origin, out);
+  const hw::GpuProfile fitted = hw::load_gpu(out, "--out");
+  // The fitted GEMM curve at the largest measured call is that call's own rate, within the fit's error.
+  const KernelPoint& largest = m.gemm.back();
+  const double measured_rate = largest.flops / largest.seconds;
+  const double fitted_rate = fitted.sustained.gemm.at(largest.flops) * fitted.peak_tflops(hw::Dtype::bf16) * 1e12;
+  EXPECT_NEAR(fitted_rate / measured_rate, 1.0, 0.5);
+  EXPECT_GT(fitted.sustained.pcie_h2d_gbps.value, 0.1);
 }
 
 }  // namespace trainyard::backend
