@@ -41,8 +41,8 @@ const std::vector<Command>& commands() {
       {"plan", "search chunk sizes, rings, offload and parallelism of every scheme; rank, explain, write a plan", run_plan},
       {"simulate", "simulate one step of a task graph (JSON) on a cluster: step time, MFU, memory, trace", run_simulate},
       {"compare", "compare a predicted timeline with a measured one: per task class, per stream, step and peak HBM", run_compare},
-      {"run", "run a plan's step with real tensors (CPU reference executor so far): --check against the unchunked step, training", run_run},
-      {"calibrate", "measure the GPU at hand (GEMM, attention, copies, launches); fit and write a GPU profile", run_calibrate},
+      {"run", "run a plan's step with real tensors on a GPU or the CPU: measured against predicted, --check, training", run_run},
+      {"calibrate", "measure the GPU at hand or the CPU device (GEMM, attention, copies, launches); fit and write a profile", run_calibrate},
       {"validate", "predict every published run, kernel and collective of the validation suite: error per figure, MAPE per dataset", run_validate},
   };
   return all;

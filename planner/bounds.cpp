@@ -97,7 +97,10 @@ std::vector<double> ring_held_bytes(const BoundContext& ctx, const RingTrackPara
   double visit_extra = r.acc_chunk + (p.acts == ActivationPolicy::hbm ? 0 : r.kept_token * r.c);
   if (p.kv == Placement::dram && r.C > 1) {
     const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / r.c));
-    visit_extra += r.kv_token * r.c + std::min<double>(p.prefetch, std::ceil((r.C - 1) / span)) * span * (r.kv_token * r.c + r.acc_chunk);
+    // The last chunk's backward streams its C - 1 earlier chunks in blocks of at most `span` (buffers are sized for
+    // the visit's largest block: fewer chunks than a block when the sequence is shorter).
+    visit_extra += r.kv_token * r.c +
+                   std::min<double>(p.prefetch, std::ceil((r.C - 1) / span)) * std::min(span, r.C - 1.0) * (r.kv_token * r.c + r.acc_chunk);
   }
   std::vector<double> held(static_cast<std::size_t>(p.ring), 0);
   if (per_chunk <= 0 || r.C <= 1) {

@@ -486,9 +486,9 @@ void RingTrackBuilder::forward_attention(Train& t, const VisitAt& v, Saved& sv, 
   } else {
     std::vector<sim::TaskId> blocks;
     for (int d = 0; d < std::min(p_.prefetch, (k + span_ - 1) / span_); ++d) {
-      stream_buffers.push_back(g_.set_op(
-          g_.alloc(an + " kv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm, bytes(kv_chunk_ * span_), "K/V stream buffers", ids({v.prev})),
-          t.kv(sim::OpCode::kv, l, k, 0, k - 1)));
+      stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm,
+                                                  bytes(kv_chunk_ * std::min(span_, k)), "K/V stream buffers", ids({v.prev})),
+                                         t.kv(sim::OpCode::kv, l, k, 0, k - 1)));
     }
     for (int j0 = 0, b = 0; j0 < k; j0 += span_, ++b) {
       const int j1 = std::min(k, j0 + span_);
@@ -655,7 +655,7 @@ void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskI
   const int nblocks = (k + span_ - 1) / span_;
   for (int d = 0; d < std::min(p_.prefetch, nblocks); ++d) {
     stream_buffers.push_back(g_.set_op(g_.alloc(an + " kv dkv buffer " + std::to_string(d), v.gpu, sim::Pool::hbm,
-                                                bytes((kv_chunk_ + acc_chunk_) * span_), "K/V and dK/dV stream buffers", ids({v.prev})),
+                                                bytes((kv_chunk_ + acc_chunk_) * std::min(span_, k)), "K/V and dK/dV stream buffers", ids({v.prev})),
                                        t.kv(sim::OpCode::kv_dkv, l, k, 0, k - 1)));
   }
   std::vector<sim::TaskId> blocks, now_written;
