@@ -212,11 +212,21 @@ class Interpreter {
   }
 
   // A gradient reduction on this rank: the sum over its members of each carried group's gradients.
+  // A group reduced again later in the step (ZeRO-2/3 reduce every micro-batch) already holds the last sum S on
+  // every member, to which each added its own new share: the new sum is the members' total minus (n - 1) S.
   void reduce_gradients(const sim::Task& t) {
     const std::vector<int> ranks = reduction_ranks(t);
     if (!std::binary_search(ranks.begin(), ranks.end(), comm_->rank())) return;
+    const auto others = static_cast<float>(ranks.size() - 1);
     for (int group : carried_groups(t.op)) {
-      for (Parameter* p : s_.group(group)) comm_->all_reduce_sum(ranks, p->grad);
+      for (Parameter* p : s_.group(group)) {
+        comm_->all_reduce_sum(ranks, p->grad);
+        auto [last, first] = last_reduced_.try_emplace(p);
+        if (!first) {
+          for (std::size_t i = 0; i < p->grad.size(); ++i) p->grad[i] -= others * last->second[i];
+        }
+        last->second = p->grad;
+      }
     }
   }
 
@@ -809,6 +819,7 @@ class Interpreter {
   std::map<std::pair<sim::DeviceId, Key>, Slot> store_;
   std::map<Key, std::int64_t> latest_;
   std::map<int, GroupState> groups_;
+  std::map<const Parameter*, std::vector<float>> last_reduced_;  // each reduced parameter's last sum (reduce_gradients)
   double loss_sum_ = 0;
   std::int64_t loss_rows_ = 0;  // tokens the loss saw, against the tokens given
   bool has_optimizer_ = false;

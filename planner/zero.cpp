@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 
 #include "common/error.hpp"
 #include "planner/estimate.hpp"
@@ -97,15 +98,19 @@ class ZeroBuilder {
  private:
   void model_states();
   void forward_pass(const std::string& tag, std::vector<std::vector<sim::TaskId>>& saved);
-  void checkpoint_layer(const std::string& prefix, std::vector<sim::TaskId>& saved);
+  void checkpoint_layer(const std::string& prefix, std::int64_t l, std::vector<sim::TaskId>& saved);
   void loss(const std::string& tag);
   void backward_pass(const std::string& tag, bool last_mb, std::vector<std::vector<sim::TaskId>>& saved);
   void backward_layer(std::int64_t l, const std::string& tag, std::vector<sim::TaskId>& saved);
-  void reduce_layer_gradients(const std::string& prefix, bool last_mb);
+  void reduce_layer_gradients(const std::string& prefix, std::int64_t l, bool last_mb);
   void embeddings(const std::string& name, bool backward);
   void optimizer_step();
-  // Each group's layer emitter over the GPUs' chains (`last_`).
-  void run_groups(const std::function<void(LayerEmitter&, std::vector<sim::TaskId>&)>& emit);
+  // Each group's layer emitter over the GPUs' chains (`last_`), its tasks at layer `l` of the group's sequence.
+  void run_groups(std::int64_t l, const std::function<void(LayerEmitter&, std::vector<sim::TaskId>&)>& emit);
+  // The step's sequence a GPU works on in the current micro-batch: each group of GPUs (one GPU without Ulysses
+  // or CP) takes its own sequences, micro-batch after micro-batch. What the executors index the tokens by.
+  int seq_of(int gpu) const { return static_cast<int>((gpu / (p_.sp * p_.cp)) * mbs_ * p_.micro_batch + mb_ * p_.micro_batch); }
+  sim::Op at(sim::OpCode code, std::int64_t layer, int gpu) const { return sim::Op(code, seq_of(gpu), static_cast<std::int32_t>(layer), 0); }
   std::vector<sim::TaskId> all_last() const;
   sim::TaskId gather_layer(const std::string& name);
   void release_gather(std::size_t index, const std::string& name);
@@ -113,8 +118,8 @@ class ZeroBuilder {
   void copy_out_gathered(sim::TaskId gather, const std::string& name);
   void copy_in_grads(const std::string& name);
   bool reduces_after(bool last_mb) const;
-  sim::TaskId reduce_gradients(const std::string& prefix, double params);
-  void reduce_resident_gradients(const std::string& prefix, double params, bool last_mb);
+  sim::TaskId reduce_gradients(const std::string& prefix, double params, const sim::Op& carries);
+  void reduce_resident_gradients(const std::string& prefix, double params, bool last_mb, const sim::Op& carries);
   std::vector<sim::TaskId> fpdt_host_buffers(const std::string& name);
   void release_host_buffers(const std::vector<sim::TaskId>& ids, const std::string& name);
   sim::DeviceId host_of(int gpu) const { return sim::host_device(in_.cluster.node_of(gpu)); }
@@ -150,7 +155,9 @@ class ZeroBuilder {
   // Stage 3: the gathers issued so far, in order, and per gather and GPU the alloc and the free of its buffer.
   std::vector<sim::TaskId> gather_chain_;
   std::vector<std::vector<sim::TaskId>> gather_buffers_, gather_releases_;
-  std::vector<sim::TaskId> reductions_;  // gradient reductions the optimizer waits for
+  std::vector<sim::TaskId> reductions_;                                 // gradient reductions the optimizer waits for
+  std::int64_t mbs_ = 1, mb_ = 0;                                       // micro-batches per GPU, and the one being built
+  std::map<std::pair<std::int64_t, int>, sim::TaskId> checkpoint_d2h_;  // (layer, GPU): the copy of its offloaded checkpoint
 };
 
 ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
@@ -193,17 +200,22 @@ sim::TaskGraph ZeroBuilder::build() {
     emitters_.emplace_back(g_, model_, split_, ranks);
   }
   const std::int64_t mbs = zero_micro_batches(in_, p_);
+  mbs_ = mbs;
+  g_.set_chunk_tokens(split_.local_tokens() / split_.sequences);  // one chunk per sequence: a rank's share of it
   const model::ParamCounts counts = model_.param_counts();
+  // What each reduction carries, for the executors (sim::Op::gradients).
+  const sim::Op head = sim::Op::gradients(0, -1, true, false), embedding = sim::Op::gradients(0, -1, false, true);
   for (std::int64_t mb = 0; mb < mbs; ++mb) {
+    mb_ = mb;
     const std::string tag = "mb" + std::to_string(mb);
     std::vector<std::vector<sim::TaskId>> saved(static_cast<std::size_t>(model_.layers));  // per layer, per GPU
     embeddings("F " + tag + " embedding", false);
     forward_pass(tag, saved);
     loss(tag);
-    reduce_resident_gradients("B " + tag + " head", counts.lm_head + counts.final_norm, mb == mbs - 1);
+    reduce_resident_gradients("B " + tag + " head", counts.lm_head + counts.final_norm, mb == mbs - 1, head);
     backward_pass(tag, mb == mbs - 1, saved);
     embeddings("B " + tag + " embedding", true);
-    reduce_resident_gradients("B " + tag + " embedding", counts.embedding, mb == mbs - 1);
+    reduce_resident_gradients("B " + tag + " embedding", counts.embedding, mb == mbs - 1, embedding);
   }
   optimizer_step();
   return std::move(g_);
@@ -226,10 +238,11 @@ void ZeroBuilder::model_states() {
   }
 }
 
-void ZeroBuilder::run_groups(const std::function<void(LayerEmitter&, std::vector<sim::TaskId>&)>& emit) {
+void ZeroBuilder::run_groups(std::int64_t l, const std::function<void(LayerEmitter&, std::vector<sim::TaskId>&)>& emit) {
   for (std::size_t grp = 0; grp < emitters_.size(); ++grp) {
     std::vector<sim::TaskId> chain;
     for (auto r : group_ranks_[grp]) chain.push_back(last_[r]);
+    emitters_[grp].set_coordinates(seq_of(group_ranks_[grp].front()), static_cast<int>(l), 0);
     emit(emitters_[grp], chain);
     for (std::size_t i = 0; i < chain.size(); ++i) last_[group_ranks_[grp][i]] = chain[i];
   }
@@ -246,7 +259,7 @@ std::vector<sim::TaskId> ZeroBuilder::all_last() const {
 void ZeroBuilder::embeddings(const std::string& name, bool backward) {
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     auto& at = last_[gpu];
-    at = emit_embedding(g_, gpu, name, s_, h_, backward, at);
+    at = emit_embedding(g_, gpu, name, s_, h_, backward, at, this->at(sim::OpCode::none, 0, gpu));
   }
 }
 
@@ -266,12 +279,15 @@ sim::TaskId ZeroBuilder::gather_layer(const std::string& name) {
         g_.alloc(name + " buffer", gpu, sim::Pool::hbm, rounded(pol_.weight_bytes * layer_params_, 1), "gathered layer parameters", after));
     deps.push_back(buffers.back());
     if (p_.offload_params) {
-      deps.push_back(g_.copy(name + " H2D shard", gpu, {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * layer_params_ / n_, 1), true},
-                             std::vector<sim::TaskId>{buffers.back()}));
+      deps.push_back(
+          g_.set_op(g_.copy(name + " H2D shard", gpu, {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * layer_params_ / n_, 1), true},
+                            std::vector<sim::TaskId>{buffers.back()}),
+                    {sim::OpCode::states}));
     }
   }
-  const sim::TaskId gather = g_.collective(name, over_everyone(sim::CollectiveOp::all_gather, pol_.weight_bytes * layer_params_), deps,
-                                           kGatherStream);
+  const sim::TaskId gather = g_.set_op(
+      g_.collective(name, over_everyone(sim::CollectiveOp::all_gather, pol_.weight_bytes * layer_params_), deps, kGatherStream),
+      {sim::OpCode::states});
   gather_chain_.push_back(gather);
   gather_buffers_.push_back(buffers);
   gather_releases_.emplace_back(static_cast<std::size_t>(gpus_), -1);
@@ -308,7 +324,8 @@ void ZeroBuilder::copy_out_gathered(sim::TaskId gather, const std::string& name)
     auto& at = last_[gpu];
     std::vector<sim::TaskId> deps{gather};
     if (at >= 0) deps.push_back(at);
-    at = g_.elementwise(name + " copy out gathered params", gpu, {rounded(copy_out_bytes_, 1), rounded(copy_out_bytes_, 1)}, deps);
+    at = g_.set_op(g_.elementwise(name + " copy out gathered params", gpu, {rounded(copy_out_bytes_, 1), rounded(copy_out_bytes_, 1)}, deps),
+                   {sim::OpCode::states});
   }
 }
 
@@ -319,8 +336,9 @@ void ZeroBuilder::copy_in_grads(const std::string& name) {
   const double read = copy_in_passes_ * pol_.grad_bytes * layer_params_, written = copy_in_passes_ * reduce_bytes_per_param_ * layer_params_;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     auto& at = last_[gpu];
-    at = g_.elementwise(name + " copy in grads", gpu, {rounded(read, 1), rounded(written, 1)},
-                        at >= 0 ? std::vector<sim::TaskId>{at} : std::vector<sim::TaskId>{});
+    at = g_.set_op(g_.elementwise(name + " copy in grads", gpu, {rounded(read, 1), rounded(written, 1)},
+                                  at >= 0 ? std::vector<sim::TaskId>{at} : std::vector<sim::TaskId>{}),
+                   {sim::OpCode::states});
   }
 }
 
@@ -364,17 +382,17 @@ void ZeroBuilder::forward_pass(const std::string& tag, std::vector<std::vector<s
     const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
     const auto begin = static_cast<sim::TaskId>(g_.size());
     copy_out_gathered(gather, prefix);
-    run_groups([&](LayerEmitter& layer, std::vector<sim::TaskId>& chain) { layer.forward(prefix, chain); });
+    run_groups(l, [&](LayerEmitter& layer, std::vector<sim::TaskId>& chain) { layer.forward(prefix, chain); });
     needs_gather(gather, begin);
     release_host_buffers(host_buffers, prefix);
     release_gather(gather_index, prefix);
-    if (p_.checkpoints_layer(l)) checkpoint_layer(prefix, saved[l]);
+    if (p_.checkpoints_layer(l)) checkpoint_layer(prefix, l, saved[l]);
   }
 }
 
 // Keep only the layer input: the rest of this layer's activations are dropped (AC); with OC the input goes to
 // host DRAM as well. `saved` (per GPU) then holds the checkpoint's allocation.
-void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::vector<sim::TaskId>& saved) {
+void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::int64_t l, std::vector<sim::TaskId>& saved) {
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     const sim::TaskId alloc = saved[gpu];
     const sim::TaskId done = last_[gpu];
@@ -389,9 +407,11 @@ void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::vector<sim::T
     }
     const sim::TaskId host_copy = g_.alloc(prefix + " host checkpoint", host_of(gpu), sim::Pool::dram, rounded(ckpt_, 1),
                                            "offloaded checkpoint " + prefix, std::vector<sim::TaskId>{keep});
-    const sim::TaskId d2h = g_.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt_, 1), offload_.pinned},
-                                    std::vector<sim::TaskId>{host_copy});
+    const sim::TaskId d2h = g_.set_op(g_.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt_, 1), offload_.pinned},
+                                              std::vector<sim::TaskId>{host_copy}),
+                                      at(sim::OpCode::input, l, gpu));
     if (offload_.blocking) last_[gpu] = d2h;  // the next layer waits for the copy
+    checkpoint_d2h_[{l, gpu}] = d2h;          // the backward's copy back reads what it wrote
     g_.free(prefix + " release checkpoint", keep, std::vector<sim::TaskId>{d2h});
     saved[gpu] = host_copy;
   }
@@ -404,7 +424,7 @@ void ZeroBuilder::loss(const std::string& tag) {
   if (split_.fpdt_chunks > 1) memory.chunk_tokens = std::max<std::int64_t>(1, s_ / split_.fpdt_chunks);
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     auto& at = last_[gpu];
-    at = emit_loss(g_, gpu, tag, s_, h_, model_.vocab, at, {}, memory);
+    at = emit_loss(g_, gpu, tag, s_, h_, model_.vocab, at, this->at(sim::OpCode::none, model_.layers, gpu), memory);
   }
 }
 
@@ -412,7 +432,7 @@ void ZeroBuilder::loss(const std::string& tag) {
 void ZeroBuilder::backward_pass(const std::string& tag, bool last_mb, std::vector<std::vector<sim::TaskId>>& saved) {
   for (std::int64_t l = model_.layers - 1; l >= 0; --l) {
     backward_layer(l, tag, saved[l]);
-    reduce_layer_gradients("B L" + std::to_string(l) + " " + tag, last_mb);
+    reduce_layer_gradients("B L" + std::to_string(l) + " " + tag, l, last_mb);
   }
 }
 
@@ -425,7 +445,9 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
   for (int gpu = 0; gpu < gpus_ && checkpoint; ++gpu) {
     auto& at = last_[gpu];
     if (p_.offload_activations) {
-      at = g_.copy(prefix + " H2D checkpoint", gpu, {sim::Copy::Direction::h2d, rounded(ckpt_, 1), offload_.pinned}, std::vector<sim::TaskId>{at});
+      at = g_.set_op(g_.copy(prefix + " H2D checkpoint", gpu, {sim::Copy::Direction::h2d, rounded(ckpt_, 1), offload_.pinned},
+                             std::vector<sim::TaskId>{at, checkpoint_d2h_.at({l, gpu})}),
+                     this->at(sim::OpCode::input, l, gpu));
     }
     // The recomputed layer's activations exist only while its backward runs.
     transient[gpu] = g_.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm, rounded(full_acts_, 1), "recomputed " + prefix,
@@ -435,7 +457,7 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
   const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
   const auto begin = static_cast<sim::TaskId>(g_.size());
   copy_out_gathered(gather, prefix);
-  run_groups([&](LayerEmitter& layer, std::vector<sim::TaskId>& chain) {
+  run_groups(l, [&](LayerEmitter& layer, std::vector<sim::TaskId>& chain) {
     if (checkpoint) layer.forward("R L" + std::to_string(l) + " " + tag, chain, true);
     layer.backward(prefix, chain);
   });
@@ -453,30 +475,34 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
 bool ZeroBuilder::reduces_after(bool last_mb) const { return gpus_ > 1 && (p_.stage >= 2 || last_mb); }
 
 // The reduction of `params` parameters' gradients over every GPU, once each GPU's work so far is done.
-sim::TaskId ZeroBuilder::reduce_gradients(const std::string& prefix, double params) {
+sim::TaskId ZeroBuilder::reduce_gradients(const std::string& prefix, double params, const sim::Op& carries) {
   const auto op = p_.stage >= 2 ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
-  const sim::TaskId reduce = g_.collective(prefix + (p_.stage >= 2 ? " reduce-scatter grads" : " all-reduce grads"),
-                                           over_everyone(op, reduce_bytes_per_param_ * params), all_last(), kReduceStream);
+  const sim::TaskId reduce = g_.set_op(g_.collective(prefix + (p_.stage >= 2 ? " reduce-scatter grads" : " all-reduce grads"),
+                                                     over_everyone(op, reduce_bytes_per_param_ * params), all_last(), kReduceStream),
+                                       carries);
   reductions_.push_back(reduce);
   return reduce;
 }
 
 // A layer's gradients (copied into the reduction's dtype first where the stack does so).
-void ZeroBuilder::reduce_layer_gradients(const std::string& prefix, bool last_mb) {
+void ZeroBuilder::reduce_layer_gradients(const std::string& prefix, std::int64_t l, bool last_mb) {
   if (!reduces_after(last_mb)) return;
   copy_in_grads(prefix);
-  const sim::TaskId reduce = reduce_gradients(prefix, layer_params_);
+  const auto layer = static_cast<std::int32_t>(l);
+  const sim::TaskId reduce = reduce_gradients(prefix, layer_params_, sim::Op::gradients(layer, layer, false, false));
   if (!p_.offload_grads || !last_mb) return;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
-    reductions_.push_back(g_.copy(prefix + " D2H grads", gpu, {sim::Copy::Direction::d2h, rounded(pol_.grad_bytes * layer_params_ / n_, 1), true},
-                                  std::vector<sim::TaskId>{reduce}));
+    reductions_.push_back(
+        g_.set_op(g_.copy(prefix + " D2H grads", gpu, {sim::Copy::Direction::d2h, rounded(pol_.grad_bytes * layer_params_ / n_, 1), true},
+                          std::vector<sim::TaskId>{reduce}),
+                  {sim::OpCode::states}));
   }
 }
 
 // The LM head's (with the final norm's) and the embedding's gradients, reduced as a layer's are: the head's once the
 // loss's backward has made them, the embedding's after its backward (a tied head's part is in the embedding's).
-void ZeroBuilder::reduce_resident_gradients(const std::string& prefix, double params, bool last_mb) {
-  if (reduces_after(last_mb) && params > 0) reduce_gradients(prefix, params);
+void ZeroBuilder::reduce_resident_gradients(const std::string& prefix, double params, bool last_mb, const sim::Op& carries) {
+  if (reduces_after(last_mb) && params > 0) reduce_gradients(prefix, params, carries);
 }
 
 // Optimizer step over each GPU's shard (all of it at stage 0), on the GPU or on its node's host, then the updated
@@ -490,18 +516,23 @@ void ZeroBuilder::optimizer_step() {
     const auto bytes = rounded(shard * kAdamBytesPerParam, 1);
     if (!p_.offload_optimizer) {
       updated.push_back(
-          g_.add("optimizer step gpu" + std::to_string(gpu), {gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{bytes}}, deps));
+          g_.set_op(g_.add("optimizer step gpu" + std::to_string(gpu), {gpu, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{bytes}}, deps),
+                    sim::Op::optimizer_of(gpu)));
       continue;
     }
-    const sim::TaskId step = g_.add("optimizer step host for gpu" + std::to_string(gpu),
-                                    {host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{bytes}}, deps);
-    updated.push_back(p_.offload_params
-                          ? step
-                          : g_.copy("H2D updated params gpu" + std::to_string(gpu), gpu,
-                                    {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * shard, 1), true}, std::vector<sim::TaskId>{step}));
+    const sim::TaskId step = g_.set_op(g_.add("optimizer step host for gpu" + std::to_string(gpu),
+                                              {host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{bytes}}, deps),
+                                       sim::Op::optimizer_of(gpu));
+    updated.push_back(p_.offload_params ? step
+                                        : g_.set_op(g_.copy("H2D updated params gpu" + std::to_string(gpu), gpu,
+                                                            {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * shard, 1), true},
+                                                            std::vector<sim::TaskId>{step}),
+                                                    {sim::OpCode::states}));
   }
   if (gpus_ > 1 && (p_.stage == 1 || p_.stage == 2)) {
-    g_.collective("all-gather updated params", over_everyone(sim::CollectiveOp::all_gather, pol_.weight_bytes * all_params_), updated, kGatherStream);
+    g_.set_op(g_.collective("all-gather updated params", over_everyone(sim::CollectiveOp::all_gather, pol_.weight_bytes * all_params_), updated,
+                            kGatherStream),
+              {sim::OpCode::states});
   }
 }
 

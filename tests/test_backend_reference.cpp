@@ -14,6 +14,7 @@
 #include "models/model.hpp"
 #include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
+#include "planner/zero.hpp"
 #include "tests/backend_fixtures.hpp"
 
 namespace trainyard::backend {
@@ -179,6 +180,30 @@ TEST(ReferenceStep, MegatronStepsEqualTheRingTrackStep) {
   EXPECT_TRUE(piped.result.race_checked);
   EXPECT_NEAR(piped.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
   EXPECT_LT(gradient_difference(piped, ringtrack), 0.03);
+}
+
+// ZeRO's step is the model's: data parallelism over 4 GPUs (all on this one rank), whatever it shards, offloads or
+// recomputes, gives the one-GPU ring-track step's loss and gradients on the same 4 sequences.
+TEST(ReferenceStep, ZeroStepsEqualTheRingTrackStep) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
+  const auto tokens = random_windows(m.vocab, seq, 4, 61);
+  const Outcome ringtrack = run(ringtrack_step(m, one_gpu(), seq, 4, unchunked(seq)), m, tokens);
+  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    planner::ZeroParams p;
+    p.stage = stage;
+    p.offload_activations = stage == 3;
+    p.offload_optimizer = p.offload_grads = p.offload_params = stage == 3;
+    const planner::StepInputs in{m, four, {seq, 4}, model::precision_policy("bf16-mixed")};
+    Step s{planner::build_zero(in, p), seq, four.topology.gpus_per_node()};
+    sim::validate(s.graph, four.gpus(), four.nodes, "test");
+    const Outcome zero = run(s, m, tokens);
+    EXPECT_TRUE(zero.result.race_checked);
+    EXPECT_NEAR(zero.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+    EXPECT_LT(gradient_difference(zero, ringtrack), 0.03);
+  }
 }
 
 TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {

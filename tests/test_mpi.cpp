@@ -13,6 +13,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
+#include "planner/zero.hpp"
 #include "tests/backend_fixtures.hpp"
 
 namespace trainyard::backend {
@@ -251,6 +252,29 @@ TEST(Mpi, InterleavedMegatronWithTheDistributedOptimizerSplitOverRanksEqualsTheS
   p.distributed_optimizer = p.dp > 1;
   const MegatronStep s = megatron_step(m, p, 43);  // 2 micro-batches per replica: a multiple of the stages
   expect_split_equals_single(s.graph, m, s.tokens, s.cluster.topology.gpus_per_node(), 3);
+}
+
+// ZeRO stages 0-3, one GPU per rank (each its own sequences): the gradient reductions carry every layer, the LM
+// head and the embedding. Stage 2 reduces after each of its 2 micro-batches (a group reduced twice in one step);
+// stage 1 runs the optimizer on the host with offloaded checkpoints; stage 3 offloads parameters and gradients.
+// Three AdamW steps where the optimizer is sharded.
+TEST(Mpi, ZeroStepsSplitOverRanksEqualTheSingleRankStep) {
+  const int n = world().size();
+  const auto m = test::tiny_model(true);
+  const sim::Cluster cluster = cluster_for_ranks();
+  for (int stage : {0, 1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    planner::ZeroParams p;
+    p.stage = stage;
+    p.offload_optimizer = stage == 1;
+    p.offload_activations = stage == 1;
+    p.activation_checkpointing = stage == 3;
+    p.offload_params = p.offload_grads = stage == 3;
+    const std::int64_t sequences = stage == 2 ? 2 * n : n;
+    const planner::StepInputs in{m, cluster, {32, sequences}, model::precision_policy("bf16-mixed")};
+    const sim::TaskGraph graph = planner::build_zero(in, p);
+    expect_split_equals_single(graph, m, random_windows(m.vocab, 32, sequences, 53), cluster.topology.gpus_per_node(), stage == 0 ? 1 : 3);
+  }
 }
 
 // The ranks disagree on their messages (rank 0's graph has lost a send the others' graph has): the step must end
