@@ -53,9 +53,15 @@ constexpr double kGradientTolerance = 0.03;  // of each gradient block's largest
 constexpr float kMaxLearningRate = 1.0f;
 
 // The plan's step without chunks or offload: one chunk per sequence, K/V and activations in HBM, on the same
-// rings. What `--check` compares against.
+// rings; for the other schemes the plainest step of the model, ring-track with rings of one GPU (data parallelism
+// alone) unchunked, so that their sharding, pipelining and offload are checked against something else. What
+// `--check` compares against.
 planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len) {
   planner::PlanSpec plain = spec;
+  if (spec.scheme != "ringtrack") {
+    plain = planner::PlanSpec{};
+    plain.scheme = "ringtrack";
+  }
   plain.ringtrack.chunk = seq_len;
   plain.ringtrack.kv = planner::Placement::hbm;
   plain.ringtrack.acts = planner::ActivationPolicy::hbm;
@@ -293,7 +299,7 @@ int run_run(const std::vector<std::string>& args) {
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
        "gpu: the executor on the CUDA device (one GPU, ring-track plans); cpu: small models only, the same executor on the CPU device (streams as threads) "
-       "where it runs the plan (one GPU, states resident), else the CPU reference executor (ring-track, Megatron without TP; under mpirun -np N one rank per GPU; no timing)")
+       "where it runs the plan (one GPU, states resident), else the CPU reference executor (ring-track, Megatron without TP or CP, ZeRO without Ulysses, CP or FPDT; under mpirun -np N one rank per GPU; no timing)")
       ("warmup", po::value<int>()->default_value(1)->value_name("int"), "the executor: steps run before the measured ones (not measured)")
       ("trace", po::value<std::string>()->value_name("path"), "the executor: write the last measured step as a Chrome trace (trainyard compare reads it)")
       ("gpu-profile", po::value<std::string>()->value_name("name|path"),
@@ -413,13 +419,15 @@ int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variabl
                     {"reads_checked", a.reads_checked},
                     {"race_checked", a.race_checked},
                     {"pass", pass}};
+    const bool ringtrack = l.plan.spec.scheme == "ringtrack";
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
       std::cout << "plan           " << l.plan.spec.summary() << " (" << graph.size() << " tasks, CPU reference executor"
                 << (comm != nullptr ? ", " + std::to_string(comm->size()) + " ranks" : std::string()) << ")\n"
-                << "loss           " << format_fixed(a.loss, 6) << " chunked, " << format_fixed(b.loss, 6) << " unchunked: relative error "
-                << loss_error << " (tolerance " << kLossTolerance << ")\n"
+                << "loss           " << format_fixed(a.loss, 6) << (ringtrack ? " chunked, " : " this plan, ") << format_fixed(b.loss, 6)
+                << (ringtrack ? " unchunked" : " plain data-parallel step") << ": relative error " << loss_error << " (tolerance " << kLossTolerance
+                << ")\n"
                 << "gradients      largest difference " << grad_error << " of the block's largest entry, worst block (tolerance "
                 << kGradientTolerance << ")\n"
                 << "dataflow       " << a.reads_checked << " reads checked" << (comm != nullptr ? " on rank 0" : "")

@@ -49,7 +49,8 @@ std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g) {
       return ExecutorRefusal{what, "weights and optimizer states resident in HBM (the executor does not stream them yet)", "a copy of model states"};
     }
     if (t.op.code == sim::OpCode::none && !memory) {
-      return ExecutorRefusal{what, "a task the executor can run (a builder that annotates its tasks: ring-track)", "a task without an op"};
+      return ExecutorRefusal{what, "a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)",
+                             "a task without an op"};
     }
   }
   return std::nullopt;

@@ -129,8 +129,8 @@ class Interpreter {
       const auto& t = g_.task(id);
       if (t.kind() == sim::TaskKind::free) continue;  // a free drops what its allocation holds
       if (t.op.code == sim::OpCode::none && t.kind() != sim::TaskKind::alloc) {
-        throw InputError("the plan's task graph", name(id), "a task the executor can run (a builder that annotates its tasks: ring-track)",
-                         "a task without an op");
+        throw InputError("the plan's task graph", name(id),
+                         "a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)", "a task without an op");
       }
     }
   }

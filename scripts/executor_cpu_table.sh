@@ -3,8 +3,8 @@
 # device (`trainyard calibrate --device cpu`), then runs each plan below with the executor on the CPU device
 # (`trainyard run --device cpu --gpu-profile <that profile>`, 1 warm-up step, the median of 3 measured steps) and
 # records predicted against measured (step time, per task class, peak memory) in benchmarks/results/executor_cpu.md.
-# The plans are the ones the executor runs so far: ring-track on one GPU, over chunk sizes, offload policies,
-# batch, width and depth. Usage: scripts/executor_cpu_table.sh [build-dir]
+# The plans are ones the executor runs so far (one GPU, model states resident): ring-track over chunk sizes, offload
+# policies, batch, width and depth; Megatron and ZeRO with and without recompute. Usage: scripts/executor_cpu_table.sh [build-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -18,26 +18,37 @@ trainyard, tmp, md = sys.argv[1:]
 tiny = "custom:layers=2,hidden=64,heads=4,kv_heads=2,head_dim=16,ffn_hidden=192,vocab=256"
 wide = "custom:layers=2,hidden=128,heads=8,kv_heads=4,head_dim=16,ffn_hidden=384,vocab=256"
 deep = "custom:layers=4,hidden=64,heads=4,kv_heads=2,head_dim=16,ffn_hidden=192,vocab=256"
-# (model, seq, batch, chunk, kv, acts, prefetch)
+def ringtrack(chunk, kv, acts, prefetch):
+    return ("ringtrack", {"ring": 1, "block": 1, "chunk": chunk, "prefetch": prefetch, "kv": kv, "acts": acts, "weights": "resident",
+                          "states": "hbm", "ring_order": []}, f"ring-track chunk {chunk}, K/V {kv}, acts {acts}, prefetch {prefetch}")
+def megatron(recompute, offload):
+    return ("megatron", {"tp": 1, "pp": 1, "dp": 1, "vpp": 1, "micro_batch": 1, "sequence_parallel": False, "recompute": recompute,
+                         "offload_activations": offload}, f"Megatron recompute {recompute}" + (", checkpoints offloaded" if offload else ""))
+def zero(checkpointing):
+    return ("zero", {"zero_stage": 0, "sp": 1, "cp": 1, "zigzag": False, "chunk": 0, "micro_batch": 1, "activation_checkpointing": checkpointing,
+                     "checkpoint_every": 1, "offload": "none"}, "ZeRO" + (", activation checkpointing" if checkpointing else ""))
+# (model, seq, batch, (scheme, parameters, label))
 plans = [
-    (tiny, 256, 1, 64, "dram", "dram", 2),
-    (tiny, 256, 1, 128, "dram", "dram", 2),
-    (tiny, 256, 1, 256, "hbm", "hbm", 2),
-    (tiny, 256, 1, 64, "hbm", "recompute", 2),
-    (tiny, 512, 1, 64, "dram", "dram", 2),
-    (tiny, 512, 1, 128, "dram", "recompute", 1),
-    (tiny, 256, 2, 64, "dram", "dram", 2),
-    (wide, 256, 1, 64, "dram", "dram", 2),
-    (wide, 256, 1, 128, "hbm", "hbm", 2),
-    (deep, 256, 1, 32, "dram", "dram", 1),
-    (deep, 384, 1, 128, "dram", "hbm", 2),
+    (tiny, 256, 1, ringtrack(64, "dram", "dram", 2)),
+    (tiny, 256, 1, ringtrack(128, "dram", "dram", 2)),
+    (tiny, 256, 1, ringtrack(256, "hbm", "hbm", 2)),
+    (tiny, 256, 1, ringtrack(64, "hbm", "recompute", 2)),
+    (tiny, 512, 1, ringtrack(64, "dram", "dram", 2)),
+    (tiny, 512, 1, ringtrack(128, "dram", "recompute", 1)),
+    (tiny, 256, 2, ringtrack(64, "dram", "dram", 2)),
+    (wide, 256, 1, ringtrack(64, "dram", "dram", 2)),
+    (wide, 256, 1, ringtrack(128, "hbm", "hbm", 2)),
+    (deep, 256, 1, ringtrack(32, "dram", "dram", 1)),
+    (deep, 384, 1, ringtrack(128, "dram", "hbm", 2)),
+    (tiny, 256, 2, megatron("none", False)),
+    (tiny, 256, 2, megatron("full", True)),
+    (wide, 256, 1, zero(False)),
+    (deep, 256, 2, zero(True)),
 ]
 rows = []
-for i, (model, seq, batch, chunk, kv, acts, prefetch) in enumerate(plans):
+for i, (model, seq, batch, (scheme, params, label)) in enumerate(plans):
     plan = {"format": "trainyard.plan.v1", "model": model, "hw": "lab-h100", "nodes": 1, "precision": "bf16-mixed",
-            "workload": {"seq_len": seq, "global_batch": batch}, "scheme": "ringtrack",
-            "parameters": {"ring": 1, "block": 1, "chunk": chunk, "prefetch": prefetch, "kv": kv, "acts": acts,
-                           "weights": "resident", "states": "hbm", "ring_order": []}}
+            "workload": {"seq_len": seq, "global_batch": batch}, "scheme": scheme, "parameters": params}
     path = os.path.join(tmp, f"plan{i}.json")
     json.dump(plan, open(path, "w"))
     out = subprocess.run([trainyard, "run", "--plan", path, "--device", "cpu", "--warmup", "1", "--steps", "3",
@@ -50,7 +61,7 @@ for i, (model, seq, batch, chunk, kv, acts, prefetch) in enumerate(plans):
         c = cls.get(name)
         return "" if c is None else f"{100 * c['error']:+.0f}%"
     name = {tiny: "tiny", wide: "wide", deep: "deep"}[model]
-    rows.append((f"{name} seq {seq} x{batch}, chunk {chunk}, K/V {kv}, acts {acts}, prefetch {prefetch}",
+    rows.append((f"{name} seq {seq} x{batch}, {label}",
                  predicted / 1e6, measured / 1e6, (predicted - measured) / measured, err("gemm"), err("attention fwd"),
                  err("attention bwd"), err("elementwise"), err("H2D"), err("D2H"),
                  r["predicted"]["peak_hbm_bytes"] / 2**20, r["measured"]["peak_hbm_bytes"] / 2**20))
@@ -63,7 +74,7 @@ lines = ["# The executor on the CPU device: predicted against measured", "",
          "the executor (backend/executor.hpp) on the CPU device (streams as threads, the CPU references as kernels), predicted by the "
          "simulator on the `trainyard` stack with the profile P that `trainyard calibrate --device cpu` measured on this machine just before. "
          "Measured step: the median of the 3 measured steps. Error = (predicted - measured) / measured.", "",
-         "| plan (ring-track, 1 GPU) | predicted ms | measured ms | step error | GEMM | attn fwd | attn bwd | elementwise | H2D | D2H | peak MiB predicted | peak MiB measured |",
+         "| plan (1 GPU) | predicted ms | measured ms | step error | GEMM | attn fwd | attn bwd | elementwise | H2D | D2H | peak MiB predicted | peak MiB measured |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 for r in rows:
     lines.append(f"| {r[0]} | {r[1]:.1f} | {r[2]:.1f} | {100 * r[3]:+.1f}% | {r[4]} | {r[5]} | {r[6]} | {r[7]} | {r[8]} | {r[9]} | {r[10]:.1f} | {r[11]:.2f} |")
@@ -78,17 +89,17 @@ lines += ["", f"Step time: mean absolute error {100 * statistics.mean(errors):.1
           "elementwise kernels are the references' loops (widening bf16 to float, computing in double, rounding back): far slower than a "
           "copy, hence about -99%. The sweep has no elementwise series to fit; the GPU's fused kernels do run near memory speed.",
           "- Copies are tiny here (KiBs) and cost mostly the stream's queueing and wake-up, which the profile's per-copy cost does not carry.",
-          "- Peak memory: where K/V and activations stay in HBM the prediction is within tens of percent of the executor's arena, "
-          "states and scratch. Where they are offloaded to DRAM the simulator's allocations are several times what the executor's arena "
-          "holds: the executor sizes its arena from the tensors themselves, so the graph's offload buffers are larger than the tensors "
-          "that pass through them for these tiny models. Not yet investigated; on the H100 (benchmarks/results/gpu.md, an offloaded "
-          "plan of a larger model) the two agree within 5%.",
-          "", "Repeatability (2026-11-27, this 2-core VM): four runs of this script minutes apart gave step-time mean absolute errors "
-          "of 17.0%, 18.9%, 21.0% and 39.7% (this table is the fourth, after the launch series was lengthened). The first plan's "
-          "prediction stayed at 105-112 ms while its measured step went from 127 to 173 ms: the machine's noise, not the "
-          "calibration, makes most of the spread; a quiet machine and more measured steps would narrow it. With the shorter sweep first tried (5 trials of 20 ms per point instead of 9 of 50 ms) two runs gave "
-          "33% and 23%, and the errors changed sign between them: on a shared machine the sweep's length matters.",
-          "", "Only ring-track on one GPU runs on the executor so far (issue 23): the other schemes' plans run on the CPU reference executor, "
+          "- Peak memory is predicted 10-40% below what the executor holds: its figure adds per-task scratch (attention partials) and "
+          "its arena's alignment and fragmentation to the tensors and states the simulator counts. Before the ring-track fix of "
+          "2026-11-27 (a K/V stream buffer was sized for a whole 64K-token block when fewer chunks precede it) the offloaded plans "
+          "were predicted at 26 MiB against 3 MiB.",
+          "", "Repeatability (2026-11-27, this 2-core VM): four runs of the first 11 plans minutes apart gave step-time mean absolute "
+          "errors of 17.0%, 18.9%, 21.0% and 39.7%; a fifth run with all 15 plans, after the ring-track memory fix, 23.5%. The first "
+          "plan's prediction stayed at 105-112 ms while its measured step went from 127 to 173 ms: the machine's noise, not the "
+          "calibration, makes most of the spread; a quiet machine and more measured steps would narrow it. With the shorter sweep "
+          "first tried (5 trials of 20 ms per point instead of 9 of 50 ms) two runs gave 33% and 23%, with errors changing sign.",
+          "", "The executor runs one GPU's plans with model states resident so far (issue 23): ring-track, Megatron without TP or CP, and "
+          "ZeRO without offloaded states. Plans of several GPUs, host optimizers and streamed weights run on the CPU reference executor, "
           "which is untimed.", "", "The calibration this table used:", "", "```", cal.strip(), "```", ""]
 open(md, "w").write("\n".join(lines))
 print("\n".join(lines[:20]))

@@ -451,9 +451,12 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   ASSERT_FALSE(j["ranked"].empty());
   for (const auto& r : j["ranked"]) {
     const std::string scheme = r["scheme"];
-    EXPECT_TRUE(scheme == "ringtrack" || scheme == "megatron") << scheme;
+    EXPECT_TRUE(scheme == "ringtrack" || scheme == "megatron" || scheme == "zero") << scheme;
     if (scheme == "megatron") {
       EXPECT_EQ(r["parameters"]["tp"], 1) << r["summary"];
+    }
+    if (scheme == "zero") {
+      EXPECT_EQ(r["parameters"]["micro_batch"], 1) << r["summary"];
     }
   }
   const std::string out = (dir.path() / "best.json").string();

@@ -12,7 +12,9 @@
 #include "backend/executor.hpp"
 #include "backend/reference_step.hpp"
 #include "common/error.hpp"
+#include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
+#include "planner/zero.hpp"
 #include "tests/backend_fixtures.hpp"
 #include "tests/test_support.hpp"
 
@@ -147,6 +149,34 @@ TEST(CpuExecutor, StepsRepeatAndAnOptimizerStepMatchesTheReference) {
   // The same executor again: its events and arenas serve every step.
   step(2);
   step(3);
+}
+
+// The other builders' one-GPU plans: Megatron with two micro-batches, full recompute and checkpoints offloaded to
+// host memory; ZeRO with activation checkpointing. The executor's step equals the reference's.
+TEST(CpuExecutor, MegatronAndZeroStepsOnOneGpuMatchTheReference) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
+  const auto tokens = random_windows(m.vocab, seq, 2, 71);
+  const planner::StepInputs in{m, one_gpu(), {seq, 2}, model::precision_policy("bf16-mixed")};
+  planner::MegatronParams megatron;
+  megatron.recompute = planner::Recompute::full;
+  megatron.offload_activations = true;
+  planner::ZeroParams zero;
+  zero.activation_checkpointing = true;
+  for (auto [name, graph] : {std::pair{"megatron", planner::build_megatron(in, megatron)}, std::pair{"zero", planner::build_zero(in, zero)}}) {
+    SCOPED_TRACE(name);
+    graph.finalize();
+    ASSERT_FALSE(executor_refusal(graph)) << executor_refusal(graph)->task << ": " << executor_refusal(graph)->found;
+    ModelState reference(m, 8), executed(m, 8);
+    const double expected = run_reference_step(graph, reference, 1, tokens).loss;
+    const auto dev = make_cpu_device();
+    Executor executor(*dev, graph, executed, 1, {}, {});
+    executor.upload(executed);
+    const MeasuredStep measured = executor.run_step(tokens);
+    executor.download(executed);
+    EXPECT_NEAR(measured.loss, expected, 2e-3 * expected);
+    EXPECT_LT(max_gradient_difference(executed, reference), 0.03);
+  }
 }
 
 TEST(CpuExecutor, RefusesWhatItDoesNotRunYet) {
