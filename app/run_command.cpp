@@ -5,6 +5,7 @@
 //   - The CPU reference executor (backend/reference_step.hpp): small models, the chunked-vs-unchunked check
 //     (--check) and training on plans the executor does not run yet, on one rank or, under mpirun, one rank per
 //     GPU of the plan (backend/mpi_communicator.hpp). Untimed.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -289,6 +290,7 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
 }
 
 int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator* comm);
+int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm);
 
 }  // namespace
 
@@ -365,13 +367,25 @@ int run_run(const std::vector<std::string>& args) {
     }
     return run_on_cpu(l, origin, vm, nullptr);
   }
-  for (const char* flag : {"trace", "warmup", "gpu-profile"}) {
-    if (vm.count(flag) && !vm[flag].defaulted())
-      throw InputError("--" + std::string(flag), "value", "a run on one rank (under mpirun the CPU reference runs, untimed)", "given");
-  }
+  if (vm.count("trace")) throw InputError("--trace", "value", "a run on one rank (under mpirun each rank times its own GPU)", "given");
   const double timeout_s = vm["comm-timeout"].as<double>();
   backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
   try {
+    // The executor, one rank per GPU, where it runs the plan (data parallelism so far); else the reference, untimed.
+    if (!vm["check"].as<bool>()) {
+      const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+      const auto refusal = backend::executor_refusal(graph, comm.size());
+      if (!refusal) return run_executor_on_ranks(l, origin, vm, comm);
+      for (const char* flag : {"warmup", "gpu-profile"}) {
+        if (vm.count(flag) && !vm[flag].defaulted()) {
+          throw InputError("--" + std::string(flag), "value", "a plan the executor runs on ranks (" + refusal->expected + ")",
+                           refusal->task + ": " + refusal->found + "; the CPU reference executor runs it, untimed");
+        }
+      }
+      if (comm.rank() == 0 && !vm["json"].as<bool>()) {
+        std::cout << "executor       CPU reference, untimed (the executor does not run " << refusal->task << ": " << refusal->found << ")\n";
+      }
+    }
     return run_on_cpu(l, origin, vm, &comm);
   } catch (const std::exception& e) {
     if (comm.size() == 1) throw;
@@ -382,6 +396,65 @@ int run_run(const std::vector<std::string>& args) {
 }
 
 namespace {
+
+// The executor on the CPU device, one rank per GPU under mpirun: each rank times its own GPU's share; a step takes
+// as long as its slowest rank, which is what rank 0 prints against the prediction (per-class and per-stream
+// comparisons and the trace need every rank's timeline on one clock: one rank only, so far).
+int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm) {
+  sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+  graph.finalize();
+  const sim::Cluster predicting = executor_cluster(l, vm);
+  const sim::SimResult predicted = sim::simulate(graph, predicting);
+  if (!predicted.completed)
+    throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
+  backend::ModelState state(l.model, vm["seed"].as<std::uint64_t>());
+  backend::ExecutorOptions options;
+  options.run_optimizer = true;
+  options.adam.lr = vm["lr"].as<float>();
+  options.comm = &comm;
+  const auto device = backend::make_cpu_device();
+  backend::Executor executor(*device, graph, state, l.cluster->topology.gpus_per_node(), predicted.timing, options);
+  executor.upload(state);
+  const StepTokens step_tokens(l, vm);
+  const bool root = comm.rank() == 0, as_json = vm["json"].as<bool>();
+  const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
+  std::vector<int> everyone(static_cast<std::size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) everyone[static_cast<std::size_t>(r)] = r;
+  Json measured_steps = Json::array();
+  std::string csv = "step,loss,seconds\n";
+  double last_ns = 0;
+  for (int s = 0; s < warmup + steps; ++s) {
+    const backend::MeasuredStep m = executor.run_step(step_tokens(s), s + 1);
+    const std::vector<float> per_rank = comm.all_gather(everyone, std::vector<float>{static_cast<float>(m.step_ns)});
+    last_ns = *std::max_element(per_rank.begin(), per_rank.end());
+    csv += std::to_string(s + 1) + "," + format_fixed(m.loss, 6) + "," + format_fixed(last_ns * 1e-9, 6) + "\n";
+    if (s < warmup) continue;
+    measured_steps.push_back({{"loss", m.loss}, {"step_ns", last_ns}});
+    if (root && !as_json)
+      std::cout << "step " << s - warmup + 1 << "  loss " << format_fixed(m.loss, 4) << "  " << format_fixed(last_ns * 1e-6, 2) << " ms (slowest of "
+                << comm.size() << " ranks)\n";
+  }
+  if (!root) return 0;
+  if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
+  const double error = (static_cast<double>(predicted.step_ns) - last_ns) / last_ns;
+  if (as_json) {
+    const Json out = {{"plan", origin},
+                      {"device", "cpu"},
+                      {"executor", "schedule"},
+                      {"ranks", comm.size()},
+                      {"summary", l.plan.spec.summary()},
+                      {"steps", measured_steps},
+                      {"measured", {{"step_ns", last_ns}}},
+                      {"predicted", {{"step_ns", predicted.step_ns}, {"gpu_profile", predicting.node.gpu.name}}},
+                      {"step_error", error}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "predicted on   the " << predicting.stack.name << " stack (this executor), GPU profile " << predicting.node.gpu.name << "\n"
+            << "step time      predicted " << format_fixed(static_cast<double>(predicted.step_ns) * 1e-6, 2) << " ms, measured "
+            << format_fixed(last_ns * 1e-6, 2) << " ms (the slowest rank), error " << format_fixed(100 * error, 1) << "%\n";
+  return 0;
+}
 
 // The CPU reference executor: one rank with everything, or under mpirun this rank's GPU (rank 0 prints).
 int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator* comm) {

@@ -311,6 +311,11 @@ class CpuDevice final : public Device {
       narrow(d, dlogits);
     });
   }
+  // On the stream's thread: the main thread waits in synchronize() meanwhile, so MPI is called by one thread at a
+  // time (MPI_THREAD_SERIALIZED, what MpiSession asks for).
+  void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, float* data, std::int64_t n) override {
+    enqueue(stream, [&comm, ranks = std::move(ranks), data, n] { comm.all_reduce_sum(ranks, span_of(data, n)); });
+  }
   void adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
              bf16_bits* weights) override {
     enqueue(stream, [=] {

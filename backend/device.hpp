@@ -15,7 +15,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "backend/communicator.hpp"
 #include "kernels/reference.hpp"
 
 namespace trainyard::backend {
@@ -87,6 +89,10 @@ class Device {
                                       const float* dloss, bf16_bits* dlogits) = 0;
   virtual void adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
                      bf16_bits* weights) = 0;
+
+  // --- between ranks ---------------------------------------------------------------------------------------------
+  // Sums `data` (device memory) over `ranks` in place, through `comm`, queued on `stream` like any other work.
+  virtual void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, float* data, std::int64_t n) = 0;
 };
 
 // The current CUDA device (cuda_device.cpp); only in builds with TRAINYARD_CUDA.

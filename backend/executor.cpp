@@ -32,14 +32,35 @@ T* offset(void* base, std::int64_t bytes) {
 
 }  // namespace
 
-std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g) {
+std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ranks) {
+  std::set<int> reduced;  // parameter groups some reduction carries
+  int gpus = 0;
   for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
     const sim::Task& t = g.task(id);
     const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
-    if (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective) {
-      return ExecutorRefusal{
-          what, "a step on one GPU (sends and collectives between GPUs are not written yet in the executor: NCCL on GPUs, MPI on CPU ranks)",
-          "a task of several GPUs"};
+    if (!sim::is_host(t.device)) gpus = std::max(gpus, t.device + 1);
+    if (ranks == 1 && (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective)) {
+      return ExecutorRefusal{what,
+                             "a step on one GPU (or, under mpirun, one rank per GPU: on one rank the executor runs one GPU's tasks; NCCL "
+                             "on GPUs is not written)",
+                             "a task of several GPUs"};
+    }
+    if (ranks > 1 && t.kind() == sim::TaskKind::p2p) {
+      return ExecutorRefusal{what, "data parallelism between ranks (sends between GPUs are not written yet in the executor)", "a send"};
+    }
+    if (ranks > 1 && t.kind() == sim::TaskKind::collective) {
+      if (t.op.code != sim::OpCode::states)
+        return ExecutorRefusal{what, "collectives of gradients or model states only", "a collective on activations"};
+      std::vector<int> groups;
+      for (int l = t.op.kv_first; t.op.carries_gradients() && l <= t.op.kv_last; ++l) groups.push_back(l);
+      if (t.op.carries_head_gradients()) groups.push_back(-1);
+      if (t.op.carries_embedding_gradients()) groups.push_back(-2);
+      for (int group : groups) {
+        if (!reduced.insert(group).second) {
+          return ExecutorRefusal{what, "each parameter group reduced once per step (ZeRO-2/3 reduce it every micro-batch: one micro-batch per GPU)",
+                                 "a second reduction of a group"};
+        }
+      }
     }
     const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
     if (sim::is_host(t.device) && !memory) {
@@ -52,6 +73,9 @@ std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g) {
       return ExecutorRefusal{what, "a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)",
                              "a task without an op"};
     }
+  }
+  if (ranks > 1 && gpus != ranks) {
+    return ExecutorRefusal{"mpirun", std::to_string(gpus) + " ranks (-np), one per GPU of the plan", std::to_string(ranks) + " ranks"};
   }
   return std::nullopt;
 }
@@ -76,6 +100,7 @@ struct Executor::Impl {
 
   std::vector<DeviceParameter> params;     // ModelState::all() order
   std::map<int, std::vector<int>> groups;  // optimizer group -> params
+  std::set<int> owned;                     // the groups this rank updates
   std::vector<int> layer_param;            // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
@@ -91,7 +116,7 @@ struct Executor::Impl {
     refuse_what_is_not_written();
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
     for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
-    sched = make_schedule(g, 0, gpn, predicted);
+    sched = make_schedule(g, rank(), gpn, predicted);
     flow = plan_dataflow(g, sched.order, m, gpn);
     std::map<sim::TaskId, int> step_of;
     for (std::size_t i = 0; i < sched.submissions.size(); ++i) step_of[sched.submissions[i].task] = static_cast<int>(i);
@@ -100,6 +125,8 @@ struct Executor::Impl {
       step_at.push_back(it == step_of.end() ? -1 : it->second);
     }
     for (std::size_t pos = 0; pos < sched.order.size(); ++pos) reuse_waits.push_back(reused_bytes_owners(flow.steps[pos], static_cast<int>(pos)));
+    find_owned_groups();
+    prepare_communicator();
     try {
       allocate(shapes);
     } catch (...) {
@@ -129,11 +156,77 @@ struct Executor::Impl {
     dev.release_pinned(pinned);
   }
 
+  int ranks() const { return opt.comm != nullptr ? opt.comm->size() : 1; }
+  int rank() const { return opt.comm != nullptr ? opt.comm->rank() : 0; }
+  std::vector<int> all_ranks() const {
+    std::vector<int> r(static_cast<std::size_t>(ranks()));
+    for (int i = 0; i < ranks(); ++i) r[static_cast<std::size_t>(i)] = i;
+    return r;
+  }
+
+  // The parameter groups this rank updates: those whose forward runs on its GPU (every group on one rank).
+  void find_owned_groups() {
+    for (const sim::Task& t : g.tasks()) {
+      if (ranks() > 1 && t.device != rank()) continue;
+      if (t.op.code == sim::OpCode::norm1) owned.insert(t.op.layer);
+      if (t.op.code == sim::OpCode::embed) owned.insert(kEmbeddingGroup);
+      if (t.op.code == sim::OpCode::head_logits) owned.insert(kHeadGroup);
+    }
+  }
+
+  // The members of a reduction, as ranks (GPU g is rank g), ascending.
+  std::vector<int> members(const sim::Task& t) const {
+    std::vector<int> r;
+    for (sim::DeviceId gpu : g.groups()[std::get<sim::Collective>(t.params).group]) r.push_back(gpu);
+    std::sort(r.begin(), r.end());
+    return r;
+  }
+
+  // Every rank creates the step's sub-communicators at once, before anything waits on them (MPI cannot bound that).
+  void prepare_communicator() {
+    if (ranks() <= 1) return;
+    std::vector<std::vector<int>> sets{all_ranks()};  // the loss's sum
+    for (const sim::Task& t : g.tasks()) {
+      if (t.kind() == sim::TaskKind::collective && t.op.carries_gradients()) sets.push_back(members(t));
+    }
+    opt.comm->prepare_groups(sets);
+  }
+
+  // A gradient reduction: the groups it carries (sim::Op::gradients), summed over its members' ranks.
+  void reduce_gradients(const sim::Task& t, int stream) {
+    const std::vector<int> over = members(t);
+    if (!std::binary_search(over.begin(), over.end(), rank())) return;
+    std::vector<int> carried;
+    for (int l = t.op.kv_first; l <= t.op.kv_last; ++l) carried.push_back(l);
+    if (t.op.carries_head_gradients()) carried.push_back(kHeadGroup);
+    if (t.op.carries_embedding_gradients()) carried.push_back(kEmbeddingGroup);
+    for (int gid : carried) {
+      for (int p : groups.at(gid)) dev.all_reduce_sum(stream, *opt.comm, over, params[p].grad, params[p].n);
+    }
+  }
+
+  // The mean loss over the step's tokens: each rank's written rows (the others stay NaN), summed over the ranks.
+  double step_loss(const std::vector<float>& loss) const {
+    double sums[2] = {0, 0};
+    for (float l : loss) {
+      if (!std::isnan(l)) sums[0] += l, sums[1] += 1;
+    }
+    if (ranks() > 1) opt.comm->all_reduce_sum(all_ranks(), sums);
+    const auto total = static_cast<double>(loss.size());
+    if (!std::isfinite(sums[0]) || sums[1] != total) {
+      throw InternalError("the step's loss is not finite or not whole: " + std::to_string(static_cast<std::int64_t>(sums[1])) + " of " +
+                              std::to_string(loss.size()) + " tokens' losses written (one never written, or the step diverged)",
+                          __FILE__, __LINE__);
+    }
+    return sums[0] / total;
+  }
+
   void refuse_what_is_not_written() const {
     if (const std::string needs = dev.refuses_head_dim(m.head_dim); !needs.empty()) {
       throw InputError("the plan's model", "head_dim", needs, std::to_string(m.head_dim));
     }
-    if (const auto refusal = executor_refusal(g)) throw InputError("the plan's task graph", refusal->task, refusal->expected, refusal->found);
+    if (const auto refusal = executor_refusal(g, ranks()))
+      throw InputError("the plan's task graph", refusal->task, refusal->expected, refusal->found);
   }
 
   template <typename T>
@@ -294,11 +387,7 @@ struct Executor::Impl {
     r.step_ns = last - std::max<std::int64_t>(first, 0);
     std::vector<float> loss(static_cast<std::size_t>(total));
     dev.download(loss.data(), losses, loss_bytes);
-    double sum = 0;
-    for (float l : loss) sum += l;
-    if (!std::isfinite(sum))
-      throw InternalError("the step's loss is not finite (a token's loss was never written, or the step diverged)", __FILE__, __LINE__);
-    r.loss = sum / static_cast<double>(total);
+    r.loss = step_loss(loss);
     r.arena_bytes = flow.device_arena_bytes;
     r.live_peak_bytes = flow.device_peak_bytes;
     r.states_bytes = states_bytes;
@@ -345,6 +434,10 @@ struct Executor::Impl {
   void execute(sim::TaskId id, const TaskTensors& t, int stream, std::int64_t seq_len, int optimizer_step, std::set<int>& updated_groups) {
     const sim::Task& task = g.task(id);
     const sim::Op& op = task.op;
+    if (task.kind() == sim::TaskKind::collective) {  // gradients summed over the members; model states carry no values here
+      if (opt.comm != nullptr && op.carries_gradients()) reduce_gradients(task, stream);
+      return;
+    }
     if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
       for (std::size_t i = 0; i + 1 < t.instances.size(); i += 2) {
         if (t.instances[i] < 0) continue;
@@ -354,7 +447,7 @@ struct Executor::Impl {
     }
     if (op.code == sim::OpCode::optimizer) {
       for (const auto& [gid, members] : groups) {
-        if (!updated_groups.insert(gid).second || !opt.run_optimizer) continue;
+        if (!owned.count(gid) || !updated_groups.insert(gid).second || !opt.run_optimizer) continue;
         for (int p : members) {
           const DeviceParameter& d = params[p];
           kernels::AdamW o = opt.adam;

@@ -37,6 +37,11 @@ namespace trainyard::backend {
 struct ExecutorOptions {
   bool run_optimizer = false;  // AdamW at the graph's optimizer tasks (else the gradients are left as they are)
   kernels::AdamW adam;
+  // Several ranks, one per GPU of the graph (GPU g is rank g): this rank runs its GPU's share of the schedule, and
+  // the graph's gradient reductions (sim::Op::gradients) sum the groups they carry over their members' ranks,
+  // queued on their streams like any other work. Data parallelism only so far: sends between GPUs are refused
+  // (executor_refusal). Null or one rank: the whole graph here.
+  Communicator* comm = nullptr;
 };
 
 struct MeasuredStep {
@@ -53,13 +58,14 @@ struct MeasuredStep {
   std::int64_t peak_hbm_bytes() const { return arena_bytes + states_bytes + scratch_peak_bytes; }
 };
 
-// Why the executor cannot run a graph, whatever the device (InputError's parts), or nothing when it can.
+// Why the executor cannot run a graph on `ranks` ranks, whatever the device (InputError's parts), or nothing when
+// it can.
 struct ExecutorRefusal {
   std::string task;      // "task 12 'F L0 c1 kv h2d'"
   std::string expected;  // what the executor runs
   std::string found;
 };
-std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& graph);
+std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& graph, int ranks = 1);
 
 class Executor {
  public:

@@ -44,7 +44,12 @@ bool MpiSession::launched_by_mpirun() {
 MpiSession::MpiSession() {
   if (!launched_by_mpirun()) return;
   int provided = 0;
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  // Serialized: the executor's CPU device calls MPI from a stream's thread while the main thread waits for it.
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+  if (provided < MPI_THREAD_SERIALIZED) {
+    throw CommError("MPI_Init_thread: this MPI gives thread level " + std::to_string(provided) + ", the executor needs MPI_THREAD_SERIALIZED",
+                    __FILE__, __LINE__);
+  }
   // Errors come back as codes (turned into CommError) instead of MPI's default of ending the process.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   active_ = true;

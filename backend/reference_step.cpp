@@ -474,6 +474,7 @@ class Interpreter {
         // reduction (a reduce-scatter for the distributed optimizer too) sums whole gradients on every member,
         // each member then updates whole weights, and the weights' all-gather (model states) has nothing to move:
         // the same arithmetic as updating shards and gathering them.
+        if (op.carries_gradients()) check_reduction_order(id);
         if (comm_ && op.carries_gradients()) reduce_gradients(t);
         return;
       default: break;
@@ -486,6 +487,18 @@ class Interpreter {
     }
     if (sim::is_host(t.device)) fail(id, "a host task the executor does not know");
     if (mine(t.device)) compute(id, t.device, op);
+  }
+
+  // A reduction sums what its groups' gradients hold when it runs: every task that adds to them so far (this rank's
+  // writers) must be ordered before it, or on a device with concurrent streams it reads a sum still being made.
+  void check_reduction_order(sim::TaskId id) {
+    for (int group : carried_groups(g_.task(id).op)) {
+      const auto it = groups_.find(group);
+      if (it == groups_.end()) continue;
+      for (sim::TaskId w : it->second.grad_writers) {
+        if (!ordered(w, id)) fail(id, "reduces gradients that " + name(w) + " may still be adding to: a race");
+      }
+    }
   }
 
   // Every GPU holding a group updates its copy (data-parallel replicas the same way): each must come after every

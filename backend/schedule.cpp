@@ -25,6 +25,8 @@ struct Involvement {
 
 // Whether this rank runs `task`, and on which device's stream: the streams sim::for_each_occupied_stream gives
 // (a host task's on the node's first rank), plus the receiving side of a send to this rank, on a slot of its own.
+// Host allocations and frees take no stream and belong to every rank of the node: the order they carry (a copy back
+// after the copy out, through the host buffer's free) must hold on each rank that copies.
 Involvement involvement(const TaskGraph& graph, const Task& task, int rank, int gpus_per_node) {
   const DeviceId host = sim::host_device(rank / gpus_per_node);
   auto mine = [&](DeviceId d) { return d == rank || (rank % gpus_per_node == 0 && d == host); };
@@ -34,7 +36,7 @@ Involvement involvement(const TaskGraph& graph, const Task& task, int rank, int 
   });
   if (out.involved) return out;
   if (const auto* p = std::get_if<sim::PointToPoint>(&task.params); p && p->dst == rank) return {true, true, rank};
-  if (task.stream.kind == StreamKind::none && mine(task.device)) return {true, false, task.device};
+  if (task.stream.kind == StreamKind::none && (mine(task.device) || task.device == host)) return {true, false, task.device};
   return out;
 }
 

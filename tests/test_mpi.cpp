@@ -7,6 +7,8 @@
 #include <memory>
 #include <numeric>
 
+#include "backend/cpu_device.hpp"
+#include "backend/executor.hpp"
 #include "backend/model_state.hpp"
 #include "backend/mpi_communicator.hpp"
 #include "backend/reference_step.hpp"
@@ -274,6 +276,50 @@ TEST(Mpi, ZeroStepsSplitOverRanksEqualTheSingleRankStep) {
     const planner::StepInputs in{m, cluster, {32, sequences}, model::precision_policy("bf16-mixed")};
     const sim::TaskGraph graph = planner::build_zero(in, p);
     expect_split_equals_single(graph, m, random_windows(m.vocab, 32, sequences, 53), cluster.topology.gpus_per_node(), stage == 0 ? 1 : 3);
+  }
+}
+
+// The executor on the CPU device, one rank per GPU (streams as threads; the gradient reductions are MPI
+// all-reduces queued on their streams): data-parallel steps of ZeRO (stages 0 and 1), Megatron and ring-track
+// replicas against the CPU reference on one rank, with an AdamW step.
+TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
+  const int n = world().size();
+  const auto m = test::tiny_model(true);
+  const sim::Cluster cluster = cluster_for_ranks();
+  const planner::StepInputs in{m, cluster, {32, n}, model::precision_policy("bf16-mixed")};
+  planner::ZeroParams zero1;
+  zero1.stage = 1;
+  zero1.activation_checkpointing = true;
+  planner::MegatronParams megatron;
+  megatron.dp = n;
+  planner::RingTrackParams replicas = test::chunked_offloaded();
+  const std::vector<std::pair<std::string, sim::TaskGraph>> graphs = {{"zero-0", planner::build_zero(in, planner::ZeroParams{})},
+                                                                      {"zero-1", planner::build_zero(in, zero1)},
+                                                                      {"megatron dp", planner::build_megatron(in, megatron)},
+                                                                      {"ring-track replicas", planner::build_ringtrack(in, replicas).graph}};
+  const auto tokens = random_windows(m.vocab, 32, n, 59);
+  for (auto [name, graph] : graphs) {
+    SCOPED_TRACE(name);
+    graph.finalize();
+    ExecutorOptions eo;
+    eo.comm = &world();
+    eo.run_optimizer = true;
+    eo.adam.lr = 1e-2f;
+    ModelState executed(m, 6);
+    const auto device = make_cpu_device();
+    Executor executor(*device, graph, executed, cluster.topology.gpus_per_node(), {}, eo);
+    executor.upload(executed);
+    const double loss = executor.run_step(tokens, 1).loss;
+    executor.download(executed);
+    gather_to_rank0(graph, executed, world());
+    if (world().rank() != 0) continue;
+    ModelState reference(m, 6);
+    ReferenceOptions ro;
+    ro.run_optimizer = true;
+    ro.adam = eo.adam;
+    const double expected = run_reference_step(graph, reference, cluster.topology.gpus_per_node(), tokens, ro).loss;
+    EXPECT_NEAR(loss, expected, 2e-3 * expected);
+    EXPECT_LT(max_gradient_difference(executed, reference), 0.03);
   }
 }
 
