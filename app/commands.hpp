@@ -32,7 +32,7 @@ int run_run(const std::vector<std::string>& args);      // app/run_command.cpp
 // What `trainyard run --device DEVICE` (cpu or gpu) needs of a plan that it does not have: empty when it runs the
 // plan, else what it expects ("a small model ...", "tp 1 ..."). `plan --executable DEVICE` keeps only the plans
 // with an empty answer, so it never picks one that run refuses; run refuses the others with this text.
-std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::string& device);
+std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::string& device, int ranks = 1);
 int run_calibrate(const std::vector<std::string>& args);  // app/calibrate_command.cpp
 int run_validate(const std::vector<std::string>& args);   // app/validate_command.cpp
 // app/hotspa_command.cpp: the --lengths flags of simulate and plan, and those commands with them.

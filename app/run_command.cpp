@@ -53,27 +53,19 @@ constexpr double kLossTolerance = 2e-3;      // relative
 constexpr double kGradientTolerance = 0.03;  // of each gradient block's largest entry (backend::max_gradient_difference)
 constexpr float kMaxLearningRate = 1.0f;
 
-// The plan's step without chunks or offload: one chunk per sequence, K/V and activations in HBM, on the same
-// rings; for the other schemes the plainest step of the model, ring-track with rings of one GPU (data parallelism
-// alone) unchunked, so that their sharding, pipelining and offload are checked against something else. What
-// `--check` compares against.
+// What `--check` compares the plan's step with: the scheme's own step without chunks or offload, or for schemes
+// without one the plain data-parallel step (planner::Scheme::unchunked).
 planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len) {
-  planner::PlanSpec plain = spec;
-  if (spec.scheme != "ringtrack") {
-    plain = planner::PlanSpec{};
-    plain.scheme = "ringtrack";
-  }
-  plain.ringtrack.chunk = seq_len;
-  plain.ringtrack.kv = planner::Placement::hbm;
-  plain.ringtrack.acts = planner::ActivationPolicy::hbm;
-  plain.ringtrack.weights = planner::WeightPolicy::resident;
-  plain.ringtrack.states = planner::Placement::hbm;
-  return plain;
+  const planner::Scheme& scheme = planner::scheme_named(spec.scheme);
+  if (scheme.unchunked) return scheme.unchunked(spec, seq_len);
+  planner::PlanSpec plain;
+  plain.scheme = "ringtrack";  // rings of one GPU: data parallelism alone
+  return planner::scheme_named(plain.scheme).unchunked(plain, seq_len);
 }
 
 }  // namespace
 
-std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::string& device) {
+std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::string& device, int ranks) {
   const planner::Scheme& scheme = planner::scheme_named(spec.scheme);
   const bool cpu = device == "cpu";
   if (!scheme.executable && (!cpu || !scheme.cpu_only_refusal)) {
@@ -93,8 +85,9 @@ std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& 
       return "a small model for --device cpu (at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step; this step is " +
              format_fixed(flops / 1e9, 1) + " GFLOP)";
     }
-  } else if (in.cluster.gpus() != 1) {
-    return "one GPU for --device gpu (the CUDA executor runs one GPU, without NCCL, so far; this plan has " + std::to_string(in.cluster.gpus()) + ")";
+  } else if (in.cluster.gpus() != ranks) {
+    return "one GPU for --device gpu, or under mpirun one rank per GPU (" + std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s") +
+           "; this plan has " + std::to_string(in.cluster.gpus()) + ")";
   }
   return "";
 }
@@ -290,7 +283,8 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
 }
 
 int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator* comm);
-int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm);
+int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm,
+                          const std::string& device_kind);
 
 }  // namespace
 
@@ -334,18 +328,14 @@ int run_run(const std::vector<std::string>& args) {
 
   const LoadedPlan l = load_plan(origin, memory_budget(vm));
   const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload, model::precision_policy(l.plan.precision, origin + ": field 'precision'")};
-  if (const std::string needs = run_refusal(inputs, l.plan.spec, device); !needs.empty()) {
+  if (const std::string needs = run_refusal(inputs, l.plan.spec, device, backend::MpiSession::world_size_from_environment()); !needs.empty()) {
     throw InputError(origin, "plan", needs, l.plan.spec.scheme + ": " + l.plan.spec.summary());
   }
   if (vm.count("text") && l.model.vocab < 256) {
     throw InputError(origin, "model", "a vocab of at least 256 for byte-level --text", std::to_string(l.model.vocab));
   }
-  if (device == "gpu") {
-    if (backend::MpiSession::launched_by_mpirun()) {
-      throw InputError("--device", "value", "cpu under mpirun (the GPU executor runs one GPU, without NCCL, so far)", "gpu");
-    }
+  if (device == "gpu" && !backend::MpiSession::launched_by_mpirun())
     return run_on_gpu(l, origin, vm, run_refusal(inputs, l.plan.spec, "cpu").empty());
-  }
   backend::MpiSession mpi;
   if (!mpi.active()) {
     // The executor on the CPU device where it runs the plan (timed, as on a GPU); else the reference, untimed.
@@ -371,11 +361,16 @@ int run_run(const std::vector<std::string>& args) {
   const double timeout_s = vm["comm-timeout"].as<double>();
   backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
   try {
-    // The executor, one rank per GPU, where it runs the plan (data parallelism so far); else the reference, untimed.
-    if (!vm["check"].as<bool>()) {
+    // The executor, one rank per GPU, where it runs the plan (data parallelism so far); else the reference, untimed
+    // (on GPUs: refused).
+    if (!vm["check"].as<bool>() || device == "gpu") {
       const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
       const auto refusal = backend::executor_refusal(graph, comm.size());
-      if (!refusal) return run_executor_on_ranks(l, origin, vm, comm);
+      if (refusal && device == "gpu") {
+        throw InputError("the plan's task graph", refusal->task, refusal->expected + " (on GPU ranks)", refusal->found);
+      }
+      if (vm["check"].as<bool>()) throw InputError("--check", "value", "--device cpu under mpirun (GPU ranks: not written)", "given");
+      if (!refusal) return run_executor_on_ranks(l, origin, vm, comm, device);
       for (const char* flag : {"warmup", "gpu-profile"}) {
         if (vm.count(flag) && !vm[flag].defaulted()) {
           throw InputError("--" + std::string(flag), "value", "a plan the executor runs on ranks (" + refusal->expected + ")",
@@ -400,7 +395,21 @@ namespace {
 // The executor on the CPU device, one rank per GPU under mpirun: each rank times its own GPU's share; a step takes
 // as long as its slowest rank, which is what rank 0 prints against the prediction (per-class and per-stream
 // comparisons and the trace need every rank's timeline on one clock: one rank only, so far).
-int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm) {
+// This rank's device: the CPU device, or the GPU of the rank's index among the visible ones (NCCL: NOT YET RUN ON GPUs).
+std::unique_ptr<backend::Device> rank_device(const std::string& kind, int rank) {
+  if (kind == "cpu") return backend::make_cpu_device();
+#ifdef TRAINYARD_HAVE_CUDA
+  const auto found = backend::query_cuda_devices();
+  if (found.devices.empty()) throw InputError("--device", "value", "cpu: there is no usable CUDA GPU here (" + found.reason + ")", "gpu");
+  return backend::make_cuda_device(found.devices[static_cast<std::size_t>(rank) % found.devices.size()].index);
+#else
+  (void)rank;
+  throw InputError("--device", "value", "cpu (this trainyard was built without CUDA: TRAINYARD_CUDA=OFF)", "gpu");
+#endif
+}
+
+int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm,
+                          const std::string& device_kind) {
   sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
   graph.finalize();
   const sim::Cluster predicting = executor_cluster(l, vm);
@@ -412,7 +421,8 @@ int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const 
   options.run_optimizer = true;
   options.adam.lr = vm["lr"].as<float>();
   options.comm = &comm;
-  const auto device = backend::make_cpu_device();
+  options.comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
+  const auto device = rank_device(device_kind, comm.rank());
   backend::Executor executor(*device, graph, state, l.cluster->topology.gpus_per_node(), predicted.timing, options);
   executor.upload(state);
   const StepTokens step_tokens(l, vm);
@@ -439,7 +449,7 @@ int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const 
   const double error = (static_cast<double>(predicted.step_ns) - last_ns) / last_ns;
   if (as_json) {
     const Json out = {{"plan", origin},
-                      {"device", "cpu"},
+                      {"device", device_kind},
                       {"executor", "schedule"},
                       {"ranks", comm.size()},
                       {"summary", l.plan.spec.summary()},
@@ -492,14 +502,14 @@ int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variabl
                     {"reads_checked", a.reads_checked},
                     {"race_checked", a.race_checked},
                     {"pass", pass}};
-    const bool ringtrack = l.plan.spec.scheme == "ringtrack";
+    const bool own = static_cast<bool>(planner::scheme_named(l.plan.spec.scheme).unchunked);  // else the plain data-parallel step
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
       std::cout << "plan           " << l.plan.spec.summary() << " (" << graph.size() << " tasks, CPU reference executor"
                 << (comm != nullptr ? ", " + std::to_string(comm->size()) + " ranks" : std::string()) << ")\n"
-                << "loss           " << format_fixed(a.loss, 6) << (ringtrack ? " chunked, " : " this plan, ") << format_fixed(b.loss, 6)
-                << (ringtrack ? " unchunked" : " plain data-parallel step") << ": relative error " << loss_error << " (tolerance " << kLossTolerance
+                << "loss           " << format_fixed(a.loss, 6) << (own ? " chunked, " : " this plan, ") << format_fixed(b.loss, 6)
+                << (own ? " unchunked" : " plain data-parallel step") << ": relative error " << loss_error << " (tolerance " << kLossTolerance
                 << ")\n"
                 << "gradients      largest difference " << grad_error << " of the block's largest entry, worst block (tolerance "
                 << kGradientTolerance << ")\n"

@@ -311,6 +311,7 @@ class CpuDevice final : public Device {
       narrow(d, dlogits);
     });
   }
+  void prepare_peers(Communicator&, const std::vector<std::vector<int>>&, std::chrono::milliseconds) override {}  // comm's own groups
   // On the stream's thread: the main thread waits in synchronize() meanwhile, so MPI is called by one thread at a
   // time (MPI_THREAD_SERIALIZED, what MpiSession asks for).
   void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, float* data, std::int64_t n) override {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/device.hpp"
+#include "backend/nccl_peers.hpp"
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/kernels.hpp"
@@ -91,7 +92,11 @@ class CudaDevice final : public Device {
     synchronize();
     TRAINYARD_CUDA_CHECK(cudaMemset(dst, byte, size_of(bytes)));
   }
-  void synchronize() override { TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize()); }
+  // With other ranks, a collective that never completes must not hang the wait: it is bounded first (NcclPeers::wait).
+  void synchronize() override {
+    if (peers_) peers_->wait(streams_);
+    TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
   int create_stream() override {
     cudaStream_t s = nullptr;
@@ -178,9 +183,13 @@ class CudaDevice final : public Device {
              bf16_bits* weights) override {
     kernels::adamw(opt, step, n, master, m, v, grad, weights, streams_.at(stream));
   }
-  // NOT WRITTEN: NCCL (bootstrapped over MPI). The executor refuses graphs of several GPUs on this device first.
-  void all_reduce_sum(int, Communicator&, std::vector<int>, float*, std::int64_t) override {
-    throw InternalError("the CUDA device has no communicator yet (NCCL is not written)", __FILE__, __LINE__);
+  // NCCL, bootstrapped through `comm` (NOT YET RUN ON A GPU: nccl_peers.hpp).
+  void prepare_peers(Communicator& comm, const std::vector<std::vector<int>>& groups, std::chrono::milliseconds timeout) override {
+    peers_ = std::make_unique<NcclPeers>(comm, groups, timeout);
+  }
+  void all_reduce_sum(int stream, Communicator&, std::vector<int> ranks, float* data, std::int64_t n) override {
+    if (!peers_) throw InternalError("an all-reduce before prepare_peers", __FILE__, __LINE__);
+    peers_->all_reduce_sum(ranks, data, n, streams_.at(stream));
   }
 
  private:
@@ -196,10 +205,14 @@ class CudaDevice final : public Device {
   std::vector<cudaStream_t> streams_;
   std::vector<std::unique_ptr<kernels::Gemm>> gemms_;  // one per stream: each owns its workspace
   std::vector<cudaEvent_t> events_;
+  std::unique_ptr<NcclPeers> peers_;  // several ranks: the NCCL communicators
 };
 
 }  // namespace
 
-std::unique_ptr<Device> make_cuda_device() { return std::make_unique<CudaDevice>(); }
+std::unique_ptr<Device> make_cuda_device(int index) {
+  if (index >= 0) TRAINYARD_CUDA_CHECK(cudaSetDevice(index));
+  return std::make_unique<CudaDevice>();
+}
 
 }  // namespace trainyard::backend

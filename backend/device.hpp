@@ -12,6 +12,7 @@
 // (upload, download, fill) first wait for every stream.
 //
 // bf16 tensors are passed as their 16-bit patterns; layouts are those of kernels/reference.hpp.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -91,11 +92,16 @@ class Device {
                      bf16_bits* weights) = 0;
 
   // --- between ranks ---------------------------------------------------------------------------------------------
+  // Before the first step, on every rank at once: the groups (sorted ranks) the step will reduce over. The CPU
+  // device uses `comm` itself; the CUDA device bootstraps NCCL through it (nccl_peers.hpp), every wait bounded by
+  // `timeout`.
+  virtual void prepare_peers(Communicator& comm, const std::vector<std::vector<int>>& groups, std::chrono::milliseconds timeout) = 0;
   // Sums `data` (device memory) over `ranks` in place, through `comm`, queued on `stream` like any other work.
   virtual void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, float* data, std::int64_t n) = 0;
 };
 
-// The current CUDA device (cuda_device.cpp); only in builds with TRAINYARD_CUDA.
-std::unique_ptr<Device> make_cuda_device();
+// A CUDA device (cuda_device.cpp; only in builds with TRAINYARD_CUDA): the current one, or GPU `index` made current
+// (one rank per GPU under mpirun).
+std::unique_ptr<Device> make_cuda_device(int index = -1);
 
 }  // namespace trainyard::backend

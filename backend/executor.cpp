@@ -190,6 +190,7 @@ struct Executor::Impl {
       if (t.kind() == sim::TaskKind::collective && t.op.carries_gradients()) sets.push_back(members(t));
     }
     opt.comm->prepare_groups(sets);
+    dev.prepare_peers(*opt.comm, sets, opt.comm_timeout);
   }
 
   // A gradient reduction: the groups it carries (sim::Op::gradients), summed over its members' ranks.

@@ -15,10 +15,13 @@
 // each by name (OpTensors). Tensors live in one arena planned offline; a tensor that reuses bytes waits for the
 // tasks that touched their earlier owner.
 //
-// What it refuses (InputError, before anything runs): several GPUs (NCCL sends and collectives, and MPI between
-// CPU ranks, are not written in it yet: several CPU ranks run in reference_step.hpp), tasks on the host (a CPU
-// optimizer) and moves of model states (streamed weights, offloaded optimizer states): the weights, gradients,
-// master weights and moments stay resident in device memory.
+// Several ranks (ExecutorOptions::comm, one per GPU): each runs its GPU's share of the schedule, and gradient
+// reductions are the device's all-reduces over the communicator (MPI on the CPU device; NCCL is not written).
+// What it refuses (InputError, before anything runs; executor_refusal): on one rank, several GPUs; on several,
+// sends between GPUs (pipelines, rings: they run in reference_step.hpp) and a group reduced twice in a step; tasks
+// on the host (a CPU optimizer) and moves of model states (streamed weights, offloaded optimizer states): the
+// weights, gradients, master weights and moments stay resident in device memory.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -42,6 +45,7 @@ struct ExecutorOptions {
   // queued on their streams like any other work. Data parallelism only so far: sends between GPUs are refused
   // (executor_refusal). Null or one rank: the whole graph here.
   Communicator* comm = nullptr;
+  std::chrono::milliseconds comm_timeout{300000};  // the longest a device's collective may take (CUDA: NCCL)
 };
 
 struct MeasuredStep {

@@ -41,6 +41,16 @@ bool MpiSession::launched_by_mpirun() {
   return false;
 }
 
+int MpiSession::world_size_from_environment() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    if (const char* value = std::getenv(name)) {
+      const int size = std::atoi(value);
+      if (size > 0) return size;
+    }
+  }
+  return 1;
+}
+
 MpiSession::MpiSession() {
   if (!launched_by_mpirun()) return;
   int provided = 0;

@@ -25,6 +25,8 @@ class MpiSession {
   bool active() const { return active_; }
   // Whether the environment says this process is one rank of an mpirun.
   static bool launched_by_mpirun();
+  // The run's ranks as the environment says (1 outside mpirun), readable before MPI starts.
+  static int world_size_from_environment();
   // Ends every rank of the run (MPI_Abort) with `exit_code`, after this rank's error was printed.
   [[noreturn]] static void abort_all(int exit_code);
 

@@ -173,6 +173,7 @@ Scheme megatron_scheme() {
       .required_flags = {},
       .executable = false,
       .cpu_only_refusal = megatron_cpu_refusal,
+      .unchunked = nullptr,  // --check: the plain data-parallel step
       .params = megatron_params(),
       .from_flags = megatron_from_flags,
       .summary = megatron_summary,

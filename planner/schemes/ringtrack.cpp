@@ -156,6 +156,16 @@ Scheme ringtrack_scheme() {
       .required_flags = {},
       .executable = true,
       .cpu_only_refusal = nullptr,
+      .unchunked =
+          [](const PlanSpec& spec, std::int64_t seq_len) {
+            PlanSpec plain = spec;
+            plain.ringtrack.chunk = seq_len;
+            plain.ringtrack.kv = Placement::hbm;
+            plain.ringtrack.acts = ActivationPolicy::hbm;
+            plain.ringtrack.weights = WeightPolicy::resident;
+            plain.ringtrack.states = Placement::hbm;
+            return plain;
+          },
       .params = ringtrack_params(),
       .from_flags = ringtrack_from_flags,
       .summary = ringtrack_summary,

@@ -77,6 +77,10 @@ struct Scheme {
   // Where `executable` is false: the CPU reference executor runs some of its plans. Empty: it runs this one; else
   // the parameter and value it needs ("tp 1: ..."). Null: none.
   std::function<std::string(const PlanSpec&)> cpu_only_refusal;
+  // What `trainyard run --check` compares the plan's step with: the same plan without chunks or offload (given a
+  // sequence length). Null: the plainest step of the model, data parallelism alone (the ring-track entry's
+  // unchunked step with rings of one GPU), so that the scheme's sharding, pipelining and offload are checked.
+  std::function<PlanSpec(const PlanSpec&, std::int64_t seq_len)> unchunked;
 
   // Every parameter, in the order a plan file's fields are checked.
   std::vector<Param> params;
