@@ -129,6 +129,22 @@ sim::Cluster executor_cluster(const LoadedPlan& l, const po::variables_map& vm) 
 int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Device& device, const std::string& label,
                  bool cpu_can_check);
 
+// The plan's step as the executor runs it, predicted on executor_cluster.
+struct PredictedStep {
+  sim::TaskGraph graph;
+  sim::Cluster cluster;
+  sim::SimResult result;
+};
+PredictedStep predict_step(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm) {
+  sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+  graph.finalize();
+  sim::Cluster cluster = executor_cluster(l, vm);
+  sim::SimResult result = sim::simulate(graph, cluster);
+  if (!result.completed)
+    throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
+  return {std::move(graph), std::move(cluster), std::move(result)};
+}
+
 int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, bool cpu_can_check) {
 #ifndef TRAINYARD_HAVE_CUDA
   (void)l, (void)origin, (void)vm, (void)cpu_can_check;
@@ -153,12 +169,10 @@ int run_measured(const LoadedPlan& l, const std::string& origin, const po::varia
         "a larger one");
   }
   const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
-  sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
-  graph.finalize();
-  const sim::Cluster predicting = executor_cluster(l, vm);
-  const sim::SimResult predicted = sim::simulate(graph, predicting);
-  if (!predicted.completed)
-    throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
+  const PredictedStep step = predict_step(l, origin, vm);
+  const sim::TaskGraph& graph = step.graph;
+  const sim::Cluster& predicting = step.cluster;
+  const sim::SimResult& predicted = step.result;
   const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
   const int gpn = l.cluster->topology.gpus_per_node();
   backend::ModelState state(l.model, seed);
@@ -294,7 +308,7 @@ int run_run(const std::vector<std::string>& args) {
   options.add_options()
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
-       "gpu: the executor on the CUDA device (one GPU, ring-track plans); cpu: small models only, the same executor on the CPU device (streams as threads) "
+       "gpu: the executor on the CUDA device (one GPU, ring-track plans; under mpirun one rank per GPU for data-parallel ones, NCCL not yet run on GPUs); cpu: small models only, the same executor on the CPU device (streams as threads) "
        "where it runs the plan (one GPU, states resident), else the CPU reference executor (ring-track, Megatron without TP or CP, ZeRO without Ulysses, CP or FPDT; under mpirun -np N one rank per GPU; no timing)")
       ("warmup", po::value<int>()->default_value(1)->value_name("int"), "the executor: steps run before the measured ones (not measured)")
       ("trace", po::value<std::string>()->value_name("path"), "the executor: write the last measured step as a Chrome trace (trainyard compare reads it)")
@@ -410,12 +424,10 @@ std::unique_ptr<backend::Device> rank_device(const std::string& kind, int rank) 
 
 int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm,
                           const std::string& device_kind) {
-  sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
-  graph.finalize();
-  const sim::Cluster predicting = executor_cluster(l, vm);
-  const sim::SimResult predicted = sim::simulate(graph, predicting);
-  if (!predicted.completed)
-    throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
+  const PredictedStep step = predict_step(l, origin, vm);
+  const sim::TaskGraph& graph = step.graph;
+  const sim::Cluster& predicting = step.cluster;
+  const sim::SimResult& predicted = step.result;
   backend::ModelState state(l.model, vm["seed"].as<std::uint64_t>());
   backend::ExecutorOptions options;
   options.run_optimizer = true;

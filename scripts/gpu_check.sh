@@ -7,7 +7,8 @@
 #   calibrate: `calibrate --quick`, the profile it writes;
 #   executor:  memcheck on the executor's tests, `run --check` on the small plan (the GPU step against the CPU
 #              reference), measured runs with their traces and the comparison with the prediction, the medium
-#              plan's also predicted with the calibrated profile.
+#              plan's also predicted with the calibrated profile; on 2, 4 or 8 GPUs the executor under mpirun, one
+#              rank per GPU, its gradient all-reduces through NCCL.
 # Usage: scripts/gpu_check.sh [BIN]   BIN holds trainyard, trainyard_gpu_tests and bench_kernels (default: the
 # build/ layout). Results: $OUT/gpu-check.tgz (or build/gpu-check/), and the summary table on stdout.
 set -uo pipefail
@@ -45,12 +46,34 @@ check run-medium 50 "$trainyard" run --plan examples/medium-ringtrack-gpu.plan.j
 # The same step predicted with the profile calibrate just wrote (the loop: calibrate, predict, run, compare).
 check run-medium-calibrated 50 "$trainyard" run --plan examples/medium-ringtrack-gpu.plan.json --device gpu --warmup 2 --steps 3 \
   --gpu-profile "$work/calibrated-gpu.json"
+# Several GPUs: the executor on one rank per GPU under mpirun, its gradient all-reduces through NCCL (bootstrapped
+# over MPI; NOT RUN ON GPUs before this check): ring-track replicas of the small model, one sequence per GPU.
+gpus=$(nvidia-smi --list-gpus | wc -l)
+case "$gpus" in
+  2) node=tests/data/tiny-node-2.json ;;
+  4) node=pcie-a100x4 ;;
+  8) node=dgx-h100 ;;
+  *) node= ;;
+esac
+if [ -n "$node" ]; then
+  python3 - "$node" "$gpus" "$work/replicas.plan.json" <<'PY'
+import json, sys
+node, gpus, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+plan = json.load(open("examples/small-ringtrack-gpu.plan.json"))
+plan["hw"] = node
+plan["workload"]["global_batch"] = gpus
+json.dump(plan, open(out, "w"))
+PY
+  check run-ranks-nccl 60 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/replicas.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
+else
+  echo "run-ranks-nccl: skipped ($gpus GPUs: the check knows nodes of 2, 4 and 8)" | tee -a "$work/summary.md"
+fi
 check bench-kernels 45 "$bench" --benchmark_format=json --benchmark_out="$work/bench_kernels.json" --benchmark_out_format=json
 check sdpa 40 python3 scripts/sdpa_bench.py 16384 4096
 cp "$work/sdpa.log" "$work/sdpa.jsonl"
 python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo "kernels table: failed (kernels-table.log)"
 [ -f "$work/kernels.md" ] && cat "$work/kernels.md"
-for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated; do
+for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-ranks-nccl; do
   echo "--- $log (last lines)"
   tail -n 25 "$work/$log.log"
 done
