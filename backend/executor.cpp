@@ -32,46 +32,55 @@ T* offset(void* base, std::int64_t bytes) {
 
 }  // namespace
 
+namespace {
+
+// What the executor needs of one task on `ranks` ranks: {expected, found}, or nothing when it runs it.
+std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task& t, int ranks) {
+  const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
+  if (ranks == 1 && (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective)) {
+    return std::pair{"a step on one GPU (or, under mpirun, one rank per GPU)", "a task of several GPUs"};
+  }
+  if (ranks > 1 && t.kind() == sim::TaskKind::p2p) {
+    return std::pair{"data parallelism between ranks (sends between GPUs are not written yet in the executor)", "a send"};
+  }
+  if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states) {
+    return std::pair{"collectives of gradients or model states only", "a collective on activations"};
+  }
+  if (sim::is_host(t.device) && !memory) return std::pair{"GPU tasks (the executor does not run host optimizer steps yet)", "a host task"};
+  if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
+    return std::pair{"weights and optimizer states resident in HBM (the executor does not stream them yet)", "a copy of model states"};
+  }
+  if (t.op.code == sim::OpCode::none && !memory) {
+    return std::pair{"a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)", "a task without an op"};
+  }
+  return std::nullopt;
+}
+
+// The parameter groups a gradient reduction carries (sim::Op::gradients).
+std::vector<int> carried_groups(const sim::Op& op) {
+  std::vector<int> groups;
+  if (!op.carries_gradients()) return groups;
+  for (int l = op.kv_first; l <= op.kv_last; ++l) groups.push_back(l);
+  if (op.carries_head_gradients()) groups.push_back(kHeadGroup);
+  if (op.carries_embedding_gradients()) groups.push_back(kEmbeddingGroup);
+  return groups;
+}
+
+}  // namespace
+
 std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ranks) {
-  std::set<int> reduced;  // parameter groups some reduction carries
+  std::set<int> reduced;  // parameter groups some reduction carries: a second one sums twice on the device
   int gpus = 0;
   for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
     const sim::Task& t = g.task(id);
     const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
     if (!sim::is_host(t.device)) gpus = std::max(gpus, t.device + 1);
-    if (ranks == 1 && (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective)) {
-      return ExecutorRefusal{what,
-                             "a step on one GPU (or, under mpirun, one rank per GPU: on one rank the executor runs one GPU's tasks; NCCL "
-                             "on GPUs is not written)",
-                             "a task of several GPUs"};
-    }
-    if (ranks > 1 && t.kind() == sim::TaskKind::p2p) {
-      return ExecutorRefusal{what, "data parallelism between ranks (sends between GPUs are not written yet in the executor)", "a send"};
-    }
-    if (ranks > 1 && t.kind() == sim::TaskKind::collective) {
-      if (t.op.code != sim::OpCode::states)
-        return ExecutorRefusal{what, "collectives of gradients or model states only", "a collective on activations"};
-      std::vector<int> groups;
-      for (int l = t.op.kv_first; t.op.carries_gradients() && l <= t.op.kv_last; ++l) groups.push_back(l);
-      if (t.op.carries_head_gradients()) groups.push_back(-1);
-      if (t.op.carries_embedding_gradients()) groups.push_back(-2);
-      for (int group : groups) {
-        if (!reduced.insert(group).second) {
-          return ExecutorRefusal{what, "each parameter group reduced once per step (ZeRO-2/3 reduce it every micro-batch: one micro-batch per GPU)",
-                                 "a second reduction of a group"};
-        }
+    if (const auto refusal = task_refusal(t, ranks)) return ExecutorRefusal{what, refusal->first, refusal->second};
+    for (int group : ranks > 1 ? carried_groups(t.op) : std::vector<int>{}) {
+      if (!reduced.insert(group).second) {
+        return ExecutorRefusal{what, "each parameter group reduced once per step (ZeRO-2/3 reduce it every micro-batch: one micro-batch per GPU)",
+                               "a second reduction of a group"};
       }
-    }
-    const bool memory = t.kind() == sim::TaskKind::alloc || t.kind() == sim::TaskKind::free;
-    if (sim::is_host(t.device) && !memory) {
-      return ExecutorRefusal{what, "GPU tasks (the executor does not run host optimizer steps yet)", "a host task"};
-    }
-    if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
-      return ExecutorRefusal{what, "weights and optimizer states resident in HBM (the executor does not stream them yet)", "a copy of model states"};
-    }
-    if (t.op.code == sim::OpCode::none && !memory) {
-      return ExecutorRefusal{what, "a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)",
-                             "a task without an op"};
     }
   }
   if (ranks > 1 && gpus != ranks) {
@@ -197,11 +206,7 @@ struct Executor::Impl {
   void reduce_gradients(const sim::Task& t, int stream) {
     const std::vector<int> over = members(t);
     if (!std::binary_search(over.begin(), over.end(), rank())) return;
-    std::vector<int> carried;
-    for (int l = t.op.kv_first; l <= t.op.kv_last; ++l) carried.push_back(l);
-    if (t.op.carries_head_gradients()) carried.push_back(kHeadGroup);
-    if (t.op.carries_embedding_gradients()) carried.push_back(kEmbeddingGroup);
-    for (int gid : carried) {
+    for (int gid : carried_groups(t.op)) {
       for (int p : groups.at(gid)) dev.all_reduce_sum(stream, *opt.comm, over, params[p].grad, params[p].n);
     }
   }
