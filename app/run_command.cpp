@@ -127,7 +127,7 @@ sim::Cluster executor_cluster(const LoadedPlan& l, const po::variables_map& vm) 
 }
 
 int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Device& device, const std::string& label,
-                 bool cpu_can_check);
+                 bool cpu_can_check, backend::Communicator* comm = nullptr);
 
 // The plan's step as the executor runs it, predicted on executor_cluster.
 struct PredictedStep {
@@ -157,10 +157,59 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
 #endif
 }
 
+// Several ranks: every rank's timings of its own tasks, on rank 0, as one step's (the ranks' origin events follow
+// one barrier, so their clocks agree to its exit's spread); the memory of the rank with the highest peak.
+void merge_ranks(backend::MeasuredStep& step, const sim::TaskGraph& graph, backend::Communicator& comm, int gpus_per_node) {
+  std::vector<int> everyone(static_cast<std::size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) everyone[static_cast<std::size_t>(r)] = r;
+  const std::size_t n = step.timing.size();
+  std::vector<float> mine(2 * n + 1, -1.0f);  // origin-relative microseconds, then the peak in MiB
+  for (std::size_t t = 0; t < n; ++t) {
+    if (step.timing[t].start_ns < 0) continue;
+    mine[2 * t] = static_cast<float>(static_cast<double>(step.timing[t].start_ns + step.first_task_ns) * 1e-3);
+    mine[2 * t + 1] = static_cast<float>(static_cast<double>(step.timing[t].end_ns + step.first_task_ns) * 1e-3);
+  }
+  mine[2 * n] = static_cast<float>(static_cast<double>(step.peak_hbm_bytes()) / (1 << 20));
+  const std::vector<float> all = comm.all_gather(everyone, mine);
+  auto at = [&](int rank, std::size_t i) { return all[static_cast<std::size_t>(rank) * (2 * n + 1) + i]; };
+  double first = 1e300, last = 0;
+  for (std::size_t t = 0; t < n; ++t) {
+    // The rank of the task's GPU (host tasks: the node's first rank), else any rank that timed it.
+    const sim::DeviceId d = graph.task(static_cast<sim::TaskId>(t)).device;
+    int owner = sim::is_host(d) ? sim::host_node(d) * gpus_per_node : d;
+    if (owner >= comm.size() || at(owner, 2 * t) < 0) {
+      owner = -1;
+      for (int r = 0; r < comm.size() && owner < 0; ++r) owner = at(r, 2 * t) >= 0 ? r : -1;
+    }
+    if (owner < 0) {
+      step.timing[t] = {};
+      step.timing[t].start_ns = step.timing[t].end_ns = -1;
+      continue;
+    }
+    step.timing[t].start_ns = static_cast<std::int64_t>(std::llround(at(owner, 2 * t) * 1e3));
+    step.timing[t].end_ns = static_cast<std::int64_t>(std::llround(at(owner, 2 * t + 1) * 1e3));
+    first = std::min(first, static_cast<double>(step.timing[t].start_ns));
+    last = std::max(last, static_cast<double>(step.timing[t].end_ns));
+  }
+  for (auto& t : step.timing) {
+    if (t.start_ns >= 0) t.start_ns -= static_cast<std::int64_t>(first), t.end_ns -= static_cast<std::int64_t>(first);
+  }
+  step.step_ns = static_cast<std::int64_t>(last - first);
+  int highest = 0;
+  for (int r = 1; r < comm.size(); ++r) highest = at(r, 2 * n) > at(highest, 2 * n) ? r : highest;
+  const std::vector<float> peak_parts = comm.all_gather(
+      everyone,
+      std::vector<float>{static_cast<float>(step.arena_bytes), static_cast<float>(step.states_bytes), static_cast<float>(step.scratch_peak_bytes)});
+  step.arena_bytes = static_cast<std::int64_t>(peak_parts[static_cast<std::size_t>(highest) * 3]);
+  step.states_bytes = static_cast<std::int64_t>(peak_parts[static_cast<std::size_t>(highest) * 3 + 1]);
+  step.scratch_peak_bytes = static_cast<std::int64_t>(peak_parts[static_cast<std::size_t>(highest) * 3 + 2]);
+}
+
 // The executor on `device` (the CUDA device, or the CPU device: streams as threads): steps measured with the
 // device's events against the simulator's prediction, or with --check (GPU) one step against the CPU reference.
+// With `comm`, one rank per GPU (data parallelism): rank 0 reports the ranks' merged timeline.
 int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Device& device, const std::string& label,
-                 bool cpu_can_check) {
+                 bool cpu_can_check, backend::Communicator* comm) {
   const bool check = vm["check"].as<bool>();
   if (check && !cpu_can_check) {
     throw InputError(
@@ -179,13 +228,22 @@ int run_measured(const LoadedPlan& l, const std::string& origin, const po::varia
   backend::ExecutorOptions options;
   options.run_optimizer = !check;
   options.adam.lr = vm["lr"].as<float>();
+  options.comm = comm;
+  options.comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
   backend::Executor executor(device, graph, state, gpn, predicted.timing, options);
   executor.upload(state);
-  const bool as_json = vm["json"].as<bool>();
+  const bool as_json = vm["json"].as<bool>(), root = comm == nullptr || comm->rank() == 0;
   Json out = {{"plan", origin}, {"device", label}, {"executor", "schedule"}, {"summary", l.plan.spec.summary()}};
   const StepTokens step_tokens(l, vm);
+  auto run_step = [&](int s) {  // step s (0-based), AdamW's t = s + 1
+    backend::MeasuredStep m = executor.run_step(step_tokens(s), s + 1);
+    if (comm != nullptr) merge_ranks(m, graph, *comm, gpn);
+    return m;
+  };
+  if (comm != nullptr) out["ranks"] = comm->size();
 
   if (check) {
+    TRAINYARD_CHECK(comm == nullptr, "--check on GPU ranks is refused before");
     const auto tokens = step_tokens(0);
     const backend::MeasuredStep g = executor.run_step(tokens);
     backend::ModelState on_gpu(l.model, seed);
@@ -212,20 +270,21 @@ int run_measured(const LoadedPlan& l, const std::string& origin, const po::varia
 
   std::string csv = "step,loss,seconds\n";  // --loss-curve: every step, the warm-up ones too
   for (int s = 0; s < warmup; ++s) {
-    const backend::MeasuredStep w = executor.run_step(step_tokens(s), s + 1);
+    const backend::MeasuredStep w = run_step(s);
     csv += std::to_string(s + 1) + "," + format_fixed(w.loss, 6) + "," + format_fixed(static_cast<double>(w.step_ns) * 1e-9, 6) + "\n";
   }
   backend::MeasuredStep last;
   Json measured_steps = Json::array();
   for (int s = 0; s < steps; ++s) {
     if (interrupted()) throw Interrupted();
-    last = executor.run_step(step_tokens(warmup + s), warmup + s + 1);
+    last = run_step(warmup + s);
     measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
     csv += std::to_string(warmup + s + 1) + "," + format_fixed(last.loss, 6) + "," + format_fixed(static_cast<double>(last.step_ns) * 1e-9, 6) + "\n";
-    if (!as_json)
+    if (!as_json && root)
       std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2)
                 << " ms\n";
   }
+  if (!root) return 0;
   if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
   const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
   if (const auto trace = trace_request(vm, l.cluster->gpus())) write_trace(*trace, measured, graph, *l.cluster, "measured");
@@ -297,8 +356,7 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
 }
 
 int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator* comm);
-int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm,
-                          const std::string& device_kind);
+std::unique_ptr<backend::Device> make_rank_device(const std::string& kind, int rank);
 
 }  // namespace
 
@@ -371,7 +429,6 @@ int run_run(const std::vector<std::string>& args) {
     }
     return run_on_cpu(l, origin, vm, nullptr);
   }
-  if (vm.count("trace")) throw InputError("--trace", "value", "a run on one rank (under mpirun each rank times its own GPU)", "given");
   const double timeout_s = vm["comm-timeout"].as<double>();
   backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
   try {
@@ -384,8 +441,11 @@ int run_run(const std::vector<std::string>& args) {
         throw InputError("the plan's task graph", refusal->task, refusal->expected + " (on GPU ranks)", refusal->found);
       }
       if (vm["check"].as<bool>()) throw InputError("--check", "value", "--device cpu under mpirun (GPU ranks: not written)", "given");
-      if (!refusal) return run_executor_on_ranks(l, origin, vm, comm, device);
-      for (const char* flag : {"warmup", "gpu-profile"}) {
+      if (!refusal) {
+        const auto rank_device = make_rank_device(device, comm.rank());
+        return run_measured(l, origin, vm, *rank_device, device, false, &comm);
+      }
+      for (const char* flag : {"warmup", "gpu-profile", "trace"}) {
         if (vm.count(flag) && !vm[flag].defaulted()) {
           throw InputError("--" + std::string(flag), "value", "a plan the executor runs on ranks (" + refusal->expected + ")",
                            refusal->task + ": " + refusal->found + "; the CPU reference executor runs it, untimed");
@@ -406,11 +466,9 @@ int run_run(const std::vector<std::string>& args) {
 
 namespace {
 
-// The executor on the CPU device, one rank per GPU under mpirun: each rank times its own GPU's share; a step takes
-// as long as its slowest rank, which is what rank 0 prints against the prediction (per-class and per-stream
-// comparisons and the trace need every rank's timeline on one clock: one rank only, so far).
-// This rank's device: the CPU device, or the GPU of the rank's index among the visible ones (NCCL: NOT YET RUN ON GPUs).
-std::unique_ptr<backend::Device> rank_device(const std::string& kind, int rank) {
+// This rank's device: the CPU device, or the GPU of the rank's index among the visible ones (NCCL: NOT YET RUN ON
+// GPUs).
+std::unique_ptr<backend::Device> make_rank_device(const std::string& kind, int rank) {
   if (kind == "cpu") return backend::make_cpu_device();
 #ifdef TRAINYARD_HAVE_CUDA
   const auto found = backend::query_cuda_devices();
@@ -420,62 +478,6 @@ std::unique_ptr<backend::Device> rank_device(const std::string& kind, int rank) 
   (void)rank;
   throw InputError("--device", "value", "cpu (this trainyard was built without CUDA: TRAINYARD_CUDA=OFF)", "gpu");
 #endif
-}
-
-int run_executor_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator& comm,
-                          const std::string& device_kind) {
-  const PredictedStep step = predict_step(l, origin, vm);
-  const sim::TaskGraph& graph = step.graph;
-  const sim::Cluster& predicting = step.cluster;
-  const sim::SimResult& predicted = step.result;
-  backend::ModelState state(l.model, vm["seed"].as<std::uint64_t>());
-  backend::ExecutorOptions options;
-  options.run_optimizer = true;
-  options.adam.lr = vm["lr"].as<float>();
-  options.comm = &comm;
-  options.comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
-  const auto device = rank_device(device_kind, comm.rank());
-  backend::Executor executor(*device, graph, state, l.cluster->topology.gpus_per_node(), predicted.timing, options);
-  executor.upload(state);
-  const StepTokens step_tokens(l, vm);
-  const bool root = comm.rank() == 0, as_json = vm["json"].as<bool>();
-  const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
-  std::vector<int> everyone(static_cast<std::size_t>(comm.size()));
-  for (int r = 0; r < comm.size(); ++r) everyone[static_cast<std::size_t>(r)] = r;
-  Json measured_steps = Json::array();
-  std::string csv = "step,loss,seconds\n";
-  double last_ns = 0;
-  for (int s = 0; s < warmup + steps; ++s) {
-    const backend::MeasuredStep m = executor.run_step(step_tokens(s), s + 1);
-    const std::vector<float> per_rank = comm.all_gather(everyone, std::vector<float>{static_cast<float>(m.step_ns)});
-    last_ns = *std::max_element(per_rank.begin(), per_rank.end());
-    csv += std::to_string(s + 1) + "," + format_fixed(m.loss, 6) + "," + format_fixed(last_ns * 1e-9, 6) + "\n";
-    if (s < warmup) continue;
-    measured_steps.push_back({{"loss", m.loss}, {"step_ns", last_ns}});
-    if (root && !as_json)
-      std::cout << "step " << s - warmup + 1 << "  loss " << format_fixed(m.loss, 4) << "  " << format_fixed(last_ns * 1e-6, 2) << " ms (slowest of "
-                << comm.size() << " ranks)\n";
-  }
-  if (!root) return 0;
-  if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
-  const double error = (static_cast<double>(predicted.step_ns) - last_ns) / last_ns;
-  if (as_json) {
-    const Json out = {{"plan", origin},
-                      {"device", device_kind},
-                      {"executor", "schedule"},
-                      {"ranks", comm.size()},
-                      {"summary", l.plan.spec.summary()},
-                      {"steps", measured_steps},
-                      {"measured", {{"step_ns", last_ns}}},
-                      {"predicted", {{"step_ns", predicted.step_ns}, {"gpu_profile", predicting.node.gpu.name}}},
-                      {"step_error", error}};
-    std::cout << out.dump(2) << "\n";
-    return 0;
-  }
-  std::cout << "predicted on   the " << predicting.stack.name << " stack (this executor), GPU profile " << predicting.node.gpu.name << "\n"
-            << "step time      predicted " << format_fixed(static_cast<double>(predicted.step_ns) * 1e-6, 2) << " ms, measured "
-            << format_fixed(last_ns * 1e-6, 2) << " ms (the slowest rank), error " << format_fixed(100 * error, 1) << "%\n";
-  return 0;
 }
 
 // The CPU reference executor: one rank with everything, or under mpirun this rank's GPU (rank 0 prints).

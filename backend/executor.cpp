@@ -355,6 +355,7 @@ struct Executor::Impl {
     for (const auto& p : params) dev.fill(p.grad, 0, p.n * static_cast<std::int64_t>(sizeof(float)));
     dev.reset_scratch_peak();
     dev.synchronize();
+    if (ranks() > 1) opt.comm->barrier();  // the ranks' origins as close together as one barrier's exit
 
     // Everything starts after `origin`; then the schedule, step by step.
     dev.record(origin, streams.front());
@@ -391,6 +392,7 @@ struct Executor::Impl {
       if (t.start_ns >= 0) t.start_ns -= first, t.end_ns -= first;
     }
     r.step_ns = last - std::max<std::int64_t>(first, 0);
+    r.first_task_ns = std::max<std::int64_t>(first, 0);
     std::vector<float> loss(static_cast<std::size_t>(total));
     dev.download(loss.data(), losses, loss_bytes);
     r.loss = step_loss(loss);

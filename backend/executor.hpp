@@ -52,7 +52,8 @@ struct MeasuredStep {
   double loss = 0;  // mean cross-entropy over the step's tokens
   std::int64_t tokens = 0;
   std::int64_t step_ns = 0;             // the first task's start to the last task's end (the device's events)
-  std::vector<sim::TaskTiming> timing;  // per task id, from the step's start; -1 for allocations and frees
+  std::vector<sim::TaskTiming> timing;  // per task id, from the step's start; -1 for allocations and frees (and other ranks' tasks)
+  std::int64_t first_task_ns = 0;       // the step's start after its origin event (several ranks: the origins follow one barrier)
   std::int64_t arena_bytes = 0;         // the tensors' arena
   std::int64_t live_peak_bytes = 0;     // the tensors' live high-water mark in submission order (arena minus fragmentation)
   std::int64_t states_bytes = 0;        // model states, token ids, losses and the GEMM workspaces
