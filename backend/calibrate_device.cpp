@@ -39,10 +39,15 @@ class Buffer {
   void* p_ = nullptr;
 };
 
+// The gate (see calibrate_device.hpp): a fill of this many bytes per call queued, within these bounds.
+constexpr std::int64_t kGateBytesPerCall = 16 << 10, kGateMinBytes = 1 << 20, kGateMaxBytes = 64 << 20;
+
 class Sweep {
  public:
   Sweep(const SweepPlan& plan, Measurements& m, Device& d, std::ostream* progress)
-      : plan_(plan), m_(m), d_(d), progress_(progress), start_(std::chrono::steady_clock::now()) {
+      : plan_(plan), m_(m), d_(d), progress_(progress), start_(std::chrono::steady_clock::now()), gate_(d, kGateMaxBytes, 0) {
+    gate_stream_ = d.create_stream();
+    gate_event_ = d.create_event();
     stream_ = d.create_stream();
     second_ = d.create_stream();
     begin_ = d.create_event();
@@ -50,9 +55,20 @@ class Sweep {
     end_second_ = d.create_event();
   }
 
+  // Holds the sweep's stream until `calls` calls are queued behind it: a fill on a stream of its own, sized to
+  // outlast the host's queueing, which the sweep's stream waits for. Without it a stream thread that runs faster
+  // than the host queues sleeps and wakes between calls, and a small call's time would be mostly that.
+  void gate(int calls) {
+    const std::int64_t bytes = std::clamp<std::int64_t>(std::int64_t{calls} * kGateBytesPerCall, kGateMinBytes, kGateMaxBytes);
+    d_.fill(gate_stream_, gate_.as<void>(), 0, bytes);
+    d_.record(gate_event_, gate_stream_);
+    d_.wait(stream_, gate_event_);
+  }
+
   // Seconds per call of `calls` calls queued back to back on the sweep's stream.
   double trial(const std::function<void()>& call, int calls) {
     throw_if_interrupted();
+    gate(calls);
     d_.record(begin_, stream_);
     for (int i = 0; i < calls; ++i) call();
     d_.record(end_, stream_);
@@ -75,6 +91,7 @@ class Sweep {
   // H2D on the sweep's stream and D2H on a second one that starts with it: seconds per copy of each.
   std::pair<double, double> both_ways(void* h2d_dst, const void* h2d_src, void* d2h_dst, const void* d2h_src, std::int64_t bytes, int calls) {
     throw_if_interrupted();
+    gate(2 * calls);
     d_.record(begin_, stream_);
     d_.wait(second_, begin_);
     for (int i = 0; i < calls; ++i) {
@@ -100,7 +117,8 @@ class Sweep {
   Device& d_;
   std::ostream* progress_;
   std::chrono::steady_clock::time_point start_;
-  int stream_ = 0, second_ = 0, begin_ = 0, end_ = 0, end_second_ = 0;
+  Buffer gate_;
+  int gate_stream_ = 0, gate_event_ = 0, stream_ = 0, second_ = 0, begin_ = 0, end_ = 0, end_second_ = 0;
 };
 
 std::string rate_range(const std::vector<KernelPoint>& points) {

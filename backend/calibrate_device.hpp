@@ -6,9 +6,11 @@
 // How a point is timed: `warmup_calls` untimed calls, one timed call to size the trials, then `repeats` trials of n
 // back-to-back calls on one stream (n chosen so a trial lasts about `trial_seconds`, at most
 // `max_calls_per_trial`) between two of the device's events; the point is the median over the trials of
-// (elapsed / n). Queueing a call costs microseconds against the milliseconds of the references' kernels, so no
-// blocking kernel is needed (the CUDA sweep, calibrate_gpu.hpp, has one). Pageable copies are the same memcpy as
-// pinned ones here (both buffers are this process's memory); both are measured, as the fit wants both series.
+// (elapsed / n). Each trial is queued behind a gate (a fill on a stream of its own that the timed stream waits for,
+// sized to outlast the host's queueing), as the CUDA sweep queues behind a blocking kernel (calibrate_gpu.hpp): so
+// the stream runs the calls back to back, as the executor's streams run a step queued ahead of them, rather than
+// sleeping and waking between calls. Pageable copies are the same memcpy as pinned ones here (both buffers are this
+// process's memory); both are measured, as the fit wants both series.
 #include <ostream>
 #include <string>
 
@@ -18,7 +20,7 @@
 namespace trainyard::backend {
 
 // The CPU device's sweep: the shapes of the small models it runs (hidden 32-256, chunks of 16-256 tokens),
-// attention with 4 heads on 2 K/V heads of width 16, copies of 16 KiB to 16 MiB; about 17 s on a 2-core machine.
+// attention with 4 heads on 2 K/V heads of width 16, copies of 16 KiB to 16 MiB; about 18 s on a 2-core machine.
 SweepPlan cpu_sweep();
 
 Measurements measure_on_device(const SweepPlan& plan, Device& device, const std::string& description, const std::string& command,

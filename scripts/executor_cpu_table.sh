@@ -94,7 +94,7 @@ lines += ["", f"Step time: mean absolute error {100 * statistics.mean(errors):.1
           "2026-11-27 (a K/V stream buffer was sized for a whole 64K-token block when fewer chunks precede it) the offloaded plans "
           "were predicted at 26 MiB against 3 MiB.",
           "", "Repeatability (2026-11-27, this 2-core VM): four runs of the first 11 plans minutes apart gave step-time mean absolute "
-          "errors of 17.0%, 18.9%, 21.0% and 39.7%; two runs of all 15 plans, after the ring-track memory fix, 23.5% and 26.2% (this table). The first "
+          "errors of 17.0%, 18.9%, 21.0% and 39.7%; two runs of all 15 plans, after the ring-track memory fix, 23.5% and 26.2%; then, with the sweep's trials queued behind a gate, 18.7% (this table). The first "
           "plan's prediction stayed at 105-112 ms while its measured step went from 127 to 219 ms: the machine's noise, not the "
           "calibration, makes most of the spread; a quiet machine and more measured steps would narrow it. With the shorter sweep "
           "first tried (5 trials of 20 ms per point instead of 9 of 50 ms) two runs gave 33% and 23%, with errors changing sign.",
