@@ -163,10 +163,11 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   gpu.nvlink_gbps_per_direction = top.figure("nvlink_GBps_per_direction", Bound{0, 10000, "GB/s"}, sources);
 
   json::Reader sustained = top.object("sustained");
-  // Down to 0.1%: the CPU device's profile (cpu-device.json) measures plain loops against a nominal peak, and under a
-  // sanitizer they run at a few tenths of a percent of it. Percent typed as a fraction (85) still fails.
-  gpu.sustained.gemm_efficiency = sustained.figure("gemm_efficiency", Bound{0.001, 1, "(fraction of peak)"}, sources);
-  gpu.sustained.hbm_efficiency = sustained.figure("hbm_efficiency", Bound{0.001, 1, "(fraction of peak)"}, sources);
+  // Down to 0.01%: the CPU device's profile (cpu-device.json) measures plain loops against a nominal peak, and in
+  // a sanitizer build on a busy machine they run below a tenth of a percent of it. Percent typed as a fraction (85)
+  // still fails.
+  gpu.sustained.gemm_efficiency = sustained.figure("gemm_efficiency", Bound{1e-4, 1, "(fraction of peak)"}, sources);
+  gpu.sustained.hbm_efficiency = sustained.figure("hbm_efficiency", Bound{1e-4, 1, "(fraction of peak)"}, sources);
   for (const auto& [old_key, new_key] : {std::pair{"pcie_h2d_gbps", "pcie_h2d_GBps"}, std::pair{"pcie_d2h_gbps", "pcie_d2h_GBps"},
                                          std::pair{"nvlink_gbps_per_direction", "nvlink_GBps_per_direction"}}) {
     refuse_old_bandwidth_key(sustained, old_key, new_key);

@@ -174,7 +174,7 @@ TEST(CpuCalibration, AShortSweepMeasuresEverySeriesAndWritesAProfileTheSimulator
   plan.copy_bytes = {std::int64_t{1} << 20, std::int64_t{8} << 20, std::int64_t{64} << 20};
   plan.d2d_bytes = plan.copy_bytes;
   plan.launch_counts = {256, 4096, 65536};
-  plan.repeats = 3;
+  plan.repeats = 5;  // medians of 5: one trial slowed by another process does not move a point
   plan.trial_seconds = 0.003;
   const auto dev = make_cpu_device();
   const Measurements m = measure_on_device(plan, *dev, "test cpu device", "test", nullptr);
@@ -194,7 +194,9 @@ TEST(CpuCalibration, AShortSweepMeasuresEverySeriesAndWritesAProfileTheSimulator
   const KernelPoint& largest = m.gemm.back();
   const double measured_rate = largest.flops / largest.seconds;
   const double fitted_rate = fitted.sustained.gemm.at(largest.flops) * fitted.peak_tflops(hw::Dtype::bf16) * 1e12;
-  EXPECT_NEAR(fitted_rate / measured_rate, 1.0, 0.5);
+  // (Within a factor of 2: the curve is fitted over every shape, each a median of a few short trials.)
+  EXPECT_GT(fitted_rate / measured_rate, 0.5);
+  EXPECT_LT(fitted_rate / measured_rate, 2.0);
   EXPECT_GT(fitted.sustained.pcie_h2d_gbps.value, 0.1);
 }
 
