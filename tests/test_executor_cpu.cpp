@@ -190,13 +190,14 @@ TEST(CpuCalibration, AShortSweepMeasuresEverySeriesAndWritesAProfileTheSimulator
   const auto base = hw::load_gpu_document("cpu-device", "--base");
   write_calibrated_profile(m, base.json, base.origin, out);
   const hw::GpuProfile fitted = hw::load_gpu(out, "--out");
-  // The fitted GEMM curve at the largest measured call is that call's own rate, within the fit's error.
-  const KernelPoint& largest = m.gemm.back();
-  const double measured_rate = largest.flops / largest.seconds;
-  const double fitted_rate = fitted.sustained.gemm.at(largest.flops) * fitted.peak_tflops(hw::Dtype::bf16) * 1e12;
-  // (Within a factor of 2: the curve is fitted over every shape, each a median of a few short trials.)
-  EXPECT_GT(fitted_rate / measured_rate, 0.5);
-  EXPECT_LT(fitted_rate / measured_rate, 2.0);
+  // The GEMM table is the measurement's, not the base's estimate, and it lies among the measured rates (a factor of
+  // 2 around them: each point is a median of a few short trials on a machine that may be busy).
+  EXPECT_NE(fitted.sustained.gemm.source_id, hw::gpu_from_document(base.json, base.origin).sustained.gemm.source_id);
+  double slowest = 1e300, fastest = 0;
+  for (const auto& p : m.gemm) slowest = std::min(slowest, p.flops / p.seconds), fastest = std::max(fastest, p.flops / p.seconds);
+  const double fitted_rate = fitted.sustained.gemm.at(m.gemm.back().flops) * fitted.peak_tflops(hw::Dtype::bf16) * 1e12;
+  EXPECT_GT(fitted_rate, slowest / 2);
+  EXPECT_LT(fitted_rate, fastest * 2);
   EXPECT_GT(fitted.sustained.pcie_h2d_gbps.value, 0.1);
 }
 
