@@ -126,17 +126,16 @@ sim::Cluster executor_cluster(const LoadedPlan& l, const po::variables_map& vm) 
   return sim::Cluster(node, l.cluster->topology.node_count(), stacks::load_stack("trainyard", "run's prediction"));
 }
 
-int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Device& device, const std::string& label,
-                 bool cpu_can_check, backend::Communicator* comm = nullptr);
+int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, sim::TaskGraph graph, backend::Device& device,
+                 const std::string& label, bool cpu_can_check, backend::Communicator* comm = nullptr);
 
-// The plan's step as the executor runs it, predicted on executor_cluster.
+// The plan's step (`graph`, as built) as the executor runs it, predicted on executor_cluster.
 struct PredictedStep {
   sim::TaskGraph graph;
   sim::Cluster cluster;
   sim::SimResult result;
 };
-PredictedStep predict_step(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm) {
-  sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+PredictedStep predict_step(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, sim::TaskGraph graph) {
   graph.finalize();
   sim::Cluster cluster = executor_cluster(l, vm);
   sim::SimResult result = sim::simulate(graph, cluster);
@@ -153,7 +152,8 @@ int run_on_gpu(const LoadedPlan& l, const std::string& origin, const po::variabl
   const auto found = backend::query_cuda_devices();
   if (found.devices.empty()) throw InputError("--device", "value", "cpu: there is no usable CUDA GPU here (" + found.reason + ")", "gpu");
   const auto device = backend::make_cuda_device();
-  return run_measured(l, origin, vm, *device, found.devices.front().name, cpu_can_check);
+  return run_measured(l, origin, vm, build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm)), *device, found.devices.front().name,
+                      cpu_can_check);
 #endif
 }
 
@@ -163,15 +163,18 @@ void merge_ranks(backend::MeasuredStep& step, const sim::TaskGraph& graph, backe
   std::vector<int> everyone(static_cast<std::size_t>(comm.size()));
   for (int r = 0; r < comm.size(); ++r) everyone[static_cast<std::size_t>(r)] = r;
   const std::size_t n = step.timing.size();
-  std::vector<float> mine(2 * n + 1, -1.0f);  // origin-relative microseconds, then the peak in MiB
+  // Origin-relative microseconds per task, then the memory: arena, states, scratch (one gather for all of it).
+  std::vector<float> mine(2 * n + 3, -1.0f);
   for (std::size_t t = 0; t < n; ++t) {
     if (step.timing[t].start_ns < 0) continue;
     mine[2 * t] = static_cast<float>(static_cast<double>(step.timing[t].start_ns + step.first_task_ns) * 1e-3);
     mine[2 * t + 1] = static_cast<float>(static_cast<double>(step.timing[t].end_ns + step.first_task_ns) * 1e-3);
   }
-  mine[2 * n] = static_cast<float>(static_cast<double>(step.peak_hbm_bytes()) / (1 << 20));
+  mine[2 * n] = static_cast<float>(step.arena_bytes);
+  mine[2 * n + 1] = static_cast<float>(step.states_bytes);
+  mine[2 * n + 2] = static_cast<float>(step.scratch_peak_bytes);
   const std::vector<float> all = comm.all_gather(everyone, mine);
-  auto at = [&](int rank, std::size_t i) { return all[static_cast<std::size_t>(rank) * (2 * n + 1) + i]; };
+  auto at = [&](int rank, std::size_t i) { return all[static_cast<std::size_t>(rank) * (2 * n + 3) + i]; };
   double first = 1e300, last = 0;
   for (std::size_t t = 0; t < n; ++t) {
     // The rank of the task's GPU (host tasks: the node's first rank), else any rank that timed it.
@@ -195,21 +198,19 @@ void merge_ranks(backend::MeasuredStep& step, const sim::TaskGraph& graph, backe
     if (t.start_ns >= 0) t.start_ns -= static_cast<std::int64_t>(first), t.end_ns -= static_cast<std::int64_t>(first);
   }
   step.step_ns = static_cast<std::int64_t>(last - first);
+  auto peak = [&](int r) { return at(r, 2 * n) + at(r, 2 * n + 1) + at(r, 2 * n + 2); };
   int highest = 0;
-  for (int r = 1; r < comm.size(); ++r) highest = at(r, 2 * n) > at(highest, 2 * n) ? r : highest;
-  const std::vector<float> peak_parts = comm.all_gather(
-      everyone,
-      std::vector<float>{static_cast<float>(step.arena_bytes), static_cast<float>(step.states_bytes), static_cast<float>(step.scratch_peak_bytes)});
-  step.arena_bytes = static_cast<std::int64_t>(peak_parts[static_cast<std::size_t>(highest) * 3]);
-  step.states_bytes = static_cast<std::int64_t>(peak_parts[static_cast<std::size_t>(highest) * 3 + 1]);
-  step.scratch_peak_bytes = static_cast<std::int64_t>(peak_parts[static_cast<std::size_t>(highest) * 3 + 2]);
+  for (int r = 1; r < comm.size(); ++r) highest = peak(r) > peak(highest) ? r : highest;
+  step.arena_bytes = static_cast<std::int64_t>(at(highest, 2 * n));
+  step.states_bytes = static_cast<std::int64_t>(at(highest, 2 * n + 1));
+  step.scratch_peak_bytes = static_cast<std::int64_t>(at(highest, 2 * n + 2));
 }
 
 // The executor on `device` (the CUDA device, or the CPU device: streams as threads): steps measured with the
 // device's events against the simulator's prediction, or with --check (GPU) one step against the CPU reference.
 // With `comm`, one rank per GPU (data parallelism): rank 0 reports the ranks' merged timeline.
-int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Device& device, const std::string& label,
-                 bool cpu_can_check, backend::Communicator* comm) {
+int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, sim::TaskGraph plan_graph, backend::Device& device,
+                 const std::string& label, bool cpu_can_check, backend::Communicator* comm) {
   const bool check = vm["check"].as<bool>();
   if (check && !cpu_can_check) {
     throw InputError(
@@ -218,7 +219,7 @@ int run_measured(const LoadedPlan& l, const std::string& origin, const po::varia
         "a larger one");
   }
   const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
-  const PredictedStep step = predict_step(l, origin, vm);
+  const PredictedStep step = predict_step(l, origin, vm, std::move(plan_graph));
   const sim::TaskGraph& graph = step.graph;
   const sim::Cluster& predicting = step.cluster;
   const sim::SimResult& predicted = step.result;
@@ -357,6 +358,7 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
 
 int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator* comm);
 std::unique_ptr<backend::Device> make_rank_device(const std::string& kind, int rank);
+void fall_back_to_reference(const po::variables_map& vm, const backend::ExecutorRefusal& refusal, bool root);
 
 }  // namespace
 
@@ -412,20 +414,13 @@ int run_run(const std::vector<std::string>& args) {
   if (!mpi.active()) {
     // The executor on the CPU device where it runs the plan (timed, as on a GPU); else the reference, untimed.
     if (!vm["check"].as<bool>()) {
-      const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+      sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
       const auto refusal = backend::executor_refusal(graph);
       if (!refusal) {
         const auto cpu = backend::make_cpu_device();
-        return run_measured(l, origin, vm, *cpu, "cpu", true);
+        return run_measured(l, origin, vm, std::move(graph), *cpu, "cpu", true);
       }
-      for (const char* flag : {"trace", "warmup", "gpu-profile"}) {
-        if (vm.count(flag) && !vm[flag].defaulted()) {
-          throw InputError("--" + std::string(flag), "value", "a plan the executor runs (" + refusal->expected + ")",
-                           refusal->task + ": " + refusal->found + "; the CPU reference executor runs it, untimed");
-        }
-      }
-      if (!vm["json"].as<bool>())
-        std::cout << "executor       CPU reference, untimed (the executor does not run " << refusal->task << ": " << refusal->found << ")\n";
+      fall_back_to_reference(vm, *refusal, true);
     }
     return run_on_cpu(l, origin, vm, nullptr);
   }
@@ -435,7 +430,7 @@ int run_run(const std::vector<std::string>& args) {
     // The executor, one rank per GPU, where it runs the plan (data parallelism so far); else the reference, untimed
     // (on GPUs: refused).
     if (!vm["check"].as<bool>() || device == "gpu") {
-      const sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+      sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
       const auto refusal = backend::executor_refusal(graph, comm.size());
       if (refusal && device == "gpu") {
         throw InputError("the plan's task graph", refusal->task, refusal->expected + " (on GPU ranks)", refusal->found);
@@ -443,17 +438,9 @@ int run_run(const std::vector<std::string>& args) {
       if (vm["check"].as<bool>()) throw InputError("--check", "value", "--device cpu under mpirun (GPU ranks: not written)", "given");
       if (!refusal) {
         const auto rank_device = make_rank_device(device, comm.rank());
-        return run_measured(l, origin, vm, *rank_device, device, false, &comm);
+        return run_measured(l, origin, vm, std::move(graph), *rank_device, device, false, &comm);
       }
-      for (const char* flag : {"warmup", "gpu-profile", "trace"}) {
-        if (vm.count(flag) && !vm[flag].defaulted()) {
-          throw InputError("--" + std::string(flag), "value", "a plan the executor runs on ranks (" + refusal->expected + ")",
-                           refusal->task + ": " + refusal->found + "; the CPU reference executor runs it, untimed");
-        }
-      }
-      if (comm.rank() == 0 && !vm["json"].as<bool>()) {
-        std::cout << "executor       CPU reference, untimed (the executor does not run " << refusal->task << ": " << refusal->found << ")\n";
-      }
+      fall_back_to_reference(vm, *refusal, comm.rank() == 0);
     }
     return run_on_cpu(l, origin, vm, &comm);
   } catch (const std::exception& e) {
@@ -465,6 +452,20 @@ int run_run(const std::vector<std::string>& args) {
 }
 
 namespace {
+
+// What a run goes through when the executor cannot take the plan: the untimed CPU reference. The flags only the
+// executor honours are refused (they would be ignored), and rank 0 says why the executor did not take it.
+void fall_back_to_reference(const po::variables_map& vm, const backend::ExecutorRefusal& refusal, bool root) {
+  for (const char* flag : {"trace", "warmup", "gpu-profile"}) {
+    if (vm.count(flag) && !vm[flag].defaulted()) {
+      throw InputError("--" + std::string(flag), "value", "a plan the executor runs (" + refusal.expected + ")",
+                       refusal.task + ": " + refusal.found + "; the CPU reference executor runs it, untimed");
+    }
+  }
+  if (root && !vm["json"].as<bool>()) {
+    std::cout << "executor       CPU reference, untimed (the executor does not run " << refusal.task << ": " << refusal.found << ")\n";
+  }
+}
 
 // This rank's device: the CPU device, or the GPU of the rank's index among the visible ones (NCCL: NOT YET RUN ON
 // GPUs).

@@ -40,6 +40,11 @@ std::span<T> span_of(T* p, std::int64_t n) {
   return {p, static_cast<std::size_t>(n)};
 }
 
+// The references index an embedding table by token id: its elements up to the largest id's row.
+std::int64_t table_elements_used(std::span<const std::int32_t> ids, int hidden) {
+  return (ids.empty() ? 0 : *std::max_element(ids.begin(), ids.end()) + 1) * static_cast<std::int64_t>(hidden);
+}
+
 struct CpuStream {
   std::mutex mu;
   std::condition_variable cv;
@@ -271,11 +276,10 @@ class CpuDevice final : public Device {
       narrow(yf, y);
     });
   }
-  // The references index the table by token id: the rows up to the largest id in use are widened.
   void embedding_forward(int stream, int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y) override {
     enqueue(stream, [=] {
       const auto ids = span_of(tokens, rows);
-      const std::int64_t used = (rows > 0 ? *std::max_element(ids.begin(), ids.end()) + 1 : 0) * static_cast<std::int64_t>(hidden);
+      const std::int64_t used = table_elements_used(ids, hidden);
       std::vector<float> yf(static_cast<std::size_t>(rows) * static_cast<std::size_t>(hidden));
       kernels::embedding_forward_ref(rows, hidden, widen(table, used), ids, yf);
       narrow(yf, y);
@@ -284,7 +288,7 @@ class CpuDevice final : public Device {
   void embedding_backward(int stream, int rows, int hidden, const std::int32_t* tokens, const bf16_bits* dy, float* dtable) override {
     enqueue(stream, [=] {
       const auto ids = span_of(tokens, rows);
-      const std::int64_t used = (rows > 0 ? *std::max_element(ids.begin(), ids.end()) + 1 : 0) * static_cast<std::int64_t>(hidden);
+      const std::int64_t used = table_elements_used(ids, hidden);
       kernels::embedding_backward_ref(rows, hidden, ids, widen(dy, static_cast<std::int64_t>(rows) * hidden), span_of(dtable, used));
     });
   }

@@ -8,6 +8,7 @@
 
 #include "backend/dataflow.hpp"
 #include "backend/device.hpp"
+#include "backend/parameter_groups.hpp"
 #include "backend/schedule.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
@@ -54,16 +55,6 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
     return std::pair{"a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)", "a task without an op"};
   }
   return std::nullopt;
-}
-
-// The parameter groups a gradient reduction carries (sim::Op::gradients).
-std::vector<int> carried_groups(const sim::Op& op) {
-  std::vector<int> groups;
-  if (!op.carries_gradients()) return groups;
-  for (int l = op.kv_first; l <= op.kv_last; ++l) groups.push_back(l);
-  if (op.carries_head_gradients()) groups.push_back(kHeadGroup);
-  if (op.carries_embedding_gradients()) groups.push_back(kEmbeddingGroup);
-  return groups;
 }
 
 }  // namespace
@@ -175,36 +166,23 @@ struct Executor::Impl {
 
   // The parameter groups this rank updates: those whose forward runs on its GPU (every group on one rank).
   void find_owned_groups() {
-    for (const sim::Task& t : g.tasks()) {
-      if (ranks() > 1 && t.device != rank()) continue;
-      if (t.op.code == sim::OpCode::norm1) owned.insert(t.op.layer);
-      if (t.op.code == sim::OpCode::embed) owned.insert(kEmbeddingGroup);
-      if (t.op.code == sim::OpCode::head_logits) owned.insert(kHeadGroup);
+    for (const auto& [group, owners] : forward_owners(g)) {
+      if (ranks() == 1 || owners.count(rank())) owned.insert(group);
     }
-  }
-
-  // The members of a reduction, as ranks (GPU g is rank g), ascending.
-  std::vector<int> members(const sim::Task& t) const {
-    std::vector<int> r;
-    for (sim::DeviceId gpu : g.groups()[std::get<sim::Collective>(t.params).group]) r.push_back(gpu);
-    std::sort(r.begin(), r.end());
-    return r;
   }
 
   // Every rank creates the step's sub-communicators at once, before anything waits on them (MPI cannot bound that).
   void prepare_communicator() {
     if (ranks() <= 1) return;
     std::vector<std::vector<int>> sets{all_ranks()};  // the loss's sum
-    for (const sim::Task& t : g.tasks()) {
-      if (t.kind() == sim::TaskKind::collective && t.op.carries_gradients()) sets.push_back(members(t));
-    }
+    for (auto& reduction : reduction_groups(g)) sets.push_back(std::move(reduction));
     opt.comm->prepare_groups(sets);
     dev.prepare_peers(*opt.comm, sets, opt.comm_timeout);
   }
 
   // A gradient reduction: the groups it carries (sim::Op::gradients), summed over its members' ranks.
   void reduce_gradients(const sim::Task& t, int stream) {
-    const std::vector<int> over = members(t);
+    const std::vector<int> over = reduction_ranks(g, t);
     if (!std::binary_search(over.begin(), over.end(), rank())) return;
     for (int gid : carried_groups(t.op)) {
       for (int p : groups.at(gid)) dev.all_reduce_sum(stream, *opt.comm, over, params[p].grad, params[p].n);

@@ -9,22 +9,12 @@
 #include <set>
 #include <sstream>
 
+#include "backend/parameter_groups.hpp"
 #include "common/error.hpp"
 
 namespace trainyard::backend {
 
 namespace {
-
-// Which GPUs hold each parameter group (a layer, kEmbeddingGroup, kHeadGroup): those running its forward.
-std::map<int, std::set<sim::DeviceId>> forward_owners(const sim::TaskGraph& graph) {
-  std::map<int, std::set<sim::DeviceId>> owners;
-  for (const auto& t : graph.tasks()) {
-    if (t.op.code == sim::OpCode::norm1) owners[t.op.layer].insert(t.device);
-    if (t.op.code == sim::OpCode::embed) owners[kEmbeddingGroup].insert(t.device);
-    if (t.op.code == sim::OpCode::head_logits) owners[kHeadGroup].insert(t.device);
-  }
-  return owners;
-}
 
 // A tensor's copy at one place.
 struct Slot {
@@ -69,7 +59,7 @@ class Interpreter {
     find_owners();
     if (comm_) {
       check_ranks();
-      std::vector<std::vector<int>> groups = reduction_groups();
+      std::vector<std::vector<int>> groups = reduction_groups(g_);
       groups.push_back(all_ranks());  // the loss's sum
       comm_->prepare_groups(groups);
     }
@@ -187,35 +177,11 @@ class Interpreter {
     return {};
   }
 
-  static std::vector<int> carried_groups(const sim::Op& op) {
-    std::vector<int> groups;
-    for (int l = op.kv_first; l <= op.kv_last; ++l) groups.push_back(l);
-    if (op.carries_head_gradients()) groups.push_back(kHeadGroup);
-    if (op.carries_embedding_gradients()) groups.push_back(kEmbeddingGroup);
-    return groups;
-  }
-
-  // The ranks of a gradient reduction's members, ascending.
-  std::vector<int> reduction_ranks(const sim::Task& t) const {
-    const auto& members = g_.groups()[std::get<sim::Collective>(t.params).group];
-    std::vector<int> ranks(members.begin(), members.end());
-    std::sort(ranks.begin(), ranks.end());
-    return ranks;
-  }
-  // Every gradient reduction's ranks, in task order (the same on every rank).
-  std::vector<std::vector<int>> reduction_groups() const {
-    std::vector<std::vector<int>> groups;
-    for (const sim::Task& t : g_.tasks()) {
-      if (t.kind() == sim::TaskKind::collective && t.op.carries_gradients()) groups.push_back(reduction_ranks(t));
-    }
-    return groups;
-  }
-
   // A gradient reduction on this rank: the sum over its members of each carried group's gradients.
   // A group reduced again later in the step (ZeRO-2/3 reduce every micro-batch) already holds the last sum S on
   // every member, to which each added its own new share: the new sum is the members' total minus (n - 1) S.
   void reduce_gradients(const sim::Task& t) {
-    const std::vector<int> ranks = reduction_ranks(t);
+    const std::vector<int> ranks = reduction_ranks(g_, t);
     if (!std::binary_search(ranks.begin(), ranks.end(), comm_->rank())) return;
     const auto others = static_cast<float>(ranks.size() - 1);
     for (int group : carried_groups(t.op)) {

@@ -1,10 +1,11 @@
 #pragma once
 // From a TaskGraph to what one executor process submits: the plain C++ half of the backend, built and
-// tested everywhere. The CUDA executor (executor.hpp) only walks this schedule.
+// tested everywhere. The executor (executor.hpp) only walks this schedule, on either device.
 //
 // One process drives one GPU (its rank = its GPU index). Its schedule holds the tasks that involve that GPU:
 // its own tasks, the receiving side of point-to-point sends to it, and the collectives it is a member of. Host
-// tasks (CPU optimizer steps, host DRAM allocations) go to the first rank of their node.
+// tasks with a stream (CPU optimizer steps) go to the first rank of their node; host DRAM allocations and frees
+// to every rank of the node (the order they carry must hold on each rank that copies).
 //
 // Ordering: each CUDA stream runs its tasks in task-id order, by the rule the simulator follows
 // (sim::for_each_occupied_stream); dependencies on

@@ -110,7 +110,7 @@ class ZeroBuilder {
   // The step's sequence a GPU works on in the current micro-batch: each group of GPUs (one GPU without Ulysses
   // or CP) takes its own sequences, micro-batch after micro-batch. What the executors index the tokens by.
   int seq_of(int gpu) const { return static_cast<int>((gpu / (p_.sp * p_.cp)) * mbs_ * p_.micro_batch + mb_ * p_.micro_batch); }
-  sim::Op at(sim::OpCode code, std::int64_t layer, int gpu) const { return sim::Op(code, seq_of(gpu), static_cast<std::int32_t>(layer), 0); }
+  sim::Op op_at(sim::OpCode code, std::int64_t layer, int gpu) const { return sim::Op(code, seq_of(gpu), static_cast<std::int32_t>(layer), 0); }
   std::vector<sim::TaskId> all_last() const;
   sim::TaskId gather_layer(const std::string& name);
   void release_gather(std::size_t index, const std::string& name);
@@ -259,7 +259,7 @@ std::vector<sim::TaskId> ZeroBuilder::all_last() const {
 void ZeroBuilder::embeddings(const std::string& name, bool backward) {
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     auto& at = last_[gpu];
-    at = emit_embedding(g_, gpu, name, s_, h_, backward, at, this->at(sim::OpCode::none, 0, gpu));
+    at = emit_embedding(g_, gpu, name, s_, h_, backward, at, op_at(sim::OpCode::none, 0, gpu));
   }
 }
 
@@ -409,7 +409,7 @@ void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::int64_t l, st
                                            "offloaded checkpoint " + prefix, std::vector<sim::TaskId>{keep});
     const sim::TaskId d2h = g_.set_op(g_.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt_, 1), offload_.pinned},
                                               std::vector<sim::TaskId>{host_copy}),
-                                      at(sim::OpCode::input, l, gpu));
+                                      op_at(sim::OpCode::input, l, gpu));
     if (offload_.blocking) last_[gpu] = d2h;  // the next layer waits for the copy
     checkpoint_d2h_[{l, gpu}] = d2h;          // the backward's copy back reads what it wrote
     g_.free(prefix + " release checkpoint", keep, std::vector<sim::TaskId>{d2h});
@@ -424,7 +424,7 @@ void ZeroBuilder::loss(const std::string& tag) {
   if (split_.fpdt_chunks > 1) memory.chunk_tokens = std::max<std::int64_t>(1, s_ / split_.fpdt_chunks);
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     auto& at = last_[gpu];
-    at = emit_loss(g_, gpu, tag, s_, h_, model_.vocab, at, this->at(sim::OpCode::none, model_.layers, gpu), memory);
+    at = emit_loss(g_, gpu, tag, s_, h_, model_.vocab, at, op_at(sim::OpCode::none, model_.layers, gpu), memory);
   }
 }
 
@@ -447,7 +447,7 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
     if (p_.offload_activations) {
       at = g_.set_op(g_.copy(prefix + " H2D checkpoint", gpu, {sim::Copy::Direction::h2d, rounded(ckpt_, 1), offload_.pinned},
                              std::vector<sim::TaskId>{at, checkpoint_d2h_.at({l, gpu})}),
-                     this->at(sim::OpCode::input, l, gpu));
+                     op_at(sim::OpCode::input, l, gpu));
     }
     // The recomputed layer's activations exist only while its backward runs.
     transient[gpu] = g_.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm, rounded(full_acts_, 1), "recomputed " + prefix,

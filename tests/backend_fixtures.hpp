@@ -33,4 +33,13 @@ inline planner::RingTrackParams chunked_offloaded(planner::ActivationPolicy acts
   return p;
 }
 
+// A ring-track step of `batch` sequences of `seq` tokens, finalized: what the executors run.
+inline sim::TaskGraph ringtrack_graph(const sim::Cluster& cluster, const model::ModelConfig& m, std::int64_t seq, int batch,
+                                      const planner::RingTrackParams& p) {
+  const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
+  auto g = planner::build_ringtrack(in, p).graph;
+  g.finalize();
+  return g;
+}
+
 }  // namespace trainyard::test

@@ -29,13 +29,6 @@ using test::tiny_model;
 
 const std::string kData = TRAINYARD_TEST_DATA_DIR;
 
-sim::TaskGraph ringtrack(const sim::Cluster& cluster, const model::ModelConfig& m, std::int64_t seq, int batch, const planner::RingTrackParams& p) {
-  const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
-  auto g = planner::build_ringtrack(in, p).graph;
-  g.finalize();
-  return g;
-}
-
 }  // namespace
 
 TEST(CpuDevice, AWaitOrdersAStreamAfterAnotherStreamsWork) {
@@ -82,7 +75,7 @@ TEST(CpuDevice, RefusesMoreMemoryThanItWasGiven) {
 TEST(CpuExecutor, ChunkedOffloadedStepMatchesTheReference) {
   const auto m = tiny_model();
   const std::int64_t seq = 64;
-  const auto g = ringtrack(one_gpu(), m, seq, 2, chunked_offloaded());
+  const auto g = test::ringtrack_graph(one_gpu(), m, seq, 2, chunked_offloaded());
   const auto dev = make_cpu_device();
   // Every dependency holds exactly: the streams are threads on one clock.
   const MeasuredStep measured = test::expect_step_matches_reference(*dev, g, m, random_windows(m.vocab, seq, 2, 5), 3, 0);
@@ -92,7 +85,7 @@ TEST(CpuExecutor, ChunkedOffloadedStepMatchesTheReference) {
 
 TEST(CpuExecutor, StepsRepeatAndAnOptimizerStepMatchesTheReference) {
   const auto m = tiny_model(true);
-  const auto g = ringtrack(one_gpu(), m, 48, 1, chunked_offloaded(planner::ActivationPolicy::recompute));
+  const auto g = test::ringtrack_graph(one_gpu(), m, 48, 1, chunked_offloaded(planner::ActivationPolicy::recompute));
   ModelState reference(m, 4), executed(m, 4);
   ReferenceOptions ro;
   ro.run_optimizer = true;
@@ -148,7 +141,7 @@ TEST(CpuExecutor, RefusesWhatItDoesNotRunYet) {
   planner::RingTrackParams ring = chunked_offloaded();
   ring.ring = 2;
   ring.ring_order = {0, 1};
-  const auto g = ringtrack(four, m, 64, 2, ring);
+  const auto g = test::ringtrack_graph(four, m, 64, 2, ring);
   ModelState shapes(m, 1);
   const auto dev = make_cpu_device();
   try {

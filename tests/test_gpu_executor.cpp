@@ -10,6 +10,7 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "planner/ringtrack.hpp"
+#include "tests/backend_fixtures.hpp"
 #include "tests/executor_checks.hpp"
 #include "tests/gpu_support.hpp"
 
@@ -17,18 +18,13 @@ namespace trainyard::backend {
 
 namespace {
 
+using test::one_gpu;
+
 const std::string kData = TRAINYARD_TEST_DATA_DIR;
 
 // head_dim 64: the tensor-core attention's smallest; chunks of 64 tokens.
 model::ModelConfig small_model() {
   return model::parse_custom_model("custom:layers=2,hidden=256,heads=4,kv_heads=2,head_dim=64,ffn_hidden=512,vocab=256");
-}
-
-sim::TaskGraph ringtrack(const sim::Cluster& cluster, const model::ModelConfig& m, std::int64_t seq, int batch, const planner::RingTrackParams& p) {
-  const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
-  auto g = planner::build_ringtrack(in, p).graph;
-  g.finalize();
-  return g;
 }
 
 planner::RingTrackParams offloaded() {
@@ -40,18 +36,13 @@ planner::RingTrackParams offloaded() {
   return p;
 }
 
-const sim::Cluster& one_gpu() {
-  static const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
-  return cluster;
-}
-
 }  // namespace
 
 TEST(GpuExecutor, ChunkedOffloadedStepMatchesTheCpuReference) {
   TRAINYARD_REQUIRE_GPU();
   const auto m = small_model();
   const std::int64_t seq = 256;
-  const auto g = ringtrack(one_gpu(), m, seq, 2, offloaded());
+  const auto g = test::ringtrack_graph(one_gpu(), m, seq, 2, offloaded());
   const auto device = make_cuda_device();
   const MeasuredStep measured = test::expect_step_matches_reference(*device, g, m, random_windows(m.vocab, seq, 2, 5), 3, 1000);
   EXPECT_GT(measured.pinned_bytes, 0) << "K/V and activations go to host memory";
@@ -60,7 +51,7 @@ TEST(GpuExecutor, ChunkedOffloadedStepMatchesTheCpuReference) {
 TEST(GpuExecutor, AnOptimizerStepMatchesTheReference) {
   TRAINYARD_REQUIRE_GPU();
   const auto m = small_model();
-  const auto g = ringtrack(one_gpu(), m, 128, 1, offloaded());
+  const auto g = test::ringtrack_graph(one_gpu(), m, 128, 1, offloaded());
   const auto tokens = random_windows(m.vocab, 128, 1, 9);
   ModelState cpu(m, 4), gpu(m, 4);
   ReferenceOptions ro;
@@ -86,7 +77,7 @@ TEST(GpuExecutor, RefusesWhatItDoesNotRunYetBeforeTouchingTheGpu) {
   planner::RingTrackParams ring = offloaded();
   ring.ring = 2;
   ring.ring_order = {0, 1};
-  const auto g = ringtrack(four, m, 256, 2, ring);
+  const auto g = test::ringtrack_graph(four, m, 256, 2, ring);
   ModelState shapes(m, 1);
   try {
     const auto device = make_cuda_device();
@@ -97,7 +88,7 @@ TEST(GpuExecutor, RefusesWhatItDoesNotRunYetBeforeTouchingTheGpu) {
   }
   // A head width the attention kernels are not written for (examples/tiny-ringtrack.plan.json's 16).
   const auto narrow = model::parse_custom_model("custom:layers=2,hidden=64,heads=4,kv_heads=2,head_dim=16,ffn_hidden=192,vocab=256");
-  const auto narrow_graph = ringtrack(one_gpu(), narrow, 256, 1, offloaded());
+  const auto narrow_graph = test::ringtrack_graph(one_gpu(), narrow, 256, 1, offloaded());
   ModelState narrow_shapes(narrow, 1);
   try {
     const auto device = make_cuda_device();
