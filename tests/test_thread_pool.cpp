@@ -107,18 +107,27 @@ TEST(ThreadPool, PostedWorkRunsByPriorityAndItsExceptionIsKept) {
 }
 
 TEST(ThreadPool, DestructorDropsQueuedWorkAndJoins) {
+  // No sleep decides the outcome (CI once failed a 10 ms sleep on a loaded machine): the worker is known to be busy
+  // before the rest is queued, and stays busy until a second after the destructor began, which has then dropped it.
   std::atomic<int> ran{0};
+  std::atomic<bool> started{false}, release{false};
+  std::thread releaser;
   {
-    ThreadPool pool(2);
+    ThreadPool pool(2);  // one worker
     pool.post(0, [&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      started = true;
+      while (!release) std::this_thread::yield();
       ++ran;
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (!started) std::this_thread::yield();
     for (int i = 0; i < 100; ++i) pool.post(0, [&] { ++ran; });
-  }
-  EXPECT_GE(ran.load(), 1);
-  EXPECT_LT(ran.load(), 101);
+    releaser = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      release = true;
+    });
+  }  // the destructor clears the queue, then joins the worker once it is released
+  releaser.join();
+  EXPECT_EQ(ran.load(), 1);
 }
 
 TEST(ThreadPool, AnExceptionInTheSearchWavesReachesTheCaller) {
