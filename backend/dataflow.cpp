@@ -59,13 +59,14 @@ std::vector<Key> content(const sim::Op& op) {
   switch (op.code) {
     case sim::OpCode::kv:
     case sim::OpCode::dkv:
+    case sim::OpCode::dkv_pass:
     case sim::OpCode::kv_dkv:
       for (int j = op.kv_first; j <= op.kv_last; ++j) {
-        if (op.code != sim::OpCode::dkv) {
+        if (op.code == sim::OpCode::kv || op.code == sim::OpCode::kv_dkv) {
           at(Role::k, op.layer, j);
           at(Role::v, op.layer, j);
         }
-        if (op.code != sim::OpCode::kv) at(Role::dkv, op.layer, j);
+        if (op.code != sim::OpCode::kv) keys.push_back({Role::dkv, op.seq, op.layer, j, op.dkv_share()});
       }
       break;
     case sim::OpCode::acts:
@@ -79,6 +80,11 @@ std::vector<Key> content(const sim::Op& op) {
     default: break;
   }
   return keys;
+}
+
+Key arrival(const sim::Op& op, Key key) {
+  if (op.code == sim::OpCode::dkv_pass) key.role = Role::dkv_in;
+  return key;
 }
 
 DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node) {
@@ -135,8 +141,9 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
         }
         if (src < 0) need(from, key);
         const Instance& s = plan.instances[src];
-        int dst = find(to, key);
-        if (dst < 0) dst = create(to, key, s.bytes / dtype_bytes(s.dtype), s.dtype);
+        const Key delivered = arrival(t.op, key);
+        int dst = find(to, delivered);
+        if (dst < 0) dst = create(to, delivered, s.bytes / dtype_bytes(s.dtype), s.dtype);
         touch(src, position);
         touch(dst, position);
         step.instances.insert(step.instances.end(), {src, dst});

@@ -24,6 +24,9 @@ std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::
 
 // The tensors a copy, send or allocation covers (empty for model states and for ops that are not moves).
 std::vector<Key> content(const sim::Op& op);
+// What `key` (of content(op)) becomes where a move of `op` delivers it: itself, except that a ring attention's
+// dK|dV accumulator (OpCode::dkv_pass) arrives as the receiver's incoming accumulator (Role::dkv_in).
+Key arrival(const sim::Op& op, Key key);
 
 // One tensor at one place (a GPU's HBM or its node's host DRAM) from the write that created it to its release.
 struct Instance {

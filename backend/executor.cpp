@@ -471,7 +471,7 @@ struct Executor::Impl {
                        cf = static_cast<std::int64_t>(C) * f;
     auto bf16_in = [&](Role r, int j = -1) { return input<bf16_bits>(t, r, j); };
     auto bf16_out = [&](Role r) { return output<bf16_bits>(t, r); };
-    auto fp32_in = [&](Role r) { return input<float>(t, r); };
+    auto fp32_in = [&](Role r, int j = -1) { return input<float>(t, r, j); };
     auto fp32_out = [&](Role r, int j = -1) { return output<float>(t, r, j); };
     // y = x W^T, dx = dy W, dW += dy^T x (W [out][in]; see kernels/gemm.hpp).
     auto forward = [&](int rows, int in, int out, const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float beta = 0) {
@@ -580,6 +580,9 @@ struct Executor::Impl {
         }
         return;
       }
+      case OpCode::dkv_add:  // the ring's dK | dV for a chunk into this rank's own (zeroed first where it had none)
+        for (int j = op.kv_first; j <= op.kv_last; ++j) dev.accumulate_f32(stream, 2 * ckv, fp32_in(Role::dkv_in, j), fp32_out(Role::dkv, j));
+        return;
       case OpCode::rope_bwd: {  // dQKV (bf16 dQ | dK | dV) from the fp32 dQ and dK | dV, then RoPE undone on dQ and dK
         bf16_bits* dqkv = bf16_out(Role::dqkv);
         dev.to_bf16(stream, fp32_in(Role::dq), dqkv, cq);

@@ -15,7 +15,8 @@ namespace {
 constexpr const char* kRoleNames[] = {"x (layer input)", "norm1 output", "Q", "K", "V", "running attention output",
                                       "attention output", "attention lse", "projection output", "residual1 output",
                                       "norm2 output", "gate|up", "MLP activation", "MLP output", "dMLP", "dh1", "dact", "dgate|up",
-                                      "dnorm2", "dproj", "dO", "attention delta", "dQ", "dK|dV accumulator", "dQKV",
+                                      "dnorm2", "dproj", "dO", "attention delta", "dQ", "dK|dV accumulator",
+                                      "received dK|dV accumulator", "dQKV",
                                       "dnorm1", "dx (input gradient)", "final norm output", "logits", "dlogits"};
 // clang-format on
 static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::dlogits) + 1);
@@ -80,6 +81,7 @@ std::vector<OpSpec> make_table() {
         {dq, U, Q, f32, Place::chunk, continuing},
         {delta, U, HEADS, f32, Place::chunk, continuing},
         {dkv, Access::accumulate, DKV, f32, kv_chunks}}},
+      {OpCode::dkv_add, "accumulate_f32", {{dkv_in, R, DKV, f32, kv_chunks}, {dkv, Access::accumulate, DKV, f32, kv_chunks}}},
       {OpCode::rope_bwd, "to_bf16 + rope x2", {{dq, R, Q, f32}, {dkv, R, DKV, f32}, {dqkv, W, QKV}}},
       {OpCode::qkv_dgrad, "gemm x3", {{dqkv, R, QKV}, {dn1, W, HID}}},
       {OpCode::qkv_wgrad, "gemm x3", {{dqkv, R, QKV}, {n1, R, HID}}},
@@ -131,6 +133,7 @@ std::string_view to_string(Role role) { return kRoleNames[static_cast<int>(role)
 std::string describe(const Key& k) {
   std::ostringstream out;
   out << to_string(k.role) << " of layer " << k.layer << " chunk " << k.chunk << " (sequence " << k.seq << ")";
+  if ((k.role == Role::dkv || k.role == Role::dkv_in) && k.sub > 0) out << ", the share of the rank holding chunk " << k.sub - 1;
   return out.str();
 }
 
@@ -172,9 +175,11 @@ std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& m, st
       case Place::chunk: add(op.layer, op.chunk, 0); break;
       case Place::next_layer: add(op.layer + 1, op.chunk, 0); break;
       case Place::head_piece: add(op.layer, op.chunk, op.row_begin); break;
-      case Place::kv_chunks:
-        for (int j = op.kv_first; j <= op.kv_last; ++j) add(op.layer, j, 0);
+      case Place::kv_chunks: {
+        const std::int32_t share = t.role == Role::dkv ? op.dkv_share() : t.role == Role::dkv_in ? op.dkv_received_share() : 0;
+        for (int j = op.kv_first; j <= op.kv_last; ++j) add(op.layer, j, share);
         break;
+      }
     }
   }
   return uses;

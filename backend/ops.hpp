@@ -21,12 +21,13 @@ namespace trainyard::backend {
 
 // The tensors of one (layer, chunk), by role. Forward: x (the layer's input), n1, q, k, v (after RoPE), o_run and
 // lse (the running attention state), o, p (projection), h1, n2, gu (gate | up), a, mo (MLP output), then the next
-// layer's x. Backward: dx is the gradient of x (OpCode::input_grad), dkv the fp32 dK | dV of a chunk.
+// layer's x. Backward: dx is the gradient of x (OpCode::input_grad), dkv the fp32 dK | dV of a chunk, dkv_in
+// the dK | dV accumulator another ring-attention rank sent (OpCode::dkv_pass), until dkv_add adds it to dkv.
 // A table laid out by hand.
 // clang-format off
 enum class Role : std::uint8_t {
   x, n1, q, k, v, o_run, o, lse, p, h1, n2, gu, a, mo,
-  dm, dh1, da, dgu, dn2, dp, d_o, delta, dq, dkv, dqkv, dn1, dx,
+  dm, dh1, da, dgu, dn2, dp, d_o, delta, dq, dkv, dkv_in, dqkv, dn1, dx,
   nf, logits, dlogits,  // the LM head's pieces (sub = the piece's first token)
 };
 // clang-format on

@@ -231,7 +231,7 @@ class Interpreter {
       std::vector<float> data(static_cast<std::size_t>(header[2]));
       std::memcpy(data.data(), message.data() + at, bytes);
       at += bytes;
-      const Key& key = keys[static_cast<std::size_t>(header[0])];
+      const Key key = arrival(op, keys[static_cast<std::size_t>(header[0])]);
       latest_[key] = std::max(latest_[key], header[1]);
       write(task, to, key, std::move(data), header[1]);
     }
@@ -316,7 +316,9 @@ class Interpreter {
       if (key.role == Role::dkv && !exists(key)) continue;  // an accumulator nothing has added to yet is zero
       std::vector<float> data = read(task, from, key);
       const std::int64_t version = store_.at({from, key}).version;
-      write(task, to, key, std::move(data), version);
+      const Key delivered = arrival(op, key);
+      if (delivered != key) latest_[delivered] = std::max(latest_[delivered], version);
+      write(task, to, delivered, std::move(data), version);
     }
   }
 
@@ -673,6 +675,18 @@ class Interpreter {
         }
         out(Role::dq, std::move(dq));
         out(Role::delta, std::move(delta));
+        return;
+      }
+      case OpCode::dkv_add: {  // a ring-attention rank's own share of dK | dV plus what the ring brought
+        for (int j = op.kv_first; j <= op.kv_last; ++j) {
+          const Key own = named_->use(Role::dkv, j).key;
+          std::vector<float> sum = in(Role::dkv_in, j);
+          if (exists(own)) {
+            const auto& mine = in(Role::dkv, j);
+            for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += mine[i];
+          }
+          out(Role::dkv, std::move(sum), j);
+        }
         return;
       }
       case OpCode::rope_bwd: {  // undo RoPE on dQ and this chunk's (now complete) dK; dV passes through

@@ -166,6 +166,11 @@ __global__ void add_kernel(std::int64_t n, bool vec, const bf16_bits* a, const b
   store8(y, i, n, vec, out);
 }
 
+__global__ void accumulate_f32_kernel(std::int64_t n, const float* x, float* y) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
 // One block per row.
 __global__ void embedding_forward_kernel(int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y) {
   const std::int64_t row = blockIdx.x, src = static_cast<std::int64_t>(tokens[row]) * hidden;
@@ -289,6 +294,12 @@ void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up,
 void add(std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<blocks_for_eights(n), kThreads, 0, stream>>>(n, aligned16({a, b, y}), a, b, y);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void accumulate_f32(std::int64_t n, const float* x, float* y, cudaStream_t stream) {
+  if (n == 0) return;
+  accumulate_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, x, y);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 

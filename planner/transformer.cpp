@@ -145,7 +145,9 @@ void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& par
     std::vector<sim::TaskId> deps;
     if (last[r] >= 0) deps.push_back(last[r]);
     if (!join_.empty() && join_[r] >= 0) deps.push_back(join_[r]);
-    last[r] = graph_.add(name, {ranks_[r], {sim::StreamKind::compute, 0}, recompute, params, op(code)}, deps);
+    sim::Op o = op(code);
+    o.chunk = chunk_of(r);
+    last[r] = graph_.add(name, {ranks_[r], {sim::StreamKind::compute, 0}, recompute, params, o}, deps);
   }
   join_.clear();
 }
@@ -191,7 +193,7 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
 // passes the block it holds to rank r + 1 (a message on comm stream 1, overlapped with the block's attention).
 // Step 0 is the causal diagonal block. Without zigzag a block from a later rank is fully masked, so rank r
 // computes only r + 1 of the cp blocks (the imbalance zigzag removes); with zigzag every later step computes
-// half a block's pairs on every rank. Backward passes K, V and the fp32 dK, dV accumulators.
+// half a block's pairs on every rank. Backward also passes the fp32 dK, dV accumulators (see ring_steps).
 void LayerEmitter::ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
   const int built = split_.built_cp();                                  // built < cp: the built ranks pass among themselves
   const std::int64_t local = split_.local_tokens() / split_.sequences;  // per sequence
@@ -201,44 +203,119 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
   for (int t = 0; t < split_.built_tp(); ++t) {
     for (int r = 0; r < built; ++r) rings[t].push_back(rank_index(r, t));
   }
-  const auto pass_bytes = static_cast<std::int64_t>(ring_bytes_per_layer(model_, split_, backward) / (split_.cp - 1));
-  ring_steps(name, rings, split_.cp, {local, local, heads, kv_heads, static_cast<std::int32_t>(model_.head_dim), false, backward}, pass_bytes, last,
+  const double k_elements = static_cast<double>(split_.local_tokens() * local_kv_heads(model_, split_.tp) * model_.head_dim);
+  ring_steps(name, rings, split_.cp, {local, local, heads, kv_heads, static_cast<std::int32_t>(model_.head_dim), false, backward}, k_elements, last,
              recompute);
 }
 
+bool LayerEmitter::ring_is_executable() const {
+  return split_.cp > 1 && split_.cp_comm == CpComm::p2p && !split_.zigzag && split_.built_cp() == split_.cp && split_.built_tp() == 1;
+}
+
+std::int32_t LayerEmitter::chunk_of(std::size_t rank) const {
+  return at_.chunk + (ring_is_executable() ? static_cast<std::int32_t>(rank) / split_.built_tp() : 0);
+}
+
+sim::Op LayerEmitter::ring_op(sim::OpCode code, std::size_t rank, std::size_t block_rank, std::size_t from_rank) const {
+  if (!ring_is_executable()) return {};
+  const sim::Op o = sim::Op::kv_range(code, at_.seq, at_.layer, chunk_of(rank), chunk_of(block_rank), chunk_of(block_rank));
+  if (code == sim::OpCode::kv) return o;
+  const std::int32_t holder = rank == block_rank ? -1 : chunk_of(rank);  // -1: the owner's own accumulator
+  return sim::Op::ring_share(o, holder, code == sim::OpCode::dkv_add ? chunk_of(from_rank) : -1);
+}
+
+sim::TaskId LayerEmitter::ring_send(RingPass& pass, const std::string& label, std::size_t from, std::size_t to, std::int64_t bytes,
+                                    std::vector<sim::TaskId> deps, sim::Op op) {
+  std::erase(deps, sim::TaskId{-1});
+  pass.outgoing[from] = graph_.send(pass.name + label, ranks_[from], ranks_[to], bytes, deps, 1);
+  graph_.set_op(pass.outgoing[from], op);
+  return pass.outgoing[from];
+}
+
+// The accumulator of `owner`'s block from where it is to ring position `to` (which posted the receive after
+// `posted`), added in there after its chain.
+void LayerEmitter::bring_accumulator(RingPass& pass, const std::vector<std::size_t>& ring, const std::vector<Accumulator>& accumulators, int owner,
+                                     int to, sim::TaskId posted, std::vector<sim::TaskId>& last) {
+  const Accumulator& a = accumulators[owner];
+  const std::size_t ti = ring[to], from = ring[a.holder];
+  const sim::TaskId moved = ring_send(pass, " ring dkv pass", from, ti, pass.dkv_bytes, {a.ready, posted},
+                                      ring_op(sim::OpCode::dkv_pass, from, ring[owner]));
+  last[ti] = graph_.add(pass.name + " dkv add",
+                        {ranks_[ti],
+                         {sim::StreamKind::compute, 0},
+                         false,
+                         sim::Elementwise{2 * pass.dkv_bytes, pass.dkv_bytes},
+                         ring_op(sim::OpCode::dkv_add, ti, ring[owner], from)},
+                        {last[ti], moved});
+}
+
+// Forward, each step passes K and V on. Backward passes them the same way, and each block's fp32 dK | dV
+// accumulator follows the ranks that work on it (Transformer Engine's ring): the first rank after the block's
+// owner to compute on it starts it, each later one computes its own share while the accumulator is on its way,
+// then adds it in (dkv_add) and sends the sum on after its block; the last one sends it home, where the owner adds
+// it to its diagonal share. A fully masked block adds nothing, so its accumulator skips that rank.
+// A message needs its receiver to have posted the receive: into a buffer double-buffered across steps, so after
+// the receiver's previous step. And every rank waits for its own messages to leave before it goes on after the
+// ring, as Transformer Engine waits for its send requests: nothing overwrites a block another rank still reads.
 void LayerEmitter::ring_steps(const std::string& name, const std::vector<std::vector<std::size_t>>& rings, int steps, sim::Attention block,
-                              std::int64_t pass_bytes, std::vector<sim::TaskId>& last, bool recompute) {
+                              double k_elements, std::vector<sim::TaskId>& last, bool recompute) {
+  const bool backward = block.backward;
+  RingPass pass{name, std::max<std::int64_t>(1, static_cast<std::int64_t>(kv_pass_bytes(k_elements, false))),
+                std::max<std::int64_t>(1, static_cast<std::int64_t>(kv_pass_bytes(k_elements, true) - kv_pass_bytes(k_elements, false))),
+                std::vector<sim::TaskId>(ranks_.size(), -1)};
   for (const auto& ring : rings) {
     const int size = static_cast<int>(ring.size());
-    std::vector<sim::TaskId> sent(ring.size(), -1);  // the previous step's messages, by sender
+    std::vector<Accumulator> accumulators(ring.size());  // by the block's owner
+    std::vector<sim::TaskId> sent(ring.size(), -1);      // the previous step's K/V messages, by sender
     for (int step = 0; step < steps; ++step) {
+      const std::vector<sim::TaskId> posted = last;  // where each rank posts this step's receives
       std::vector<sim::TaskId> now_sent(ring.size(), -1);
+      auto owner_at = [&](int r) { return (((r - step) % size) + size) % size; };  // whose block rank r holds
+      auto received_at = [&](int r) { return step == 0 ? sim::TaskId{-1} : sent[(r - 1 + size) % size]; };
+      for (int r = 0; r < size && step + 1 < steps; ++r) {  // every rank passes on what it holds now, first on its stream
+        const std::size_t ri = ring[r], next = ring[(r + 1) % size];
+        const sim::TaskId received = received_at(r);
+        now_sent[r] = ring_send(pass, " ring pass " + std::to_string(step), ri, next, pass.kv_bytes,
+                                {received >= 0 ? received : last[ri], posted[next]}, ring_op(sim::OpCode::kv, ri, ring[owner_at(r)]));
+      }
       for (int r = 0; r < size; ++r) {
         const std::size_t ri = ring[r];
-        const sim::TaskId received = step == 0 ? -1 : sent[(r - 1 + size) % size];
-        if (step + 1 < steps) {  // pass on what this rank holds now
-          std::vector<sim::TaskId> deps{received >= 0 ? received : last[ri]};
-          now_sent[r] = graph_.send(name + " ring pass " + std::to_string(step), ranks_[ri], ranks_[ring[(r + 1) % size]],
-                                    std::max<std::int64_t>(1, pass_bytes), deps, 1);
-        }
-        const int source = r - step;  // the rank this block started on (negative: a later block, wrapped)
+        const int owner = owner_at(r);
         sim::Attention this_block = block;
         this_block.causal = step == 0;
         if (split_.zigzag && step > 0) {
           this_block.kv_len = block.kv_len / 2;  // half of the pairs of a full block are unmasked
-        } else if (!split_.zigzag && source < 0) {
-          continue;  // fully masked: nothing to compute, the block only passes through
+        } else if (!split_.zigzag && r - step < 0) {
+          continue;  // a later rank's block, fully masked: nothing to compute, the block only passes through
         }
-        std::vector<sim::TaskId> deps{last[ri]};
-        if (received >= 0) deps.push_back(received);
-        last[ri] = graph_.add(name + " block " + std::to_string(step), {ranks_[ri], {sim::StreamKind::compute, 0}, recompute, this_block}, deps);
+        std::vector<sim::TaskId> deps{last[ri], received_at(r)};
+        std::erase(deps, sim::TaskId{-1});
+        last[ri] = graph_.add(name + " block " + std::to_string(step),
+                              {ranks_[ri],
+                               {sim::StreamKind::compute, 0},
+                               recompute,
+                               this_block,
+                               ring_op(backward ? sim::OpCode::attn_bwd : sim::OpCode::attn, ri, ring[owner])},
+                              deps);
+        if (!backward || step == 0) continue;  // the diagonal's dK | dV stays with its owner until the rest comes home
+        if (accumulators[owner].holder >= 0) bring_accumulator(pass, ring, accumulators, owner, r, posted[ri], last);
+        accumulators[owner] = {r, last[ri]};
       }
       sent = now_sent;
     }
+    for (int owner = 0; owner < size && backward; ++owner) {
+      const int holder = accumulators[owner].holder;
+      // Under symmetry (fewer ranks built than steps) the whole ring's last hop: to the holder's successor.
+      const int home = steps > size ? (holder + 1) % size : owner;
+      if (holder >= 0 && holder != home) bring_accumulator(pass, ring, accumulators, owner, home, last[ring[home]], last);
+    }
   }
-  // Merge the partial outputs by their log-sum-exp (forward), or finish the gradients (backward).
+  join_ = pass.outgoing;  // the rank's next task waits for its messages
+  if (backward) return;   // dQ and the dK | dV accumulators are fp32 until rope_bwd turns them to bf16
+  // Merge the partial outputs by their log-sum-exp.
   const double q_elements = static_cast<double>(split_.local_tokens() * model_.q_dim() / split_.tp);
-  elementwise(name + " merge", sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements, last, recompute);
+  elementwise(name + " merge", ring_is_executable() ? sim::OpCode::attn_merge : sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements, last,
+              recompute);
 }
 
 // One collective per cp group (per TP index, or per a2a_p2p all-to-all group) on comm stream 1, after its
@@ -250,10 +327,12 @@ void LayerEmitter::cp_collective(const std::string& name, sim::CollectiveOp op, 
     std::vector<sim::TaskId> deps;
     for (std::size_t m : g.members) {
       if (last[m] >= 0) deps.push_back(last[m]);
+      if (!join_.empty() && join_[m] >= 0) deps.push_back(join_[m]);  // a ring's messages (ring_steps)
     }
     const sim::TaskId id = graph_.collective(name, {op, sim::Algorithm::ring, g.id, bytes, ring_ranks}, deps, 1);
     for (std::size_t m : g.members) last[m] = id;
   }
+  join_.clear();
 }
 
 // All-gather context parallelism (Megatron's all_gather comm type; Llama 3's CP): each TP index's cp ranks
@@ -324,7 +403,7 @@ void LayerEmitter::a2a_p2p_attention(const std::string& name, bool backward, std
   }
   const double k_elements = static_cast<double>(a * split_.local_tokens() * kv_heads_per_rank * model_.head_dim);
   ring_steps(name, rings, groups, {tokens, tokens, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
-             static_cast<std::int64_t>(kv_pass_bytes(k_elements, backward)), last, recompute);
+             k_elements, last, recompute);
   cp_exchange_heads(name, backward, false, last);
 }
 

@@ -142,9 +142,30 @@ class LayerEmitter {
   void a2a_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void a2a_p2p_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   // The K/V ring's steps over `rings` (rank indices in ring order; `steps` >= their size under symmetry), each
-  // block `block` (its kv_len the whole block's; causal marks nothing), passing `pass_bytes`; then the merge.
-  void ring_steps(const std::string& name, const std::vector<std::vector<std::size_t>>& rings, int steps, sim::Attention block,
-                  std::int64_t pass_bytes, std::vector<sim::TaskId>& last, bool recompute);
+  // block `block` (its kv_len the whole block's; causal marks nothing) of `k_elements` elements of K; forward
+  // then merges the partial outputs, backward brings the dK | dV accumulators home.
+  void ring_steps(const std::string& name, const std::vector<std::vector<std::size_t>>& rings, int steps, sim::Attention block, double k_elements,
+                  std::vector<sim::TaskId>& last, bool recompute);
+  struct RingPass {  // one ring_steps call's messages
+    std::string name;
+    std::int64_t kv_bytes, dkv_bytes;   // a block's K and V; its fp32 dK | dV accumulator
+    std::vector<sim::TaskId> outgoing;  // each rank's last message
+  };
+  struct Accumulator {  // a block's dK | dV on its way: the ring position holding it and the task that finished it
+    int holder = -1;
+    sim::TaskId ready = -1;
+  };
+  sim::TaskId ring_send(RingPass& pass, const std::string& label, std::size_t from, std::size_t to, std::int64_t bytes, std::vector<sim::TaskId> deps,
+                        sim::Op op);
+  void bring_accumulator(RingPass& pass, const std::vector<std::size_t>& ring, const std::vector<Accumulator>& accumulators, int owner, int to,
+                         sim::TaskId posted, std::vector<sim::TaskId>& last);
+  // Ring attention the executors run: K/V passed round every cp rank, one chunk each (no zigzag, no TP, no
+  // symmetry reduction): rank index r holds the step's chunk r. Other rings' tasks are left unannotated.
+  bool ring_is_executable() const;
+  std::int32_t chunk_of(std::size_t rank) const;  // the chunk a rank's tasks work on
+  // A ring task's op: rank `rank`'s work on (or move of) the block that started on rank `block_rank` (dkv_add:
+  // the accumulator `from_rank` sent).
+  sim::Op ring_op(sim::OpCode code, std::size_t rank, std::size_t block_rank, std::size_t from_rank = 0) const;
   void cp_exchange_heads(const std::string& name, bool backward, bool inbound, std::vector<sim::TaskId>& last);
   void cp_collective(const std::string& name, sim::CollectiveOp op, std::int64_t bytes, std::vector<sim::TaskId>& last);
   // The ranks of TP index t across the cp slices, and the chain ends of those ranks.

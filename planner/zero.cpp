@@ -110,7 +110,13 @@ class ZeroBuilder {
   // The step's sequence a GPU works on in the current micro-batch: each group of GPUs (one GPU without Ulysses
   // or CP) takes its own sequences, micro-batch after micro-batch. What the executors index the tokens by.
   int seq_of(int gpu) const { return static_cast<int>((gpu / (p_.sp * p_.cp)) * mbs_ * p_.micro_batch + mb_ * p_.micro_batch); }
-  sim::Op op_at(sim::OpCode code, std::int64_t layer, int gpu) const { return sim::Op(code, seq_of(gpu), static_cast<std::int32_t>(layer), 0); }
+  // Its chunk: the sequence's tokens a GPU holds, one chunk of the graph's chunk length. Ring attention without
+  // zigzag: the GPU's place in its cp group (zigzag's two half-chunks per GPU are not annotated); else the whole
+  // sequence (Ulysses' split is inside the op).
+  int chunk_of(int gpu) const { return p_.cp > 1 && !p_.zigzag ? gpu % p_.cp : 0; }
+  sim::Op op_at(sim::OpCode code, std::int64_t layer, int gpu) const {
+    return sim::Op(code, seq_of(gpu), static_cast<std::int32_t>(layer), chunk_of(gpu));
+  }
   std::vector<sim::TaskId> all_last() const;
   sim::TaskId gather_layer(const std::string& name);
   void release_gather(std::size_t index, const std::string& name);

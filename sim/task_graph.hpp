@@ -110,7 +110,9 @@ enum class OpCode : std::uint8_t {
   embed, norm1, qkv, rope, attn, attn_merge, proj, residual1, norm2, mlp_up, act, mlp_down, residual2,
   // backward, in the order a layer runs them (each *_dgrad is followed by its *_wgrad: LayerEmitter relies on it)
   residual2_bwd, mlp_down_dgrad, mlp_down_wgrad, act_bwd, mlp_up_dgrad, mlp_up_wgrad, norm2_bwd, residual1_bwd,
-  proj_dgrad, proj_wgrad, attn_bwd, rope_bwd, qkv_dgrad, qkv_wgrad, norm1_bwd, embed_bwd,
+  proj_dgrad, proj_wgrad, attn_bwd,
+  dkv_add,  // ring attention: the dK|dV accumulators received for chunks kv_first..kv_last added into this rank's share
+  rope_bwd, qkv_dgrad, qkv_wgrad, norm1_bwd, embed_bwd,
   // the final norm, LM head and cross-entropy on tokens [row_begin, row_end) of the chunk: forward and backward fused
   head_logits, head_xent, head_dgrad, head_wgrad,
   optimizer,  // AdamW on the parameters the task's device (or the GPU it serves) owns
@@ -118,6 +120,8 @@ enum class OpCode : std::uint8_t {
   kv,          // K and V of chunks kv_first..kv_last
   dkv,         // fp32 dK/dV accumulators of chunks kv_first..kv_last
   kv_dkv,      // both (the backward's stream buffers)
+  dkv_pass,    // ring attention: dK|dV accumulators of chunks kv_first..kv_last, arriving as the receiver's incoming
+               // accumulators (added by its dkv_add, so the rank's own share is computed while they travel)
   acts,        // what forward keeps for backward except K/V: layer input, norm outputs, q, o, lse, MLP tensors
   checkpoint,  // what recompute keeps: the layer input, the attention output and its lse
   input,       // the layer's input (the previous layer's output; layer L: the final hidden state)
@@ -163,6 +167,18 @@ struct Op {
     o.row_end = embedding ? 1 : 0;
     return o;
   }
+  // Ring attention's backward (attn_bwd, dkv_add, dkv_pass): a rank other than a chunk's owner keeps its share of
+  // that chunk's dK | dV apart from the owner's accumulator until dkv_add brings it home. `holder_chunk`: the chunk
+  // of the rank whose share this task adds to (attn_bwd, dkv_add) or sends (dkv_pass); `from_chunk`: dkv_add's
+  // sender. Kept in the row fields, which these ops do not use.
+  static Op ring_share(Op o, std::int32_t holder_chunk, std::int32_t from_chunk = -1) {
+    o.row_begin = holder_chunk;
+    o.row_end = from_chunk;
+    return o;
+  }
+  // Which dK | dV a ring task adds to or sends, as Key::sub (0: the owner's accumulator) and which it received.
+  std::int32_t dkv_share() const { return code != OpCode::states && kv_first >= 0 && row_begin >= 0 ? row_begin + 1 : 0; }
+  std::int32_t dkv_received_share() const { return code == OpCode::dkv_add && row_end >= 0 ? row_end + 1 : 0; }
   bool carries_gradients() const { return code == OpCode::states && row_begin >= 0; }
   bool carries_head_gradients() const { return carries_gradients() && row_begin == 1; }
   bool carries_embedding_gradients() const { return carries_gradients() && row_end == 1; }

@@ -137,8 +137,9 @@ TEST(OpTable, TheCudaExecutorsAccessesMatchTheTable) {
   }
   std::map<std::string, Role> role_of;
   for (int r = 0; r <= static_cast<int>(Role::dlogits); ++r) {
-    static const char* names[] = {"x",   "n1", "q",   "k",   "v",  "o_run", "o",     "lse", "p",   "h1",   "n2",  "gu", "a",  "mo",     "dm",
-                                  "dh1", "da", "dgu", "dn2", "dp", "d_o",   "delta", "dq",  "dkv", "dqkv", "dn1", "dx", "nf", "logits", "dlogits"};
+    static const char* names[] = {"x",  "n1",  "q",      "k",    "v",   "o_run", "o",   "lse",    "p",      "h1",  "n2",
+                                  "gu", "a",   "mo",     "dm",   "dh1", "da",    "dgu", "dn2",    "dp",     "d_o", "delta",
+                                  "dq", "dkv", "dkv_in", "dqkv", "dn1", "dx",    "nf",  "logits", "dlogits"};
     role_of[names[r]] = static_cast<Role>(r);
   }
 

@@ -206,6 +206,69 @@ TEST(ReferenceStep, ZeroStepsEqualTheRingTrackStep) {
   }
 }
 
+// Ring attention: each of cp GPUs holds one chunk of the sequence, K/V pass round the ring, and the dK | dV
+// accumulators follow the ranks that compute on them and come home. cp 2 on two replicas with checkpointed layers
+// and ZeRO-3, cp 4 on one sequence: the step equals the plain one.
+TEST(ReferenceStep, RingAttentionStepsEqualTheRingTrackStep) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
+  const auto tokens = random_windows(m.vocab, seq, 4, 67);
+  const Outcome ringtrack = run(ringtrack_step(m, one_gpu(), seq, 4, unchunked(seq)), m, tokens);
+  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
+  for (int cp : {2, 4}) {
+    SCOPED_TRACE("cp " + std::to_string(cp));
+    planner::ZeroParams p;
+    p.cp = cp;
+    p.stage = cp == 2 ? 3 : 1;
+    p.activation_checkpointing = cp == 2;
+    const planner::StepInputs in{m, four, {seq, 4}, model::precision_policy("bf16-mixed")};
+    Step s{planner::build_zero(in, p), seq, four.topology.gpus_per_node()};
+    sim::validate(s.graph, four.gpus(), four.nodes, "test");
+    const Outcome ring = run(s, m, tokens);
+    EXPECT_TRUE(ring.result.race_checked);
+    EXPECT_NEAR(ring.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+    EXPECT_LT(gradient_difference(ring, ringtrack), 0.03);
+  }
+}
+
+// The dK | dV accumulators' order: without the edge from the pass that brings a chunk's accumulator home to the
+// owner's add, the add reads what arrives by chance of the order only, which the reference calls a race.
+TEST(ReferenceStep, ARingAttentionAddNotOrderedAfterItsAccumulatorIsCaught) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
+  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
+  planner::ZeroParams p;
+  p.cp = 4;
+  const planner::StepInputs in{m, four, {seq, 1}, model::precision_policy("bf16-mixed")};
+  const sim::TaskGraph good = planner::build_zero(in, p);
+  sim::TaskGraph broken;
+  broken.set_chunk_tokens(good.chunk_tokens());
+  for (const auto& members : good.groups()) broken.add_group(members);
+  for (const auto& label : good.labels()) broken.add_label(label);
+  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(good.size()); ++id) broken.add(good.name(id), good.task(id));
+  int dropped = 0;
+  for (const auto& [before, after] : good.edges()) {
+    const sim::Op& pass = good.task(before).op;
+    const sim::Op& add = good.task(after).op;
+    if (pass.code == sim::OpCode::dkv_pass && add.code == sim::OpCode::dkv_add && add.layer == 1 && add.chunk == add.kv_first) {
+      ++dropped;  // the owner's add of layer 1
+      continue;
+    }
+    broken.add_dependency(before, after);
+  }
+  ASSERT_GT(dropped, 0);
+  sim::validate(broken, four.gpus(), four.nodes, "test");
+  Step s{std::move(broken), seq, four.topology.gpus_per_node()};
+  try {
+    run(s, m, random_windows(m.vocab, seq, 1, 71));
+    FAIL() << "the unordered add ran";
+  } catch (const InternalError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a race"), std::string::npos) << what;
+    EXPECT_NE(what.find("received dK|dV accumulator of layer 1"), std::string::npos) << what;
+  }
+}
+
 TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
   const auto m = tiny_model();
   const std::int64_t seq = 64;

@@ -62,6 +62,25 @@ TEST(CpuDevice, AnErrorOnAStreamComesBackFromSynchronizeAndTheDeviceRunsOn) {
   EXPECT_GE(dev->elapsed_ms(e, e), 0.0);
 }
 
+TEST(CpuDevice, AccumulatesInFp32OnItsStream) {
+  const auto dev = make_cpu_device();
+  const int s = dev->create_stream();
+  auto* x = static_cast<float*>(dev->allocate(3 * sizeof(float)));
+  auto* y = static_cast<float*>(dev->allocate(3 * sizeof(float)));
+  const float xs[3] = {1.5f, -2, 0.0009765625f}, ys[3] = {1, 2, 1};  // 2^-10: lost in bf16, kept in fp32
+  dev->upload(x, xs, sizeof xs);
+  dev->upload(y, ys, sizeof ys);
+  dev->accumulate_f32(s, 3, x, y);
+  dev->synchronize();
+  float out[3];
+  dev->download(out, y, sizeof out);
+  EXPECT_EQ(out[0], 2.5f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 1.0009765625f) << "fp32, not rounded to bf16";
+  dev->release(x);
+  dev->release(y);
+}
+
 TEST(CpuDevice, RefusesMoreMemoryThanItWasGiven) {
   CpuDeviceOptions o;
   o.memory_bytes = 1 << 20;

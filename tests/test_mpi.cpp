@@ -279,6 +279,25 @@ TEST(Mpi, ZeroStepsSplitOverRanksEqualTheSingleRankStep) {
   }
 }
 
+// Ring attention with one rank per GPU: K/V blocks and the dK | dV accumulators are MPI messages between the cp
+// ranks. cp over every rank (one sequence), and cp 2 on n / 2 replicas with ZeRO-3 and checkpointed layers.
+TEST(Mpi, RingAttentionSplitOverRanksEqualsTheSingleRankStep) {
+  const int n = world().size();
+  const auto m = test::tiny_model(true);
+  const sim::Cluster cluster = cluster_for_ranks();
+  for (int cp : {n, 2}) {
+    SCOPED_TRACE("cp " + std::to_string(cp));
+    planner::ZeroParams p;
+    p.cp = cp;
+    p.stage = cp == n ? 1 : 3;
+    p.activation_checkpointing = cp != n;
+    const std::int64_t sequences = n / cp;
+    const planner::StepInputs in{m, cluster, {32, sequences}, model::precision_policy("bf16-mixed")};
+    const sim::TaskGraph graph = planner::build_zero(in, p);
+    expect_split_equals_single(graph, m, random_windows(m.vocab, 32, sequences, 73), cluster.topology.gpus_per_node(), 2);
+  }
+}
+
 // The executor on the CPU device, one rank per GPU (streams as threads; the gradient reductions are MPI
 // all-reduces queued on their streams): data-parallel steps of ZeRO (stages 0 and 1), Megatron and ring-track
 // replicas against the CPU reference on one rank, with an AdamW step.

@@ -440,7 +440,7 @@ TEST(Megatron, HierarchicalContextParallelRunsAllToAllsInsideGroupsAndARingAcros
       ++blocks_on_gpu0;
     }
   }
-  EXPECT_EQ(sends, 2 * 2 * 8);           // layers x (forward, backward) x 8 ranks passing once round a ring of 2
+  EXPECT_EQ(sends, 2 * 3 * 8);           // layers x (forward K/V, backward K/V, the dK/dV accumulator home) x 8 ranks, round rings of 2
   EXPECT_EQ(blocks_on_gpu0, 2 * 2 * 2);  // layers x (forward, backward) x ring steps
   // Each pass carries what a p2p ring's does (twice the tokens, half the K/V heads), but once instead of cp - 1 times.
   MegatronParams flat = p;
