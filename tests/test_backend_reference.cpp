@@ -182,53 +182,50 @@ TEST(ReferenceStep, MegatronStepsEqualTheRingTrackStep) {
   EXPECT_LT(gradient_difference(piped, ringtrack), 0.03);
 }
 
-// ZeRO's step is the model's: data parallelism over 4 GPUs (all on this one rank), whatever it shards, offloads or
-// recomputes, gives the one-GPU ring-track step's loss and gradients on the same 4 sequences.
-TEST(ReferenceStep, ZeroStepsEqualTheRingTrackStep) {
+namespace {
+
+// Each ZeRO-family plan's step on 4 GPUs (all on this one rank) against the one-GPU ring-track step's loss and
+// gradients on the same 4 sequences.
+void expect_zero_family_steps_equal_the_ringtrack_step(const std::vector<std::pair<std::string, planner::ZeroParams>>& plans,
+                                                       std::uint64_t token_seed) {
   const auto m = tiny_model(true);
   const std::int64_t seq = 32;
-  const auto tokens = random_windows(m.vocab, seq, 4, 61);
+  const auto tokens = random_windows(m.vocab, seq, 4, token_seed);
   const Outcome ringtrack = run(ringtrack_step(m, one_gpu(), seq, 4, unchunked(seq)), m, tokens);
   const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
-  for (int stage : {0, 3}) {
-    SCOPED_TRACE("stage " + std::to_string(stage));
-    planner::ZeroParams p;
-    p.stage = stage;
-    p.offload_activations = stage == 3;
-    p.offload_optimizer = p.offload_grads = p.offload_params = stage == 3;
-    const planner::StepInputs in{m, four, {seq, 4}, model::precision_policy("bf16-mixed")};
+  const planner::StepInputs in{m, four, {seq, 4}, model::precision_policy("bf16-mixed")};
+  for (const auto& [name, p] : plans) {
+    SCOPED_TRACE(name);
     Step s{planner::build_zero(in, p), seq, four.topology.gpus_per_node()};
     sim::validate(s.graph, four.gpus(), four.nodes, "test");
-    const Outcome zero = run(s, m, tokens);
-    EXPECT_TRUE(zero.result.race_checked);
-    EXPECT_NEAR(zero.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
-    EXPECT_LT(gradient_difference(zero, ringtrack), 0.03);
+    const Outcome step = run(s, m, tokens);
+    EXPECT_TRUE(step.result.race_checked);
+    EXPECT_NEAR(step.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+    EXPECT_LT(gradient_difference(step, ringtrack), 0.03);
   }
+}
+
+}  // namespace
+
+// ZeRO's step is the model's: data parallelism, whatever it shards, offloads or recomputes.
+TEST(ReferenceStep, ZeroStepsEqualTheRingTrackStep) {
+  planner::ZeroParams offloaded;
+  offloaded.stage = 3;
+  offloaded.offload_activations = offloaded.offload_optimizer = offloaded.offload_grads = offloaded.offload_params = true;
+  expect_zero_family_steps_equal_the_ringtrack_step({{"stage 0", planner::ZeroParams{}}, {"stage 3, everything offloaded", offloaded}}, 61);
 }
 
 // Ring attention: each of cp GPUs holds one chunk of the sequence, K/V pass round the ring, and the dK | dV
 // accumulators follow the ranks that compute on them and come home. cp 2 on two replicas with checkpointed layers
 // and ZeRO-3, cp 4 on one sequence: the step equals the plain one.
 TEST(ReferenceStep, RingAttentionStepsEqualTheRingTrackStep) {
-  const auto m = tiny_model(true);
-  const std::int64_t seq = 32;
-  const auto tokens = random_windows(m.vocab, seq, 4, 67);
-  const Outcome ringtrack = run(ringtrack_step(m, one_gpu(), seq, 4, unchunked(seq)), m, tokens);
-  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
-  for (int cp : {2, 4}) {
-    SCOPED_TRACE("cp " + std::to_string(cp));
-    planner::ZeroParams p;
-    p.cp = cp;
-    p.stage = cp == 2 ? 3 : 1;
-    p.activation_checkpointing = cp == 2;
-    const planner::StepInputs in{m, four, {seq, 4}, model::precision_policy("bf16-mixed")};
-    Step s{planner::build_zero(in, p), seq, four.topology.gpus_per_node()};
-    sim::validate(s.graph, four.gpus(), four.nodes, "test");
-    const Outcome ring = run(s, m, tokens);
-    EXPECT_TRUE(ring.result.race_checked);
-    EXPECT_NEAR(ring.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
-    EXPECT_LT(gradient_difference(ring, ringtrack), 0.03);
-  }
+  planner::ZeroParams pairs, one_ring;
+  pairs.cp = 2;
+  pairs.stage = 3;
+  pairs.activation_checkpointing = true;
+  one_ring.cp = 4;
+  one_ring.stage = 1;
+  expect_zero_family_steps_equal_the_ringtrack_step({{"cp 2 x 2 replicas, ZeRO-3, checkpointed", pairs}, {"cp 4, ZeRO-1", one_ring}}, 67);
 }
 
 // The dK | dV accumulators' order: without the edge from the pass that brings a chunk's accumulator home to the
