@@ -322,10 +322,38 @@ class CpuDevice final : public Device {
     });
   }
   void prepare_peers(Communicator&, const std::vector<std::vector<int>>&, std::chrono::milliseconds) override {}  // comm's own groups
-  // On the stream's thread: the main thread waits in synchronize() meanwhile, so MPI is called by one thread at a
-  // time (MPI_THREAD_SERIALIZED, what MpiSession asks for).
+  // On the stream's thread. Several streams may call MPI at once (a send, a receive, a reduction): MpiCommunicator
+  // makes the calls one at a time (MPI_THREAD_SERIALIZED, what MpiSession asks for). A group's collectives come
+  // from one stream (the graph puts a group's reductions on one comm stream), so every rank starts them in one order.
   void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, float* data, std::int64_t n) override {
     enqueue(stream, [&comm, ranks = std::move(ranks), data, n] { comm.all_reduce_sum(ranks, span_of(data, n)); });
+  }
+  // One MPI message per send: the buffers one after another.
+  void send(int stream, Communicator& comm, int peer, int tag, std::vector<ConstBytes> buffers) override {
+    enqueue(stream, [&comm, peer, tag, buffers = std::move(buffers)] {
+      std::vector<std::byte> message;
+      for (const ConstBytes& b : buffers) {
+        const auto* p = static_cast<const std::byte*>(b.data);
+        message.insert(message.end(), p, p + b.size);
+      }
+      comm.send(peer, tag, message);
+    });
+  }
+  void recv(int stream, Communicator& comm, int peer, int tag, std::vector<Bytes> buffers) override {
+    enqueue(stream, [&comm, peer, tag, buffers = std::move(buffers)] {
+      const std::vector<std::byte> message = comm.recv(peer, tag);
+      std::int64_t expected = 0;
+      for (const Bytes& b : buffers) expected += b.size;
+      if (static_cast<std::int64_t>(message.size()) != expected) {
+        throw TRAINYARD_COMM_ERROR("rank " + std::to_string(comm.rank()) + ": a message of " + std::to_string(message.size()) + " bytes from rank " +
+                                   std::to_string(peer) + " (tag " + std::to_string(tag) + ") where the plan has " + std::to_string(expected));
+      }
+      std::int64_t at = 0;
+      for (const Bytes& b : buffers) {
+        std::memcpy(b.data, message.data() + at, static_cast<std::size_t>(b.size));
+        at += b.size;
+      }
+    });
   }
   void adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
              bf16_bits* weights) override {

@@ -192,6 +192,14 @@ class CudaDevice final : public Device {
     if (!peers_) throw InternalError("an all-reduce before prepare_peers", __FILE__, __LINE__);
     peers_->all_reduce_sum(ranks, data, n, streams_.at(stream));
   }
+  void send(int stream, Communicator&, int peer, int, std::vector<ConstBytes> buffers) override {
+    if (!peers_) throw InternalError("a send before prepare_peers", __FILE__, __LINE__);
+    for (const ConstBytes& b : buffers) peers_->send(peer, b.data, b.size, streams_.at(stream));
+  }
+  void recv(int stream, Communicator&, int peer, int, std::vector<Bytes> buffers) override {
+    if (!peers_) throw InternalError("a receive before prepare_peers", __FILE__, __LINE__);
+    for (const Bytes& b : buffers) peers_->recv(peer, b.data, b.size, streams_.at(stream));
+  }
 
  private:
   // The current device's default stream-ordered pool, where scratch comes from.

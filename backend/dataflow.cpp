@@ -87,7 +87,8 @@ Key arrival(const sim::Op& op, Key key) {
   return key;
 }
 
-DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node) {
+DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node,
+                           int rank) {
   DataflowPlan plan;
   std::map<std::pair<sim::DeviceId, Key>, int> live;  // what each place holds now
   plan.releases.assign(order.size(), {});
@@ -132,7 +133,34 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
       }
       return found;
     };
+    auto remote = [&](sim::DeviceId place) { return rank >= 0 && !sim::is_host(place) && place != rank; };
+    // A send between ranks: this rank's side of it.
+    auto across_ranks = [&](sim::DeviceId from, sim::DeviceId to) {
+      for (const Key& key : content(t.op)) {
+        if (remote(to)) {  // sending: what it carries must be here
+          int src = find(from, key);
+          if (src < 0 && key.role == Role::dkv) {  // nothing added yet: zeros, so that the message is what the receiver expects
+            const TensorShape shape = chunk_tensor(key.role, model, graph.chunk_tokens());
+            src = create(from, key, shape.elements, shape.dtype);
+            step.zero_first.push_back(src);
+          }
+          if (src < 0) need(from, key);
+          touch(src, position);
+          step.instances.insert(step.instances.end(), {src, -1});
+        } else {  // receiving
+          const Key delivered = arrival(t.op, key);
+          int dst = find(to, delivered);
+          if (dst < 0) {
+            const TensorShape shape = chunk_tensor(delivered.role, model, graph.chunk_tokens());
+            dst = create(to, delivered, shape.elements, shape.dtype);
+          }
+          touch(dst, position);
+          step.instances.insert(step.instances.end(), {-1, dst});
+        }
+      }
+    };
     auto move = [&](sim::DeviceId from, sim::DeviceId to) {
+      if (remote(from) || remote(to)) return across_ranks(from, to);
       for (const Key& key : content(t.op)) {
         const int src = find(from, key);
         if (src < 0 && key.role == Role::dkv) {  // an accumulator nothing has added to yet is zero: nothing to move

@@ -43,7 +43,7 @@ struct Instance {
 
 // What one task touches: for compute ops one instance per compute_uses entry, in its order (an OpTensors finds
 // them by name); for moves (source, destination) pairs of content(). Negative entries: an accumulator move whose
-// source nothing has added to yet (skipped).
+// source nothing has added to yet (skipped), or the other rank's side of a send between ranks.
 struct TaskTensors {
   sim::TaskId task = 0;
   std::vector<int> instances;
@@ -66,6 +66,11 @@ struct DataflowPlan {
 // intermediate) after its last access. Device instances are placed in one arena per GPU offline
 // (place_lifetimes, 256-byte aligned); an instance reusing bytes waits for the accessors of their earlier owners. Throws InternalError when a read
 // finds nothing (the reference executor says which copy is missing; run it first on a small model).
-DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node);
+// With `rank` >= 0 the order is that rank's (one process per GPU): a send to another rank's GPU reads here and
+// writes nothing here (its destination entries are -1), a send from another rank writes here what it carries
+// (its source entries are -1), and an accumulator nothing has added to yet is created zeroed to be sent, so that
+// both ranks agree on what the message holds.
+DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node,
+                           int rank = -1);
 
 }  // namespace trainyard::backend

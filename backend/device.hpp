@@ -25,6 +25,16 @@ namespace trainyard::backend {
 
 using bf16_bits = std::uint16_t;
 
+// A buffer of device memory as a message carries it.
+struct Bytes {
+  void* data = nullptr;
+  std::int64_t size = 0;
+};
+struct ConstBytes {
+  const void* data = nullptr;
+  std::int64_t size = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -99,6 +109,12 @@ class Device {
   virtual void prepare_peers(Communicator& comm, const std::vector<std::vector<int>>& groups, std::chrono::milliseconds timeout) = 0;
   // Sums `data` (device memory) over `ranks` in place, through `comm`, queued on `stream` like any other work.
   virtual void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, float* data, std::int64_t n) = 0;
+  // A message of `buffers` (device memory, in this order) to rank `peer` under `tag`, queued on `stream`; the peer
+  // takes it with recv() into buffers of the same sizes, queued on one of its streams. A send never waits for its
+  // receive to be posted on the CPU device (MPI buffers it); on a GPU it may (NCCL), so the receiving rank queues
+  // receives on streams of their own (schedule.hpp).
+  virtual void send(int stream, Communicator& comm, int peer, int tag, std::vector<ConstBytes> buffers) = 0;
+  virtual void recv(int stream, Communicator& comm, int peer, int tag, std::vector<Bytes> buffers) = 0;
 };
 
 // A CUDA device (cuda_device.cpp; only in builds with TRAINYARD_CUDA): the current one, or GPU `index` made current

@@ -41,9 +41,6 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
   if (ranks == 1 && (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective)) {
     return std::pair{"a step on one GPU (or, under mpirun, one rank per GPU)", "a task of several GPUs"};
   }
-  if (ranks > 1 && t.kind() == sim::TaskKind::p2p) {
-    return std::pair{"data parallelism between ranks (sends between GPUs are not written yet in the executor)", "a send"};
-  }
   if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states) {
     return std::pair{"collectives of gradients or model states only", "a collective on activations"};
   }
@@ -117,7 +114,7 @@ struct Executor::Impl {
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
     for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
     sched = make_schedule(g, rank(), gpn, predicted);
-    flow = plan_dataflow(g, sched.order, m, gpn);
+    flow = plan_dataflow(g, sched.order, m, gpn, ranks() > 1 ? rank() : -1);
     std::map<sim::TaskId, int> step_of;
     for (std::size_t i = 0; i < sched.submissions.size(); ++i) step_of[sched.submissions[i].task] = static_cast<int>(i);
     for (sim::TaskId t : sched.order) {
@@ -211,6 +208,10 @@ struct Executor::Impl {
     }
     if (const auto refusal = executor_refusal(g, ranks()))
       throw InputError("the plan's task graph", refusal->task, refusal->expected, refusal->found);
+    if (const auto group = ranks() > 1 ? unreduced_shared_group(g, m) : std::nullopt) {
+      throw InputError("the plan's task graph", group_name(*group), "a gradient reduction over the GPUs that use it, to run on several ranks",
+                       "none");
+    }
   }
 
   template <typename T>
@@ -424,6 +425,7 @@ struct Executor::Impl {
       if (opt.comm != nullptr && op.carries_gradients()) reduce_gradients(task, stream);
       return;
     }
+    if (task.kind() == sim::TaskKind::p2p) return exchange(task, id, t, stream);
     if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
       for (std::size_t i = 0; i + 1 < t.instances.size(); i += 2) {
         if (t.instances[i] < 0) continue;
@@ -447,6 +449,21 @@ struct Executor::Impl {
       return;  // nothing to run for this kind (validated by executor_refusal)
     }
     compute(op, OpTensors(op, t.uses, t.instances), stream, seq_len);  // the plan's uses, computed once
+  }
+
+  // A send between ranks, on its sender (this rank's side of each (source, destination) pair) or its receiver:
+  // one message under the task's id.
+  void exchange(const sim::Task& task, sim::TaskId id, const TaskTensors& t, int stream) {
+    const sim::DeviceId dst = std::get<sim::PointToPoint>(task.params).dst;
+    if (task.device == rank()) {
+      std::vector<ConstBytes> out;
+      for (std::size_t i = 0; i < t.instances.size(); i += 2) out.push_back({where(t.instances[i]), flow.instances[t.instances[i]].bytes});
+      dev.send(stream, *opt.comm, dst, id, std::move(out));
+    } else {
+      std::vector<Bytes> in;
+      for (std::size_t i = 1; i < t.instances.size(); i += 2) in.push_back({where(t.instances[i]), flow.instances[t.instances[i]].bytes});
+      dev.recv(stream, *opt.comm, task.device, id, std::move(in));
+    }
   }
 
   // The task's tensors by name (the op table's entry, ops.hpp), as the type the kernels take: asking for a

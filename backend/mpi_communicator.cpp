@@ -125,9 +125,9 @@ MpiCommunicator::~MpiCommunicator() {
   if (world_ && world_->comm != MPI_COMM_NULL) MPI_Comm_free(&world_->comm);
 }
 
-// Calls `done` until it says true, backing off from 1 us to 1 ms between calls; Ctrl-C or the timeout end the wait
-// with CommError ("what: nothing came within ...", with `cause` saying what that usually means).
-void MpiCommunicator::poll(const std::function<bool()>& done, const std::string& what, const std::string& cause) {
+// Calls `done` until it says true, backing off from 1 us to 1 ms between calls (without the lock); Ctrl-C or the
+// timeout end the wait with CommError ("what: nothing came within ...", with `cause` saying what that usually means).
+void MpiCommunicator::poll(const std::function<bool()>& done, const std::string& what, const std::string& cause, Lock& lock) {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto pause = std::chrono::microseconds(1);
   while (!done()) {
@@ -136,12 +136,14 @@ void MpiCommunicator::poll(const std::function<bool()>& done, const std::string&
       throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": nothing came within " + std::to_string(std::chrono::duration<double>(timeout_).count()) +
                                  " s (" + cause + ")");
     }
+    lock.unlock();
     std::this_thread::sleep_for(pause);
+    lock.lock();
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
 }
 
-void MpiCommunicator::wait(void* request, const std::string& what) {
+void MpiCommunicator::wait(void* request, const std::string& what, Lock& lock) {
   auto* r = static_cast<MPI_Request*>(request);
   poll(
       [&] {
@@ -149,48 +151,46 @@ void MpiCommunicator::wait(void* request, const std::string& what) {
         check(MPI_Test(r, &done, MPI_STATUS_IGNORE), who() + ": " + what);
         return done != 0;
       },
-      what, "a rank stopped, or the ranks do not agree on the order of their messages");
+      what, "a rank stopped, or the ranks do not agree on the order of their messages", lock);
 }
 
-void MpiCommunicator::complete(int started, void* request, const std::string& what) {
+void MpiCommunicator::complete(int started, void* request, const std::string& what, Lock& lock) {
   check(started, who() + ": " + what);
-  wait(request, what);
+  wait(request, what, lock);
 }
 
-void MpiCommunicator::reap_sends(bool all) {
+void MpiCommunicator::reap_sends() {
   for (auto& p : sends_) {
-    if (all) {
-      wait(&p->request, p->what);
-    } else {
-      int done = 0;
-      check(MPI_Test(&p->request, &done, MPI_STATUS_IGNORE), who() + ": " + p->what);
-    }
+    int done = 0;
+    check(MPI_Test(&p->request, &done, MPI_STATUS_IGNORE), who() + ": " + p->what);
   }
   std::erase_if(sends_, [](const std::unique_ptr<Pending>& p) { return p->request == MPI_REQUEST_NULL; });
 }
 
 void MpiCommunicator::send(int dst, int tag, std::span<const std::byte> bytes) {
+  const Lock lock(mutex_);
   auto p = std::make_unique<Pending>();
   p->bytes.assign(bytes.begin(), bytes.end());
   p->what = "send of " + std::to_string(bytes.size()) + " bytes to rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
   if (dst < 0 || dst >= size_ || dst == rank_) throw TRAINYARD_COMM_ERROR(who() + ": " + p->what + ": no such peer");
   check(MPI_Isend(p->bytes.data(), count_of(p->bytes.size(), p->what), MPI_BYTE, dst, tag, world_->comm, &p->request), who() + ": " + p->what);
   sends_.push_back(std::move(p));
-  reap_sends(false);
+  reap_sends();
 }
 
 std::vector<std::byte> MpiCommunicator::recv(int src, int tag) {
   const std::string what = "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
   if (src < 0 || src >= size_ || src == rank_) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": no such peer");
+  Lock lock(mutex_);
   MPI_Status status;
   poll(
       [&] {
         int arrived = 0;
         check(MPI_Iprobe(src, tag, world_->comm, &arrived, &status), who() + ": " + what);
-        if (!arrived) reap_sends(false);  // our own sends go on while we wait
+        if (!arrived) reap_sends();  // our own sends go on while we wait
         return arrived != 0;
       },
-      what, "the sender stopped, or the ranks do not agree on the order of their messages");
+      what, "the sender stopped, or the ranks do not agree on the order of their messages", lock);
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
   std::vector<std::byte> bytes(static_cast<std::size_t>(count));
@@ -227,68 +227,85 @@ const MpiCommunicator::Group& MpiCommunicator::group_of(std::span<const int> ran
 }
 
 void MpiCommunicator::all_reduce_sum(std::span<const int> group, std::span<float> data) {
+  Lock lock(mutex_);
   const Group& g = group_of(group);
   const std::string what = "all-reduce of " + std::to_string(data.size()) + " floats over " + g.name;
   MPI_Request r;
-  complete(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), &r, what);
+  complete(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), &r, what, lock);
 }
 
 void MpiCommunicator::all_reduce_sum(std::span<const int> group, std::span<double> data) {
+  Lock lock(mutex_);
   const Group& g = group_of(group);
   const std::string what = "all-reduce of " + std::to_string(data.size()) + " doubles over " + g.name;
   MPI_Request r;
-  complete(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_DOUBLE, MPI_SUM, g.comm, &r), &r, what);
+  complete(MPI_Iallreduce(MPI_IN_PLACE, data.data(), count_of(data.size(), what), MPI_DOUBLE, MPI_SUM, g.comm, &r), &r, what, lock);
 }
 
 void MpiCommunicator::broadcast(std::span<const int> group, int root, std::span<float> data) {
+  Lock lock(mutex_);
   const Group& g = group_of(group);
   const std::string what = "broadcast of " + std::to_string(data.size()) + " floats from rank " + std::to_string(root) + " over " + g.name;
   const auto at = std::find(g.ranks.begin(), g.ranks.end(), root);
   if (at == g.ranks.end()) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": the root is not a member");
   MPI_Request r;
-  complete(MPI_Ibcast(data.data(), count_of(data.size(), what), MPI_FLOAT, static_cast<int>(at - g.ranks.begin()), g.comm, &r), &r, what);
+  complete(MPI_Ibcast(data.data(), count_of(data.size(), what), MPI_FLOAT, static_cast<int>(at - g.ranks.begin()), g.comm, &r), &r, what, lock);
 }
 
 std::vector<float> MpiCommunicator::all_gather(std::span<const int> group, std::span<const float> mine) {
+  Lock lock(mutex_);
   const Group& g = group_of(group);
   const std::string what = "all-gather of " + std::to_string(mine.size()) + " floats per rank over " + g.name;
   std::vector<float> out(mine.size() * static_cast<std::size_t>(g.size));
   const int n = count_of(mine.size(), what);
   MPI_Request r;
-  complete(MPI_Iallgather(mine.data(), n, MPI_FLOAT, out.data(), n, MPI_FLOAT, g.comm, &r), &r, what);
+  complete(MPI_Iallgather(mine.data(), n, MPI_FLOAT, out.data(), n, MPI_FLOAT, g.comm, &r), &r, what, lock);
   return out;
 }
 
 std::vector<float> MpiCommunicator::reduce_scatter_sum(std::span<const int> group, std::span<const float> data) {
+  Lock lock(mutex_);
   const Group& g = group_of(group);
   const std::string what = "reduce-scatter of " + std::to_string(data.size()) + " floats over " + g.name;
   if (data.size() % static_cast<std::size_t>(g.size) != 0) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": not a multiple of the group's size");
   std::vector<float> out(data.size() / static_cast<std::size_t>(g.size));
   MPI_Request r;
-  complete(MPI_Ireduce_scatter_block(data.data(), out.data(), count_of(out.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), &r, what);
+  complete(MPI_Ireduce_scatter_block(data.data(), out.data(), count_of(out.size(), what), MPI_FLOAT, MPI_SUM, g.comm, &r), &r, what, lock);
   return out;
 }
 
 std::vector<float> MpiCommunicator::all_to_all(std::span<const int> group, std::span<const float> data) {
+  Lock lock(mutex_);
   const Group& g = group_of(group);
   const std::string what = "all-to-all of " + std::to_string(data.size()) + " floats over " + g.name;
   if (data.size() % static_cast<std::size_t>(g.size) != 0) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": not a multiple of the group's size");
   std::vector<float> out(data.size());
   const int block = count_of(data.size() / static_cast<std::size_t>(g.size), what);
   MPI_Request r;
-  complete(MPI_Ialltoall(data.data(), block, MPI_FLOAT, out.data(), block, MPI_FLOAT, g.comm, &r), &r, what);
+  complete(MPI_Ialltoall(data.data(), block, MPI_FLOAT, out.data(), block, MPI_FLOAT, g.comm, &r), &r, what, lock);
   return out;
 }
 
 void MpiCommunicator::barrier() {
-  reap_sends(true);
+  Lock lock(mutex_);
+  barrier(lock);
+}
+
+void MpiCommunicator::barrier(Lock& lock) {
+  poll(
+      [&] {
+        reap_sends();
+        return sends_.empty();
+      },
+      "delivering this rank's sends before a barrier", "a rank stopped, or the ranks do not agree on the order of their messages", lock);
   MPI_Request r;
   check(MPI_Ibarrier(world_->comm, &r), who() + ": barrier");
-  wait(&r, "barrier");
+  wait(&r, "barrier", lock);
 }
 
 void MpiCommunicator::prepare_groups(const std::vector<std::vector<int>>& groups) {
-  barrier();  // everyone is here (or this throws after the timeout)
+  Lock lock(mutex_);
+  barrier(lock);  // everyone is here (or this throws after the timeout)
   for (const auto& g : groups) {
     if (std::find(g.begin(), g.end(), rank_) != g.end()) group_of(g);
   }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "backend/communicator.hpp"
@@ -34,6 +35,9 @@ class MpiSession {
   bool active_ = false;
 };
 
+// Several threads may call it (the CPU device's streams, each sending, receiving or reducing on its own thread):
+// one mutex makes its MPI calls one at a time (MPI_THREAD_SERIALIZED), and a call that waits releases it between
+// its polls, so one thread's wait for a message never holds up another thread's send.
 class MpiCommunicator final : public Communicator {
  public:
   // Over all ranks of an active session, in a context of its own (every rank constructs its communicators in the
@@ -55,20 +59,24 @@ class MpiCommunicator final : public Communicator {
   void prepare_groups(const std::vector<std::vector<int>>& groups) override;
 
  private:
-  struct World;    // this communicator's duplicate of MPI_COMM_WORLD (mpi.h stays out of this header)
-  struct Pending;  // a send in flight and its bytes
-  struct Group;    // a sub-communicator and this rank's place in it
+  struct World;                               // this communicator's duplicate of MPI_COMM_WORLD (mpi.h stays out of this header)
+  struct Pending;                             // a send in flight and its bytes
+  struct Group;                               // a sub-communicator and this rank's place in it
+  using Lock = std::unique_lock<std::mutex>;  // held by the calling thread while it calls MPI
   const Group& group_of(std::span<const int> ranks);
-  void poll(const std::function<bool()>& done, const std::string& what, const std::string& cause);
-  void wait(void* request, const std::string& what);  // MPI_Request*, until done, the deadline or Ctrl-C
+  // Calls `done` (with the lock) until it says true; the lock is released while it waits between calls.
+  void poll(const std::function<bool()>& done, const std::string& what, const std::string& cause, Lock& lock);
+  void wait(void* request, const std::string& what, Lock& lock);  // MPI_Request*, until done, the deadline or Ctrl-C
   // A non-blocking call's return code `started` checked, then its request waited for.
-  void complete(int started, void* request, const std::string& what);
-  void reap_sends(bool all);
+  void complete(int started, void* request, const std::string& what, Lock& lock);
+  void reap_sends();  // forgets the sends that have completed
+  void barrier(Lock& lock);
   std::string who() const { return "rank " + std::to_string(rank_) + " of " + std::to_string(size_); }
 
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<World> world_;
+  std::mutex mutex_;
   std::vector<std::unique_ptr<Pending>> sends_;
   std::map<std::vector<int>, std::unique_ptr<Group>> groups_;
 };

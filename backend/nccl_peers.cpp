@@ -116,6 +116,20 @@ void NcclPeers::all_reduce_sum(const std::vector<int>& group, float* data, std::
   s.settle(comm, started, "ncclAllReduce of " + std::to_string(n) + " floats");
 }
 
+void NcclPeers::send(int peer, const void* data, std::int64_t bytes, cudaStream_t stream) {
+  Impl& s = *impl_;
+  if (s.aborted) s.fail("send after the communicators were aborted", __FILE__, __LINE__);
+  const ncclResult_t started = ncclSend(data, static_cast<std::size_t>(bytes), ncclUint8, peer, s.world, stream);
+  s.settle(s.world, started, "ncclSend of " + std::to_string(bytes) + " bytes to rank " + std::to_string(peer));
+}
+
+void NcclPeers::recv(int peer, void* data, std::int64_t bytes, cudaStream_t stream) {
+  Impl& s = *impl_;
+  if (s.aborted) s.fail("receive after the communicators were aborted", __FILE__, __LINE__);
+  const ncclResult_t started = ncclRecv(data, static_cast<std::size_t>(bytes), ncclUint8, peer, s.world, stream);
+  s.settle(s.world, started, "ncclRecv of " + std::to_string(bytes) + " bytes from rank " + std::to_string(peer));
+}
+
 void NcclPeers::wait(const std::vector<cudaStream_t>& streams) {
   Impl& s = *impl_;
   const auto deadline = std::chrono::steady_clock::now() + s.timeout;

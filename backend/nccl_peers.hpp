@@ -32,6 +32,9 @@ class NcclPeers {
 
   // Queues an in-place sum of `n` floats of device memory over `group` (one of the groups given, or every rank).
   void all_reduce_sum(const std::vector<int>& group, float* data, std::int64_t n, cudaStream_t stream);
+  // Queues `bytes` of device memory to or from world rank `peer` (NCCL matches a peer's sends and receives in order).
+  void send(int peer, const void* data, std::int64_t bytes, cudaStream_t stream);
+  void recv(int peer, void* data, std::int64_t bytes, cudaStream_t stream);
   // Waits for `streams` to finish what they hold, bounded as every NCCL call is.
   void wait(const std::vector<cudaStream_t>& streams);
 

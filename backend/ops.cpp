@@ -160,6 +160,16 @@ bool starts_accumulation(const sim::Op& op) {
   }
 }
 
+TensorShape chunk_tensor(Role role, const model::ModelConfig& m, std::int64_t chunk_tokens) {
+  for (const OpSpec* spec : table_by_code()) {
+    if (spec == nullptr) continue;
+    for (const TensorSpec& t : spec->tensors) {
+      if (t.role == role && t.place != Place::head_piece) return {chunk_tokens * width_elements(t.width, m), t.dtype};
+    }
+  }
+  throw InternalError("no op table entry has " + std::string(to_string(role)) + " of a chunk", __FILE__, __LINE__);
+}
+
 std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& m, std::int64_t chunk_tokens) {
   const OpSpec& spec = op_spec(op.code);
   const bool starts = starts_accumulation(op);

@@ -107,6 +107,14 @@ struct Use {
 // one per chunk, in chunk order), sized for the model and the chunk. Throws InternalError for non-compute ops.
 std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens);
 
+// A (layer, chunk) tensor of `role` as the op table has it (every entry naming a role gives it one width and dtype):
+// its elements and dtype, for a tensor that arrives from another rank. InternalError for a role no entry names.
+struct TensorShape {
+  std::int64_t elements = 0;
+  DType dtype = DType::bf16;
+};
+TensorShape chunk_tensor(Role role, const model::ModelConfig& model, std::int64_t chunk_tokens);
+
 // One task's tensors, found by name. `slots[i]` is the executor's handle (an instance, a buffer) for `uses[i]`;
 // without slots (the CPU reference, which addresses values by the uses' keys) only use() answers.
 // A lookup names the tensor, the dtype the caller reads it as and whether it writes it; InternalError when the

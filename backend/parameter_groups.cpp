@@ -16,6 +16,49 @@ std::map<int, std::set<sim::DeviceId>> forward_owners(const sim::TaskGraph& grap
   return owners;
 }
 
+std::string group_name(int group) {
+  if (group == kEmbeddingGroup) return "the embedding's parameters";
+  if (group == kHeadGroup) return "the LM head's parameters";
+  return "layer " + std::to_string(group) + "'s parameters";
+}
+
+std::vector<int> groups_used(const sim::Task& t, const model::ModelConfig& m) {
+  using sim::OpCode;
+  const OpCode code = t.op.code;
+  if (code == OpCode::embed || code == OpCode::embed_bwd) return {kEmbeddingGroup};
+  if (code >= OpCode::head_logits && code <= OpCode::head_wgrad) {
+    if (m.tied_embeddings) return {kHeadGroup, kEmbeddingGroup};
+    return {kHeadGroup};
+  }
+  if (code >= OpCode::norm1 && code <= OpCode::norm1_bwd && t.op.layer >= 0 && t.op.layer < m.layers) return {t.op.layer};
+  return {};
+}
+
+std::optional<int> unreduced_shared_group(const sim::TaskGraph& graph, const model::ModelConfig& m) {
+  std::map<int, std::set<sim::DeviceId>> holders;
+  std::map<int, std::map<sim::DeviceId, sim::DeviceId>> joined;  // per group: each GPU's representative (union-find)
+  auto root = [](std::map<sim::DeviceId, sim::DeviceId>& parent, sim::DeviceId d) {
+    while (parent.count(d) && parent[d] != d) d = parent[d];
+    return d;
+  };
+  for (const sim::Task& t : graph.tasks()) {
+    for (int group : groups_used(t, m)) holders[group].insert(t.device);
+    if (t.kind() != sim::TaskKind::collective) continue;
+    const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
+    for (int group : carried_groups(t.op)) {
+      auto& parent = joined[group];
+      for (sim::DeviceId d : members) parent[root(parent, d)] = root(parent, members.front());
+    }
+  }
+  for (auto& [group, devices] : holders) {
+    auto& parent = joined[group];
+    for (sim::DeviceId d : devices) {
+      if (root(parent, d) != root(parent, *devices.begin())) return group;  // two holders no reduction joins
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<int> carried_groups(const sim::Op& op) {
   std::vector<int> groups;
   if (!op.carries_gradients()) return groups;

@@ -138,43 +138,20 @@ class Interpreter {
     return r;
   }
 
-  // One rank per GPU, and every parameter group used on several GPUs reduced by some collective of the graph
-  // (else each rank would update its copy with its own share of the gradient).
+  // One rank per GPU, and every parameter group used on several GPUs reduced by some collective of the graph.
   void check_ranks() const {
     int gpus = 0;
-    std::map<int, std::set<sim::DeviceId>> holders;
-    std::set<int> reduced;
-    for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g_.size()); ++id) {
-      const sim::Task& t = g_.task(id);
+    for (const sim::Task& t : g_.tasks()) {
       if (!sim::is_host(t.device)) gpus = std::max(gpus, t.device + 1);
-      for (int group : parameter_groups(t)) holders[group].insert(t.device);
-      if (t.kind() == sim::TaskKind::collective && t.op.carries_gradients()) {
-        for (int group : carried_groups(t.op)) reduced.insert(group);
-      }
     }
     if (gpus != comm_->size()) {
       throw InputError("mpirun", "ranks (-np)", std::to_string(gpus) + ", one per GPU of the plan (or run without mpirun: one rank)",
                        std::to_string(comm_->size()));
     }
-    for (const auto& [group, devices] : holders) {
-      if (devices.size() > 1 && !reduced.count(group)) {
-        throw InputError("the plan's task graph", "parameter group " + std::to_string(group),
-                         "a gradient reduction over the GPUs that use it, to run on several ranks", "none");
-      }
+    if (const auto group = unreduced_shared_group(g_, m_)) {
+      throw InputError("the plan's task graph", group_name(*group), "a gradient reduction over the GPUs that use it, to run on several ranks",
+                       "none");
     }
-  }
-
-  // The parameter groups a compute task reads or adds to.
-  std::vector<int> parameter_groups(const sim::Task& t) const {
-    using sim::OpCode;
-    const OpCode code = t.op.code;
-    if (code == OpCode::embed || code == OpCode::embed_bwd) return {kEmbeddingGroup};
-    if (code >= OpCode::head_logits && code <= OpCode::head_wgrad) {
-      if (m_.tied_embeddings) return {kHeadGroup, kEmbeddingGroup};
-      return {kHeadGroup};
-    }
-    if (code >= OpCode::norm1 && code <= OpCode::norm1_bwd && t.op.layer >= 0 && t.op.layer < m_.layers) return {t.op.layer};
-    return {};
   }
 
   // A gradient reduction on this rank: the sum over its members of each carried group's gradients.

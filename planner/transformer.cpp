@@ -238,9 +238,10 @@ void LayerEmitter::bring_accumulator(RingPass& pass, const std::vector<std::size
                                      int to, sim::TaskId posted, std::vector<sim::TaskId>& last) {
   const Accumulator& a = accumulators[owner];
   const std::size_t ti = ring[to], from = ring[a.holder];
-  const sim::TaskId moved = ring_send(pass, " ring dkv pass", from, ti, pass.dkv_bytes, {a.ready, posted},
+  const std::string block = " of block " + std::to_string(owner);  // names unique per GPU: compare matches by them
+  const sim::TaskId moved = ring_send(pass, " ring dkv pass" + block, from, ti, pass.dkv_bytes, {a.ready, posted},
                                       ring_op(sim::OpCode::dkv_pass, from, ring[owner]));
-  last[ti] = graph_.add(pass.name + " dkv add",
+  last[ti] = graph_.add(pass.name + " dkv add" + block,
                         {ranks_[ti],
                          {sim::StreamKind::compute, 0},
                          false,

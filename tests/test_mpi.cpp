@@ -12,6 +12,7 @@
 #include "backend/model_state.hpp"
 #include "backend/mpi_communicator.hpp"
 #include "backend/reference_step.hpp"
+#include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
@@ -299,32 +300,52 @@ TEST(Mpi, RingAttentionSplitOverRanksEqualsTheSingleRankStep) {
 }
 
 // The executor on the CPU device, one rank per GPU (streams as threads; the gradient reductions are MPI
-// all-reduces queued on their streams): data-parallel steps of ZeRO (stages 0 and 1), Megatron and ring-track
-// replicas against the CPU reference on one rank, with an AdamW step.
+// all-reduces queued on their streams, sends MPI messages from a stream to a receive stream): data-parallel steps
+// of ZeRO (stages 0 and 1), Megatron and ring-track replicas, and steps that send between ranks (ring attention
+// over every rank, Megatron's pipeline of 2 stages, ring-track rings of 2 GPUs) against the CPU reference on one
+// rank, with an AdamW step. The model ties its embeddings, except for the pipeline (Megatron's builder has no
+// embedding all-reduce between the first and last stage, which both ranks' executors refuse).
 TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   const int n = world().size();
-  const auto m = test::tiny_model(true);
+  const auto m = test::tiny_model(true), untied = test::tiny_model(false);
   const sim::Cluster cluster = cluster_for_ranks();
   const planner::StepInputs in{m, cluster, {32, n}, model::precision_policy("bf16-mixed")};
+  const planner::StepInputs in_untied{untied, cluster, {32, n}, model::precision_policy("bf16-mixed")};
   planner::ZeroParams zero1;
   zero1.stage = 1;
   zero1.activation_checkpointing = true;
   planner::MegatronParams megatron;
   megatron.dp = n;
   planner::RingTrackParams replicas = test::chunked_offloaded();
-  const std::vector<std::pair<std::string, sim::TaskGraph>> graphs = {{"zero-0", planner::build_zero(in, planner::ZeroParams{})},
-                                                                      {"zero-1", planner::build_zero(in, zero1)},
-                                                                      {"megatron dp", planner::build_megatron(in, megatron)},
-                                                                      {"ring-track replicas", planner::build_ringtrack(in, replicas).graph}};
+  planner::ZeroParams ring_attention;
+  ring_attention.cp = n;
+  ring_attention.stage = 1;
+  planner::MegatronParams pipeline;
+  pipeline.pp = 2;
+  pipeline.dp = n / 2;
+  planner::RingTrackParams rings = replicas;
+  rings.ring = 2;
+  struct Case {
+    std::string name;
+    const model::ModelConfig& model;
+    sim::TaskGraph graph;
+  };
+  std::vector<Case> cases = {{"zero-0", m, planner::build_zero(in, planner::ZeroParams{})},
+                             {"zero-1", m, planner::build_zero(in, zero1)},
+                             {"megatron dp", m, planner::build_megatron(in, megatron)},
+                             {"ring-track replicas", m, planner::build_ringtrack(in, replicas).graph},
+                             {"ring attention", m, planner::build_zero(in, ring_attention)},
+                             {"megatron pp 2", untied, planner::build_megatron(in_untied, pipeline)},
+                             {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph}};
   const auto tokens = random_windows(m.vocab, 32, n, 59);
-  for (auto [name, graph] : graphs) {
+  for (auto& [name, model, graph] : cases) {
     SCOPED_TRACE(name);
     graph.finalize();
     ExecutorOptions eo;
     eo.comm = &world();
     eo.run_optimizer = true;
     eo.adam.lr = 1e-2f;
-    ModelState executed(m, 6);
+    ModelState executed(model, 6);
     const auto device = make_cpu_device();
     Executor executor(*device, graph, executed, cluster.topology.gpus_per_node(), {}, eo);
     executor.upload(executed);
@@ -332,13 +353,35 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
     executor.download(executed);
     gather_to_rank0(graph, executed, world());
     if (world().rank() != 0) continue;
-    ModelState reference(m, 6);
+    ModelState reference(model, 6);
     ReferenceOptions ro;
     ro.run_optimizer = true;
     ro.adam = eo.adam;
     const double expected = run_reference_step(graph, reference, cluster.topology.gpus_per_node(), tokens, ro).loss;
     EXPECT_NEAR(loss, expected, 2e-3 * expected);
     EXPECT_LT(max_gradient_difference(executed, reference), 0.03);
+  }
+}
+
+// A pipeline whose first and last stage both use the tied embedding, with no reduction between them: each rank
+// would update its own copy with its own share. The executor refuses it before anything runs, as the reference does.
+TEST(Mpi, TheExecutorRefusesASharedGroupNoReductionCarries) {
+  const int n = world().size();
+  const auto m = test::tiny_model(true);
+  const sim::Cluster cluster = cluster_for_ranks();
+  planner::MegatronParams pipeline;
+  pipeline.pp = 2;
+  pipeline.dp = n / 2;
+  const sim::TaskGraph graph = planner::build_megatron({m, cluster, {32, n}, model::precision_policy("bf16-mixed")}, pipeline);
+  ExecutorOptions eo;
+  eo.comm = &world();
+  ModelState state(m, 6);
+  const auto device = make_cpu_device();
+  try {
+    Executor executor(*device, graph, state, cluster.topology.gpus_per_node(), {}, eo);
+    FAIL() << "the executor took a tied pipeline without an embedding reduction";
+  } catch (const trainyard::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a gradient reduction over the GPUs that use it"), std::string::npos) << e.what();
   }
 }
 
