@@ -276,11 +276,8 @@ class CpuDevice final : public Device {
       narrow(yf, y);
     });
   }
-  void accumulate_f32(int stream, std::int64_t n, const float* x, float* y) override {
-    enqueue(stream, [=] {
-      const auto count = static_cast<std::size_t>(n);
-      kernels::add_ref({y, count}, {x, count}, {y, count});
-    });
+  void axpy_f32(int stream, std::int64_t n, float alpha, const float* x, float* y) override {
+    enqueue(stream, [=] { kernels::axpy_ref(alpha, span_of(x, n), span_of(y, n)); });
   }
   void embedding_forward(int stream, int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y) override {
     enqueue(stream, [=] {

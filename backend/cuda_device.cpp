@@ -162,7 +162,9 @@ class CudaDevice final : public Device {
   void add(int stream, std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y) override {
     kernels::add(n, a, b, y, streams_.at(stream));
   }
-  void accumulate_f32(int stream, std::int64_t n, const float* x, float* y) override { kernels::accumulate_f32(n, x, y, streams_.at(stream)); }
+  void axpy_f32(int stream, std::int64_t n, float alpha, const float* x, float* y) override {
+    kernels::axpy_f32(n, alpha, x, y, streams_.at(stream));
+  }
   void embedding_forward(int stream, int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y) override {
     kernels::embedding_forward(rows, hidden, table, tokens, y, streams_.at(stream));
   }

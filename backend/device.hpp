@@ -91,7 +91,7 @@ class Device {
   virtual void swiglu_backward(int stream, std::int64_t n, const bf16_bits* gate, const bf16_bits* up, const bf16_bits* dy, bf16_bits* d_gate,
                                bf16_bits* d_up) = 0;
   virtual void add(int stream, std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y) = 0;
-  virtual void accumulate_f32(int stream, std::int64_t n, const float* x, float* y) = 0;  // y += x
+  virtual void axpy_f32(int stream, std::int64_t n, float alpha, const float* x, float* y) = 0;  // y += alpha x
   virtual void embedding_forward(int stream, int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y) = 0;
   virtual void embedding_backward(int stream, int rows, int hidden, const std::int32_t* tokens, const bf16_bits* dy, float* dtable) = 0;
   virtual void rope(int stream, int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x) = 0;

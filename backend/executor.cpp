@@ -24,6 +24,7 @@ struct DeviceParameter {
   bool decays = true;  // Parameter::decays
   bf16_bits* weight = nullptr;
   float *grad = nullptr, *master = nullptr, *m = nullptr, *v = nullptr;
+  float* last_sum = nullptr;  // a group reduced several times a step: its last reduced gradient (else null)
 };
 
 template <typename T>
@@ -57,19 +58,12 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
 }  // namespace
 
 std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ranks) {
-  std::set<int> reduced;  // parameter groups some reduction carries: a second one sums twice on the device
   int gpus = 0;
   for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
     const sim::Task& t = g.task(id);
     const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
     if (!sim::is_host(t.device)) gpus = std::max(gpus, t.device + 1);
     if (const auto refusal = task_refusal(t, ranks)) return ExecutorRefusal{what, refusal->first, refusal->second};
-    for (int group : ranks > 1 ? carried_groups(t.op) : std::vector<int>{}) {
-      if (!reduced.insert(group).second) {
-        return ExecutorRefusal{what, "each parameter group reduced once per step (ZeRO-2/3 reduce it every micro-batch: one micro-batch per GPU)",
-                               "a second reduction of a group"};
-      }
-    }
   }
   if (ranks > 1 && gpus != ranks) {
     return ExecutorRefusal{"mpirun", std::to_string(gpus) + " ranks (-np), one per GPU of the plan", std::to_string(ranks) + " ranks"};
@@ -98,6 +92,8 @@ struct Executor::Impl {
   std::vector<DeviceParameter> params;     // ModelState::all() order
   std::map<int, std::vector<int>> groups;  // optimizer group -> params
   std::set<int> owned;                     // the groups this rank updates
+  std::set<int> repeated;                  // the groups some rank reduces more than once a step
+  std::set<int> reduced_once;              // during a step: the parameters (of repeated groups) reduced so far
   std::vector<int> layer_param;            // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
@@ -142,7 +138,7 @@ struct Executor::Impl {
     }
     for (auto& p : params) {
       for (void* ptr : {static_cast<void*>(p.weight), static_cast<void*>(p.grad), static_cast<void*>(p.master), static_cast<void*>(p.m),
-                        static_cast<void*>(p.v)}) {
+                        static_cast<void*>(p.v), static_cast<void*>(p.last_sum)}) {
         dev.release(ptr);
       }
     }
@@ -162,9 +158,17 @@ struct Executor::Impl {
   }
 
   // The parameter groups this rank updates: those whose forward runs on its GPU (every group on one rank).
+  // And the groups reduced more than once a step (the reductions are the same on every rank).
   void find_owned_groups() {
     for (const auto& [group, owners] : forward_owners(g)) {
       if (ranks() == 1 || owners.count(rank())) owned.insert(group);
+    }
+    std::set<int> seen;
+    for (const sim::Task& t : g.tasks()) {
+      if (t.kind() != sim::TaskKind::collective) continue;
+      for (int group : carried_groups(t.op)) {
+        if (!seen.insert(group).second) repeated.insert(group);
+      }
     }
   }
 
@@ -177,12 +181,26 @@ struct Executor::Impl {
     dev.prepare_peers(*opt.comm, sets, opt.comm_timeout);
   }
 
-  // A gradient reduction: the groups it carries (sim::Op::gradients), summed over its members' ranks.
+  // A gradient reduction: the groups it carries (sim::Op::gradients), summed over its members' ranks. A group
+  // reduced again later in the step (ZeRO-2/3 reduce every micro-batch) holds the last sum S on every member, to
+  // which each added its own new share: the share alone (gradient - S) is summed and S added back, then kept as
+  // the new S (the CPU reference does the same arithmetic).
   void reduce_gradients(const sim::Task& t, int stream) {
     const std::vector<int> over = reduction_ranks(g, t);
     if (!std::binary_search(over.begin(), over.end(), rank())) return;
     for (int gid : carried_groups(t.op)) {
-      for (int p : groups.at(gid)) dev.all_reduce_sum(stream, *opt.comm, over, params[p].grad, params[p].n);
+      for (int p : groups.at(gid)) {
+        DeviceParameter& d = params[p];
+        if (!repeated.count(gid)) {
+          dev.all_reduce_sum(stream, *opt.comm, over, d.grad, d.n);
+          continue;
+        }
+        const bool first = reduced_once.insert(p).second;
+        if (!first) dev.axpy_f32(stream, d.n, -1.0f, d.last_sum, d.grad);
+        dev.all_reduce_sum(stream, *opt.comm, over, d.grad, d.n);
+        if (!first) dev.axpy_f32(stream, d.n, 1.0f, d.last_sum, d.grad);
+        dev.copy(stream, d.last_sum, d.grad, d.n * static_cast<std::int64_t>(sizeof(float)));
+      }
     }
   }
 
@@ -225,7 +243,8 @@ struct Executor::Impl {
   void allocate(ModelState& shapes) {
     // The states, in ModelState's layout and order.
     std::int64_t state_bytes_needed = 0;
-    for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 * 4);
+    const std::int64_t last_sum_bytes = repeated.empty() ? 0 : 4;  // at most: every parameter's last reduced gradient
+    for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 * 4 + last_sum_bytes);
     const std::int64_t free_bytes = dev.free_bytes();
     const std::int64_t workspaces = static_cast<std::int64_t>(sched.streams.size()) * dev.per_stream_bytes();
     const std::int64_t needed = state_bytes_needed + flow.device_arena_bytes + workspaces;
@@ -262,6 +281,9 @@ struct Executor::Impl {
     for (int l = 0; l < static_cast<int>(m.layers); ++l) group_ids.push_back(l);
     for (int gid : group_ids) {
       for (Parameter* p : shapes.group(gid)) groups[gid].push_back(index_of(*p));
+    }
+    for (int gid : repeated) {
+      for (int p : groups.at(gid)) params[p].last_sum = device_alloc<float>(params[p].n);
     }
     losses = device_alloc<float>(1);  // sized per step
     dloss = device_alloc<float>(c);
@@ -332,6 +354,7 @@ struct Executor::Impl {
     dev.upload(dloss, weights.data(), static_cast<std::int64_t>(weights.size() * sizeof(float)));
     dev.fill(losses, 0xFF, loss_bytes);  // NaN: a row no task wrote shows
     for (const auto& p : params) dev.fill(p.grad, 0, p.n * static_cast<std::int64_t>(sizeof(float)));
+    reduced_once.clear();
     dev.reset_scratch_peak();
     dev.synchronize();
     if (ranks() > 1) opt.comm->barrier();  // the ranks' origins as close together as one barrier's exit
@@ -598,7 +621,7 @@ struct Executor::Impl {
         return;
       }
       case OpCode::dkv_add:  // the ring's dK | dV for a chunk into this rank's own (zeroed first where it had none)
-        for (int j = op.kv_first; j <= op.kv_last; ++j) dev.accumulate_f32(stream, 2 * ckv, fp32_in(Role::dkv_in, j), fp32_out(Role::dkv, j));
+        for (int j = op.kv_first; j <= op.kv_last; ++j) dev.axpy_f32(stream, 2 * ckv, 1.0f, fp32_in(Role::dkv_in, j), fp32_out(Role::dkv, j));
         return;
       case OpCode::rope_bwd: {  // dQKV (bf16 dQ | dK | dV) from the fp32 dQ and dK | dV, then RoPE undone on dQ and dK
         bf16_bits* dqkv = bf16_out(Role::dqkv);

@@ -81,7 +81,7 @@ std::vector<OpSpec> make_table() {
         {dq, U, Q, f32, Place::chunk, continuing},
         {delta, U, HEADS, f32, Place::chunk, continuing},
         {dkv, Access::accumulate, DKV, f32, kv_chunks}}},
-      {OpCode::dkv_add, "accumulate_f32", {{dkv_in, R, DKV, f32, kv_chunks}, {dkv, Access::accumulate, DKV, f32, kv_chunks}}},
+      {OpCode::dkv_add, "axpy_f32", {{dkv_in, R, DKV, f32, kv_chunks}, {dkv, Access::accumulate, DKV, f32, kv_chunks}}},
       {OpCode::rope_bwd, "to_bf16 + rope x2", {{dq, R, Q, f32}, {dkv, R, DKV, f32}, {dqkv, W, QKV}}},
       {OpCode::qkv_dgrad, "gemm x3", {{dqkv, R, QKV}, {dn1, W, HID}}},
       {OpCode::qkv_wgrad, "gemm x3", {{dqkv, R, QKV}, {n1, R, HID}}},

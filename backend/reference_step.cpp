@@ -28,6 +28,7 @@ struct Slot {
 struct GroupState {
   std::set<sim::DeviceId> owners;
   std::vector<sim::TaskId> grad_writers;
+  sim::TaskId last_reduction = -1;  // a writer after it adds to what it summed, in place: it must wait for it
   bool updated = false;
 };
 
@@ -337,7 +338,13 @@ class Interpreter {
     }
   }
 
-  void grad_written(int group, sim::TaskId id) { groups_[group].grad_writers.push_back(id); }
+  void grad_written(int group, sim::TaskId id) {
+    GroupState& state = groups_[group];
+    if (state.last_reduction >= 0 && !ordered(state.last_reduction, id)) {
+      fail(id, "adds to gradients that " + name(state.last_reduction) + " may still be reducing: a race");
+    }
+    state.grad_writers.push_back(id);
+  }
 
   std::int32_t token(int seq, std::int64_t position) const {
     const auto& t = tokens_[seq];
@@ -444,6 +451,7 @@ class Interpreter {
         if (!ordered(w, id)) fail(id, "reduces gradients that " + name(w) + " may still be adding to: a race");
       }
     }
+    for (int group : carried_groups(g_.task(id).op)) groups_[group].last_reduction = id;
   }
 
   // Every GPU holding a group updates its copy (data-parallel replicas the same way): each must come after every

@@ -134,14 +134,14 @@ void BM_Add(benchmark::State& state) {
 }
 BENCHMARK(BM_Add)->Arg(std::int64_t{1} << 27)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 
-void BM_AccumulateF32(benchmark::State& state) {
+void BM_AxpyF32(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const std::int64_t n = state.range(0);
   Buffer x(static_cast<std::size_t>(n) * 4), y(static_cast<std::size_t>(n) * 4);
-  timed(state, [&] { kernels::accumulate_f32(n, x.as<float>(), y.as<float>(), nullptr); });
+  timed(state, [&] { kernels::axpy_f32(n, 1.0f, x.as<float>(), y.as<float>(), nullptr); });
   state.counters["GB/s"] = benchmark::Counter(12.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AccumulateF32)->Arg(std::int64_t{1} << 26)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(BM_AxpyF32)->Arg(std::int64_t{1} << 26)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 
 // Llama-3 8B's embedding rows for a 16K-token chunk (token ids are zero: every row reads the same table row).
 void BM_EmbeddingForward(benchmark::State& state) {

@@ -166,9 +166,9 @@ __global__ void add_kernel(std::int64_t n, bool vec, const bf16_bits* a, const b
   store8(y, i, n, vec, out);
 }
 
-__global__ void accumulate_f32_kernel(std::int64_t n, const float* x, float* y) {
+__global__ void axpy_f32_kernel(std::int64_t n, float alpha, const float* x, float* y) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] += x[i];
+  if (i < n) y[i] += alpha * x[i];
 }
 
 // One block per row.
@@ -297,9 +297,9 @@ void add(std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y, c
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 
-void accumulate_f32(std::int64_t n, const float* x, float* y, cudaStream_t stream) {
+void axpy_f32(std::int64_t n, float alpha, const float* x, float* y, cudaStream_t stream) {
   if (n == 0) return;
-  accumulate_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, x, y);
+  axpy_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(n, alpha, x, y);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -48,8 +48,9 @@ void swiglu_backward(std::int64_t n, const bf16_bits* gate, const bf16_bits* up,
                      cudaStream_t stream);
 // y = a + b (y may alias a or b).
 void add(std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y, cudaStream_t stream);
-// y += x in fp32 (ring attention's dK | dV accumulators; CPU reference: add_ref with y as a and y).
-void accumulate_f32(std::int64_t n, const float* x, float* y, cudaStream_t stream);
+// y += alpha * x in fp32 (ring attention's dK | dV accumulators; ZeRO's gradients reduced every micro-batch; CPU
+// reference: axpy_ref).
+void axpy_f32(std::int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);
 // y[r] = table[tokens[r]]; the backward adds dy[r] into the fp32 dtable[tokens[r]] (atomics: the order of the
 // additions into a row that several tokens share is not fixed).
 void embedding_forward(int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y, cudaStream_t stream);

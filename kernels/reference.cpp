@@ -285,6 +285,10 @@ void add_ref(std::span<const float> a, std::span<const float> b, std::span<float
   for (std::size_t i = 0; i < y.size(); ++i) y[i] = a[i] + b[i];
 }
 
+void axpy_ref(float alpha, std::span<const float> x, std::span<float> y) {
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] += alpha * x[i];
+}
+
 void embedding_forward_ref(int rows, int hidden, std::span<const float> table, std::span<const std::int32_t> tokens, std::span<float> y) {
   const auto H = static_cast<std::size_t>(hidden);
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {

@@ -69,6 +69,8 @@ void swiglu_backward_ref(std::span<const float> gate, std::span<const float> up,
 
 // y = a + b, elementwise (the residual adds; y may be a).
 void add_ref(std::span<const float> a, std::span<const float> b, std::span<float> y);
+// y += alpha * x, elementwise, in fp32.
+void axpy_ref(float alpha, std::span<const float> x, std::span<float> y);
 
 // Embedding rows: y[r] = table[tokens[r]] ([rows][hidden]); backward adds dy[r] into dtable[tokens[r]].
 void embedding_forward_ref(int rows, int hidden, std::span<const float> table, std::span<const std::int32_t> tokens, std::span<float> y);

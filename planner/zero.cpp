@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "common/error.hpp"
 #include "planner/estimate.hpp"
@@ -161,7 +162,11 @@ class ZeroBuilder {
   // Stage 3: the gathers issued so far, in order, and per gather and GPU the alloc and the free of its buffer.
   std::vector<sim::TaskId> gather_chain_;
   std::vector<std::vector<sim::TaskId>> gather_buffers_, gather_releases_;
-  std::vector<sim::TaskId> reductions_;                                 // gradient reductions the optimizer waits for
+  std::vector<sim::TaskId> reductions_;  // gradient reductions the optimizer waits for
+  // The latest reduction of each gradient group (a layer; model_.layers: the LM head's; + 1: the embedding's). The
+  // next micro-batch adds to those gradients in place, so its first task that may write them waits for it.
+  std::map<std::int64_t, sim::TaskId> last_reduction_;
+  void after_reduction(std::int64_t group, sim::TaskId first);
   std::int64_t mbs_ = 1, mb_ = 0;                                       // micro-batches per GPU, and the one being built
   std::map<std::pair<std::int64_t, int>, sim::TaskId> checkpoint_d2h_;  // (layer, GPU): the copy of its offloaded checkpoint
 };
@@ -217,10 +222,15 @@ sim::TaskGraph ZeroBuilder::build() {
     std::vector<std::vector<sim::TaskId>> saved(static_cast<std::size_t>(model_.layers));  // per layer, per GPU
     embeddings("F " + tag + " embedding", false);
     forward_pass(tag, saved);
+    const auto loss_begin = static_cast<sim::TaskId>(g_.size());
     loss(tag);
+    after_reduction(model_.layers, loss_begin);
+    if (model_.tied_embeddings) after_reduction(model_.layers + 1, loss_begin);  // the LM head adds to the embedding's
     reduce_resident_gradients("B " + tag + " head", counts.lm_head + counts.final_norm, mb == mbs - 1, head);
     backward_pass(tag, mb == mbs - 1, saved);
+    const auto embedding_begin = static_cast<sim::TaskId>(g_.size());
     embeddings("B " + tag + " embedding", true);
+    after_reduction(model_.layers + 1, embedding_begin);
     reduce_resident_gradients("B " + tag + " embedding", counts.embedding, mb == mbs - 1, embedding);
   }
   optimizer_step();
@@ -467,6 +477,7 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
     if (checkpoint) layer.forward("R L" + std::to_string(l) + " " + tag, chain, true);
     layer.backward(prefix, chain);
   });
+  after_reduction(l, begin);
   needs_gather(gather, begin);
   release_host_buffers(host_buffers, prefix);
   for (int gpu = 0; gpu < gpus_; ++gpu) {
@@ -487,7 +498,22 @@ sim::TaskId ZeroBuilder::reduce_gradients(const std::string& prefix, double para
                                                      over_everyone(op, reduce_bytes_per_param_ * params), all_last(), kReduceStream),
                                        carries);
   reductions_.push_back(reduce);
+  for (std::int32_t l = carries.kv_first; l <= carries.kv_last; ++l) last_reduction_[l] = reduce;
+  if (carries.carries_head_gradients()) last_reduction_[model_.layers] = reduce;
+  if (carries.carries_embedding_gradients()) last_reduction_[model_.layers + 1] = reduce;
   return reduce;
+}
+
+// On each GPU, the first compute task since `first` waits for the group's last reduction; the GPU's compute chain
+// orders the rest after it.
+void ZeroBuilder::after_reduction(std::int64_t group, sim::TaskId first) {
+  const auto it = last_reduction_.find(group);
+  if (it == last_reduction_.end()) return;
+  std::set<sim::DeviceId> waiting;
+  for (auto id = first; id < static_cast<sim::TaskId>(g_.size()); ++id) {
+    const sim::Task& t = g_.task(id);
+    if (t.stream.kind == sim::StreamKind::compute && waiting.insert(t.device).second) g_.add_dependency(it->second, id);
+  }
 }
 
 // A layer's gradients (copied into the reduction's dtype first where the stack does so).

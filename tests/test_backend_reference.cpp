@@ -266,6 +266,40 @@ TEST(ReferenceStep, ARingAttentionAddNotOrderedAfterItsAccumulatorIsCaught) {
   }
 }
 
+// ZeRO-2 reduces each group every micro-batch, in place: the next micro-batch's gradient writers must wait for
+// that reduction. The built graph orders them and runs; without those edges the reference calls it a race.
+TEST(ReferenceStep, AGradientWriterNotOrderedAfterItsGroupsReductionIsCaught) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
+  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
+  planner::ZeroParams p;
+  p.stage = 2;
+  const planner::StepInputs in{m, four, {seq, 8}, model::precision_policy("bf16-mixed")};
+  const sim::TaskGraph good = planner::build_zero(in, p);
+  const auto tokens = random_windows(m.vocab, seq, 8, 79);
+  EXPECT_NO_THROW(run(Step{good, seq, four.topology.gpus_per_node()}, m, tokens));
+  sim::TaskGraph broken;
+  broken.set_chunk_tokens(good.chunk_tokens());
+  for (const auto& members : good.groups()) broken.add_group(members);
+  for (const auto& label : good.labels()) broken.add_label(label);
+  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(good.size()); ++id) broken.add(good.name(id), good.task(id));
+  int dropped = 0;
+  for (const auto& [before, after] : good.edges()) {
+    if (good.task(before).op.carries_gradients() && good.task(after).stream.kind == sim::StreamKind::compute) {
+      ++dropped;  // a reduction the next micro-batch's compute waits for
+      continue;
+    }
+    broken.add_dependency(before, after);
+  }
+  ASSERT_GT(dropped, 0);
+  try {
+    run(Step{std::move(broken), seq, four.topology.gpus_per_node()}, m, tokens);
+    FAIL() << "the unordered gradient writer ran";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("may still be reducing: a race"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
   const auto m = tiny_model();
   const std::int64_t seq = 64;

@@ -70,7 +70,7 @@ TEST(CpuDevice, AccumulatesInFp32OnItsStream) {
   const float xs[3] = {1.5f, -2, 0.0009765625f}, ys[3] = {1, 2, 1};  // 2^-10: lost in bf16, kept in fp32
   dev->upload(x, xs, sizeof xs);
   dev->upload(y, ys, sizeof ys);
-  dev->accumulate_f32(s, 3, x, y);
+  dev->axpy_f32(s, 3, 1.0f, x, y);
   dev->synchronize();
   float out[3];
   dev->download(out, y, sizeof out);

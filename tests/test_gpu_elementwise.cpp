@@ -59,8 +59,12 @@ TEST(GpuElementwise, AddAndEmbeddingRows) {
     add(static_cast<std::int64_t>(n), da.get(), db.get(), da.get(), nullptr);  // in place
     EXPECT_TRUE(test::close_to(test::floats(da.download()), y_ref, 1e-3, kBf16Rel)) << n;
     DeviceBuffer<float> fa(a), fb(b);  // fp32: ring attention's dK | dV accumulators
-    accumulate_f32(static_cast<std::int64_t>(n), fb.get(), fa.get(), nullptr);
+    axpy_f32(static_cast<std::int64_t>(n), 1.0f, fb.get(), fa.get(), nullptr);
     EXPECT_TRUE(test::close_to(fa.download(), y_ref, 1e-6, 1e-6)) << n;
+    std::vector<float> twice_less = y_ref;
+    axpy_ref(-2.0f, b, twice_less);  // a + b - 2b
+    axpy_f32(static_cast<std::int64_t>(n), -2.0f, fb.get(), fa.get(), nullptr);
+    EXPECT_TRUE(test::close_to(fa.download(), twice_less, 1e-6, 1e-6)) << n;
   }
   const int rows = 300, hidden = 200, vocab = 50;  // tokens repeat: the backward's atomics add into shared rows
   const auto table = test::random_bf16_values(static_cast<std::size_t>(vocab * hidden), 9);

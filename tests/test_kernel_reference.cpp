@@ -279,6 +279,8 @@ TEST(KernelReference, EmbeddingRowsAndAddsByHand) {
   std::vector<float> sum(3);
   add_ref(std::vector<float>{1, 2, 3}, std::vector<float>{0.5f, -2, 4}, sum);
   EXPECT_EQ(sum, (std::vector<float>{1.5f, 0, 7}));
+  axpy_ref(-2.0f, std::vector<float>{1, 0.5f, 2}, sum);
+  EXPECT_EQ(sum, (std::vector<float>{-0.5f, -1, 3}));
 }
 
 TEST(KernelReference, AdamWStepByHand) {

@@ -303,8 +303,8 @@ TEST(Mpi, RingAttentionSplitOverRanksEqualsTheSingleRankStep) {
 // all-reduces queued on their streams, sends MPI messages from a stream to a receive stream): data-parallel steps
 // of ZeRO (stages 0 and 1), Megatron and ring-track replicas, and steps that send between ranks (ring attention
 // over every rank, Megatron's pipeline of 2 stages, ring-track rings of 2 GPUs) against the CPU reference on one
-// rank, with an AdamW step. The model ties its embeddings, except for the pipeline (Megatron's builder has no
-// embedding all-reduce between the first and last stage, which both ranks' executors refuse).
+// rank, with an AdamW step; and ZeRO-2 and -3 with 2 micro-batches, which reduce each group every micro-batch. The model ties its embeddings, except
+// for the pipeline (Megatron's builder has no embedding all-reduce between the first and last stage, which both ranks' executors refuse).
 TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   const int n = world().size();
   const auto m = test::tiny_model(true), untied = test::tiny_model(false);
@@ -329,17 +329,24 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
     std::string name;
     const model::ModelConfig& model;
     sim::TaskGraph graph;
+    std::int64_t sequences = 0;  // 0: n, one per rank
   };
+  planner::ZeroParams zero2 = zero1, zero3;
+  zero2.stage = 2;
+  zero3.stage = 3;
+  const planner::StepInputs twice{m, cluster, {32, 2 * n}, model::precision_policy("bf16-mixed")};
   std::vector<Case> cases = {{"zero-0", m, planner::build_zero(in, planner::ZeroParams{})},
                              {"zero-1", m, planner::build_zero(in, zero1)},
                              {"megatron dp", m, planner::build_megatron(in, megatron)},
                              {"ring-track replicas", m, planner::build_ringtrack(in, replicas).graph},
                              {"ring attention", m, planner::build_zero(in, ring_attention)},
                              {"megatron pp 2", untied, planner::build_megatron(in_untied, pipeline)},
-                             {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph}};
-  const auto tokens = random_windows(m.vocab, 32, n, 59);
-  for (auto& [name, model, graph] : cases) {
+                             {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph},
+                             {"zero-2, 2 micro-batches", m, planner::build_zero(twice, zero2), 2 * n},
+                             {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n}};
+  for (auto& [name, model, graph, sequences] : cases) {
     SCOPED_TRACE(name);
+    const auto tokens = random_windows(m.vocab, 32, sequences > 0 ? sequences : n, 59);
     graph.finalize();
     ExecutorOptions eo;
     eo.comm = &world();
