@@ -89,12 +89,12 @@ struct Executor::Impl {
   void* arena = nullptr;
   void* pinned = nullptr;
 
-  std::vector<DeviceParameter> params;     // ModelState::all() order
-  std::map<int, std::vector<int>> groups;  // optimizer group -> params
-  std::set<int> owned;                     // the groups this rank updates
-  std::set<int> repeated;                  // the groups some rank reduces more than once a step
-  std::set<int> reduced_once;              // during a step: the parameters (of repeated groups) reduced so far
-  std::vector<int> layer_param;            // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
+  std::vector<DeviceParameter> params;                  // ModelState::all() order
+  std::map<int, std::vector<int>> groups;               // optimizer group -> params
+  std::set<int> owned;                                  // the groups this rank updates
+  std::set<std::pair<int, std::vector<int>>> repeated;  // (group, ranks) reduced more than once a step
+  std::set<int> reduced_once;                           // during a step: the parameters (of repeated groups) reduced so far
+  std::vector<int> layer_param;                         // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
   std::int64_t tokens_capacity = 0, losses_capacity = 0;
@@ -163,11 +163,11 @@ struct Executor::Impl {
     for (const auto& [group, owners] : forward_owners(g)) {
       if (ranks() == 1 || owners.count(rank())) owned.insert(group);
     }
-    std::set<int> seen;
+    std::set<std::pair<int, std::vector<int>>> seen;
     for (const sim::Task& t : g.tasks()) {
       if (t.kind() != sim::TaskKind::collective) continue;
       for (int group : carried_groups(t.op)) {
-        if (!seen.insert(group).second) repeated.insert(group);
+        if (auto key = std::pair{group, reduction_ranks(g, t)}; !seen.insert(key).second) repeated.insert(std::move(key));
       }
     }
   }
@@ -182,16 +182,17 @@ struct Executor::Impl {
   }
 
   // A gradient reduction: the groups it carries (sim::Op::gradients), summed over its members' ranks. A group
-  // reduced again later in the step (ZeRO-2/3 reduce every micro-batch) holds the last sum S on every member, to
-  // which each added its own new share: the share alone (gradient - S) is summed and S added back, then kept as
-  // the new S (the CPU reference does the same arithmetic).
+  // reduced again over the same ranks later in the step (ZeRO-2/3 reduce every micro-batch) holds the last sum S
+  // on every member, to which each added its own new share: the share alone (gradient - S) is summed and S added
+  // back, then kept as the new S (the CPU reference does the same arithmetic). Over other ranks (tied embeddings'
+  // first and last stage) the values themselves are summed.
   void reduce_gradients(const sim::Task& t, int stream) {
     const std::vector<int> over = reduction_ranks(g, t);
     if (!std::binary_search(over.begin(), over.end(), rank())) return;
     for (int gid : carried_groups(t.op)) {
       for (int p : groups.at(gid)) {
         DeviceParameter& d = params[p];
-        if (!repeated.count(gid)) {
+        if (!repeated.count({gid, over})) {
           dev.all_reduce_sum(stream, *opt.comm, over, d.grad, d.n);
           continue;
         }
@@ -282,8 +283,10 @@ struct Executor::Impl {
     for (int gid : group_ids) {
       for (Parameter* p : shapes.group(gid)) groups[gid].push_back(index_of(*p));
     }
-    for (int gid : repeated) {
-      for (int p : groups.at(gid)) params[p].last_sum = device_alloc<float>(params[p].n);
+    for (const auto& [gid, over] : repeated) {
+      for (int p : groups.at(gid)) {
+        if (params[p].last_sum == nullptr) params[p].last_sum = device_alloc<float>(params[p].n);
+      }
     }
     losses = device_alloc<float>(1);  // sized per step
     dloss = device_alloc<float>(c);

@@ -28,7 +28,9 @@ struct Slot {
 struct GroupState {
   std::set<sim::DeviceId> owners;
   std::vector<sim::TaskId> grad_writers;
-  sim::TaskId last_reduction = -1;  // a writer after it adds to what it summed, in place: it must wait for it
+  // Per GPU, the last reduction of the group it was a member of: a writer there after it adds to what it summed,
+  // in place, so it must wait for it.
+  std::map<sim::DeviceId, sim::TaskId> last_reduction;
   bool updated = false;
 };
 
@@ -156,8 +158,10 @@ class Interpreter {
   }
 
   // A gradient reduction on this rank: the sum over its members of each carried group's gradients.
-  // A group reduced again later in the step (ZeRO-2/3 reduce every micro-batch) already holds the last sum S on
-  // every member, to which each added its own new share: the new sum is the members' total minus (n - 1) S.
+  // A group reduced again over the same ranks later in the step (ZeRO-2/3 reduce every micro-batch) already holds
+  // the last sum S on every member, to which each added its own new share: the new sum is the members' total minus
+  // (n - 1) S. Over other ranks (tied embeddings: the first and last stage after each one's data-parallel sum) the
+  // values themselves are summed.
   void reduce_gradients(const sim::Task& t) {
     const std::vector<int> ranks = reduction_ranks(g_, t);
     if (!std::binary_search(ranks.begin(), ranks.end(), comm_->rank())) return;
@@ -165,7 +169,7 @@ class Interpreter {
     for (int group : carried_groups(t.op)) {
       for (Parameter* p : s_.group(group)) {
         comm_->all_reduce_sum(ranks, p->grad);
-        auto [last, first] = last_reduced_.try_emplace(p);
+        auto [last, first] = last_reduced_.try_emplace({p, ranks});
         if (!first) {
           for (std::size_t i = 0; i < p->grad.size(); ++i) p->grad[i] -= others * last->second[i];
         }
@@ -340,8 +344,9 @@ class Interpreter {
 
   void grad_written(int group, sim::TaskId id) {
     GroupState& state = groups_[group];
-    if (state.last_reduction >= 0 && !ordered(state.last_reduction, id)) {
-      fail(id, "adds to gradients that " + name(state.last_reduction) + " may still be reducing: a race");
+    const auto reduced = state.last_reduction.find(g_.task(id).device);
+    if (reduced != state.last_reduction.end() && !ordered(reduced->second, id)) {
+      fail(id, "adds to gradients that " + name(reduced->second) + " may still be reducing: a race");
     }
     state.grad_writers.push_back(id);
   }
@@ -443,15 +448,18 @@ class Interpreter {
 
   // A reduction sums what its groups' gradients hold when it runs: every task that adds to them so far (this rank's
   // writers) must be ordered before it, or on a device with concurrent streams it reads a sum still being made.
+  // A reduction comes after every task adding to the gradients it sums on its members' GPUs.
   void check_reduction_order(sim::TaskId id) {
-    for (int group : carried_groups(g_.task(id).op)) {
-      const auto it = groups_.find(group);
-      if (it == groups_.end()) continue;
-      for (sim::TaskId w : it->second.grad_writers) {
-        if (!ordered(w, id)) fail(id, "reduces gradients that " + name(w) + " may still be adding to: a race");
+    const sim::Task& t = g_.task(id);
+    const auto& members = g_.groups()[std::get<sim::Collective>(t.params).group];
+    for (int group : carried_groups(t.op)) {
+      GroupState& state = groups_[group];
+      for (sim::TaskId w : state.grad_writers) {
+        const bool member = std::find(members.begin(), members.end(), g_.task(w).device) != members.end();
+        if (member && !ordered(w, id)) fail(id, "reduces gradients that " + name(w) + " may still be adding to: a race");
       }
+      for (sim::DeviceId d : members) state.last_reduction[d] = id;
     }
-    for (int group : carried_groups(g_.task(id).op)) groups_[group].last_reduction = id;
   }
 
   // Every GPU holding a group updates its copy (data-parallel replicas the same way): each must come after every
@@ -797,7 +805,9 @@ class Interpreter {
   std::map<std::pair<sim::DeviceId, Key>, Slot> store_;
   std::map<Key, std::int64_t> latest_;
   std::map<int, GroupState> groups_;
-  std::map<const Parameter*, std::vector<float>> last_reduced_;  // each reduced parameter's last sum (reduce_gradients)
+  // Each reduced parameter's last sum over each set of ranks (reduce_gradients): a reduction over other ranks (the
+  // tied embeddings' pair after the data-parallel one) sums the values themselves.
+  std::map<std::pair<const Parameter*, std::vector<int>>, std::vector<float>> last_reduced_;
   double loss_sum_ = 0;
   std::int64_t loss_rows_ = 0;  // tokens the loss saw, against the tokens given
   bool has_optimizer_ = false;

@@ -249,6 +249,8 @@ class MegatronBuilder {
   void send_to(StageWalk& w, const Slot& slot, SlotTasks& tasks, int to_v, bool forward);
   void link_pipeline();
   std::vector<std::vector<sim::TaskId>> reduce_gradients();
+  void reduce_data_parallel(std::vector<std::vector<sim::TaskId>>& gpu_reductions);
+  void reduce_tied_embeddings(std::vector<std::vector<sim::TaskId>>& gpu_reductions);
   void optimizer_steps(const std::vector<std::vector<sim::TaskId>>& reductions);
 
   const StepInputs& in_;
@@ -537,7 +539,10 @@ void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l)
   const double head = w.stage == p_.pp - 1 && w.bucket_index == 0 ? static_cast<double>(model_.vocab * h_) / p_.tp + params_.final_norm : 0;
   for (int t = 0; t < tp_; ++t) {
     const auto key = std::make_tuple(w.stage, t, w.bucket_index);
-    auto [it, inserted] = buckets_.try_emplace(key, Bucket{w.stage, t, w.bucket_params + head, {}, l, w.bucket_top_layer, head > 0, false});
+    // Tied embeddings: the last stage's LM head is its copy of the word embeddings (with one stage, the embedding's
+    // own bucket carries them once the embedding's backward has added its share).
+    const bool tied_copy = head > 0 && model_.tied_embeddings && p_.pp > 1;
+    auto [it, inserted] = buckets_.try_emplace(key, Bucket{w.stage, t, w.bucket_params + head, {}, l, w.bucket_top_layer, head > 0, tied_copy});
     if (inserted) bucket_order_.push_back(key);
     for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(slot.last[c * tp_ + t]);
   }
@@ -569,7 +574,37 @@ void MegatronBuilder::link_pipeline() {
 // on its own stream so that it overlaps the rest of the backward pass. Returns each GPU's reductions.
 std::vector<std::vector<sim::TaskId>> MegatronBuilder::reduce_gradients() {
   std::vector<std::vector<sim::TaskId>> gpu_reductions(static_cast<std::size_t>(in_.cluster.gpus()));
-  if (grad_ring_ <= 1) return gpu_reductions;
+  reduce_data_parallel(gpu_reductions);
+  reduce_tied_embeddings(gpu_reductions);
+  return gpu_reductions;
+}
+
+// Tied embeddings over several stages: the first stage's word embeddings and the last stage's copy (its LM head)
+// are summed after the data-parallel reduction, each (replica, cp, TP) pair over its own group of two, as
+// Megatron-LM's embedding group does (_allreduce_word_embedding_grads).
+void MegatronBuilder::reduce_tied_embeddings(std::vector<std::vector<sim::TaskId>>& gpu_reductions) {
+  if (!model_.tied_embeddings || p_.pp == 1) return;
+  const auto bytes = static_cast<std::int64_t>(static_cast<double>(model_.vocab * h_) / p_.tp * in_.precision.grad_bytes);
+  for (int d = 0; d < p_.dp; ++d) {
+    for (int r = 0; r < stage_ranks_; ++r) {
+      const sim::DeviceId first = gpu_of(0, d, r), last = gpu_of(p_.pp - 1, d, r);
+      std::vector<sim::TaskId> deps;
+      for (sim::DeviceId gpu : {first, last}) {
+        deps.insert(deps.end(), gpu_reductions[gpu].begin(), gpu_reductions[gpu].end());
+        if (last_compute_[gpu] >= 0) deps.push_back(last_compute_[gpu]);
+      }
+      const sim::TaskId reduce = g_.collective(
+          "embedding all-reduce d" + std::to_string(d) + " r" + std::to_string(r),
+          {sim::CollectiveOp::all_reduce, sim::Algorithm::ring, g_.add_group({first, last}), std::max<std::int64_t>(bytes, 2)}, deps, kDpStream);
+      g_.set_op(reduce, sim::Op::gradients(0, -1, false, true));
+      gpu_reductions[first].push_back(reduce);
+      gpu_reductions[last].push_back(reduce);
+    }
+  }
+}
+
+void MegatronBuilder::reduce_data_parallel(std::vector<std::vector<sim::TaskId>>& gpu_reductions) {
+  if (grad_ring_ <= 1) return;
   std::map<std::pair<int, int>, std::int32_t> groups;
   for (const auto& key : bucket_order_) {
     const Bucket& b = buckets_.at(key);
@@ -585,7 +620,6 @@ std::vector<std::vector<sim::TaskId>> MegatronBuilder::reduce_gradients() {
     g_.set_op(reduce, sim::Op::gradients(static_cast<std::int32_t>(b.first_layer), static_cast<std::int32_t>(b.last_layer), b.head, b.embedding));
     for (sim::DeviceId gpu : grad_group(b.stage, b.t)) gpu_reductions[gpu].push_back(reduce);
   }
-  return gpu_reductions;
 }
 
 // The optimizer step on each GPU after its reductions; with the distributed optimizer every data-parallel rank
