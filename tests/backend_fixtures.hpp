@@ -1,6 +1,7 @@
 #pragma once
 // What the backend tests (the CPU reference, the dataflow table) build their steps from: a tiny model the CPU
 // references run in milliseconds, one H100, and ring-track chunked and offloaded so buffers are reused.
+#include <functional>
 #include <string>
 
 #include "hwprofiles/catalog.hpp"
@@ -40,6 +41,25 @@ inline sim::TaskGraph ringtrack_graph(const sim::Cluster& cluster, const model::
   auto g = planner::build_ringtrack(in, p).graph;
   g.finalize();
   return g;
+}
+
+// `graph` rebuilt (not finalized) with each task passed through `edit` and only the dependencies `keep` accepts:
+// the same task ids, groups and labels, for tests that break one thing in a built plan.
+inline sim::TaskGraph rebuilt(const sim::TaskGraph& graph, const std::function<void(sim::TaskId, sim::Task&)>& edit,
+                              const std::function<bool(sim::TaskId, sim::TaskId)>& keep) {
+  sim::TaskGraph out;
+  out.set_chunk_tokens(graph.chunk_tokens());
+  for (const auto& members : graph.groups()) out.add_group(members);
+  for (const auto& label : graph.labels()) out.add_label(label);
+  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(graph.size()); ++id) {
+    sim::Task t = graph.task(id);
+    edit(id, t);
+    out.add(graph.name(id), t);
+  }
+  for (const auto& [before, after] : graph.edges()) {
+    if (keep(before, after)) out.add_dependency(before, after);
+  }
+  return out;
 }
 
 }  // namespace trainyard::test

@@ -238,21 +238,16 @@ TEST(ReferenceStep, ARingAttentionAddNotOrderedAfterItsAccumulatorIsCaught) {
   p.cp = 4;
   const planner::StepInputs in{m, four, {seq, 1}, model::precision_policy("bf16-mixed")};
   const sim::TaskGraph good = planner::build_zero(in, p);
-  sim::TaskGraph broken;
-  broken.set_chunk_tokens(good.chunk_tokens());
-  for (const auto& members : good.groups()) broken.add_group(members);
-  for (const auto& label : good.labels()) broken.add_label(label);
-  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(good.size()); ++id) broken.add(good.name(id), good.task(id));
   int dropped = 0;
-  for (const auto& [before, after] : good.edges()) {
-    const sim::Op& pass = good.task(before).op;
-    const sim::Op& add = good.task(after).op;
-    if (pass.code == sim::OpCode::dkv_pass && add.code == sim::OpCode::dkv_add && add.layer == 1 && add.chunk == add.kv_first) {
-      ++dropped;  // the owner's add of layer 1
-      continue;
-    }
-    broken.add_dependency(before, after);
-  }
+  sim::TaskGraph broken = test::rebuilt(
+      good, [](sim::TaskId, sim::Task&) {},
+      [&](sim::TaskId before, sim::TaskId after) {
+        const sim::Op& pass = good.task(before).op;
+        const sim::Op& add = good.task(after).op;
+        const bool home = pass.code == sim::OpCode::dkv_pass && add.code == sim::OpCode::dkv_add && add.layer == 1 && add.chunk == add.kv_first;
+        dropped += home ? 1 : 0;  // the owner's add of layer 1
+        return !home;
+      });
   ASSERT_GT(dropped, 0);
   sim::validate(broken, four.gpus(), four.nodes, "test");
   Step s{std::move(broken), seq, four.topology.gpus_per_node()};
@@ -278,19 +273,15 @@ TEST(ReferenceStep, AGradientWriterNotOrderedAfterItsGroupsReductionIsCaught) {
   const sim::TaskGraph good = planner::build_zero(in, p);
   const auto tokens = random_windows(m.vocab, seq, 8, 79);
   EXPECT_NO_THROW(run(Step{good, seq, four.topology.gpus_per_node()}, m, tokens));
-  sim::TaskGraph broken;
-  broken.set_chunk_tokens(good.chunk_tokens());
-  for (const auto& members : good.groups()) broken.add_group(members);
-  for (const auto& label : good.labels()) broken.add_label(label);
-  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(good.size()); ++id) broken.add(good.name(id), good.task(id));
   int dropped = 0;
-  for (const auto& [before, after] : good.edges()) {
-    if (good.task(before).op.carries_gradients() && good.task(after).stream.kind == sim::StreamKind::compute) {
-      ++dropped;  // a reduction the next micro-batch's compute waits for
-      continue;
-    }
-    broken.add_dependency(before, after);
-  }
+  sim::TaskGraph broken = test::rebuilt(
+      good, [](sim::TaskId, sim::Task&) {},
+      [&](sim::TaskId before, sim::TaskId after) {
+        // a reduction the next micro-batch's compute waits for
+        const bool awaited = good.task(before).op.carries_gradients() && good.task(after).stream.kind == sim::StreamKind::compute;
+        dropped += awaited ? 1 : 0;
+        return !awaited;
+      });
   ASSERT_GT(dropped, 0);
   try {
     run(Step{std::move(broken), seq, four.topology.gpus_per_node()}, m, tokens);
