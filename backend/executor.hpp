@@ -15,12 +15,14 @@
 // each by name (OpTensors). Tensors live in one arena planned offline; a tensor that reuses bytes waits for the
 // tasks that touched their earlier owner.
 //
-// Several ranks (ExecutorOptions::comm, one per GPU): each runs its GPU's share of the schedule, and gradient
-// reductions are the device's all-reduces over the communicator (MPI on the CPU device; NCCL is not written).
-// What it refuses (InputError, before anything runs; executor_refusal): on one rank, several GPUs; on several,
-// sends between GPUs (pipelines, rings: they run in reference_step.hpp) and a group reduced twice in a step; tasks
-// on the host (a CPU optimizer) and moves of model states (streamed weights, offloaded optimizer states): the
-// weights, gradients, master weights and moments stay resident in device memory.
+// Several ranks (ExecutorOptions::comm, one per GPU): each runs its GPU's share of the schedule; gradient
+// reductions are the device's all-reduces and sends between GPUs the device's send/recv over the communicator (MPI
+// on the CPU device; NCCL on the CUDA device, written but not yet run). A group reduced again over the same ranks
+// (ZeRO-2/3, every micro-batch) sums only the shares added since its last reduction.
+// What it refuses (InputError, before anything runs; executor_refusal): on one rank, several GPUs; a parameter
+// group used on GPUs that no reduction joins; tasks on the host (a CPU optimizer) and moves of model states
+// (streamed weights, offloaded optimizer states): the weights, gradients, master weights and moments stay resident
+// in device memory.
 #include <chrono>
 #include <cstdint>
 #include <memory>

@@ -258,9 +258,9 @@ TEST(Mpi, InterleavedMegatronWithTheDistributedOptimizerSplitOverRanksEqualsTheS
 }
 
 // ZeRO stages 0-3, one GPU per rank (each its own sequences): the gradient reductions carry every layer, the LM
-// head and the embedding. Stage 2 reduces after each of its 2 micro-batches (a group reduced twice in one step);
-// stage 1 runs the optimizer on the host with offloaded checkpoints; stage 3 offloads parameters and gradients.
-// Three AdamW steps where the optimizer is sharded.
+// head and the embedding. Stage 2 reduces after each of its 2 micro-batches (a group reduced twice in one step,
+// over the same ranks); stage 1 runs the optimizer on the host with offloaded checkpoints; stage 3 offloads
+// parameters and gradients. Three AdamW steps where the optimizer is sharded.
 TEST(Mpi, ZeroStepsSplitOverRanksEqualTheSingleRankStep) {
   const int n = world().size();
   const auto m = test::tiny_model(true);
