@@ -19,12 +19,12 @@ std::map<int, std::set<sim::DeviceId>> forward_owners(const sim::TaskGraph& grap
 std::vector<int> carried_groups(const sim::Op& op);
 // The ranks of a collective's members, ascending.
 std::vector<int> reduction_ranks(const sim::TaskGraph& graph, const sim::Task& collective);
-std::string group_name(int group);  // "layer 3", "the embedding", "the LM head"
+std::string group_name(int group);  // "layer 3's parameters", "the embedding's parameters", "the LM head's parameters"
 // The groups a compute task reads or adds to (with tied embeddings the LM head's tasks use the embedding's too).
 std::vector<int> groups_used(const sim::Task& task, const model::ModelConfig& model);
 // A group used on several GPUs that the graph's gradient reductions carrying it do not join (together they must
-// connect every GPU that uses it): on several ranks each would update its copy with its own share of the gradient (Megatron's pipeline with tied
-// embeddings has no embedding all-reduce between its first and last stage). Empty when there is none.
+// connect every GPU that uses it): on several ranks each would update its copy with its own share of the gradient.
+// Empty when there is none.
 std::optional<int> unreduced_shared_group(const sim::TaskGraph& graph, const model::ModelConfig& model);
 // Every gradient reduction's ranks, in task order (the same on every rank: what the communicator prepares).
 std::vector<std::vector<int>> reduction_groups(const sim::TaskGraph& graph);

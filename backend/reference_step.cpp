@@ -446,9 +446,8 @@ class Interpreter {
     if (mine(t.device)) compute(id, t.device, op);
   }
 
-  // A reduction sums what its groups' gradients hold when it runs: every task that adds to them so far (this rank's
-  // writers) must be ordered before it, or on a device with concurrent streams it reads a sum still being made.
-  // A reduction comes after every task adding to the gradients it sums on its members' GPUs.
+  // A reduction sums what its groups' gradients hold when it runs: every task that has added to them on its members'
+  // GPUs must be ordered before it, or on a device with concurrent streams it reads a sum still being made.
   void check_reduction_order(sim::TaskId id) {
     const sim::Task& t = g_.task(id);
     const auto& members = g_.groups()[std::get<sim::Collective>(t.params).group];
