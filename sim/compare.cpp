@@ -66,10 +66,12 @@ Timeline parse_timeline(const Json& document, const std::string& origin) {
   const Json& peaks = other.raw("peak_hbm_bytes");
   if (!peaks.is_array()) other.fail("peak_hbm_bytes", "an array of bytes per GPU", json::describe(peaks));
   for (std::size_t g = 0; g < peaks.size(); ++g) {
-    if (!peaks[g].is_number() || peaks[g].get<double>() < 0) {
-      throw InputError(origin, "otherData.peak_hbm_bytes[" + std::to_string(g) + "]", "bytes (a number >= 0)", json::describe(peaks[g]));
+    // Bounded before the cast: a double past int64's range converts to garbage (UB), found by the fuzzer.
+    constexpr double kMaxPeakBytes = 1e18;
+    if (!peaks[g].is_number() || !(peaks[g].get<double>() >= 0 && peaks[g].get<double>() <= kMaxPeakBytes)) {
+      throw InputError(origin, "otherData.peak_hbm_bytes[" + std::to_string(g) + "]", "bytes (a number from 0 to 1e18)", json::describe(peaks[g]));
     }
-    t.peak_hbm_bytes.push_back(peaks[g].get<std::int64_t>());
+    t.peak_hbm_bytes.push_back(static_cast<std::int64_t>(peaks[g].get<double>()));
   }
   const Json& events = top.raw("traceEvents");
   if (!events.is_array()) top.fail("traceEvents", "an array of trace events", json::describe(events));

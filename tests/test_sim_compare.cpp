@@ -169,6 +169,17 @@ TEST(SimCompare, MalformedTimelinesNameTheField) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find(".dur': expected a number"), std::string::npos) << e.what();
   }
+  // A peak past int64's range (the fuzzer's 2.2e129) is refused before the cast, not converted to garbage.
+  for (const double peak : {2.22222e129, -1.0}) {
+    auto huge = simulated_trace();
+    huge["otherData"]["peak_hbm_bytes"][0] = peak;
+    try {
+      parse_timeline(huge, "t.json");
+      FAIL() << "expected an error for peak " << peak;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("peak_hbm_bytes[0]': expected bytes (a number from 0 to 1e18)"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace trainyard::sim
