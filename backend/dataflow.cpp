@@ -54,6 +54,14 @@ std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::
 }
 
 std::vector<Key> content(const sim::Op& op) {
+  if (op.zigzag > 0) {  // moves carry no LM-head pieces, so no chunk size is needed
+    std::vector<Key> keys;
+    for (const sim::Op& one : chunk_ops(op, 0)) {
+      const std::vector<Key> more = content(one);
+      keys.insert(keys.end(), more.begin(), more.end());
+    }
+    return keys;
+  }
   std::vector<Key> keys;
   auto at = [&](Role r, int layer, int chunk) { keys.push_back({r, op.seq, layer, chunk}); };
   switch (op.code) {
@@ -163,8 +171,15 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
       if (remote(from) || remote(to)) return across_ranks(from, to);
       for (const Key& key : content(t.op)) {
         const int src = find(from, key);
-        if (src < 0 && key.role == Role::dkv) {  // an accumulator nothing has added to yet is zero: nothing to move
-          step.instances.insert(step.instances.end(), {-1, -1});
+        if (src < 0 && key.role == Role::dkv) {  // an accumulator nothing has added to yet is zero: nothing to move...
+          int dst = -1;
+          if (const Key delivered = arrival(t.op, key); delivered.role == Role::dkv_in) {  // ...but a ring's is added in: zeros
+            const TensorShape shape = chunk_tensor(delivered.role, model, graph.chunk_tokens());
+            dst = find(to, delivered) >= 0 ? find(to, delivered) : create(to, delivered, shape.elements, shape.dtype);
+            step.zero_first.push_back(dst);
+            touch(dst, position);
+          }
+          step.instances.insert(step.instances.end(), {-1, dst});
           continue;
         }
         if (src < 0) need(from, key);

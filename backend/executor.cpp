@@ -474,7 +474,13 @@ struct Executor::Impl {
     if (task.kind() != sim::TaskKind::gemm && task.kind() != sim::TaskKind::attention && task.kind() != sim::TaskKind::elementwise) {
       return;  // nothing to run for this kind (validated by executor_refusal)
     }
-    compute(op, OpTensors(op, t.uses, t.instances), stream, seq_len);  // the plan's uses, computed once
+    if (op.zigzag == 0) return compute(op, OpTensors(op, t.uses, t.instances), stream, seq_len);  // the plan's uses, computed once
+    std::size_t at = 0;  // a zigzag op: one chunk at a time, each over its share of the uses (compute_uses' order)
+    for (const sim::Op& one : chunk_ops(op, c)) {
+      const std::size_t n = compute_uses(one, m, c).size();
+      compute(one, OpTensors(one, std::span(t.uses).subspan(at, n), std::span(t.instances).subspan(at, n)), stream, seq_len);
+      at += n;
+    }
   }
 
   // A send between ranks, on its sender (this rank's side of each (source, destination) pair) or its receiver:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <sstream>
+#include <tuple>
 
 #include "common/error.hpp"
 
@@ -170,7 +171,66 @@ TensorShape chunk_tensor(Role role, const model::ModelConfig& m, std::int64_t ch
   throw InternalError("no op table entry has " + std::string(to_string(role)) + " of a chunk", __FILE__, __LINE__);
 }
 
+std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
+  if (op.zigzag <= 0) return {op};
+  const auto mirror = [&](std::int32_t chunk) { return static_cast<std::int32_t>(op.zigzag - 1 - chunk); };
+  sim::Op one = op;
+  one.zigzag = 0;
+  std::vector<std::int32_t> kv_chunks;
+  for (std::int32_t j = op.kv_first; j >= 0 && j <= op.kv_last; ++j) kv_chunks.insert(kv_chunks.end(), {j, mirror(j)});
+  std::sort(kv_chunks.begin(), kv_chunks.end());
+  std::vector<sim::Op> out;
+  auto add = [&](std::int32_t chunk, std::int32_t kv_chunk, std::int32_t row_begin, std::int32_t row_end) {
+    sim::Op o = one;
+    o.chunk = chunk;
+    if (kv_chunk >= 0) o.kv_first = o.kv_last = kv_chunk;
+    if (row_begin >= 0) std::tie(o.row_begin, o.row_end) = std::pair{row_begin, row_end};
+    out.push_back(o);
+  };
+  const std::int32_t first = op.chunk, second = mirror(op.chunk);
+  switch (op.code) {
+    case OpCode::attn:
+    case OpCode::attn_bwd:
+      for (std::int32_t q : {first, second}) {
+        if (std::binary_search(kv_chunks.begin(), kv_chunks.end(), q)) add(q, q, -1, -1);  // the diagonal first
+        for (std::int32_t j : kv_chunks) {
+          if (j < q) add(q, j, -1, -1);  // later chunks are wholly masked
+        }
+      }
+      return out;
+    case OpCode::dkv_add:
+    case OpCode::kv:
+    case OpCode::dkv:
+    case OpCode::dkv_pass:
+    case OpCode::kv_dkv:
+      for (std::int32_t j : kv_chunks) add(op.chunk, j, -1, -1);
+      return out;
+    case OpCode::head_logits:
+    case OpCode::head_xent:
+    case OpCode::head_dgrad:
+    case OpCode::head_wgrad: {
+      TRAINYARD_CHECK(chunk_tokens > 0, "a zigzag LM-head piece needs the chunk's rows");
+      const auto rows = static_cast<std::int32_t>(chunk_tokens);
+      if (op.row_begin < rows) add(first, -1, op.row_begin, std::min(op.row_end, rows));
+      if (op.row_end > rows) add(second, -1, std::max(op.row_begin, rows) - rows, op.row_end - rows);
+      return out;
+    }
+    default:
+      add(first, -1, -1, -1);
+      add(second, -1, -1, -1);
+      return out;
+  }
+}
+
 std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& m, std::int64_t chunk_tokens) {
+  if (op.zigzag > 0) {
+    std::vector<Use> uses;
+    for (const sim::Op& one : chunk_ops(op, chunk_tokens)) {
+      const std::vector<Use> more = compute_uses(one, m, chunk_tokens);
+      uses.insert(uses.end(), more.begin(), more.end());
+    }
+    return uses;
+  }
   const OpSpec& spec = op_spec(op.code);
   const bool starts = starts_accumulation(op);
   std::vector<Use> uses;

@@ -200,6 +200,7 @@ class Interpreter {
   void receive_tensors(sim::TaskId task, sim::DeviceId from, sim::DeviceId to, const sim::Op& op) {
     const std::vector<std::byte> message = comm_->recv(from, task);
     const auto keys = content(op);
+    std::vector<bool> received(keys.size(), false);
     std::size_t at = 0;
     while (at < message.size()) {
       std::int64_t header[3];
@@ -213,10 +214,22 @@ class Interpreter {
       std::vector<float> data(static_cast<std::size_t>(header[2]));
       std::memcpy(data.data(), message.data() + at, bytes);
       at += bytes;
+      received[static_cast<std::size_t>(header[0])] = true;
       const Key key = arrival(op, keys[static_cast<std::size_t>(header[0])]);
       latest_[key] = std::max(latest_[key], header[1]);
       write(task, to, key, std::move(data), header[1]);
     }
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!received[i]) zeros_for_nothing_added(task, to, op, keys[i]);
+    }
+  }
+
+  // A ring's dK | dV accumulator that nothing added to (zigzag: a rank that computed on one of a block's two
+  // chunks) arrives as zeros where it is added in; elsewhere an absent accumulator is simply zero.
+  void zeros_for_nothing_added(sim::TaskId task, sim::DeviceId to, const sim::Op& op, const Key& key) {
+    const Key delivered = arrival(op, key);
+    if (delivered.role != Role::dkv_in) return;
+    write(task, to, delivered, std::vector<float>(static_cast<std::size_t>(chunk_tensor(delivered.role, m_, c_).elements), 0.0f));
   }
 
   // --- tensors and the dataflow checks ----------------------------------------------------------------------------
@@ -295,7 +308,10 @@ class Interpreter {
     const auto keys = content(op);
     if (keys.empty()) fail(task, "moves nothing the executor knows (op " + std::string(sim::to_string(op.code)) + ")");
     for (const Key& key : keys) {
-      if (key.role == Role::dkv && !exists(key)) continue;  // an accumulator nothing has added to yet is zero
+      if (key.role == Role::dkv && !exists(key)) {  // an accumulator nothing has added to yet is zero
+        zeros_for_nothing_added(task, to, op, key);
+        continue;
+      }
       std::vector<float> data = read(task, from, key);
       const std::int64_t version = store_.at({from, key}).version;
       const Key delivered = arrival(op, key);
@@ -376,7 +392,8 @@ class Interpreter {
     const auto* a = std::get_if<sim::Attention>(&g_.task(id).params);
     if (!a) fail(id, "expected an attention task");
     const auto s = attention_shape(op);
-    if (a->q_len != s.q_len || a->kv_len != s.kv_len || a->heads != s.heads || a->kv_heads != s.kv_heads || a->head_dim != s.head_dim) {
+    const bool lengths_differ = zigzag_task_tokens_ < 0 && (a->q_len != s.q_len || a->kv_len != s.kv_len);  // zigzag: see zigzag_pairs
+    if (lengths_differ || a->heads != s.heads || a->kv_heads != s.kv_heads || a->head_dim != s.head_dim) {
       fail(id, "the graph's attention is " + std::to_string(a->q_len) + " queries x " + std::to_string(a->kv_len) + " keys but the op covers " +
                    std::to_string(s.q_len) + " x " + std::to_string(s.kv_len));
     }
@@ -443,8 +460,31 @@ class Interpreter {
       return optimizer(id, op);
     }
     if (sim::is_host(t.device)) fail(id, "a host task the executor does not know");
-    if (mine(t.device)) compute(id, t.device, op);
+    if (!mine(t.device)) return;
+    if (op.zigzag == 0) return compute(id, t.device, op);
+    // A zigzag op, one chunk at a time; its task's GEMM spans both chunks' rows.
+    const bool head = op.code >= sim::OpCode::head_logits && op.code <= sim::OpCode::head_wgrad;
+    zigzag_task_tokens_ = head ? op.row_end - op.row_begin : 2 * c_;
+    const std::vector<sim::Op> ops = chunk_ops(op, c_);
+    if (op.code == sim::OpCode::attn || op.code == sim::OpCode::attn_bwd) expect_zigzag_pairs(id, ops);
+    for (const sim::Op& one : ops) compute(id, t.device, one);
+    zigzag_task_tokens_ = -1;
   }
+  // A zigzag attention task costs as many (query, key) pairs as its chunk pairs compute (a diagonal pair half of
+  // its square): the graph's causal square of both chunks at the ring's first step, two chunks by one after.
+  void expect_zigzag_pairs(sim::TaskId id, const std::vector<sim::Op>& ops) const {
+    const auto* a = std::get_if<sim::Attention>(&g_.task(id).params);
+    if (!a) fail(id, "expected an attention task");
+    const double graph_pairs = static_cast<double>(a->q_len) * static_cast<double>(a->kv_len) * (a->causal ? 0.5 : 1.0);
+    double op_pairs = 0;
+    for (const sim::Op& one : ops) op_pairs += static_cast<double>(c_ * c_) * (one.kv_first == one.chunk ? 0.5 : 1.0);
+    if (std::abs(graph_pairs - op_pairs) > 0.5 * static_cast<double>(c_)) {  // causal diagonals: within a row's half
+      fail(id,
+           "the graph's zigzag attention covers " + std::to_string(graph_pairs) + " query-key pairs but its chunk pairs " + std::to_string(op_pairs));
+    }
+  }
+  // The token rows of the running task's GEMM: `rows` (the op's), or a zigzag task's (both chunks).
+  std::int64_t task_tokens(std::int64_t rows) const { return zigzag_task_tokens_ >= 0 ? zigzag_task_tokens_ : rows; }
 
   // A reduction sums what its groups' gradients hold when it runs: every task that has added to them on its members'
   // GPUs must be ordered before it, or on a device with concurrent streams it reads a sum still being made.
@@ -506,17 +546,17 @@ class Interpreter {
     };
     for (const Linear& l : linears) {
       if (op.code == l.forward && op.code != OpCode::qkv) {
-        expect_gemm(id, c, l.out, l.in);
+        expect_gemm(id, task_tokens(c), l.out, l.in);
         out(l.y, rounded(linear(in(l.x), (layer->*l.w).weight, c, l.in, l.out)));
         return;
       }
       if (op.code == l.dgrad) {
-        expect_gemm(id, c, l.in, l.out);
+        expect_gemm(id, task_tokens(c), l.in, l.out);
         out(l.dx, rounded(linear_dgrad(in(l.dy), (layer->*l.w).weight, c, l.in, l.out)));
         return;
       }
       if (op.code == static_cast<OpCode>(static_cast<int>(l.dgrad) + 1)) {
-        expect_gemm(id, l.in, l.out, c);
+        expect_gemm(id, l.in, l.out, task_tokens(c));
         linear_wgrad(in(l.dy), in(l.x), (layer->*l.w).grad, c, l.in, l.out);
         grad_written(op.layer, id);
         return;
@@ -544,7 +584,7 @@ class Interpreter {
         return;
       }
       case OpCode::qkv: {
-        expect_gemm(id, c, q + 2 * kv, h);
+        expect_gemm(id, task_tokens(c), q + 2 * kv, h);
         const auto y = linear(in(Role::n1), layer->wqkv.weight, c, h, q + 2 * kv);
         std::vector<float> qs, ks, vs;
         for (std::int64_t r = 0; r < c; ++r) {
@@ -743,7 +783,7 @@ class Interpreter {
     const int head_group = m_.tied_embeddings ? kEmbeddingGroup : kHeadGroup;
     switch (op.code) {
       case OpCode::head_logits: {
-        expect_gemm(id, rows, vocab, h);
+        expect_gemm(id, task_tokens(rows), vocab, h);
         std::vector<float> nf(static_cast<std::size_t>(rows * h));
         kernels::rmsnorm_forward_ref(static_cast<int>(rows), static_cast<int>(h), eps(), hidden_rows(), s_.final_norm().weight, nf);
         round(nf);
@@ -767,7 +807,7 @@ class Interpreter {
         return;
       }
       case OpCode::head_dgrad: {
-        expect_gemm(id, rows, h, vocab);
+        expect_gemm(id, task_tokens(rows), h, vocab);
         const auto dnf = rounded(linear_dgrad(in(Role::dlogits), w.weight, rows, h, vocab));
         std::vector<float> dx_rows(static_cast<std::size_t>(rows * h));
         kernels::rmsnorm_backward_ref(static_cast<int>(rows), static_cast<int>(h), eps(), hidden_rows(), s_.final_norm().weight, dnf, dx_rows,
@@ -779,7 +819,7 @@ class Interpreter {
         return;
       }
       case OpCode::head_wgrad:
-        expect_gemm(id, h, vocab, rows);
+        expect_gemm(id, h, vocab, task_tokens(rows));
         linear_wgrad(in(Role::dlogits), in(Role::nf), w.grad, rows, h, vocab);
         grad_written(head_group, id);
         return;
@@ -803,6 +843,7 @@ class Interpreter {
   std::vector<std::vector<std::uint64_t>> ancestors_;
   std::map<std::pair<sim::DeviceId, Key>, Slot> store_;
   std::map<Key, std::int64_t> latest_;
+  std::int64_t zigzag_task_tokens_ = -1;  // see task_tokens
   std::map<int, GroupState> groups_;
   // Each reduced parameter's last sum over each set of ranks (reduce_gradients): a reduction over other ranks (the
   // tied embeddings' pair after the data-parallel one) sums the values themselves.

@@ -209,8 +209,10 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
 }
 
 bool LayerEmitter::ring_is_executable() const {
-  return split_.cp > 1 && split_.cp_comm == CpComm::p2p && !split_.zigzag && split_.built_cp() == split_.cp && split_.built_tp() == 1;
+  return split_.cp > 1 && split_.cp_comm == CpComm::p2p && split_.built_cp() == split_.cp && split_.built_tp() == 1;
 }
+
+std::int16_t LayerEmitter::zigzag_chunks() const { return ring_is_executable() && split_.zigzag ? static_cast<std::int16_t>(2 * split_.cp) : 0; }
 
 std::int32_t LayerEmitter::chunk_of(std::size_t rank) const {
   return at_.chunk + (ring_is_executable() ? static_cast<std::int32_t>(rank) / split_.built_tp() : 0);
@@ -218,7 +220,8 @@ std::int32_t LayerEmitter::chunk_of(std::size_t rank) const {
 
 sim::Op LayerEmitter::ring_op(sim::OpCode code, std::size_t rank, std::size_t block_rank, std::size_t from_rank) const {
   if (!ring_is_executable()) return {};
-  const sim::Op o = sim::Op::kv_range(code, at_.seq, at_.layer, chunk_of(rank), chunk_of(block_rank), chunk_of(block_rank));
+  sim::Op o = sim::Op::kv_range(code, at_.seq, at_.layer, chunk_of(rank), chunk_of(block_rank), chunk_of(block_rank));
+  o.zigzag = zigzag_chunks();
   if (code == sim::OpCode::kv) return o;
   const std::int32_t holder = rank == block_rank ? -1 : chunk_of(rank);  // -1: the owner's own accumulator
   return sim::Op::ring_share(o, holder, code == sim::OpCode::dkv_add ? chunk_of(from_rank) : -1);

@@ -107,7 +107,13 @@ class LayerEmitter {
 
   // Where the next forward()/backward() is in the step: every task they emit carries these coordinates and
   // its op code (sim::Op), which is what lets the executor run the graph with real tensors.
-  void set_coordinates(int seq, int layer, int chunk) { at_ = sim::Op(sim::OpCode::none, seq, layer, chunk); }
+  void set_coordinates(int seq, int layer, int chunk) {
+    at_ = sim::Op(sim::OpCode::none, seq, layer, chunk);
+    at_.zigzag = zigzag_chunks();
+  }
+  // An executable zigzag ring (ring_is_executable): the 2 x cp chunks of the sequence, of which cp rank r holds
+  // chunk r and its mirror 2 cp - 1 - r (sim::Op::zigzag); else 0.
+  std::int16_t zigzag_chunks() const;
   sim::Op op(sim::OpCode code) const {
     sim::Op o = at_;
     o.code = code;
@@ -159,8 +165,8 @@ class LayerEmitter {
                         sim::Op op);
   void bring_accumulator(RingPass& pass, const std::vector<std::size_t>& ring, const std::vector<Accumulator>& accumulators, int owner, int to,
                          sim::TaskId posted, std::vector<sim::TaskId>& last);
-  // Ring attention the executors run: K/V passed round every cp rank, one chunk each (no zigzag, no TP, no
-  // symmetry reduction): rank index r holds the step's chunk r. Other rings' tasks are left unannotated.
+  // Ring attention the executors run: K/V passed round every cp rank (no TP, no symmetry reduction): rank index r
+  // holds the step's chunk r, and with zigzag its mirror too. Other rings' tasks are left unannotated.
   bool ring_is_executable() const;
   std::int32_t chunk_of(std::size_t rank) const;  // the chunk a rank's tasks work on
   // A ring task's op: rank `rank`'s work on (or move of) the block that started on rank `block_rank` (dkv_add:

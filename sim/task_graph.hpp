@@ -137,6 +137,11 @@ struct Op {
   Op(OpCode code_ = OpCode::none, std::int32_t seq_ = 0, std::int32_t layer_ = -1, std::int32_t chunk_ = -1)
       : code(code_), seq(seq_), layer(layer_), chunk(chunk_) {}
   OpCode code = OpCode::none;
+  // Zigzag ring attention: 0, or the number of chunks the sequence is cut into (2 x cp), when the op covers two
+  // of them, `chunk` and its mirror zigzag - 1 - chunk, and each K/V chunk with its mirror likewise (the two
+  // halves a cp rank holds). The executors run it as its one-chunk ops (backend/ops.hpp chunk_ops). Fits in
+  // the padding after `code`.
+  std::int16_t zigzag = 0;
   std::int32_t seq = 0, layer = -1, chunk = -1;
   // attn, attn_bwd, kv, dkv, kv_dkv: the K/V chunks kv_first..kv_last (both included).
   std::int32_t kv_first = -1, kv_last = -1;

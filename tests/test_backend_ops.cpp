@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "backend/ops.hpp"
 #include "common/error.hpp"
@@ -89,6 +90,50 @@ TEST(OpTable, LayerOutputsGoToTheNextLayerAndHeadPiecesAreSizedByTheirRows) {
   EXPECT_EQ(first[2].access, Access::write);
   EXPECT_TRUE(first[2].zeroed) << "the first piece starts dx from zeros";
   EXPECT_EQ(first[2].elements, 16 * m.hidden);
+}
+
+// Zigzag over 8 chunks (cp 4): rank 1 holds chunks 1 and 6. Each op stands for its one-chunk ops; attention keeps
+// only the pairs the causal mask leaves, each query chunk's diagonal first.
+TEST(OpTable, ZigzagOpsStandForTheirOneChunkOps) {
+  auto zigzag = [](sim::Op o) {
+    o.zigzag = 8;
+    return o;
+  };
+  auto pairs = [](const std::vector<sim::Op>& ops) {
+    std::vector<std::pair<int, int>> out;
+    for (const sim::Op& o : ops) {
+      EXPECT_EQ(o.zigzag, 0);
+      EXPECT_EQ(o.kv_first, o.kv_last);
+      out.emplace_back(o.chunk, o.kv_first);
+    }
+    return out;
+  };
+  using Pairs = std::vector<std::pair<int, int>>;
+  // The ring's first step, the rank's own block: both diagonals and chunk 6's queries on chunk 1.
+  EXPECT_EQ(pairs(chunk_ops(zigzag(attention_pair(OpCode::attn, 1, 1, 1)), 4)), (Pairs{{1, 1}, {6, 6}, {6, 1}}));
+  // Rank 0's block (chunks 0 and 7): both query chunks see chunk 0, neither sees chunk 7.
+  EXPECT_EQ(pairs(chunk_ops(zigzag(attention_pair(OpCode::attn_bwd, 1, 0, 0)), 4)), (Pairs{{1, 0}, {6, 0}}));
+  // Rank 3's block (chunks 3 and 4): only chunk 6's queries, on both.
+  EXPECT_EQ(pairs(chunk_ops(zigzag(attention_pair(OpCode::attn, 1, 3, 3)), 4)), (Pairs{{6, 3}, {6, 4}}));
+  // A K/V move or add: each chunk of the block, whatever the queries.
+  EXPECT_EQ(pairs(chunk_ops(zigzag(attention_pair(OpCode::dkv_pass, 1, 3, 3)), 4)), (Pairs{{1, 3}, {1, 4}}));
+  // Any other op: the chunk, then its mirror.
+  const auto norm = chunk_ops(zigzag(sim::Op{OpCode::norm1, 0, 1, 1}), 4);
+  ASSERT_EQ(norm.size(), 2u);
+  EXPECT_EQ(norm[0].chunk, 1);
+  EXPECT_EQ(norm[1].chunk, 6);
+  // An LM-head piece over rows 2..6 of the rank's 8 rows: rows 2..4 of chunk 1 and 0..2 of chunk 6.
+  sim::Op piece = zigzag(sim::Op{OpCode::head_xent, 0, 2, 1});
+  piece.row_begin = 2;
+  piece.row_end = 6;
+  const auto head = chunk_ops(piece, 4);
+  ASSERT_EQ(head.size(), 2u);
+  EXPECT_EQ(std::tie(head[0].chunk, head[0].row_begin, head[0].row_end), std::make_tuple(1, 2, 4));
+  EXPECT_EQ(std::tie(head[1].chunk, head[1].row_begin, head[1].row_end), std::make_tuple(6, 0, 2));
+  // Its uses are its one-chunk ops' one after another; an op without zigzag is itself.
+  const auto m = test::tiny_model();
+  EXPECT_EQ(compute_uses(zigzag(sim::Op{OpCode::norm1, 0, 1, 1}), m, 4).size(), 2 * compute_uses(sim::Op{OpCode::norm1, 0, 1, 1}, m, 4).size());
+  EXPECT_EQ(chunk_ops(sim::Op{OpCode::norm1, 0, 1, 1}, 4).size(), 1u);
 }
 
 TEST(OpTensors, FindsTensorsByNameAndRefusesWhatTheEntryDoesNotName) {

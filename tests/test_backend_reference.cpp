@@ -228,6 +228,21 @@ TEST(ReferenceStep, RingAttentionStepsEqualTheRingTrackStep) {
   expect_zero_family_steps_equal_the_ringtrack_step({{"cp 2 x 2 replicas, ZeRO-3, checkpointed", pairs}, {"cp 4, ZeRO-1", one_ring}}, 67);
 }
 
+// Zigzag: each cp rank holds a chunk and its mirror (8 chunks of 4 tokens for cp 4), and the ring's blocks pass
+// both; a rank computes only the pairs its mask leaves, and an accumulator part nothing added to arrives as zeros.
+TEST(ReferenceStep, ZigzagRingAttentionStepsEqualTheRingTrackStep) {
+  planner::ZeroParams pairs, one_ring;
+  pairs.cp = 2;
+  pairs.zigzag = true;
+  pairs.stage = 3;
+  pairs.activation_checkpointing = true;
+  one_ring.cp = 4;
+  one_ring.zigzag = true;
+  one_ring.stage = 1;
+  expect_zero_family_steps_equal_the_ringtrack_step({{"cp 2 zigzag x 2 replicas, ZeRO-3, checkpointed", pairs}, {"cp 4 zigzag, ZeRO-1", one_ring}},
+                                                    67);
+}
+
 // The dK | dV accumulators' order: without the edge from the pass that brings a chunk's accumulator home to the
 // owner's add, the add reads what arrives by chance of the order only, which the reference calls a race.
 TEST(ReferenceStep, ARingAttentionAddNotOrderedAfterItsAccumulatorIsCaught) {

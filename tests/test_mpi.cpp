@@ -286,10 +286,11 @@ TEST(Mpi, RingAttentionSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
   const auto m = test::tiny_model(true);
   const sim::Cluster cluster = cluster_for_ranks();
-  for (int cp : {n, 2}) {
-    SCOPED_TRACE("cp " + std::to_string(cp));
+  for (const auto& [cp, zigzag] : {std::pair{n, false}, {2, false}, {n, true}, {2, true}}) {
+    SCOPED_TRACE("cp " + std::to_string(cp) + (zigzag ? " zigzag" : ""));
     planner::ZeroParams p;
     p.cp = cp;
+    p.zigzag = zigzag;
     p.stage = cp == n ? 1 : 3;
     p.activation_checkpointing = cp != n;
     const std::int64_t sequences = n / cp;
@@ -302,7 +303,7 @@ TEST(Mpi, RingAttentionSplitOverRanksEqualsTheSingleRankStep) {
 // The executor on the CPU device, one rank per GPU (streams as threads; the gradient reductions are MPI
 // all-reduces queued on their streams, sends MPI messages from a stream to a receive stream): data-parallel steps
 // of ZeRO (stages 0 and 1), Megatron and ring-track replicas, and steps that send between ranks (ring attention
-// over every rank, Megatron's pipeline of 2 stages, ring-track rings of 2 GPUs) against the CPU reference on one
+// over every rank, plain and zigzag, Megatron's pipeline of 2 stages, ring-track rings of 2 GPUs) against the CPU reference on one
 // rank, with an AdamW step; and ZeRO-2 and -3 with 2 micro-batches, which reduce each group every micro-batch. The
 // model ties its embeddings (the pipeline sums the first stage's and the last stage's copy after the data-parallel
 // reduction).
@@ -320,6 +321,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   planner::ZeroParams ring_attention;
   ring_attention.cp = n;
   ring_attention.stage = 1;
+  planner::ZeroParams zigzag = ring_attention;
+  zigzag.zigzag = true;
   planner::MegatronParams pipeline;
   pipeline.pp = 2;
   pipeline.dp = n / 2;
@@ -340,6 +343,7 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
                              {"megatron dp", m, planner::build_megatron(in, megatron)},
                              {"ring-track replicas", m, planner::build_ringtrack(in, replicas).graph},
                              {"ring attention", m, planner::build_zero(in, ring_attention)},
+                             {"ring attention, zigzag", m, planner::build_zero(in, zigzag)},
                              {"megatron pp 2", m, planner::build_megatron(in, pipeline)},
                              {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph},
                              {"zero-2, 2 micro-batches", m, planner::build_zero(twice, zero2), 2 * n},

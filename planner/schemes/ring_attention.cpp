@@ -20,10 +20,9 @@ Scheme ring_attention_scheme() {
       zero_family_variants("ring-attention", base, false, add);
     }
   };
-  // Without zigzag its tasks say what they compute (one chunk per cp rank: planner/transformer.cpp's ring), so the
+  // Its tasks say what they compute (one chunk per cp rank, two with zigzag: planner/transformer.cpp's ring), so the
   // CPU reference runs it, one rank per GPU.
   s.cpu_only_refusal = [](const PlanSpec& spec) -> std::string {
-    if (spec.zero.zigzag) return "zigzag false (each rank one chunk of the sequence; zigzag's two half-chunks per rank are simulated only)";
     return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
   };
   return s;
