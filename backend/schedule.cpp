@@ -105,7 +105,7 @@ std::int64_t place_lifetimes(std::vector<Lifetime>& buffers, std::vector<std::ve
 std::string StreamSlot::name() const {
   std::string s = sim::device_name(device) + " " + std::string(sim::to_string(stream.kind));
   if (stream.kind == StreamKind::compute || stream.kind == StreamKind::comm) s += std::to_string(stream.index);
-  return receive ? s + " recv" : s;
+  return receive ? s + " recv from " + sim::device_name(sender) : s;
 }
 
 RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, std::span<const sim::TaskTiming> predicted) {
@@ -119,7 +119,7 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
 
   // Which tasks are ours, and on which slot.
   std::vector<int> slot_of(static_cast<std::size_t>(n), -2);  // -2: not ours; -1: ours without a stream
-  std::map<std::tuple<DeviceId, int, int, bool>, int> slot_ids;
+  std::map<std::tuple<DeviceId, int, int, bool, DeviceId>, int> slot_ids;
   for (TaskId t = 0; t < n; ++t) {
     const Task& task = graph.task(t);
     const Involvement inv = involvement(graph, task, rank, gpus_per_node);
@@ -128,9 +128,10 @@ RankSchedule make_schedule(const TaskGraph& graph, int rank, int gpus_per_node, 
       slot_of[t] = -1;
       continue;
     }
-    const auto key = std::tuple{inv.device, static_cast<int>(task.stream.kind), static_cast<int>(task.stream.index), inv.receive};
+    const DeviceId sender = inv.receive ? task.device : -1;
+    const auto key = std::tuple{inv.device, static_cast<int>(task.stream.kind), static_cast<int>(task.stream.index), inv.receive, sender};
     auto [it, inserted] = slot_ids.try_emplace(key, static_cast<int>(out.streams.size()));
-    if (inserted) out.streams.push_back({inv.device, task.stream, inv.receive});
+    if (inserted) out.streams.push_back({inv.device, task.stream, inv.receive, sender});
     slot_of[t] = it->second;
   }
 

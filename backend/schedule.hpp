@@ -28,13 +28,15 @@
 
 namespace trainyard::backend {
 
-// A CUDA stream of this process. Receives get their own stream per comm index, so a ring's send and receive
-// never block each other.
+// A CUDA stream of this process. Receives get their own stream per comm index and sender, so a ring's send and
+// receive never block each other, nor do receives from two peers whose order the graph does not fix (a
+// pipeline's gradients from the next stage behind the cp ring's blocks that need them first).
 struct StreamSlot {
   sim::DeviceId device = 0;  // this GPU, or its node's host for host tasks
   sim::Stream stream;
   bool receive = false;
-  std::string name() const;  // "gpu0 compute0", "gpu1 comm0 recv", "host0 host"
+  sim::DeviceId sender = -1;  // a receive slot's peer
+  std::string name() const;   // "gpu0 compute0", "gpu1 comm0 recv from gpu0", "host0 host"
 };
 
 struct Submission {

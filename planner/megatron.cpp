@@ -348,7 +348,7 @@ std::vector<sim::TaskId> MegatronBuilder::transient(const std::vector<sim::Devic
 
 sim::TaskGraph MegatronBuilder::build() {
   g_.reserve(static_cast<std::size_t>(megatron_tasks(in_, p_)));
-  g_.set_chunk_tokens(split_.local_tokens() / split_.sequences);  // one chunk per sequence: a rank's share of it
+  g_.set_chunk_tokens(split_.chunk_tokens());  // one chunk per sequence, a rank's share of it; zigzag (CP): two, each half of it
   model_states();
   for (int d = 0; d < p_.dp; ++d) {
     for (int stage = 0; stage < p_.pp; ++stage) walk_stage(d, stage);
@@ -418,13 +418,14 @@ void MegatronBuilder::forward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) {
   }
   if (v == 0) {
     for (std::size_t r = 0; r < w.ranks.size(); ++r) {
-      last[r] = emit_embedding(g_, w.ranks[r], "F " + slot.tag + " embedding", s_, h_, false, last[r], slot.at(sim::OpCode::embed, 0));
+      last[r] = emit_embedding(g_, w.ranks[r], "F " + slot.tag + " embedding", s_, h_, false, last[r],
+                               w.layer.on_rank(slot.at(sim::OpCode::embed, 0), r));
     }
   }
   for (std::int64_t l = first_layer_[v]; l < first_layer_[static_cast<std::size_t>(v) + 1]; ++l) forward_layer(w, slot, l);
   if (v == virtual_stages_ - 1) {
     for (std::size_t r = 0; r < w.ranks.size(); ++r) {
-      last[r] = emit_loss(g_, w.ranks[r], slot.tag, s_, h_, vocab_shard_, last[r], slot.at(sim::OpCode::none, model_.layers),
+      last[r] = emit_loss(g_, w.ranks[r], slot.tag, s_, h_, vocab_shard_, last[r], w.layer.on_rank(slot.at(sim::OpCode::none, model_.layers), r),
                           loss_memory(in_.cluster.stack));
     }
   }
@@ -443,7 +444,7 @@ void MegatronBuilder::forward_layer(StageWalk& w, Slot& slot, std::int64_t l) {
       done.push_back(g_.copy(prefix + " D2H checkpoint", w.ranks[r],
                              {sim::Copy::Direction::d2h, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer_)), offload_.pinned},
                              std::vector<sim::TaskId>{last[r]}));
-      g_.set_op(done.back(), slot.at(sim::OpCode::input, l));
+      g_.set_op(done.back(), w.layer.on_rank(slot.at(sim::OpCode::input, l), r));
       checkpoint_d2h_[{w.d, l, slot.mb, r}] = done.back();
       if (offload_.blocking) last[r] = done.back();  // the next layer waits for the copy
     }
@@ -461,7 +462,7 @@ void MegatronBuilder::send_to(StageWalk& w, const Slot& slot, SlotTasks& tasks, 
                                  w.ranks[r], gpu_of(to_stage, w.d, static_cast<int>(r)), std::max<std::int64_t>(1, 2 * s_ * h_ / p_.tp),
                                  std::vector<sim::TaskId>{slot.last[r]}, kPipeStream));
     const std::int64_t layer = forward ? first_layer_[static_cast<std::size_t>(slot.v) + 1] : first_layer_[slot.v];
-    g_.set_op(tasks.send.back(), slot.at(forward ? sim::OpCode::input : sim::OpCode::input_grad, layer));
+    g_.set_op(tasks.send.back(), w.layer.on_rank(slot.at(forward ? sim::OpCode::input : sim::OpCode::input_grad, layer), r));
   }
 }
 
@@ -475,7 +476,8 @@ void MegatronBuilder::backward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) 
   }
   if (v == 0) {
     for (std::size_t r = 0; r < w.ranks.size(); ++r) {
-      last[r] = emit_embedding(g_, w.ranks[r], "B " + slot.tag + " embedding", s_, h_, true, last[r], slot.at(sim::OpCode::embed_bwd, 0));
+      last[r] = emit_embedding(g_, w.ranks[r], "B " + slot.tag + " embedding", s_, h_, true, last[r],
+                               w.layer.on_rank(slot.at(sim::OpCode::embed_bwd, 0), r));
     }
     if (slot.mb == w.last_backward_mb[0]) {  // the embedding's gradients join the last bucket, after its backward
       for (int t = 0; t < tp_; ++t) {
@@ -514,7 +516,7 @@ void MegatronBuilder::backward_layer(StageWalk& w, Slot& slot, std::int64_t l) {
         if (last[r] >= 0) after.push_back(last[r]);
         last[r] = g_.copy(prefix + " H2D checkpoint", w.ranks[r],
                           {sim::Copy::Direction::h2d, std::max<std::int64_t>(1, static_cast<std::int64_t>(act_per_layer_)), offload_.pinned}, after);
-        g_.set_op(last[r], slot.at(sim::OpCode::input, l));
+        g_.set_op(last[r], w.layer.on_rank(slot.at(sim::OpCode::input, l), r));
       }
     }
     working = transient(w.ranks, prefix, last);

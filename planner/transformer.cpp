@@ -208,20 +208,16 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
              recompute);
 }
 
-bool LayerEmitter::ring_is_executable() const {
-  return split_.cp > 1 && split_.cp_comm == CpComm::p2p && split_.built_cp() == split_.cp && split_.built_tp() == 1;
-}
-
-std::int16_t LayerEmitter::zigzag_chunks() const { return ring_is_executable() && split_.zigzag ? static_cast<std::int16_t>(2 * split_.cp) : 0; }
-
-std::int32_t LayerEmitter::chunk_of(std::size_t rank) const {
-  return at_.chunk + (ring_is_executable() ? static_cast<std::int32_t>(rank) / split_.built_tp() : 0);
+sim::Op LayerEmitter::on_rank(sim::Op at, std::size_t rank) const {
+  if (split_.executable_ring()) at.chunk += static_cast<std::int32_t>(rank) / split_.built_tp();
+  at.zigzag = split_.zigzag_chunks();
+  return at;
 }
 
 sim::Op LayerEmitter::ring_op(sim::OpCode code, std::size_t rank, std::size_t block_rank, std::size_t from_rank) const {
-  if (!ring_is_executable()) return {};
+  if (!split_.executable_ring()) return {};
   sim::Op o = sim::Op::kv_range(code, at_.seq, at_.layer, chunk_of(rank), chunk_of(block_rank), chunk_of(block_rank));
-  o.zigzag = zigzag_chunks();
+  o.zigzag = split_.zigzag_chunks();
   if (code == sim::OpCode::kv) return o;
   const std::int32_t holder = rank == block_rank ? -1 : chunk_of(rank);  // -1: the owner's own accumulator
   return sim::Op::ring_share(o, holder, code == sim::OpCode::dkv_add ? chunk_of(from_rank) : -1);
@@ -318,8 +314,8 @@ void LayerEmitter::ring_steps(const std::string& name, const std::vector<std::ve
   if (backward) return;   // dQ and the dK | dV accumulators are fp32 until rope_bwd turns them to bf16
   // Merge the partial outputs by their log-sum-exp.
   const double q_elements = static_cast<double>(split_.local_tokens() * model_.q_dim() / split_.tp);
-  elementwise(name + " merge", ring_is_executable() ? sim::OpCode::attn_merge : sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements, last,
-              recompute);
+  elementwise(name + " merge", split_.executable_ring() ? sim::OpCode::attn_merge : sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements,
+              last, recompute);
 }
 
 // One collective per cp group (per TP index, or per a2a_p2p all-to-all group) on comm stream 1, after its

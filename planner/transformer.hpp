@@ -55,6 +55,13 @@ struct LayerSplit {
   std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
   int built_cp() const { return cp_ranks > 0 ? cp_ranks : cp; }
   int built_tp() const { return tp_ranks > 0 ? tp_ranks : tp; }
+  // Ring attention the executors run: K/V passed round every cp rank (p2p, no TP, no symmetry reduction); rank r
+  // holds the step's chunk r, and with zigzag its mirror too.
+  bool executable_ring() const { return cp > 1 && cp_comm == CpComm::p2p && built_cp() == cp && built_tp() == 1; }
+  // An executable zigzag ring: the 2 x cp chunks of the sequence (sim::Op::zigzag); else 0.
+  std::int16_t zigzag_chunks() const { return executable_ring() && zigzag ? static_cast<std::int16_t>(2 * cp) : 0; }
+  // The tokens of the executors' chunk: a rank's share of a sequence, half of it with zigzag.
+  std::int64_t chunk_tokens() const { return local_tokens() / sequences / (zigzag_chunks() > 0 ? 2 : 1); }
 };
 
 // Bytes of activations one layer keeps for backward on one GPU. Follows Korthikanti et al. (2022), "Reducing
@@ -107,13 +114,10 @@ class LayerEmitter {
 
   // Where the next forward()/backward() is in the step: every task they emit carries these coordinates and
   // its op code (sim::Op), which is what lets the executor run the graph with real tensors.
-  void set_coordinates(int seq, int layer, int chunk) {
-    at_ = sim::Op(sim::OpCode::none, seq, layer, chunk);
-    at_.zigzag = zigzag_chunks();
-  }
-  // An executable zigzag ring (ring_is_executable): the 2 x cp chunks of the sequence, of which cp rank r holds
-  // chunk r and its mirror 2 cp - 1 - r (sim::Op::zigzag); else 0.
-  std::int16_t zigzag_chunks() const;
+  void set_coordinates(int seq, int layer, int chunk) { at_ = on_rank(sim::Op(sim::OpCode::none, seq, layer, chunk), 0); }
+  // `at` as the group's rank index `rank` holds it: its chunk (LayerSplit::executable_ring: rank r's cp index) and
+  // zigzag.
+  sim::Op on_rank(sim::Op at, std::size_t rank) const;
   sim::Op op(sim::OpCode code) const {
     sim::Op o = at_;
     o.code = code;
@@ -165,10 +169,8 @@ class LayerEmitter {
                         sim::Op op);
   void bring_accumulator(RingPass& pass, const std::vector<std::size_t>& ring, const std::vector<Accumulator>& accumulators, int owner, int to,
                          sim::TaskId posted, std::vector<sim::TaskId>& last);
-  // Ring attention the executors run: K/V passed round every cp rank (no TP, no symmetry reduction): rank index r
-  // holds the step's chunk r, and with zigzag its mirror too. Other rings' tasks are left unannotated.
-  bool ring_is_executable() const;
-  std::int32_t chunk_of(std::size_t rank) const;  // the chunk a rank's tasks work on
+  // The chunk a rank's tasks work on. Rings other than LayerSplit::executable_ring are left unannotated.
+  std::int32_t chunk_of(std::size_t rank) const { return on_rank(at_, rank).chunk; }
   // A ring task's op: rank `rank`'s work on (or move of) the block that started on rank `block_rank` (dkv_add:
   // the accumulator `from_rank` sent).
   sim::Op ring_op(sim::OpCode code, std::size_t rank, std::size_t block_rank, std::size_t from_rank = 0) const;

@@ -114,11 +114,9 @@ class ZeroBuilder {
   // Its chunk: the sequence's tokens a GPU holds, one chunk of the graph's chunk length. Ring attention: the GPU's
   // place in its cp group (zigzag: and that chunk's mirror, sim::Op::zigzag); else the whole sequence (Ulysses'
   // split is inside the op).
-  int chunk_of(int gpu) const { return p_.cp > 1 ? gpu % p_.cp : 0; }
   sim::Op op_at(sim::OpCode code, std::int64_t layer, int gpu) const {
-    sim::Op o(code, seq_of(gpu), static_cast<std::int32_t>(layer), chunk_of(gpu));
-    o.zigzag = emitters_.front().zigzag_chunks();
-    return o;
+    return emitters_.front().on_rank(sim::Op(code, seq_of(gpu), static_cast<std::int32_t>(layer), 0),
+                                     static_cast<std::size_t>(gpu % (p_.sp * p_.cp)));
   }
   std::vector<sim::TaskId> all_last() const;
   sim::TaskId gather_layer(const std::string& name);
@@ -214,8 +212,7 @@ sim::TaskGraph ZeroBuilder::build() {
   }
   const std::int64_t mbs = zero_micro_batches(in_, p_);
   mbs_ = mbs;
-  // One chunk per sequence, a rank's share of it; zigzag: two, each half of it.
-  g_.set_chunk_tokens(split_.local_tokens() / split_.sequences / (emitters_.front().zigzag_chunks() > 0 ? 2 : 1));
+  g_.set_chunk_tokens(split_.chunk_tokens());  // one chunk per sequence, a rank's share of it; zigzag: two, each half of it
   const model::ParamCounts counts = model_.param_counts();
   // What each reduction carries, for the executors (sim::Op::gradients).
   const sim::Op head = sim::Op::gradients(0, -1, true, false), embedding = sim::Op::gradients(0, -1, false, true);

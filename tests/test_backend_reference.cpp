@@ -180,6 +180,14 @@ TEST(ReferenceStep, MegatronStepsEqualTheRingTrackStep) {
   EXPECT_TRUE(piped.result.race_checked);
   EXPECT_NEAR(piped.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
   EXPECT_LT(gradient_difference(piped, ringtrack), 0.03);
+  // Context parallelism (Megatron's zigzag ring) over 2 GPUs x 2 replicas, selective recompute.
+  planner::MegatronParams cp;
+  cp.cp = 2;
+  cp.dp = 2;
+  cp.recompute = planner::Recompute::selective;
+  const Outcome rings = megatron(sim::Cluster(hw::load_node(kData + "/tiny-node.json"), 1), cp);
+  EXPECT_NEAR(rings.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+  EXPECT_LT(gradient_difference(rings, ringtrack), 0.03);
 }
 
 namespace {

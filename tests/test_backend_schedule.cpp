@@ -124,7 +124,7 @@ TEST(BackendSchedule, SendsReceivesAndCollectivesReachEveryRankInvolved) {
   EXPECT_EQ(r1.submissions.size(), 3u);  // recv, F gpu1, ar
   EXPECT_FALSE(r0.streams[submission_of(r0, send).slot].receive);
   EXPECT_TRUE(r1.streams[submission_of(r1, send).slot].receive);
-  EXPECT_EQ(r1.streams[submission_of(r1, send).slot].name(), "gpu1 comm0 recv");
+  EXPECT_EQ(r1.streams[submission_of(r1, send).slot].name(), "gpu1 comm0 recv from gpu0");
   EXPECT_EQ(submission_of(r1, f1).waits, std::vector<TaskId>{send});
   EXPECT_EQ(submission_of(r1, ar).waits, std::vector<TaskId>{f1});
   // The receive's and the all-reduce's dependencies on gpu0's forward: held by NCCL (the send matches the

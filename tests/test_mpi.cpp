@@ -219,6 +219,24 @@ TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
   }
 }
 
+// Megatron's context parallelism (a zigzag ring, as Megatron-LM balances causal CP): cp over every rank, and cp
+// over half of them in each of 2 pipeline stages, whose receives from the next stage and from the ring's
+// neighbour queue apart.
+TEST(Mpi, MegatronContextParallelSplitOverRanksEqualsTheSingleRankStep) {
+  const int n = world().size();
+  const auto m = test::tiny_model();
+  for (int pp : {1, 2}) {
+    if (n / pp < 2) continue;
+    SCOPED_TRACE("pp " + std::to_string(pp) + ", cp " + std::to_string(n / pp));
+    planner::MegatronParams p;
+    p.pp = pp;
+    p.cp = n / pp;
+    p.recompute = pp == 2 ? planner::Recompute::selective : planner::Recompute::none;
+    const MegatronStep s = megatron_step(m, p, 41);
+    expect_split_equals_single(s.graph, m, s.tokens, s.cluster.topology.gpus_per_node(), 1);
+  }
+}
+
 // An uneven pipeline split (5 layers: 3 on the first stage, 2 on the last), as Llama 3 405B's, against one rank.
 TEST(Mpi, UnevenMegatronPipelineSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
@@ -303,10 +321,9 @@ TEST(Mpi, RingAttentionSplitOverRanksEqualsTheSingleRankStep) {
 // The executor on the CPU device, one rank per GPU (streams as threads; the gradient reductions are MPI
 // all-reduces queued on their streams, sends MPI messages from a stream to a receive stream): data-parallel steps
 // of ZeRO (stages 0 and 1), Megatron and ring-track replicas, and steps that send between ranks (ring attention
-// over every rank, plain and zigzag, Megatron's pipeline of 2 stages, ring-track rings of 2 GPUs) against the CPU reference on one
-// rank, with an AdamW step; and ZeRO-2 and -3 with 2 micro-batches, which reduce each group every micro-batch. The
-// model ties its embeddings (the pipeline sums the first stage's and the last stage's copy after the data-parallel
-// reduction).
+// over every rank, plain and zigzag, Megatron's pipeline of 2 stages and its context parallelism, ring-track rings of 2 GPUs) against the CPU
+// reference on one rank, with an AdamW step; and ZeRO-2 and -3 with 2 micro-batches, which reduce each group every micro-batch. The model ties its
+// embeddings (the pipeline sums the first stage's and the last stage's copy after the data-parallel reduction).
 TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   const int n = world().size();
   const auto m = test::tiny_model(true);
@@ -326,6 +343,11 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   planner::MegatronParams pipeline;
   pipeline.pp = 2;
   pipeline.dp = n / 2;
+  planner::MegatronParams megatron_cp;  // zigzag, as Megatron-LM's
+  megatron_cp.cp = n;
+  planner::MegatronParams piped_cp = megatron_cp;  // its receives from the next stage and the ring's neighbour apart
+  piped_cp.pp = 2;
+  piped_cp.cp = n / 2;
   planner::RingTrackParams rings = replicas;
   rings.ring = 2;
   struct Case {
@@ -347,7 +369,9 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
                              {"megatron pp 2", m, planner::build_megatron(in, pipeline)},
                              {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph},
                              {"zero-2, 2 micro-batches", m, planner::build_zero(twice, zero2), 2 * n},
-                             {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n}};
+                             {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n},
+                             {"megatron cp", m, planner::build_megatron(in, megatron_cp)}};
+  if (n >= 4) cases.push_back({"megatron pp 2, cp", m, planner::build_megatron(in, piped_cp)});
   for (auto& [name, model, graph, sequences] : cases) {
     SCOPED_TRACE(name);
     const auto tokens = random_windows(m.vocab, 32, sequences > 0 ? sequences : n, 59);
