@@ -43,7 +43,8 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
     return std::pair{"a step on one GPU (or, under mpirun, one rank per GPU)", "a task of several GPUs"};
   }
   if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states) {
-    return std::pair{"collectives of gradients or model states only", "a collective on activations"};
+    return std::pair{"collectives of gradients or model states only (Ulysses' head all-to-alls run on the CPU reference only so far)",
+                     "a collective on activations"};
   }
   if (sim::is_host(t.device) && !memory) return std::pair{"GPU tasks (the executor does not run host optimizer steps yet)", "a host task"};
   if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -135,6 +136,7 @@ std::string describe(const Key& k) {
   std::ostringstream out;
   out << to_string(k.role) << " of layer " << k.layer << " chunk " << k.chunk << " (sequence " << k.seq << ")";
   if ((k.role == Role::dkv || k.role == Role::dkv_in) && k.sub > 0) out << ", the share of the rank holding chunk " << k.sub - 1;
+  if (k.heads > 0) out << ", head group " << k.heads - 1;
   return out.str();
 }
 
@@ -171,7 +173,32 @@ TensorShape chunk_tensor(Role role, const model::ModelConfig& m, std::int64_t ch
   throw InternalError("no op table entry has " + std::string(to_string(role)) + " of a chunk", __FILE__, __LINE__);
 }
 
+model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model) {
+  if (op.head_groups == 0) return model;
+  model::ModelConfig group = model;
+  group.heads /= op.head_groups;
+  group.kv_heads /= op.head_groups;
+  return group;
+}
+
+// A Ulysses attention op's pairs: every query chunk up to op.chunk, its diagonal first, in the op's head group.
+std::vector<sim::Op> head_group_pairs(const sim::Op& op) {
+  std::vector<sim::Op> out;
+  auto add = [&](std::int32_t q, std::int32_t kv) {
+    sim::Op o = op;
+    o.chunk = q;
+    o.kv_first = o.kv_last = kv;
+    out.push_back(o);
+  };
+  for (std::int32_t q = 0; q <= op.chunk; ++q) {
+    add(q, q);
+    for (std::int32_t j = op.kv_first; j < q && j <= op.kv_last; ++j) add(q, j);
+  }
+  return out;
+}
+
 std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
+  if (op.head_groups > 0 && op.kv_last > op.kv_first) return head_group_pairs(op);
   if (op.zigzag <= 0) return {op};
   const auto mirror = [&](std::int32_t chunk) { return static_cast<std::int32_t>(op.zigzag - 1 - chunk); };
   sim::Op one = op;
@@ -222,24 +249,27 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
   }
 }
 
-std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& m, std::int64_t chunk_tokens) {
-  if (op.zigzag > 0) {
+std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens) {
+  if (op.zigzag > 0 || (op.head_groups > 0 && op.kv_last > op.kv_first)) {
     std::vector<Use> uses;
     for (const sim::Op& one : chunk_ops(op, chunk_tokens)) {
-      const std::vector<Use> more = compute_uses(one, m, chunk_tokens);
+      const std::vector<Use> more = compute_uses(one, model, chunk_tokens);
       uses.insert(uses.end(), more.begin(), more.end());
     }
     return uses;
   }
   const OpSpec& spec = op_spec(op.code);
   const bool starts = starts_accumulation(op);
+  std::optional<model::ModelConfig> group;  // a Ulysses head group's widths
+  if (op.head_groups > 0) group = model_of(op, model);
+  const model::ModelConfig& m = group ? *group : model;
   std::vector<Use> uses;
   for (const TensorSpec& t : spec.tensors) {
     if ((t.when == When::starting && !starts) || (t.when == When::continuing && starts)) continue;
     const std::int64_t width = width_elements(t.width, m);
     const std::int64_t rows = t.place == Place::head_piece ? op.row_end - op.row_begin : chunk_tokens;
     auto add = [&](std::int32_t layer, std::int32_t chunk, std::int32_t sub) {
-      uses.push_back({Key{t.role, op.seq, layer, chunk, sub}, t.access, rows * width, t.dtype, t.zeroed});
+      uses.push_back({Key{t.role, op.seq, layer, chunk, sub, op.head_groups > 0 ? op.head_group + 1 : 0}, t.access, rows * width, t.dtype, t.zeroed});
     };
     switch (t.place) {
       case Place::chunk: add(op.layer, op.chunk, 0); break;

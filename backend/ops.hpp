@@ -36,6 +36,7 @@ std::string_view to_string(Role role);  // "Q", "dK|dV accumulator"
 struct Key {
   Role role;
   std::int32_t seq, layer, chunk, sub = 0;
+  std::int32_t heads = 0;  // 0: every head; g + 1: Ulysses' head group g only (sim::Op::head_group)
   auto operator<=>(const Key&) const = default;
 };
 
@@ -110,7 +111,11 @@ struct Use {
 //  - the K/V chunk ops without a query chunk (dkv_add, and the moves kv, dkv, dkv_pass, kv_dkv): one per K/V chunk;
 //  - the LM head's pieces: rows [row_begin, row_end) of the two chunks laid end to end, split at the chunk's end;
 //  - every other op: once per chunk.
-// Every entry has zigzag 0.
+// Every entry has zigzag 0. Likewise a Ulysses attention op (sim::Op::head_groups > 0) stands for its pairs of
+// query chunks 0..chunk and the K/V chunks not wholly masked, each query chunk's diagonal first, in its head group.
+// The model as an op's tensors see it: a Ulysses attention op's has heads / head_groups query heads and
+// kv_heads / head_groups K/V heads; any other op's is `model`.
+model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model);
 std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens);
 
 // The op's table entry applied to its coordinates: one Use per tensor it touches (an entry over K/V chunks gives

@@ -63,7 +63,14 @@ class Interpreter {
     if (comm_) {
       check_ranks();
       std::vector<std::vector<int>> groups = reduction_groups(g_);
-      groups.push_back(all_ranks());  // the loss's sum
+      groups.push_back(all_ranks());                                              // the loss's sum
+      for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g_.size()); ++id) {  // Ulysses' all-to-alls
+        const sim::Task& t = g_.task(id);
+        if (t.kind() != sim::TaskKind::collective || !is_heads_exchange(t.op.code)) continue;
+        const auto& members = g_.groups()[std::get<sim::Collective>(t.params).group];
+        if (std::find(groups.begin(), groups.end(), std::vector<int>(members.begin(), members.end())) == groups.end())
+          groups.emplace_back(members.begin(), members.end());
+      }
       comm_->prepare_groups(groups);
     }
     s_.zero_grads();
@@ -379,8 +386,8 @@ class Interpreter {
     kernels::AttentionShape s;
     s.q_len = static_cast<int>(c_);
     s.kv_len = static_cast<int>(c_ * (op.kv_last - op.kv_first + 1));
-    s.heads = static_cast<int>(m_.heads);
-    s.kv_heads = static_cast<int>(m_.kv_heads);
+    s.heads = static_cast<int>(m_.heads / std::max<int>(1, op.head_groups));
+    s.kv_heads = static_cast<int>(m_.kv_heads / std::max<int>(1, op.head_groups));
     s.head_dim = static_cast<int>(m_.head_dim);
     s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
     s.q_offset = op.chunk * c_;
@@ -392,7 +399,7 @@ class Interpreter {
     const auto* a = std::get_if<sim::Attention>(&g_.task(id).params);
     if (!a) fail(id, "expected an attention task");
     const auto s = attention_shape(op);
-    const bool lengths_differ = zigzag_task_tokens_ < 0 && (a->q_len != s.q_len || a->kv_len != s.kv_len);  // zigzag: see zigzag_pairs
+    const bool lengths_differ = expanded_task_tokens_ < 0 && (a->q_len != s.q_len || a->kv_len != s.kv_len);  // see expect_pairs
     if (lengths_differ || a->heads != s.heads || a->kv_heads != s.kv_heads || a->head_dim != s.head_dim) {
       fail(id, "the graph's attention is " + std::to_string(a->q_len) + " queries x " + std::to_string(a->kv_len) + " keys but the op covers " +
                    std::to_string(s.q_len) + " x " + std::to_string(s.kv_len));
@@ -443,7 +450,9 @@ class Interpreter {
         return;
       }
       case sim::TaskKind::collective:
-        if (op.code != sim::OpCode::states) fail(id, "a collective on activations: the reference runs data-parallel gradient reductions only");
+        if (is_heads_exchange(op.code)) return exchange_heads(id, t);
+        if (op.code != sim::OpCode::states)
+          fail(id, "a collective on activations: the reference runs gradient reductions and Ulysses' all-to-alls only");
         // One rank: gradients are held once per step, so the all-reduce's sum is already there. Several: a
         // reduction (a reduce-scatter for the distributed optimizer too) sums whole gradients on every member,
         // each member then updates whole weights, and the weights' all-gather (model states) has nothing to move:
@@ -461,18 +470,19 @@ class Interpreter {
     }
     if (sim::is_host(t.device)) fail(id, "a host task the executor does not know");
     if (!mine(t.device)) return;
-    if (op.zigzag == 0) return compute(id, t.device, op);
-    // A zigzag op, one chunk at a time; its task's GEMM spans both chunks' rows.
-    const bool head = op.code >= sim::OpCode::head_logits && op.code <= sim::OpCode::head_wgrad;
-    zigzag_task_tokens_ = head ? op.row_end - op.row_begin : 2 * c_;
     const std::vector<sim::Op> ops = chunk_ops(op, c_);
-    if (op.code == sim::OpCode::attn || op.code == sim::OpCode::attn_bwd) expect_zigzag_pairs(id, ops);
+    if (ops.size() == 1 && ops.front().zigzag == 0) return compute(id, t.device, op);
+    // A zigzag or Ulysses op, one chunk (pair) at a time; a zigzag task's GEMM spans both chunks' rows.
+    const bool head = op.code >= sim::OpCode::head_logits && op.code <= sim::OpCode::head_wgrad;
+    expanded_task_tokens_ = head ? op.row_end - op.row_begin : 2 * c_;
+    if (op.code == sim::OpCode::attn || op.code == sim::OpCode::attn_bwd) expect_pairs(id, ops);
     for (const sim::Op& one : ops) compute(id, t.device, one);
-    zigzag_task_tokens_ = -1;
+    expanded_task_tokens_ = -1;
   }
-  // A zigzag attention task costs as many (query, key) pairs as its chunk pairs compute (a diagonal pair half of
-  // its square): the graph's causal square of both chunks at the ring's first step, two chunks by one after.
-  void expect_zigzag_pairs(sim::TaskId id, const std::vector<sim::Op>& ops) const {
+  // An attention task run as chunk pairs costs as many (query, key) pairs as they compute (a diagonal pair half of
+  // its square): zigzag, the graph's causal square of both chunks at the ring's first step, two chunks by one
+  // after; Ulysses, the causal square of the whole sequence.
+  void expect_pairs(sim::TaskId id, const std::vector<sim::Op>& ops) const {
     const auto* a = std::get_if<sim::Attention>(&g_.task(id).params);
     if (!a) fail(id, "expected an attention task");
     const double graph_pairs = static_cast<double>(a->q_len) * static_cast<double>(a->kv_len) * (a->causal ? 0.5 : 1.0);
@@ -484,7 +494,88 @@ class Interpreter {
     }
   }
   // The token rows of the running task's GEMM: `rows` (the op's), or a zigzag task's (both chunks).
-  std::int64_t task_tokens(std::int64_t rows) const { return zigzag_task_tokens_ >= 0 ? zigzag_task_tokens_ : rows; }
+  std::int64_t task_tokens(std::int64_t rows) const { return expanded_task_tokens_ >= 0 ? expanded_task_tokens_ : rows; }
+
+  // --- Ulysses' all-to-alls ----------------------------------------------------------------------------------
+  static bool is_heads_exchange(sim::OpCode code) {
+    return code == sim::OpCode::heads_qkv || code == sim::OpCode::heads_out || code == sim::OpCode::heads_dout || code == sim::OpCode::heads_dqkv;
+  }
+  // What an exchange moves, each as [blocks][rows][width] (dK | dV: two blocks of K/V width).
+  struct Exchanged {
+    Role role;
+    int blocks;
+    std::int64_t width;
+  };
+  std::vector<Exchanged> exchanged(sim::OpCode code) const {
+    switch (code) {
+      case sim::OpCode::heads_qkv: return {{Role::q, 1, m_.q_dim()}, {Role::k, 1, m_.kv_dim()}, {Role::v, 1, m_.kv_dim()}};
+      case sim::OpCode::heads_out: return {{Role::o, 1, m_.q_dim()}};
+      case sim::OpCode::heads_dout: return {{Role::d_o, 1, m_.q_dim()}};
+      default: return {{Role::dq, 1, m_.q_dim()}, {Role::dkv, 2, m_.kv_dim()}};
+    }
+  }
+  // Head group g's columns of every row and block, out of `all` (to_group) or into it.
+  void head_slice(const Exchanged& e, int groups, int g, std::vector<float>& all, std::vector<float>& part, bool to_group) const {
+    const std::int64_t w = e.width / groups, rows = c_ * e.blocks;
+    if (to_group) part.assign(static_cast<std::size_t>(rows * w), 0.0f);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float* whole = all.data() + r * e.width + g * w;
+      float* piece = part.data() + r * w;
+      to_group ? std::copy_n(whole, w, piece) : std::copy_n(piece, w, whole);
+    }
+  }
+  // Member i of the group holds chunk i. To head groups (heads_qkv, heads_dout) member g gets head group g of every
+  // member's chunk; back (heads_out, heads_dqkv) member i gets every head group of its chunk. Under MPI, one
+  // all-to-all over the group per tensor, equal blocks in member order.
+  void exchange_heads(sim::TaskId id, const sim::Task& t) {
+    const sim::Op& op = t.op;
+    const auto& members = g_.groups()[std::get<sim::Collective>(t.params).group];
+    if (std::none_of(members.begin(), members.end(), [&](sim::DeviceId d) { return mine(d); })) return;  // another group's
+    const int groups = static_cast<int>(members.size());
+    if (op.head_groups != groups)
+      fail(id, "an all-to-all over " + std::to_string(groups) + " GPUs for " + std::to_string(op.head_groups) + " head groups");
+    const bool to_heads = op.code == sim::OpCode::heads_qkv || op.code == sim::OpCode::heads_dout;
+    auto key = [&](Role role, int chunk, int heads) { return Key{role, op.seq, op.layer, chunk, 0, heads}; };
+    for (const Exchanged& e : exchanged(op.code)) {
+      // blocks[from][to]: what member `from` sends member `to` (a head group of one chunk)
+      std::vector<std::vector<std::vector<float>>> blocks(static_cast<std::size_t>(groups),
+                                                          std::vector<std::vector<float>>(static_cast<std::size_t>(groups)));
+      for (int from = 0; from < groups; ++from) {
+        if (!mine(members[from])) continue;
+        for (int to = 0; to < groups; ++to) {
+          if (to_heads) {
+            std::vector<float> whole = read(id, members[from], key(e.role, from, 0));
+            head_slice(e, groups, to, whole, blocks[from][to], true);
+          } else {
+            blocks[from][to] = read(id, members[from], key(e.role, to, from + 1));
+          }
+        }
+      }
+      if (comm_) all_to_all_blocks(members, blocks);
+      for (int to = 0; to < groups; ++to) {
+        if (!mine(members[to])) continue;
+        if (to_heads) {
+          for (int from = 0; from < groups; ++from) write(id, members[to], key(e.role, from, to + 1), std::move(blocks[from][to]));
+        } else {
+          std::vector<float> whole(static_cast<std::size_t>(c_ * e.blocks * e.width));
+          for (int from = 0; from < groups; ++from) head_slice(e, groups, from, whole, blocks[from][to], false);
+          write(id, members[to], key(e.role, to, 0), std::move(whole));
+        }
+      }
+    }
+  }
+  // Under MPI: this rank's row of `blocks` out, its column in.
+  void all_to_all_blocks(const std::vector<sim::DeviceId>& members, std::vector<std::vector<std::vector<float>>>& blocks) {
+    const auto me = static_cast<std::size_t>(std::find(members.begin(), members.end(), comm_->rank()) - members.begin());
+    std::vector<float> out;
+    for (const auto& b : blocks[me]) out.insert(out.end(), b.begin(), b.end());
+    const std::vector<int> ranks(members.begin(), members.end());
+    const std::vector<float> in = comm_->all_to_all(ranks, out);
+    const std::size_t each = in.size() / members.size();
+    for (std::size_t from = 0; from < members.size(); ++from) {
+      blocks[from][me].assign(in.begin() + static_cast<std::ptrdiff_t>(from * each), in.begin() + static_cast<std::ptrdiff_t>((from + 1) * each));
+    }
+  }
 
   // A reduction sums what its groups' gradients hold when it runs: every task that has added to them on its members'
   // GPUs must be ordered before it, or on a device with concurrent streams it reads a sum still being made.
@@ -517,8 +608,11 @@ class Interpreter {
 
   void compute(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
     using sim::OpCode;
-    const std::int64_t c = c_, h = m_.hidden, q = m_.q_dim(), kv = m_.kv_dim(), f = m_.ffn_hidden;
-    const int H = static_cast<int>(m_.heads), D = static_cast<int>(m_.head_dim);
+    std::optional<model::ModelConfig> group;  // Ulysses' attention: one head group's widths
+    if (op.head_groups > 0) group = model_of(op, m_);
+    const model::ModelConfig& mm = group ? *group : m_;
+    const std::int64_t c = c_, h = m_.hidden, q = mm.q_dim(), kv = mm.kv_dim(), f = m_.ffn_hidden;
+    const int H = static_cast<int>(mm.heads), D = static_cast<int>(m_.head_dim);
     current_ = {id, gpu, compute_uses(op, m_, c_)};
     named_.emplace(op, current_.uses);
     if (op.layer < 0 || op.chunk < 0 || op.seq < 0) fail(id, "an op without its coordinates");
@@ -843,7 +937,7 @@ class Interpreter {
   std::vector<std::vector<std::uint64_t>> ancestors_;
   std::map<std::pair<sim::DeviceId, Key>, Slot> store_;
   std::map<Key, std::int64_t> latest_;
-  std::int64_t zigzag_task_tokens_ = -1;  // see task_tokens
+  std::int64_t expanded_task_tokens_ = -1;  // see task_tokens
   std::map<int, GroupState> groups_;
   // Each reduced parameter's last sum over each set of ranks (reduce_gradients): a reduction over other ranks (the
   // tied embeddings' pair after the data-parallel one) sums the values themselves.

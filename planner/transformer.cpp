@@ -182,9 +182,18 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
       name,
       sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
       last, recompute, backward ? sim::OpCode::attn_bwd : sim::OpCode::attn);
-  for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()); ++id) {  // the whole causal square: its own chunk
+  const auto groups = static_cast<std::int32_t>(split_.ulysses);
+  for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()); ++id) {
     sim::Op o = graph_.task(id).op;
-    o.kv_first = o.kv_last = o.chunk;
+    if (executable_ulysses()) {  // head group r of the whole sequence (every rank's chunk) on rank r
+      o.head_group = static_cast<std::int8_t>(id - before);
+      o.head_groups = static_cast<std::uint8_t>(groups);
+      o.chunk = groups - 1;
+      o.kv_first = 0;
+      o.kv_last = groups - 1;
+    } else {  // the whole causal square: its own chunk
+      o.kv_first = o.kv_last = o.chunk;
+    }
     graph_.set_op(id, o);
   }
 }
@@ -208,8 +217,14 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
              recompute);
 }
 
+bool LayerEmitter::executable_ulysses() const {
+  const int sp = split_.ulysses;
+  return sp > 1 && sp <= 127 && split_.tp == 1 && split_.cp == 1 && split_.fpdt_chunks == 1 && model_.heads % sp == 0 && model_.kv_heads % sp == 0;
+}
+
 sim::Op LayerEmitter::on_rank(sim::Op at, std::size_t rank) const {
   if (split_.executable_ring()) at.chunk += static_cast<std::int32_t>(rank) / split_.built_tp();
+  if (executable_ulysses()) at.chunk += static_cast<std::int32_t>(rank);
   at.zigzag = split_.zigzag_chunks();
   return at;
 }
@@ -500,9 +515,14 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
               kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()), last, recompute);
 }
 
-void LayerEmitter::ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last) {
+void LayerEmitter::ulysses_exchange(const std::string& name, sim::OpCode code, double bytes, std::vector<sim::TaskId>& last) {
   if (ulysses_group_ < 0) return;
   emit_collective(graph_, name, sim::CollectiveOp::all_to_all, bytes, ulysses_group_, split_.ulysses, last, 0, last.size());
+  if (!executable_ulysses()) return;
+  sim::Op o = op(code);
+  o.chunk = -1;
+  o.head_groups = static_cast<std::uint8_t>(split_.ulysses);
+  graph_.set_op(last.front(), o);
 }
 
 // The tensor-parallel collective of each cp slice, over that slice's TP group (under symmetry, its built ranks
@@ -556,9 +576,9 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
     gemm(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, last, recompute);
   }
   elementwise(p + " rope", sim::OpCode::rope, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last, recompute);
-  ulysses_exchange(p + " a2a qkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
+  ulysses_exchange(p + " a2a qkv", sim::OpCode::heads_qkv, kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   attention(p + " attn", false, last, recompute);
-  ulysses_exchange(p + " a2a out", kBf16 * static_cast<double>(s * q), last);
+  ulysses_exchange(p + " a2a out", sim::OpCode::heads_out, kBf16 * static_cast<double>(s * q), last);
   gemm_beside_collective(p + " proj", sim::OpCode::proj, s, h, q, p + (sp ? " rs1" : " ar1"), reduce, hidden_bytes, false, last, recompute);
   elementwise(p + " residual1", sim::OpCode::residual1, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   elementwise(p + " norm2", sim::OpCode::norm2, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
@@ -612,10 +632,10 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   elementwise(p + " residual1 bwd", sim::OpCode::residual1_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
   dgrad(p + " proj", sim::OpCode::proj_dgrad, s, h, q, p + " ag1 bwd");
   wgrad(p + " proj", sim::OpCode::proj_dgrad, s, h, q);
-  ulysses_exchange(p + " a2a dout", kBf16 * static_cast<double>(s * q), last);
+  ulysses_exchange(p + " a2a dout", sim::OpCode::heads_dout, kBf16 * static_cast<double>(s * q), last);
   if (split_.recompute_attention) attention(p + " attn recompute", false, last, true);
   attention(p + " attn bwd", true, last, false);
-  ulysses_exchange(p + " a2a dqkv", kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
+  ulysses_exchange(p + " a2a dqkv", sim::OpCode::heads_dqkv, kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last,
               false);
   gemm(p + " qkv dgrad", sim::OpCode::qkv_dgrad, s, h, q + 2 * kv, last, false);

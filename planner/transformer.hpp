@@ -59,7 +59,7 @@ struct LayerSplit {
   // holds the step's chunk r, and with zigzag its mirror too.
   bool executable_ring() const { return cp > 1 && cp_comm == CpComm::p2p && built_cp() == cp && built_tp() == 1; }
   // An executable zigzag ring: the 2 x cp chunks of the sequence (sim::Op::zigzag); else 0.
-  std::int16_t zigzag_chunks() const { return executable_ring() && zigzag ? static_cast<std::int16_t>(2 * cp) : 0; }
+  std::uint8_t zigzag_chunks() const { return executable_ring() && zigzag && cp <= 127 ? static_cast<std::uint8_t>(2 * cp) : 0; }
   // The tokens of the executors' chunk: a rank's share of a sequence, half of it with zigzag.
   std::int64_t chunk_tokens() const { return local_tokens() / sequences / (zigzag_chunks() > 0 ? 2 : 1); }
 };
@@ -115,9 +115,12 @@ class LayerEmitter {
   // Where the next forward()/backward() is in the step: every task they emit carries these coordinates and
   // its op code (sim::Op), which is what lets the executor run the graph with real tensors.
   void set_coordinates(int seq, int layer, int chunk) { at_ = on_rank(sim::Op(sim::OpCode::none, seq, layer, chunk), 0); }
-  // `at` as the group's rank index `rank` holds it: its chunk (LayerSplit::executable_ring: rank r's cp index) and
-  // zigzag.
+  // `at` as the group's rank index `rank` holds it: its chunk (LayerSplit::executable_ring: rank r's cp index;
+  // executable_ulysses: its index) and zigzag.
   sim::Op on_rank(sim::Op at, std::size_t rank) const;
+  // Ulysses the executors run: the heads and K/V heads split evenly over the sp ranks (no TP, CP or FPDT); rank i
+  // holds chunk i of the sequence and, around attention, head group i of every chunk.
+  bool executable_ulysses() const;
   sim::Op op(sim::OpCode code) const {
     sim::Op o = at_;
     o.code = code;
@@ -146,7 +149,7 @@ class LayerEmitter {
   void gemm_beside_collective(const std::string& gemm_name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
                               const std::string& collective_name, sim::CollectiveOp op, double bytes, bool gather_first,
                               std::vector<sim::TaskId>& last, bool recompute);
-  void ulysses_exchange(const std::string& name, double bytes, std::vector<sim::TaskId>& last);
+  void ulysses_exchange(const std::string& name, sim::OpCode code, double bytes, std::vector<sim::TaskId>& last);
   void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void a2a_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);

@@ -28,11 +28,12 @@ std::string_view to_string(TaskKind kind) {
 
 std::string_view to_string(OpCode code) {
   static constexpr std::string_view names[] = {
-      "none",         "embed",        "norm1",     "qkv",           "rope",        "attn",          "attn_merge",     "proj",           "residual1",
-      "norm2",        "mlp_up",       "act",       "mlp_down",      "residual2",   "residual2_bwd", "mlp_down_dgrad", "mlp_down_wgrad", "act_bwd",
-      "mlp_up_dgrad", "mlp_up_wgrad", "norm2_bwd", "residual1_bwd", "proj_dgrad",  "proj_wgrad",    "attn_bwd",       "dkv_add",        "rope_bwd",
-      "qkv_dgrad",    "qkv_wgrad",    "norm1_bwd", "embed_bwd",     "head_logits", "head_xent",     "head_dgrad",     "head_wgrad",     "optimizer",
-      "kv",           "dkv",          "kv_dkv",    "dkv_pass",      "acts",        "checkpoint",    "input",          "input_grad",     "states"};
+      "none",         "embed",        "norm1",      "qkv",           "rope",        "attn",          "attn_merge",     "proj",           "residual1",
+      "norm2",        "mlp_up",       "act",        "mlp_down",      "residual2",   "residual2_bwd", "mlp_down_dgrad", "mlp_down_wgrad", "act_bwd",
+      "mlp_up_dgrad", "mlp_up_wgrad", "norm2_bwd",  "residual1_bwd", "proj_dgrad",  "proj_wgrad",    "attn_bwd",       "dkv_add",        "rope_bwd",
+      "qkv_dgrad",    "qkv_wgrad",    "norm1_bwd",  "embed_bwd",     "head_logits", "head_xent",     "head_dgrad",     "head_wgrad",     "optimizer",
+      "kv",           "dkv",          "kv_dkv",     "dkv_pass",      "acts",        "checkpoint",    "input",          "input_grad",     "heads_qkv",
+      "heads_out",    "heads_dout",   "heads_dqkv", "states"};
   static_assert(std::size(names) == static_cast<std::size_t>(OpCode::states) + 1);
   return names[static_cast<int>(code)];
 }

@@ -126,6 +126,10 @@ enum class OpCode : std::uint8_t {
   checkpoint,  // what recompute keeps: the layer input, the attention output and its lse
   input,       // the layer's input (the previous layer's output; layer L: the final hidden state)
   input_grad,  // the gradient of the layer's input
+  // On an all-to-all over a Ulysses group, whose rank i holds chunk i of the sequence and, around attention, head
+  // group i of every chunk (Op::head_groups groups): Q, K, V (heads_qkv) and dO (heads_dout) from a chunk's heads
+  // to head groups; the attention output (heads_out) and the fp32 dQ, dK|dV (heads_dqkv) back.
+  heads_qkv, heads_out, heads_dout, heads_dqkv,
   states,      // model states (weights, gradients, master weights, moments) of the device's layers; on a
                // data-parallel collective, the gradients it reduces (Op::gradients)
 };
@@ -137,11 +141,15 @@ struct Op {
   Op(OpCode code_ = OpCode::none, std::int32_t seq_ = 0, std::int32_t layer_ = -1, std::int32_t chunk_ = -1)
       : code(code_), seq(seq_), layer(layer_), chunk(chunk_) {}
   OpCode code = OpCode::none;
-  // Zigzag ring attention: 0, or the number of chunks the sequence is cut into (2 x cp), when the op covers two
-  // of them, `chunk` and its mirror zigzag - 1 - chunk, and each K/V chunk with its mirror likewise (the two
-  // halves a cp rank holds). The executors run it as its one-chunk ops (backend/ops.hpp chunk_ops). Fits in
-  // the padding after `code`.
-  std::int16_t zigzag = 0;
+  // Zigzag ring attention: 0, or the number of chunks the sequence is cut into (2 x cp, at most 254), when the op
+  // covers two of them, `chunk` and its mirror zigzag - 1 - chunk, and each K/V chunk with its mirror likewise
+  // (the two halves a cp rank holds). The executors run it as its one-chunk ops (backend/ops.hpp chunk_ops).
+  std::uint8_t zigzag = 0;
+  // Ulysses' attention: 0, or the head groups the heads are split into (at most 127); the op works on head group
+  // `head_group` of every query chunk up to `chunk` (its K/V chunks kv_first..kv_last). These three fit in the
+  // padding after `code`.
+  std::int8_t head_group = -1;
+  std::uint8_t head_groups = 0;
   std::int32_t seq = 0, layer = -1, chunk = -1;
   // attn, attn_bwd, kv, dkv, kv_dkv: the K/V chunks kv_first..kv_last (both included).
   std::int32_t kv_first = -1, kv_last = -1;
@@ -188,6 +196,7 @@ struct Op {
   bool carries_head_gradients() const { return carries_gradients() && row_begin == 1; }
   bool carries_embedding_gradients() const { return carries_gradients() && row_end == 1; }
 };
+static_assert(sizeof(Op) == 9 * sizeof(std::int32_t), "Op's one-byte fields share the word after `code`");
 
 // A task's name ("F L3 C7 attn", "H2D kv L3 C5": says what it is) lives in its graph's name arena
 // (TaskGraph::name): an inline std::string per task took 32 bytes plus the heap for most names.

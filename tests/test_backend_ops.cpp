@@ -136,6 +136,31 @@ TEST(OpTable, ZigzagOpsStandForTheirOneChunkOps) {
   EXPECT_EQ(chunk_ops(sim::Op{OpCode::norm1, 0, 1, 1}, 4).size(), 1u);
 }
 
+// Ulysses over 3 ranks: rank 2's attention works on head group 2 of all 3 chunks, every causal pair, each query
+// chunk's diagonal first, its tensors a third as wide and keyed by the head group.
+TEST(OpTable, UlyssesAttentionStandsForItsHeadGroupsPairs) {
+  sim::Op op = attention_pair(OpCode::attn_bwd, 2, 0, 2);
+  op.head_group = 2;
+  op.head_groups = 3;
+  std::vector<std::pair<int, int>> pairs;
+  for (const sim::Op& o : chunk_ops(op, 4)) {
+    EXPECT_EQ(o.head_group, 2);
+    pairs.emplace_back(o.chunk, o.kv_first);
+  }
+  EXPECT_EQ(pairs, (std::vector<std::pair<int, int>>{{0, 0}, {1, 1}, {1, 0}, {2, 2}, {2, 0}, {2, 1}}));
+  auto m = test::tiny_model();
+  m.heads = 6;
+  m.kv_heads = 3;
+  sim::Op one = attention_pair(OpCode::attn, 1, 0, 0);
+  one.head_group = 2;
+  one.head_groups = 3;
+  const auto uses = compute_uses(one, m, 4);
+  ASSERT_FALSE(uses.empty());
+  for (const Use& u : uses) EXPECT_EQ(u.key.heads, 3) << describe(u.key);
+  EXPECT_EQ(uses.front().key.role, Role::q);
+  EXPECT_EQ(uses.front().elements, 4 * 2 * m.head_dim) << "4 rows of 2 of the 6 heads";
+}
+
 TEST(OpTensors, FindsTensorsByNameAndRefusesWhatTheEntryDoesNotName) {
   const auto m = test::tiny_model();
   const sim::Op op = attention_pair(OpCode::attn, 1, 0, 1);

@@ -251,6 +251,52 @@ TEST(ReferenceStep, ZigzagRingAttentionStepsEqualTheRingTrackStep) {
                                                     67);
 }
 
+// DeepSpeed-Ulysses: rank i of an sp group holds chunk i and, around attention, head group i of the whole sequence
+// (the all-to-alls move Q, K, V and dO to head groups, the output and dQ, dK | dV back).
+TEST(ReferenceStep, UlyssesStepsEqualTheRingTrackStep) {
+  planner::ZeroParams pairs, offloaded;
+  pairs.sp = 2;
+  pairs.stage = 3;
+  pairs.activation_checkpointing = true;
+  offloaded.sp = 2;
+  offloaded.stage = 2;
+  offloaded.offload_activations = offloaded.offload_optimizer = true;
+  expect_zero_family_steps_equal_the_ringtrack_step(
+      {{"sp 2 x 2 replicas, ZeRO-3, checkpointed", pairs}, {"sp 2 x 2, ZeRO-2, checkpoints and optimizer offloaded", offloaded}}, 83);
+}
+
+// Without the edges from the all-to-all that brings Q, K and V to the head groups, attention reads them before
+// they arrive: the reference names the missing tensor.
+TEST(ReferenceStep, AUlyssesAttentionNotOrderedAfterItsAllToAllIsCaught) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
+  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
+  planner::ZeroParams p;
+  p.sp = 2;
+  const planner::StepInputs in{m, four, {seq, 2}, model::precision_policy("bf16-mixed")};
+  const sim::TaskGraph good = planner::build_zero(in, p);
+  int dropped = 0;
+  sim::TaskGraph broken = test::rebuilt(
+      good, [](sim::TaskId, sim::Task&) {},
+      [&](sim::TaskId before, sim::TaskId after) {
+        const bool cut = good.task(before).op.code == sim::OpCode::heads_qkv && good.task(after).op.code == sim::OpCode::attn &&
+                         good.task(after).op.layer == 1;
+        dropped += cut ? 1 : 0;
+        return !cut;
+      });
+  ASSERT_GT(dropped, 0);
+  sim::validate(broken, four.gpus(), four.nodes, "test");
+  Step s{std::move(broken), seq, four.topology.gpus_per_node()};
+  try {
+    run(s, m, random_windows(m.vocab, seq, 2, 89));
+    FAIL() << "the unordered attention ran";
+  } catch (const InternalError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("of layer 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("head group"), std::string::npos) << what;
+  }
+}
+
 // The dK | dV accumulators' order: without the edge from the pass that brings a chunk's accumulator home to the
 // owner's add, the add reads what arrives by chance of the order only, which the reference calls a race.
 TEST(ReferenceStep, ARingAttentionAddNotOrderedAfterItsAccumulatorIsCaught) {

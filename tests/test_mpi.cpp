@@ -318,6 +318,24 @@ TEST(Mpi, RingAttentionSplitOverRanksEqualsTheSingleRankStep) {
   }
 }
 
+// Ulysses over 2 ranks per sequence (the tiny model's 2 K/V heads split no further), replicas on the rest: its
+// all-to-alls are MPI all-to-alls over each sp group.
+TEST(Mpi, UlyssesSplitOverRanksEqualsTheSingleRankStep) {
+  const int n = world().size();
+  const auto m = test::tiny_model(true);
+  const sim::Cluster cluster = cluster_for_ranks();
+  for (int stage : {1, 3}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
+    planner::ZeroParams p;
+    p.sp = 2;
+    p.stage = stage;
+    p.activation_checkpointing = stage == 3;
+    const std::int64_t sequences = n / 2;
+    const planner::StepInputs in{m, cluster, {32, sequences}, model::precision_policy("bf16-mixed")};
+    expect_split_equals_single(planner::build_zero(in, p), m, random_windows(m.vocab, 32, sequences, 97), cluster.topology.gpus_per_node(), 2);
+  }
+}
+
 // The executor on the CPU device, one rank per GPU (streams as threads; the gradient reductions are MPI
 // all-reduces queued on their streams, sends MPI messages from a stream to a receive stream): data-parallel steps
 // of ZeRO (stages 0 and 1), Megatron and ring-track replicas, and steps that send between ranks (ring attention

@@ -16,6 +16,12 @@ Scheme ulysses_scheme() {
       zero_family_variants("ulysses", base, false, add);
     }
   };
+  // Its tasks say what they compute where the heads split evenly (planner/transformer.cpp: rank i holds chunk i,
+  // and head group i of every chunk around attention), so the CPU reference runs it, one rank per GPU; the
+  // executor refuses its all-to-alls so far.
+  s.cpu_only_refusal = [](const PlanSpec& spec) -> std::string {
+    return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
+  };
   return s;
 }
 
