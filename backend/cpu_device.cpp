@@ -184,6 +184,14 @@ class CpuDevice final : public Device {
   void fill(int stream, void* dst, int byte, std::int64_t bytes) override {
     enqueue(stream, [=] { std::memset(dst, byte, static_cast<std::size_t>(bytes)); });
   }
+  void copy_2d(int stream, void* dst, std::int64_t dst_pitch, const void* src, std::int64_t src_pitch, std::int64_t row_bytes,
+               std::int64_t rows) override {
+    enqueue(stream, [=] {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, static_cast<std::size_t>(row_bytes));
+      }
+    });
+  }
 
   // --- kernels: the references on widened bf16 -----------------------------------------------------------------
   void gemm(int stream, int m, int n, int k, const bf16_bits* a, bool ta, const bf16_bits* b, bool tb, void* c, bool c_fp32, float alpha,
@@ -349,6 +357,30 @@ class CpuDevice final : public Device {
       for (const Bytes& b : buffers) {
         std::memcpy(b.data, message.data() + at, static_cast<std::size_t>(b.size));
         at += b.size;
+      }
+    });
+  }
+  void all_to_all(int stream, Communicator& comm, const std::vector<int>& ranks, int tag, std::vector<ConstBytes> sends,
+                  std::vector<Bytes> recvs) override {
+    TRAINYARD_CHECK(sends.size() == ranks.size() && recvs.size() == ranks.size(), "one block to and from each rank");
+    enqueue(stream, [&comm, ranks, tag, sends = std::move(sends), recvs = std::move(recvs)] {
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        const auto* p = static_cast<const std::byte*>(sends[i].data);
+        if (ranks[i] == comm.rank()) {
+          std::memcpy(recvs[i].data, p, static_cast<std::size_t>(sends[i].size));
+        } else {
+          comm.send(ranks[i], tag, std::span(p, static_cast<std::size_t>(sends[i].size)));
+        }
+      }
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        if (ranks[i] == comm.rank()) continue;
+        const std::vector<std::byte> message = comm.recv(ranks[i], tag);
+        if (static_cast<std::int64_t>(message.size()) != recvs[i].size) {
+          throw TRAINYARD_COMM_ERROR("rank " + std::to_string(comm.rank()) + ": an all-to-all block of " + std::to_string(message.size()) +
+                                     " bytes from rank " + std::to_string(ranks[i]) + " (tag " + std::to_string(tag) + ") where the plan has " +
+                                     std::to_string(recvs[i].size));
+        }
+        std::memcpy(recvs[i].data, message.data(), message.size());
       }
     });
   }

@@ -124,6 +124,11 @@ class CudaDevice final : public Device {
   void fill(int stream, void* dst, int byte, std::int64_t bytes) override {
     TRAINYARD_CUDA_CHECK(cudaMemsetAsync(dst, byte, size_of(bytes), streams_.at(stream)));
   }
+  void copy_2d(int stream, void* dst, std::int64_t dst_pitch, const void* src, std::int64_t src_pitch, std::int64_t row_bytes,
+               std::int64_t rows) override {
+    TRAINYARD_CUDA_CHECK(cudaMemcpy2DAsync(dst, size_of(dst_pitch), src, size_of(src_pitch), size_of(row_bytes), size_of(rows), cudaMemcpyDefault,
+                                           streams_.at(stream)));
+  }
 
   void gemm(int stream, int m, int n, int k, const bf16_bits* a, bool ta, const bf16_bits* b, bool tb, void* c, bool c_fp32, float alpha,
             float beta) override {
@@ -201,6 +206,10 @@ class CudaDevice final : public Device {
   void recv(int stream, Communicator&, int peer, int, std::vector<Bytes> buffers) override {
     if (!peers_) throw InternalError("a receive before prepare_peers", __FILE__, __LINE__);
     for (const Bytes& b : buffers) peers_->recv(peer, b.data, b.size, streams_.at(stream));
+  }
+  void all_to_all(int stream, Communicator&, const std::vector<int>& ranks, int, std::vector<ConstBytes> sends, std::vector<Bytes> recvs) override {
+    if (!peers_) throw InternalError("an all-to-all before prepare_peers", __FILE__, __LINE__);
+    peers_->all_to_all(ranks, sends, recvs, streams_.at(stream));
   }
 
  private:

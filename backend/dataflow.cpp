@@ -192,6 +192,40 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
         step.instances.insert(step.instances.end(), {src, dst});
       }
     };
+    // Ulysses' all-to-all, this rank's side: per tensor, what it sends (its chunk's heads, or its head group of
+    // every chunk), then what it receives, each in member order.
+    auto exchange_heads = [&] {
+      TRAINYARD_CHECK(rank >= 0, "Ulysses' all-to-alls are planned one rank at a time");
+      const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
+      const auto at = std::find(members.begin(), members.end(), rank);
+      if (at == members.end()) return;
+      const auto me = static_cast<std::int32_t>(at - members.begin()), groups = static_cast<std::int32_t>(members.size());
+      for (const HeadsExchanged& e : heads_exchanged(t.op.code)) {
+        const std::int64_t whole = graph.chunk_tokens() * e.blocks * width_elements(e.row, model);
+        auto key = [&](std::int32_t chunk, std::int32_t heads) { return Key{e.role, t.op.seq, t.op.layer, chunk, 0, heads}; };
+        std::vector<Key> sent, received;
+        for (std::int32_t i = 0; i < groups; ++i) {
+          if (to_head_groups(t.op.code)) {
+            if (i == 0) sent.push_back(key(me, 0));
+            received.push_back(key(i, me + 1));
+          } else {
+            sent.push_back(key(i, me + 1));
+            if (i == 0) received.push_back(key(me, 0));
+          }
+        }
+        for (const Key& k : sent) {
+          const int src = need(rank, k);
+          touch(src, position);
+          step.instances.push_back(src);
+        }
+        for (const Key& k : received) {
+          int dst = find(rank, k);
+          if (dst < 0) dst = create(rank, k, k.heads > 0 ? whole / groups : whole, e.dtype);
+          touch(dst, position);
+          step.instances.push_back(dst);
+        }
+      }
+    };
     switch (t.kind()) {
       case sim::TaskKind::alloc: break;
       case sim::TaskKind::free: {
@@ -213,7 +247,9 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
       case sim::TaskKind::p2p:
         if (t.op.code != sim::OpCode::states) move(t.device, std::get<sim::PointToPoint>(t.params).dst);
         break;
-      case sim::TaskKind::collective: break;  // model states only (the reference refuses others)
+      case sim::TaskKind::collective:  // model states, or Ulysses' all-to-alls
+        if (is_heads_exchange(t.op.code)) exchange_heads();
+        break;
       default:
         if (t.op.code == sim::OpCode::states || t.op.code == sim::OpCode::optimizer) break;
         step.uses = compute_uses(t.op, model, graph.chunk_tokens());

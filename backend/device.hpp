@@ -71,6 +71,10 @@ class Device {
   virtual void wait(int stream, int event) = 0;
   virtual double elapsed_ms(int from_event, int to_event) = 0;                        // both recorded and complete
   virtual void copy(int stream, void* dst, const void* src, std::int64_t bytes) = 0;  // any direction
+  // `rows` rows of `row_bytes` from `src` (rows `src_pitch` bytes apart) to `dst` (rows `dst_pitch` apart): a
+  // column block of a row-major tensor (Ulysses' head groups), as cudaMemcpy2DAsync copies it.
+  virtual void copy_2d(int stream, void* dst, std::int64_t dst_pitch, const void* src, std::int64_t src_pitch, std::int64_t row_bytes,
+                       std::int64_t rows) = 0;
   virtual void fill(int stream, void* dst, int byte, std::int64_t bytes) = 0;
 
   // --- kernels (kernels/kernels.hpp and kernels/gemm.hpp say what each computes) ------------------------------
@@ -115,6 +119,11 @@ class Device {
   // receives on streams of their own (schedule.hpp).
   virtual void send(int stream, Communicator& comm, int peer, int tag, std::vector<ConstBytes> buffers) = 0;
   virtual void recv(int stream, Communicator& comm, int peer, int tag, std::vector<Bytes> buffers) = 0;
+  // An all-to-all over `ranks` (this rank among them), queued on `stream`: sends[i] to ranks[i] and recvs[i] from
+  // it, under `tag` (this rank's own block copied). NCCL's sends and receives grouped into one call on a GPU; on
+  // the CPU device MPI messages, sent first (a send never waits) and then received.
+  virtual void all_to_all(int stream, Communicator& comm, const std::vector<int>& ranks, int tag, std::vector<ConstBytes> sends,
+                          std::vector<Bytes> recvs) = 0;
 };
 
 // A CUDA device (cuda_device.cpp; only in builds with TRAINYARD_CUDA): the current one, or GPU `index` made current

@@ -42,9 +42,8 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
   if (ranks == 1 && (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective)) {
     return std::pair{"a step on one GPU (or, under mpirun, one rank per GPU)", "a task of several GPUs"};
   }
-  if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states) {
-    return std::pair{"collectives of gradients or model states only (Ulysses' head all-to-alls run on the CPU reference only so far)",
-                     "a collective on activations"};
+  if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states && !is_heads_exchange(t.op.code)) {
+    return std::pair{"collectives of gradients or model states, or Ulysses' all-to-alls", "a collective on activations"};
   }
   if (sim::is_host(t.device) && !memory) return std::pair{"GPU tasks (the executor does not run host optimizer steps yet)", "a host task"};
   if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
@@ -430,8 +429,8 @@ struct Executor::Impl {
     kernels::AttentionShape s;
     s.q_len = static_cast<int>(c);
     s.kv_len = static_cast<int>(c);
-    s.heads = static_cast<int>(m.heads);
-    s.kv_heads = static_cast<int>(m.kv_heads);
+    s.heads = static_cast<int>(m.heads / std::max<int>(1, op.head_groups));
+    s.kv_heads = static_cast<int>(m.kv_heads / std::max<int>(1, op.head_groups));
     s.head_dim = static_cast<int>(m.head_dim);
     s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
     s.q_offset = op.chunk * c;
@@ -448,6 +447,7 @@ struct Executor::Impl {
   void execute(sim::TaskId id, const TaskTensors& t, int stream, std::int64_t seq_len, int optimizer_step, std::set<int>& updated_groups) {
     const sim::Task& task = g.task(id);
     const sim::Op& op = task.op;
+    if (task.kind() == sim::TaskKind::collective && is_heads_exchange(op.code)) return exchange_heads(task, id, t, stream);
     if (task.kind() == sim::TaskKind::collective) {  // gradients summed over the members; model states carry no values here
       if (opt.comm != nullptr && op.carries_gradients()) reduce_gradients(task, stream);
       return;
@@ -475,12 +475,47 @@ struct Executor::Impl {
     if (task.kind() != sim::TaskKind::gemm && task.kind() != sim::TaskKind::attention && task.kind() != sim::TaskKind::elementwise) {
       return;  // nothing to run for this kind (validated by executor_refusal)
     }
-    if (op.zigzag == 0) return compute(op, OpTensors(op, t.uses, t.instances), stream, seq_len);  // the plan's uses, computed once
-    std::size_t at = 0;  // a zigzag op: one chunk at a time, each over its share of the uses (compute_uses' order)
-    for (const sim::Op& one : chunk_ops(op, c)) {
+    const std::vector<sim::Op> ops = chunk_ops(op, c);
+    if (ops.size() == 1 && ops.front().zigzag == 0) return compute(op, OpTensors(op, t.uses, t.instances), stream, seq_len);  // the plan's uses
+    std::size_t at = 0;  // a zigzag or Ulysses op: one chunk (pair) at a time, each over its share of the uses (compute_uses' order)
+    for (const sim::Op& one : ops) {
       const std::size_t n = compute_uses(one, m, c).size();
       compute(one, OpTensors(one, std::span(t.uses).subspan(at, n), std::span(t.instances).subspan(at, n)), stream, seq_len);
       at += n;
+    }
+  }
+
+  // Ulysses' all-to-all over the task's group (the dataflow's order: per tensor, what this rank sends, then what
+  // it receives): to head groups each member's block is packed from its columns of the chunk's rows; back, each
+  // block received is unpacked into them.
+  void exchange_heads(const sim::Task& task, sim::TaskId id, const TaskTensors& t, int stream) {
+    const auto& members = g.groups()[std::get<sim::Collective>(task.params).group];
+    const std::vector<int> ranks(members.begin(), members.end());
+    const auto peers = static_cast<std::int64_t>(ranks.size());
+    const bool to_groups = to_head_groups(task.op.code);
+    std::size_t at = 0;
+    for (const HeadsExchanged& e : heads_exchanged(task.op.code)) {
+      const std::int64_t row_bytes = width_elements(e.row, m) * dtype_bytes(e.dtype), part = row_bytes / peers, rows = c * e.blocks;
+      std::vector<ConstBytes> sends;
+      std::vector<Bytes> recvs;
+      std::vector<char*> blocks;
+      for (std::int64_t i = 0; i < peers; ++i) blocks.push_back(scratch<char>(part * rows, stream));
+      if (to_groups) {
+        const auto* whole = static_cast<const char*>(where(t.instances[at++]));
+        for (std::int64_t i = 0; i < peers; ++i) {
+          dev.copy_2d(stream, blocks[i], part, whole + i * part, row_bytes, part, rows);
+          sends.push_back({blocks[i], part * rows});
+        }
+        for (std::int64_t i = 0; i < peers; ++i) recvs.push_back({where(t.instances[at++]), part * rows});
+        dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), std::move(recvs));
+      } else {
+        for (std::int64_t i = 0; i < peers; ++i) sends.push_back({where(t.instances[at++]), part * rows});
+        for (std::int64_t i = 0; i < peers; ++i) recvs.push_back({blocks[i], part * rows});
+        dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), std::move(recvs));
+        auto* whole = static_cast<char*>(where(t.instances[at++]));
+        for (std::int64_t i = 0; i < peers; ++i) dev.copy_2d(stream, whole + i * part, row_bytes, blocks[i], part, part, rows);
+      }
+      for (char* b : blocks) release(b, stream);
     }
   }
 
@@ -514,9 +549,12 @@ struct Executor::Impl {
 
   void compute(const sim::Op& op, const OpTensors& t, int stream, std::int64_t seq_len) {
     using sim::OpCode;
-    const int C = static_cast<int>(c), h = static_cast<int>(m.hidden), q = static_cast<int>(m.q_dim()), kv = static_cast<int>(m.kv_dim()),
-              f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(m.heads), KV = static_cast<int>(m.kv_heads),
-              D = static_cast<int>(m.head_dim);
+    std::optional<model::ModelConfig> group;  // Ulysses' attention: one head group's widths
+    if (op.head_groups > 0) group = model_of(op, m);
+    const model::ModelConfig& mm = group ? *group : m;
+    const int C = static_cast<int>(c), h = static_cast<int>(m.hidden), q = static_cast<int>(mm.q_dim()), kv = static_cast<int>(mm.kv_dim()),
+              f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(mm.heads),
+              KV = static_cast<int>(mm.kv_heads), D = static_cast<int>(m.head_dim);
     const std::int64_t ch = static_cast<std::int64_t>(C) * h, cq = static_cast<std::int64_t>(C) * q, ckv = static_cast<std::int64_t>(C) * kv,
                        cf = static_cast<std::int64_t>(C) * f;
     auto bf16_in = [&](Role r, int j = -1) { return input<bf16_bits>(t, r, j); };

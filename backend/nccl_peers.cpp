@@ -130,6 +130,30 @@ void NcclPeers::recv(int peer, void* data, std::int64_t bytes, cudaStream_t stre
   s.settle(s.world, started, "ncclRecv of " + std::to_string(bytes) + " bytes from rank " + std::to_string(peer));
 }
 
+void NcclPeers::all_to_all(const std::vector<int>& ranks, const std::vector<ConstBytes>& sends, const std::vector<Bytes>& recvs,
+                           cudaStream_t stream) {
+  Impl& s = *impl_;
+  if (s.aborted) s.fail("all-to-all after the communicators were aborted", __FILE__, __LINE__);
+  int me = 0;
+  ncclCommUserRank(s.world, &me);
+  const ncclResult_t opened = ncclGroupStart();
+  if (opened != ncclSuccess) s.fail(std::string("ncclGroupStart: ") + ncclGetErrorString(opened), __FILE__, __LINE__);
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == me) {
+      if (cudaMemcpyAsync(recvs[i].data, sends[i].data, static_cast<std::size_t>(sends[i].size), cudaMemcpyDeviceToDevice, stream) != cudaSuccess) {
+        s.fail("cudaMemcpyAsync of this rank's own all-to-all block", __FILE__, __LINE__);
+      }
+      continue;
+    }
+    for (const ncclResult_t queued : {ncclSend(sends[i].data, static_cast<std::size_t>(sends[i].size), ncclUint8, ranks[i], s.world, stream),
+                                      ncclRecv(recvs[i].data, static_cast<std::size_t>(recvs[i].size), ncclUint8, ranks[i], s.world, stream)}) {
+      if (queued != ncclSuccess && queued != ncclInProgress)
+        s.fail(std::string("all-to-all with rank ") + std::to_string(ranks[i]) + ": " + ncclGetErrorString(queued), __FILE__, __LINE__);
+    }
+  }
+  s.settle(s.world, ncclGroupEnd(), "an all-to-all of " + std::to_string(ranks.size()) + " blocks (grouped ncclSend/ncclRecv)");
+}
+
 void NcclPeers::wait(const std::vector<cudaStream_t>& streams) {
   Impl& s = *impl_;
   const auto deadline = std::chrono::steady_clock::now() + s.timeout;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/communicator.hpp"
+#include "backend/device.hpp"
 
 namespace trainyard::backend {
 
@@ -35,6 +36,9 @@ class NcclPeers {
   // Queues `bytes` of device memory to or from world rank `peer` (NCCL matches a peer's sends and receives in order).
   void send(int peer, const void* data, std::int64_t bytes, cudaStream_t stream);
   void recv(int peer, void* data, std::int64_t bytes, cudaStream_t stream);
+  // Queues sends[i] to and recvs[i] from world rank ranks[i] as one group (ncclGroupStart/End, so no send waits
+  // on a receive queued after it); this rank's own block is a device-to-device copy.
+  void all_to_all(const std::vector<int>& ranks, const std::vector<ConstBytes>& sends, const std::vector<Bytes>& recvs, cudaStream_t stream);
   // Waits for `streams` to finish what they hold, bounded as every NCCL call is.
   void wait(const std::vector<cudaStream_t>& streams);
 

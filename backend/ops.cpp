@@ -113,6 +113,8 @@ const std::vector<const OpSpec*>& table_by_code() {
   return by_code;
 }
 
+}  // namespace
+
 std::int64_t width_elements(Width w, const model::ModelConfig& m) {
   switch (w) {
     case Width::hidden: return m.hidden;
@@ -127,8 +129,6 @@ std::int64_t width_elements(Width w, const model::ModelConfig& m) {
   }
   return 0;
 }
-
-}  // namespace
 
 std::string_view to_string(Role role) { return kRoleNames[static_cast<int>(role)]; }
 
@@ -171,6 +171,22 @@ TensorShape chunk_tensor(Role role, const model::ModelConfig& m, std::int64_t ch
     }
   }
   throw InternalError("no op table entry has " + std::string(to_string(role)) + " of a chunk", __FILE__, __LINE__);
+}
+
+bool is_heads_exchange(sim::OpCode code) {
+  return code == OpCode::heads_qkv || code == OpCode::heads_out || code == OpCode::heads_dout || code == OpCode::heads_dqkv;
+}
+
+bool to_head_groups(sim::OpCode code) { return code == OpCode::heads_qkv || code == OpCode::heads_dout; }
+
+std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code) {
+  switch (code) {
+    case OpCode::heads_qkv: return {{Role::q, 1, Q, b16}, {Role::k, 1, KV, b16}, {Role::v, 1, KV, b16}};
+    case OpCode::heads_out: return {{Role::o, 1, Q, b16}};
+    case OpCode::heads_dout: return {{Role::d_o, 1, Q, b16}};
+    case OpCode::heads_dqkv: return {{Role::dq, 1, Q, f32}, {Role::dkv, 2, KV, f32}};
+    default: throw InternalError("op " + std::string(sim::to_string(code)) + " is not a Ulysses all-to-all", __FILE__, __LINE__);
+  }
 }
 
 model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model) {

@@ -113,6 +113,20 @@ struct Use {
 //  - every other op: once per chunk.
 // Every entry has zigzag 0. Likewise a Ulysses attention op (sim::Op::head_groups > 0) stands for its pairs of
 // query chunks 0..chunk and the K/V chunks not wholly masked, each query chunk's diagonal first, in its head group.
+// Ulysses' all-to-alls (sim::OpCode heads_qkv, heads_out, heads_dout, heads_dqkv): each tensor they move, as
+// [blocks][rows][row width] for every head (dK | dV: two blocks of K/V width); a head group's tensor holds the
+// group's columns of every row, 1 / head_groups of it.
+struct HeadsExchanged {
+  Role role;
+  int blocks;
+  Width row;
+  DType dtype;
+};
+bool is_heads_exchange(sim::OpCode code);
+bool to_head_groups(sim::OpCode code);  // heads_qkv, heads_dout: from a chunk's heads to head groups
+std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code);
+std::int64_t width_elements(Width w, const model::ModelConfig& model);
+
 // The model as an op's tensors see it: a Ulysses attention op's has heads / head_groups query heads and
 // kv_heads / head_groups K/V heads; any other op's is `model`.
 model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model);

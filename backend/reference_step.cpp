@@ -497,29 +497,12 @@ class Interpreter {
   std::int64_t task_tokens(std::int64_t rows) const { return expanded_task_tokens_ >= 0 ? expanded_task_tokens_ : rows; }
 
   // --- Ulysses' all-to-alls ----------------------------------------------------------------------------------
-  static bool is_heads_exchange(sim::OpCode code) {
-    return code == sim::OpCode::heads_qkv || code == sim::OpCode::heads_out || code == sim::OpCode::heads_dout || code == sim::OpCode::heads_dqkv;
-  }
-  // What an exchange moves, each as [blocks][rows][width] (dK | dV: two blocks of K/V width).
-  struct Exchanged {
-    Role role;
-    int blocks;
-    std::int64_t width;
-  };
-  std::vector<Exchanged> exchanged(sim::OpCode code) const {
-    switch (code) {
-      case sim::OpCode::heads_qkv: return {{Role::q, 1, m_.q_dim()}, {Role::k, 1, m_.kv_dim()}, {Role::v, 1, m_.kv_dim()}};
-      case sim::OpCode::heads_out: return {{Role::o, 1, m_.q_dim()}};
-      case sim::OpCode::heads_dout: return {{Role::d_o, 1, m_.q_dim()}};
-      default: return {{Role::dq, 1, m_.q_dim()}, {Role::dkv, 2, m_.kv_dim()}};
-    }
-  }
   // Head group g's columns of every row and block, out of `all` (to_group) or into it.
-  void head_slice(const Exchanged& e, int groups, int g, std::vector<float>& all, std::vector<float>& part, bool to_group) const {
-    const std::int64_t w = e.width / groups, rows = c_ * e.blocks;
+  void head_slice(const HeadsExchanged& e, int groups, int g, std::vector<float>& all, std::vector<float>& part, bool to_group) const {
+    const std::int64_t width = width_elements(e.row, m_), w = width / groups, rows = c_ * e.blocks;
     if (to_group) part.assign(static_cast<std::size_t>(rows * w), 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
-      float* whole = all.data() + r * e.width + g * w;
+      float* whole = all.data() + r * width + g * w;
       float* piece = part.data() + r * w;
       to_group ? std::copy_n(whole, w, piece) : std::copy_n(piece, w, whole);
     }
@@ -534,9 +517,9 @@ class Interpreter {
     const int groups = static_cast<int>(members.size());
     if (op.head_groups != groups)
       fail(id, "an all-to-all over " + std::to_string(groups) + " GPUs for " + std::to_string(op.head_groups) + " head groups");
-    const bool to_heads = op.code == sim::OpCode::heads_qkv || op.code == sim::OpCode::heads_dout;
+    const bool to_heads = to_head_groups(op.code);
     auto key = [&](Role role, int chunk, int heads) { return Key{role, op.seq, op.layer, chunk, 0, heads}; };
-    for (const Exchanged& e : exchanged(op.code)) {
+    for (const HeadsExchanged& e : heads_exchanged(op.code)) {
       // blocks[from][to]: what member `from` sends member `to` (a head group of one chunk)
       std::vector<std::vector<std::vector<float>>> blocks(static_cast<std::size_t>(groups),
                                                           std::vector<std::vector<float>>(static_cast<std::size_t>(groups)));
@@ -557,7 +540,7 @@ class Interpreter {
         if (to_heads) {
           for (int from = 0; from < groups; ++from) write(id, members[to], key(e.role, from, to + 1), std::move(blocks[from][to]));
         } else {
-          std::vector<float> whole(static_cast<std::size_t>(c_ * e.blocks * e.width));
+          std::vector<float> whole(static_cast<std::size_t>(c_ * e.blocks * width_elements(e.row, m_)));
           for (int from = 0; from < groups; ++from) head_slice(e, groups, from, whole, blocks[from][to], false);
           write(id, members[to], key(e.role, to, 0), std::move(whole));
         }

@@ -339,9 +339,9 @@ TEST(Mpi, UlyssesSplitOverRanksEqualsTheSingleRankStep) {
 // The executor on the CPU device, one rank per GPU (streams as threads; the gradient reductions are MPI
 // all-reduces queued on their streams, sends MPI messages from a stream to a receive stream): data-parallel steps
 // of ZeRO (stages 0 and 1), Megatron and ring-track replicas, and steps that send between ranks (ring attention
-// over every rank, plain and zigzag, Megatron's pipeline of 2 stages and its context parallelism, ring-track rings of 2 GPUs) against the CPU
-// reference on one rank, with an AdamW step; and ZeRO-2 and -3 with 2 micro-batches, which reduce each group every micro-batch. The model ties its
-// embeddings (the pipeline sums the first stage's and the last stage's copy after the data-parallel reduction).
+// over every rank, plain and zigzag, Megatron's pipeline of 2 stages and its context parallelism, Ulysses' all-to-alls, ring-track rings of 2 GPUs)
+// against the CPU reference on one rank, with an AdamW step; and ZeRO-2 and -3 with 2 micro-batches, which reduce each group every micro-batch. The
+// model ties its embeddings (the pipeline sums the first stage's and the last stage's copy after the data-parallel reduction).
 TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   const int n = world().size();
   const auto m = test::tiny_model(true);
@@ -361,6 +361,10 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   planner::MegatronParams pipeline;
   pipeline.pp = 2;
   pipeline.dp = n / 2;
+  planner::ZeroParams ulysses;  // sp 2 (the tiny model's 2 K/V heads), checkpointed: its all-to-alls run again in backward
+  ulysses.sp = 2;
+  ulysses.stage = 1;
+  ulysses.activation_checkpointing = true;
   planner::MegatronParams megatron_cp;  // zigzag, as Megatron-LM's
   megatron_cp.cp = n;
   planner::MegatronParams piped_cp = megatron_cp;  // its receives from the next stage and the ring's neighbour apart
@@ -388,7 +392,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
                              {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph},
                              {"zero-2, 2 micro-batches", m, planner::build_zero(twice, zero2), 2 * n},
                              {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n},
-                             {"megatron cp", m, planner::build_megatron(in, megatron_cp)}};
+                             {"megatron cp", m, planner::build_megatron(in, megatron_cp)},
+                             {"ulysses sp 2", m, planner::build_zero(in, ulysses)}};
   if (n >= 4) cases.push_back({"megatron pp 2, cp", m, planner::build_megatron(in, piped_cp)});
   for (auto& [name, model, graph, sequences] : cases) {
     SCOPED_TRACE(name);
