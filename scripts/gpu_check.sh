@@ -8,7 +8,8 @@
 #   executor:  memcheck on the executor's tests, `run --check` on the small plan (the GPU step against the CPU
 #              reference), measured runs with their traces and the comparison with the prediction, the medium
 #              plan's also predicted with the calibrated profile; on 2, 4 or 8 GPUs the executor under mpirun, one
-#              rank per GPU, its gradient all-reduces through NCCL.
+#              rank per GPU, its gradient all-reduces through NCCL; and zigzag ring attention, Ulysses sp 2 and
+#              Megatron cp over every GPU (sends and all-to-alls through NCCL).
 # Usage: scripts/gpu_check.sh [BIN]   BIN holds trainyard, trainyard_gpu_tests and bench_kernels (default: the
 # build/ layout). Results: $OUT/gpu-check.tgz (or build/gpu-check/), and the summary table on stdout.
 set -uo pipefail
@@ -57,14 +58,29 @@ case "$gpus" in
 esac
 if [ -n "$node" ]; then
   python3 - "$node" "$gpus" "$work/replicas.plan.json" <<'PY'
-import json, sys
+import json, sys, os
 node, gpus, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 plan = json.load(open("examples/small-ringtrack-gpu.plan.json"))
 plan["hw"] = node
 plan["workload"]["global_batch"] = gpus
 json.dump(plan, open(out, "w"))
+# The other schemes' sends and all-to-alls through NCCL, the small model again (4 heads, 2 K/V heads).
+zero = {"zero_stage": 1, "offload": "none", "sp": 1, "cp": 1, "zigzag": False, "chunk": 0, "micro_batch": 1,
+        "activation_checkpointing": False, "checkpoint_every": 1}
+others = {
+    "ringattention": ("ring-attention", 1, dict(zero, cp=gpus, zigzag=True)),
+    "ulysses": ("ulysses", gpus // 2, dict(zero, sp=2)),
+    "megatron-cp": ("megatron", 1, {"tp": 1, "pp": 1, "dp": 1, "cp": gpus, "vpp": 1, "micro_batch": 1, "sequence_parallel": False,
+                                    "recompute": "none", "offload_activations": False}),
+}
+for name, (scheme, batch, parameters) in others.items():
+    p = dict(plan, scheme=scheme, parameters=parameters, workload={"seq_len": plan["workload"]["seq_len"], "global_batch": batch})
+    json.dump(p, open(os.path.join(os.path.dirname(out), name + ".plan.json"), "w"))
 PY
   check run-ranks-nccl 60 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/replicas.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
+  for scheme in ringattention ulysses megatron-cp; do
+    check "run-ranks-$scheme" 45 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/$scheme.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
+  done
 else
   echo "run-ranks-nccl: skipped ($gpus GPUs: the check knows nodes of 2, 4 and 8)" | tee -a "$work/summary.md"
 fi
@@ -73,7 +89,7 @@ check sdpa 40 python3 scripts/sdpa_bench.py 16384 4096
 cp "$work/sdpa.log" "$work/sdpa.jsonl"
 python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo "kernels table: failed (kernels-table.log)"
 [ -f "$work/kernels.md" ] && cat "$work/kernels.md"
-for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-ranks-nccl; do
+for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-megatron-cp; do
   echo "--- $log (last lines)"
   tail -n 25 "$work/$log.log"
 done

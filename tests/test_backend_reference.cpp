@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 
 #include "backend/model_state.hpp"
@@ -223,32 +224,31 @@ TEST(ReferenceStep, ZeroStepsEqualTheRingTrackStep) {
   expect_zero_family_steps_equal_the_ringtrack_step({{"stage 0", planner::ZeroParams{}}, {"stage 3, everything offloaded", offloaded}}, 61);
 }
 
-// Ring attention: each of cp GPUs holds one chunk of the sequence, K/V pass round the ring, and the dK | dV
-// accumulators follow the ranks that compute on them and come home. cp 2 on two replicas with checkpointed layers
-// and ZeRO-3, cp 4 on one sequence: the step equals the plain one.
-TEST(ReferenceStep, RingAttentionStepsEqualTheRingTrackStep) {
+namespace {
+
+// cp 2 on two replicas with checkpointed layers and ZeRO-3, and cp 4 on one sequence with ZeRO-1.
+std::vector<std::pair<std::string, planner::ZeroParams>> ring_attention_plans(bool zigzag) {
   planner::ZeroParams pairs, one_ring;
   pairs.cp = 2;
   pairs.stage = 3;
   pairs.activation_checkpointing = true;
   one_ring.cp = 4;
   one_ring.stage = 1;
-  expect_zero_family_steps_equal_the_ringtrack_step({{"cp 2 x 2 replicas, ZeRO-3, checkpointed", pairs}, {"cp 4, ZeRO-1", one_ring}}, 67);
+  pairs.zigzag = one_ring.zigzag = zigzag;
+  const std::string how = zigzag ? " zigzag" : "";
+  return {{"cp 2" + how + " x 2 replicas, ZeRO-3, checkpointed", pairs}, {"cp 4" + how + ", ZeRO-1", one_ring}};
 }
+
+}  // namespace
+
+// Ring attention: each of cp GPUs holds one chunk of the sequence, K/V pass round the ring, and the dK | dV
+// accumulators follow the ranks that compute on them and come home: the step equals the plain one.
+TEST(ReferenceStep, RingAttentionStepsEqualTheRingTrackStep) { expect_zero_family_steps_equal_the_ringtrack_step(ring_attention_plans(false), 67); }
 
 // Zigzag: each cp rank holds a chunk and its mirror (8 chunks of 4 tokens for cp 4), and the ring's blocks pass
 // both; a rank computes only the pairs its mask leaves, and an accumulator part nothing added to arrives as zeros.
 TEST(ReferenceStep, ZigzagRingAttentionStepsEqualTheRingTrackStep) {
-  planner::ZeroParams pairs, one_ring;
-  pairs.cp = 2;
-  pairs.zigzag = true;
-  pairs.stage = 3;
-  pairs.activation_checkpointing = true;
-  one_ring.cp = 4;
-  one_ring.zigzag = true;
-  one_ring.stage = 1;
-  expect_zero_family_steps_equal_the_ringtrack_step({{"cp 2 zigzag x 2 replicas, ZeRO-3, checkpointed", pairs}, {"cp 4 zigzag, ZeRO-1", one_ring}},
-                                                    67);
+  expect_zero_family_steps_equal_the_ringtrack_step(ring_attention_plans(true), 67);
 }
 
 // DeepSpeed-Ulysses: rank i of an sp group holds chunk i and, around attention, head group i of the whole sequence
@@ -265,69 +265,67 @@ TEST(ReferenceStep, UlyssesStepsEqualTheRingTrackStep) {
       {{"sp 2 x 2 replicas, ZeRO-3, checkpointed", pairs}, {"sp 2 x 2, ZeRO-2, checkpoints and optimizer offloaded", offloaded}}, 83);
 }
 
+namespace {
+
+// The reference's error for a ZeRO-family step on the 4-GPU tiny node with the edges `cut` says taken out (at
+// least one must be); empty, with a failure, when the step runs.
+std::string error_without_edges(const planner::ZeroParams& p, std::int64_t sequences, const std::function<bool(const sim::Op&, const sim::Op&)>& cut,
+                                std::uint64_t token_seed) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
+  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
+  const planner::StepInputs in{m, four, {seq, sequences}, model::precision_policy("bf16-mixed")};
+  const sim::TaskGraph good = planner::build_zero(in, p);
+  int dropped = 0;
+  sim::TaskGraph broken = test::rebuilt(
+      good, [](sim::TaskId, sim::Task&) {},
+      [&](sim::TaskId before, sim::TaskId after) {
+        const bool drop = cut(good.task(before).op, good.task(after).op);
+        dropped += drop ? 1 : 0;
+        return !drop;
+      });
+  EXPECT_GT(dropped, 0);
+  sim::validate(broken, four.gpus(), four.nodes, "test");
+  Step s{std::move(broken), seq, four.topology.gpus_per_node()};
+  try {
+    run(s, m, random_windows(m.vocab, seq, sequences, token_seed));
+  } catch (const InternalError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "the step ran without the edges";
+  return "";
+}
+
+}  // namespace
+
 // Without the edges from the all-to-all that brings Q, K and V to the head groups, attention reads them before
 // they arrive: the reference names the missing tensor.
 TEST(ReferenceStep, AUlyssesAttentionNotOrderedAfterItsAllToAllIsCaught) {
-  const auto m = tiny_model(true);
-  const std::int64_t seq = 32;
-  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
   planner::ZeroParams p;
   p.sp = 2;
-  const planner::StepInputs in{m, four, {seq, 2}, model::precision_policy("bf16-mixed")};
-  const sim::TaskGraph good = planner::build_zero(in, p);
-  int dropped = 0;
-  sim::TaskGraph broken = test::rebuilt(
-      good, [](sim::TaskId, sim::Task&) {},
-      [&](sim::TaskId before, sim::TaskId after) {
-        const bool cut = good.task(before).op.code == sim::OpCode::heads_qkv && good.task(after).op.code == sim::OpCode::attn &&
-                         good.task(after).op.layer == 1;
-        dropped += cut ? 1 : 0;
-        return !cut;
-      });
-  ASSERT_GT(dropped, 0);
-  sim::validate(broken, four.gpus(), four.nodes, "test");
-  Step s{std::move(broken), seq, four.topology.gpus_per_node()};
-  try {
-    run(s, m, random_windows(m.vocab, seq, 2, 89));
-    FAIL() << "the unordered attention ran";
-  } catch (const InternalError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("of layer 1"), std::string::npos) << what;
-    EXPECT_NE(what.find("head group"), std::string::npos) << what;
-  }
+  const std::string what = error_without_edges(
+      p, 2,
+      [](const sim::Op& before, const sim::Op& after) {
+        return before.code == sim::OpCode::heads_qkv && after.code == sim::OpCode::attn && after.layer == 1;
+      },
+      89);
+  EXPECT_NE(what.find("of layer 1"), std::string::npos) << what;
+  EXPECT_NE(what.find("head group"), std::string::npos) << what;
 }
 
 // The dK | dV accumulators' order: without the edge from the pass that brings a chunk's accumulator home to the
-// owner's add, the add reads what arrives by chance of the order only, which the reference calls a race.
+// owner's add (of layer 1), the add reads what arrives by chance of the order only, which the reference calls a race.
 TEST(ReferenceStep, ARingAttentionAddNotOrderedAfterItsAccumulatorIsCaught) {
-  const auto m = tiny_model(true);
-  const std::int64_t seq = 32;
-  const sim::Cluster four(hw::load_node(kData + "/tiny-node.json"), 1);
   planner::ZeroParams p;
   p.cp = 4;
-  const planner::StepInputs in{m, four, {seq, 1}, model::precision_policy("bf16-mixed")};
-  const sim::TaskGraph good = planner::build_zero(in, p);
-  int dropped = 0;
-  sim::TaskGraph broken = test::rebuilt(
-      good, [](sim::TaskId, sim::Task&) {},
-      [&](sim::TaskId before, sim::TaskId after) {
-        const sim::Op& pass = good.task(before).op;
-        const sim::Op& add = good.task(after).op;
-        const bool home = pass.code == sim::OpCode::dkv_pass && add.code == sim::OpCode::dkv_add && add.layer == 1 && add.chunk == add.kv_first;
-        dropped += home ? 1 : 0;  // the owner's add of layer 1
-        return !home;
-      });
-  ASSERT_GT(dropped, 0);
-  sim::validate(broken, four.gpus(), four.nodes, "test");
-  Step s{std::move(broken), seq, four.topology.gpus_per_node()};
-  try {
-    run(s, m, random_windows(m.vocab, seq, 1, 71));
-    FAIL() << "the unordered add ran";
-  } catch (const InternalError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("a race"), std::string::npos) << what;
-    EXPECT_NE(what.find("received dK|dV accumulator of layer 1"), std::string::npos) << what;
-  }
+  const std::string what = error_without_edges(
+      p, 1,
+      [](const sim::Op& pass, const sim::Op& add) {
+        return pass.code == sim::OpCode::dkv_pass && add.code == sim::OpCode::dkv_add && add.layer == 1 && add.chunk == add.kv_first;
+      },
+      71);
+  EXPECT_NE(what.find("a race"), std::string::npos) << what;
+  EXPECT_NE(what.find("received dK|dV accumulator of layer 1"), std::string::npos) << what;
 }
 
 // ZeRO-2 reduces each group every micro-batch, in place: the next micro-batch's gradient writers must wait for

@@ -147,6 +147,30 @@ TEST(BackendSchedule, StreamOrderAgainstTheDependenciesIsAnError) {
   }
 }
 
+// Two peers send to gpu0 on the same comm stream index, and the graph orders the later-numbered send first (a
+// pipeline's gradient from the next stage before the cp ring's block that needs it). One receive queue per comm
+// stream would hold the ring's receive ahead of the gradient it waits for; each sender has its own.
+TEST(BackendSchedule, ReceivesFromTwoPeersQueueApart) {
+  TaskGraph g;
+  const TaskId produce = compute(g, "F gpu2", 2);
+  const TaskId ring_source = compute(g, "F gpu1", 1);
+  const std::vector<TaskId> after_ring{ring_source};
+  const TaskId ring = g.send("ring block", 1, 0, 1 << 10, after_ring, 1);  // lower id, yet after the gradient
+  const std::vector<TaskId> after_produce{produce};
+  const TaskId gradient = g.send("pipeline grad", 2, 0, 1 << 10, after_produce, 1);
+  g.add_dependency(gradient, ring_source);  // the ring's block is made after the gradient is sent
+  const TaskId use = compute(g, "B gpu0", 0, {ring, gradient});
+  g.finalize();
+  const RankSchedule r0 = make_schedule(g, 0, 8);
+  expect_valid(r0);
+  const auto& ring_slot = r0.streams[submission_of(r0, ring).slot];
+  const auto& gradient_slot = r0.streams[submission_of(r0, gradient).slot];
+  EXPECT_NE(submission_of(r0, ring).slot, submission_of(r0, gradient).slot);
+  EXPECT_EQ(ring_slot.name(), "gpu0 comm1 recv from gpu1");
+  EXPECT_EQ(gradient_slot.name(), "gpu0 comm1 recv from gpu2");
+  (void)use;
+}
+
 // A real ring-track plan scheduled in the simulator's order: every rank's schedule is valid, and its HBM arena
 // holds the simulator's peak (it can only be larger: alignment and fragmentation), within 5%.
 TEST(BackendSchedule, RingTrackPlanSchedulesOnEveryRank) {
