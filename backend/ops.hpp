@@ -104,15 +104,6 @@ struct Use {
   bool zeroed = false;
 };
 
-// The one-chunk ops a zigzag op (sim::Op::zigzag) stands for, in the order the executors run them; any other op
-// alone. A zigzag op covers a chunk and its mirror (zigzag - 1 - chunk), each of `chunk_tokens` rows:
-//  - attention (attn, attn_bwd): per query chunk, one op per K/V chunk (of the K/V chunks and their mirrors) not
-//    wholly masked, its diagonal pair first (which starts the chunk's accumulators);
-//  - the K/V chunk ops without a query chunk (dkv_add, and the moves kv, dkv, dkv_pass, kv_dkv): one per K/V chunk;
-//  - the LM head's pieces: rows [row_begin, row_end) of the two chunks laid end to end, split at the chunk's end;
-//  - every other op: once per chunk.
-// Every entry has zigzag 0. Likewise a Ulysses attention op (sim::Op::head_groups > 0) stands for its pairs of
-// query chunks 0..chunk and the K/V chunks not wholly masked, each query chunk's diagonal first, in its head group.
 // Ulysses' all-to-alls (sim::OpCode heads_qkv, heads_out, heads_dout, heads_dqkv): each tensor they move, as
 // [blocks][rows][row width] for every head (dK | dV: two blocks of K/V width); a head group's tensor holds the
 // group's columns of every row, 1 / head_groups of it.
@@ -130,11 +121,21 @@ std::int64_t width_elements(Width w, const model::ModelConfig& model);
 // The model as an op's tensors see it: a Ulysses attention op's has heads / head_groups query heads and
 // kv_heads / head_groups K/V heads; any other op's is `model`.
 model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model);
+
+// The one-chunk ops a zigzag op (sim::Op::zigzag) stands for, in the order the executors run them; any other op
+// alone. A zigzag op covers a chunk and its mirror (zigzag - 1 - chunk), each of `chunk_tokens` rows:
+//  - attention (attn, attn_bwd): per query chunk, one op per K/V chunk (of the K/V chunks and their mirrors) not
+//    wholly masked, its diagonal pair first (which starts the chunk's accumulators);
+//  - the K/V chunk ops without a query chunk (dkv_add, and the moves kv, dkv, dkv_pass, kv_dkv): one per K/V chunk;
+//  - the LM head's pieces: rows [row_begin, row_end) of the two chunks laid end to end, split at the chunk's end;
+//  - every other op: once per chunk.
+// Every entry has zigzag 0. Likewise a Ulysses attention op (sim::Op::head_groups > 0) stands for its pairs of
+// query chunks 0..chunk and the K/V chunks not wholly masked, each query chunk's diagonal first, in its head group.
 std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens);
 
 // The op's table entry applied to its coordinates: one Use per tensor it touches (an entry over K/V chunks gives
-// one per chunk, in chunk order), sized for the model and the chunk; a zigzag op's are its chunk_ops' one after
-// another. Throws InternalError for non-compute ops.
+// one per chunk, in chunk order), sized for the model and the chunk (a Ulysses head group's: model_of); a zigzag
+// or Ulysses attention op's are its chunk_ops' one after another. Throws InternalError for non-compute ops.
 std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens);
 
 // A (layer, chunk) tensor of `role` as the op table has it (every entry naming a role gives it one width and dtype):

@@ -489,8 +489,7 @@ class Interpreter {
     double op_pairs = 0;
     for (const sim::Op& one : ops) op_pairs += static_cast<double>(c_ * c_) * (one.kv_first == one.chunk ? 0.5 : 1.0);
     if (std::abs(graph_pairs - op_pairs) > 0.5 * static_cast<double>(c_)) {  // causal diagonals: within a row's half
-      fail(id,
-           "the graph's zigzag attention covers " + std::to_string(graph_pairs) + " query-key pairs but its chunk pairs " + std::to_string(op_pairs));
+      fail(id, "the graph's attention covers " + std::to_string(graph_pairs) + " query-key pairs but its chunk pairs " + std::to_string(op_pairs));
     }
   }
   // The token rows of the running task's GEMM: `rows` (the op's), or a zigzag task's (both chunks).
