@@ -192,8 +192,8 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
         step.instances.insert(step.instances.end(), {src, dst});
       }
     };
-    // Ulysses' all-to-all, this rank's side: per tensor, what it sends (its chunk's heads, or its head group of
-    // every chunk), then what it receives, each in member order.
+    // Ulysses' all-to-all, this rank's side: per tensor, what it sends (its chunks' heads, or its head group of
+    // every member's chunks), then what it receives, each in member and chunk order (member_chunks).
     auto exchange_heads = [&] {
       TRAINYARD_CHECK(rank >= 0, "Ulysses' all-to-alls are planned one rank at a time");
       const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
@@ -203,16 +203,14 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
       for (const HeadsExchanged& e : heads_exchanged(t.op.code)) {
         const std::int64_t whole = graph.chunk_tokens() * e.blocks * width_elements(e.row, model);
         auto key = [&](std::int32_t chunk, std::int32_t heads) { return Key{e.role, t.op.seq, t.op.layer, chunk, 0, heads}; };
-        std::vector<Key> sent, received;
+        std::vector<Key> mine, theirs;  // this rank's chunks' heads; its head group of every member's chunks
+        for (std::int32_t chunk : member_chunks(t.op, me)) mine.push_back(key(chunk, 0));
         for (std::int32_t i = 0; i < groups; ++i) {
-          if (to_head_groups(t.op.code)) {
-            if (i == 0) sent.push_back(key(me, 0));
-            received.push_back(key(i, me + 1));
-          } else {
-            sent.push_back(key(i, me + 1));
-            if (i == 0) received.push_back(key(me, 0));
-          }
+          for (std::int32_t chunk : member_chunks(t.op, i)) theirs.push_back(key(chunk, me + 1));
         }
+        const bool to_groups = to_head_groups(t.op.code);
+        const std::vector<Key>& sent = to_groups ? mine : theirs;
+        const std::vector<Key>& received = to_groups ? theirs : mine;
         for (const Key& k : sent) {
           const int src = need(rank, k);
           touch(src, position);

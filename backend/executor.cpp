@@ -486,36 +486,62 @@ struct Executor::Impl {
   }
 
   // Ulysses' all-to-all over the task's group (the dataflow's order: per tensor, what this rank sends, then what
-  // it receives): to head groups each member's block is packed from its columns of the chunk's rows; back, each
-  // block received is unpacked into them.
+  // it receives, by member and chunk). To head groups, each member's block is packed from its columns of this
+  // rank's chunks' rows; back, each block received is unpacked into them. A member holding two chunks (zigzag)
+  // sends and receives both in one block, copied out of and into their tensors; one chunk goes as it is.
   void exchange_heads(const sim::Task& task, sim::TaskId id, const TaskTensors& t, int stream) {
     const auto& members = g.groups()[std::get<sim::Collective>(task.params).group];
     const std::vector<int> ranks(members.begin(), members.end());
     const auto peers = static_cast<std::int64_t>(ranks.size());
+    const auto me = static_cast<std::int32_t>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
+    const auto chunks = static_cast<std::int64_t>(member_chunks(task.op, me).size());  // every member holds as many
     const bool to_groups = to_head_groups(task.op.code);
     std::size_t at = 0;
+    auto next = [&] { return static_cast<char*>(where(t.instances[at++])); };
     for (const HeadsExchanged& e : heads_exchanged(task.op.code)) {
       const std::int64_t row_bytes = width_elements(e.row, m) * dtype_bytes(e.dtype), part = row_bytes / peers, rows = c * e.blocks;
+      const std::int64_t piece = part * rows, block = chunks * piece;  // one chunk's head group; one member's share
+      std::vector<char*> scratch_blocks;
+      auto fresh = [&] { return scratch_blocks.emplace_back(scratch<char>(block, stream)); };
       std::vector<ConstBytes> sends;
       std::vector<Bytes> recvs;
-      std::vector<char*> blocks;
-      for (std::int64_t i = 0; i < peers; ++i) blocks.push_back(scratch<char>(part * rows, stream));
       if (to_groups) {
-        const auto* whole = static_cast<const char*>(where(t.instances[at++]));
+        std::vector<char*> wholes;
+        for (std::int64_t k = 0; k < chunks; ++k) wholes.push_back(next());
         for (std::int64_t i = 0; i < peers; ++i) {
-          dev.copy_2d(stream, blocks[i], part, whole + i * part, row_bytes, part, rows);
-          sends.push_back({blocks[i], part * rows});
+          char* out = fresh();
+          for (std::int64_t k = 0; k < chunks; ++k) dev.copy_2d(stream, out + k * piece, part, wholes[k] + i * part, row_bytes, part, rows);
+          sends.push_back({out, block});
         }
-        for (std::int64_t i = 0; i < peers; ++i) recvs.push_back({where(t.instances[at++]), part * rows});
-        dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), std::move(recvs));
+        std::vector<std::vector<char*>> into(static_cast<std::size_t>(peers));
+        for (auto& member : into) {
+          for (std::int64_t k = 0; k < chunks; ++k) member.push_back(next());
+          recvs.push_back({chunks == 1 ? member.front() : fresh(), block});
+        }
+        dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), recvs);
+        for (std::int64_t i = 0; i < peers && chunks > 1; ++i) {
+          for (std::int64_t k = 0; k < chunks; ++k) dev.copy(stream, into[i][k], static_cast<char*>(recvs[i].data) + k * piece, piece);
+        }
       } else {
-        for (std::int64_t i = 0; i < peers; ++i) sends.push_back({where(t.instances[at++]), part * rows});
-        for (std::int64_t i = 0; i < peers; ++i) recvs.push_back({blocks[i], part * rows});
-        dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), std::move(recvs));
-        auto* whole = static_cast<char*>(where(t.instances[at++]));
-        for (std::int64_t i = 0; i < peers; ++i) dev.copy_2d(stream, whole + i * part, row_bytes, blocks[i], part, part, rows);
+        for (std::int64_t i = 0; i < peers; ++i) {
+          if (chunks == 1) {
+            sends.push_back({next(), block});
+            continue;
+          }
+          char* out = fresh();
+          for (std::int64_t k = 0; k < chunks; ++k) dev.copy(stream, out + k * piece, next(), piece);
+          sends.push_back({out, block});
+        }
+        for (std::int64_t i = 0; i < peers; ++i) recvs.push_back({fresh(), block});
+        dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), recvs);
+        for (std::int64_t k = 0; k < chunks; ++k) {
+          char* whole = next();
+          for (std::int64_t i = 0; i < peers; ++i) {
+            dev.copy_2d(stream, whole + i * part, row_bytes, static_cast<char*>(recvs[i].data) + k * piece, part, part, rows);
+          }
+        }
       }
-      for (char* b : blocks) release(b, stream);
+      for (char* b : scratch_blocks) release(b, stream);
     }
   }
 

@@ -189,6 +189,11 @@ std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code) {
   }
 }
 
+std::vector<std::int32_t> member_chunks(const sim::Op& op, std::int32_t member) {
+  if (op.zigzag == 0) return {member};
+  return {member, static_cast<std::int32_t>(op.zigzag - 1 - member)};
+}
+
 model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model) {
   if (op.head_groups == 0) return model;
   model::ModelConfig group = model;

@@ -104,7 +104,8 @@ struct Use {
   bool zeroed = false;
 };
 
-// Ulysses' all-to-alls (sim::OpCode heads_qkv, heads_out, heads_dout, heads_dqkv): each tensor they move, as
+// Ulysses' all-to-alls (sim::OpCode heads_qkv, heads_out, heads_dout, heads_dqkv; also Megatron's a2a context
+// parallelism): each tensor they move, as
 // [blocks][rows][row width] for every head (dK | dV: two blocks of K/V width); a head group's tensor holds the
 // group's columns of every row, 1 / head_groups of it.
 struct HeadsExchanged {
@@ -116,6 +117,9 @@ struct HeadsExchanged {
 bool is_heads_exchange(sim::OpCode code);
 bool to_head_groups(sim::OpCode code);  // heads_qkv, heads_dout: from a chunk's heads to head groups
 std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code);
+// The chunks member `member` of an all-to-all's group holds: its index, and with zigzag (Megatron's a2a context
+// parallelism) that chunk's mirror too.
+std::vector<std::int32_t> member_chunks(const sim::Op& op, std::int32_t member);
 std::int64_t width_elements(Width w, const model::ModelConfig& model);
 
 // The model as an op's tensors see it: a Ulysses attention op's has heads / head_groups query heads and

@@ -506,9 +506,9 @@ class Interpreter {
       to_group ? std::copy_n(whole, w, piece) : std::copy_n(piece, w, whole);
     }
   }
-  // Member i of the group holds chunk i. To head groups (heads_qkv, heads_dout) member g gets head group g of every
-  // member's chunk; back (heads_out, heads_dqkv) member i gets every head group of its chunk. Under MPI, one
-  // all-to-all over the group per tensor, equal blocks in member order.
+  // Member i of the group holds chunk i (and with zigzag its mirror: member_chunks). To head groups (heads_qkv,
+  // heads_dout) member g gets head group g of every member's chunks; back (heads_out, heads_dqkv) member i gets
+  // every head group of its chunks. Under MPI, one all-to-all over the group per tensor, equal blocks in member order.
   void exchange_heads(sim::TaskId id, const sim::Task& t) {
     const sim::Op& op = t.op;
     const auto& members = g_.groups()[std::get<sim::Collective>(t.params).group];
@@ -519,17 +519,23 @@ class Interpreter {
     const bool to_heads = to_head_groups(op.code);
     auto key = [&](Role role, int chunk, int heads) { return Key{role, op.seq, op.layer, chunk, 0, heads}; };
     for (const HeadsExchanged& e : heads_exchanged(op.code)) {
-      // blocks[from][to]: what member `from` sends member `to` (a head group of one chunk)
+      const auto piece = static_cast<std::size_t>(c_ * e.blocks * width_elements(e.row, m_) / groups);  // one chunk's head group
+      // blocks[from][to]: what member `from` sends member `to`, a head group of each chunk in turn
       std::vector<std::vector<std::vector<float>>> blocks(static_cast<std::size_t>(groups),
                                                           std::vector<std::vector<float>>(static_cast<std::size_t>(groups)));
       for (int from = 0; from < groups; ++from) {
         if (!mine(members[from])) continue;
         for (int to = 0; to < groups; ++to) {
-          if (to_heads) {
-            std::vector<float> whole = read(id, members[from], key(e.role, from, 0));
-            head_slice(e, groups, to, whole, blocks[from][to], true);
-          } else {
-            blocks[from][to] = read(id, members[from], key(e.role, to, from + 1));
+          std::vector<float>& out = blocks[from][to];
+          for (std::int32_t chunk : member_chunks(op, to_heads ? from : to)) {
+            std::vector<float> part;
+            if (to_heads) {
+              std::vector<float> whole = read(id, members[from], key(e.role, chunk, 0));
+              head_slice(e, groups, to, whole, part, true);
+            } else {
+              part = read(id, members[from], key(e.role, chunk, from + 1));
+            }
+            out.insert(out.end(), part.begin(), part.end());
           }
         }
       }
@@ -537,11 +543,25 @@ class Interpreter {
       for (int to = 0; to < groups; ++to) {
         if (!mine(members[to])) continue;
         if (to_heads) {
-          for (int from = 0; from < groups; ++from) write(id, members[to], key(e.role, from, to + 1), std::move(blocks[from][to]));
+          for (int from = 0; from < groups; ++from) {
+            std::size_t at = 0;
+            for (std::int32_t chunk : member_chunks(op, from)) {
+              const auto first = blocks[from][to].begin() + static_cast<std::ptrdiff_t>(at);
+              write(id, members[to], key(e.role, chunk, to + 1), std::vector<float>(first, first + static_cast<std::ptrdiff_t>(piece)));
+              at += piece;
+            }
+          }
         } else {
-          std::vector<float> whole(static_cast<std::size_t>(c_ * e.blocks * width_elements(e.row, m_)));
-          for (int from = 0; from < groups; ++from) head_slice(e, groups, from, whole, blocks[from][to], false);
-          write(id, members[to], key(e.role, to, 0), std::move(whole));
+          const std::vector<std::int32_t> chunks = member_chunks(op, to);
+          for (std::size_t k = 0; k < chunks.size(); ++k) {
+            std::vector<float> whole(static_cast<std::size_t>(groups) * piece);
+            for (int from = 0; from < groups; ++from) {
+              const auto first = blocks[from][to].begin() + static_cast<std::ptrdiff_t>(k * piece);
+              std::vector<float> part(first, first + static_cast<std::ptrdiff_t>(piece));
+              head_slice(e, groups, from, whole, part, false);
+            }
+            write(id, members[to], key(e.role, chunks[k], 0), std::move(whole));
+          }
         }
       }
     }

@@ -182,20 +182,23 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
       name,
       sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
       last, recompute, backward ? sim::OpCode::attn_bwd : sim::OpCode::attn);
-  const auto groups = static_cast<std::int32_t>(split_.ulysses);
   for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()); ++id) {
     sim::Op o = graph_.task(id).op;
-    if (executable_ulysses()) {  // head group r of the whole sequence (every rank's chunk) on rank r
-      o.head_group = static_cast<std::int8_t>(id - before);
-      o.head_groups = static_cast<std::uint8_t>(groups);
-      o.chunk = groups - 1;
-      o.kv_first = 0;
-      o.kv_last = groups - 1;
-    } else {  // the whole causal square: its own chunk
-      o.kv_first = o.kv_last = o.chunk;
-    }
-    graph_.set_op(id, o);
+    o.kv_first = o.kv_last = o.chunk;  // the whole causal square: its own chunk
+    graph_.set_op(id, executable_ulysses() ? head_group_op(o, id - before) : o);
   }
+}
+
+sim::Op LayerEmitter::head_group_op(sim::Op o, sim::TaskId rank) const {
+  const int groups = executable_heads_split();
+  const int chunks = split_.zigzag_chunks() > 0 ? split_.zigzag_chunks() : groups;
+  o.head_group = static_cast<std::int8_t>(rank);
+  o.head_groups = static_cast<std::uint8_t>(groups);
+  o.zigzag = 0;  // the op covers every chunk
+  o.chunk = chunks - 1;
+  o.kv_first = 0;
+  o.kv_last = chunks - 1;
+  return o;
 }
 
 // Ring attention over cp ranks: at step i rank r works on the K/V block that started on rank r - i, while it
@@ -222,9 +225,14 @@ bool LayerEmitter::executable_ulysses() const {
   return sp > 1 && sp <= 127 && split_.tp == 1 && split_.cp == 1 && split_.fpdt_chunks == 1 && model_.heads % sp == 0 && model_.kv_heads % sp == 0;
 }
 
+int LayerEmitter::executable_heads_split() const {
+  if (executable_ulysses()) return split_.ulysses;
+  const int cp = split_.cp;
+  return split_.executable_cp_a2a() && cp <= 127 && model_.heads % cp == 0 && model_.kv_heads % cp == 0 ? cp : 0;
+}
+
 sim::Op LayerEmitter::on_rank(sim::Op at, std::size_t rank) const {
-  if (split_.executable_ring()) at.chunk += static_cast<std::int32_t>(rank) / split_.built_tp();
-  if (executable_ulysses()) at.chunk += static_cast<std::int32_t>(rank);
+  if (split_.executable_ring() || executable_heads_split() > 0) at.chunk += static_cast<std::int32_t>(rank) / split_.built_tp();
   at.zigzag = split_.zigzag_chunks();
   return at;
 }
@@ -378,6 +386,10 @@ void LayerEmitter::cp_exchange_heads(const std::string& name, bool backward, boo
   const auto bytes = static_cast<std::int64_t>(kBf16 * local * (qkv ? q + 2 * kv : q));
   const std::string label = backward ? (inbound ? "a2a dout" : "a2a dqkv") : (inbound ? "a2a qkv" : "a2a out");
   cp_collective(name + " " + label, sim::CollectiveOp::all_to_all, (bytes + size - 1) / size * size, last);  // a multiple of the group
+  if (split_.cp_comm != CpComm::a2a || executable_heads_split() == 0) return;
+  const sim::OpCode code = backward ? (inbound ? sim::OpCode::heads_dout : sim::OpCode::heads_dqkv)
+                                    : (inbound ? sim::OpCode::heads_qkv : sim::OpCode::heads_out);
+  for (const CpGroup& g : cp_groups_) graph_.set_op(last[g.members.front()], heads_exchange_op(code));
 }
 
 // a2a context parallelism (Megatron's a2a comm type: DeepSpeed-Ulysses inside each TP index's cp group): an
@@ -390,10 +402,14 @@ void LayerEmitter::a2a_attention(const std::string& name, bool backward, std::ve
   cp_exchange_heads(name, backward, true, last);
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / (split_.tp * cp));
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * std::max<std::int64_t>(1, local_kv_heads(model_, split_.tp) / cp));
+  const auto before = static_cast<sim::TaskId>(graph_.size());
   each_rank(
       name,
       sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
-      last, recompute, sim::OpCode::none);
+      last, recompute, executable_heads_split() > 0 ? (backward ? sim::OpCode::attn_bwd : sim::OpCode::attn) : sim::OpCode::none);
+  for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()) && executable_heads_split() > 0; ++id) {
+    graph_.set_op(id, head_group_op(graph_.task(id).op, id - before));
+  }
   cp_exchange_heads(name, backward, false, last);
 }
 
@@ -519,10 +535,14 @@ void LayerEmitter::ulysses_exchange(const std::string& name, sim::OpCode code, d
   if (ulysses_group_ < 0) return;
   emit_collective(graph_, name, sim::CollectiveOp::all_to_all, bytes, ulysses_group_, split_.ulysses, last, 0, last.size());
   if (!executable_ulysses()) return;
-  sim::Op o = op(code);
+  graph_.set_op(last.front(), heads_exchange_op(code));
+}
+
+sim::Op LayerEmitter::heads_exchange_op(sim::OpCode code) const {
+  sim::Op o = op(code);  // zigzag (a2a CP): each member's chunk and its mirror
   o.chunk = -1;
-  o.head_groups = static_cast<std::uint8_t>(split_.ulysses);
-  graph_.set_op(last.front(), o);
+  o.head_groups = static_cast<std::uint8_t>(executable_heads_split());
+  return o;
 }
 
 // The tensor-parallel collective of each cp slice, over that slice's TP group (under symmetry, its built ranks

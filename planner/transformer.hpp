@@ -58,8 +58,14 @@ struct LayerSplit {
   // Ring attention the executors run: K/V passed round every cp rank (p2p, no TP, no symmetry reduction); rank r
   // holds the step's chunk r, and with zigzag its mirror too.
   bool executable_ring() const { return cp > 1 && cp_comm == CpComm::p2p && built_cp() == cp && built_tp() == 1; }
-  // An executable zigzag ring: the 2 x cp chunks of the sequence (sim::Op::zigzag); else 0.
-  std::uint8_t zigzag_chunks() const { return executable_ring() && zigzag && cp <= 127 ? static_cast<std::uint8_t>(2 * cp) : 0; }
+  // Megatron's a2a context parallelism the executors run (Ulysses over the cp ranks, no TP): rank r holds chunk r,
+  // and with zigzag its mirror too; around attention, head group r of every chunk (the heads must split evenly:
+  // LayerEmitter::executable_heads_split).
+  bool executable_cp_a2a() const { return cp > 1 && cp_comm == CpComm::a2a && built_cp() == cp && built_tp() == 1; }
+  // An executable zigzag split: the 2 x cp chunks of the sequence (sim::Op::zigzag); else 0.
+  std::uint8_t zigzag_chunks() const {
+    return (executable_ring() || executable_cp_a2a()) && zigzag && cp <= 127 ? static_cast<std::uint8_t>(2 * cp) : 0;
+  }
   // The tokens of the executors' chunk: a rank's share of a sequence, half of it with zigzag.
   std::int64_t chunk_tokens() const { return local_tokens() / sequences / (zigzag_chunks() > 0 ? 2 : 1); }
 };
@@ -121,6 +127,11 @@ class LayerEmitter {
   // Ulysses the executors run: the heads and K/V heads split evenly over the sp ranks (no TP, CP or FPDT); rank i
   // holds chunk i of the sequence and, around attention, head group i of every chunk.
   bool executable_ulysses() const;
+  // Ulysses or Megatron's a2a CP that the executors run: the head groups attention works on (sp or cp); else 0.
+  int executable_heads_split() const;
+  // Rank index `rank`'s attention op `o` over head group `rank` of every chunk; an all-to-all's op.
+  sim::Op head_group_op(sim::Op o, sim::TaskId rank) const;
+  sim::Op heads_exchange_op(sim::OpCode code) const;
   sim::Op op(sim::OpCode code) const {
     sim::Op o = at_;
     o.code = code;

@@ -438,9 +438,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 namespace trainyard::app {
 
-// `plan --executable cpu` never picks what `run --device cpu` refuses: every plan it lists is one the CPU executor
-// runs (ring-track, or Megatron without TP), the best of them runs and passes --check, and a device whose executor
-// runs none of a scheme's configurations says so for that scheme.
+// `plan --executable cpu` never picks what `run --device cpu` refuses: every plan it lists is one the CPU executors
+// run (ring-track, Megatron without TP, the ZeRO family without FPDT, one sequence per micro-batch), the best of them
+// runs and passes --check, and a device whose executor runs none of a scheme's configurations says so for that scheme.
 TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   test::TempDir dir;
   const std::string inputs =
@@ -451,11 +451,11 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   ASSERT_FALSE(j["ranked"].empty());
   for (const auto& r : j["ranked"]) {
     const std::string scheme = r["scheme"];
-    EXPECT_TRUE(scheme == "ringtrack" || scheme == "megatron" || scheme == "zero") << scheme;
+    EXPECT_TRUE(scheme == "ringtrack" || scheme == "megatron" || scheme == "zero" || scheme == "ring-attention" || scheme == "ulysses") << scheme;
     if (scheme == "megatron") {
       EXPECT_EQ(r["parameters"]["tp"], 1) << r["summary"];
     }
-    if (scheme == "zero") {
+    if (scheme == "zero" || scheme == "ring-attention" || scheme == "ulysses") {
       EXPECT_EQ(r["parameters"]["micro_batch"], 1) << r["summary"];
     }
   }

@@ -221,16 +221,17 @@ TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
 
 // Megatron's context parallelism (a zigzag ring, as Megatron-LM balances causal CP): cp over every rank, and cp
 // over half of them in each of 2 pipeline stages, whose receives from the next stage and from the ring's
-// neighbour queue apart.
+// neighbour queue apart; and by all-to-alls (the a2a comm type) where cp divides the heads.
 TEST(Mpi, MegatronContextParallelSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
   const auto m = test::tiny_model();
-  for (int pp : {1, 2}) {
-    if (n / pp < 2) continue;
-    SCOPED_TRACE("pp " + std::to_string(pp) + ", cp " + std::to_string(n / pp));
+  for (const auto& [pp, comm] : {std::pair{1, planner::CpComm::p2p}, {2, planner::CpComm::p2p}, {2, planner::CpComm::a2a}}) {
+    if (n / pp < 2 || (comm == planner::CpComm::a2a && n / pp > 2)) continue;  // a2a: the tiny model's 2 K/V heads
+    SCOPED_TRACE("pp " + std::to_string(pp) + ", cp " + std::to_string(n / pp) + " " + std::string(planner::to_string(comm)));
     planner::MegatronParams p;
     p.pp = pp;
     p.cp = n / pp;
+    p.cp_comm = comm;
     p.recompute = pp == 2 ? planner::Recompute::selective : planner::Recompute::none;
     const MegatronStep s = megatron_step(m, p, 41);
     expect_split_equals_single(s.graph, m, s.tokens, s.cluster.topology.gpus_per_node(), 1);
@@ -370,6 +371,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   planner::MegatronParams piped_cp = megatron_cp;  // its receives from the next stage and the ring's neighbour apart
   piped_cp.pp = 2;
   piped_cp.cp = n / 2;
+  planner::MegatronParams piped_a2a = piped_cp;  // cp 2 by all-to-alls: each rank's two zigzag chunks to a head group
+  piped_a2a.cp_comm = planner::CpComm::a2a;
   planner::RingTrackParams rings = replicas;
   rings.ring = 2;
   struct Case {
@@ -395,6 +398,7 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
                              {"megatron cp", m, planner::build_megatron(in, megatron_cp)},
                              {"ulysses sp 2", m, planner::build_zero(in, ulysses)}};
   if (n >= 4) cases.push_back({"megatron pp 2, cp", m, planner::build_megatron(in, piped_cp)});
+  if (n == 4) cases.push_back({"megatron pp 2, cp 2 a2a", m, planner::build_megatron(in, piped_a2a)});
   for (auto& [name, model, graph, sequences] : cases) {
     SCOPED_TRACE(name);
     const auto tokens = random_windows(m.vocab, 32, sequences > 0 ? sequences : n, 59);

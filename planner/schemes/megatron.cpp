@@ -157,7 +157,9 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
 std::string megatron_cpu_refusal(const PlanSpec& spec) {
   const MegatronParams& p = spec.megatron;
   if (p.tp != 1) return "tp 1 (tensor parallelism is not executed yet)";
-  if (p.cp != 1 && p.cp_comm != CpComm::p2p) return "cp_comm p2p (context parallelism by all-gather or all-to-all is not executed yet)";
+  if (p.cp != 1 && p.cp_comm != CpComm::p2p && p.cp_comm != CpComm::a2a) {
+    return "cp_comm p2p or a2a (context parallelism by all-gather or a2a+p2p is not executed yet)";
+  }
   if (p.micro_batch != 1) return "micro_batch 1 (one sequence per micro-batch)";
   return "";
 }
