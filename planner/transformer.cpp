@@ -202,7 +202,7 @@ sim::Op LayerEmitter::head_group_op(sim::Op o, sim::TaskId rank) const {
 }
 
 // Ring attention over cp ranks: at step i rank r works on the K/V block that started on rank r - i, while it
-// passes the block it holds to rank r + 1 (a message on comm stream 1, overlapped with the block's attention).
+// passes the block it holds to rank r + 1 (a message on the cp stream, kCpStream, overlapped with the block's attention).
 // Step 0 is the causal diagonal block. Without zigzag a block from a later rank is fully masked, so rank r
 // computes only r + 1 of the cp blocks (the imbalance zigzag removes); with zigzag every later step computes
 // half a block's pairs on every rank. Backward also passes the fp32 dK, dV accumulators (see ring_steps).
@@ -249,7 +249,7 @@ sim::Op LayerEmitter::ring_op(sim::OpCode code, std::size_t rank, std::size_t bl
 sim::TaskId LayerEmitter::ring_send(RingPass& pass, const std::string& label, std::size_t from, std::size_t to, std::int64_t bytes,
                                     std::vector<sim::TaskId> deps, sim::Op op) {
   std::erase(deps, sim::TaskId{-1});
-  pass.outgoing[from] = graph_.send(pass.name + label, ranks_[from], ranks_[to], bytes, deps, 1);
+  pass.outgoing[from] = graph_.send(pass.name + label, ranks_[from], ranks_[to], bytes, deps, kCpStream);
   graph_.set_op(pass.outgoing[from], op);
   return pass.outgoing[from];
 }
@@ -341,7 +341,7 @@ void LayerEmitter::ring_steps(const std::string& name, const std::vector<std::ve
               last, recompute);
 }
 
-// One collective per cp group (per TP index, or per a2a_p2p all-to-all group) on comm stream 1, after its
+// One collective per cp group (per TP index, or per a2a_p2p all-to-all group) on the cp stream, after its
 // members' chains, which it ends. With fewer cp ranks built than the step has (symmetry), it runs as the whole
 // group's ring.
 void LayerEmitter::cp_collective(const std::string& name, sim::CollectiveOp op, std::int64_t bytes, std::vector<sim::TaskId>& last) {
@@ -352,7 +352,7 @@ void LayerEmitter::cp_collective(const std::string& name, sim::CollectiveOp op, 
       if (last[m] >= 0) deps.push_back(last[m]);
       if (!join_.empty() && join_[m] >= 0) deps.push_back(join_[m]);  // a ring's messages (ring_steps)
     }
-    const sim::TaskId id = graph_.collective(name, {op, sim::Algorithm::ring, g.id, bytes, ring_ranks}, deps, 1);
+    const sim::TaskId id = graph_.collective(name, {op, sim::Algorithm::ring, g.id, bytes, ring_ranks}, deps, kCpStream);
     for (std::size_t m : g.members) last[m] = id;
   }
   join_.clear();

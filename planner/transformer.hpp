@@ -114,6 +114,11 @@ double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, boo
 // (split.tp of them), Ulysses ranks (split.ulysses), context-parallel ranks (split.cp), or cp x tp ranks
 // ordered [cp index][tp index], threading each rank's chain through `last`. TP collectives run within each TP
 // group only; Ulysses all-to-alls over all ranks; ring passes between the ranks of one TP index.
+// Context parallelism's messages and collectives run on comm stream 3: the cp group's own NCCL communicator,
+// whose stream is apart from the pipeline's sends (Megatron, comm 1) and ZeRO-3's parameter gathers (comm 1), as
+// every torch.distributed process group has its own.
+inline constexpr int kCpStream = 3;
+
 class LayerEmitter {
  public:
   LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split, std::vector<sim::DeviceId> ranks);
