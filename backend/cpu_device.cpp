@@ -35,6 +35,23 @@ std::vector<float> widen(const bf16_bits* p, std::int64_t n) {
 void narrow(std::span<const float> x, bf16_bits* out) {
   for (std::size_t i = 0; i < x.size(); ++i) out[i] = kernels::to_bf16(x[i]);
 }
+// The next message from `peer` under `tag`, into `buffers` one after another: an error naming both ranks unless
+// it is exactly their size (the ranks disagree on the plan).
+void receive_into(Communicator& comm, int peer, int tag, std::span<const Bytes> buffers) {
+  const std::vector<std::byte> message = comm.recv(peer, tag);
+  std::int64_t expected = 0;
+  for (const Bytes& b : buffers) expected += b.size;
+  if (static_cast<std::int64_t>(message.size()) != expected) {
+    throw TRAINYARD_COMM_ERROR("rank " + std::to_string(comm.rank()) + ": a message of " + std::to_string(message.size()) + " bytes from rank " +
+                               std::to_string(peer) + " (tag " + std::to_string(tag) + ") where the plan has " + std::to_string(expected));
+  }
+  std::int64_t at = 0;
+  for (const Bytes& b : buffers) {
+    std::memcpy(b.data, message.data() + at, static_cast<std::size_t>(b.size));
+    at += b.size;
+  }
+}
+
 template <typename T>
 std::span<T> span_of(T* p, std::int64_t n) {
   return {p, static_cast<std::size_t>(n)};
@@ -345,20 +362,7 @@ class CpuDevice final : public Device {
     });
   }
   void recv(int stream, Communicator& comm, int peer, int tag, std::vector<Bytes> buffers) override {
-    enqueue(stream, [&comm, peer, tag, buffers = std::move(buffers)] {
-      const std::vector<std::byte> message = comm.recv(peer, tag);
-      std::int64_t expected = 0;
-      for (const Bytes& b : buffers) expected += b.size;
-      if (static_cast<std::int64_t>(message.size()) != expected) {
-        throw TRAINYARD_COMM_ERROR("rank " + std::to_string(comm.rank()) + ": a message of " + std::to_string(message.size()) + " bytes from rank " +
-                                   std::to_string(peer) + " (tag " + std::to_string(tag) + ") where the plan has " + std::to_string(expected));
-      }
-      std::int64_t at = 0;
-      for (const Bytes& b : buffers) {
-        std::memcpy(b.data, message.data() + at, static_cast<std::size_t>(b.size));
-        at += b.size;
-      }
-    });
+    enqueue(stream, [&comm, peer, tag, buffers = std::move(buffers)] { receive_into(comm, peer, tag, buffers); });
   }
   void all_to_all(int stream, Communicator& comm, const std::vector<int>& ranks, int tag, std::vector<ConstBytes> sends,
                   std::vector<Bytes> recvs) override {
@@ -373,14 +377,7 @@ class CpuDevice final : public Device {
         }
       }
       for (std::size_t i = 0; i < ranks.size(); ++i) {
-        if (ranks[i] == comm.rank()) continue;
-        const std::vector<std::byte> message = comm.recv(ranks[i], tag);
-        if (static_cast<std::int64_t>(message.size()) != recvs[i].size) {
-          throw TRAINYARD_COMM_ERROR("rank " + std::to_string(comm.rank()) + ": an all-to-all block of " + std::to_string(message.size()) +
-                                     " bytes from rank " + std::to_string(ranks[i]) + " (tag " + std::to_string(tag) + ") where the plan has " +
-                                     std::to_string(recvs[i].size));
-        }
-        std::memcpy(recvs[i].data, message.data(), message.size());
+        if (ranks[i] != comm.rank()) receive_into(comm, ranks[i], tag, std::span(&recvs[i], 1));
       }
     });
   }

@@ -175,7 +175,8 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
           int dst = -1;
           if (const Key delivered = arrival(t.op, key); delivered.role == Role::dkv_in) {  // ...but a ring's is added in: zeros
             const TensorShape shape = chunk_tensor(delivered.role, model, graph.chunk_tokens());
-            dst = find(to, delivered) >= 0 ? find(to, delivered) : create(to, delivered, shape.elements, shape.dtype);
+            dst = find(to, delivered);
+            if (dst < 0) dst = create(to, delivered, shape.elements, shape.dtype);
             step.zero_first.push_back(dst);
             touch(dst, position);
           }
