@@ -23,8 +23,17 @@ struct DeviceParameter {
   std::int64_t n = 0;
   bool decays = true;  // Parameter::decays
   bf16_bits* weight = nullptr;
-  float *grad = nullptr, *master = nullptr, *m = nullptr, *v = nullptr;
+  float *master = nullptr, *m = nullptr, *v = nullptr;
+  float* grad = nullptr;      // in its group's gradient buffer (GroupGradients)
+  float* last_sum = nullptr;  // a group reduced several times a step: in its group's last reduced gradient (else null)
+};
+
+// A parameter group's gradients in one buffer, its parameters' one after another in ModelState's order, so that a
+// reduction of the group (one task of the graph) is one all-reduce, as frameworks reduce a bucket.
+struct GroupGradients {
+  float* grad = nullptr;
   float* last_sum = nullptr;  // a group reduced several times a step: its last reduced gradient (else null)
+  std::int64_t n = 0;
 };
 
 template <typename T>
@@ -91,9 +100,10 @@ struct Executor::Impl {
 
   std::vector<DeviceParameter> params;                  // ModelState::all() order
   std::map<int, std::vector<int>> groups;               // optimizer group -> params
+  std::map<int, GroupGradients> group_gradients;        // optimizer group -> its gradients
   std::set<int> owned;                                  // the groups this rank updates
   std::set<std::pair<int, std::vector<int>>> repeated;  // (group, ranks) reduced more than once a step
-  std::set<int> reduced_once;                           // during a step: the parameters (of repeated groups) reduced so far
+  std::set<int> reduced_once;                           // during a step: the groups (of repeated groups) reduced so far
   std::vector<int> layer_param;                         // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
@@ -137,10 +147,12 @@ struct Executor::Impl {
     } catch (...) {  // the step's error has been reported, or is on its way up
     }
     for (auto& p : params) {
-      for (void* ptr : {static_cast<void*>(p.weight), static_cast<void*>(p.grad), static_cast<void*>(p.master), static_cast<void*>(p.m),
-                        static_cast<void*>(p.v), static_cast<void*>(p.last_sum)}) {
+      for (void* ptr : {static_cast<void*>(p.weight), static_cast<void*>(p.master), static_cast<void*>(p.m), static_cast<void*>(p.v)})
         dev.release(ptr);
-      }
+    }
+    for (auto& [gid, buffer] : group_gradients) {
+      dev.release(buffer.grad);
+      dev.release(buffer.last_sum);
     }
     dev.release(tokens);
     dev.release(losses);
@@ -190,18 +202,16 @@ struct Executor::Impl {
     const std::vector<int> over = reduction_ranks(g, t);
     if (!std::binary_search(over.begin(), over.end(), rank())) return;
     for (int gid : carried_groups(t.op)) {
-      for (int p : groups.at(gid)) {
-        DeviceParameter& d = params[p];
-        if (!repeated.count({gid, over})) {
-          dev.all_reduce_sum(stream, *opt.comm, over, d.grad, d.n);
-          continue;
-        }
-        const bool first = reduced_once.insert(p).second;
-        if (!first) dev.axpy_f32(stream, d.n, -1.0f, d.last_sum, d.grad);
-        dev.all_reduce_sum(stream, *opt.comm, over, d.grad, d.n);
-        if (!first) dev.axpy_f32(stream, d.n, 1.0f, d.last_sum, d.grad);
-        dev.copy(stream, d.last_sum, d.grad, d.n * static_cast<std::int64_t>(sizeof(float)));
+      const GroupGradients& b = group_gradients.at(gid);
+      if (!repeated.count({gid, over})) {
+        dev.all_reduce_sum(stream, *opt.comm, over, b.grad, b.n);
+        continue;
       }
+      const bool first = reduced_once.insert(gid).second;
+      if (!first) dev.axpy_f32(stream, b.n, -1.0f, b.last_sum, b.grad);
+      dev.all_reduce_sum(stream, *opt.comm, over, b.grad, b.n);
+      if (!first) dev.axpy_f32(stream, b.n, 1.0f, b.last_sum, b.grad);
+      dev.copy(stream, b.last_sum, b.grad, b.n * static_cast<std::int64_t>(sizeof(float)));
     }
   }
 
@@ -261,7 +271,6 @@ struct Executor::Impl {
       d.n = static_cast<std::int64_t>(p->size());
       d.decays = p->decays;
       d.weight = device_alloc<bf16_bits>(d.n);
-      d.grad = device_alloc<float>(d.n);
       d.master = device_alloc<float>(d.n);
       d.m = device_alloc<float>(d.n);
       d.v = device_alloc<float>(d.n);
@@ -283,9 +292,17 @@ struct Executor::Impl {
     for (int gid : group_ids) {
       for (Parameter* p : shapes.group(gid)) groups[gid].push_back(index_of(*p));
     }
-    for (const auto& [gid, over] : repeated) {
-      for (int p : groups.at(gid)) {
-        if (params[p].last_sum == nullptr) params[p].last_sum = device_alloc<float>(params[p].n);
+    for (const auto& [gid, members] : groups) {
+      GroupGradients& b = group_gradients[gid];
+      for (int p : members) b.n += params[p].n;
+      b.grad = device_alloc<float>(b.n);
+      const bool reduced_again = std::any_of(repeated.begin(), repeated.end(), [gid = gid](const auto& r) { return r.first == gid; });
+      if (reduced_again) b.last_sum = device_alloc<float>(b.n);
+      std::int64_t offset = 0;
+      for (int p : members) {
+        params[p].grad = b.grad + offset;
+        if (b.last_sum) params[p].last_sum = b.last_sum + offset;
+        offset += params[p].n;
       }
     }
     losses = device_alloc<float>(1);  // sized per step
