@@ -2,18 +2,24 @@
 // GPU at hand (backend/calibrate_gpu.hpp) or the executor's CPU device (backend/calibrate_device.hpp), fits the
 // profile's sustained figures from the points (backend/calibration.hpp) and writes a profile the simulator loads
 // (`run --gpu-profile`). For a GPU: built without CUDA, or run without a usable GPU, it says so and exits.
+#include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <thread>
 
 #include "app/commands.hpp"
 #include "backend/calibrate_device.hpp"
+#include "backend/calibrate_peers.hpp"
 #include "backend/calibration.hpp"
 #include "backend/cpu_device.hpp"
+#include "backend/mpi_communicator.hpp"
+#include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "common/text_table.hpp"
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
+#include "stacks/collective_library.hpp"
 #ifdef TRAINYARD_HAVE_CUDA
 #include "backend/calibrate_gpu.hpp"
 #include "backend/device_info.hpp"
@@ -61,18 +67,81 @@ int finish(const backend::Measurements& m, const LoadedDocument& base, const hw:
   return 0;
 }
 
-// The CPU device: its own sweep, from the built-in cpu-device profile unless --base says otherwise.
+// Under mpirun: the ranks' messages and collectives too (backend/calibrate_peers.hpp), written as the GPU
+// profile's link and, beside it, a node profile of the run's ranks and a collective library.
+void write_peer_profiles(const backend::Measurements& m, const backend::PeerMeasurements& peers, const LoadedDocument& base,
+                         const hw::GpuProfile& before, const std::string& out) {
+  const backend::PeerFits peer_fits = backend::fit_peers(peers);
+  const std::string name = backend::profile_name_from_path(out);
+  const std::string node_path = backend::peer_node_path(out), library_path = backend::peer_library_path(out);
+  const json::Json library = backend::peer_collective_library(name + "-mpi", peers, peer_fits, m.command);
+  stacks::parse_collective_library(library, library_path);
+  const backend::CalibrationFits fits = backend::write_calibrated_profile(
+      m, base.json, base.origin, out, [&](json::Json& doc) { backend::add_peer_link(doc, peers, peer_fits, m.command); });
+  const LoadedDocument written = hw::load_gpu_document(out, "--out");
+  const json::Json node = backend::peer_node_profile(name + "-node", std::filesystem::path(out).filename().string(), written.json, peers, peer_fits,
+                                                     m.command);
+  hw::node_from_document(node, node_path);  // loads the GPU profile just written beside it
+  write_file_atomically(node_path, std::string_view(node.dump(2) + "\n"));
+  write_file_atomically(library_path, std::string_view(library.dump(2) + "\n"));
+  print_summary(std::cout, before, hw::gpu_from_document(written.json, out));
+  std::cout << "\nwrote " << out << " (profile '" << name << "') after " << format_fixed(m.duration_s + peers.duration_s, 1)
+            << " s of measurements, every rank measuring at once\n"
+            << "ranks: " << peers.transport << ": messages " << format_fixed(peer_fits.p2p.fixed_s * 1e6, 1) << " us + "
+            << format_fixed(peer_fits.link_gbps, 2) << " GB/s; collectives " << format_fixed(peer_fits.base_latency_us, 1) << " us + "
+            << format_fixed(peer_fits.step_latency_us, 1) << " us per step at " << format_fixed(100 * peer_fits.efficiency, 0)
+            << "% of that rate (rms error " << format_fixed(100 * peer_fits.collective_rms_relative_error, 1) << "%)\n"
+            << "wrote " << node_path << " (node of " << peers.ranks << " ranks) and " << library_path << " (collective library)\n"
+            << "predict a run of this machine's ranks with: mpirun -np " << peers.ranks << " trainyard run --plan PLAN --device cpu --hw "
+            << node_path << " --collectives " << library_path << "\n";
+  for (const auto& s : m.skipped) std::cout << "skipped: " << s << "\n";
+  for (const auto& w : fits.warnings) std::cout << "warning: " << w << "\n";
+  for (const auto& w : peer_fits.warnings) std::cout << "warning: " << w << "\n";
+}
+
+// The CPU device: its own sweep, from the built-in cpu-device profile unless --base says otherwise. Under mpirun
+// every rank runs the sweep at once (so the profile holds what one rank's device does while the others compute,
+// as in a run), then the ranks' links; rank 0 writes.
 int calibrate_cpu(const std::vector<std::string>& args, std::optional<LoadedDocument> base, const std::string& out) {
   if (!base) base = hw::load_gpu_document("cpu-device", "--base");
   const hw::GpuProfile before = hw::gpu_from_document(base->json, base->origin);
-  backend::check_output_path(out);
   std::string command = "trainyard calibrate";
   for (const auto& a : args) command += " " + a;
-  const auto device = backend::make_cpu_device();
-  const std::string description = "trainyard CPU device on " + std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
-  std::cerr << "calibrate: " << description << ", starting from " << base->origin << "\n";
-  const backend::Measurements m = backend::measure_on_device(backend::cpu_sweep(), *device, description, command, &std::cerr);
-  return finish(m, *base, before, out);
+  backend::MpiSession mpi;
+  if (!mpi.active()) {
+    backend::check_output_path(out);
+    const auto device = backend::make_cpu_device();
+    const std::string description = "trainyard CPU device on " + std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
+    std::cerr << "calibrate: " << description << ", starting from " << base->origin << "\n";
+    backend::Measurements m = backend::measure_on_device(backend::cpu_sweep(), *device, description, command, &std::cerr);
+    m.nccl_note = "not measured: one rank; under mpirun -np N (N >= 2) calibrate also times the ranks' MPI messages and collectives";
+    return finish(m, *base, before, out);
+  }
+  backend::MpiCommunicator comm(std::chrono::seconds(300));
+  try {
+    if (comm.size() < 2) throw InputError("mpirun -np", "value", "at least 2 ranks (or no mpirun: one rank)", "1");
+    const bool root = comm.rank() == 0;
+    if (root) {
+      backend::check_output_path(out);
+      check_writable(backend::peer_node_path(out), "--out");
+      check_writable(backend::peer_library_path(out), "--out");
+    }
+    comm.barrier();
+    const auto device = backend::make_cpu_device();
+    const std::string description = "trainyard CPU device on " + std::to_string(std::thread::hardware_concurrency()) +
+                                    " hardware threads, rank 0 of " + std::to_string(comm.size()) + " measuring at once";
+    if (root) std::cerr << "calibrate: " << description << ", starting from " << base->origin << "\n";
+    backend::Measurements m = backend::measure_on_device(backend::cpu_sweep(), *device, description, command, root ? &std::cerr : nullptr);
+    const std::string transport = backend::MpiSession::library_version() + " between " + std::to_string(comm.size()) + " processes on this machine";
+    const backend::PeerMeasurements peers = backend::measure_peers(*device, comm, transport, &std::cerr);
+    m.nccl_note = "not NCCL: the CPU device's ranks talk over MPI, measured (calibration.peers)";
+    if (root) write_peer_profiles(m, peers, *base, before, out);
+    comm.barrier();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "error: rank " << comm.rank() << " of " << comm.size() << ": " << e.what() << "\n";
+    backend::MpiSession::abort_all(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+  }
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +39,7 @@
 #include "planner/plan.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "sim/report.hpp"
+#include "stacks/collective_library.hpp"
 #include "stacks/stack_profile.hpp"
 
 namespace po = boost::program_options;
@@ -117,13 +120,23 @@ class StepTokens {
   std::string text_;
 };
 
-// The cluster the measured step is predicted on: the plan's nodes under the `trainyard` stack (this executor's
+// The cluster the measured step is predicted on: the plan's nodes (or --hw's node, e.g. the ranks of this machine
+// as `mpirun -np N trainyard calibrate --device cpu` measured them) under the `trainyard` stack (this executor's
 // kernels and memory, whatever stack the plan names for other engines), with --gpu-profile's GPU (a profile
 // `trainyard calibrate` wrote on this device) when given.
 sim::Cluster executor_cluster(const LoadedPlan& l, const po::variables_map& vm) {
   hw::NodeProfile node = l.cluster->node;
+  if (vm.count("hw")) {
+    node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
+    if (node.gpu_count() < l.cluster->devices_per_node) {
+      throw InputError("--hw", "value",
+                       "a node of at least the plan's " + std::to_string(l.cluster->devices_per_node) +
+                           " GPUs per node (calibrate under mpirun -np " + std::to_string(l.cluster->devices_per_node) + " or more)",
+                       "\"" + node.name + "\" with " + std::to_string(node.gpu_count()));
+    }
+  }
   if (vm.count("gpu-profile")) node.gpu = hw::load_gpu(vm["gpu-profile"].as<std::string>(), "--gpu-profile");
-  return sim::Cluster(node, l.cluster->topology.node_count(), stacks::load_stack("trainyard", "run's prediction"));
+  return sim::Cluster(node, l.cluster->topology.node_count(), stacks::load_stack("trainyard", "run's prediction"), l.cluster->devices_per_node);
 }
 
 int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, sim::TaskGraph graph, backend::Device& device,
@@ -138,7 +151,11 @@ struct PredictedStep {
 PredictedStep predict_step(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, sim::TaskGraph graph) {
   graph.finalize();
   sim::Cluster cluster = executor_cluster(l, vm);
-  sim::SimResult result = sim::simulate(graph, cluster);
+  std::optional<stacks::CollectiveLibrary> library;
+  if (vm.count("collectives")) library = stacks::load_collective_library(vm["collectives"].as<std::string>(), "--collectives");
+  sim::SimOptions options;
+  options.collectives = library ? &*library : nullptr;
+  sim::SimResult result = sim::simulate(graph, cluster, options);
   if (!result.completed)
     throw InputError(origin, "plan", "a plan the simulator can complete (trainyard simulate --plan says why not)", "one it cannot");
   return {std::move(graph), std::move(cluster), std::move(result)};
@@ -304,17 +321,15 @@ int run_measured(const LoadedPlan& l, const std::string& origin, const po::varia
                      {"scratch_peak_bytes", last.scratch_peak_bytes},
                      {"pinned_bytes", last.pinned_bytes},
                      {"device_used_bytes", last.device_used_bytes}};
-  out["predicted"] = {{"step_ns", predicted.step_ns},
-                      {"mfu", predicted.mfu()},
-                      {"peak_hbm_bytes", predicted.pools.front().peak_bytes},
-                      {"stack", predicting.stack.name},
-                      {"gpu_profile", predicting.node.gpu.name}};
+  out["predicted"] = {{"step_ns", predicted.step_ns},   {"mfu", predicted.mfu()},       {"peak_hbm_bytes", predicted.pools.front().peak_bytes},
+                      {"stack", predicting.stack.name}, {"node", predicting.node.name}, {"gpu_profile", predicting.node.gpu.name}};
   out["comparison"] = sim::comparison_json(comparison);
   if (as_json) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << "predicted on   the " << predicting.stack.name << " stack (this executor), GPU profile " << predicting.node.gpu.name << "\n";
+  std::cout << "predicted on   the " << predicting.stack.name << " stack (this executor), node " << predicting.node.name << ", GPU profile "
+            << predicting.node.gpu.name << (vm.count("collectives") ? ", collectives " + vm["collectives"].as<std::string>() : std::string()) << "\n";
   std::cout << "measured       " << format_fixed(step_s * 1e3, 2) << " ms per step (predicted "
             << format_fixed(static_cast<double>(predicted.step_ns) * 1e-6, 2) << "), " << format_fixed(static_cast<double>(last.tokens) / step_s, 0)
             << " tokens/s, MFU " << format_fixed(100 * measured.mfu(), 1) << "% (predicted " << format_fixed(100 * predicted.mfu(), 1) << "%)\n"
@@ -352,6 +367,20 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
   if (!vm["comm-timeout"].defaulted() && !backend::MpiSession::launched_by_mpirun())
     refuse("--comm-timeout", "a run under mpirun (one rank has no one to wait for)");
   if (vm.count("text")) check_input_file(vm["text"].as<std::string>(), kTextFileCapBytes, "a text file to train on");
+  // The prediction's profiles load before anything runs; an error names the flag that gave the file.
+  const auto loads = [&](const char* flag, const std::function<void(const std::string&)>& load) {
+    if (!vm.count(flag)) return;
+    try {
+      load(vm[flag].as<std::string>());
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      if (what.find(std::string("--") + flag) != std::string::npos) throw;
+      throw InputError("--" + std::string(flag) + ": " + what);
+    }
+  };
+  loads("hw", [](const std::string& v) { hw::load_node(v, "--hw"); });
+  loads("gpu-profile", [](const std::string& v) { hw::load_gpu(v, "--gpu-profile"); });
+  loads("collectives", [](const std::string& v) { stacks::load_collective_library(v, "--collectives"); });
   check_output_flags(vm, {"trace", "loss-curve"});
   if (!vm.count("trace")) trace_request(vm, 0);  // the trace flags without --trace are refused
 }
@@ -374,6 +403,10 @@ int run_run(const std::vector<std::string>& args) {
       ("trace", po::value<std::string>()->value_name("path"), "the executor: write the last measured step as a Chrome trace (trainyard compare reads it)")
       ("gpu-profile", po::value<std::string>()->value_name("name|path"),
        "the executor: predict with this device profile (e.g. one `trainyard calibrate` wrote here) instead of the plan node's GPU; the prediction always uses the trainyard stack")
+      ("hw", po::value<std::string>()->value_name("name|path"),
+       "the executor: predict on this node profile instead of the plan's (e.g. the NAME-node.json `mpirun -np N trainyard calibrate --device cpu` wrote)")
+      ("collectives", po::value<std::string>()->value_name("name|path"),
+       "the executor: predict collectives with this library (e.g. the NAME-mpi.json calibrate wrote) instead of NCCL's")
       ("steps", po::value<int>()->default_value(1)->value_name("int"), "optimizer steps to run (AdamW after each)")
       ("check", po::bool_switch(), "compare the plan's loss and gradients with the unchunked step on the same weights and tokens")
       ("text", po::value<std::string>()->value_name("path"), "train on this file's bytes (byte-level tokens; the model's vocab must be >= 256); default: random tokens")
@@ -390,7 +423,7 @@ int run_run(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (parse(args,
             "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--gpu-profile P] "
-            "[--loss-curve FILE] [--comm-timeout S] [--json]",
+            "[--hw NODE] [--collectives LIB] [--loss-curve FILE] [--comm-timeout S] [--json]",
             options, positional, vm)) {
     return 0;
   }
@@ -456,7 +489,7 @@ namespace {
 // What a run goes through when the executor cannot take the plan: the untimed CPU reference. The flags only the
 // executor honours are refused (they would be ignored), and rank 0 says why the executor did not take it.
 void fall_back_to_reference(const po::variables_map& vm, const backend::ExecutorRefusal& refusal, bool root) {
-  for (const char* flag : {"trace", "warmup", "gpu-profile"}) {
+  for (const char* flag : {"trace", "warmup", "gpu-profile", "hw", "collectives"}) {
     if (vm.count(flag) && !vm[flag].defaulted()) {
       throw InputError("--" + std::string(flag), "value", "a plan the executor runs (" + refusal.expected + ")",
                        refusal.task + ": " + refusal.found + "; the CPU reference executor runs it, untimed");

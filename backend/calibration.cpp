@@ -645,11 +645,12 @@ void check_output_path(const std::string& out_path) {
 }
 
 CalibrationFits write_calibrated_profile(const Measurements& m, const Json& base_document, const std::string& base_origin,
-                                         const std::string& out_path) {
+                                         const std::string& out_path, const std::function<void(Json&)>& amend) {
   const std::string name = profile_name_from_path(out_path);
   const hw::GpuProfile base = hw::parse_gpu(base_document, base_origin);
   CalibrationFits fits = fit_calibration(m, base);
-  const Json doc = calibrated_profile(base_document, name, m, fits);
+  Json doc = calibrated_profile(base_document, name, m, fits);
+  if (amend) amend(doc);
   hw::parse_gpu(doc, out_path);  // what the simulator will read: must load before it is written
   check_writable(out_path, "--out");
   write_file_atomically(out_path, std::string_view(doc.dump(2) + "\n"));

@@ -19,6 +19,7 @@
 // so a measured call of t seconds is the point e = FLOPs / (peak * (t - launch)); points whose time is mostly
 // launch cost say nothing about throughput and are left out of the fit (counted in the record).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -188,10 +189,11 @@ std::string profile_name_from_path(const std::string& out_path);
 // before anything is measured.
 void check_output_path(const std::string& out_path);
 
-// Fits `m`, builds the profile on `base_document`, checks it loads (hw::parse_gpu) and writes it to `out_path`
-// with common/atomic_file. Nothing is written when any step fails.
+// Fits `m`, builds the profile on `base_document`, lets `amend` add to it (the ranks' link, calibrate_peers.hpp),
+// checks it loads (hw::parse_gpu) and writes it to `out_path` with common/atomic_file. Nothing is written when any
+// step fails.
 CalibrationFits write_calibrated_profile(const Measurements& m, const json::Json& base_document, const std::string& base_origin,
-                                         const std::string& out_path);
+                                         const std::string& out_path, const std::function<void(json::Json&)>& amend = nullptr);
 
 // The built-in profile a CUDA device name is, e.g. "NVIDIA H100 80GB HBM3" -> "h100-sxm"; none for devices
 // without one (H100 NVL, A100 40GB PCIe, ...): --base then says which profile to start from.

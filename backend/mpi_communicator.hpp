@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/communicator.hpp"
@@ -28,6 +29,8 @@ class MpiSession {
   static bool launched_by_mpirun();
   // The run's ranks as the environment says (1 outside mpirun), readable before MPI starts.
   static int world_size_from_environment();
+  // The MPI library's own version line (MPI_Get_library_version), e.g. "Open MPI v4.1.4, ...", first line only.
+  static std::string library_version();
   // Ends every rank of the run (MPI_Abort) with `exit_code`, after this rank's error was printed.
   [[noreturn]] static void abort_all(int exit_code);
 

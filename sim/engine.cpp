@@ -878,6 +878,11 @@ const RouteResources& Engine::gpu_to_gpu(DeviceId a, DeviceId b) {
   if (auto it = routes_.find(key); it != routes_.end()) return it->second;
   if (va == vb) return routes_.emplace(key, loopback(va)).first->second;
   RouteResources out = cross_node_route(va, vb).value_or(RouteResources{});
+  // GPUs on one NVSwitch talk through it (NCCL's P2P transport over NVLink), whatever their PCIe paths' rates: on
+  // every GPU node NVLink is the faster path anyway; a node whose ranks' links are slower than its PCIe (the CPU
+  // device's ranks, whose messages are MPI's) must not route them over PCIe.
+  const auto switch_a = nvlink_switch_of(va), switch_b = nvlink_switch_of(vb);
+  if (out.resources.empty() && switch_a && switch_a == switch_b) out = chain({{va, *switch_a}, {*switch_a, vb}});
   if (out.resources.empty()) out = route(va, vb);
   // Without PCIe peer-to-peer, GPUs of one node that lack NVLink exchange through host memory: the data
   // crosses the sender's path to DRAM and then the receiver's.

@@ -284,6 +284,21 @@ TEST(Cli, RunChecksTheChunkedPlanAgainstTheUnchunkedStepAndTrains) {
   EXPECT_NE(missing_text.err.find("nope.txt"), std::string::npos) << missing_text.err;
 }
 
+// The prediction a run prints can be made on another node and collective library (those `mpirun -np N trainyard
+// calibrate --device cpu` writes; here built-in ones); bad ones are named.
+TEST(Cli, RunPredictsOnTheNodeAndCollectiveLibraryGiven) {
+  const std::string plan = TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json";
+  const auto r = run_cli("run --plan " + plan + " --device cpu --warmup 0 --hw dgx-h100 --collectives nccl");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("node dgx-h100, GPU profile h100-sxm, collectives nccl"), std::string::npos) << r.out;
+  const auto no_node = run_cli("run --plan " + plan + " --device cpu --hw no-such-node");
+  EXPECT_EQ(no_node.exit_code, 2);
+  EXPECT_NE(no_node.err.find("--hw"), std::string::npos) << no_node.err;
+  const auto no_library = run_cli("run --plan " + plan + " --device cpu --collectives /no/such/library.json");
+  EXPECT_EQ(no_library.exit_code, 2);
+  EXPECT_NE(no_library.err.find("--collectives"), std::string::npos) << no_library.err;
+}
+
 TEST(Cli, PlanStopsCleanlyOnCtrlCWithTheBestFoundSoFar) {
   // On one thread the full 1M search takes minutes; SIGINT stops it after the current wave. On a loaded machine
   // no plan may have fitted yet when the signal comes ("search interrupted" with the closest miss, also a clean

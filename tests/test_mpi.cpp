@@ -7,6 +7,7 @@
 #include <memory>
 #include <numeric>
 
+#include "backend/calibrate_peers.hpp"
 #include "backend/cpu_device.hpp"
 #include "backend/executor.hpp"
 #include "backend/model_state.hpp"
@@ -499,6 +500,30 @@ TEST(Mpi, AStepWhoseRanksDisagreeOnAMessageFailsWithAClearErrorNotAHang) {
     EXPECT_NE(error.find("from rank 0 (tag " + std::to_string(lost) + ")"), std::string::npos) << error;
   }
   world().barrier();
+}
+
+// `mpirun -np N trainyard calibrate --device cpu`'s second half: every rank times the executor's own calls at once;
+// rank 0 holds a positive time for every size, and the points fit.
+TEST(Mpi, PeerMeasurementsTimeEverySizeOnRankZeroAndFit) {
+  MpiCommunicator& c = world();
+  const auto device = make_cpu_device();
+  const PeerMeasurements m = measure_peers(*device, c, "test", nullptr);
+  EXPECT_EQ(m.ranks, c.size());
+  if (c.rank() != 0) {
+    EXPECT_TRUE(m.p2p.empty() && m.all_reduce.empty() && m.all_to_all.empty());
+    return;
+  }
+  ASSERT_EQ(m.p2p.size(), peer_message_bytes().size());
+  ASSERT_EQ(m.all_reduce.size(), peer_collective_bytes().size());
+  ASSERT_EQ(m.all_to_all.size(), peer_collective_bytes().size());
+  for (const auto* series : {&m.p2p, &m.all_reduce, &m.all_to_all}) {
+    for (const CopyPoint& p : *series) EXPECT_GT(p.seconds, 0.0) << p.bytes;
+  }
+  EXPECT_LT(m.p2p.front().seconds, m.p2p.back().seconds);  // 64 B against 16 MiB
+  const PeerFits f = fit_peers(m);
+  EXPECT_GT(f.link_gbps, 0.0);
+  EXPECT_GT(f.efficiency, 0.0);
+  EXPECT_LE(f.efficiency, 1.0);
 }
 
 }  // namespace trainyard::backend
