@@ -381,6 +381,10 @@ class CpuDevice final : public Device {
       }
     });
   }
+  void host_adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
+                  bf16_bits* weights) override {
+    adamw(stream, opt, step, n, master, m, v, grad, weights);  // the device's memory is the host's
+  }
   void adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
              bf16_bits* weights) override {
     enqueue(stream, [=] {

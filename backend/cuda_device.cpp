@@ -3,6 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/device.hpp"
@@ -10,6 +13,7 @@
 #include "common/error.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/reference.hpp"
 
 namespace trainyard::backend {
 
@@ -18,6 +22,29 @@ namespace {
 std::size_t size_of(std::int64_t bytes) { return static_cast<std::size_t>(std::max<std::int64_t>(bytes, 0)); }
 
 class CudaDevice final : public Device {
+  // One host_adamw call, run by the CUDA driver's thread when the stream gets there.
+  struct HostAdamW {
+    CudaDevice* device;
+    kernels::AdamW opt;
+    int step;
+    std::int64_t n;
+    float *master, *m, *v;
+    const float* grad;
+    bf16_bits* weights;
+    static void CUDART_CB run(void* p) noexcept {
+      const std::unique_ptr<HostAdamW> job(static_cast<HostAdamW*>(p));
+      try {
+        const std::size_t n = size_of(job->n);
+        std::vector<float> w(n);
+        kernels::adamw_ref(job->opt, job->step, {job->master, n}, {job->m, n}, {job->v, n}, {job->grad, n}, w);
+        for (std::size_t i = 0; i < n; ++i) job->weights[i] = kernels::to_bf16(w[i]);
+      } catch (const std::exception& e) {
+        const std::lock_guard lock(job->device->host_error_mutex_);
+        if (job->device->host_error_.empty()) job->device->host_error_ = e.what();
+      }
+    }
+  };
+
  public:
   // Touches nothing on the GPU until used: the executor refuses what it cannot run before that, GPU or not.
   CudaDevice() = default;
@@ -96,6 +123,8 @@ class CudaDevice final : public Device {
   void synchronize() override {
     if (peers_) peers_->wait(streams_);
     TRAINYARD_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::lock_guard lock(host_error_mutex_);
+    if (!host_error_.empty()) throw InternalError("the host's optimizer step: " + host_error_, __FILE__, __LINE__);
   }
 
   int create_stream() override {
@@ -191,6 +220,14 @@ class CudaDevice final : public Device {
              bf16_bits* weights) override {
     kernels::adamw(opt, step, n, master, m, v, grad, weights, streams_.at(stream));
   }
+  // On the host, in the stream's order (compiled, NOT YET RUN ON A GPU). A host function may not call CUDA: it only
+  // computes on pinned memory; an error there is kept and thrown by the next synchronize().
+  void host_adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
+                  bf16_bits* weights) override {
+    auto job = std::make_unique<HostAdamW>(HostAdamW{this, opt, step, n, master, m, v, grad, weights});
+    TRAINYARD_CUDA_CHECK(cudaLaunchHostFunc(streams_.at(stream), &HostAdamW::run, job.get()));
+    job.release();  // HostAdamW::run owns it now
+  }
   // NCCL, bootstrapped through `comm` (NOT YET RUN ON A GPU: nccl_peers.hpp).
   void prepare_peers(Communicator& comm, const std::vector<std::vector<int>>& groups, std::chrono::milliseconds timeout) override {
     peers_ = std::make_unique<NcclPeers>(comm, groups, timeout);
@@ -226,6 +263,8 @@ class CudaDevice final : public Device {
   std::vector<std::unique_ptr<kernels::Gemm>> gemms_;  // one per stream: each owns its workspace
   std::vector<cudaEvent_t> events_;
   std::unique_ptr<NcclPeers> peers_;  // several ranks: the NCCL communicators
+  std::mutex host_error_mutex_;
+  std::string host_error_;  // the first error a host function met (HostAdamW), thrown by synchronize()
 };
 
 }  // namespace

@@ -105,6 +105,11 @@ class Device {
                                       const float* dloss, bf16_bits* dlogits) = 0;
   virtual void adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
                      bf16_bits* weights) = 0;
+  // The same AdamW by the host CPU on pinned host memory (all five buffers), in `stream`'s order (ZeRO-Offload's
+  // optimizer step): the CPU device runs it as adamw; a GPU hands it to a host function (cudaLaunchHostFunc)
+  // between the stream's copies of the gradients out and of the weights back.
+  virtual void host_adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
+                          bf16_bits* weights) = 0;
 
   // --- between ranks ---------------------------------------------------------------------------------------------
   // Before the first step, on every rank at once: the groups (sorted ranks) the step will reduce over. The CPU

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -23,9 +24,12 @@ struct DeviceParameter {
   std::int64_t n = 0;
   bool decays = true;  // Parameter::decays
   bf16_bits* weight = nullptr;
-  float *master = nullptr, *m = nullptr, *v = nullptr;
-  float* grad = nullptr;      // in its group's gradient buffer (GroupGradients)
-  float* last_sum = nullptr;  // a group reduced several times a step: in its group's last reduced gradient (else null)
+  float *master = nullptr, *m = nullptr, *v = nullptr;  // pinned host memory where the optimizer runs on the host
+  float* grad = nullptr;                                // in its group's gradient buffer (GroupGradients)
+  float* last_sum = nullptr;                            // a group reduced several times a step: in its group's last reduced gradient (else null)
+  // The optimizer on the host: in its group's pinned copies of the gradients and of the updated weights.
+  float* host_grad = nullptr;
+  bf16_bits* host_weight = nullptr;
 };
 
 // A parameter group's gradients in one buffer, its parameters' one after another in ModelState's order, so that a
@@ -34,6 +38,9 @@ struct GroupGradients {
   float* grad = nullptr;
   float* last_sum = nullptr;  // a group reduced several times a step: its last reduced gradient (else null)
   std::int64_t n = 0;
+  // The optimizer on the host (ZeRO-Offload): the gradients copied out, the updated weights to copy back (pinned).
+  float* host_grad = nullptr;
+  bf16_bits* host_weight = nullptr;
 };
 
 template <typename T>
@@ -54,9 +61,12 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
   if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states && !is_heads_exchange(t.op.code)) {
     return std::pair{"collectives of gradients or model states, or Ulysses' all-to-alls", "a collective on activations"};
   }
-  if (sim::is_host(t.device) && !memory) return std::pair{"GPU tasks (the executor does not run host optimizer steps yet)", "a host task"};
-  if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p)) {
-    return std::pair{"weights and optimizer states resident in HBM (the executor does not stream them yet)", "a copy of model states"};
+  if (sim::is_host(t.device) && !memory && t.op.code != sim::OpCode::optimizer) {
+    return std::pair{"GPU tasks or the host's optimizer step", "a host task of another kind"};
+  }
+  if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p) && !t.op.is_updated_weights()) {
+    return std::pair{"weights resident in HBM, gradients too (the executor does not stream weights or offload gradients yet)",
+                     "a copy of model states"};
   }
   if (t.op.code == sim::OpCode::none && !memory) {
     return std::pair{"a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)", "a task without an op"};
@@ -102,6 +112,7 @@ struct Executor::Impl {
   std::map<int, std::vector<int>> groups;               // optimizer group -> params
   std::map<int, GroupGradients> group_gradients;        // optimizer group -> its gradients
   std::set<int> owned;                                  // the groups this rank updates
+  bool host_optimizer = false;                          // this rank's optimizer step runs on the host (ZeRO-Offload)
   std::set<std::pair<int, std::vector<int>>> repeated;  // (group, ranks) reduced more than once a step
   std::set<int> reduced_once;                           // during a step: the groups (of repeated groups) reduced so far
   std::vector<int> layer_param;                         // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
@@ -129,6 +140,9 @@ struct Executor::Impl {
     }
     for (std::size_t pos = 0; pos < sched.order.size(); ++pos) reuse_waits.push_back(reused_bytes_owners(flow.steps[pos], static_cast<int>(pos)));
     find_owned_groups();
+    for (const sim::Task& t : g.tasks()) {
+      if (sim::is_host(t.device) && t.op.code == sim::OpCode::optimizer && (ranks() == 1 || t.op.owner_gpu == rank())) host_optimizer = true;
+    }
     prepare_communicator();
     try {
       allocate(shapes);
@@ -147,12 +161,16 @@ struct Executor::Impl {
     } catch (...) {  // the step's error has been reported, or is on its way up
     }
     for (auto& p : params) {
-      for (void* ptr : {static_cast<void*>(p.weight), static_cast<void*>(p.master), static_cast<void*>(p.m), static_cast<void*>(p.v)})
-        dev.release(ptr);
+      dev.release(p.weight);
+      for (void* ptr : {static_cast<void*>(p.master), static_cast<void*>(p.m), static_cast<void*>(p.v)}) {
+        host_optimizer ? dev.release_pinned(ptr) : dev.release(ptr);
+      }
     }
     for (auto& [gid, buffer] : group_gradients) {
       dev.release(buffer.grad);
       dev.release(buffer.last_sum);
+      dev.release_pinned(buffer.host_grad);
+      dev.release_pinned(buffer.host_weight);
     }
     dev.release(tokens);
     dev.release(losses);
@@ -251,11 +269,25 @@ struct Executor::Impl {
     return static_cast<T*>(p);
   }
 
+  // Master weights and moments: in HBM, or in pinned host memory where the optimizer runs on the host.
+  float* optimizer_alloc(std::int64_t count) {
+    if (!host_optimizer) return device_alloc<float>(count);
+    return static_cast<float*>(dev.allocate_pinned(std::max<std::int64_t>(count, 1) * static_cast<std::int64_t>(sizeof(float))));
+  }
+  // Copies between the host and a state buffer, which is in pinned host memory or on the device.
+  void put(void* state, const void* host, std::int64_t bytes, bool in_host_memory) const {
+    in_host_memory ? static_cast<void>(std::memcpy(state, host, static_cast<std::size_t>(bytes))) : dev.upload(state, host, bytes);
+  }
+  void get(void* host, const void* state, std::int64_t bytes, bool in_host_memory) const {
+    in_host_memory ? static_cast<void>(std::memcpy(host, state, static_cast<std::size_t>(bytes))) : dev.download(host, state, bytes);
+  }
+
   void allocate(ModelState& shapes) {
     // The states, in ModelState's layout and order.
     std::int64_t state_bytes_needed = 0;
-    const std::int64_t last_sum_bytes = repeated.empty() ? 0 : 4;  // at most: every parameter's last reduced gradient
-    for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 * 4 + last_sum_bytes);
+    const std::int64_t last_sum_bytes = repeated.empty() ? 0 : 4;     // at most: every parameter's last reduced gradient
+    const std::int64_t optimizer_bytes = host_optimizer ? 0 : 3 * 4;  // master weights and moments, unless on the host
+    for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 + optimizer_bytes + last_sum_bytes);
     const std::int64_t free_bytes = dev.free_bytes();
     const std::int64_t workspaces = static_cast<std::int64_t>(sched.streams.size()) * dev.per_stream_bytes();
     const std::int64_t needed = state_bytes_needed + flow.device_arena_bytes + workspaces;
@@ -271,9 +303,9 @@ struct Executor::Impl {
       d.n = static_cast<std::int64_t>(p->size());
       d.decays = p->decays;
       d.weight = device_alloc<bf16_bits>(d.n);
-      d.master = device_alloc<float>(d.n);
-      d.m = device_alloc<float>(d.n);
-      d.v = device_alloc<float>(d.n);
+      d.master = optimizer_alloc(d.n);
+      d.m = optimizer_alloc(d.n);
+      d.v = optimizer_alloc(d.n);
       params.push_back(std::move(d));
     }
     // Index the parameters by their place in the model (ModelState's names: "L3 wqkv", "embedding", ...).
@@ -298,10 +330,15 @@ struct Executor::Impl {
       b.grad = device_alloc<float>(b.n);
       const bool reduced_again = std::any_of(repeated.begin(), repeated.end(), [gid = gid](const auto& r) { return r.first == gid; });
       if (reduced_again) b.last_sum = device_alloc<float>(b.n);
+      if (host_optimizer) {
+        b.host_grad = static_cast<float*>(dev.allocate_pinned(b.n * static_cast<std::int64_t>(sizeof(float))));
+        b.host_weight = static_cast<bf16_bits*>(dev.allocate_pinned(b.n * static_cast<std::int64_t>(sizeof(bf16_bits))));
+      }
       std::int64_t offset = 0;
       for (int p : members) {
         params[p].grad = b.grad + offset;
         if (b.last_sum) params[p].last_sum = b.last_sum + offset;
+        if (b.host_grad) params[p].host_grad = b.host_grad + offset, params[p].host_weight = b.host_weight + offset;
         offset += params[p].n;
       }
     }
@@ -470,6 +507,7 @@ struct Executor::Impl {
       return;
     }
     if (task.kind() == sim::TaskKind::p2p) return exchange(task, id, t, stream);
+    if (op.is_updated_weights()) return copy_updated_weights(stream);
     if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
       for (std::size_t i = 0; i + 1 < t.instances.size(); i += 2) {
         if (t.instances[i] < 0) continue;
@@ -478,13 +516,20 @@ struct Executor::Impl {
       return;
     }
     if (op.code == sim::OpCode::optimizer) {
+      const bool on_host = sim::is_host(task.device);  // ZeRO-Offload: the gradients out, AdamW on the host
       for (const auto& [gid, members] : groups) {
         if (!owned.count(gid) || !updated_groups.insert(gid).second || !opt.run_optimizer) continue;
+        const GroupGradients& b = group_gradients.at(gid);
+        if (on_host) dev.copy(stream, b.host_grad, b.grad, b.n * static_cast<std::int64_t>(sizeof(float)));
         for (int p : members) {
           const DeviceParameter& d = params[p];
           kernels::AdamW o = opt.adam;
           if (!d.decays) o.weight_decay = 0;  // as ModelState::adamw_step
-          dev.adamw(stream, o, optimizer_step, d.n, d.master, d.m, d.v, d.grad, d.weight);
+          if (on_host) {
+            dev.host_adamw(stream, o, optimizer_step, d.n, d.master, d.m, d.v, d.host_grad, d.host_weight);
+          } else {
+            dev.adamw(stream, o, optimizer_step, d.n, d.master, d.m, d.v, d.grad, d.weight);
+          }
         }
       }
       return;
@@ -499,6 +544,17 @@ struct Executor::Impl {
       const std::size_t n = compute_uses(one, m, c).size();
       compute(one, OpTensors(one, std::span(t.uses).subspan(at, n), std::span(t.instances).subspan(at, n)), stream, seq_len);
       at += n;
+    }
+  }
+
+  // ZeRO-Offload: the weights the host's optimizer step updated, back to the device (the groups this rank owns).
+  void copy_updated_weights(int stream) {
+    if (!opt.run_optimizer) return;
+    for (int gid : owned) {
+      const GroupGradients& b = group_gradients.at(gid);
+      TRAINYARD_CHECK(b.host_weight != nullptr, "updated weights come from a host optimizer step on this rank");
+      for (int p : groups.at(gid))
+        dev.copy(stream, params[p].weight, params[p].host_weight, params[p].n * static_cast<std::int64_t>(sizeof(bf16_bits)));
     }
   }
 
@@ -786,9 +842,10 @@ struct Executor::Impl {
       std::vector<bf16_bits> bits(p.size());
       for (std::size_t k = 0; k < bits.size(); ++k) bits[k] = kernels::to_bf16(p.weight[k]);
       dev.upload(d.weight, bits.data(), d.n * 2);
-      dev.upload(d.master, p.master.data(), d.n * 4);
-      dev.upload(d.m, p.m.data(), d.n * 4);
-      dev.upload(d.v, p.v.data(), d.n * 4);
+      if (d.host_weight) std::memcpy(d.host_weight, bits.data(), bits.size() * sizeof(bf16_bits));
+      put(d.master, p.master.data(), d.n * 4, host_optimizer);
+      put(d.m, p.m.data(), d.n * 4, host_optimizer);
+      put(d.v, p.v.data(), d.n * 4, host_optimizer);
     }
   }
 
@@ -803,9 +860,9 @@ struct Executor::Impl {
       dev.download(bits.data(), d.weight, d.n * 2);
       for (std::size_t k = 0; k < bits.size(); ++k) p.weight[k] = kernels::from_bf16(bits[k]);
       dev.download(p.grad.data(), d.grad, d.n * 4);
-      dev.download(p.master.data(), d.master, d.n * 4);
-      dev.download(p.m.data(), d.m, d.n * 4);
-      dev.download(p.v.data(), d.v, d.n * 4);
+      get(p.master.data(), d.master, d.n * 4, host_optimizer);
+      get(p.m.data(), d.m, d.n * 4, host_optimizer);
+      get(p.v.data(), d.v, d.n * 4, host_optimizer);
     }
   }
 };

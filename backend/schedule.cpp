@@ -24,11 +24,17 @@ struct Involvement {
 };
 
 // Whether this rank runs `task`, and on which device's stream: the streams sim::for_each_occupied_stream gives
-// (a host task's on the node's first rank), plus the receiving side of a send to this rank, on a slot of its own.
+// (a host task's on the node's first rank, a host optimizer step's on its GPU's rank), plus the receiving side of a
+// send to this rank, on a slot of its own.
 // Host allocations and frees take no stream and belong to every rank of the node: the order they carry (a copy back
 // after the copy out, through the host buffer's free) must hold on each rank that copies.
 Involvement involvement(const TaskGraph& graph, const Task& task, int rank, int gpus_per_node) {
   const DeviceId host = sim::host_device(rank / gpus_per_node);
+  // A host optimizer step is the rank's whose GPU it serves: each rank steps its own parameters on its CPU, as
+  // ZeRO-Offload does, on a host stream slot of its own.
+  if (task.op.code == sim::OpCode::optimizer && sim::is_host(task.device) && task.stream.kind != StreamKind::none) {
+    return task.op.owner_gpu == rank ? Involvement{true, false, task.device} : Involvement{};
+  }
   auto mine = [&](DeviceId d) { return d == rank || (rank % gpus_per_node == 0 && d == host); };
   Involvement out;
   sim::for_each_occupied_stream(graph, task, [&](DeviceId device, Stream) {

@@ -559,7 +559,7 @@ void ZeroBuilder::optimizer_step() {
                                         : g_.set_op(g_.copy("H2D updated params gpu" + std::to_string(gpu), gpu,
                                                             {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * shard, 1), true},
                                                             std::vector<sim::TaskId>{step}),
-                                                    {sim::OpCode::states}));
+                                                    sim::Op::updated_weights_of(gpu)));
   }
   if (gpus_ > 1 && (p_.stage == 1 || p_.stage == 2)) {
     g_.set_op(g_.collective("all-gather updated params", over_everyone(sim::CollectiveOp::all_gather, pol_.weight_bytes * all_params_), updated,

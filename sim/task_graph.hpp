@@ -155,7 +155,8 @@ struct Op {
   std::int32_t kv_first = -1, kv_last = -1;
   // head_*: the piece's token rows [row_begin, row_end) inside the chunk.
   std::int32_t row_begin = -1, row_end = -1;
-  // optimizer: the GPU whose parameters it updates (the task itself may run on its node's host).
+  // optimizer: the GPU whose parameters it updates (the task itself may run on its node's host); a states copy
+  // (updated_weights_of): the GPU whose weights the host's optimizer updated, copied back to it.
   std::int32_t owner_gpu = -1;
 
   static Op kv_range(OpCode code, std::int32_t seq, std::int32_t layer, std::int32_t chunk, std::int32_t kv_first, std::int32_t kv_last) {
@@ -169,6 +170,13 @@ struct Op {
     o.owner_gpu = gpu;
     return o;
   }
+  // ZeRO-Offload: the copy to GPU `gpu` of the bf16 weights its optimizer step on the host updated.
+  static Op updated_weights_of(std::int32_t gpu) {
+    Op o{OpCode::states};
+    o.owner_gpu = gpu;
+    return o;
+  }
+  bool is_updated_weights() const { return code == OpCode::states && owner_gpu >= 0; }
   // A gradient reduction (OpCode::states on a collective) and the parameter groups whose gradients it carries, so
   // that executors on several ranks reduce exactly those: layers first_layer..last_layer (none when last < first),
   // the LM head's and the embedding's. Kept in the K/V range and the row fields, which states ops do not use.

@@ -156,6 +156,49 @@ TEST(CpuExecutor, StepsRepeatAndAnOptimizerStepMatchesTheReference) {
   step(3);
 }
 
+// ZeRO-Offload: the optimizer step on the host (the gradients copied out, AdamW on pinned memory, the weights
+// copied back by the graph's own copy). Its master weights move as the reference's, and the device's weights are
+// their bf16 rounding: the copy back happened, after the step.
+TEST(CpuExecutor, TheOptimizerStepOnTheHostMatchesTheReference) {
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
+  planner::ZeroParams offload;
+  offload.stage = 1;
+  offload.offload_optimizer = true;
+  offload.activation_checkpointing = true;
+  sim::TaskGraph g = planner::build_zero({m, one_gpu(), {seq, 2}, model::precision_policy("bf16-mixed")}, offload);
+  g.finalize();
+  ASSERT_FALSE(executor_refusal(g)) << executor_refusal(g)->task << ": " << executor_refusal(g)->found;
+  int host_steps = 0, copies_back = 0;
+  for (const sim::Task& t : g.tasks()) {
+    host_steps += sim::is_host(t.device) && t.op.code == sim::OpCode::optimizer;
+    copies_back += t.op.is_updated_weights();
+  }
+  ASSERT_EQ(host_steps, 1);
+  ASSERT_EQ(copies_back, 1);
+  ModelState reference(m, 8), executed(m, 8);
+  ReferenceOptions ro;
+  ro.run_optimizer = true;
+  ro.adam.lr = 1e-2f;
+  ExecutorOptions eo;
+  eo.run_optimizer = true;
+  eo.adam = ro.adam;
+  const auto tokens = random_windows(m.vocab, seq, 2, 17);
+  const double expected = run_reference_step(g, reference, 1, tokens, ro).loss;
+  const auto dev = make_cpu_device();
+  Executor executor(*dev, g, executed, 1, {}, eo);
+  executor.upload(executed);
+  const MeasuredStep measured = executor.run_step(tokens, 1);
+  EXPECT_NEAR(measured.loss, expected, 2e-3 * expected);
+  executor.download(executed);
+  const auto [agree, moved] = test::adam_agreement(reference, executed);
+  ASSERT_GT(moved, 1000);
+  EXPECT_GT(agree, 0.99);
+  for (const Parameter* p : executed.all()) {
+    for (std::size_t i = 0; i < p->size(); ++i) ASSERT_EQ(p->weight[i], kernels::round_bf16(p->master[i])) << p->name << " " << i;
+  }
+}
+
 // The other builders' one-GPU plans: Megatron with two micro-batches, full recompute and checkpoints offloaded to
 // host memory; ZeRO with activation checkpointing. The executor's step equals the reference's.
 TEST(CpuExecutor, MegatronAndZeroStepsOnOneGpuMatchTheReference) {

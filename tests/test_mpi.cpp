@@ -385,6 +385,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   planner::ZeroParams zero2 = zero1, zero3;
   zero2.stage = 2;
   zero3.stage = 3;
+  planner::ZeroParams offloaded1 = zero1, offloaded3 = zero3;  // ZeRO-Offload: each rank's optimizer step on its host
+  offloaded1.offload_optimizer = offloaded3.offload_optimizer = true;
   const planner::StepInputs twice{m, cluster, {32, 2 * n}, model::precision_policy("bf16-mixed")};
   std::vector<Case> cases = {{"zero-0", m, planner::build_zero(in, planner::ZeroParams{})},
                              {"zero-1", m, planner::build_zero(in, zero1)},
@@ -397,7 +399,9 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
                              {"zero-2, 2 micro-batches", m, planner::build_zero(twice, zero2), 2 * n},
                              {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n},
                              {"megatron cp", m, planner::build_megatron(in, megatron_cp)},
-                             {"ulysses sp 2", m, planner::build_zero(in, ulysses)}};
+                             {"ulysses sp 2", m, planner::build_zero(in, ulysses)},
+                             {"zero-1, optimizer on the host", m, planner::build_zero(in, offloaded1)},
+                             {"zero-3, optimizer on the host", m, planner::build_zero(in, offloaded3)}};
   if (n >= 4) cases.push_back({"megatron pp 2, cp", m, planner::build_megatron(in, piped_cp)});
   if (n == 4) cases.push_back({"megatron pp 2, cp 2 a2a", m, planner::build_megatron(in, piped_a2a)});
   for (auto& [name, model, graph, sequences] : cases) {
@@ -414,6 +418,11 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
     executor.upload(executed);
     const double loss = executor.run_step(tokens, 1).loss;
     executor.download(executed);
+    // With the optimizer on the host, every rank updated its weights there and has them back on its device.
+    for (const Parameter* p : executed.all()) {
+      if (!name.ends_with("on the host")) break;
+      for (std::size_t i = 0; i < p->size(); ++i) ASSERT_EQ(p->weight[i], kernels::round_bf16(p->master[i])) << p->name << " " << i;
+    }
     gather_to_rank0(graph, executed, world());
     if (world().rank() != 0) continue;
     ModelState reference(model, 6);
