@@ -157,7 +157,7 @@ lines += ["", f"Step time over {len(rank_rows)} plans: mean absolute error {100 
           "What the several-rank errors say:", "",
           "- The ranks' links are no longer what is missing. Predicted on the plan's node (NVLink-less PCIe GPUs, NCCL's "
           "microsecond latencies) messages and all-reduces cost almost nothing; on the calibrated node a message costs the "
-          "executor's measured 60-100 us at 4 ranks (10 us at 2) and the p2p column's predictions come within 2-14x of the "
+          "executor's measured 60-100 us at 4 ranks (10 us at 2), yet the p2p column's predictions stay well below the "
           "measured sums, which also hold each receive's wait for its sender. The collective column's measured sums are far "
           "larger than predicted for the same reason: a rank's all-reduce starts when its own stream reaches it and ends when "
           "the slowest member's does, while the simulator starts it when every member is there.",
