@@ -30,6 +30,7 @@ struct DeviceParameter {
   // The optimizer on the host: in its group's pinned copies of the gradients and of the updated weights.
   float* host_grad = nullptr;
   bf16_bits* host_weight = nullptr;
+  bool weights_on_host = false;  // ZeRO-Infinity: the host's copy is the parameter's weights; the device's a transient one
 };
 
 // A parameter group's gradients in one buffer, its parameters' one after another in ModelState's order, so that a
@@ -64,9 +65,12 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
   if (sim::is_host(t.device) && !memory && t.op.code != sim::OpCode::optimizer) {
     return std::pair{"GPU tasks or the host's optimizer step", "a host task of another kind"};
   }
-  if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p) && !t.op.is_updated_weights()) {
-    return std::pair{"weights resident in HBM, gradients too (the executor does not stream weights or offload gradients yet)",
-                     "a copy of model states"};
+  const bool offloaded_states = t.kind() == sim::TaskKind::copy && (t.op.is_updated_weights() || t.op.carries_gradients());
+  if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p) && !offloaded_states) {
+    return std::pair{
+        "copies of model states that say which (the weights a host optimizer step updated, a layer's gradients out to it or "
+        "its weights in from it)",
+        "a copy of model states"};
   }
   if (t.op.code == sim::OpCode::none && !memory) {
     return std::pair{"a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)", "a task without an op"};
@@ -86,6 +90,17 @@ std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ran
   }
   if (ranks > 1 && gpus != ranks) {
     return ExecutorRefusal{"mpirun", std::to_string(gpus) + " ranks (-np), one per GPU of the plan", std::to_string(ranks) + " ranks"};
+  }
+  // Gradients offloaded or weights streamed from the host go to and come from the host's optimizer step's buffers.
+  const auto& tasks = g.tasks();
+  const bool host_step = std::any_of(tasks.begin(), tasks.end(),
+                                     [](const sim::Task& t) { return sim::is_host(t.device) && t.op.code == sim::OpCode::optimizer; });
+  for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()) && !host_step; ++id) {
+    const sim::Task& t = g.task(id);
+    if (t.kind() == sim::TaskKind::copy && t.op.carries_gradients()) {
+      return ExecutorRefusal{"task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'",
+                             "offloaded gradients or weights with the optimizer step on the host", "no optimizer step on the host"};
+    }
   }
   return std::nullopt;
 }
@@ -115,6 +130,8 @@ struct Executor::Impl {
   bool host_optimizer = false;                          // this rank's optimizer step runs on the host (ZeRO-Offload)
   std::set<std::pair<int, std::vector<int>>> repeated;  // (group, ranks) reduced more than once a step
   std::set<int> reduced_once;                           // during a step: the groups (of repeated groups) reduced so far
+  std::set<int> gradients_on_host;                      // during a step: the groups whose gradients a copy took to the host
+  std::set<int> streamed;                               // groups whose weights are copied in from the host when used (ZeRO-Infinity)
   std::vector<int> layer_param;                         // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
@@ -142,6 +159,9 @@ struct Executor::Impl {
     find_owned_groups();
     for (const sim::Task& t : g.tasks()) {
       if (sim::is_host(t.device) && t.op.code == sim::OpCode::optimizer && (ranks() == 1 || t.op.owner_gpu == rank())) host_optimizer = true;
+      if (const auto* copy = std::get_if<sim::Copy>(&t.params); copy && copy->direction == sim::Copy::Direction::h2d && t.op.carries_gradients()) {
+        for (int gid : carried_groups(t.op)) streamed.insert(gid);
+      }
     }
     prepare_communicator();
     try {
@@ -339,6 +359,7 @@ struct Executor::Impl {
         params[p].grad = b.grad + offset;
         if (b.last_sum) params[p].last_sum = b.last_sum + offset;
         if (b.host_grad) params[p].host_grad = b.host_grad + offset, params[p].host_weight = b.host_weight + offset;
+        params[p].weights_on_host = b.host_weight != nullptr && streamed.count(gid) > 0;
         offset += params[p].n;
       }
     }
@@ -412,6 +433,7 @@ struct Executor::Impl {
     dev.fill(losses, 0xFF, loss_bytes);  // NaN: a row no task wrote shows
     for (const auto& p : params) dev.fill(p.grad, 0, p.n * static_cast<std::int64_t>(sizeof(float)));
     reduced_once.clear();
+    gradients_on_host.clear();
     dev.reset_scratch_peak();
     dev.synchronize();
     if (ranks() > 1) opt.comm->barrier();  // the ranks' origins as close together as one barrier's exit
@@ -508,6 +530,7 @@ struct Executor::Impl {
     }
     if (task.kind() == sim::TaskKind::p2p) return exchange(task, id, t, stream);
     if (op.is_updated_weights()) return copy_updated_weights(stream);
+    if (op.carries_gradients() && task.kind() == sim::TaskKind::copy) return copy_offloaded_states(std::get<sim::Copy>(task.params), op, stream);
     if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
       for (std::size_t i = 0; i + 1 < t.instances.size(); i += 2) {
         if (t.instances[i] < 0) continue;
@@ -520,7 +543,7 @@ struct Executor::Impl {
       for (const auto& [gid, members] : groups) {
         if (!owned.count(gid) || !updated_groups.insert(gid).second || !opt.run_optimizer) continue;
         const GroupGradients& b = group_gradients.at(gid);
-        if (on_host) dev.copy(stream, b.host_grad, b.grad, b.n * static_cast<std::int64_t>(sizeof(float)));
+        if (on_host && !gradients_on_host.count(gid)) dev.copy(stream, b.host_grad, b.grad, b.n * static_cast<std::int64_t>(sizeof(float)));
         for (int p : members) {
           const DeviceParameter& d = params[p];
           kernels::AdamW o = opt.adam;
@@ -547,10 +570,29 @@ struct Executor::Impl {
     }
   }
 
-  // ZeRO-Offload: the weights the host's optimizer step updated, back to the device (the groups this rank owns).
+  // ZeRO-Offload's gradients out to the host's optimizer step (D2H), or ZeRO-Infinity's weights in from the host's
+  // copy (H2D), of the groups the copy carries. The weights stay resident on the device as well: the copy moves
+  // what the plan moves, at its time, but HBM holds more than the plan counts.
+  void copy_offloaded_states(const sim::Copy& copy, const sim::Op& op, int stream) {
+    for (int gid : carried_groups(op)) {
+      const GroupGradients& b = group_gradients.at(gid);
+      TRAINYARD_CHECK(b.host_grad != nullptr, "offloaded states go to or come from an optimizer step on this rank's host");
+      if (copy.direction == sim::Copy::Direction::d2h) {
+        dev.copy(stream, b.host_grad, b.grad, b.n * static_cast<std::int64_t>(sizeof(float)));
+        gradients_on_host.insert(gid);
+        continue;
+      }
+      for (int p : groups.at(gid))
+        dev.copy(stream, params[p].weight, params[p].host_weight, params[p].n * static_cast<std::int64_t>(sizeof(bf16_bits)));
+    }
+  }
+
+  // ZeRO-Offload: the weights the host's optimizer step updated, back to the device (the groups this rank owns but
+  // those copied in from the host whenever they are used).
   void copy_updated_weights(int stream) {
     if (!opt.run_optimizer) return;
     for (int gid : owned) {
+      if (streamed.count(gid)) continue;
       const GroupGradients& b = group_gradients.at(gid);
       TRAINYARD_CHECK(b.host_weight != nullptr, "updated weights come from a host optimizer step on this rank");
       for (int p : groups.at(gid))
@@ -857,7 +899,7 @@ struct Executor::Impl {
       Parameter& p = *all[i];
       const DeviceParameter& d = params[i];
       std::vector<bf16_bits> bits(p.size());
-      dev.download(bits.data(), d.weight, d.n * 2);
+      get(bits.data(), d.weights_on_host ? static_cast<const void*>(d.host_weight) : d.weight, d.n * 2, d.weights_on_host);
       for (std::size_t k = 0; k < bits.size(); ++k) p.weight[k] = kernels::from_bf16(bits[k]);
       dev.download(p.grad.data(), d.grad, d.n * 4);
       get(p.master.data(), d.master, d.n * 4, host_optimizer);

@@ -119,7 +119,7 @@ class ZeroBuilder {
                                      static_cast<std::size_t>(gpu % (p_.sp * p_.cp)));
   }
   std::vector<sim::TaskId> all_last() const;
-  sim::TaskId gather_layer(const std::string& name);
+  sim::TaskId gather_layer(const std::string& name, std::int64_t layer);
   void release_gather(std::size_t index, const std::string& name);
   void needs_gather(sim::TaskId gather, sim::TaskId begin);
   void copy_out_gathered(sim::TaskId gather, const std::string& name);
@@ -281,7 +281,7 @@ void ZeroBuilder::embeddings(const std::string& name, bool backward) {
 
 // Stage 3: the parameters of a layer are gathered into a whole-layer buffer on every GPU, one layer ahead of the
 // compute that needs them (the buffer for layer l is allocated once layer l - 2's is released).
-sim::TaskId ZeroBuilder::gather_layer(const std::string& name) {
+sim::TaskId ZeroBuilder::gather_layer(const std::string& name, std::int64_t layer) {
   if (p_.stage != 3 || gpus_ == 1) return -1;
   std::vector<sim::TaskId> deps;
   if (!gather_chain_.empty()) deps.push_back(gather_chain_.back());
@@ -298,7 +298,7 @@ sim::TaskId ZeroBuilder::gather_layer(const std::string& name) {
       deps.push_back(
           g_.set_op(g_.copy(name + " H2D shard", gpu, {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * layer_params_ / n_, 1), true},
                             std::vector<sim::TaskId>{buffers.back()}),
-                    {sim::OpCode::states}));
+                    sim::Op::layer_weights(static_cast<std::int32_t>(layer))));
     }
   }
   const sim::TaskId gather = g_.set_op(
@@ -387,7 +387,7 @@ void ZeroBuilder::forward_pass(const std::string& tag, std::vector<std::vector<s
   for (std::int64_t l = 0; l < model_.layers; ++l) {
     const std::string prefix = "F L" + std::to_string(l) + " " + tag;
     const std::size_t gather_index = gather_chain_.size();
-    const sim::TaskId gather = gather_layer(prefix + " gather params");
+    const sim::TaskId gather = gather_layer(prefix + " gather params", l);
     for (int gpu = 0; gpu < gpus_; ++gpu) {
       std::vector<sim::TaskId> deps;
       if (last_[gpu] >= 0) deps.push_back(last_[gpu]);
@@ -455,7 +455,7 @@ void ZeroBuilder::backward_pass(const std::string& tag, bool last_mb, std::vecto
 void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::vector<sim::TaskId>& saved) {
   const std::string prefix = "B L" + std::to_string(l) + " " + tag;
   const std::size_t gather_index = gather_chain_.size();
-  const sim::TaskId gather = gather_layer(prefix + " gather params");
+  const sim::TaskId gather = gather_layer(prefix + " gather params", l);
   std::vector<sim::TaskId> transient(static_cast<std::size_t>(gpus_), -1);
   const bool checkpoint = p_.checkpoints_layer(l);
   for (int gpu = 0; gpu < gpus_ && checkpoint; ++gpu) {
@@ -527,7 +527,7 @@ void ZeroBuilder::reduce_layer_gradients(const std::string& prefix, std::int64_t
     reductions_.push_back(
         g_.set_op(g_.copy(prefix + " D2H grads", gpu, {sim::Copy::Direction::d2h, rounded(pol_.grad_bytes * layer_params_ / n_, 1), true},
                           std::vector<sim::TaskId>{reduce}),
-                  {sim::OpCode::states}));
+                  sim::Op::gradients(layer, layer, false, false)));
   }
 }
 
@@ -555,11 +555,12 @@ void ZeroBuilder::optimizer_step() {
     const sim::TaskId step = g_.set_op(g_.add("optimizer step host for gpu" + std::to_string(gpu),
                                               {host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{bytes}}, deps),
                                        sim::Op::optimizer_of(gpu));
-    updated.push_back(p_.offload_params ? step
-                                        : g_.set_op(g_.copy("H2D updated params gpu" + std::to_string(gpu), gpu,
-                                                            {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * shard, 1), true},
-                                                            std::vector<sim::TaskId>{step}),
-                                                    sim::Op::updated_weights_of(gpu)));
+    // With the layers' parameters offloaded (ZeRO-Infinity) only the resident ones (embedding, LM head, final norm)
+    // come back; the layers' are copied in from the host when next gathered.
+    const double back = p_.offload_params ? (all_params_ - layer_params_ * static_cast<double>(model_.layers)) / n_ : shard;
+    updated.push_back(g_.set_op(g_.copy("H2D updated params gpu" + std::to_string(gpu), gpu,
+                                        {sim::Copy::Direction::h2d, rounded(pol_.weight_bytes * back, 1), true}, std::vector<sim::TaskId>{step}),
+                                sim::Op::updated_weights_of(gpu)));
   }
   if (gpus_ > 1 && (p_.stage == 1 || p_.stage == 2)) {
     g_.set_op(g_.collective("all-gather updated params", over_everyone(sim::CollectiveOp::all_gather, pol_.weight_bytes * all_params_), updated,

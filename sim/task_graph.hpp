@@ -177,9 +177,13 @@ struct Op {
     return o;
   }
   bool is_updated_weights() const { return code == OpCode::states && owner_gpu >= 0; }
+  // ZeRO-Infinity's offloaded parameters: on an H2D copy, layer `layer`'s weights from the host's copy (the groups
+  // it carries, encoded as Op::gradients').
+  static Op layer_weights(std::int32_t layer) { return gradients(layer, layer, false, false); }
   // A gradient reduction (OpCode::states on a collective) and the parameter groups whose gradients it carries, so
   // that executors on several ranks reduce exactly those: layers first_layer..last_layer (none when last < first),
-  // the LM head's and the embedding's. Kept in the K/V range and the row fields, which states ops do not use.
+  // the LM head's and the embedding's. Kept in the K/V range and the row fields, which states ops do not use. On a
+  // D2H copy: those groups' gradients to the host's optimizer (ZeRO-Offload's offloaded gradients).
   static Op gradients(std::int32_t first_layer, std::int32_t last_layer, bool head, bool embedding) {
     Op o{OpCode::states};
     o.kv_first = first_layer;

@@ -156,16 +156,17 @@ TEST(CpuExecutor, StepsRepeatAndAnOptimizerStepMatchesTheReference) {
   step(3);
 }
 
-// ZeRO-Offload: the optimizer step on the host (the gradients copied out, AdamW on pinned memory, the weights
+// ZeRO-Offload: the optimizer step on the host (the gradients copied out by it, AdamW on pinned memory, the weights
 // copied back by the graph's own copy). Its master weights move as the reference's, and the device's weights are
-// their bf16 rounding: the copy back happened, after the step.
+// their bf16 rounding: the copy back happened, after the step. (Gradients copied out after each layer's reduction
+// and weights copied in from the host take several ranks: tests/test_mpi.cpp.)
 TEST(CpuExecutor, TheOptimizerStepOnTheHostMatchesTheReference) {
-  const auto m = tiny_model(true);
-  const std::int64_t seq = 32;
   planner::ZeroParams offload;
   offload.stage = 1;
   offload.offload_optimizer = true;
   offload.activation_checkpointing = true;
+  const auto m = tiny_model(true);
+  const std::int64_t seq = 32;
   sim::TaskGraph g = planner::build_zero({m, one_gpu(), {seq, 2}, model::precision_policy("bf16-mixed")}, offload);
   g.finalize();
   ASSERT_FALSE(executor_refusal(g)) << executor_refusal(g)->task << ": " << executor_refusal(g)->found;

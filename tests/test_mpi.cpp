@@ -385,8 +385,11 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   planner::ZeroParams zero2 = zero1, zero3;
   zero2.stage = 2;
   zero3.stage = 3;
-  planner::ZeroParams offloaded1 = zero1, offloaded3 = zero3;  // ZeRO-Offload: each rank's optimizer step on its host
-  offloaded1.offload_optimizer = offloaded3.offload_optimizer = true;
+  planner::ZeroParams offloaded1 = zero1, offloaded2 = zero2, offloaded3 = zero3;  // ZeRO-Offload: each rank's optimizer on its host
+  offloaded1.offload_optimizer = offloaded2.offload_optimizer = offloaded3.offload_optimizer = true;
+  offloaded2.offload_grads = true;            // each layer's reduced gradients copied out to it
+  planner::ZeroParams infinity = offloaded3;  // ZeRO-Infinity: the gradients out, each layer's weights in from the host
+  infinity.offload_grads = infinity.offload_params = true;
   const planner::StepInputs twice{m, cluster, {32, 2 * n}, model::precision_policy("bf16-mixed")};
   std::vector<Case> cases = {{"zero-0", m, planner::build_zero(in, planner::ZeroParams{})},
                              {"zero-1", m, planner::build_zero(in, zero1)},
@@ -401,13 +404,27 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
                              {"megatron cp", m, planner::build_megatron(in, megatron_cp)},
                              {"ulysses sp 2", m, planner::build_zero(in, ulysses)},
                              {"zero-1, optimizer on the host", m, planner::build_zero(in, offloaded1)},
-                             {"zero-3, optimizer on the host", m, planner::build_zero(in, offloaded3)}};
+                             {"zero-3, optimizer on the host", m, planner::build_zero(in, offloaded3)},
+                             {"zero-2, gradients to the optimizer on the host", m, planner::build_zero(in, offloaded2)},
+                             {"zero-3, gradients and parameters offloaded, optimizer on the host", m, planner::build_zero(in, infinity)}};
   if (n >= 4) cases.push_back({"megatron pp 2, cp", m, planner::build_megatron(in, piped_cp)});
   if (n == 4) cases.push_back({"megatron pp 2, cp 2 a2a", m, planner::build_megatron(in, piped_a2a)});
   for (auto& [name, model, graph, sequences] : cases) {
     SCOPED_TRACE(name);
     const auto tokens = random_windows(m.vocab, 32, sequences > 0 ? sequences : n, 59);
     graph.finalize();
+    int gradients_out = 0, weights_in = 0;  // the offloaded cases' copies of model states, which the executor runs
+    for (const sim::Task& t : graph.tasks()) {
+      const auto* copy = std::get_if<sim::Copy>(&t.params);
+      if (copy == nullptr || !t.op.carries_gradients()) continue;
+      (copy->direction == sim::Copy::Direction::d2h ? gradients_out : weights_in) += 1;
+    }
+    if (name.find("gradients") != std::string::npos) {
+      EXPECT_GT(gradients_out, 0);
+    }
+    if (name.find("parameters offloaded") != std::string::npos) {
+      EXPECT_GT(weights_in, 0);
+    }
     ExecutorOptions eo;
     eo.comm = &world();
     eo.run_optimizer = true;
