@@ -172,7 +172,7 @@ int run_calibrate(const std::vector<std::string>& args) {
   const std::string device_kind = vm["device"].as<std::string>();
   if (device_kind != "gpu" && device_kind != "cpu") throw InputError("--device", "value", "gpu or cpu", "\"" + device_kind + "\"");
   if (device_kind == "cpu") {
-    if (vm["quick"].as<bool>()) throw InputError("--quick", "value", "--device gpu (the CPU device has one sweep, about 18 s)", "given");
+    if (vm["quick"].as<bool>()) throw InputError("--quick", "value", "--device gpu (the CPU device has one sweep, about 22 s)", "given");
     return calibrate_cpu(args, std::move(base), out);
   }
   const backend::SweepPlan plan = vm["quick"].as<bool>() ? backend::quick_sweep() : backend::full_sweep();

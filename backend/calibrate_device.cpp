@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
 #include "common/units.hpp"
+#include "sim/cost_model.hpp"
 
 namespace trainyard::backend {
 
@@ -255,6 +256,47 @@ void measure_copies(Sweep& s) {
   s.report("copies: H2D " + bandwidth(s.m_.h2d_pinned) + ", D2H " + bandwidth(s.m_.d2h_pinned) + ", device to device " + bandwidth(s.m_.d2d));
 }
 
+// The elementwise kernels the executor runs, each at every size: the bytes the simulator counts for the op (what
+// it reads and writes in bf16) against the time per call; and AdamW at 30 bytes per parameter.
+void measure_elementwise(Sweep& s) {
+  const SweepPlan& plan = s.plan_;
+  if (plan.elementwise_elements.empty() && plan.optimizer_params.empty()) return;
+  std::int64_t largest = 64;
+  for (auto n : plan.elementwise_elements) largest = std::max(largest, n);
+  for (auto n : plan.optimizer_params) largest = std::max(largest, n);
+  Buffer a(s.d_, largest * 2, 0x3C), b(s.d_, largest * 2, 0x3C), y(s.d_, largest * 2, 0), w(s.d_, 64 * 2, 0x3C);
+  constexpr int kCols = 64, kHeads = 4, kHeadDim = 16;  // a row of the sweep's attention shape
+  for (std::int64_t n : plan.elementwise_elements) {
+    const int rows = static_cast<int>(n / kCols);
+    const std::int64_t elems = std::int64_t{rows} * kCols;
+    const std::pair<std::int64_t, std::function<void()>> kernels[] = {
+        {4 * elems, [&] { s.d_.rmsnorm_forward(s.stream_, rows, kCols, 1e-5f, a.as<bf16_bits>(), w.as<bf16_bits>(), y.as<bf16_bits>()); }},
+        {6 * elems, [&] { s.d_.swiglu_forward(s.stream_, elems, a.as<bf16_bits>(), b.as<bf16_bits>(), y.as<bf16_bits>()); }},
+        {6 * elems, [&] { s.d_.add(s.stream_, elems, a.as<bf16_bits>(), b.as<bf16_bits>(), y.as<bf16_bits>()); }},
+        {4 * elems, [&] { s.d_.rope(s.stream_, rows, kHeads, kHeadDim, 0, 10000.0f, false, y.as<bf16_bits>()); }}};
+    for (const auto& [bytes, call] : kernels) {
+      const auto time = s.point(call);
+      if (!time) {
+        s.skip("elementwise kernel of " + format_bytes(static_cast<double>(bytes)));
+        break;
+      }
+      s.m_.elementwise.push_back({static_cast<double>(bytes), *time});
+    }
+  }
+  Buffer master(s.d_, largest * 4, 0x3C), m1(s.d_, largest * 4, 0), m2(s.d_, largest * 4, 0), grad(s.d_, largest * 4, 0x3C);
+  kernels::AdamW adam;
+  for (std::int64_t n : plan.optimizer_params) {
+    const auto time = s.point(
+        [&] { s.d_.adamw(s.stream_, adam, 1, n, master.as<float>(), m1.as<float>(), m2.as<float>(), grad.as<float>(), a.as<bf16_bits>()); });
+    if (!time) {
+      s.skip("AdamW on " + std::to_string(n) + " parameters");
+      break;
+    }
+    s.m_.optimizer.push_back({static_cast<double>(n) * sim::kAdamBytesPerParam, *time});
+  }
+  s.report("elementwise: " + bandwidth(s.m_.elementwise) + ", AdamW " + bandwidth(s.m_.optimizer));
+}
+
 }  // namespace
 
 SweepPlan cpu_sweep() {
@@ -276,7 +318,9 @@ SweepPlan cpu_sweep() {
   }
   for (std::int64_t bytes = std::int64_t{16} << 10; bytes <= std::int64_t{16} << 20; bytes *= 4) plan.copy_bytes.push_back(bytes);
   for (std::int64_t bytes = std::int64_t{64} << 10; bytes <= std::int64_t{16} << 20; bytes *= 4) plan.d2d_bytes.push_back(bytes);
-  plan.launch_counts = {64, 256, 1024, 4096};  // many: one empty operation costs microseconds, a wake-up as much
+  plan.launch_counts = {64, 256, 1024, 4096};        // many: one empty operation costs microseconds, a wake-up as much
+  plan.elementwise_elements = {4096, 16384, 65536};  // the small models' chunks: 16-256 tokens x hidden 32-256
+  plan.optimizer_params = {16384, 65536, 262144};
   plan.repeats = 9;
   plan.trial_seconds = 0.05;
   plan.max_call_seconds = 2.0;
@@ -303,6 +347,7 @@ Measurements measure_on_device(const SweepPlan& plan, Device& device, const std:
   measure_gemm(sweep);
   measure_attention(sweep);
   measure_copies(sweep);
+  measure_elementwise(sweep);
   m.duration_s = sweep.elapsed();
   return m;
 }

@@ -20,7 +20,8 @@
 namespace trainyard::backend {
 
 // The CPU device's sweep: the shapes of the small models it runs (hidden 32-256, chunks of 16-256 tokens),
-// attention with 4 heads on 2 K/V heads of width 16, copies of 16 KiB to 16 MiB; about 18 s on a 2-core machine.
+// attention with 4 heads on 2 K/V heads of width 16, copies of 16 KiB to 16 MiB, the elementwise kernels and
+// AdamW (their own rates: the reference loops run far below a copy's); about 22 s on a 2-core machine.
 SweepPlan cpu_sweep();
 
 Measurements measure_on_device(const SweepPlan& plan, Device& device, const std::string& description, const std::string& command,

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <set>
+#include <tuple>
 
 #include <Eigen/Dense>
 
@@ -325,6 +326,8 @@ CalibrationFits fit_calibration(const Measurements& m, const hw::GpuProfile& bas
   fits.h2d_both = copy_fit(m.h2d_both, "h2d_both");
   fits.d2h_both = copy_fit(m.d2h_both, "d2h_both");
   fits.d2d = copy_fit(m.d2d, "d2d");
+  if (!m.elementwise.empty()) fits.elementwise = copy_fit(m.elementwise, "elementwise");
+  if (!m.optimizer.empty()) fits.optimizer = copy_fit(m.optimizer, "optimizer");
 
   // A measured rate above what the base profile allows means the base profile is the wrong one; a few percent
   // over is clock or rounding slack, clipped with a warning.
@@ -555,6 +558,15 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
       {"gemm", {{"source", "calib_gemm"}, {"points", table_json(curve_table(fits.gemm))}}},
       {"attention_fwd", {{"source", "calib_attention_fwd"}, {"points", table_json(curve_table(fits.attention_fwd))}}},
       {"attention_bwd", {{"source", "calib_attention_bwd"}, {"points", table_json(curve_table(fits.attention_bwd))}}}};
+  // Where measured: the rates elementwise kernels and the optimizer step move the bytes the simulator counts.
+  for (const auto& [key, fit, points, what] :
+       {std::tuple{"elementwise_GBps", &fits.elementwise, &m.elementwise, "RMSNorm, SwiGLU, add and RoPE (bytes: read + written)"},
+        std::tuple{"optimizer_GBps", &fits.optimizer, &m.optimizer, "AdamW (bytes: 30 per parameter, the simulator's OptimizerStep)"}}) {
+    if (!fit->has_value()) continue;
+    const std::string source = std::string("calib_") + key;
+    sources[source] = measured(std::string(what) + ", " + bytes_range(*points) + "; " + m.method + "; " + describe_rate(**fit));
+    sustained[key] = {{"value", 1e-9 / (*fit)->per_unit_s}, {"source", source}};
+  }
   sustained["kernel_launch_ns"] = {
       {"value", fits.kernel_launch_ns},
       {"source", "calib_launch"},
@@ -595,7 +607,9 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
         {"d2h_pageable", copy_points_json(m.d2h_pageable)},
         {"h2d_both", copy_points_json(m.h2d_both)},
         {"d2h_both", copy_points_json(m.d2h_both)},
-        {"d2d", copy_points_json(m.d2d)}}},
+        {"d2d", copy_points_json(m.d2d)},
+        {"elementwise", copy_points_json(m.elementwise)},
+        {"optimizer", copy_points_json(m.optimizer)}}},
       {"fits",
        {{"gemm", saturating_json(fits.gemm, fits.gemm_dropped)},
         {"attention_fwd", saturating_json(fits.attention_fwd, fits.attention_fwd_dropped)},
@@ -608,7 +622,9 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
         {"d2h_pageable", linear_json(fits.d2h_pageable, true)},
         {"h2d_both", linear_json(fits.h2d_both, true)},
         {"d2h_both", linear_json(fits.d2h_both, true)},
-        {"d2d", linear_json(fits.d2d, true)}}}};
+        {"d2d", linear_json(fits.d2d, true)},
+        {"elementwise", fits.elementwise ? linear_json(*fits.elementwise, true) : Json()},
+        {"optimizer", fits.optimizer ? linear_json(*fits.optimizer, true) : Json()}}}};
 
   // Sources nothing refers to any more (the estimates the measurements replaced) go.
   std::set<std::string> used;

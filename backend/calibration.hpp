@@ -51,11 +51,14 @@ struct SweepPlan {
   std::vector<std::int64_t> copy_bytes;  // H2D and D2H, pinned and pageable, one and both directions
   std::vector<std::int64_t> d2d_bytes;   // device-to-device copies
   std::vector<int> launch_counts;        // empty kernels back to back
-  int warmup_calls = 2;                  // untimed, before anything is timed (and module loading)
-  int repeats = 7;                       // timed trials per point; the median is kept
-  double trial_seconds = 0.004;          // a trial repeats the call until it lasts about this long...
-  int max_calls_per_trial = 100;         // ...but enqueues at most this many calls behind the blocking kernel
-  double max_call_seconds = 1.0;         // a call slower than this ends its series (larger ones are skipped)
+  // Elementwise kernels (RMSNorm, SwiGLU, add, RoPE) on this many elements each, and AdamW on this many
+  // parameters; empty: not measured (the GPU's fused kernels stream near the copy rate the profile has).
+  std::vector<std::int64_t> elementwise_elements, optimizer_params;
+  int warmup_calls = 2;           // untimed, before anything is timed (and module loading)
+  int repeats = 7;                // timed trials per point; the median is kept
+  double trial_seconds = 0.004;   // a trial repeats the call until it lasts about this long...
+  int max_calls_per_trial = 100;  // ...but enqueues at most this many calls behind the blocking kernel
+  double max_call_seconds = 1.0;  // a call slower than this ends its series (larger ones are skipped)
 };
 // The sweeps. Estimated on the built-in H100 SXM profile (estimated_seconds, 10 s of setup included): full about
 // 37 s (11 GEMM squares 128..16384 and 20 layer shapes, 14 attention pairs 256..16K each way, 15 copy sizes
@@ -115,6 +118,9 @@ struct Measurements {
   std::vector<CopyPoint> h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable;
   std::vector<CopyPoint> h2d_both, d2h_both;  // pinned, both directions at once (bytes per direction)
   std::vector<CopyPoint> d2d;                 // bytes copied (HBM traffic is twice that: read and write)
+  // Bytes as the simulator counts them for the call (an elementwise task's read + written; the optimizer step's
+  // sim::kAdamBytesPerParam per parameter) and the median seconds per call; empty where not measured.
+  std::vector<CopyPoint> elementwise, optimizer;
   bool nccl_measured = false;
   std::string nccl_note;  // why NCCL was not measured, or what was
 };
@@ -157,6 +163,7 @@ struct CalibrationFits {
   LinearCostFit launch, launch_host;
   LinearCostFit h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable, h2d_both, d2h_both, d2d;
   SaturatingFit gemm, attention_fwd, attention_bwd;
+  std::optional<LinearCostFit> elementwise, optimizer;  // where measured: the profile's elementwise_GBps, optimizer_GBps
   std::size_t gemm_dropped = 0, attention_fwd_dropped = 0, attention_bwd_dropped = 0;
   // The profile's figures.
   double kernel_launch_ns = 0;

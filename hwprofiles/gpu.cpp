@@ -189,6 +189,10 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
     }
   }
   gpu.sustained.attention_kernels = parse_attention_kernels(sustained, sources);
+  for (auto [key, figure] :
+       {std::pair{"elementwise_GBps", &gpu.sustained.elementwise_gbps}, std::pair{"optimizer_GBps", &gpu.sustained.optimizer_gbps}}) {
+    if (sustained.has(key)) *figure = sustained.figure(key, Bound{1e-3, 100000, "GB/s"}, sources);
+  }
   if (sustained.has("gemm_tile_rows") || sustained.has("gemm_tile_cols")) {
     gpu.sustained.gemm_tile_rows = sustained.figure("gemm_tile_rows", Bound{1, 4096, "rows", true}, sources);
     gpu.sustained.gemm_tile_cols = sustained.figure("gemm_tile_cols", Bound{1, 4096, "columns", true}, sources);

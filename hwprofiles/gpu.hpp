@@ -81,6 +81,10 @@ struct GpuProfile {
     // The data rate NVLink transfers reach per direction (protocol overhead off the signalling rate); when the
     // profile has none (value 0) the datasheet rate is used.
     Figure nvlink_gbps_per_direction;
+    // The rates the device's elementwise kernels (norms, RoPE, activations, residuals, the loss) and its optimizer
+    // step move the bytes the simulator counts for them, where they run slower than streaming copies (the CPU
+    // device's reference loops, as `calibrate --device cpu` measures them). 0 (absent): hbm_gbps x hbm_efficiency.
+    Figure elementwise_gbps, optimizer_gbps;
     // Published fused attention kernels by implementation name ("flash2", "flash3", "cudnn"); a stack's
     // attention runs on the first of its implementations found here, else on the `attention_*` tables above.
     std::map<std::string, AttentionKernel> attention_kernels;

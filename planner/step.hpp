@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "models/model.hpp"
+#include "sim/cost_model.hpp"
 #include "sim/engine.hpp"
 
 namespace trainyard::planner {
@@ -21,8 +22,7 @@ struct StepInputs {
   model::PrecisionPolicy precision;
 };
 
-// AdamW reads the fp32 master weights, both moments and the gradient and writes the first three back plus the
-// bf16 copy: about 30 bytes of memory traffic per parameter.
-inline constexpr double kAdamBytesPerParam = 30;
+// The optimizer step's memory traffic per parameter, as the simulator counts it (sim/cost_model.hpp).
+inline constexpr double kAdamBytesPerParam = sim::kAdamBytesPerParam;
 
 }  // namespace trainyard::planner

@@ -125,9 +125,12 @@ lines += ["", f"Step time: mean absolute error {100 * statistics.mean(errors):.1
           "fitted by FLOPs alone while the references' loops run at a speed that depends on the shape and the transposes (a step's "
           "weight gradients are a third of its GEMMs and read their inputs transposed; the sweep has two such shapes of 24), and the "
           "copy streams' threads take a core from the compute stream on a 2-core machine.",
-          "- Elementwise ops are predicted from the profile's memory bandwidth (a memcpy's rate on this device), but the CPU device's "
-          "elementwise kernels are the references' loops (widening bf16 to float, computing in double, rounding back): far slower than a "
-          "copy, hence about -99%. The sweep has no elementwise series to fit; the GPU's fused kernels do run near memory speed.",
+          "- Elementwise ops and the optimizer step: the CPU device's kernels are the references' loops (widening bf16 to float, "
+          "computing in double, rounding back), far slower than a copy. Until 2026-11-28 they were predicted at the profile's memory "
+          "rate (a memcpy's) and came out about -99% (elementwise) and -95% (AdamW); the sweep now times them and the profile carries "
+          "their own rates (`elementwise_GBps`, `optimizer_GBps`: the calibration's `elementwise:` line below). What stays short in the elementwise "
+          "column is per task, not per byte: a step's elementwise tasks move a few KiB each, and the stream's wake-ups around them cost "
+          "more than the kernels. The GPU's fused kernels do run near memory speed, and its profiles have no such figures.",
           "- Copies are tiny here (KiBs) and cost mostly the stream's queueing and wake-up, which the profile's per-copy cost does not carry.",
           "- Peak memory is predicted 10-40% below what the executor holds: its figure adds per-task scratch (attention partials) and "
           "its arena's alignment and fragmentation to the tensors and states the simulator counts. Before the ring-track fix of "
@@ -138,6 +141,11 @@ lines += ["", f"Step time: mean absolute error {100 * statistics.mean(errors):.1
           "plan's prediction stayed at 105-112 ms while its measured step went from 127 to 219 ms: the machine's noise, not the "
           "calibration, makes most of the spread; a quiet machine and more measured steps would narrow it. With the shorter sweep "
           "first tried (5 trials of 20 ms per point instead of 9 of 50 ms) two runs gave 33% and 23%, with errors changing sign.",
+          "", "On 2026-11-28 the same step (the tiny Megatron plan above, one binary, one schedule) measured 283-295 ms in some "
+          "minutes and 445-460 ms in others, every task about 1.6x slower together, the wall clock agreeing: the VM's two hardware "
+          "threads run at two speeds. A calibration made in one and runs made in the other are 40-60% apart, which is what the "
+          "larger errors in these tables mostly are (this table's Megatron and ZeRO rows, and the run of the same day that gave a "
+          "35.3% mean).",
           "", "## Several ranks", "",
           "Each plan under `mpirun -np 4 trainyard run --device cpu --warmup 1 --steps 3` (4 processes on this machine's "
           f"{os.cpu_count()} hardware threads), the executor on every rank. Predicted on the ranks: `--hw NODE --collectives LIB`, the node "
@@ -163,7 +171,7 @@ lines += ["", f"Step time over {len(rank_rows)} plans: mean absolute error {100 
           "the slowest member's does, while the simulator starts it when every member is there.",
           "- The compute streams are what is left. Measured, a rank's compute stream takes 2-3x its prediction on these tiny "
           "models (32-64 tokens, hidden 32): their kernels last microseconds, and the stream's wake-ups after each event wait "
-          "(a thread woken by another) and the elementwise references (-99%, as on one rank) cost more than the kernels the "
+          "(a thread woken by another) and the elementwise tasks' per-task costs (as on one rank) cost more than the kernels the "
           "calibration times back to back. With 4 ranks on 2 hardware threads the ranks also take turns on the cores, which "
           "a simulator of 4 independent devices cannot see; at 2 ranks the errors are about the same (2026-11-28, plans "
           "on the `mpirun -np 2` calibrated node: ZeRO-1 dp 2 -63% to -72%, Megatron cp 2 -82%, ring attention cp 2 -76%), so the "

@@ -194,7 +194,12 @@ std::int64_t ComputeModel::duration_ns(const Task& task) const {
   if (task.kind() == TaskKind::elementwise) {
     if (const stacks::ElementwiseCost* e = stack_->elementwise(elementwise_class(task.op.code))) hbm_bytes *= e->hbm_passes.value;
   }
-  const double memory_ns = hbm_bytes / (gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value);
+  double memory_gbps = gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value;
+  const double own_gbps = task.kind() == TaskKind::elementwise ? gpu.sustained.elementwise_gbps.value
+                          : task.kind() == TaskKind::optimizer ? gpu.sustained.optimizer_gbps.value
+                                                               : 0;
+  if (own_gbps > 0) memory_gbps = own_gbps;  // measured for these kernels (calibrate --device cpu)
+  const double memory_ns = hbm_bytes / memory_gbps;
   const double launch_ns = kernels(task) * gpu.sustained.kernel_launch_ns.value;
   return checked_ns(task, std::ceil(std::max(compute_ns, memory_ns)) + launch_ns);
 }

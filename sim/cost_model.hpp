@@ -19,6 +19,10 @@
 
 namespace trainyard::sim {
 
+// AdamW reads the fp32 master weights, both moments and the gradient and writes the first three back plus the
+// bf16 copy: about 30 bytes of memory traffic per parameter (an OptimizerStep's bytes; calibration's convention).
+inline constexpr double kAdamBytesPerParam = 30;
+
 struct ComputeCost {
   double model_flops = 0;     // what MFU counts (attention backward: 2x forward)
   double hardware_flops = 0;  // what the kernel executes (attention backward recomputes the scores: 2.5x)

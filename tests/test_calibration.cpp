@@ -246,6 +246,43 @@ TEST(CalibrationProfile, WrittenProfileLoadsAndTheSimulatorGetsTheFittedValues) 
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path() / "measured"), fs::directory_iterator()), 1);
 }
 
+// The CPU device's elementwise kernels and AdamW run far below its copy rate; where the sweep measures them, the
+// profile carries their own rates and the simulator times those tasks by them (else by the HBM rate, as before).
+TEST(CalibrationProfile, ElementwiseAndOptimizerRatesWhereMeasuredTimeThoseTasks) {
+  test::TempDir dir;
+  Measurements m = synthetic(Truth{}, 0.0, 7);
+  const double elementwise_gbps = 0.5, optimizer_gbps = 2.0;
+  for (double bytes : {16e3, 64e3, 256e3, 1e6}) {
+    m.elementwise.push_back({bytes, 3e-6 + bytes / (elementwise_gbps * 1e9)});
+    m.optimizer.push_back({30 * bytes, 1e-6 + 30 * bytes / (optimizer_gbps * 1e9)});
+  }
+  const std::string out = (dir.path() / "with-elementwise.json").string();
+  write_calibrated_profile(m, h100_document(), "h100-sxm", out);
+  const hw::GpuProfile gpu = hw::load_gpu(out, "--gpu");
+  EXPECT_NEAR(gpu.sustained.elementwise_gbps.value, elementwise_gbps, 1e-6);
+  EXPECT_NEAR(gpu.sustained.optimizer_gbps.value, optimizer_gbps, 1e-6);
+  EXPECT_EQ(gpu.sustained.elementwise_gbps.source.kind, json::Source::Kind::measured);
+
+  hw::NodeProfile node = hw::load_node("dgx-h100");
+  const auto duration_s = [&](const hw::GpuProfile& profile, sim::TaskParams params) {
+    node.gpu = profile;
+    sim::Task task;
+    task.device = 0;
+    task.params = params;
+    return static_cast<double>(sim::ComputeModel(node, stacks::default_stack()).duration_ns(task)) * 1e-9 -
+           profile.sustained.kernel_launch_ns.value * 1e-9;
+  };
+  EXPECT_NEAR(duration_s(gpu, sim::Elementwise{500'000, 500'000}), 1e6 / (elementwise_gbps * 1e9), 1e-8);
+  EXPECT_NEAR(duration_s(gpu, sim::OptimizerStep{30'000'000}), 3e7 / (optimizer_gbps * 1e9), 1e-8);
+  // Without the series (a GPU's sweep): no such figures, and elementwise work streams at the HBM rate.
+  const std::string plain = (dir.path() / "plain.json").string();
+  write_calibrated_profile(synthetic(Truth{}, 0.0, 7), h100_document(), "h100-sxm", plain);
+  const hw::GpuProfile gpu_plain = hw::load_gpu(plain, "--gpu");
+  EXPECT_EQ(gpu_plain.sustained.elementwise_gbps.value, 0);
+  EXPECT_NEAR(duration_s(gpu_plain, sim::Elementwise{500'000, 500'000}),
+              1e6 / (gpu_plain.hbm_gbps.value * gpu_plain.sustained.hbm_efficiency.value * 1e9), 1e-8);
+}
+
 TEST(CalibrationProfile, BadMeasurementsFailClearlyAndWriteNothing) {
   test::TempDir dir;
   const std::string out = (dir.path() / "h100-bad.json").string();
