@@ -131,6 +131,7 @@ struct Executor::Impl {
   std::set<std::pair<int, std::vector<int>>> repeated;  // (group, ranks) reduced more than once a step
   std::set<int> reduced_once;                           // during a step: the groups (of repeated groups) reduced so far
   std::set<int> gradients_on_host;                      // during a step: the groups whose gradients a copy took to the host
+  std::set<int> weights_from_host;                      // during a step: the streamed groups whose weights a copy brought in
   std::set<int> streamed;                               // groups whose weights are copied in from the host when used (ZeRO-Infinity)
   std::vector<int> layer_param;                         // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
   int embedding = -1, final_norm = -1, lm_head = -1;
@@ -434,6 +435,7 @@ struct Executor::Impl {
     for (const auto& p : params) dev.fill(p.grad, 0, p.n * static_cast<std::int64_t>(sizeof(float)));
     reduced_once.clear();
     gradients_on_host.clear();
+    weights_from_host.clear();
     dev.reset_scratch_peak();
     dev.synchronize();
     if (ranks() > 1) opt.comm->barrier();  // the ranks' origins as close together as one barrier's exit
@@ -572,7 +574,9 @@ struct Executor::Impl {
 
   // ZeRO-Offload's gradients out to the host's optimizer step (D2H), or ZeRO-Infinity's weights in from the host's
   // copy (H2D), of the groups the copy carries. The weights stay resident on the device as well: the copy moves
-  // what the plan moves, at its time, but HBM holds more than the plan counts.
+  // what the plan moves, at its time, but HBM holds more than the plan counts. Only a group's first copy in a step
+  // writes them: every use of the layer follows it (its gathers are chained), while a later one (the backward's
+  // gather) could overwrite them, with the same values, while an earlier micro-batch still reads them.
   void copy_offloaded_states(const sim::Copy& copy, const sim::Op& op, int stream) {
     for (int gid : carried_groups(op)) {
       const GroupGradients& b = group_gradients.at(gid);
@@ -582,8 +586,10 @@ struct Executor::Impl {
         gradients_on_host.insert(gid);
         continue;
       }
-      for (int p : groups.at(gid))
+      if (!weights_from_host.insert(gid).second) continue;
+      for (int p : groups.at(gid)) {
         dev.copy(stream, params[p].weight, params[p].host_weight, params[p].n * static_cast<std::int64_t>(sizeof(bf16_bits)));
+      }
     }
   }
 
