@@ -779,8 +779,10 @@ void RingTrackBuilder::optimizer_steps() {
     }
     std::vector<sim::TaskId> host_deps = deps;
     if (!stream_weights_) {
+      // The GPU's gradients (those of every group it holds) out to the host's optimizer step.
       host_deps = {
-          states(g_.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol_.grad_bytes * owned), true}, deps))};
+          g_.set_op(g_.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol_.grad_bytes * owned), true}, deps),
+                    sim::Op::gradients(0, L_ - 1, true, true))};
     } else {  // the host's sums of this GPU's per-visit gradients
       for (auto id : grads_ready_[gpu]) host_deps.push_back(id);
     }
@@ -788,8 +790,9 @@ void RingTrackBuilder::optimizer_steps() {
                                     {host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{opt_bytes}, sim::Op::optimizer_of(gpu)},
                                     host_deps);
     if (!stream_weights_) {
-      states(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * owned), true},
-                     ids({step})));
+      g_.set_op(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * owned), true},
+                        ids({step})),
+                sim::Op::updated_weights_of(gpu));
     }
   }
 }

@@ -156,10 +156,13 @@ TEST(CpuExecutor, StepsRepeatAndAnOptimizerStepMatchesTheReference) {
   step(3);
 }
 
-// ZeRO-Offload: the optimizer step on the host (the gradients copied out by it, AdamW on pinned memory, the weights
-// copied back by the graph's own copy). Its master weights move as the reference's, and the device's weights are
-// their bf16 rounding: the copy back happened, after the step. (Gradients copied out after each layer's reduction
-// and weights copied in from the host take several ranks: tests/test_mpi.cpp.)
+void expect_host_optimizer_step_matches_the_reference(const sim::TaskGraph& g, const model::ModelConfig& m, std::int64_t seq);
+
+// The optimizer step on the host: ZeRO-Offload's (the gradients copied out by the step itself) and ring-track's with
+// its states in DRAM (by the graph's copy out); AdamW on pinned memory, the weights copied back by the graph's own
+// copy. The master weights move as the reference's, and the device's weights are their bf16 rounding: the copy back
+// happened, after the step. (ZeRO's gradients copied out after each layer's reduction and weights copied in from the
+// host take several ranks: tests/test_mpi.cpp.)
 TEST(CpuExecutor, TheOptimizerStepOnTheHostMatchesTheReference) {
   planner::ZeroParams offload;
   offload.stage = 1;
@@ -167,8 +170,16 @@ TEST(CpuExecutor, TheOptimizerStepOnTheHostMatchesTheReference) {
   offload.activation_checkpointing = true;
   const auto m = tiny_model(true);
   const std::int64_t seq = 32;
-  sim::TaskGraph g = planner::build_zero({m, one_gpu(), {seq, 2}, model::precision_policy("bf16-mixed")}, offload);
-  g.finalize();
+  sim::TaskGraph zero = planner::build_zero({m, one_gpu(), {seq, 2}, model::precision_policy("bf16-mixed")}, offload);
+  zero.finalize();
+  planner::RingTrackParams states_on_host = chunked_offloaded();
+  states_on_host.states = planner::Placement::dram;
+  for (const sim::TaskGraph& g : {zero, test::ringtrack_graph(one_gpu(), m, seq, 2, states_on_host)}) {
+    expect_host_optimizer_step_matches_the_reference(g, m, seq);
+  }
+}
+
+void expect_host_optimizer_step_matches_the_reference(const sim::TaskGraph& g, const model::ModelConfig& m, std::int64_t seq) {
   ASSERT_FALSE(executor_refusal(g)) << executor_refusal(g)->task << ": " << executor_refusal(g)->found;
   int host_steps = 0, copies_back = 0;
   for (const sim::Task& t : g.tasks()) {

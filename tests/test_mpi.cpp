@@ -376,6 +376,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   piped_a2a.cp_comm = planner::CpComm::a2a;
   planner::RingTrackParams rings = replicas;
   rings.ring = 2;
+  planner::RingTrackParams rings_states_on_host = rings;  // each GPU's gradients out, its optimizer step on its host
+  rings_states_on_host.states = planner::Placement::dram;
   struct Case {
     std::string name;
     const model::ModelConfig& model;
@@ -391,22 +393,24 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   planner::ZeroParams infinity = offloaded3;  // ZeRO-Infinity: the gradients out, each layer's weights in from the host
   infinity.offload_grads = infinity.offload_params = true;
   const planner::StepInputs twice{m, cluster, {32, 2 * n}, model::precision_policy("bf16-mixed")};
-  std::vector<Case> cases = {{"zero-0", m, planner::build_zero(in, planner::ZeroParams{})},
-                             {"zero-1", m, planner::build_zero(in, zero1)},
-                             {"megatron dp", m, planner::build_megatron(in, megatron)},
-                             {"ring-track replicas", m, planner::build_ringtrack(in, replicas).graph},
-                             {"ring attention", m, planner::build_zero(in, ring_attention)},
-                             {"ring attention, zigzag", m, planner::build_zero(in, zigzag)},
-                             {"megatron pp 2", m, planner::build_megatron(in, pipeline)},
-                             {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph},
-                             {"zero-2, 2 micro-batches", m, planner::build_zero(twice, zero2), 2 * n},
-                             {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n},
-                             {"megatron cp", m, planner::build_megatron(in, megatron_cp)},
-                             {"ulysses sp 2", m, planner::build_zero(in, ulysses)},
-                             {"zero-1, optimizer on the host", m, planner::build_zero(in, offloaded1)},
-                             {"zero-3, optimizer on the host", m, planner::build_zero(in, offloaded3)},
-                             {"zero-2, gradients to the optimizer on the host", m, planner::build_zero(in, offloaded2)},
-                             {"zero-3, gradients and parameters offloaded, optimizer on the host", m, planner::build_zero(in, infinity)}};
+  std::vector<Case> cases = {
+      {"zero-0", m, planner::build_zero(in, planner::ZeroParams{})},
+      {"zero-1", m, planner::build_zero(in, zero1)},
+      {"megatron dp", m, planner::build_megatron(in, megatron)},
+      {"ring-track replicas", m, planner::build_ringtrack(in, replicas).graph},
+      {"ring attention", m, planner::build_zero(in, ring_attention)},
+      {"ring attention, zigzag", m, planner::build_zero(in, zigzag)},
+      {"megatron pp 2", m, planner::build_megatron(in, pipeline)},
+      {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph},
+      {"zero-2, 2 micro-batches", m, planner::build_zero(twice, zero2), 2 * n},
+      {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n},
+      {"megatron cp", m, planner::build_megatron(in, megatron_cp)},
+      {"ulysses sp 2", m, planner::build_zero(in, ulysses)},
+      {"zero-1, optimizer on the host", m, planner::build_zero(in, offloaded1)},
+      {"zero-3, optimizer on the host", m, planner::build_zero(in, offloaded3)},
+      {"zero-2, gradients to the optimizer on the host", m, planner::build_zero(in, offloaded2)},
+      {"zero-3, gradients and parameters offloaded, optimizer on the host", m, planner::build_zero(in, infinity)},
+      {"ring-track rings of 2, gradients to the optimizer on the host", m, planner::build_ringtrack(in, rings_states_on_host).graph}};
   if (n >= 4) cases.push_back({"megatron pp 2, cp", m, planner::build_megatron(in, piped_cp)});
   if (n == 4) cases.push_back({"megatron pp 2, cp 2 a2a", m, planner::build_megatron(in, piped_a2a)});
   for (auto& [name, model, graph, sequences] : cases) {
