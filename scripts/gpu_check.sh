@@ -9,7 +9,8 @@
 #              reference), measured runs with their traces and the comparison with the prediction, the medium
 #              plan's also predicted with the calibrated profile; on 2, 4 or 8 GPUs the executor under mpirun, one
 #              rank per GPU, its gradient all-reduces through NCCL; and zigzag ring attention, Ulysses sp 2 and
-#              Megatron cp over every GPU (sends and all-to-alls through NCCL).
+#              Megatron cp over every GPU (sends and all-to-alls through NCCL), and ZeRO-2 with the optimizer on
+#              each rank's host.
 # Usage: scripts/gpu_check.sh [BIN]   BIN holds trainyard, trainyard_gpu_tests and bench_kernels (default: the
 # build/ layout). Results: $OUT/gpu-check.tgz (or build/gpu-check/), and the summary table on stdout.
 set -uo pipefail
@@ -72,13 +73,15 @@ others = {
     "ulysses": ("ulysses", gpus // 2, dict(zero, sp=2)),
     "megatron-cp": ("megatron", 1, {"tp": 1, "pp": 1, "dp": 1, "cp": gpus, "vpp": 1, "micro_batch": 1, "sequence_parallel": False,
                                     "recompute": "none", "offload_activations": False}),
+    # ZeRO-Offload: each rank's optimizer step on its host (cudaLaunchHostFunc), gradients out and weights back.
+    "zero-offload": ("zero", gpus, dict(zero, zero_stage=2, offload="optimizer")),
 }
 for name, (scheme, batch, parameters) in others.items():
     p = dict(plan, scheme=scheme, parameters=parameters, workload={"seq_len": plan["workload"]["seq_len"], "global_batch": batch})
     json.dump(p, open(os.path.join(os.path.dirname(out), name + ".plan.json"), "w"))
 PY
   check run-ranks-nccl 60 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/replicas.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
-  for scheme in ringattention ulysses megatron-cp; do
+  for scheme in ringattention ulysses megatron-cp zero-offload; do
     check "run-ranks-$scheme" 45 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/$scheme.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
   done
 else
