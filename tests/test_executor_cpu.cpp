@@ -27,6 +27,17 @@ using test::chunked_offloaded;
 using test::one_gpu;
 using test::tiny_model;
 
+// An AdamW step of lr 1e-2 on both sides: what the optimizer tests compare.
+std::pair<ReferenceOptions, ExecutorOptions> adam_step_options() {
+  ReferenceOptions ro;
+  ro.run_optimizer = true;
+  ro.adam.lr = 1e-2f;
+  ExecutorOptions eo;
+  eo.run_optimizer = true;
+  eo.adam = ro.adam;
+  return {ro, eo};
+}
+
 const std::string kData = TRAINYARD_TEST_DATA_DIR;
 
 }  // namespace
@@ -129,12 +140,7 @@ TEST(CpuExecutor, StepsRepeatAndAnOptimizerStepMatchesTheReference) {
   const auto m = tiny_model(true);
   const auto g = test::ringtrack_graph(one_gpu(), m, 48, 1, chunked_offloaded(planner::ActivationPolicy::recompute));
   ModelState reference(m, 4), executed(m, 4);
-  ReferenceOptions ro;
-  ro.run_optimizer = true;
-  ro.adam.lr = 1e-2f;
-  ExecutorOptions eo;
-  eo.run_optimizer = true;
-  eo.adam = ro.adam;
+  auto [ro, eo] = adam_step_options();
   const auto dev = make_cpu_device();
   Executor executor(*dev, g, executed, 1, {}, eo);
   executor.upload(executed);
@@ -189,12 +195,7 @@ void expect_host_optimizer_step_matches_the_reference(const sim::TaskGraph& g, c
   ASSERT_EQ(host_steps, 1);
   ASSERT_EQ(copies_back, 1);
   ModelState reference(m, 8), executed(m, 8);
-  ReferenceOptions ro;
-  ro.run_optimizer = true;
-  ro.adam.lr = 1e-2f;
-  ExecutorOptions eo;
-  eo.run_optimizer = true;
-  eo.adam = ro.adam;
+  const auto [ro, eo] = adam_step_options();
   const auto tokens = random_windows(m.vocab, seq, 2, 17);
   const double expected = run_reference_step(g, reference, 1, tokens, ro).loss;
   const auto dev = make_cpu_device();
