@@ -4,6 +4,7 @@
 // (`run --gpu-profile`). For a GPU: built without CUDA, or run without a usable GPU, it says so and exits.
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -55,9 +56,10 @@ void print_summary(std::ostream& out, const hw::GpuProfile& before, const hw::Gp
   table.print(out);
 }
 
-// Writes the profile fitted from `m` on `base`, and says what changed.
-int finish(const backend::Measurements& m, const LoadedDocument& base, const hw::GpuProfile& before, const std::string& out) {
-  const backend::CalibrationFits fits = backend::write_calibrated_profile(m, base.json, base.origin, out);
+// Writes the profile fitted from `m` on `base` (with what `amend` adds), and says what changed.
+int finish(const backend::Measurements& m, const LoadedDocument& base, const hw::GpuProfile& before, const std::string& out,
+           const std::function<void(json::Json&)>& amend = nullptr) {
+  const backend::CalibrationFits fits = backend::write_calibrated_profile(m, base.json, base.origin, out, amend);
   const hw::GpuProfile after = hw::load_gpu(out, "--out");
   print_summary(std::cout, before, after);
   std::cout << "\nwrote " << out << " (profile '" << after.name << "') after " << format_fixed(m.duration_s, 1) << " s of measurements\n"
@@ -76,26 +78,20 @@ void write_peer_profiles(const backend::Measurements& m, const backend::PeerMeas
   const std::string node_path = backend::peer_node_path(out), library_path = backend::peer_library_path(out);
   const json::Json library = backend::peer_collective_library(name + "-mpi", peers, peer_fits, m.command);
   stacks::parse_collective_library(library, library_path);
-  const backend::CalibrationFits fits = backend::write_calibrated_profile(
-      m, base.json, base.origin, out, [&](json::Json& doc) { backend::add_peer_link(doc, peers, peer_fits, m.command); });
-  const LoadedDocument written = hw::load_gpu_document(out, "--out");
-  const json::Json node = backend::peer_node_profile(name + "-node", std::filesystem::path(out).filename().string(), written.json, peers, peer_fits,
-                                                     m.command);
+  finish(m, base, before, out, [&](json::Json& doc) { backend::add_peer_link(doc, peers, peer_fits, m.command); });
+  const json::Json node = backend::peer_node_profile(name + "-node", std::filesystem::path(out).filename().string(),
+                                                     hw::load_gpu_document(out, "--out").json, peers, peer_fits, m.command);
   hw::node_from_document(node, node_path);  // loads the GPU profile just written beside it
   write_file_atomically(node_path, std::string_view(node.dump(2) + "\n"));
   write_file_atomically(library_path, std::string_view(library.dump(2) + "\n"));
-  print_summary(std::cout, before, hw::gpu_from_document(written.json, out));
-  std::cout << "\nwrote " << out << " (profile '" << name << "') after " << format_fixed(m.duration_s + peers.duration_s, 1)
-            << " s of measurements, every rank measuring at once\n"
-            << "ranks: " << peers.transport << ": messages " << format_fixed(peer_fits.p2p.fixed_s * 1e6, 1) << " us + "
-            << format_fixed(peer_fits.link_gbps, 2) << " GB/s; collectives " << format_fixed(peer_fits.base_latency_us, 1) << " us + "
-            << format_fixed(peer_fits.step_latency_us, 1) << " us per step at " << format_fixed(100 * peer_fits.efficiency, 0)
-            << "% of that rate (rms error " << format_fixed(100 * peer_fits.collective_rms_relative_error, 1) << "%)\n"
+  std::cout << "ranks: " << peers.transport << " (" << format_fixed(peers.duration_s, 1) << " s, every rank's sweep at once before): messages "
+            << format_fixed(peer_fits.p2p.fixed_s * 1e6, 1) << " us + " << format_fixed(peer_fits.link_gbps, 2) << " GB/s; collectives "
+            << format_fixed(peer_fits.base_latency_us, 1) << " us + " << format_fixed(peer_fits.step_latency_us, 1) << " us per step at "
+            << format_fixed(100 * peer_fits.efficiency, 0) << "% of that rate (rms error "
+            << format_fixed(100 * peer_fits.collective_rms_relative_error, 1) << "%)\n"
             << "wrote " << node_path << " (node of " << peers.ranks << " ranks) and " << library_path << " (collective library)\n"
             << "predict a run of this machine's ranks with: mpirun -np " << peers.ranks << " trainyard run --plan PLAN --device cpu --hw "
             << node_path << " --collectives " << library_path << "\n";
-  for (const auto& s : m.skipped) std::cout << "skipped: " << s << "\n";
-  for (const auto& w : fits.warnings) std::cout << "warning: " << w << "\n";
   for (const auto& w : peer_fits.warnings) std::cout << "warning: " << w << "\n";
 }
 

@@ -19,27 +19,6 @@ namespace trainyard::backend {
 
 namespace {
 
-// Device memory for the sweep, filled with `byte` (0x3C3C as bf16 is 0.0115: finite products, nothing denormal).
-class Buffer {
- public:
-  Buffer(Device& d, std::int64_t bytes, int byte, bool pinned = false) : d_(d), pinned_(pinned) {
-    p_ = pinned ? d.allocate_pinned(bytes) : d.allocate(bytes);
-    d.fill(p_, byte, bytes);
-  }
-  ~Buffer() { pinned_ ? d_.release_pinned(p_) : d_.release(p_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-
- private:
-  Device& d_;
-  bool pinned_;
-  void* p_ = nullptr;
-};
-
 // The gate (see calibrate_device.hpp): a fill of this many bytes per call queued, within these bounds.
 constexpr std::int64_t kGateBytesPerCall = 16 << 10, kGateMinBytes = 1 << 20, kGateMaxBytes = 64 << 20;
 
@@ -118,7 +97,7 @@ class Sweep {
   Device& d_;
   std::ostream* progress_;
   std::chrono::steady_clock::time_point start_;
-  Buffer gate_;
+  SweepBuffer gate_;
   int gate_stream_ = 0, gate_event_ = 0, stream_ = 0, second_ = 0, begin_ = 0, end_ = 0, end_second_ = 0;
 };
 
@@ -136,7 +115,7 @@ std::string bandwidth(const std::vector<CopyPoint>& points) {
 
 void measure_launch(Sweep& s) {
   // An empty fill is the device's empty kernel: queued, woken, done.
-  Buffer b(s.d_, 256, 0);
+  SweepBuffer b(s.d_, 256, 0);
   for (int count : s.plan_.launch_counts) {
     std::vector<double> totals;
     for (int r = 0; r < s.plan_.repeats; ++r) totals.push_back(s.trial([&] { s.d_.fill(s.stream_, b.as<void>(), 0, 0); }, count) * count);
@@ -155,7 +134,7 @@ void measure_gemm(Sweep& s) {
     b_elems = std::max<std::int64_t>(b_elems, std::int64_t{g.k} * g.n);
     c_elems = std::max<std::int64_t>(c_elems, std::int64_t{g.m} * g.n);
   }
-  Buffer a(s.d_, a_elems * 2, 0x3C), b(s.d_, b_elems * 2, 0x3C), c(s.d_, c_elems * 2, 0);
+  SweepBuffer a(s.d_, a_elems * 2, 0x3C), b(s.d_, b_elems * 2, 0x3C), c(s.d_, c_elems * 2, 0);
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const GemmShape g = shapes[i];
     const std::string label = "gemm " + std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k) + (g.transpose_a ? " A^T" : "") +
@@ -178,8 +157,8 @@ void measure_attention(Sweep& s) {
   const std::int64_t q = std::int64_t{longest} * plan.attention_heads * plan.attention_head_dim;
   const std::int64_t kv = std::int64_t{longest} * plan.attention_kv_heads * plan.attention_head_dim;
   const std::int64_t rows = std::int64_t{longest} * plan.attention_heads;
-  Buffer qb(s.d_, q * 2, 0x3C), kb(s.d_, kv * 2, 0x3C), vb(s.d_, kv * 2, 0x3C), ob(s.d_, q * 2, 0), dob(s.d_, q * 2, 0x3C);
-  Buffer lse(s.d_, rows * 4, 0), delta(s.d_, rows * 4, 0), dq(s.d_, q * 4, 0), dk(s.d_, kv * 4, 0), dv(s.d_, kv * 4, 0);
+  SweepBuffer qb(s.d_, q * 2, 0x3C), kb(s.d_, kv * 2, 0x3C), vb(s.d_, kv * 2, 0x3C), ob(s.d_, q * 2, 0), dob(s.d_, q * 2, 0x3C);
+  SweepBuffer lse(s.d_, rows * 4, 0), delta(s.d_, rows * 4, 0), dq(s.d_, q * 4, 0), dk(s.d_, kv * 4, 0), dv(s.d_, kv * 4, 0);
   for (const auto& c : plan.attention) {
     kernels::AttentionShape a;
     a.q_len = a.kv_len = c.length;
@@ -217,7 +196,7 @@ void measure_copies(Sweep& s) {
   std::int64_t largest = 1;
   for (auto b : plan.copy_bytes) largest = std::max(largest, b);
   for (auto b : plan.d2d_bytes) largest = std::max(largest, b);
-  Buffer dev_a(s.d_, largest, 0x3C), dev_b(s.d_, largest, 0x3C), host_a(s.d_, largest, 0x3C, true), host_b(s.d_, largest, 0x3C, true);
+  SweepBuffer dev_a(s.d_, largest, 0x3C), dev_b(s.d_, largest, 0x3C), host_a(s.d_, largest, 0x3C, true), host_b(s.d_, largest, 0x3C, true);
   struct Series {
     std::vector<CopyPoint>* out;
     void* dst;
@@ -264,7 +243,7 @@ void measure_elementwise(Sweep& s) {
   std::int64_t largest = 64;
   for (auto n : plan.elementwise_elements) largest = std::max(largest, n);
   for (auto n : plan.optimizer_params) largest = std::max(largest, n);
-  Buffer a(s.d_, largest * 2, 0x3C), b(s.d_, largest * 2, 0x3C), y(s.d_, largest * 2, 0), w(s.d_, 64 * 2, 0x3C);
+  SweepBuffer a(s.d_, largest * 2, 0x3C), b(s.d_, largest * 2, 0x3C), y(s.d_, largest * 2, 0), w(s.d_, 64 * 2, 0x3C);
   constexpr int kCols = 64, kHeads = 4, kHeadDim = 16;  // a row of the sweep's attention shape
   for (std::int64_t n : plan.elementwise_elements) {
     const int rows = static_cast<int>(n / kCols);
@@ -283,7 +262,7 @@ void measure_elementwise(Sweep& s) {
       s.m_.elementwise.push_back({static_cast<double>(bytes), *time});
     }
   }
-  Buffer master(s.d_, largest * 4, 0x3C), m1(s.d_, largest * 4, 0), m2(s.d_, largest * 4, 0), grad(s.d_, largest * 4, 0x3C);
+  SweepBuffer master(s.d_, largest * 4, 0x3C), m1(s.d_, largest * 4, 0), m2(s.d_, largest * 4, 0), grad(s.d_, largest * 4, 0x3C);
   kernels::AdamW adam;
   for (std::int64_t n : plan.optimizer_params) {
     const auto time = s.point(

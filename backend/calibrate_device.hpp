@@ -19,6 +19,28 @@
 
 namespace trainyard::backend {
 
+// Device (or pinned) memory for a sweep, filled with `byte` (0x3C3C as bf16 is 0.0115: finite products, nothing
+// denormal), released when it goes. The ranks' sweep (calibrate_peers.hpp) uses it too.
+class SweepBuffer {
+ public:
+  SweepBuffer(Device& d, std::int64_t bytes, int byte, bool pinned = false) : d_(d), pinned_(pinned) {
+    p_ = pinned ? d.allocate_pinned(bytes) : d.allocate(bytes);
+    d.fill(p_, byte, bytes);
+  }
+  ~SweepBuffer() { pinned_ ? d_.release_pinned(p_) : d_.release(p_); }
+  SweepBuffer(const SweepBuffer&) = delete;
+  SweepBuffer& operator=(const SweepBuffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  Device& d_;
+  bool pinned_;
+  void* p_ = nullptr;
+};
+
 // The CPU device's sweep: the shapes of the small models it runs (hidden 32-256, chunks of 16-256 tokens),
 // attention with 4 heads on 2 K/V heads of width 16, copies of 16 KiB to 16 MiB, the elementwise kernels and
 // AdamW (their own rates: the reference loops run far below a copy's); about 22 s on a 2-core machine.

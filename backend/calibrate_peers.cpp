@@ -11,6 +11,7 @@
 #include <limits>
 #include <numeric>
 
+#include "backend/calibrate_device.hpp"
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
 #include "common/units.hpp"
@@ -67,32 +68,19 @@ class PeerTimer {
   int stream_, begin_, end_;
 };
 
-class DeviceBuffer {
- public:
-  DeviceBuffer(Device& d, std::int64_t bytes) : d_(d), p_(d.allocate(bytes)) { d.fill(p_, 0, bytes); }
-  ~DeviceBuffer() { d_.release(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  char* data() const { return static_cast<char*>(p_); }
-
- private:
-  Device& d_;
-  void* p_;
-};
-
 // Rank 0 and rank 1 pass a message back and forth; the others wait at the trials' barriers.
 void measure_p2p(Device& d, Communicator& comm, PeerTimer& timer, PeerMeasurements& m) {
   const std::int64_t largest = peer_message_bytes().back();
-  DeviceBuffer out(d, largest), in(d, largest);
+  SweepBuffer out(d, largest, 0), in(d, largest, 0);
   for (std::int64_t bytes : peer_message_bytes()) {
     const int s = timer.stream();
     const std::function<void()> round_trip = [&] {
       if (comm.rank() == 0) {
-        d.send(s, comm, 1, kTag, {{out.data(), bytes}});
-        d.recv(s, comm, 1, kTag, {{in.data(), bytes}});
+        d.send(s, comm, 1, kTag, {{out.as<char>(), bytes}});
+        d.recv(s, comm, 1, kTag, {{in.as<char>(), bytes}});
       } else if (comm.rank() == 1) {
-        d.recv(s, comm, 0, kTag, {{in.data(), bytes}});
-        d.send(s, comm, 0, kTag, {{out.data(), bytes}});
+        d.recv(s, comm, 0, kTag, {{in.as<char>(), bytes}});
+        d.send(s, comm, 0, kTag, {{out.as<char>(), bytes}});
       }
     };
     const double seconds = timer.median_per_call(round_trip, calls_for(bytes));
@@ -104,20 +92,19 @@ void measure_collectives(Device& d, Communicator& comm, PeerTimer& timer, PeerMe
   const std::vector<int> ranks = all_ranks(comm);
   const auto n = static_cast<std::int64_t>(ranks.size());
   const std::int64_t largest = peer_collective_bytes().back() + 4 * n;
-  DeviceBuffer a(d, largest), b(d, largest);
+  SweepBuffer a(d, largest, 0), b(d, largest, 0);
   for (std::int64_t requested : peer_collective_bytes()) {
     const std::int64_t floats = std::max<std::int64_t>(1, requested / 4 / n) * n;  // whole blocks of floats
     const std::int64_t bytes = floats * 4, block = bytes / n;
     const int s = timer.stream();
-    const double reduce = timer.median_per_call([&] { d.all_reduce_sum(s, comm, ranks, reinterpret_cast<float*>(a.data()), floats); },
-                                                calls_for(bytes));
+    const double reduce = timer.median_per_call([&] { d.all_reduce_sum(s, comm, ranks, a.as<float>(), floats); }, calls_for(bytes));
     const double exchange = timer.median_per_call(
         [&] {
           std::vector<ConstBytes> sends;
           std::vector<Bytes> recvs;
           for (std::int64_t i = 0; i < n; ++i) {
-            sends.push_back({a.data() + i * block, block});
-            recvs.push_back({b.data() + i * block, block});
+            sends.push_back({a.as<char>() + i * block, block});
+            recvs.push_back({b.as<char>() + i * block, block});
           }
           d.all_to_all(s, comm, ranks, kTag, std::move(sends), std::move(recvs));
         },
