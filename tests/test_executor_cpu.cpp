@@ -140,7 +140,10 @@ TEST(CpuExecutor, StepsRepeatAndAnOptimizerStepMatchesTheReference) {
   const auto m = tiny_model(true);
   const auto g = test::ringtrack_graph(one_gpu(), m, 48, 1, chunked_offloaded(planner::ActivationPolicy::recompute));
   ModelState reference(m, 4), executed(m, 4);
-  auto [ro, eo] = adam_step_options();
+  // Not a structured binding: the lambda below captures it, which clang 14 (the sanitizer builds) refuses.
+  const auto options = adam_step_options();
+  ReferenceOptions ro = options.first;
+  const ExecutorOptions& eo = options.second;
   const auto dev = make_cpu_device();
   Executor executor(*dev, g, executed, 1, {}, eo);
   executor.upload(executed);
