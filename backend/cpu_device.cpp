@@ -334,6 +334,12 @@ class CpuDevice final : public Device {
                                          span_of(loss, rows), span_of(lse, rows));
     });
   }
+  void vocab_parallel_merge(int stream, int rows, int shards, const float* stats, float* loss, float* lse) override {
+    enqueue(stream, [=] {
+      kernels::vocab_parallel_merge_ref(rows, shards, span_of(stats, 2 * static_cast<std::int64_t>(rows) * shards), span_of(loss, rows),
+                                        span_of(lse, rows));
+    });
+  }
   void cross_entropy_backward(int stream, int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse,
                               const float* dloss, bf16_bits* dlogits) override {
     enqueue(stream, [=] {
@@ -349,6 +355,13 @@ class CpuDevice final : public Device {
   // from one stream (the graph puts a group's reductions on one comm stream), so every rank starts them in one order.
   void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, float* data, std::int64_t n) override {
     enqueue(stream, [&comm, ranks = std::move(ranks), data, n] { comm.all_reduce_sum(ranks, span_of(data, n)); });
+  }
+  void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, bf16_bits* data, std::int64_t n) override {
+    enqueue(stream, [&comm, ranks = std::move(ranks), data, n] {
+      std::vector<float> values = widen(data, n);
+      comm.all_reduce_sum(ranks, std::span<float>(values));
+      narrow(values, data);
+    });
   }
   // One MPI message per send: the buffers one after another.
   void send(int stream, Communicator& comm, int peer, int tag, std::vector<ConstBytes> buffers) override {

@@ -212,6 +212,9 @@ class CudaDevice final : public Device {
                              float* lse) override {
     kernels::cross_entropy_forward(rows, vocab, logits, targets, loss, lse, streams_.at(stream));
   }
+  void vocab_parallel_merge(int stream, int rows, int shards, const float* stats, float* loss, float* lse) override {
+    kernels::vocab_parallel_merge(rows, shards, stats, loss, lse, streams_.at(stream));
+  }
   void cross_entropy_backward(int stream, int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse,
                               const float* dloss, bf16_bits* dlogits) override {
     kernels::cross_entropy_backward(rows, vocab, logits, targets, lse, dloss, dlogits, streams_.at(stream));
@@ -235,6 +238,10 @@ class CudaDevice final : public Device {
   void all_reduce_sum(int stream, Communicator&, std::vector<int> ranks, float* data, std::int64_t n) override {
     if (!peers_) throw InternalError("an all-reduce before prepare_peers", __FILE__, __LINE__);
     peers_->all_reduce_sum(ranks, data, n, streams_.at(stream));
+  }
+  void all_reduce_sum(int stream, Communicator&, std::vector<int> ranks, bf16_bits* data, std::int64_t n) override {
+    if (!peers_) throw InternalError("an all-reduce before prepare_peers", __FILE__, __LINE__);
+    peers_->all_reduce_sum_bf16(ranks, data, n, streams_.at(stream));
   }
   void send(int stream, Communicator&, int peer, int, std::vector<ConstBytes> buffers) override {
     if (!peers_) throw InternalError("a send before prepare_peers", __FILE__, __LINE__);

@@ -246,8 +246,19 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
       case sim::TaskKind::p2p:
         if (t.op.code != sim::OpCode::states) move(t.device, std::get<sim::PointToPoint>(t.params).dst);
         break;
-      case sim::TaskKind::collective:  // model states, or Ulysses' all-to-alls
+      case sim::TaskKind::collective:  // model states, Ulysses' all-to-alls, or tensor parallelism's sums in place
         if (is_heads_exchange(t.op.code)) exchange_heads();
+        if (is_tensor_parallel_collective(t.op.code)) {
+          const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
+          for (sim::DeviceId member : members) {
+            if (rank >= 0 && member != rank) continue;
+            for (const Key& key : tensor_parallel_keys(t.op, graph.chunk_tokens())) {
+              const int inst = need(member, key);
+              touch(inst, position);
+              step.instances.push_back(inst);
+            }
+          }
+        }
         break;
       default:
         if (t.op.code == sim::OpCode::states || t.op.code == sim::OpCode::optimizer) break;

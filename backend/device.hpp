@@ -101,6 +101,7 @@ class Device {
   virtual void rope(int stream, int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x) = 0;
   virtual void cross_entropy_forward(int stream, int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss,
                                      float* lse) = 0;
+  virtual void vocab_parallel_merge(int stream, int rows, int shards, const float* stats, float* loss, float* lse) = 0;
   virtual void cross_entropy_backward(int stream, int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse,
                                       const float* dloss, bf16_bits* dlogits) = 0;
   virtual void adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
@@ -118,6 +119,9 @@ class Device {
   virtual void prepare_peers(Communicator& comm, const std::vector<std::vector<int>>& groups, std::chrono::milliseconds timeout) = 0;
   // Sums `data` (device memory) over `ranks` in place, through `comm`, queued on `stream` like any other work.
   virtual void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, float* data, std::int64_t n) = 0;
+  // The same on bf16 values (tensor parallelism's partial activations): NCCL sums in bf16; MPI has no bf16 sum, so
+  // the CPU device sums them as fp32 and rounds the result once.
+  virtual void all_reduce_sum(int stream, Communicator& comm, std::vector<int> ranks, bf16_bits* data, std::int64_t n) = 0;
   // A message of `buffers` (device memory, in this order) to rank `peer` under `tag`, queued on `stream`; the peer
   // takes it with recv() into buffers of the same sizes, queued on one of its streams. A send never waits for its
   // receive to be posted on the CPU device (MPI buffers it); on a GPU it may (NCCL), so the receiving rank queues

@@ -59,8 +59,10 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
   if (ranks == 1 && (t.device > 0 || t.kind() == sim::TaskKind::p2p || t.kind() == sim::TaskKind::collective)) {
     return std::pair{"a step on one GPU (or, under mpirun, one rank per GPU)", "a task of several GPUs"};
   }
-  if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states && !is_heads_exchange(t.op.code)) {
-    return std::pair{"collectives of gradients or model states, or Ulysses' all-to-alls", "a collective on activations"};
+  if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states && !is_heads_exchange(t.op.code) &&
+      !is_tensor_parallel_collective(t.op.code)) {
+    return std::pair{"collectives of gradients or model states, Ulysses' all-to-alls, or tensor parallelism's sums (without sequence parallelism)",
+                     "a collective on activations"};
   }
   if (sim::is_host(t.device) && !memory && t.op.code != sim::OpCode::optimizer) {
     return std::pair{"GPU tasks or the host's optimizer step", "a host task of another kind"};
@@ -80,13 +82,32 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
 
 }  // namespace
 
+// Tensor parallelism as the executor shards it: GPU g holds shard g % shards, so every TP collective's group is
+// `shards` consecutive GPUs from a multiple of it (not a symmetry-reduced group standing for more ranks).
+std::optional<std::string> tensor_parallel_refusal(const sim::TaskGraph& g, const sim::Task& t) {
+  if (!is_tensor_parallel_collective(t.op.code)) return std::nullopt;
+  const auto& c = std::get<sim::Collective>(t.params);
+  const auto& members = g.groups()[c.group];
+  bool consecutive = c.ring_ranks == 0 && static_cast<int>(members.size()) == g.tensor_shards() && members.front() % g.tensor_shards() == 0;
+  for (std::size_t k = 0; k < members.size() && consecutive; ++k) consecutive = members[k] == members.front() + static_cast<int>(k);
+  if (consecutive) return std::nullopt;
+  return "a group of " + std::to_string(members.size()) + " GPUs from gpu" + std::to_string(members.front()) +
+         (c.ring_ranks > 0 ? " standing for " + std::to_string(c.ring_ranks) : std::string{});
+}
+
 std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ranks) {
+  if (g.tensor_shards() < 1) {
+    return ExecutorRefusal{"the task graph", "one tensor-parallel size for the whole graph", "parts with different sizes"};
+  }
   int gpus = 0;
   for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g.size()); ++id) {
     const sim::Task& t = g.task(id);
     const std::string what = "task " + std::to_string(id) + " '" + std::string(g.name(id)) + "'";
     if (!sim::is_host(t.device)) gpus = std::max(gpus, t.device + 1);
     if (const auto refusal = task_refusal(t, ranks)) return ExecutorRefusal{what, refusal->first, refusal->second};
+    if (const auto found = tensor_parallel_refusal(g, t)) {
+      return ExecutorRefusal{what, "tensor parallelism over " + std::to_string(g.tensor_shards()) + " consecutive GPUs, every rank built", *found};
+    }
   }
   if (ranks > 1 && gpus != ranks) {
     return ExecutorRefusal{"mpirun", std::to_string(gpus) + " ranks (-np), one per GPU of the plan", std::to_string(ranks) + " ranks"};
@@ -108,7 +129,11 @@ std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ran
 struct Executor::Impl {
   Device& dev;
   const sim::TaskGraph& g;
-  model::ModelConfig m;
+  model::ModelConfig full;                 // the plan's model
+  model::ModelConfig m;                    // what this rank's tensors and weights hold: the model, or its tensor-parallel shard
+  int shards = 1, shard = 0;               // tensor parallelism: this rank holds shard `shard` of `shards`
+  std::optional<ModelState> shard_shapes;  // the sharded model's parameter shapes
+  std::vector<ShardLayout> layouts;        // per parameter (ModelState::all() order): this rank's shard of it
   std::int64_t c;
   int gpn;
   ExecutorOptions opt;
@@ -144,8 +169,15 @@ struct Executor::Impl {
 
   Impl(Device& device, const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
        const ExecutorOptions& options)
-      : dev(device), g(graph), m(shapes.model()), c(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
+      : dev(device), g(graph), full(shapes.model()), m(shapes.model()), c(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
     refuse_what_is_not_written();
+    if (g.tensor_shards() > 1) {
+      shards = g.tensor_shards();
+      shard = rank() % shards;
+      m = tensor_shard(full, shards);
+      shard_shapes.emplace(m, 0);
+      layouts = tensor_shard_layouts(full, shards, shard);
+    }
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
     for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
     sched = make_schedule(g, rank(), gpn, predicted);
@@ -166,7 +198,7 @@ struct Executor::Impl {
     }
     prepare_communicator();
     try {
-      allocate(shapes);
+      allocate(shard_shapes ? *shard_shapes : shapes);
     } catch (...) {
       release_all();  // the destructor does not run for a constructor that throws
       throw;
@@ -228,6 +260,9 @@ struct Executor::Impl {
     if (ranks() <= 1) return;
     std::vector<std::vector<int>> sets{all_ranks()};  // the loss's sum
     for (auto& reduction : reduction_groups(g)) sets.push_back(std::move(reduction));
+    for (const sim::Task& t : g.tasks()) {  // tensor parallelism's sums
+      if (t.kind() == sim::TaskKind::collective && is_tensor_parallel_collective(t.op.code)) sets.push_back(group_ranks(t));
+    }
     opt.comm->prepare_groups(sets);
     dev.prepare_peers(*opt.comm, sets, opt.comm_timeout);
   }
@@ -261,6 +296,7 @@ struct Executor::Impl {
       if (!std::isnan(l)) sums[0] += l, sums[1] += 1;
     }
     if (ranks() > 1) opt.comm->all_reduce_sum(all_ranks(), sums);
+    for (double& s : sums) s /= shards;  // every rank of a TP group wrote the same rows
     const auto total = static_cast<double>(loss.size());
     if (!std::isfinite(sums[0]) || sums[1] != total) {
       throw InternalError("the step's loss is not finite or not whole: " + std::to_string(static_cast<std::int64_t>(sums[1])) + " of " +
@@ -410,10 +446,14 @@ struct Executor::Impl {
     for (const auto& s : token_ids) {
       TRAINYARD_CHECK(static_cast<std::int64_t>(s.size()) == seq_len + 1, "every sequence has seq_len + 1 tokens");
       for (std::int32_t id : s) {
-        if (id < 0 || id >= m.vocab) throw InputError("the step's tokens", "token id", "0 to " + std::to_string(m.vocab - 1), std::to_string(id));
+        if (id < 0 || id >= full.vocab)
+          throw InputError("the step's tokens", "token id", "0 to " + std::to_string(full.vocab - 1), std::to_string(id));
       }
       flat.insert(flat.end(), s.begin(), s.end());
     }
+    // Tensor parallelism: ids in this rank's vocabulary shard, -1 for another's (the embedding gives a zero row, the
+    // loss no target logit; kernels/reference.hpp).
+    for (std::int32_t& id : flat) id = shards == 1 ? id : id / m.vocab == shard ? static_cast<std::int32_t>(id % m.vocab) : -1;
     const auto flat_bytes = static_cast<std::int64_t>(flat.size() * sizeof(std::int32_t));
     if (static_cast<std::int64_t>(flat.size()) > tokens_capacity) {
       dev.release(tokens);
@@ -526,6 +566,7 @@ struct Executor::Impl {
     const sim::Task& task = g.task(id);
     const sim::Op& op = task.op;
     if (task.kind() == sim::TaskKind::collective && is_heads_exchange(op.code)) return exchange_heads(task, id, t, stream);
+    if (task.kind() == sim::TaskKind::collective && is_tensor_parallel_collective(op.code)) return tensor_parallel(task, id, t, stream);
     if (task.kind() == sim::TaskKind::collective) {  // gradients summed over the members; model states carry no values here
       if (opt.comm != nullptr && op.carries_gradients()) reduce_gradients(task, stream);
       return;
@@ -664,6 +705,34 @@ struct Executor::Impl {
       }
       for (char* b : scratch_blocks) release(b, stream);
     }
+  }
+
+  // Tensor parallelism's collectives over the task's group, in place: partial sums of bf16 activations all-reduced;
+  // the loss's statistics all-gathered ([shard][2][rows] fp32, each member's block at its index: an all-to-all
+  // sending each member this rank's block).
+  void tensor_parallel(const sim::Task& task, sim::TaskId id, const TaskTensors& t, int stream) {
+    const std::vector<int> ranks = group_ranks(task);
+    for (int inst : t.instances) {
+      const Instance& i = flow.instances[inst];
+      if (task.op.code != sim::OpCode::tp_gather_xent) {
+        dev.all_reduce_sum(stream, *opt.comm, ranks, static_cast<bf16_bits*>(where(inst)), i.bytes / 2);
+        continue;
+      }
+      const std::int64_t block = i.bytes / static_cast<std::int64_t>(ranks.size());
+      char* base = static_cast<char*>(where(inst));
+      std::vector<ConstBytes> sends;
+      std::vector<Bytes> recvs;
+      for (std::size_t k = 0; k < ranks.size(); ++k) {
+        const bool mine = ranks[k] == rank();  // already in place
+        sends.push_back({base + shard * block, mine ? 0 : block});
+        recvs.push_back({base + static_cast<std::int64_t>(k) * block, mine ? 0 : block});
+      }
+      dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), std::move(recvs));
+    }
+  }
+  std::vector<int> group_ranks(const sim::Task& task) const {
+    const auto& members = g.groups()[std::get<sim::Collective>(task.params).group];
+    return {members.begin(), members.end()};
   }
 
   // A send between ranks, on its sender (this rank's side of each (source, destination) pair) or its receiver:
@@ -875,25 +944,76 @@ struct Executor::Impl {
         return;
       }
       case OpCode::head_wgrad: wgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), bf16_in(Role::nf), params[lm_head].grad); return;
+
+      // ---- the vocab-parallel LM head (tensor parallelism): `vocab` is this rank's shard, token ids its own -----
+      case OpCode::head_xent_shard: {  // this shard's block of the statistics: its lse, then the loss against its target logit
+        const int rows = op.row_end - op.row_begin;
+        float* block = fp32_out(Role::xstats) + static_cast<std::int64_t>(shard) * 2 * rows;
+        dev.cross_entropy_forward(stream, rows, vocab, bf16_in(Role::logits), seq_tokens + op.row_begin + 1, block + rows, block);
+        return;
+      }
+      case OpCode::head_xent_merge: {
+        const int rows = op.row_end - op.row_begin;
+        float* loss = losses + static_cast<std::int64_t>(op.seq) * seq_len + static_cast<std::int64_t>(op.chunk) * c + op.row_begin;
+        auto* lse = scratch<float>(rows, stream);
+        dev.vocab_parallel_merge(stream, rows, shards, fp32_in(Role::xstats), loss, lse);
+        dev.cross_entropy_backward(stream, rows, vocab, bf16_in(Role::logits), seq_tokens + op.row_begin + 1, lse, dloss, bf16_out(Role::dlogits));
+        release(lse, stream);
+        return;
+      }
+      case OpCode::head_dgrad_shard:
+        dgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), params[lm_head].weight, bf16_out(Role::dnf));
+        return;
+      case OpCode::head_norm_bwd: {  // fills rows [row_begin, row_end) of dx from the summed dNF
+        const std::int64_t at = static_cast<std::int64_t>(op.row_begin) * h;
+        dev.rmsnorm_backward(stream, op.row_end - op.row_begin, h, eps, bf16_in(Role::x) + at, params[final_norm].weight, bf16_in(Role::dnf),
+                             bf16_out(Role::dx) + at, params[final_norm].grad);
+        return;
+      }
       default: break;
     }
     throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not one the executor runs", __FILE__, __LINE__);
   }
 
   // --- states between host and device ----------------------------------------------------------------------------
+  // This rank's values of a whole parameter: all of them, or its tensor-parallel shard's.
+  std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const {
+    if (shards == 1) return whole;
+    std::vector<float> part(static_cast<std::size_t>(layouts[i].elements()));
+    take_shard(layouts[i], whole, part);
+    return part;
+  }
+  // A whole parameter from this rank's values: under tensor parallelism, every shard's, all-gathered over the TP
+  // group (whose member k holds shard k), so that every rank has the whole model.
+  void whole(std::size_t i, const std::vector<float>& values, std::vector<float>& out) const {
+    if (shards == 1) {
+      out = values;
+      return;
+    }
+    std::vector<int> group(static_cast<std::size_t>(shards));
+    for (int k = 0; k < shards; ++k) group[static_cast<std::size_t>(k)] = rank() - shard + k;
+    const std::vector<float> every = opt.comm->all_gather(group, values);
+    const auto n = values.size();
+    for (int k = 0; k < shards; ++k) {
+      const ShardLayout layout = tensor_shard_layouts(full, shards, k)[i];
+      put_shard(layout, std::span(every).subspan(static_cast<std::size_t>(k) * n, n), out);
+    }
+  }
+
   void upload(const ModelState& state) {
     const auto all = state.all();
     TRAINYARD_CHECK(all.size() == params.size(), "the state is of the executor's model");
     for (std::size_t i = 0; i < all.size(); ++i) {
       const Parameter& p = *all[i];
       const DeviceParameter& d = params[i];
-      std::vector<bf16_bits> bits(p.size());
-      for (std::size_t k = 0; k < bits.size(); ++k) bits[k] = kernels::to_bf16(p.weight[k]);
+      const std::vector<float> weights = mine(i, p.weight);
+      std::vector<bf16_bits> bits(weights.size());
+      for (std::size_t k = 0; k < bits.size(); ++k) bits[k] = kernels::to_bf16(weights[k]);
       dev.upload(d.weight, bits.data(), d.n * 2);
       if (d.host_weight) std::memcpy(d.host_weight, bits.data(), bits.size() * sizeof(bf16_bits));
-      put(d.master, p.master.data(), d.n * 4, host_optimizer);
-      put(d.m, p.m.data(), d.n * 4, host_optimizer);
-      put(d.v, p.v.data(), d.n * 4, host_optimizer);
+      put(d.master, mine(i, p.master).data(), d.n * 4, host_optimizer);
+      put(d.m, mine(i, p.m).data(), d.n * 4, host_optimizer);
+      put(d.v, mine(i, p.v).data(), d.n * 4, host_optimizer);
     }
   }
 
@@ -904,13 +1024,18 @@ struct Executor::Impl {
     for (std::size_t i = 0; i < all.size(); ++i) {
       Parameter& p = *all[i];
       const DeviceParameter& d = params[i];
-      std::vector<bf16_bits> bits(p.size());
+      const auto n = static_cast<std::size_t>(d.n);
+      std::vector<bf16_bits> bits(n);
       get(bits.data(), d.weights_on_host ? static_cast<const void*>(d.host_weight) : d.weight, d.n * 2, d.weights_on_host);
-      for (std::size_t k = 0; k < bits.size(); ++k) p.weight[k] = kernels::from_bf16(bits[k]);
-      dev.download(p.grad.data(), d.grad, d.n * 4);
-      get(p.master.data(), d.master, d.n * 4, host_optimizer);
-      get(p.m.data(), d.m, d.n * 4, host_optimizer);
-      get(p.v.data(), d.v, d.n * 4, host_optimizer);
+      std::vector<float> values(n);
+      for (std::size_t k = 0; k < n; ++k) values[k] = kernels::from_bf16(bits[k]);
+      whole(i, values, p.weight);
+      dev.download(values.data(), d.grad, d.n * 4);
+      whole(i, values, p.grad);
+      for (auto [held, out] : {std::pair{d.master, &p.master}, std::pair{d.m, &p.m}, std::pair{d.v, &p.v}}) {
+        get(values.data(), held, d.n * 4, host_optimizer);
+        whole(i, values, *out);
+      }
     }
   }
 };

@@ -84,6 +84,51 @@ std::vector<Parameter*> ModelState::group(int group) {
   return {&l.norm1, &l.wqkv, &l.wo, &l.norm2, &l.wup, &l.wdown};
 }
 
+std::int64_t ShardLayout::elements() const {
+  std::int64_t rows = 0;
+  for (const auto& [first, count] : row_blocks) rows += count;
+  return rows * cols;
+}
+
+std::vector<ShardLayout> tensor_shard_layouts(const model::ModelConfig& full, int shards, int index) {
+  const std::int64_t h = full.hidden, q = full.q_dim(), kv = full.kv_dim(), f = full.ffn_hidden, vocab = full.vocab;
+  const std::int64_t qs = q / shards, kvs = kv / shards, fs = f / shards, vs = vocab / shards;
+  const ShardLayout norm{h, 0, h, {{0, 1}}};
+  const ShardLayout wqkv{h, 0, h, {{index * qs, qs}, {q + index * kvs, kvs}, {q + kv + index * kvs, kvs}}};
+  const ShardLayout wo{q, index * qs, qs, {{0, h}}};
+  const ShardLayout wup{h, 0, h, {{index * fs, fs}, {f + index * fs, fs}}};
+  const ShardLayout wdown{f, index * fs, fs, {{0, h}}};
+  const ShardLayout vocab_rows{h, 0, h, {{index * vs, vs}}};
+  std::vector<ShardLayout> out;
+  for (std::int64_t l = 0; l < full.layers; ++l) out.insert(out.end(), {norm, wqkv, wo, norm, wup, wdown});
+  out.push_back(vocab_rows);                             // the embedding
+  out.push_back(norm);                                   // the final norm
+  if (!full.tied_embeddings) out.push_back(vocab_rows);  // the LM head
+  return out;
+}
+
+namespace {
+template <typename Visit>
+void for_each_shard_element(const ShardLayout& l, Visit&& visit) {
+  std::int64_t k = 0;
+  for (const auto& [first, rows] : l.row_blocks) {
+    for (std::int64_t r = first; r < first + rows; ++r) {
+      for (std::int64_t c = 0; c < l.cols; ++c) visit(k++, r * l.full_cols + l.col_first + c);
+    }
+  }
+}
+}  // namespace
+
+void take_shard(const ShardLayout& layout, std::span<const float> full, std::span<float> shard) {
+  TRAINYARD_CHECK(static_cast<std::int64_t>(shard.size()) == layout.elements(), "a shard of the layout's size");
+  for_each_shard_element(layout, [&](std::int64_t k, std::int64_t i) { shard[static_cast<std::size_t>(k)] = full[static_cast<std::size_t>(i)]; });
+}
+
+void put_shard(const ShardLayout& layout, std::span<const float> shard, std::span<float> full) {
+  TRAINYARD_CHECK(static_cast<std::int64_t>(shard.size()) == layout.elements(), "a shard of the layout's size");
+  for_each_shard_element(layout, [&](std::int64_t k, std::int64_t i) { full[static_cast<std::size_t>(i)] = shard[static_cast<std::size_t>(k)]; });
+}
+
 std::vector<Parameter*> ModelState::all() {
   std::vector<Parameter*> out;
   for (int l = 0; l < static_cast<int>(layers_.size()); ++l) {

@@ -3,8 +3,10 @@
 // their fp32 gradients, and the fp32 master weights and AdamW moments. Layouts are the ones the layer's GEMMs use
 // (row-major [out][in], y = x W^T): see the per-tensor comments.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/reference.hpp"
@@ -68,6 +70,22 @@ class ModelState {
   std::vector<LayerParameters> layers_;
   Parameter embedding_, final_norm_, lm_head_;
 };
+
+// Tensor parallelism: shard `index` of `shards` of a parameter, in the whole parameter's [rows][cols] layout: its
+// row blocks (first row, rows) one after another, each row's columns [col_first, col_first + cols). The shard's
+// values are those elements in that order, which is the layout of the same parameter of the sharded model
+// (ops.hpp tensor_shard).
+struct ShardLayout {
+  std::int64_t full_cols = 0, col_first = 0, cols = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> row_blocks;
+  std::int64_t elements() const;
+};
+// Every parameter's shard, in ModelState::all() order, as Megatron splits them: wqkv's Q, K and V rows and wup's
+// gate and up rows by output (column-parallel), wo's and wdown's columns by input (row-parallel), the embedding's
+// and the LM head's vocabulary rows (vocab-parallel), the norms whole (replicated).
+std::vector<ShardLayout> tensor_shard_layouts(const model::ModelConfig& full, int shards, int index);
+void take_shard(const ShardLayout& layout, std::span<const float> full, std::span<float> shard);
+void put_shard(const ShardLayout& layout, std::span<const float> shard, std::span<float> full);
 
 // The blocks a parameter's gradient is judged in, as element offsets [cuts[i], cuts[i + 1]): the whole tensor, or
 // wqkv's q, k and v rows and wup's gate and up rows apart (their scales differ).

@@ -103,6 +103,14 @@ NcclPeers::~NcclPeers() {
 }
 
 void NcclPeers::all_reduce_sum(const std::vector<int>& group, float* data, std::int64_t n, cudaStream_t stream) {
+  all_reduce(group, data, n, false, stream);
+}
+
+void NcclPeers::all_reduce_sum_bf16(const std::vector<int>& group, std::uint16_t* data, std::int64_t n, cudaStream_t stream) {
+  all_reduce(group, data, n, true, stream);
+}
+
+void NcclPeers::all_reduce(const std::vector<int>& group, void* data, std::int64_t n, bool bf16, cudaStream_t stream) {
   Impl& s = *impl_;
   if (s.aborted) s.fail("all-reduce after the communicators were aborted", __FILE__, __LINE__);
   const auto it = s.groups.find(group);
@@ -112,8 +120,8 @@ void NcclPeers::all_reduce_sum(const std::vector<int>& group, float* data, std::
     ncclCommCount(s.world, &size);
     if (static_cast<int>(group.size()) != size) s.fail("all-reduce over a group that was not prepared", __FILE__, __LINE__);
   }
-  const ncclResult_t started = ncclAllReduce(data, data, static_cast<std::size_t>(n), ncclFloat, ncclSum, comm, stream);
-  s.settle(comm, started, "ncclAllReduce of " + std::to_string(n) + " floats");
+  const ncclResult_t started = ncclAllReduce(data, data, static_cast<std::size_t>(n), bf16 ? ncclBfloat16 : ncclFloat, ncclSum, comm, stream);
+  s.settle(comm, started, "ncclAllReduce of " + std::to_string(n) + (bf16 ? " bf16 values" : " floats"));
 }
 
 void NcclPeers::send(int peer, const void* data, std::int64_t bytes, cudaStream_t stream) {

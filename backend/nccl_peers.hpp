@@ -33,6 +33,8 @@ class NcclPeers {
 
   // Queues an in-place sum of `n` floats of device memory over `group` (one of the groups given, or every rank).
   void all_reduce_sum(const std::vector<int>& group, float* data, std::int64_t n, cudaStream_t stream);
+  // The same on `n` bf16 values (tensor parallelism's activations), summed by NCCL in bf16 as Megatron's are.
+  void all_reduce_sum_bf16(const std::vector<int>& group, std::uint16_t* data, std::int64_t n, cudaStream_t stream);
   // Queues `bytes` of device memory to or from world rank `peer` (NCCL matches a peer's sends and receives in order).
   void send(int peer, const void* data, std::int64_t bytes, cudaStream_t stream);
   void recv(int peer, void* data, std::int64_t bytes, cudaStream_t stream);
@@ -43,6 +45,7 @@ class NcclPeers {
   void wait(const std::vector<cudaStream_t>& streams);
 
  private:
+  void all_reduce(const std::vector<int>& group, void* data, std::int64_t n, bool bf16, cudaStream_t stream);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

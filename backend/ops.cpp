@@ -19,9 +19,10 @@ constexpr const char* kRoleNames[] = {"x (layer input)", "norm1 output", "Q", "K
                                       "norm2 output", "gate|up", "MLP activation", "MLP output", "dMLP", "dh1", "dact", "dgate|up",
                                       "dnorm2", "dproj", "dO", "attention delta", "dQ", "dK|dV accumulator",
                                       "received dK|dV accumulator", "dQKV",
-                                      "dnorm1", "dx (input gradient)", "final norm output", "logits", "dlogits"};
+                                      "dnorm1", "dx (input gradient)", "final norm output", "logits", "dlogits",
+                                      "dfinal norm output", "cross-entropy statistics"};
 // clang-format on
-static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::dlogits) + 1);
+static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::xstats) + 1);
 
 using sim::OpCode;
 constexpr auto R = Access::read, W = Access::write, U = Access::update;
@@ -29,7 +30,7 @@ constexpr auto f32 = DType::fp32, b16 = DType::bf16;
 constexpr auto kv_chunks = Place::kv_chunks, next_layer = Place::next_layer, piece = Place::head_piece;
 constexpr auto starting = When::starting, continuing = When::continuing;
 constexpr auto HID = Width::hidden, Q = Width::q, KV = Width::kv, QKV = Width::qkv, DKV = Width::dkv, FFN = Width::ffn, GU = Width::gate_up,
-               VOCAB = Width::vocab, HEADS = Width::heads;
+               VOCAB = Width::vocab, HEADS = Width::heads, VSTATS = Width::vocab_stats;
 
 // The table. Forward and backward of a Llama layer (RMSNorm, GQA attention with RoPE, SwiGLU MLP), then the
 // LM head. The activations and their gradients are bf16 [rows][width]; the running attention output, lse, delta,
@@ -96,6 +97,16 @@ std::vector<OpSpec> make_table() {
        "gemm + rmsnorm backward",
        {{dlogits, R, VOCAB, b16, piece}, {x, R, HID}, {dx, W, HID, b16, Place::chunk, starting, true}, {dx, U, HID, b16, Place::chunk, continuing}}},
       {OpCode::head_wgrad, "gemm", {{dlogits, R, VOCAB, b16, piece}, {nf, R, HID, b16, piece}}},
+      // The vocab-parallel LM head (tensor parallelism): the shard's statistics, then, once all-gathered, the loss
+      // and dlogits; dNF partial over the shards, then, once summed, the final norm's backward.
+      {OpCode::head_xent_shard, "cross_entropy (statistics)", {{logits, R, VOCAB, b16, piece}, {xstats, W, VSTATS, f32, piece}}},
+      {OpCode::head_xent_merge,
+       "vocab_parallel_merge + cross_entropy backward",
+       {{logits, R, VOCAB, b16, piece}, {xstats, R, VSTATS, f32, piece}, {dlogits, W, VOCAB, b16, piece}}},
+      {OpCode::head_dgrad_shard, "gemm", {{dlogits, R, VOCAB, b16, piece}, {dnf, W, HID, b16, piece}}},
+      {OpCode::head_norm_bwd,
+       "rmsnorm backward",
+       {{dnf, R, HID, b16, piece}, {x, R, HID}, {dx, W, HID, b16, Place::chunk, starting, true}, {dx, U, HID, b16, Place::chunk, continuing}}},
   };
 }
 
@@ -126,6 +137,7 @@ std::int64_t width_elements(Width w, const model::ModelConfig& m) {
     case Width::gate_up: return 2 * m.ffn_hidden;
     case Width::vocab: return m.vocab;
     case Width::heads: return m.heads;
+    case Width::vocab_stats: return 2;  // one shard's (compute_uses: every shard's)
   }
   return 0;
 }
@@ -157,7 +169,11 @@ bool starts_accumulation(const sim::Op& op) {
     case OpCode::attn_bwd: return op.kv_last == op.chunk;  // the diagonal pair runs first
     case OpCode::head_logits:
     case OpCode::head_xent:
+    case OpCode::head_xent_shard:
+    case OpCode::head_xent_merge:
     case OpCode::head_dgrad:
+    case OpCode::head_dgrad_shard:
+    case OpCode::head_norm_bwd:
     case OpCode::head_wgrad: return op.row_begin == 0;
     default: return true;
   }
@@ -189,13 +205,55 @@ std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code) {
   }
 }
 
+bool is_tensor_parallel_collective(sim::OpCode code) { return code >= OpCode::tp_sum_p && code <= OpCode::tp_gather_xent; }
+
+namespace {
+Key tensor_parallel_key(const sim::Op& op) {
+  switch (op.code) {
+    case OpCode::tp_sum_p: return {Role::p, op.seq, op.layer, op.chunk};
+    case OpCode::tp_sum_mo: return {Role::mo, op.seq, op.layer, op.chunk};
+    case OpCode::tp_sum_dn2: return {Role::dn2, op.seq, op.layer, op.chunk};
+    case OpCode::tp_sum_dn1: return {Role::dn1, op.seq, op.layer, op.chunk};
+    case OpCode::tp_sum_x: return {Role::x, op.seq, 0, op.chunk};
+    case OpCode::tp_sum_dnf: return {Role::dnf, op.seq, op.layer, op.chunk, op.row_begin};
+    case OpCode::tp_gather_xent: return {Role::xstats, op.seq, op.layer, op.chunk, op.row_begin};
+    default: throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not a tensor-parallel collective", __FILE__, __LINE__);
+  }
+}
+}  // namespace
+
+std::vector<Key> tensor_parallel_keys(const sim::Op& op, std::int64_t chunk_tokens) {
+  std::vector<Key> keys;
+  for (const sim::Op& one : chunk_ops(op, chunk_tokens)) keys.push_back(tensor_parallel_key(one));
+  return keys;
+}
+
+model::ModelConfig tensor_shard(const model::ModelConfig& model, int shards) {
+  if (shards == 1) return model;
+  for (const auto& [field, value] : {std::pair{"heads", model.heads}, std::pair{"kv_heads", model.kv_heads},
+                                     std::pair{"ffn_hidden", model.ffn_hidden}, std::pair{"vocab", model.vocab}}) {
+    if (shards <= 0 || value % shards != 0) {
+      throw InputError("the plan's model", field,
+                       "a multiple of the tensor-parallel size " + std::to_string(shards) +
+                           " to run sharded (Megatron pads the vocabulary: --make-vocab-size-divisible-by)",
+                       std::to_string(value));
+    }
+  }
+  model::ModelConfig shard = model;
+  shard.heads /= shards;
+  shard.kv_heads /= shards;
+  shard.ffn_hidden /= shards;
+  shard.vocab /= shards;
+  return shard;
+}
+
 std::vector<std::int32_t> member_chunks(const sim::Op& op, std::int32_t member) {
   if (op.zigzag == 0) return {member};
   return {member, static_cast<std::int32_t>(op.zigzag - 1 - member)};
 }
 
 model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model) {
-  if (op.head_groups == 0) return model;
+  if (op.head_groups == 0 || op.is_lm_head()) return model;
   model::ModelConfig group = model;
   group.heads /= op.head_groups;
   group.kv_heads /= op.head_groups;
@@ -255,8 +313,14 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
       return out;
     case OpCode::head_logits:
     case OpCode::head_xent:
+    case OpCode::head_xent_shard:
+    case OpCode::head_xent_merge:
     case OpCode::head_dgrad:
-    case OpCode::head_wgrad: {
+    case OpCode::head_dgrad_shard:
+    case OpCode::head_norm_bwd:
+    case OpCode::head_wgrad:
+    case OpCode::tp_sum_dnf:
+    case OpCode::tp_gather_xent: {
       TRAINYARD_CHECK(chunk_tokens > 0, "a zigzag LM-head piece needs the chunk's rows");
       const auto rows = static_cast<std::int32_t>(chunk_tokens);
       if (op.row_begin < rows) add(first, -1, op.row_begin, std::min(op.row_end, rows));
@@ -281,16 +345,17 @@ std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model
   }
   const OpSpec& spec = op_spec(op.code);
   const bool starts = starts_accumulation(op);
+  const bool head_group = op.head_groups > 0 && !op.is_lm_head();
   std::optional<model::ModelConfig> group;  // a Ulysses head group's widths
-  if (op.head_groups > 0) group = model_of(op, model);
+  if (head_group) group = model_of(op, model);
   const model::ModelConfig& m = group ? *group : model;
   std::vector<Use> uses;
   for (const TensorSpec& t : spec.tensors) {
     if ((t.when == When::starting && !starts) || (t.when == When::continuing && starts)) continue;
-    const std::int64_t width = width_elements(t.width, m);
+    const std::int64_t width = t.width == Width::vocab_stats ? 2 * op.vocab_shards() : width_elements(t.width, m);
     const std::int64_t rows = t.place == Place::head_piece ? op.row_end - op.row_begin : chunk_tokens;
     auto add = [&](std::int32_t layer, std::int32_t chunk, std::int32_t sub) {
-      uses.push_back({Key{t.role, op.seq, layer, chunk, sub, op.head_groups > 0 ? op.head_group + 1 : 0}, t.access, rows * width, t.dtype, t.zeroed});
+      uses.push_back({Key{t.role, op.seq, layer, chunk, sub, head_group ? op.head_group + 1 : 0}, t.access, rows * width, t.dtype, t.zeroed});
     };
     switch (t.place) {
       case Place::chunk: add(op.layer, op.chunk, 0); break;

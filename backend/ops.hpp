@@ -29,6 +29,10 @@ enum class Role : std::uint8_t {
   x, n1, q, k, v, o_run, o, lse, p, h1, n2, gu, a, mo,
   dm, dh1, da, dgu, dn2, dp, d_o, delta, dq, dkv, dkv_in, dqkv, dn1, dx,
   nf, logits, dlogits,  // the LM head's pieces (sub = the piece's first token)
+  // Under tensor parallelism (sim::Op::vocab_parallel), also per piece: dnf, the final norm output's gradient;
+  // xstats, every vocabulary shard's cross-entropy statistics ([shard][2][rows]: log-sum-exp, then loss against
+  // the shard's target logit), each shard writing its own block before their all-gather.
+  dnf, xstats,
 };
 // clang-format on
 std::string_view to_string(Role role);  // "Q", "dK|dV accumulator"
@@ -59,15 +63,16 @@ enum class Place : std::uint8_t {
 
 // A tensor's row width in elements. Rows are the chunk's tokens, or the piece's rows for Place::head_piece.
 enum class Width : std::uint8_t {
-  hidden,   // the model's hidden size
-  q,        // heads x head_dim
-  kv,       // kv_heads x head_dim
-  qkv,      // dQ | dK | dV blocks one after another
-  dkv,      // fp32 dK | dV blocks
-  ffn,      // the MLP's inner width
-  gate_up,  // gate | up (or dgate | dup): two [rows][ffn] halves
-  vocab,    // logits
-  heads,    // one value per head and row (the attention lse and delta, [heads][rows])
+  hidden,       // the model's hidden size
+  q,            // heads x head_dim
+  kv,           // kv_heads x head_dim
+  qkv,          // dQ | dK | dV blocks one after another
+  dkv,          // fp32 dK | dV blocks
+  ffn,          // the MLP's inner width
+  gate_up,      // gate | up (or dgate | dup): two [rows][ffn] halves
+  vocab,        // logits (a vocabulary shard's under tensor parallelism)
+  heads,        // one value per head and row (the attention lse and delta, [heads][rows])
+  vocab_stats,  // 2 values per row and vocabulary shard (Role::xstats)
 };
 
 // Attention pairs and the LM head's pieces build a tensor over several tasks: the first (the diagonal pair, which
@@ -115,6 +120,10 @@ struct HeadsExchanged {
   DType dtype;
 };
 bool is_heads_exchange(sim::OpCode code);
+// Tensor parallelism's collectives (sim::OpCode::tp_sum_*, tp_gather_xent): the tensor each works on in place (a
+// zigzag op's: one per chunk_ops entry).
+bool is_tensor_parallel_collective(sim::OpCode code);
+std::vector<Key> tensor_parallel_keys(const sim::Op& op, std::int64_t chunk_tokens);
 bool to_head_groups(sim::OpCode code);  // heads_qkv, heads_dout: from a chunk's heads to head groups
 std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code);
 // The chunks member `member` of an all-to-all's group holds: its index, and with zigzag (Megatron's a2a context
@@ -125,6 +134,10 @@ std::int64_t width_elements(Width w, const model::ModelConfig& model);
 // The model as an op's tensors see it: a Ulysses attention op's has heads / head_groups query heads and
 // kv_heads / head_groups K/V heads; any other op's is `model`.
 model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model);
+// One tensor-parallel shard of the model (sim::TaskGraph::tensor_shards): heads, K/V heads, the MLP's inner width
+// and the vocabulary divided by `shards`, as one rank's tensors and weights see it. InputError (origin: the plan's
+// model) when one of them does not divide.
+model::ModelConfig tensor_shard(const model::ModelConfig& model, int shards);
 
 // The one-chunk ops a zigzag op (sim::Op::zigzag) stands for, in the order the executors run them; any other op
 // alone. A zigzag op covers a chunk and its mirror (zigzag - 1 - chunk), each of `chunk_tokens` rows:

@@ -50,10 +50,15 @@ std::optional<int> unreduced_shared_group(const sim::TaskGraph& graph, const mod
       for (sim::DeviceId d : members) parent[root(parent, d)] = root(parent, members.front());
     }
   }
+  // Under tensor parallelism the GPUs of one shard index share the shard (a norm, replicated, is computed alike on
+  // every TP rank from the same values, so each TP rank's gradient of it is the whole one already).
+  const int shards = std::max(1, graph.tensor_shards());
   for (auto& [group, devices] : holders) {
     auto& parent = joined[group];
+    std::map<int, sim::DeviceId> first_of_shard;
     for (sim::DeviceId d : devices) {
-      if (root(parent, d) != root(parent, *devices.begin())) return group;  // two holders no reduction joins
+      const sim::DeviceId first = first_of_shard.try_emplace(d % shards, d).first->second;
+      if (root(parent, d) != root(parent, first)) return group;  // two holders no reduction joins
     }
   }
   return std::nullopt;

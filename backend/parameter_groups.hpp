@@ -23,7 +23,8 @@ std::string group_name(int group);  // "layer 3's parameters", "the embedding's 
 // The groups a compute task reads or adds to (with tied embeddings the LM head's tasks use the embedding's too).
 std::vector<int> groups_used(const sim::Task& task, const model::ModelConfig& model);
 // A group used on several GPUs that the graph's gradient reductions carrying it do not join (together they must
-// connect every GPU that uses it): on several ranks each would update its copy with its own share of the gradient.
+// connect every GPU that uses it; under tensor parallelism, every GPU of one shard index): on several ranks each would
+// update its copy with its own share of the gradient.
 // Empty when there is none.
 std::optional<int> unreduced_shared_group(const sim::TaskGraph& graph, const model::ModelConfig& model);
 // Every gradient reduction's ranks, in task order (the same on every rank: what the communicator prepares).

@@ -125,6 +125,11 @@ class Interpreter {
   [[noreturn]] void fail(sim::TaskId id, const std::string& what) const { throw InternalError(name(id) + ": " + what, __FILE__, __LINE__); }
 
   void check_annotated() const {
+    if (g_.tensor_shards() != 1) {  // the reference holds whole tensors; the executor runs the shards
+      throw InputError("the plan's task graph", "tensor parallelism",
+                       "none for the CPU reference (run a TP plan on the executor, and compare with the same model's tp 1 plan here)",
+                       "tp " + std::to_string(g_.tensor_shards()));
+    }
     for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g_.size()); ++id) {
       const auto& t = g_.task(id);
       if (t.kind() == sim::TaskKind::free) continue;  // a free drops what its allocation holds

@@ -174,11 +174,14 @@ __global__ void axpy_f32_kernel(std::int64_t n, float alpha, const float* x, flo
 // One block per row.
 __global__ void embedding_forward_kernel(int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y) {
   const std::int64_t row = blockIdx.x, src = static_cast<std::int64_t>(tokens[row]) * hidden;
-  for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x)) y[row * hidden + i] = table[src + i];
+  const bool here = tokens[row] >= 0;  // else another vocabulary shard's: a zero row
+  for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x))
+    y[row * hidden + i] = here ? table[src + i] : bf16_bits{0};
 }
 
 __global__ void embedding_backward_kernel(int hidden, const std::int32_t* tokens, const bf16_bits* dy, float* dtable) {
   const std::int64_t row = blockIdx.x, dst = static_cast<std::int64_t>(tokens[row]) * hidden;
+  if (tokens[row] < 0) return;  // another vocabulary shard's
   for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x)) atomicAdd(dtable + dst + i, load(dy, row * hidden + i));
 }
 
@@ -214,8 +217,25 @@ __global__ void cross_entropy_forward_kernel(int vocab, const bf16_bits* logits,
   if (threadIdx.x == 0) {
     const float l = top + logf(sum);
     lse[row] = l;
-    loss[row] = l - load(z, targets[row]);
+    loss[row] = targets[row] < 0 ? l : l - load(z, targets[row]);  // a negative target: another shard's
   }
+}
+
+// One thread per row.
+__global__ void vocab_parallel_merge_kernel(int rows, int shards, const float* stats, float* loss, float* lse) {
+  const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r >= rows) return;
+  const std::int64_t stride = 2 * static_cast<std::int64_t>(rows);
+  float top = -INFINITY;
+  for (int s = 0; s < shards; ++s) top = fmaxf(top, stats[s * stride + r]);
+  float sum = 0, target = 0;
+  for (int s = 0; s < shards; ++s) {
+    sum += __expf(stats[s * stride + r] - top);
+    target += stats[s * stride + r] - stats[s * stride + rows + r];
+  }
+  const float l = top + logf(sum);
+  lse[r] = l;
+  loss[r] = l - target;
 }
 
 __global__ void cross_entropy_backward_kernel(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse,
@@ -325,6 +345,12 @@ void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float
 void cross_entropy_forward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss, float* lse, cudaStream_t stream) {
   if (rows == 0) return;
   cross_entropy_forward_kernel<<<static_cast<unsigned>(rows), 1024, 0, stream>>>(vocab, logits, targets, loss, lse);
+  TRAINYARD_CUDA_CHECK(cudaGetLastError());
+}
+
+void vocab_parallel_merge(int rows, int shards, const float* stats, float* loss, float* lse, cudaStream_t stream) {
+  if (rows == 0) return;
+  vocab_parallel_merge_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(rows, shards, stats, loss, lse);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 

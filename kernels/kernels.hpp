@@ -52,12 +52,15 @@ void add(std::int64_t n, const bf16_bits* a, const bf16_bits* b, bf16_bits* y, c
 // reference: axpy_ref).
 void axpy_f32(std::int64_t n, float alpha, const float* x, float* y, cudaStream_t stream);
 // y[r] = table[tokens[r]]; the backward adds dy[r] into the fp32 dtable[tokens[r]] (atomics: the order of the
-// additions into a row that several tokens share is not fixed).
+// additions into a row that several tokens share is not fixed). A negative token: a zero row, nothing added
+// (another vocabulary shard's; reference.hpp).
 void embedding_forward(int rows, int hidden, const bf16_bits* table, const std::int32_t* tokens, bf16_bits* y, cudaStream_t stream);
 void embedding_backward(int rows, int hidden, const std::int32_t* tokens, const bf16_bits* dy, float* dtable, cudaStream_t stream);
 // In place on x [rows][heads][head_dim]; `inverse` for the backward.
 void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x, cudaStream_t stream);
 void cross_entropy_forward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, float* loss, float* lse, cudaStream_t stream);
+// reference.hpp's vocab_parallel_merge_ref: stats [shards][2][rows] -> loss, lse [rows].
+void vocab_parallel_merge(int rows, int shards, const float* stats, float* loss, float* lse, cudaStream_t stream);
 void cross_entropy_backward(int rows, int vocab, const bf16_bits* logits, const std::int32_t* targets, const float* lse, const float* dloss,
                             bf16_bits* dlogits, cudaStream_t stream);
 void adamw(const AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad, bf16_bits* weights, cudaStream_t stream);

@@ -292,14 +292,19 @@ void axpy_ref(float alpha, std::span<const float> x, std::span<float> y) {
 void embedding_forward_ref(int rows, int hidden, std::span<const float> table, std::span<const std::int32_t> tokens, std::span<float> y) {
   const auto H = static_cast<std::size_t>(hidden);
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
-    std::copy_n(table.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tokens[r]) * H), H,
-                y.begin() + static_cast<std::ptrdiff_t>(r * H));
+    const auto out = y.begin() + static_cast<std::ptrdiff_t>(r * H);
+    if (tokens[r] < 0) {
+      std::fill_n(out, H, 0.0f);
+      continue;
+    }
+    std::copy_n(table.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tokens[r]) * H), H, out);
   }
 }
 
 void embedding_backward_ref(int rows, int hidden, std::span<const std::int32_t> tokens, std::span<const float> dy, std::span<float> dtable) {
   const auto H = static_cast<std::size_t>(hidden);
   for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+    if (tokens[r] < 0) continue;
     for (std::size_t i = 0; i < H; ++i) dtable[static_cast<std::size_t>(tokens[r]) * H + i] += dy[r * H + i];
   }
 }
@@ -330,7 +335,24 @@ void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logit
     for (std::size_t c = 0; c < V; ++c) sum += std::exp(logits[r * V + c] - best);
     const double l = best + std::log(sum);
     lse[r] = static_cast<float>(l);
-    loss[r] = static_cast<float>(l - logits[r * V + static_cast<std::size_t>(targets[r])]);
+    loss[r] = static_cast<float>(targets[r] < 0 ? l : l - logits[r * V + static_cast<std::size_t>(targets[r])]);
+  }
+}
+
+void vocab_parallel_merge_ref(int rows, int shards, std::span<const float> stats, std::span<float> loss, std::span<float> lse) {
+  const auto R = static_cast<std::size_t>(rows);
+  for (std::size_t r = 0; r < R; ++r) {
+    double top = kNegInf;
+    for (std::size_t s = 0; s < static_cast<std::size_t>(shards); ++s) top = std::max(top, static_cast<double>(stats[s * 2 * R + r]));
+    double sum = 0, target = 0;
+    for (std::size_t s = 0; s < static_cast<std::size_t>(shards); ++s) {
+      const double shard_lse = stats[s * 2 * R + r], shard_loss = stats[s * 2 * R + R + r];
+      sum += std::exp(shard_lse - top);
+      target += shard_lse - shard_loss;
+    }
+    const double l = top + std::log(sum);
+    lse[r] = static_cast<float>(l);
+    loss[r] = static_cast<float>(l - target);
   }
 }
 

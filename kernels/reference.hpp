@@ -72,7 +72,8 @@ void add_ref(std::span<const float> a, std::span<const float> b, std::span<float
 // y += alpha * x, elementwise, in fp32.
 void axpy_ref(float alpha, std::span<const float> x, std::span<float> y);
 
-// Embedding rows: y[r] = table[tokens[r]] ([rows][hidden]); backward adds dy[r] into dtable[tokens[r]].
+// Embedding rows: y[r] = table[tokens[r]] ([rows][hidden]); backward adds dy[r] into dtable[tokens[r]]. A negative
+// token is another vocabulary shard's (tensor parallelism): a zero row, and nothing added.
 void embedding_forward_ref(int rows, int hidden, std::span<const float> table, std::span<const std::int32_t> tokens, std::span<float> y);
 void embedding_backward_ref(int rows, int hidden, std::span<const std::int32_t> tokens, std::span<const float> dy, std::span<float> dtable);
 
@@ -81,9 +82,14 @@ void embedding_backward_ref(int rows, int hidden, std::span<const std::int32_t> 
 void rope_ref(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, std::span<float> x);
 
 // Cross-entropy over logits [rows][vocab] with integer targets: loss[r] = lse(logits[r]) - logits[r][target[r]]
-// (the mean is the caller's business); backward: dlogits = (softmax - onehot(target)) * dloss[r].
+// (the mean is the caller's business); backward: dlogits = (softmax - onehot(target)) * dloss[r]. A negative
+// target is in another vocabulary shard (tensor parallelism): its logit counts as 0 here (loss = lse) and no onehot.
+// vocab_parallel_merge: from every shard's (lse_s, loss_s) ([shards][2][rows], as head_xent_shard writes them),
+// the whole vocabulary's lse = log sum_s exp(lse_s) and loss = lse - sum_s (lse_s - loss_s) (the target logit,
+// which one shard holds).
 void cross_entropy_forward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets, std::span<float> loss,
                                std::span<float> lse);
+void vocab_parallel_merge_ref(int rows, int shards, std::span<const float> stats, std::span<float> loss, std::span<float> lse);
 void cross_entropy_backward_ref(int rows, int vocab, std::span<const float> logits, std::span<const std::int32_t> targets, std::span<const float> lse,
                                 std::span<const float> dloss, std::span<float> dlogits);
 

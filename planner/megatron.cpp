@@ -348,6 +348,7 @@ std::vector<sim::TaskId> MegatronBuilder::transient(const std::vector<sim::Devic
 
 sim::TaskGraph MegatronBuilder::build() {
   g_.reserve(static_cast<std::size_t>(megatron_tasks(in_, p_)));
+  g_.set_tensor_shards(p_.tp);                 // GPU g holds TP shard g % tp: gpu_of puts a TP group's ranks side by side
   g_.set_chunk_tokens(split_.chunk_tokens());  // one chunk per sequence, a rank's share of it; zigzag (CP): two, each half of it
   model_states();
   for (int d = 0; d < p_.dp; ++d) {
@@ -421,9 +422,12 @@ void MegatronBuilder::forward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) {
       last[r] = emit_embedding(g_, w.ranks[r], "F " + slot.tag + " embedding", s_, h_, false, last[r],
                                w.layer.on_rank(slot.at(sim::OpCode::embed, 0), r));
     }
+    if (p_.tp > 1) w.layer.embedding_sum("F " + slot.tag + " embedding", slot.at(sim::OpCode::embed, 0), last);
   }
   for (std::int64_t l = first_layer_[v]; l < first_layer_[static_cast<std::size_t>(v) + 1]; ++l) forward_layer(w, slot, l);
-  if (v == virtual_stages_ - 1) {
+  if (v == virtual_stages_ - 1 && p_.tp > 1) {
+    w.layer.vocab_parallel_loss(slot.tag, s_, vocab_shard_, slot.at(sim::OpCode::none, model_.layers), loss_memory(in_.cluster.stack), last);
+  } else if (v == virtual_stages_ - 1) {
     for (std::size_t r = 0; r < w.ranks.size(); ++r) {
       last[r] = emit_loss(g_, w.ranks[r], slot.tag, s_, h_, vocab_shard_, last[r], w.layer.on_rank(slot.at(sim::OpCode::none, model_.layers), r),
                           loss_memory(in_.cluster.stack));

@@ -1,6 +1,7 @@
 #include "planner/transformer.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/error.hpp"
 #include "sim/cost_model.hpp"
@@ -547,13 +548,64 @@ sim::Op LayerEmitter::heads_exchange_op(sim::OpCode code) const {
 
 // The tensor-parallel collective of each cp slice, over that slice's TP group (under symmetry, its built ranks
 // running the whole group's ring).
-void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last) {
+void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last, sim::OpCode code) {
   TRAINYARD_CHECK(join_.empty(), "a collective right after a GEMM run beside another collective");
   const std::int32_t ring_ranks = split_.built_tp() < split_.tp ? split_.tp : 0;
   for (int c = 0; c < static_cast<int>(tp_groups_.size()); ++c) {
     emit_collective(graph_, split_.built_cp() > 1 ? name + " cp" + std::to_string(c) : name, op, bytes, tp_groups_[c], split_.tp, last,
                     rank_index(c, 0), static_cast<std::size_t>(split_.built_tp()), ring_ranks);
+    if (code != sim::OpCode::none) graph_.set_op(last[rank_index(c, 0)], on_rank(this->op(code), rank_index(c, 0)));
   }
+}
+
+void LayerEmitter::embedding_sum(const std::string& name, sim::Op at, std::vector<sim::TaskId>& last) {
+  const double bytes = kBf16 * static_cast<double>(split_.local_tokens() * model_.hidden);
+  const sim::Op saved = std::exchange(at_, on_rank(at, 0));
+  if (split_.sequence_parallel) {
+    collective(name + " rs", sim::CollectiveOp::reduce_scatter, bytes, last);
+  } else {
+    collective(name + " ar", sim::CollectiveOp::all_reduce, bytes, last, sim::OpCode::tp_sum_x);
+  }
+  at_ = saved;
+}
+
+void LayerEmitter::vocab_parallel_loss(const std::string& tag, std::int64_t tokens, std::int64_t vocab_shard, sim::Op at, const LossMemory& memory,
+                                       std::vector<sim::TaskId>& last) {
+  const std::int64_t h = model_.hidden, chunk_tokens = memory.chunk_tokens > 0 ? memory.chunk_tokens : std::max<std::int64_t>(tokens, 1);
+  const bool sp = split_.sequence_parallel;
+  const sim::Op saved = std::exchange(at_, on_rank(sim::Op::vocab_parallel(at, split_.tp), 0));
+  if (sp) collective("F loss " + tag + " ag", sim::CollectiveOp::all_gather, kBf16 * static_cast<double>(tokens * h), last);
+  auto on_ranks = [&](const std::string& name, const sim::TaskParams& params, sim::OpCode code) {
+    each_rank(name, params, last, false, code);
+    for (std::size_t r = 0; r < ranks_.size(); ++r) graph_.set_op(last[r], on_rank(op(code), r));
+  };
+  for (std::int64_t c0 = 0; c0 < tokens; c0 += chunk_tokens) {
+    const std::int64_t c = std::min(chunk_tokens, tokens - c0);
+    const std::string name = "F loss " + tag + " tokens " + std::to_string(c0);
+    at_.row_begin = static_cast<std::int32_t>(c0);
+    at_.row_end = static_cast<std::int32_t>(c0 + c);
+    std::vector<sim::TaskId> logits(ranks_.size());
+    const auto logit_bytes = static_cast<std::int64_t>(static_cast<double>(c * vocab_shard) * memory.bytes_per_logit);
+    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+      logits[r] = last[r] = graph_.alloc(name + " logits", ranks_[r], sim::Pool::hbm, logit_bytes, "fp32 logits chunk " + tag,
+                                         last[r] >= 0 ? std::vector<sim::TaskId>{last[r]} : std::vector<sim::TaskId>{});
+    }
+    on_ranks(name + " lm_head", sim::Gemm{c, vocab_shard, h, hw::Dtype::bf16}, sim::OpCode::head_logits);
+    on_ranks(name + " xent shard", sim::Elementwise{c * vocab_shard * 2, c * 8}, sim::OpCode::head_xent_shard);
+    collective(name + " xent ag", sim::CollectiveOp::all_gather, static_cast<double>(c * 8 * split_.tp), last, sim::OpCode::tp_gather_xent);
+    on_ranks(name + " xent merge", sim::Elementwise{c * vocab_shard * 2 + c * 8 * split_.tp, c * vocab_shard * 2}, sim::OpCode::head_xent_merge);
+    on_ranks(name + " lm_head dgrad", sim::Gemm{c, h, vocab_shard, hw::Dtype::bf16}, sim::OpCode::head_dgrad_shard);
+    const double dnf_bytes = kBf16 * static_cast<double>(c * h);
+    if (sp) {
+      collective(name + " dgrad rs", sim::CollectiveOp::reduce_scatter, dnf_bytes, last);
+    } else {
+      collective(name + " dgrad ar", sim::CollectiveOp::all_reduce, dnf_bytes, last, sim::OpCode::tp_sum_dnf);
+    }
+    on_ranks(name + " final norm bwd", sim::Elementwise{4 * c * h, 2 * c * h}, sim::OpCode::head_norm_bwd);
+    on_ranks(name + " lm_head wgrad", sim::Gemm{h, vocab_shard, c, hw::Dtype::bf16}, sim::OpCode::head_wgrad);
+    for (std::size_t r = 0; r < ranks_.size(); ++r) last[r] = graph_.free(name + " free logits", logits[r], std::vector<sim::TaskId>{last[r]});
+  }
+  at_ = saved;
 }
 
 // Transformer Engine's overlap (Megatron's --tp-comm-overlap) pipelines the GEMM with the collective chunk by
@@ -563,15 +615,15 @@ void LayerEmitter::collective(const std::string& name, sim::CollectiveOp op, dou
 // chunk that cannot overlap (1/tp of the longer one) is not charged.
 void LayerEmitter::gemm_beside_collective(const std::string& gemm_name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
                                           const std::string& collective_name, sim::CollectiveOp op, double bytes, bool gather_first,
-                                          std::vector<sim::TaskId>& last, bool recompute) {
+                                          std::vector<sim::TaskId>& last, bool recompute, sim::OpCode collective_code) {
   if (!split_.tp_comm_overlap) {
-    if (gather_first) collective(collective_name, op, bytes, last);
+    if (gather_first) collective(collective_name, op, bytes, last, collective_code);
     gemm(gemm_name, code, m, n, k, last, recompute);
-    if (!gather_first) collective(collective_name, op, bytes, last);
+    if (!gather_first) collective(collective_name, op, bytes, last, collective_code);
     return;
   }
   std::vector<sim::TaskId> beside = last;
-  collective(collective_name, op, bytes, beside);
+  collective(collective_name, op, bytes, beside, collective_code);
   gemm(gemm_name, code, m, n, k, last, recompute);
   join_ = std::move(beside);
 }
@@ -599,7 +651,8 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   ulysses_exchange(p + " a2a qkv", sim::OpCode::heads_qkv, kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   attention(p + " attn", false, last, recompute);
   ulysses_exchange(p + " a2a out", sim::OpCode::heads_out, kBf16 * static_cast<double>(s * q), last);
-  gemm_beside_collective(p + " proj", sim::OpCode::proj, s, h, q, p + (sp ? " rs1" : " ar1"), reduce, hidden_bytes, false, last, recompute);
+  gemm_beside_collective(p + " proj", sim::OpCode::proj, s, h, q, p + (sp ? " rs1" : " ar1"), reduce, hidden_bytes, false, last, recompute,
+                         sp ? sim::OpCode::none : sim::OpCode::tp_sum_p);
   elementwise(p + " residual1", sim::OpCode::residual1, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   elementwise(p + " norm2", sim::OpCode::norm2, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   if (sp) {
@@ -610,7 +663,8 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   }
   elementwise(p + " act", sim::OpCode::act, kBf16 * static_cast<double>(s * (swiglu ? 2 * f : f)), kBf16 * static_cast<double>(s * f), last,
               recompute);
-  gemm_beside_collective(p + " mlp_down", sim::OpCode::mlp_down, s, h, f, p + (sp ? " rs2" : " ar2"), reduce, hidden_bytes, false, last, recompute);
+  gemm_beside_collective(p + " mlp_down", sim::OpCode::mlp_down, s, h, f, p + (sp ? " rs2" : " ar2"), reduce, hidden_bytes, false, last, recompute,
+                         sp ? sim::OpCode::none : sim::OpCode::tp_sum_mo);
   elementwise(p + " residual2", sim::OpCode::residual2, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   TRAINYARD_CHECK(join_.empty(), "a collective run beside a GEMM that nothing waits for");
 }
@@ -638,16 +692,16 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
     gemm(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad_code) + 1), k, n, m, last, false);
   };
   auto wgrad_then_reduce = [&](const std::string& name, sim::OpCode dgrad_code, std::int64_t m, std::int64_t n, std::int64_t k,
-                               const std::string& reduce_name) {
+                               const std::string& reduce_name, sim::OpCode sums) {
     gemm_beside_collective(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad_code) + 1), k, n, m, reduce_name, reduce, hidden_bytes,
-                           false, last, false);
+                           false, last, false, sp ? sim::OpCode::none : sums);
   };
   elementwise(p + " residual2 bwd", sim::OpCode::residual2_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
   dgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f, p + " ag2 bwd");
   wgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f);
   elementwise(p + " act bwd", sim::OpCode::act_bwd, kBf16 * static_cast<double>(s * (up + f)), kBf16 * static_cast<double>(s * up), last, false);
   gemm(p + " mlp_up dgrad", sim::OpCode::mlp_up_dgrad, s, h, up, last, false);
-  wgrad_then_reduce(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h, p + (sp ? " rs2 bwd" : " ar2 bwd"));
+  wgrad_then_reduce(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h, p + (sp ? " rs2 bwd" : " ar2 bwd"), sim::OpCode::tp_sum_dn2);
   elementwise(p + " norm2 bwd", sim::OpCode::norm2_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
   elementwise(p + " residual1 bwd", sim::OpCode::residual1_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
   dgrad(p + " proj", sim::OpCode::proj_dgrad, s, h, q, p + " ag1 bwd");
@@ -659,7 +713,7 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last,
               false);
   gemm(p + " qkv dgrad", sim::OpCode::qkv_dgrad, s, h, q + 2 * kv, last, false);
-  wgrad_then_reduce(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + (sp ? " rs1 bwd" : " ar1 bwd"));
+  wgrad_then_reduce(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + (sp ? " rs1 bwd" : " ar1 bwd"), sim::OpCode::tp_sum_dn1);
   elementwise(p + " norm1 bwd", sim::OpCode::norm1_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
   TRAINYARD_CHECK(join_.empty(), "a collective run beside a GEMM that nothing waits for");
 }

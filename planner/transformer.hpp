@@ -57,7 +57,7 @@ struct LayerSplit {
   int built_tp() const { return tp_ranks > 0 ? tp_ranks : tp; }
   // Ring attention the executors run: K/V passed round every cp rank (p2p, no TP, no symmetry reduction); rank r
   // holds the step's chunk r, and with zigzag its mirror too.
-  bool executable_ring() const { return cp > 1 && cp_comm == CpComm::p2p && built_cp() == cp && built_tp() == 1; }
+  bool executable_ring() const { return cp > 1 && cp_comm == CpComm::p2p && built_cp() == cp && built_tp() == tp; }
   // Megatron's a2a context parallelism the executors run (Ulysses over the cp ranks, no TP): rank r holds chunk r,
   // and with zigzag its mirror too; around attention, head group r of every chunk (the heads must split evenly:
   // LayerEmitter::executable_heads_split).
@@ -119,6 +119,13 @@ double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, boo
 // every torch.distributed process group has its own.
 inline constexpr int kCpStream = 3;
 
+// How the loss holds its logits: in pieces of `chunk_tokens` (0: the whole micro-batch at once), each holding
+// `bytes_per_logit` while its cross-entropy runs.
+struct LossMemory {
+  std::int64_t chunk_tokens = 8192;
+  double bytes_per_logit = 4;  // fp32 logits
+};
+
 class LayerEmitter {
  public:
   LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& model, const LayerSplit& split, std::vector<sim::DeviceId> ranks);
@@ -147,6 +154,19 @@ class LayerEmitter {
   void forward(const std::string& prefix, std::vector<sim::TaskId>& last, bool recompute = false);
   void backward(const std::string& prefix, std::vector<sim::TaskId>& last);
 
+  // Tensor parallelism around the layers (Megatron's vocab-parallel embedding and LM head), on every TP group:
+  //  - embedding_sum: the embedding's partial lookups (each rank holds vocab / tp rows) summed, an all-reduce of
+  //    b*S*h bf16 (a reduce-scatter with sequence parallelism); `at`: the embedding's coordinates.
+  //  - vocab_parallel_loss: emit_loss's pieces over the vocabulary shards: each rank's logits and its shard's
+  //    cross-entropy statistics (log-sum-exp and target logit, 8 bytes per token), all-gathered and merged into the
+  //    loss and the logits' gradient; the head's input gradient (partial over the shards) all-reduced before the
+  //    final norm's backward. With sequence parallelism the final hidden state is all-gathered first and the
+  //    pieces' input gradients reduce-scattered. Megatron merges the statistics with three all-reduces of 4 bytes
+  //    per token (max, target logit, sum of exponentials); one all-gather of the same bytes stands for them.
+  void embedding_sum(const std::string& name, sim::Op at, std::vector<sim::TaskId>& last);
+  void vocab_parallel_loss(const std::string& tag, std::int64_t tokens, std::int64_t vocab_shard, sim::Op at, const LossMemory& memory,
+                           std::vector<sim::TaskId>& last);
+
   // Replaces the attention step (forward, recompute or backward) for schemes that stream it themselves
   // (ring-track: one chunk against the K/V of all earlier chunks); the hook chains its tasks through `last`.
   using AttentionHook = std::function<void(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute)>;
@@ -159,12 +179,13 @@ class LayerEmitter {
             bool recompute);
   void elementwise(const std::string& name, sim::OpCode code, double read, double written, std::vector<sim::TaskId>& last, bool recompute);
   void attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
-  void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last);
+  // `code`: what a TP collective without sequence parallelism sums (sim::OpCode::tp_sum_*), for the executors.
+  void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last, sim::OpCode code = sim::OpCode::none);
   // With split.tp_comm_overlap: the collective and the GEMM both start after `last`, and the rank's next task
   // waits for both. Without: the collective, then the GEMM (gather_first) or the GEMM, then the collective.
   void gemm_beside_collective(const std::string& gemm_name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k,
                               const std::string& collective_name, sim::CollectiveOp op, double bytes, bool gather_first,
-                              std::vector<sim::TaskId>& last, bool recompute);
+                              std::vector<sim::TaskId>& last, bool recompute, sim::OpCode collective_code = sim::OpCode::none);
   void ulysses_exchange(const std::string& name, sim::OpCode code, double bytes, std::vector<sim::TaskId>& last);
   void ring_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
   void allgather_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
@@ -217,16 +238,10 @@ class LayerEmitter {
 
 // The ends of the model, per GPU, chained after `after` (or -1); each returns its last task.
 // Embedding lookup (a gather writing tokens*h*2 bytes) or its backward (a scatter-add into the embedding
-// gradient). Under TP the vocab-parallel lookup's all-reduce (tokens*h*2 bytes) is not modelled.
+// gradient). Under TP, LayerEmitter::embedding_sum adds the vocab-parallel lookup's all-reduce.
 // `at` gives the coordinates (sequence, chunk) its tasks carry.
 sim::TaskId emit_embedding(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& name, std::int64_t tokens, std::int64_t hidden, bool backward,
                            sim::TaskId after, sim::Op at = {});
-// How the loss holds its logits: in pieces of `chunk_tokens` (0: the whole micro-batch at once), each holding
-// `bytes_per_logit` while its cross-entropy runs.
-struct LossMemory {
-  std::int64_t chunk_tokens = 8192;
-  double bytes_per_logit = 4;  // fp32 logits
-};
 // The stack's (stacks::StackProfile::loss_logits), or trainyard's 8K-token chunks of fp32 logits.
 LossMemory loss_memory(const stacks::StackProfile& stack);
 // LM head and softmax cross-entropy over `tokens`, forward and backward fused per chunk (LossMemory; trainyard's

@@ -75,7 +75,8 @@ stacks::ElementwiseClass elementwise_class(OpCode code) {
     case OpCode::norm1:
     case OpCode::norm2:
     case OpCode::norm1_bwd:
-    case OpCode::norm2_bwd: return stacks::ElementwiseClass::norm;
+    case OpCode::norm2_bwd:
+    case OpCode::head_norm_bwd: return stacks::ElementwiseClass::norm;
     case OpCode::rope:
     case OpCode::rope_bwd: return stacks::ElementwiseClass::rope;
     case OpCode::act:
@@ -84,7 +85,9 @@ stacks::ElementwiseClass elementwise_class(OpCode code) {
     case OpCode::residual2:
     case OpCode::residual1_bwd:
     case OpCode::residual2_bwd: return stacks::ElementwiseClass::residual;
-    case OpCode::head_xent: return stacks::ElementwiseClass::loss;
+    case OpCode::head_xent:
+    case OpCode::head_xent_shard:
+    case OpCode::head_xent_merge: return stacks::ElementwiseClass::loss;
     default: return stacks::ElementwiseClass::other;
   }
 }

@@ -27,13 +27,66 @@ std::string_view to_string(TaskKind kind) {
 }
 
 std::string_view to_string(OpCode code) {
-  static constexpr std::string_view names[] = {
-      "none",         "embed",        "norm1",      "qkv",           "rope",        "attn",          "attn_merge",     "proj",           "residual1",
-      "norm2",        "mlp_up",       "act",        "mlp_down",      "residual2",   "residual2_bwd", "mlp_down_dgrad", "mlp_down_wgrad", "act_bwd",
-      "mlp_up_dgrad", "mlp_up_wgrad", "norm2_bwd",  "residual1_bwd", "proj_dgrad",  "proj_wgrad",    "attn_bwd",       "dkv_add",        "rope_bwd",
-      "qkv_dgrad",    "qkv_wgrad",    "norm1_bwd",  "embed_bwd",     "head_logits", "head_xent",     "head_dgrad",     "head_wgrad",     "optimizer",
-      "kv",           "dkv",          "kv_dkv",     "dkv_pass",      "acts",        "checkpoint",    "input",          "input_grad",     "heads_qkv",
-      "heads_out",    "heads_dout",   "heads_dqkv", "states"};
+  static constexpr std::string_view names[] = {"none",
+                                               "embed",
+                                               "norm1",
+                                               "qkv",
+                                               "rope",
+                                               "attn",
+                                               "attn_merge",
+                                               "proj",
+                                               "residual1",
+                                               "norm2",
+                                               "mlp_up",
+                                               "act",
+                                               "mlp_down",
+                                               "residual2",
+                                               "residual2_bwd",
+                                               "mlp_down_dgrad",
+                                               "mlp_down_wgrad",
+                                               "act_bwd",
+                                               "mlp_up_dgrad",
+                                               "mlp_up_wgrad",
+                                               "norm2_bwd",
+                                               "residual1_bwd",
+                                               "proj_dgrad",
+                                               "proj_wgrad",
+                                               "attn_bwd",
+                                               "dkv_add",
+                                               "rope_bwd",
+                                               "qkv_dgrad",
+                                               "qkv_wgrad",
+                                               "norm1_bwd",
+                                               "embed_bwd",
+                                               "head_logits",
+                                               "head_xent",
+                                               "head_xent_shard",
+                                               "head_xent_merge",
+                                               "head_dgrad",
+                                               "head_dgrad_shard",
+                                               "head_norm_bwd",
+                                               "head_wgrad",
+                                               "optimizer",
+                                               "kv",
+                                               "dkv",
+                                               "kv_dkv",
+                                               "dkv_pass",
+                                               "acts",
+                                               "checkpoint",
+                                               "input",
+                                               "input_grad",
+                                               "heads_qkv",
+                                               "heads_out",
+                                               "heads_dout",
+                                               "heads_dqkv",
+                                               "tp_sum_p",
+                                               "tp_sum_mo",
+                                               "tp_sum_dn2",
+                                               "tp_sum_dn1",
+                                               "tp_sum_x",
+                                               "tp_sum_dnf",
+                                               "tp_gather_xent",
+                                               "states"};
   static_assert(std::size(names) == static_cast<std::size_t>(OpCode::states) + 1);
   return names[static_cast<int>(code)];
 }
@@ -408,6 +461,7 @@ TaskId append(TaskGraph& into, const TaskGraph& from) {
   const auto label_offset = static_cast<std::int32_t>(into.labels().size());
   // One chunk length for the whole graph, or none (0) when the parts differ: the executors then refuse it.
   into.set_chunk_tokens(into.size() == 0 || into.chunk_tokens() == from.chunk_tokens() ? from.chunk_tokens() : 0);
+  into.set_tensor_shards(into.size() == 0 || into.tensor_shards() == from.tensor_shards() ? from.tensor_shards() : 0);
   for (const auto& g : from.groups()) into.add_group(g);
   for (const auto& l : from.labels()) into.add_label(l);
   for (const Task& t : from.tasks()) {
@@ -448,6 +502,7 @@ TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const T
   std::vector<TaskId> new_id(n, -1);
   TaskGraph out;
   out.set_chunk_tokens(graph.chunk_tokens());
+  out.set_tensor_shards(graph.tensor_shards());
   for (const auto& g : graph.groups()) out.add_group(g);
   for (const auto& l : graph.labels()) out.add_label(l);
   for (std::size_t i = 0; i < n; ++i) {

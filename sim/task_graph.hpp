@@ -113,8 +113,11 @@ enum class OpCode : std::uint8_t {
   proj_dgrad, proj_wgrad, attn_bwd,
   dkv_add,  // ring attention: the dK|dV accumulators received for chunks kv_first..kv_last added into this rank's share
   rope_bwd, qkv_dgrad, qkv_wgrad, norm1_bwd, embed_bwd,
-  // the final norm, LM head and cross-entropy on tokens [row_begin, row_end) of the chunk: forward and backward fused
-  head_logits, head_xent, head_dgrad, head_wgrad,
+  // the final norm, LM head and cross-entropy on tokens [row_begin, row_end) of the chunk: forward and backward fused.
+  // Under tensor parallelism (Op::vocab_parallel) the vocabulary is sharded (Megatron's vocab-parallel head): the
+  // loss takes head_xent_shard (this shard's statistics), their all-gather and head_xent_merge; the head's input
+  // gradient head_dgrad_shard (a partial sum), its all-reduce and head_norm_bwd, in place of head_xent, head_dgrad.
+  head_logits, head_xent, head_xent_shard, head_xent_merge, head_dgrad, head_dgrad_shard, head_norm_bwd, head_wgrad,
   optimizer,  // AdamW on the parameters the task's device (or the GPU it serves) owns
   // What a copy or send moves, and what an allocation holds (its free drops it): tensors of (layer, chunk)
   kv,          // K and V of chunks kv_first..kv_last
@@ -130,6 +133,12 @@ enum class OpCode : std::uint8_t {
   // group i of every chunk (Op::head_groups groups): Q, K, V (heads_qkv) and dO (heads_dout) from a chunk's heads
   // to head groups; the attention output (heads_out) and the fp32 dQ, dK|dV (heads_dqkv) back.
   heads_qkv, heads_out, heads_dout, heads_dqkv,
+  // Tensor parallelism (Megatron's TP without sequence parallelism): collectives in place over the layer's TP group,
+  // on a tensor of (layer, chunk) of which each member computed a partial sum (all-reduce): the projection's output
+  // P, the MLP's output MO, the gradients dN2 and dN1 of the norms' outputs (from the column-parallel GEMMs'
+  // dgrads), the vocab-parallel embedding's output (layer 0's X) and the LM head piece's dNF; or its own slot
+  // (all-gather): the LM head piece's cross-entropy statistics.
+  tp_sum_p, tp_sum_mo, tp_sum_dn2, tp_sum_dn1, tp_sum_x, tp_sum_dnf, tp_gather_xent,
   states,      // model states (weights, gradients, master weights, moments) of the device's layers; on a
                // data-parallel collective, the gradients it reduces (Op::gradients)
 };
@@ -204,6 +213,16 @@ struct Op {
   // Which dK | dV a ring task adds to or sends, as Key::sub (0: the owner's accumulator) and which it received.
   std::int32_t dkv_share() const { return code != OpCode::states && kv_first >= 0 && row_begin >= 0 ? row_begin + 1 : 0; }
   std::int32_t dkv_received_share() const { return code == OpCode::dkv_add && row_end >= 0 ? row_end + 1 : 0; }
+  // The LM head's ops and collectives under tensor parallelism: the vocabulary shards (at most 127), kept in
+  // head_groups, which they do not otherwise use. 1 for any other op.
+  static Op vocab_parallel(Op o, int shards) {
+    o.head_groups = static_cast<std::uint8_t>(shards);
+    return o;
+  }
+  bool is_lm_head() const {
+    return (code >= OpCode::head_logits && code <= OpCode::head_wgrad) || code == OpCode::tp_sum_dnf || code == OpCode::tp_gather_xent;
+  }
+  int vocab_shards() const { return is_lm_head() && head_groups > 0 ? head_groups : 1; }
   bool carries_gradients() const { return code == OpCode::states && row_begin >= 0; }
   bool carries_head_gradients() const { return carries_gradients() && row_begin == 1; }
   bool carries_embedding_gradients() const { return carries_gradients() && row_end == 1; }
@@ -282,6 +301,11 @@ class TaskGraph {
   // builders that annotate their tasks; 0 otherwise. The executors size every tensor from it.
   void set_chunk_tokens(std::int64_t tokens) { chunk_tokens_ = tokens; }
   std::int64_t chunk_tokens() const { return chunk_tokens_; }
+  // Tensor parallelism, set by builders that annotate it: each layer's weights, the embedding and the LM head are
+  // split into this many shards, GPU g holding shard g % shards (a TP group is consecutive GPUs); 1: none; 0: parts of an appended graph differ (the
+  // executors refuse it).
+  void set_tensor_shards(int shards) { tensor_shards_ = shards; }
+  int tensor_shards() const { return tensor_shards_; }
 
   // Successors and predecessor counts in compressed form; valid after finalize().
   void finalize();
@@ -312,6 +336,7 @@ class TaskGraph {
   HugePageVector<TaskId> succ_;
   HugePageVector<std::int32_t> pred_count_;
   std::int64_t chunk_tokens_ = 0;
+  int tensor_shards_ = 1;
   bool finalized_ = false;
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "backend/calibrate_peers.hpp"
 #include "backend/cpu_device.hpp"
@@ -382,8 +383,20 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
     std::string name;
     const model::ModelConfig& model;
     sim::TaskGraph graph;
-    std::int64_t sequences = 0;  // 0: n, one per rank
+    std::int64_t sequences = 0;                              // 0: n, one per rank
+    std::optional<sim::TaskGraph> reference = std::nullopt;  // the graph the reference runs (else `graph`): TP's, without TP
   };
+  planner::MegatronParams tensor_parallel;  // tp 2 (the tiny model's 2 K/V heads) x dp
+  tensor_parallel.tp = 2;
+  tensor_parallel.dp = n / 2;
+  planner::MegatronParams piped_tp = tensor_parallel;
+  piped_tp.pp = 2;
+  piped_tp.dp = n / 4;
+  planner::MegatronParams tp_cp = tensor_parallel;  // TP inside each cp rank's slice, the K/V ring zigzag across
+  tp_cp.dp = 1;
+  tp_cp.cp = n / 2;
+  planner::MegatronParams recomputed_tp = tensor_parallel;  // its TP sums rerun in the recomputed forward
+  recomputed_tp.recompute = planner::Recompute::full;
   planner::ZeroParams zero2 = zero1, zero3;
   zero2.stage = 2;
   zero3.stage = 3;
@@ -412,8 +425,17 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
       {"zero-3, gradients and parameters offloaded, optimizer on the host", m, planner::build_zero(in, infinity)},
       {"ring-track rings of 2, gradients to the optimizer on the host", m, planner::build_ringtrack(in, rings_states_on_host).graph}};
   if (n >= 4) cases.push_back({"megatron pp 2, cp", m, planner::build_megatron(in, piped_cp)});
+  // Tensor parallelism shards the vocabulary evenly (as Megatron pads it to): the tiny model's 61 made 64.
+  model::ModelConfig even_vocab = m;
+  even_vocab.vocab = 64;
+  const planner::StepInputs tp_in{even_vocab, cluster, {32, n}, model::precision_policy("bf16-mixed")};
+  const sim::TaskGraph data_parallel = planner::build_megatron(tp_in, megatron);
+  cases.push_back({"megatron tp 2", even_vocab, planner::build_megatron(tp_in, tensor_parallel), 0, data_parallel});
+  cases.push_back({"megatron tp 2, full recompute", even_vocab, planner::build_megatron(tp_in, recomputed_tp), 0, data_parallel});
+  if (n >= 4) cases.push_back({"megatron tp 2, pp 2", even_vocab, planner::build_megatron(tp_in, piped_tp), 0, data_parallel});
+  if (n >= 4) cases.push_back({"megatron tp 2, cp", even_vocab, planner::build_megatron(tp_in, tp_cp), 0, data_parallel});
   if (n == 4) cases.push_back({"megatron pp 2, cp 2 a2a", m, planner::build_megatron(in, piped_a2a)});
-  for (auto& [name, model, graph, sequences] : cases) {
+  for (auto& [name, model, graph, sequences, reference_graph] : cases) {
     SCOPED_TRACE(name);
     const auto tokens = random_windows(m.vocab, 32, sequences > 0 ? sequences : n, 59);
     graph.finalize();
@@ -450,7 +472,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
     ReferenceOptions ro;
     ro.run_optimizer = true;
     ro.adam = eo.adam;
-    const double expected = run_reference_step(graph, reference, cluster.topology.gpus_per_node(), tokens, ro).loss;
+    const double expected =
+        run_reference_step(reference_graph ? *reference_graph : graph, reference, cluster.topology.gpus_per_node(), tokens, ro).loss;
     EXPECT_NEAR(loss, expected, 2e-3 * expected);
     EXPECT_LT(max_gradient_difference(executed, reference), 0.03);
   }
