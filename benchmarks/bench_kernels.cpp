@@ -155,6 +155,16 @@ void BM_EmbeddingForward(benchmark::State& state) {
 }
 BENCHMARK(BM_EmbeddingForward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 
+// The vocab-parallel loss's merge of 8 shards' statistics for an 8K-token piece (reads 64 B, writes 8 B per row).
+void BM_VocabParallelMerge(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int rows = static_cast<int>(state.range(0)), shards = 8;
+  Buffer stats(static_cast<std::size_t>(rows) * shards * 8), loss(static_cast<std::size_t>(rows) * 4), lse(static_cast<std::size_t>(rows) * 4);
+  timed(state, [&] { kernels::vocab_parallel_merge(rows, shards, stats.as<float>(), loss.as<float>(), lse.as<float>(), nullptr); });
+  state.counters["GB/s"] = benchmark::Counter((8.0 * shards + 8.0) * rows * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_VocabParallelMerge)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "backend/model_state.hpp"
 #include "backend/ops.hpp"
 #include "common/error.hpp"
 #include "tests/backend_fixtures.hpp"
@@ -254,6 +255,52 @@ TEST(OpTable, TheCudaExecutorsAccessesMatchTheTable) {
       const bool used = asked[code].count({s.role, false}) || asked[code].count({s.role, true});
       EXPECT_TRUE(used) << sim::to_string(code) << "'s " << to_string(s.role) << " is in the op table but the executor never touches it";
     }
+  }
+}
+
+}  // namespace trainyard::backend
+
+namespace trainyard::backend {
+
+// Tensor parallelism's shards (model_state.hpp): every element of a sharded parameter is in exactly one shard, a
+// norm in every shard whole, and each shard is the size of the sharded model's parameter (ops.hpp tensor_shard).
+TEST(TensorShards, EveryElementInOneShardAndTheShardsAreTheShardedModelsParameters) {
+  model::ModelConfig m = test::tiny_model();
+  m.vocab = 64;
+  const int shards = 2;
+  ModelState whole(m, 3), sharded(tensor_shard(m, shards), 3);
+  const auto params = whole.all();
+  const auto shard_params = sharded.all();
+  std::vector<std::vector<int>> covered(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) covered[i].assign(params[i]->size(), 0);
+  for (int s = 0; s < shards; ++s) {
+    const auto layouts = tensor_shard_layouts(m, shards, s);
+    ASSERT_EQ(layouts.size(), params.size());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      ASSERT_EQ(layouts[i].elements(), static_cast<std::int64_t>(shard_params[i]->size())) << params[i]->name;
+      std::vector<float> index(params[i]->size()), part(shard_params[i]->size());
+      for (std::size_t k = 0; k < index.size(); ++k) index[k] = static_cast<float>(k);
+      take_shard(layouts[i], index, part);
+      for (float k : part) covered[i][static_cast<std::size_t>(k)] += 1;
+      std::vector<float> back(index.size(), -1.0f);
+      put_shard(layouts[i], part, back);
+      for (float k : part) EXPECT_EQ(back[static_cast<std::size_t>(k)], k);
+    }
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const bool norm = params[i]->name.find("norm") != std::string::npos;
+    for (int c : covered[i]) ASSERT_EQ(c, norm ? shards : 1) << params[i]->name;
+  }
+  // Shard 1 of wqkv starts with Q's second half of rows (q_dim 32: rows 16..31 of hidden 32 columns).
+  const auto wqkv = tensor_shard_layouts(m, shards, 1)[1];
+  EXPECT_EQ(wqkv.row_blocks.front(), (std::pair<std::int64_t, std::int64_t>{16, 16}));
+  model::ModelConfig odd = m;
+  odd.vocab = 61;
+  try {
+    tensor_shard(odd, shards);
+    FAIL() << "a vocabulary of 61 split in 2";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab"), std::string::npos) << e.what();
   }
 }
 

@@ -121,6 +121,28 @@ TEST(GpuElementwise, CrossEntropyUpToLlamaVocabulary) {
   }
 }
 
+// The vocab-parallel loss's pieces: a negative target (another shard's) and the merge of shards' statistics.
+TEST(GpuElementwise, VocabParallelCrossEntropyMatchesTheReference) {
+  TRAINYARD_REQUIRE_GPU();
+  const int rows = 5, vocab = 300, shards = 4;
+  const auto logits = test::random_bf16_values(static_cast<std::size_t>(rows * vocab), 12, 3.0f);
+  const std::vector<std::int32_t> targets{-1, 7, -1, 299, 0};
+  std::vector<float> loss_ref(rows), lse_ref(rows);
+  cross_entropy_forward_ref(rows, vocab, logits, targets, loss_ref, lse_ref);
+  DeviceBuffer<bf16_bits> z(test::bits(logits));
+  DeviceBuffer<std::int32_t> t(targets);
+  DeviceBuffer<float> loss(targets.size()), lse(targets.size());
+  cross_entropy_forward(rows, vocab, z.get(), t.get(), loss.get(), lse.get(), nullptr);
+  EXPECT_TRUE(test::close_to(loss.download(), loss_ref, 1e-4, 1e-5));
+  const auto stats = test::random_bf16_values(static_cast<std::size_t>(shards * 2 * rows), 13, 4.0f);
+  std::vector<float> merged_loss_ref(rows), merged_lse_ref(rows);
+  vocab_parallel_merge_ref(rows, shards, stats, merged_loss_ref, merged_lse_ref);
+  DeviceBuffer<float> s(stats), merged_loss(rows), merged_lse(rows);
+  vocab_parallel_merge(rows, shards, s.get(), merged_loss.get(), merged_lse.get(), nullptr);
+  EXPECT_TRUE(test::close_to(merged_loss.download(), merged_loss_ref, 1e-4, 1e-5));
+  EXPECT_TRUE(test::close_to(merged_lse.download(), merged_lse_ref, 1e-4, 1e-5));
+}
+
 TEST(GpuElementwise, AdamWMatchesTheReference) {
   TRAINYARD_REQUIRE_GPU();
   const std::size_t n = 100003;

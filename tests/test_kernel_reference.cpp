@@ -7,6 +7,8 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <span>
+#include <vector>
 
 #include "kernels/reference.hpp"
 
@@ -235,6 +237,48 @@ TEST(KernelReference, NormActivationAndLossBackwardsMatchFiniteDifferences) {
   n = numeric_gradient(logits, cells, ce_loss);
   for (std::size_t i = 0; i < cells.size(); ++i) EXPECT_NEAR(dlogits[cells[i]], n[i], 2e-3 + 2e-2 * std::abs(n[i]));
   EXPECT_GT(loss[0], 0.0f);
+}
+
+// Tensor parallelism's vocab-parallel loss: the vocabulary cut into shards, each shard's cross-entropy with its own
+// ids (-1 where the target is another shard's), merged, equals the whole vocabulary's loss and lse; each shard's
+// dlogits with the merged lse are the whole one's columns; the embedding's rows of other shards are zero.
+TEST(KernelReference, VocabShardsMergeToTheWholeVocabularysLoss) {
+  const int rows = 4, vocab = 12, shards = 3, part = vocab / shards;
+  const auto logits = random_vector(static_cast<std::size_t>(rows * vocab), 41, 3.0f);
+  const std::vector<std::int32_t> targets{0, 5, 11, 7};
+  const std::vector<float> dloss(rows, 0.25f);
+  std::vector<float> loss(rows), lse(rows), dlogits(logits.size());
+  cross_entropy_forward_ref(rows, vocab, logits, targets, loss, lse);
+  cross_entropy_backward_ref(rows, vocab, logits, targets, lse, dloss, dlogits);
+  std::vector<float> stats(static_cast<std::size_t>(shards * 2 * rows));
+  std::vector<std::vector<float>> shard_logits(shards);
+  std::vector<std::vector<std::int32_t>> shard_targets(shards);
+  for (int s = 0; s < shards; ++s) {
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < part; ++c) shard_logits[s].push_back(logits[static_cast<std::size_t>(r * vocab + s * part + c)]);
+      shard_targets[s].push_back(targets[r] / part == s ? targets[r] % part : -1);
+    }
+    const auto block = std::span(stats).subspan(static_cast<std::size_t>(s * 2 * rows), static_cast<std::size_t>(2 * rows));
+    cross_entropy_forward_ref(rows, part, shard_logits[s], shard_targets[s], block.subspan(rows), block.first(rows));
+  }
+  std::vector<float> merged_loss(rows), merged_lse(rows);
+  vocab_parallel_merge_ref(rows, shards, stats, merged_loss, merged_lse);
+  for (int r = 0; r < rows; ++r) {
+    EXPECT_NEAR(merged_loss[r], loss[r], 1e-5) << r;
+    EXPECT_NEAR(merged_lse[r], lse[r], 1e-5) << r;
+  }
+  for (int s = 0; s < shards; ++s) {
+    std::vector<float> d(static_cast<std::size_t>(rows * part));
+    cross_entropy_backward_ref(rows, part, shard_logits[s], shard_targets[s], merged_lse, dloss, d);
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < part; ++c) EXPECT_NEAR(d[r * part + c], dlogits[r * vocab + s * part + c], 1e-6) << s << " " << r << " " << c;
+    }
+  }
+  std::vector<float> y(4, 9.0f), dtable(4, 0.0f);
+  embedding_forward_ref(2, 2, std::vector<float>{1, 2, 3, 4}, std::vector<std::int32_t>{-1, 1}, y);
+  EXPECT_EQ(y, (std::vector<float>{0, 0, 3, 4})) << "another shard's token: a zero row";
+  embedding_backward_ref(2, 2, std::vector<std::int32_t>{-1, 1}, std::vector<float>{5, 5, 1, 2}, dtable);
+  EXPECT_EQ(dtable, (std::vector<float>{0, 0, 1, 2}));
 }
 
 TEST(KernelReference, RopeInverseUndoesItAndChunksCompose) {

@@ -150,13 +150,21 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
   return spec;
 }
 
-// What the CPU reference runs of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
+// What the CPU executors run of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
 // pipeline (interleaved or split unevenly too) and data parallelism with one sequence per micro-batch, any
-// recompute, offloaded checkpoints, the distributed optimizer; tensor and context parallelism's collectives on
-// activations are not executed (nor tested) yet.
-std::string megatron_cpu_refusal(const PlanSpec& spec) {
+// recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p or a2a, and tensor
+// parallelism without sequence parallelism on the executor (heads, K/V heads, the MLP and the vocabulary split
+// evenly; the CPU reference itself runs tp 1 only).
+std::string megatron_cpu_refusal(const StepInputs& in, const PlanSpec& spec) {
   const MegatronParams& p = spec.megatron;
-  if (p.tp != 1) return "tp 1 (tensor parallelism is not executed yet)";
+  if (p.tp > 1 && (p.sequence_parallel || p.tp_comm_overlap)) {
+    return "no sequence parallelism with tp > 1 (its all-gathers and reduce-scatters are not executed yet)";
+  }
+  const model::ModelConfig& m = in.model;
+  if (p.tp > 1 && (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0 || m.ffn_hidden % p.tp != 0 || m.vocab % p.tp != 0)) {
+    return "a tp dividing the model's heads, K/V heads, ffn_hidden and vocab (" + std::to_string(m.heads) + ", " + std::to_string(m.kv_heads) + ", " +
+           std::to_string(m.ffn_hidden) + ", " + std::to_string(m.vocab) + ")";
+  }
   if (p.cp != 1 && p.cp_comm != CpComm::p2p && p.cp_comm != CpComm::a2a) {
     return "cp_comm p2p or a2a (context parallelism by all-gather or a2a+p2p is not executed yet)";
   }
