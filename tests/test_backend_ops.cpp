@@ -207,10 +207,11 @@ TEST(OpTable, TheCudaExecutorsAccessesMatchTheTable) {
     code_of[std::string(sim::to_string(static_cast<OpCode>(c)))] = static_cast<OpCode>(c);
   }
   std::map<std::string, Role> role_of;
-  for (int r = 0; r <= static_cast<int>(Role::dlogits); ++r) {
-    static const char* names[] = {"x",  "n1",  "q",      "k",    "v",   "o_run", "o",   "lse",    "p",      "h1",  "n2",
-                                  "gu", "a",   "mo",     "dm",   "dh1", "da",    "dgu", "dn2",    "dp",     "d_o", "delta",
-                                  "dq", "dkv", "dkv_in", "dqkv", "dn1", "dx",    "nf",  "logits", "dlogits"};
+  for (int r = 0; r <= static_cast<int>(Role::xstats); ++r) {
+    static const char* names[] = {"x",  "n1",  "q",      "k",    "v",   "o_run", "o",   "lse",    "p",       "h1",  "n2",
+                                  "gu", "a",   "mo",     "dm",   "dh1", "da",    "dgu", "dn2",    "dp",      "d_o", "delta",
+                                  "dq", "dkv", "dkv_in", "dqkv", "dn1", "dx",    "nf",  "logits", "dlogits", "dnf", "xstats"};
+    static_assert(std::size(names) == static_cast<std::size_t>(Role::xstats) + 1);
     role_of[names[r]] = static_cast<Role>(r);
   }
 
