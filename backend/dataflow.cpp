@@ -225,6 +225,43 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
         }
       }
     };
+    // All-gather context parallelism, this rank's side (member i holds member_chunks(op, i)): the gather sends K
+    // and V of its chunks and receives every other member's, member by member; the reduce-scatter sends each other
+    // member its dK | dV of that member's chunks (zeros where nothing was added) and adds what it receives into its own.
+    auto cp_exchange = [&] {
+      TRAINYARD_CHECK(rank >= 0, "all-gather context parallelism is planned one rank at a time");
+      const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
+      const auto at = std::find(members.begin(), members.end(), rank);
+      if (at == members.end()) return;
+      const auto me = static_cast<std::int32_t>(at - members.begin());
+      const bool gather = t.op.code == sim::OpCode::cp_gather_kv;
+      const std::vector<Role> roles = gather ? std::vector<Role>{Role::k, Role::v} : std::vector<Role>{Role::dkv};
+      auto each = [&](std::int32_t member, auto&& visit) {
+        for (std::int32_t chunk : member_chunks(t.op, member)) {
+          for (Role r : roles) visit(Key{r, t.op.seq, t.op.layer, chunk});
+        }
+      };
+      auto take = [&](const Key& k, bool zeroed_if_new) {
+        int inst = find(rank, k);
+        if (inst < 0) {
+          const TensorShape shape = chunk_tensor(k.role, model, graph.chunk_tokens());
+          inst = create(rank, k, shape.elements, shape.dtype);
+          if (zeroed_if_new) step.zero_first.push_back(inst);
+        }
+        touch(inst, position);
+        step.instances.push_back(inst);
+      };
+      auto mine = [&](const Key& k) {
+        const int inst = need(rank, k);
+        touch(inst, position);
+        step.instances.push_back(inst);
+      };
+      if (gather) each(me, mine);
+      for (std::int32_t i = 0; i < static_cast<std::int32_t>(members.size()); ++i) {
+        if (i != me) each(i, [&](const Key& k) { take(k, !gather); });
+      }
+      if (!gather) each(me, mine);
+    };
     switch (t.kind()) {
       case sim::TaskKind::alloc: break;
       case sim::TaskKind::free: {
@@ -248,6 +285,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
         break;
       case sim::TaskKind::collective:  // model states, Ulysses' all-to-alls, or tensor parallelism's sums in place
         if (is_heads_exchange(t.op.code)) exchange_heads();
+        if (t.op.code == sim::OpCode::cp_gather_kv || t.op.code == sim::OpCode::cp_scatter_dkv) cp_exchange();
         if (is_tensor_parallel_collective(t.op.code)) {
           const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
           for (sim::DeviceId member : members) {

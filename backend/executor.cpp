@@ -60,9 +60,11 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
     return std::pair{"a step on one GPU (or, under mpirun, one rank per GPU)", "a task of several GPUs"};
   }
   if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states && !is_heads_exchange(t.op.code) &&
-      !is_tensor_parallel_collective(t.op.code)) {
-    return std::pair{"collectives of gradients or model states, Ulysses' all-to-alls, or tensor parallelism's sums (without sequence parallelism)",
-                     "a collective on activations"};
+      !is_tensor_parallel_collective(t.op.code) && t.op.code != sim::OpCode::cp_gather_kv && t.op.code != sim::OpCode::cp_scatter_dkv) {
+    return std::pair{
+        "collectives of gradients or model states, Ulysses' all-to-alls, tensor parallelism's sums (without sequence parallelism) or "
+        "all-gather context parallelism's exchanges",
+        "a collective on activations"};
   }
   if (sim::is_host(t.device) && !memory && t.op.code != sim::OpCode::optimizer) {
     return std::pair{"GPU tasks or the host's optimizer step", "a host task of another kind"};
@@ -567,6 +569,9 @@ struct Executor::Impl {
     const sim::Op& op = task.op;
     if (task.kind() == sim::TaskKind::collective && is_heads_exchange(op.code)) return exchange_heads(task, id, t, stream);
     if (task.kind() == sim::TaskKind::collective && is_tensor_parallel_collective(op.code)) return tensor_parallel(task, id, t, stream);
+    if (task.kind() == sim::TaskKind::collective && (op.code == sim::OpCode::cp_gather_kv || op.code == sim::OpCode::cp_scatter_dkv)) {
+      return cp_exchange(task, id, t, stream);
+    }
     if (task.kind() == sim::TaskKind::collective) {  // gradients summed over the members; model states carry no values here
       if (opt.comm != nullptr && op.carries_gradients()) reduce_gradients(task, stream);
       return;
@@ -730,6 +735,53 @@ struct Executor::Impl {
       dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), std::move(recvs));
     }
   }
+  // All-gather context parallelism over the task's cp group, as one all-to-all (the dataflow's order: the
+  // gather's own K, V then every other member's; the reduce-scatter's dK | dV for every other member, then its own).
+  // Gather: this rank's tensors packed into one block sent to every member, each member's block unpacked into its
+  // chunks' K and V. Reduce-scatter: each member's chunks' dK | dV packed and sent to it, each block received added
+  // into this rank's own.
+  void cp_exchange(const sim::Task& task, sim::TaskId id, const TaskTensors& t, int stream) {
+    const std::vector<int> ranks = group_ranks(task);
+    const auto members = ranks.size();
+    const std::size_t me = static_cast<std::size_t>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
+    const bool gather = task.op.code == sim::OpCode::cp_gather_kv;
+    const std::size_t per_member = t.instances.size() / members;  // tensors of one member's chunks
+    const std::int64_t bytes = flow.instances[t.instances.front()].bytes, block = bytes * static_cast<std::int64_t>(per_member);
+    // The instances of member i's chunks, in the dataflow's order.
+    auto of = [&](std::size_t i) {
+      const std::size_t slot = gather ? (i == me ? 0 : (i < me ? i + 1 : i)) : (i == me ? members - 1 : (i < me ? i : i - 1));
+      return std::span(t.instances).subspan(slot * per_member, per_member);
+    };
+    auto pack = [&](std::span<const int> instances) {
+      char* out = scratch<char>(block, stream);
+      for (std::size_t k = 0; k < instances.size(); ++k) dev.copy(stream, out + static_cast<std::int64_t>(k) * bytes, where(instances[k]), bytes);
+      return out;
+    };
+    std::vector<char*> blocks;
+    std::vector<ConstBytes> sends;
+    std::vector<Bytes> recvs;
+    char* own = gather ? blocks.emplace_back(pack(of(me))) : nullptr;
+    for (std::size_t i = 0; i < members; ++i) {
+      const bool self = i == me;
+      sends.push_back({self ? nullptr : gather ? own : blocks.emplace_back(pack(of(i))), self ? 0 : block});
+      recvs.push_back({self ? nullptr : blocks.emplace_back(scratch<char>(block, stream)), self ? 0 : block});
+    }
+    dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), recvs);
+    for (std::size_t i = 0; i < members; ++i) {
+      if (i == me) continue;
+      const std::span<const int> into = gather ? of(i) : of(me);
+      for (std::size_t k = 0; k < into.size(); ++k) {
+        char* from = static_cast<char*>(recvs[i].data) + static_cast<std::int64_t>(k) * bytes;
+        if (gather) {
+          dev.copy(stream, where(into[k]), from, bytes);
+        } else {
+          dev.axpy_f32(stream, bytes / 4, 1.0f, reinterpret_cast<const float*>(from), static_cast<float*>(where(into[k])));
+        }
+      }
+    }
+    for (char* b : blocks) release(b, stream);
+  }
+
   std::vector<int> group_ranks(const sim::Task& task) const {
     const auto& members = g.groups()[std::get<sim::Collective>(task.params).group];
     return {members.begin(), members.end()};

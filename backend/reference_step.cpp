@@ -133,6 +133,12 @@ class Interpreter {
     for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(g_.size()); ++id) {
       const auto& t = g_.task(id);
       if (t.kind() == sim::TaskKind::free) continue;  // a free drops what its allocation holds
+      if (t.op.code == sim::OpCode::cp_gather_kv || t.op.code == sim::OpCode::cp_scatter_dkv) {
+        throw InputError("the plan's task graph", name(id),
+                         "no all-gather context parallelism for the CPU reference (the executor runs it; compare with the same model's cp 1 "
+                         "plan here)",
+                         "an all-gather of K/V or a reduce-scatter of dK|dV");
+      }
       if (t.op.code == sim::OpCode::none && t.kind() != sim::TaskKind::alloc) {
         throw InputError("the plan's task graph", name(id),
                          "a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)", "a task without an op");

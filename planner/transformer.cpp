@@ -233,7 +233,9 @@ int LayerEmitter::executable_heads_split() const {
 }
 
 sim::Op LayerEmitter::on_rank(sim::Op at, std::size_t rank) const {
-  if (split_.executable_ring() || executable_heads_split() > 0) at.chunk += static_cast<std::int32_t>(rank) / split_.built_tp();
+  if (split_.executable_ring() || split_.executable_cp_allgather() || executable_heads_split() > 0) {
+    at.chunk += static_cast<std::int32_t>(rank) / split_.built_tp();
+  }
   at.zigzag = split_.zigzag_chunks();
   return at;
 }
@@ -368,12 +370,31 @@ void LayerEmitter::allgather_attention(const std::string& name, bool backward, s
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / split_.tp);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, split_.tp));
   const auto gathered = static_cast<std::int64_t>(cp_gathered_kv_bytes(model_, split_)) / cp * cp + cp;
+  const bool executable = split_.executable_cp_allgather();
   cp_collective(name + " all-gather kv", sim::CollectiveOp::all_gather, gathered, last);
+  if (executable) set_cp_group_ops(sim::OpCode::cp_gather_kv, last);
   // local queries x the whole sequence, half of it unmasked on average: 1/cp of the causal pairs
+  const auto before = static_cast<sim::TaskId>(graph_.size());
   each_rank(name,
             sim::Attention{local, split_.seq_len / 2, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
             last, recompute, sim::OpCode::none);
-  if (backward) cp_collective(name + " reduce-scatter dkv", sim::CollectiveOp::reduce_scatter, gathered, last);
+  for (std::size_t r = 0; r < ranks_.size() && executable; ++r) {  // the rank's queries against every K/V chunk not wholly masked
+    const sim::Op at = on_rank(at_, r);
+    const std::int32_t kv_last = split_.zigzag ? split_.cp - 1 : at.chunk;  // zigzag: each index a chunk and its mirror
+    sim::Op o = sim::Op::kv_range(backward ? sim::OpCode::attn_bwd : sim::OpCode::attn, at.seq, at.layer, at.chunk, 0, kv_last);
+    o.zigzag = at.zigzag;
+    graph_.set_op(before + static_cast<sim::TaskId>(r), o);
+  }
+  if (backward) {
+    cp_collective(name + " reduce-scatter dkv", sim::CollectiveOp::reduce_scatter, gathered, last);
+    if (executable) set_cp_group_ops(sim::OpCode::cp_scatter_dkv, last);
+  }
+}
+
+void LayerEmitter::set_cp_group_ops(sim::OpCode code, const std::vector<sim::TaskId>& last) {
+  sim::Op o = op(code);  // zigzag: each member's chunk and its mirror
+  o.chunk = -1;
+  for (const CpGroup& g : cp_groups_) graph_.set_op(last[g.members.front()], o);
 }
 
 // The all-to-all of a2a CP (and of a2a_p2p's first level) over each cp group: inbound, the local tokens' Q, K, V

@@ -62,9 +62,12 @@ struct LayerSplit {
   // and with zigzag its mirror too; around attention, head group r of every chunk (the heads must split evenly:
   // LayerEmitter::executable_heads_split).
   bool executable_cp_a2a() const { return cp > 1 && cp_comm == CpComm::a2a && built_cp() == cp && built_tp() == 1; }
+  // Megatron's all_gather context parallelism the executors run: rank r holds chunk r (with zigzag, and its mirror),
+  // gathers every chunk's K and V and sends each owner its share of their dK | dV (every rank built).
+  bool executable_cp_allgather() const { return cp > 1 && cp_comm == CpComm::all_gather && built_cp() == cp && built_tp() == tp; }
   // An executable zigzag split: the 2 x cp chunks of the sequence (sim::Op::zigzag); else 0.
   std::uint8_t zigzag_chunks() const {
-    return (executable_ring() || executable_cp_a2a()) && zigzag && cp <= 127 ? static_cast<std::uint8_t>(2 * cp) : 0;
+    return (executable_ring() || executable_cp_a2a() || executable_cp_allgather()) && zigzag && cp <= 127 ? static_cast<std::uint8_t>(2 * cp) : 0;
   }
   // The tokens of the executors' chunk: a rank's share of a sequence, half of it with zigzag.
   std::int64_t chunk_tokens() const { return local_tokens() / sequences / (zigzag_chunks() > 0 ? 2 : 1); }
@@ -215,6 +218,8 @@ class LayerEmitter {
   // the accumulator `from_rank` sent).
   sim::Op ring_op(sim::OpCode code, std::size_t rank, std::size_t block_rank, std::size_t from_rank = 0) const;
   void cp_exchange_heads(const std::string& name, bool backward, bool inbound, std::vector<sim::TaskId>& last);
+  // Says what each cp group's collective just emitted (its members' last task) moves, for the executors.
+  void set_cp_group_ops(sim::OpCode code, const std::vector<sim::TaskId>& last);
   void cp_collective(const std::string& name, sim::CollectiveOp op, std::int64_t bytes, std::vector<sim::TaskId>& last);
   // The ranks of TP index t across the cp slices, and the chain ends of those ranks.
   std::size_t rank_index(int cp_index, int tp_index) const { return static_cast<std::size_t>(cp_index * split_.built_tp() + tp_index); }

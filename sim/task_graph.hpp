@@ -139,6 +139,10 @@ enum class OpCode : std::uint8_t {
   // dgrads), the vocab-parallel embedding's output (layer 0's X) and the LM head piece's dNF; or its own slot
   // (all-gather): the LM head piece's cross-entropy statistics.
   tp_sum_p, tp_sum_mo, tp_sum_dn2, tp_sum_dn1, tp_sum_x, tp_sum_dnf, tp_gather_xent,
+  // All-gather context parallelism (Megatron's all_gather comm type), over a cp group whose member i holds chunk i
+  // (with zigzag, and its mirror: backend/ops.hpp member_chunks): K and V of every member's chunks gathered to every
+  // member; the fp32 dK | dV each member computed for every chunk summed into the chunk's owner's (reduce-scatter).
+  cp_gather_kv, cp_scatter_dkv,
   states,      // model states (weights, gradients, master weights, moments) of the device's layers; on a
                // data-parallel collective, the gradients it reduces (Op::gradients)
 };

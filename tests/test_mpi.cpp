@@ -434,6 +434,12 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   cases.push_back({"megatron tp 2, full recompute", even_vocab, planner::build_megatron(tp_in, recomputed_tp), 0, data_parallel});
   if (n >= 4) cases.push_back({"megatron tp 2, pp 2", even_vocab, planner::build_megatron(tp_in, piped_tp), 0, data_parallel});
   if (n >= 4) cases.push_back({"megatron tp 2, cp", even_vocab, planner::build_megatron(tp_in, tp_cp), 0, data_parallel});
+  planner::MegatronParams gathered_cp = megatron_cp;  // K/V all-gathered over the cp ranks, dK|dV reduce-scattered
+  gathered_cp.cp_comm = planner::CpComm::all_gather;
+  cases.push_back({"megatron cp all-gather", even_vocab, planner::build_megatron(tp_in, gathered_cp), 0, data_parallel});
+  planner::MegatronParams gathered_tp_cp = tp_cp;
+  gathered_tp_cp.cp_comm = planner::CpComm::all_gather;
+  if (n >= 4) cases.push_back({"megatron tp 2, cp all-gather", even_vocab, planner::build_megatron(tp_in, gathered_tp_cp), 0, data_parallel});
   if (n == 4) cases.push_back({"megatron pp 2, cp 2 a2a", m, planner::build_megatron(in, piped_a2a)});
   for (auto& [name, model, graph, sequences, reference_graph] : cases) {
     SCOPED_TRACE(name);

@@ -152,9 +152,9 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
 
 // What the CPU executors run of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
 // pipeline (interleaved or split unevenly too) and data parallelism with one sequence per micro-batch, any
-// recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p or a2a, and tensor
-// parallelism without sequence parallelism on the executor (heads, K/V heads, the MLP and the vocabulary split
-// evenly; the CPU reference itself runs tp 1 only).
+// recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p or a2a, and on the executor
+// only (the CPU reference refuses them) context parallelism by all-gather and tensor parallelism without sequence
+// parallelism (heads, K/V heads, the MLP and the vocabulary split evenly).
 std::string megatron_cpu_refusal(const StepInputs& in, const PlanSpec& spec) {
   const MegatronParams& p = spec.megatron;
   if (p.tp > 1 && (p.sequence_parallel || p.tp_comm_overlap)) {
@@ -165,9 +165,7 @@ std::string megatron_cpu_refusal(const StepInputs& in, const PlanSpec& spec) {
     return "a tp dividing the model's heads, K/V heads, ffn_hidden and vocab (" + std::to_string(m.heads) + ", " + std::to_string(m.kv_heads) + ", " +
            std::to_string(m.ffn_hidden) + ", " + std::to_string(m.vocab) + ")";
   }
-  if (p.cp != 1 && p.cp_comm != CpComm::p2p && p.cp_comm != CpComm::a2a) {
-    return "cp_comm p2p or a2a (context parallelism by all-gather or a2a+p2p is not executed yet)";
-  }
+  if (p.cp != 1 && p.cp_comm == CpComm::a2a_p2p) return "cp_comm p2p, all_gather or a2a (context parallelism by a2a+p2p is not executed yet)";
   if (p.micro_batch != 1) return "micro_batch 1 (one sequence per micro-batch)";
   return "";
 }
