@@ -80,7 +80,7 @@ std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& 
     return "scheme " + runnable + " (the schemes whose tasks say what they compute, so far, on --device " + device + ")";
   }
   if (!scheme.executable) {
-    if (std::string needs = scheme.cpu_only_refusal(in, spec); !needs.empty()) return needs + " for the CPU reference executor";
+    if (std::string needs = scheme.cpu_only_refusal(in, spec, ranks); !needs.empty()) return needs + " for the CPU reference executor";
   }
   if (cpu) {
     const double flops = in.model.training_flops_per_token(in.workload.seq_len, true) * static_cast<double>(in.workload.tokens());

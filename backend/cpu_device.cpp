@@ -384,7 +384,7 @@ class CpuDevice final : public Device {
       for (std::size_t i = 0; i < ranks.size(); ++i) {
         const auto* p = static_cast<const std::byte*>(sends[i].data);
         if (ranks[i] == comm.rank()) {
-          std::memcpy(recvs[i].data, p, static_cast<std::size_t>(sends[i].size));
+          if (sends[i].size > 0) std::memcpy(recvs[i].data, p, static_cast<std::size_t>(sends[i].size));  // none: already in place
         } else {
           comm.send(ranks[i], tag, std::span(p, static_cast<std::size_t>(sends[i].size)));
         }

@@ -761,10 +761,11 @@ struct Executor::Impl {
     std::vector<ConstBytes> sends;
     std::vector<Bytes> recvs;
     char* own = gather ? blocks.emplace_back(pack(of(me))) : nullptr;
+    void* nothing = where(t.instances.front());  // this rank's own block: no bytes (a real pointer, as memcpy wants)
     for (std::size_t i = 0; i < members; ++i) {
       const bool self = i == me;
-      sends.push_back({self ? nullptr : gather ? own : blocks.emplace_back(pack(of(i))), self ? 0 : block});
-      recvs.push_back({self ? nullptr : blocks.emplace_back(scratch<char>(block, stream)), self ? 0 : block});
+      sends.push_back({self ? nothing : gather ? own : blocks.emplace_back(pack(of(i))), self ? 0 : block});
+      recvs.push_back({self ? nothing : blocks.emplace_back(scratch<char>(block, stream)), self ? 0 : block});
     }
     dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), recvs);
     for (std::size_t i = 0; i < members; ++i) {

@@ -155,8 +155,14 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
 // recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p or a2a, and on the executor
 // only (the CPU reference refuses them) context parallelism by all-gather and tensor parallelism without sequence
 // parallelism (heads, K/V heads, the MLP and the vocabulary split evenly).
-std::string megatron_cpu_refusal(const StepInputs& in, const PlanSpec& spec) {
+std::string megatron_cpu_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
   const MegatronParams& p = spec.megatron;
+  const bool executor_only = p.tp > 1 || (p.cp > 1 && p.cp_comm == CpComm::all_gather);
+  if (executor_only && ranks != in.cluster.gpus()) {
+    return "tp 1 and cp_comm p2p or a2a on one process (tensor parallelism and all-gather context parallelism run on the executor only, "
+           "under mpirun -np " +
+           std::to_string(in.cluster.gpus()) + ")";
+  }
   if (p.tp > 1 && (p.sequence_parallel || p.tp_comm_overlap)) {
     return "no sequence parallelism with tp > 1 (its all-gathers and reduce-scatters are not executed yet)";
   }

@@ -75,8 +75,9 @@ struct Scheme {
   // ring-track's only.
   bool executable = false;
   // Where `executable` is false: the CPU reference executor runs some of its plans. Empty: it runs this one; else
-  // the parameter and value it needs ("tp 1: ..."), for the plan's model and cluster. Null: none.
-  std::function<std::string(const StepInputs&, const PlanSpec&)> cpu_only_refusal;
+  // the parameter and value it needs ("tp 1: ..."), for the plan's model and cluster, run as `ranks` processes (1:
+  // without mpirun). Null: none.
+  std::function<std::string(const StepInputs&, const PlanSpec&, int ranks)> cpu_only_refusal;
   // What `trainyard run --check` compares the plan's step with: the same plan without chunks or offload (given a
   // sequence length). Null: the plainest step of the model, data parallelism alone (the ring-track entry's
   // unchunked step with rings of one GPU), so that the scheme's sharding, pipelining and offload are checked.
