@@ -131,11 +131,11 @@ std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ran
 struct Executor::Impl {
   Device& dev;
   const sim::TaskGraph& g;
-  model::ModelConfig full;                 // the plan's model
-  model::ModelConfig m;                    // what this rank's tensors and weights hold: the model, or its tensor-parallel shard
-  int shards = 1, shard = 0;               // tensor parallelism: this rank holds shard `shard` of `shards`
-  std::optional<ModelState> shard_shapes;  // the sharded model's parameter shapes
-  std::vector<ShardLayout> layouts;        // per parameter (ModelState::all() order): this rank's shard of it
+  model::ModelConfig full;    // the plan's model
+  model::ModelConfig m;       // what this rank's tensors and weights hold: the model, or its tensor-parallel shard
+  int shards = 1, shard = 0;  // tensor parallelism: this rank holds shard `shard` of `shards`
+  // Tensor parallelism: per shard index, per parameter (ModelState::all() order), that shard of it.
+  std::vector<std::vector<ShardLayout>> shard_layouts;
   std::int64_t c;
   int gpn;
   ExecutorOptions opt;
@@ -177,8 +177,7 @@ struct Executor::Impl {
       shards = g.tensor_shards();
       shard = rank() % shards;
       m = tensor_shard(full, shards);
-      shard_shapes.emplace(m, 0);
-      layouts = tensor_shard_layouts(full, shards, shard);
+      for (int k = 0; k < shards; ++k) shard_layouts.push_back(tensor_shard_layouts(full, shards, k));
     }
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
     for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
@@ -200,7 +199,7 @@ struct Executor::Impl {
     }
     prepare_communicator();
     try {
-      allocate(shard_shapes ? *shard_shapes : shapes);
+      allocate(shapes);
     } catch (...) {
       release_all();  // the destructor does not run for a constructor that throws
       throw;
@@ -346,7 +345,8 @@ struct Executor::Impl {
     std::int64_t state_bytes_needed = 0;
     const std::int64_t last_sum_bytes = repeated.empty() ? 0 : 4;     // at most: every parameter's last reduced gradient
     const std::int64_t optimizer_bytes = host_optimizer ? 0 : 3 * 4;  // master weights and moments, unless on the host
-    for (const Parameter* p : shapes.all()) state_bytes_needed += static_cast<std::int64_t>(p->size()) * (2 + 4 + optimizer_bytes + last_sum_bytes);
+    const auto all = shapes.all();
+    for (std::size_t i = 0; i < all.size(); ++i) state_bytes_needed += held_elements(i, *all[i]) * (2 + 4 + optimizer_bytes + last_sum_bytes);
     const std::int64_t free_bytes = dev.free_bytes();
     const std::int64_t workspaces = static_cast<std::int64_t>(sched.streams.size()) * dev.per_stream_bytes();
     const std::int64_t needed = state_bytes_needed + flow.device_arena_bytes + workspaces;
@@ -356,10 +356,11 @@ struct Executor::Impl {
                            " of tensors, " + format_bytes(static_cast<double>(state_bytes_needed)) + " of model states and " +
                            format_bytes(static_cast<double>(workspaces)) + " of GEMM workspaces");
     }
-    for (const Parameter* p : shapes.all()) {
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const Parameter* p = all[i];
       DeviceParameter d;
       d.name = p->name;
-      d.n = static_cast<std::int64_t>(p->size());
+      d.n = held_elements(i, *p);
       d.decays = p->decays;
       d.weight = device_alloc<bf16_bits>(d.n);
       d.master = optimizer_alloc(d.n);
@@ -368,10 +369,7 @@ struct Executor::Impl {
       params.push_back(std::move(d));
     }
     // Index the parameters by their place in the model (ModelState's names: "L3 wqkv", "embedding", ...).
-    auto index_of = [&](const Parameter& p) {
-      const auto all = shapes.all();
-      return static_cast<int>(std::find(all.begin(), all.end(), &p) - all.begin());
-    };
+    auto index_of = [&](const Parameter& p) { return static_cast<int>(std::find(all.begin(), all.end(), &p) - all.begin()); };
     for (const auto& layer : shapes.layers()) {
       for (const Parameter* p : {&layer.norm1, &layer.wqkv, &layer.wo, &layer.norm2, &layer.wup, &layer.wdown}) layer_param.push_back(index_of(*p));
     }
@@ -1029,27 +1027,32 @@ struct Executor::Impl {
   }
 
   // --- states between host and device ----------------------------------------------------------------------------
-  // This rank's values of a whole parameter: all of them, or its tensor-parallel shard's.
-  std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const {
+  // The elements of parameter i (ModelState::all() order) this rank holds: all, or its tensor-parallel shard's.
+  std::int64_t held_elements(std::size_t i, const Parameter& p) const {
+    return shards == 1 ? static_cast<std::int64_t>(p.size()) : shard_layouts[static_cast<std::size_t>(shard)][i].elements();
+  }
+  // This rank's values of a whole parameter: the whole itself, or its shard's, taken into `part`.
+  std::span<const float> mine(std::size_t i, const std::vector<float>& whole, std::vector<float>& part) const {
     if (shards == 1) return whole;
-    std::vector<float> part(static_cast<std::size_t>(layouts[i].elements()));
-    take_shard(layouts[i], whole, part);
+    const ShardLayout& layout = shard_layouts[static_cast<std::size_t>(shard)][i];
+    part.resize(static_cast<std::size_t>(layout.elements()));
+    take_shard(layout, whole, part);
     return part;
   }
-  // A whole parameter from this rank's values: under tensor parallelism, every shard's, all-gathered over the TP
-  // group (whose member k holds shard k), so that every rank has the whole model.
-  void whole(std::size_t i, const std::vector<float>& values, std::vector<float>& out) const {
-    if (shards == 1) {
-      out = values;
-      return;
-    }
+  // A whole parameter `out` from this rank's values, which `read` writes to the pointer it is given: read straight
+  // into it, or under tensor parallelism every shard's all-gathered over the TP group (whose member k holds shard
+  // k), so that every rank has the whole model.
+  template <typename Read>
+  void whole(std::size_t i, std::vector<float>& out, Read&& read) const {
+    if (shards == 1) return read(out.data());
+    std::vector<float> values(static_cast<std::size_t>(params[i].n));
+    read(values.data());
     std::vector<int> group(static_cast<std::size_t>(shards));
     for (int k = 0; k < shards; ++k) group[static_cast<std::size_t>(k)] = rank() - shard + k;
     const std::vector<float> every = opt.comm->all_gather(group, values);
-    const auto n = values.size();
     for (int k = 0; k < shards; ++k) {
-      const ShardLayout layout = tensor_shard_layouts(full, shards, k)[i];
-      put_shard(layout, std::span(every).subspan(static_cast<std::size_t>(k) * n, n), out);
+      put_shard(shard_layouts[static_cast<std::size_t>(k)][i], std::span(every).subspan(static_cast<std::size_t>(k) * values.size(), values.size()),
+                out);
     }
   }
 
@@ -1059,14 +1062,15 @@ struct Executor::Impl {
     for (std::size_t i = 0; i < all.size(); ++i) {
       const Parameter& p = *all[i];
       const DeviceParameter& d = params[i];
-      const std::vector<float> weights = mine(i, p.weight);
+      std::vector<float> part;
+      const std::span<const float> weights = mine(i, p.weight, part);
       std::vector<bf16_bits> bits(weights.size());
       for (std::size_t k = 0; k < bits.size(); ++k) bits[k] = kernels::to_bf16(weights[k]);
       dev.upload(d.weight, bits.data(), d.n * 2);
       if (d.host_weight) std::memcpy(d.host_weight, bits.data(), bits.size() * sizeof(bf16_bits));
-      put(d.master, mine(i, p.master).data(), d.n * 4, host_optimizer);
-      put(d.m, mine(i, p.m).data(), d.n * 4, host_optimizer);
-      put(d.v, mine(i, p.v).data(), d.n * 4, host_optimizer);
+      put(d.master, mine(i, p.master, part).data(), d.n * 4, host_optimizer);
+      put(d.m, mine(i, p.m, part).data(), d.n * 4, host_optimizer);
+      put(d.v, mine(i, p.v, part).data(), d.n * 4, host_optimizer);
     }
   }
 
@@ -1077,17 +1081,14 @@ struct Executor::Impl {
     for (std::size_t i = 0; i < all.size(); ++i) {
       Parameter& p = *all[i];
       const DeviceParameter& d = params[i];
-      const auto n = static_cast<std::size_t>(d.n);
-      std::vector<bf16_bits> bits(n);
-      get(bits.data(), d.weights_on_host ? static_cast<const void*>(d.host_weight) : d.weight, d.n * 2, d.weights_on_host);
-      std::vector<float> values(n);
-      for (std::size_t k = 0; k < n; ++k) values[k] = kernels::from_bf16(bits[k]);
-      whole(i, values, p.weight);
-      dev.download(values.data(), d.grad, d.n * 4);
-      whole(i, values, p.grad);
+      whole(i, p.weight, [&](float* out) {
+        std::vector<bf16_bits> bits(static_cast<std::size_t>(d.n));
+        get(bits.data(), d.weights_on_host ? static_cast<const void*>(d.host_weight) : d.weight, d.n * 2, d.weights_on_host);
+        for (std::size_t k = 0; k < bits.size(); ++k) out[k] = kernels::from_bf16(bits[k]);
+      });
+      whole(i, p.grad, [&](float* out) { dev.download(out, d.grad, d.n * 4); });
       for (auto [held, out] : {std::pair{d.master, &p.master}, std::pair{d.m, &p.m}, std::pair{d.v, &p.v}}) {
-        get(values.data(), held, d.n * 4, host_optimizer);
-        whole(i, values, *out);
+        whole(i, *out, [&, held = held](float* into) { get(into, held, d.n * 4, host_optimizer); });
       }
     }
   }

@@ -230,14 +230,11 @@ std::vector<Key> tensor_parallel_keys(const sim::Op& op, std::int64_t chunk_toke
 
 model::ModelConfig tensor_shard(const model::ModelConfig& model, int shards) {
   if (shards == 1) return model;
-  for (const auto& [field, value] : {std::pair{"heads", model.heads}, std::pair{"kv_heads", model.kv_heads},
-                                     std::pair{"ffn_hidden", model.ffn_hidden}, std::pair{"vocab", model.vocab}}) {
-    if (shards <= 0 || value % shards != 0) {
-      throw InputError("the plan's model", field,
-                       "a multiple of the tensor-parallel size " + std::to_string(shards) +
-                           " to run sharded (Megatron pads the vocabulary: --make-vocab-size-divisible-by)",
-                       std::to_string(value));
-    }
+  if (const auto mismatch = model::tensor_shard_mismatch(model, shards)) {
+    throw InputError("the plan's model", mismatch->first,
+                     "a multiple of the tensor-parallel size " + std::to_string(shards) +
+                         " to run sharded (Megatron pads the vocabulary: --make-vocab-size-divisible-by)",
+                     std::to_string(mismatch->second));
   }
   model::ModelConfig shard = model;
   shard.heads /= shards;

@@ -197,4 +197,12 @@ ModelStateBytes model_state_bytes(const ModelConfig& model, const PrecisionPolic
   return {n * policy.weight_bytes, n * policy.grad_bytes, n * policy.master_bytes, n * policy.optimizer_bytes};
 }
 
+std::optional<std::pair<std::string, std::int64_t>> tensor_shard_mismatch(const ModelConfig& model, int shards) {
+  for (const auto& [field, value] : {std::pair{"heads", model.heads}, std::pair{"kv_heads", model.kv_heads},
+                                     std::pair{"ffn_hidden", model.ffn_hidden}, std::pair{"vocab", model.vocab}}) {
+    if (shards <= 0 || value % shards != 0) return std::pair{std::string(field), value};
+  }
+  return std::nullopt;
+}
+
 }  // namespace trainyard::model

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/json_reader.hpp"
@@ -103,5 +104,9 @@ struct ModelStateBytes {
   double total() const { return weights + grads + master + optimizer; }
 };
 ModelStateBytes model_state_bytes(const ModelConfig& model, const PrecisionPolicy& policy);
+
+// Tensor parallelism's even split (the executors' shards): the first of heads, kv_heads, ffn_hidden and vocab,
+// as (field, value), that `shards` does not divide; none when every one divides.
+std::optional<std::pair<std::string, std::int64_t>> tensor_shard_mismatch(const ModelConfig& model, int shards);
 
 }  // namespace trainyard::model

@@ -167,7 +167,7 @@ std::string megatron_cpu_refusal(const StepInputs& in, const PlanSpec& spec, int
     return "no sequence parallelism with tp > 1 (its all-gathers and reduce-scatters are not executed yet)";
   }
   const model::ModelConfig& m = in.model;
-  if (p.tp > 1 && (m.heads % p.tp != 0 || m.kv_heads % p.tp != 0 || m.ffn_hidden % p.tp != 0 || m.vocab % p.tp != 0)) {
+  if (p.tp > 1 && model::tensor_shard_mismatch(m, p.tp)) {
     return "a tp dividing the model's heads, K/V heads, ffn_hidden and vocab (" + std::to_string(m.heads) + ", " + std::to_string(m.kv_heads) + ", " +
            std::to_string(m.ffn_hidden) + ", " + std::to_string(m.vocab) + ")";
   }
