@@ -125,6 +125,31 @@ void BM_RmsNormForward(benchmark::State& state) {
 }
 BENCHMARK(BM_RmsNormForward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 
+// The backward reads x and dy and writes dx (dw's reads of x and dy again count too): 8 B per element.
+void BM_RmsNormBackward(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int rows = static_cast<int>(state.range(0)), cols = 4096;
+  const std::size_t n = static_cast<std::size_t>(rows) * cols;
+  Buffer x(n * 2), w(static_cast<std::size_t>(cols) * 2), dy(n * 2), dx(n * 2), dw(static_cast<std::size_t>(cols) * 4);
+  timed(state, [&] {
+    kernels::rmsnorm_backward(rows, cols, 1e-5f, x.as<std::uint16_t>(), w.as<std::uint16_t>(), dy.as<std::uint16_t>(), dx.as<std::uint16_t>(),
+                              dw.as<float>(), nullptr);
+  });
+  state.counters["GB/s"] = benchmark::Counter(10.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_RmsNormBackward)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
+// RoPE in place on a 16K-token chunk of 32 heads of 128 at a position offset of 1M: 4 B per pair of elements.
+void BM_Rope(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int rows = static_cast<int>(state.range(0)), heads = 32, head_dim = 128;
+  const std::size_t n = static_cast<std::size_t>(rows) * heads * head_dim;
+  Buffer x(n * 2);
+  timed(state, [&] { kernels::rope(rows, heads, head_dim, std::int64_t{1} << 20, 500000.0f, false, x.as<std::uint16_t>(), nullptr); });
+  state.counters["GB/s"] = benchmark::Counter(4.0 * static_cast<double>(n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Rope)->Arg(16384)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+
 void BM_Add(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const std::int64_t n = state.range(0);

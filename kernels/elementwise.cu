@@ -121,15 +121,21 @@ __global__ void rmsnorm_backward_dx_kernel(int cols, float eps, const bf16_bits*
   if (threadIdx.x == 0) inv_rows[row] = inv;
 }
 
+// dw[c] += sum over rows of dy * x * inv. One thread per column of a slab of kDwRowsPerBlock rows (a grid of
+// column tiles by row slabs, so a 4K-row chunk fills the GPU rather than 8 blocks); slabs add their partial sums
+// atomically. Reads stay coalesced: neighbouring threads read neighbouring columns of one row.
+constexpr int kDwRowsPerBlock = 32;
 __global__ void rmsnorm_backward_dw_kernel(int rows, int cols, const bf16_bits* x, const bf16_bits* dy, const float* inv_rows, float* dw) {
   const int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (c >= cols) return;
+  const int first = static_cast<int>(blockIdx.y) * kDwRowsPerBlock;
+  const int last = min(rows, first + kDwRowsPerBlock);
   float sum = 0;
-  for (int r = 0; r < rows; ++r) {
+  for (int r = first; r < last; ++r) {
     const std::int64_t i = static_cast<std::int64_t>(r) * cols + c;
     sum += load(dy, i) * load(x, i) * inv_rows[r];
   }
-  dw[c] += sum;
+  atomicAdd(dw + c, sum);
 }
 
 // Eight elements per thread.
@@ -185,21 +191,24 @@ __global__ void embedding_backward_kernel(int hidden, const std::int32_t* tokens
   for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x)) atomicAdd(dtable + dst + i, load(dy, row * hidden + i));
 }
 
-// One thread per (row, head, pair i < head_dim / 2).
-__global__ void rope_kernel(int rows, int heads, int head_dim, std::int64_t offset, float base, float sign, bf16_bits* x) {
+// One thread per (row, head, pair i < head_dim / 2). The angle is formed and reduced to [0, 2*pi) in double
+// (positions reach millions, where fp32 loses the phase), then sin and cos of the reduced angle in fp32: double
+// pow and sincos per element made this kernel 7x slower than its bytes on an H100 (benchmarks/results/gpu.md).
+__global__ void rope_kernel(int rows, int heads, int head_dim, std::int64_t offset, double log2_base, float sign, bf16_bits* x) {
   const int half = head_dim / 2;
   const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= static_cast<std::int64_t>(rows) * heads * half) return;
   const int i = static_cast<int>(t % half);
   const std::int64_t row_head = t / half;
   const std::int64_t row = row_head / heads;
-  // Angles in double: positions reach millions, where fp32 loses the phase.
-  const double angle = static_cast<double>(offset + row) * pow(static_cast<double>(base), -2.0 * i / head_dim);
-  double s, c;
-  sincos(angle, &s, &c);
+  constexpr double kTwoPi = 6.283185307179586;
+  double angle = static_cast<double>(offset + row) * exp2(-2.0 * i / head_dim * log2_base);
+  angle -= floor(angle / kTwoPi) * kTwoPi;
+  float sf, cf;
+  sincosf(static_cast<float>(angle), &sf, &cf);
+  sf *= sign;
   const std::int64_t base_index = row_head * head_dim;
   const float a = load(x, base_index + i), b = load(x, base_index + i + half);
-  const float cf = static_cast<float>(c), sf = sign * static_cast<float>(s);
   store(x, base_index + i, a * cf - b * sf);
   store(x, base_index + i + half, b * cf + a * sf);
 }
@@ -293,7 +302,8 @@ void rmsnorm_backward(int rows, int cols, float eps, const bf16_bits* x, const b
   TRAINYARD_CUDA_CHECK(cudaMallocAsync(&inv_rows, sizeof(float) * static_cast<std::size_t>(rows), stream));
   rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(rows), row_threads(cols), 0, stream>>>(cols, eps, x, w, dy, dx, inv_rows);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
-  rmsnorm_backward_dw_kernel<<<blocks_for(cols), kThreads, 0, stream>>>(rows, cols, x, dy, inv_rows, dw);
+  const dim3 dw_grid(blocks_for(cols), static_cast<unsigned>((rows + kDwRowsPerBlock - 1) / kDwRowsPerBlock));
+  rmsnorm_backward_dw_kernel<<<dw_grid, kThreads, 0, stream>>>(rows, cols, x, dy, inv_rows, dw);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
   TRAINYARD_CUDA_CHECK(cudaFreeAsync(inv_rows, stream));
 }
@@ -338,7 +348,8 @@ void embedding_backward(int rows, int hidden, const std::int32_t* tokens, const 
 void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x, cudaStream_t stream) {
   const std::int64_t n = static_cast<std::int64_t>(rows) * heads * (head_dim / 2);
   if (n == 0) return;
-  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(rows, heads, head_dim, position_offset, base, inverse ? -1.0f : 1.0f, x);
+  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(rows, heads, head_dim, position_offset, std::log2(static_cast<double>(base)),
+                                                      inverse ? -1.0f : 1.0f, x);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
 }
 

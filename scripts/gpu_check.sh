@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU check in one run, for a lent GPU machine (first run on an H100 on 2026-11-27: benchmarks/results/gpu.md).
+# Every GPU check in one run, for a lent GPU machine (run on an H100 on 2026-11-27 and an H200 on 2026-11-28:
+# benchmarks/results/gpu.md).
 # Each check runs under a time limit (all of them together under 10 minutes) and its log is kept; a failing
 # check does not stop the others.
 #   kernels:   the GPU tests, compute-sanitizer memcheck and racecheck on the attention and elementwise kernels,
@@ -12,10 +13,21 @@
 #              Megatron cp over every GPU (sends and all-to-alls through NCCL), and ZeRO-2 with the optimizer on
 #              each rank's host.
 # Usage: scripts/gpu_check.sh [BIN]   BIN holds trainyard, trainyard_gpu_tests and bench_kernels (default: the
-# build/ layout). Results: $OUT/gpu-check.tgz (or build/gpu-check/), and the summary table on stdout.
+# build/ layout; scripts/gpu_bundle.sh packs them with their libraries for a machine that cannot build).
+# Results: $OUT/gpu-check.tgz (or build/gpu-check/), and the summary table on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin="${1:-}"
+if [ -n "$bin" ] && [ -d "$bin/lib" ]; then  # a bundle: its libraries, the image's CUDA, and NCCL where it is
+  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$PWD/$bin/lib:/usr/local/cuda/lib64:${nccl:+$nccl:}${LD_LIBRARY_PATH:-}"
+  source_dir=$(cat "$bin/source_dir.txt")
+  [ -e "$source_dir/tests/data" ] || { mkdir -p "$source_dir/tests" && ln -s "$PWD/tests/data" "$source_dir/tests/data"; }
+  if ldd "$bin/trainyard" "$bin/trainyard_gpu_tests" | grep "not found"; then
+    echo "gpu_check: libraries missing on this machine (above)" >&2
+    exit 1
+  fi
+fi
 trainyard="${bin:-build}/trainyard"
 tests="${bin:-build/tests}/trainyard_gpu_tests"
 bench="${bin:-build/benchmarks}/bench_kernels"
@@ -26,13 +38,21 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 echo "| check | exit | seconds |" >"$work/summary.md"
 echo "|---|---|---|" >>"$work/summary.md"
 # check NAME SECONDS COMMAND...: runs it with its output in NAME.log; records the exit status (124: time limit).
+# SKIP="NAME ..." leaves checks out (a short lease: those whose code has not changed since their last run).
+# Under the device tool the archive is rewritten after each check, so a run cut off at its limit still brings back
+# what it did.
 check() {
   local name=$1 limit=$2 start
   shift 2
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then
+    echo "| $name | skipped (SKIP) | |" | tee -a "$work/summary.md"
+    return
+  fi
   start=$(date +%s.%N)
   timeout -k 10 "$limit" "$@" >"$work/$name.log" 2>&1
   local rc=$?
   printf '| %s | %s | %s |\n' "$name" "$rc" "$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}')" | tee -a "$work/summary.md"
+  [ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check.tgz" -C "$out" gpu-check
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$work/gpu.txt"
 check gpu-tests 90 "$tests"
@@ -48,6 +68,31 @@ check run-medium 50 "$trainyard" run --plan examples/medium-ringtrack-gpu.plan.j
 # The same step predicted with the profile calibrate just wrote (the loop: calibrate, predict, run, compare).
 check run-medium-calibrated 50 "$trainyard" run --plan examples/medium-ringtrack-gpu.plan.json --device gpu --warmup 2 --steps 3 \
   --gpu-profile "$work/calibrated-gpu.json"
+# Every scheme the executor runs, on one GPU, against the CPU reference (--check): the small model again, Megatron
+# with full recompute and offloaded checkpoints, ZeRO-3 with the optimizer step on the host (cudaLaunchHostFunc)
+# and parameters offloaded, ZeRO-2 with activations offloaded.
+python3 - "$work" <<'PY'
+import json, os, sys
+plan = json.load(open("examples/small-ringtrack-gpu.plan.json"))
+zero = {"zero_stage": 3, "offload": "optimizer,params", "sp": 1, "cp": 1, "zigzag": False, "chunk": 0, "micro_batch": 1,
+        "activation_checkpointing": False, "checkpoint_every": 1}
+one_gpu = {
+    "megatron": {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "vpp": 1, "micro_batch": 1, "sequence_parallel": False,
+                 "recompute": "full", "offload_activations": True},
+    "zero": zero,
+    "zero2-acts": dict(zero, zero_stage=2, offload="acts", activation_checkpointing=True),
+}
+for name, parameters in one_gpu.items():
+    p = dict(plan, scheme=name.split("2")[0], parameters=parameters)
+    json.dump(p, open(os.path.join(sys.argv[1], "one-gpu-" + name + ".plan.json"), "w"))
+PY
+for scheme in megatron zero zero2-acts; do
+  check "run-check-$scheme" 40 "$trainyard" run --plan "$work/one-gpu-$scheme.plan.json" --device gpu --check
+  check "run-$scheme" 40 "$trainyard" run --plan "$work/one-gpu-$scheme.plan.json" --device gpu --warmup 1 --steps 3
+done
+# The host's AdamW steps train: 60 steps on the README's bytes, the loss curve kept (first against last steps).
+check train-zero-host-optimizer 40 "$trainyard" run --plan "$work/one-gpu-zero.plan.json" --device gpu --warmup 0 --steps 60 --text README.md \
+  --loss-curve "$work/zero-loss.csv"
 # Several GPUs: the executor on one rank per GPU under mpirun, its gradient all-reduces through NCCL (bootstrapped
 # over MPI; NOT RUN ON GPUs before this check): ring-track replicas of the small model, one sequence per GPU.
 gpus=$(nvidia-smi --list-gpus | wc -l)
@@ -89,10 +134,11 @@ else
 fi
 check bench-kernels 45 "$bench" --benchmark_format=json --benchmark_out="$work/bench_kernels.json" --benchmark_out_format=json
 check sdpa 40 python3 scripts/sdpa_bench.py 16384 4096
-cp "$work/sdpa.log" "$work/sdpa.jsonl"
+[ -f "$work/sdpa.log" ] && cp "$work/sdpa.log" "$work/sdpa.jsonl"
 python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo "kernels table: failed (kernels-table.log)"
 [ -f "$work/kernels.md" ] && cat "$work/kernels.md"
-for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-megatron-cp; do
+for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-check-megatron run-check-zero run-check-zero2-acts \
+  run-megatron run-zero run-zero2-acts train-zero-host-optimizer run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-megatron-cp; do
   echo "--- $log (last lines)"
   tail -n 25 "$work/$log.log"
 done

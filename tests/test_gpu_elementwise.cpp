@@ -14,7 +14,7 @@ constexpr double kBf16Rel = 1.0 / 128;
 
 TEST(GpuElementwise, RmsNormForwardAndBackward) {
   TRAINYARD_REQUIRE_GPU();
-  for (auto [rows, cols] : {std::pair{3, 7}, std::pair{17, 4096}, std::pair{5, 1000}}) {
+  for (auto [rows, cols] : {std::pair{3, 7}, std::pair{17, 4096}, std::pair{5, 1000}, std::pair{1000, 300}}) {  // 1000 rows: many row slabs
     const auto x = test::random_bf16_values(static_cast<std::size_t>(rows * cols), 1),
                w = test::random_bf16_values(static_cast<std::size_t>(cols), 2);
     const auto dy = test::random_bf16_values(x.size(), 3);
