@@ -1,7 +1,7 @@
 // `trainyard run --plan plan.json`: executes a plan's step with real tensors.
-//   - The executor (backend/executor.hpp, one GPU so far) on a device: the measured step against the simulator's
+//   - The executor (backend/executor.hpp, one rank per GPU) on a device: the measured step against the simulator's
 //     prediction and the measured trace. --device gpu: the CUDA device, and --check against the CPU reference
-//     (run on one H100: benchmarks/results/gpu.md). --device cpu: the CPU device (streams as threads), small models.
+//     (run on one H100 and one H200: benchmarks/results/gpu.md). --device cpu: the CPU device (streams as threads), small models.
 //   - The CPU reference executor (backend/reference_step.hpp): small models, the chunked-vs-unchunked check
 //     (--check) and training on plans the executor does not run yet, on one rank or, under mpirun, one rank per
 //     GPU of the plan (backend/mpi_communicator.hpp). Untimed.
@@ -71,17 +71,14 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
 std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::string& device, int ranks) {
   const planner::Scheme& scheme = planner::scheme_named(spec.scheme);
   const bool cpu = device == "cpu";
-  if (!scheme.executable && (!cpu || !scheme.cpu_only_refusal)) {
+  if (!scheme.run_refusal) {
     std::string runnable;
     for (const auto& name : planner::scheme_names()) {
-      const planner::Scheme& s = planner::scheme_named(name);
-      if (s.executable || (cpu && s.cpu_only_refusal)) runnable += (runnable.empty() ? "" : " or ") + name;
+      if (planner::scheme_named(name).run_refusal) runnable += (runnable.empty() ? "" : " or ") + name;
     }
-    return "scheme " + runnable + " (the schemes whose tasks say what they compute, so far, on --device " + device + ")";
+    return "scheme " + runnable + " (the schemes whose tasks say what they compute, so far)";
   }
-  if (!scheme.executable) {
-    if (std::string needs = scheme.cpu_only_refusal(in, spec, ranks); !needs.empty()) return needs + " for the CPU reference executor";
-  }
+  if (std::string needs = scheme.run_refusal(in, spec, ranks); !needs.empty()) return needs + " to run with real tensors";
   if (cpu) {
     const double flops = in.model.training_flops_per_token(in.workload.seq_len, true) * static_cast<double>(in.workload.tokens());
     if (flops > kCpuStepFlopLimit) {
@@ -397,7 +394,7 @@ int run_run(const std::vector<std::string>& args) {
   options.add_options()
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
-       "gpu: the executor on the CUDA device (one GPU, ring-track plans; under mpirun one rank per GPU, NCCL not yet run on GPUs); cpu: small models only, the same executor on the CPU device (streams as threads) "
+       "gpu: the executor on the CUDA device (one GPU; under mpirun one rank per GPU, NCCL not yet run on GPUs); cpu: small models only, the same executor on the CPU device (streams as threads) "
        "where it runs the plan (under mpirun -np N one rank per GPU, sends and collectives over MPI), else the CPU reference executor (ring-track with streamed weights, Megatron without TP; no timing)")
       ("warmup", po::value<int>()->default_value(1)->value_name("int"), "the executor: steps run before the measured ones (not measured)")
       ("trace", po::value<std::string>()->value_name("path"), "the executor: write the last measured step as a Chrome trace (trainyard compare reads it)")

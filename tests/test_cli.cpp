@@ -479,8 +479,21 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   const auto check = run_cli("run --device cpu --check --plan " + out);
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
   EXPECT_NE(check.out.find("PASS"), std::string::npos) << check.out;
-  const auto gpu = run_cli("plan " + inputs + " --executable gpu --strategies ulysses");
-  EXPECT_NE(gpu.err.find("ulysses: none of its 60 configurations is one the executor asked for"), std::string::npos) << gpu.out << gpu.err;
+  // On GPUs the executor alone runs plans, one rank per GPU: TP (which it runs) may be picked, and FPDT's chunked
+  // offload (which no executor runs) never is.
+  const auto gpu = run_cli("plan " + inputs + " --executable gpu --strategies megatron,ulysses --top 200 --json");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  bool gpu_tp = false;
+  const auto gpu_plans = nlohmann::json::parse(gpu.out);
+  for (const auto& r : gpu_plans["ranked"]) {
+    if (r["scheme"] == "megatron") gpu_tp = gpu_tp || r["parameters"]["tp"] != 1;
+    EXPECT_EQ(r["parameters"]["micro_batch"], 1) << r["summary"];
+  }
+  EXPECT_TRUE(gpu_tp) << "TP runs on GPU ranks (mpirun -np 4)";
+  const auto fpdt = run_cli(
+      "plan --model custom:layers=2,hidden=32,heads=4,kv_heads=4,head_dim=8,ffn_hidden=48,vocab=256 --hw pcie-a100x4 --seq 64K "
+      "--global-batch 4 --executable gpu --strategies fpdt");  // FPDT's chunks: 16K and up
+  EXPECT_NE(fpdt.err.find("fpdt: none of its"), std::string::npos) << fpdt.out << fpdt.err;
   EXPECT_EQ(run_cli("plan " + inputs + " --executable tpu").exit_code, 2);
   // Without mpirun there is no one to wait for: --comm-timeout is refused, as is a timeout that is no duration.
   const auto lone = run_cli("run --device cpu --check --comm-timeout 5 --plan " + out);

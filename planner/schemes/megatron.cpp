@@ -150,12 +150,12 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
   return spec;
 }
 
-// What the CPU executors run of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
+// What the executors run of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
 // pipeline (interleaved or split unevenly too) and data parallelism with one sequence per micro-batch, any
 // recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p or a2a, and on the executor
 // only (the CPU reference refuses them) context parallelism by all-gather and tensor parallelism without sequence
 // parallelism (heads, K/V heads, the MLP and the vocabulary split evenly).
-std::string megatron_cpu_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
+std::string megatron_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
   const MegatronParams& p = spec.megatron;
   const bool executor_only = p.tp > 1 || (p.cp > 1 && p.cp_comm == CpComm::all_gather);
   if (executor_only && ranks != in.cluster.gpus()) {
@@ -185,8 +185,7 @@ Scheme megatron_scheme() {
       .flags = {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch", "sequence-parallel",
                 "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"},
       .required_flags = {},
-      .executable = false,
-      .cpu_only_refusal = megatron_cpu_refusal,
+      .run_refusal = megatron_run_refusal,
       .unchunked = nullptr,  // --check: the plain data-parallel step
       .params = megatron_params(),
       .from_flags = megatron_from_flags,

@@ -21,8 +21,8 @@ Scheme ring_attention_scheme() {
     }
   };
   // Its tasks say what they compute (one chunk per cp rank, two with zigzag: planner/transformer.cpp's ring), so the
-  // CPU reference runs it, one rank per GPU.
-  s.cpu_only_refusal = [](const StepInputs&, const PlanSpec& spec, int) -> std::string {
+  // executors run it, one rank per GPU.
+  s.run_refusal = [](const StepInputs&, const PlanSpec& spec, int) -> std::string {
     return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
   };
   return s;

@@ -154,8 +154,7 @@ Scheme ringtrack_scheme() {
       .description = "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch",
       .flags = {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"},
       .required_flags = {},
-      .executable = true,
-      .cpu_only_refusal = nullptr,
+      .run_refusal = [](const StepInputs&, const PlanSpec&, int) { return std::string(); },
       .unchunked =
           [](const PlanSpec& spec, std::int64_t seq_len) {
             PlanSpec plain = spec;

@@ -71,13 +71,11 @@ struct Scheme {
     std::string expected;  // what the error asks for: "a degree"
   };
   std::vector<RequiredFlag> required_flags;  // of `flags`, the ones without a default
-  // `trainyard run` can execute its graph on both executors: its tasks say what they compute (sim::Op), so far
-  // ring-track's only.
-  bool executable = false;
-  // Where `executable` is false: the CPU reference executor runs some of its plans. Empty: it runs this one; else
-  // the parameter and value it needs ("tp 1: ..."), for the plan's model and cluster, run as `ranks` processes (1:
-  // without mpirun). Null: none.
-  std::function<std::string(const StepInputs&, const PlanSpec&, int ranks)> cpu_only_refusal;
+  // What `trainyard run` needs of this scheme's plan to run it with real tensors (its tasks say what they compute:
+  // sim::Op), for the plan's model and cluster, run as `ranks` processes (1: without mpirun). Empty: it runs; else
+  // the parameter and value it needs ("tp 1: ..."). Null: no plan of the scheme runs. On the CPU a graph the
+  // executor refuses (backend::executor_refusal) falls back to the untimed CPU reference; on GPUs it is refused.
+  std::function<std::string(const StepInputs&, const PlanSpec&, int ranks)> run_refusal;
   // What `trainyard run --check` compares the plan's step with: the same plan without chunks or offload (given a
   // sequence length). Null: the plainest step of the model, data parallelism alone (the ring-track entry's
   // unchunked step with rings of one GPU), so that the scheme's sharding, pipelining and offload are checked.

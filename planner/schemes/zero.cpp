@@ -7,8 +7,8 @@ Scheme zero_scheme() {
   Scheme s = zero_family_scheme("zero", "ZeRO-1/2/3 (FSDP) with optional CPU offload", {});
   s.summary = [](const PlanSpec& spec) { return zero_family_summary(spec.zero, ""); };
   s.enumerate = [](const StepInputs&, const AddPlan& add) { zero_family_variants("zero", ZeroParams{}, false, add); };
-  // Its tasks say what they compute (planner/zero.cpp annotates them), so the CPU reference runs it, one rank per GPU.
-  s.cpu_only_refusal = [](const StepInputs&, const PlanSpec& spec, int) -> std::string {
+  // Its tasks say what they compute (planner/zero.cpp annotates them), so the executors run it, one rank per GPU.
+  s.run_refusal = [](const StepInputs&, const PlanSpec& spec, int) -> std::string {
     return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
   };
   return s;

@@ -134,8 +134,7 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .description = std::move(description),
       .flags = std::move(flags),
       .required_flags = {},
-      .executable = false,
-      .cpu_only_refusal = nullptr,
+      .run_refusal = nullptr,
       .unchunked = nullptr,  // --check: the plain data-parallel step
       .params = zero_family_params(params_shown),
       .from_flags = [](const FlagValues& given, const sim::Cluster&) { return zero_family_from_flags(given); },
