@@ -643,8 +643,12 @@ void LayerEmitter::gemm_beside_collective(const std::string& gemm_name, sim::OpC
     if (!gather_first) collective(collective_name, op, bytes, last, collective_code);
     return;
   }
+  // A collective still beside the previous GEMM (the backward's input all-gather beside dX) is what this GEMM
+  // (dW) waits for; this one (dX's reduce-scatter) starts after that GEMM alone.
+  std::vector<sim::TaskId> waited = std::exchange(join_, {});
   std::vector<sim::TaskId> beside = last;
   collective(collective_name, op, bytes, beside, collective_code);
+  join_ = std::move(waited);
   gemm(gemm_name, code, m, n, k, last, recompute);
   join_ = std::move(beside);
 }
@@ -704,7 +708,9 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   const bool sp = split_.sequence_parallel;
   const auto reduce = sp ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
   // A GEMM Y = X W (X: m x k, W: k x n) has two backward GEMMs, dX = dY W^T and dW = X^T dY. With sequence
-  // parallelism the input X is all-gathered again before dW (beside dX), and dX is reduce-scattered (beside dW).
+  // parallelism (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication) a row-parallel GEMM's dY arrives
+  // sequence-split and is all-gathered before dX (the forward reduce-scatter's transpose); a column-parallel GEMM
+  // kept only its rank's rows of X, so X is all-gathered again beside dX for dW, and dX is reduce-scattered beside dW.
   auto dgrad = [&](const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k, const std::string& gather_name) {
     if (!sp) return gemm(name + " dgrad", code, m, k, n, last, false);
     gemm_beside_collective(name + " dgrad", code, m, k, n, gather_name, sim::CollectiveOp::all_gather, hidden_bytes, true, last, false);
@@ -721,7 +727,7 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   dgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f, p + " ag2 bwd");
   wgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f);
   elementwise(p + " act bwd", sim::OpCode::act_bwd, kBf16 * static_cast<double>(s * (up + f)), kBf16 * static_cast<double>(s * up), last, false);
-  gemm(p + " mlp_up dgrad", sim::OpCode::mlp_up_dgrad, s, h, up, last, false);
+  dgrad(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h, p + " ag2 input bwd");
   wgrad_then_reduce(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h, p + (sp ? " rs2 bwd" : " ar2 bwd"), sim::OpCode::tp_sum_dn2);
   elementwise(p + " norm2 bwd", sim::OpCode::norm2_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
   elementwise(p + " residual1 bwd", sim::OpCode::residual1_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
@@ -733,7 +739,7 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   ulysses_exchange(p + " a2a dqkv", sim::OpCode::heads_dqkv, kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last,
               false);
-  gemm(p + " qkv dgrad", sim::OpCode::qkv_dgrad, s, h, q + 2 * kv, last, false);
+  dgrad(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + " ag1 input bwd");
   wgrad_then_reduce(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + (sp ? " rs1 bwd" : " ar1 bwd"), sim::OpCode::tp_sum_dn1);
   elementwise(p + " norm1 bwd", sim::OpCode::norm1_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
   TRAINYARD_CHECK(join_.empty(), "a collective run beside a GEMM that nothing waits for");
