@@ -62,7 +62,7 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
   if (t.kind() == sim::TaskKind::collective && t.op.code != sim::OpCode::states && !is_heads_exchange(t.op.code) &&
       !is_tensor_parallel_collective(t.op.code) && t.op.code != sim::OpCode::cp_gather_kv && t.op.code != sim::OpCode::cp_scatter_dkv) {
     return std::pair{
-        "collectives of gradients or model states, Ulysses' all-to-alls, tensor parallelism's sums (without sequence parallelism) or "
+        "collectives of gradients or model states, Ulysses' all-to-alls, tensor parallelism's sums and gathers or "
         "all-gather context parallelism's exchanges",
         "a collective on activations"};
   }
@@ -128,12 +128,25 @@ std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ran
   return std::nullopt;
 }
 
+namespace {
+// Sequence parallelism's ops between the TP regions, which work on a rank's own rows of the chunk.
+bool sequence_local(sim::OpCode code) {
+  using enum sim::OpCode;
+  return code == norm1 || code == residual1 || code == norm2 || code == residual2 || code == residual2_bwd || code == norm2_bwd ||
+         code == residual1_bwd || code == norm1_bwd;
+}
+}  // namespace
+
 struct Executor::Impl {
   Device& dev;
   const sim::TaskGraph& g;
   model::ModelConfig full;    // the plan's model
   model::ModelConfig m;       // what this rank's tensors and weights hold: the model, or its tensor-parallel shard
   int shards = 1, shard = 0;  // tensor parallelism: this rank holds shard `shard` of `shards`
+  // Sequence parallelism (its all-gathers carry ops): between the TP regions this rank holds rows
+  // [shard * c / shards, (shard + 1) * c / shards) of each chunk. Its tensors keep the chunk's full size; the ops
+  // there (norms, residuals and their backwards, the final norm's) touch only those rows.
+  bool sequence_parallel = false;
   // Tensor parallelism: per shard index, per parameter (ModelState::all() order), that shard of it.
   std::vector<std::vector<ShardLayout>> shard_layouts;
   std::int64_t c;
@@ -178,6 +191,8 @@ struct Executor::Impl {
       shard = rank() % shards;
       m = tensor_shard(full, shards);
       for (int k = 0; k < shards; ++k) shard_layouts.push_back(tensor_shard_layouts(full, shards, k));
+      const auto& tasks = g.tasks();
+      sequence_parallel = std::any_of(tasks.begin(), tasks.end(), [](const sim::Task& t) { return t.op.code == sim::OpCode::tp_gather_n1; });
     }
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
     for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
@@ -710,14 +725,16 @@ struct Executor::Impl {
     }
   }
 
-  // Tensor parallelism's collectives over the task's group, in place: partial sums of bf16 activations all-reduced;
-  // the loss's statistics all-gathered ([shard][2][rows] fp32, each member's block at its index: an all-to-all
-  // sending each member this rank's block).
+  // Tensor parallelism's collectives over the task's group, in place: partial sums of bf16 activations all-reduced
+  // (sequence parallelism's reduce-scatters too, which leaves every rank every row's sum: twice a reduce-scatter's
+  // traffic, the simplest correct exchange); all-gathers (the loss's statistics, [shard][2][rows] fp32; sequence
+  // parallelism's rows) as an all-to-all sending each member this rank's block, each member's block at its index.
   void tensor_parallel(const sim::Task& task, sim::TaskId id, const TaskTensors& t, int stream) {
     const std::vector<int> ranks = group_ranks(task);
+    if (task.op.code == sim::OpCode::tp_sum_norms) return sum_norm_gradients(task.op, ranks, stream);
     for (int inst : t.instances) {
       const Instance& i = flow.instances[inst];
-      if (task.op.code != sim::OpCode::tp_gather_xent) {
+      if (!is_tensor_parallel_gather(task.op.code)) {  // a reduce-scatter too: every row summed, this rank's among them
         dev.all_reduce_sum(stream, *opt.comm, ranks, static_cast<bf16_bits*>(where(inst)), i.bytes / 2);
         continue;
       }
@@ -732,6 +749,14 @@ struct Executor::Impl {
       }
       dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), std::move(recvs));
     }
+  }
+  // Sequence parallelism: the norms' weight gradients, each rank's over its own rows, summed over the TP group.
+  void sum_norm_gradients(const sim::Op& op, const std::vector<int>& ranks, int stream) {
+    enum { norm1 = 0, norm2 = 3 };  // ModelState's per-layer order: norm1, wqkv, wo, norm2, wup, wdown
+    for (int l = op.kv_first; l <= op.kv_last; ++l) {
+      for (int k : {norm1, norm2}) dev.all_reduce_sum(stream, *opt.comm, ranks, layer(l, k).grad, m.hidden);
+    }
+    if (op.row_begin == 1) dev.all_reduce_sum(stream, *opt.comm, ranks, params[final_norm].grad, m.hidden);
   }
   // All-gather context parallelism over the task's cp group, as one all-to-all (the dataflow's order: the
   // gather's own K, V then every other member's; the reduce-scatter's dK | dV for every other member, then its own).
@@ -822,8 +847,7 @@ struct Executor::Impl {
     const int C = static_cast<int>(c), h = static_cast<int>(m.hidden), q = static_cast<int>(mm.q_dim()), kv = static_cast<int>(mm.kv_dim()),
               f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(mm.heads),
               KV = static_cast<int>(mm.kv_heads), D = static_cast<int>(m.head_dim);
-    const std::int64_t ch = static_cast<std::int64_t>(C) * h, cq = static_cast<std::int64_t>(C) * q, ckv = static_cast<std::int64_t>(C) * kv,
-                       cf = static_cast<std::int64_t>(C) * f;
+    const std::int64_t cq = static_cast<std::int64_t>(C) * q, ckv = static_cast<std::int64_t>(C) * kv, cf = static_cast<std::int64_t>(C) * f;
     auto bf16_in = [&](Role r, int j = -1) { return input<bf16_bits>(t, r, j); };
     auto bf16_out = [&](Role r) { return output<bf16_bits>(t, r); };
     auto fp32_in = [&](Role r, int j = -1) { return input<float>(t, r, j); };
@@ -838,7 +862,13 @@ struct Executor::Impl {
     auto wgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* x, float* dw) {
       dev.gemm(stream, out, in, rows, dy, true, x, false, dw, true, 1, 1);
     };
-    auto copy = [&](const bf16_bits* from, bf16_bits* to) { dev.copy(stream, to, from, ch * 2); };
+    // The rows of the chunk this rank computes: all, or under sequence parallelism its own between the TP regions.
+    const bool own_rows = sequence_parallel && sequence_local(op.code);
+    const int R = own_rows ? C / shards : C;
+    const std::int64_t own_at = own_rows ? static_cast<std::int64_t>(shard) * R * h : 0, rh = static_cast<std::int64_t>(R) * h;
+    auto own_in = [&](Role r) { return bf16_in(r) + own_at; };
+    auto own_out = [&](Role r) { return bf16_out(r) + own_at; };
+    auto copy = [&](const bf16_bits* from, bf16_bits* to) { dev.copy(stream, to, from, rh * 2); };
     const std::int32_t* seq_tokens = tokens + static_cast<std::int64_t>(op.seq) * (seq_len + 1) + static_cast<std::int64_t>(op.chunk) * c;
     const bool head = op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad;
     const int l = op.layer;
@@ -853,8 +883,8 @@ struct Executor::Impl {
     switch (op.code) {
       // ---- forward ------------------------------------------------------------------------------------------
       case OpCode::embed: dev.embedding_forward(stream, C, h, params[embedding].weight, seq_tokens, bf16_out(Role::x)); return;
-      case OpCode::norm1: dev.rmsnorm_forward(stream, C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_out(Role::n1)); return;
-      case OpCode::norm2: dev.rmsnorm_forward(stream, C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_out(Role::n2)); return;
+      case OpCode::norm1: dev.rmsnorm_forward(stream, R, h, eps, own_in(Role::x), lp(norm1).weight, own_out(Role::n1)); return;
+      case OpCode::norm2: dev.rmsnorm_forward(stream, R, h, eps, own_in(Role::h1), lp(norm2).weight, own_out(Role::n2)); return;
       case OpCode::qkv:
         forward(C, h, q, bf16_in(Role::n1), lp(wqkv).weight, bf16_out(Role::q));
         forward(C, h, kv, bf16_in(Role::n1), lp(wqkv).weight + qh, bf16_out(Role::k));
@@ -884,8 +914,8 @@ struct Executor::Impl {
       }
       case OpCode::attn_merge: dev.to_bf16(stream, fp32_in(Role::o_run), bf16_out(Role::o), cq); return;
       case OpCode::proj: forward(C, q, h, bf16_in(Role::o), lp(wo).weight, bf16_out(Role::p)); return;
-      case OpCode::residual1: dev.add(stream, ch, bf16_in(Role::x), bf16_in(Role::p), bf16_out(Role::h1)); return;
-      case OpCode::residual2: dev.add(stream, ch, bf16_in(Role::h1), bf16_in(Role::mo), bf16_out(Role::x)); return;
+      case OpCode::residual1: dev.add(stream, rh, own_in(Role::x), own_in(Role::p), own_out(Role::h1)); return;
+      case OpCode::residual2: dev.add(stream, rh, own_in(Role::h1), own_in(Role::mo), own_out(Role::x)); return;
       case OpCode::mlp_up:  // gate and up halves
         forward(C, h, f, bf16_in(Role::n2), lp(wup).weight, bf16_out(Role::gu));
         forward(C, h, f, bf16_in(Role::n2), lp(wup).weight + fh, bf16_out(Role::gu) + cf);
@@ -895,8 +925,8 @@ struct Executor::Impl {
 
       // ---- backward -----------------------------------------------------------------------------------------
       case OpCode::residual2_bwd:  // the output's gradient flows into the MLP branch and the residual
-        copy(bf16_in(Role::dx), bf16_out(Role::dm));
-        copy(bf16_in(Role::dx), bf16_out(Role::dh1));
+        copy(own_in(Role::dx), own_out(Role::dm));
+        copy(own_in(Role::dx), own_out(Role::dh1));
         return;
       case OpCode::mlp_down_dgrad: dgrad(C, f, h, bf16_in(Role::dm), lp(wdown).weight, bf16_out(Role::da)); return;
       case OpCode::mlp_down_wgrad: wgrad(C, f, h, bf16_in(Role::dm), bf16_in(Role::a), lp(wdown).grad); return;
@@ -912,13 +942,13 @@ struct Executor::Impl {
         wgrad(C, h, f, bf16_in(Role::dgu) + cf, bf16_in(Role::n2), lp(wup).grad + fh);
         return;
       case OpCode::norm2_bwd: {  // dh1 += norm2's input gradient
-        auto* dx = scratch<bf16_bits>(ch, stream);
-        dev.rmsnorm_backward(stream, C, h, eps, bf16_in(Role::h1), lp(norm2).weight, bf16_in(Role::dn2), dx, lp(norm2).grad);
-        dev.add(stream, ch, dx, bf16_out(Role::dh1), bf16_out(Role::dh1));
+        auto* dx = scratch<bf16_bits>(rh, stream);
+        dev.rmsnorm_backward(stream, R, h, eps, own_in(Role::h1), lp(norm2).weight, own_in(Role::dn2), dx, lp(norm2).grad);
+        dev.add(stream, rh, dx, own_out(Role::dh1), own_out(Role::dh1));
         release(dx, stream);
         return;
       }
-      case OpCode::residual1_bwd: copy(bf16_in(Role::dh1), bf16_out(Role::dp)); return;
+      case OpCode::residual1_bwd: copy(own_in(Role::dh1), own_out(Role::dp)); return;
       case OpCode::proj_dgrad: dgrad(C, q, h, bf16_in(Role::dp), lp(wo).weight, bf16_out(Role::d_o)); return;
       case OpCode::proj_wgrad: wgrad(C, q, h, bf16_in(Role::dp), bf16_in(Role::o), lp(wo).grad); return;
       case OpCode::attn_bwd: {
@@ -961,8 +991,8 @@ struct Executor::Impl {
         return;
       }
       case OpCode::norm1_bwd:  // dx = norm1's input gradient + the residual's dh1
-        dev.rmsnorm_backward(stream, C, h, eps, bf16_in(Role::x), lp(norm1).weight, bf16_in(Role::dn1), bf16_out(Role::dx), lp(norm1).grad);
-        dev.add(stream, ch, bf16_out(Role::dx), bf16_in(Role::dh1), bf16_out(Role::dx));
+        dev.rmsnorm_backward(stream, R, h, eps, own_in(Role::x), lp(norm1).weight, own_in(Role::dn1), own_out(Role::dx), lp(norm1).grad);
+        dev.add(stream, rh, own_out(Role::dx), own_in(Role::dh1), own_out(Role::dx));
         return;
       case OpCode::embed_bwd: dev.embedding_backward(stream, C, h, seq_tokens, bf16_in(Role::dx), params[embedding].grad); return;
 
@@ -1015,10 +1045,14 @@ struct Executor::Impl {
       case OpCode::head_dgrad_shard:
         dgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), params[lm_head].weight, bf16_out(Role::dnf));
         return;
-      case OpCode::head_norm_bwd: {  // fills rows [row_begin, row_end) of dx from the summed dNF
-        const std::int64_t at = static_cast<std::int64_t>(op.row_begin) * h;
-        dev.rmsnorm_backward(stream, op.row_end - op.row_begin, h, eps, bf16_in(Role::x) + at, params[final_norm].weight, bf16_in(Role::dnf),
-                             bf16_out(Role::dx) + at, params[final_norm].grad);
+      case OpCode::head_norm_bwd: {  // fills rows [row_begin, row_end) of dx from the summed dNF (under SP: this rank's of them)
+        const int first = sequence_parallel ? std::max(op.row_begin, shard * C / shards) : op.row_begin;
+        const int past = sequence_parallel ? std::min(op.row_end, (shard + 1) * C / shards) : op.row_end;
+        if (past <= first) return;
+        const std::int64_t row = static_cast<std::int64_t>(first) * h;
+        dev.rmsnorm_backward(stream, past - first, h, eps, bf16_in(Role::x) + row, params[final_norm].weight,
+                             bf16_in(Role::dnf) + static_cast<std::int64_t>(first - op.row_begin) * h, bf16_out(Role::dx) + row,
+                             params[final_norm].grad);
         return;
       }
       default: break;

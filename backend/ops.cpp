@@ -205,7 +205,8 @@ std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code) {
   }
 }
 
-bool is_tensor_parallel_collective(sim::OpCode code) { return code >= OpCode::tp_sum_p && code <= OpCode::tp_gather_xent; }
+bool is_tensor_parallel_collective(sim::OpCode code) { return code >= OpCode::tp_sum_p && code <= OpCode::tp_sum_norms; }
+bool is_tensor_parallel_gather(sim::OpCode code) { return code >= OpCode::tp_gather_xent && code <= OpCode::tp_gather_dx; }
 
 namespace {
 Key tensor_parallel_key(const sim::Op& op) {
@@ -217,6 +218,12 @@ Key tensor_parallel_key(const sim::Op& op) {
     case OpCode::tp_sum_x: return {Role::x, op.seq, 0, op.chunk};
     case OpCode::tp_sum_dnf: return {Role::dnf, op.seq, op.layer, op.chunk, op.row_begin};
     case OpCode::tp_gather_xent: return {Role::xstats, op.seq, op.layer, op.chunk, op.row_begin};
+    case OpCode::tp_gather_n1: return {Role::n1, op.seq, op.layer, op.chunk};
+    case OpCode::tp_gather_n2: return {Role::n2, op.seq, op.layer, op.chunk};
+    case OpCode::tp_gather_dm: return {Role::dm, op.seq, op.layer, op.chunk};
+    case OpCode::tp_gather_dp: return {Role::dp, op.seq, op.layer, op.chunk};
+    case OpCode::tp_gather_x: return {Role::x, op.seq, op.layer, op.chunk};
+    case OpCode::tp_gather_dx: return {Role::dx, op.seq, 0, op.chunk};
     default: throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not a tensor-parallel collective", __FILE__, __LINE__);
   }
 }
@@ -224,6 +231,7 @@ Key tensor_parallel_key(const sim::Op& op) {
 
 std::vector<Key> tensor_parallel_keys(const sim::Op& op, std::int64_t chunk_tokens) {
   std::vector<Key> keys;
+  if (op.code == OpCode::tp_sum_norms) return keys;  // parameters' gradients, not a step's tensors
   for (const sim::Op& one : chunk_ops(op, chunk_tokens)) keys.push_back(tensor_parallel_key(one));
   return keys;
 }

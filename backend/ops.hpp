@@ -120,9 +120,11 @@ struct HeadsExchanged {
   DType dtype;
 };
 bool is_heads_exchange(sim::OpCode code);
-// Tensor parallelism's collectives (sim::OpCode::tp_sum_*, tp_gather_xent): the tensor each works on in place (a
-// zigzag op's: one per chunk_ops entry).
+// Tensor parallelism's collectives (sim::OpCode::tp_sum_*, tp_gather_*): the tensor each works on in place (a
+// zigzag op's: one per chunk_ops entry; tp_sum_norms: none, it sums parameters' gradients). The gathers
+// (tp_gather_*) bring each member's block (its rows; the loss's statistics: its shard's) to every member.
 bool is_tensor_parallel_collective(sim::OpCode code);
+bool is_tensor_parallel_gather(sim::OpCode code);
 std::vector<Key> tensor_parallel_keys(const sim::Op& op, std::int64_t chunk_tokens);
 bool to_head_groups(sim::OpCode code);  // heads_qkv, heads_dout: from a chunk's heads to head groups
 std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code);

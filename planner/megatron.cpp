@@ -479,6 +479,7 @@ void MegatronBuilder::backward_slot(StageWalk& w, Slot& slot, SlotTasks& tasks) 
     if (slot.mb == w.last_backward_mb[v / p_.pp]) cut_bucket(w, slot, l);
   }
   if (v == 0) {
+    if (p_.tp > 1) w.layer.embedding_gather("B " + slot.tag + " embedding", slot.at(sim::OpCode::embed_bwd, 0), last);
     for (std::size_t r = 0; r < w.ranks.size(); ++r) {
       last[r] = emit_embedding(g_, w.ranks[r], "B " + slot.tag + " embedding", s_, h_, true, last[r],
                                w.layer.on_rank(slot.at(sim::OpCode::embed_bwd, 0), r));
@@ -543,6 +544,9 @@ void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l)
   if (w.bucket_params < p_.bucket_params && !chunk_done) return;
   // The last stage's first bucket also carries the LM head's gradients (computed before any layer's).
   const double head = w.stage == p_.pp - 1 && w.bucket_index == 0 ? static_cast<double>(model_.vocab * h_) / p_.tp + params_.final_norm : 0;
+  // Sequence parallelism: the bucket's norm gradients are complete once summed over each TP group.
+  std::vector<sim::TaskId> done = slot.last;
+  w.layer.norm_gradients_sum("B " + slot.tag + " L" + std::to_string(l) + " norm grads ar", l, w.bucket_top_layer, head > 0, done);
   for (int t = 0; t < tp_; ++t) {
     const auto key = std::make_tuple(w.stage, t, w.bucket_index);
     // Tied embeddings: the last stage's LM head is its copy of the word embeddings (with one stage, the embedding's
@@ -550,7 +554,7 @@ void MegatronBuilder::cut_bucket(StageWalk& w, const Slot& slot, std::int64_t l)
     const bool tied_copy = head > 0 && model_.tied_embeddings && p_.pp > 1;
     auto [it, inserted] = buckets_.try_emplace(key, Bucket{w.stage, t, w.bucket_params + head, {}, l, w.bucket_top_layer, head > 0, tied_copy});
     if (inserted) bucket_order_.push_back(key);
-    for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(slot.last[c * tp_ + t]);
+    for (int c = 0; c < p_.cp; ++c) it->second.ready.push_back(done[c * tp_ + t]);
   }
   ++w.bucket_index;
   w.bucket_params = 0;

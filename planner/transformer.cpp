@@ -583,10 +583,28 @@ void LayerEmitter::embedding_sum(const std::string& name, sim::Op at, std::vecto
   const double bytes = kBf16 * static_cast<double>(split_.local_tokens() * model_.hidden);
   const sim::Op saved = std::exchange(at_, on_rank(at, 0));
   if (split_.sequence_parallel) {
-    collective(name + " rs", sim::CollectiveOp::reduce_scatter, bytes, last);
+    collective(name + " rs", sim::CollectiveOp::reduce_scatter, bytes, last, sim::OpCode::tp_sum_x);
   } else {
     collective(name + " ar", sim::CollectiveOp::all_reduce, bytes, last, sim::OpCode::tp_sum_x);
   }
+  at_ = saved;
+}
+
+void LayerEmitter::embedding_gather(const std::string& name, sim::Op at, std::vector<sim::TaskId>& last) {
+  if (!split_.sequence_parallel) return;
+  const sim::Op saved = std::exchange(at_, on_rank(at, 0));
+  collective(name + " dx ag", sim::CollectiveOp::all_gather, kBf16 * static_cast<double>(split_.local_tokens() * model_.hidden), last,
+             sim::OpCode::tp_gather_dx);
+  at_ = saved;
+}
+
+void LayerEmitter::norm_gradients_sum(const std::string& name, std::int64_t first_layer, std::int64_t last_layer, bool head,
+                                      std::vector<sim::TaskId>& last) {
+  if (!split_.sequence_parallel) return;
+  const std::int64_t norms = 2 * (last_layer - first_layer + 1) + (head ? 1 : 0);
+  const sim::Op saved = std::exchange(at_,
+                                      sim::Op::norm_gradients(static_cast<std::int32_t>(first_layer), static_cast<std::int32_t>(last_layer), head));
+  collective(name, sim::CollectiveOp::all_reduce, 4.0 * static_cast<double>(norms * model_.hidden), last, sim::OpCode::tp_sum_norms);
   at_ = saved;
 }
 
@@ -595,7 +613,7 @@ void LayerEmitter::vocab_parallel_loss(const std::string& tag, std::int64_t toke
   const std::int64_t h = model_.hidden, chunk_tokens = memory.chunk_tokens > 0 ? memory.chunk_tokens : std::max<std::int64_t>(tokens, 1);
   const bool sp = split_.sequence_parallel;
   const sim::Op saved = std::exchange(at_, on_rank(sim::Op::vocab_parallel(at, split_.tp), 0));
-  if (sp) collective("F loss " + tag + " ag", sim::CollectiveOp::all_gather, kBf16 * static_cast<double>(tokens * h), last);
+  if (sp) collective("F loss " + tag + " ag", sim::CollectiveOp::all_gather, kBf16 * static_cast<double>(tokens * h), last, sim::OpCode::tp_gather_x);
   auto on_ranks = [&](const std::string& name, const sim::TaskParams& params, sim::OpCode code) {
     each_rank(name, params, last, false, code);
     for (std::size_t r = 0; r < ranks_.size(); ++r) graph_.set_op(last[r], on_rank(op(code), r));
@@ -618,7 +636,7 @@ void LayerEmitter::vocab_parallel_loss(const std::string& tag, std::int64_t toke
     on_ranks(name + " lm_head dgrad", sim::Gemm{c, h, vocab_shard, hw::Dtype::bf16}, sim::OpCode::head_dgrad_shard);
     const double dnf_bytes = kBf16 * static_cast<double>(c * h);
     if (sp) {
-      collective(name + " dgrad rs", sim::CollectiveOp::reduce_scatter, dnf_bytes, last);
+      collective(name + " dgrad rs", sim::CollectiveOp::reduce_scatter, dnf_bytes, last, sim::OpCode::tp_sum_dnf);
     } else {
       collective(name + " dgrad ar", sim::CollectiveOp::all_reduce, dnf_bytes, last, sim::OpCode::tp_sum_dnf);
     }
@@ -668,7 +686,7 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   elementwise(p + " norm1", sim::OpCode::norm1, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   if (sp) {
     gemm_beside_collective(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, p + " ag1", sim::CollectiveOp::all_gather, hidden_bytes, true, last,
-                           recompute);
+                           recompute, sim::OpCode::tp_gather_n1);
   } else {
     gemm(p + " qkv", sim::OpCode::qkv, s, q + 2 * kv, h, last, recompute);
   }
@@ -677,19 +695,19 @@ void LayerEmitter::forward(const std::string& p, std::vector<sim::TaskId>& last,
   attention(p + " attn", false, last, recompute);
   ulysses_exchange(p + " a2a out", sim::OpCode::heads_out, kBf16 * static_cast<double>(s * q), last);
   gemm_beside_collective(p + " proj", sim::OpCode::proj, s, h, q, p + (sp ? " rs1" : " ar1"), reduce, hidden_bytes, false, last, recompute,
-                         sp ? sim::OpCode::none : sim::OpCode::tp_sum_p);
+                         sim::OpCode::tp_sum_p);
   elementwise(p + " residual1", sim::OpCode::residual1, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   elementwise(p + " norm2", sim::OpCode::norm2, kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   if (sp) {
     gemm_beside_collective(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, p + " ag2", sim::CollectiveOp::all_gather, hidden_bytes,
-                           true, last, recompute);
+                           true, last, recompute, sim::OpCode::tp_gather_n2);
   } else {
     gemm(p + " mlp_up", sim::OpCode::mlp_up, s, swiglu ? 2 * f : f, h, last, recompute);
   }
   elementwise(p + " act", sim::OpCode::act, kBf16 * static_cast<double>(s * (swiglu ? 2 * f : f)), kBf16 * static_cast<double>(s * f), last,
               recompute);
   gemm_beside_collective(p + " mlp_down", sim::OpCode::mlp_down, s, h, f, p + (sp ? " rs2" : " ar2"), reduce, hidden_bytes, false, last, recompute,
-                         sp ? sim::OpCode::none : sim::OpCode::tp_sum_mo);
+                         sim::OpCode::tp_sum_mo);
   elementwise(p + " residual2", sim::OpCode::residual2, 2 * kBf16 * local * hd, kBf16 * local * hd, last, recompute);
   TRAINYARD_CHECK(join_.empty(), "a collective run beside a GEMM that nothing waits for");
 }
@@ -711,9 +729,10 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   // parallelism (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication) a row-parallel GEMM's dY arrives
   // sequence-split and is all-gathered before dX (the forward reduce-scatter's transpose); a column-parallel GEMM
   // kept only its rank's rows of X, so X is all-gathered again beside dX for dW, and dX is reduce-scattered beside dW.
-  auto dgrad = [&](const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k, const std::string& gather_name) {
+  auto dgrad = [&](const std::string& name, sim::OpCode code, std::int64_t m, std::int64_t n, std::int64_t k, const std::string& gather_name,
+                   sim::OpCode gathers) {
     if (!sp) return gemm(name + " dgrad", code, m, k, n, last, false);
-    gemm_beside_collective(name + " dgrad", code, m, k, n, gather_name, sim::CollectiveOp::all_gather, hidden_bytes, true, last, false);
+    gemm_beside_collective(name + " dgrad", code, m, k, n, gather_name, sim::CollectiveOp::all_gather, hidden_bytes, true, last, false, gathers);
   };
   auto wgrad = [&](const std::string& name, sim::OpCode dgrad_code, std::int64_t m, std::int64_t n, std::int64_t k) {
     gemm(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad_code) + 1), k, n, m, last, false);
@@ -721,17 +740,17 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   auto wgrad_then_reduce = [&](const std::string& name, sim::OpCode dgrad_code, std::int64_t m, std::int64_t n, std::int64_t k,
                                const std::string& reduce_name, sim::OpCode sums) {
     gemm_beside_collective(name + " wgrad", static_cast<sim::OpCode>(static_cast<int>(dgrad_code) + 1), k, n, m, reduce_name, reduce, hidden_bytes,
-                           false, last, false, sp ? sim::OpCode::none : sums);
+                           false, last, false, sums);
   };
   elementwise(p + " residual2 bwd", sim::OpCode::residual2_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
-  dgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f, p + " ag2 bwd");
+  dgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f, p + " ag2 bwd", sim::OpCode::tp_gather_dm);
   wgrad(p + " mlp_down", sim::OpCode::mlp_down_dgrad, s, h, f);
   elementwise(p + " act bwd", sim::OpCode::act_bwd, kBf16 * static_cast<double>(s * (up + f)), kBf16 * static_cast<double>(s * up), last, false);
-  dgrad(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h, p + " ag2 input bwd");
+  dgrad(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h, p + " ag2 input bwd", sim::OpCode::tp_gather_n2);
   wgrad_then_reduce(p + " mlp_up", sim::OpCode::mlp_up_dgrad, s, up, h, p + (sp ? " rs2 bwd" : " ar2 bwd"), sim::OpCode::tp_sum_dn2);
   elementwise(p + " norm2 bwd", sim::OpCode::norm2_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
   elementwise(p + " residual1 bwd", sim::OpCode::residual1_bwd, kBf16 * local * hd, 2 * kBf16 * local * hd, last, false);
-  dgrad(p + " proj", sim::OpCode::proj_dgrad, s, h, q, p + " ag1 bwd");
+  dgrad(p + " proj", sim::OpCode::proj_dgrad, s, h, q, p + " ag1 bwd", sim::OpCode::tp_gather_dp);
   wgrad(p + " proj", sim::OpCode::proj_dgrad, s, h, q);
   ulysses_exchange(p + " a2a dout", sim::OpCode::heads_dout, kBf16 * static_cast<double>(s * q), last);
   if (split_.recompute_attention) attention(p + " attn recompute", false, last, true);
@@ -739,7 +758,7 @@ void LayerEmitter::backward(const std::string& p, std::vector<sim::TaskId>& last
   ulysses_exchange(p + " a2a dqkv", sim::OpCode::heads_dqkv, kBf16 * static_cast<double>(s * (q + 2 * kv)), last);
   elementwise(p + " rope bwd", sim::OpCode::rope_bwd, kBf16 * static_cast<double>(s * (q + kv)), kBf16 * static_cast<double>(s * (q + kv)), last,
               false);
-  dgrad(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + " ag1 input bwd");
+  dgrad(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + " ag1 input bwd", sim::OpCode::tp_gather_n1);
   wgrad_then_reduce(p + " qkv", sim::OpCode::qkv_dgrad, s, q + 2 * kv, h, p + (sp ? " rs1 bwd" : " ar1 bwd"), sim::OpCode::tp_sum_dn1);
   elementwise(p + " norm1 bwd", sim::OpCode::norm1_bwd, 2 * kBf16 * local * hd, kBf16 * local * hd, last, false);
   TRAINYARD_CHECK(join_.empty(), "a collective run beside a GEMM that nothing waits for");

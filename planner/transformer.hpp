@@ -167,6 +167,12 @@ class LayerEmitter {
   //    pieces' input gradients reduce-scattered. Megatron merges the statistics with three all-reduces of 4 bytes
   //    per token (max, target logit, sum of exponentials); one all-gather of the same bytes stands for them.
   void embedding_sum(const std::string& name, sim::Op at, std::vector<sim::TaskId>& last);
+  // With sequence parallelism, the embedding's backward first all-gathers layer 0's dX (the transpose of the
+  // forward's reduce-scatter: each rank's vocabulary shard needs every row's gradient); `at`: its coordinates.
+  void embedding_gather(const std::string& name, sim::Op at, std::vector<sim::TaskId>& last);
+  // With sequence parallelism, the norms' weight gradients of layers first_layer..last_layer (and the final
+  // norm's, with `head`), each rank's over its own rows, all-reduced in fp32 over every TP group.
+  void norm_gradients_sum(const std::string& name, std::int64_t first_layer, std::int64_t last_layer, bool head, std::vector<sim::TaskId>& last);
   void vocab_parallel_loss(const std::string& tag, std::int64_t tokens, std::int64_t vocab_shard, sim::Op at, const LossMemory& memory,
                            std::vector<sim::TaskId>& last);
 
@@ -182,7 +188,7 @@ class LayerEmitter {
             bool recompute);
   void elementwise(const std::string& name, sim::OpCode code, double read, double written, std::vector<sim::TaskId>& last, bool recompute);
   void attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute);
-  // `code`: what a TP collective without sequence parallelism sums (sim::OpCode::tp_sum_*), for the executors.
+  // `code`: what a TP collective sums or gathers (sim::OpCode::tp_sum_*, tp_gather_*), for the executors.
   void collective(const std::string& name, sim::CollectiveOp op, double bytes, std::vector<sim::TaskId>& last, sim::OpCode code = sim::OpCode::none);
   // With split.tp_comm_overlap: the collective and the GEMM both start after `last`, and the rank's next task
   // waits for both. Without: the collective, then the GEMM (gather_first) or the GEMM, then the collective.

@@ -87,6 +87,7 @@ rank_plans = [("ring-track ring 2 x 2 replicas", json.load(open("examples/tiny-r
               ("Megatron pp 2 x dp 2, full recompute, checkpoints offloaded", json.load(open("examples/tiny-megatron-4ranks.plan.json"))),
               ("Megatron pp 2 x cp 2", json.load(open("examples/tiny-megatron-cp-4ranks.plan.json"))),
               ("Megatron tp 2 x dp 2", json.load(open("examples/tiny-megatron-tp-4ranks.plan.json"))),
+              ("Megatron tp 2 x dp 2, sequence parallelism", json.load(open("examples/tiny-megatron-sp-4ranks.plan.json"))),
               ("ZeRO-1 dp 4, activation checkpointing", json.load(open("examples/tiny-zero1-4ranks.plan.json"))),
               ("ring attention cp 4", json.load(open("examples/tiny-ringattention1-4ranks.plan.json"))),
               ("ring attention zigzag cp 2 x dp 2, ZeRO-1", variant("tiny-ringattention-zigzag-4ranks", zero_stage=1, offload="none")),

@@ -16,7 +16,7 @@ md=benchmarks/results/loss_curve_mpi.md
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-plans="tiny-ringtrack-4ranks tiny-megatron-4ranks tiny-megatron-cp-4ranks tiny-megatron-tp-4ranks tiny-zero-4ranks tiny-zero1-4ranks tiny-ringattention-zigzag-4ranks tiny-ulysses-4ranks"
+plans="tiny-ringtrack-4ranks tiny-megatron-4ranks tiny-megatron-cp-4ranks tiny-megatron-tp-4ranks tiny-megatron-sp-4ranks tiny-zero-4ranks tiny-zero1-4ranks tiny-ringattention-zigzag-4ranks tiny-ulysses-4ranks"
 # Which plans the executor takes under mpirun (the others fall back to the CPU reference and say so): its curve
 # is asked to start without the warm-up step.
 executor_plans=" "
@@ -32,8 +32,8 @@ for plan in $plans; do
   mpirun -np 4 --oversubscribe "$build/trainyard" "${flags[@]}" "${ranks_flags[@]}" --loss-curve "$tmp/$plan-4.csv" >/dev/null
   # One process: the plan itself on the CPU reference; a TP plan (which runs on the executor only) as its tp 1 twin.
   one=("${flags[@]}")
-  if [[ "$plan" == *-tp-* ]]; then
-    python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["parameters"].update(tp=1, dp=p["parameters"]["dp"] * p["parameters"]["tp"]); json.dump(p, open(sys.argv[2], "w"))' \
+  if [[ "$plan" == *-tp-* || "$plan" == *-sp-* ]]; then
+    python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["parameters"].update(tp=1, dp=p["parameters"]["dp"] * p["parameters"]["tp"], sequence_parallel=False); json.dump(p, open(sys.argv[2], "w"))' \
       "examples/$plan.plan.json" "$tmp/$plan-tp1.json"
     one[2]="$tmp/$plan-tp1.json"
   fi
@@ -44,7 +44,8 @@ import csv, sys, datetime, platform
 tmp, md, steps, text, plans, executor_plans = sys.argv[1:]
 plans, executor_plans = plans.split(), executor_plans.split()
 labels = {"tiny-ringtrack-4ranks": "ring-track 2 x 2", "tiny-megatron-4ranks": "Megatron pp 2 x dp 2",
-          "tiny-megatron-cp-4ranks": "Megatron pp 2 x cp 2", "tiny-megatron-tp-4ranks": "Megatron tp 2 x dp 2 (1 rank: its tp 1 twin)", "tiny-zero-4ranks": "ZeRO-3 x 4", "tiny-zero1-4ranks": "ZeRO-1 x 4",
+          "tiny-megatron-cp-4ranks": "Megatron pp 2 x cp 2", "tiny-megatron-tp-4ranks": "Megatron tp 2 x dp 2 (1 rank: its tp 1 twin)",
+          "tiny-megatron-sp-4ranks": "Megatron tp 2 x dp 2, sequence parallel (1 rank: its tp 1 twin)", "tiny-zero-4ranks": "ZeRO-3 x 4", "tiny-zero1-4ranks": "ZeRO-1 x 4",
           "tiny-ringattention-zigzag-4ranks": "ring attention zigzag cp 2 x 2", "tiny-ulysses-4ranks": "Ulysses sp 2 x 2"}
 def curve(name): return [float(r["loss"]) for r in csv.DictReader(open(f"{tmp}/{name}.csv"))]
 def secs(name): return sum(float(r["seconds"]) for r in csv.DictReader(open(f"{tmp}/{name}.csv")))

@@ -36,7 +36,8 @@ std::string_view to_string(OpCode code) {
       "embed_bwd", "head_logits", "head_xent", "head_xent_shard", "head_xent_merge", "head_dgrad", "head_dgrad_shard",
       "head_norm_bwd", "head_wgrad", "optimizer", "kv", "dkv", "kv_dkv", "dkv_pass", "acts", "checkpoint", "input",
       "input_grad", "heads_qkv", "heads_out", "heads_dout", "heads_dqkv", "tp_sum_p", "tp_sum_mo", "tp_sum_dn2", "tp_sum_dn1",
-      "tp_sum_x", "tp_sum_dnf", "tp_gather_xent", "cp_gather_kv", "cp_scatter_dkv", "states"};
+      "tp_sum_x", "tp_sum_dnf", "tp_gather_xent", "tp_gather_n1", "tp_gather_n2", "tp_gather_dm", "tp_gather_dp", "tp_gather_x",
+      "tp_gather_dx", "tp_sum_norms", "cp_gather_kv", "cp_scatter_dkv", "states"};
   // clang-format on
   static_assert(std::size(names) == static_cast<std::size_t>(OpCode::states) + 1);
   return names[static_cast<int>(code)];

@@ -137,8 +137,16 @@ enum class OpCode : std::uint8_t {
   // on a tensor of (layer, chunk) of which each member computed a partial sum (all-reduce): the projection's output
   // P, the MLP's output MO, the gradients dN2 and dN1 of the norms' outputs (from the column-parallel GEMMs'
   // dgrads), the vocab-parallel embedding's output (layer 0's X) and the LM head piece's dNF; or its own slot
-  // (all-gather): the LM head piece's cross-entropy statistics.
+  // (all-gather): the LM head piece's cross-entropy statistics. With sequence parallelism the sums are
+  // reduce-scatters (each member needs only its own rows: the executor sums every row) and these all-gathers bring
+  // each member's rows of a (layer, chunk) tensor to every member: the norms' outputs N1 and N2 (forward, and again
+  // for the weight gradients), the incoming gradients dM and dP of the row-parallel GEMMs, the final hidden state
+  // (layer L's X, for the LM head) and layer 0's dX (for the embedding's backward).
   tp_sum_p, tp_sum_mo, tp_sum_dn2, tp_sum_dn1, tp_sum_x, tp_sum_dnf, tp_gather_xent,
+  tp_gather_n1, tp_gather_n2, tp_gather_dm, tp_gather_dp, tp_gather_x, tp_gather_dx,
+  // Sequence parallelism: the norms' weight gradients, each member's over its own rows, summed over the TP group
+  // (Megatron-LM's _allreduce_layernorm_grads) for the layers and head of Op::norm_gradients.
+  tp_sum_norms,
   // All-gather context parallelism (Megatron's all_gather comm type), over a cp group whose member i holds chunk i
   // (with zigzag, and its mirror: backend/ops.hpp member_chunks): K and V of every member's chunks gathered to every
   // member; the fp32 dK | dV each member computed for every chunk summed into the chunk's owner's (reduce-scatter).
@@ -203,6 +211,13 @@ struct Op {
     o.kv_last = last_layer;
     o.row_begin = head ? 1 : 0;
     o.row_end = embedding ? 1 : 0;
+    return o;
+  }
+  // Sequence parallelism's sum of the norms' weight gradients over a TP group (OpCode::tp_sum_norms): those of
+  // layers first_layer..last_layer and, with `head`, the final norm's; kept where Op::gradients keeps them.
+  static Op norm_gradients(std::int32_t first_layer, std::int32_t last_layer, bool head) {
+    Op o = gradients(first_layer, last_layer, head, false);
+    o.code = OpCode::tp_sum_norms;
     return o;
   }
   // Ring attention's backward (attn_bwd, dkv_add, dkv_pass): a rank other than a chunk's owner keeps its share of

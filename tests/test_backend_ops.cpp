@@ -216,7 +216,8 @@ TEST(OpTable, TheCudaExecutorsAccessesMatchTheTable) {
   }
 
   // Split the body into case blocks: the labels of a block share its accesses.
-  const std::regex label(R"(case OpCode::(\w+):)"), access(R"((bf16|fp32)_(in|out)\(Role::(\w+))");
+  // own_in / own_out: bf16 rows of the chunk (a rank's own under sequence parallelism).
+  const std::regex label(R"(case OpCode::(\w+):)"), access(R"((bf16|fp32|own)_(in|out)\(Role::(\w+))");
   std::map<OpCode, std::set<std::pair<Role, bool>>> asked;  // op -> (role, writes)
   std::vector<OpCode> current;
   bool block_has_code = false;
@@ -233,7 +234,7 @@ TEST(OpTable, TheCudaExecutorsAccessesMatchTheTable) {
     for (auto it = std::sregex_iterator(line.begin(), line.end(), access); it != std::sregex_iterator(); ++it) {
       const std::string role = (*it)[3];
       ASSERT_TRUE(role_of.count(role)) << "unknown role " << role;
-      const DType dtype = (*it)[1] == "bf16" ? DType::bf16 : DType::fp32;
+      const DType dtype = (*it)[1] == "fp32" ? DType::fp32 : DType::bf16;
       const bool writes = (*it)[2] == "out";
       ASSERT_FALSE(current.empty()) << line;
       for (OpCode op : current) {

@@ -441,6 +441,15 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   gathered_tp_cp.cp_comm = planner::CpComm::all_gather;
   if (n >= 4) cases.push_back({"megatron tp 2, cp all-gather", even_vocab, planner::build_megatron(tp_in, gathered_tp_cp), 0, data_parallel});
   if (n == 4) cases.push_back({"megatron pp 2, cp 2 a2a", m, planner::build_megatron(in, piped_a2a)});
+  // Sequence parallelism: each rank's rows between the TP regions, gathered before the column-parallel GEMMs (and
+  // again for their weight gradients), reduce-scattered after the row-parallel ones, the norms' gradients summed.
+  for (planner::MegatronParams sp : {tensor_parallel, recomputed_tp, piped_tp, tp_cp}) {
+    if ((sp.pp > 1 || sp.cp > 1) && n < 4) continue;
+    sp.sequence_parallel = true;
+    const std::string what = std::string("megatron tp 2, sp") + (sp.recompute == planner::Recompute::full ? ", full recompute" : "") +
+                             (sp.pp > 1 ? ", pp 2" : "") + (sp.cp > 1 ? ", cp" : "");
+    cases.push_back({what, even_vocab, planner::build_megatron(tp_in, sp), 0, data_parallel});
+  }
   for (auto& [name, model, graph, sequences, reference_graph] : cases) {
     SCOPED_TRACE(name);
     const auto tokens = random_windows(m.vocab, 32, sequences > 0 ? sequences : n, 59);

@@ -153,8 +153,8 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
 // What the executors run of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
 // pipeline (interleaved or split unevenly too) and data parallelism with one sequence per micro-batch, any
 // recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p or a2a, and on the executor
-// only (the CPU reference refuses them) context parallelism by all-gather and tensor parallelism without sequence
-// parallelism (heads, K/V heads, the MLP and the vocabulary split evenly).
+// only (the CPU reference refuses them) context parallelism by all-gather and tensor parallelism, with or without
+// sequence parallelism (heads, K/V heads, the MLP and the vocabulary split evenly; with SP, each chunk's rows too).
 std::string megatron_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
   const MegatronParams& p = spec.megatron;
   const bool executor_only = p.tp > 1 || (p.cp > 1 && p.cp_comm == CpComm::all_gather);
@@ -163,8 +163,15 @@ std::string megatron_run_refusal(const StepInputs& in, const PlanSpec& spec, int
            "under mpirun -np " +
            std::to_string(in.cluster.gpus()) + ")";
   }
-  if (p.tp > 1 && (p.sequence_parallel || p.tp_comm_overlap)) {
-    return "no sequence parallelism with tp > 1 (its all-gathers and reduce-scatters are not executed yet)";
+  if (p.tp_comm_overlap) {
+    return "no --tp-comm-overlap (its graph runs each collective beside the GEMM whose output it moves, a timing model that "
+           "is not a dataflow)";
+  }
+  // Sequence parallelism splits each chunk's rows evenly over the TP group (a chunk: the sequence's share of a cp
+  // rank, half of it with zigzag).
+  const std::int64_t chunk_rows = in.workload.seq_len / p.cp / (p.cp > 1 ? 2 : 1);
+  if (p.sequence_parallel && chunk_rows % p.tp != 0) {
+    return "a chunk of rows tp divides with sequence parallelism (" + std::to_string(chunk_rows) + " rows, tp " + std::to_string(p.tp) + ")";
   }
   const model::ModelConfig& m = in.model;
   if (p.tp > 1 && model::tensor_shard_mismatch(m, p.tp)) {
