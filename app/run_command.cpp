@@ -395,7 +395,7 @@ int run_run(const std::vector<std::string>& args) {
       ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
        "gpu: the executor on the CUDA device (one GPU; under mpirun one rank per GPU, NCCL not yet run on GPUs); cpu: small models only, the same executor on the CPU device (streams as threads) "
-       "where it runs the plan (under mpirun -np N one rank per GPU, sends and collectives over MPI), else the CPU reference executor (ring-track with streamed weights, Megatron without TP; no timing)")
+       "where it runs the plan (under mpirun -np N one rank per GPU, sends and collectives over MPI), else the CPU reference executor (several GPUs on one process, FPDT; no timing)")
       ("warmup", po::value<int>()->default_value(1)->value_name("int"), "the executor: steps run before the measured ones (not measured)")
       ("trace", po::value<std::string>()->value_name("path"), "the executor: write the last measured step as a Chrome trace (trainyard compare reads it)")
       ("gpu-profile", po::value<std::string>()->value_name("name|path"),

@@ -299,7 +299,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
         }
         break;
       default:
-        if (t.op.code == sim::OpCode::states || t.op.code == sim::OpCode::optimizer) break;
+        if (t.op.code == sim::OpCode::states || t.op.code == sim::OpCode::optimizer || t.op.code == sim::OpCode::host_grad_sum) break;
         step.uses = compute_uses(t.op, model, graph.chunk_tokens());
         for (const Use& u : step.uses) {
           int inst = find(t.device, u.key);

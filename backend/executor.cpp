@@ -66,8 +66,8 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
         "all-gather context parallelism's exchanges",
         "a collective on activations"};
   }
-  if (sim::is_host(t.device) && !memory && t.op.code != sim::OpCode::optimizer) {
-    return std::pair{"GPU tasks or the host's optimizer step", "a host task of another kind"};
+  if (sim::is_host(t.device) && !memory && t.op.code != sim::OpCode::optimizer && t.op.code != sim::OpCode::host_grad_sum) {
+    return std::pair{"GPU tasks, the host's optimizer step or its sums of streamed gradients", "a host task of another kind"};
   }
   const bool offloaded_states = t.kind() == sim::TaskKind::copy && (t.op.is_updated_weights() || t.op.carries_gradients());
   if (t.op.code == sim::OpCode::states && (t.kind() == sim::TaskKind::copy || t.kind() == sim::TaskKind::p2p) && !offloaded_states) {
@@ -293,6 +293,7 @@ struct Executor::Impl {
     if (!std::binary_search(over.begin(), over.end(), rank())) return;
     for (int gid : carried_groups(t.op)) {
       const GroupGradients& b = group_gradients.at(gid);
+      gradients_on_host.erase(gid);  // a copy out before the sum took the rank's own: the optimizer copies the sum
       if (!repeated.count({gid, over})) {
         dev.all_reduce_sum(stream, *opt.comm, over, b.grad, b.n);
         continue;
@@ -599,6 +600,9 @@ struct Executor::Impl {
       }
       return;
     }
+    // Ring-track's streamed weights: the host adds each visit's gradients to its sums. Here the device's gradients
+    // accumulate over the visits and each copy out carries their running sum, so the host holds the same sums.
+    if (op.code == sim::OpCode::host_grad_sum) return;
     if (op.code == sim::OpCode::optimizer) {
       const bool on_host = sim::is_host(task.device);  // ZeRO-Offload: the gradients out, AdamW on the host
       for (const auto& [gid, members] : groups) {
@@ -631,11 +635,12 @@ struct Executor::Impl {
     }
   }
 
-  // ZeRO-Offload's gradients out to the host's optimizer step (D2H), or ZeRO-Infinity's weights in from the host's
-  // copy (H2D), of the groups the copy carries. The weights stay resident on the device as well: the copy moves
-  // what the plan moves, at its time, but HBM holds more than the plan counts. Only a group's first copy in a step
-  // writes them: every use of the layer follows it (its gathers are chained), while a later one (the backward's
-  // gather) could overwrite them, with the same values, while an earlier micro-batch still reads them.
+  // ZeRO-Offload's gradients out to the host's optimizer step (D2H), or ZeRO-Infinity's and ring-track's streamed
+  // weights in from the host's copy (H2D), of the groups the copy carries. The weights stay resident on the device as
+  // well: HBM holds more than the plan counts. Only a group's first copy in a step writes them: every use of the
+  // layer follows it (its gathers and visits are chained), while a later one (the backward's gather, the next
+  // chunk's visit) could overwrite them, with the same values, while an earlier use still reads them; a later copy
+  // moves the same bytes into scratch instead, so the copy engine carries what the plan moves, at its time.
   void copy_offloaded_states(const sim::Copy& copy, const sim::Op& op, int stream) {
     for (int gid : carried_groups(op)) {
       const GroupGradients& b = group_gradients.at(gid);
@@ -645,7 +650,15 @@ struct Executor::Impl {
         gradients_on_host.insert(gid);
         continue;
       }
-      if (!weights_from_host.insert(gid).second) continue;
+      if (!weights_from_host.insert(gid).second) {
+        for (int p : groups.at(gid)) {
+          const std::int64_t bytes = params[p].n * static_cast<std::int64_t>(sizeof(bf16_bits));
+          void* again = dev.scratch(stream, bytes);
+          dev.copy(stream, again, params[p].host_weight, bytes);
+          dev.release_scratch(stream, again);
+        }
+        continue;
+      }
       for (int p : groups.at(gid)) {
         dev.copy(stream, params[p].weight, params[p].host_weight, params[p].n * static_cast<std::int64_t>(sizeof(bf16_bits)));
       }

@@ -473,7 +473,7 @@ class Interpreter {
         return;
       default: break;
     }
-    if (op.code == sim::OpCode::states) return;
+    if (op.code == sim::OpCode::states || op.code == sim::OpCode::host_grad_sum) return;  // gradients are held once, wherever
     if (op.code == sim::OpCode::optimizer) {
       if (!mine(op.owner_gpu)) return;
       has_optimizer_ = true;

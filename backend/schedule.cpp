@@ -30,9 +30,9 @@ struct Involvement {
 // after the copy out, through the host buffer's free) must hold on each rank that copies.
 Involvement involvement(const TaskGraph& graph, const Task& task, int rank, int gpus_per_node) {
   const DeviceId host = sim::host_device(rank / gpus_per_node);
-  // A host optimizer step is the rank's whose GPU it serves: each rank steps its own parameters on its CPU, as
-  // ZeRO-Offload does, on a host stream slot of its own.
-  if (task.op.code == sim::OpCode::optimizer && sim::is_host(task.device) && task.stream.kind != StreamKind::none) {
+  // A host optimizer step (or sum of streamed gradients) is the rank's whose GPU it serves: each rank steps its own
+  // parameters on its CPU, as ZeRO-Offload does, on a host stream slot of its own.
+  if (task.op.serves_gpu() && sim::is_host(task.device) && task.stream.kind != StreamKind::none) {
     return task.op.owner_gpu == rank ? Involvement{true, false, task.device} : Involvement{};
   }
   auto mine = [&](DeviceId d) { return d == rank || (rank % gpus_per_node == 0 && d == host); };

@@ -234,7 +234,7 @@ class RingTrackBuilder {
   }
   // Model states are moved and updated whole; the executor tracks them per process (sim::OpCode::states).
   sim::TaskId states(sim::TaskId id) { return g_.set_op(id, {sim::OpCode::states}); }
-  std::pair<sim::TaskId, sim::TaskId> weights_in(int gpu, const std::string& name);
+  std::pair<sim::TaskId, sim::TaskId> weights_in(int gpu, int layer, const std::string& name);
   sim::TaskId arrive(sim::TaskId produced, int from_gpu, int to_gpu, const std::string& name, sim::Op what);
   sim::TaskId attend(const VisitAt& v, const std::string& name, const Train& t, std::int64_t kv_len, bool causal, bool backward, bool rec, int first,
                      int last, std::vector<sim::TaskId> deps);
@@ -392,12 +392,14 @@ void RingTrackBuilder::model_states(int r) {
   }
 }
 
-// Weights streamed for a visit: a buffer per visit in flight, copied in on the H2D engine.
-std::pair<sim::TaskId, sim::TaskId> RingTrackBuilder::weights_in(int gpu, const std::string& name) {
+// Weights streamed for a visit of `layer`: a buffer per visit in flight, copied in on the H2D engine.
+std::pair<sim::TaskId, sim::TaskId> RingTrackBuilder::weights_in(int gpu, int layer, const std::string& name) {
   if (!stream_weights_) return {-1, -1};
   const sim::TaskId buf = states(g_.alloc(name + " weights buffer", gpu, sim::Pool::hbm, bytes(pol_.weight_bytes * layer_params_),
                                           "streamed layer weights", ids({visit_end_back(gpu, 2)})));
-  return {buf, states(g_.copy(name + " H2D weights", gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * layer_params_), true}, ids({buf})))};
+  const sim::TaskId copy = g_.copy(name + " H2D weights", gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * layer_params_), true},
+                                   ids({buf}));
+  return {buf, g_.set_op(copy, sim::Op::layer_weights(layer))};
 }
 
 // A visit's output on its way to the next stage's GPU (nothing to send when that is the same GPU).
@@ -433,7 +435,7 @@ void RingTrackBuilder::forward_visit(Train& t, const Visit& visit) {
   } else {
     input = t.saved[l - 1][k].out;
   }
-  const auto [wbuf, wcopy] = weights_in(gpu, name);
+  const auto [wbuf, wcopy] = weights_in(gpu, l, name);
   const VisitAt v{l, k, gpu, host_of(gpu), name, gpu_last_[gpu]};
   sv.kv_hbm = g_.set_op(g_.alloc(name + " kv", gpu, sim::Pool::hbm, bytes(kv_chunk_), "K/V of a chunk", ids({v.prev})),
                         t.kv(sim::OpCode::kv, l, k, k, k));
@@ -577,7 +579,7 @@ void RingTrackBuilder::backward_visit(Train& t, const Visit& visit) {
   Saved& sv = t.saved[l][k];
   const sim::TaskId reuse = visit_end_back(gpu, 2);  // reloads may start once the visit before last is done
   const sim::TaskId input = t.grad_out[l + 1][k];
-  const auto [wbuf, wcopy] = weights_in(gpu, v.name);
+  const auto [wbuf, wcopy] = weights_in(gpu, l, v.name);
   std::vector<sim::TaskId> ready = ids({input, wcopy});
   for (sim::TaskId id : reload(t, v, sv, reuse)) ready.push_back(id);
   if (k == C_ - 1 && C_ > 1) {  // dK/dV of every earlier chunk accumulate over this layer's backward
@@ -705,13 +707,14 @@ void RingTrackBuilder::release_after_backward(Train& t, const VisitAt& v, Saved&
   if (sv.host >= 0) g_.free(v.name + " free host activations", sv.host, ids({out}));
   if (stream_weights_) {  // this visit's weight gradients go to the host and are added there
     const double grad_bytes = pol_.grad_bytes * layer_params_;
-    const sim::TaskId d2h = states(g_.copy(v.name + " D2H weight grads", gpu, {sim::Copy::Direction::d2h, bytes(grad_bytes), true}, ids({out})));
+    const sim::TaskId d2h = g_.set_op(g_.copy(v.name + " D2H weight grads", gpu, {sim::Copy::Direction::d2h, bytes(grad_bytes), true}, ids({out})),
+                                      sim::Op::gradients(l, l, false, false));
     grads_ready_[gpu].push_back(g_.add(v.name + " host accumulate grads",
                                        {v.host,
                                         {sim::StreamKind::host, 0},
                                         false,
                                         sim::OptimizerStep{bytes(grad_bytes + 2 * pol_.grad_bytes * layer_params_)},
-                                        {sim::OpCode::states}},
+                                        sim::Op::host_gradient_sum(l, gpu)},
                                        ids({d2h})));
   }
   if (l == 0) {
@@ -783,14 +786,23 @@ void RingTrackBuilder::optimizer_steps() {
       host_deps = {
           g_.set_op(g_.copy("D2H grads gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::d2h, bytes(pol_.grad_bytes * owned), true}, deps),
                     sim::Op::gradients(0, L_ - 1, true, true))};
-    } else {  // the host's sums of this GPU's per-visit gradients
+    } else {  // the host's sums of this GPU's per-visit gradients, and the resident embedding's or head's out
       for (auto id : grads_ready_[gpu]) host_deps.push_back(id);
+      if (resident_params_[pos] > 0) {
+        const bool head = schedule_.stage_position[L_] == pos, embedding = schedule_.stage_position[0] == pos;
+        host_deps.push_back(g_.set_op(g_.copy("D2H resident grads gpu" + std::to_string(gpu), gpu,
+                                              {sim::Copy::Direction::d2h, bytes(pol_.grad_bytes * resident_params_[pos]), true}, deps),
+                                      sim::Op::gradients(0, -1, head, embedding)));
+      }
     }
     const sim::TaskId step = g_.add("optimizer step host for gpu" + std::to_string(gpu),
                                     {host_of(gpu), {sim::StreamKind::host, 0}, false, sim::OptimizerStep{opt_bytes}, sim::Op::optimizer_of(gpu)},
                                     host_deps);
-    if (!stream_weights_) {
-      g_.set_op(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * owned), true},
+    // The updated weights back: all of them, or (streamed) the resident embedding's or head's; the streamed layers'
+    // come in with the next step's visits.
+    const double back = stream_weights_ ? resident_params_[pos] : owned;
+    if (back > 0) {
+      g_.set_op(g_.copy("H2D updated weights gpu" + std::to_string(gpu), gpu, {sim::Copy::Direction::h2d, bytes(pol_.weight_bytes * back), true},
                         ids({step})),
                 sim::Op::updated_weights_of(gpu));
     }

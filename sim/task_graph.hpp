@@ -119,6 +119,9 @@ enum class OpCode : std::uint8_t {
   // gradient head_dgrad_shard (a partial sum), its all-reduce and head_norm_bwd, in place of head_xent, head_dgrad.
   head_logits, head_xent, head_xent_shard, head_xent_merge, head_dgrad, head_dgrad_shard, head_norm_bwd, head_wgrad,
   optimizer,  // AdamW on the parameters the task's device (or the GPU it serves) owns
+  // Ring-track's streamed weights: on a host task, the host adding one backward visit's gradients of layer `layer`
+  // (copied out just before) to its sums for the GPU it serves (Op::host_gradient_sum).
+  host_grad_sum,
   // What a copy or send moves, and what an allocation holds (its free drops it): tensors of (layer, chunk)
   kv,          // K and V of chunks kv_first..kv_last
   dkv,         // fp32 dK/dV accumulators of chunks kv_first..kv_last
@@ -198,6 +201,13 @@ struct Op {
     return o;
   }
   bool is_updated_weights() const { return code == OpCode::states && owner_gpu >= 0; }
+  static Op host_gradient_sum(std::int32_t layer, std::int32_t gpu) {
+    Op o{OpCode::host_grad_sum, 0, layer};
+    o.owner_gpu = gpu;
+    return o;
+  }
+  // A host task that serves one GPU (its optimizer step, its gradients' sums): run by that GPU's rank.
+  bool serves_gpu() const { return (code == OpCode::optimizer || code == OpCode::host_grad_sum) && owner_gpu >= 0; }
   // ZeRO-Infinity's offloaded parameters: on an H2D copy, layer `layer`'s weights from the host's copy (the groups
   // it carries, encoded as Op::gradients').
   static Op layer_weights(std::int32_t layer) { return gradients(layer, layer, false, false); }

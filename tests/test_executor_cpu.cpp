@@ -183,7 +183,10 @@ TEST(CpuExecutor, TheOptimizerStepOnTheHostMatchesTheReference) {
   zero.finalize();
   planner::RingTrackParams states_on_host = chunked_offloaded();
   states_on_host.states = planner::Placement::dram;
-  for (const sim::TaskGraph& g : {zero, test::ringtrack_graph(one_gpu(), m, seq, 2, states_on_host)}) {
+  planner::RingTrackParams streamed = states_on_host;  // each visit's weights in, its gradients out to the host's sums
+  streamed.weights = planner::WeightPolicy::stream;
+  for (const sim::TaskGraph& g :
+       {zero, test::ringtrack_graph(one_gpu(), m, seq, 2, states_on_host), test::ringtrack_graph(one_gpu(), m, seq, 2, streamed)}) {
     expect_host_optimizer_step_matches_the_reference(g, m, seq);
   }
 }
@@ -213,6 +216,11 @@ void expect_host_optimizer_step_matches_the_reference(const sim::TaskGraph& g, c
   for (const Parameter* p : executed.all()) {
     for (std::size_t i = 0; i < p->size(); ++i) ASSERT_EQ(p->weight[i], kernels::round_bf16(p->master[i])) << p->name << " " << i;
   }
+  // The next step, on the same tokens, computes with the updated weights (streamed ones: copied in again from the
+  // host's): the loss the first step's update lowered, as in the reference.
+  const double expected_next = run_reference_step(g, reference, 2, tokens, ro).loss;
+  EXPECT_LT(expected_next, expected - 0.05);
+  EXPECT_NEAR(executor.run_step(tokens, 2).loss, expected_next, 2e-3 * expected_next);
 }
 
 // The other builders' one-GPU plans: Megatron with two micro-batches, full recompute and checkpoints offloaded to

@@ -379,6 +379,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   rings.ring = 2;
   planner::RingTrackParams rings_states_on_host = rings;  // each GPU's gradients out, its optimizer step on its host
   rings_states_on_host.states = planner::Placement::dram;
+  planner::RingTrackParams rings_streamed = rings_states_on_host;  // each visit's weights in, its gradients out
+  rings_streamed.weights = planner::WeightPolicy::stream;
   struct Case {
     std::string name;
     const model::ModelConfig& model;
@@ -423,7 +425,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
       {"zero-3, optimizer on the host", m, planner::build_zero(in, offloaded3)},
       {"zero-2, gradients to the optimizer on the host", m, planner::build_zero(in, offloaded2)},
       {"zero-3, gradients and parameters offloaded, optimizer on the host", m, planner::build_zero(in, infinity)},
-      {"ring-track rings of 2, gradients to the optimizer on the host", m, planner::build_ringtrack(in, rings_states_on_host).graph}};
+      {"ring-track rings of 2, gradients to the optimizer on the host", m, planner::build_ringtrack(in, rings_states_on_host).graph},
+      {"ring-track rings of 2, weights streamed in, gradients to the optimizer on the host", m, planner::build_ringtrack(in, rings_streamed).graph}};
   if (n >= 4) cases.push_back({"megatron pp 2, cp", m, planner::build_megatron(in, piped_cp)});
   // Tensor parallelism shards the vocabulary evenly (as Megatron pads it to): the tiny model's 61 made 64.
   model::ModelConfig even_vocab = m;
@@ -491,6 +494,18 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
         run_reference_step(reference_graph ? *reference_graph : graph, reference, cluster.topology.gpus_per_node(), tokens, ro).loss;
     EXPECT_NEAR(loss, expected, 2e-3 * expected);
     EXPECT_LT(max_gradient_difference(executed, reference), 0.03);
+    // The updated weights: AdamW's first step moves each weight by about lr along its gradient's sign, so a step
+    // taken with another gradient (a rank's own share rather than the sum) moves many of them the other way.
+    double moved = 0, agree = 0;
+    for (std::size_t p = 0; p < reference.all().size(); ++p) {
+      const Parameter &a = *reference.all()[p], &b = *executed.all()[p];
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (std::abs(a.grad[i]) < 1e-6f) continue;
+        moved += 1;
+        agree += std::abs(a.weight[i] - b.weight[i]) <= 1e-3f + std::abs(a.weight[i]) / 128;
+      }
+    }
+    EXPECT_GT(agree, 0.99 * moved) << agree << " of " << moved << " updated weights agree";
   }
 }
 
