@@ -70,29 +70,33 @@ check run-medium-calibrated 50 "$trainyard" run --plan examples/medium-ringtrack
   --gpu-profile "$work/calibrated-gpu.json"
 # Every scheme the executor runs, on one GPU, against the CPU reference (--check): the small model again, Megatron
 # with full recompute and offloaded checkpoints, ZeRO-3 with the optimizer step on the host (cudaLaunchHostFunc)
-# and parameters offloaded, ZeRO-2 with activations offloaded.
+# and parameters offloaded, ZeRO-2 with activations offloaded, ring-track with its weights streamed from the host.
 python3 - "$work" <<'PY'
 import json, os, sys
 plan = json.load(open("examples/small-ringtrack-gpu.plan.json"))
 zero = {"zero_stage": 3, "offload": "optimizer,params", "sp": 1, "cp": 1, "zigzag": False, "chunk": 0, "micro_batch": 1,
         "activation_checkpointing": False, "checkpoint_every": 1}
 one_gpu = {
-    "megatron": {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "vpp": 1, "micro_batch": 1, "sequence_parallel": False,
-                 "recompute": "full", "offload_activations": True},
-    "zero": zero,
-    "zero2-acts": dict(zero, zero_stage=2, offload="acts", activation_checkpointing=True),
+    "megatron": ("megatron", {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "vpp": 1, "micro_batch": 1, "sequence_parallel": False,
+                              "recompute": "full", "offload_activations": True}),
+    "zero": ("zero", zero),
+    "zero2-acts": ("zero", dict(zero, zero_stage=2, offload="acts", activation_checkpointing=True)),
+    "ringtrack-stream": ("ringtrack", dict(plan["parameters"], weights="stream", states="dram")),
 }
-for name, parameters in one_gpu.items():
-    p = dict(plan, scheme=name.split("2")[0], parameters=parameters)
+for name, (scheme, parameters) in one_gpu.items():
+    p = dict(plan, scheme=scheme, parameters=parameters)
     json.dump(p, open(os.path.join(sys.argv[1], "one-gpu-" + name + ".plan.json"), "w"))
 PY
-for scheme in megatron zero zero2-acts; do
+for scheme in megatron zero zero2-acts ringtrack-stream; do
   check "run-check-$scheme" 40 "$trainyard" run --plan "$work/one-gpu-$scheme.plan.json" --device gpu --check
   check "run-$scheme" 40 "$trainyard" run --plan "$work/one-gpu-$scheme.plan.json" --device gpu --warmup 1 --steps 3
 done
-# The host's AdamW steps train: 60 steps on the README's bytes, the loss curve kept (first against last steps).
+# The host's AdamW steps train: 60 steps on the README's bytes, the loss curve kept (first against last steps);
+# with streamed weights each step's visits bring the updated weights in.
 check train-zero-host-optimizer 40 "$trainyard" run --plan "$work/one-gpu-zero.plan.json" --device gpu --warmup 0 --steps 60 --text README.md \
   --loss-curve "$work/zero-loss.csv"
+check train-ringtrack-stream 40 "$trainyard" run --plan "$work/one-gpu-ringtrack-stream.plan.json" --device gpu --warmup 0 --steps 60 \
+  --text README.md --loss-curve "$work/ringtrack-stream-loss.csv"
 # Several GPUs: the executor on one rank per GPU under mpirun, its gradient all-reduces through NCCL (bootstrapped
 # over MPI; NOT RUN ON GPUs before this check): ring-track replicas of the small model, one sequence per GPU.
 gpus=$(nvidia-smi --list-gpus | wc -l)
@@ -138,7 +142,7 @@ check sdpa 40 python3 scripts/sdpa_bench.py 16384 4096
 python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo "kernels table: failed (kernels-table.log)"
 [ -f "$work/kernels.md" ] && cat "$work/kernels.md"
 for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-check-megatron run-check-zero run-check-zero2-acts \
-  run-megatron run-zero run-zero2-acts train-zero-host-optimizer run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-megatron-cp; do
+  run-megatron run-zero run-zero2-acts train-zero-host-optimizer run-check-ringtrack-stream train-ringtrack-stream run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-megatron-cp; do
   echo "--- $log (last lines)"
   tail -n 25 "$work/$log.log"
 done
