@@ -738,16 +738,20 @@ struct Executor::Impl {
     }
   }
 
-  // Tensor parallelism's collectives over the task's group, in place: partial sums of bf16 activations all-reduced
-  // (sequence parallelism's reduce-scatters too, which leaves every rank every row's sum: twice a reduce-scatter's
-  // traffic, the simplest correct exchange); all-gathers (the loss's statistics, [shard][2][rows] fp32; sequence
+  // Tensor parallelism's collectives over the task's group, in place: partial sums of bf16 activations all-reduced,
+  // or with sequence parallelism reduce-scattered to each member's rows (the LM head's pieces, whose rows do not
+  // split by member, all-reduced); all-gathers (the loss's statistics, [shard][2][rows] fp32; sequence
   // parallelism's rows) as an all-to-all sending each member this rank's block, each member's block at its index.
   void tensor_parallel(const sim::Task& task, sim::TaskId id, const TaskTensors& t, int stream) {
     const std::vector<int> ranks = group_ranks(task);
     if (task.op.code == sim::OpCode::tp_sum_norms) return sum_norm_gradients(task.op, ranks, stream);
     for (int inst : t.instances) {
       const Instance& i = flow.instances[inst];
-      if (!is_tensor_parallel_gather(task.op.code)) {  // a reduce-scatter too: every row summed, this rank's among them
+      if (sequence_parallel && !is_tensor_parallel_gather(task.op.code) && task.op.code != sim::OpCode::tp_sum_dnf) {
+        reduce_scatter_rows(static_cast<char*>(where(inst)), i.bytes, ranks, id, stream);
+        continue;
+      }
+      if (!is_tensor_parallel_gather(task.op.code)) {  // the LM head's pieces under SP too: every row summed
         dev.all_reduce_sum(stream, *opt.comm, ranks, static_cast<bf16_bits*>(where(inst)), i.bytes / 2);
         continue;
       }
@@ -762,6 +766,25 @@ struct Executor::Impl {
       }
       dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), std::move(recvs));
     }
+  }
+  // Sequence parallelism's reduce-scatter of a bf16 [rows][width] partial sum: member k's block of rows to member k
+  // (one all-to-all), the blocks received added into this rank's own rows; the other rows stay partial.
+  void reduce_scatter_rows(char* base, std::int64_t bytes, const std::vector<int>& ranks, sim::TaskId id, int stream) {
+    const std::int64_t block = bytes / static_cast<std::int64_t>(ranks.size());
+    char* received = scratch<char>(bytes, stream);
+    std::vector<ConstBytes> sends;
+    std::vector<Bytes> recvs;
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      const bool mine = ranks[k] == rank();
+      sends.push_back({base + static_cast<std::int64_t>(k) * block, mine ? 0 : block});
+      recvs.push_back({received + static_cast<std::int64_t>(k) * block, mine ? 0 : block});
+    }
+    dev.all_to_all(stream, *opt.comm, ranks, id, std::move(sends), recvs);
+    auto* own = reinterpret_cast<bf16_bits*>(base + shard * block);
+    for (std::size_t k = 0; k < ranks.size(); ++k) {
+      if (ranks[k] != rank()) dev.add(stream, block / 2, own, reinterpret_cast<const bf16_bits*>(recvs[k].data), own);
+    }
+    release(received, stream);
   }
   // Sequence parallelism: the norms' weight gradients, each rank's over its own rows, summed over the TP group.
   void sum_norm_gradients(const sim::Op& op, const std::vector<int>& ranks, int stream) {
