@@ -444,6 +444,8 @@ struct Executor::Impl {
     return static_cast<T*>(where(t.instances.at(use)));
   }
 
+  // A layer's parameters, in ModelState's per-layer order.
+  enum LayerParam { norm1, wqkv, wo, norm2, wup, wdown };
   const DeviceParameter& layer(int l, int k) const { return params[layer_param[l * 6 + k]]; }
 
   MeasuredStep run(std::span<const std::vector<std::int32_t>> token_ids, int optimizer_step) {
@@ -788,7 +790,6 @@ struct Executor::Impl {
   }
   // Sequence parallelism: the norms' weight gradients, each rank's over its own rows, summed over the TP group.
   void sum_norm_gradients(const sim::Op& op, const std::vector<int>& ranks, int stream) {
-    enum { norm1 = 0, norm2 = 3 };  // ModelState's per-layer order: norm1, wqkv, wo, norm2, wup, wdown
     for (int l = op.kv_first; l <= op.kv_last; ++l) {
       for (int k : {norm1, norm2}) dev.all_reduce_sum(stream, *opt.comm, ranks, layer(l, k).grad, m.hidden);
     }
@@ -909,7 +910,6 @@ struct Executor::Impl {
     const bool head = op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad;
     const int l = op.layer;
     auto lp = [&](int k) -> const DeviceParameter& { return layer(l, k); };
-    enum { norm1, wqkv, wo, norm2, wup, wdown };
     const std::int64_t qh = static_cast<std::int64_t>(q) * h, kvh = static_cast<std::int64_t>(kv) * h, fh = static_cast<std::int64_t>(f) * h;
     const float eps = static_cast<float>(m.norm_epsilon), rope_theta = static_cast<float>(m.rope_theta.value_or(0));
     if (!head && (l < 0 || l >= m.layers) && op.code != OpCode::embed && op.code != OpCode::embed_bwd) {
