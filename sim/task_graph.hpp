@@ -141,7 +141,7 @@ enum class OpCode : std::uint8_t {
   // P, the MLP's output MO, the gradients dN2 and dN1 of the norms' outputs (from the column-parallel GEMMs'
   // dgrads), the vocab-parallel embedding's output (layer 0's X) and the LM head piece's dNF; or its own slot
   // (all-gather): the LM head piece's cross-entropy statistics. With sequence parallelism the sums are
-  // reduce-scatters (each member needs only its own rows: the executor sums every row) and these all-gathers bring
+  // reduce-scatters (each member sums its own rows; the LM head's pieces, all of theirs) and these all-gathers bring
   // each member's rows of a (layer, chunk) tensor to every member: the norms' outputs N1 and N2 (forward, and again
   // for the weight gradients), the incoming gradients dM and dP of the row-parallel GEMMs, the final hidden state
   // (layer L's X, for the LM head) and layer 0's dX (for the embedding's backward).
