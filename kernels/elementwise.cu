@@ -191,26 +191,28 @@ __global__ void embedding_backward_kernel(int hidden, const std::int32_t* tokens
   for (int i = static_cast<int>(threadIdx.x); i < hidden; i += static_cast<int>(blockDim.x)) atomicAdd(dtable + dst + i, load(dy, row * hidden + i));
 }
 
-// One thread per (row, head, pair i < head_dim / 2). The angle is formed and reduced to [0, 2*pi) in double
-// (positions reach millions, where fp32 loses the phase), then sin and cos of the reduced angle in fp32: double
-// pow and sincos per element made this kernel 7x slower than its bytes on an H100 (benchmarks/results/gpu.md).
+// One thread per (row, pair i < head_dim / 2), looping over the row's heads: the angle depends on the row and i
+// alone, so it is formed once for every head. It is formed and reduced to [0, 2*pi) in double (positions reach
+// millions, where fp32 loses the phase), then sin and cos of the reduced angle in fp32: double pow and sincos per
+// element made this kernel 7x slower than its bytes on an H100 (benchmarks/results/gpu.md).
 __global__ void rope_kernel(int rows, int heads, int head_dim, std::int64_t offset, double log2_base, float sign, bf16_bits* x) {
   const int half = head_dim / 2;
   const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= static_cast<std::int64_t>(rows) * heads * half) return;
+  if (t >= static_cast<std::int64_t>(rows) * half) return;
   const int i = static_cast<int>(t % half);
-  const std::int64_t row_head = t / half;
-  const std::int64_t row = row_head / heads;
+  const std::int64_t row = t / half;
   constexpr double kTwoPi = 6.283185307179586;
   double angle = static_cast<double>(offset + row) * exp2(-2.0 * i / head_dim * log2_base);
   angle -= floor(angle / kTwoPi) * kTwoPi;
   float sf, cf;
   sincosf(static_cast<float>(angle), &sf, &cf);
   sf *= sign;
-  const std::int64_t base_index = row_head * head_dim;
-  const float a = load(x, base_index + i), b = load(x, base_index + i + half);
-  store(x, base_index + i, a * cf - b * sf);
-  store(x, base_index + i + half, b * cf + a * sf);
+  for (int h = 0; h < heads; ++h) {
+    const std::int64_t base_index = (row * heads + h) * head_dim;
+    const float a = load(x, base_index + i), b = load(x, base_index + i + half);
+    store(x, base_index + i, a * cf - b * sf);
+    store(x, base_index + i + half, b * cf + a * sf);
+  }
 }
 
 // One block per row: max, then sum of exponentials, over up to the whole vocabulary.
@@ -346,8 +348,8 @@ void embedding_backward(int rows, int hidden, const std::int32_t* tokens, const 
 }
 
 void rope(int rows, int heads, int head_dim, std::int64_t position_offset, float base, bool inverse, bf16_bits* x, cudaStream_t stream) {
-  const std::int64_t n = static_cast<std::int64_t>(rows) * heads * (head_dim / 2);
-  if (n == 0) return;
+  const std::int64_t n = static_cast<std::int64_t>(rows) * (head_dim / 2);  // threads: one per (row, pair)
+  if (n == 0 || heads == 0) return;
   rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(rows, heads, head_dim, position_offset, std::log2(static_cast<double>(base)),
                                                       inverse ? -1.0f : 1.0f, x);
   TRAINYARD_CUDA_CHECK(cudaGetLastError());
