@@ -19,7 +19,6 @@
 #include "models/catalog.hpp"
 #include "planner/estimate.hpp"
 #include "planner/no_fit.hpp"
-#include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"
 #include "sim/report.hpp"
 
@@ -30,14 +29,20 @@ namespace trainyard::app {
 
 namespace {
 
-// Whether `trainyard run --device DEVICE` takes the plan: on the CPU as one process (the executor, or the CPU
-// reference where the executor refuses the graph); on GPUs under mpirun with one rank per GPU, the executor alone,
-// so its graph must be one the executor runs.
-bool runs_on(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::string& device) {
-  if (device == "cpu") return run_refusal(in, spec, device).empty();
-  const int ranks = in.cluster.gpus();
-  if (!run_refusal(in, spec, device, ranks).empty()) return false;
-  return !backend::executor_refusal(planner::scheme_named(spec.scheme).build(in, spec, nullptr), ranks);
+// `plan --executable DEVICE`: the plans `trainyard run --device DEVICE` takes. On the CPU, as one process (the
+// executor, or the CPU reference where the executor refuses the graph). On GPUs, under mpirun with one rank per
+// GPU, the executor alone: its graph, as the search builds it, must be one the executor runs.
+void keep_runnable(planner::SearchOptions& search, const std::string& device) {
+  if (device == "cpu") {
+    search.runnable = [](const planner::StepInputs& in, const planner::PlanSpec& spec) { return run_refusal(in, spec, "cpu").empty(); };
+    return;
+  }
+  search.runnable = [](const planner::StepInputs& in, const planner::PlanSpec& spec) {
+    return run_refusal(in, spec, "gpu", in.cluster.gpus()).empty();
+  };
+  search.runnable_graph = [](const planner::StepInputs& in, const planner::PlanSpec&, const sim::TaskGraph& graph) {
+    return !backend::executor_refusal(graph, in.cluster.gpus());
+  };
 }
 
 std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
@@ -216,7 +221,7 @@ int run_plan(const std::vector<std::string>& args) {
   if (vm.count("executable")) {
     const std::string device = vm["executable"].as<std::string>();
     if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
-    search.runnable = [device](const planner::StepInputs& in, const planner::PlanSpec& spec) { return runs_on(in, spec, device); };
+    keep_runnable(search, device);
   }
   // A progress line on a terminal only (not with --json; nothing when stderr is piped): common/progress.hpp.
   Progress progress("bounds", !as_json);

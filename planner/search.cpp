@@ -183,14 +183,20 @@ nlohmann::json metrics_json(const PlanMetrics& m) {
           {"busiest_link", m.busiest_link}};
 }
 
-sim::SimResult simulate_plan_step(const StepInputs& in, const PlanSpec& spec, const std::atomic<bool>* cancel) {
-  sim::TaskGraph graph = build_plan(in, spec);
+namespace {
+sim::SimResult simulate_built(sim::TaskGraph& graph, const StepInputs& in, const std::atomic<bool>* cancel) {
   graph.finalize();
   sim::SimOptions options;
   options.record_memory = false;
   options.record_links = false;
   options.cancel = cancel;
   return sim::simulate(graph, in.cluster, options);
+}
+}  // namespace
+
+sim::SimResult simulate_plan_step(const StepInputs& in, const PlanSpec& spec, const std::atomic<bool>* cancel) {
+  sim::TaskGraph graph = build_plan(in, spec);
+  return simulate_built(graph, in, cancel);
 }
 
 // --- the search ------------------------------------------------------------------------------------------------
@@ -199,10 +205,6 @@ namespace {
 
 double objective_key(Objective o, const PlanMetrics& m) { return o == Objective::min_hbm ? static_cast<double>(m.peak_hbm_bytes) : m.step_s; }
 double bound_key(Objective o, const Bounds& b) { return o == Objective::min_hbm ? b.hbm_bytes : b.step_s; }
-
-RankedPlan simulate_plan(const StepInputs& in, const PlanSpec& spec, const Bounds& bounds, double headroom, const std::atomic<bool>* cancel) {
-  return {spec, measure(simulate_plan_step(in, spec, cancel), in, headroom), bounds};
-}
 
 bool cancelled(const SearchOptions& o) { return o.cancel && o.cancel->load(); }
 
@@ -292,21 +294,37 @@ std::vector<std::size_t> choose_wave(const SearchOptions& options, const std::ve
 }
 
 // Simulates a wave's candidates on the pool, as many at once as fit in the budget together (the answer does not
-// depend on it).
+// depend on it). A candidate whose built graph SearchOptions::runnable_graph refuses is not simulated: its entry
+// stays empty and its spec goes to `refused`.
 std::vector<RankedPlan> simulate_wave(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
                                       const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave,
-                                      const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool) {
+                                      const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool, std::vector<PlanSpec>& refused) {
   std::vector<RankedPlan> results(wave.size());
+  std::vector<char> runnable(wave.size(), 1);
   pool.for_each(
       wave.size(),
       [&](std::size_t w) {
         const Candidate& c = alive[wave[w]];
+        const PlanSpec& spec = specs[c.index];
         const MemoryGate::Hold hold(gate, graph_bytes[c.index]);
-        if (options.before_simulate) options.before_simulate(specs[c.index]);
-        results[w] = simulate_plan(in, specs[c.index], c.bounds, options.hbm_headroom, options.cancel);
+        if (options.before_simulate) options.before_simulate(spec);
+        sim::TaskGraph graph = build_plan(in, spec);
+        if (options.runnable_graph && !options.runnable_graph(in, spec, graph)) {
+          runnable[w] = 0;
+          return;
+        }
+        results[w] = {spec, measure(simulate_built(graph, in, options.cancel), in, options.hbm_headroom), c.bounds};
       },
       options.cancel);
-  return results;
+  std::vector<RankedPlan> simulated;
+  for (std::size_t w = 0; w < wave.size(); ++w) {
+    if (runnable[w]) {
+      simulated.push_back(std::move(results[w]));
+    } else {
+      refused.push_back(specs[alive[wave[w]].index]);
+    }
+  }
+  return simulated;
 }
 
 // A wave's results into the state (the plans that fit) and the report (the misses).
@@ -337,7 +355,9 @@ void run_waves(const StepInputs& in, const SearchOptions& options, const std::ve
       break;
     }
     const std::vector<std::size_t> wave = choose_wave(options, specs, alive, start, state, report);
-    std::vector<RankedPlan> results = simulate_wave(in, options, specs, alive, wave, graph_bytes, gate, pool);
+    std::vector<PlanSpec> refused;
+    std::vector<RankedPlan> results = simulate_wave(in, options, specs, alive, wave, graph_bytes, gate, pool, refused);
+    for (const PlanSpec& spec : refused) ++report.not_runnable_by_scheme[spec.scheme];
     // Ctrl-C: the wave's simulations that finished stay in the report (the best so far); those cut short or never
     // started are dropped.
     const bool stopped = cancelled(options);

@@ -119,6 +119,10 @@ struct SearchOptions {
   // When set, only the candidates for which it returns true are enumerated (`plan --executable`: the plans the
   // chosen executor runs). Given the inputs, which max_sequence's probes change.
   std::function<bool(const StepInputs&, const PlanSpec&)> runnable;
+  // When set, a candidate the search is about to simulate is left out (counted in not_runnable_by_scheme) unless
+  // its built graph passes this too: checked on the graph the simulation builds, so nothing is built twice and
+  // nothing the bounds pruned is built. Called on the worker threads.
+  std::function<bool(const StepInputs&, const PlanSpec&, const sim::TaskGraph&)> runnable_graph;
   // Called on the worker thread before each simulation (tests inject failures here).
   std::function<void(const PlanSpec&)> before_simulate;
 };

@@ -167,9 +167,8 @@ std::string megatron_run_refusal(const StepInputs& in, const PlanSpec& spec, int
     return "no --tp-comm-overlap (its graph runs each collective beside the GEMM whose output it moves, a timing model that "
            "is not a dataflow)";
   }
-  // Sequence parallelism splits each chunk's rows evenly over the TP group (a chunk: the sequence's share of a cp
-  // rank, half of it with zigzag).
-  const std::int64_t chunk_rows = in.workload.seq_len / p.cp / (p.cp > 1 ? 2 : 1);
+  // Sequence parallelism splits each chunk's rows evenly over the TP group.
+  const std::int64_t chunk_rows = megatron_layer_split(in, p).chunk_tokens();
   if (p.sequence_parallel && chunk_rows % p.tp != 0) {
     return "a chunk of rows tp divides with sequence parallelism (" + std::to_string(chunk_rows) + " rows, tp " + std::to_string(p.tp) + ")";
   }

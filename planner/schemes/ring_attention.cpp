@@ -22,9 +22,7 @@ Scheme ring_attention_scheme() {
   };
   // Its tasks say what they compute (one chunk per cp rank, two with zigzag: planner/transformer.cpp's ring), so the
   // executors run it, one rank per GPU.
-  s.run_refusal = [](const StepInputs&, const PlanSpec& spec, int) -> std::string {
-    return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
-  };
+  s.run_refusal = zero_family_run_refusal;
   return s;
 }
 

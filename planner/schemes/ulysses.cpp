@@ -18,9 +18,7 @@ Scheme ulysses_scheme() {
   };
   // Its tasks say what they compute where the heads split evenly (planner/transformer.cpp: rank i holds chunk i,
   // and head group i of every chunk around attention), so the executors run it, one rank per GPU.
-  s.run_refusal = [](const StepInputs&, const PlanSpec& spec, int) -> std::string {
-    return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
-  };
+  s.run_refusal = zero_family_run_refusal;
   return s;
 }
 

@@ -8,9 +8,7 @@ Scheme zero_scheme() {
   s.summary = [](const PlanSpec& spec) { return zero_family_summary(spec.zero, ""); };
   s.enumerate = [](const StepInputs&, const AddPlan& add) { zero_family_variants("zero", ZeroParams{}, false, add); };
   // Its tasks say what they compute (planner/zero.cpp annotates them), so the executors run it, one rank per GPU.
-  s.run_refusal = [](const StepInputs&, const PlanSpec& spec, int) -> std::string {
-    return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
-  };
+  s.run_refusal = zero_family_run_refusal;
   return s;
 }
 

@@ -125,6 +125,10 @@ PlanSpec zero_family_from_flags(const FlagValues& flags) {
   return spec;
 }
 
+std::string zero_family_run_refusal(const StepInputs&, const PlanSpec& spec, int) {
+  return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
+}
+
 Scheme zero_family_scheme(std::string name, std::string description, std::vector<std::string> split_flags) {
   std::vector<std::string> params_shown = split_flags;  // the split's flags are its plan-file keys too
   std::vector<std::string> flags = std::move(split_flags);
