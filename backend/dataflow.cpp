@@ -54,7 +54,7 @@ std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::
 }
 
 std::vector<Key> content(const sim::Op& op) {
-  if (op.zigzag > 0) {  // moves carry no LM-head pieces, so no chunk size is needed
+  if (op.zigzag > 0 || op.chunk_count > 1) {  // moves carry no LM-head pieces, so no chunk size is needed
     std::vector<Key> keys;
     for (const sim::Op& one : chunk_ops(op, 0)) {
       const std::vector<Key> more = content(one);

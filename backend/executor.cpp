@@ -162,6 +162,9 @@ struct Executor::Impl {
   int origin = -1;
   void* arena = nullptr;
   void* pinned = nullptr;
+  // FPDT's streamed buffers (sim::OpCode::fpdt_buffers): pinned staging for the largest copy out and in.
+  void* fpdt_out = nullptr;
+  void* fpdt_in = nullptr;
 
   std::vector<DeviceParameter> params;                  // ModelState::all() order
   std::map<int, std::vector<int>> groups;               // optimizer group -> params
@@ -246,6 +249,8 @@ struct Executor::Impl {
     dev.release(dloss);
     dev.release(arena);
     dev.release_pinned(pinned);
+    dev.release_pinned(fpdt_out);
+    dev.release_pinned(fpdt_in);
   }
 
   int ranks() const { return opt.comm != nullptr ? opt.comm->size() : 1; }
@@ -421,6 +426,7 @@ struct Executor::Impl {
 
     arena = dev.allocate(flow.device_arena_bytes);
     pinned = dev.allocate_pinned(flow.host_bytes);
+    allocate_fpdt_staging();
     for (std::size_t s = 0; s < sched.streams.size(); ++s) {
       streams.push_back(dev.create_stream());
       states_bytes += dev.per_stream_bytes();
@@ -595,6 +601,7 @@ struct Executor::Impl {
     if (task.kind() == sim::TaskKind::p2p) return exchange(task, id, t, stream);
     if (op.is_updated_weights()) return copy_updated_weights(stream);
     if (op.carries_gradients() && task.kind() == sim::TaskKind::copy) return copy_offloaded_states(std::get<sim::Copy>(task.params), op, stream);
+    if (op.code == sim::OpCode::fpdt_buffers) return stream_fpdt_buffers(std::get<sim::Copy>(task.params), stream);
     if (task.kind() == sim::TaskKind::copy) {  // (source, destination) pairs; an untouched accumulator moves nothing
       for (std::size_t i = 0; i + 1 < t.instances.size(); i += 2) {
         if (t.instances[i] < 0) continue;
@@ -628,7 +635,7 @@ struct Executor::Impl {
       return;  // nothing to run for this kind (validated by executor_refusal)
     }
     const std::vector<sim::Op> ops = chunk_ops(op, c);
-    if (ops.size() == 1 && ops.front().zigzag == 0) return compute(op, OpTensors(op, t.uses, t.instances), stream, seq_len);  // the plan's uses
+    if (ops.size() == 1) return compute(ops.front(), OpTensors(ops.front(), t.uses, t.instances), stream, seq_len);  // (rebased into its chunk)
     std::size_t at = 0;  // a zigzag or Ulysses op: one chunk (pair) at a time, each over its share of the uses (compute_uses' order)
     for (const sim::Op& one : ops) {
       const std::size_t n = compute_uses(one, m, c).size();
@@ -678,6 +685,31 @@ struct Executor::Impl {
       for (int p : groups.at(gid))
         dev.copy(stream, params[p].weight, params[p].host_weight, params[p].n * static_cast<std::int64_t>(sizeof(bf16_bits)));
     }
+  }
+
+  void allocate_fpdt_staging() {
+    std::int64_t out_bytes = 0, in_bytes = 0;
+    for (sim::TaskId id : sched.order) {
+      const sim::Task& t = g.task(id);
+      if (t.kind() != sim::TaskKind::copy || t.op.code != sim::OpCode::fpdt_buffers) continue;
+      const auto& copy = std::get<sim::Copy>(t.params);
+      auto& largest = copy.direction == sim::Copy::Direction::d2h ? out_bytes : in_bytes;
+      largest = std::max(largest, copy.bytes);
+    }
+    if (out_bytes > 0) fpdt_out = dev.allocate_pinned(out_bytes);
+    if (in_bytes > 0) fpdt_in = dev.allocate_pinned(in_bytes);
+  }
+
+  // FPDT's streamed buffers: the tensors stay in HBM (their values are the executor's tensors), and the copy carries
+  // its bytes between scratch and the pinned staging buffer of its direction, so the copy engine does the plan's work.
+  void stream_fpdt_buffers(const sim::Copy& copy, int stream) {
+    void* device = dev.scratch(stream, copy.bytes);
+    if (copy.direction == sim::Copy::Direction::d2h) {
+      dev.copy(stream, fpdt_out, device, copy.bytes);
+    } else {
+      dev.copy(stream, device, fpdt_in, copy.bytes);
+    }
+    release(device, stream);
   }
 
   // Ulysses' all-to-all over the task's group (the dataflow's order: per tensor, what this rank sends, then what

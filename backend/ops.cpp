@@ -252,9 +252,17 @@ model::ModelConfig tensor_shard(const model::ModelConfig& model, int shards) {
   return shard;
 }
 
+std::vector<std::int32_t> covered_chunks(const sim::Op& op) {
+  if (op.zigzag > 0) return {op.chunk, static_cast<std::int32_t>(op.zigzag - 1 - op.chunk)};
+  std::vector<std::int32_t> chunks;
+  for (std::int32_t k = 0; k < std::max<std::int32_t>(1, op.chunk_count); ++k) chunks.push_back(op.chunk + k);
+  return chunks;
+}
+
 std::vector<std::int32_t> member_chunks(const sim::Op& op, std::int32_t member) {
-  if (op.zigzag == 0) return {member};
-  return {member, static_cast<std::int32_t>(op.zigzag - 1 - member)};
+  sim::Op held = op;
+  held.chunk = member * std::max<std::int32_t>(1, op.chunk_count);
+  return covered_chunks(held);
 }
 
 model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model) {
@@ -283,10 +291,12 @@ std::vector<sim::Op> head_group_pairs(const sim::Op& op) {
 
 std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
   if (op.head_groups > 0 && op.kv_last > op.kv_first) return head_group_pairs(op);
-  if (op.zigzag <= 0) return {op};
+  if (op.zigzag <= 0 && op.chunk_count <= 1) return {op};
+  const std::vector<std::int32_t> covered = covered_chunks(op);
   const auto mirror = [&](std::int32_t chunk) { return static_cast<std::int32_t>(op.zigzag - 1 - chunk); };
   sim::Op one = op;
   one.zigzag = 0;
+  one.chunk_count = 1;
   std::vector<std::int32_t> kv_chunks;
   for (std::int32_t j = op.kv_first; j >= 0 && j <= op.kv_last; ++j) kv_chunks.insert(kv_chunks.end(), {j, mirror(j)});
   std::sort(kv_chunks.begin(), kv_chunks.end());
@@ -298,11 +308,13 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
     if (row_begin >= 0) std::tie(o.row_begin, o.row_end) = std::pair{row_begin, row_end};
     out.push_back(o);
   };
-  const std::int32_t first = op.chunk, second = mirror(op.chunk);
+  const bool kv_op = op.code == OpCode::attn || op.code == OpCode::attn_bwd || op.code == OpCode::dkv_add || op.code == OpCode::kv ||
+                     op.code == OpCode::dkv || op.code == OpCode::dkv_pass || op.code == OpCode::kv_dkv;
+  TRAINYARD_CHECK(!kv_op || op.zigzag > 0, "an attention op or a K/V move covers one query chunk or a zigzag pair, not a run");
   switch (op.code) {
     case OpCode::attn:
     case OpCode::attn_bwd:
-      for (std::int32_t q : {first, second}) {
+      for (std::int32_t q : covered) {
         if (std::binary_search(kv_chunks.begin(), kv_chunks.end(), q)) add(q, q, -1, -1);  // the diagonal first
         for (std::int32_t j : kv_chunks) {
           if (j < q) add(q, j, -1, -1);  // later chunks are wholly masked
@@ -325,22 +337,25 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
     case OpCode::head_norm_bwd:
     case OpCode::head_wgrad:
     case OpCode::tp_sum_dnf:
-    case OpCode::tp_gather_xent: {
-      TRAINYARD_CHECK(chunk_tokens > 0, "a zigzag LM-head piece needs the chunk's rows");
+    case OpCode::tp_gather_xent: {  // rows [row_begin, row_end) of the covered chunks laid end to end
+      TRAINYARD_CHECK(chunk_tokens > 0, "an LM-head piece over several chunks needs the chunk's rows");
       const auto rows = static_cast<std::int32_t>(chunk_tokens);
-      if (op.row_begin < rows) add(first, -1, op.row_begin, std::min(op.row_end, rows));
-      if (op.row_end > rows) add(second, -1, std::max(op.row_begin, rows) - rows, op.row_end - rows);
+      for (std::size_t k = 0; k < covered.size(); ++k) {
+        const auto start = static_cast<std::int32_t>(k) * rows;
+        if (op.row_begin < start + rows && op.row_end > start) {
+          add(covered[k], -1, std::max(op.row_begin, start) - start, std::min(op.row_end, start + rows) - start);
+        }
+      }
       return out;
     }
     default:
-      add(first, -1, -1, -1);
-      add(second, -1, -1, -1);
+      for (std::int32_t chunk : covered) add(chunk, -1, -1, -1);
       return out;
   }
 }
 
 std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens) {
-  if (op.zigzag > 0 || (op.head_groups > 0 && op.kv_last > op.kv_first)) {
+  if (op.zigzag > 0 || op.chunk_count > 1 || (op.head_groups > 0 && op.kv_last > op.kv_first)) {
     std::vector<Use> uses;
     for (const sim::Op& one : chunk_ops(op, chunk_tokens)) {
       const std::vector<Use> more = compute_uses(one, model, chunk_tokens);

@@ -128,8 +128,11 @@ bool is_tensor_parallel_gather(sim::OpCode code);
 std::vector<Key> tensor_parallel_keys(const sim::Op& op, std::int64_t chunk_tokens);
 bool to_head_groups(sim::OpCode code);  // heads_qkv, heads_dout: from a chunk's heads to head groups
 std::vector<HeadsExchanged> heads_exchanged(sim::OpCode code);
+// The chunks an op covers, in the order its rows lie: `chunk`, and with zigzag its mirror; with a run
+// (sim::Op::chunk_count) chunk .. chunk + chunk_count - 1.
+std::vector<std::int32_t> covered_chunks(const sim::Op& op);
 // The chunks member `member` of an all-to-all's group holds: its index, and with zigzag (Megatron's a2a context
-// parallelism) that chunk's mirror too.
+// parallelism) that chunk's mirror too; with a run (FPDT), the member's run of chunk_count chunks.
 std::vector<std::int32_t> member_chunks(const sim::Op& op, std::int32_t member);
 std::int64_t width_elements(Width w, const model::ModelConfig& model);
 
@@ -141,12 +144,14 @@ model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model);
 // model) when one of them does not divide.
 model::ModelConfig tensor_shard(const model::ModelConfig& model, int shards);
 
-// The one-chunk ops a zigzag op (sim::Op::zigzag) stands for, in the order the executors run them; any other op
-// alone. A zigzag op covers a chunk and its mirror (zigzag - 1 - chunk), each of `chunk_tokens` rows:
+// The one-chunk ops a zigzag op (sim::Op::zigzag) or a run (sim::Op::chunk_count > 1) stands for, in the order
+// the executors run them; any other op alone. A zigzag op covers a chunk and its mirror (zigzag - 1 - chunk), a run
+// its chunks one after another (covered_chunks), each of `chunk_tokens` rows (a run is never an attention op or a
+// K/V move):
 //  - attention (attn, attn_bwd): per query chunk, one op per K/V chunk (of the K/V chunks and their mirrors) not
 //    wholly masked, its diagonal pair first (which starts the chunk's accumulators);
 //  - the K/V chunk ops without a query chunk (dkv_add, and the moves kv, dkv, dkv_pass, kv_dkv): one per K/V chunk;
-//  - the LM head's pieces: rows [row_begin, row_end) of the two chunks laid end to end, split at the chunk's end;
+//  - the LM head's pieces: rows [row_begin, row_end) of the covered chunks laid end to end, split at the chunks' ends;
 //  - every other op: once per chunk.
 // Every entry has zigzag 0. Likewise a Ulysses attention op (sim::Op::head_groups > 0) stands for its pairs of
 // query chunks 0..chunk and the K/V chunks not wholly masked, each query chunk's diagonal first, in its head group.

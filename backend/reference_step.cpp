@@ -442,7 +442,8 @@ class Interpreter {
         return;
       }
       case sim::TaskKind::copy: {
-        if (op.code == sim::OpCode::states || !mine(t.device)) return;
+        // FPDT's streamed buffers stay where they are (sim::OpCode::fpdt_buffers): the copy moves no values.
+        if (op.code == sim::OpCode::states || op.code == sim::OpCode::fpdt_buffers || !mine(t.device)) return;
         const auto& copy = std::get<sim::Copy>(t.params);
         const bool h2d = copy.direction == sim::Copy::Direction::h2d;
         move(id, h2d ? host_of(t.device) : t.device, h2d ? t.device : host_of(t.device), op);
@@ -482,10 +483,10 @@ class Interpreter {
     if (sim::is_host(t.device)) fail(id, "a host task the executor does not know");
     if (!mine(t.device)) return;
     const std::vector<sim::Op> ops = chunk_ops(op, c_);
-    if (ops.size() == 1 && ops.front().zigzag == 0) return compute(id, t.device, op);
-    // A zigzag or Ulysses op, one chunk (pair) at a time; a zigzag task's GEMM spans both chunks' rows.
+    if (ops.size() == 1) return compute(id, t.device, ops.front());  // a piece of a zigzag or run rebased into its chunk
+    // A zigzag, run (FPDT) or Ulysses op, one chunk (pair) at a time; a zigzag or run task's GEMM spans its chunks' rows.
     const bool head = op.code >= sim::OpCode::head_logits && op.code <= sim::OpCode::head_wgrad;
-    expanded_task_tokens_ = head ? op.row_end - op.row_begin : 2 * c_;
+    expanded_task_tokens_ = head ? op.row_end - op.row_begin : static_cast<std::int64_t>(covered_chunks(op).size()) * c_;
     if (op.code == sim::OpCode::attn || op.code == sim::OpCode::attn_bwd) expect_pairs(id, ops);
     for (const sim::Op& one : ops) compute(id, t.device, one);
     expanded_task_tokens_ = -1;
@@ -503,7 +504,7 @@ class Interpreter {
       fail(id, "the graph's attention covers " + std::to_string(graph_pairs) + " query-key pairs but its chunk pairs " + std::to_string(op_pairs));
     }
   }
-  // The token rows of the running task's GEMM: `rows` (the op's), or a zigzag task's (both chunks).
+  // The token rows of the running task's GEMM: `rows` (the op's), or a zigzag or run task's (all its chunks).
   std::int64_t task_tokens(std::int64_t rows) const { return expanded_task_tokens_ >= 0 ? expanded_task_tokens_ : rows; }
 
   // --- Ulysses' all-to-alls ----------------------------------------------------------------------------------

@@ -223,7 +223,8 @@ void LayerEmitter::ring_attention(const std::string& name, bool backward, std::v
 
 bool LayerEmitter::executable_ulysses() const {
   const int sp = split_.ulysses;
-  return sp > 1 && sp <= 127 && split_.tp == 1 && split_.cp == 1 && split_.fpdt_chunks == 1 && model_.heads % sp == 0 && model_.kv_heads % sp == 0;
+  return sp > 1 && sp <= 127 && split_.tp == 1 && split_.cp == 1 && (split_.fpdt_chunks == 1 || split_.executable_fpdt()) && model_.heads % sp == 0 &&
+         model_.kv_heads % sp == 0;
 }
 
 int LayerEmitter::executable_heads_split() const {
@@ -233,8 +234,9 @@ int LayerEmitter::executable_heads_split() const {
 }
 
 sim::Op LayerEmitter::on_rank(sim::Op at, std::size_t rank) const {
-  if (split_.executable_ring() || split_.executable_cp_allgather() || executable_heads_split() > 0) {
-    at.chunk += static_cast<std::int32_t>(rank) / split_.built_tp();
+  const int run = split_.fpdt_run();
+  if (split_.executable_ring() || split_.executable_cp_allgather() || executable_heads_split() > 0 || split_.executable_fpdt()) {
+    at = sim::Op::chunk_run(at, at.chunk + static_cast<std::int32_t>(rank) / split_.built_tp() * run, run);
   }
   at.zigzag = split_.zigzag_chunks();
   return at;
@@ -491,34 +493,49 @@ double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, boo
 
 // FPDT attention (seed 002; design.md 3.2). Forward: chunk i's K/V go to host DRAM as soon as they exist; its
 // queries attend to itself (causal) and then to every earlier chunk, whose K/V come back from host through two
-// buffers (the copy of chunk j waits until the block two steps back has released its buffer). Backward, FPDT's
-// order: outer loop over kv chunk i (K_i, V_i and fp32 dK_i, dV_i stay in HBM), inner loop over query chunks
-// j >= i, with q, o, lse, dO and the fp32 dq of chunk j streamed in and dq streamed back out.
+// buffers (the copy of chunk j waits until the block two steps back has released its buffer); then the partial
+// outputs are merged. Backward, FPDT's order: outer loop over kv chunk i (K_i, V_i and fp32 dK_i, dV_i stay in
+// HBM), inner loop over query chunks j >= i, with q, o, lse, dO and the fp32 dq of chunk j streamed in and dq
+// streamed back out. Where the executors run it (LayerSplit::executable_fpdt), each block is one chunk pair of
+// the rank's head group and each copy says it streams FPDT's buffers (sim::OpCode::fpdt_buffers).
 void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::vector<sim::TaskId>& last, bool recompute) {
   const int u = split_.fpdt_chunks;
   const auto c = fpdt_chunk(model_, split_);
   const auto chunk_tokens = static_cast<std::int64_t>(c.tokens) / split_.sequences;
   const int shards = split_.ulysses;
+  const bool executable = split_.executable_fpdt() && (shards == 1 || executable_ulysses());
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
   const auto head_dim = static_cast<std::int32_t>(model_.head_dim);
   const auto kv_bytes = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * 2 * c.kv * kBf16));
   const auto pair_in = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * (3 * c.q * kBf16 + c.q * 4) + c.tokens * 4));
   const auto pair_out = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * c.q * 4));
+  // Rank r's op on its head group of the chunks (after the Ulysses exchange, it holds that group of every chunk).
+  auto in_head_group = [&](sim::Op o, std::size_t r) {
+    if (shards > 1) {
+      o.head_group = static_cast<std::int8_t>(r);
+      o.head_groups = static_cast<std::uint8_t>(shards);
+    }
+    return o;
+  };
   for (std::size_t r = 0; r < ranks_.size(); ++r) {
     const sim::DeviceId gpu = ranks_[r];
-    auto block = [&](const std::string& label, bool causal, std::vector<sim::TaskId> deps) {
+    auto block = [&](std::int32_t q, std::int32_t kv, std::vector<sim::TaskId> deps) {
       if (last[r] >= 0) deps.push_back(last[r]);
-      last[r] = graph_.add(name + " " + label,
+      const sim::Op pair = sim::Op::kv_range(backward ? sim::OpCode::attn_bwd : sim::OpCode::attn, at_.seq, at_.layer, q, kv, kv);
+      last[r] = graph_.add(name + " C" + std::to_string(q) + " x C" + std::to_string(kv),
                            {gpu,
                             {sim::StreamKind::compute, 0},
                             recompute,
-                            sim::Attention{chunk_tokens, chunk_tokens, heads, std::min(kv_heads, heads), head_dim, causal, backward}},
+                            sim::Attention{chunk_tokens, chunk_tokens, heads, std::min(kv_heads, heads), head_dim, q == kv, backward},
+                            executable ? in_head_group(pair, r) : sim::Op{}},
                            deps);
       return last[r];
     };
     auto copy = [&](const std::string& label, sim::Copy::Direction dir, std::int64_t bytes, std::vector<sim::TaskId> deps) {
-      return graph_.copy(name + " " + label, gpu, {dir, bytes, true}, deps);
+      const sim::TaskId id = graph_.copy(name + " " + label, gpu, {dir, bytes, true}, deps);
+      if (executable) graph_.set_op(id, op(sim::OpCode::fpdt_buffers));
+      return id;
     };
     const sim::TaskId start = last[r];
     const std::vector<sim::TaskId> after_start = start >= 0 ? std::vector<sim::TaskId>{start} : std::vector<sim::TaskId>{};
@@ -526,12 +543,12 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
       std::vector<sim::TaskId> offloaded;
       for (int i = 0; i < u; ++i) {
         offloaded.push_back(copy("D2H kv C" + std::to_string(i), sim::Copy::Direction::d2h, kv_bytes, after_start));
-        std::vector<sim::TaskId> blocks{block("C" + std::to_string(i) + " x C" + std::to_string(i), true, {})};
+        std::vector<sim::TaskId> blocks{block(i, i, {})};
         for (int j = 0; j < i; ++j) {
           std::vector<sim::TaskId> deps{offloaded[j]};
           if (blocks.size() >= 2) deps.push_back(blocks[blocks.size() - 2]);  // two buffers
           const sim::TaskId in = copy("H2D kv C" + std::to_string(j) + " for C" + std::to_string(i), sim::Copy::Direction::h2d, kv_bytes, deps);
-          blocks.push_back(block("C" + std::to_string(i) + " x C" + std::to_string(j), false, {in}));
+          blocks.push_back(block(i, j, {in}));
         }
       }
     } else {
@@ -542,15 +559,22 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
         for (int j = i; j < u; ++j) {
           std::vector<sim::TaskId> deps{kv_in};
           if (blocks.size() >= 2) deps.push_back(blocks[blocks.size() - 2]);
-          const sim::TaskId in = copy("H2D q o dO lse dq C" + std::to_string(j), sim::Copy::Direction::h2d, pair_in, deps);
-          blocks.push_back(block("C" + std::to_string(j) + " x C" + std::to_string(i), i == j, {in}));
-          copy("D2H dq C" + std::to_string(j), sim::Copy::Direction::d2h, pair_out, {blocks.back()});
+          const std::string pair = "C" + std::to_string(j) + " for C" + std::to_string(i);  // names unique per GPU: compare matches by them
+          const sim::TaskId in = copy("H2D q o dO lse dq " + pair, sim::Copy::Direction::h2d, pair_in, deps);
+          blocks.push_back(block(j, i, {in}));
+          copy("D2H dq " + pair, sim::Copy::Direction::d2h, pair_out, {blocks.back()});
         }
       }
     }
   }
-  elementwise(name + " merge", sim::OpCode::none, kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
+  if (backward) return;  // dQ and the dK | dV accumulators are fp32 until rope_bwd turns them to bf16
+  const auto before = static_cast<sim::TaskId>(graph_.size());
+  elementwise(name + " merge", executable ? sim::OpCode::attn_merge : sim::OpCode::none,
+              kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()) * 2,
               kBf16 * static_cast<double>(split_.local_tokens() * model_.q_dim()), last, recompute);
+  for (std::size_t r = 0; r < ranks_.size() && executable; ++r) {  // every chunk's outputs of the rank's head group
+    graph_.set_op(before + static_cast<sim::TaskId>(r), in_head_group(sim::Op::chunk_run(op(sim::OpCode::attn_merge), 0, u), r));
+  }
 }
 
 void LayerEmitter::ulysses_exchange(const std::string& name, sim::OpCode code, double bytes, std::vector<sim::TaskId>& last) {

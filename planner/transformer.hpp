@@ -65,12 +65,18 @@ struct LayerSplit {
   // Megatron's all_gather context parallelism the executors run: rank r holds chunk r (with zigzag, and its mirror),
   // gathers every chunk's K and V and sends each owner its share of their dK | dV (every rank built).
   bool executable_cp_allgather() const { return cp > 1 && cp_comm == CpComm::all_gather && built_cp() == cp && built_tp() == tp; }
+  // FPDT the executors run: no TP or CP, one sequence per micro-batch, and each sp rank's tokens a whole number of
+  // FPDT chunks, so that rank i holds chunks i * r .. (i + 1) * r - 1, r = fpdt_run() (sim::Op::chunk_run); with
+  // sp > 1 the heads must split evenly too (LayerEmitter::executable_ulysses).
+  bool executable_fpdt() const { return fpdt_chunks > 1 && tp == 1 && cp == 1 && sequences == 1 && fpdt_chunks % ulysses == 0; }
+  // The executors' chunks a rank's ops cover: FPDT's chunks of its share of the sequence; else 1.
+  int fpdt_run() const { return executable_fpdt() ? fpdt_chunks / ulysses : 1; }
   // An executable zigzag split: the 2 x cp chunks of the sequence (sim::Op::zigzag); else 0.
   std::uint8_t zigzag_chunks() const {
     return (executable_ring() || executable_cp_a2a() || executable_cp_allgather()) && zigzag && cp <= 127 ? static_cast<std::uint8_t>(2 * cp) : 0;
   }
-  // The tokens of the executors' chunk: a rank's share of a sequence, half of it with zigzag.
-  std::int64_t chunk_tokens() const { return local_tokens() / sequences / (zigzag_chunks() > 0 ? 2 : 1); }
+  // The tokens of the executors' chunk: a rank's share of a sequence, half of it with zigzag; FPDT: its chunk.
+  std::int64_t chunk_tokens() const { return local_tokens() / sequences / (zigzag_chunks() > 0 ? 2 : 1) / fpdt_run(); }
 };
 
 // Bytes of activations one layer keeps for backward on one GPU. Follows Korthikanti et al. (2022), "Reducing
@@ -139,8 +145,9 @@ class LayerEmitter {
   // `at` as the group's rank index `rank` holds it: its chunk (LayerSplit::executable_ring: rank r's cp index;
   // executable_ulysses: its index) and zigzag.
   sim::Op on_rank(sim::Op at, std::size_t rank) const;
-  // Ulysses the executors run: the heads and K/V heads split evenly over the sp ranks (no TP, CP or FPDT); rank i
-  // holds chunk i of the sequence and, around attention, head group i of every chunk.
+  // Ulysses the executors run: the heads and K/V heads split evenly over the sp ranks (no TP or CP; FPDT where
+  // LayerSplit::executable_fpdt); rank i holds chunk i of the sequence (FPDT: its run of chunks) and, around
+  // attention, head group i of every chunk.
   bool executable_ulysses() const;
   // Ulysses or Megatron's a2a CP that the executors run: the head groups attention works on (sp or cp); else 0.
   int executable_heads_split() const;

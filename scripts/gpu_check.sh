@@ -70,7 +70,8 @@ check run-medium-calibrated 50 "$trainyard" run --plan examples/medium-ringtrack
   --gpu-profile "$work/calibrated-gpu.json"
 # Every scheme the executor runs, on one GPU, against the CPU reference (--check): the small model again, Megatron
 # with full recompute and offloaded checkpoints, ZeRO-3 with the optimizer step on the host (cudaLaunchHostFunc)
-# and parameters offloaded, ZeRO-2 with activations offloaded, ring-track with its weights streamed from the host.
+# and parameters offloaded, ZeRO-2 with activations offloaded, ring-track with its weights streamed from the host,
+# FPDT (NOT RUN ON A GPU before this check).
 python3 - "$work" <<'PY'
 import json, os, sys
 plan = json.load(open("examples/small-ringtrack-gpu.plan.json"))
@@ -82,12 +83,14 @@ one_gpu = {
     "zero": ("zero", zero),
     "zero2-acts": ("zero", dict(zero, zero_stage=2, offload="acts", activation_checkpointing=True)),
     "ringtrack-stream": ("ringtrack", dict(plan["parameters"], weights="stream", states="dram")),
+    # FPDT alone: attention in 4 chunks, its streamed buffers' bytes on the copy engines.
+    "fpdt": ("fpdt", dict(zero, zero_stage=1, offload="none", chunk=plan["workload"]["seq_len"] // 4, activation_checkpointing=True)),
 }
 for name, (scheme, parameters) in one_gpu.items():
     p = dict(plan, scheme=scheme, parameters=parameters)
     json.dump(p, open(os.path.join(sys.argv[1], "one-gpu-" + name + ".plan.json"), "w"))
 PY
-for scheme in megatron zero zero2-acts ringtrack-stream; do
+for scheme in megatron zero zero2-acts ringtrack-stream fpdt; do
   check "run-check-$scheme" 40 "$trainyard" run --plan "$work/one-gpu-$scheme.plan.json" --device gpu --check
   check "run-$scheme" 40 "$trainyard" run --plan "$work/one-gpu-$scheme.plan.json" --device gpu --warmup 1 --steps 3
 done
@@ -120,6 +123,7 @@ zero = {"zero_stage": 1, "offload": "none", "sp": 1, "cp": 1, "zigzag": False, "
 others = {
     "ringattention": ("ring-attention", 1, dict(zero, cp=gpus, zigzag=True)),
     "ulysses": ("ulysses", gpus // 2, dict(zero, sp=2)),
+    "fpdt": ("fpdt", gpus // 2, dict(zero, sp=2, chunk=plan["workload"]["seq_len"] // 4, activation_checkpointing=True)),
     "megatron-cp": ("megatron", 1, {"tp": 1, "pp": 1, "dp": 1, "cp": gpus, "vpp": 1, "micro_batch": 1, "sequence_parallel": False,
                                     "recompute": "none", "offload_activations": False}),
     # ZeRO-Offload: each rank's optimizer step on its host (cudaLaunchHostFunc), gradients out and weights back.
@@ -130,7 +134,7 @@ for name, (scheme, batch, parameters) in others.items():
     json.dump(p, open(os.path.join(os.path.dirname(out), name + ".plan.json"), "w"))
 PY
   check run-ranks-nccl 60 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/replicas.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
-  for scheme in ringattention ulysses megatron-cp zero-offload; do
+  for scheme in ringattention ulysses fpdt megatron-cp zero-offload; do
     check "run-ranks-$scheme" 45 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/$scheme.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
   done
 else
@@ -142,7 +146,8 @@ check sdpa 40 python3 scripts/sdpa_bench.py 16384 4096
 python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo "kernels table: failed (kernels-table.log)"
 [ -f "$work/kernels.md" ] && cat "$work/kernels.md"
 for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-check-megatron run-check-zero run-check-zero2-acts \
-  run-megatron run-zero run-zero2-acts train-zero-host-optimizer run-check-ringtrack-stream train-ringtrack-stream run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-megatron-cp; do
+  run-megatron run-zero run-zero2-acts train-zero-host-optimizer run-check-ringtrack-stream train-ringtrack-stream run-check-fpdt run-fpdt \
+  run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-fpdt run-ranks-megatron-cp; do
   echo "--- $log (last lines)"
   tail -n 25 "$work/$log.log"
 done

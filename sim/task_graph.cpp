@@ -26,6 +26,11 @@ std::string_view to_string(TaskKind kind) {
   return names[static_cast<int>(kind)];
 }
 
+std::int16_t narrow_op_field(std::int32_t value, const char* what) {
+  if (value < -1 || value > INT16_MAX) throw InputError("the step's task graph", what, "at most 32767", std::to_string(value));
+  return static_cast<std::int16_t>(value);
+}
+
 std::string_view to_string(OpCode code) {
   // A table laid out by hand, in OpCode's order.
   // clang-format off
@@ -35,7 +40,7 @@ std::string_view to_string(OpCode code) {
       "residual1_bwd", "proj_dgrad", "proj_wgrad", "attn_bwd", "dkv_add", "rope_bwd", "qkv_dgrad", "qkv_wgrad", "norm1_bwd",
       "embed_bwd", "head_logits", "head_xent", "head_xent_shard", "head_xent_merge", "head_dgrad", "head_dgrad_shard",
       "head_norm_bwd", "head_wgrad", "optimizer", "host_grad_sum", "kv", "dkv", "kv_dkv", "dkv_pass", "acts", "checkpoint", "input",
-      "input_grad", "heads_qkv", "heads_out", "heads_dout", "heads_dqkv", "tp_sum_p", "tp_sum_mo", "tp_sum_dn2", "tp_sum_dn1",
+      "input_grad", "fpdt_buffers", "heads_qkv", "heads_out", "heads_dout", "heads_dqkv", "tp_sum_p", "tp_sum_mo", "tp_sum_dn2", "tp_sum_dn1",
       "tp_sum_x", "tp_sum_dnf", "tp_gather_xent", "tp_gather_n1", "tp_gather_n2", "tp_gather_dm", "tp_gather_dp", "tp_gather_x",
       "tp_gather_dx", "tp_sum_norms", "cp_gather_kv", "cp_scatter_dkv", "states"};
   // clang-format on

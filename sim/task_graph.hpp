@@ -132,6 +132,10 @@ enum class OpCode : std::uint8_t {
   checkpoint,  // what recompute keeps: the layer input, the attention output and its lse
   input,       // the layer's input (the previous layer's output; layer L: the final hidden state)
   input_grad,  // the gradient of the layer's input
+  // FPDT's attention tensors streamed through host DRAM (forward: K/V out and back; backward: K/V, q, o, dO, lse
+  // and dq in, dq out). The executors keep those tensors in HBM and carry the copy's bytes between scratch and
+  // pinned buffers: the copy engines do the plan's work, while HBM holds more than the plan counts.
+  fpdt_buffers,
   // On an all-to-all over a Ulysses group, whose rank i holds chunk i of the sequence and, around attention, head
   // group i of every chunk (Op::head_groups groups): Q, K, V (heads_qkv) and dO (heads_dout) from a chunk's heads
   // to head groups; the attention output (heads_out) and the fp32 dQ, dK|dV (heads_dqkv) back.
@@ -160,10 +164,13 @@ enum class OpCode : std::uint8_t {
 // clang-format on
 std::string_view to_string(OpCode code);
 
+// Op's 16-bit fields: `value`, or InputError naming `what` when it exceeds 32767 (or is below -1).
+std::int16_t narrow_op_field(std::int32_t value, const char* what);
+
 struct Op {
   // Coordinates only: the fields below are set by name (kv_range, optimizer_of), never by position.
   Op(OpCode code_ = OpCode::none, std::int32_t seq_ = 0, std::int32_t layer_ = -1, std::int32_t chunk_ = -1)
-      : code(code_), seq(seq_), layer(layer_), chunk(chunk_) {}
+      : code(code_), seq(narrow_op_field(seq_, "sequences in one step")), layer(layer_), chunk(chunk_) {}
   OpCode code = OpCode::none;
   // Zigzag ring attention: 0, or the number of chunks the sequence is cut into (2 x cp, at most 254), when the op
   // covers two of them, `chunk` and its mirror zigzag - 1 - chunk, and each K/V chunk with its mirror likewise
@@ -174,7 +181,10 @@ struct Op {
   // padding after `code`.
   std::int8_t head_group = -1;
   std::uint8_t head_groups = 0;
-  std::int32_t seq = 0, layer = -1, chunk = -1;
+  // The step's sequence (at most 32767 in one graph) and the chunks the op covers: chunk .. chunk + chunk_count - 1
+  // (FPDT: an sp rank's run of the sequence's chunks, Op::chunk_run; the executors run it as its one-chunk ops).
+  std::int16_t seq = 0, chunk_count = 1;
+  std::int32_t layer = -1, chunk = -1;
   // attn, attn_bwd, kv, dkv, kv_dkv: the K/V chunks kv_first..kv_last (both included).
   std::int32_t kv_first = -1, kv_last = -1;
   // head_*: the piece's token rows [row_begin, row_end) inside the chunk.
@@ -187,6 +197,11 @@ struct Op {
     Op o{code, seq, layer, chunk};
     o.kv_first = kv_first;
     o.kv_last = kv_last;
+    return o;
+  }
+  static Op chunk_run(Op o, std::int32_t first_chunk, std::int32_t count) {
+    o.chunk = first_chunk;
+    o.chunk_count = narrow_op_field(count, "chunks in one op's run");
     return o;
   }
   static Op optimizer_of(std::int32_t gpu) {

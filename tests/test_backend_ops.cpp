@@ -137,6 +137,33 @@ TEST(OpTable, ZigzagOpsStandForTheirOneChunkOps) {
   EXPECT_EQ(chunk_ops(sim::Op{OpCode::norm1, 0, 1, 1}, 4).size(), 1u);
 }
 
+// FPDT's run: an sp rank's ops cover its chunks one after another (rank 1 of 2, 3 chunks each: chunks 3..5), and
+// an LM-head piece's rows span them end to end; an all-to-all's members hold their runs.
+TEST(OpTable, ARunStandsForEachOfItsChunks) {
+  const auto norm = chunk_ops(sim::Op::chunk_run(sim::Op{OpCode::norm2_bwd, 0, 1}, 3, 3), 4);
+  ASSERT_EQ(norm.size(), 3u);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(std::tie(norm[k].chunk, norm[k].chunk_count), std::make_tuple(3 + k, std::int16_t{1}));
+  sim::Op piece = sim::Op::chunk_run(sim::Op{OpCode::head_dgrad, 0, 2}, 3, 3);  // rows 3..9 of the rank's 12
+  piece.row_begin = 3;
+  piece.row_end = 9;
+  const auto head = chunk_ops(piece, 4);
+  ASSERT_EQ(head.size(), 3u);
+  EXPECT_EQ(std::tie(head[0].chunk, head[0].row_begin, head[0].row_end), std::make_tuple(3, 3, 4));
+  EXPECT_EQ(std::tie(head[1].chunk, head[1].row_begin, head[1].row_end), std::make_tuple(4, 0, 4));
+  EXPECT_EQ(std::tie(head[2].chunk, head[2].row_begin, head[2].row_end), std::make_tuple(5, 0, 1));
+  piece.row_begin = 8;  // inside one chunk: itself, rebased
+  const auto inside = chunk_ops(piece, 4);
+  ASSERT_EQ(inside.size(), 1u);
+  EXPECT_EQ(std::tie(inside[0].chunk, inside[0].row_begin, inside[0].row_end), std::make_tuple(5, 0, 1));
+  sim::Op exchange = sim::Op::chunk_run(sim::Op{OpCode::heads_qkv, 0, 1}, -1, 3);
+  EXPECT_EQ(member_chunks(exchange, 1), (std::vector<std::int32_t>{3, 4, 5}));
+  const auto m = test::tiny_model();
+  EXPECT_EQ(compute_uses(sim::Op::chunk_run(sim::Op{OpCode::norm1, 0, 1}, 3, 3), m, 4).size(),
+            3 * compute_uses(sim::Op{OpCode::norm1, 0, 1, 3}, m, 4).size());
+  // An attention op covers one query chunk (FPDT: one pair per block).
+  EXPECT_THROW(chunk_ops(sim::Op::chunk_run(attention_pair(OpCode::attn, 1, 0, 0), 0, 2), 4), InternalError);
+}
+
 // Ulysses over 3 ranks: rank 2's attention works on head group 2 of all 3 chunks, every causal pair, each query
 // chunk's diagonal first, its tensors a third as wide and keyed by the head group.
 TEST(OpTable, UlyssesAttentionStandsForItsHeadGroupsPairs) {

@@ -270,6 +270,21 @@ TEST(ReferenceStep, UlyssesStepsEqualTheRingTrackStep) {
       {{"sp 2 x 2 replicas, ZeRO-3, checkpointed", pairs}, {"sp 2 x 2, ZeRO-2, checkpoints and optimizer offloaded", offloaded}}, 83);
 }
 
+// FPDT: attention in chunks of 8 of the 32 tokens, each chunk against itself and every earlier one in FPDT's
+// order (backward: K/V chunk outermost), on Ulysses (each sp rank's ops over its run of 2 chunks) or alone (sp 1:
+// every rank's ops over all 4); its streamed buffers move no values.
+TEST(ReferenceStep, FpdtStepsEqualTheRingTrackStep) {
+  planner::ZeroParams ulysses, replicas;
+  ulysses.sp = 2;
+  ulysses.stage = 3;
+  ulysses.activation_checkpointing = true;
+  ulysses.fpdt_chunk = 8;
+  replicas.stage = 1;
+  replicas.activation_checkpointing = true;
+  replicas.fpdt_chunk = 8;
+  expect_zero_family_steps_equal_the_ringtrack_step({{"FPDT sp 2 x 2 replicas, ZeRO-3", ulysses}, {"FPDT sp 1 x 4 replicas, ZeRO-1", replicas}}, 89);
+}
+
 namespace {
 
 // The reference's error for a ZeRO-family step on the 4-GPU tiny node with the edges `cut` says taken out (at

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
@@ -479,8 +480,8 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   const auto check = run_cli("run --device cpu --check --plan " + out);
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
   EXPECT_NE(check.out.find("PASS"), std::string::npos) << check.out;
-  // On GPUs the executor alone runs plans, one rank per GPU: TP (which it runs) may be picked, and FPDT's chunked
-  // offload (which no executor runs) never is.
+  // On GPUs the executor alone runs plans, one rank per GPU: TP (which it runs) may be picked, and FPDT where each
+  // sp rank's share of the sequence is a whole number of its chunks.
   const auto gpu = run_cli("plan " + inputs + " --executable gpu --strategies megatron,ulysses --top 200 --json");
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   bool gpu_tp = false;
@@ -492,8 +493,16 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   EXPECT_TRUE(gpu_tp) << "TP runs on GPU ranks (mpirun -np 4)";
   const auto fpdt = run_cli(
       "plan --model custom:layers=2,hidden=32,heads=4,kv_heads=4,head_dim=8,ffn_hidden=48,vocab=256 --hw pcie-a100x4 --seq 64K "
-      "--global-batch 4 --executable gpu --strategies fpdt");  // FPDT's chunks: 16K and up
-  EXPECT_NE(fpdt.err.find("fpdt: none of its"), std::string::npos) << fpdt.out << fpdt.err;
+      "--global-batch 4 --executable gpu --strategies fpdt --top 200 --json");  // FPDT's chunks: 16K and up
+  ASSERT_EQ(fpdt.exit_code, 0) << fpdt.err;
+  std::set<int> fpdt_sp;
+  const auto fpdt_plans = nlohmann::json::parse(fpdt.out);
+  for (const auto& r : fpdt_plans["ranked"]) {
+    const int sp = r["parameters"]["sp"];
+    fpdt_sp.insert(sp);
+    EXPECT_EQ(65536 / sp % r["parameters"]["chunk"].get<int>(), 0) << r["summary"];  // sp 4 with 32K chunks is left out
+  }
+  EXPECT_EQ(fpdt_sp, (std::set<int>{1, 2, 4})) << "sp 4 with 16K chunks runs";
   EXPECT_EQ(run_cli("plan " + inputs + " --executable tpu").exit_code, 2);
   // Without mpirun there is no one to wait for: --comm-timeout is refused, as is a timeout that is no duration.
   const auto lone = run_cli("run --device cpu --check --comm-timeout 5 --plan " + out);

@@ -235,10 +235,16 @@ TEST(CpuExecutor, MegatronAndZeroStepsOnOneGpuMatchTheReference) {
   megatron.offload_activations = true;
   planner::ZeroParams zero;
   zero.activation_checkpointing = true;
-  for (auto [name, graph] : {std::pair{"megatron", planner::build_megatron(in, megatron)}, std::pair{"zero", planner::build_zero(in, zero)}}) {
+  planner::ZeroParams fpdt = zero;  // attention in 4 chunks of 8 tokens, each rank op over all 4, the streams' bytes carried
+  fpdt.fpdt_chunk = 8;
+  for (auto [name, graph] : {std::pair{"megatron", planner::build_megatron(in, megatron)}, std::pair{"zero", planner::build_zero(in, zero)},
+                             std::pair{"fpdt", planner::build_zero(in, fpdt)}}) {
     SCOPED_TRACE(name);
     graph.finalize();
     ASSERT_FALSE(executor_refusal(graph)) << executor_refusal(graph)->task << ": " << executor_refusal(graph)->found;
+    const auto& tasks = graph.tasks();
+    const auto streamed = std::count_if(tasks.begin(), tasks.end(), [](const sim::Task& t) { return t.op.code == sim::OpCode::fpdt_buffers; });
+    EXPECT_EQ(streamed > 0, std::string(name) == "fpdt");
     const auto dev = make_cpu_device();
     test::expect_step_matches_reference(*dev, graph, m, tokens, 8, 0);
   }

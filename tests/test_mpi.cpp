@@ -322,17 +322,19 @@ TEST(Mpi, RingAttentionSplitOverRanksEqualsTheSingleRankStep) {
 }
 
 // Ulysses over 2 ranks per sequence (the tiny model's 2 K/V heads split no further), replicas on the rest: its
-// all-to-alls are MPI all-to-alls over each sp group.
+// all-to-alls are MPI all-to-alls over each sp group. FPDT on top (its attention in chunks of 8 of the 32 tokens,
+// each sp rank holding a run of 2).
 TEST(Mpi, UlyssesSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
   const auto m = test::tiny_model(true);
   const sim::Cluster cluster = cluster_for_ranks();
-  for (int stage : {1, 3}) {
-    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
+  for (const auto& [stage, fpdt_chunk] : {std::pair{1, 0}, {3, 0}, {3, 8}}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage) + (fpdt_chunk > 0 ? ", FPDT" : ""));
     planner::ZeroParams p;
     p.sp = 2;
     p.stage = stage;
     p.activation_checkpointing = stage == 3;
+    p.fpdt_chunk = fpdt_chunk;
     const std::int64_t sequences = n / 2;
     const planner::StepInputs in{m, cluster, {32, sequences}, model::precision_policy("bf16-mixed")};
     expect_split_equals_single(planner::build_zero(in, p), m, random_windows(m.vocab, 32, sequences, 97), cluster.topology.gpus_per_node(), 2);
@@ -342,9 +344,9 @@ TEST(Mpi, UlyssesSplitOverRanksEqualsTheSingleRankStep) {
 // The executor on the CPU device, one rank per GPU (streams as threads; the gradient reductions are MPI
 // all-reduces queued on their streams, sends MPI messages from a stream to a receive stream): data-parallel steps
 // of ZeRO (stages 0 and 1), Megatron and ring-track replicas, and steps that send between ranks (ring attention
-// over every rank, plain and zigzag, Megatron's pipeline of 2 stages and its context parallelism, Ulysses' all-to-alls, ring-track rings of 2 GPUs)
-// against the CPU reference on one rank, with an AdamW step; and ZeRO-2 and -3 with 2 micro-batches, which reduce each group every micro-batch. The
-// model ties its embeddings (the pipeline sums the first stage's and the last stage's copy after the data-parallel reduction).
+// over every rank, plain and zigzag, Megatron's pipeline of 2 stages and its context parallelism, Ulysses' all-to-alls and FPDT's on top, ring-track
+// rings of 2 GPUs) against the CPU reference on one rank, with an AdamW step; and ZeRO-2 and -3 with 2 micro-batches, which reduce each group every
+// micro-batch. The model ties its embeddings (the pipeline sums the first stage's and the last stage's copy after the data-parallel reduction).
 TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   const int n = world().size();
   const auto m = test::tiny_model(true);
@@ -368,6 +370,10 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   ulysses.sp = 2;
   ulysses.stage = 1;
   ulysses.activation_checkpointing = true;
+  planner::ZeroParams fpdt = ulysses;  // FPDT: attention in 4 chunks, each sp rank's ops over its run of 2
+  fpdt.fpdt_chunk = 8;
+  planner::ZeroParams fpdt_replicas = zero1;  // sp 1: every rank's ops over all 4 chunks
+  fpdt_replicas.fpdt_chunk = 8;
   planner::MegatronParams megatron_cp;  // zigzag, as Megatron-LM's
   megatron_cp.cp = n;
   planner::MegatronParams piped_cp = megatron_cp;  // its receives from the next stage and the ring's neighbour apart
@@ -421,6 +427,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
       {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n},
       {"megatron cp", m, planner::build_megatron(in, megatron_cp)},
       {"ulysses sp 2", m, planner::build_zero(in, ulysses)},
+      {"fpdt sp 2", m, planner::build_zero(in, fpdt)},
+      {"fpdt sp 1", m, planner::build_zero(in, fpdt_replicas)},
       {"zero-1, optimizer on the host", m, planner::build_zero(in, offloaded1)},
       {"zero-3, optimizer on the host", m, planner::build_zero(in, offloaded3)},
       {"zero-2, gradients to the optimizer on the host", m, planner::build_zero(in, offloaded2)},

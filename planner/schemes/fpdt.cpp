@@ -15,6 +15,21 @@ Scheme fpdt_scheme() {
     spec.zero.fpdt_chunk = parse_token_count(flags.text("chunk").value_or("64K"), "--chunk");  // FPDT's default chunk
     return spec;
   };
+  // What the executors run (LayerSplit::executable_fpdt): each sp rank's tokens a whole number of chunks, the heads
+  // split evenly over sp.
+  s.run_refusal = [](const StepInputs& in, const PlanSpec& spec, int ranks) {
+    if (std::string needs = zero_family_run_refusal(in, spec, ranks); !needs.empty()) return needs;
+    const ZeroParams& p = spec.zero;
+    const std::int64_t share = in.workload.seq_len / p.sp;
+    if (share % p.fpdt_chunk != 0) {
+      return "an FPDT chunk dividing each sp rank's share of the sequence (" + format_tokens(share) + " tokens, chunk " +
+             format_tokens(p.fpdt_chunk) + ")";
+    }
+    if (in.model.heads % p.sp != 0 || in.model.kv_heads % p.sp != 0) {
+      return "an sp dividing the model's heads and K/V heads (" + std::to_string(in.model.heads) + ", " + std::to_string(in.model.kv_heads) + ")";
+    }
+    return std::string();
+  };
   s.chunk_of = [](const PlanSpec& spec) { return spec.zero.fpdt_chunk; };
   s.set_chunk = [](PlanSpec& spec, std::int64_t tokens) { spec.zero.fpdt_chunk = tokens; };
   s.interactive_chunks = 128;
