@@ -54,7 +54,7 @@ std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::
 }
 
 std::vector<Key> content(const sim::Op& op) {
-  if (op.zigzag > 0 || op.chunk_count > 1) {  // moves carry no LM-head pieces, so no chunk size is needed
+  if (op.zigzag > 0 || op.chunk_count > 1 || op.seq_count > 1) {  // moves carry no LM-head pieces, so no chunk size is needed
     std::vector<Key> keys;
     for (const sim::Op& one : chunk_ops(op, 0)) {
       const std::vector<Key> more = content(one);
@@ -63,7 +63,8 @@ std::vector<Key> content(const sim::Op& op) {
     return keys;
   }
   std::vector<Key> keys;
-  auto at = [&](Role r, int layer, int chunk) { keys.push_back({r, op.seq, layer, chunk}); };
+  const std::int32_t heads = op.head_groups > 0 && !op.is_lm_head() ? op.head_group + 1 : 0;  // a2a+p2p: a head group's blocks
+  auto at = [&](Role r, int layer, int chunk) { keys.push_back({r, op.seq, layer, chunk, 0, heads}); };
   switch (op.code) {
     case sim::OpCode::kv:
     case sim::OpCode::dkv:
@@ -74,7 +75,7 @@ std::vector<Key> content(const sim::Op& op) {
           at(Role::k, op.layer, j);
           at(Role::v, op.layer, j);
         }
-        if (op.code != sim::OpCode::kv) keys.push_back({Role::dkv, op.seq, op.layer, j, op.dkv_share()});
+        if (op.code != sim::OpCode::kv) keys.push_back({Role::dkv, op.seq, op.layer, j, op.dkv_share(), heads});
       }
       break;
     case sim::OpCode::acts:
@@ -148,7 +149,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
         if (remote(to)) {  // sending: what it carries must be here
           int src = find(from, key);
           if (src < 0 && key.role == Role::dkv) {  // nothing added yet: zeros, so that the message is what the receiver expects
-            const TensorShape shape = chunk_tensor(key.role, model, graph.chunk_tokens());
+            const TensorShape shape = chunk_tensor(key.role, model_of(t.op, model), graph.chunk_tokens());
             src = create(from, key, shape.elements, shape.dtype);
             step.zero_first.push_back(src);
           }
@@ -159,7 +160,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
           const Key delivered = arrival(t.op, key);
           int dst = find(to, delivered);
           if (dst < 0) {
-            const TensorShape shape = chunk_tensor(delivered.role, model, graph.chunk_tokens());
+            const TensorShape shape = chunk_tensor(delivered.role, model_of(t.op, model), graph.chunk_tokens());
             dst = create(to, delivered, shape.elements, shape.dtype);
           }
           touch(dst, position);
@@ -174,7 +175,7 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
         if (src < 0 && key.role == Role::dkv) {  // an accumulator nothing has added to yet is zero: nothing to move...
           int dst = -1;
           if (const Key delivered = arrival(t.op, key); delivered.role == Role::dkv_in) {  // ...but a ring's is added in: zeros
-            const TensorShape shape = chunk_tensor(delivered.role, model, graph.chunk_tokens());
+            const TensorShape shape = chunk_tensor(delivered.role, model_of(t.op, model), graph.chunk_tokens());
             dst = find(to, delivered);
             if (dst < 0) dst = create(to, delivered, shape.elements, shape.dtype);
             step.zero_first.push_back(dst);

@@ -180,7 +180,7 @@ struct Executor::Impl {
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
   std::int64_t tokens_capacity = 0, losses_capacity = 0;
-  int sequences = 0;        // the graph's sequences (largest op.seq + 1)
+  int sequences = 0;        // the graph's sequences (largest op.seq + op.seq_count)
   float* losses = nullptr;  // per token of the step
   float* dloss = nullptr;   // 1 / tokens, one per row of a chunk
   std::int64_t states_bytes = 0;
@@ -198,7 +198,7 @@ struct Executor::Impl {
       sequence_parallel = std::any_of(tasks.begin(), tasks.end(), [](const sim::Task& t) { return t.op.code == sim::OpCode::tp_gather_n1; });
     }
     if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
-    for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + 1);
+    for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + t.op.seq_count);
     sched = make_schedule(g, rank(), gpn, predicted);
     flow = plan_dataflow(g, sched.order, m, gpn, ranks() > 1 ? rank() : -1);
     std::map<sim::TaskId, int> step_of;
@@ -636,7 +636,8 @@ struct Executor::Impl {
     }
     const std::vector<sim::Op> ops = chunk_ops(op, c);
     if (ops.size() == 1) return compute(ops.front(), OpTensors(ops.front(), t.uses, t.instances), stream, seq_len);  // (rebased into its chunk)
-    std::size_t at = 0;  // a zigzag or Ulysses op: one chunk (pair) at a time, each over its share of the uses (compute_uses' order)
+    std::size_t at =
+        0;  // a zigzag, run, micro-batch or Ulysses op: one chunk (pair) at a time, each over its share of the uses (compute_uses' order)
     for (const sim::Op& one : ops) {
       const std::size_t n = compute_uses(one, m, c).size();
       compute(one, OpTensors(one, std::span(t.uses).subspan(at, n), std::span(t.instances).subspan(at, n)), stream, seq_len);

@@ -253,15 +253,16 @@ model::ModelConfig tensor_shard(const model::ModelConfig& model, int shards) {
 }
 
 std::vector<std::int32_t> covered_chunks(const sim::Op& op) {
-  if (op.zigzag > 0) return {op.chunk, static_cast<std::int32_t>(op.zigzag - 1 - op.chunk)};
   std::vector<std::int32_t> chunks;
   for (std::int32_t k = 0; k < std::max<std::int32_t>(1, op.chunk_count); ++k) chunks.push_back(op.chunk + k);
+  const std::size_t run = chunks.size();
+  for (std::size_t k = 0; k < run && op.zigzag > 0; ++k) chunks.push_back(static_cast<std::int32_t>(op.zigzag - 1 - chunks[k]));
   return chunks;
 }
 
 std::vector<std::int32_t> member_chunks(const sim::Op& op, std::int32_t member) {
-  sim::Op held = op;
-  held.chunk = member * std::max<std::int32_t>(1, op.chunk_count);
+  sim::Op held = op;  // the group's first member holds chunk op.chunk (-1: 0) on
+  held.chunk = std::max<std::int32_t>(0, op.chunk) + member * std::max<std::int32_t>(1, op.chunk_count);
   return covered_chunks(held);
 }
 
@@ -289,8 +290,38 @@ std::vector<sim::Op> head_group_pairs(const sim::Op& op) {
   return out;
 }
 
+namespace {
+// A Ulysses (or a2a CP) attention op: head group `head_group` of every query chunk up to `chunk` (head_group_pairs).
+bool is_ulysses_attention(const sim::Op& op) { return op.head_groups > 0 && op.kv_last > op.kv_first && op.zigzag == 0 && op.chunk_count <= 1; }
+}  // namespace
+
+namespace {
+// A micro-batch's op (sim::Op::seq_count > 1): each sequence's in turn, as chunk_ops has it; an LM-head piece takes
+// its rows of each sequence (the sequences' rows laid end to end, each sequence's its covered chunks').
+std::vector<sim::Op> sequence_ops(const sim::Op& op, std::int64_t chunk_tokens) {
+  std::vector<sim::Op> out;
+  const auto rows = static_cast<std::int32_t>(static_cast<std::int64_t>(covered_chunks(op).size()) * chunk_tokens);
+  TRAINYARD_CHECK(!op.is_lm_head() || rows > 0, "an LM-head piece over several sequences needs the chunk's rows");
+  for (std::int32_t s = 0; s < op.seq_count; ++s) {
+    sim::Op one = op;
+    one.seq = static_cast<std::int16_t>(op.seq + s);
+    one.seq_count = 1;
+    if (op.is_lm_head()) {
+      const std::int32_t start = s * rows;
+      if (op.row_end <= start || op.row_begin >= start + rows) continue;
+      one.row_begin = std::max(op.row_begin, start) - start;
+      one.row_end = std::min(op.row_end, start + rows) - start;
+    }
+    const std::vector<sim::Op> more = chunk_ops(one, chunk_tokens);
+    out.insert(out.end(), more.begin(), more.end());
+  }
+  return out;
+}
+}  // namespace
+
 std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
-  if (op.head_groups > 0 && op.kv_last > op.kv_first) return head_group_pairs(op);
+  if (op.seq_count > 1) return sequence_ops(op, chunk_tokens);
+  if (is_ulysses_attention(op)) return head_group_pairs(op);
   if (op.zigzag <= 0 && op.chunk_count <= 1) return {op};
   const std::vector<std::int32_t> covered = covered_chunks(op);
   const auto mirror = [&](std::int32_t chunk) { return static_cast<std::int32_t>(op.zigzag - 1 - chunk); };
@@ -355,7 +386,7 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
 }
 
 std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens) {
-  if (op.zigzag > 0 || op.chunk_count > 1 || (op.head_groups > 0 && op.kv_last > op.kv_first)) {
+  if (op.zigzag > 0 || op.chunk_count > 1 || op.seq_count > 1 || is_ulysses_attention(op)) {
     std::vector<Use> uses;
     for (const sim::Op& one : chunk_ops(op, chunk_tokens)) {
       const std::vector<Use> more = compute_uses(one, model, chunk_tokens);

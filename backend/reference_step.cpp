@@ -247,7 +247,7 @@ class Interpreter {
   void zeros_for_nothing_added(sim::TaskId task, sim::DeviceId to, const sim::Op& op, const Key& key) {
     const Key delivered = arrival(op, key);
     if (delivered.role != Role::dkv_in) return;
-    write(task, to, delivered, std::vector<float>(static_cast<std::size_t>(chunk_tensor(delivered.role, m_, c_).elements), 0.0f));
+    write(task, to, delivered, std::vector<float>(static_cast<std::size_t>(chunk_tensor(delivered.role, model_of(op, m_), c_).elements), 0.0f));
   }
 
   // --- tensors and the dataflow checks ----------------------------------------------------------------------------
@@ -411,7 +411,8 @@ class Interpreter {
     if (!a) fail(id, "expected an attention task");
     const auto s = attention_shape(op);
     const bool lengths_differ = expanded_task_tokens_ < 0 && (a->q_len != s.q_len || a->kv_len != s.kv_len);  // see expect_pairs
-    if (lengths_differ || a->heads != s.heads || a->kv_heads != s.kv_heads || a->head_dim != s.head_dim) {
+    const int sequences = g_.task(id).op.seq_count;  // the graph folds a micro-batch's sequences into its heads
+    if (lengths_differ || a->heads != s.heads * sequences || a->kv_heads != s.kv_heads * sequences || a->head_dim != s.head_dim) {
       fail(id, "the graph's attention is " + std::to_string(a->q_len) + " queries x " + std::to_string(a->kv_len) + " keys but the op covers " +
                    std::to_string(s.q_len) + " x " + std::to_string(s.kv_len));
     }
@@ -484,9 +485,9 @@ class Interpreter {
     if (!mine(t.device)) return;
     const std::vector<sim::Op> ops = chunk_ops(op, c_);
     if (ops.size() == 1) return compute(id, t.device, ops.front());  // a piece of a zigzag or run rebased into its chunk
-    // A zigzag, run (FPDT) or Ulysses op, one chunk (pair) at a time; a zigzag or run task's GEMM spans its chunks' rows.
+    // A zigzag, run (FPDT), micro-batch or Ulysses op, one chunk (pair) at a time; a GEMM's task spans all its chunks' rows.
     const bool head = op.code >= sim::OpCode::head_logits && op.code <= sim::OpCode::head_wgrad;
-    expanded_task_tokens_ = head ? op.row_end - op.row_begin : static_cast<std::int64_t>(covered_chunks(op).size()) * c_;
+    expanded_task_tokens_ = head ? op.row_end - op.row_begin : static_cast<std::int64_t>(covered_chunks(op).size()) * c_ * op.seq_count;
     if (op.code == sim::OpCode::attn || op.code == sim::OpCode::attn_bwd) expect_pairs(id, ops);
     for (const sim::Op& one : ops) compute(id, t.device, one);
     expanded_task_tokens_ = -1;
@@ -500,6 +501,7 @@ class Interpreter {
     const double graph_pairs = static_cast<double>(a->q_len) * static_cast<double>(a->kv_len) * (a->causal ? 0.5 : 1.0);
     double op_pairs = 0;
     for (const sim::Op& one : ops) op_pairs += static_cast<double>(c_ * c_) * (one.kv_first == one.chunk ? 0.5 : 1.0);
+    op_pairs /= std::max<int>(1, g_.task(id).op.seq_count);                  // the graph folds a micro-batch's sequences into its heads
     if (std::abs(graph_pairs - op_pairs) > 0.5 * static_cast<double>(c_)) {  // causal diagonals: within a row's half
       fail(id, "the graph's attention covers " + std::to_string(graph_pairs) + " query-key pairs but its chunk pairs " + std::to_string(op_pairs));
     }

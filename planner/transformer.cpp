@@ -229,8 +229,8 @@ bool LayerEmitter::executable_ulysses() const {
 
 int LayerEmitter::executable_heads_split() const {
   if (executable_ulysses()) return split_.ulysses;
-  const int cp = split_.cp;
-  return split_.executable_cp_a2a() && cp <= 127 && model_.heads % cp == 0 && model_.kv_heads % cp == 0 ? cp : 0;
+  const int a2a = split_.executable_cp_a2a() ? split_.cp : split_.executable_cp_a2a_p2p() ? split_.cp_a2a : 0;
+  return a2a > 0 && a2a <= 127 && model_.heads % a2a == 0 && model_.kv_heads % a2a == 0 ? a2a : 0;
 }
 
 sim::Op LayerEmitter::on_rank(sim::Op at, std::size_t rank) const {
@@ -239,16 +239,31 @@ sim::Op LayerEmitter::on_rank(sim::Op at, std::size_t rank) const {
     at = sim::Op::chunk_run(at, at.chunk + static_cast<std::int32_t>(rank) / split_.built_tp() * run, run);
   }
   at.zigzag = split_.zigzag_chunks();
+  // A micro-batch of several sequences: the op covers each (the executors run more than 255 nowhere).
+  if (split_.sequences > 1 && split_.sequences <= 255) at = sim::Op::sequences(at, static_cast<std::int32_t>(split_.sequences));
   return at;
 }
 
+std::pair<std::int32_t, std::int32_t> LayerEmitter::ring_block(std::size_t rank) const {
+  if (!split_.executable_cp_a2a_p2p()) return {chunk_of(rank), 1};
+  const int a = split_.cp_a2a;
+  return {static_cast<std::int32_t>(rank) / a * a, a};
+}
+
 sim::Op LayerEmitter::ring_op(sim::OpCode code, std::size_t rank, std::size_t block_rank, std::size_t from_rank) const {
-  if (!split_.executable_ring()) return {};
-  sim::Op o = sim::Op::kv_range(code, at_.seq, at_.layer, chunk_of(rank), chunk_of(block_rank), chunk_of(block_rank));
+  const bool hierarchical = split_.executable_cp_a2a_p2p() && executable_heads_split() > 0;
+  if (!split_.executable_ring() && !hierarchical) return {};
+  const auto [first, count] = ring_block(rank);
+  const auto [block_first, block_count] = ring_block(block_rank);
+  sim::Op o = sim::Op::chunk_run(sim::Op::kv_range(code, at_.seq, at_.layer, 0, block_first, block_first + block_count - 1), first, count);
   o.zigzag = split_.zigzag_chunks();
+  if (hierarchical) {
+    o.head_group = static_cast<std::int8_t>(static_cast<int>(rank) % count);
+    o.head_groups = static_cast<std::uint8_t>(count);
+  }
   if (code == sim::OpCode::kv) return o;
-  const std::int32_t holder = rank == block_rank ? -1 : chunk_of(rank);  // -1: the owner's own accumulator
-  return sim::Op::ring_share(o, holder, code == sim::OpCode::dkv_add ? chunk_of(from_rank) : -1);
+  const std::int32_t holder = rank == block_rank ? -1 : first;  // -1: the owner's own accumulator
+  return sim::Op::ring_share(o, holder, code == sim::OpCode::dkv_add ? ring_block(from_rank).first : -1);
 }
 
 sim::TaskId LayerEmitter::ring_send(RingPass& pass, const std::string& label, std::size_t from, std::size_t to, std::int64_t bytes,
@@ -342,8 +357,15 @@ void LayerEmitter::ring_steps(const std::string& name, const std::vector<std::ve
   if (backward) return;   // dQ and the dK | dV accumulators are fp32 until rope_bwd turns them to bf16
   // Merge the partial outputs by their log-sum-exp.
   const double q_elements = static_cast<double>(split_.local_tokens() * model_.q_dim() / split_.tp);
-  elementwise(name + " merge", split_.executable_ring() ? sim::OpCode::attn_merge : sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements,
-              last, recompute);
+  const auto before = static_cast<sim::TaskId>(graph_.size());
+  const bool executable = split_.executable_ring() || (split_.executable_cp_a2a_p2p() && executable_heads_split() > 0);
+  elementwise(name + " merge", executable ? sim::OpCode::attn_merge : sim::OpCode::none, kBf16 * q_elements * 2, kBf16 * q_elements, last, recompute);
+  for (std::size_t r = 0; r < ranks_.size() && split_.executable_cp_a2a_p2p() && executable; ++r) {  // the rank's head group of its group's chunks
+    sim::Op merge = ring_op(sim::OpCode::kv, r, r);
+    merge.code = sim::OpCode::attn_merge;
+    merge.kv_first = merge.kv_last = -1;
+    graph_.set_op(before + static_cast<sim::TaskId>(r), merge);
+  }
 }
 
 // One collective per cp group (per TP index, or per a2a_p2p all-to-all group) on the cp stream, after its
@@ -410,10 +432,14 @@ void LayerEmitter::cp_exchange_heads(const std::string& name, bool backward, boo
   const auto bytes = static_cast<std::int64_t>(kBf16 * local * (qkv ? q + 2 * kv : q));
   const std::string label = backward ? (inbound ? "a2a dout" : "a2a dqkv") : (inbound ? "a2a qkv" : "a2a out");
   cp_collective(name + " " + label, sim::CollectiveOp::all_to_all, (bytes + size - 1) / size * size, last);  // a multiple of the group
-  if (split_.cp_comm != CpComm::a2a || executable_heads_split() == 0) return;
+  if (executable_heads_split() == 0) return;
   const sim::OpCode code = backward ? (inbound ? sim::OpCode::heads_dout : sim::OpCode::heads_dqkv)
                                     : (inbound ? sim::OpCode::heads_qkv : sim::OpCode::heads_out);
-  for (const CpGroup& g : cp_groups_) graph_.set_op(last[g.members.front()], heads_exchange_op(code));
+  for (const CpGroup& g : cp_groups_) {  // a2a+p2p: each group's members hold its run of chunks
+    sim::Op o = heads_exchange_op(code);
+    o.chunk = chunk_of(g.members.front());
+    graph_.set_op(last[g.members.front()], o);
+  }
 }
 
 // a2a context parallelism (Megatron's a2a comm type: DeepSpeed-Ulysses inside each TP index's cp group): an

@@ -62,18 +62,26 @@ struct LayerSplit {
   // and with zigzag its mirror too; around attention, head group r of every chunk (the heads must split evenly:
   // LayerEmitter::executable_heads_split).
   bool executable_cp_a2a() const { return cp > 1 && cp_comm == CpComm::a2a && built_cp() == cp && built_tp() == 1; }
+  // Megatron's hierarchical a2a+p2p context parallelism the executors run (no TP): rank r holds chunk r and its
+  // mirror; around attention, head group r % cp_a2a of its a2a group's chunks (a run of cp_a2a chunks from the
+  // group's first, and their mirrors), whose K/V blocks pass round the ring of the groups.
+  bool executable_cp_a2a_p2p() const { return cp > 1 && cp_comm == CpComm::a2a_p2p && built_cp() == cp && built_tp() == 1; }
   // Megatron's all_gather context parallelism the executors run: rank r holds chunk r (with zigzag, and its mirror),
   // gathers every chunk's K and V and sends each owner its share of their dK | dV (every rank built).
   bool executable_cp_allgather() const { return cp > 1 && cp_comm == CpComm::all_gather && built_cp() == cp && built_tp() == tp; }
   // FPDT the executors run: no TP or CP, one sequence per micro-batch, and each sp rank's tokens a whole number of
   // FPDT chunks, so that rank i holds chunks i * r .. (i + 1) * r - 1, r = fpdt_run() (sim::Op::chunk_run); with
   // sp > 1 the heads must split evenly too (LayerEmitter::executable_ulysses).
-  bool executable_fpdt() const { return fpdt_chunks > 1 && tp == 1 && cp == 1 && sequences == 1 && fpdt_chunks % ulysses == 0; }
+  bool executable_fpdt() const {
+    return fpdt_chunks > 1 && tp == 1 && cp == 1 && sequences == 1 && fpdt_chunks % ulysses == 0 && fpdt_chunks / ulysses <= 255;
+  }
   // The executors' chunks a rank's ops cover: FPDT's chunks of its share of the sequence; else 1.
   int fpdt_run() const { return executable_fpdt() ? fpdt_chunks / ulysses : 1; }
   // An executable zigzag split: the 2 x cp chunks of the sequence (sim::Op::zigzag); else 0.
   std::uint8_t zigzag_chunks() const {
-    return (executable_ring() || executable_cp_a2a() || executable_cp_allgather()) && zigzag && cp <= 127 ? static_cast<std::uint8_t>(2 * cp) : 0;
+    return (executable_ring() || executable_cp_a2a() || executable_cp_a2a_p2p() || executable_cp_allgather()) && zigzag && cp <= 127
+               ? static_cast<std::uint8_t>(2 * cp)
+               : 0;
   }
   // The tokens of the executors' chunk: a rank's share of a sequence, half of it with zigzag; FPDT: its chunk.
   std::int64_t chunk_tokens() const { return local_tokens() / sequences / (zigzag_chunks() > 0 ? 2 : 1) / fpdt_run(); }
@@ -149,7 +157,8 @@ class LayerEmitter {
   // LayerSplit::executable_fpdt); rank i holds chunk i of the sequence (FPDT: its run of chunks) and, around
   // attention, head group i of every chunk.
   bool executable_ulysses() const;
-  // Ulysses or Megatron's a2a CP that the executors run: the head groups attention works on (sp or cp); else 0.
+  // Ulysses or Megatron's a2a (or a2a+p2p) CP that the executors run: the head groups attention works on (sp, cp
+  // or cp_a2a); else 0.
   int executable_heads_split() const;
   // Rank index `rank`'s attention op `o` over head group `rank` of every chunk; an all-to-all's op.
   sim::Op head_group_op(sim::Op o, sim::TaskId rank) const;
@@ -227,8 +236,11 @@ class LayerEmitter {
                          sim::TaskId posted, std::vector<sim::TaskId>& last);
   // The chunk a rank's tasks work on. Rings other than LayerSplit::executable_ring are left unannotated.
   std::int32_t chunk_of(std::size_t rank) const { return on_rank(at_, rank).chunk; }
+  // The chunks a ring's block holds: the rank's chunk (LayerSplit::executable_ring), or under a2a+p2p its a2a
+  // group's run of cp_a2a chunks (first chunk, count); with zigzag, their mirrors too.
+  std::pair<std::int32_t, std::int32_t> ring_block(std::size_t rank) const;
   // A ring task's op: rank `rank`'s work on (or move of) the block that started on rank `block_rank` (dkv_add:
-  // the accumulator `from_rank` sent).
+  // the accumulator `from_rank` sent); under a2a+p2p, in the rank's head group.
   sim::Op ring_op(sim::OpCode code, std::size_t rank, std::size_t block_rank, std::size_t from_rank = 0) const;
   void cp_exchange_heads(const std::string& name, bool backward, bool inbound, std::vector<sim::TaskId>& last);
   // Says what each cp group's collective just emitted (its members' last task) moves, for the executors.

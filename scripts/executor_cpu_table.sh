@@ -4,7 +4,7 @@
 # (`trainyard run --device cpu --gpu-profile <that profile>`, 1 warm-up step, the median of 3 measured steps) and
 # records predicted against measured (step time, per task class, peak memory) in benchmarks/results/executor_cpu.md.
 # The plans are ones the executor runs so far (one GPU, model states resident): ring-track over chunk sizes, offload
-# policies, batch, width and depth; Megatron and ZeRO with and without recompute; FPDT. Then plans of 4 GPUs under
+# policies, batch, width and depth; Megatron and ZeRO with and without recompute; FPDT; a micro-batch of 2 sequences. Then plans of 4 GPUs under
 # mpirun -np 4, predicted on the node and collective library `mpirun -np 4 trainyard calibrate --device cpu` wrote,
 # and on the plan's node. Usage: scripts/executor_cpu_table.sh [build-dir]
 set -euo pipefail
@@ -32,6 +32,9 @@ def megatron(recompute, offload):
 def zero(checkpointing):
     return ("zero", {"zero_stage": 0, "sp": 1, "cp": 1, "zigzag": False, "chunk": 0, "micro_batch": 1, "activation_checkpointing": checkpointing,
                      "checkpoint_every": 1, "offload": "none"}, "ZeRO" + (", activation checkpointing" if checkpointing else ""))
+def batched(plan):  # one micro-batch of 2 sequences
+    scheme, params, label = plan
+    return (scheme, dict(params, micro_batch=2), label + ", micro-batch 2")
 def fpdt(chunk):  # FPDT alone on one GPU: attention in chunks, its streamed buffers' bytes on the copy streams
     return ("fpdt", dict(zero(True)[1], chunk=chunk), f"FPDT chunk {chunk}, activation checkpointing")
 # (model, seq, batch, (scheme, parameters, label))
@@ -52,6 +55,7 @@ plans = [
     (wide, 256, 1, zero(False)),
     (deep, 256, 2, zero(True)),
     (tiny, 256, 1, fpdt(64)),
+    (tiny, 256, 2, batched(megatron("none", False))),
 ]
 rows = []
 for i, (model, seq, batch, (scheme, params, label)) in enumerate(plans):
@@ -97,7 +101,8 @@ rank_plans = [("ring-track ring 2 x 2 replicas", json.load(open("examples/tiny-r
               ("Ulysses sp 2 x dp 2, ZeRO-1", variant("tiny-ulysses-4ranks", zero_stage=1, offload="none")),
               ("ZeRO-3 dp 4, optimizer on the host, checkpoints offloaded", json.load(open("examples/tiny-zero-4ranks.plan.json"))),
               ("Ulysses sp 2 x dp 2, ZeRO-3, optimizer on the host", json.load(open("examples/tiny-ulysses-4ranks.plan.json"))),
-              ("FPDT sp 2 x dp 2 (4 chunks), ZeRO-3, optimizer on the host", json.load(open("examples/tiny-fpdt-4ranks.plan.json")))]
+              ("FPDT sp 2 x dp 2 (4 chunks), ZeRO-3, optimizer on the host", json.load(open("examples/tiny-fpdt-4ranks.plan.json"))),
+              ("Megatron cp 4 by a2a+p2p (2 groups of 2)", json.load(open("examples/tiny-megatron-hcp-4ranks.plan.json")))]
 rank_rows = []
 for i, (label, plan) in enumerate(rank_plans):
     path = os.path.join(tmp, f"ranks{i}.json")

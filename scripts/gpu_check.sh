@@ -126,6 +126,9 @@ others = {
     "fpdt": ("fpdt", gpus // 2, dict(zero, sp=2, chunk=plan["workload"]["seq_len"] // 4, activation_checkpointing=True)),
     "megatron-cp": ("megatron", 1, {"tp": 1, "pp": 1, "dp": 1, "cp": gpus, "vpp": 1, "micro_batch": 1, "sequence_parallel": False,
                                     "recompute": "none", "offload_activations": False}),
+    # Hierarchical CP: all-to-alls in groups of 2 (the small model's 2 K/V heads), the K/V ring over the groups.
+    "megatron-hcp": ("megatron", 1, {"tp": 1, "pp": 1, "dp": 1, "cp": gpus, "cp_comm": "a2a+p2p", "cp_a2a": 2, "vpp": 1, "micro_batch": 1,
+                                     "sequence_parallel": False, "recompute": "none", "offload_activations": False}),
     # ZeRO-Offload: each rank's optimizer step on its host (cudaLaunchHostFunc), gradients out and weights back.
     "zero-offload": ("zero", gpus, dict(zero, zero_stage=2, offload="optimizer")),
 }
@@ -134,7 +137,8 @@ for name, (scheme, batch, parameters) in others.items():
     json.dump(p, open(os.path.join(os.path.dirname(out), name + ".plan.json"), "w"))
 PY
   check run-ranks-nccl 60 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/replicas.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
-  for scheme in ringattention ulysses fpdt megatron-cp zero-offload; do
+  for scheme in ringattention ulysses fpdt megatron-cp megatron-hcp zero-offload; do
+    [ "$scheme" = megatron-hcp ] && [ "$gpus" -lt 4 ] && continue  # two groups of two at least
     check "run-ranks-$scheme" 45 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/$scheme.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
   done
 else
@@ -147,7 +151,7 @@ python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo
 [ -f "$work/kernels.md" ] && cat "$work/kernels.md"
 for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-check-megatron run-check-zero run-check-zero2-acts \
   run-megatron run-zero run-zero2-acts train-zero-host-optimizer run-check-ringtrack-stream train-ringtrack-stream run-check-fpdt run-fpdt \
-  run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-fpdt run-ranks-megatron-cp; do
+  run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-fpdt run-ranks-megatron-cp run-ranks-megatron-hcp; do
   echo "--- $log (last lines)"
   tail -n 25 "$work/$log.log"
 done

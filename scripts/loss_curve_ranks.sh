@@ -2,7 +2,7 @@
 # Trains the 4-rank examples, one per scheme the CPU paths run over several ranks (examples/tiny-*-4ranks.plan.json:
 # ring-track, a ring of 2 GPUs x 2 replicas; Megatron, 2 pipeline stages x 2 replicas with offloaded checkpoints, and
 # 2 stages x cp 2; ZeRO-3 on 4 GPUs with the host optimizer and offloaded checkpoints; ZeRO-1 on 4 GPUs; zigzag ring
-# attention cp 2 x 2 replicas; Ulysses sp 2 x 2 replicas, and FPDT on it) on the GPL-3 text every Debian system ships, byte-level,
+# attention cp 2 x 2 replicas; Ulysses sp 2 x 2 replicas, and FPDT on it; Megatron cp 4 by a2a+p2p) on the GPL-3 text every Debian system ships, byte-level,
 # under `mpirun -np 4` (one CPU process per GPU of the plan, over MPI) and on one rank (the CPU reference), and
 # records both curves in benchmarks/results/loss_curve_mpi.md with how far they drift apart. Plans the executor runs
 # run on it under mpirun, the CPU device on every rank.
@@ -16,7 +16,7 @@ md=benchmarks/results/loss_curve_mpi.md
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-plans="tiny-ringtrack-4ranks tiny-megatron-4ranks tiny-megatron-cp-4ranks tiny-megatron-tp-4ranks tiny-megatron-sp-4ranks tiny-zero-4ranks tiny-zero1-4ranks tiny-ringattention-zigzag-4ranks tiny-ulysses-4ranks tiny-fpdt-4ranks"
+plans="tiny-ringtrack-4ranks tiny-megatron-4ranks tiny-megatron-cp-4ranks tiny-megatron-tp-4ranks tiny-megatron-sp-4ranks tiny-zero-4ranks tiny-zero1-4ranks tiny-ringattention-zigzag-4ranks tiny-ulysses-4ranks tiny-fpdt-4ranks tiny-megatron-hcp-4ranks"
 # Which plans the executor takes under mpirun (the others fall back to the CPU reference and say so): its curve
 # is asked to start without the warm-up step.
 executor_plans=" "
@@ -47,7 +47,8 @@ labels = {"tiny-ringtrack-4ranks": "ring-track 2 x 2", "tiny-megatron-4ranks": "
           "tiny-megatron-cp-4ranks": "Megatron pp 2 x cp 2", "tiny-megatron-tp-4ranks": "Megatron tp 2 x dp 2 (1 rank: its tp 1 twin)",
           "tiny-megatron-sp-4ranks": "Megatron tp 2 x dp 2, sequence parallel (1 rank: its tp 1 twin)", "tiny-zero-4ranks": "ZeRO-3 x 4", "tiny-zero1-4ranks": "ZeRO-1 x 4",
           "tiny-ringattention-zigzag-4ranks": "ring attention zigzag cp 2 x 2", "tiny-ulysses-4ranks": "Ulysses sp 2 x 2",
-          "tiny-fpdt-4ranks": "FPDT sp 2 x 2, 4 chunks"}
+          "tiny-fpdt-4ranks": "FPDT sp 2 x 2, 4 chunks",
+          "tiny-megatron-hcp-4ranks": "Megatron cp 4 by a2a+p2p"}
 def curve(name): return [float(r["loss"]) for r in csv.DictReader(open(f"{tmp}/{name}.csv"))]
 def secs(name): return sum(float(r["seconds"]) for r in csv.DictReader(open(f"{tmp}/{name}.csv")))
 c = {(p, n): curve(f"{p}-{n}") for p in plans for n in (1, 4)}

@@ -31,6 +31,11 @@ std::int16_t narrow_op_field(std::int32_t value, const char* what) {
   return static_cast<std::int16_t>(value);
 }
 
+std::uint8_t narrow_op_count(std::int32_t count, const char* what) {
+  if (count < 1 || count > UINT8_MAX) throw InputError("the step's task graph", what, "1 to 255", std::to_string(count));
+  return static_cast<std::uint8_t>(count);
+}
+
 std::string_view to_string(OpCode code) {
   // A table laid out by hand, in OpCode's order.
   // clang-format off

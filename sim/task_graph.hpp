@@ -164,8 +164,10 @@ enum class OpCode : std::uint8_t {
 // clang-format on
 std::string_view to_string(OpCode code);
 
-// Op's 16-bit fields: `value`, or InputError naming `what` when it exceeds 32767 (or is below -1).
+// Op's 16-bit fields: `value`, or InputError naming `what` when it exceeds 32767 (or is below -1); its counts
+// (chunk_count, seq_count): 1 to 255.
 std::int16_t narrow_op_field(std::int32_t value, const char* what);
+std::uint8_t narrow_op_count(std::int32_t count, const char* what);
 
 struct Op {
   // Coordinates only: the fields below are set by name (kv_range, optimizer_of), never by position.
@@ -181,9 +183,11 @@ struct Op {
   // padding after `code`.
   std::int8_t head_group = -1;
   std::uint8_t head_groups = 0;
-  // The step's sequence (at most 32767 in one graph) and the chunks the op covers: chunk .. chunk + chunk_count - 1
-  // (FPDT: an sp rank's run of the sequence's chunks, Op::chunk_run; the executors run it as its one-chunk ops).
-  std::int16_t seq = 0, chunk_count = 1;
+  // The step's sequence (at most 32767 in one graph), the sequences the op covers, seq .. seq + seq_count - 1 (a
+  // micro-batch of several, Op::sequences), and in each the chunks it covers, chunk .. chunk + chunk_count - 1 (FPDT:
+  // an sp rank's run of the sequence's chunks, Op::chunk_run): the executors run it as its one-chunk ops.
+  std::int16_t seq = 0;
+  std::uint8_t chunk_count = 1, seq_count = 1;
   std::int32_t layer = -1, chunk = -1;
   // attn, attn_bwd, kv, dkv, kv_dkv: the K/V chunks kv_first..kv_last (both included).
   std::int32_t kv_first = -1, kv_last = -1;
@@ -201,7 +205,11 @@ struct Op {
   }
   static Op chunk_run(Op o, std::int32_t first_chunk, std::int32_t count) {
     o.chunk = first_chunk;
-    o.chunk_count = narrow_op_field(count, "chunks in one op's run");
+    o.chunk_count = narrow_op_count(count, "chunks in one op's run");
+    return o;
+  }
+  static Op sequences(Op o, std::int32_t count) {
+    o.seq_count = narrow_op_count(count, "sequences in one micro-batch");
     return o;
   }
   static Op optimizer_of(std::int32_t gpu) {

@@ -23,6 +23,16 @@ namespace {
 using sim::OpCode;
 
 sim::Op attention_pair(OpCode code, int chunk, int kv_first, int kv_last) { return sim::Op::kv_range(code, 0, 1, chunk, kv_first, kv_last); }
+// An LM-head piece's one-chunk ops as (sequence, chunk, first row, end row).
+using Piece = std::tuple<int, int, int, int>;
+std::vector<Piece> pieces_of(const sim::Op& piece, int row_begin, int row_end, std::int64_t chunk_tokens) {
+  sim::Op o = piece;
+  o.row_begin = row_begin;
+  o.row_end = row_end;
+  std::vector<Piece> out;
+  for (const sim::Op& one : chunk_ops(o, chunk_tokens)) out.emplace_back(one.seq, one.chunk, one.row_begin, one.row_end);
+  return out;
+}
 
 std::vector<Role> roles(const std::vector<Use>& uses) {
   std::vector<Role> out;
@@ -124,13 +134,7 @@ TEST(OpTable, ZigzagOpsStandForTheirOneChunkOps) {
   EXPECT_EQ(norm[0].chunk, 1);
   EXPECT_EQ(norm[1].chunk, 6);
   // An LM-head piece over rows 2..6 of the rank's 8 rows: rows 2..4 of chunk 1 and 0..2 of chunk 6.
-  sim::Op piece = zigzag(sim::Op{OpCode::head_xent, 0, 2, 1});
-  piece.row_begin = 2;
-  piece.row_end = 6;
-  const auto head = chunk_ops(piece, 4);
-  ASSERT_EQ(head.size(), 2u);
-  EXPECT_EQ(std::tie(head[0].chunk, head[0].row_begin, head[0].row_end), std::make_tuple(1, 2, 4));
-  EXPECT_EQ(std::tie(head[1].chunk, head[1].row_begin, head[1].row_end), std::make_tuple(6, 0, 2));
+  EXPECT_EQ(pieces_of(zigzag(sim::Op{OpCode::head_xent, 0, 2, 1}), 2, 6, 4), (std::vector<Piece>{{0, 1, 2, 4}, {0, 6, 0, 2}}));
   // Its uses are its one-chunk ops' one after another; an op without zigzag is itself.
   const auto m = test::tiny_model();
   EXPECT_EQ(compute_uses(zigzag(sim::Op{OpCode::norm1, 0, 1, 1}), m, 4).size(), 2 * compute_uses(sim::Op{OpCode::norm1, 0, 1, 1}, m, 4).size());
@@ -142,19 +146,10 @@ TEST(OpTable, ZigzagOpsStandForTheirOneChunkOps) {
 TEST(OpTable, ARunStandsForEachOfItsChunks) {
   const auto norm = chunk_ops(sim::Op::chunk_run(sim::Op{OpCode::norm2_bwd, 0, 1}, 3, 3), 4);
   ASSERT_EQ(norm.size(), 3u);
-  for (int k = 0; k < 3; ++k) EXPECT_EQ(std::tie(norm[k].chunk, norm[k].chunk_count), std::make_tuple(3 + k, std::int16_t{1}));
-  sim::Op piece = sim::Op::chunk_run(sim::Op{OpCode::head_dgrad, 0, 2}, 3, 3);  // rows 3..9 of the rank's 12
-  piece.row_begin = 3;
-  piece.row_end = 9;
-  const auto head = chunk_ops(piece, 4);
-  ASSERT_EQ(head.size(), 3u);
-  EXPECT_EQ(std::tie(head[0].chunk, head[0].row_begin, head[0].row_end), std::make_tuple(3, 3, 4));
-  EXPECT_EQ(std::tie(head[1].chunk, head[1].row_begin, head[1].row_end), std::make_tuple(4, 0, 4));
-  EXPECT_EQ(std::tie(head[2].chunk, head[2].row_begin, head[2].row_end), std::make_tuple(5, 0, 1));
-  piece.row_begin = 8;  // inside one chunk: itself, rebased
-  const auto inside = chunk_ops(piece, 4);
-  ASSERT_EQ(inside.size(), 1u);
-  EXPECT_EQ(std::tie(inside[0].chunk, inside[0].row_begin, inside[0].row_end), std::make_tuple(5, 0, 1));
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(std::tie(norm[k].chunk, norm[k].chunk_count), std::make_tuple(3 + k, std::uint8_t{1}));
+  const sim::Op piece = sim::Op::chunk_run(sim::Op{OpCode::head_dgrad, 0, 2}, 3, 3);  // rows 3..9 of the rank's 12
+  EXPECT_EQ(pieces_of(piece, 3, 9, 4), (std::vector<Piece>{{0, 3, 3, 4}, {0, 4, 0, 4}, {0, 5, 0, 1}}));
+  EXPECT_EQ(pieces_of(piece, 8, 9, 4), (std::vector<Piece>{{0, 5, 0, 1}}));  // inside one chunk: itself, rebased
   sim::Op exchange = sim::Op::chunk_run(sim::Op{OpCode::heads_qkv, 0, 1}, -1, 3);
   EXPECT_EQ(member_chunks(exchange, 1), (std::vector<std::int32_t>{3, 4, 5}));
   const auto m = test::tiny_model();
@@ -162,6 +157,22 @@ TEST(OpTable, ARunStandsForEachOfItsChunks) {
             3 * compute_uses(sim::Op{OpCode::norm1, 0, 1, 3}, m, 4).size());
   // An attention op covers one query chunk (FPDT: one pair per block).
   EXPECT_THROW(chunk_ops(sim::Op::chunk_run(attention_pair(OpCode::attn, 1, 0, 0), 0, 2), 4), InternalError);
+}
+
+// A micro-batch of 2 sequences: each op stands for its ops on each sequence, and an LM-head piece's rows run over
+// the sequences' rows end to end (a rank's chunk of 4 rows in each).
+TEST(OpTable, AMicroBatchOpStandsForEachSequence) {
+  const auto norm = chunk_ops(sim::Op::sequences(sim::Op{OpCode::norm1, 4, 1, 0}, 2), 4);
+  ASSERT_EQ(norm.size(), 2u);
+  EXPECT_EQ(std::tie(norm[0].seq, norm[1].seq), std::make_tuple(std::int16_t{4}, std::int16_t{5}));
+  EXPECT_EQ(norm[1].seq_count, 1);
+  EXPECT_EQ(pieces_of(sim::Op::sequences(sim::Op{OpCode::head_xent, 4, 2, 0}, 2), 2, 7, 4),  // rows 2..7 of the 8
+            (std::vector<Piece>{{4, 0, 2, 4}, {5, 0, 0, 3}}));
+  // Attention: each sequence's pairs; nothing across sequences.
+  const auto pairs = chunk_ops(sim::Op::sequences(attention_pair(OpCode::attn, 0, 0, 0), 3), 4);
+  ASSERT_EQ(pairs.size(), 3u);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(std::tie(pairs[s].seq, pairs[s].chunk, pairs[s].kv_first), std::make_tuple(std::int16_t(s), 0, 0));
+  EXPECT_THROW(sim::Op::sequences(sim::Op{}, 256), InputError);
 }
 
 // Ulysses over 3 ranks: rank 2's attention works on head group 2 of all 3 chunks, every causal pair, each query

@@ -170,6 +170,12 @@ TEST(ReferenceStep, MegatronStepsEqualTheRingTrackStep) {
   };
   const Outcome plain = megatron(one_gpu(), {});  // one GPU, two micro-batches
   EXPECT_NEAR(plain.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+  planner::MegatronParams both_at_once;  // one micro-batch of both sequences: each op covers the two
+  both_at_once.micro_batch = 2;
+  both_at_once.recompute = planner::Recompute::full;
+  const Outcome batched = megatron(one_gpu(), both_at_once);
+  EXPECT_NEAR(batched.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+  EXPECT_LT(gradient_difference(batched, ringtrack), 0.03);
   EXPECT_LT(gradient_difference(plain, ringtrack), 0.03);
   // Two pipeline stages x two data-parallel replicas, full recompute from checkpoints offloaded to host DRAM.
   planner::MegatronParams p;
@@ -194,6 +200,16 @@ TEST(ReferenceStep, MegatronStepsEqualTheRingTrackStep) {
   const Outcome heads = megatron(sim::Cluster(hw::load_node(kData + "/tiny-node.json"), 1), cp);
   EXPECT_NEAR(heads.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
   EXPECT_LT(gradient_difference(heads, ringtrack), 0.03);
+  // Hierarchical (a2a+p2p) over 4 GPUs: all-to-alls inside 2 groups of 2, then a ring of 2 over the groups, each
+  // block its group's 2 chunks and their mirrors in one head group.
+  planner::MegatronParams hierarchical;
+  hierarchical.cp = 4;
+  hierarchical.cp_comm = planner::CpComm::a2a_p2p;
+  hierarchical.cp_a2a = 2;
+  const Outcome both = megatron(sim::Cluster(hw::load_node(kData + "/tiny-node.json"), 1), hierarchical);
+  EXPECT_TRUE(both.result.race_checked);
+  EXPECT_NEAR(both.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+  EXPECT_LT(gradient_difference(both, ringtrack), 0.03);
 }
 
 namespace {
@@ -229,6 +245,25 @@ TEST(ReferenceStep, ZeroStepsEqualTheRingTrackStep) {
   expect_zero_family_steps_equal_the_ringtrack_step({{"stage 0", planner::ZeroParams{}}, {"stage 3, everything offloaded", offloaded}}, 61);
 }
 
+// A micro-batch of both sequences on one GPU: every op covers the two (sim::Op::seq_count), the LM head's pieces
+// their rows end to end.
+TEST(ReferenceStep, AZeroMicroBatchOfTwoSequencesEqualsTheRingTrackStep) {
+  const auto m = tiny_model();
+  const std::int64_t seq = 64;
+  const auto tokens = random_windows(m.vocab, seq, 2, 31);
+  const Outcome ringtrack = run(ringtrack_step(m, one_gpu(), seq, 2, chunked_offloaded()), m, tokens);
+  planner::ZeroParams p;
+  p.micro_batch = 2;
+  p.activation_checkpointing = true;
+  const planner::StepInputs in{m, one_gpu(), {seq, 2}, model::precision_policy("bf16-mixed")};
+  Step s{planner::build_zero(in, p), seq, one_gpu().topology.gpus_per_node()};
+  const auto& tasks = s.graph.tasks();
+  EXPECT_TRUE(std::any_of(tasks.begin(), tasks.end(), [](const sim::Task& t) { return t.op.seq_count == 2; }));
+  const Outcome batched = run(s, m, tokens);
+  EXPECT_NEAR(batched.result.loss, ringtrack.result.loss, 2e-3 * ringtrack.result.loss);
+  EXPECT_LT(gradient_difference(batched, ringtrack), 0.03);
+}
+
 namespace {
 
 // cp 2 on two replicas with checkpointed layers and ZeRO-3, and cp 4 on one sequence with ZeRO-1.
@@ -257,8 +292,11 @@ TEST(ReferenceStep, ZigzagRingAttentionStepsEqualTheRingTrackStep) {
 }
 
 // DeepSpeed-Ulysses: rank i of an sp group holds chunk i and, around attention, head group i of the whole sequence
-// (the all-to-alls move Q, K, V and dO to head groups, the output and dQ, dK | dV back).
-TEST(ReferenceStep, UlyssesStepsEqualTheRingTrackStep) {
+// (the all-to-alls move Q, K, V and dO to head groups, the output and dQ, dK | dV back). FPDT: attention in chunks
+// of 8 of the 32 tokens, each chunk against itself and every earlier one in FPDT's order (backward: K/V chunk
+// outermost), on that Ulysses (each sp rank's ops over its run of 2 chunks) or alone (sp 1: every rank's ops over
+// all 4); its streamed buffers move no values.
+TEST(ReferenceStep, UlyssesAndFpdtStepsEqualTheRingTrackStep) {
   planner::ZeroParams pairs, offloaded;
   pairs.sp = 2;
   pairs.stage = 3;
@@ -266,23 +304,15 @@ TEST(ReferenceStep, UlyssesStepsEqualTheRingTrackStep) {
   offloaded.sp = 2;
   offloaded.stage = 2;
   offloaded.offload_activations = offloaded.offload_optimizer = true;
-  expect_zero_family_steps_equal_the_ringtrack_step(
-      {{"sp 2 x 2 replicas, ZeRO-3, checkpointed", pairs}, {"sp 2 x 2, ZeRO-2, checkpoints and optimizer offloaded", offloaded}}, 83);
-}
-
-// FPDT: attention in chunks of 8 of the 32 tokens, each chunk against itself and every earlier one in FPDT's
-// order (backward: K/V chunk outermost), on Ulysses (each sp rank's ops over its run of 2 chunks) or alone (sp 1:
-// every rank's ops over all 4); its streamed buffers move no values.
-TEST(ReferenceStep, FpdtStepsEqualTheRingTrackStep) {
-  planner::ZeroParams ulysses, replicas;
-  ulysses.sp = 2;
-  ulysses.stage = 3;
-  ulysses.activation_checkpointing = true;
-  ulysses.fpdt_chunk = 8;
-  replicas.stage = 1;
-  replicas.activation_checkpointing = true;
-  replicas.fpdt_chunk = 8;
-  expect_zero_family_steps_equal_the_ringtrack_step({{"FPDT sp 2 x 2 replicas, ZeRO-3", ulysses}, {"FPDT sp 1 x 4 replicas, ZeRO-1", replicas}}, 89);
+  planner::ZeroParams fpdt = pairs, fpdt_alone = pairs;
+  fpdt.fpdt_chunk = fpdt_alone.fpdt_chunk = 8;
+  fpdt_alone.sp = 1;
+  fpdt_alone.stage = 1;
+  expect_zero_family_steps_equal_the_ringtrack_step({{"sp 2 x 2 replicas, ZeRO-3, checkpointed", pairs},
+                                                     {"sp 2 x 2, ZeRO-2, checkpoints and optimizer offloaded", offloaded},
+                                                     {"FPDT sp 2 x 2 replicas, ZeRO-3", fpdt},
+                                                     {"FPDT sp 1 x 4 replicas, ZeRO-1", fpdt_alone}},
+                                                    83);
 }
 
 namespace {

@@ -455,8 +455,8 @@ INSTANTIATE_TEST_SUITE_P(
 namespace trainyard::app {
 
 // `plan --executable cpu` never picks what `run --device cpu` refuses: every plan it lists is one the CPU executors
-// run (ring-track, Megatron without TP, the ZeRO family without FPDT, one sequence per micro-batch), the best of them
-// runs and passes --check, and a device whose executor runs none of a scheme's configurations says so for that scheme.
+// run (ring-track, Megatron without TP, the ZeRO family; one sequence per micro-batch with CP, Ulysses or ring
+// attention), and the best of them runs and passes --check; on GPUs TP and micro-batches of several sequences too.
 TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   test::TempDir dir;
   const std::string inputs =
@@ -471,7 +471,7 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
     if (scheme == "megatron") {
       EXPECT_EQ(r["parameters"]["tp"], 1) << r["summary"];
     }
-    if (scheme == "zero" || scheme == "ring-attention" || scheme == "ulysses") {
+    if (scheme == "ring-attention" || scheme == "ulysses" || (scheme == "megatron" && r["parameters"]["cp"] != 1)) {
       EXPECT_EQ(r["parameters"]["micro_batch"], 1) << r["summary"];
     }
   }
@@ -484,13 +484,17 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   // sp rank's share of the sequence is a whole number of its chunks.
   const auto gpu = run_cli("plan " + inputs + " --executable gpu --strategies megatron,ulysses --top 200 --json");
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
-  bool gpu_tp = false;
+  bool gpu_tp = false, gpu_micro_batches = false;
   const auto gpu_plans = nlohmann::json::parse(gpu.out);
   for (const auto& r : gpu_plans["ranked"]) {
     if (r["scheme"] == "megatron") gpu_tp = gpu_tp || r["parameters"]["tp"] != 1;
-    EXPECT_EQ(r["parameters"]["micro_batch"], 1) << r["summary"];
+    gpu_micro_batches = gpu_micro_batches || r["parameters"]["micro_batch"] != 1;
+    if (r["scheme"] == "ulysses" || (r["scheme"] == "megatron" && r["parameters"]["cp"] != 1)) {
+      EXPECT_EQ(r["parameters"]["micro_batch"], 1) << r["summary"];
+    }
   }
   EXPECT_TRUE(gpu_tp) << "TP runs on GPU ranks (mpirun -np 4)";
+  EXPECT_TRUE(gpu_micro_batches) << "micro-batches of several sequences run";
   const auto fpdt = run_cli(
       "plan --model custom:layers=2,hidden=32,heads=4,kv_heads=4,head_dim=8,ffn_hidden=48,vocab=256 --hw pcie-a100x4 --seq 64K "
       "--global-batch 4 --executable gpu --strategies fpdt --top 200 --json");  // FPDT's chunks: 16K and up

@@ -237,8 +237,14 @@ TEST(CpuExecutor, MegatronAndZeroStepsOnOneGpuMatchTheReference) {
   zero.activation_checkpointing = true;
   planner::ZeroParams fpdt = zero;  // attention in 4 chunks of 8 tokens, each rank op over all 4, the streams' bytes carried
   fpdt.fpdt_chunk = 8;
-  for (auto [name, graph] : {std::pair{"megatron", planner::build_megatron(in, megatron)}, std::pair{"zero", planner::build_zero(in, zero)},
-                             std::pair{"fpdt", planner::build_zero(in, fpdt)}}) {
+  planner::MegatronParams batched = megatron;  // one micro-batch of both sequences
+  batched.micro_batch = 2;
+  planner::ZeroParams zero_batched = zero;
+  zero_batched.micro_batch = 2;
+  for (auto [name, graph] :
+       {std::pair{"megatron", planner::build_megatron(in, megatron)}, std::pair{"zero", planner::build_zero(in, zero)},
+        std::pair{"fpdt", planner::build_zero(in, fpdt)}, std::pair{"megatron, micro-batch 2", planner::build_megatron(in, batched)},
+        std::pair{"zero, micro-batch 2", planner::build_zero(in, zero_batched)}}) {
     SCOPED_TRACE(name);
     graph.finalize();
     ASSERT_FALSE(executor_refusal(graph)) << executor_refusal(graph)->task << ": " << executor_refusal(graph)->found;

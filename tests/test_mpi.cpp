@@ -223,17 +223,21 @@ TEST(Mpi, MegatronStepSplitOverRanksEqualsTheSingleRankStep) {
 
 // Megatron's context parallelism (a zigzag ring, as Megatron-LM balances causal CP): cp over every rank, and cp
 // over half of them in each of 2 pipeline stages, whose receives from the next stage and from the ring's
-// neighbour queue apart; and by all-to-alls (the a2a comm type) where cp divides the heads.
+// neighbour queue apart; by all-to-alls (the a2a comm type) where cp divides the heads; and hierarchically (a2a+p2p:
+// all-to-alls in groups of 2, the ring over the groups) over every rank from 4.
 TEST(Mpi, MegatronContextParallelSplitOverRanksEqualsTheSingleRankStep) {
   const int n = world().size();
   const auto m = test::tiny_model();
-  for (const auto& [pp, comm] : {std::pair{1, planner::CpComm::p2p}, {2, planner::CpComm::p2p}, {2, planner::CpComm::a2a}}) {
+  for (const auto& [pp, comm] :
+       {std::pair{1, planner::CpComm::p2p}, {2, planner::CpComm::p2p}, {2, planner::CpComm::a2a}, {1, planner::CpComm::a2a_p2p}}) {
     if (n / pp < 2 || (comm == planner::CpComm::a2a && n / pp > 2)) continue;  // a2a: the tiny model's 2 K/V heads
+    if (comm == planner::CpComm::a2a_p2p && n < 4) continue;                   // at least 2 groups of 2
     SCOPED_TRACE("pp " + std::to_string(pp) + ", cp " + std::to_string(n / pp) + " " + std::string(planner::to_string(comm)));
     planner::MegatronParams p;
     p.pp = pp;
     p.cp = n / pp;
     p.cp_comm = comm;
+    if (comm == planner::CpComm::a2a_p2p) p.cp_a2a = 2;
     p.recompute = pp == 2 ? planner::Recompute::selective : planner::Recompute::none;
     const MegatronStep s = megatron_step(m, p, 41);
     expect_split_equals_single(s.graph, m, s.tokens, s.cluster.topology.gpus_per_node(), 1);
@@ -414,6 +418,10 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   planner::ZeroParams infinity = offloaded3;  // ZeRO-Infinity: the gradients out, each layer's weights in from the host
   infinity.offload_grads = infinity.offload_params = true;
   const planner::StepInputs twice{m, cluster, {32, 2 * n}, model::precision_policy("bf16-mixed")};
+  planner::ZeroParams zero1_batched = zero1;  // each rank's 2 sequences in one micro-batch
+  zero1_batched.micro_batch = 2;
+  planner::MegatronParams piped_batched = pipeline;  // 2 stages, each micro-batch 2 sequences, sent between the stages together
+  piped_batched.micro_batch = 2;
   std::vector<Case> cases = {
       {"zero-0", m, planner::build_zero(in, planner::ZeroParams{})},
       {"zero-1", m, planner::build_zero(in, zero1)},
@@ -424,6 +432,8 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
       {"megatron pp 2", m, planner::build_megatron(in, pipeline)},
       {"ring-track rings of 2", m, planner::build_ringtrack(in, rings).graph},
       {"zero-2, 2 micro-batches", m, planner::build_zero(twice, zero2), 2 * n},
+      {"zero-1, micro-batches of 2", m, planner::build_zero(twice, zero1_batched), 2 * n},
+      {"megatron pp 2, micro-batches of 2", m, planner::build_megatron(twice, piped_batched), 2 * n},
       {"zero-3, 2 micro-batches", m, planner::build_zero(twice, zero3), 2 * n},
       {"megatron cp", m, planner::build_megatron(in, megatron_cp)},
       {"ulysses sp 2", m, planner::build_zero(in, ulysses)},
@@ -443,6 +453,10 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   const sim::TaskGraph data_parallel = planner::build_megatron(tp_in, megatron);
   cases.push_back({"megatron tp 2", even_vocab, planner::build_megatron(tp_in, tensor_parallel), 0, data_parallel});
   cases.push_back({"megatron tp 2, full recompute", even_vocab, planner::build_megatron(tp_in, recomputed_tp), 0, data_parallel});
+  planner::MegatronParams batched_tp = tensor_parallel;  // each replica's 2 sequences in one micro-batch, with SP
+  batched_tp.micro_batch = 2;
+  batched_tp.sequence_parallel = true;
+  cases.push_back({"megatron tp 2, sp, micro-batches of 2", even_vocab, planner::build_megatron(tp_in, batched_tp), 0, data_parallel});
   if (n >= 4) cases.push_back({"megatron tp 2, pp 2", even_vocab, planner::build_megatron(tp_in, piped_tp), 0, data_parallel});
   if (n >= 4) cases.push_back({"megatron tp 2, cp", even_vocab, planner::build_megatron(tp_in, tp_cp), 0, data_parallel});
   planner::MegatronParams gathered_cp = megatron_cp;  // K/V all-gathered over the cp ranks, dK|dV reduce-scattered
@@ -452,6 +466,10 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
   gathered_tp_cp.cp_comm = planner::CpComm::all_gather;
   if (n >= 4) cases.push_back({"megatron tp 2, cp all-gather", even_vocab, planner::build_megatron(tp_in, gathered_tp_cp), 0, data_parallel});
   if (n == 4) cases.push_back({"megatron pp 2, cp 2 a2a", m, planner::build_megatron(in, piped_a2a)});
+  planner::MegatronParams hierarchical = megatron_cp;  // a2a+p2p: all-to-alls in groups of 2, the K/V ring over the groups
+  hierarchical.cp_comm = planner::CpComm::a2a_p2p;
+  hierarchical.cp_a2a = 2;
+  if (n >= 4) cases.push_back({"megatron cp a2a+p2p", m, planner::build_megatron(in, hierarchical)});
   // Sequence parallelism: each rank's rows between the TP regions, gathered before the column-parallel GEMMs (and
   // again for their weight gradients), reduce-scattered after the row-parallel ones, the norms' gradients summed.
   for (planner::MegatronParams sp : {tensor_parallel, recomputed_tp, piped_tp, tp_cp}) {

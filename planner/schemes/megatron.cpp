@@ -151,8 +151,10 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
 }
 
 // What the executors run of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
-// pipeline (interleaved or split unevenly too) and data parallelism with one sequence per micro-batch, any
-// recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p or a2a, and on the executor
+// pipeline (interleaved or split unevenly too) and data parallelism with micro-batches of any size (one sequence
+// with CP), any
+// recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p, a2a or a2a+p2p (tp 1, the heads
+// split evenly over the all-to-all group), and on the executor
 // only (the CPU reference refuses them) context parallelism by all-gather and tensor parallelism, with or without
 // sequence parallelism (heads, K/V heads, the MLP and the vocabulary split evenly; with SP, each chunk's rows too).
 std::string megatron_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
@@ -177,8 +179,16 @@ std::string megatron_run_refusal(const StepInputs& in, const PlanSpec& spec, int
     return "a tp dividing the model's heads, K/V heads, ffn_hidden and vocab (" + std::to_string(m.heads) + ", " + std::to_string(m.kv_heads) + ", " +
            std::to_string(m.ffn_hidden) + ", " + std::to_string(m.vocab) + ")";
   }
-  if (p.cp != 1 && p.cp_comm == CpComm::a2a_p2p) return "cp_comm p2p, all_gather or a2a (context parallelism by a2a+p2p is not executed yet)";
-  if (p.micro_batch != 1) return "micro_batch 1 (one sequence per micro-batch)";
+  if (p.cp != 1 && (p.cp_comm == CpComm::a2a || p.cp_comm == CpComm::a2a_p2p)) {  // LayerSplit::executable_cp_a2a(_p2p)
+    const int a2a = p.cp_comm == CpComm::a2a ? p.cp : p.cp_a2a;
+    if (p.tp > 1) return "tp 1 with cp_comm a2a or a2a+p2p (their all-to-alls split whole heads)";
+    if (m.heads % a2a != 0 || m.kv_heads % a2a != 0) {
+      return "an all-to-all group (" + std::to_string(a2a) + ") dividing the model's heads and K/V heads (" + std::to_string(m.heads) + ", " +
+             std::to_string(m.kv_heads) + ")";
+    }
+  }
+  if (p.micro_batch > 1 && p.cp > 1) return "micro_batch 1 with context parallelism (its ring and exchanges carry one sequence)";
+  if (p.micro_batch > 255) return "a micro_batch of at most 255 sequences";
   return "";
 }
 

@@ -125,8 +125,12 @@ PlanSpec zero_family_from_flags(const FlagValues& flags) {
   return spec;
 }
 
+// Micro-batches of several sequences run where nothing exchanges a sequence's pieces (no Ulysses, CP or FPDT).
 std::string zero_family_run_refusal(const StepInputs&, const PlanSpec& spec, int) {
-  return spec.zero.micro_batch == 1 ? "" : "micro_batch 1 (one sequence per micro-batch)";
+  const ZeroParams& p = spec.zero;
+  if (p.micro_batch == 1) return "";
+  if (p.sp > 1 || p.cp > 1 || p.fpdt_chunk > 0) return "micro_batch 1 with Ulysses, ring attention or FPDT (their exchanges carry one sequence)";
+  return p.micro_batch <= 255 ? "" : "a micro_batch of at most 255 sequences";
 }
 
 Scheme zero_family_scheme(std::string name, std::string description, std::vector<std::string> split_flags) {
