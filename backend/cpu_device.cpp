@@ -394,9 +394,10 @@ class CpuDevice final : public Device {
       }
     });
   }
+  // The device's memory is the host's: the host's step on its stream, spread over the cores as on a GPU's host.
   void host_adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
                   bf16_bits* weights) override {
-    adamw(stream, opt, step, n, master, m, v, grad, weights);  // the device's memory is the host's
+    enqueue(stream, [=] { kernels::adamw_host(opt, step, n, master, m, v, grad, weights); });
   }
   void adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
              bf16_bits* weights) override {

@@ -34,10 +34,7 @@ class CudaDevice final : public Device {
     static void CUDART_CB run(void* p) noexcept {
       const std::unique_ptr<HostAdamW> job(static_cast<HostAdamW*>(p));
       try {
-        const std::size_t n = size_of(job->n);
-        std::vector<float> w(n);
-        kernels::adamw_ref(job->opt, job->step, {job->master, n}, {job->m, n}, {job->v, n}, {job->grad, n}, w);
-        for (std::size_t i = 0; i < n; ++i) job->weights[i] = kernels::to_bf16(w[i]);
+        kernels::adamw_host(job->opt, job->step, job->n, job->master, job->m, job->v, job->grad, job->weights);  // on every host core
       } catch (const std::exception& e) {
         const std::lock_guard lock(job->device->host_error_mutex_);
         if (job->device->host_error_.empty()) job->device->host_error_ = e.what();

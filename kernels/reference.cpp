@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/error.hpp"
+#include "common/thread_pool.hpp"
 
 namespace trainyard::kernels {
 
@@ -396,6 +397,19 @@ void adamw_ref(const AdamW& opt, int step, std::span<float> master, std::span<fl
     master[i] = static_cast<float>(w);
     weights_bf16[i] = round_bf16(master[i]);
   }
+}
+
+void adamw_host(const AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad, std::uint16_t* weights_bf16,
+                int threads) {
+  constexpr std::int64_t kBlock = 1 << 16;  // parameters per job: 1.25 MiB of states and gradients
+  const auto blocks = static_cast<std::size_t>((std::max<std::int64_t>(n, 0) + kBlock - 1) / kBlock);
+  parallel_for(blocks, resolve_threads(threads), [&](std::size_t b) {
+    const auto first = static_cast<std::int64_t>(b) * kBlock;
+    const auto count = static_cast<std::size_t>(std::min(kBlock, n - first));
+    std::vector<float> rounded(count);
+    adamw_ref(opt, step, {master + first, count}, {m + first, count}, {v + first, count}, {grad + first, count}, rounded);
+    for (std::size_t i = 0; i < count; ++i) weights_bf16[first + static_cast<std::int64_t>(i)] = to_bf16(rounded[i]);
+  });
 }
 
 }  // namespace trainyard::kernels

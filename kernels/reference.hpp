@@ -105,5 +105,10 @@ struct AdamW {
 };
 void adamw_ref(const AdamW& opt, int step, std::span<float> master, std::span<float> m, std::span<float> v, std::span<const float> grad,
                std::span<float> weights_bf16);
+// The host's optimizer step (ZeRO-Offload's, ring-track's with states in DRAM): adamw_ref over n parameters in
+// blocks spread over `threads` host threads (0: every core), the bf16 weights written as bits. The same values as
+// adamw_ref, element by element; spread over the cores it is bound by DRAM bandwidth, as the simulator predicts it.
+void adamw_host(const AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad, std::uint16_t* weights_bf16,
+                int threads = 0);
 
 }  // namespace trainyard::kernels

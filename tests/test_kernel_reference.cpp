@@ -340,4 +340,30 @@ TEST(KernelReference, AdamWStepByHand) {
   EXPECT_NEAR(m[1], 0.9f * 0.1f + 0.1f * -1.0f, 1e-7);
 }
 
+// The host's step spread over threads: the same values as adamw_ref, block by block (200000 parameters: 3 whole
+// blocks and a part), whatever the threads.
+TEST(KernelReference, TheHostAdamWOnSeveralThreadsEqualsTheReference) {
+  const std::size_t n = 200000;
+  std::vector<float> grad(n), master(n), m(n), v(n), rounded(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    grad[i] = std::sin(0.37f * static_cast<float>(i));
+    master[i] = std::cos(0.11f * static_cast<float>(i));
+    m[i] = 0.01f * grad[i];
+    v[i] = 0.001f * grad[i] * grad[i];
+  }
+  AdamW opt;
+  opt.lr = 1e-2f;
+  std::vector<float> ref_master = master, ref_m = m, ref_v = v;
+  adamw_ref(opt, 3, ref_master, ref_m, ref_v, grad, rounded);
+  for (int threads : {1, 3}) {
+    std::vector<float> host_master = master, host_m = m, host_v = v;
+    std::vector<std::uint16_t> weights(n);
+    adamw_host(opt, 3, static_cast<std::int64_t>(n), host_master.data(), host_m.data(), host_v.data(), grad.data(), weights.data(), threads);
+    EXPECT_EQ(host_master, ref_master) << threads << " threads";
+    EXPECT_EQ(host_m, ref_m);
+    EXPECT_EQ(host_v, ref_v);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(from_bf16(weights[i]), rounded[i]) << i;
+  }
+}
+
 }  // namespace trainyard::kernels
