@@ -76,6 +76,7 @@ std::optional<std::pair<std::string, std::string>> task_refusal(const sim::Task&
         "its weights in from it)",
         "a copy of model states"};
   }
+  if (t.op.code != sim::OpCode::none && t.op.seq < 0) return std::pair{"a step of at most 32767 sequences", "a task of a later one"};
   if (t.op.code == sim::OpCode::none && !memory) {
     return std::pair{"a task the executor can run (a builder that annotates its tasks: ring-track, Megatron, ZeRO)", "a task without an op"};
   }

@@ -73,7 +73,7 @@ struct LayerSplit {
   // FPDT chunks, so that rank i holds chunks i * r .. (i + 1) * r - 1, r = fpdt_run() (sim::Op::chunk_run); with
   // sp > 1 the heads must split evenly too (LayerEmitter::executable_ulysses).
   bool executable_fpdt() const {
-    return fpdt_chunks > 1 && tp == 1 && cp == 1 && sequences == 1 && fpdt_chunks % ulysses == 0 && fpdt_chunks / ulysses <= 255;
+    return fpdt_chunks > 1 && fpdt_chunks <= 255 && tp == 1 && cp == 1 && sequences == 1 && fpdt_chunks % ulysses == 0;  // ops cover <= 255 chunks
   }
   // The executors' chunks a rank's ops cover: FPDT's chunks of its share of the sequence; else 1.
   int fpdt_run() const { return executable_fpdt() ? fpdt_chunks / ulysses : 1; }

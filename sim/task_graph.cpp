@@ -26,11 +26,6 @@ std::string_view to_string(TaskKind kind) {
   return names[static_cast<int>(kind)];
 }
 
-std::int16_t narrow_op_field(std::int32_t value, const char* what) {
-  if (value < -1 || value > INT16_MAX) throw InputError("the step's task graph", what, "at most 32767", std::to_string(value));
-  return static_cast<std::int16_t>(value);
-}
-
 std::uint8_t narrow_op_count(std::int32_t count, const char* what) {
   if (count < 1 || count > UINT8_MAX) throw InputError("the step's task graph", what, "1 to 255", std::to_string(count));
   return static_cast<std::uint8_t>(count);

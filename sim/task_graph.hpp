@@ -164,15 +164,13 @@ enum class OpCode : std::uint8_t {
 // clang-format on
 std::string_view to_string(OpCode code);
 
-// Op's 16-bit fields: `value`, or InputError naming `what` when it exceeds 32767 (or is below -1); its counts
-// (chunk_count, seq_count): 1 to 255.
-std::int16_t narrow_op_field(std::int32_t value, const char* what);
+// Op's counts (chunk_count, seq_count): `count`, or InputError naming `what` outside 1 to 255.
 std::uint8_t narrow_op_count(std::int32_t count, const char* what);
 
 struct Op {
   // Coordinates only: the fields below are set by name (kv_range, optimizer_of), never by position.
   Op(OpCode code_ = OpCode::none, std::int32_t seq_ = 0, std::int32_t layer_ = -1, std::int32_t chunk_ = -1)
-      : code(code_), seq(narrow_op_field(seq_, "sequences in one step")), layer(layer_), chunk(chunk_) {}
+      : code(code_), seq(seq_ <= INT16_MAX ? static_cast<std::int16_t>(seq_) : std::int16_t{-1}), layer(layer_), chunk(chunk_) {}
   OpCode code = OpCode::none;
   // Zigzag ring attention: 0, or the number of chunks the sequence is cut into (2 x cp, at most 254), when the op
   // covers two of them, `chunk` and its mirror zigzag - 1 - chunk, and each K/V chunk with its mirror likewise
@@ -183,9 +181,9 @@ struct Op {
   // padding after `code`.
   std::int8_t head_group = -1;
   std::uint8_t head_groups = 0;
-  // The step's sequence (at most 32767 in one graph), the sequences the op covers, seq .. seq + seq_count - 1 (a
-  // micro-batch of several, Op::sequences), and in each the chunks it covers, chunk .. chunk + chunk_count - 1 (FPDT:
-  // an sp rank's run of the sequence's chunks, Op::chunk_run): the executors run it as its one-chunk ops.
+  // The step's sequence (-1 beyond 32767: the simulator times such a step, the executors refuse it), the sequences the op covers, seq .. seq +
+  // seq_count - 1 (a micro-batch of several, Op::sequences), and in each the chunks it covers, chunk .. chunk + chunk_count - 1 (FPDT: an sp rank's
+  // run of the sequence's chunks, Op::chunk_run): the executors run it as its one-chunk ops.
   std::int16_t seq = 0;
   std::uint8_t chunk_count = 1, seq_count = 1;
   std::int32_t layer = -1, chunk = -1;

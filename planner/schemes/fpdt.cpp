@@ -21,6 +21,7 @@ Scheme fpdt_scheme() {
     if (std::string needs = zero_family_run_refusal(in, spec, ranks); !needs.empty()) return needs;
     const ZeroParams& p = spec.zero;
     const std::int64_t share = in.workload.seq_len / p.sp;
+    if (in.workload.seq_len / p.fpdt_chunk > 255) return "at most 255 FPDT chunks (" + std::to_string(in.workload.seq_len / p.fpdt_chunk) + ")";
     if (share % p.fpdt_chunk != 0) {
       return "an FPDT chunk dividing each sp rank's share of the sequence (" + format_tokens(share) + " tokens, chunk " +
              format_tokens(p.fpdt_chunk) + ")";
