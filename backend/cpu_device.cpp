@@ -401,11 +401,7 @@ class CpuDevice final : public Device {
   }
   void adamw(int stream, const kernels::AdamW& opt, int step, std::int64_t n, float* master, float* m, float* v, const float* grad,
              bf16_bits* weights) override {
-    enqueue(stream, [=] {
-      std::vector<float> w(static_cast<std::size_t>(n));
-      kernels::adamw_ref(opt, step, span_of(master, n), span_of(m, n), span_of(v, n), span_of(grad, n), w);
-      narrow(w, weights);
-    });
+    enqueue(stream, [=] { kernels::adamw_host(opt, step, n, master, m, v, grad, weights, 1); });  // the stream's thread alone
   }
 
  private:

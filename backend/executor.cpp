@@ -637,8 +637,8 @@ struct Executor::Impl {
     }
     const std::vector<sim::Op> ops = chunk_ops(op, c);
     if (ops.size() == 1) return compute(ops.front(), OpTensors(ops.front(), t.uses, t.instances), stream, seq_len);  // (rebased into its chunk)
-    std::size_t at =
-        0;  // a zigzag, run, micro-batch or Ulysses op: one chunk (pair) at a time, each over its share of the uses (compute_uses' order)
+    // A zigzag, run, micro-batch or Ulysses op: one chunk (pair) at a time, each over its share of the uses (compute_uses' order).
+    std::size_t at = 0;
     for (const sim::Op& one : ops) {
       const std::size_t n = compute_uses(one, m, c).size();
       compute(one, OpTensors(one, std::span(t.uses).subspan(at, n), std::span(t.instances).subspan(at, n)), stream, seq_len);

@@ -69,12 +69,10 @@ struct LayerSplit {
   // Megatron's all_gather context parallelism the executors run: rank r holds chunk r (with zigzag, and its mirror),
   // gathers every chunk's K and V and sends each owner its share of their dK | dV (every rank built).
   bool executable_cp_allgather() const { return cp > 1 && cp_comm == CpComm::all_gather && built_cp() == cp && built_tp() == tp; }
-  // FPDT the executors run: no TP or CP, one sequence per micro-batch, and each sp rank's tokens a whole number of
-  // FPDT chunks, so that rank i holds chunks i * r .. (i + 1) * r - 1, r = fpdt_run() (sim::Op::chunk_run); with
-  // sp > 1 the heads must split evenly too (LayerEmitter::executable_ulysses).
-  bool executable_fpdt() const {
-    return fpdt_chunks > 1 && fpdt_chunks <= 255 && tp == 1 && cp == 1 && sequences == 1 && fpdt_chunks % ulysses == 0;  // ops cover <= 255 chunks
-  }
+  // FPDT the executors run: no TP or CP, one sequence per micro-batch, at most 255 chunks (its merge op covers them
+  // all, sim::Op::chunk_count), and each sp rank's tokens a whole number of FPDT chunks, so that rank i holds chunks i * r .. (i + 1) * r - 1, r =
+  // fpdt_run() (sim::Op::chunk_run); with sp > 1 the heads must split evenly too (LayerEmitter::executable_ulysses).
+  bool executable_fpdt() const { return fpdt_chunks > 1 && fpdt_chunks <= 255 && tp == 1 && cp == 1 && sequences == 1 && fpdt_chunks % ulysses == 0; }
   // The executors' chunks a rank's ops cover: FPDT's chunks of its share of the sequence; else 1.
   int fpdt_run() const { return executable_fpdt() ? fpdt_chunks / ulysses : 1; }
   // An executable zigzag split: the 2 x cp chunks of the sequence (sim::Op::zigzag); else 0.

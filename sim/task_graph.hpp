@@ -181,9 +181,10 @@ struct Op {
   // padding after `code`.
   std::int8_t head_group = -1;
   std::uint8_t head_groups = 0;
-  // The step's sequence (-1 beyond 32767: the simulator times such a step, the executors refuse it), the sequences the op covers, seq .. seq +
-  // seq_count - 1 (a micro-batch of several, Op::sequences), and in each the chunks it covers, chunk .. chunk + chunk_count - 1 (FPDT: an sp rank's
-  // run of the sequence's chunks, Op::chunk_run): the executors run it as its one-chunk ops.
+  // The step's sequence (-1 beyond 32767: the simulator times such a step, the executors refuse it); the sequences
+  // the op covers, seq .. seq + seq_count - 1 (a micro-batch of several, Op::sequences), and in each the chunks it
+  // covers, chunk .. chunk + chunk_count - 1 (FPDT: an sp rank's run of the sequence's chunks, Op::chunk_run). The
+  // executors run such an op as its one-chunk ops.
   std::int16_t seq = 0;
   std::uint8_t chunk_count = 1, seq_count = 1;
   std::int32_t layer = -1, chunk = -1;

@@ -151,11 +151,10 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
 }
 
 // What the executors run of Megatron's steps so far (tests/test_mpi.cpp, test_backend_reference.cpp):
-// pipeline (interleaved or split unevenly too) and data parallelism with micro-batches of any size (one sequence
-// with CP), any
-// recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p, a2a or a2a+p2p (tp 1, the heads
-// split evenly over the all-to-all group), and on the executor
-// only (the CPU reference refuses them) context parallelism by all-gather and tensor parallelism, with or without
+// pipeline (interleaved or split unevenly too) and data parallelism with micro-batches of up to 255 sequences (one
+// with CP), any recompute, offloaded checkpoints, the distributed optimizer, context parallelism by p2p, a2a or
+// a2a+p2p (tp 1, the heads split evenly over the all-to-all group), and on the executor only (the CPU reference
+// refuses them) context parallelism by all-gather and tensor parallelism, with or without
 // sequence parallelism (heads, K/V heads, the MLP and the vocabulary split evenly; with SP, each chunk's rows too).
 std::string megatron_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
   const MegatronParams& p = spec.megatron;

@@ -16,8 +16,8 @@ PlanSpec zero_family_from_flags(const FlagValues& flags);
 void zero_family_variants(const std::string& scheme, const ZeroParams& base, bool require_ac, const AddPlan& add);
 // The entry's fields every member of the family has alike; each member names itself, its split and its search.
 Scheme zero_family_scheme(std::string name, std::string description, std::vector<std::string> split_flags);
-// Scheme::run_refusal of the ZeRO-family schemes the executors run (their builders annotate every task): one
-// sequence per micro-batch.
+// Scheme::run_refusal of the ZeRO-family schemes the executors run (their builders annotate every task): a
+// micro-batch of at most 255 sequences, and of one with Ulysses, ring attention or FPDT.
 std::string zero_family_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks);
 
 }  // namespace trainyard::planner
