@@ -91,14 +91,19 @@ std::int64_t ShardLayout::elements() const {
 }
 
 std::vector<ShardLayout> tensor_shard_layouts(const model::ModelConfig& full, int shards, int index) {
+  return tensor_slice_layouts(full, static_cast<double>(index) / shards, static_cast<double>(index + 1) / shards);
+}
+
+std::vector<ShardLayout> tensor_slice_layouts(const model::ModelConfig& full, double begin, double end) {
   const std::int64_t h = full.hidden, q = full.q_dim(), kv = full.kv_dim(), f = full.ffn_hidden, vocab = full.vocab;
-  const std::int64_t qs = q / shards, kvs = kv / shards, fs = f / shards, vs = vocab / shards;
+  auto first = [&](std::int64_t positions) { return std::llround(begin * static_cast<double>(positions)); };
+  auto count = [&](std::int64_t positions) { return std::llround(end * static_cast<double>(positions)) - first(positions); };
   const ShardLayout norm{h, 0, h, {{0, 1}}};
-  const ShardLayout wqkv{h, 0, h, {{index * qs, qs}, {q + index * kvs, kvs}, {q + kv + index * kvs, kvs}}};
-  const ShardLayout wo{q, index * qs, qs, {{0, h}}};
-  const ShardLayout wup{h, 0, h, {{index * fs, fs}, {f + index * fs, fs}}};
-  const ShardLayout wdown{f, index * fs, fs, {{0, h}}};
-  const ShardLayout vocab_rows{h, 0, h, {{index * vs, vs}}};
+  const ShardLayout wqkv{h, 0, h, {{first(q), count(q)}, {q + first(kv), count(kv)}, {q + kv + first(kv), count(kv)}}};
+  const ShardLayout wo{q, first(q), count(q), {{0, h}}};
+  const ShardLayout wup{h, 0, h, {{first(f), count(f)}, {f + first(f), count(f)}}};
+  const ShardLayout wdown{f, first(f), count(f), {{0, h}}};
+  const ShardLayout vocab_rows{h, 0, h, {{first(vocab), count(vocab)}}};
   std::vector<ShardLayout> out;
   for (std::int64_t l = 0; l < full.layers; ++l) out.insert(out.end(), {norm, wqkv, wo, norm, wup, wdown});
   out.push_back(vocab_rows);                             // the embedding
@@ -106,18 +111,6 @@ std::vector<ShardLayout> tensor_shard_layouts(const model::ModelConfig& full, in
   if (!full.tied_embeddings) out.push_back(vocab_rows);  // the LM head
   return out;
 }
-
-namespace {
-template <typename Visit>
-void for_each_shard_element(const ShardLayout& l, Visit&& visit) {
-  std::int64_t k = 0;
-  for (const auto& [first, rows] : l.row_blocks) {
-    for (std::int64_t r = first; r < first + rows; ++r) {
-      for (std::int64_t c = 0; c < l.cols; ++c) visit(k++, r * l.full_cols + l.col_first + c);
-    }
-  }
-}
-}  // namespace
 
 void take_shard(const ShardLayout& layout, std::span<const float> full, std::span<float> shard) {
   TRAINYARD_CHECK(static_cast<std::int64_t>(shard.size()) == layout.elements(), "a shard of the layout's size");

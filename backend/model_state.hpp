@@ -84,6 +84,20 @@ struct ShardLayout {
 // gate and up rows by output (column-parallel), wo's and wdown's columns by input (row-parallel), the embedding's
 // and the LM head's vocabulary rows (vocab-parallel), the norms whole (replicated).
 std::vector<ShardLayout> tensor_shard_layouts(const model::ModelConfig& full, int shards, int index);
+// The same for the fraction [begin, end) of each split (shard k of n is [k/n, (k+1)/n)): HotSPa's switches move such
+// slices between layouts of different tensor-parallel degrees. A split of P rows or columns covers positions
+// [round(begin P), round(end P)), so neighbouring slices partition it; the norms are whole in every slice.
+std::vector<ShardLayout> tensor_slice_layouts(const model::ModelConfig& full, double begin, double end);
+// Visits a shard's elements in order: (index in the shard, index in the whole parameter).
+template <typename Visit>
+void for_each_shard_element(const ShardLayout& l, Visit&& visit) {
+  std::int64_t k = 0;
+  for (const auto& [first, rows] : l.row_blocks) {
+    for (std::int64_t r = first; r < first + rows; ++r) {
+      for (std::int64_t c = 0; c < l.cols; ++c) visit(k++, r * l.full_cols + l.col_first + c);
+    }
+  }
+}
 void take_shard(const ShardLayout& layout, std::span<const float> full, std::span<float> shard);
 void put_shard(const ShardLayout& layout, std::span<const float> shard, std::span<float> full);
 

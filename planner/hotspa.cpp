@@ -370,6 +370,19 @@ MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int
   return out;
 }
 
+std::vector<ExecutableGroup> minibatch_groups(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans,
+                                              const std::string& origin) {
+  const Minibatch mb = cut_minibatch(lengths, plans, origin);
+  std::vector<ExecutableGroup> out(mb.size());
+  for (std::size_t k = 0; k < mb.size(); ++k) {
+    mb.in_group(k, [&] {
+      BuiltGroup b = build_group(s, mb.group(k), mb.plan(k), false);
+      out[k] = {mb.group(k).lo, mb.group(k).hi, b.spec, b.rows.workload, std::move(b.graph)};
+    });
+  }
+  return out;
+}
+
 std::vector<GroupPlan> static_plans(const std::vector<std::int64_t>& bounds, const PlanSpec& spec, bool auto_micro_batch) {
   std::vector<GroupPlan> plans;
   for (std::int64_t b : bounds) plans.push_back({b, spec, auto_micro_batch, bounds.back()});

@@ -95,6 +95,17 @@ std::vector<GroupPlan> static_plans(const std::vector<std::int64_t>& bounds, con
 // each fill and drain the pipeline, so they can add up to more than the total).
 MinibatchResult run_static(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& bounds,
                            const PlanSpec& spec, bool auto_micro_batch, const std::string& origin);
+// The mini-batch's non-empty groups as the executors run them (backend/hotspa_step.hpp), shortest first: each
+// group's strategy (micro-batch filled in), rows and step graph, without the optimizer (the runner updates once,
+// in the last group's layout). InputError names `origin` and the group for a strategy the group cannot take.
+struct ExecutableGroup {
+  std::int64_t lo = 0, hi = 0;
+  PlanSpec spec;
+  Workload workload;  // the rows: seq_len tokens each, global_batch of them
+  sim::TaskGraph graph;
+};
+std::vector<ExecutableGroup> minibatch_groups(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans,
+                                              const std::string& origin);
 // One group alone: `update` keeps the optimizer step.
 GroupResult run_group(const HotSpaSetting& s, const LengthGroup& group, const GroupPlan& plan, bool update);
 

@@ -11,6 +11,7 @@
 #include "backend/calibrate_peers.hpp"
 #include "backend/cpu_device.hpp"
 #include "backend/executor.hpp"
+#include "backend/hotspa_step.hpp"
 #include "backend/model_state.hpp"
 #include "backend/mpi_communicator.hpp"
 #include "backend/reference_step.hpp"
@@ -179,6 +180,21 @@ MegatronStep megatron_step(const model::ModelConfig& m, const planner::MegatronP
   MegatronStep s{cluster_for_ranks(), random_windows(m.vocab, 32, 2 * p.dp, token_seed), {}};
   s.graph = planner::build_megatron({m, s.cluster, {32, 2 * p.dp}, model::precision_policy("bf16-mixed")}, p);
   return s;
+}
+
+// The updated weights: AdamW's first step moves each weight by about lr along its gradient's sign, so a step taken
+// with another gradient (a rank's own share rather than the sum) moves many of them the other way.
+void expect_updated_weights_agree(const ModelState& reference, const ModelState& executed) {
+  double moved = 0, agree = 0;
+  for (std::size_t p = 0; p < reference.all().size(); ++p) {
+    const Parameter &a = *reference.all()[p], &b = *executed.all()[p];
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (std::abs(a.grad[i]) < 1e-6f) continue;
+      moved += 1;
+      agree += std::abs(a.weight[i] - b.weight[i]) <= 1e-3f + std::abs(a.weight[i]) / 128;
+    }
+  }
+  EXPECT_GT(agree, 0.99 * moved) << agree << " of " << moved << " updated weights agree";
 }
 
 }  // namespace
@@ -520,18 +536,140 @@ TEST(Mpi, TheExecutorOnCpuRanksEqualsTheSingleRankReference) {
         run_reference_step(reference_graph ? *reference_graph : graph, reference, cluster.topology.gpus_per_node(), tokens, ro).loss;
     EXPECT_NEAR(loss, expected, 2e-3 * expected);
     EXPECT_LT(max_gradient_difference(executed, reference), 0.03);
-    // The updated weights: AdamW's first step moves each weight by about lr along its gradient's sign, so a step
-    // taken with another gradient (a rank's own share rather than the sum) moves many of them the other way.
-    double moved = 0, agree = 0;
-    for (std::size_t p = 0; p < reference.all().size(); ++p) {
-      const Parameter &a = *reference.all()[p], &b = *executed.all()[p];
-      for (std::size_t i = 0; i < a.size(); ++i) {
-        if (std::abs(a.grad[i]) < 1e-6f) continue;
-        moved += 1;
-        agree += std::abs(a.weight[i] - b.weight[i]) <= 1e-3f + std::abs(a.weight[i]) / 128;
+    expect_updated_weights_agree(reference, executed);
+  }
+}
+
+// HotSPa (backend/hotspa_step.hpp): length groups each under its own strategy on the executor, the parameters and
+// the accumulated gradients moved between their layouts by plan_switch's transfers, one update in the last
+// group's layout. Two mini-batches (the second's first switch carries updated weights out of the home layout)
+// give the single-rank reference's loss, gradients and weights; the result is gathered to rank 0 by a switch too.
+TEST(Mpi, HotSpaMinibatchesSwitchedBetweenStrategiesEqualTheSingleRankReference) {
+  const int n = world().size();
+  model::ModelConfig m = test::tiny_model(true);
+  m.vocab = 64;  // tensor parallelism shards the vocabulary evenly
+  const sim::Cluster cluster = cluster_for_ranks();
+  const int gpn = cluster.topology.gpus_per_node();
+  const auto inputs = [&](std::int64_t seq, std::int64_t rows) {
+    return planner::StepInputs{m, cluster, {seq, rows}, model::precision_policy("bf16-mixed")};
+  };
+  const auto without_update = [](const sim::TaskGraph& g) {
+    return sim::without_tasks(g, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; });
+  };
+  planner::ZeroParams zero3;
+  zero3.stage = 3;
+  planner::MegatronParams piped;  // pp 2 x dp
+  piped.pp = 2;
+  piped.dp = n / 2;
+  planner::MegatronParams tensor_parallel;  // tp 2 x dp: home
+  tensor_parallel.tp = 2;
+  tensor_parallel.dp = n / 2;
+  planner::MegatronParams plain;  // the reference's step for each group: data parallelism alone
+  plain.dp = n;
+  struct Group {
+    std::int64_t seq, rows;
+    sim::TaskGraph graph, reference;
+  };
+  std::vector<Group> groups;
+  groups.push_back({8, n, without_update(planner::build_zero(inputs(8, n), zero3)), {}});
+  if (n >= 4) groups.push_back({16, n, without_update(planner::build_megatron(inputs(16, n), piped)), {}});
+  groups.push_back({32, n, without_update(planner::build_megatron(inputs(32, n), tensor_parallel)), {}});
+  for (Group& g : groups) {
+    g.graph.finalize();
+    g.reference = planner::build_megatron(inputs(g.seq, g.rows), plain);
+  }
+
+  const auto device = make_cpu_device();
+  HotSpaOptions o;
+  o.comm = &world();
+  o.adam.lr = 1e-2f;
+  ModelState executed(m, 6), reference(m, 6);
+  const planner::StateLayout home = executor_layout(groups.back().graph, m);
+  for (int step = 1; step <= 2; ++step) {
+    SCOPED_TRACE("mini-batch " + std::to_string(step));
+    std::vector<std::vector<std::vector<std::int32_t>>> tokens;
+    std::vector<HotSpaGroupRun> runs, reference_runs;
+    for (std::size_t k = 0; k < groups.size(); ++k) tokens.push_back(random_windows(m.vocab, groups[k].seq, groups[k].rows, 97 * step + k));
+    for (std::size_t k = 0; k < groups.size(); ++k) {
+      runs.push_back({&groups[k].graph, tokens[k]});
+      reference_runs.push_back({&groups[k].reference, tokens[k]});
+    }
+    const HotSpaStepResult r = run_hotspa_step(*device, runs, executed, gpn, step, o);
+    EXPECT_GT(r.sent_bytes, 0);
+    EXPECT_GT(r.planned_param_bytes, 0);
+    if (n >= 4) {
+      EXPECT_GT(r.planned_grad_bytes, 0);  // into pp 2, then tp 2 (at 2 ranks ZeRO-3's layout holds tp 2's)
+    }
+    EXPECT_EQ(r.group_step_ns.size(), groups.size());
+    // rank 0 gathers the home layout's gradients and updated weights
+    const auto gather = planner::plan_switch(home, gathered_layout(m), layout_unit_bytes(m, 4), gpn, n);
+    run_switch(executed, gather, SwitchedValues::gradients, &world());
+    run_switch(executed, gather, SwitchedValues::weights, &world());
+    if (world().rank() != 0) continue;
+    const double expected = hotspa_reference_step(reference_runs, reference, gpn, step, true, o.adam);
+    EXPECT_NEAR(r.loss, expected, 2e-3 * expected);
+    for (const Parameter* p : executed.all()) {
+      for (std::size_t i = 0; i < p->size(); ++i) {
+        ASSERT_TRUE(std::isfinite(p->grad[i]) && std::isfinite(p->weight[i])) << p->name << " [" << i << "]: a slice the switches missed";
       }
     }
-    EXPECT_GT(agree, 0.99 * moved) << agree << " of " << moved << " updated weights agree";
+    EXPECT_LT(max_gradient_difference(executed, reference), 0.03);
+    if (step > 1) continue;
+    expect_updated_weights_agree(reference, executed);
+    // AdamW's first step moves a weight whose gradient is near zero by lr either way, so the two runs' weights
+    // differ there by up to 2 lr; the second mini-batch would compare those differences. It starts the reference
+    // from the weights the switches gathered instead: its gradients then check the second mini-batch's switches
+    // (which carry the updated weights out of the home layout) and the groups' steps on them.
+    for (std::size_t p = 0; p < reference.all().size(); ++p) reference.all()[p]->weight = executed.all()[p]->weight;
+  }
+}
+
+// A switch that misses a transfer leaves the destination's slice NaN (what a rank does not hold is NaN), so the
+// step that reads it fails rather than run on stale values; the whole plan delivers every held element.
+TEST(Mpi, ASwitchDeliversEverySliceAndOneMissingLeavesItNaN) {
+  const int n = world().size();
+  model::ModelConfig m = test::tiny_model(true);
+  m.vocab = 64;
+  const sim::Cluster cluster = cluster_for_ranks();
+  const planner::StepInputs in{m, cluster, {32, n}, model::precision_policy("bf16-mixed")};
+  planner::MegatronParams piped;
+  piped.pp = 2;
+  piped.dp = n / 2;
+  planner::MegatronParams tensor_parallel;
+  tensor_parallel.tp = 2;
+  tensor_parallel.dp = n / 2;
+  planner::MegatronParams plain;
+  plain.dp = n;
+  const planner::StateLayout from = executor_layout(planner::build_megatron(in, tensor_parallel), m);
+  const planner::StateLayout to = executor_layout(planner::build_megatron(in, n >= 4 ? piped : plain), m);
+  const auto plan = planner::plan_switch(from, to, layout_unit_bytes(m, 2), cluster.topology.gpus_per_node(), n);
+  ASSERT_FALSE(plan.transfers.empty());  // each TP rank holds half of what the destination layout needs whole
+  const ModelState seeded(m, 3);
+  for (bool drop_one : {false, true}) {
+    SCOPED_TRACE(drop_one ? "one transfer dropped" : "the whole plan");
+    planner::SwitchPlan run = plan;
+    if (drop_one) run.transfers.erase(run.transfers.begin());  // a layer's slice (the head's last ones may hold only the norm, whole on every slice)
+    ModelState state(m, 3);
+    poison_unheld(state, from, world().rank(), SwitchedValues::weights);
+    run_switch(state, run, SwitchedValues::weights, &world());
+    int missing = 0;
+    ModelState wanted(m, 3);
+    poison_unheld(wanted, to, world().rank(), SwitchedValues::weights);  // NaN where this rank needs nothing
+    for (std::size_t p = 0; p < state.all().size(); ++p) {
+      const auto& got = state.all()[p]->weight;
+      const auto& need = wanted.all()[p]->weight;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(need[i])) continue;
+        if (std::isnan(got[i])) ++missing;
+        else EXPECT_EQ(got[i], seeded.all()[p]->weight[i]);
+      }
+    }
+    const bool dropped_here = drop_one && plan.transfers.front().dst == world().rank();
+    if (dropped_here) {
+      EXPECT_GT(missing, 0);
+    } else {
+      EXPECT_EQ(missing, 0);
+    }
   }
 }
 

@@ -1,0 +1,253 @@
+#include "backend/hotspa_step.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "backend/executor.hpp"
+#include "backend/parameter_groups.hpp"
+#include "backend/reference_step.hpp"
+#include "common/error.hpp"
+
+namespace trainyard::backend {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t elapsed_ns(Clock::time_point since) { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count(); }
+
+std::vector<float>& values_of(Parameter& p, SwitchedValues which) { return which == SwitchedValues::weights ? p.weight : p.grad; }
+
+// The indices into ModelState::all() (and tensor_slice_layouts) of a unit's parameters.
+std::vector<std::size_t> unit_parameters(const model::ModelConfig& model, int unit) {
+  const auto layers = static_cast<std::size_t>(model.layers);
+  const auto u = static_cast<std::size_t>(unit);
+  if (u < layers) return {6 * u, 6 * u + 1, 6 * u + 2, 6 * u + 3, 6 * u + 4, 6 * u + 5};
+  if (u == layers) return {6 * layers};                // the embedding
+  if (model.tied_embeddings) return {6 * layers + 1};  // the final norm
+  return {6 * layers + 1, 6 * layers + 2};             // the final norm and the LM head
+}
+
+// Visits every element of the unit's slice [begin, end) in the slice's order: (parameter index in ModelState::all(),
+// flat index in the whole tensor).
+template <typename Visit>
+void for_each_slice_element(const model::ModelConfig& model, int unit, double begin, double end, Visit&& visit) {
+  const auto layouts = tensor_slice_layouts(model, begin, end);
+  for (std::size_t i : unit_parameters(model, unit)) {
+    for_each_shard_element(layouts[i], [&](std::int64_t, std::int64_t e) { visit(i, static_cast<std::size_t>(e)); });
+  }
+}
+
+// The slice of `layout`'s unit `unit` that GPU `gpu` holds, if any.
+const planner::Shard* held_slice(const planner::StateLayout& layout, int unit, int gpu) {
+  for (const auto& s : layout.units[static_cast<std::size_t>(unit)]) {
+    if (std::binary_search(s.holders.begin(), s.holders.end(), gpu)) return &s;
+  }
+  return nullptr;
+}
+
+// Flags of the elements GPU `gpu` holds in `layout`, per parameter (ModelState::all() order).
+std::vector<std::vector<char>> held_elements(ModelState& state, const planner::StateLayout& layout, int gpu) {
+  const auto params = state.all();
+  std::vector<std::vector<char>> held(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) held[i].assign(params[i]->size(), 0);
+  for (std::size_t u = 0; u < layout.units.size(); ++u) {
+    const planner::Shard* s = held_slice(layout, static_cast<int>(u), gpu);
+    if (s == nullptr) continue;
+    for_each_slice_element(state.model(), static_cast<int>(u), s->begin, s->end, [&](std::size_t i, std::size_t e) { held[i][e] = 1; });
+  }
+  return held;
+}
+
+}  // namespace
+
+std::vector<int> layout_units(const model::ModelConfig& model) {
+  std::vector<int> units;
+  for (int l = 0; l < static_cast<int>(model.layers); ++l) units.push_back(l);
+  units.push_back(kEmbeddingGroup);
+  units.push_back(kHeadGroup);
+  return units;
+}
+
+planner::StateLayout executor_layout(const sim::TaskGraph& graph, const model::ModelConfig& model) {
+  const auto owners = forward_owners(graph);
+  const int t = std::max(1, graph.tensor_shards());
+  planner::StateLayout layout;
+  for (int group : layout_units(model)) {
+    const auto found = owners.find(group);
+    if (found == owners.end()) throw InputError("a HotSPa group's task graph", group_name(group), "a GPU that runs its forward", "none");
+    std::vector<planner::Shard> shards;
+    for (int k = 0; k < t; ++k) {
+      planner::Shard s{static_cast<double>(k) / t, static_cast<double>(k + 1) / t, {}};
+      for (sim::DeviceId g : found->second) {
+        if (g % t == k) s.holders.push_back(g);
+      }
+      shards.push_back(std::move(s));
+    }
+    layout.units.push_back(std::move(shards));
+  }
+  return layout;
+}
+
+planner::StateLayout gathered_layout(const model::ModelConfig& model) {
+  planner::StateLayout layout;
+  for (std::size_t u = 0; u < layout_units(model).size(); ++u) layout.units.push_back({planner::Shard{0, 1, {0}}});
+  return layout;
+}
+
+std::vector<std::int64_t> layout_unit_bytes(const model::ModelConfig& model, double bytes_per_element) {
+  ModelState shapes(model, 0);
+  const auto params = shapes.all();
+  std::vector<std::int64_t> out;
+  for (std::size_t u = 0; u < layout_units(model).size(); ++u) {
+    std::int64_t elements = 0;
+    for (std::size_t i : unit_parameters(model, static_cast<int>(u))) elements += static_cast<std::int64_t>(params[i]->size());
+    out.push_back(std::llround(static_cast<double>(elements) * bytes_per_element));
+  }
+  return out;
+}
+
+std::int64_t run_switch(ModelState& state, const planner::SwitchPlan& plan, SwitchedValues which, Communicator* comm) {
+  if (plan.transfers.empty()) return 0;
+  if (comm == nullptr) throw InternalError("a switch between GPUs on one rank", __FILE__, __LINE__);
+  const auto params = state.all();
+  std::int64_t sent = 0;
+  int tag = 0;
+  for (const planner::Transfer& t : plan.transfers) {
+    ++tag;
+    if (comm->rank() != t.src && comm->rank() != t.dst) continue;
+    std::vector<float> slice;
+    if (comm->rank() == t.src) {
+      for_each_slice_element(state.model(), t.unit, t.begin, t.end,
+                             [&](std::size_t i, std::size_t e) { slice.push_back(values_of(*params[i], which)[e]); });
+      send_floats(*comm, t.dst, tag, slice);
+      sent += static_cast<std::int64_t>(slice.size() * sizeof(float));
+      continue;
+    }
+    slice = recv_floats(*comm, t.src, tag);
+    std::size_t k = 0;
+    for_each_slice_element(state.model(), t.unit, t.begin, t.end, [&](std::size_t i, std::size_t e) {
+      if (k >= slice.size()) throw TRAINYARD_COMM_ERROR("rank " + std::to_string(t.src) + " sent a switch slice shorter than its layout");
+      values_of(*params[i], which)[e] = slice[k++];
+    });
+    if (k != slice.size()) throw TRAINYARD_COMM_ERROR("rank " + std::to_string(t.src) + " sent a switch slice longer than its layout");
+  }
+  return sent;
+}
+
+void poison_unheld(ModelState& state, const planner::StateLayout& layout, int rank, SwitchedValues which) {
+  const auto held = held_elements(state, layout, rank);
+  const auto params = state.all();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto& values = values_of(*params[i], which);
+    for (std::size_t e = 0; e < values.size(); ++e) {
+      if (!held[i][e]) values[e] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+}
+
+namespace {
+
+// acc += weight * step on the elements GPU `rank` holds in `layout`.
+void accumulate_held(ModelState& acc, const ModelState& step, const planner::StateLayout& layout, int rank, double weight) {
+  const auto held = held_elements(acc, layout, rank);
+  const auto a = acc.all();
+  const auto s = step.all();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    for (std::size_t e = 0; e < a[i]->grad.size(); ++e) {
+      if (held[i][e]) a[i]->grad[e] += static_cast<float>(weight * static_cast<double>(s[i]->grad[e]));
+    }
+  }
+}
+
+std::int64_t token_count(std::span<const std::vector<std::int32_t>> rows) {
+  std::int64_t n = 0;
+  for (const auto& r : rows) n += static_cast<std::int64_t>(r.size()) - 1;
+  return n;
+}
+
+}  // namespace
+
+HotSpaStepResult run_hotspa_step(Device& device, std::span<const HotSpaGroupRun> groups, ModelState& state, int gpus_per_node, int optimizer_step,
+                                 const HotSpaOptions& options) {
+  TRAINYARD_CHECK(!groups.empty(), "a mini-batch of at least one group");
+  Communicator* comm = options.comm != nullptr && options.comm->size() > 1 ? options.comm : nullptr;
+  const int rank = comm != nullptr ? comm->rank() : 0, gpus = comm != nullptr ? comm->size() : 1;
+  const model::ModelConfig& m = state.model();
+  const std::size_t n = groups.size(), home = n - 1;
+  std::vector<planner::StateLayout> layouts;
+  for (const auto& g : groups) layouts.push_back(executor_layout(*g.graph, m));
+  const auto param_units = layout_unit_bytes(m, 2), grad_units = layout_unit_bytes(m, 4);
+
+  HotSpaStepResult r;
+  for (const auto& g : groups) r.tokens += token_count(g.tokens);
+  poison_unheld(state, layouts[home], rank, SwitchedValues::weights);
+  ExecutorOptions eo;
+  eo.comm = comm;
+  eo.comm_timeout = options.comm_timeout;
+  ModelState step(m, 0);  // each group's downloaded gradients
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto switch_start = Clock::now();
+    if (k != home) {  // the parameters, from home (first group) or the group before
+      const auto plan = planner::plan_switch(layouts[k == 0 ? home : k - 1], layouts[k], param_units, gpus_per_node, gpus);
+      r.planned_param_bytes += plan.bytes();
+      r.sent_bytes += run_switch(state, plan, SwitchedValues::weights, comm);
+    }
+    if (k == 0) {
+      state.zero_grads();
+    } else {  // the gradients accumulated so far follow the groups
+      const auto plan = planner::plan_switch(layouts[k - 1], layouts[k], grad_units, gpus_per_node, gpus);
+      r.planned_grad_bytes += plan.bytes();
+      r.sent_bytes += run_switch(state, plan, SwitchedValues::gradients, comm);
+    }
+    poison_unheld(state, layouts[k], rank, SwitchedValues::gradients);
+    r.switch_ns += elapsed_ns(switch_start);
+
+    Executor executor(device, *groups[k].graph, state, gpus_per_node, {}, eo);
+    executor.upload(state);
+    const MeasuredStep measured = executor.run_step(groups[k].tokens, optimizer_step);
+    executor.download(step);
+    const double weight = static_cast<double>(measured.tokens) / static_cast<double>(r.tokens);
+    r.loss += weight * measured.loss;
+    r.group_step_ns.push_back(measured.step_ns);
+    accumulate_held(state, step, layouts[k], rank, weight);
+  }
+  if (options.update) {
+    for (std::size_t u = 0; u < layouts[home].units.size(); ++u) {
+      if (held_slice(layouts[home], static_cast<int>(u), rank) != nullptr) state.adamw_step(layout_units(m)[u], options.adam, optimizer_step);
+    }
+  }
+  if (comm != nullptr) {
+    std::vector<int> everyone(static_cast<std::size_t>(gpus));
+    for (int i = 0; i < gpus; ++i) everyone[static_cast<std::size_t>(i)] = i;
+    double sent = static_cast<double>(r.sent_bytes);
+    comm->all_reduce_sum(everyone, std::span<double>(&sent, 1));
+    r.sent_bytes = static_cast<std::int64_t>(sent);
+  }
+  return r;
+}
+
+double hotspa_reference_step(std::span<const HotSpaGroupRun> groups, ModelState& state, int gpus_per_node, int optimizer_step, bool update,
+                             const kernels::AdamW& adam) {
+  std::int64_t total = 0;
+  for (const auto& g : groups) total += token_count(g.tokens);
+  ModelState step(state.model(), 0);
+  const planner::StateLayout everything = gathered_layout(state.model());
+  state.zero_grads();
+  double loss = 0;
+  for (const auto& g : groups) {
+    for (std::size_t i = 0; i < state.all().size(); ++i) step.all()[i]->weight = state.all()[i]->weight;
+    const ReferenceResult r = run_reference_step(*g.graph, step, gpus_per_node, g.tokens);
+    const double weight = static_cast<double>(r.tokens) / static_cast<double>(total);
+    loss += weight * r.loss;
+    accumulate_held(state, step, everything, 0, weight);
+  }
+  if (update) {
+    for (int group : layout_units(state.model())) state.adamw_step(group, adam, optimizer_step);
+  }
+  return loss;
+}
+
+}  // namespace trainyard::backend
