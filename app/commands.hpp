@@ -8,6 +8,7 @@
 
 #include "hwprofiles/catalog.hpp"
 #include "hwprofiles/node.hpp"
+#include "planner/hotspa.hpp"
 #include "planner/plan.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/step.hpp"
@@ -42,6 +43,17 @@ int run_simulate_lengths(const boost::program_options::variables_map& vm);
 // `why_not` gets the failure when a group does not fit.
 double simulate_minibatch_seconds(const boost::program_options::variables_map& vm, std::string& why_not);
 int run_plan_lengths(const boost::program_options::variables_map& vm, const std::vector<std::string>& schemes);
+// `run --lengths --switch`: the mini-batch drawn as simulate --lengths draws it, its non-empty groups built under
+// their strategies (planner::minibatch_groups, graphs not finalized), and the simulated mini-batch's seconds.
+struct SwitchedMinibatch {
+  model::ModelConfig model;
+  std::optional<sim::Cluster> cluster;
+  model::PrecisionPolicy precision;
+  std::vector<planner::ExecutableGroup> groups;
+  std::int64_t sequences = 0;
+  double simulated_s = 0;
+};
+SwitchedMinibatch load_switched_minibatch(const boost::program_options::variables_map& vm);
 
 // Shared by the commands. Parses `args` against `options` (+ positionals); true when --help was printed.
 bool parse(const std::vector<std::string>& args, const std::string& usage, boost::program_options::options_description& options,

@@ -178,6 +178,23 @@ LengthsOutcome simulate_minibatch(const po::variables_map& vm) {
 
 }  // namespace
 
+SwitchedMinibatch load_switched_minibatch(const po::variables_map& vm) {
+  if (!vm.count("switch")) throw InputError("--switch", "value", "the groups' strategies with --lengths (UPPER=SCHEME:k=v,...;...)", "nothing");
+  LengthsRun run;
+  load_hardware(vm, run);
+  const auto plans = planner::parse_group_plans(vm["switch"].as<std::string>(), "--switch", run.cluster->gpus());
+  const std::int64_t max_len = vm.count("max-len") ? parse_token_count(vm["max-len"].as<std::string>(), "--max-len") : plans.back().upper;
+  if (plans.back().upper < max_len) {
+    throw InputError("--switch", "value", "a last group bound of at least --max-len (" + format_tokens(max_len) + ")",
+                     format_tokens(plans.back().upper));
+  }
+  load(vm, run, max_len);
+  SwitchedMinibatch out{run.model, run.cluster, run.setting->precision, {}, static_cast<std::int64_t>(run.lengths.size()), 0};
+  out.groups = planner::minibatch_groups(*run.setting, run.lengths, plans, "--switch");
+  out.simulated_s = planner::run_minibatch(*run.setting, run.lengths, plans, "--switch").total_s;
+  return out;
+}
+
 double simulate_minibatch_seconds(const po::variables_map& vm, std::string& why_not) {
   const LengthsOutcome o = simulate_minibatch(vm);
   const planner::MinibatchResult& r = o.switched_run ? *o.switched_run : *o.static_run;

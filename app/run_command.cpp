@@ -20,6 +20,7 @@
 #include "app/report.hpp"
 #include "backend/cpu_device.hpp"
 #include "backend/executor.hpp"
+#include "backend/hotspa_step.hpp"
 #include "backend/measured.hpp"
 #include "backend/model_state.hpp"
 #include "backend/mpi_communicator.hpp"
@@ -38,6 +39,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "planner/plan.hpp"
 #include "planner/schemes/scheme.hpp"
+#include "planner/switching.hpp"
 #include "sim/report.hpp"
 #include "stacks/collective_library.hpp"
 #include "stacks/stack_profile.hpp"
@@ -383,6 +385,7 @@ void check_run_flags(const po::variables_map& vm, const std::string& device) {
 }
 
 int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, backend::Communicator* comm);
+int run_switched(const po::variables_map& vm, const std::string& device);
 std::unique_ptr<backend::Device> make_rank_device(const std::string& kind, int rank);
 void fall_back_to_reference(const po::variables_map& vm, const backend::ExecutorRefusal& refusal, bool root);
 
@@ -401,7 +404,7 @@ int run_run(const std::vector<std::string>& args) {
       ("gpu-profile", po::value<std::string>()->value_name("name|path"),
        "the executor: predict with this device profile (e.g. one `trainyard calibrate` wrote here) instead of the plan node's GPU; the prediction always uses the trainyard stack")
       ("hw", po::value<std::string>()->value_name("name|path"),
-       "the executor: predict on this node profile instead of the plan's (e.g. the NAME-node.json `mpirun -np N trainyard calibrate --device cpu` wrote)")
+       "the executor: predict on this node profile instead of the plan's (e.g. the NAME-node.json `mpirun -np N trainyard calibrate --device cpu` wrote); with --lengths: the cluster's node")
       ("collectives", po::value<std::string>()->value_name("name|path"),
        "the executor: predict collectives with this library (e.g. the NAME-mpi.json calibrate wrote) instead of NCCL's")
       ("steps", po::value<int>()->default_value(1)->value_name("int"), "optimizer steps to run (AdamW after each)")
@@ -412,7 +415,17 @@ int run_run(const std::vector<std::string>& args) {
       ("loss-curve", po::value<std::string>()->value_name("path"), "write step,loss,seconds as CSV")
       ("json", po::bool_switch(), "print the result as JSON")
       ("comm-timeout", po::value<double>()->default_value(300)->value_name("seconds"),
-       "under mpirun: the longest any rank waits for a message or a collective before the run stops with an error");
+       "under mpirun: the longest any rank waits for a message or a collective before the run stops with an error")
+      ("lengths", po::value<std::string>()->value_name("dist:NAME|FILE"),
+       "instead of --plan: HotSPa, a mini-batch of these lengths (as simulate --lengths draws it) run group by group under --switch's strategies, the states switched between them")
+      ("switch", po::value<std::string>()->value_name("UPPER=SCHEME:k=v,...;..."), "with --lengths: each length group's strategy")
+      ("model", po::value<std::string>()->value_name("name|path"), "with --lengths: the model")
+      ("nodes", po::value<int>()->value_name("int"), "with --lengths: nodes of --hw's node (default 1)")
+      ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "with --lengths: the mini-batch's tokens")
+      ("max-len", po::value<std::string>()->value_name("tokens"), "with --lengths: longest sequence (default: the last group bound)")
+      ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding"), "with --lengths: rows packed or padded")
+      ("micro-batch-tokens", po::value<std::string>()->default_value("16K")->value_name("tokens"), "with --lengths: micro-batch size for strategies that give none")
+      ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "with --lengths: precision policy");
   // clang-format on
   add_memory_budget_option(options);
   add_trace_options(options);
@@ -424,10 +437,17 @@ int run_run(const std::vector<std::string>& args) {
             options, positional, vm)) {
     return 0;
   }
-  if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file", "nothing");
   const std::string device = vm["device"].as<std::string>();
   if (device != "gpu" && device != "cpu") throw InputError("--device", "value", "gpu or cpu", "\"" + device + "\"");
   check_run_flags(vm, device);
+  if (vm.count("lengths")) {
+    if (vm.count("plan")) throw InputError("--plan", "value", "none with --lengths (--switch gives the groups' strategies)", "given");
+    return run_switched(vm, device);
+  }
+  for (const char* flag : {"switch", "model", "nodes", "tokens-per-step", "max-len"}) {
+    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none without --lengths (the plan file gives it)", "given");
+  }
+  if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file (or --lengths with --switch)", "nothing");
   const std::string origin = vm["plan"].as<std::string>();
 
   const LoadedPlan l = load_plan(origin, memory_budget(vm));
@@ -482,6 +502,177 @@ int run_run(const std::vector<std::string>& args) {
 }
 
 namespace {
+
+// --lengths: the groups' steps of run --lengths (rows of each group's row length) for mini-batch `step` (0-based):
+// the text's next windows, or seeded random ones.
+std::vector<std::vector<std::vector<std::int32_t>>> switched_tokens(const SwitchedMinibatch& sm, const po::variables_map& vm, const std::string& text,
+                                                                    int step) {
+  std::vector<std::vector<std::vector<std::int32_t>>> out;
+  std::int64_t per_step = 0;
+  for (const auto& g : sm.groups) per_step += g.workload.tokens();
+  std::int64_t offset = static_cast<std::int64_t>(step) * per_step;
+  const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
+  for (std::size_t k = 0; k < sm.groups.size(); ++k) {
+    const auto& w = sm.groups[k].workload;
+    if (vm.count("text")) {
+      out.push_back(backend::text_windows(text, vm["text"].as<std::string>(), w.seq_len, w.global_batch, offset));
+    } else {
+      out.push_back(
+          backend::random_windows(sm.model.vocab, w.seq_len, w.global_batch, seed + 1000003ull * static_cast<std::uint64_t>(step) + 7919 * k));
+    }
+    offset += w.tokens();
+  }
+  return out;
+}
+
+// Each group's strategy must run on the executor at these ranks: the same refusals as run --plan, naming the group.
+void refuse_unrunnable_groups(SwitchedMinibatch& sm, const std::string& device, int ranks) {
+  for (auto& g : sm.groups) {
+    const std::string group = "--switch: group " + format_tokens(g.lo) + "~" + format_tokens(g.hi);
+    const planner::StepInputs in{sm.model, *sm.cluster, g.workload, sm.precision};
+    if (const std::string needs = run_refusal(in, g.spec, device, ranks); !needs.empty()) {
+      throw InputError(group, g.spec.scheme, needs, g.spec.summary());
+    }
+    g.graph.finalize();
+    if (const auto refusal = backend::executor_refusal(g.graph, ranks)) throw InputError(group, refusal->task, refusal->expected, refusal->found);
+  }
+}
+
+// --check of run --lengths: the accumulated gradients gathered to rank 0 by one more switch (the home layout to
+// everything on rank 0), and there compared with each group's unchunked step on one rank, summed by tokens.
+int check_switched(const SwitchedMinibatch& sm, const po::variables_map& vm, backend::ModelState& state, const backend::HotSpaStepResult& r,
+                   const std::vector<std::vector<std::vector<std::int32_t>>>& tokens, backend::Communicator* comm, Json& out) {
+  const int gpn = sm.cluster->topology.gpus_per_node();
+  if (comm != nullptr) {
+    const auto home = backend::executor_layout(sm.groups.back().graph, sm.model);
+    const auto gather = planner::plan_switch(home, backend::gathered_layout(sm.model), backend::layout_unit_bytes(sm.model, 4), gpn, comm->size());
+    backend::run_switch(state, gather, backend::SwitchedValues::gradients, comm);
+    if (comm->rank() != 0) return 0;
+  }
+  std::vector<sim::TaskGraph> plain;
+  for (const auto& g : sm.groups) {
+    const planner::StepInputs in{sm.model, *sm.cluster, g.workload, sm.precision};
+    plain.push_back(planner::build_plan(in, unchunked(g.spec, g.workload.seq_len)));
+  }
+  std::vector<backend::HotSpaGroupRun> runs;
+  for (std::size_t k = 0; k < plain.size(); ++k) runs.push_back({&plain[k], tokens[k]});
+  backend::ModelState reference(sm.model, vm["seed"].as<std::uint64_t>());
+  const double expected = backend::hotspa_reference_step(runs, reference, gpn, 1, false, {});
+  const double loss_error = std::abs(r.loss - expected) / std::abs(expected);
+  const double grad_error = backend::max_gradient_difference(state, reference);  // NaN (a slice never delivered) fails below
+  const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
+  out["check"] = {{"loss", r.loss},
+                  {"unchunked_loss", expected},
+                  {"loss_relative_error", loss_error},
+                  {"gradient_max_error_relative_per_block", grad_error},
+                  {"pass", pass}};
+  if (vm["json"].as<bool>()) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << "loss           " << format_fixed(r.loss, 6) << " switched groups, " << format_fixed(expected, 6)
+              << " the groups' unchunked steps: relative error " << loss_error << " (tolerance " << kLossTolerance << ")\n"
+              << "gradients      largest difference " << grad_error << " of the block's largest entry, worst block (tolerance " << kGradientTolerance
+              << ")\n"
+              << "check          " << (pass ? "PASS" : "FAIL") << "\n";
+  }
+  return pass ? 0 : 1;
+}
+
+// run --lengths --switch (HotSPa, backend/hotspa_step.hpp): every group's step on the executor, the switches as
+// messages between the ranks, one update per mini-batch; --check compares one mini-batch's loss and accumulated
+// gradients with the groups' unchunked steps on one rank. Not compared with a prediction: simulate --lengths
+// predicts the mini-batch on the plan's GPUs, not on this device.
+int run_switched(const po::variables_map& vm, const std::string& device) {
+  for (const char* flag : {"trace", "gpu-profile", "collectives"}) {
+    if (vm.count(flag))
+      throw InputError(std::string("--") + flag, "value", "none with --lengths (a HotSPa run is not traced or predicted yet)", "given");
+  }
+  SwitchedMinibatch sm = load_switched_minibatch(vm);
+  refuse_unrunnable_groups(sm, device, backend::MpiSession::world_size_from_environment());
+  if (vm.count("text") && sm.model.vocab < 256)
+    throw InputError("--model", "vocab", "at least 256 for byte-level --text", std::to_string(sm.model.vocab));
+  const std::string text = vm.count("text") ? read_input_file(vm["text"].as<std::string>(), kTextFileCapBytes, "a text file to train on") : "";
+  backend::MpiSession mpi;
+  std::optional<backend::MpiCommunicator> comm;
+  if (mpi.active()) comm.emplace(std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000)));
+  backend::Communicator* ranks = comm ? &*comm : nullptr;
+  const bool root = !comm || comm->rank() == 0, as_json = vm["json"].as<bool>(), check = vm["check"].as<bool>();
+  try {
+    const int gpn = sm.cluster->topology.gpus_per_node();
+    const auto rank_device = make_rank_device(device, comm ? comm->rank() : 0);
+    backend::HotSpaOptions o;
+    o.comm = ranks;
+    o.update = !check;
+    o.adam.lr = vm["lr"].as<float>();
+    o.comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
+    const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
+    backend::ModelState state(sm.model, seed);
+    Json out = {
+        {"lengths", vm["lengths"].as<std::string>()}, {"device", device}, {"sequences", sm.sequences}, {"simulated_minibatch_s", sm.simulated_s}};
+    Json groups = Json::array();
+    for (const auto& g : sm.groups) {
+      groups.push_back({{"lo", g.lo},
+                        {"hi", g.hi},
+                        {"scheme", g.spec.scheme},
+                        {"summary", g.spec.summary()},
+                        {"rows", g.workload.global_batch},
+                        {"row_len", g.workload.seq_len}});
+    }
+    out["groups"] = groups;
+    const auto runs_of = [&](const std::vector<std::vector<std::vector<std::int32_t>>>& tokens) {
+      std::vector<backend::HotSpaGroupRun> runs;
+      for (std::size_t k = 0; k < sm.groups.size(); ++k) runs.push_back({&sm.groups[k].graph, tokens[k]});
+      return runs;
+    };
+    if (check) {
+      const auto tokens = switched_tokens(sm, vm, text, 0);
+      const backend::HotSpaStepResult r = backend::run_hotspa_step(*rank_device, runs_of(tokens), state, gpn, 1, o);
+      return check_switched(sm, vm, state, r, tokens, ranks, out);
+    }
+    std::string csv = "step,loss,seconds\n";
+    Json steps = Json::array();
+    backend::HotSpaStepResult last;
+    for (int s = 1; s <= vm["steps"].as<int>(); ++s) {
+      if (interrupted()) throw Interrupted();
+      const auto tokens = switched_tokens(sm, vm, text, s - 1);
+      const auto start = std::chrono::steady_clock::now();
+      last = backend::run_hotspa_step(*rank_device, runs_of(tokens), state, gpn, s, o);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      steps.push_back({{"loss", last.loss}, {"seconds", seconds}, {"switch_s", static_cast<double>(last.switch_ns) * 1e-9}});
+      csv += std::to_string(s) + "," + format_fixed(last.loss, 6) + "," + format_fixed(seconds, 6) + "\n";
+      if (root && !as_json) {
+        std::cout << "mini-batch " << s << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(seconds * 1e3, 1) << " ms (switches "
+                  << format_fixed(static_cast<double>(last.switch_ns) * 1e-6, 1) << " ms)\n";
+      }
+    }
+    if (!root) return 0;
+    if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
+    out["steps"] = steps;
+    out["switches"] = {
+        {"sent_bytes", last.sent_bytes}, {"planned_param_bytes", last.planned_param_bytes}, {"planned_grad_bytes", last.planned_grad_bytes}};
+    if (as_json) {
+      std::cout << out.dump(2) << "\n";
+      return 0;
+    }
+    for (std::size_t k = 0; k < sm.groups.size(); ++k) {
+      const auto& g = sm.groups[k];
+      std::cout << "group " << format_tokens(g.lo) << "~" << format_tokens(g.hi) << "  " << g.spec.scheme << " " << g.spec.summary() << ", "
+                << g.workload.global_batch << " rows of " << format_tokens(g.workload.seq_len) << ": "
+                << format_fixed(static_cast<double>(last.group_step_ns[k]) * 1e-6, 1) << " ms\n";
+    }
+    std::cout << "switches       " << format_bytes(static_cast<double>(last.sent_bytes))
+              << " sent over the ranks (fp32 values; planned at the executors' layouts: "
+              << format_bytes(static_cast<double>(last.planned_param_bytes)) << " bf16 parameters, "
+              << format_bytes(static_cast<double>(last.planned_grad_bytes)) << " fp32 gradients)\n"
+              << "simulated      " << format_fixed(sm.simulated_s, 3) << " s per mini-batch on " << sm.cluster->node.name
+              << " (simulate --lengths; not this device)\n";
+    return 0;
+  } catch (const std::exception& e) {
+    if (!comm || comm->size() == 1) throw;
+    std::cerr << "error: rank " << comm->rank() << " of " << comm->size() << ": " << e.what() << "\n";
+    backend::MpiSession::abort_all(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+  }
+}
 
 // What a run goes through when the executor cannot take the plan: the untimed CPU reference. The flags only the
 // executor honours are refused (they would be ignored), and rank 0 says why the executor did not take it.

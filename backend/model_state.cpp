@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <random>
 
 #include "common/error.hpp"
@@ -169,7 +170,8 @@ double max_gradient_difference(const ModelState& a, const ModelState& reference)
     for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
       double diff = 0, scale = 0;
       for (std::size_t j = cuts[c]; j < cuts[c + 1]; ++j) {
-        diff = std::max(diff, static_cast<double>(std::abs(ga[j] - gb[j])));
+        const double d = std::abs(static_cast<double>(ga[j]) - static_cast<double>(gb[j]));
+        diff = std::isnan(d) ? std::numeric_limits<double>::infinity() : std::max(diff, d);  // std::max would drop a NaN
         scale = std::max(scale, static_cast<double>(std::abs(gb[j])));
       }
       worst = std::max(worst, scale > 0 ? diff / scale : diff);

@@ -344,4 +344,24 @@ TEST(TensorShards, EveryElementInOneShardAndTheShardsAreTheShardedModelsParamete
   }
 }
 
+// HotSPa's switches move fractions of a unit between layouts of different TP degrees: the slices [0, 1/4) and
+// [1/4, 1/2) hold exactly TP 2's shard 0 (the norms whole in each), and slices meeting at a cut share no element.
+TEST(TensorShards, SlicesOfAFractionNestInsideTheShardsTheyCut) {
+  model::ModelConfig m = test::tiny_model(true);
+  m.vocab = 64;
+  ModelState whole(m, 1);
+  const auto params = whole.all();
+  const auto shard0 = tensor_shard_layouts(m, 2, 0);
+  const auto first = tensor_slice_layouts(m, 0, 0.25), second = tensor_slice_layouts(m, 0.25, 0.5);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    std::vector<int> in_shard(params[i]->size(), 0), in_slices(params[i]->size(), 0);
+    for_each_shard_element(shard0[i], [&](std::int64_t, std::int64_t e) { in_shard[static_cast<std::size_t>(e)] += 1; });
+    for (const auto* slice : {&first[i], &second[i]}) {
+      for_each_shard_element(*slice, [&](std::int64_t, std::int64_t e) { in_slices[static_cast<std::size_t>(e)] += 1; });
+    }
+    const bool norm = params[i]->name.find("norm") != std::string::npos;
+    for (std::size_t e = 0; e < in_shard.size(); ++e) ASSERT_EQ(in_slices[e], norm ? 2 : in_shard[e]) << params[i]->name << " [" << e << "]";
+  }
+}
+
 }  // namespace trainyard::backend

@@ -285,6 +285,32 @@ TEST(Cli, RunChecksTheChunkedPlanAgainstTheUnchunkedStepAndTrains) {
   EXPECT_NE(missing_text.err.find("nope.txt"), std::string::npos) << missing_text.err;
 }
 
+// HotSPa on one GPU (run --lengths --switch): each group under its strategy, one update per mini-batch; --check
+// against the groups' unchunked steps. (Several ranks, where the switches move states: ctest mpi_run_*_tiny-hotspa.)
+TEST(Cli, RunLengthsRunsEachGroupUnderItsStrategyAndRefusesWhatItCannot) {
+  const std::string hotspa = "run --lengths " TRAINYARD_SOURCE_DIR
+                             "/examples/tiny-lengths.txt --model custom:layers=2,hidden=32,heads=4,kv_heads=2,"
+                             "head_dim=8,ffn_hidden=48,vocab=256 --hw lab-h100 --tokens-per-step 256 --micro-batch-tokens 64 --device cpu";
+  const auto check = run_cli(hotspa + " --switch \"32=zero:zero_stage=1;64=megatron:recompute=full\" --check");
+  ASSERT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find("check          PASS"), std::string::npos) << check.out;
+  const auto train = run_cli(hotspa + " --switch \"32=zero:zero_stage=1;64=megatron\" --steps 2 --json");
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const auto out = nlohmann::json::parse(train.out);
+  EXPECT_EQ(out["steps"].size(), 2u);
+  EXPECT_EQ(out["groups"].size(), 2u);
+  EXPECT_EQ(out["switches"]["sent_bytes"], 0);  // one GPU: every layout is the whole model there
+  const auto with_plan = run_cli(hotspa + " --switch 64=megatron --plan " TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json");
+  EXPECT_EQ(with_plan.exit_code, 2);
+  EXPECT_NE(with_plan.err.find("--plan"), std::string::npos) << with_plan.err;
+  const auto no_switch = run_cli(hotspa);
+  EXPECT_EQ(no_switch.exit_code, 2);
+  EXPECT_NE(no_switch.err.find("--switch"), std::string::npos) << no_switch.err;
+  const auto stray = run_cli("run --plan " TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json --device cpu --switch 64=megatron");
+  EXPECT_EQ(stray.exit_code, 2);
+  EXPECT_NE(stray.err.find("without --lengths"), std::string::npos) << stray.err;
+}
+
 // The prediction a run prints can be made on another node and collective library (those `mpirun -np N trainyard
 // calibrate --device cpu` writes; here built-in ones); bad ones are named.
 TEST(Cli, RunPredictsOnTheNodeAndCollectiveLibraryGiven) {
