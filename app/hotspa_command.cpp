@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "app/commands.hpp"
+#include "backend/executor.hpp"
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
 #include "common/progress.hpp"
@@ -249,6 +250,15 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   LengthsRun run;
   load_hardware(vm, run);
   load(vm, run, max_len);
+  if (vm.count("executable")) {  // run --lengths on this device, one rank per GPU: its refusals, per group
+    const std::string device = vm["executable"].as<std::string>();
+    if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
+    run.setting->runnable = [device](const planner::StepInputs& in, const planner::PlanSpec& spec) {
+      return run_refusal(in, spec, device, in.cluster.gpus()).empty();
+    };
+    const int ranks = run.cluster->gpus();
+    run.setting->runnable_graph = [ranks](const sim::TaskGraph& graph) { return !backend::executor_refusal(graph, ranks); };
+  }
   planner::HotSpaSearchOptions options;
   options.schemes = schemes;
   options.bounds = bounds;

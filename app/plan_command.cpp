@@ -159,12 +159,12 @@ int run_plan(const std::vector<std::string>& args) {
             "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
             "       [--json] [--out plan.json] [--trace best.json] [--explain]\n"
             "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] --tokens-per-step T\n"
-            "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--json]",
+            "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json]",
             options, positional, vm)) {
     return 0;
   }
   if (vm.count("lengths")) {
-    for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters", "executable"}) {
+    for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
       if (vm.count(flag))
         throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
     }

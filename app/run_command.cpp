@@ -5,6 +5,8 @@
 //   - The CPU reference executor (backend/reference_step.hpp): small models, the chunked-vs-unchunked check
 //     (--check) and training on plans the executor does not run yet, on one rank or, under mpirun, one rank per
 //     GPU of the plan (backend/mpi_communicator.hpp). Untimed.
+//   - --lengths --switch instead of --plan: HotSPa's mini-batch, each length group on the executor under its own
+//     strategy, the states switched between them (backend/hotspa_step.hpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>

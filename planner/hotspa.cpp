@@ -102,6 +102,10 @@ GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, con
   BuiltGroup b = build_group(s, group, plan, update);
   g.rows = b.rows;
   g.spec = b.spec;
+  if (s.runnable_graph && !s.runnable_graph(b.graph)) {
+    g.failure = "the executor does not run its graph (--executable)";
+    return g;
+  }
   const auto group_tasks = static_cast<sim::TaskId>(b.graph.size());
   if (prefetch) {
     if (b.graph.finalized()) {  // a built graph is finalized: copy it into an open one
@@ -181,7 +185,8 @@ PlanSpec parse_strategy(const std::string& text, const std::string& origin, int 
         if (value != "true" && value != "false") throw InputError(origin, scheme + "." + key, "true or false", "\"" + value + "\"");
         slot = value == "true";
       } else if (slot.is_number()) {
-        slot = parse_token_count(value, origin + " " + scheme + "." + key);
+        // 0 is how plan files write "not set" (cp_a2a, first_stage_layers): a strategy copied from one may say it.
+        slot = value == "0" ? 0 : parse_token_count(value, origin + " " + scheme + "." + key);
       } else {
         slot = value;
       }
@@ -473,6 +478,7 @@ std::vector<PlanSpec> candidates(HotSpaSearch& h, const LengthGroup& g, std::int
     } catch (const InputError&) {
       continue;
     }
+    if (s.runnable && !s.runnable(in, spec)) continue;
     const double bytes = estimate_plan(in, spec).bytes;
     if (bytes > static_cast<double>(h.budget_bytes)) continue;  // too large to simulate here
     h.largest_bytes = std::max(h.largest_bytes, bytes);

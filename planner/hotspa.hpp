@@ -37,6 +37,10 @@ struct HotSpaSetting {
   std::int64_t memory_budget_bytes = 0;
   // Set (e.g. by Ctrl-C): simulations stop and the functions below throw trainyard::Interrupted.
   const std::atomic<bool>* cancel = nullptr;
+  // `plan --lengths --executable`: when set, the search considers only strategies `runnable` accepts for a group's
+  // rows, and a group whose built graph `runnable_graph` refuses does not fit (the executors' refusals).
+  std::function<bool(const StepInputs&, const PlanSpec&)> runnable = nullptr;
+  std::function<bool(const sim::TaskGraph&)> runnable_graph = nullptr;
 };
 
 // "megatron:tp=16,pp=2" (dp defaults to the GPUs left), "ulysses:sp=8", "ringtrack:ring=8,chunk=16384": a scheme and

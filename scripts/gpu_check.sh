@@ -100,6 +100,11 @@ check train-zero-host-optimizer 40 "$trainyard" run --plan "$work/one-gpu-zero.p
   --loss-curve "$work/zero-loss.csv"
 check train-ringtrack-stream 40 "$trainyard" run --plan "$work/one-gpu-ringtrack-stream.plan.json" --device gpu --warmup 0 --steps 60 \
   --text README.md --loss-curve "$work/ringtrack-stream-loss.csv"
+# HotSPa on one GPU (NOT RUN ON A GPU before this check): the tiny mini-batch's groups under ZeRO-1 and Megatron,
+# one update per mini-batch; --check against the groups' unchunked steps.
+hotspa="--lengths examples/tiny-lengths.txt --model custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256 --tokens-per-step 512 --micro-batch-tokens 64 --device gpu"
+# shellcheck disable=SC2086 # $hotspa is a list of flags
+check run-check-hotspa 30 "$trainyard" run $hotspa --hw lab-h100 --switch "32=zero:zero_stage=1;64=megatron" --check
 # Several GPUs: the executor on one rank per GPU under mpirun, its gradient all-reduces through NCCL (bootstrapped
 # over MPI; NOT RUN ON GPUs before this check): ring-track replicas of the small model, one sequence per GPU.
 gpus=$(nvidia-smi --list-gpus | wc -l)
@@ -141,6 +146,10 @@ PY
     [ "$scheme" = megatron-hcp ] && [ "$gpus" -lt 4 ] && continue  # two groups of two at least
     check "run-ranks-$scheme" 45 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run --plan "$work/$scheme.plan.json" --device gpu --warmup 1 --steps 3 --comm-timeout 30
   done
+  # HotSPa's switches through NCCL ranks: ZeRO-3 for the short group, Megatron tp 2 for the long one.
+  # shellcheck disable=SC2086
+  check run-ranks-hotspa 45 mpirun -np "$gpus" --allow-run-as-root "$trainyard" run $hotspa --hw "$node" \
+    --switch "32=zero:zero_stage=3;64=megatron:tp=2,dp=$((gpus / 2))" --steps 3 --comm-timeout 30
 else
   echo "run-ranks-nccl: skipped ($gpus GPUs: the check knows nodes of 2, 4 and 8)" | tee -a "$work/summary.md"
 fi
@@ -151,7 +160,7 @@ python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo
 [ -f "$work/kernels.md" ] && cat "$work/kernels.md"
 for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-check-megatron run-check-zero run-check-zero2-acts \
   run-megatron run-zero run-zero2-acts train-zero-host-optimizer run-check-ringtrack-stream train-ringtrack-stream run-check-fpdt run-fpdt \
-  run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-fpdt run-ranks-megatron-cp run-ranks-megatron-hcp; do
+  run-check-hotspa run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-fpdt run-ranks-megatron-cp run-ranks-megatron-hcp run-ranks-hotspa; do
   echo "--- $log (last lines)"
   tail -n 25 "$work/$log.log"
 done

@@ -2,7 +2,8 @@
 # Trains the 4-rank examples, one per scheme the CPU paths run over several ranks (examples/tiny-*-4ranks.plan.json:
 # ring-track, a ring of 2 GPUs x 2 replicas; Megatron, 2 pipeline stages x 2 replicas with offloaded checkpoints, and
 # 2 stages x cp 2; ZeRO-3 on 4 GPUs with the host optimizer and offloaded checkpoints; ZeRO-1 on 4 GPUs; zigzag ring
-# attention cp 2 x 2 replicas; Ulysses sp 2 x 2 replicas, and FPDT on it; Megatron cp 4 by a2a+p2p) on the GPL-3 text every Debian system ships, byte-level,
+# attention cp 2 x 2 replicas; Ulysses sp 2 x 2 replicas, and FPDT on it; Megatron cp 4 by a2a+p2p; HotSPa's two groups
+# switched between ZeRO-3 and Megatron tp 2) on the GPL-3 text every Debian system ships, byte-level,
 # under `mpirun -np 4` (one CPU process per GPU of the plan, over MPI) and on one rank (the CPU reference), and
 # records both curves in benchmarks/results/loss_curve_mpi.md with how far they drift apart. Plans the executor runs
 # run on it under mpirun, the CPU device on every rank.
@@ -39,6 +40,14 @@ for plan in $plans; do
   fi
   "$build/trainyard" "${one[@]}" --loss-curve "$tmp/$plan-1.csv" >/dev/null
 done
+# HotSPa (run --lengths --switch): the tiny mini-batch's short group under ZeRO-3 and its long one under Megatron
+# tp 2 x dp 2 on 4 ranks, the states switched between them every mini-batch; on one rank the same lengths on one
+# GPU, both groups' strategies there (ZeRO-1, Megatron), which cuts the rows of each group differently.
+hotspa=(run --lengths examples/tiny-lengths.txt --model custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256
+  --tokens-per-step 512 --micro-batch-tokens 64 --device cpu --steps "$steps" --text "$text" --lr 3e-3)
+mpirun -np 4 --oversubscribe "$build/trainyard" "${hotspa[@]}" --hw pcie-a100x4 --switch "32=zero:zero_stage=3;64=megatron:tp=2,dp=2" \
+  --loss-curve "$tmp/hotspa-4.csv" >/dev/null
+"$build/trainyard" "${hotspa[@]}" --hw lab-h100 --switch "32=zero:zero_stage=1;64=megatron" --loss-curve "$tmp/hotspa-1.csv" >/dev/null
 python3 - "$tmp" "$md" "$steps" "$text" "$plans" "$executor_plans" <<'PY'
 import csv, sys, datetime, platform
 tmp, md, steps, text, plans, executor_plans = sys.argv[1:]
@@ -81,6 +90,19 @@ out += ["", "The two runs differ only in the order gradients are summed (over ra
         "learning rate whatever its last bits) lets the difference grow over hundreds of steps; both curves fall alike.",
         "Where the 4-rank run is the executor (the CPU device on every rank) and the 1-rank run the CPU reference, they",
         "differ also in where bf16 rounds, so they part sooner."]
+h4, h1 = curve("hotspa-4"), curve("hotspa-1")
+out += ["", "## HotSPa: two length groups, the states switched between their strategies every mini-batch", "",
+        "`run --lengths examples/tiny-lengths.txt --switch ...` (512 tokens per mini-batch, byte-level, AdamW lr 3e-3): on 4 ranks the",
+        "short group (up to 32 tokens) under ZeRO-3 and the long one under Megatron tp 2 x dp 2, parameters and accumulated gradients",
+        "moved between their layouts by Algorithm 1 as MPI messages, one update per mini-batch; on one rank (one GPU) ZeRO-1 and",
+        "Megatron, whose rows of each group differ from the 4-rank run's (the groups' row multiples differ), so the curves",
+        "differ by more than rounding.", "",
+        "| mini-batches | 4 ranks | 1 rank |", "|---|---|---|"]
+for s in range(0, len(h4), 25):
+    out.append(f"| {s + 1}-{min(len(h4), s + 25)} | {mean(h4[s:s + 25]):.4f} | {mean(h1[s:s + 25]):.4f} |")
+out.append("")
+out.append(f"HotSPa: first mini-batch {h4[0]:.4f}, mean of the last 25 {mean(h4[-25:]):.4f} on 4 ranks ({secs('hotspa-4'):.1f} s); "
+           f"{h1[0]:.4f} -> {mean(h1[-25:]):.4f} on 1 ({secs('hotspa-1'):.1f} s).")
 out.append("")
 open(md, "w").write("\n".join(out))
 print("\n".join(out))

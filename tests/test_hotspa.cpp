@@ -197,6 +197,31 @@ TEST(HotSpa, SwitchingLosesWhenTheShortGroupIsSmall) {
   EXPECT_GT(hot.total_s, st.total_s);
 }
 
+// plan --lengths --executable: the search considers only strategies `runnable` accepts, and a group whose graph
+// `runnable_graph` refuses does not fit.
+TEST(HotSpa, TheSearchKeepsToWhatTheExecutorsRun) {
+  const model::ModelConfig tiny = model::load_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256");
+  const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
+  planner::HotSpaSetting s{tiny, cluster, model::precision_policy("bf16-mixed")};
+  s.micro_batch_tokens = 64;
+  const std::vector<std::int64_t> lengths = {12, 20, 24, 16, 28, 30, 50, 60, 64, 40};
+  planner::HotSpaSearchOptions options;
+  options.bounds = {32, 64};
+  const auto free_choice = planner::search_hotspa(s, lengths, options);
+  ASSERT_FALSE(free_choice.best_switched.empty());
+  const std::string picked = free_choice.best_switched.back().spec.scheme;
+  s.runnable = [&](const planner::StepInputs&, const PlanSpec& spec) { return spec.scheme != picked; };
+  const auto kept = planner::search_hotspa(s, lengths, options);
+  ASSERT_FALSE(kept.best_switched.empty());
+  for (const auto& g : kept.best_switched) EXPECT_NE(g.spec.scheme, picked);
+  for (const auto& g : kept.best_static) EXPECT_NE(g.spec.scheme, picked);
+  s.runnable = nullptr;
+  s.runnable_graph = [](const sim::TaskGraph&) { return false; };
+  const auto refused = planner::run_minibatch(s, lengths, {{64, strategy("megatron", 1)}}, "test");
+  EXPECT_FALSE(refused.fits);
+  EXPECT_NE(refused.failure.find("--executable"), std::string::npos) << refused.failure;
+}
+
 TEST(HotSpa, StrategiesParseWithErrorsNamingTheKey) {
   const PlanSpec p = strategy("megatron:tp=2,pp=2", 16);
   EXPECT_EQ(p.megatron.dp, 4);
