@@ -43,15 +43,16 @@ int run_simulate_lengths(const boost::program_options::variables_map& vm);
 // `why_not` gets the failure when a group does not fit.
 double simulate_minibatch_seconds(const boost::program_options::variables_map& vm, std::string& why_not);
 int run_plan_lengths(const boost::program_options::variables_map& vm, const std::vector<std::string>& schemes);
-// `run --lengths --switch`: the mini-batch drawn as simulate --lengths draws it, its non-empty groups built under
-// their strategies (planner::minibatch_groups, graphs not finalized), and the simulated mini-batch's seconds.
+// `run --lengths --switch`: the mini-batch drawn as simulate --lengths draws it, on --hw's nodes under the trainyard
+// stack (the executor's) with --gpu-profile's GPU when given; its non-empty groups built under their strategies
+// (planner::minibatch_groups, graphs not finalized), and the mini-batch simulated there (the prediction).
 struct SwitchedMinibatch {
   model::ModelConfig model;
   std::optional<sim::Cluster> cluster;
   model::PrecisionPolicy precision;
   std::vector<planner::ExecutableGroup> groups;
   std::int64_t sequences = 0;
-  double simulated_s = 0;
+  planner::MinibatchResult predicted;
 };
 SwitchedMinibatch load_switched_minibatch(const boost::program_options::variables_map& vm);
 

@@ -11,6 +11,7 @@
 #include "models/catalog.hpp"
 #include "planner/estimate.hpp"
 #include "planner/hotspa.hpp"
+#include "stacks/stack_profile.hpp"
 
 namespace trainyard::app {
 
@@ -183,6 +184,9 @@ SwitchedMinibatch load_switched_minibatch(const po::variables_map& vm) {
   if (!vm.count("switch")) throw InputError("--switch", "value", "the groups' strategies with --lengths (UPPER=SCHEME:k=v,...;...)", "nothing");
   LengthsRun run;
   load_hardware(vm, run);
+  hw::NodeProfile node = run.cluster->node;
+  if (vm.count("gpu-profile")) node.gpu = hw::load_gpu(vm["gpu-profile"].as<std::string>(), "--gpu-profile");
+  run.cluster.emplace(node, run.cluster->topology.node_count(), stacks::load_stack("trainyard", "run's prediction"), run.cluster->devices_per_node);
   const auto plans = planner::parse_group_plans(vm["switch"].as<std::string>(), "--switch", run.cluster->gpus());
   const std::int64_t max_len = vm.count("max-len") ? parse_token_count(vm["max-len"].as<std::string>(), "--max-len") : plans.back().upper;
   if (plans.back().upper < max_len) {
@@ -190,9 +194,9 @@ SwitchedMinibatch load_switched_minibatch(const po::variables_map& vm) {
                      format_tokens(plans.back().upper));
   }
   load(vm, run, max_len);
-  SwitchedMinibatch out{run.model, run.cluster, run.setting->precision, {}, static_cast<std::int64_t>(run.lengths.size()), 0};
+  SwitchedMinibatch out{run.model, run.cluster, run.setting->precision, {}, static_cast<std::int64_t>(run.lengths.size()), {}};
   out.groups = planner::minibatch_groups(*run.setting, run.lengths, plans, "--switch");
-  out.simulated_s = planner::run_minibatch(*run.setting, run.lengths, plans, "--switch").total_s;
+  out.predicted = planner::run_minibatch(*run.setting, run.lengths, plans, "--switch");
   return out;
 }
 

@@ -580,14 +580,56 @@ int check_switched(const SwitchedMinibatch& sm, const po::variables_map& vm, bac
   return pass ? 0 : 1;
 }
 
+// The last mini-batch of run --lengths against the prediction: each group's step (rank 0's device timing: its first
+// task's start to its last task's end), the switches (this rank's wall time, the prediction's exposed time) and the
+// mini-batch (wall time, with each group's executor set up; the prediction has no set-up).
+void report_switched(const SwitchedMinibatch& sm, const backend::HotSpaStepResult& last, double minibatch_s, bool as_json, Json& out) {
+  const planner::MinibatchResult& p = sm.predicted;
+  Json groups = Json::array();
+  for (std::size_t k = 0; k < sm.groups.size(); ++k) {
+    const auto& g = sm.groups[k];
+    groups.push_back({{"lo", g.lo},
+                      {"hi", g.hi},
+                      {"scheme", g.spec.scheme},
+                      {"summary", g.spec.summary()},
+                      {"rows", g.workload.global_batch},
+                      {"row_len", g.workload.seq_len},
+                      {"measured_step_ns", last.group_step_ns[k]},
+                      {"predicted_s", p.groups[k].time_s}});
+  }
+  out["groups"] = groups;
+  out["switches"] = {{"sent_bytes", last.sent_bytes},
+                     {"planned_param_bytes", last.planned_param_bytes},
+                     {"planned_grad_bytes", last.planned_grad_bytes},
+                     {"measured_ns", last.switch_ns},
+                     {"predicted_exposed_s", p.others_s}};
+  out["minibatch"] = {{"measured_s", minibatch_s}, {"predicted_s", p.total_s}, {"gpu_profile", sm.cluster->node.gpu.name}};
+  if (as_json) {
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+  const auto ms = [](double s) { return format_fixed(s * 1e3, 2) + " ms"; };
+  std::cout << "predicted on   the trainyard stack, " << sm.cluster->node.name << ", GPU profile " << sm.cluster->node.gpu.name << "\n";
+  for (std::size_t k = 0; k < sm.groups.size(); ++k) {
+    const auto& g = sm.groups[k];
+    std::cout << "group " << format_tokens(g.lo) << "~" << format_tokens(g.hi) << "  " << g.spec.scheme << " " << g.spec.summary() << ", "
+              << g.workload.global_batch << " rows of " << format_tokens(g.workload.seq_len) << ": "
+              << ms(static_cast<double>(last.group_step_ns[k]) * 1e-9) << " (predicted " << ms(p.groups[k].time_s) << ")\n";
+  }
+  std::cout << "switches       " << ms(static_cast<double>(last.switch_ns) * 1e-9) << " (predicted exposed " << ms(p.others_s) << "), "
+            << format_bytes(static_cast<double>(last.sent_bytes)) << " sent over the ranks (fp32 values; plan_switch at the executors' layouts: "
+            << format_bytes(static_cast<double>(last.planned_param_bytes)) << " bf16 parameters, "
+            << format_bytes(static_cast<double>(last.planned_grad_bytes)) << " fp32 gradients)\n"
+            << "mini-batch     " << ms(minibatch_s) << " (predicted " << ms(p.total_s) << "; measured with each group's executor set up)\n";
+}
+
 // run --lengths --switch (HotSPa, backend/hotspa_step.hpp): every group's step on the executor, the switches as
-// messages between the ranks, one update per mini-batch; --check compares one mini-batch's loss and accumulated
-// gradients with the groups' unchunked steps on one rank. Not compared with a prediction: simulate --lengths
-// predicts the mini-batch on the plan's GPUs, not on this device.
+// messages between the ranks, one update per mini-batch, against the mini-batch simulated on --hw's nodes under the
+// executor's stack (--gpu-profile: e.g. what calibrate --device cpu wrote); --check compares one mini-batch's loss
+// and accumulated gradients with the groups' unchunked steps on one rank.
 int run_switched(const po::variables_map& vm, const std::string& device) {
-  for (const char* flag : {"trace", "gpu-profile", "collectives"}) {
-    if (vm.count(flag))
-      throw InputError(std::string("--") + flag, "value", "none with --lengths (a HotSPa run is not traced or predicted yet)", "given");
+  for (const char* flag : {"trace", "collectives"}) {
+    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --lengths (a HotSPa run is not traced yet)", "given");
   }
   SwitchedMinibatch sm = load_switched_minibatch(vm);
   refuse_unrunnable_groups(sm, device, backend::MpiSession::world_size_from_environment());
@@ -609,18 +651,7 @@ int run_switched(const po::variables_map& vm, const std::string& device) {
     o.comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
     const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
     backend::ModelState state(sm.model, seed);
-    Json out = {
-        {"lengths", vm["lengths"].as<std::string>()}, {"device", device}, {"sequences", sm.sequences}, {"simulated_minibatch_s", sm.simulated_s}};
-    Json groups = Json::array();
-    for (const auto& g : sm.groups) {
-      groups.push_back({{"lo", g.lo},
-                        {"hi", g.hi},
-                        {"scheme", g.spec.scheme},
-                        {"summary", g.spec.summary()},
-                        {"rows", g.workload.global_batch},
-                        {"row_len", g.workload.seq_len}});
-    }
-    out["groups"] = groups;
+    Json out = {{"lengths", vm["lengths"].as<std::string>()}, {"device", device}, {"sequences", sm.sequences}};
     const auto runs_of = [&](const std::vector<std::vector<std::vector<std::int32_t>>>& tokens) {
       std::vector<backend::HotSpaGroupRun> runs;
       for (std::size_t k = 0; k < sm.groups.size(); ++k) runs.push_back({&sm.groups[k].graph, tokens[k]});
@@ -650,24 +681,7 @@ int run_switched(const po::variables_map& vm, const std::string& device) {
     if (!root) return 0;
     if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
     out["steps"] = steps;
-    out["switches"] = {
-        {"sent_bytes", last.sent_bytes}, {"planned_param_bytes", last.planned_param_bytes}, {"planned_grad_bytes", last.planned_grad_bytes}};
-    if (as_json) {
-      std::cout << out.dump(2) << "\n";
-      return 0;
-    }
-    for (std::size_t k = 0; k < sm.groups.size(); ++k) {
-      const auto& g = sm.groups[k];
-      std::cout << "group " << format_tokens(g.lo) << "~" << format_tokens(g.hi) << "  " << g.spec.scheme << " " << g.spec.summary() << ", "
-                << g.workload.global_batch << " rows of " << format_tokens(g.workload.seq_len) << ": "
-                << format_fixed(static_cast<double>(last.group_step_ns[k]) * 1e-6, 1) << " ms\n";
-    }
-    std::cout << "switches       " << format_bytes(static_cast<double>(last.sent_bytes))
-              << " sent over the ranks (fp32 values; planned at the executors' layouts: "
-              << format_bytes(static_cast<double>(last.planned_param_bytes)) << " bf16 parameters, "
-              << format_bytes(static_cast<double>(last.planned_grad_bytes)) << " fp32 gradients)\n"
-              << "simulated      " << format_fixed(sm.simulated_s, 3) << " s per mini-batch on " << sm.cluster->node.name
-              << " (simulate --lengths; not this device)\n";
+    report_switched(sm, last, steps.back()["seconds"].get<double>(), as_json, out);
     return 0;
   } catch (const std::exception& e) {
     if (!comm || comm->size() == 1) throw;
