@@ -13,6 +13,7 @@
 #include "planner/schemes/scheme.hpp"
 #include "planner/step.hpp"
 #include "sim/collective_bench.hpp"
+#include "stacks/collective_library.hpp"
 
 namespace trainyard::app {
 
@@ -44,7 +45,7 @@ int run_simulate_lengths(const boost::program_options::variables_map& vm);
 double simulate_minibatch_seconds(const boost::program_options::variables_map& vm, std::string& why_not);
 int run_plan_lengths(const boost::program_options::variables_map& vm, const std::vector<std::string>& schemes);
 // `run --lengths --switch`: the mini-batch drawn as simulate --lengths draws it, on --hw's nodes under the trainyard
-// stack (the executor's) with --gpu-profile's GPU when given; its non-empty groups built under their strategies
+// stack (the executor's) with --gpu-profile's GPU and --collectives' library when given; its non-empty groups built under their strategies
 // (planner::minibatch_groups, graphs not finalized), and the mini-batch simulated there (the prediction).
 struct SwitchedMinibatch {
   model::ModelConfig model;
@@ -53,6 +54,7 @@ struct SwitchedMinibatch {
   std::vector<planner::ExecutableGroup> groups;
   std::int64_t sequences = 0;
   planner::MinibatchResult predicted;
+  std::optional<stacks::CollectiveLibrary> collectives;  // --collectives, which the prediction used
 };
 SwitchedMinibatch load_switched_minibatch(const boost::program_options::variables_map& vm);
 

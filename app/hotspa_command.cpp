@@ -11,6 +11,7 @@
 #include "models/catalog.hpp"
 #include "planner/estimate.hpp"
 #include "planner/hotspa.hpp"
+#include "stacks/collective_library.hpp"
 #include "stacks/stack_profile.hpp"
 
 namespace trainyard::app {
@@ -194,7 +195,11 @@ SwitchedMinibatch load_switched_minibatch(const po::variables_map& vm) {
                      format_tokens(plans.back().upper));
   }
   load(vm, run, max_len);
-  SwitchedMinibatch out{run.model, run.cluster, run.setting->precision, {}, static_cast<std::int64_t>(run.lengths.size()), {}};
+  SwitchedMinibatch out{run.model, run.cluster, run.setting->precision, {}, static_cast<std::int64_t>(run.lengths.size()), {}, {}};
+  if (vm.count("collectives")) {
+    out.collectives = stacks::load_collective_library(vm["collectives"].as<std::string>(), "--collectives");
+    run.setting->collectives = &*out.collectives;
+  }
   out.groups = planner::minibatch_groups(*run.setting, run.lengths, plans, "--switch");
   out.predicted = planner::run_minibatch(*run.setting, run.lengths, plans, "--switch");
   return out;

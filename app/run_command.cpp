@@ -609,7 +609,8 @@ void report_switched(const SwitchedMinibatch& sm, const backend::HotSpaStepResul
     return;
   }
   const auto ms = [](double s) { return format_fixed(s * 1e3, 2) + " ms"; };
-  std::cout << "predicted on   the trainyard stack, " << sm.cluster->node.name << ", GPU profile " << sm.cluster->node.gpu.name << "\n";
+  std::cout << "predicted on   the trainyard stack, " << sm.cluster->node.name << ", GPU profile " << sm.cluster->node.gpu.name
+            << (sm.collectives ? ", collectives " + sm.collectives->name : std::string()) << "\n";
   for (std::size_t k = 0; k < sm.groups.size(); ++k) {
     const auto& g = sm.groups[k];
     std::cout << "group " << format_tokens(g.lo) << "~" << format_tokens(g.hi) << "  " << g.spec.scheme << " " << g.spec.summary() << ", "
@@ -625,12 +626,10 @@ void report_switched(const SwitchedMinibatch& sm, const backend::HotSpaStepResul
 
 // run --lengths --switch (HotSPa, backend/hotspa_step.hpp): every group's step on the executor, the switches as
 // messages between the ranks, one update per mini-batch, against the mini-batch simulated on --hw's nodes under the
-// executor's stack (--gpu-profile: e.g. what calibrate --device cpu wrote); --check compares one mini-batch's loss
+// executor's stack (--gpu-profile, --collectives: e.g. what calibrate --device cpu wrote); --check compares one mini-batch's loss
 // and accumulated gradients with the groups' unchunked steps on one rank.
 int run_switched(const po::variables_map& vm, const std::string& device) {
-  for (const char* flag : {"trace", "collectives"}) {
-    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --lengths (a HotSPa run is not traced yet)", "given");
-  }
+  if (vm.count("trace")) throw InputError("--trace", "value", "none with --lengths (a HotSPa run is not traced yet)", "given");
   SwitchedMinibatch sm = load_switched_minibatch(vm);
   refuse_unrunnable_groups(sm, device, backend::MpiSession::world_size_from_environment());
   if (vm.count("text") && sm.model.vocab < 256)
@@ -671,7 +670,10 @@ int run_switched(const po::variables_map& vm, const std::string& device) {
       const auto start = std::chrono::steady_clock::now();
       last = backend::run_hotspa_step(*rank_device, runs_of(tokens), state, gpn, s, o);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      steps.push_back({{"loss", last.loss}, {"seconds", seconds}, {"switch_s", static_cast<double>(last.switch_ns) * 1e-9}});
+      steps.push_back({{"loss", last.loss},
+                       {"seconds", seconds},
+                       {"switch_s", static_cast<double>(last.switch_ns) * 1e-9},
+                       {"group_step_ns", last.group_step_ns}});
       csv += std::to_string(s) + "," + format_fixed(last.loss, 6) + "," + format_fixed(seconds, 6) + "\n";
       if (root && !as_json) {
         std::cout << "mini-batch " << s << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(seconds * 1e3, 1) << " ms (switches "

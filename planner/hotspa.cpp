@@ -87,6 +87,7 @@ sim::SimOptions quiet(const HotSpaSetting& s) {
   sim::SimOptions o;
   o.record_links = false;
   o.cancel = s.cancel;
+  o.collectives = s.collectives;
   return o;
 }
 

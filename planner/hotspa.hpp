@@ -41,6 +41,8 @@ struct HotSpaSetting {
   // rows, and a group whose built graph `runnable_graph` refuses does not fit (the executors' refusals).
   std::function<bool(const StepInputs&, const PlanSpec&)> runnable = nullptr;
   std::function<bool(const sim::TaskGraph&)> runnable_graph = nullptr;
+  // The collectives' costs (run --lengths --collectives: e.g. the MPI library calibrate wrote); null: NCCL's.
+  const stacks::CollectiveLibrary* collectives = nullptr;
 };
 
 // "megatron:tp=16,pp=2" (dp defaults to the GPUs left), "ulysses:sp=8", "ringtrack:ring=8,chunk=16384": a scheme and
