@@ -46,7 +46,8 @@ double simulate_minibatch_seconds(const boost::program_options::variables_map& v
 int run_plan_lengths(const boost::program_options::variables_map& vm, const std::vector<std::string>& schemes);
 // `run --lengths --switch`: the mini-batch drawn as simulate --lengths draws it, on --hw's nodes under the trainyard
 // stack (the executor's) with --gpu-profile's GPU and --collectives' library when given; its non-empty groups built under their strategies
-// (planner::minibatch_groups, graphs not finalized), and the mini-batch simulated there (the prediction).
+// (planner::minibatch_groups, graphs not finalized), and when `predict` the mini-batch simulated there. Attention
+// runs causal over whole rows, as the executors run it (HotSpaSetting::document_masks).
 struct SwitchedMinibatch {
   model::ModelConfig model;
   std::optional<sim::Cluster> cluster;
@@ -56,7 +57,7 @@ struct SwitchedMinibatch {
   planner::MinibatchResult predicted;
   std::optional<stacks::CollectiveLibrary> collectives;  // --collectives, which the prediction used
 };
-SwitchedMinibatch load_switched_minibatch(const boost::program_options::variables_map& vm);
+SwitchedMinibatch load_switched_minibatch(const boost::program_options::variables_map& vm, bool predict);
 
 // Shared by the commands. Parses `args` against `options` (+ positionals); true when --help was printed.
 bool parse(const std::vector<std::string>& args, const std::string& usage, boost::program_options::options_description& options,

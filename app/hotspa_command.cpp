@@ -181,13 +181,14 @@ LengthsOutcome simulate_minibatch(const po::variables_map& vm) {
 
 }  // namespace
 
-SwitchedMinibatch load_switched_minibatch(const po::variables_map& vm) {
+SwitchedMinibatch load_switched_minibatch(const po::variables_map& vm, bool predict) {
   if (!vm.count("switch")) throw InputError("--switch", "value", "the groups' strategies with --lengths (UPPER=SCHEME:k=v,...;...)", "nothing");
   LengthsRun run;
   load_hardware(vm, run);
   hw::NodeProfile node = run.cluster->node;
   if (vm.count("gpu-profile")) node.gpu = hw::load_gpu(vm["gpu-profile"].as<std::string>(), "--gpu-profile");
-  run.cluster.emplace(node, run.cluster->topology.node_count(), stacks::load_stack("trainyard", "run's prediction"), run.cluster->devices_per_node);
+  const int nodes = run.cluster->topology.node_count(), per_node = run.cluster->devices_per_node;
+  run.cluster.emplace(std::move(node), nodes, stacks::load_stack("trainyard", "run's prediction"), per_node);
   const auto plans = planner::parse_group_plans(vm["switch"].as<std::string>(), "--switch", run.cluster->gpus());
   const std::int64_t max_len = vm.count("max-len") ? parse_token_count(vm["max-len"].as<std::string>(), "--max-len") : plans.back().upper;
   if (plans.back().upper < max_len) {
@@ -195,13 +196,14 @@ SwitchedMinibatch load_switched_minibatch(const po::variables_map& vm) {
                      format_tokens(plans.back().upper));
   }
   load(vm, run, max_len);
+  run.setting->document_masks = false;  // the executors attend over whole rows
   SwitchedMinibatch out{run.model, run.cluster, run.setting->precision, {}, static_cast<std::int64_t>(run.lengths.size()), {}, {}};
   if (vm.count("collectives")) {
     out.collectives = stacks::load_collective_library(vm["collectives"].as<std::string>(), "--collectives");
     run.setting->collectives = &*out.collectives;
   }
   out.groups = planner::minibatch_groups(*run.setting, run.lengths, plans, "--switch");
-  out.predicted = planner::run_minibatch(*run.setting, run.lengths, plans, "--switch");
+  if (predict) out.predicted = planner::run_minibatch(*run.setting, run.lengths, plans, "--switch");
   return out;
 }
 

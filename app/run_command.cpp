@@ -546,9 +546,7 @@ int check_switched(const SwitchedMinibatch& sm, const po::variables_map& vm, bac
                    const std::vector<std::vector<std::vector<std::int32_t>>>& tokens, backend::Communicator* comm, Json& out) {
   const int gpn = sm.cluster->topology.gpus_per_node();
   if (comm != nullptr) {
-    const auto home = backend::executor_layout(sm.groups.back().graph, sm.model);
-    const auto gather = planner::plan_switch(home, backend::gathered_layout(sm.model), backend::layout_unit_bytes(sm.model, 4), gpn, comm->size());
-    backend::run_switch(state, gather, backend::SwitchedValues::gradients, comm);
+    backend::gather_switched(state, backend::executor_layout(sm.groups.back().graph, sm.model), gpn, *comm);
     if (comm->rank() != 0) return 0;
   }
   std::vector<sim::TaskGraph> plain;
@@ -603,12 +601,17 @@ void report_switched(const SwitchedMinibatch& sm, const backend::HotSpaStepResul
                      {"planned_grad_bytes", last.planned_grad_bytes},
                      {"measured_ns", last.switch_ns},
                      {"predicted_exposed_s", p.others_s}};
-  out["minibatch"] = {{"measured_s", minibatch_s}, {"predicted_s", p.total_s}, {"gpu_profile", sm.cluster->node.gpu.name}};
+  out["minibatch"] = {{"measured_s", minibatch_s},
+                      {"predicted_s", p.total_s},
+                      {"predicted_fits", p.fits},
+                      {"predicted_failure", p.failure},
+                      {"gpu_profile", sm.cluster->node.gpu.name}};
   if (as_json) {
     std::cout << out.dump(2) << "\n";
     return;
   }
   const auto ms = [](double s) { return format_fixed(s * 1e3, 2) + " ms"; };
+  if (!p.fits) std::cout << "prediction     the mini-batch does not fit on " << sm.cluster->node.name << ": " << p.failure << "\n";
   std::cout << "predicted on   the trainyard stack, " << sm.cluster->node.name << ", GPU profile " << sm.cluster->node.gpu.name
             << (sm.collectives ? ", collectives " + sm.collectives->name : std::string()) << "\n";
   for (std::size_t k = 0; k < sm.groups.size(); ++k) {
@@ -624,67 +627,75 @@ void report_switched(const SwitchedMinibatch& sm, const backend::HotSpaStepResul
             << "mini-batch     " << ms(minibatch_s) << " (predicted " << ms(p.total_s) << "; measured with each group's executor set up)\n";
 }
 
+// The groups' steps of a mini-batch on `tokens` (switched_tokens).
+std::vector<backend::HotSpaGroupRun> switched_runs(const SwitchedMinibatch& sm, const std::vector<std::vector<std::vector<std::int32_t>>>& tokens) {
+  std::vector<backend::HotSpaGroupRun> runs;
+  for (std::size_t k = 0; k < sm.groups.size(); ++k) runs.push_back({&sm.groups[k].graph, tokens[k]});
+  return runs;
+}
+
+// --steps mini-batches of training: the loss of each (rank 0 prints it), --loss-curve, and the last one against the
+// prediction.
+int train_switched(const SwitchedMinibatch& sm, const po::variables_map& vm, const std::string& text, backend::Device& device,
+                   backend::ModelState& state, const backend::HotSpaOptions& o, Json& out) {
+  const bool root = o.comm == nullptr || o.comm->rank() == 0, as_json = vm["json"].as<bool>();
+  std::string csv = "step,loss,seconds\n";
+  Json steps = Json::array();
+  backend::HotSpaStepResult last;
+  double seconds = 0;
+  for (int s = 1; s <= vm["steps"].as<int>(); ++s) {
+    if (interrupted()) throw Interrupted();
+    const auto tokens = switched_tokens(sm, vm, text, s - 1);
+    const auto start = std::chrono::steady_clock::now();
+    last = backend::run_hotspa_step(device, switched_runs(sm, tokens), state, sm.cluster->topology.gpus_per_node(), s, o);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    steps.push_back(
+        {{"loss", last.loss}, {"seconds", seconds}, {"switch_s", static_cast<double>(last.switch_ns) * 1e-9}, {"group_step_ns", last.group_step_ns}});
+    csv += std::to_string(s) + "," + format_fixed(last.loss, 6) + "," + format_fixed(seconds, 6) + "\n";
+    if (root && !as_json) {
+      std::cout << "mini-batch " << s << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(seconds * 1e3, 1) << " ms (switches "
+                << format_fixed(static_cast<double>(last.switch_ns) * 1e-6, 1) << " ms)\n";
+    }
+  }
+  if (!root) return 0;
+  if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
+  out["steps"] = steps;
+  report_switched(sm, last, seconds, as_json, out);
+  return 0;
+}
+
 // run --lengths --switch (HotSPa, backend/hotspa_step.hpp): every group's step on the executor, the switches as
 // messages between the ranks, one update per mini-batch, against the mini-batch simulated on --hw's nodes under the
 // executor's stack (--gpu-profile, --collectives: e.g. what calibrate --device cpu wrote); --check compares one mini-batch's loss
 // and accumulated gradients with the groups' unchunked steps on one rank.
 int run_switched(const po::variables_map& vm, const std::string& device) {
   if (vm.count("trace")) throw InputError("--trace", "value", "none with --lengths (a HotSPa run is not traced yet)", "given");
-  SwitchedMinibatch sm = load_switched_minibatch(vm);
+  if (!vm["warmup"].defaulted()) throw InputError("--warmup", "value", "none with --lengths (every mini-batch is measured)", "given");
+  const bool check = vm["check"].as<bool>();
+  SwitchedMinibatch sm = load_switched_minibatch(vm, !check);
   refuse_unrunnable_groups(sm, device, backend::MpiSession::world_size_from_environment());
   if (vm.count("text") && sm.model.vocab < 256)
     throw InputError("--model", "vocab", "at least 256 for byte-level --text", std::to_string(sm.model.vocab));
   const std::string text = vm.count("text") ? read_input_file(vm["text"].as<std::string>(), kTextFileCapBytes, "a text file to train on") : "";
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
   backend::MpiSession mpi;
   std::optional<backend::MpiCommunicator> comm;
-  if (mpi.active()) comm.emplace(std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000)));
-  backend::Communicator* ranks = comm ? &*comm : nullptr;
-  const bool root = !comm || comm->rank() == 0, as_json = vm["json"].as<bool>(), check = vm["check"].as<bool>();
+  if (mpi.active()) comm.emplace(timeout);
   try {
-    const int gpn = sm.cluster->topology.gpus_per_node();
     const auto rank_device = make_rank_device(device, comm ? comm->rank() : 0);
     backend::HotSpaOptions o;
-    o.comm = ranks;
+    o.comm = comm ? &*comm : nullptr;
     o.update = !check;
     o.adam.lr = vm["lr"].as<float>();
-    o.comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
-    const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
-    backend::ModelState state(sm.model, seed);
+    o.comm_timeout = timeout;
+    backend::ModelState state(sm.model, vm["seed"].as<std::uint64_t>());
     Json out = {{"lengths", vm["lengths"].as<std::string>()}, {"device", device}, {"sequences", sm.sequences}};
-    const auto runs_of = [&](const std::vector<std::vector<std::vector<std::int32_t>>>& tokens) {
-      std::vector<backend::HotSpaGroupRun> runs;
-      for (std::size_t k = 0; k < sm.groups.size(); ++k) runs.push_back({&sm.groups[k].graph, tokens[k]});
-      return runs;
-    };
     if (check) {
       const auto tokens = switched_tokens(sm, vm, text, 0);
-      const backend::HotSpaStepResult r = backend::run_hotspa_step(*rank_device, runs_of(tokens), state, gpn, 1, o);
-      return check_switched(sm, vm, state, r, tokens, ranks, out);
+      const auto r = backend::run_hotspa_step(*rank_device, switched_runs(sm, tokens), state, sm.cluster->topology.gpus_per_node(), 1, o);
+      return check_switched(sm, vm, state, r, tokens, o.comm, out);
     }
-    std::string csv = "step,loss,seconds\n";
-    Json steps = Json::array();
-    backend::HotSpaStepResult last;
-    for (int s = 1; s <= vm["steps"].as<int>(); ++s) {
-      if (interrupted()) throw Interrupted();
-      const auto tokens = switched_tokens(sm, vm, text, s - 1);
-      const auto start = std::chrono::steady_clock::now();
-      last = backend::run_hotspa_step(*rank_device, runs_of(tokens), state, gpn, s, o);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      steps.push_back({{"loss", last.loss},
-                       {"seconds", seconds},
-                       {"switch_s", static_cast<double>(last.switch_ns) * 1e-9},
-                       {"group_step_ns", last.group_step_ns}});
-      csv += std::to_string(s) + "," + format_fixed(last.loss, 6) + "," + format_fixed(seconds, 6) + "\n";
-      if (root && !as_json) {
-        std::cout << "mini-batch " << s << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(seconds * 1e3, 1) << " ms (switches "
-                  << format_fixed(static_cast<double>(last.switch_ns) * 1e-6, 1) << " ms)\n";
-      }
-    }
-    if (!root) return 0;
-    if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
-    out["steps"] = steps;
-    report_switched(sm, last, steps.back()["seconds"].get<double>(), as_json, out);
-    return 0;
+    return train_switched(sm, vm, text, *rank_device, state, o, out);
   } catch (const std::exception& e) {
     if (!comm || comm->size() == 1) throw;
     std::cerr << "error: rank " << comm->rank() << " of " << comm->size() << ": " << e.what() << "\n";

@@ -11,8 +11,8 @@
 // executed switch can move more than the simulated one. Both are reported (HotSpaStepResult).
 //
 // What a rank does not hold is NaN: the weights outside its home slices before each mini-batch, the accumulated
-// gradients outside its slices of the current layout. A slice the switch failed to deliver then poisons the loss or
-// the gradients, which the checks see.
+// gradients outside its slices of the current layout. A slice a switch failed to deliver then poisons the step that
+// reads it (the executor refuses a loss that is not finite) or the gradients, which the checks see.
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -31,7 +31,8 @@ namespace trainyard::backend {
 // embedding, the head: the final norm and, untied, the LM head). The planner's units differ only there: with tied
 // embeddings it has no head unit (the final norm is too small to count).
 std::vector<int> layout_units(const model::ModelConfig& model);
-// Where `graph`'s executor keeps each unit: the GPUs running its forward (backend/parameter_groups.hpp), GPU g holding
+// Where `graph`'s executor keeps each unit: the GPUs that use it (backend/parameter_groups.hpp: its forward's, and
+// with tied embeddings the LM head's for the embedding), GPU g holding
 // the slice [k/t, (k+1)/t) for k = g mod t under tensor parallelism of t (the executor's shard index).
 planner::StateLayout executor_layout(const sim::TaskGraph& graph, const model::ModelConfig& model);
 // Everything on GPU 0 (where --check gathers the result).
@@ -74,6 +75,11 @@ struct HotSpaOptions {
 // elsewhere). Each group's executor is built when its turn comes and freed after, as one group's memory at a time.
 HotSpaStepResult run_hotspa_step(Device& device, std::span<const HotSpaGroupRun> groups, ModelState& state, int gpus_per_node, int optimizer_step,
                                  const HotSpaOptions& options);
+
+// After a mini-batch on several ranks: the accumulated gradients and the weights of the home layout (`home`: the last
+// group's executor_layout) gathered to rank 0 by one more switch, so that rank 0 holds what a single-rank run would.
+// Every rank calls it.
+void gather_switched(ModelState& state, const planner::StateLayout& home, int gpus_per_node, Communicator& comm);
 
 // The same mini-batch on one rank with the CPU reference executor (every GPU's tasks here): `graphs[k]` runs group
 // k's tokens (e.g. the unchunked step of its rows), the gradients summed weighted by tokens, one AdamW step on every

@@ -34,15 +34,22 @@ std::vector<int> groups_used(const sim::Task& t, const model::ModelConfig& m) {
   return {};
 }
 
+std::map<int, std::set<sim::DeviceId>> group_users(const sim::TaskGraph& graph, const model::ModelConfig& model) {
+  std::map<int, std::set<sim::DeviceId>> users;
+  for (const sim::Task& t : graph.tasks()) {
+    for (int group : groups_used(t, model)) users[group].insert(t.device);
+  }
+  return users;
+}
+
 std::optional<int> unreduced_shared_group(const sim::TaskGraph& graph, const model::ModelConfig& m) {
-  std::map<int, std::set<sim::DeviceId>> holders;
+  const std::map<int, std::set<sim::DeviceId>> holders = group_users(graph, m);
   std::map<int, std::map<sim::DeviceId, sim::DeviceId>> joined;  // per group: each GPU's representative (union-find)
   auto root = [](std::map<sim::DeviceId, sim::DeviceId>& parent, sim::DeviceId d) {
     while (parent.count(d) && parent[d] != d) d = parent[d];
     return d;
   };
   for (const sim::Task& t : graph.tasks()) {
-    for (int group : groups_used(t, m)) holders[group].insert(t.device);
     if (t.kind() != sim::TaskKind::collective) continue;
     const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
     for (int group : carried_groups(t.op)) {
@@ -53,7 +60,7 @@ std::optional<int> unreduced_shared_group(const sim::TaskGraph& graph, const mod
   // Under tensor parallelism the GPUs of one shard index share the shard (a norm, replicated, is computed alike on
   // every TP rank from the same values, so each TP rank's gradient of it is the whole one already).
   const int shards = std::max(1, graph.tensor_shards());
-  for (auto& [group, devices] : holders) {
+  for (const auto& [group, devices] : holders) {
     auto& parent = joined[group];
     std::map<int, sim::DeviceId> first_of_shard;
     for (sim::DeviceId d : devices) {

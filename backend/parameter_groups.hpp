@@ -15,6 +15,9 @@ namespace trainyard::backend {
 
 // Which GPUs hold each parameter group: those running its forward.
 std::map<int, std::set<sim::DeviceId>> forward_owners(const sim::TaskGraph& graph);
+// Which GPUs use each parameter group (groups_used over the graph's tasks): its forward's GPUs and, with tied
+// embeddings, the LM head's GPUs for the embedding too.
+std::map<int, std::set<sim::DeviceId>> group_users(const sim::TaskGraph& graph, const model::ModelConfig& model);
 // The groups whose gradients a reduction carries (sim::Op::gradients); none for any other op.
 std::vector<int> carried_groups(const sim::Op& op);
 // The ranks of a collective's members, ascending.

@@ -70,7 +70,8 @@ BuiltGroup build_group(const HotSpaSetting& s, const LengthGroup& group, const G
                         "fewer --tokens-per-step, a smaller --micro-batch-tokens or a larger chunk");
   b.graph = build_plan(inputs(s, b.rows.workload), b.spec);
   for (std::size_t i = 0; i < b.graph.size(); ++i) {
-    if (auto* a = std::get_if<sim::Attention>(&b.graph.edit(static_cast<sim::TaskId>(i)).params)) a->density = b.rows.attention_density;
+    auto* a = std::get_if<sim::Attention>(&b.graph.edit(static_cast<sim::TaskId>(i)).params);
+    if (a != nullptr && s.document_masks) a->density = b.rows.attention_density;
   }
   // Gradients accumulate across groups: only the last group updates the model.
   if (!update) b.graph = sim::without_tasks(b.graph, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; });
@@ -103,7 +104,11 @@ GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, con
   BuiltGroup b = build_group(s, group, plan, update);
   g.rows = b.rows;
   g.spec = b.spec;
-  if (s.runnable_graph && !s.runnable_graph(b.graph)) {
+  // run --lengths runs every group without its optimizer tasks (one update after the groups, on the host)
+  const bool runnable = !s.runnable_graph ||
+                        s.runnable_graph(update ? sim::without_tasks(b.graph, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; })
+                                                : b.graph);
+  if (!runnable) {
     g.failure = "the executor does not run its graph (--executable)";
     return g;
   }
@@ -186,8 +191,8 @@ PlanSpec parse_strategy(const std::string& text, const std::string& origin, int 
         if (value != "true" && value != "false") throw InputError(origin, scheme + "." + key, "true or false", "\"" + value + "\"");
         slot = value == "true";
       } else if (slot.is_number()) {
-        // 0 is how plan files write "not set" (cp_a2a, first_stage_layers): a strategy copied from one may say it.
-        slot = value == "0" ? 0 : parse_token_count(value, origin + " " + scheme + "." + key);
+        // A count whose default is 0 ("not set": cp_a2a, first_stage_layers) may be given as 0, as plan files write it.
+        slot = value == "0" && slot == 0 ? Json(0) : Json(parse_token_count(value, origin + " " + scheme + "." + key));
       } else {
         slot = value;
       }

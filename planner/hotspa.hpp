@@ -41,6 +41,9 @@ struct HotSpaSetting {
   // rows, and a group whose built graph `runnable_graph` refuses does not fit (the executors' refusals).
   std::function<bool(const StepInputs&, const PlanSpec&)> runnable = nullptr;
   std::function<bool(const sim::TaskGraph&)> runnable_graph = nullptr;
+  // Packed rows attend within each document (attention scaled to the documents' share: GroupRows::attention_density);
+  // false: causal over whole rows, as the executors run them (run --lengths).
+  bool document_masks = true;
   // The collectives' costs (run --lengths --collectives: e.g. the MPI library calibrate wrote); null: NCCL's.
   const stacks::CollectiveLibrary* collectives = nullptr;
 };

@@ -233,6 +233,10 @@ TEST(HotSpa, StrategiesParseWithErrorsNamingTheKey) {
     EXPECT_NE(std::string(e.what()).find("tensor=2"), std::string::npos) << e.what();
   }
   EXPECT_THROW(strategy("hotspa", 8), InputError);
+  // 0 only where it means "not set" (a plan file's value, copied): a count of 0 GPUs is refused, not divided by.
+  EXPECT_EQ(strategy("megatron:cp_a2a=0,first_stage_layers=0", 8).megatron.dp, 8);
+  EXPECT_THROW(strategy("megatron:tp=0", 8), InputError);
+  EXPECT_THROW(strategy("megatron:pp=0", 8), InputError);
   const auto plans = planner::parse_group_plans("4K=megatron:dp=8;32K=megatron:tp=8,micro_batch=2", "--switch", 8);
   ASSERT_EQ(plans.size(), 2u);
   EXPECT_TRUE(plans[0].auto_micro_batch);
