@@ -286,7 +286,10 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
     nlohmann::json out = header_json(run);
     out["simulated"] = report.simulated;
     if (!report.best_static.empty()) out["static"] = planner::minibatch_json(report.static_result, *run.cluster);
-    if (!report.best_switched.empty()) out["switched"] = planner::minibatch_json(report.switched_result, *run.cluster);
+    if (!report.best_switched.empty()) {
+      out["switched"] = planner::minibatch_json(report.switched_result, *run.cluster);
+      out["switch"] = planner::switch_text(report.best_switched);
+    }
     std::cout << out.dump(2) << "\n";
     return found ? 0 : 1;
   }
@@ -303,6 +306,7 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   }
   std::cout << "best static: " << report.best_static.front().spec.scheme << " " << report.best_static.front().spec.summary() << "\n"
             << "best hot-switched: " << planner::describe(report.best_switched) << "\n"
+            << "  as run --lengths takes it: --switch \"" << planner::switch_text(report.best_switched) << "\"\n"
             << report.simulated << " group simulations\n\n"
             << planner::table3(report.static_result, report.switched_result);
   print_failure("hot-switched", report.switched_result);

@@ -232,6 +232,20 @@ std::string describe(const std::vector<GroupPlan>& plans) {
   return out;
 }
 
+std::string switch_text(const std::vector<GroupPlan>& plans) {
+  std::string out;
+  for (const auto& p : plans) {
+    std::string params;
+    const Json values = parameters_json(p.spec);
+    for (auto it = values.begin(); it != values.end(); ++it) {
+      if (it.value().is_array() || it.value().is_object()) continue;  // lists (a ring order) have no --switch form
+      params += (params.empty() ? "" : ",") + it.key() + "=" + (it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+    }
+    out += (out.empty() ? "" : ";") + std::to_string(p.upper) + "=" + p.spec.scheme + (params.empty() ? "" : ":" + params);
+  }
+  return out;
+}
+
 PlanSpec with_micro_batch(const HotSpaSetting& s, PlanSpec spec, std::int64_t row_len) {
   const std::int64_t mb = std::max<std::int64_t>(1, s.micro_batch_tokens / std::max<std::int64_t>(1, row_len));
   scheme_named(spec.scheme).set_micro_batch(spec, mb);

@@ -60,7 +60,10 @@ struct GroupPlan {
   std::int64_t row_len = 0;      // rows of this many tokens; 0: the group's bound (a static plan uses the longest)
 };
 std::vector<GroupPlan> parse_group_plans(const std::string& text, const std::string& origin, int gpus);
-std::string describe(const std::vector<GroupPlan>& plans);  // the same syntax back
+std::string describe(const std::vector<GroupPlan>& plans);  // for people: "4K=megatron tp 2, pp 4, ...; ..."
+// The --switch text parse_group_plans reads back to the same plans (every parameter given, so the micro-batch too):
+// what `plan --lengths` prints for `run --lengths --switch`.
+std::string switch_text(const std::vector<GroupPlan>& plans);
 
 // `spec` with the micro-batch HotSpaSetting::micro_batch_tokens gives rows of `row_len`; and the multiple of rows
 // the spec's builder needs (data-parallel width times micro-batch).

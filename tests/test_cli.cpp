@@ -311,24 +311,15 @@ TEST(Cli, RunLengthsRunsEachGroupUnderItsStrategyAndRefusesWhatItCannot) {
   EXPECT_NE(stray.err.find("without --lengths"), std::string::npos) << stray.err;
 }
 
-// plan --lengths --executable: the hot-switched plan's groups are strategies run --lengths takes; fed back as
-// --switch, the mini-batch runs and passes --check.
+// plan --lengths --executable: the hot-switched plan's groups are strategies run --lengths takes; its --switch
+// text fed back, the mini-batch runs and passes --check.
 TEST(Cli, PlanLengthsExecutablePicksGroupsRunLengthsRuns) {
   const std::string common = " --lengths " TRAINYARD_SOURCE_DIR
                              "/examples/tiny-lengths.txt --model custom:layers=2,hidden=32,heads=4,kv_heads=2,"
                              "head_dim=8,ffn_hidden=48,vocab=256 --hw lab-h100 --tokens-per-step 256 --micro-batch-tokens 64";
   const auto plan = run_cli("plan" + common + " --max-len 64 --groups 32,64 --executable cpu --json");
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  const auto j = nlohmann::json::parse(plan.out);
-  std::string groups;
-  for (const auto& g : j["switched"]["groups"]) {
-    std::string params;
-    for (const auto& [key, value] : g["parameters"].items()) {
-      if (value.is_array() || value.is_object()) continue;
-      params += (params.empty() ? "" : ",") + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
-    }
-    groups += (groups.empty() ? "" : ";") + std::to_string(g["hi"].get<std::int64_t>()) + "=" + g["scheme"].get<std::string>() + ":" + params;
-  }
+  const std::string groups = nlohmann::json::parse(plan.out)["switch"].get<std::string>();
   ASSERT_FALSE(groups.empty()) << plan.out;
   const auto run = run_cli("run" + common + " --device cpu --switch \"" + groups + "\" --check");
   ASSERT_EQ(run.exit_code, 0) << groups << "\n" << run.err;

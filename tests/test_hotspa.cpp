@@ -242,6 +242,14 @@ TEST(HotSpa, StrategiesParseWithErrorsNamingTheKey) {
   EXPECT_TRUE(plans[0].auto_micro_batch);
   EXPECT_FALSE(plans[1].auto_micro_batch);
   EXPECT_THROW(planner::parse_group_plans("32K=megatron:dp=8;4K=megatron:dp=8", "--switch", 8), InputError);
+  // switch_text (what plan --lengths prints for run --lengths) reads back to the same plans.
+  const auto back = planner::parse_group_plans(planner::switch_text(plans), "test", 8);
+  ASSERT_EQ(back.size(), plans.size());
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    EXPECT_EQ(back[i].upper, plans[i].upper);
+    EXPECT_EQ(back[i].spec.scheme, plans[i].spec.scheme);
+    EXPECT_EQ(planner::parameters_json(back[i].spec), planner::parameters_json(plans[i].spec)) << planner::switch_text(plans);
+  }
 }
 
 TEST(SimGraph, WithoutTasksKeepsTheOrderThroughDroppedTasks) {
