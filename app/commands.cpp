@@ -42,6 +42,7 @@ const std::vector<Command>& commands() {
       {"simulate", "simulate one step of a task graph (JSON) on a cluster: step time, MFU, memory, trace", run_simulate},
       {"compare", "compare a predicted timeline with a measured one: per task class, per stream, step and peak HBM", run_compare},
       {"run", "run a plan's step with real tensors on a GPU or the CPU: measured against predicted, --check, training", run_run},
+      {"export", "write a plan as the launch script and configuration of Megatron-LM, DeepSpeed or torchtitan", run_export},
       {"calibrate", "measure the GPU at hand or the CPU device (GEMM, attention, copies, launches); fit and write a profile", run_calibrate},
       {"validate", "predict every published run, kernel and collective of the validation suite: error per figure, MAPE per dataset", run_validate},
   };

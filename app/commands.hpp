@@ -31,6 +31,7 @@ int run_simulate(const std::vector<std::string>& args);
 int run_plan(const std::vector<std::string>& args);     // app/plan_command.cpp
 int run_compare(const std::vector<std::string>& args);  // app/compare_command.cpp
 int run_run(const std::vector<std::string>& args);      // app/run_command.cpp
+int run_export(const std::vector<std::string>& args);   // app/export_command.cpp
 // What `trainyard run --device DEVICE` (cpu or gpu) needs of a plan that it does not have: empty when it runs the
 // plan, else what it expects ("a small model ...", "tp 1 ..."). `plan --executable DEVICE` keeps only the plans
 // with an empty answer, so it never picks one that run refuses; run refuses the others with this text.

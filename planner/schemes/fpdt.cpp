@@ -1,5 +1,6 @@
 // FPDT: Ulysses with attention in chunks whose K/V (and backward's q, o, dO, dq) stream from host DRAM.
 #include "common/units.hpp"
+#include "planner/engines/writers.hpp"
 #include "planner/schemes/zero_family.hpp"
 #include "planner/search.hpp"
 
@@ -46,6 +47,7 @@ Scheme fpdt_scheme() {
       }
     }
   };
+  s.exports = {{"deepspeed", deepspeed_launch}};
   return s;
 }
 

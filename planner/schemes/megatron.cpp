@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 
+#include "planner/engines/writers.hpp"
 #include "planner/megatron.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"
@@ -225,6 +226,7 @@ Scheme megatron_scheme() {
             params["dp"] = std::max<std::int64_t>(1, gpus / (params["tp"].get<std::int64_t>() * params["pp"].get<std::int64_t>()));
           },
       .reduce_by_symmetry = reduce_megatron_by_symmetry,
+      .exports = {{"megatron", megatron_lm_launch}, {"torchtitan", torchtitan_megatron_launch}},
   };
 }
 

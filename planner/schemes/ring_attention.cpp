@@ -1,4 +1,5 @@
 // Ring attention (context parallelism on ZeRO): K/V blocks passed round cp GPUs, zigzag-balanced where it splits.
+#include "planner/engines/writers.hpp"
 #include "planner/schemes/zero_family.hpp"
 #include "planner/search.hpp"
 
@@ -23,6 +24,7 @@ Scheme ring_attention_scheme() {
   // Its tasks say what they compute (one chunk per cp rank, two with zigzag: planner/transformer.cpp's ring), so the
   // executors run it, one rank per GPU.
   s.run_refusal = zero_family_run_refusal;
+  s.exports = {{"torchtitan", torchtitan_zero_launch}};
   return s;
 }
 

@@ -18,6 +18,7 @@
 
 #include "common/json_reader.hpp"
 #include "planner/bounds.hpp"
+#include "planner/engines/launch.hpp"
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
 #include "planner/switching.hpp"
@@ -120,6 +121,9 @@ struct Scheme {
   std::int64_t interactive_chunks = 0;
   // The step with identical ranks simulated once (planner/symmetry.hpp); nullptr: the scheme is not reduced.
   std::optional<ReducedStep> (*reduce_by_symmetry)(const StepInputs& in, const PlanSpec& spec, std::string* why_not) = nullptr;
+  // `trainyard export --to ENGINE` (planner/engines/launch.hpp): the engines that run this scheme's plans, each with
+  // its writer (planner/engines/writers.hpp); none: no engine has an equivalent (ring-track).
+  std::vector<std::pair<std::string, EngineLaunch (*)(const StepInputs&, const PlanSpec&)>> exports = {};
 };
 
 // A plan file's "parameters" object from the entry's params, and back (the reader's unknown fields are the

@@ -1,4 +1,5 @@
 // DeepSpeed-Ulysses: the sequence split over sp GPUs, all-to-alls to a head split around attention, on ZeRO.
+#include "planner/engines/writers.hpp"
 #include "planner/schemes/zero_family.hpp"
 #include "planner/search.hpp"
 
@@ -19,6 +20,7 @@ Scheme ulysses_scheme() {
   // Its tasks say what they compute where the heads split evenly (planner/transformer.cpp: rank i holds chunk i,
   // and head group i of every chunk around attention), so the executors run it, one rank per GPU.
   s.run_refusal = zero_family_run_refusal;
+  s.exports = {{"deepspeed", deepspeed_launch}};
   return s;
 }
 

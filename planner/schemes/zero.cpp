@@ -1,4 +1,5 @@
 // ZeRO data parallelism (stages 0-3, offload of optimizer states, gradients, parameters and checkpoints).
+#include "planner/engines/writers.hpp"
 #include "planner/schemes/zero_family.hpp"
 
 namespace trainyard::planner {
@@ -9,6 +10,7 @@ Scheme zero_scheme() {
   s.enumerate = [](const StepInputs&, const AddPlan& add) { zero_family_variants("zero", ZeroParams{}, false, add); };
   // Its tasks say what they compute (planner/zero.cpp annotates them), so the executors run it, one rank per GPU.
   s.run_refusal = zero_family_run_refusal;
+  s.exports = {{"deepspeed", deepspeed_launch}, {"torchtitan", torchtitan_zero_launch}};
   return s;
 }
 

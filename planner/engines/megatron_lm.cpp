@@ -1,0 +1,120 @@
+// Megatron-LM (NVIDIA/Megatron-LM at d98e8a64): pretrain_gpt.py's options for the megatron scheme. Where each is
+// defined there: tests/data/engines/megatron-lm.txt.
+#include "common/units.hpp"
+#include "planner/engines/writers.hpp"
+
+namespace trainyard::planner {
+
+namespace {
+
+const Engine& megatron_lm() { return engine_named("megatron"); }
+
+std::string number(std::int64_t n) { return std::to_string(n); }
+
+// The model's shape as GPTModel's options; the vocabulary through NullTokenizer (the user's tokenizer replaces it).
+void add_model(const StepInputs& in, EngineLaunch& l) {
+  const model::ModelConfig& m = in.model;
+  l.add("--num-layers", {number(m.layers)});
+  l.add("--hidden-size", {number(m.hidden)});
+  l.add("--ffn-hidden-size", {number(m.ffn_hidden)});
+  l.add("--num-attention-heads", {number(m.heads)});
+  if (m.kv_heads != m.heads) {
+    l.add("--group-query-attention");
+    l.add("--num-query-groups", {number(m.kv_heads)});
+  }
+  if (m.head_dim * m.heads != m.hidden) l.add("--kv-channels", {number(m.head_dim)});
+  if (m.activation == model::Activation::swiglu) l.add("--swiglu");
+  l.add("--normalization", {m.norm == model::Norm::rmsnorm ? "RMSNorm" : "LayerNorm"});
+  l.add("--norm-epsilon", {engine_number(m.norm_epsilon)});
+  if (!m.bias) l.add("--disable-bias-linear");
+  if (!m.tied_embeddings) l.add("--untie-embeddings-and-output-weights");
+  if (m.rope_theta) {
+    l.add("--position-embedding-type", {"rope"});
+    l.add("--rotary-base", {engine_number(*m.rope_theta)});
+  }
+  l.add("--tokenizer-type", {"NullTokenizer"});
+  l.add("--vocab-size", {number(m.vocab)});
+  l.add("--seq-length", {number(in.workload.seq_len)});
+  l.add("--max-position-embeddings", {number(in.workload.seq_len)});
+}
+
+void add_precision(const StepInputs& in, EngineLaunch& l) {
+  const std::string& p = in.precision.name;
+  if (p == "bf16-mixed") {
+    l.add("--bf16");
+  } else if (p == "bf16-mixed-fp32-grads") {
+    l.add("--bf16");
+    l.add("--accumulate-allreduce-grads-in-fp32");
+  } else if (p != "fp32") {
+    refuse_export(megatron_lm(), "precision", "bf16-mixed, bf16-mixed-fp32-grads or fp32", p);
+  }
+}
+
+void add_parallelism(const StepInputs& in, const MegatronParams& p, EngineLaunch& l) {
+  l.add("--tensor-model-parallel-size", {number(p.tp)});
+  l.add("--pipeline-model-parallel-size", {number(p.pp)});
+  if (p.vpp > 1) l.add("--num-virtual-stages-per-pipeline-rank", {number(p.vpp)});
+  if (p.first_stage_layers > 0) l.add("--decoder-first-pipeline-num-layers", {number(p.first_stage_layers)});
+  if (p.last_stage_layers > 0) l.add("--decoder-last-pipeline-num-layers", {number(p.last_stage_layers)});
+  if (p.cp > 1) {
+    l.add("--context-parallel-size", {number(p.cp)});
+    // Transformer Engine reads the type as given: its all-gather is spelled all_gather there.
+    l.add("--cp-comm-type", {std::string(to_string(p.cp_comm))});
+    if (p.cp_comm == CpComm::a2a_p2p) l.add("--hierarchical-context-parallel-sizes", {number(p.cp_a2a), number(p.cp / p.cp_a2a)});
+  }
+  if (p.sequence_parallel && p.tp > 1) l.add("--sequence-parallel");
+  if (p.tp_comm_overlap) l.add("--tp-comm-overlap");
+  if (p.distributed_optimizer) l.add("--use-distributed-optimizer");
+  l.add("--micro-batch-size", {number(p.micro_batch)});
+  l.add("--global-batch-size", {number(in.workload.global_batch)});
+  if (p.tp > 1 || p.cp > 1) l.env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "1");  // Megatron asserts it (before Blackwell)
+}
+
+void add_recompute(const MegatronParams& p, EngineLaunch& l) {
+  if (p.offload_activations) {
+    refuse_export(megatron_lm(), "offload_activations",
+                  "no offload of full-recompute checkpoints (Megatron-LM's --cpu-offloading-num-layers offloads activations, and refuses "
+                  "recompute and pipeline parallelism)",
+                  "true");
+  }
+  if (p.recompute == Recompute::full) {
+    l.add("--recompute-granularity", {"full"});
+    l.add("--recompute-method", {"uniform"});
+    l.add("--recompute-num-layers", {"1"});
+  } else if (p.recompute == Recompute::selective) {
+    l.add("--recompute-granularity", {"selective"});
+  }
+}
+
+}  // namespace
+
+EngineLaunch megatron_lm_launch(const StepInputs& in, const PlanSpec& spec) {
+  const MegatronParams& p = spec.megatron;
+  EngineLaunch l;
+  l.engine = megatron_lm().name;
+  l.launcher = "torchrun";
+  l.program = "pretrain_gpt.py";
+  add_model(in, l);
+  add_precision(in, l);
+  add_parallelism(in, p, l);
+  add_recompute(p, l);
+  l.add("--attention-backend", {"flash"});
+  // A short run that writes a PyTorch profiler trace of steps 10-12 for every rank, which `trainyard compare` reads:
+  // Megatron writes them to <tensorboard-dir>/../torch_profile/rank-N.json.gz.
+  l.add("--train-iters", {"20"});
+  l.add("--lr", {"0.0003"});
+  l.add("--mock-data");
+  l.add("--profile");
+  l.add("--use-pytorch-profiler");
+  l.add("--profile-step-start", {"10"});
+  l.add("--profile-step-end", {"12"});
+  l.add("--tensorboard-dir", {"trainyard-run/tensorboard"});
+  l.notes = {
+      "Run from Megatron-LM's root (pretrain_gpt.py), or set the path to it.",
+      "--mock-data and NullTokenizer stand in for your data: replace them with --data-path and your tokenizer (Megatron pads the "
+      "vocabulary to a multiple of 128 x tp, which changes the LM head's size slightly).",
+      "The profiler traces land in trainyard-run/torch_profile/rank-N.json.gz: `trainyard compare PREDICTED.json trainyard-run/torch_profile`."};
+  return l;
+}
+
+}  // namespace trainyard::planner
