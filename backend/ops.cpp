@@ -328,9 +328,9 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
   sim::Op one = op;
   one.zigzag = 0;
   one.chunk_count = 1;
-  std::vector<std::int32_t> kv_chunks;
-  for (std::int32_t j = op.kv_first; j >= 0 && j <= op.kv_last; ++j) kv_chunks.insert(kv_chunks.end(), {j, mirror(j)});
-  std::sort(kv_chunks.begin(), kv_chunks.end());
+  std::vector<std::int32_t> kv_list;
+  for (std::int32_t j = op.kv_first; j >= 0 && j <= op.kv_last; ++j) kv_list.insert(kv_list.end(), {j, mirror(j)});
+  std::sort(kv_list.begin(), kv_list.end());
   std::vector<sim::Op> out;
   auto add = [&](std::int32_t chunk, std::int32_t kv_chunk, std::int32_t row_begin, std::int32_t row_end) {
     sim::Op o = one;
@@ -346,8 +346,8 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
     case OpCode::attn:
     case OpCode::attn_bwd:
       for (std::int32_t q : covered) {
-        if (std::binary_search(kv_chunks.begin(), kv_chunks.end(), q)) add(q, q, -1, -1);  // the diagonal first
-        for (std::int32_t j : kv_chunks) {
+        if (std::binary_search(kv_list.begin(), kv_list.end(), q)) add(q, q, -1, -1);  // the diagonal first
+        for (std::int32_t j : kv_list) {
           if (j < q) add(q, j, -1, -1);  // later chunks are wholly masked
         }
       }
@@ -357,7 +357,7 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
     case OpCode::dkv:
     case OpCode::dkv_pass:
     case OpCode::kv_dkv:
-      for (std::int32_t j : kv_chunks) add(op.chunk, j, -1, -1);
+      for (std::int32_t j : kv_list) add(op.chunk, j, -1, -1);
       return out;
     case OpCode::head_logits:
     case OpCode::head_xent:

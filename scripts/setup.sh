@@ -10,6 +10,7 @@ packages=(
   qt6-base-dev qt6-charts-dev qt6-svg-dev libgl-dev fonts-dejavu-core
   libqt6opengl6-dev  # Qt6Charts' CMake config needs Qt6OpenGL; only a Recommends of qt6-base-dev, so named here
   libopenmpi-dev openmpi-bin
+  zlib1g-dev  # gzip'd profiler traces (traces/kineto.cpp)
   clang libclang-rt-14-dev  # the libFuzzer targets and the sanitizer builds (scripts/fuzz.sh, scripts/sanitize.sh)
   clang-format  # scripts/check_format.sh (Debian 12: clang-format 14, which .clang-format is written for)
 )

@@ -96,7 +96,9 @@ Timeline parse_timeline(const Json& document, const std::string& origin) {
       s.tid = static_cast<int>(e.number("tid", kId));
       s.start_ns = microseconds_to_ns(e.number("ts", kTime));
       s.duration_ns = microseconds_to_ns(e.number("dur", kTime));
-      s.task_class = e.object("args").string("class");
+      const json::Reader args = e.object("args");
+      s.task_class = args.string("class");
+      if (args.has("bytes")) s.bytes = static_cast<std::int64_t>(args.number("bytes", {0, 1e18, "bytes", true}));
       t.slices.push_back(std::move(s));
     }
   }

@@ -21,6 +21,7 @@ struct TimelineSlice {
   int tid = 0;             // the stream within it
   std::string task_class;  // task_class() of the task
   std::int64_t start_ns = 0, duration_ns = 0;
+  std::int64_t bytes = 0;  // a collective's, send's or copy's bytes (args.bytes; 0 when absent)
 };
 
 struct Timeline {

@@ -21,6 +21,15 @@ std::string stream_name(Stream s) {
   return std::string(to_string(s.kind));
 }
 
+// What a collective, send or copy moves (a collective: its full buffer per GPU), for `trainyard compare` to hold
+// an engine trace's sizes to; 0 for compute.
+std::int64_t moved_bytes(const Task& task) {
+  if (const auto* c = std::get_if<Collective>(&task.params)) return c->bytes;
+  if (const auto* p = std::get_if<PointToPoint>(&task.params)) return p->bytes;
+  if (const auto* c = std::get_if<Copy>(&task.params)) return c->bytes;
+  return 0;
+}
+
 double fraction(std::int64_t part, std::int64_t whole) { return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0; }
 
 struct GpuSummary {
@@ -380,6 +389,7 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
     ++slices_written;
     std::string args = "{\"kind\":\"" + std::string(to_string(task.kind())) + "\",\"class\":\"" + task_class(task) + "\"";
     if (const auto it = protocol_of.find(id); it != protocol_of.end()) args += ",\"protocol\":\"" + r.protocol_names[it->second] + "\"";
+    if (const std::int64_t bytes = moved_bytes(task); bytes > 0) args += ",\"bytes\":" + std::to_string(bytes);
     args += "}";
     emit("{\"ph\":\"X\",\"name\":" + Json(graph.name(id)).dump() + ",\"pid\":" + std::to_string(pid_of(device)) +
          ",\"tid\":" + std::to_string(tid_of(task.stream)) + ",\"ts\":" + us(timing.start_ns) + ",\"dur\":" + us(timing.end_ns - timing.start_ns) +

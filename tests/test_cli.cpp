@@ -112,7 +112,10 @@ TEST(Cli, SimulateReportsOutOfMemoryAndKeepsTheTraceUpToIt) {
   EXPECT_NE(r.err.find("gpu0 hbm"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("weights"), std::string::npos) << r.err;
   // The trace of the run up to the failure is complete JSON (written to a temporary file, then renamed).
-  EXPECT_NO_THROW(nlohmann::json::parse(test::read_file(trace)));
+  EXPECT_NO_THROW({
+    const auto parsed = nlohmann::json::parse(test::read_file(trace));
+    EXPECT_TRUE(parsed.is_object());
+  });
   EXPECT_FALSE(std::filesystem::exists(trace + ".tmp"));
   EXPECT_EQ(r.out.find("; MFU"), std::string::npos) << r.out;  // a step that did not finish has no MFU figure
   EXPECT_NE(r.out.find("no step time or MFU"), std::string::npos) << r.out;
@@ -327,6 +330,38 @@ TEST(Cli, PlanLengthsExecutablePicksGroupsRunLengthsRuns) {
   const auto bad = run_cli("plan" + common + " --executable tpu");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--executable"), std::string::npos) << bad.err;
+}
+
+// export writes the launch script (executable, bash that parses) and the engine's files into --out, prints them
+// without it, and names the parameter and engine it cannot express; compare reads an engine's traces (a directory of
+// ranks, one gzip'd) against a simulated step.
+TEST(Cli, ExportWritesTheEnginesLaunchAndCompareReadsItsTraces) {
+  const test::TempDir dir;
+  const std::string plan = TRAINYARD_SOURCE_DIR "/examples/tiny-ulysses-4ranks.plan.json";
+  const auto printed = run_cli("export --plan " + plan + " --to deepspeed");
+  ASSERT_EQ(printed.exit_code, 0) << printed.err;
+  EXPECT_NE(printed.out.find("# ---- ds_config.json"), std::string::npos) << printed.out;
+  const std::string out = (dir.path() / "ds").string();
+  const auto written = run_cli("export --plan " + plan + " --to deepspeed --out " + out);
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  EXPECT_EQ(std::system(("bash -n " + out + "/launch.sh").c_str()), 0);
+  EXPECT_EQ(std::filesystem::status(out + "/launch.sh").permissions() & std::filesystem::perms::owner_exec, std::filesystem::perms::owner_exec);
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(out + "/ds_config.json"))["zero_optimization"]["stage"], 3);
+  const auto refused = run_cli("export --plan " TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json --to torchtitan");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("torchtitan"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("'scheme'"), std::string::npos) << refused.err;
+
+  const std::string predicted = (dir.path() / "predicted.json").string();
+  ASSERT_EQ(run_cli("simulate --plan " + plan + " --trace " + predicted).exit_code, 0);
+  const auto compared = run_cli("compare " + predicted + " " TRAINYARD_TEST_DATA_DIR "/traces/kineto2-ranks --json");
+  ASSERT_EQ(compared.exit_code, 0) << compared.err;
+  const auto j = nlohmann::json::parse(compared.out);
+  EXPECT_EQ(j["measured_ranks"], 2);
+  EXPECT_EQ(j["step"]["measured_ns"], 1500000);
+  const auto broken = run_cli("compare " + predicted + " " TRAINYARD_TEST_DATA_DIR "/traces/bad-missing-dur.json");
+  EXPECT_EQ(broken.exit_code, 2);
+  EXPECT_NE(broken.err.find("traceEvents[5].dur"), std::string::npos) << broken.err;
 }
 
 // The prediction a run prints can be made on another node and collective library (those `mpirun -np N trainyard

@@ -21,6 +21,8 @@
 #include "sim/engine.hpp"
 #include "sim/graph_json.hpp"
 #include "tests/fuzz/fuzz_support.hpp"
+#include "traces/engine_compare.hpp"
+#include "traces/kineto.hpp"
 
 namespace trainyard::fuzz {
 
@@ -93,6 +95,19 @@ inline void load_compare_trace(std::string_view text) {
   const sim::Comparison c = sim::compare(timeline, timeline);
   sim::print_comparison(null_stream(), c);
   (void)sim::comparison_json(c).dump();
+}
+
+// An engine's profiler trace (a Kineto file, plain or gzip: zlib tells), read and compared with a one-task step.
+inline void load_kineto_trace(std::string_view text) {
+  const std::vector<traces::RankTrace> ranks = {traces::read_kineto_file(write_temp(text, ".pt.trace.json"))};
+  sim::Timeline predicted;
+  predicted.origin = "fuzz-predicted";
+  predicted.process_names[0] = "gpu0";
+  predicted.slices.push_back({"gemm", 0, 0, "gemm", 0, 1000, 0});
+  const traces::KernelClassifier classes;
+  const traces::EngineComparison c = traces::compare_with_engine(predicted, ranks, classes);
+  traces::print_engine_comparison(null_stream(), c);
+  (void)traces::engine_comparison_json(c).dump();
 }
 
 // The CLI's arguments, one per line (at most 64). `list` and `show` run as the program would (quick, no search);

@@ -1,0 +1,62 @@
+#pragma once
+// PyTorch profiler (Kineto) Chrome traces, as Megatron-LM, DeepSpeed and torchtitan write them: one file per rank,
+// plain or gzip, read as a stream (a SAX parse over zlib) so that a trace of gigabytes takes memory for its GPU
+// activity only. Both layouts are read: PyTorch 2.x (cat "kernel", "gpu_memcpy", "gpu_memset", "user_annotation",
+// ts in microseconds with decimals) and 1.x (cat "Kernel", "Memcpy", "Memset", "Operator", tid "stream 7").
+//
+// Kept: GPU kernels, copies and memsets (device = pid, stream = tid, as Kineto writes GPU events), the
+// ProfilerStep#N annotations (the steps), the collectives' metadata (NCCL kernels' own args since 2023, or the
+// record_param_comms op they share an External id with), and distributedInfo's rank. Everything else is skipped.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainyard::traces {
+
+// One collective's metadata (torch/csrc/profiler/util.h's keys: "Collective name", "In msg nelems", ...).
+struct CollectiveInfo {
+  std::string name;            // "allreduce", "allgather", "reduce_scatter", "send", ...
+  std::int64_t in_elements = 0, out_elements = 0;
+  std::int64_t group_size = 0;  // 0: not recorded
+  std::string dtype;            // "BFloat16", "Float", ...
+  std::int64_t bytes() const;   // the larger of input and output, at the dtype's size (0 when unknown)
+};
+
+struct GpuActivity {
+  enum class Kind : std::uint8_t { kernel, memcpy_h2d, memcpy_d2h, memcpy_d2d, memcpy_p2p, memcpy_other, memset };
+  Kind kind = Kind::kernel;
+  std::uint32_t name = 0;  // index into RankTrace::names
+  std::int32_t device = 0, stream = 0;
+  std::int64_t start_ns = 0, duration_ns = 0;
+  std::int64_t bytes = 0;          // copies and memsets
+  std::int32_t collective = -1;    // index into RankTrace::collectives, or -1
+};
+
+struct ProfilerStep {
+  std::int64_t number = 0;  // N of "ProfilerStep#N"
+  std::int64_t start_ns = 0, duration_ns = 0;
+};
+
+struct RankTrace {
+  std::string origin;   // the file
+  int rank = -1;        // distributedInfo.rank; -1 when the trace has none
+  int world_size = 0;   // distributedInfo.world_size; 0 when the trace has none
+  bool legacy_layout = false;  // PyTorch 1.x's categories
+  std::vector<std::string> names;
+  std::vector<GpuActivity> activities;  // in file order
+  std::vector<ProfilerStep> steps;      // ascending by start
+  std::vector<CollectiveInfo> collectives;
+  std::int64_t events_read = 0;  // every element of traceEvents
+};
+
+// One trace file (gzip or plain: zlib tells them apart). InputError naming the file and, for a bad event, its index
+// in traceEvents and the field; the byte offset for malformed JSON. Stops with trainyard::Interrupted on Ctrl-C.
+RankTrace read_kineto_file(const std::string& path);
+// A file, or every *.json / *.json.gz file of a directory (one per rank), ordered by rank (then name).
+std::vector<RankTrace> read_kineto(const std::string& path);
+// Whether `path` looks like a Kineto trace (a directory, or a file whose first KiB holds "traceEvents" but not
+// trainyard's own "otherData" tag) rather than trainyard's timeline.
+bool looks_like_kineto(const std::string& path);
+
+}  // namespace trainyard::traces
