@@ -264,6 +264,7 @@ HotSpaStepResult run_hotspa_step(Device& device, std::span<const HotSpaGroupRun>
     }
   }
   r.sent_bytes = sum_over_ranks(comm, r.sent_bytes);
+  if (comm != nullptr) comm->barrier();  // the switches' sends delivered: none is left in flight when the run ends
   return r;
 }
 
@@ -272,6 +273,7 @@ void gather_switched(ModelState& state, const planner::StateLayout& home, int gp
   const auto gather = planner::plan_switch(home, gathered_layout(m), layout_unit_bytes(m, 4), gpus_per_node, comm.size());
   run_switch(state, gather, SwitchedValues::gradients, &comm);
   run_switch(state, gather, SwitchedValues::weights, &comm);
+  comm.barrier();  // every send delivered before a rank moves on (and may end, freeing its communicator)
 }
 
 double hotspa_reference_step(std::span<const HotSpaGroupRun> groups, ModelState& state, int gpus_per_node, int optimizer_step, bool update,
