@@ -13,30 +13,18 @@ using Json = nlohmann::json;
 
 const Engine& deepspeed() { return engine_named("deepspeed"); }
 
-std::string number(std::int64_t n) { return std::to_string(n); }
-
-// The model as Megatron-DeepSpeed spells it (its own names: --num-key-value-heads, lower-case norms, ...).
+// The model: the options both Megatrons share, then Megatron-DeepSpeed's own spellings (--num-key-value-heads,
+// lower-case norms, its RoPE switches).
 void add_model(const StepInputs& in, EngineLaunch& l) {
   const model::ModelConfig& m = in.model;
-  l.add("--num-layers", {number(m.layers)});
-  l.add("--hidden-size", {number(m.hidden)});
-  l.add("--ffn-hidden-size", {number(m.ffn_hidden)});
-  l.add("--num-attention-heads", {number(m.heads)});
-  if (m.kv_heads != m.heads) l.add("--num-key-value-heads", {number(m.kv_heads)});
-  if (m.head_dim * m.heads != m.hidden) l.add("--kv-channels", {number(m.head_dim)});
-  if (m.activation == model::Activation::swiglu) l.add("--swiglu");
+  add_megatron_shape(in, l);
+  if (m.kv_heads != m.heads) l.add("--num-key-value-heads", {engine_number(m.kv_heads)});
   l.add("--normalization", {m.norm == model::Norm::rmsnorm ? "rmsnorm" : "layernorm"});
   l.add("--layernorm-epsilon", {engine_number(m.norm_epsilon)});
-  if (!m.bias) l.add("--disable-bias-linear");
-  if (!m.tied_embeddings) l.add("--untie-embeddings-and-output-weights");
   if (m.rope_theta) {
     l.add("--use-rotary-position-embeddings");
     l.add("--rotary-position-embeddings-theta", {engine_number(*m.rope_theta)});
   }
-  l.add("--tokenizer-type", {"NullTokenizer"});
-  l.add("--vocab-size", {number(m.vocab)});
-  l.add("--seq-length", {number(in.workload.seq_len)});
-  l.add("--max-position-embeddings", {number(in.workload.seq_len)});
 }
 
 // The config's precision: bf16 (with fp32 gradient accumulation when the plan keeps fp32 gradients), or none.
@@ -87,10 +75,10 @@ void add_checkpointing(const ZeroParams& z, Json& config, EngineLaunch& l) {
 // offloaded to the host, as trainyard's FPDT streams them.
 void add_sequence_parallelism(const StepInputs& in, const ZeroParams& z, EngineLaunch& l) {
   if (z.cp > 1) refuse_export(deepspeed(), "cp", "1 (DeepSpeed has no ring attention; torchtitan's context parallelism does)", std::to_string(z.cp));
-  if (z.sp > 1) l.add("--ds-sequence-parallel-size", {number(z.sp)});
+  if (z.sp > 1) l.add("--ds-sequence-parallel-size", {engine_number(z.sp)});
   if (z.fpdt_chunk > 0) {
     l.add("--ds-sequence-parallel-fpdt");
-    l.add("--ds-sequence-parallel-fpdt-chunk-size", {number(z.fpdt_chunk)});
+    l.add("--ds-sequence-parallel-fpdt-chunk-size", {engine_number(z.fpdt_chunk)});
     l.add("--ds-sequence-parallel-fpdt-offloading");
   }
   (void)in;
@@ -116,12 +104,12 @@ EngineLaunch deepspeed_launch(const StepInputs& in, const PlanSpec& spec) {
   l.add("--tensor-model-parallel-size", {"1"});
   l.add("--pipeline-model-parallel-size", {"1"});
   l.add("--no-pipeline-parallel");
-  l.add("--micro-batch-size", {number(z.micro_batch)});
-  l.add("--global-batch-size", {number(in.workload.global_batch)});
+  l.add("--micro-batch-size", {engine_number(z.micro_batch)});
+  l.add("--global-batch-size", {engine_number(in.workload.global_batch)});
   l.add("--use-flash-attn-v2");
   l.add("--deepspeed");
   l.add("--deepspeed_config", {"$HERE/ds_config.json"});
-  l.add("--zero-stage", {number(z.stage)});
+  l.add("--zero-stage", {engine_number(z.stage)});
   l.add("--train-iters", {"20"});
   l.add("--lr", {"0.0003"});
   l.add("--data-path", {"$DATA_PATH"});

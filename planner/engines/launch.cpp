@@ -107,4 +107,20 @@ std::string engine_number(double value) {
   return out.str();
 }
 
+void add_megatron_shape(const StepInputs& in, EngineLaunch& l) {
+  const model::ModelConfig& m = in.model;
+  l.add("--num-layers", {engine_number(m.layers)});
+  l.add("--hidden-size", {engine_number(m.hidden)});
+  l.add("--ffn-hidden-size", {engine_number(m.ffn_hidden)});
+  l.add("--num-attention-heads", {engine_number(m.heads)});
+  if (m.head_dim * m.heads != m.hidden) l.add("--kv-channels", {engine_number(m.head_dim)});
+  if (m.activation == model::Activation::swiglu) l.add("--swiglu");
+  if (!m.bias) l.add("--disable-bias-linear");
+  if (!m.tied_embeddings) l.add("--untie-embeddings-and-output-weights");
+  l.add("--tokenizer-type", {"NullTokenizer"});
+  l.add("--vocab-size", {engine_number(m.vocab)});
+  l.add("--seq-length", {engine_number(in.workload.seq_len)});
+  l.add("--max-position-embeddings", {engine_number(in.workload.seq_len)});
+}
+
 }  // namespace trainyard::planner

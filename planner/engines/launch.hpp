@@ -6,7 +6,9 @@
 //
 // The option names were looked up in the engines' repositories at the versions `engines()` gives, and the tests hold
 // every option written to those lists (tests/data/engines/).
+#include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -53,5 +55,10 @@ std::string launch_script(const EngineLaunch& launch, const sim::Cluster& cluste
 
 // Shared by the writers: a number as an engine reads it ("500000", "1e-05").
 std::string engine_number(double value);
+template <typename Integer>
+requires std::is_integral_v<Integer> std::string engine_number(Integer value) { return std::to_string(value); }
+// The options Megatron-LM and Megatron-DeepSpeed spell alike (the model's sizes, SwiGLU, biases, untied output,
+// NullTokenizer's vocabulary, the sequence); each writer adds those they spell apart (GQA, norms, RoPE).
+void add_megatron_shape(const StepInputs& in, EngineLaunch& launch);
 
 }  // namespace trainyard::planner

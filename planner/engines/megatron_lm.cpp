@@ -9,33 +9,20 @@ namespace {
 
 const Engine& megatron_lm() { return engine_named("megatron"); }
 
-std::string number(std::int64_t n) { return std::to_string(n); }
-
-// The model's shape as GPTModel's options; the vocabulary through NullTokenizer (the user's tokenizer replaces it).
+// The model: the options both Megatrons share, then Megatron-LM's own spellings.
 void add_model(const StepInputs& in, EngineLaunch& l) {
   const model::ModelConfig& m = in.model;
-  l.add("--num-layers", {number(m.layers)});
-  l.add("--hidden-size", {number(m.hidden)});
-  l.add("--ffn-hidden-size", {number(m.ffn_hidden)});
-  l.add("--num-attention-heads", {number(m.heads)});
+  add_megatron_shape(in, l);
   if (m.kv_heads != m.heads) {
     l.add("--group-query-attention");
-    l.add("--num-query-groups", {number(m.kv_heads)});
+    l.add("--num-query-groups", {engine_number(m.kv_heads)});
   }
-  if (m.head_dim * m.heads != m.hidden) l.add("--kv-channels", {number(m.head_dim)});
-  if (m.activation == model::Activation::swiglu) l.add("--swiglu");
   l.add("--normalization", {m.norm == model::Norm::rmsnorm ? "RMSNorm" : "LayerNorm"});
   l.add("--norm-epsilon", {engine_number(m.norm_epsilon)});
-  if (!m.bias) l.add("--disable-bias-linear");
-  if (!m.tied_embeddings) l.add("--untie-embeddings-and-output-weights");
   if (m.rope_theta) {
     l.add("--position-embedding-type", {"rope"});
     l.add("--rotary-base", {engine_number(*m.rope_theta)});
   }
-  l.add("--tokenizer-type", {"NullTokenizer"});
-  l.add("--vocab-size", {number(m.vocab)});
-  l.add("--seq-length", {number(in.workload.seq_len)});
-  l.add("--max-position-embeddings", {number(in.workload.seq_len)});
 }
 
 void add_precision(const StepInputs& in, EngineLaunch& l) {
@@ -51,22 +38,22 @@ void add_precision(const StepInputs& in, EngineLaunch& l) {
 }
 
 void add_parallelism(const StepInputs& in, const MegatronParams& p, EngineLaunch& l) {
-  l.add("--tensor-model-parallel-size", {number(p.tp)});
-  l.add("--pipeline-model-parallel-size", {number(p.pp)});
-  if (p.vpp > 1) l.add("--num-virtual-stages-per-pipeline-rank", {number(p.vpp)});
-  if (p.first_stage_layers > 0) l.add("--decoder-first-pipeline-num-layers", {number(p.first_stage_layers)});
-  if (p.last_stage_layers > 0) l.add("--decoder-last-pipeline-num-layers", {number(p.last_stage_layers)});
+  l.add("--tensor-model-parallel-size", {engine_number(p.tp)});
+  l.add("--pipeline-model-parallel-size", {engine_number(p.pp)});
+  if (p.vpp > 1) l.add("--num-virtual-stages-per-pipeline-rank", {engine_number(p.vpp)});
+  if (p.first_stage_layers > 0) l.add("--decoder-first-pipeline-num-layers", {engine_number(p.first_stage_layers)});
+  if (p.last_stage_layers > 0) l.add("--decoder-last-pipeline-num-layers", {engine_number(p.last_stage_layers)});
   if (p.cp > 1) {
-    l.add("--context-parallel-size", {number(p.cp)});
+    l.add("--context-parallel-size", {engine_number(p.cp)});
     // Transformer Engine reads the type as given: its all-gather is spelled all_gather there.
     l.add("--cp-comm-type", {std::string(to_string(p.cp_comm))});
-    if (p.cp_comm == CpComm::a2a_p2p) l.add("--hierarchical-context-parallel-sizes", {number(p.cp_a2a), number(p.cp / p.cp_a2a)});
+    if (p.cp_comm == CpComm::a2a_p2p) l.add("--hierarchical-context-parallel-sizes", {engine_number(p.cp_a2a), engine_number(p.cp / p.cp_a2a)});
   }
   if (p.sequence_parallel && p.tp > 1) l.add("--sequence-parallel");
   if (p.tp_comm_overlap) l.add("--tp-comm-overlap");
   if (p.distributed_optimizer) l.add("--use-distributed-optimizer");
-  l.add("--micro-batch-size", {number(p.micro_batch)});
-  l.add("--global-batch-size", {number(in.workload.global_batch)});
+  l.add("--micro-batch-size", {engine_number(p.micro_batch)});
+  l.add("--global-batch-size", {engine_number(in.workload.global_batch)});
   if (p.tp > 1 || p.cp > 1) l.env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "1");  // Megatron asserts it (before Blackwell)
 }
 
