@@ -148,11 +148,13 @@ TEST(Export, MegatronLmGetsTheParallelismModelAndBatchOfThePlan) {
   const EngineLaunch b = planner::export_plan(rig.in(), hcp, "megatron");
   expect_known_options(b, names);
   EXPECT_EQ(value_of(b, "--cp-comm-type"), "a2a+p2p");
+  ASSERT_TRUE(has(b, "--hierarchical-context-parallel-sizes"));
   for (const auto& arg : b.args) {
     if (arg[0] == "--hierarchical-context-parallel-sizes") {
       EXPECT_EQ(arg, (std::vector<std::string>{arg[0], "2", "4"}));
     }
   }
+  EXPECT_TRUE(has(b, "--grad-reduce-in-bf16"));  // bf16-mixed: bf16 gradients on the wire, as the plan counts them
   EXPECT_FALSE(has(b, "--sequence-parallel"));
 
   const EngineLaunch plain = planner::export_plan(rig.in(), megatron(1, 1, 16), "megatron");
@@ -223,14 +225,20 @@ TEST(Export, TorchtitanGetsATomlOfItsOwnKeysOrNamesWhatItLacks) {
   EXPECT_EQ(keys.at("activation_checkpoint.selective_ac_option"), "\"2\"");
   EXPECT_EQ(keys.at("model.flavor"), "\"8B\"");
 
-  const EngineLaunch tp = planner::export_plan(rig.in(), megatron(8, 2, 1), "torchtitan");
+  Rig fp32 = rig;  // torchtitan trains TP and PP without FSDP in fp32 only
+  fp32.precision = model::precision_policy("fp32");
+  const EngineLaunch tp = planner::export_plan(fp32.in(), megatron(8, 2, 1), "torchtitan");
   const auto tp_keys = toml_keys(file_text(tp, "train.toml"));
   EXPECT_EQ(tp_keys.at("parallelism.tensor_parallel_degree"), "8");
   EXPECT_EQ(tp_keys.at("parallelism.pipeline_parallel_layers_per_stage"), "16");
+  // torchtitan's stage count: (32 layers + first and last "less layers") / 16 must be pp: both written as 0.
+  EXPECT_EQ(tp_keys.at("parallelism.pipeline_parallel_first_stage_less_layers"), "0");
+  EXPECT_EQ(tp_keys.at("parallelism.pipeline_parallel_last_stage_less_layers"), "0");
   EXPECT_EQ(tp_keys.at("training.local_batch_size"), "16");  // every micro-batch of the step in one pipeline schedule
 
   const auto refusal = [&](const Rig& r, const PlanSpec& spec) { return test::error_of([&] { planner::export_plan(r.in(), spec, "torchtitan"); }); };
-  EXPECT_NE(refusal(rig, megatron(8, 1, 2)).find("'dp'"), std::string::npos);  // DDP only alone
+  EXPECT_NE(refusal(rig, megatron(8, 1, 2)).find("'dp'"), std::string::npos);       // DDP only alone
+  EXPECT_NE(refusal(rig, megatron(8, 2, 1)).find("precision"), std::string::npos);  // bf16 with TP, no FSDP: fp32 there
   Rig bf16 = rig;
   bf16.precision = model::precision_policy("bf16-mixed");
   EXPECT_NE(refusal(bf16, ring).find("precision"), std::string::npos);
@@ -268,6 +276,7 @@ TEST(Export, TheLaunchScriptIsBashThatLaunchesEveryNode) {
   const EngineLaunch l = planner::export_plan(rig.in(), ulysses, "deepspeed");
   const std::string script = planner::launch_script(l, rig.cluster);
   EXPECT_NE(script.find("--num_nodes 2 --num_gpus 8"), std::string::npos) << script;
+  EXPECT_NE(script.find("--hostfile \"$HOSTFILE\""), std::string::npos) << script;
   EXPECT_NE(script.find("if [ -z \"${DATA_PATH:-}\" ]"), std::string::npos) << script;
   EXPECT_NE(script.find("--deepspeed_config \"$HERE/ds_config.json\""), std::string::npos) << script;
   const test::TempDir dir;

@@ -134,7 +134,7 @@ TEST(EngineCompare, PerClassAndStepPerGpuWithTheAssumptionsTheTraceContradicts) 
   const KernelClassifier classes;
   const EngineComparison c = compare_with_engine(predicted_step(16 << 20, 2), ranks, classes);
   EXPECT_EQ(c.measured_ranks, 2);
-  EXPECT_EQ(c.measured_steps, 4);  // 3 steps each, the first (warm-up) left out
+  EXPECT_EQ(c.measured_steps, 6);  // 3 steps each (the profiler's schedule keeps warm-up out of a trace)
   EXPECT_EQ(c.step.measured_ns, 1'500'000);
   EXPECT_EQ(c.step.predicted_ns, 1'200'000);
   const auto row = [&](const std::string& what) {
@@ -160,6 +160,22 @@ TEST(EngineCompare, PerClassAndStepPerGpuWithTheAssumptionsTheTraceContradicts) 
   const auto j = engine_comparison_json(d);
   EXPECT_EQ(j["by_class"][0]["what"], "gemm");
   EXPECT_EQ(j["contradictions"].size(), 2u);
+}
+
+// Where the GPU records its own ProfilerStep spans, a kernel that runs after its host step ended (the host runs
+// ahead) still counts in its step; with host steps only, work after the last host step ends is not counted.
+TEST(EngineCompare, KernelsCountInTheGpusOwnStepSpans) {
+  RankTrace r;
+  r.origin = "lagging";
+  r.names = {"nvjet_gemm"};
+  r.steps = {{1, 0, 1000}, {2, 1000, 1000}};
+  for (std::int64_t start : {1500, 2500}) r.activities.push_back({GpuActivity::Kind::kernel, 0, 0, 7, start, 400, 0, -1});  // each 500 ns late
+  const KernelClassifier classes;
+  sim::Timeline predicted = predicted_step(0, 1);
+  const auto gemm = [&](const EngineComparison& c) { return c.by_class.front(); };
+  EXPECT_EQ(gemm(compare_with_engine(predicted, {r}, classes)).measured_ns, 200);  // host windows: the last kernel is lost
+  r.gpu_steps = {{1, 1200, 900}, {2, 2200, 900}};
+  EXPECT_EQ(gemm(compare_with_engine(predicted, {r}, classes)).measured_ns, 400);
 }
 
 }  // namespace

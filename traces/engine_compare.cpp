@@ -59,23 +59,27 @@ struct Measured {
   bool annotated = true;
 };
 
-// The step windows a rank's activities are counted in: [start, next start), the first (warm-up) left out when there
-// are more; none annotated: the whole trace.
+// The step windows a rank's activities are counted in: the GPU's own ProfilerStep spans where the trace has them,
+// else the host's steps, each until the next one starts (the last until it ends). The profiler's schedule keeps
+// warm-up steps out of the trace. No steps at all: the whole trace is one step.
 std::vector<std::pair<std::int64_t, std::int64_t>> windows(const RankTrace& r, Measured& m) {
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
-  constexpr std::int64_t kEnd = std::numeric_limits<std::int64_t>::max();
-  if (r.steps.empty()) {
-    std::int64_t first = kEnd, last = 0;
+  if (r.steps.empty() && r.gpu_steps.empty()) {
+    std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = 0;
     for (const auto& a : r.activities) first = std::min(first, a.start_ns), last = std::max(last, a.start_ns + a.duration_ns);
     m.annotated = false;
     m.step_ns.push_back(last - first);
-    out.emplace_back(std::numeric_limits<std::int64_t>::min(), kEnd);
+    out.emplace_back(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
     return out;
   }
-  const std::size_t first = r.steps.size() >= 2 ? 1 : 0;
-  for (std::size_t i = first; i < r.steps.size(); ++i) {
-    out.emplace_back(r.steps[i].start_ns, i + 1 < r.steps.size() ? r.steps[i + 1].start_ns : kEnd);
-    m.step_ns.push_back(r.steps[i].duration_ns);
+  for (const ProfilerStep& s : r.steps.empty() ? r.gpu_steps : r.steps) m.step_ns.push_back(s.duration_ns);
+  if (!r.gpu_steps.empty()) {
+    for (const ProfilerStep& s : r.gpu_steps) out.emplace_back(s.start_ns, s.start_ns + s.duration_ns + 1);
+    return out;
+  }
+  for (std::size_t i = 0; i < r.steps.size(); ++i) {
+    const ProfilerStep& s = r.steps[i];
+    out.emplace_back(s.start_ns, i + 1 < r.steps.size() ? r.steps[i + 1].start_ns : s.start_ns + s.duration_ns);
   }
   return out;
 }
@@ -138,7 +142,7 @@ Predicted tally_predicted(const sim::Timeline& t) {
     p.by_class[s.task_class].count += share;
     const std::string stream = t.stream_label(s.pid, s.tid);
     p.by_kind[kind_of_stream(stream.substr(stream.find(' ') + 1))].ns += static_cast<double>(s.duration_ns) * share;
-    if (s.task_class == "collective" && s.bytes > 0) p.collective_bytes.push_back(s.bytes);
+    if ((s.task_class == "collective" || s.task_class == "p2p") && s.bytes > 0) p.collective_bytes.push_back(s.bytes);  // NCCL's sends carry metadata too
   }
   return p;
 }
@@ -170,15 +174,17 @@ void count_contradiction(const char* what, const Tally& predicted, const Tally& 
 
 // Collectives of the trace whose size no collective of the plan has (within 10%).
 void size_contradictions(const Predicted& p, const Measured& m, std::vector<std::string>& out) {
+  if (p.collective_bytes.empty()) return;  // a timeline without sizes (written before they were recorded): nothing to hold
   for (const auto& [key, per_step] : m.collectives) {
-    const auto& [name, bytes] = key;
+    const std::string& name = key.first;
+    const std::int64_t bytes = key.second;  // not a structured binding: clang 14 cannot capture one in the lambda below
     if (bytes <= 0) continue;
     const bool planned = std::any_of(p.collective_bytes.begin(), p.collective_bytes.end(), [&](std::int64_t b) {
       return std::abs(static_cast<double>(b - bytes)) <= kSizeTolerance * static_cast<double>(bytes);
     });
     if (planned) continue;
     out.push_back("the trace has " + format_fixed(per_step, 1) + " " + (name.empty() ? "collective" : name) + " of " +
-                  format_bytes(static_cast<double>(bytes)) + " per GPU per step, a size no collective of the plan has");
+                  format_bytes(static_cast<double>(bytes)) + " per GPU per step, a size no collective or send of the plan has");
   }
 }
 

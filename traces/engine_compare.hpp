@@ -2,15 +2,17 @@
 // `trainyard compare PREDICTED MEASURED` where MEASURED is an engine's profiler trace (Megatron-LM, DeepSpeed,
 // torchtitan: one Kineto trace per rank). The engine's kernels have other names than trainyard's tasks, so nothing
 // is matched task by task; the report compares what both sides have, per GPU and per step:
-//   - the step: the simulated step against the median of the measured steps (ProfilerStep#N; the first profiled step
-//     is warm-up and left out when there are more);
+//   - the step: the simulated step against the median of the measured steps (ProfilerStep#N; the profiler's schedule
+//     leaves warm-up steps out of the trace);
 //   - each task class (traces/kernel_classes.hpp), and the time no rule classifies, with its kernels by name;
 //   - each kind of stream (compute, communication, copies in and out): a measured stream is of the kind of the class
 //     that takes most of its time;
 //   - the plan's assumptions the trace contradicts: GEMMs and collectives per step, and collectives of sizes the plan
 //     does not have.
-// Kernels belong to the step whose ProfilerStep#N started last before them (the host runs ahead, so a step's last
-// kernels may fall into the next one; over several steps this evens out).
+// Kernels belong to the step whose span on the GPU holds them (the device's ProfilerStep#N, which newer PyTorch
+// records). Older traces have the host's only: a kernel then belongs to the host step that started last before it,
+// and as the host runs ahead, the first step's window may hold none of the work before it while the last loses what
+// ran after its host step ended.
 #include <cstdint>
 #include <ostream>
 #include <string>

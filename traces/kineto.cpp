@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <istream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <streambuf>
@@ -131,6 +132,11 @@ class Walker : public nlohmann::json_sax<Json> {
   }
 
   static std::optional<std::int64_t> integer(const Json& v) {
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<std::uint64_t>();
+      return u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? std::optional<std::int64_t>(static_cast<std::int64_t>(u))
+                                                                                         : std::nullopt;
+    }
     if (v.is_number_integer()) return v.get<std::int64_t>();
     if (v.is_number_float() && std::isfinite(v.get<double>()) && std::abs(v.get<double>()) < 9e15) return std::llround(v.get<double>());
     return std::nullopt;
@@ -160,13 +166,14 @@ class Walker : public nlohmann::json_sax<Json> {
   [[noreturn]] void bad(const std::string& field, const std::string& expected, const std::string& found) const {
     throw InputError(out_.origin, "traceEvents[" + std::to_string(out_.events_read - 1) + "]." + field, expected, found);
   }
-  // A time in microseconds as nanoseconds; integers exactly (absolute microseconds since the epoch need all of
-  // int64's digits once in nanoseconds, more than a double holds).
+  // A time in microseconds as nanoseconds: integers exactly (absolute microseconds since the epoch, PyTorch 1.x,
+  // need more digits in nanoseconds than a double holds); decimals as the double has them (within about 0.1 us
+  // for absolute times, exact for the relative ones of PyTorch 2.4 on).
   std::int64_t time_field(const std::optional<json::Json>& v, const char* field) const {
     if (!v) bad(field, "a time in microseconds", "nothing");
     const double us = v->get<double>();
     if (!std::isfinite(us) || us < 0 || us > kMaxMicroseconds) bad(field, "a time in microseconds from 0 to 9e15", json::describe(*v));
-    return v->is_number_integer() || v->is_number_unsigned() ? v->get<std::int64_t>() * 1000 : std::llround(us * 1000.0);
+    return v->is_number_integer() ? v->get<std::int64_t>() * 1000 : std::llround(us * 1000.0);  // (the bound keeps both in int64)
   }
   // "stream 7" (PyTorch 1.x) or 7.
   int stream_of(const Event& e) const {
@@ -197,12 +204,12 @@ class Walker : public nlohmann::json_sax<Json> {
     if (e.ph != "X") return;
     const bool legacy = e.cat == "Kernel" || e.cat == "Memcpy" || e.cat == "Memset" || e.cat == "Operator" || e.cat == "Runtime";
     out_.legacy_layout = out_.legacy_layout || legacy;
-    if (e.name.rfind("ProfilerStep#", 0) == 0 && e.cat != "gpu_user_annotation") {
+    if (e.name.rfind("ProfilerStep#", 0) == 0) {
       ProfilerStep s;
       s.number = std::atoll(e.name.c_str() + 13);
       s.start_ns = time_field(e.ts, "ts");
       s.duration_ns = time_field(e.dur, "dur");
-      out_.steps.push_back(s);
+      (e.cat == "gpu_user_annotation" ? out_.gpu_steps : out_.steps).push_back(s);
       return;
     }
     if (e.has_collective && e.external_id && (e.cat == "cpu_op" || e.cat == "Operator")) {
@@ -230,7 +237,7 @@ class Walker : public nlohmann::json_sax<Json> {
     if (e.has_collective) {
       a.collective = static_cast<std::int32_t>(out_.collectives.size());
       out_.collectives.push_back(e.collective);
-    } else if (e.external_id) {
+    } else if (e.external_id && e.name.rfind("nccl", 0) == 0) {  // NCCL's kernels only: the rest would cost memory for nothing
       pending_.emplace_back(out_.activities.size(), *e.external_id);
     }
     out_.activities.push_back(a);
@@ -279,7 +286,9 @@ RankTrace read_kineto_file(const std::string& path) {
   if (!walker.saw_events()) throw InputError(path, "traceEvents", "an array of trace events (a PyTorch profiler trace)", "none");
   walker.link_collectives();
   if (out.activities.empty()) throw InputError(path, "traceEvents", "GPU kernels, copies or memsets (a trace of a GPU run)", "none");
-  std::sort(out.steps.begin(), out.steps.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  for (auto* steps : {&out.steps, &out.gpu_steps}) {
+    std::sort(steps->begin(), steps->end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  }
   return out;
 }
 

@@ -5,7 +5,7 @@
 // ts in microseconds with decimals) and 1.x (cat "Kernel", "Memcpy", "Memset", "Operator", tid "stream 7").
 //
 // Kept: GPU kernels, copies and memsets (device = pid, stream = tid, as Kineto writes GPU events), the
-// ProfilerStep#N annotations (the steps), the collectives' metadata (NCCL kernels' own args since 2023, or the
+// ProfilerStep#N annotations (the steps, on the host and, where recorded, on the GPU), the collectives' metadata (NCCL kernels' own args since 2023, or the
 // record_param_comms op they share an External id with), and distributedInfo's rank. Everything else is skipped.
 #include <cstdint>
 #include <optional>
@@ -45,7 +45,8 @@ struct RankTrace {
   bool legacy_layout = false;  // PyTorch 1.x's categories
   std::vector<std::string> names;
   std::vector<GpuActivity> activities;  // in file order
-  std::vector<ProfilerStep> steps;      // ascending by start
+  std::vector<ProfilerStep> steps;      // the host's ProfilerStep#N, ascending by start
+  std::vector<ProfilerStep> gpu_steps;  // the device's copies of them (gpu_user_annotation, newer PyTorch), ascending
   std::vector<CollectiveInfo> collectives;
   std::int64_t events_read = 0;  // every element of traceEvents
 };
@@ -55,8 +56,8 @@ struct RankTrace {
 RankTrace read_kineto_file(const std::string& path);
 // A file, or every *.json / *.json.gz file of a directory (one per rank), ordered by rank (then name).
 std::vector<RankTrace> read_kineto(const std::string& path);
-// Whether `path` looks like a Kineto trace (a directory, or a file whose first KiB holds "traceEvents" but not
-// trainyard's own "otherData" tag) rather than trainyard's timeline.
+// Whether `path` looks like a Kineto trace rather than trainyard's own timeline: a directory, a gzip file, or a file
+// whose first 64 KiB hold "schemaVersion" or a "cat" key (trainyard's timelines have neither).
 bool looks_like_kineto(const std::string& path);
 
 }  // namespace trainyard::traces

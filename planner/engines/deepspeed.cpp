@@ -93,6 +93,10 @@ EngineLaunch deepspeed_launch(const StepInputs& in, const PlanSpec& spec) {
   l.launcher = "deepspeed";
   l.program = "pretrain_gpt.py";
   const std::int64_t dp = in.cluster.gpus() / z.sp;  // Ulysses' groups are its data-parallel ranks' unit
+  if (in.workload.global_batch % (z.micro_batch * dp) != 0) {
+    refuse_export(deepspeed(), "micro_batch", "a micro-batch x data-parallel ranks dividing the global batch (DeepSpeed asserts the product)",
+                  engine_number(z.micro_batch) + " x " + engine_number(dp) + " for " + engine_number(in.workload.global_batch));
+  }
   Json config = {{"train_batch_size", in.workload.global_batch},
                  {"train_micro_batch_size_per_gpu", z.micro_batch},
                  {"gradient_accumulation_steps", in.workload.global_batch / (z.micro_batch * dp)}};
@@ -113,7 +117,8 @@ EngineLaunch deepspeed_launch(const StepInputs& in, const PlanSpec& spec) {
   l.add("--train-iters", {"20"});
   l.add("--lr", {"0.0003"});
   l.add("--data-path", {"$DATA_PATH"});
-  // PyTorch profiler traces of steps 10-12 (tensorboard_trace_handler, gzip), which `trainyard compare` reads.
+  // PyTorch profiler traces of steps 10 to 12 (megatron/profiler.py: tensorboard_trace_handler, gzip), which
+  // `trainyard compare` reads.
   l.add("--profile", {"pt"});
   l.add("--profile_steps", {"10,12"});
   l.add("--tensorboard-dir", {"trainyard-run/tensorboard"});

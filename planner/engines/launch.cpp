@@ -1,5 +1,6 @@
 #include "planner/engines/launch.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <sstream>
 
@@ -86,7 +87,9 @@ std::string launch_script(const EngineLaunch& launch, const sim::Cluster& cluste
     out << "deepspeed --num_gpus " << per_node << " --master_port \"$MASTER_PORT\" " << launch.program;
   } else if (launch.launcher == "deepspeed") {
     // Several nodes: each node launches its own ranks (--no_ssh), the node list in a hostfile ("name slots=GPUS").
-    out << "deepspeed --hostfile hostfile --no_ssh --node_rank \"$NODE_RANK\" --master_addr \"$MASTER_ADDR\" --master_port \"$MASTER_PORT\""
+    out << "if [ -z \"${HOSTFILE:-}\" ]; then echo 'set HOSTFILE to a DeepSpeed hostfile: one line per node, NAME slots=" << per_node
+        << "' >&2; exit 2; fi\n";
+    out << "deepspeed --hostfile \"$HOSTFILE\" --no_ssh --node_rank \"$NODE_RANK\" --master_addr \"$MASTER_ADDR\" --master_port \"$MASTER_PORT\""
         << " --num_nodes " << nodes << " --num_gpus " << per_node << " " << launch.program;
   } else {
     out << launch.launcher << " --nnodes " << nodes << " --nproc_per_node " << per_node
@@ -102,9 +105,9 @@ std::string launch_script(const EngineLaunch& launch, const sim::Cluster& cluste
 
 std::string engine_number(double value) {
   if (std::isfinite(value) && value == std::floor(value) && std::abs(value) < 1e15) return std::to_string(static_cast<long long>(value));
-  std::ostringstream out;
-  out << value;
-  return out.str();
+  char text[64];
+  const auto written = std::to_chars(text, text + sizeof text, value);  // the shortest text that reads back the same
+  return std::string(text, written.ptr);
 }
 
 void add_megatron_shape(const StepInputs& in, EngineLaunch& l) {

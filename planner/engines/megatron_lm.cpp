@@ -29,6 +29,7 @@ void add_precision(const StepInputs& in, EngineLaunch& l) {
   const std::string& p = in.precision.name;
   if (p == "bf16-mixed") {
     l.add("--bf16");
+    l.add("--grad-reduce-in-bf16");  // else --bf16 reduces gradients in fp32, twice the plan's bytes
   } else if (p == "bf16-mixed-fp32-grads") {
     l.add("--bf16");
     l.add("--accumulate-allreduce-grads-in-fp32");
@@ -86,15 +87,19 @@ EngineLaunch megatron_lm_launch(const StepInputs& in, const PlanSpec& spec) {
   add_parallelism(in, p, l);
   add_recompute(p, l);
   l.add("--attention-backend", {"flash"});
-  // A short run that writes a PyTorch profiler trace of steps 10-12 for every rank, which `trainyard compare` reads:
-  // Megatron writes them to <tensorboard-dir>/../torch_profile/rank-N.json.gz.
+  // A short run that writes a PyTorch profiler trace of steps 10, 11 and 12 (the profiler's schedule warms up on
+  // step 9, left out of the trace) for every rank, which `trainyard compare` reads: Megatron writes them to
+  // <tensorboard-dir>/../torch_profile/rank-N.json.gz. --profile-ranks defaults to rank 0 alone.
   l.add("--train-iters", {"20"});
   l.add("--lr", {"0.0003"});
   l.add("--mock-data");
   l.add("--profile");
   l.add("--use-pytorch-profiler");
   l.add("--profile-step-start", {"10"});
-  l.add("--profile-step-end", {"12"});
+  l.add("--profile-step-end", {"13"});
+  std::vector<std::string> ranks;
+  for (int r = 0; r < in.cluster.gpus(); ++r) ranks.push_back(engine_number(r));
+  l.add("--profile-ranks", ranks);
   l.add("--tensorboard-dir", {"trainyard-run/tensorboard"});
   l.notes = {
       "Run from Megatron-LM's root (pretrain_gpt.py), or set the path to it.",

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <variant>
 
+#include "common/error.hpp"
 #include "planner/engines/writers.hpp"
 
 namespace trainyard::planner {
@@ -39,7 +40,10 @@ class Toml {
   }
   static std::string quoted(const std::string& s) {
     std::string out = "\"";
-    for (char c : s) out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    for (char c : s) {
+      if (static_cast<unsigned char>(c) < 0x20) throw InternalError("a control character in a TOML string", __FILE__, __LINE__);
+      out += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    }
     return out + "\"";
   }
   static std::string format(const Value& v) {
@@ -144,6 +148,14 @@ EngineLaunch torchtitan_megatron_launch(const StepInputs& in, const PlanSpec& sp
   if (p.first_stage_layers > 0 || p.last_stage_layers > 0) {
     refuse_export(e, "first_stage_layers", "0: an even split of the layers over the stages", std::to_string(p.first_stage_layers));
   }
+  if (in.model.layers % (p.pp * p.vpp) != 0) {
+    refuse_export(e, "pp", "a pp x vpp dividing the layers (torchtitan's stages hold pipeline_parallel_layers_per_stage each)",
+                  std::to_string(p.pp * p.vpp) + " for " + std::to_string(in.model.layers) + " layers");
+  }
+  // torchtitan's maybe_enable_amp (torchtitan/distributed/utils.py): without FSDP, TP or PP train in fp32.
+  if ((p.tp > 1 || p.pp > 1) && in.precision.name != "fp32") {
+    refuse_export(e, "precision", "fp32 with tp or pp and no FSDP (torchtitan v0.2.2 turns mixed precision off there)", in.precision.name);
+  }
   Toml toml;
   // With a pipeline every micro-batch of the step runs in one schedule; without one they are accumulated.
   set_common(in, p.pp > 1 ? in.workload.global_batch / p.dp : p.micro_batch, toml);
@@ -156,6 +168,9 @@ EngineLaunch torchtitan_megatron_launch(const StepInputs& in, const PlanSpec& sp
   if (p.pp > 1) {
     toml.set("parallelism", "pipeline_parallel_schedule", std::string(p.vpp > 1 ? "Interleaved1F1B" : "1F1B"));
     toml.set("parallelism", "pipeline_parallel_layers_per_stage", in.model.layers / (p.pp * p.vpp));
+    // torchtitan counts the embedding and the head as a layer's worth each unless told not to.
+    toml.set("parallelism", "pipeline_parallel_first_stage_less_layers", std::int64_t{0});
+    toml.set("parallelism", "pipeline_parallel_last_stage_less_layers", std::int64_t{0});
     toml.set("parallelism", "pipeline_parallel_microbatch_size", p.micro_batch);
   }
   toml.set("parallelism", "context_parallel_degree", std::int64_t{1});
