@@ -5,8 +5,8 @@
 // gradients move from one group's layout to the next by the seed's Algorithm 1 (planner::plan_switch), as
 // messages between the ranks: the switches are executed, not assumed.
 //
-// Layouts here are the executor's: a group's step keeps each parameter group on the GPUs that run its forward,
-// each its tensor-parallel slice (executor_layout). For ZeRO-3 this is the whole model on every GPU, where the plan's
+// Layouts here are the executor's: a group's step keeps each parameter group on the GPUs that use it, each its
+// tensor-parallel slice (executor_layout). For ZeRO-3 this is the whole model on every GPU, where the plan's
 // layout (planner::parameter_layout) has 1/N each: the executors keep whole weights resident (executor.hpp), so the
 // executed switch can move more than the simulated one. Both are reported (HotSpaStepResult).
 //
@@ -32,8 +32,8 @@ namespace trainyard::backend {
 // embeddings it has no head unit (the final norm is too small to count).
 std::vector<int> layout_units(const model::ModelConfig& model);
 // Where `graph`'s executor keeps each unit: the GPUs that use it (backend/parameter_groups.hpp: its forward's, and
-// with tied embeddings the LM head's for the embedding), GPU g holding
-// the slice [k/t, (k+1)/t) for k = g mod t under tensor parallelism of t (the executor's shard index).
+// with tied embeddings the LM head's for the embedding), GPU g holding the slice [k/t, (k+1)/t) for k = g mod t
+// under tensor parallelism of t (the executor's shard index).
 planner::StateLayout executor_layout(const sim::TaskGraph& graph, const model::ModelConfig& model);
 // Everything on GPU 0 (where --check gathers the result).
 planner::StateLayout gathered_layout(const model::ModelConfig& model);
@@ -43,8 +43,8 @@ std::vector<std::int64_t> layout_unit_bytes(const model::ModelConfig& model, dou
 enum class SwitchedValues { weights, gradients };
 // Runs `plan` (whose units are layout_units) on this rank's `state`: each transfer's slice (tensor_slice_layouts) of
 // the unit's parameters, sent by its source and written over the destination's values. Transfers run in plan order
-// on every rank, a send before the matching receive, so the order is the same everywhere and nothing waits in a
-// cycle. One rank (`comm` null): the plan must be empty. Returns the bytes this rank sent (fp32 values).
+// on every rank (sends return at once: Communicator::send), so the order is the same everywhere and nothing waits
+// in a cycle. One rank (`comm` null): the plan must be empty. Returns the bytes this rank sent (fp32 values).
 std::int64_t run_switch(ModelState& state, const planner::SwitchPlan& plan, SwitchedValues which, Communicator* comm);
 // Sets `which` to NaN outside the slices `layout` gives GPU `rank`.
 void poison_unheld(ModelState& state, const planner::StateLayout& layout, int rank, SwitchedValues which);
@@ -81,8 +81,8 @@ HotSpaStepResult run_hotspa_step(Device& device, std::span<const HotSpaGroupRun>
 // Every rank calls it.
 void gather_switched(ModelState& state, const planner::StateLayout& home, int gpus_per_node, Communicator& comm);
 
-// The same mini-batch on one rank with the CPU reference executor (every GPU's tasks here): `graphs[k]` runs group
-// k's tokens (e.g. the unchunked step of its rows), the gradients summed weighted by tokens, one AdamW step on every
+// The same mini-batch on one rank with the CPU reference executor (every GPU's tasks here): `groups[k].graph` runs
+// group k's tokens (e.g. the unchunked step of its rows), the gradients summed weighted by tokens, one AdamW step on every
 // group when `update`. Returns the loss.
 double hotspa_reference_step(std::span<const HotSpaGroupRun> groups, ModelState& state, int gpus_per_node, int optimizer_step, bool update,
                              const kernels::AdamW& adam);
