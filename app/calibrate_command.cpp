@@ -135,8 +135,7 @@ int calibrate_cpu(const std::vector<std::string>& args, std::optional<LoadedDocu
     comm.barrier();
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "error: rank " << comm.rank() << " of " << comm.size() << ": " << e.what() << "\n";
-    backend::MpiSession::abort_all(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+    backend::MpiSession::abort_all_after(e, comm.rank(), comm.size());
   }
 }
 

@@ -498,8 +498,7 @@ int run_run(const std::vector<std::string>& args) {
   } catch (const std::exception& e) {
     if (comm.size() == 1) throw;
     // The other ranks may be waiting on this one: end them all rather than leave them to their timeouts.
-    std::cerr << "error: rank " << comm.rank() << " of " << comm.size() << ": " << e.what() << "\n";
-    backend::MpiSession::abort_all(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+    backend::MpiSession::abort_all_after(e, comm.rank(), comm.size());
   }
 }
 
@@ -698,8 +697,7 @@ int run_switched(const po::variables_map& vm, const std::string& device) {
     return train_switched(sm, vm, text, *rank_device, state, o, out);
   } catch (const std::exception& e) {
     if (!comm || comm->size() == 1) throw;
-    std::cerr << "error: rank " << comm->rank() << " of " << comm->size() << ": " << e.what() << "\n";
-    backend::MpiSession::abort_all(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+    backend::MpiSession::abort_all_after(e, comm->rank(), comm->size());
   }
 }
 

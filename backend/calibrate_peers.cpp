@@ -9,7 +9,6 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
-#include <numeric>
 
 #include "backend/calibrate_device.hpp"
 #include "common/error.hpp"
@@ -31,12 +30,6 @@ constexpr int kMinCalls = 3, kMaxCalls = 30;
 
 int calls_for(std::int64_t bytes) {
   return static_cast<int>(std::clamp(kTrialBytes / static_cast<double>(bytes), double(kMinCalls), double(kMaxCalls)));
-}
-
-std::vector<int> all_ranks(const Communicator& comm) {
-  std::vector<int> ranks(static_cast<std::size_t>(comm.size()));
-  std::iota(ranks.begin(), ranks.end(), 0);
-  return ranks;
 }
 
 // One series' timing on this rank: warm-up calls, then trials of `calls` calls between two events on `stream`, the

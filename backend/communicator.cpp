@@ -1,8 +1,15 @@
 #include "backend/communicator.hpp"
 
 #include <cstring>
+#include <numeric>
 
 namespace trainyard::backend {
+
+std::vector<int> all_ranks(const Communicator& comm) {
+  std::vector<int> ranks(static_cast<std::size_t>(comm.size()));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
 
 std::vector<float> recv_floats(Communicator& comm, int src, int tag) {
   const std::vector<std::byte> bytes = comm.recv(src, tag);

@@ -53,6 +53,9 @@ class Communicator {
   virtual void prepare_groups(const std::vector<std::vector<int>>& groups) = 0;
 };
 
+// Every rank of `comm`, ascending: the group of a collective over the world.
+std::vector<int> all_ranks(const Communicator& comm);
+
 // Messages of floats, with the helpers below: the executors' tensors.
 inline void send_floats(Communicator& comm, int dst, int tag, std::span<const float> data) { comm.send(dst, tag, std::as_bytes(data)); }
 std::vector<float> recv_floats(Communicator& comm, int src, int tag);

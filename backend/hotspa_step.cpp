@@ -61,10 +61,12 @@ const planner::Shard* held_slice(const planner::StateLayout& layout, int unit, i
   return nullptr;
 }
 
-// Flags of the elements GPU `gpu` holds in `layout`, per parameter (ModelState::all() order).
-std::vector<std::vector<char>> held_elements(ModelState& state, const planner::StateLayout& layout, int gpu) {
+// Flags of the elements a GPU holds in a layout, per parameter (ModelState::all() order).
+using Held = std::vector<std::vector<char>>;
+
+Held held_elements(ModelState& state, const planner::StateLayout& layout, int gpu) {
   const auto params = state.all();
-  std::vector<std::vector<char>> held(params.size());
+  Held held(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) held[i].assign(params[i]->size(), 0);
   SliceLayouts slices(state.model());
   for (std::size_t u = 0; u < layout.units.size(); ++u) {
@@ -150,8 +152,9 @@ std::int64_t run_switch(ModelState& state, const planner::SwitchPlan& plan, Swit
   return sent;
 }
 
-void poison_unheld(ModelState& state, const planner::StateLayout& layout, int rank, SwitchedValues which) {
-  const auto held = held_elements(state, layout, rank);
+namespace {
+
+void poison(ModelState& state, const Held& held, SwitchedValues which) {
   const auto params = state.all();
   for (std::size_t i = 0; i < params.size(); ++i) {
     auto& values = values_of(*params[i], which);
@@ -161,11 +164,8 @@ void poison_unheld(ModelState& state, const planner::StateLayout& layout, int ra
   }
 }
 
-namespace {
-
-// acc += weight * step on the elements GPU `rank` holds in `layout`.
-void accumulate_held(ModelState& acc, const ModelState& step, const planner::StateLayout& layout, int rank, double weight) {
-  const auto held = held_elements(acc, layout, rank);
+// acc += weight * step on the `held` elements.
+void accumulate_held(ModelState& acc, const ModelState& step, const Held& held, double weight) {
   const auto a = acc.all();
   const auto s = step.all();
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -180,10 +180,6 @@ std::int64_t token_count(std::span<const std::vector<std::int32_t>> rows) {
   for (const auto& r : rows) n += static_cast<std::int64_t>(r.size()) - 1;
   return n;
 }
-
-}  // namespace
-
-namespace {
 
 // The switches of a mini-batch (planner/hotspa.hpp's order): into group k the parameters from home (k = 0) or group
 // k - 1, none into home (its parameters never left); the accumulated gradients from group k - 1 (k > 0).
@@ -203,28 +199,29 @@ MinibatchSwitches plan_minibatch_switches(const std::vector<planner::StateLayout
 }
 
 // Group k's step on the executor, its gradients added (weighted by its share of the mini-batch's tokens) to the
-// accumulated ones on this rank's slices of its layout. Returns the group's measured step.
-MeasuredStep run_group(Device& device, const HotSpaGroupRun& group, ModelState& state, ModelState& scratch, const planner::StateLayout& layout,
-                       int gpus_per_node, int optimizer_step, std::int64_t minibatch_tokens, const ExecutorOptions& eo) {
+// accumulated ones on the elements this rank holds in the group's layout. Returns the group's measured step.
+MeasuredStep run_group(Device& device, const HotSpaGroupRun& group, ModelState& state, ModelState& scratch, const Held& held, int gpus_per_node,
+                       int optimizer_step, std::int64_t minibatch_tokens, const ExecutorOptions& eo) {
   Executor executor(device, *group.graph, state, gpus_per_node, {}, eo);
   executor.upload(state);
   const MeasuredStep measured = executor.run_step(group.tokens, optimizer_step);
   executor.download(scratch);
-  const int rank = eo.comm != nullptr ? eo.comm->rank() : 0;
-  accumulate_held(state, scratch, layout, rank, static_cast<double>(measured.tokens) / static_cast<double>(minibatch_tokens));
+  accumulate_held(state, scratch, held, static_cast<double>(measured.tokens) / static_cast<double>(minibatch_tokens));
   return measured;
 }
 
 std::int64_t sum_over_ranks(Communicator* comm, std::int64_t value) {
   if (comm == nullptr) return value;
-  std::vector<int> everyone(static_cast<std::size_t>(comm->size()));
-  for (int i = 0; i < comm->size(); ++i) everyone[static_cast<std::size_t>(i)] = i;
   double v = static_cast<double>(value);
-  comm->all_reduce_sum(everyone, std::span<double>(&v, 1));
+  comm->all_reduce_sum(all_ranks(*comm), std::span<double>(&v, 1));
   return static_cast<std::int64_t>(v);
 }
 
 }  // namespace
+
+void poison_unheld(ModelState& state, const planner::StateLayout& layout, int rank, SwitchedValues which) {
+  poison(state, held_elements(state, layout, rank), which);
+}
 
 HotSpaStepResult run_hotspa_step(Device& device, std::span<const HotSpaGroupRun> groups, ModelState& state, int gpus_per_node, int optimizer_step,
                                  const HotSpaOptions& options) {
@@ -252,8 +249,9 @@ HotSpaStepResult run_hotspa_step(Device& device, std::span<const HotSpaGroupRun>
     r.switch_ns += elapsed_ns(switch_start);
     r.planned_param_bytes += switches.params[k].bytes();
     r.planned_grad_bytes += switches.grads[k].bytes();
-    poison_unheld(state, layouts[k], rank, SwitchedValues::gradients);  // what this rank accumulated for another layout
-    const MeasuredStep measured = run_group(device, groups[k], state, scratch, layouts[k], gpus_per_node, optimizer_step, r.tokens, eo);
+    const Held held = held_elements(state, layouts[k], rank);
+    poison(state, held, SwitchedValues::gradients);  // what this rank accumulated for another layout
+    const MeasuredStep measured = run_group(device, groups[k], state, scratch, held, gpus_per_node, optimizer_step, r.tokens, eo);
     r.loss += static_cast<double>(measured.tokens) / static_cast<double>(r.tokens) * measured.loss;
     r.group_step_ns.push_back(measured.step_ns);
   }
@@ -281,15 +279,17 @@ double hotspa_reference_step(std::span<const HotSpaGroupRun> groups, ModelState&
   std::int64_t total = 0;
   for (const auto& g : groups) total += token_count(g.tokens);
   ModelState step(state.model(), 0);
-  const planner::StateLayout everything = gathered_layout(state.model());
+  const Held everything = held_elements(state, gathered_layout(state.model()), 0);
+  const auto from = state.all();
+  const auto to = step.all();
   state.zero_grads();
   double loss = 0;
   for (const auto& g : groups) {
-    for (std::size_t i = 0; i < state.all().size(); ++i) step.all()[i]->weight = state.all()[i]->weight;
+    for (std::size_t i = 0; i < from.size(); ++i) to[i]->weight = from[i]->weight;
     const ReferenceResult r = run_reference_step(*g.graph, step, gpus_per_node, g.tokens);
     const double weight = static_cast<double>(r.tokens) / static_cast<double>(total);
     loss += weight * r.loss;
-    accumulate_held(state, step, everything, 0, weight);
+    accumulate_held(state, step, everything, weight);
   }
   if (update) {
     for (int group : layout_units(state.model())) state.adamw_step(group, adam, optimizer_step);

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <iostream>
 #include <thread>
 
+#include "common/error.hpp"
 #include "common/interrupt.hpp"
 
 namespace trainyard::backend {
@@ -84,6 +86,11 @@ MpiSession::~MpiSession() {
 void MpiSession::abort_all(int exit_code) {
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::exit(exit_code);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever did
+}
+
+void MpiSession::abort_all_after(const std::exception& error, int rank, int size) {
+  std::cerr << "error: rank " << rank << " of " << size << ": " << error.what() << "\n";
+  abort_all(dynamic_cast<const InputError*>(&error) ? 2 : 1);
 }
 
 // --- the communicator ----------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 // time out), so a lost message ends in CommError; the caller then calls abort_all(), which takes the other ranks
 // down with it (MPI_Abort) instead of leaving them waiting.
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -33,6 +34,9 @@ class MpiSession {
   static std::string library_version();
   // Ends every rank of the run (MPI_Abort) with `exit_code`, after this rank's error was printed.
   [[noreturn]] static void abort_all(int exit_code);
+  // A rank's failure under mpirun: prints "error: rank R of N: what" and ends every rank, with exit code 2 for an
+  // InputError (bad input, as the CLI exits alone) and 1 for anything else.
+  [[noreturn]] static void abort_all_after(const std::exception& error, int rank, int size);
 
  private:
   bool active_ = false;

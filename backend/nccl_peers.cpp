@@ -84,8 +84,7 @@ NcclPeers::NcclPeers(Communicator& bootstrap, const std::vector<std::vector<int>
   const ncclResult_t started = ncclCommInitRankConfig(&world, bootstrap.size(), id, s.rank, &config);
   s.world = world;
   s.settle(world, started, "ncclCommInitRankConfig");
-  std::vector<int> everyone(static_cast<std::size_t>(bootstrap.size()));
-  for (int r = 0; r < bootstrap.size(); ++r) everyone[static_cast<std::size_t>(r)] = r;
+  const std::vector<int> everyone = all_ranks(bootstrap);
   for (const auto& members : groups) {
     if (members == everyone || s.groups.count(members)) continue;
     const bool in = std::find(members.begin(), members.end(), s.rank) != members.end();

@@ -74,7 +74,7 @@ BuiltGroup build_group(const HotSpaSetting& s, const LengthGroup& group, const G
     if (a != nullptr && s.document_masks) a->density = b.rows.attention_density;
   }
   // Gradients accumulate across groups: only the last group updates the model.
-  if (!update) b.graph = sim::without_tasks(b.graph, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; });
+  if (!update) b.graph = without_optimizer(b.graph);
   return b;  // finalized only by whoever simulates it (sends may still be added)
 }
 
@@ -105,9 +105,7 @@ GroupResult simulate_group(const HotSpaSetting& s, const LengthGroup& group, con
   g.rows = b.rows;
   g.spec = b.spec;
   // run --lengths runs every group without its optimizer tasks (one update after the groups, on the host)
-  const bool runnable = !s.runnable_graph ||
-                        s.runnable_graph(update ? sim::without_tasks(b.graph, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; })
-                                                : b.graph);
+  const bool runnable = !s.runnable_graph || s.runnable_graph(update ? without_optimizer(b.graph) : b.graph);
   if (!runnable) {
     g.failure = "the executor does not run its graph (--executable)";
     return g;
@@ -393,6 +391,10 @@ MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int
   out.total_s = out.others_s;
   for (const auto& g : out.groups) out.total_s += g.time_s;
   return out;
+}
+
+sim::TaskGraph without_optimizer(const sim::TaskGraph& step) {
+  return sim::without_tasks(step, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; });
 }
 
 std::vector<ExecutableGroup> minibatch_groups(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans,

@@ -107,6 +107,9 @@ std::vector<GroupPlan> static_plans(const std::vector<std::int64_t>& bounds, con
 // each fill and drain the pipeline, so they can add up to more than the total).
 MinibatchResult run_static(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& bounds,
                            const PlanSpec& spec, bool auto_micro_batch, const std::string& origin);
+// A group's step as a mini-batch runs it unless it is the last: without its optimizer tasks (the gradients
+// accumulate across the groups; one update after the last).
+sim::TaskGraph without_optimizer(const sim::TaskGraph& step);
 // The mini-batch's non-empty groups as the executors run them (backend/hotspa_step.hpp), shortest first: each
 // group's strategy (micro-batch filled in), rows and step graph, without the optimizer (the runner updates once,
 // in the last group's layout). InputError names `origin` and the group for a strategy the group cannot take.

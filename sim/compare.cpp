@@ -16,8 +16,6 @@ namespace {
 
 using json::Json;
 
-constexpr const char* kClassOrder[] = {"gemm", "attention fwd", "attention bwd", "elementwise", "optimizer", "H2D", "D2H", "p2p", "collective"};
-
 std::int64_t microseconds_to_ns(double us) { return std::llround(us * 1000.0); }
 
 // Accepted ranges: times up to 1e13 us (about 116 days; no step is longer), pids and tids that fit an int.
@@ -53,6 +51,12 @@ std::string Timeline::device_label(int pid) const {
 std::string Timeline::stream_label(int pid, int tid) const {
   const auto s = stream_names.find({pid, tid});
   return device_label(pid) + " " + (s != stream_names.end() ? s->second : "tid" + std::to_string(tid));
+}
+
+const std::vector<std::string>& task_classes() {
+  static const std::vector<std::string> order = {"gemm", "attention fwd", "attention bwd", "elementwise", "optimizer",
+                                                 "H2D",  "D2H",           "p2p",           "collective"};
+  return order;
 }
 
 Timeline parse_timeline(const Json& document, const std::string& origin) {
@@ -132,13 +136,14 @@ Comparison compare(const Timeline& predicted, const Timeline& measured) {
     add_row(classes, s.task_class, s, false);
     add_row(c.by_stream, measured.stream_label(s.pid, s.tid), s, false);
   }
-  for (const char* name : kClassOrder) {
+  const auto& order = task_classes();
+  for (const std::string& name : order) {
     for (const auto& r : classes) {
       if (r.what == name) c.by_class.push_back(r);
     }
   }
   for (const auto& r : classes) {  // classes this version does not know go last, not nowhere
-    if (std::find(std::begin(kClassOrder), std::end(kClassOrder), r.what) == std::end(kClassOrder)) c.by_class.push_back(r);
+    if (std::find(order.begin(), order.end(), r.what) == order.end()) c.by_class.push_back(r);
   }
   std::sort(c.by_stream.begin(), c.by_stream.end(), [](const auto& a, const auto& b) { return a.what < b.what; });
 

@@ -40,6 +40,9 @@ struct Timeline {
 Timeline parse_timeline(const json::Json& document, const std::string& origin);
 Timeline read_timeline(const std::string& path);
 
+// The task classes (sim/report.hpp task_class) in the order a comparison lists them.
+const std::vector<std::string>& task_classes();
+
 struct ComparisonRow {
   std::string what;  // a task class, a stream, or "step"
   std::int64_t predicted_ns = 0, measured_ns = 0;

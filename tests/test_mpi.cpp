@@ -17,6 +17,7 @@
 #include "backend/reference_step.hpp"
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
+#include "planner/hotspa.hpp"
 #include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"
 #include "planner/zero.hpp"
@@ -570,8 +571,7 @@ TEST(Mpi, HotSpaMinibatchesSwitchedBetweenStrategiesEqualTheSingleRankReference)
     sim::TaskGraph graph, reference;
   };
   const auto group = [&](std::int64_t seq, const sim::TaskGraph& built) {
-    Group g{seq, sim::without_tasks(built, [](const sim::Task& t) { return t.kind() == sim::TaskKind::optimizer; }),
-            planner::build_megatron(inputs(seq, n), plain)};
+    Group g{seq, planner::without_optimizer(built), planner::build_megatron(inputs(seq, n), plain)};
     g.graph.finalize();
     return g;
   };

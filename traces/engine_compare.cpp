@@ -16,8 +16,13 @@ namespace {
 
 using sim::ComparisonRow;
 
-constexpr const char* kClassOrder[] = {"gemm", "attention fwd", "attention bwd", "elementwise", "optimizer", "H2D", "D2H", "p2p", "collective", kUnclassified};
-constexpr const char* kKindOrder[] = {"compute", "communication", "copies in", "copies out"};
+// The simulator's classes, then the time no rule classifies.
+std::vector<std::string> class_order() {
+  std::vector<std::string> order = sim::task_classes();
+  order.emplace_back(kUnclassified);
+  return order;
+}
+const std::vector<std::string> kKindOrder = {"compute", "communication", "copies in", "copies out"};
 // A count or size this far from the plan's (either way) is reported as a contradiction, not as noise.
 constexpr double kCountRatio = 1.5;
 constexpr double kSizeTolerance = 0.1;
@@ -152,10 +157,10 @@ ComparisonRow row(const std::string& what, const Tally& predicted, const Tally& 
           static_cast<int>(std::lround(measured.count))};
 }
 
-template <std::size_t N>
-std::vector<ComparisonRow> rows(const char* const (&order)[N], const std::map<std::string, Tally>& predicted, const std::map<std::string, Tally>& measured) {
+std::vector<ComparisonRow> rows(const std::vector<std::string>& order, const std::map<std::string, Tally>& predicted,
+                                const std::map<std::string, Tally>& measured) {
   std::vector<ComparisonRow> out;
-  for (const char* what : order) {
+  for (const std::string& what : order) {
     const auto p = predicted.find(what);
     const auto m = measured.find(what);
     if (p == predicted.end() && m == measured.end()) continue;
@@ -203,7 +208,7 @@ EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::
   c.measured_steps = m.steps;
   c.steps_annotated = m.annotated;
   c.step = {"step", predicted.step_ns, median(m.step_ns), 1, 1};
-  c.by_class = rows(kClassOrder, p.by_class, m.by_class);
+  c.by_class = rows(class_order(), p.by_class, m.by_class);
   c.by_stream_kind = rows(kKindOrder, p.by_kind, m.by_kind);
   for (const auto& [name, t] : m.unclassified) c.unclassified.push_back({name, std::llround(t.ns), static_cast<int>(std::lround(t.count))});
   std::sort(c.unclassified.begin(), c.unclassified.end(), [](const auto& a, const auto& b) { return a.ns > b.ns; });

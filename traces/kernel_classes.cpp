@@ -4,19 +4,13 @@
 
 #include "common/embedded.hpp"
 #include "common/error.hpp"
+#include "sim/compare.hpp"
 
 namespace trainyard {
 const std::vector<EmbeddedFile>& embedded_kernel_classes();  // traces/kernel_classes.json, by cmake/EmbedJson.cmake
 }
 
 namespace trainyard::traces {
-
-namespace {
-
-// The simulator's classes (sim/report.hpp task_class): a rule naming another would make a row nothing predicts.
-const std::vector<std::string> kClasses = {"gemm", "attention fwd", "attention bwd", "elementwise", "optimizer", "H2D", "D2H", "p2p", "collective"};
-
-}  // namespace
 
 KernelClassifier::KernelClassifier(const std::string& extra_path) {
   if (!extra_path.empty()) add_rules(json::parse_file(extra_path), extra_path);
@@ -30,7 +24,7 @@ void KernelClassifier::add_rules(const json::Json& document, const std::string& 
   top.optional_string("description");
   for (const json::Reader& r : top.objects("rules")) {
     Rule rule;
-    rule.task_class = r.choice("class", kClasses);
+    rule.task_class = r.choice("class", sim::task_classes());  // another class would make a row nothing predicts
     const std::string match = r.string("match");
     r.optional_string("why");
     try {

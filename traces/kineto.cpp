@@ -141,12 +141,20 @@ class Walker : public nlohmann::json_sax<Json> {
     if (v.is_number_float() && std::isfinite(v.get<double>()) && std::abs(v.get<double>()) < 9e15) return std::llround(v.get<double>());
     return std::nullopt;
   }
+  // A pid or tid: a number (GPU events, PyTorch 2.x) or text ("stream 7" in 1.x, "" on the closing event).
+  static void id_field(const Json& v, std::optional<std::int64_t>& number, std::string& text) {
+    if (v.is_string()) {
+      text = v.get<std::string>();
+    } else {
+      number = integer(v);
+    }
+  }
   void event_field(const Json& v) {
     if (key_ == "ph" && v.is_string()) event_.ph = v.get<std::string>();
     else if (key_ == "cat" && v.is_string()) event_.cat = v.get<std::string>();
     else if (key_ == "name" && v.is_string()) event_.name = v.get<std::string>();
-    else if (key_ == "pid") (v.is_string() ? (void)(event_.pid_text = v.get<std::string>()) : (void)(event_.pid = integer(v)));
-    else if (key_ == "tid") (v.is_string() ? (void)(event_.tid_text = v.get<std::string>()) : (void)(event_.tid = integer(v)));
+    else if (key_ == "pid") id_field(v, event_.pid, event_.pid_text);
+    else if (key_ == "tid") id_field(v, event_.tid, event_.tid_text);
     else if (key_ == "ts" && v.is_number()) event_.ts = v;
     else if (key_ == "dur" && v.is_number()) event_.dur = v;
   }

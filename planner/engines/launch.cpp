@@ -66,6 +66,11 @@ std::string shell_word(const std::string& word) {
   return quoted + "'";
 }
 
+// The script's check that the user set `name` (to `what`).
+void require_variable(std::ostream& out, const std::string& name, const std::string& what) {
+  out << "if [ -z \"${" << name << ":-}\" ]; then echo " << shell_word("set " + name + " to " + what) << " >&2; exit 2; fi\n";
+}
+
 }  // namespace
 
 std::string launch_script(const EngineLaunch& launch, const sim::Cluster& cluster) {
@@ -78,17 +83,14 @@ std::string launch_script(const EngineLaunch& launch, const sim::Cluster& cluste
       << nodes - 1 << ") and MASTER_ADDR naming node 0.\n";
   for (const std::string& note : launch.notes) out << "# " << note << "\n";
   out << "set -euo pipefail\nHERE=$(cd \"$(dirname \"$0\")\" && pwd)  # the files written beside this script\n";
-  for (const auto& [name, what] : launch.inputs) {
-    out << "if [ -z \"${" << name << ":-}\" ]; then echo " << shell_word("set " + name + " to " + what) << " >&2; exit 2; fi\n";
-  }
+  for (const auto& [name, what] : launch.inputs) require_variable(out, name, what);
   for (const auto& [name, value] : launch.env) out << "export " << name << "=" << shell_word(value) << "\n";
   out << "NODE_RANK=${NODE_RANK:-0}\nMASTER_ADDR=${MASTER_ADDR:-localhost}\nMASTER_PORT=${MASTER_PORT:-6000}\n";
   if (launch.launcher == "deepspeed" && nodes == 1) {
     out << "deepspeed --num_gpus " << per_node << " --master_port \"$MASTER_PORT\" " << launch.program;
   } else if (launch.launcher == "deepspeed") {
     // Several nodes: each node launches its own ranks (--no_ssh), the node list in a hostfile ("name slots=GPUS").
-    out << "if [ -z \"${HOSTFILE:-}\" ]; then echo 'set HOSTFILE to a DeepSpeed hostfile: one line per node, NAME slots=" << per_node
-        << "' >&2; exit 2; fi\n";
+    require_variable(out, "HOSTFILE", "a DeepSpeed hostfile: one line per node, NAME slots=" + std::to_string(per_node));
     out << "deepspeed --hostfile \"$HOSTFILE\" --no_ssh --node_rank \"$NODE_RANK\" --master_addr \"$MASTER_ADDR\" --master_port \"$MASTER_PORT\""
         << " --num_nodes " << nodes << " --num_gpus " << per_node << " " << launch.program;
   } else {
