@@ -15,12 +15,15 @@
 #include "backend/calibration.hpp"
 #include "backend/cpu_device.hpp"
 #include "backend/mpi_communicator.hpp"
+#include "backend/trace_calibration.hpp"
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "common/text_table.hpp"
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "stacks/collective_library.hpp"
+#include "traces/kernel_classes.hpp"
+#include "traces/kineto.hpp"
 #ifdef TRAINYARD_HAVE_CUDA
 #include "backend/calibrate_gpu.hpp"
 #include "backend/device_info.hpp"
@@ -139,6 +142,65 @@ int calibrate_cpu(const std::vector<std::string>& args, std::optional<LoadedDocu
   }
 }
 
+// --from-trace: the curves fitted from an engine's profiler traces (backend/trace_calibration.hpp), from the
+// built-in profile of the GPU the traces name unless --base says otherwise. Nothing is written unless the profile
+// (and the collective library, where fitted) load.
+int calibrate_from_traces(const std::vector<std::string>& args, const std::vector<std::string>& paths, std::optional<LoadedDocument> base,
+                          const std::string& out, const std::string& kernel_classes) {
+  backend::check_output_path(out);
+  std::vector<traces::RankTrace> ranks;
+  for (const auto& path : paths) {
+    for (auto& rank : traces::read_kineto(path)) ranks.push_back(std::move(rank));
+  }
+  const backend::TracePoints points = backend::trace_points(ranks, traces::KernelClassifier(kernel_classes));
+  if (!base) {
+    const auto match = backend::builtin_gpu_for_device(points.device_name);
+    if (!match) {
+      throw InputError("--base", "value",
+                       "the GPU profile to start from (a built-in name or a .json path): no built-in profile matches the traces' GPU \"" +
+                           points.device_name + "\"",
+                       "nothing");
+    }
+    base = hw::load_gpu_document(*match, "--base");
+  }
+  const hw::GpuProfile before = hw::gpu_from_document(base->json, base->origin);
+  std::string command = "trainyard calibrate";
+  for (const auto& a : args) command += " " + a;
+  const backend::TraceFits fits = backend::fit_trace(points, before);
+  const json::Json doc = backend::trace_calibrated_profile(base->json, backend::profile_name_from_path(out), points, fits, command);
+  const hw::GpuProfile after = hw::parse_gpu(doc, out);
+  const std::string library_path = backend::trace_library_path(out);
+  std::optional<json::Json> library;
+  if (fits.collectives) {
+    library = backend::trace_collective_library(backend::profile_name_from_path(out) + "-collectives", points, fits, command);
+    stacks::parse_collective_library(*library, library_path);
+    check_writable(library_path, "--out");
+  }
+  write_file_atomically(out, std::string_view(doc.dump(2) + "\n"));
+  if (library) write_file_atomically(library_path, std::string_view(library->dump(2) + "\n"));
+
+  print_summary(std::cout, before, after);
+  std::cout << "\nfrom " << ranks.size() << " trace(s) of " << (points.device_name.empty() ? "an unnamed GPU" : points.device_name) << ": "
+            << points.calls << " GEMM and attention calls in " << points.gemm.size() << " GEMM and " << points.attention.size()
+            << " attention shapes; " << points.collectives.size() << " collective sizes\n";
+  for (const auto& f : fits.attention) {
+    std::cout << "attention " << f.family << (f.backward ? " backward" : " forward") << ", head_dim " << f.head_dim << ": ceiling "
+              << format_fixed(100 * f.base_ceiling, 1) << "% -> " << format_fixed(100 * f.ceiling, 1) << "% of peak, block overhead "
+              << format_fixed(f.block_overhead_keys, 0) << " keys" << (f.overhead_fitted ? " (fitted)" : " (the base's)") << ", rms error "
+              << format_fixed(100 * f.rms_relative_error, 1) << "% over " << f.points << " shape(s)\n";
+  }
+  std::cout << "wrote " << out << " (profile '" << after.name << "')";
+  if (library) {
+    std::cout << " and " << library_path << " (collectives: " << format_fixed(fits.collectives->base_s * 1e6, 1) << " us + "
+              << format_fixed(fits.collectives->step_s * 1e6, 1) << " us per step at " << format_fixed(100 * fits.collectives->efficiency, 0)
+              << "% of " << fits.link << ")";
+  }
+  std::cout << "\npredict with: trainyard simulate --plan PLAN --gpu-profile " << out << (library ? " --collectives " + library_path : "") << "\n";
+  for (const auto& n : fits.notes) std::cout << "note: " << n << "\n";
+  for (const auto& w : fits.warnings) std::cout << "warning: " << w << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_calibrate(const std::vector<std::string>& args) {
@@ -150,10 +212,19 @@ int run_calibrate(const std::vector<std::string>& args) {
        "the profile to start from: a built-in GPU name or a .json path (default: the built-in that matches the device)")
       ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
        "gpu: the first CUDA GPU; cpu: the executor's CPU device (run --device cpu), from the built-in cpu-device profile")
-      ("quick", po::bool_switch(), "GPU: a sweep of about 15 s (fewer shapes, sizes and repeats) instead of the full one (under a minute on an H100; at most 5)");
+      ("quick", po::bool_switch(), "GPU: a sweep of about 15 s (fewer shapes, sizes and repeats) instead of the full one (under a minute on an H100; at most 5)")
+      ("from-trace", po::value<std::vector<std::string>>()->multitoken()->value_name("trace..."),
+       "fit GEMM, attention and collective curves from an engine's PyTorch profiler traces (files or directories, one per rank; "
+       "record_shapes=True) instead of measuring; default --base: the built-in profile of the traces' GPU")
+      ("kernel-classes", po::value<std::string>()->value_name("path"), "with --from-trace: more kernel-name rules (traces/kernel_classes.json's format)");
   // clang-format on
   po::variables_map vm;
-  if (parse(args, "trainyard calibrate --out hwprofiles/measured/NAME.json [--device gpu|cpu] [--base GPU] [--quick]", options, {}, vm)) return 0;
+  if (parse(args,
+            "trainyard calibrate --out hwprofiles/measured/NAME.json [--device gpu|cpu] [--base GPU] [--quick]\n"
+            "       trainyard calibrate --from-trace TRACE... --out NAME.json [--base GPU] [--kernel-classes FILE]",
+            options, {}, vm)) {
+    return 0;
+  }
   if (!vm.count("out")) {
     throw InputError("--out", "value", "the profile file to write, e.g. hwprofiles/measured/h100-lab.json", "nothing");
   }
@@ -164,6 +235,14 @@ int run_calibrate(const std::vector<std::string>& args) {
     base = hw::load_gpu_document(vm["base"].as<std::string>(), "--base");
     hw::gpu_from_document(base->json, base->origin);
   }
+  if (vm.count("from-trace")) {
+    if (!vm["device"].defaulted() || vm["quick"].as<bool>()) {
+      throw InputError(vm["quick"].as<bool>() ? "--quick" : "--device", "value", "nothing with --from-trace (it measures nothing)", "given");
+    }
+    return calibrate_from_traces(args, vm["from-trace"].as<std::vector<std::string>>(), std::move(base), out,
+                                 vm.count("kernel-classes") ? vm["kernel-classes"].as<std::string>() : "");
+  }
+  if (vm.count("kernel-classes")) throw InputError("--kernel-classes", "value", "--from-trace beside it", "no --from-trace");
   const std::string device_kind = vm["device"].as<std::string>();
   if (device_kind != "gpu" && device_kind != "cpu") throw InputError("--device", "value", "gpu or cpu", "\"" + device_kind + "\"");
   if (device_kind == "cpu") {

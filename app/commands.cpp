@@ -28,6 +28,7 @@
 #include "sim/collective_bench.hpp"
 #include "sim/graph_json.hpp"
 #include "sim/report.hpp"
+#include "stacks/collective_library.hpp"
 
 namespace po = boost::program_options;
 using Json = nlohmann::json;
@@ -690,7 +691,11 @@ po::options_description simulate_options() {
       ("threads", po::value<int>()->value_name("int"), "with --lengths: simulation threads (0: all cores)")
       ("collective", po::value<std::string>()->value_name("op"), "one collective over all GPUs of --hw x --nodes, as nccl-tests runs it: all-reduce, all-gather, reduce-scatter, all-to-all or broadcast")
       ("bytes", po::value<std::string>()->value_name("size"), "with --collective: the buffer per GPU (nccl-tests' size), e.g. 1M, 8G")
-      ("algorithm", po::value<std::string>()->default_value("ring")->value_name("ring|tree|direct"), "with --collective: how it runs");
+      ("algorithm", po::value<std::string>()->default_value("ring")->value_name("ring|tree|direct"), "with --collective: how it runs")
+      ("gpu-profile", po::value<std::string>()->value_name("name|path"),
+       "predict on this GPU profile instead of the node's (e.g. one trainyard calibrate wrote, from a sweep or --from-trace)")
+      ("collectives", po::value<std::string>()->value_name("name|path"),
+       "the collective library's costs (stacks/collectives/, or one calibrate wrote; default: NCCL's)");
   // clang-format on
   add_lengths_options(options, false);
   add_memory_budget_option(options);
@@ -717,6 +722,11 @@ int run_simulate(const std::vector<std::string>& args) {
     throw InputError("--trace", "value", "none with --lengths (no trace of a hot-switched mini-batch yet)", "given");
   }
   check_output_flags(vm, {"trace"});  // before the simulation, so a bad path does not cost its result
+  if (vm.count("collective") || vm.count("lengths")) {
+    for (const char* flag : {"gpu-profile", "collectives"}) {
+      if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --graph, --plan or --strategy", "given");
+    }
+  }
   if (vm.count("collective")) return run_simulate_collective(vm);
   if (vm.count("bytes")) throw InputError("--bytes", "value", "only with --collective", "given");
   if (vm.count("lengths")) return run_simulate_lengths(vm);
@@ -724,6 +734,14 @@ int run_simulate(const std::vector<std::string>& args) {
     if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
   SimulationSetup setup = setup_simulation(vm);
+  if (vm.count("gpu-profile")) {  // the step as built, timed on another profile of the same GPU
+    hw::NodeProfile node = setup.cluster->node;
+    node.gpu = hw::load_gpu(vm["gpu-profile"].as<std::string>(), "--gpu-profile");
+    sim::Cluster timed(std::move(node), setup.cluster->nodes, setup.cluster->stack, setup.cluster->devices_per_node);
+    setup.cluster = std::move(timed);  // (emplace would read the old cluster's fields after destroying it)
+  }
+  std::optional<stacks::CollectiveLibrary> library;
+  if (vm.count("collectives")) library = stacks::load_collective_library(vm["collectives"].as<std::string>(), "--collectives");
   const std::optional<sim::Cluster>& cluster = setup.cluster;
   sim::TaskGraph& graph = setup.graph;
   const std::string& origin = setup.origin;
@@ -733,6 +751,7 @@ int run_simulate(const std::vector<std::string>& args) {
   graph.finalize();
   sim::SimOptions sim_options;
   sim_options.cancel = &interrupt_flag();  // Ctrl-C: the engine stops, the command exits 130
+  sim_options.collectives = library ? &*library : nullptr;
   // The memory and link samples feed only the trace's counters: without a trace they would be kept for nothing
   // (on large steps they hold more than the graph).
   sim_options.record_memory = trace.has_value();

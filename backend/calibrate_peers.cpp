@@ -110,10 +110,6 @@ void measure_collectives(Device& d, Communicator& comm, PeerTimer& timer, PeerMe
 
 // ---- the collective fit ----------------------------------------------------------------------------------------
 
-struct CollectiveRow {
-  double steps = 0, wire_s = 0, seconds = 0;  // wire_s: bytes one rank sends / the link's rate
-};
-
 // Weighted least squares of t = base + steps x step + wire_s x u (u = 1 / efficiency) over `rows`, with the
 // parameters in `fixed` held at the values given and the others free; nullopt when the system is singular.
 std::optional<std::array<double, 3>> solve_face(const std::vector<CollectiveRow>& rows, std::array<double, 3> values, std::array<bool, 3> fixed) {
@@ -255,6 +251,17 @@ PeerFits fit_peers(const PeerMeasurements& m) {
   };
   add(m.all_reduce, sim::CollectiveOp::all_reduce);
   add(m.all_to_all, sim::CollectiveOp::all_to_all);
+  const CollectiveCostFit fit = fit_collective_costs(rows, kOrigin, "all_reduce, all_to_all");
+  f.base_latency_us = fit.base_s * 1e6;
+  f.step_latency_us = fit.step_s * 1e6;
+  f.efficiency = fit.efficiency;
+  f.collective_rms_relative_error = fit.rms_relative_error;
+  f.collective_points = fit.points;
+  f.warnings.insert(f.warnings.end(), fit.warnings.begin(), fit.warnings.end());
+  return f;
+}
+
+CollectiveCostFit fit_collective_costs(const std::vector<CollectiveRow>& rows, const std::string& origin, const std::string& what) {
   // Bounds: base >= 0, step >= 0, u = 1 / efficiency >= 1. Every face of the box (each parameter free or at its
   // bound); the best feasible solution is the constrained least-squares optimum.
   const std::array<double, 3> bounds = {0, 0, 1};
@@ -267,16 +274,17 @@ PeerFits fit_peers(const PeerMeasurements& m) {
     const double error = rms_relative(rows, *p);
     if (error < best_error) best_error = error, best = p;
   }
-  if (!best) throw InputError(kOrigin, "all_reduce, all_to_all", "times a latency-bandwidth model can fit", "none fitted");
-  f.base_latency_us = (*best)[0] * 1e6;
-  f.step_latency_us = (*best)[1] * 1e6;
-  f.efficiency = 1 / (*best)[2];
-  f.collective_rms_relative_error = best_error;
-  f.collective_points = rows.size();
-  if ((*best)[0] == 0) f.warnings.push_back("the collectives' base latency is held at 0 (its fit was negative)");
-  if ((*best)[1] == 0) f.warnings.push_back("the collectives' step latency is held at 0 (its fit was negative)");
-  if ((*best)[2] == 1) f.warnings.push_back("the collectives' efficiency is held at 1 (they moved data faster than one message does)");
-  return f;
+  if (!best) throw InputError(origin, what, "times a latency-bandwidth model can fit", "none fitted");
+  CollectiveCostFit fit;
+  fit.base_s = (*best)[0];
+  fit.step_s = (*best)[1];
+  fit.efficiency = 1 / (*best)[2];
+  fit.rms_relative_error = best_error;
+  fit.points = rows.size();
+  if ((*best)[0] == 0) fit.warnings.push_back("the collectives' base latency is held at 0 (its fit was negative)");
+  if ((*best)[1] == 0) fit.warnings.push_back("the collectives' step latency is held at 0 (its fit was negative)");
+  if ((*best)[2] == 1) fit.warnings.push_back("the collectives' efficiency is held at 1 (they moved data faster than one message does)");
+  return fit;
 }
 
 void add_peer_link(Json& gpu_document, const PeerMeasurements& m, const PeerFits& fits, const std::string& command) {

@@ -54,6 +54,21 @@ struct PeerFits {
 // InputError naming the series (field 'p2p[i]' ...) when one is missing or unusable.
 PeerFits fit_peers(const PeerMeasurements& m);
 
+// One collective call for the fit below: the simulator's ring steps for it, the bytes one rank sends over the
+// link's rate (seconds), and the seconds it took.
+struct CollectiveRow {
+  double steps = 0, wire_s = 0, seconds = 0;
+};
+struct CollectiveCostFit {  // t = base_s + steps x step_s + wire_s / efficiency
+  double base_s = 0, step_s = 0, efficiency = 1;
+  double rms_relative_error = 0;
+  std::size_t points = 0;
+  std::vector<std::string> warnings;  // a parameter held at its bound
+};
+// Least squares on relative error with base, step >= 0 and 0 < efficiency <= 1 (fit_peers' collectives, and
+// calibrate --from-trace's). InputError(origin, what) when nothing fits.
+CollectiveCostFit fit_collective_costs(const std::vector<CollectiveRow>& rows, const std::string& origin, const std::string& what);
+
 // The three documents `calibrate --device cpu` writes under mpirun, beside the GPU profile NAME.json:
 //  - the GPU profile, amended: nvlink_GBps_per_direction is the ranks' measured link;
 //  - NAME-node.json, "trainyard.node.v1": `ranks` GPUs (this device) on one switch, one socket's DRAM and its

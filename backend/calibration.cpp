@@ -24,7 +24,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const kOrigin = "calibration measurements";
-const char* const kTableBasis = "; the table is the curve at 10 points per decade over the FLOPs measured (clamped outside it)";
 
 std::string field(const std::string& what, std::size_t i, const char* member) { return what + "[" + std::to_string(i) + "]" + member; }
 
@@ -409,31 +408,6 @@ std::string DeviceDescription::describe() const {
 
 namespace {
 
-// Every "source" id a figure or table refers to (outside "sources" and "calibration").
-void collect_source_ids(const Json& j, std::set<std::string>& ids, bool top = false) {
-  if (j.is_object()) {
-    for (const auto& [key, value] : j.items()) {
-      if (top && (key == "sources" || key == "calibration")) continue;
-      if (key == "source" && value.is_string()) ids.insert(value.get<std::string>());
-      collect_source_ids(value, ids);
-    }
-  } else if (j.is_array()) {
-    for (const auto& value : j) collect_source_ids(value, ids);
-  }
-}
-
-Json table_json(const std::vector<std::pair<double, double>>& table) {
-  Json points = Json::array();
-  for (const auto& [f, e] : table) points.push_back({f, e});
-  return points;
-}
-
-std::string describe_curve(const SaturatingFit& fit) {
-  return "e(F) = e_max / (1 + (F_half / F)^p) fitted by least squares on log e: e_max = " + format_fixed(fit.curve.e_max, 4) +
-         ", F_half = " + format_flops(fit.curve.flops_half) + ", p = " + format_fixed(fit.curve.exponent, 3) + ", rms error " +
-         format_fixed(100 * fit.rms_log_error, 1) + "% over " + std::to_string(fit.points) + " points";
-}
-
 std::string describe_rate(const LinearCostFit& fit) {
   return "t = latency + bytes / rate fitted by least squares on relative error: rate " + format_fixed(1e-9 / fit.per_unit_s, 2) + " GB/s, latency " +
          format_fixed(fit.fixed_s * 1e6, 2) + " us, rms error " + format_fixed(100 * fit.rms_relative_error, 1) + "% over " +
@@ -458,14 +432,6 @@ std::string bytes_range(const std::vector<CopyPoint>& points) {
   return format_bytes(lo) + " to " + format_bytes(hi);
 }
 
-Json kernel_points_json(const std::vector<KernelPoint>& points) {
-  Json out = Json::array();
-  for (const auto& p : points) {
-    out.push_back({{"shape", p.shape}, {"flops", p.flops}, {"seconds", p.seconds}, {"tflops", p.flops / p.seconds * 1e-12}});
-  }
-  return out;
-}
-
 Json copy_points_json(const std::vector<CopyPoint>& points) {
   Json out = Json::array();
   for (const auto& p : points) out.push_back({{"bytes", p.bytes}, {"seconds", p.seconds}, {"gbps", p.bytes / p.seconds * 1e-9}});
@@ -476,16 +442,6 @@ Json launch_points_json(const std::vector<LaunchPoint>& points) {
   Json out = Json::array();
   for (const auto& p : points) out.push_back({{"kernels", p.kernels}, {"seconds", p.seconds}});
   return out;
-}
-
-Json saturating_json(const SaturatingFit& fit, std::size_t dropped) {
-  return {{"curve", "e(F) = e_max / (1 + (flops_half / F)^exponent)"},
-          {"e_max", fit.curve.e_max},
-          {"flops_half", fit.curve.flops_half},
-          {"exponent", fit.curve.exponent},
-          {"rms_log_error", fit.rms_log_error},
-          {"points", fit.points},
-          {"points_launch_bound_left_out", dropped}};
 }
 
 // A rate fit (x in bytes) also shows its GB/s; a launch fit (x in kernels) its ns per kernel.
@@ -505,6 +461,62 @@ Json linear_json(const LinearCostFit& fit, bool bytes) {
 
 }  // namespace
 
+// Every "source" id a figure or table refers to (outside "sources" and "calibration").
+static void collect_source_ids(const Json& j, std::set<std::string>& ids, bool top = false) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      if (top && (key == "sources" || key == "calibration")) continue;
+      if (key == "source" && value.is_string()) ids.insert(value.get<std::string>());
+      collect_source_ids(value, ids);
+    }
+  } else if (j.is_array()) {
+    for (const auto& value : j) collect_source_ids(value, ids);
+  }
+}
+
+void drop_unreferenced_sources(Json& doc) {
+  std::set<std::string> used;
+  collect_source_ids(doc, used, true);
+  Json& sources = doc["sources"];
+  for (auto it = sources.begin(); it != sources.end();) {
+    if (used.count(it.key()) == 0) {
+      it = sources.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+Json efficiency_table_json(const SaturatingFit& fit) {
+  Json points = Json::array();
+  for (const auto& [f, e] : curve_table(fit)) points.push_back({f, e});
+  return points;
+}
+
+std::string describe_curve(const SaturatingFit& fit) {
+  return "e(F) = e_max / (1 + (F_half / F)^p) fitted by least squares on log e: e_max = " + format_fixed(fit.curve.e_max, 4) +
+         ", F_half = " + format_flops(fit.curve.flops_half) + ", p = " + format_fixed(fit.curve.exponent, 3) + ", rms error " +
+         format_fixed(100 * fit.rms_log_error, 1) + "% over " + std::to_string(fit.points) + " points";
+}
+
+Json kernel_points_json(std::span<const KernelPoint> points) {
+  Json out = Json::array();
+  for (const auto& p : points) {
+    out.push_back({{"shape", p.shape}, {"flops", p.flops}, {"seconds", p.seconds}, {"tflops", p.flops / p.seconds * 1e-12}});
+  }
+  return out;
+}
+
+Json saturating_json(const SaturatingFit& fit, std::size_t dropped) {
+  return {{"curve", "e(F) = e_max / (1 + (flops_half / F)^exponent)"},
+          {"e_max", fit.curve.e_max},
+          {"flops_half", fit.curve.flops_half},
+          {"exponent", fit.curve.exponent},
+          {"rms_log_error", fit.rms_log_error},
+          {"points", fit.points},
+          {"points_launch_bound_left_out", dropped}};
+}
+
 Json calibrated_profile(const Json& base_document, const std::string& name, const Measurements& m, const CalibrationFits& fits) {
   Json doc = base_document;
   const std::string date = m.started_utc.substr(0, std::min<std::size_t>(10, m.started_utc.size()));
@@ -520,14 +532,14 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
   Json& sources = doc["sources"];
   sources["calib_gemm"] = measured("cuBLASLt bf16 GEMMs (kernels::Gemm: fp32 accumulation, bf16 C) on " + std::to_string(m.gemm.size()) +
                                    " shapes of " + flops_range(m.gemm) + "; " + m.method + efficiency + dropped(fits.gemm_dropped) + "; " +
-                                   describe_curve(fits.gemm) + kTableBasis);
+                                   describe_curve(fits.gemm) + kCurveTableBasis);
   const std::string attention = "kernels::attention_* (tensor cores) on " + std::to_string(m.attention_fwd.size()) +
                                 " chunk pairs (diagonal causal and full; " + m.attention_shape + ")";
   sources["calib_attention_fwd"] = measured(attention + " forward, " + flops_range(m.attention_fwd) + "; " + m.method + efficiency +
-                                            dropped(fits.attention_fwd_dropped) + "; " + describe_curve(fits.attention_fwd) + kTableBasis);
+                                            dropped(fits.attention_fwd_dropped) + "; " + describe_curve(fits.attention_fwd) + kCurveTableBasis);
   sources["calib_attention_bwd"] = measured(attention + " backward (without the D = rowsum(dO o) prep), FLOPs = 2.5x forward, " +
                                             flops_range(m.attention_bwd) + "; " + m.method + efficiency + dropped(fits.attention_bwd_dropped) + "; " +
-                                            describe_curve(fits.attention_bwd) + kTableBasis);
+                                            describe_curve(fits.attention_bwd) + kCurveTableBasis);
   sources["calib_hbm"] = measured("cudaMemcpyAsync device to device, " + bytes_range(m.d2d) + "; " + m.method + "; " + describe_rate(fits.d2d) +
                                   "; HBM traffic = 2 x the rate (read + write)");
   sources["calib_pcie"] = measured("cudaMemcpyAsync between pinned host memory and HBM, " + bytes_range(m.h2d_pinned) + ", each direction alone; " +
@@ -554,10 +566,9 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
   sustained["pcie_d2h_GBps"] = {{"value", fits.pcie_d2h_gbps},
                                 {"source", "calib_pcie"},
                                 {"note", "pinned; pageable " + rate(fits.d2h_pageable) + "; with H2D at the same time " + rate(fits.d2h_both)}};
-  sustained["efficiency_by_flops"] = {
-      {"gemm", {{"source", "calib_gemm"}, {"points", table_json(curve_table(fits.gemm))}}},
-      {"attention_fwd", {{"source", "calib_attention_fwd"}, {"points", table_json(curve_table(fits.attention_fwd))}}},
-      {"attention_bwd", {{"source", "calib_attention_bwd"}, {"points", table_json(curve_table(fits.attention_bwd))}}}};
+  sustained["efficiency_by_flops"] = {{"gemm", {{"source", "calib_gemm"}, {"points", efficiency_table_json(fits.gemm)}}},
+                                      {"attention_fwd", {{"source", "calib_attention_fwd"}, {"points", efficiency_table_json(fits.attention_fwd)}}},
+                                      {"attention_bwd", {{"source", "calib_attention_bwd"}, {"points", efficiency_table_json(fits.attention_bwd)}}}};
   // Where measured: the rates elementwise kernels and the optimizer step move the bytes the simulator counts.
   for (const auto& [key, fit, points, what] :
        {std::tuple{"elementwise_GBps", &fits.elementwise, &m.elementwise, "RMSNorm, SwiGLU, add and RoPE (bytes: read + written)"},
@@ -626,16 +637,7 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
         {"elementwise", fits.elementwise ? linear_json(*fits.elementwise, true) : Json()},
         {"optimizer", fits.optimizer ? linear_json(*fits.optimizer, true) : Json()}}}};
 
-  // Sources nothing refers to any more (the estimates the measurements replaced) go.
-  std::set<std::string> used;
-  collect_source_ids(doc, used, true);
-  for (auto it = sources.begin(); it != sources.end();) {
-    if (used.count(it.key()) == 0) {
-      it = sources.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  drop_unreferenced_sources(doc);
   return doc;
 }
 

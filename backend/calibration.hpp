@@ -185,6 +185,15 @@ CalibrationFits fit_calibration(const Measurements& m, const hw::GpuProfile& bas
 // below the smallest measured call a curve with p > 1 would predict calls slower than larger ones.
 std::vector<std::pair<double, double>> curve_table(const SaturatingFit& fit);
 
+// Pieces of a calibrated profile, shared by the sweep's (below) and the trace's (trace_calibration.hpp).
+inline constexpr const char* kCurveTableBasis = "; the table is the curve at 10 points per decade over the FLOPs measured (clamped outside it)";
+std::string describe_curve(const SaturatingFit& fit);        // "e(F) = ... e_max = ..., rms error ...% over N points"
+json::Json efficiency_table_json(const SaturatingFit& fit);  // curve_table as [[FLOPs, e], ...]
+json::Json kernel_points_json(std::span<const KernelPoint> points);
+json::Json saturating_json(const SaturatingFit& fit, std::size_t dropped);
+// Removes the "sources" entries no figure or table refers to any more (the estimates a calibration replaced).
+void drop_unreferenced_sources(json::Json& doc);
+
 // `base_document` (trainyard.gpu.v1) named `name`, with its sustained figures and tables replaced by the fitted
 // ones, each with a measured source (date, command, device, basis: how it was measured and fitted), sources
 // nothing refers to any more dropped, and the points, fits and NCCL status under "calibration".

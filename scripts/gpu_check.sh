@@ -100,9 +100,9 @@ check train-zero-host-optimizer 40 "$trainyard" run --plan "$work/one-gpu-zero.p
   --loss-curve "$work/zero-loss.csv"
 check train-ringtrack-stream 40 "$trainyard" run --plan "$work/one-gpu-ringtrack-stream.plan.json" --device gpu --warmup 0 --steps 60 \
   --text README.md --loss-curve "$work/ringtrack-stream-loss.csv"
-# HotSPa on one GPU (NOT RUN ON A GPU before this check): the tiny mini-batch's groups under ZeRO-1 and Megatron,
+# HotSPa on one GPU: the tiny mini-batch's groups (head_dim 64: the CUDA attention kernels' width) under ZeRO-1 and Megatron,
 # one update per mini-batch; --check against the groups' unchunked steps.
-hotspa="--lengths examples/tiny-lengths.txt --model custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256 --tokens-per-step 512 --micro-batch-tokens 64 --device gpu"
+hotspa="--lengths examples/tiny-lengths.txt --model custom:layers=2,hidden=256,heads=4,kv_heads=2,head_dim=64,ffn_hidden=512,vocab=256 --tokens-per-step 512 --micro-batch-tokens 64 --device gpu"
 # shellcheck disable=SC2086 # $hotspa is a list of flags
 check run-check-hotspa 30 "$trainyard" run $hotspa --hw lab-h100 --switch "32=zero:zero_stage=1;64=megatron" --check
 # Several GPUs: the executor on one rank per GPU under mpirun, its gradient all-reduces through NCCL (bootstrapped
@@ -153,6 +153,13 @@ PY
 else
   echo "run-ranks-nccl: skipped ($gpus GPUs: the check knows nodes of 2, 4 and 8)" | tee -a "$work/summary.md"
 fi
+# Real PyTorch profiler traces of a small Llama training job (PyTorch eager, SDPA, a one-rank NCCL all-reduce,
+# shapes recorded), for the trace readers and `calibrate --from-trace`: two model sizes, so GEMMs and attention come
+# in several shapes.
+check kineto-2048 90 python3 scripts/kineto_capture.py "$work/kineto-h2048-s8192.json.gz" --layers 4 --hidden 2048 --heads 16 \
+  --kv-heads 8 --ffn 5632 --seq 8192
+check kineto-1024 90 python3 scripts/kineto_capture.py "$work/kineto-h1024-s4096.json.gz" --layers 4 --hidden 1024 --heads 8 \
+  --kv-heads 8 --ffn 2816 --seq 4096 --batch 2
 check bench-kernels 45 "$bench" --benchmark_format=json --benchmark_out="$work/bench_kernels.json" --benchmark_out_format=json
 check sdpa 40 python3 scripts/sdpa_bench.py 16384 4096
 [ -f "$work/sdpa.log" ] && cp "$work/sdpa.log" "$work/sdpa.jsonl"
@@ -160,7 +167,7 @@ python3 scripts/kernels_table.py "$work" >"$work/kernels-table.log" 2>&1 || echo
 [ -f "$work/kernels.md" ] && cat "$work/kernels.md"
 for log in gpu-tests calibrate run-check run-small run-medium run-medium-calibrated run-check-megatron run-check-zero run-check-zero2-acts \
   run-megatron run-zero run-zero2-acts train-zero-host-optimizer run-check-ringtrack-stream train-ringtrack-stream run-check-fpdt run-fpdt \
-  run-check-hotspa run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-fpdt run-ranks-megatron-cp run-ranks-megatron-hcp run-ranks-hotspa; do
+  run-check-hotspa kineto-2048 kineto-1024 run-ranks-nccl run-ranks-ringattention run-ranks-ulysses run-ranks-fpdt run-ranks-megatron-cp run-ranks-megatron-hcp run-ranks-hotspa; do
   echo "--- $log (last lines)"
   tail -n 25 "$work/$log.log"
 done

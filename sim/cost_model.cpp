@@ -132,6 +132,12 @@ double wave_efficiency(const Gemm& g, const hw::GpuProfile& gpu) {
 }
 }  // namespace
 
+double gemm_wave_efficiency(const Gemm& g, const hw::GpuProfile& gpu) { return wave_efficiency(g, gpu); }
+
+AttentionBlockWork attention_block_work(const Attention& a, double block_queries) {
+  return {block_keys(a, block_queries), std::ceil(static_cast<double>(a.q_len) / block_queries)};
+}
+
 double ComputeModel::attention_ns(const Task& task, const ComputeCost& c) const {
   const auto& a = std::get<Attention>(task.params);
   const hw::GpuProfile& gpu = node_->gpu;
@@ -139,8 +145,8 @@ double ComputeModel::attention_ns(const Task& task, const ComputeCost& c) const 
   if (attention_kernel_ != nullptr) {
     const auto& pass = a.backward ? attention_kernel_->backward : attention_kernel_->forward;
     const double block = attention_kernel_->block_queries.value;
-    const double blocks = std::ceil(static_cast<double>(a.q_len) / block);
-    const double pairs = block * (block_keys(a, block) * a.density + blocks * pass.block_overhead_keys.value) * a.heads;
+    const AttentionBlockWork work = attention_block_work(a, block);
+    const double pairs = block * (work.key_positions * a.density + work.blocks * pass.block_overhead_keys.value) * a.heads;
     const double flops = pairs * 4 * a.head_dim * (a.backward ? 2.5 : 1.0);
     return flops / (peak_per_ns * pass.ceiling(a.head_dim));
   }

@@ -38,6 +38,19 @@ ComputeCost compute_cost(const TaskParams& params);
 stacks::ElementwiseClass elementwise_class(OpCode code);
 
 // The GPU and host of one node as a stack drives them; built once per simulation.
+// The parts of the compute model calibrate --from-trace inverts (backend/trace_calibration.hpp):
+// - a GEMM's useful share of the tiles its waves compute (1 below one full wave); its time is
+//   FLOPs / (peak x gemm.at(FLOPs) x gemm_wave_efficiency);
+// - a fused attention kernel's work: the key positions its query blocks run over (times the mask's density) and
+//   the number of query blocks, each costing the kernel's block_overhead_keys more; its time is
+//   block_queries x (key_positions x density + blocks x overhead) x heads x 4 x head_dim (x 2.5 backward) /
+//   (peak x ceiling(head_dim)).
+double gemm_wave_efficiency(const Gemm& g, const hw::GpuProfile& gpu);
+struct AttentionBlockWork {
+  double key_positions = 0, blocks = 0;
+};
+AttentionBlockWork attention_block_work(const Attention& a, double block_queries);
+
 class ComputeModel {
  public:
   ComputeModel(const hw::NodeProfile& node, const stacks::StackProfile& stack);

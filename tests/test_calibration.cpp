@@ -11,9 +11,12 @@
 #include <random>
 
 #include "backend/calibration.hpp"
+#include "backend/trace_calibration.hpp"
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
+#include "sim/collectives.hpp"
 #include "sim/cost_model.hpp"
+#include "stacks/collective_library.hpp"
 #include "test_support.hpp"
 
 namespace trainyard::backend {
@@ -436,6 +439,183 @@ TEST(CalibrationCli, WithoutAGpuItSaysSoAndWritesNothing) {
   const auto help = test::run_cli("calibrate --help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("--quick"), std::string::npos);
+}
+
+// ---- calibrate --from-trace (backend/trace_calibration.hpp) ------------------------------------------------------
+
+namespace {
+
+const std::string kRealTraces = std::string(TRAINYARD_TEST_DATA_DIR) + "/traces/real/";
+
+std::vector<traces::RankTrace> real_traces() {
+  return {traces::read_kineto_file(kRealTraces + "kineto-h2048-s8192.json.gz"), traces::read_kineto_file(kRealTraces + "kineto-h1024-s4096.json.gz")};
+}
+
+const TraceGemmPoint* find_gemm(const TracePoints& p, const std::string& shape) {
+  for (const auto& g : p.gemm) {
+    if (g.point.shape == shape) return &g;
+  }
+  return nullptr;
+}
+
+// The simulator's time for a traced attention call on `gpu` (sim/cost_model.hpp's fused-kernel model).
+double modelled_attention_s(const TraceAttentionPoint& p, const hw::GpuProfile& gpu) {
+  const hw::AttentionKernel& kernel = gpu.sustained.attention_kernels.at(p.family);
+  const auto& pass = p.attention.backward ? kernel.backward : kernel.forward;
+  const double block = kernel.block_queries.value;
+  const sim::AttentionBlockWork work = sim::attention_block_work(p.attention, block);
+  const double flops = block * (work.key_positions + work.blocks * pass.block_overhead_keys.value) * p.attention.heads * 4.0 * p.attention.head_dim *
+                       (p.attention.backward ? 2.5 : 1.0) * static_cast<double>(p.batch);
+  return flops / (gpu.peak_tflops(hw::Dtype::bf16) * 1e12 * pass.ceiling(p.attention.head_dim));
+}
+
+double modelled_gemm_s(const TraceGemmPoint& p, const hw::GpuProfile& gpu) {
+  return p.point.flops / (gpu.peak_tflops(hw::Dtype::bf16) * 1e12 * gpu.sustained.gemm.at(p.point.flops) * sim::gemm_wave_efficiency(p.gemm, gpu));
+}
+
+}  // namespace
+
+// Two real PyTorch 2.11 traces of an H200 (scripts/kineto_capture.py; tests/data/traces/README.md): every GEMM op
+// and the cuDNN attention ops give points of their recorded shapes.
+TEST(TraceCalibration, RealTracesGivePointsFromTheirOpsShapes) {
+  const TracePoints p = trace_points(real_traces(), traces::KernelClassifier());
+  EXPECT_EQ(p.device_name, "NVIDIA H200");
+  EXPECT_EQ(p.gemm.size(), 28u);  // 14 per model: 7 weights (qkv, out, gate_up, down, head) x forward, dgrad, wgrad shapes
+  ASSERT_EQ(p.attention.size(), 4u);
+  const TraceGemmPoint* up = find_gemm(p, "aten::mm [8192,2048]x[2048,11264]");
+  ASSERT_NE(up, nullptr);
+  EXPECT_DOUBLE_EQ(up->point.flops, 2.0 * 8192 * 2048 * 11264);
+  EXPECT_GT(up->point.seconds, 0.2e-3);  // ~0.48 ms at ~780 TFLOP/s
+  EXPECT_LT(up->point.seconds, 1.0e-3);
+  int cudnn_backward = 0;
+  for (const auto& a : p.attention) {
+    EXPECT_EQ(a.family, "cudnn");
+    EXPECT_TRUE(a.attention.causal) << a.shape;
+    EXPECT_EQ(a.attention.head_dim, 128);
+    cudnn_backward += a.attention.backward;
+  }
+  EXPECT_EQ(cudnn_backward, 2);
+  EXPECT_GT(p.calls, 400);
+}
+
+// Fitted in the simulator's own forms, the profile times the traced calls back: attention exactly (two shapes, two
+// parameters per pass), GEMMs closer than the built-in H200 profile does.
+TEST(TraceCalibration, TheProfilePredictsTheTracedCallsBack) {
+  const TracePoints p = trace_points(real_traces(), traces::KernelClassifier());
+  const json::Json base_doc = hw::load_gpu_document("h200-sxm").json;
+  const hw::GpuProfile base = hw::gpu_from_document(base_doc, "h200-sxm");
+  const TraceFits fits = fit_trace(p, base);
+  ASSERT_TRUE(fits.gemm.has_value());
+  ASSERT_EQ(fits.attention.size(), 2u);
+  for (const auto& f : fits.attention) EXPECT_TRUE(f.overhead_fitted) << f.family;
+  const hw::GpuProfile calibrated = hw::parse_gpu(trace_calibrated_profile(base_doc, "h200-trace", p, fits, "test"), "h200-trace.json");
+  for (const auto& a : p.attention) EXPECT_NEAR(modelled_attention_s(a, calibrated) / a.seconds, 1.0, 1e-6) << a.shape;
+  double stock_error = 0, calibrated_error = 0;
+  for (const auto& g : p.gemm) {
+    stock_error += std::abs(std::log(modelled_gemm_s(g, base) / g.point.seconds));
+    calibrated_error += std::abs(std::log(modelled_gemm_s(g, calibrated) / g.point.seconds));
+  }
+  EXPECT_LT(calibrated_error / static_cast<double>(p.gemm.size()), 0.06);  // 4.1% mean, the stock profile 16.8%
+  EXPECT_LT(calibrated_error, 0.5 * stock_error);
+  EXPECT_EQ(calibrated.sustained.attention_kernels.at("cudnn").forward.source_id, "trace_attention_cudnn_fwd");
+}
+
+// NCCL kernels made from a known link model (NVLink of the H100 profile) give it back, and the library loads.
+TEST(TraceCalibration, CollectivesRecoverTheLinkModelTheyWereMadeWith) {
+  const hw::GpuProfile gpu = hw::load_gpu("h100-sxm");
+  const double rate = gpu.nvlink_data_gbps() * 1e9, base_s = 20e-6, step_s = 4e-6, efficiency = 0.8;
+  traces::RankTrace r;
+  r.origin = "nccl.json";
+  r.device_name = "NVIDIA H100 80GB HBM3";
+  r.names = {"ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "ncclDevKernel_AllGather_RING_LL"};
+  std::int64_t start = 0;
+  for (int i = 0; i < 8; ++i) {
+    const bool all_reduce = i % 2 == 0;
+    const std::int64_t elements = std::int64_t{1} << (16 + 2 * i);
+    const auto op = all_reduce ? sim::CollectiveOp::all_reduce : sim::CollectiveOp::all_gather;
+    const double seconds = base_s + sim::collective_steps(op, sim::Algorithm::ring, 8) * step_s +
+                           sim::bytes_sent_per_rank(op, sim::Algorithm::ring, 8, elements * 2) / (efficiency * rate);
+    r.collectives.push_back({all_reduce ? "allreduce" : "allgather", elements, elements, 8, "BFloat16"});
+    const auto ns = static_cast<std::int64_t>(std::llround(seconds * 1e9));
+    r.activities.push_back({traces::GpuActivity::Kind::kernel, all_reduce ? 0u : 1u, 0, 20, start, ns, 0, i});
+    start += ns + 1000;
+  }
+  const TracePoints p = trace_points({r}, traces::KernelClassifier());
+  ASSERT_EQ(p.collectives.size(), 8u);
+  const TraceFits fits = fit_trace(p, gpu);
+  ASSERT_TRUE(fits.collectives.has_value());
+  EXPECT_NEAR(fits.collectives->base_s, base_s, 1e-8);
+  EXPECT_NEAR(fits.collectives->step_s, step_s, 1e-8);
+  EXPECT_NEAR(fits.collectives->efficiency, efficiency, 1e-4);
+  EXPECT_FALSE(fits.gemm.has_value());
+  const stacks::CollectiveLibrary library = stacks::parse_collective_library(trace_collective_library("t-collectives", p, fits, "test"),
+                                                                             "t-collectives.json");
+  ASSERT_EQ(library.protocols.size(), 1u);
+  EXPECT_NEAR(library.protocols[0].efficiency.value, efficiency, 1e-4);
+}
+
+// GEMMs made from a known curve, each slowed by its wave quantization as the simulator slows it, give the curve
+// back: the fit divides the waves out rather than folding them into the table.
+TEST(TraceCalibration, GemmWavesAreDividedOutOfTheCurve) {
+  const hw::GpuProfile gpu = hw::load_gpu("h200-sxm");
+  const SaturatingCurve truth{0.85, 2e10, 1.3};
+  TracePoints p;
+  p.origins = {"synthetic"};
+  double slowest_wave = 1;
+  for (std::int64_t m : {512, 1024, 2048, 4096, 4224, 8192, 8320, 12288, 16512}) {
+    TraceGemmPoint g;
+    g.gemm = sim::Gemm{m, m + 640, 4096, hw::Dtype::bf16};
+    g.point.flops = sim::compute_cost(g.gemm).hardware_flops;
+    const double wave = sim::gemm_wave_efficiency(g.gemm, gpu);
+    slowest_wave = std::min(slowest_wave, wave);
+    g.point.seconds = g.point.flops / (gpu.peak_tflops(hw::Dtype::bf16) * 1e12 * truth.at(g.point.flops) * wave);
+    g.point.shape = std::to_string(m);
+    p.gemm.push_back(g);
+  }
+  ASSERT_LT(slowest_wave, 0.9);  // the shapes do exercise the waves
+  const TraceFits fits = fit_trace(p, gpu);
+  ASSERT_TRUE(fits.gemm.has_value());
+  for (const auto& g : p.gemm) EXPECT_NEAR(fits.gemm->curve.at(g.point.flops) / truth.at(g.point.flops), 1.0, 1e-3) << g.point.shape;
+}
+
+TEST(TraceCalibration, NothingToFitAndMixedGpusAreErrorsNamingTheTrace) {
+  traces::RankTrace r;
+  r.origin = "elementwise-only.json";
+  r.device_name = "NVIDIA H200";
+  r.names = {"void at::native::vectorized_elementwise_kernel<4>"};
+  r.activities.push_back({traces::GpuActivity::Kind::kernel, 0, 0, 7, 0, 1000, 0, -1});
+  const hw::GpuProfile gpu = hw::load_gpu("h200-sxm");
+  try {
+    fit_trace(trace_points({r}, traces::KernelClassifier()), gpu);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("elementwise-only.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("record_shapes"), std::string::npos) << e.what();
+  }
+  traces::RankTrace other = r;
+  other.origin = "other.json";
+  other.device_name = "NVIDIA H100 80GB HBM3";
+  EXPECT_THROW(trace_points({r, other}, traces::KernelClassifier()), InputError);
+}
+
+TEST(TraceCalibration, CliWritesAProfileTheSimulatorUses) {
+  test::TempDir dir;
+  const fs::path out = dir.path() / "h200-trace.json";
+  const auto r = test::run_cli("calibrate --from-trace " + kRealTraces + "kineto-h2048-s8192.json.gz " + kRealTraces +
+                               "kineto-h1024-s4096.json.gz --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("from 2 trace(s) of NVIDIA H200"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attention cudnn forward, head_dim 128"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir.path() / "h200-trace-collectives.json"));  // one rank: no collective moved anything
+  const auto sim = test::run_cli(
+      "simulate --strategy zero --zero-stage 0 --model custom:layers=4,hidden=2048,heads=16,kv_heads=8,head_dim=128,"
+      "ffn_hidden=5632,vocab=32000 --hw lab-h200 --seq 8192 --global-batch 1 --stack torchtitan --gpu-profile " +
+      out.string());
+  EXPECT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_NE(sim.out.find("h200-trace"), std::string::npos) << sim.out;
+  const auto refused = test::run_cli("calibrate --from-trace " + kRealTraces + "kineto-h1024-s4096.json.gz --quick --out " + out.string());
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--quick"), std::string::npos) << refused.err;
 }
 
 }  // namespace trainyard::backend

@@ -178,5 +178,51 @@ TEST(EngineCompare, KernelsCountInTheGpusOwnStepSpans) {
   EXPECT_EQ(gemm(compare_with_engine(predicted, {r}, classes)).measured_ns, 400);
 }
 
+// A real PyTorch 2.11 trace (an H200, scripts/kineto_capture.py; tests/data/traces/README.md): the device, the
+// steps on both sides, and the shapes of the GEMM and attention ops (their "Concrete Inputs" come before their
+// "Input Dims" in the file), tied to their kernels by External id.
+TEST(Kineto, ARealPyTorchTraceWithShapesRecorded) {
+  const RankTrace r = read_kineto_file(kTraces + "real/kineto-h2048-s8192.json.gz");
+  EXPECT_EQ(r.device_name, "NVIDIA H200");
+  EXPECT_EQ(r.rank, 0);
+  EXPECT_EQ(r.world_size, 1);
+  EXPECT_EQ(r.steps.size(), 4u);
+  EXPECT_EQ(r.gpu_steps.size(), 4u);  // ProfilerStep#3-#6; the GPU's Optimizer.step spans are not steps
+  const ShapedOp* forward = nullptr;
+  int mm = 0;
+  for (const auto& op : r.shaped_ops) {
+    mm += op.name == "aten::mm";
+    if (op.name == "aten::_cudnn_attention_forward" && forward == nullptr) forward = &op;
+  }
+  EXPECT_GE(mm, 4 * 51);  // every GEMM of 4 steps
+  ASSERT_NE(forward, nullptr);
+  ASSERT_GE(forward->concrete_inputs.size(), 11u);
+  EXPECT_EQ(forward->concrete_inputs[10], "True");  // is_causal
+  EXPECT_EQ(forward->input_dims[0], (std::vector<std::int64_t>{1, 16, 8192, 128}));
+  int tied = 0;
+  for (const auto& a : r.activities) tied += a.kind == GpuActivity::Kind::kernel && a.external_id == forward->external_id;
+  EXPECT_EQ(tied, 1);  // cuDNN's forward is one kernel
+}
+
+// On the real trace: each GPU step runs to the next one's start (the GPU's ProfilerStep span stops where the
+// optimizer's own span begins), so the optimizer's kernels count and the step is the GPU's period; every kernel of
+// the job lands in a class.
+TEST(EngineCompare, ARealTracesStepsRunFromOneGpuStepToTheNext) {
+  const KernelClassifier classes;
+  const EngineComparison c = compare_with_engine(predicted_step(0, 51), read_kineto(kTraces + "real/kineto-h2048-s8192.json.gz"), classes);
+  EXPECT_EQ(c.measured_steps, 4);
+  EXPECT_GT(c.step.measured_ns, 37'000'000);  // 37.0-37.6 ms from one GPU step's start to the next
+  EXPECT_LT(c.step.measured_ns, 37'700'000);
+  bool optimizer = false;
+  for (const auto& row : c.by_class) {
+    if (row.what == "optimizer") optimizer = row.measured_count == 17 && row.measured_ns > 1'500'000;  // fused AdamW, ~1.8 ms
+    if (row.what == "gemm") {
+      EXPECT_EQ(row.measured_count, 51);
+    }
+  }
+  EXPECT_TRUE(optimizer);
+  EXPECT_TRUE(c.unclassified.empty()) << c.unclassified.front().name;
+}
+
 }  // namespace
 }  // namespace trainyard::traces

@@ -57,34 +57,35 @@ struct Tally {
 
 struct Measured {
   std::map<std::string, Tally> by_class, by_kind;
-  std::map<std::string, Tally> unclassified;        // by kernel name
+  std::map<std::string, Tally> unclassified;                           // by kernel name
   std::map<std::pair<std::string, std::int64_t>, double> collectives;  // (name, bytes) -> per GPU per step
   std::vector<std::int64_t> step_ns;
   int steps = 0;
   bool annotated = true;
 };
 
-// The step windows a rank's activities are counted in: the GPU's own ProfilerStep spans where the trace has them,
-// else the host's steps, each until the next one starts (the last until it ends). The profiler's schedule keeps
-// warm-up steps out of the trace. No steps at all: the whole trace is one step.
+// The step windows a rank's activities are counted in, each from its step's start to the next one's (the last to
+// the end of the rank's GPU activity, or of its own span): the GPU's own ProfilerStep spans where the trace has
+// them, else the host's steps. The GPU's span of a step is cut short where a nested annotation begins (PyTorch 2.x
+// records "Optimizer.step#AdamW.step" as a span of its own on the GPU), so a GPU step runs to the next one's start,
+// not to its span's end, and that length is the step's time (a host step's is its span). The profiler's schedule
+// keeps warm-up steps out of the trace. No steps at all: the whole trace is one step.
 std::vector<std::pair<std::int64_t, std::int64_t>> windows(const RankTrace& r, Measured& m) {
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = 0;
+  for (const auto& a : r.activities) first = std::min(first, a.start_ns), last = std::max(last, a.start_ns + a.duration_ns);
   if (r.steps.empty() && r.gpu_steps.empty()) {
-    std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = 0;
-    for (const auto& a : r.activities) first = std::min(first, a.start_ns), last = std::max(last, a.start_ns + a.duration_ns);
     m.annotated = false;
     m.step_ns.push_back(last - first);
     out.emplace_back(std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
     return out;
   }
-  for (const ProfilerStep& s : r.steps.empty() ? r.gpu_steps : r.steps) m.step_ns.push_back(s.duration_ns);
-  if (!r.gpu_steps.empty()) {
-    for (const ProfilerStep& s : r.gpu_steps) out.emplace_back(s.start_ns, s.start_ns + s.duration_ns + 1);
-    return out;
-  }
-  for (std::size_t i = 0; i < r.steps.size(); ++i) {
-    const ProfilerStep& s = r.steps[i];
-    out.emplace_back(s.start_ns, i + 1 < r.steps.size() ? r.steps[i + 1].start_ns : s.start_ns + s.duration_ns);
+  const std::vector<ProfilerStep>& steps = r.gpu_steps.empty() ? r.steps : r.gpu_steps;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const ProfilerStep& s = steps[i];
+    const std::int64_t end = i + 1 < steps.size() ? steps[i + 1].start_ns : std::max(s.start_ns + s.duration_ns, r.gpu_steps.empty() ? 0 : last);
+    out.emplace_back(s.start_ns, end);
+    m.step_ns.push_back(r.gpu_steps.empty() ? s.duration_ns : end - s.start_ns);  // the host's spans are whole steps
   }
   return out;
 }
@@ -147,7 +148,8 @@ Predicted tally_predicted(const sim::Timeline& t) {
     p.by_class[s.task_class].count += share;
     const std::string stream = t.stream_label(s.pid, s.tid);
     p.by_kind[kind_of_stream(stream.substr(stream.find(' ') + 1))].ns += static_cast<double>(s.duration_ns) * share;
-    if ((s.task_class == "collective" || s.task_class == "p2p") && s.bytes > 0) p.collective_bytes.push_back(s.bytes);  // NCCL's sends carry metadata too
+    if ((s.task_class == "collective" || s.task_class == "p2p") && s.bytes > 0)
+      p.collective_bytes.push_back(s.bytes);  // NCCL's sends carry metadata too
   }
   return p;
 }
@@ -239,8 +241,8 @@ void print_engine_comparison(std::ostream& out, const EngineComparison& c) {
   const auto ms = [](std::int64_t ns) { return format_fixed(static_cast<double>(ns) * 1e-6, 3); };
   const auto pct = [](double e) { return std::isfinite(e) ? format_fixed(100 * e, 1) + "%" : std::string("-"); };
   out << "step time: predicted " << ms(c.step.predicted_ns) << " ms, measured " << ms(c.step.measured_ns) << " ms (median of " << c.measured_steps
-      << " step" << (c.measured_steps == 1 ? "" : "s") << " over " << c.measured_ranks << " rank" << (c.measured_ranks == 1 ? "" : "s")
-      << "), error " << pct(c.step.error()) << "\n"
+      << " step" << (c.measured_steps == 1 ? "" : "s") << " over " << c.measured_ranks << " rank" << (c.measured_ranks == 1 ? "" : "s") << "), error "
+      << pct(c.step.error()) << "\n"
       << "per GPU per step: " << c.predicted_gpus << " GPUs predicted, " << c.measured_ranks << " ranks measured\n";
   for (const auto& [title, rows] : {std::pair{"task class", &c.by_class}, std::pair{"stream kind", &c.by_stream_kind}}) {
     out << "\n";
@@ -271,8 +273,12 @@ json::Json engine_comparison_json(const EngineComparison& c) {
   const auto rows_json = [](const std::vector<ComparisonRow>& rows) {
     json::Json out = json::Json::array();
     for (const auto& r : rows) {
-      out.push_back({{"what", r.what}, {"predicted_ns", r.predicted_ns}, {"measured_ns", r.measured_ns}, {"predicted_count", r.predicted_count},
-                     {"measured_count", r.measured_count}, {"error", std::isfinite(r.error()) ? json::Json(r.error()) : json::Json()}});
+      out.push_back({{"what", r.what},
+                     {"predicted_ns", r.predicted_ns},
+                     {"measured_ns", r.measured_ns},
+                     {"predicted_count", r.predicted_count},
+                     {"measured_count", r.measured_count},
+                     {"error", std::isfinite(r.error()) ? json::Json(r.error()) : json::Json()}});
     }
     return out;
   };

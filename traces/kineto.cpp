@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <streambuf>
 #include <unordered_map>
 
@@ -64,11 +65,15 @@ struct Event {
   std::optional<std::int64_t> device, stream, bytes, external_id;
   CollectiveInfo collective;
   bool has_collective = false;
+  bool has_shapes = false;  // a shape op's args are being read (its "Input Dims" and "Concrete Inputs" kept)
+  std::vector<std::vector<std::int64_t>> input_dims;
+  std::vector<std::string> concrete_inputs;
   void clear() { *this = Event{}; }
 };
 
 // The SAX walk: depth 1 is the document's object, 2 the traceEvents elements (and distributedInfo's fields), 3 an
-// event's fields, 4 its args' fields. Deeper values (grid, block, ...) are skipped.
+// event's fields, 4 its args' fields, 5 and 6 the lists in a shape op's "Input Dims" and "Concrete Inputs". Other
+// deeper values (grid, block, ...) are skipped.
 class Walker : public nlohmann::json_sax<Json> {
  public:
   explicit Walker(RankTrace& out) : out_(out) {}
@@ -84,6 +89,7 @@ class Walker : public nlohmann::json_sax<Json> {
     key_ = std::move(k);
     if (depth_ == 1) top_key_ = key_;
     if (depth_ == 3 && in_event_) event_key_ = key_;
+    if (depth_ == 4 && in_event_) arg_key_ = key_;
     return true;
   }
   bool start_object(std::size_t) override { return open(false); }
@@ -110,6 +116,9 @@ class Walker : public nlohmann::json_sax<Json> {
       event_.clear();
       in_event_ = true;
     }
+    // Shapes are read for the ops is_shape_op names only; Kineto writes an event's name before its args.
+    if (depth_ == 4 && in_event_ && !array && event_key_ == "args" && is_shape_op(event_.name)) event_.has_shapes = true;
+    if (depth_ == 6 && in_event_ && array && arg_key_ == "Input Dims" && event_.has_shapes) event_.input_dims.emplace_back();
     return true;
   }
   bool close() {
@@ -126,6 +135,10 @@ class Walker : public nlohmann::json_sax<Json> {
       if (key_ == "rank" && v.is_number_integer()) out_.rank = v.get<int>();
       if (key_ == "world_size" && v.is_number_integer()) out_.world_size = v.get<int>();
     }
+    if (depth_ == 3 && top_key_ == "deviceProperties" && key_ == "name" && v.is_string() && out_.device_name.empty()) {
+      out_.device_name = v.get<std::string>();
+    }
+    if (in_event_ && event_.has_shapes) shape_field(v);
     if (in_event_ && depth_ == 3) event_field(v);
     if (in_event_ && depth_ == 4 && event_key_ == "args") arg_field(v);
     return true;
@@ -135,7 +148,7 @@ class Walker : public nlohmann::json_sax<Json> {
     if (v.is_number_unsigned()) {
       const auto u = v.get<std::uint64_t>();
       return u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ? std::optional<std::int64_t>(static_cast<std::int64_t>(u))
-                                                                                         : std::nullopt;
+                                                                                       : std::nullopt;
     }
     if (v.is_number_integer()) return v.get<std::int64_t>();
     if (v.is_number_float() && std::isfinite(v.get<double>()) && std::abs(v.get<double>()) < 9e15) return std::llround(v.get<double>());
@@ -169,6 +182,11 @@ class Walker : public nlohmann::json_sax<Json> {
     else if (key_ == "Out msg nelems") c.out_elements = integer(v).value_or(0);
     else if (key_ == "Group size") c.group_size = integer(v).value_or(0);
     else if (key_ == "dtype" && v.is_string()) c.dtype = v.get<std::string>();
+  }
+
+  void shape_field(const Json& v) {
+    if (depth_ == 6 && arg_key_ == "Input Dims" && !event_.input_dims.empty()) event_.input_dims.back().push_back(integer(v).value_or(-1));
+    if (depth_ == 5 && arg_key_ == "Concrete Inputs") event_.concrete_inputs.push_back(v.is_string() ? v.get<std::string>() : json::describe(v));
   }
 
   [[noreturn]] void bad(const std::string& field, const std::string& expected, const std::string& found) const {
@@ -224,6 +242,11 @@ class Walker : public nlohmann::json_sax<Json> {
       op_collective_[*e.external_id] = e.collective;  // record_param_comms: the kernel sharing its External id gets it
       return;
     }
+    if (e.has_shapes && !e.input_dims.empty() && e.external_id && (e.cat == "cpu_op" || e.cat == "Operator")) {
+      event_.concrete_inputs.resize(e.input_dims.size());  // older profilers record no Concrete Inputs
+      out_.shaped_ops.push_back({*e.external_id, e.name, std::move(event_.input_dims), std::move(event_.concrete_inputs)});
+      return;
+    }
     GpuActivity a;
     if (e.cat == "kernel" || e.cat == "Kernel") {
       a.kind = GpuActivity::Kind::kernel;
@@ -242,6 +265,7 @@ class Walker : public nlohmann::json_sax<Json> {
     a.device = static_cast<int>(e.device ? *e.device : *e.pid);
     a.stream = stream_of(e);
     a.bytes = e.bytes.value_or(0);
+    a.external_id = e.external_id.value_or(-1);
     if (e.has_collective) {
       a.collective = static_cast<std::int32_t>(out_.collectives.size());
       out_.collectives.push_back(e.collective);
@@ -265,7 +289,7 @@ class Walker : public nlohmann::json_sax<Json> {
  private:
   RankTrace& out_;
   int depth_ = 0;
-  std::string key_, top_key_, event_key_;
+  std::string key_, top_key_, event_key_, arg_key_;
   bool in_event_ = false, saw_events_ = false;
   Event event_;
   std::unordered_map<std::string, std::uint32_t> name_ids_;
@@ -274,13 +298,25 @@ class Walker : public nlohmann::json_sax<Json> {
 };
 
 int dtype_bytes(const std::string& dtype) {
-  static const std::map<std::string, int> sizes = {{"BFloat16", 2}, {"Half", 2}, {"Float", 4}, {"Double", 8}, {"Long", 8}, {"Int", 4},
+  static const std::map<std::string, int> sizes = {{"BFloat16", 2}, {"Half", 2}, {"Float", 4}, {"Double", 8},        {"Long", 8},       {"Int", 4},
                                                    {"Byte", 1},     {"Char", 1}, {"Bool", 1},  {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1}};
   const auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
 
 }  // namespace
+
+bool is_shape_op(const std::string& name) {
+  static const std::set<std::string> ops = {"aten::mm",
+                                            "aten::addmm",
+                                            "aten::bmm",
+                                            "aten::baddbmm",
+                                            "aten::_cudnn_attention_forward",
+                                            "aten::_cudnn_attention_backward",
+                                            "aten::_flash_attention_forward",
+                                            "aten::_flash_attention_backward"};
+  return ops.count(name) > 0;
+}
 
 std::int64_t CollectiveInfo::bytes() const { return std::max(in_elements, out_elements) * dtype_bytes(dtype); }
 

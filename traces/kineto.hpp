@@ -5,8 +5,8 @@
 // ts in microseconds with decimals) and 1.x (cat "Kernel", "Memcpy", "Memset", "Operator", tid "stream 7").
 //
 // Kept: GPU kernels, copies and memsets (device = pid, stream = tid, as Kineto writes GPU events), the
-// ProfilerStep#N annotations (the steps, on the host and, where recorded, on the GPU), the collectives' metadata (NCCL kernels' own args since 2023, or the
-// record_param_comms op they share an External id with), and distributedInfo's rank. Everything else is skipped.
+// ProfilerStep#N annotations (the steps, on the host and, where recorded, on the GPU), the collectives' metadata (NCCL kernels' own args since 2023,
+// or the record_param_comms op they share an External id with), and distributedInfo's rank. Everything else is skipped.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,7 +16,7 @@ namespace trainyard::traces {
 
 // One collective's metadata (torch/csrc/profiler/util.h's keys: "Collective name", "In msg nelems", ...).
 struct CollectiveInfo {
-  std::string name;            // "allreduce", "allgather", "reduce_scatter", "send", ...
+  std::string name;  // "allreduce", "allgather", "reduce_scatter", "send", ...
   std::int64_t in_elements = 0, out_elements = 0;
   std::int64_t group_size = 0;  // 0: not recorded
   std::string dtype;            // "BFloat16", "Float", ...
@@ -29,9 +29,21 @@ struct GpuActivity {
   std::uint32_t name = 0;  // index into RankTrace::names
   std::int32_t device = 0, stream = 0;
   std::int64_t start_ns = 0, duration_ns = 0;
-  std::int64_t bytes = 0;          // copies and memsets
-  std::int32_t collective = -1;    // index into RankTrace::collectives, or -1
+  std::int64_t bytes = 0;         // copies and memsets
+  std::int32_t collective = -1;   // index into RankTrace::collectives, or -1
+  std::int64_t external_id = -1;  // the CPU op that launched it (Kineto's "External id"); -1 when not recorded
 };
+
+// A CPU op whose kernels `calibrate --from-trace` can count FLOPs for (GEMMs and attention, shape_op_names()),
+// with the shapes the profiler recorded (record_shapes=True: "Input Dims", "Concrete Inputs").
+struct ShapedOp {
+  std::int64_t external_id = 0;
+  std::string name;                                   // "aten::mm", "aten::_cudnn_attention_forward", ...
+  std::vector<std::vector<std::int64_t>> input_dims;  // one list per input; empty for a non-tensor input
+  std::vector<std::string> concrete_inputs;           // scalars as text ("True", "8192"); "" for tensors
+};
+// The ops whose shapes are kept (the rest cost memory for nothing).
+bool is_shape_op(const std::string& name);
 
 struct ProfilerStep {
   std::int64_t number = 0;  // N of "ProfilerStep#N"
@@ -39,16 +51,18 @@ struct ProfilerStep {
 };
 
 struct RankTrace {
-  std::string origin;   // the file
-  int rank = -1;        // distributedInfo.rank; -1 when the trace has none
-  int world_size = 0;   // distributedInfo.world_size; 0 when the trace has none
+  std::string origin;          // the file
+  int rank = -1;               // distributedInfo.rank; -1 when the trace has none
+  int world_size = 0;          // distributedInfo.world_size; 0 when the trace has none
   bool legacy_layout = false;  // PyTorch 1.x's categories
   std::vector<std::string> names;
   std::vector<GpuActivity> activities;  // in file order
   std::vector<ProfilerStep> steps;      // the host's ProfilerStep#N, ascending by start
   std::vector<ProfilerStep> gpu_steps;  // the device's copies of them (gpu_user_annotation, newer PyTorch), ascending
   std::vector<CollectiveInfo> collectives;
-  std::int64_t events_read = 0;  // every element of traceEvents
+  std::vector<ShapedOp> shaped_ops;  // where the trace recorded shapes, in file order
+  std::string device_name;           // deviceProperties[0].name, e.g. "NVIDIA H200"; "" when not recorded
+  std::int64_t events_read = 0;      // every element of traceEvents
 };
 
 // One trace file (gzip or plain: zlib tells them apart). InputError naming the file and, for a bad event, its index
