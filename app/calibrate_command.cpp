@@ -24,6 +24,7 @@
 #include "stacks/collective_library.hpp"
 #include "traces/kernel_classes.hpp"
 #include "traces/kineto.hpp"
+#include "traces/nsys.hpp"
 #ifdef TRAINYARD_HAVE_CUDA
 #include "backend/calibrate_gpu.hpp"
 #include "backend/device_info.hpp"
@@ -148,11 +149,19 @@ int calibrate_cpu(const std::vector<std::string>& args, std::optional<LoadedDocu
 int calibrate_from_traces(const std::vector<std::string>& args, const std::vector<std::string>& paths, std::optional<LoadedDocument> base,
                           const std::string& out, const std::string& kernel_classes) {
   backend::check_output_path(out);
-  std::vector<traces::RankTrace> ranks;
+  std::vector<std::string> files;
   for (const auto& path : paths) {
-    for (auto& rank : traces::read_kineto(path)) ranks.push_back(std::move(rank));
+    if (traces::looks_like_sqlite(path)) {
+      throw InputError(path, "--from-trace", "a PyTorch profiler (Kineto) trace taken with record_shapes=True",
+                       "an Nsight Systems export: it records no op shapes, so its kernels' work is unknown");
+    }
+    for (auto& file : traces::kineto_files(path)) files.push_back(std::move(file));
   }
-  const backend::TracePoints points = backend::trace_points(ranks, traces::KernelClassifier(kernel_classes));
+  std::size_t next = 0;  // one trace in memory at a time
+  const auto next_trace = [&]() {
+    return next < files.size() ? std::optional<traces::RankTrace>(traces::read_kineto_file(files[next++])) : std::nullopt;
+  };
+  const backend::TracePoints points = backend::trace_points(next_trace, traces::KernelClassifier(kernel_classes));
   if (!base) {
     const auto match = backend::builtin_gpu_for_device(points.device_name);
     if (!match) {
@@ -180,7 +189,7 @@ int calibrate_from_traces(const std::vector<std::string>& args, const std::vecto
   if (library) write_file_atomically(library_path, std::string_view(library->dump(2) + "\n"));
 
   print_summary(std::cout, before, after);
-  std::cout << "\nfrom " << ranks.size() << " trace(s) of " << (points.device_name.empty() ? "an unnamed GPU" : points.device_name) << ": "
+  std::cout << "\nfrom " << files.size() << " trace(s) of " << (points.device_name.empty() ? "an unnamed GPU" : points.device_name) << ": "
             << points.calls << " GEMM and attention calls in " << points.gemm.size() << " GEMM and " << points.attention.size()
             << " attention shapes; " << points.collectives.size() << " collective sizes\n";
   for (const auto& f : fits.attention) {

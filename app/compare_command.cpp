@@ -1,6 +1,7 @@
 // `trainyard compare predicted.json measured`: the simulator's timeline against a measured one: the executor's
 // (trainyard run --trace: matched task by task), or an engine's PyTorch profiler traces (a file, or a directory of
-// one per rank, plain or gzip: compared per class, per stream kind and per step, traces/engine_compare.hpp).
+// one per rank, plain or gzip), or Nsight Systems SQLite exports (a file or a directory of one per rank): compared per
+// class, per stream kind and per step (traces/engine_compare.hpp).
 #include <iostream>
 
 #include "app/commands.hpp"
@@ -8,6 +9,7 @@
 #include "sim/compare.hpp"
 #include "traces/engine_compare.hpp"
 #include "traces/kineto.hpp"
+#include "traces/nsys.hpp"
 
 namespace po = boost::program_options;
 
@@ -19,7 +21,8 @@ int run_compare(const std::vector<std::string>& args) {
   options.add_options()
       ("predicted", po::value<std::string>()->value_name("path"), "the simulated timeline (trainyard simulate --trace)")
       ("measured", po::value<std::string>()->value_name("path"),
-       "the measured timeline: trainyard run --trace, or an engine's PyTorch profiler trace (a file or a directory of one per rank, .json or .json.gz)")
+       "the measured timeline: trainyard run --trace, an engine's PyTorch profiler trace (a file or a directory of one per rank, .json or .json.gz), "
+       "or an Nsight Systems SQLite export (nsys export --type sqlite: a file or a directory of one per rank, .sqlite)")
       ("kernel-classes", po::value<std::string>()->value_name("path"),
        "with an engine's trace: more kernel-name rules, tried before the built-in ones (traces/kernel_classes.json's format)")
       ("json", po::bool_switch(), "print JSON instead of text");
@@ -34,9 +37,18 @@ int run_compare(const std::vector<std::string>& args) {
   const auto predicted = sim::read_timeline(vm["predicted"].as<std::string>());
   const std::string measured_path = vm["measured"].as<std::string>();
   const bool as_json = vm["json"].as<bool>();
-  if (traces::looks_like_kineto(measured_path)) {
+  const bool nsys = traces::looks_like_sqlite(measured_path);  // first: looks_like_kineto takes any directory
+  if (nsys || traces::looks_like_kineto(measured_path)) {
     const traces::KernelClassifier classes(vm.count("kernel-classes") ? vm["kernel-classes"].as<std::string>() : "");
-    const auto c = traces::compare_with_engine(predicted, traces::read_kineto(measured_path), classes);
+    // One rank's trace in memory at a time: a large job's traces do not fit at once.
+    const std::vector<std::string> files = nsys ? traces::nsys_files(measured_path) : traces::kineto_files(measured_path);
+    std::size_t next = 0;
+    const auto next_rank = [&]() -> std::optional<traces::RankTrace> {
+      if (next == files.size()) return std::nullopt;
+      const std::string& file = files[next++];
+      return nsys ? traces::read_nsys_file(file) : traces::read_kineto_file(file);
+    };
+    const auto c = traces::compare_with_engine(predicted, next_rank, classes);
     if (as_json) {
       std::cout << traces::engine_comparison_json(c).dump(2) << "\n";
     } else {

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -155,16 +156,21 @@ void add_rank(const traces::RankTrace& rank, const traces::KernelClassifier& cla
 }  // namespace
 
 TracePoints trace_points(const std::vector<traces::RankTrace>& ranks, const traces::KernelClassifier& classes) {
+  std::size_t next = 0;
+  return trace_points([&]() { return next < ranks.size() ? std::optional<traces::RankTrace>(ranks[next++]) : std::nullopt; }, classes);
+}
+
+TracePoints trace_points(const std::function<std::optional<traces::RankTrace>()>& next_rank, const traces::KernelClassifier& classes) {
   TracePoints out;
   Gathered g;
-  for (const auto& rank : ranks) {
-    out.origins.push_back(rank.origin);
-    if (out.device_name.empty()) out.device_name = rank.device_name;
-    if (!rank.device_name.empty() && rank.device_name != out.device_name) {
-      throw InputError(rank.origin, "deviceProperties", "the same GPU as " + out.origins.front() + " (" + out.device_name + ")",
-                       "\"" + rank.device_name + "\"");
+  while (const std::optional<traces::RankTrace> rank = next_rank()) {  // each dropped once gathered
+    out.origins.push_back(rank->origin);
+    if (out.device_name.empty()) out.device_name = rank->device_name;
+    if (!rank->device_name.empty() && rank->device_name != out.device_name) {
+      throw InputError(rank->origin, "deviceProperties", "the same GPU as " + out.origins.front() + " (" + out.device_name + ")",
+                       "\"" + rank->device_name + "\"");
     }
-    add_rank(rank, classes, g);
+    add_rank(*rank, classes, g);
   }
   out.calls = g.calls;
   for (auto& [shape, entry] : g.gemm) {

@@ -11,6 +11,7 @@ packages=(
   libqt6opengl6-dev  # Qt6Charts' CMake config needs Qt6OpenGL; only a Recommends of qt6-base-dev, so named here
   libopenmpi-dev openmpi-bin
   zlib1g-dev  # gzip'd profiler traces (traces/kineto.cpp)
+  libsqlite3-dev  # Nsight Systems SQLite exports (traces/nsys.cpp)
   clang libclang-rt-14-dev  # the libFuzzer targets and the sanitizer builds (scripts/fuzz.sh, scripts/sanitize.sh)
   clang-format  # scripts/check_format.sh (Debian 12: clang-format 14, which .clang-format is written for)
 )

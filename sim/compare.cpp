@@ -77,6 +77,11 @@ Timeline parse_timeline(const Json& document, const std::string& origin) {
     }
     t.peak_hbm_bytes.push_back(static_cast<std::int64_t>(peaks[g].get<double>()));
   }
+  if (other.has("selection")) {
+    const json::Reader selection = other.object("selection");
+    t.window_start_ns = static_cast<std::int64_t>(selection.number("start_ns", {0, 1e16, "ns", true}));
+    t.window_end_ns = static_cast<std::int64_t>(selection.number("end_ns", {0, 1e16, "ns", true}));
+  }
   const Json& events = top.raw("traceEvents");
   if (!events.is_array()) top.fail("traceEvents", "an array of trace events", json::describe(events));
   for (std::size_t i = 0; i < events.size(); ++i) {
@@ -121,7 +126,17 @@ double Comparison::peak_hbm_error() const {
   return static_cast<double>(predicted_peak_hbm_bytes - measured_peak_hbm_bytes) / static_cast<double>(measured_peak_hbm_bytes);
 }
 
+void require_whole_step(const Timeline& t) {
+  if (t.whole_step()) return;
+  throw InputError(t.origin, "otherData.selection", "a timeline of the whole step (written without --trace-window)",
+                   "the window " + format_fixed(static_cast<double>(t.window_start_ns) * 1e-6, 3) + " to " +
+                       format_fixed(static_cast<double>(t.window_end_ns) * 1e-6, 3) + " ms of a " +
+                       format_fixed(static_cast<double>(t.step_ns) * 1e-6, 3) + " ms step");
+}
+
 Comparison compare(const Timeline& predicted, const Timeline& measured) {
+  require_whole_step(predicted);
+  require_whole_step(measured);
   Comparison c;
   c.step = {"step", predicted.step_ns, measured.step_ns, 1, 1};
   for (auto b : predicted.peak_hbm_bytes) c.predicted_peak_hbm_bytes = std::max(c.predicted_peak_hbm_bytes, b);

@@ -32,12 +32,17 @@ struct Timeline {
   std::vector<TimelineSlice> slices;
   std::map<int, std::string> process_names;                 // pid -> "gpu0" style name
   std::map<std::pair<int, int>, std::string> stream_names;  // (pid, tid) -> "compute0"
-  std::string device_label(int pid) const;                  // "gpu0"
-  std::string stream_label(int pid, int tid) const;         // "gpu0 compute0"
+  // The span of the step the file holds (otherData.selection: simulate --trace-window trims it); -1: to the end.
+  std::int64_t window_start_ns = 0, window_end_ns = -1;
+  bool whole_step() const { return window_start_ns <= 0 && (window_end_ns < 0 || window_end_ns >= step_ns); }
+  std::string device_label(int pid) const;           // "gpu0"
+  std::string stream_label(int pid, int tid) const;  // "gpu0 compute0"
 };
 
 // Reads a trace written by write_chrome_trace; anything else is an InputError naming the file and the field.
 Timeline parse_timeline(const json::Json& document, const std::string& origin);
+// InputError naming the file unless `t` holds its whole step: per-step totals of a trimmed timeline would be short.
+void require_whole_step(const Timeline& t);
 Timeline read_timeline(const std::string& path);
 
 // The task classes (sim/report.hpp task_class) in the order a comparison lists them.

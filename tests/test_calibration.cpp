@@ -616,6 +616,11 @@ TEST(TraceCalibration, CliWritesAProfileTheSimulatorUses) {
   const auto refused = test::run_cli("calibrate --from-trace " + kRealTraces + "kineto-h1024-s4096.json.gz --quick --out " + out.string());
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("--quick"), std::string::npos) << refused.err;
+  const auto nsys = test::run_cli("calibrate --from-trace " + std::string(TRAINYARD_TEST_DATA_DIR) + "/traces/nsys/ranks/nodeB-rank0.sqlite --out " +
+                                  (dir.path() / "n.json").string());
+  EXPECT_EQ(nsys.exit_code, 2);
+  EXPECT_NE(nsys.err.find("records no op shapes"), std::string::npos) << nsys.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "n.json"));
 }
 
 }  // namespace trainyard::backend

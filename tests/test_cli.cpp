@@ -594,4 +594,27 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   EXPECT_EQ(run_cli("run --device cpu --check --comm-timeout -1 --plan " + out).exit_code, 2);
 }
 
+// compare reads Nsight Systems SQLite exports too: a directory of one per rank (tests/data/traces/nsys/ranks, each
+// generated from the .sql beside it) against a simulated step; a file that is not one is named.
+TEST(Cli, CompareReadsNsightSystemsExports) {
+  const test::TempDir dir;
+  const std::string predicted = (dir.path() / "predicted.json").string();
+  ASSERT_EQ(test::run_cli("simulate --plan " TRAINYARD_SOURCE_DIR "/examples/tiny-ulysses-4ranks.plan.json --trace " + predicted).exit_code, 0);
+  const auto compared = test::run_cli("compare " + predicted + " " TRAINYARD_TEST_DATA_DIR "/traces/nsys/ranks --json");
+  ASSERT_EQ(compared.exit_code, 0) << compared.err;
+  const auto j = nlohmann::json::parse(compared.out);
+  EXPECT_EQ(j["measured_ranks"], 2);
+  EXPECT_EQ(j["measured_steps"], 4);
+  EXPECT_EQ(j["step"]["measured_ns"], 500000);
+  // Read one rank at a time in the files' name order (memory holds one rank's trace).
+  EXPECT_NE(j["measured"].get<std::string>().find("nodeA-rank1.sqlite and 1 more"), std::string::npos) << j["measured"];
+  const auto help = test::run_cli("compare --help");
+  EXPECT_NE(help.out.find("Nsight"), std::string::npos) << help.out;  // (the help wraps its lines between words)
+  EXPECT_NE(help.out.find(".sqlite)"), std::string::npos) << help.out;
+  const std::string fake = dir.write("fake.sqlite", std::string("SQLite format 3") + '\0' + "and then nothing an SQLite database has");
+  const auto broken = test::run_cli("compare " + predicted + " " + fake);
+  EXPECT_EQ(broken.exit_code, 2);
+  EXPECT_NE(broken.err.find("fake.sqlite"), std::string::npos) << broken.err;
+}
+
 }  // namespace trainyard::app

@@ -18,17 +18,12 @@ namespace fs = std::filesystem;
 using Loader = std::function<void(std::string_view)>;
 
 const std::map<std::string, Loader>& loaders() {
-  static const std::map<std::string, Loader> all = {{"gpu_profile", fuzz::load_gpu_profile},
-                                                    {"node_profile", fuzz::load_node_profile},
-                                                    {"model_file", fuzz::load_model_file},
-                                                    {"custom_model", fuzz::load_custom_model},
-                                                    {"plan_file", fuzz::load_plan_file},
-                                                    {"task_graph", fuzz::load_task_graph},
-                                                    {"lengths_file", fuzz::load_lengths_file},
-                                                    {"lengths_histogram", fuzz::load_lengths_histogram},
-                                                    {"compare_trace", fuzz::load_compare_trace},
-                                                    {"kineto_trace", fuzz::load_kineto_trace},
-                                                    {"cli_args", fuzz::load_cli_args}};
+  static const std::map<std::string, Loader> all = {{"gpu_profile", fuzz::load_gpu_profile},     {"node_profile", fuzz::load_node_profile},
+                                                    {"model_file", fuzz::load_model_file},       {"custom_model", fuzz::load_custom_model},
+                                                    {"plan_file", fuzz::load_plan_file},         {"task_graph", fuzz::load_task_graph},
+                                                    {"lengths_file", fuzz::load_lengths_file},   {"lengths_histogram", fuzz::load_lengths_histogram},
+                                                    {"compare_trace", fuzz::load_compare_trace}, {"kineto_trace", fuzz::load_kineto_trace},
+                                                    {"nsys_export", fuzz::load_nsys_export},     {"cli_args", fuzz::load_cli_args}};
   return all;
 }
 

@@ -224,5 +224,18 @@ TEST(EngineCompare, ARealTracesStepsRunFromOneGpuStepToTheNext) {
   EXPECT_TRUE(c.unclassified.empty()) << c.unclassified.front().name;
 }
 
+// A simulated timeline trimmed to a window (simulate --trace-window) holds part of the step: its per-step totals
+// would be short, so it is refused, naming the file.
+TEST(EngineCompare, ATrimmedSimulatedTimelineIsRefused) {
+  sim::Timeline predicted = predicted_step(0, 1);
+  predicted.window_end_ns = predicted.step_ns / 2;
+  try {
+    compare_with_engine(predicted, read_kineto(kTraces + "kineto1-legacy.json"), KernelClassifier());
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--trace-window"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace trainyard::traces

@@ -90,11 +90,11 @@ std::vector<std::pair<std::int64_t, std::int64_t>> windows(const RankTrace& r, M
   return out;
 }
 
-// One rank's activities in its windows, added to `m` divided by (ranks x the rank's steps).
-void tally_rank(const RankTrace& r, const KernelClassifier& classes, int ranks, Measured& m) {
+// One rank's activities in its windows, added to `m` divided by the rank's steps (per_rank divides by the ranks).
+void tally_rank(const RankTrace& r, const KernelClassifier& classes, Measured& m) {
   const auto steps = windows(r, m);
   m.steps += static_cast<int>(steps.size());
-  const double share = 1.0 / (static_cast<double>(ranks) * static_cast<double>(steps.size()));
+  const double share = 1.0 / static_cast<double>(steps.size());
   std::map<std::pair<int, int>, std::map<std::string, double>> stream_classes;  // (device, stream) -> class -> ns
   for (const GpuActivity& a : r.activities) {
     const bool counted = std::any_of(steps.begin(), steps.end(), [&](const auto& w) { return a.start_ns >= w.first && a.start_ns < w.second; });
@@ -119,6 +119,15 @@ void tally_rank(const RankTrace& r, const KernelClassifier& classes, int ranks, 
     for (const auto& [c, ns] : by_class) total += ns;
     m.by_kind[kind_of_class(dominant->first)].ns += total * share;
   }
+}
+
+// Sums over `ranks` ranks as the mean per rank (per GPU).
+void per_rank(Measured& m, int ranks) {
+  const double share = 1.0 / ranks;
+  for (auto* tallies : {&m.by_class, &m.by_kind, &m.unclassified}) {
+    for (auto& [key, t] : *tallies) t.ns *= share, t.count *= share;
+  }
+  for (auto& [key, per_step] : m.collectives) per_step *= share;
 }
 
 std::int64_t median(std::vector<std::int64_t> v) {
@@ -198,15 +207,29 @@ void size_contradictions(const Predicted& p, const Measured& m, std::vector<std:
 }  // namespace
 
 EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::vector<RankTrace>& measured, const KernelClassifier& classes) {
-  TRAINYARD_CHECK(!measured.empty(), "a measured trace");
+  std::size_t next = 0;
+  return compare_with_engine(
+      predicted, [&]() { return next < measured.size() ? std::optional<RankTrace>(measured[next++]) : std::nullopt; }, classes);
+}
+
+EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::function<std::optional<RankTrace>()>& next_rank,
+                                     const KernelClassifier& classes) {
+  sim::require_whole_step(predicted);
   EngineComparison c;
   c.predicted_origin = predicted.origin;
-  c.measured_origin = measured.front().origin + (measured.size() > 1 ? " and " + std::to_string(measured.size() - 1) + " more" : "");
   const Predicted p = tally_predicted(predicted);
   Measured m;
-  for (const RankTrace& r : measured) tally_rank(r, classes, static_cast<int>(measured.size()), m);
+  int ranks = 0;
+  while (std::optional<RankTrace> r = next_rank()) {  // each rank dropped once tallied: memory holds one rank's trace
+    if (ranks == 0) c.measured_origin = r->origin;
+    tally_rank(*r, classes, m);
+    ++ranks;
+  }
+  TRAINYARD_CHECK(ranks > 0, "a measured trace");
+  if (ranks > 1) c.measured_origin += " and " + std::to_string(ranks - 1) + " more";
+  per_rank(m, ranks);
   c.predicted_gpus = p.gpus;
-  c.measured_ranks = static_cast<int>(measured.size());
+  c.measured_ranks = ranks;
   c.measured_steps = m.steps;
   c.steps_annotated = m.annotated;
   c.step = {"step", predicted.step_ns, median(m.step_ns), 1, 1};

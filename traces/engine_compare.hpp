@@ -14,6 +14,8 @@
 // and as the host runs ahead, the first step's window may hold none of the work before it while the last loses what
 // ran after its host step ended.
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -43,6 +45,10 @@ struct EngineComparison {
 };
 
 EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::vector<RankTrace>& measured, const KernelClassifier& classes);
+// The same over ranks read one at a time: `next_rank` returns each rank's trace, then none; each is dropped once
+// tallied, so the memory holds one rank's trace (a trace per rank of a large job does not fit at once).
+EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::function<std::optional<RankTrace>()>& next_rank,
+                                     const KernelClassifier& classes);
 void print_engine_comparison(std::ostream& out, const EngineComparison& c);
 json::Json engine_comparison_json(const EngineComparison& c);
 

@@ -336,12 +336,8 @@ RankTrace read_kineto_file(const std::string& path) {
   return out;
 }
 
-std::vector<RankTrace> read_kineto(const std::string& path) {
-  std::vector<RankTrace> ranks;
-  if (!std::filesystem::is_directory(path)) {
-    ranks.push_back(read_kineto_file(path));
-    return ranks;
-  }
+std::vector<std::string> kineto_files(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return {path};
   std::vector<std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(path)) {
     const std::string name = entry.path().filename().string();
@@ -349,7 +345,12 @@ std::vector<RankTrace> read_kineto(const std::string& path) {
   }
   std::sort(files.begin(), files.end());
   if (files.empty()) throw InputError(path, "directory", "trace files (*.json or *.json.gz, one per rank)", "none");
-  for (const auto& f : files) ranks.push_back(read_kineto_file(f));
+  return files;
+}
+
+std::vector<RankTrace> read_kineto(const std::string& path) {
+  std::vector<RankTrace> ranks;
+  for (const auto& f : kineto_files(path)) ranks.push_back(read_kineto_file(f));
   std::stable_sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   return ranks;
 }

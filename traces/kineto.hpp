@@ -70,6 +70,8 @@ struct RankTrace {
 RankTrace read_kineto_file(const std::string& path);
 // A file, or every *.json / *.json.gz file of a directory (one per rank), ordered by rank (then name).
 std::vector<RankTrace> read_kineto(const std::string& path);
+// The files read_kineto reads: `path` itself, or a directory's *.json / *.json.gz by name (InputError for none).
+std::vector<std::string> kineto_files(const std::string& path);
 // Whether `path` looks like a Kineto trace rather than trainyard's own timeline: a directory, a gzip file, or a file
 // whose first 64 KiB hold "schemaVersion" or a "cat" key (trainyard's timelines have neither).
 bool looks_like_kineto(const std::string& path);

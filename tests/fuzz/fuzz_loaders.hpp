@@ -23,6 +23,7 @@
 #include "tests/fuzz/fuzz_support.hpp"
 #include "traces/engine_compare.hpp"
 #include "traces/kineto.hpp"
+#include "traces/nsys.hpp"
 
 namespace trainyard::fuzz {
 
@@ -100,6 +101,19 @@ inline void load_compare_trace(std::string_view text) {
 // An engine's profiler trace (a Kineto file, plain or gzip: zlib tells), read and compared with a one-task step.
 inline void load_kineto_trace(std::string_view text) {
   const std::vector<traces::RankTrace> ranks = {traces::read_kineto_file(write_temp(text, ".pt.trace.json"))};
+  sim::Timeline predicted;
+  predicted.origin = "fuzz-predicted";
+  predicted.process_names[0] = "gpu0";
+  predicted.slices.push_back({"gemm", 0, 0, "gemm", 0, 1000, 0});
+  const traces::KernelClassifier classes;
+  const traces::EngineComparison c = traces::compare_with_engine(predicted, ranks, classes);
+  traces::print_engine_comparison(null_stream(), c);
+  (void)traces::engine_comparison_json(c).dump();
+}
+
+// An Nsight Systems SQLite export (the bytes of a .sqlite file), read and compared with a one-task step like Kineto's.
+inline void load_nsys_export(std::string_view text) {
+  const std::vector<traces::RankTrace> ranks = {traces::read_nsys_file(write_temp(text, ".sqlite"))};
   sim::Timeline predicted;
   predicted.origin = "fuzz-predicted";
   predicted.process_names[0] = "gpu0";
