@@ -123,10 +123,25 @@ TEST(SimCompare, StepAndPeakHbmErrors) {
   auto measured_json = simulated_trace();
   const Timeline predicted = parse_timeline(measured_json, "p.json");
   measured_json["otherData"]["step_ns"] = predicted.step_ns * 2;
+  measured_json["otherData"]["selection"]["end_ns"] = predicted.step_ns * 2;  // the whole (longer) step
   measured_json["otherData"]["peak_hbm_bytes"][3] = predicted.peak_hbm_bytes[0] * 4;  // one GPU used 4x the largest predicted peak
   const Comparison c = compare(predicted, parse_timeline(measured_json, "m.json"));
   EXPECT_NEAR(c.step.error(), -0.5, 1e-9);
   EXPECT_NEAR(c.peak_hbm_error(), -0.75, 1e-9);
+}
+
+// A timeline trimmed to a window of its step (simulate --trace-window) is refused: its per-step totals are short.
+TEST(SimCompare, ATimelineOfPartOfTheStepIsRefused) {
+  auto trimmed = simulated_trace();
+  const Timeline whole = parse_timeline(simulated_trace(), "whole.json");
+  trimmed["otherData"]["selection"]["end_ns"] = whole.step_ns / 2;
+  try {
+    compare(whole, parse_timeline(trimmed, "trimmed.json"));
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("trimmed.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--trace-window"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SimCompare, TimelinesOfDifferentPlansAreRejected) {

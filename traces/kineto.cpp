@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <istream>
 #include <limits>
 #include <map>
@@ -336,16 +337,21 @@ RankTrace read_kineto_file(const std::string& path) {
   return out;
 }
 
-std::vector<std::string> kineto_files(const std::string& path) {
+std::vector<std::string> trace_files(const std::string& path, const std::function<bool(const std::string&)>& is_trace, const std::string& expected) {
   if (!std::filesystem::is_directory(path)) return {path};
   std::vector<std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(path)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz"))) files.push_back(entry.path().string());
+    if (entry.is_regular_file() && is_trace(entry.path().filename().string())) files.push_back(entry.path().string());
   }
   std::sort(files.begin(), files.end());
-  if (files.empty()) throw InputError(path, "directory", "trace files (*.json or *.json.gz, one per rank)", "none");
+  if (files.empty()) throw InputError(path, "directory", expected, "none");
   return files;
+}
+
+std::vector<std::string> kineto_files(const std::string& path) {
+  return trace_files(
+      path, [](const std::string& name) { return name.ends_with(".json") || name.ends_with(".json.gz"); },
+      "trace files (*.json or *.json.gz, one per rank)");
 }
 
 std::vector<RankTrace> read_kineto(const std::string& path) {

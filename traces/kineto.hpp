@@ -8,6 +8,7 @@
 // ProfilerStep#N annotations (the steps, on the host and, where recorded, on the GPU), the collectives' metadata (NCCL kernels' own args since 2023,
 // or the record_param_comms op they share an External id with), and distributedInfo's rank. Everything else is skipped.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,9 @@ RankTrace read_kineto_file(const std::string& path);
 std::vector<RankTrace> read_kineto(const std::string& path);
 // The files read_kineto reads: `path` itself, or a directory's *.json / *.json.gz by name (InputError for none).
 std::vector<std::string> kineto_files(const std::string& path);
+// `path` itself, or the files of a directory whose names `is_trace` takes, by name; InputError naming `expected`
+// for none (kineto_files, nsys_files).
+std::vector<std::string> trace_files(const std::string& path, const std::function<bool(const std::string&)>& is_trace, const std::string& expected);
 // Whether `path` looks like a Kineto trace rather than trainyard's own timeline: a directory, a gzip file, or a file
 // whose first 64 KiB hold "schemaVersion" or a "cat" key (trainyard's timelines have neither).
 bool looks_like_kineto(const std::string& path);

@@ -497,14 +497,8 @@ RankTrace read_nsys_file(const std::string& path) {
 }
 
 std::vector<std::string> nsys_files(const std::string& path) {
-  if (!std::filesystem::is_directory(path)) return {path};
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(path)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".sqlite") files.push_back(entry.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  if (files.empty()) throw InputError(path, "directory", "Nsight Systems SQLite exports (*.sqlite, one per rank)", "none");
-  return files;
+  return trace_files(
+      path, [](const std::string& name) { return name.ends_with(".sqlite"); }, "Nsight Systems SQLite exports (*.sqlite, one per rank)");
 }
 
 std::vector<RankTrace> read_nsys(const std::string& path) {

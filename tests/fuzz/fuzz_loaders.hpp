@@ -98,31 +98,23 @@ inline void load_compare_trace(std::string_view text) {
   (void)sim::comparison_json(c).dump();
 }
 
-// An engine's profiler trace (a Kineto file, plain or gzip: zlib tells), read and compared with a one-task step.
-inline void load_kineto_trace(std::string_view text) {
-  const std::vector<traces::RankTrace> ranks = {traces::read_kineto_file(write_temp(text, ".pt.trace.json"))};
+// One rank's engine trace compared with a one-task step, the report printed.
+inline void compare_with_one_task(const traces::RankTrace& rank) {
   sim::Timeline predicted;
   predicted.origin = "fuzz-predicted";
   predicted.process_names[0] = "gpu0";
   predicted.slices.push_back({"gemm", 0, 0, "gemm", 0, 1000, 0});
   const traces::KernelClassifier classes;
-  const traces::EngineComparison c = traces::compare_with_engine(predicted, ranks, classes);
+  const traces::EngineComparison c = traces::compare_with_engine(predicted, {rank}, classes);
   traces::print_engine_comparison(null_stream(), c);
   (void)traces::engine_comparison_json(c).dump();
 }
 
+// An engine's profiler trace (a Kineto file, plain or gzip: zlib tells), read and compared with a one-task step.
+inline void load_kineto_trace(std::string_view text) { compare_with_one_task(traces::read_kineto_file(write_temp(text, ".pt.trace.json"))); }
+
 // An Nsight Systems SQLite export (the bytes of a .sqlite file), read and compared with a one-task step like Kineto's.
-inline void load_nsys_export(std::string_view text) {
-  const std::vector<traces::RankTrace> ranks = {traces::read_nsys_file(write_temp(text, ".sqlite"))};
-  sim::Timeline predicted;
-  predicted.origin = "fuzz-predicted";
-  predicted.process_names[0] = "gpu0";
-  predicted.slices.push_back({"gemm", 0, 0, "gemm", 0, 1000, 0});
-  const traces::KernelClassifier classes;
-  const traces::EngineComparison c = traces::compare_with_engine(predicted, ranks, classes);
-  traces::print_engine_comparison(null_stream(), c);
-  (void)traces::engine_comparison_json(c).dump();
-}
+inline void load_nsys_export(std::string_view text) { compare_with_one_task(traces::read_nsys_file(write_temp(text, ".sqlite"))); }
 
 // The CLI's arguments, one per line (at most 64). `list` and `show` run as the program would (quick, no search);
 // anything else is parsed against the flags whose values trainyard parses itself and each value goes through the
