@@ -165,10 +165,9 @@ int calibrate_from_traces(const std::vector<std::string>& args, const std::vecto
   if (!base) {
     const auto match = backend::builtin_gpu_for_device(points.device_name);
     if (!match) {
-      throw InputError("--base", "value",
-                       "the GPU profile to start from (a built-in name or a .json path): no built-in profile matches the traces' GPU \"" +
-                           points.device_name + "\"",
-                       "nothing");
+      const std::string why = points.device_name.empty() ? "the traces record no GPU name (deviceProperties)"
+                                                         : "no built-in profile matches the traces' GPU \"" + points.device_name + "\"";
+      throw InputError("--base", "value", "the GPU profile to start from (a built-in name or a .json path): " + why, "nothing");
     }
     base = hw::load_gpu_document(*match, "--base");
   }

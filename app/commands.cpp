@@ -576,6 +576,13 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     if (ring->rings.empty()) ring.reset();  // only ring-track builds rings
     sim::validate(graph, cluster->gpus(), cluster->nodes, origin);
   }
+  if (vm.count("gpu-profile")) {  // the step as built, timed on another profile of the same GPU
+    hw::NodeProfile node = cluster->node;
+    node.gpu = hw::load_gpu(vm["gpu-profile"].as<std::string>(), "--gpu-profile");
+    sim::Cluster timed(std::move(node), cluster->nodes, cluster->stack, cluster->devices_per_node);
+    cluster = std::move(timed);  // (emplace would read the old cluster's fields after destroying it)
+  }
+  if (vm.count("collectives")) setup.collectives = stacks::load_collective_library(vm["collectives"].as<std::string>(), "--collectives");
   return setup;
 }
 
@@ -734,14 +741,6 @@ int run_simulate(const std::vector<std::string>& args) {
     if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
   SimulationSetup setup = setup_simulation(vm);
-  if (vm.count("gpu-profile")) {  // the step as built, timed on another profile of the same GPU
-    hw::NodeProfile node = setup.cluster->node;
-    node.gpu = hw::load_gpu(vm["gpu-profile"].as<std::string>(), "--gpu-profile");
-    sim::Cluster timed(std::move(node), setup.cluster->nodes, setup.cluster->stack, setup.cluster->devices_per_node);
-    setup.cluster = std::move(timed);  // (emplace would read the old cluster's fields after destroying it)
-  }
-  std::optional<stacks::CollectiveLibrary> library;
-  if (vm.count("collectives")) library = stacks::load_collective_library(vm["collectives"].as<std::string>(), "--collectives");
   const std::optional<sim::Cluster>& cluster = setup.cluster;
   sim::TaskGraph& graph = setup.graph;
   const std::string& origin = setup.origin;
@@ -751,7 +750,7 @@ int run_simulate(const std::vector<std::string>& args) {
   graph.finalize();
   sim::SimOptions sim_options;
   sim_options.cancel = &interrupt_flag();  // Ctrl-C: the engine stops, the command exits 130
-  sim_options.collectives = library ? &*library : nullptr;
+  sim_options.collectives = setup.collectives ? &*setup.collectives : nullptr;
   // The memory and link samples feed only the trace's counters: without a trace they would be kept for nothing
   // (on large steps they hold more than the graph).
   sim_options.record_memory = trace.has_value();

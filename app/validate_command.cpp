@@ -184,6 +184,25 @@ void write_baseline(const std::string& path, const std::string& mode, const std:
 
 }  // namespace
 
+// --gpu-profile and --collectives: every case of the user's datasets timed on them (a calibrated profile against
+// the user's own runs on that GPU). Not with the built-in suite: its cases span several GPUs and libraries.
+void with_calibration(const po::variables_map& vm, std::vector<ValidationDataset>& datasets) {
+  for (const char* flag : {"gpu-profile", "collectives"}) {
+    if (!vm.count(flag)) continue;
+    if (!vm.count("cases")) {
+      throw InputError(std::string("--") + flag, "value", "--cases beside it (your runs on the GPU it describes; the built-in suite spans several GPUs)",
+                       "no --cases");
+    }
+    const std::string value = vm[flag].as<std::string>();
+    for (auto& d : datasets) {
+      for (auto& c : d.cases) {
+        if (c.attention && std::string(flag) == "gpu-profile") c.attention->gpu_profile = value;
+        if (!c.simulate.empty() && c.simulate.front() != "--collective") c.simulate.insert(c.simulate.end(), {std::string("--") + flag, value});
+      }
+    }
+  }
+}
+
 int run_validate(const std::vector<std::string>& args) {
   po::options_description options("validate options");
   // clang-format off
@@ -194,7 +213,10 @@ int run_validate(const std::vector<std::string>& args) {
       ("baseline", po::value<std::string>()->value_name("path"), "fail (exit 1) when a dataset's MAPE or max-length matches got worse than recorded here")
       ("write-baseline", po::value<std::string>()->value_name("path"), "record this run's figures per dataset (for --fast or all cases)")
       ("markdown", po::bool_switch(), "print Markdown tables (docs/validation.md is made of them)")
-      ("json", po::bool_switch(), "print the results as JSON");
+      ("json", po::bool_switch(), "print the results as JSON")
+      ("gpu-profile", po::value<std::string>()->value_name("name|path"),
+       "with --cases: time every case on this GPU profile (e.g. one calibrate wrote) instead of its node's GPU")
+      ("collectives", po::value<std::string>()->value_name("name|path"), "with --cases: the collective library's costs (e.g. one calibrate wrote)");
   // clang-format on
   add_memory_budget_option(options);
   po::positional_options_description positional;
@@ -212,8 +234,9 @@ int run_validate(const std::vector<std::string>& args) {
     const Json doc = json::parse(read_input_file(path, kJsonFileCapBytes, "a baseline JSON file"), path);
     baseline = doc.contains(mode) ? doc[mode] : Json::object();
   }
-  const std::vector<ValidationDataset> datasets = vm.count("cases") ? load_validation_files(vm["cases"].as<std::vector<std::string>>())
-                                                                    : builtin_validation_suite();
+  std::vector<ValidationDataset> datasets = vm.count("cases") ? load_validation_files(vm["cases"].as<std::vector<std::string>>())
+                                                              : builtin_validation_suite();
+  with_calibration(vm, datasets);
   const std::string only = vm.count("only") ? vm["only"].as<std::string>() : "";
 
   std::map<std::string, DatasetScore> scores;

@@ -167,7 +167,8 @@ po::variables_map simulate_flags(const std::vector<std::string>& args) {
 // FlashAttention's benchmark convention: forward FLOPs 4 * seqs * seq^2 * heads * head_dim (halved when causal),
 // backward 2.5x forward, over the time of the pass(es) timed.
 double attention_tflops(const AttentionShape& a) {
-  const hw::NodeProfile node = hw::load_node(a.hw, "attention.hw");
+  hw::NodeProfile node = hw::load_node(a.hw, "attention.hw");
+  if (!a.gpu_profile.empty()) node.gpu = hw::load_gpu(a.gpu_profile, "--gpu-profile");
   const std::int64_t seqs = a.tokens / a.seq;
   const auto heads = static_cast<std::int32_t>(a.hidden / a.head_dim * seqs);  // sequences of a call add up like heads
   sim::Attention shape{a.seq, a.seq, heads, heads, static_cast<std::int32_t>(a.head_dim), a.causal, false, 1};
@@ -212,6 +213,7 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
   sim::SimOptions options;
   options.record_memory = false;
   options.record_links = false;
+  options.collectives = setup.collectives ? &*setup.collectives : nullptr;
   const sim::SimResult result = sim::simulate(setup.graph, *setup.cluster, options);
   StepPrediction p;
   if (!result.completed) {

@@ -25,6 +25,7 @@ struct AttentionShape {
   bool causal = true;
   std::string pass = "fwd+bwd";  // fwd, bwd or fwd+bwd
   std::string implementation;    // the kernel the source timed: flash2, flash3 or cudnn (hw::AttentionKernel)
+  std::string gpu_profile;       // validate --gpu-profile: timed on this GPU profile instead of the node's
 };
 
 // Scan --seq over powers of two from `from` to `to`: the longest that completes is the predicted max length,

@@ -41,6 +41,8 @@ std::optional<TraceGemmPoint> gemm_call(const traces::ShapedOp& op) {
   const auto& x = op.input_dims[a];
   const auto& y = op.input_dims[a + 1];
   if (!positive_dims(x, rank) || !positive_dims(y, rank) || x[rank - 1] != y[rank - 2]) return std::nullopt;
+  // The profile's curve is of bf16 (and fp16, at the same peak) GEMMs; an fp32, TF32 or fp8 one runs at another.
+  if (op.input_types.size() > a && op.input_types[a] != "c10::BFloat16" && op.input_types[a] != "c10::Half") return std::nullopt;
   TraceGemmPoint p;
   p.gemm = sim::Gemm{x[rank - 2], y[rank - 1], x[rank - 1], hw::Dtype::bf16};
   p.batch = batched ? x[0] : 1;
@@ -127,6 +129,10 @@ void add_rank(const traces::RankTrace& rank, const traces::KernelClassifier& cla
   std::unordered_map<std::int64_t, double> seconds_by_op;
   for (const auto& a : rank.activities) {
     if (a.kind != traces::GpuActivity::Kind::kernel) continue;
+    if (a.duration_ns <= 0) {  // a kernel the profiler timed as nothing says nothing about a rate
+      ++g.unshaped["kernel(s) of no duration"];
+      continue;
+    }
     const double seconds = static_cast<double>(a.duration_ns) * 1e-9;
     if (a.collective >= 0) {
       const auto& c = rank.collectives[static_cast<std::size_t>(a.collective)];
@@ -146,7 +152,7 @@ void add_rank(const traces::RankTrace& rank, const traces::KernelClassifier& cla
       auto& entry = g.attention.try_emplace(attention->shape, *attention, std::vector<double>()).first->second;
       entry.second.push_back(seconds);
     } else {
-      ++g.unshaped[op.name + " call(s) whose recorded shapes are not understood"];
+      ++g.unshaped[op.name + " call(s) whose recorded shapes or types are not understood (or not bf16/fp16)"];
       continue;
     }
     ++g.calls;
@@ -186,7 +192,10 @@ TracePoints trace_points(const std::function<std::optional<traces::RankTrace>()>
   for (const auto& [key, seconds] : g.collectives) {
     const auto& [name, group, bytes] = key;
     if (group < 2 || !(bytes > 0) || !collective_op(name)) {
-      const char* why = group < 2 ? "a group of one moves nothing" : !(bytes > 0) ? "no size recorded" : "not a collective the simulator has";
+      const char* why = group == 0        ? "no group size recorded"
+                        : group < 2       ? "a group of one moves nothing"
+                        : !(bytes > 0)    ? "no size recorded"
+                                          : "not a collective the simulator has";
       out.notes.push_back(std::to_string(seconds.size()) + " " + name + " kernel(s) of " + format_bytes(bytes) + " over " + std::to_string(group) +
                           " GPU(s) not fitted (" + why + ")");
       continue;
@@ -298,6 +307,11 @@ void fit_attention(const TracePoints& points, const hw::GpuProfile& base, TraceF
       continue;
     }
     fits.attention.push_back(fit_attention_pass(members, kernel->second, base));
+    const AttentionKernelFit& f = fits.attention.back();
+    if (f.ceiling > 1) {
+      fits.warnings.push_back(f.family + (f.backward ? " backward" : " forward") + " at head_dim " + std::to_string(f.head_dim) + ": ceiling " +
+                              format_fixed(f.ceiling, 3) + " of the bf16 peak (table clipped at 1)");
+    }
   }
 }
 
@@ -309,13 +323,14 @@ void fit_collectives(const TracePoints& points, const hw::GpuProfile& base, Trac
                      : "PCIe, " + format_fixed(fits.link_gbps, 1) + " GB/s per direction";
   std::vector<CollectiveRow> rows;
   for (const auto& c : points.collectives) {
-    const sim::CollectiveOp op = *collective_op(c.collective);
+    const std::optional<sim::CollectiveOp> op = collective_op(c.collective);
+    if (!op || c.group_size < 2 || !(c.seconds > 0)) continue;  // trace_points keeps none of these; a hand-made point may
     const auto bytes = static_cast<std::int64_t>(c.bytes);
-    rows.push_back({static_cast<double>(sim::collective_steps(op, sim::Algorithm::ring, c.group_size)),
-                    sim::bytes_sent_per_rank(op, sim::Algorithm::ring, c.group_size, bytes) / (fits.link_gbps * 1e9), c.seconds});
+    rows.push_back({static_cast<double>(sim::collective_steps(*op, sim::Algorithm::ring, c.group_size)),
+                    sim::bytes_sent_per_rank(*op, sim::Algorithm::ring, c.group_size, bytes) / (fits.link_gbps * 1e9), c.seconds});
   }
   if (rows.size() >= 3) {
-    fits.collectives = fit_collective_costs(rows, points.origins.front(), "collective kernels");
+    fits.collectives = fit_collective_costs(rows, points.origins.empty() ? "--from-trace" : points.origins.front(), "collective kernels");
     fits.warnings.insert(fits.warnings.end(), fits.collectives->warnings.begin(), fits.collectives->warnings.end());
   } else if (!rows.empty()) {
     fits.notes.push_back("collectives: " + std::to_string(rows.size()) + " size(s) in the traces, 3 needed: no collective library written");
@@ -352,8 +367,9 @@ std::string traces_text(const TracePoints& points) {
 Json collective_points_json(const TracePoints& points) {
   Json out = Json::array();
   for (const auto& c : points.collectives) {
-    const sim::CollectiveOp op = *collective_op(c.collective);
-    const double sent = sim::bytes_sent_per_rank(op, sim::Algorithm::ring, c.group_size, static_cast<std::int64_t>(c.bytes));
+    const std::optional<sim::CollectiveOp> op = collective_op(c.collective);
+    if (!op || c.group_size < 2) continue;
+    const double sent = sim::bytes_sent_per_rank(*op, sim::Algorithm::ring, c.group_size, static_cast<std::int64_t>(c.bytes));
     out.push_back({{"collective", c.collective},
                    {"group_size", c.group_size},
                    {"bytes", c.bytes},
@@ -383,27 +399,23 @@ Json measured_source(const std::string& date, const std::string& command, const 
   return {{"kind", "measured"}, {"date", date}, {"command", command}, {"device", device}, {"basis", basis}};
 }
 
-// The fitted pass of a kernel family: its ceiling at the traced head_dim (the others scaled by the same ratio)
-// and, where fitted, its block overhead.
-void write_attention_fit(Json& doc, const AttentionKernelFit& f, const Json& source) {
-  const std::string id = "trace_attention_" + f.family + (f.backward ? "_bwd" : "_fwd");
-  Json& pass = doc["sustained"]["attention_kernels"][f.family][f.backward ? "backward" : "forward"];
-  const double ratio = f.ceiling / f.base_ceiling;
-  Json ceilings = Json::array();
-  bool placed = false;
-  for (const auto& point : pass["ceiling_by_head_dim"]) {
-    const double head_dim = point[0].get<double>();
-    if (!placed && head_dim >= f.head_dim) {
-      ceilings.push_back({f.head_dim, std::min(1.0, f.ceiling)});
-      placed = true;
-      if (head_dim == f.head_dim) continue;
-    }
-    ceilings.push_back({head_dim, std::min(1.0, point[1].get<double>() * ratio)});
-  }
-  if (!placed) ceilings.push_back({f.head_dim, std::min(1.0, f.ceiling)});
-  pass["ceiling_by_head_dim"] = ceilings;
+// A kernel family's pass from its fits (one per traced head_dim): each fitted head_dim's ceiling, the others scaled
+// by the fits' mean ratio to the base; the block overhead of the fit with the most shapes where it was fitted.
+void write_attention_pass(Json& doc, const std::vector<const AttentionKernelFit*>& fitted, const Json& source) {
+  const AttentionKernelFit& first = *fitted.front();
+  const std::string id = "trace_attention_" + first.family + (first.backward ? "_bwd" : "_fwd");
+  Json& pass = doc["sustained"]["attention_kernels"][first.family][first.backward ? "backward" : "forward"];
+  std::map<double, double> ceilings;  // head_dim -> ceiling
+  double ratio = 0;
+  for (const auto* f : fitted) ratio += f->ceiling / f->base_ceiling / static_cast<double>(fitted.size());
+  for (const auto& point : pass["ceiling_by_head_dim"]) ceilings[point[0].get<double>()] = point[1].get<double>() * ratio;
+  for (const auto* f : fitted) ceilings[f->head_dim] = f->ceiling;
+  Json table = Json::array();
+  for (const auto& [head_dim, ceiling] : ceilings) table.push_back({head_dim, std::min(1.0, ceiling)});
+  pass["ceiling_by_head_dim"] = table;
   pass["source"] = id;
-  if (f.overhead_fitted) pass["block_overhead_keys"] = {{"value", f.block_overhead_keys}, {"source", id}};
+  const auto most = std::max_element(fitted.begin(), fitted.end(), [](const auto* a, const auto* b) { return a->points < b->points; });
+  if ((*most)->overhead_fitted) pass["block_overhead_keys"] = {{"value", (*most)->block_overhead_keys}, {"source", id}};
   doc["sources"][id] = source;
 }
 
@@ -417,7 +429,7 @@ Json trace_calibrated_profile(const Json& base_document, const std::string& name
   const double peak_tflops = doc["peak_dense_tflops"]["bf16"]["value"].get<double>();
   const std::string basis = "kernel durations in the PyTorch profiler trace(s) " + traces_text(points) +
                             ", each call the sum of its op's kernels (joined by External id), its work from the op's recorded shapes; " +
-                            "one point per shape, the median of its calls; no launch cost subtracted (the simulator adds kernel_launch_ns)";
+                            "one point per shape, the median of its calls; no launch cost subtracted (the simulator adds kernel_launch_ns for the gap between kernels)";
   if (fits.gemm) {
     doc["sources"]["trace_gemm"] = measured_source(
         date, command, device,
@@ -430,8 +442,15 @@ Json trace_calibrated_profile(const Json& base_document, const std::string& name
         {"source", "trace_gemm"},
         {"note", "the fitted GEMM curve at the largest GEMM in the traces; its ceiling e_max is " + format_fixed(fits.gemm->curve.e_max, 3)}};
   }
-  for (const auto& f : fits.attention) {
-    write_attention_fit(doc, f, measured_source(date, command, device, describe_attention_fit(f) + ": " + basis));
+  std::map<std::pair<std::string, bool>, std::vector<const AttentionKernelFit*>> passes;  // (family, backward)
+  for (const auto& f : fits.attention) passes[{f.family, f.backward}].push_back(&f);
+  for (const auto& [key, fitted] : passes) {
+    std::string described;
+    for (const auto* f : fitted) described += (described.empty() ? "" : "; ") + describe_attention_fit(*f);
+    write_attention_pass(doc, fitted,
+                         measured_source(date, command, device,
+                                         described + (fitted.size() > 1 ? "; the block overhead is the fit's with the most shapes" : "") +
+                                             "; head_dims not traced scaled by the mean ratio to the base: " + basis));
   }
   doc["name"] = name;
   doc["description"] = doc["description"].get<std::string>() + ", calibrated from profiler traces of " + device + " " + date;

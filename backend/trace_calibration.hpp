@@ -5,12 +5,12 @@
 // "Input Dims" give its work. A call's time is the sum of its op's kernels' durations (cuDNN's attention backward
 // is three kernels); each distinct shape is one point, the median of its calls. Each model is fitted in the form
 // the simulator computes with (sim/cost_model.hpp), so the profile predicts these calls back:
-//  - GEMMs (aten::mm / addmm / bmm / baddbmm): the efficiency-by-FLOPs curve, fitted as the sweep's is
+//  - GEMMs (aten::mm / addmm / bmm / baddbmm, bf16 or fp16 inputs): the efficiency-by-FLOPs curve, fitted as the sweep's is
 //    (calibration.hpp), on e = FLOPs / (peak x kernel time x the GEMM's wave efficiency);
 //  - attention (the SDPA backends' inner ops: cuDNN's, seen in a real PyTorch 2.11 trace; FlashAttention-2's, from
 //    PyTorch's native_functions.yaml): the fused kernel family's model (attention_kernels.cudnn / .flash2): the
-//    ceiling at the traced head_dim and, with two shapes or more, the block overhead, by least squares on relative
-//    error; the other head_dims' ceilings are scaled by the same ratio;
+//    ceiling at each traced head_dim and, with two shapes or more, the block overhead, by least squares on relative
+//    error; the head_dims not traced have their ceilings scaled by the fits' mean ratio;
 //  - collectives: NCCL kernels with their metadata (size, group size) as the simulator's ring
 //    t = base + steps x step + bytes sent / (efficiency x link rate): a collective library beside the profile.
 // Kernel durations are the kernels alone: the simulator adds kernel_launch_ns for the gap between kernels, so no
@@ -69,7 +69,7 @@ struct TracePoints {
 // are counted in the notes, never silently dropped).
 TracePoints trace_points(const std::vector<traces::RankTrace>& ranks, const traces::KernelClassifier& classes);
 // The same over traces read one at a time (`next_rank` returns each, then none), each dropped once its calls are
-// gathered: memory holds one trace and the calls' times.
+// gathered: memory holds one trace and the calls' times (8 bytes per call). The overload above copies each rank.
 TracePoints trace_points(const std::function<std::optional<traces::RankTrace>()>& next_rank, const traces::KernelClassifier& classes);
 
 struct AttentionKernelFit {  // one kernel family's pass at one head_dim

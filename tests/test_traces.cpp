@@ -3,6 +3,8 @@
 // of a simulated step with an engine's measured one.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "common/error.hpp"
 #include "test_support.hpp"
 #include "traces/engine_compare.hpp"
@@ -222,6 +224,32 @@ TEST(EngineCompare, ARealTracesStepsRunFromOneGpuStepToTheNext) {
   }
   EXPECT_TRUE(optimizer);
   EXPECT_TRUE(c.unclassified.empty()) << c.unclassified.front().name;
+}
+
+// Kineto writes a step's GPU span once per stream that ran its work (here the compute stream and NCCL's): the
+// reader merges them into one step each, from the earliest start to the latest end.
+TEST(Kineto, AStepsGpuSpansOnSeveralStreamsAreOneStep) {
+  const test::TempDir dir;
+  std::string events;
+  for (int step : {1, 2}) {
+    const int base = step * 1000;
+    for (const auto& [tid, start, dur] : {std::tuple{7, base, 900}, std::tuple{20, base + 300, 650}}) {
+      events += R"({"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#)" + std::to_string(step) + R"(", "pid": 0, "tid": )" +
+                std::to_string(tid) + R"(, "ts": )" + std::to_string(start) + R"(, "dur": )" + std::to_string(dur) + "},\n";
+    }
+    events += R"({"ph": "X", "cat": "kernel", "name": "nvjet_gemm", "pid": 0, "tid": 7, "ts": )" + std::to_string(base + 10) +
+              R"(, "dur": 800, "args": {"device": 0, "stream": 7}},)" + "\n";
+  }
+  events.pop_back();
+  events.pop_back();
+  const std::string path = dir.write("two-streams.json", R"({"schemaVersion": 1, "traceEvents": [)" + events + "]}");
+  const RankTrace r = read_kineto_file(path);
+  ASSERT_EQ(r.gpu_steps.size(), 2u);
+  EXPECT_EQ(r.gpu_steps[0].start_ns, 1'000'000);
+  EXPECT_EQ(r.gpu_steps[0].duration_ns, 950'000);  // to the NCCL stream's end at 1950 us
+  const EngineComparison c = compare_with_engine(predicted_step(0, 1), {r}, KernelClassifier());
+  EXPECT_EQ(c.measured_steps, 2);
+  EXPECT_EQ(c.step.measured_ns, 975'000);  // the median of 1000 us (start to start) and the last step's own 950
 }
 
 // A simulated timeline trimmed to a window (simulate --trace-window) holds part of the step: its per-step totals

@@ -65,7 +65,7 @@ struct Measured {
 };
 
 // The step windows a rank's activities are counted in, each from its step's start to the next one's (the last to
-// the end of the rank's GPU activity, or of its own span): the GPU's own ProfilerStep spans where the trace has
+// the end of the rank's last kernel, or of its own span): the GPU's own ProfilerStep spans where the trace has
 // them, else the host's steps. The GPU's span of a step is cut short where a nested annotation begins (PyTorch 2.x
 // records "Optimizer.step#AdamW.step" as a span of its own on the GPU), so a GPU step runs to the next one's start,
 // not to its span's end, and that length is the step's time (a host step's is its span). The profiler's schedule
@@ -74,6 +74,10 @@ std::vector<std::pair<std::int64_t, std::int64_t>> windows(const RankTrace& r, M
   std::vector<std::pair<std::int64_t, std::int64_t>> out;
   std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = 0;
   for (const auto& a : r.activities) first = std::min(first, a.start_ns), last = std::max(last, a.start_ns + a.duration_ns);
+  std::int64_t last_kernel = 0;  // the last GPU step ends with its kernels, not with a trailing copy
+  for (const auto& a : r.activities) {
+    if (a.kind == GpuActivity::Kind::kernel) last_kernel = std::max(last_kernel, a.start_ns + a.duration_ns);
+  }
   if (r.steps.empty() && r.gpu_steps.empty()) {
     m.annotated = false;
     m.step_ns.push_back(last - first);
@@ -83,7 +87,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> windows(const RankTrace& r, M
   const std::vector<ProfilerStep>& steps = r.gpu_steps.empty() ? r.steps : r.gpu_steps;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const ProfilerStep& s = steps[i];
-    const std::int64_t end = i + 1 < steps.size() ? steps[i + 1].start_ns : std::max(s.start_ns + s.duration_ns, r.gpu_steps.empty() ? 0 : last);
+    const std::int64_t end = i + 1 < steps.size() ? steps[i + 1].start_ns : std::max(s.start_ns + s.duration_ns, r.gpu_steps.empty() ? 0 : last_kernel);
     out.emplace_back(s.start_ns, end);
     m.step_ns.push_back(r.gpu_steps.empty() ? s.duration_ns : end - s.start_ns);  // the host's spans are whole steps
   }

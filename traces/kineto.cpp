@@ -68,7 +68,7 @@ struct Event {
   bool has_collective = false;
   bool has_shapes = false;  // a shape op's args are being read (its "Input Dims" and "Concrete Inputs" kept)
   std::vector<std::vector<std::int64_t>> input_dims;
-  std::vector<std::string> concrete_inputs;
+  std::vector<std::string> concrete_inputs, input_types;
   void clear() { *this = Event{}; }
 };
 
@@ -188,6 +188,7 @@ class Walker : public nlohmann::json_sax<Json> {
   void shape_field(const Json& v) {
     if (depth_ == 6 && arg_key_ == "Input Dims" && !event_.input_dims.empty()) event_.input_dims.back().push_back(integer(v).value_or(-1));
     if (depth_ == 5 && arg_key_ == "Concrete Inputs") event_.concrete_inputs.push_back(v.is_string() ? v.get<std::string>() : json::describe(v));
+    if (depth_ == 5 && arg_key_ == "Input type") event_.input_types.push_back(v.is_string() ? v.get<std::string>() : json::describe(v));
   }
 
   [[noreturn]] void bad(const std::string& field, const std::string& expected, const std::string& found) const {
@@ -245,7 +246,8 @@ class Walker : public nlohmann::json_sax<Json> {
     }
     if (e.has_shapes && !e.input_dims.empty() && e.external_id && (e.cat == "cpu_op" || e.cat == "Operator")) {
       event_.concrete_inputs.resize(e.input_dims.size());  // older profilers record no Concrete Inputs
-      out_.shaped_ops.push_back({*e.external_id, e.name, std::move(event_.input_dims), std::move(event_.concrete_inputs)});
+      out_.shaped_ops.push_back(
+          {*e.external_id, e.name, std::move(event_.input_dims), std::move(event_.concrete_inputs), std::move(event_.input_types)});
       return;
     }
     GpuActivity a;
@@ -305,6 +307,22 @@ int dtype_bytes(const std::string& dtype) {
   return it == sizes.end() ? 0 : it->second;
 }
 
+// Kineto writes a step's GPU span once per stream that ran its work (GpuUserEventMap keys them by device and
+// stream): one step, from the earliest start to the latest end. `steps` is sorted by start.
+void merge_steps(std::vector<ProfilerStep>& steps) {
+  std::map<std::int64_t, ProfilerStep> by_number;
+  for (const ProfilerStep& s : steps) {
+    const auto [it, added] = by_number.try_emplace(s.number, s);
+    if (added) continue;
+    const std::int64_t end = std::max(it->second.start_ns + it->second.duration_ns, s.start_ns + s.duration_ns);
+    it->second.start_ns = std::min(it->second.start_ns, s.start_ns);
+    it->second.duration_ns = end - it->second.start_ns;
+  }
+  steps.clear();
+  for (const auto& [number, s] : by_number) steps.push_back(s);
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+}
+
 }  // namespace
 
 bool is_shape_op(const std::string& name) {
@@ -334,6 +352,7 @@ RankTrace read_kineto_file(const std::string& path) {
   for (auto* steps : {&out.steps, &out.gpu_steps}) {
     std::sort(steps->begin(), steps->end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   }
+  merge_steps(out.gpu_steps);
   return out;
 }
 

@@ -35,13 +35,14 @@ struct GpuActivity {
   std::int64_t external_id = -1;  // the CPU op that launched it (Kineto's "External id"); -1 when not recorded
 };
 
-// A CPU op whose kernels `calibrate --from-trace` can count FLOPs for (GEMMs and attention, shape_op_names()),
+// A CPU op whose kernels `calibrate --from-trace` can count FLOPs for (GEMMs and attention, is_shape_op),
 // with the shapes the profiler recorded (record_shapes=True: "Input Dims", "Concrete Inputs").
 struct ShapedOp {
   std::int64_t external_id = 0;
   std::string name;                                   // "aten::mm", "aten::_cudnn_attention_forward", ...
   std::vector<std::vector<std::int64_t>> input_dims;  // one list per input; empty for a non-tensor input
   std::vector<std::string> concrete_inputs;           // scalars as text ("True", "8192"); "" for tensors
+  std::vector<std::string> input_types;               // "c10::BFloat16", "float", ...; empty when not recorded
 };
 // The ops whose shapes are kept (the rest cost memory for nothing).
 bool is_shape_op(const std::string& name);
@@ -59,7 +60,9 @@ struct RankTrace {
   std::vector<std::string> names;
   std::vector<GpuActivity> activities;  // in file order
   std::vector<ProfilerStep> steps;      // the host's ProfilerStep#N, ascending by start
-  std::vector<ProfilerStep> gpu_steps;  // the device's copies of them (gpu_user_annotation, newer PyTorch), ascending
+  // The device's copies of them (gpu_user_annotation, newer PyTorch), ascending: one per step (Kineto writes one per
+  // stream that ran the step's work; they are merged into the earliest start to the latest end).
+  std::vector<ProfilerStep> gpu_steps;
   std::vector<CollectiveInfo> collectives;
   std::vector<ShapedOp> shaped_ops;  // where the trace recorded shapes, in file order
   std::string device_name;           // deviceProperties[0].name, e.g. "NVIDIA H200"; "" when not recorded
