@@ -10,6 +10,8 @@
 #include <fstream>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/calibration.hpp"
 #include "backend/trace_calibration.hpp"
 #include "common/error.hpp"
@@ -653,6 +655,17 @@ TEST(TraceCalibration, CliWritesAProfileTheSimulatorUses) {
       out.string());
   EXPECT_EQ(sim.exit_code, 0) << sim.err;
   EXPECT_NE(sim.out.find("h200-trace"), std::string::npos) << sim.out;
+  // validate times the user's own cases on it (benchmarks/results/h200-small-llama-cases.json: this job's steps).
+  const std::string cases = std::string(TRAINYARD_SOURCE_DIR) + "/benchmarks/results/h200-small-llama-cases.json";
+  const auto stock = test::run_cli("validate --cases " + cases + " --json");
+  const auto calibrated = test::run_cli("validate --cases " + cases + " --gpu-profile " + out.string() + " --json");
+  ASSERT_EQ(stock.exit_code, 0) << stock.err;
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.err;
+  const auto predicted = [](const std::string& text) {
+    return nlohmann::json::parse(text)[0]["cases"][1]["figures"][0]["predicted"].get<double>();  // the 8192-token step
+  };
+  EXPECT_LT(predicted(calibrated.out), 0.98 * predicted(stock.out));  // faster GEMMs on the fitted curve
+  EXPECT_EQ(test::run_cli("validate --gpu-profile " + out.string()).exit_code, 2);  // not with the built-in suite
   const auto refused = test::run_cli("calibrate --from-trace " + kRealTraces + "kineto-h1024-s4096.json.gz --quick --out " + out.string());
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find("--quick"), std::string::npos) << refused.err;
