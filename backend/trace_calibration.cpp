@@ -121,6 +121,8 @@ struct Gathered {
   std::int64_t calls = 0;
 };
 
+constexpr const char* kNoDuration = "kernel(s) of no duration";
+
 // One rank: every kernel's seconds summed per External id (an op's kernels), each shaped op a sample of its shape;
 // collectives by (name, group, size); the GEMM and attention kernels not tied to a shaped op counted by class.
 void add_rank(const traces::RankTrace& rank, const traces::KernelClassifier& classes, Gathered& g) {
@@ -130,7 +132,7 @@ void add_rank(const traces::RankTrace& rank, const traces::KernelClassifier& cla
   for (const auto& a : rank.activities) {
     if (a.kind != traces::GpuActivity::Kind::kernel) continue;
     if (a.duration_ns <= 0) {  // a kernel the profiler timed as nothing says nothing about a rate
-      ++g.unshaped["kernel(s) of no duration"];
+      ++g.unshaped[kNoDuration];
       continue;
     }
     const double seconds = static_cast<double>(a.duration_ns) * 1e-9;
@@ -203,8 +205,11 @@ TracePoints trace_points(const std::function<std::optional<traces::RankTrace>()>
     out.collectives.push_back({name, group, bytes, median_of(seconds), static_cast<int>(seconds.size())});
   }
   for (const auto& [what, count] : g.unshaped) {
-    out.notes.push_back(std::to_string(count) + " " + what + " (profile with record_shapes=True; ops other than aten::mm/addmm/bmm/baddbmm " +
-                        "and the cuDNN and flash SDPA ops are not read)");
+    const bool timed_nothing = what == kNoDuration;
+    out.notes.push_back(std::to_string(count) + " " + what +
+                        (timed_nothing ? std::string(" (left out)")
+                                       : " (profile with record_shapes=True; ops other than aten::mm/addmm/bmm/baddbmm and the cuDNN and "
+                                         "flash SDPA ops are not read)"));
   }
   return out;
 }

@@ -214,6 +214,7 @@ class Reader {
   RankTrace read() {
     const Table strings(db_, "StringIds");
     read_nvtx(strings);
+    reserve_activities();
     read_kernels(strings);
     read_copies();
     read_memsets();
@@ -295,17 +296,32 @@ class Reader {
     return t.column(a, "start") + ", " + t.column(a, "end") + ", " + t.column(a, "deviceId") + ", " + t.column(a, "streamId") + ", " +
            t.optional(a, "correlationId") + ", " + t.optional(a, "globalPid");
   }
+  // The GPU work's vectors sized once from the tables' row counts: grown by doubling, they would hold the old and the
+  // new copy at once (half again the memory of the activities, at the peak) and up to twice the room they need.
+  void reserve_activities() {
+    std::size_t rows = 0;
+    for (const std::string name : {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"}) {
+      if (!Table(db_, name).present()) continue;
+      Statement s(db_, "SELECT COUNT(*) FROM " + name, "table " + name);
+      if (s.next()) rows += static_cast<std::size_t>(std::max<std::int64_t>(s.integer(0), 0));
+    }
+    out_.activities.reserve(rows);
+    keys_.reserve(rows);
+  }
   void add_activity(const Statement& s, const Table& t, std::int64_t row, GpuActivity a) {
     std::tie(a.start_ns, a.duration_ns) = span(s, t, row);
     a.device = static_cast<std::int32_t>(s.integer(2));
     a.stream = static_cast<std::int32_t>(s.integer(3));
-    std::optional<std::uint64_t> key;
     if (!s.null(4)) {
-      key = launch_key(s.null(5) ? kAnyProcess : process_of(s.integer(5)), s.integer(4));
-      launches_.try_emplace(*key);
+      const std::size_t index = out_.activities.size();
+      keys_.emplace_back(launch_key(s.null(5) ? kAnyProcess : process_of(s.integer(5)), s.integer(4)), index);
+      if (is_nccl_kernel(a)) nccl_launches_.push_back({index, Launch{}});
     }
-    launch_of_.push_back(key);
     out_.activities.push_back(a);
+  }
+  bool is_nccl_kernel(const GpuActivity& a) const {
+    const std::string& name = out_.names[a.name];
+    return a.kind == GpuActivity::Kind::kernel && (name.rfind("ncclKernel", 0) == 0 || name.rfind("ncclDevKernel", 0) == 0);
   }
 
   void read_kernels(const Table& strings) {
@@ -384,51 +400,81 @@ class Reader {
     }
   }
 
-  // The runtime calls that launched the GPU work read, streamed: only the ones asked for are kept.
+  // The runtime calls that launched the GPU work read, streamed. Each call is used as it is read (its activities'
+  // step spans grow, an NCCL kernel keeps it), so that nothing is kept per activity but its key, and the keys are
+  // freed once read: a trace of millions of kernels would otherwise hold a launch for each.
   void read_launches() {
     const Table t(db_, "CUPTI_ACTIVITY_KIND_RUNTIME");
-    if (!t.present() || launches_.empty()) return;
-    Statement s(db_,
-                "SELECT " + t.column("r", "start") + ", " + t.column("r", "globalTid") + ", " + t.column("r", "correlationId") +
-                    " FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r",
-                "table CUPTI_ACTIVITY_KIND_RUNTIME");
-    while (s.next()) {
-      next_row();
-      if (s.null(0) || s.null(1) || s.null(2)) continue;
-      const std::int64_t thread = s.integer(1), correlation = s.integer(2);
-      for (const std::uint64_t key : {launch_key(process_of(thread), correlation), launch_key(kAnyProcess, correlation)}) {
-        const auto it = launches_.find(key);
-        if (it == launches_.end() || it->second.found) continue;
-        it->second = {thread, std::clamp<std::int64_t>(s.integer(0), 0, kMaxNs), true};
+    if (t.present() && !keys_.empty()) {
+      std::sort(keys_.begin(), keys_.end());
+      launched_.assign(keys_.size(), false);
+      spans_.assign(out_.steps.size(), {kMaxNs, -1});
+      Statement s(db_,
+                  "SELECT " + t.column("r", "start") + ", " + t.column("r", "globalTid") + ", " + t.column("r", "correlationId") +
+                      " FROM CUPTI_ACTIVITY_KIND_RUNTIME AS r",
+                  "table CUPTI_ACTIVITY_KIND_RUNTIME");
+      while (s.next()) {
+        next_row();
+        if (s.null(0) || s.null(1) || s.null(2)) continue;
+        const std::int64_t thread = s.integer(1), correlation = s.integer(2);
+        const Launch l{thread, std::clamp<std::int64_t>(s.integer(0), 0, kMaxNs), true};
+        for (const std::uint64_t key : {launch_key(process_of(thread), correlation), launch_key(kAnyProcess, correlation)}) launched(key, l);
       }
     }
+    std::vector<std::pair<std::uint64_t, std::size_t>>().swap(keys_);
+    std::vector<bool>().swap(launched_);
   }
-  const Launch* launch(std::size_t activity) const {
-    if (!launch_of_[activity]) return nullptr;
-    const auto it = launches_.find(*launch_of_[activity]);
-    return it != launches_.end() && it->second.found ? &it->second : nullptr;
+  // The first runtime call with a key launched every activity with that key; later ones with the same key are
+  // ignored.
+  void launched(std::uint64_t key, const Launch& l) {
+    auto it = std::lower_bound(keys_.begin(), keys_.end(), key, [](const auto& entry, std::uint64_t k) { return entry.first < k; });
+    if (it == keys_.end() || it->first != key) return;
+    const auto first = static_cast<std::size_t>(it - keys_.begin());
+    if (launched_[first]) return;
+    launched_[first] = true;
+    const std::int64_t step = step_of(l.start_ns);
+    for (; it != keys_.end() && it->first == key; ++it) {
+      if (step >= 0) extend_step(static_cast<std::size_t>(step), out_.activities[it->second]);
+      keep_nccl_launch(it->second, l);
+    }
+  }
+  // The host step whose range holds `start_ns` (the last to start at or before it), or -1 for none.
+  std::int64_t step_of(std::int64_t start_ns) const {
+    const auto& steps = out_.steps;
+    auto it = std::upper_bound(steps.begin(), steps.end(), start_ns, [](std::int64_t t, const ProfilerStep& s) { return t < s.start_ns; });
+    if (it == steps.begin()) return -1;
+    --it;
+    return start_ns > it->start_ns + it->duration_ns ? -1 : it - steps.begin();
+  }
+  void extend_step(std::size_t step, const GpuActivity& a) {
+    auto& span = spans_[step];
+    span = {std::min(span.first, a.start_ns), std::max(span.second, a.start_ns + a.duration_ns)};
+    linked_ = true;
+  }
+  void keep_nccl_launch(std::size_t activity, const Launch& l) {
+    if (nccl_launches_.empty()) return;
+    const auto it = std::lower_bound(nccl_launches_.begin(), nccl_launches_.end(), activity,
+                                     [](const auto& entry, std::size_t i) { return entry.first < i; });
+    if (it != nccl_launches_.end() && it->first == activity) it->second = l;
   }
 
   // An NCCL kernel gets the NCCL ranges enclosing its launch on the launching thread, innermost first: the name of
   // the first that has one, the size of the first that has one.
   void link_collectives() {
-    for (std::size_t i = 0; i < out_.activities.size(); ++i) {
-      GpuActivity& a = out_.activities[i];
-      const std::string& name = out_.names[a.name];
-      if (a.kind != GpuActivity::Kind::kernel || (name.rfind("ncclKernel", 0) != 0 && name.rfind("ncclDevKernel", 0) != 0)) continue;
-      const Launch* l = launch(i);
-      if (l == nullptr) continue;
-      const auto thread = nccl_ranges_.find(l->thread);
+    for (const auto& [activity, l] : nccl_launches_) {
+      if (!l.found) continue;
+      GpuActivity& a = out_.activities[activity];
+      const auto thread = nccl_ranges_.find(l.thread);
       if (thread == nccl_ranges_.end()) continue;
       const auto& ranges = thread->second;
       CollectiveInfo info;
       std::int64_t bytes = 0;
       // Ranges starting after the launch cannot hold it; none longer than the longest starts before it minus that.
-      auto it = std::upper_bound(ranges.begin(), ranges.end(), l->start_ns, [](std::int64_t t, const NcclRange& r) { return t < r.start_ns; });
+      auto it = std::upper_bound(ranges.begin(), ranges.end(), l.start_ns, [](std::int64_t t, const NcclRange& r) { return t < r.start_ns; });
       while (it != ranges.begin()) {
         --it;
-        if (it->start_ns < l->start_ns - longest_range_ns_) break;
-        if (it->end_ns < l->start_ns) continue;
+        if (it->start_ns < l.start_ns - longest_range_ns_) break;
+        if (it->end_ns < l.start_ns) continue;
         if (info.name.empty()) info.name = it->collective;
         if (bytes == 0) bytes = it->bytes;
       }
@@ -443,27 +489,13 @@ class Reader {
   // step (the GPU runs behind the host, so this work often ends after the host step, even after the next one
   // starts). engine_compare counts GPU work in the GPU's steps where a trace has them; with the host's only it would
   // cut the steps at the host's boundaries and lose what runs after the last host step. A step that launched
-  // nothing gets an empty span at its host start. No work linked to any step (no runtime table): no spans.
+  // nothing gets an empty span at its host start. No work linked to any step (no runtime table): no spans. The spans
+  // grew while the runtime calls were read (read_launches).
   void project_steps() {
     const auto& steps = out_.steps;
-    if (steps.empty()) return;
-    std::vector<std::pair<std::int64_t, std::int64_t>> spans(steps.size(), {kMaxNs, -1});  // first start, last end
-    bool linked = false;
-    for (std::size_t i = 0; i < out_.activities.size(); ++i) {
-      const Launch* l = launch(i);
-      if (l == nullptr) continue;
-      auto it = std::upper_bound(steps.begin(), steps.end(), l->start_ns, [](std::int64_t t, const ProfilerStep& s) { return t < s.start_ns; });
-      if (it == steps.begin()) continue;
-      --it;
-      if (l->start_ns > it->start_ns + it->duration_ns) continue;
-      const GpuActivity& a = out_.activities[i];
-      auto& span = spans[static_cast<std::size_t>(it - steps.begin())];
-      span = {std::min(span.first, a.start_ns), std::max(span.second, a.start_ns + a.duration_ns)};
-      linked = true;
-    }
-    if (!linked) return;
+    if (!linked_) return;
     for (std::size_t i = 0; i < steps.size(); ++i) {
-      const auto [first, last] = spans[i];
+      const auto [first, last] = spans_[i];
       out_.gpu_steps.push_back(last < 0 ? ProfilerStep{steps[i].number, steps[i].start_ns, 0} : ProfilerStep{steps[i].number, first, last - first});
     }
     std::sort(out_.gpu_steps.begin(), out_.gpu_steps.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
@@ -472,8 +504,13 @@ class Reader {
   Database db_;
   RankTrace out_;
   std::unordered_map<std::string, std::uint32_t> name_ids_;
-  std::unordered_map<std::uint64_t, Launch> launches_;                    // (process, correlationId) -> the runtime call
-  std::vector<std::optional<std::uint64_t>> launch_of_;                   // per activity: its key in launches_
+  // Until the runtime calls are read: (process << 32 | correlationId, activity), sorted by key once all the GPU work
+  // is read, and per key (at its first entry) whether a runtime call has launched it yet.
+  std::vector<std::pair<std::uint64_t, std::size_t>> keys_;
+  std::vector<bool> launched_;
+  std::vector<std::pair<std::size_t, Launch>> nccl_launches_;             // NCCL kernels with a key, by activity: their launch
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans_;              // per host step: first start, last end of its GPU work
+  bool linked_ = false;                                                   // any GPU work launched in a host step
   std::unordered_map<std::int64_t, std::vector<NcclRange>> nccl_ranges_;  // globalTid -> ranges by start
   std::int64_t longest_range_ns_ = 0;
 };
