@@ -143,6 +143,31 @@ int calibrate_cpu(const std::vector<std::string>& args, std::optional<LoadedDocu
   }
 }
 
+// What calibrate --from-trace fitted and wrote, and how to predict with it.
+void print_trace_calibration(std::ostream& out, const hw::GpuProfile& before, const hw::GpuProfile& after, const backend::TracePoints& points,
+                             const backend::TraceFits& fits, std::size_t traces, const std::string& profile_path, const std::string& library_path) {
+  print_summary(out, before, after);
+  out << "\nfrom " << traces << " trace(s) of " << (points.device_name.empty() ? "an unnamed GPU" : points.device_name) << ": " << points.calls
+      << " GEMM and attention calls in " << points.gemm.size() << " GEMM and " << points.attention.size() << " attention shapes; "
+      << points.collectives.size() << " collective sizes\n";
+  for (const auto& f : fits.attention) {
+    out << "attention " << f.family << (f.backward ? " backward" : " forward") << ", head_dim " << f.head_dim << ": ceiling "
+        << format_fixed(100 * f.base_ceiling, 1) << "% -> " << format_fixed(100 * f.ceiling, 1) << "% of peak, block overhead "
+        << format_fixed(f.block_overhead_keys, 0) << " keys" << (f.overhead_fitted ? " (fitted)" : " (the base's)") << ", rms error "
+        << format_fixed(100 * f.rms_relative_error, 1) << "% over " << f.points << " shape(s)\n";
+  }
+  out << "wrote " << profile_path << " (profile '" << after.name << "')";
+  if (!library_path.empty()) {
+    out << " and " << library_path << " (collectives: " << format_fixed(fits.collectives->base_s * 1e6, 1) << " us + "
+        << format_fixed(fits.collectives->step_s * 1e6, 1) << " us per step at " << format_fixed(100 * fits.collectives->efficiency, 0) << "% of "
+        << fits.link << ")";
+  }
+  out << "\npredict with: trainyard simulate --plan PLAN --gpu-profile " << profile_path
+      << (library_path.empty() ? "" : " --collectives " + library_path) << "\n";
+  for (const auto& n : fits.notes) out << "note: " << n << "\n";
+  for (const auto& w : fits.warnings) out << "warning: " << w << "\n";
+}
+
 // --from-trace: the curves fitted from an engine's profiler traces (backend/trace_calibration.hpp), from the
 // built-in profile of the GPU the traces name unless --base says otherwise. Nothing is written unless the profile
 // (and the collective library, where fitted) load.
@@ -187,25 +212,7 @@ int calibrate_from_traces(const std::vector<std::string>& args, const std::vecto
   write_file_atomically(out, std::string_view(doc.dump(2) + "\n"));
   if (library) write_file_atomically(library_path, std::string_view(library->dump(2) + "\n"));
 
-  print_summary(std::cout, before, after);
-  std::cout << "\nfrom " << files.size() << " trace(s) of " << (points.device_name.empty() ? "an unnamed GPU" : points.device_name) << ": "
-            << points.calls << " GEMM and attention calls in " << points.gemm.size() << " GEMM and " << points.attention.size()
-            << " attention shapes; " << points.collectives.size() << " collective sizes\n";
-  for (const auto& f : fits.attention) {
-    std::cout << "attention " << f.family << (f.backward ? " backward" : " forward") << ", head_dim " << f.head_dim << ": ceiling "
-              << format_fixed(100 * f.base_ceiling, 1) << "% -> " << format_fixed(100 * f.ceiling, 1) << "% of peak, block overhead "
-              << format_fixed(f.block_overhead_keys, 0) << " keys" << (f.overhead_fitted ? " (fitted)" : " (the base's)") << ", rms error "
-              << format_fixed(100 * f.rms_relative_error, 1) << "% over " << f.points << " shape(s)\n";
-  }
-  std::cout << "wrote " << out << " (profile '" << after.name << "')";
-  if (library) {
-    std::cout << " and " << library_path << " (collectives: " << format_fixed(fits.collectives->base_s * 1e6, 1) << " us + "
-              << format_fixed(fits.collectives->step_s * 1e6, 1) << " us per step at " << format_fixed(100 * fits.collectives->efficiency, 0)
-              << "% of " << fits.link << ")";
-  }
-  std::cout << "\npredict with: trainyard simulate --plan PLAN --gpu-profile " << out << (library ? " --collectives " + library_path : "") << "\n";
-  for (const auto& n : fits.notes) std::cout << "note: " << n << "\n";
-  for (const auto& w : fits.warnings) std::cout << "warning: " << w << "\n";
+  print_trace_calibration(std::cout, before, after, points, fits, files.size(), out, library ? library_path : "");
   return 0;
 }
 

@@ -96,9 +96,9 @@ boost::program_options::options_description simulate_options();
 struct SimulationSetup {
   std::optional<sim::Cluster> cluster;  // always set
   sim::TaskGraph graph;
-  std::string origin;                          // the file or "--strategy NAME"
-  std::optional<planner::RingTrackPlan> ring;  // ringtrack: the rings it chose, reported beside the metrics
-  std::optional<planner::PlanFile> plan_file;  // --plan: its stored prediction is compared with the simulation
+  std::string origin;                                    // the file or "--strategy NAME"
+  std::optional<planner::RingTrackPlan> ring;            // ringtrack: the rings it chose, reported beside the metrics
+  std::optional<planner::PlanFile> plan_file;            // --plan: its stored prediction is compared with the simulation
   std::optional<stacks::CollectiveLibrary> collectives;  // --collectives; none: NCCL's (SimOptions::collectives)
   // --strategy and --plan: the model and workload, so the MFU can be restated in the stack's own convention.
   struct Step {

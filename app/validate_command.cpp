@@ -190,8 +190,8 @@ void with_calibration(const po::variables_map& vm, std::vector<ValidationDataset
   for (const char* flag : {"gpu-profile", "collectives"}) {
     if (!vm.count(flag)) continue;
     if (!vm.count("cases")) {
-      throw InputError(std::string("--") + flag, "value", "--cases beside it (your runs on the GPU it describes; the built-in suite spans several GPUs)",
-                       "no --cases");
+      throw InputError(std::string("--") + flag, "value",
+                       "--cases beside it (your runs on the GPU it describes; the built-in suite spans several GPUs)", "no --cases");
     }
     const std::string value = vm[flag].as<std::string>();
     for (auto& d : datasets) {

@@ -194,10 +194,10 @@ TracePoints trace_points(const std::function<std::optional<traces::RankTrace>()>
   for (const auto& [key, seconds] : g.collectives) {
     const auto& [name, group, bytes] = key;
     if (group < 2 || !(bytes > 0) || !collective_op(name)) {
-      const char* why = group == 0        ? "no group size recorded"
-                        : group < 2       ? "a group of one moves nothing"
-                        : !(bytes > 0)    ? "no size recorded"
-                                          : "not a collective the simulator has";
+      const char* why = group == 0     ? "no group size recorded"
+                        : group < 2    ? "a group of one moves nothing"
+                        : !(bytes > 0) ? "no size recorded"
+                                       : "not a collective the simulator has";
       out.notes.push_back(std::to_string(seconds.size()) + " " + name + " kernel(s) of " + format_bytes(bytes) + " over " + std::to_string(group) +
                           " GPU(s) not fitted (" + why + ")");
       continue;
@@ -432,9 +432,10 @@ Json trace_calibrated_profile(const Json& base_document, const std::string& name
   const std::string date = utc_now().substr(0, 10);
   const std::string device = points.device_name.empty() ? "the GPU the traces were taken on (not recorded)" : points.device_name;
   const double peak_tflops = doc["peak_dense_tflops"]["bf16"]["value"].get<double>();
-  const std::string basis = "kernel durations in the PyTorch profiler trace(s) " + traces_text(points) +
-                            ", each call the sum of its op's kernels (joined by External id), its work from the op's recorded shapes; " +
-                            "one point per shape, the median of its calls; no launch cost subtracted (the simulator adds kernel_launch_ns for the gap between kernels)";
+  const std::string basis =
+      "kernel durations in the PyTorch profiler trace(s) " + traces_text(points) +
+      ", each call the sum of its op's kernels (joined by External id), its work from the op's recorded shapes; " +
+      "one point per shape, the median of its calls; no launch cost subtracted (the simulator adds kernel_launch_ns for the gap between kernels)";
   if (fits.gemm) {
     doc["sources"]["trace_gemm"] = measured_source(
         date, command, device,

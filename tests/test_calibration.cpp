@@ -664,7 +664,7 @@ TEST(TraceCalibration, CliWritesAProfileTheSimulatorUses) {
   const auto predicted = [](const std::string& text) {
     return nlohmann::json::parse(text)[0]["cases"][1]["figures"][0]["predicted"].get<double>();  // the 8192-token step
   };
-  EXPECT_LT(predicted(calibrated.out), 0.98 * predicted(stock.out));  // faster GEMMs on the fitted curve
+  EXPECT_LT(predicted(calibrated.out), 0.98 * predicted(stock.out));                // faster GEMMs on the fitted curve
   EXPECT_EQ(test::run_cli("validate --gpu-profile " + out.string()).exit_code, 2);  // not with the built-in suite
   const auto refused = test::run_cli("calibrate --from-trace " + kRealTraces + "kineto-h1024-s4096.json.gz --quick --out " + out.string());
   EXPECT_EQ(refused.exit_code, 2);

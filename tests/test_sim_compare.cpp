@@ -123,7 +123,7 @@ TEST(SimCompare, StepAndPeakHbmErrors) {
   auto measured_json = simulated_trace();
   const Timeline predicted = parse_timeline(measured_json, "p.json");
   measured_json["otherData"]["step_ns"] = predicted.step_ns * 2;
-  measured_json["otherData"]["selection"]["end_ns"] = predicted.step_ns * 2;  // the whole (longer) step
+  measured_json["otherData"]["selection"]["end_ns"] = predicted.step_ns * 2;          // the whole (longer) step
   measured_json["otherData"]["peak_hbm_bytes"][3] = predicted.peak_hbm_bytes[0] * 4;  // one GPU used 4x the largest predicted peak
   const Comparison c = compare(predicted, parse_timeline(measured_json, "m.json"));
   EXPECT_NEAR(c.step.error(), -0.5, 1e-9);
