@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check in one run, for a lent GPU machine (run on an H100 on 2026-11-27 and an H200 on 2026-11-28:
+# Every GPU check in one run, for a lent GPU machine (run on an H100 on 2026-11-27 and two H200s on 2026-11-28:
 # benchmarks/results/gpu.md).
 # Each check runs under a time limit (all of them together under 10 minutes) and its log is kept; a failing
 # check does not stop the others.
@@ -71,7 +71,7 @@ check run-medium-calibrated 50 "$trainyard" run --plan examples/medium-ringtrack
 # Every scheme the executor runs, on one GPU, against the CPU reference (--check): the small model again, Megatron
 # with full recompute and offloaded checkpoints, ZeRO-3 with the optimizer step on the host (cudaLaunchHostFunc)
 # and parameters offloaded, ZeRO-2 with activations offloaded, ring-track with its weights streamed from the host,
-# FPDT (NOT RUN ON A GPU before this check).
+# FPDT (run on an H200 on 2026-11-28: --check passes).
 python3 - "$work" <<'PY'
 import json, os, sys
 plan = json.load(open("examples/small-ringtrack-gpu.plan.json"))
