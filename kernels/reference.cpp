@@ -1,6 +1,7 @@
 #include "kernels/reference.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -404,11 +405,16 @@ void adamw_host(const AdamW& opt, int step, std::int64_t n, float* master, float
   constexpr std::int64_t kBlock = 1 << 16;  // parameters per job: 1.25 MiB of states and gradients
   const auto blocks = static_cast<std::size_t>((std::max<std::int64_t>(n, 0) + kBlock - 1) / kBlock);
   parallel_for(blocks, resolve_threads(threads), [&](std::size_t b) {
-    const auto first = static_cast<std::int64_t>(b) * kBlock;
-    const auto count = static_cast<std::size_t>(std::min(kBlock, n - first));
-    std::vector<float> rounded(count);
-    adamw_ref(opt, step, {master + first, count}, {m + first, count}, {v + first, count}, {grad + first, count}, rounded);
-    for (std::size_t i = 0; i < count; ++i) weights_bf16[first + static_cast<std::int64_t>(i)] = to_bf16(rounded[i]);
+    // The rounded weights go through a buffer on the stack: a heap buffer of a block's size is an mmap and fresh
+    // pages each call, which cost milliseconds per step where page faults are slow (a sandboxed GPU host).
+    constexpr std::int64_t kSlice = 2048;
+    std::array<float, kSlice> rounded;
+    const std::int64_t end = std::min(static_cast<std::int64_t>(b + 1) * kBlock, n);
+    for (std::int64_t first = static_cast<std::int64_t>(b) * kBlock; first < end; first += kSlice) {
+      const auto count = static_cast<std::size_t>(std::min(kSlice, end - first));
+      adamw_ref(opt, step, {master + first, count}, {m + first, count}, {v + first, count}, {grad + first, count}, {rounded.data(), count});
+      for (std::size_t i = 0; i < count; ++i) weights_bf16[first + static_cast<std::int64_t>(i)] = to_bf16(rounded[i]);
+    }
   });
 }
 
