@@ -182,11 +182,8 @@ int calibrate_from_traces(const std::vector<std::string>& args, const std::vecto
     }
     for (auto& file : traces::kineto_files(path)) files.push_back(std::move(file));
   }
-  std::size_t next = 0;  // one trace in memory at a time
-  const auto next_trace = [&]() {
-    return next < files.size() ? std::optional<traces::RankTrace>(traces::read_kineto_file(files[next++])) : std::nullopt;
-  };
-  const backend::TracePoints points = backend::trace_points(next_trace, traces::KernelClassifier(kernel_classes));
+  const backend::TracePoints points = backend::trace_points(traces::read_each(files, traces::read_kineto_file),
+                                                            traces::KernelClassifier(kernel_classes));
   if (!base) {
     const auto match = backend::builtin_gpu_for_device(points.device_name);
     if (!match) {

@@ -40,15 +40,10 @@ int run_compare(const std::vector<std::string>& args) {
   const bool nsys = traces::looks_like_sqlite(measured_path);  // first: looks_like_kineto takes any directory
   if (nsys || traces::looks_like_kineto(measured_path)) {
     const traces::KernelClassifier classes(vm.count("kernel-classes") ? vm["kernel-classes"].as<std::string>() : "");
-    // One rank's trace in memory at a time: a large job's traces do not fit at once.
-    const std::vector<std::string> files = nsys ? traces::nsys_files(measured_path) : traces::kineto_files(measured_path);
-    std::size_t next = 0;
-    const auto next_rank = [&]() -> std::optional<traces::RankTrace> {
-      if (next == files.size()) return std::nullopt;
-      const std::string& file = files[next++];
-      return nsys ? traces::read_nsys_file(file) : traces::read_kineto_file(file);
-    };
-    const auto c = traces::compare_with_engine(predicted, next_rank, classes);
+    const auto c = nsys
+                       ? traces::compare_with_engine(predicted, traces::read_each(traces::nsys_files(measured_path), traces::read_nsys_file), classes)
+                       : traces::compare_with_engine(predicted, traces::read_each(traces::kineto_files(measured_path), traces::read_kineto_file),
+                                                     classes);
     if (as_json) {
       std::cout << traces::engine_comparison_json(c).dump(2) << "\n";
     } else {

@@ -7,7 +7,6 @@
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 
 #include "backend/calibrate_device.hpp"
@@ -161,10 +160,6 @@ void check_series(const std::vector<CopyPoint>& points, const std::string& what)
   if (points.size() < 2) throw InputError(kOrigin, what, "at least 2 sizes to fit", std::to_string(points.size()));
 }
 
-Json measured_source(const PeerMeasurements& m, const std::string& command, const std::string& date, const std::string& basis) {
-  return Json{{"kind", "measured"}, {"date", date}, {"command", command}, {"device", m.transport}, {"basis", basis}};
-}
-
 std::string today() { return utc_now().substr(0, 10); }
 
 Json points_json(const std::vector<CopyPoint>& points) {
@@ -289,7 +284,7 @@ CollectiveCostFit fit_collective_costs(const std::vector<CollectiveRow>& rows, c
 
 void add_peer_link(Json& gpu_document, const PeerMeasurements& m, const PeerFits& fits, const std::string& command) {
   gpu_document["sources"]["calib_peers"] = measured_source(
-      m, command, today(),
+      today(), command, m.transport,
       "messages of " + format_bytes(m.p2p.front().bytes) + " to " + format_bytes(m.p2p.back().bytes) + " between ranks 0 and 1; " + m.method +
           "; t = latency + bytes / rate, least squares on relative error: rate " + format_fixed(fits.link_gbps, 2) + " GB/s, latency " +
           format_fixed(fits.p2p.fixed_s * 1e6, 2) + " us, rms error " + format_fixed(100 * fits.p2p.rms_relative_error, 1) + "%");
@@ -338,11 +333,11 @@ Json peer_node_profile(const std::string& name, const std::string& gpu_file, con
                                   std::to_string(m.ranks) + " ranks (GPUs of profile " + gpu_file +
                                   "), their messages as links to one switch (the shared-memory transport), one socket's memory; calibrated " + date},
               {"sources",
-               {{"calib_link", measured_source(m, command, date, link_basis)},
-                {"calib_memory", measured_source(m, command, date,
+               {{"calib_link", measured_source(date, command, m.transport, link_basis)},
+                {"calib_memory", measured_source(date, command, m.transport,
                                                  "the GPU profile's calibrated memory traffic (hbm_GBps x hbm_efficiency): copies inside "
                                                  "the device, which are this machine's memory")},
-                {"calib_host", measured_source(m, command, date, "sysconf(_SC_PHYS_PAGES) x sysconf(_SC_PAGE_SIZE)")},
+                {"calib_host", measured_source(date, command, m.transport, "sysconf(_SC_PHYS_PAGES) x sysconf(_SC_PAGE_SIZE)")},
                 {"est_pcie",
                  {{"kind", "estimate"},
                   {"basis",
@@ -372,7 +367,7 @@ Json peer_collective_library(const std::string& name, const PeerMeasurements& m,
       {"description", "the CPU device's collectives over MPI (" + m.transport + ") as the executor calls them, one protocol fitted from " +
                           "all-reduces and all-to-alls over " + std::to_string(m.ranks) + " ranks; the same step latency on every link class"},
       {"sources",
-       {{"calib_collectives", measured_source(m, command, date,
+       {{"calib_collectives", measured_source(date, command, m.transport,
                                               "all-reduces (fp32 sum) and all-to-alls of " + format_bytes(m.all_reduce.front().bytes) + " to " +
                                                   format_bytes(m.all_reduce.back().bytes) + " over " + std::to_string(m.ranks) + " ranks; " +
                                                   m.method + "; " + describe_collective_fit(fits))}}},
@@ -383,14 +378,8 @@ Json peer_collective_library(const std::string& name, const PeerMeasurements& m,
   return doc;
 }
 
-std::string peer_node_path(const std::string& gpu_out) {
-  const std::filesystem::path p(gpu_out);
-  return (p.parent_path() / (p.stem().string() + "-node.json")).string();
-}
+std::string peer_node_path(const std::string& gpu_out) { return path_beside(gpu_out, "-node.json"); }
 
-std::string peer_library_path(const std::string& gpu_out) {
-  const std::filesystem::path p(gpu_out);
-  return (p.parent_path() / (p.stem().string() + "-mpi.json")).string();
-}
+std::string peer_library_path(const std::string& gpu_out) { return path_beside(gpu_out, "-mpi.json"); }
 
 }  // namespace trainyard::backend

@@ -487,6 +487,15 @@ void drop_unreferenced_sources(Json& doc) {
   }
 }
 
+Json measured_source(const std::string& date, const std::string& command, const std::string& device, const std::string& basis) {
+  return {{"kind", "measured"}, {"date", date}, {"command", command}, {"device", device}, {"basis", basis}};
+}
+
+std::string path_beside(const std::string& gpu_out, const std::string& suffix) {
+  const fs::path p(gpu_out);
+  return (p.parent_path() / (p.stem().string() + suffix)).string();
+}
+
 Json efficiency_table_json(const SaturatingFit& fit) {
   Json points = Json::array();
   for (const auto& [f, e] : curve_table(fit)) points.push_back({f, e});
@@ -522,9 +531,7 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
   const std::string date = m.started_utc.substr(0, std::min<std::size_t>(10, m.started_utc.size()));
   const std::string time = m.started_utc.size() >= 19 ? m.started_utc.substr(11, 8) + " UTC" : m.started_utc;
   const std::string device = m.device.describe();
-  const auto measured = [&](const std::string& basis) {
-    return Json{{"kind", "measured"}, {"date", date}, {"command", m.command}, {"device", device}, {"basis", "started " + time + "; " + basis}};
-  };
+  const auto measured = [&](const std::string& basis) { return measured_source(date, m.command, device, "started " + time + "; " + basis); };
   const double peak_tflops = doc["peak_dense_tflops"]["bf16"]["value"].get<double>();
   const std::string efficiency = "; e = FLOPs / (bf16 peak " + format_fixed(peak_tflops, 1) +
                                  " TFLOP/s x (time per call - kernel_launch_ns)), FLOPs in the simulator's convention";

@@ -193,6 +193,10 @@ json::Json kernel_points_json(std::span<const KernelPoint> points);
 json::Json saturating_json(const SaturatingFit& fit, std::size_t dropped);
 // Removes the "sources" entries no figure or table refers to any more (the estimates a calibration replaced).
 void drop_unreferenced_sources(json::Json& doc);
+// A "measured" source: when, by which command, on what, and how it was measured and fitted.
+json::Json measured_source(const std::string& date, const std::string& command, const std::string& device, const std::string& basis);
+// NAME<suffix> beside NAME.json, for the files a calibration writes next to its GPU profile ("-node.json", ...).
+std::string path_beside(const std::string& gpu_out, const std::string& suffix);
 
 // `base_document` (trainyard.gpu.v1) named `name`, with its sustained figures and tables replaced by the fitted
 // ones, each with a measured source (date, command, device, basis: how it was measured and fitted), sources

@@ -4,7 +4,6 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -164,14 +163,13 @@ void add_rank(const traces::RankTrace& rank, const traces::KernelClassifier& cla
 }  // namespace
 
 TracePoints trace_points(const std::vector<traces::RankTrace>& ranks, const traces::KernelClassifier& classes) {
-  std::size_t next = 0;
-  return trace_points([&]() { return next < ranks.size() ? std::optional<traces::RankTrace>(ranks[next++]) : std::nullopt; }, classes);
+  return trace_points(traces::each_rank(ranks), classes);
 }
 
-TracePoints trace_points(const std::function<std::optional<traces::RankTrace>()>& next_rank, const traces::KernelClassifier& classes) {
+TracePoints trace_points(const traces::RankSource& next_rank, const traces::KernelClassifier& classes) {
   TracePoints out;
   Gathered g;
-  while (const std::optional<traces::RankTrace> rank = next_rank()) {  // each dropped once gathered
+  while (const traces::RankTrace* rank = next_rank()) {
     out.origins.push_back(rank->origin);
     if (out.device_name.empty()) out.device_name = rank->device_name;
     if (!rank->device_name.empty() && rank->device_name != out.device_name) {
@@ -263,14 +261,10 @@ AttentionKernelFit fit_attention_pass(const std::vector<const TraceAttentionPoin
   return f;
 }
 
-}  // namespace
-
-namespace {
-
 std::string describe_attention_fit(const AttentionKernelFit& f) {
   return f.family + (f.backward ? " backward" : " forward") + " at head_dim " + std::to_string(f.head_dim) + " from " + std::to_string(f.points) +
          " shape(s): ceiling " + format_fixed(f.ceiling, 4) + " of the bf16 peak (the base's " + format_fixed(f.base_ceiling, 4) +
-         "; the other head_dims' ceilings scaled by the same ratio), block overhead " + format_fixed(f.block_overhead_keys, 1) + " key positions" +
+         "), block overhead " + format_fixed(f.block_overhead_keys, 1) + " key positions" +
          (f.overhead_fitted ? " (fitted)" : " (the base's: one shape, or the fit's was negative)") +
          ", t = block x (key positions + blocks x overhead) x heads x 4 x head_dim" + (f.backward ? " x 2.5" : "") +
          " / (peak x ceiling) by least squares on relative error, rms error " + format_fixed(100 * f.rms_relative_error, 1) + "%";
@@ -400,10 +394,6 @@ Json gemm_points_json(const TracePoints& points) {
   return kernel_points_json(kernel_points);
 }
 
-Json measured_source(const std::string& date, const std::string& command, const std::string& device, const std::string& basis) {
-  return {{"kind", "measured"}, {"date", date}, {"command", command}, {"device", device}, {"basis", basis}};
-}
-
 // A kernel family's pass from its fits (one per traced head_dim): each fitted head_dim's ceiling, the others scaled
 // by the fits' mean ratio to the base; the block overhead of the fit with the most shapes where it was fitted.
 void write_attention_pass(Json& doc, const std::vector<const AttentionKernelFit*>& fitted, const Json& source) {
@@ -502,18 +492,13 @@ Json trace_collective_library(const std::string& name, const TracePoints& points
           {"name", name},
           {"description",
            "collectives as the traced run's NCCL ran them, one protocol fitted from its kernels; the same step latency on every link class"},
-          {"sources",
-           {{"trace_collectives",
-             {{"kind", "measured"}, {"date", utc_now().substr(0, 10)}, {"command", command}, {"device", points.device_name}, {"basis", basis}}}}},
+          {"sources", {{"trace_collectives", measured_source(utc_now().substr(0, 10), command, points.device_name, basis)}}},
           {"protocols", Json::array({{{"name", "trace"},
                                       {"efficiency", {{"value", f.efficiency}, {"source", "trace_collectives"}}},
                                       {"base_latency_us", {{"ring", base}, {"tree", base}}},
                                       {"step_latency_us", {{"ring", by_link}, {"tree", by_link}}}}})}};
 }
 
-std::string trace_library_path(const std::string& gpu_out) {
-  const std::filesystem::path p(gpu_out);
-  return (p.parent_path() / (p.stem().string() + "-collectives.json")).string();
-}
+std::string trace_library_path(const std::string& gpu_out) { return path_beside(gpu_out, "-collectives.json"); }
 
 }  // namespace trainyard::backend

@@ -17,7 +17,6 @@
 // launch cost is subtracted here.
 // Plain C++: built and tested everywhere.
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,9 +67,9 @@ struct TracePoints {
 // The points of every rank's trace. `classes` names the GEMM and attention kernels that had no shaped op (they
 // are counted in the notes, never silently dropped).
 TracePoints trace_points(const std::vector<traces::RankTrace>& ranks, const traces::KernelClassifier& classes);
-// The same over traces read one at a time (`next_rank` returns each, then none), each dropped once its calls are
-// gathered: memory holds one trace and the calls' times (8 bytes per call). The overload above copies each rank.
-TracePoints trace_points(const std::function<std::optional<traces::RankTrace>()>& next_rank, const traces::KernelClassifier& classes);
+// The same over a source of ranks (traces::read_each: one trace in memory at a time); the calls' times are kept,
+// 8 bytes per call.
+TracePoints trace_points(const traces::RankSource& next_rank, const traces::KernelClassifier& classes);
 
 struct AttentionKernelFit {  // one kernel family's pass at one head_dim
   std::string family;

@@ -119,10 +119,12 @@ double block_keys(const Attention& a, double block) {
   return whole * (kv - q) + block * whole * (whole + 1) / 2 + (blocks - whole) * kv;
 }
 
+}  // namespace
+
 // Useful share of the tiles a GEMM's waves compute: partial tiles at the edges and a partial last wave cost whole
 // ones. Only for GEMMs of at least one full wave: below that cuBLAS picks split-K or smaller tiles, and the
 // profile's efficiency-by-FLOPs curve stands for them.
-double wave_efficiency(const Gemm& g, const hw::GpuProfile& gpu) {
+double gemm_wave_efficiency(const Gemm& g, const hw::GpuProfile& gpu) {
   const double rows = gpu.sustained.gemm_tile_rows.value, cols = gpu.sustained.gemm_tile_cols.value;
   if (rows <= 0 || cols <= 0) return 1;
   const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), sms = gpu.sm_count.value;
@@ -130,9 +132,6 @@ double wave_efficiency(const Gemm& g, const hw::GpuProfile& gpu) {
   if (tiles < sms) return 1;
   return m * n / (std::ceil(tiles / sms) * sms * rows * cols);
 }
-}  // namespace
-
-double gemm_wave_efficiency(const Gemm& g, const hw::GpuProfile& gpu) { return wave_efficiency(g, gpu); }
 
 AttentionBlockWork attention_block_work(const Attention& a, double block_queries) {
   return {block_keys(a, block_queries), std::ceil(static_cast<double>(a.q_len) / block_queries)};
@@ -198,7 +197,7 @@ std::int64_t ComputeModel::duration_ns(const Task& task) const {
     compute_ns = attention_ns(task, c);
   } else if (c.hardware_flops > 0) {
     const Gemm& g = std::get<Gemm>(task.params);
-    compute_ns = c.hardware_flops / (gpu.peak_tflops(g.dtype) * 1e3 * gpu.sustained.gemm.at(c.hardware_flops) * wave_efficiency(g, gpu));
+    compute_ns = c.hardware_flops / (gpu.peak_tflops(g.dtype) * 1e3 * gpu.sustained.gemm.at(c.hardware_flops) * gemm_wave_efficiency(g, gpu));
   }
   if (task.kind() == TaskKind::elementwise) {
     if (const stacks::ElementwiseCost* e = stack_->elementwise(elementwise_class(task.op.code))) hbm_bytes *= e->hbm_passes.value;

@@ -37,7 +37,6 @@ ComputeCost compute_cost(const TaskParams& params);
 
 stacks::ElementwiseClass elementwise_class(OpCode code);
 
-// The GPU and host of one node as a stack drives them; built once per simulation.
 // The parts of the compute model calibrate --from-trace inverts (backend/trace_calibration.hpp):
 // - a GEMM's useful share of the tiles its waves compute (1 below one full wave); its time is
 //   FLOPs / (peak x gemm.at(FLOPs) x gemm_wave_efficiency);
@@ -51,6 +50,7 @@ struct AttentionBlockWork {
 };
 AttentionBlockWork attention_block_work(const Attention& a, double block_queries);
 
+// The GPU and host of one node as a stack drives them; built once per simulation.
 class ComputeModel {
  public:
   ComputeModel(const hw::NodeProfile& node, const stacks::StackProfile& stack);

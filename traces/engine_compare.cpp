@@ -87,7 +87,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> windows(const RankTrace& r, M
   const std::vector<ProfilerStep>& steps = r.gpu_steps.empty() ? r.steps : r.gpu_steps;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const ProfilerStep& s = steps[i];
-    const std::int64_t end = i + 1 < steps.size() ? steps[i + 1].start_ns : std::max(s.start_ns + s.duration_ns, r.gpu_steps.empty() ? 0 : last_kernel);
+    const std::int64_t end = i + 1 < steps.size() ? steps[i + 1].start_ns
+                                                  : std::max(s.start_ns + s.duration_ns, r.gpu_steps.empty() ? 0 : last_kernel);
     out.emplace_back(s.start_ns, end);
     m.step_ns.push_back(r.gpu_steps.empty() ? s.duration_ns : end - s.start_ns);  // the host's spans are whole steps
   }
@@ -211,20 +212,17 @@ void size_contradictions(const Predicted& p, const Measured& m, std::vector<std:
 }  // namespace
 
 EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::vector<RankTrace>& measured, const KernelClassifier& classes) {
-  std::size_t next = 0;
-  return compare_with_engine(
-      predicted, [&]() { return next < measured.size() ? std::optional<RankTrace>(measured[next++]) : std::nullopt; }, classes);
+  return compare_with_engine(predicted, each_rank(measured), classes);
 }
 
-EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::function<std::optional<RankTrace>()>& next_rank,
-                                     const KernelClassifier& classes) {
+EngineComparison compare_with_engine(const sim::Timeline& predicted, const RankSource& next_rank, const KernelClassifier& classes) {
   sim::require_whole_step(predicted);
   EngineComparison c;
   c.predicted_origin = predicted.origin;
   const Predicted p = tally_predicted(predicted);
   Measured m;
   int ranks = 0;
-  while (std::optional<RankTrace> r = next_rank()) {  // each rank dropped once tallied: memory holds one rank's trace
+  while (const RankTrace* r = next_rank()) {
     if (ranks == 0) c.measured_origin = r->origin;
     tally_rank(*r, classes, m);
     ++ranks;

@@ -14,8 +14,6 @@
 // and as the host runs ahead, the first step's window may hold none of the work before it while the last loses what
 // ran after its host step ended.
 #include <cstdint>
-#include <functional>
-#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -30,7 +28,7 @@ namespace trainyard::traces {
 struct EngineComparison {
   std::string predicted_origin, measured_origin;
   int predicted_gpus = 0, measured_ranks = 0, measured_steps = 0;  // the steps compared, summed over the ranks
-  bool steps_annotated = true;  // false: no ProfilerStep#N in the traces; the whole trace is one step
+  bool steps_annotated = true;                                     // false: no ProfilerStep#N in the traces; the whole trace is one step
   sim::ComparisonRow step;
   std::vector<sim::ComparisonRow> by_class;        // per GPU per step (times and counts), classes present on either side
   std::vector<sim::ComparisonRow> by_stream_kind;  // "compute", "communication", "copies in", "copies out"
@@ -39,16 +37,15 @@ struct EngineComparison {
     std::int64_t ns = 0;  // per GPU per step
     int count = 0;
   };
-  std::vector<Kernel> unclassified;            // the largest ten
-  std::vector<std::string> contradictions;     // one sentence each
-  std::vector<sim::ComparisonRow> largest;     // the classes by |predicted - measured|, largest first
+  std::vector<Kernel> unclassified;         // the largest ten
+  std::vector<std::string> contradictions;  // one sentence each
+  std::vector<sim::ComparisonRow> largest;  // the classes by |predicted - measured|, largest first
 };
 
 EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::vector<RankTrace>& measured, const KernelClassifier& classes);
-// The same over ranks read one at a time: `next_rank` returns each rank's trace, then none; each is dropped once
-// tallied, so the memory holds one rank's trace (a trace per rank of a large job does not fit at once).
-EngineComparison compare_with_engine(const sim::Timeline& predicted, const std::function<std::optional<RankTrace>()>& next_rank,
-                                     const KernelClassifier& classes);
+// The same over a source of ranks (traces::read_each: one rank's trace in memory at a time, as a large job's traces
+// do not fit at once).
+EngineComparison compare_with_engine(const sim::Timeline& predicted, const RankSource& next_rank, const KernelClassifier& classes);
 void print_engine_comparison(std::ostream& out, const EngineComparison& c);
 json::Json engine_comparison_json(const EngineComparison& c);
 

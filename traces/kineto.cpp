@@ -308,7 +308,7 @@ int dtype_bytes(const std::string& dtype) {
 }
 
 // Kineto writes a step's GPU span once per stream that ran its work (GpuUserEventMap keys them by device and
-// stream): one step, from the earliest start to the latest end. `steps` is sorted by start.
+// stream): one step, from the earliest start to the latest end; the steps come out sorted by start.
 void merge_steps(std::vector<ProfilerStep>& steps) {
   std::map<std::int64_t, ProfilerStep> by_number;
   for (const ProfilerStep& s : steps) {
@@ -349,9 +349,7 @@ RankTrace read_kineto_file(const std::string& path) {
   if (!walker.saw_events()) throw InputError(path, "traceEvents", "an array of trace events (a PyTorch profiler trace)", "none");
   walker.link_collectives();
   if (out.activities.empty()) throw InputError(path, "traceEvents", "GPU kernels, copies or memsets (a trace of a GPU run)", "none");
-  for (auto* steps : {&out.steps, &out.gpu_steps}) {
-    std::sort(steps->begin(), steps->end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
-  }
+  std::sort(out.steps.begin(), out.steps.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
   merge_steps(out.gpu_steps);
   return out;
 }
@@ -373,11 +371,33 @@ std::vector<std::string> kineto_files(const std::string& path) {
       "trace files (*.json or *.json.gz, one per rank)");
 }
 
-std::vector<RankTrace> read_kineto(const std::string& path) {
+std::vector<RankTrace> read_kineto(const std::string& path) { return read_ranks(kineto_files(path), read_kineto_file); }
+
+std::vector<RankTrace> read_ranks(const std::vector<std::string>& files, RankReader read) {
   std::vector<RankTrace> ranks;
-  for (const auto& f : kineto_files(path)) ranks.push_back(read_kineto_file(f));
+  for (const auto& f : files) ranks.push_back(read(f));
   std::stable_sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
   return ranks;
+}
+
+RankSource each_rank(const std::vector<RankTrace>& ranks) {
+  auto next = std::make_shared<std::size_t>(0);
+  return [&ranks, next]() { return *next < ranks.size() ? &ranks[(*next)++] : nullptr; };
+}
+
+RankSource read_each(std::vector<std::string> files, RankReader read) {
+  struct State {
+    std::vector<std::string> files;
+    std::size_t next = 0;
+    std::optional<RankTrace> current;
+  };
+  auto state = std::make_shared<State>(State{std::move(files), 0, std::nullopt});
+  return [state, read]() -> const RankTrace* {
+    state->current.reset();  // before the next is read: one trace in memory
+    if (state->next == state->files.size()) return nullptr;
+    state->current = read(state->files[state->next++]);
+    return &*state->current;
+  };
 }
 
 bool looks_like_kineto(const std::string& path) {

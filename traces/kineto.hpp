@@ -74,6 +74,18 @@ struct RankTrace {
 RankTrace read_kineto_file(const std::string& path);
 // A file, or every *.json / *.json.gz file of a directory (one per rank), ordered by rank (then name).
 std::vector<RankTrace> read_kineto(const std::string& path);
+
+// One rank's trace file read (read_kineto_file, read_nsys_file).
+using RankReader = RankTrace (*)(const std::string& path);
+// Every file's trace, ordered by rank (then name).
+std::vector<RankTrace> read_ranks(const std::vector<std::string>& files, RankReader read);
+// A job's traces one rank at a time: each call gives the next rank's trace, valid until the next call, or null when
+// there is none left.
+using RankSource = std::function<const RankTrace*()>;
+// The traces of `ranks` (which must outlive the source), not copied.
+RankSource each_rank(const std::vector<RankTrace>& ranks);
+// The files read in turn, each trace freed before the next is read: memory holds one rank's trace.
+RankSource read_each(std::vector<std::string> files, RankReader read);
 // The files read_kineto reads: `path` itself, or a directory's *.json / *.json.gz by name (InputError for none).
 std::vector<std::string> kineto_files(const std::string& path);
 // `path` itself, or the files of a directory whose names `is_trace` takes, by name; InputError naming `expected`

@@ -538,12 +538,7 @@ std::vector<std::string> nsys_files(const std::string& path) {
       path, [](const std::string& name) { return name.ends_with(".sqlite"); }, "Nsight Systems SQLite exports (*.sqlite, one per rank)");
 }
 
-std::vector<RankTrace> read_nsys(const std::string& path) {
-  std::vector<RankTrace> ranks;
-  for (const auto& f : nsys_files(path)) ranks.push_back(read_nsys_file(f));
-  std::stable_sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  return ranks;
-}
+std::vector<RankTrace> read_nsys(const std::string& path) { return read_ranks(nsys_files(path), read_nsys_file); }
 
 bool looks_like_sqlite(const std::string& path) {
   std::error_code ec;
