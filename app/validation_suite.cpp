@@ -110,7 +110,49 @@ ValidationCase parse_case(const json::Reader& r) {
   return c;
 }
 
+model::FlopConvention parse_flop_convention(const json::Reader& conv) {
+  model::FlopConvention c;
+  c.causal_attention_halved = conv.boolean("causal_attention_halved");
+  c.recompute_counted = conv.boolean("recompute_counted");
+  c.input_embedding_counted = conv.boolean("input_embedding_counted");
+  return c;
+}
+
+ValidationReading parse_reading(const json::Reader& r) {
+  ValidationReading reading;
+  reading.name = r.string("name");
+  if (r.has("replace")) {
+    const json::Reader replace = r.object("replace");
+    for (const auto& [from, to] : r.raw("replace").items()) reading.replace[from] = replace.string(from);
+    replace.finish();
+  }
+  if (r.has("flop_convention")) {
+    const json::Reader conv = r.object("flop_convention");
+    reading.convention = parse_flop_convention(conv);
+    reading.convention_text = conv.string("text");
+    conv.finish();
+  }
+  if (reading.replace.empty() && !reading.convention) r.fail("replace", "flag values to replace, or a \"flop_convention\"", "neither");
+  r.finish();
+  return reading;
+}
+
 }  // namespace
+
+ValidationDataset under_reading(const ValidationDataset& dataset, const ValidationReading& reading) {
+  ValidationDataset d = dataset;
+  d.readings.clear();
+  if (reading.convention) {
+    d.convention = *reading.convention;
+    d.convention_text = reading.convention_text;
+  }
+  for (auto& c : d.cases) {
+    for (auto& arg : c.simulate) {
+      if (const auto it = reading.replace.find(arg); it != reading.replace.end()) arg = it->second;
+    }
+  }
+  return d;
+}
 
 ValidationDataset parse_validation_dataset(const Json& document, const std::string& origin) {
   const json::Reader r(document, origin);
@@ -121,13 +163,14 @@ ValidationDataset parse_validation_dataset(const Json& document, const std::stri
   d.title = r.string("title");
   d.source = r.string("source");
   const json::Reader conv = r.object("flop_convention");
-  d.convention.causal_attention_halved = conv.boolean("causal_attention_halved");
-  d.convention.recompute_counted = conv.boolean("recompute_counted");
-  d.convention.input_embedding_counted = conv.boolean("input_embedding_counted");
+  d.convention = parse_flop_convention(conv);
   if (conv.has("peak_tflops")) d.peak_tflops = conv.number("peak_tflops", {1, 1e6, "TFLOP/s", false});
   d.convention_text = conv.string("text");
   conv.finish();
   for (const auto& c : r.objects("cases")) d.cases.push_back(parse_case(c));
+  if (r.has("readings")) {
+    for (const auto& reading : r.objects("readings")) d.readings.push_back(parse_reading(reading));
+  }
   for (std::size_t i = 0; i < d.cases.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       if (d.cases[i].name == d.cases[j].name) throw InputError(origin, "cases", "distinct case names", "\"" + d.cases[i].name + "\" twice");

@@ -51,6 +51,16 @@ struct ValidationCase {
   std::string note;                         // what the source leaves unstated and what was assumed
 };
 
+// Another reasonable reading of what a source leaves unstated (the testbed's NIC, the FLOP convention of its
+// MFU): the same cases with some flag values replaced, or under another convention. validate reports the error
+// under each reading beside the dataset's own, so a choice between readings is shown, not hidden.
+struct ValidationReading {
+  std::string name;
+  std::map<std::string, std::string> replace;  // a simulate flag value -> the value this reading uses instead
+  std::optional<model::FlopConvention> convention;
+  std::string convention_text;
+};
+
 struct ValidationDataset {
   std::string name;
   std::string title;
@@ -60,7 +70,11 @@ struct ValidationDataset {
   double peak_tflops = 0;  // the peak the source divides by for MFU; 0: the GPU profile's bf16 dense peak
   std::string convention_text;
   std::vector<ValidationCase> cases;
+  std::vector<ValidationReading> readings;
 };
+
+// The dataset as `reading` reads it (same name): its convention, every case's flags with the reading's replacements.
+ValidationDataset under_reading(const ValidationDataset& dataset, const ValidationReading& reading);
 
 // The figures a case may publish: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, peak_hbm_gib, max_seq,
 // busbw_gbps, algbw_gbps, time_us (collectives), attention_tflops (kernels).

@@ -498,6 +498,9 @@ sim::TaskId ZeroBuilder::reduce_gradients(const std::string& prefix, double para
                                                      over_everyone(op, reduce_bytes_per_param_ * params), all_last(), kReduceStream),
                                        carries);
   reductions_.push_back(reduce);
+  // Where the stack does not overlap this stage's reductions (DeepSpeed's overlap_comm off), they run on the
+  // compute stream: every GPU's next kernel waits for the reduction.
+  if (!in_.cluster.stack.zero_overlap_comm.overlaps(p_.stage)) std::fill(last_.begin(), last_.end(), reduce);
   for (std::int32_t l = carries.kv_first; l <= carries.kv_last; ++l) last_reduction_[l] = reduce;
   if (carries.carries_head_gradients()) last_reduction_[model_.layers] = reduce;
   if (carries.carries_embedding_gradients()) last_reduction_[model_.layers + 1] = reduce;

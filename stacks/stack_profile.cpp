@@ -137,6 +137,14 @@ StackProfile parse_stack(const json::Json& document, const std::string& origin) 
     s.checkpoint_offload.source = c.source("source", sources);
     c.finish();
   }
+  if (top.has("zero_overlap_comm")) {
+    const json::Reader z = top.object("zero_overlap_comm");
+    for (std::size_t stage = 0; stage < s.zero_overlap_comm.by_stage.size(); ++stage) {
+      s.zero_overlap_comm.by_stage[stage] = z.boolean("stage_" + std::to_string(stage));
+    }
+    s.zero_overlap_comm.source = z.source("source", sources);
+    z.finish();
+  }
 
   const json::Reader host = top.object("host");
   s.host.dispatch_us_per_kernel = host.figure("dispatch_us_per_kernel", Bound{0, 10000, "us"}, sources);

@@ -4,6 +4,7 @@
 // issuing each kernel, what memory it holds beyond the tensors the plan allocates, and the FLOP convention its
 // own logs use for MFU. The same step graph runs differently under Megatron-LM, DeepSpeed or torchtitan; the
 // simulator reads these figures instead of assuming one ideal stack. Plain C++.
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,6 +78,14 @@ struct StackProfile {
     bool pinned = true;
     json::Source source;
   } checkpoint_offload;
+  // Whether the ZeRO family's gradient reductions run beside the backward (on their own stream) or hold up the
+  // compute stream until each is done, per ZeRO stage 0-3 (DeepSpeed's overlap_comm: on by default for stage 3
+  // only). Optional in a stack file: absent means every stage overlaps.
+  struct ZeroOverlap {
+    std::array<bool, 4> by_stage{true, true, true, true};
+    json::Source source;
+    bool overlaps(int stage) const { return by_stage.at(static_cast<std::size_t>(stage)); }
+  } zero_overlap_comm;
   struct Host {
     Figure dispatch_us_per_kernel;       // host time to issue one kernel (framework, dispatcher, driver launch)
     bool sync_before_optimizer = false;  // the host waits for the GPU before the optimizer (e.g. grad-norm .item())
