@@ -111,6 +111,11 @@ LoggedMfu logged_mfu(const SimulationSetup::Step& step, const sim::SimResult& re
   return {per_gpu_flops_per_s / result.peak_flops_per_gpu, per_gpu_flops_per_s * 1e-12};
 }
 
+ErrorBar step_error_bar(const SimulationSetup::Step& step, const sim::Cluster& cluster) {
+  return error_bar(prediction_kind(step.scheme, cluster.node.gpu.name, cluster.stack.name, static_cast<double>(step.workload.seq_len),
+                                   static_cast<double>(step.workload.tokens()) / step.gpus));
+}
+
 stacks::StackProfile stack_from_flags(const po::variables_map& vm) {
   return vm.count("stack") ? stacks::load_stack(vm["stack"].as<std::string>(), "--stack") : stacks::default_stack();
 }
@@ -501,7 +506,8 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     graph = build_plan_step(loaded, loaded.plan.spec, origin, &*ring, memory_budget(vm));
     if (ring->rings.empty()) ring.reset();  // only ring-track builds rings
     const bool full = loaded.plan.spec.recomputed_layer_share(loaded.model.layers) == 1;
-    setup.step = SimulationSetup::Step{loaded.model, plan_file->workload, full, plan_file->nodes * loaded.cluster->node.gpu_count()};
+    setup.step = SimulationSetup::Step{loaded.model, plan_file->workload, full, plan_file->nodes * loaded.cluster->node.gpu_count(),
+                                       loaded.plan.spec.scheme};
     cluster = std::move(loaded.cluster);
   } else if (from_graph) {
     for (const char* flag : {"sequence-parallel", "tp-comm-overlap", "distributed-optimizer", "no-symmetry"}) {
@@ -559,7 +565,7 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     const planner::FlagValues flags = flag_values(vm);
     const planner::Recompute recompute = planner::recompute_flag(flags);
     const planner::StepInputs inputs{model, *cluster, workload, model::precision_policy(vm["precision"].as<std::string>())};
-    setup.step = SimulationSetup::Step{model, workload, recompute == planner::Recompute::full, cluster->gpus()};
+    setup.step = SimulationSetup::Step{model, workload, recompute == planner::Recompute::full, cluster->gpus(), strategy};
     planner::PlanSpec spec = scheme->from_flags(flags, *cluster);
     spec.scheme = strategy;
     planner::check_plan(inputs, spec);
@@ -764,10 +770,15 @@ int run_simulate(const std::vector<std::string>& args) {
   }
   if (trace) write_trace(*trace, result, graph, *cluster);
   std::optional<LoggedMfu> logged;
-  if (setup.step && result.completed) logged = logged_mfu(*setup.step, result, cluster->stack.mfu_convention);
+  std::optional<ErrorBar> bar;  // how far published runs like this one were off
+  if (setup.step && result.completed) {
+    logged = logged_mfu(*setup.step, result, cluster->stack.mfu_convention);
+    bar = step_error_bar(*setup.step, *cluster);
+  }
   if (vm["json"].as<bool>()) {
     Json out = sim::metrics_json(result, graph, *cluster);
     if (logged) out["stack"]["as_logged"] = {{"mfu", logged->mfu}, {"tflops_per_gpu", logged->tflops_per_gpu}};
+    if (bar) out["error_bar"] = bar->json();
     if (setup.replicas > 0) {
       out["symmetry"] = {{"unit", setup.symmetry_unit},
                          {"replicas", setup.replicas},
@@ -795,6 +806,7 @@ int run_simulate(const std::vector<std::string>& args) {
                 << (c.causal_attention_halved ? "causal-halved" : "over the full square") << ", recompute "
                 << (c.recompute_counted ? "counted" : "not counted") << ")\n";
     }
+    if (bar) std::cout << "error bar      " << bar->text() << " (docs/validation.md, Error bars)\n";
   }
   // A plan that does not fit, or cannot finish, is not malformed input: exit 1 with the report.
   if (result.oom) {

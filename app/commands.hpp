@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "app/error_bars.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "hwprofiles/node.hpp"
 #include "planner/hotspa.hpp"
@@ -106,6 +107,7 @@ struct SimulationSetup {
     planner::Workload workload;
     bool full_recompute = false;  // every layer's forward runs twice (a convention may count it)
     int gpus = 0;                 // of the whole step (a symmetry reduction simulates fewer)
+    std::string scheme;           // the --strategy or the plan's scheme
   };
   std::optional<Step> step;
   // Symmetry reduction (planner/symmetry.hpp): the replicas (`symmetry_unit` says what they are),
@@ -126,6 +128,8 @@ struct LoggedMfu {
   double tflops_per_gpu = 0;
 };
 LoggedMfu logged_mfu(const SimulationSetup::Step& step, const sim::SimResult& result, const model::FlopConvention& convention);
+// The error bar of this step's prediction: how far trainyard was off on the published runs most like it.
+ErrorBar step_error_bar(const SimulationSetup::Step& step, const sim::Cluster& cluster);
 stacks::StackProfile stack_from_flags(const boost::program_options::variables_map& vm);
 SimulationSetup setup_simulation(const boost::program_options::variables_map& vm);
 // simulate --collective OP --bytes S --hw NODE [--nodes N] [--algorithm A]: the lone collective, simulated.

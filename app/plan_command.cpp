@@ -47,11 +47,12 @@ void keep_runnable(planner::SearchOptions& search, const std::string& device) {
 
 std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
 
-Json plan_json(const planner::RankedPlan& p) {
+Json plan_json(const planner::RankedPlan& p, const ErrorBar& bar) {
   return {{"scheme", p.spec.scheme},
           {"summary", p.spec.summary()},
           {"parameters", planner::parameters_json(p.spec)},
-          {"metrics", planner::metrics_json(p.metrics)}};
+          {"metrics", planner::metrics_json(p.metrics)},
+          {"error_bar", bar.json()}};
 }
 
 // Why a scheme has no plan, for --json.
@@ -69,11 +70,15 @@ Json no_fit_json(const planner::SchemeNoFit& s) {
   return j;
 }
 
-void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p) {
+constexpr const char* kBarLegend =
+    "published runs like this: trainyard's step-time error on the nearest published runs (10th..90th percentile, cases; negative: "
+    "predicted too fast; docs/validation.md, Error bars)\n";
+
+void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p, const ErrorBar& bar) {
   const auto& m = p.metrics;
   table.add_row({rank, p.spec.scheme, p.spec.summary(), seconds(m.step_s), format_number(std::round(m.tokens_per_s)),
                  format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
-                 format_bytes(static_cast<double>(m.peak_dram_bytes)), m.bottleneck});
+                 format_bytes(static_cast<double>(m.peak_dram_bytes)), m.bottleneck, bar.short_text()});
 }
 
 // Why `other` loses to `winner`, in one sentence: the largest per-GPU difference among recompute, other
@@ -204,6 +209,11 @@ int run_plan(const std::vector<std::string>& args) {
   }
   const std::string precision = vm["precision"].as<std::string>();
   const planner::StepInputs inputs{model, cluster, workload, model::precision_policy(precision)};
+  // Each plan's error bar: how far trainyard was off on the published runs most like it (app/error_bars.hpp).
+  const auto bar_of = [&](const planner::RankedPlan& p, std::int64_t seq) {
+    const double tokens = static_cast<double>(seq) * static_cast<double>(workload.global_batch);
+    return error_bar(prediction_kind(p.spec.scheme, cluster.node.gpu.name, cluster.stack.name, static_cast<double>(seq), tokens / cluster.gpus()));
+  };
   const planner::Objective objective = planner::parse_objective(vm["objective"].as<std::string>());
   const bool as_json = vm["json"].as<bool>();
   if (objective == planner::Objective::max_seq && (vm.count("out") || vm.count("trace"))) {
@@ -234,22 +244,23 @@ int run_plan(const std::vector<std::string>& args) {
 
   if (objective == planner::Objective::max_seq) {
     Json out = Json::array();
-    TextTable table({"scheme", "max length", "plan", "MFU there", "peak HBM/GPU", "peak DRAM/node"}, {false, true, false, true, true, true});
+    TextTable table({"scheme", "max length", "plan", "MFU there", "peak HBM/GPU", "peak DRAM/node", "published runs like this"},
+                    {false, true, false, true, true, true, false});
     for (const auto& scheme : search.schemes) {
       if (interrupted()) break;
       progress.set_phase("longest sequence for " + scheme);
       search.progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "probes"); };
       const auto best = planner::max_sequence(inputs, scheme, search);
       if (!best) {
-        table.add_row({scheme, "< 1K", "no plan fits", "", "", ""});
+        table.add_row({scheme, "< 1K", "no plan fits", "", "", "", ""});
         out.push_back({{"scheme", scheme}, {"max_seq_len", nullptr}});
         continue;
       }
       const auto& m = best->plan.metrics;
       table.add_row({scheme, format_tokens(best->seq_len) + (best->limited_by_budget ? " (budget)" : ""), best->plan.spec.summary(),
                      format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
-                     format_bytes(static_cast<double>(m.peak_dram_bytes))});
-      Json j = plan_json(best->plan);
+                     format_bytes(static_cast<double>(m.peak_dram_bytes)), bar_of(best->plan, best->seq_len).short_text()});
+      Json j = plan_json(best->plan, bar_of(best->plan, best->seq_len));
       j["max_seq_len"] = best->seq_len;
       j["limited_by_budget"] = best->limited_by_budget;
       out.push_back(j);
@@ -261,6 +272,7 @@ int run_plan(const std::vector<std::string>& args) {
       std::cout << "longest trainable sequence per scheme (multiples of 1K tokens), " << model.name << " on " << nodes << " x " << cluster.node.name
                 << (interrupted() ? " (interrupted: partial)" : "") << "\n\n";
       table.print(std::cout);
+      std::cout << kBarLegend;
     }
     return interrupted() ? kInterruptedExitCode : 0;
   }
@@ -307,9 +319,9 @@ int run_plan(const std::vector<std::string>& args) {
   const double rate = elapsed > 0 ? static_cast<double>(report.simulated) / elapsed : 0;
   if (as_json) {
     Json ranked = Json::array(), per_scheme = Json::array();
-    for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) ranked.push_back(plan_json(report.ranked[i]));
+    for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) ranked.push_back(plan_json(report.ranked[i], bar_of(report.ranked[i], workload.seq_len)));
     for (const auto& p : report.best_of_scheme) {
-      per_scheme.push_back(plan_json(p));
+      per_scheme.push_back(plan_json(p, bar_of(p, workload.seq_len)));
       per_scheme.back()["gap"] = p.gap;
     }
     Json out{{"model", model_name},
@@ -338,10 +350,11 @@ int run_plan(const std::vector<std::string>& args) {
   std::cout << "plans for " << model.name << " at " << format_tokens(workload.seq_len) << " tokens x " << workload.global_batch << " per step on "
             << nodes << " x " << cluster.node.name << ", objective " << vm["objective"].as<std::string>()
             << (report.interrupted ? " (interrupted: best found so far)" : "") << "\n\n";
-  TextTable table({"rank", "scheme", "parameters", "step", "tokens/s", "MFU", "peak HBM/GPU", "peak DRAM/node", "bottleneck"},
-                  {true, false, false, true, true, true, true, true, false});
+  TextTable table({"rank", "scheme", "parameters", "step", "tokens/s", "MFU", "peak HBM/GPU", "peak DRAM/node", "bottleneck",
+                   "published runs like this"},
+                  {true, false, false, true, true, true, true, true, false, false});
   for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) {
-    add_plan_row(table, std::to_string(i + 1), report.ranked[i]);
+    add_plan_row(table, std::to_string(i + 1), report.ranked[i], bar_of(report.ranked[i], workload.seq_len));
   }
   // The best plan of every scheme, even when it is not in the top k.
   for (const auto& p : report.best_of_scheme) {
@@ -349,9 +362,10 @@ int run_plan(const std::vector<std::string>& args) {
     const auto rank = static_cast<std::size_t>(
         std::find_if(report.ranked.begin(), report.ranked.end(), [&](const auto& r) { return r.spec.scheme == p.spec.scheme; }) -
         report.ranked.begin());
-    if (rank >= static_cast<std::size_t>(top)) add_plan_row(table, std::to_string(rank + 1), p);
+    if (rank >= static_cast<std::size_t>(top)) add_plan_row(table, std::to_string(rank + 1), p, bar_of(p, workload.seq_len));
   }
   table.print(std::cout);
+  std::cout << kBarLegend;
   for (const auto& p : report.best_of_scheme) {
     if (p.gap > 0) {
       std::cout << p.spec.scheme << ": the best of its simulated plans; by the bounds, none of its skipped plans can be more than "

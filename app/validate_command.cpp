@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "app/error_bars.hpp"
 #include "app/validation_suite.hpp"
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
@@ -198,6 +199,30 @@ void write_baseline(const std::string& path, const std::string& mode, const std:
   write_file_atomically(path, std::string_view(doc.dump(2) + "\n"));
 }
 
+// Each step case's figures about the step's speed, as error records (app/error_bars.hpp).
+void add_error_records(const ValidationDataset& d, const std::vector<CaseResult>& results, std::vector<ErrorRecord>& records) {
+  for (const auto& r : results) {
+    if (!r.kind || !r.error.empty()) continue;
+    for (const auto& c : r.comparisons) {
+      if (const auto e = step_time_error(c.metric, c.published, c.predicted)) records.push_back({d.name, r.name, c.metric, *r.kind, *e});
+    }
+  }
+}
+
+Json coverage_json(const Coverage& c) {
+  return {{"covered", c.covered}, {"with_bar", c.with_bar}, {"without_bar", c.without_bar},
+          {"fraction", c.with_bar ? static_cast<double>(c.covered) / c.with_bar : 0.0}};
+}
+
+// "error bars: the bar left out of its own case covers 41 of 52 published step figures (79%); 3 have no bar"
+std::string coverage_text(const Coverage& c) {
+  std::string out = "error bars (each case left out of its own): cover " + std::to_string(c.covered) + " of " + std::to_string(c.with_bar) +
+                    " published step figures";
+  if (c.with_bar) out += " (" + format_fixed(100.0 * c.covered / c.with_bar, 0) + "%)";
+  if (c.without_bar) out += "; " + std::to_string(c.without_bar) + " have no validated case near them";
+  return out;
+}
+
 }  // namespace
 
 // --gpu-profile and --collectives: every case of the user's datasets timed on them (a calibrated profile against
@@ -228,6 +253,8 @@ int run_validate(const std::vector<std::string>& args) {
       ("cases", po::value<std::vector<std::string>>()->value_name("path")->composing(), "a dataset file of your own (repeatable); replaces the built-in suite")
       ("baseline", po::value<std::string>()->value_name("path"), "fail (exit 1) when a dataset's MAPE or max-length matches got worse than recorded here")
       ("write-baseline", po::value<std::string>()->value_name("path"), "record this run's figures per dataset (for --fast or all cases)")
+      ("write-error-bars", po::value<std::string>()->value_name("path"),
+       "record every step case's signed step-time error and what it was (validation/error_bars.json: the error bars of simulate, plan and the GUI)")
       ("markdown", po::bool_switch(), "print Markdown tables (docs/validation.md is made of them)")
       ("json", po::bool_switch(), "print the results as JSON")
       ("gpu-profile", po::value<std::string>()->value_name("name|path"),
@@ -241,7 +268,7 @@ int run_validate(const std::vector<std::string>& args) {
             options, positional, vm)) {
     return 0;
   }
-  check_output_flags(vm, {"write-baseline"});
+  check_output_flags(vm, {"write-baseline", "write-error-bars"});
   const bool fast = vm["fast"].as<bool>();
   const std::string mode = fast ? "fast" : "all";
   std::optional<Json> baseline;
@@ -256,6 +283,7 @@ int run_validate(const std::vector<std::string>& args) {
   const std::string only = vm.count("only") ? vm["only"].as<std::string>() : "";
 
   std::map<std::string, DatasetScore> scores;
+  std::vector<ErrorRecord> records;
   Json out = Json::array();
   const auto run_cases = [&](const ValidationDataset& d) {
     std::vector<CaseResult> results;
@@ -272,6 +300,7 @@ int run_validate(const std::vector<std::string>& args) {
     if (results.empty()) continue;
     const DatasetScore s = score(results);
     scores[d.name] = s;
+    add_error_records(d, results, records);
     // The other readings of what the source leaves unstated (not with --fast: CI holds the dataset's own reading).
     std::vector<ReadingScore> readings;
     for (const auto& reading : fast ? std::vector<ValidationReading>{} : d.readings) {
@@ -282,7 +311,15 @@ int run_validate(const std::vector<std::string>& args) {
     else print_text(d, results, s, readings);
   }
   if (scores.empty()) throw InputError("--only", "value", "a dataset name or part of a case name that exists", "\"" + only + "\"");
-  if (vm["json"].as<bool>()) std::cout << out.dump(2) << "\n";
+  const Coverage covered = coverage(records);
+  if (vm["json"].as<bool>()) {
+    std::cout << Json{{"datasets", out}, {"error_bar_coverage", coverage_json(covered)}}.dump(2) << "\n";
+  } else {
+    std::cout << coverage_text(covered) << "\n";
+  }
+  if (vm.count("write-error-bars")) {
+    write_file_atomically(vm["write-error-bars"].as<std::string>(), std::string_view(error_records_json(records).dump(2) + "\n"));
+  }
   if (vm.count("write-baseline")) write_baseline(vm["write-baseline"].as<std::string>(), mode, scores);
   if (baseline) {
     const auto worse = regressions(*baseline, scores, vm["baseline"].as<std::string>());

@@ -207,6 +207,16 @@ po::variables_map simulate_flags(const std::vector<std::string>& args) {
   return vm;
 }
 
+// A HotSPa mini-batch's kind: its longest sequence, and its tokens over every GPU of the cluster.
+PredictionKind minibatch_kind(const po::variables_map& vm) {
+  const hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
+  const double gpus = static_cast<double>(node.gpu_count()) * (vm.count("nodes") ? vm["nodes"].as<int>() : 1);
+  const double tokens = vm.count("tokens-per-step") ? static_cast<double>(parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step")) : 0;
+  const double seq = vm.count("max-len") ? static_cast<double>(parse_token_count(vm["max-len"].as<std::string>(), "--max-len")) : 0;
+  return prediction_kind("hotspa", node.gpu.name, vm.count("stack") ? vm["stack"].as<std::string>() : std::string(stacks::kDefaultStack), seq,
+                         tokens / gpus);
+}
+
 // FlashAttention's benchmark convention: forward FLOPs 4 * seqs * seq^2 * heads * head_dim (halved when causal),
 // backward 2.5x forward, over the time of the pass(es) timed.
 double attention_tflops(const AttentionShape& a) {
@@ -244,6 +254,7 @@ struct StepPrediction {
   bool completed = false;
   std::string why;  // when not completed
   std::map<std::string, double> figures;
+  std::optional<PredictionKind> kind;
 };
 
 StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::string>& args) {
@@ -265,6 +276,8 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
   }
   p.completed = true;
   const SimulationSetup::Step& step = *setup.step;                                     // --strategy runs always have it
+  p.kind = prediction_kind(vm["strategy"].as<std::string>(), setup.cluster->node.gpu.name, setup.cluster->stack.name,
+                           static_cast<double>(step.workload.seq_len), static_cast<double>(step.workload.tokens()) / step.gpus);
   const double gpus = step.gpus, step_s = static_cast<double>(result.step_ns) * 1e-9;  // the whole step's GPUs
   const double tokens = static_cast<double>(step.workload.tokens());
   const LoggedMfu logged = logged_mfu(step, result, d.convention);  // in the source's own convention
@@ -345,6 +358,7 @@ void run_tuned_step_case(const ValidationDataset& d, const ValidationCase& c, co
                std::to_string(failed) + " did not build or fit)";
   }
   for (const auto& [metric, value] : best->figures) compare(r, c, metric, value);
+  r.kind = best->kind;
 }
 
 void run_step_case(const ValidationDataset& d, const ValidationCase& c, const std::vector<std::string>& args, CaseResult& r) {
@@ -371,6 +385,7 @@ void run_step_case(const ValidationDataset& d, const ValidationCase& c, const st
   }
   compare(r, c, "max_seq", static_cast<double>(best_seq));
   for (const auto& [metric, value] : best->figures) compare(r, c, metric, value);
+  r.kind = best->kind;
 }
 
 }  // namespace
@@ -388,9 +403,11 @@ CaseResult run_case(const ValidationDataset& d, const ValidationCase& c, std::in
       compare(r, c, "attention_tflops", attention_tflops(*c.attention));
     } else if (std::find(args.begin(), args.end(), "--lengths") != args.end()) {  // a mini-batch of mixed lengths (HotSPa)
       std::string why_not;
-      const double seconds = simulate_minibatch_seconds(simulate_flags(args), why_not);
+      const po::variables_map vm = simulate_flags(args);
+      const double seconds = simulate_minibatch_seconds(vm, why_not);
       if (!why_not.empty()) throw InputError(d.origin, "case '" + c.name + "'", "a mini-batch whose groups fit", why_not);
       compare(r, c, "step_s", seconds);
+      r.kind = minibatch_kind(vm);
     } else if (std::find(args.begin(), args.end(), "--collective") != args.end()) {
       const sim::CollectiveBenchmark b = collective_from_flags(simulate_flags(args));
       compare(r, c, "busbw_gbps", b.busbw_gbps);

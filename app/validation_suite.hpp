@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/error_bars.hpp"
 #include "models/model.hpp"
 
 namespace trainyard::app {
@@ -92,6 +93,7 @@ struct CaseResult {
   std::vector<Comparison> comparisons;
   std::string error;   // not empty: the case could not be predicted (says why)
   std::string remark;  // e.g. where a --seq scan had to stop short of its end, and why
+  std::optional<PredictionKind> kind;  // a training step's: what its error bar is looked up by (app/error_bars.hpp)
 };
 
 ValidationDataset parse_validation_dataset(const nlohmann::json& document, const std::string& origin);

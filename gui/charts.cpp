@@ -224,7 +224,45 @@ void ChunkChart::clear_scheme(const std::string& scheme) {
   const auto it = series_.find(scheme);
   if (it == series_.end()) return;
   for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.mfu, it->second.step, it->second.markers, it->second.misses}) s->clear();
+  if (it->second.band) {
+    it->second.band->upperSeries()->clear();
+    it->second.band->lowerSeries()->clear();
+  }
   it->second.points = 0;
+}
+
+void ChunkChart::set_error_bar(const std::string& scheme, const app::ErrorBar& bar) {
+  const auto it = series_.find(scheme);
+  if (it == series_.end() || bar.cases == 0 || it->second.band) return;
+  Series& s = it->second;
+  // error = (predicted - published) / published, so the published step is the predicted over 1 + error.
+  s.band_low = 1 / (1 + bar.high);
+  s.band_high = 1 / (1 + bar.low);
+  s.band = new QAreaSeries(new QLineSeries(), new QLineSeries());
+  s.band->setName(QString::fromStdString(scheme + " step: published runs like this"));
+  QColor fill = s.step->pen().color();
+  fill.setAlpha(40);
+  s.band->setBrush(fill);
+  s.band->setPen(Qt::NoPen);
+  chart()->addSeries(s.band);
+  s.band->attachAxis(x_);
+  s.band->attachAxis(step_axis_);
+  for (const QPointF& p : s.step->points()) add_to_band(s, p);
+  for (auto* marker : chart()->legend()->markers(s.band)) marker->setVisible(false);  // the legend keys schemes by their markers
+  step_axis_->setRange(0, std::max(step_max_s_, 1e-9) * 1.1);
+}
+
+void ChunkChart::add_to_band(Series& s, const QPointF& step_point) {
+  if (!s.band) return;
+  insert_sorted(s.band->upperSeries(), {step_point.x(), step_point.y() * s.band_high});
+  insert_sorted(s.band->lowerSeries(), {step_point.x(), step_point.y() * s.band_low});
+  step_max_s_ = std::max(step_max_s_, step_point.y() * s.band_high);
+}
+
+QList<QPointF> ChunkChart::band(const std::string& scheme, bool upper) const {
+  const auto it = series_.find(scheme);
+  if (it == series_.end() || !it->second.band) return {};
+  return (upper ? it->second.band->upperSeries() : it->second.band->lowerSeries())->points();
 }
 
 void ChunkChart::add_point(const Point& p) {
@@ -244,11 +282,17 @@ void ChunkChart::add_point(const Point& p) {
     insert_sorted(s.mfu, {static_cast<double>(p.x), mfu});
     insert_sorted(s.step, {static_cast<double>(p.x), step});
     insert_sorted(s.markers, {static_cast<double>(p.x), mfu});
+    add_to_band(s, {static_cast<double>(p.x), step});
   } else {  // no chunk: the same plan at every chunk length (markers at its ends)
     const QList<QPointF> ends{{static_cast<double>(min_chunk_), mfu}, {static_cast<double>(max_chunk_), mfu}};
     s.mfu->replace(ends);
     s.markers->replace(ends);
     s.step->replace(QList<QPointF>{{static_cast<double>(min_chunk_), step}, {static_cast<double>(max_chunk_), step}});
+    if (s.band) {
+      s.band->upperSeries()->clear();
+      s.band->lowerSeries()->clear();
+      for (const QPointF& end : s.step->points()) add_to_band(s, end);
+    }
   }
   ++s.points;
   step_max_s_ = std::max(step_max_s_, step);

@@ -1,5 +1,6 @@
 #pragma once
 // The window's Qt Charts, one widget each. They only draw: the points come from what_if.hpp through the window.
+#include <QtCharts/QAreaSeries>
 #include <QtCharts/QChartView>
 #include <QtCharts/QLineSeries>
 #include <QtCharts/QLogValueAxis>
@@ -55,6 +56,10 @@ class ChunkChart : public QChartView {
   void reset(const std::vector<std::string>& schemes, std::int64_t min_chunk, std::int64_t max_chunk);
   void clear_scheme(const std::string& scheme);
   void add_point(const Point& p);
+  // The band where the scheme's real step time is likely to lie, by the error bar of published runs like it
+  // (app/error_bars.hpp): the predicted step over 1 + the bar's high and low errors. No band without a bar.
+  void set_error_bar(const std::string& scheme, const app::ErrorBar& bar);
+  QList<QPointF> band(const std::string& scheme, bool upper) const;  // the band's edge, (chunk, seconds)
   int points(const std::string& scheme) const;             // MFU points shown (flat lines count 1)
   QList<QPointF> misses(const std::string& scheme) const;  // (chunk, 0) of the chunks that do not fit
   int left_out() const { return left_out_.count(); }
@@ -65,8 +70,11 @@ class ChunkChart : public QChartView {
     QLineSeries* step = nullptr;
     QScatterSeries* markers = nullptr;  // on the MFU points
     QScatterSeries* misses = nullptr;   // hollow, on the axis
+    QAreaSeries* band = nullptr;        // the error bar's band around the step time (none: no bar)
+    double band_low = 1, band_high = 1;  // the step's factors at the band's edges
     int points = 0;
   };
+  void add_to_band(Series& s, const QPointF& step_point);
   QLogValueAxis* x_ = nullptr;
   QValueAxis* mfu_axis_ = nullptr;
   QValueAxis* step_axis_ = nullptr;

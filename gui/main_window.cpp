@@ -82,8 +82,9 @@ MainWindow::MainWindow(const WhatIfInputs& inputs, QWidget* parent) : QMainWindo
   auto* middle = new QSplitter(Qt::Horizontal);
   step_memory_chart_ = new StepMemoryChart();
   // The plan's long description last: the figures that rank it come first and stay in view.
-  table_ = new QTableWidget(0, 9);
-  table_->setHorizontalHeaderLabels({"#", "scheme", "step", "tokens/s", "MFU", "peak HBM", "peak DRAM", "bottleneck", "plan"});
+  table_ = new QTableWidget(0, 10);
+  table_->setHorizontalHeaderLabels(
+      {"#", "scheme", "step", "tokens/s", "MFU", "peak HBM", "peak DRAM", "bottleneck", "published runs like this", "plan"});
   table_->setWordWrap(false);
   table_->setHorizontalScrollMode(QAbstractItemView::ScrollPerPixel);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
@@ -345,6 +346,7 @@ void MainWindow::recompute_all() {
   }
   if (low == 0) low = 1024, high = 256 * 1024;
   chunk_chart_->reset(schemes, low, high);
+  for (const auto& scheme : schemes) chunk_chart_->set_error_bar(scheme, error_bar_of(*setup_, scheme));
   memory_chart_->reset(schemes, memory_sweep_lengths(setup_->inputs.seq_len), setup_->cluster.node.gpu.hbm_bytes.value,
                        setup_->cluster.node.host_dram_bytes.value);
   for (const auto& scheme : schemes) {
@@ -580,6 +582,7 @@ void MainWindow::show_detail() {
                 .arg(QString::fromStdString(format_bytes(static_cast<double>(m.peak_hbm_bytes))))
                 .arg(QString::fromStdString(format_bytes(static_cast<double>(m.peak_dram_bytes))))
                 .arg(QString::fromStdString(m.bottleneck));
+    if (setup_) text += QString::fromStdString("; " + error_bar_of(*setup_, d.spec.scheme).text());
   } else {
     text += "does not fit: " + QString::fromStdString(m.failure);
   }
@@ -660,6 +663,7 @@ void MainWindow::show_ranked(const planner::SearchReport& report) {
                             QString::fromStdString(format_bytes(static_cast<double>(m.peak_hbm_bytes))),
                             QString::fromStdString(format_bytes(static_cast<double>(m.peak_dram_bytes))),
                             QString::fromStdString(m.bottleneck),
+                            QString::fromStdString(error_bar_of(*setup_, p.spec.scheme).short_text()),
                             QString::fromStdString(p.spec.summary())};
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);

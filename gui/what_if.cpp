@@ -43,6 +43,13 @@ planner::StepInputs Setup::at(std::int64_t seq_len) const {
   return {model, cluster, {seq_len, sequences}, precision};
 }
 
+app::ErrorBar error_bar_of(const Setup& setup, const std::string& scheme) {
+  const planner::StepInputs step = setup.at(setup.inputs.seq_len);
+  return app::error_bar(app::prediction_kind(scheme, setup.cluster.node.gpu.name, setup.cluster.stack.name,
+                                             static_cast<double>(step.workload.seq_len),
+                                             static_cast<double>(step.workload.tokens()) / setup.cluster.gpus()));
+}
+
 void check_sequence_control_length(std::int64_t seq_len, const std::string& origin, const std::string& field, const std::string& as_given) {
   if (seq_len < 1 || seq_len > kMaxSeqLen || (seq_len & (seq_len - 1)) != 0) {
     throw InputError(origin, field, "a power of two up to 16M (the GUI's sequence control; trainyard simulate --plan takes any length)", as_given);

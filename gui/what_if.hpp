@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "app/error_bars.hpp"
 #include "planner/plan.hpp"
 #include "planner/search.hpp"
 #include "sim/compare.hpp"
@@ -47,6 +48,9 @@ struct Setup {
   // The step at `seq_len` tokens per sequence with the inputs' tokens per step.
   planner::StepInputs at(std::int64_t seq_len) const;
 };
+
+// How far trainyard was off on the published runs most like `scheme` at the inputs' length (app/error_bars.hpp).
+app::ErrorBar error_bar_of(const Setup& setup, const std::string& scheme);
 
 // Chart 2's lengths: powers of two from seq/64 to seq*4, within the control's range (not below 4K unless seq is).
 std::vector<std::int64_t> memory_sweep_lengths(std::int64_t seq_len);
