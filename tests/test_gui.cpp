@@ -575,6 +575,27 @@ class GuiTest : public QObject {
     QCOMPARE(chunks.left_out(), 0);
   }
 
+  void the_chunk_chart_draws_the_error_bar_as_a_band_around_the_step() {
+    ChunkChart chunks;
+    chunks.reset({"fpdt", "ringtrack"}, 1024, 16384);
+    app::ErrorBar bar;
+    bar.cases = 5;
+    bar.low = -0.5;  // predicted 50% too fast: the real step up to twice the predicted
+    bar.high = -0.2;
+    chunks.set_error_bar("fpdt", bar);
+    chunks.set_error_bar("ringtrack", app::ErrorBar{});  // no validated case near it: no band
+    chunks.add_point(point("fpdt", 4096, true, 10, 10));
+    chunks.add_point(point("ringtrack", 4096, true, 10, 10));
+    const QList<QPointF> upper = chunks.band("fpdt", true), lower = chunks.band("fpdt", false);
+    QCOMPARE(upper.size(), 1);
+    QCOMPARE(lower.size(), 1);
+    QVERIFY(std::abs(upper[0].y() - 2.0) < 1e-9);   // step 1 s / (1 - 0.5)
+    QVERIFY(std::abs(lower[0].y() - 1.25) < 1e-9);  // step 1 s / (1 - 0.2)
+    QVERIFY(chunks.band("ringtrack", true).isEmpty());
+    chunks.clear_scheme("fpdt");
+    QVERIFY(chunks.band("fpdt", true).isEmpty());
+  }
+
   void a_chart_saved_through_a_link_replaces_the_files_it_points_to() {
     // The project's atomic writer follows a link (the link stays); renaming a temporary over the link would
     // replace the link with a file.
