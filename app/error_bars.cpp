@@ -81,8 +81,8 @@ ErrorBar error_bar(const PredictionKind& kind, const std::vector<ErrorRecord>& r
   std::sort(errors.begin(), errors.end());
   bar.cases = static_cast<int>(errors.size());
   bar.median = percentile(errors, 0.5);
-  bar.low = percentile(errors, 0.1);
-  bar.high = percentile(errors, 0.9);
+  bar.low = errors.front();
+  bar.high = errors.back();
   return bar;
 }
 

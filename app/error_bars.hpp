@@ -7,7 +7,8 @@
 // The rule: only cases of the same scheme family count; their distance is the mean of |log2 of the sequence
 // ratio| and |log2 of the tokens-per-GPU ratio|, + 1 for another GPU generation, + 1 for another stack; cases within
 // kMaxDistance count, the kMaxCases nearest of them. With fewer than kMinCases there is no bar. The bar is the
-// median error and the 10th-90th percentile range (nearest rank) of those cases.
+// median error and the range (smallest to largest) of those cases: were runs like them exchangeable, a new one
+// would land inside the range of n with probability (n - 1) / (n + 1), 85% with 12.
 #include <optional>
 #include <string>
 #include <vector>

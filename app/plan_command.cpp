@@ -71,7 +71,7 @@ Json no_fit_json(const planner::SchemeNoFit& s) {
 }
 
 constexpr const char* kBarLegend =
-    "published runs like this: trainyard's step-time error on the nearest published runs (10th..90th percentile, cases; negative: "
+    "published runs like this: trainyard's step-time error on the nearest published runs (smallest..largest, cases; negative: "
     "predicted too fast; docs/validation.md, Error bars)\n";
 
 void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p, const ErrorBar& bar) {

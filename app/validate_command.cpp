@@ -223,6 +223,27 @@ std::string coverage_text(const Coverage& c) {
   return out;
 }
 
+// The README's accuracy section: per dataset of the suite, its MAPE (and max lengths) as the baseline's full run
+// recorded them, and the error bars' coverage; generated, so it can never drift from what validate measures.
+std::string accuracy_summary(const std::string& baseline_path) {
+  const Json doc = json::parse(read_input_file(baseline_path, kJsonFileCapBytes, "a baseline JSON file"), baseline_path);
+  if (!doc.contains("all")) throw InputError(baseline_path, "all", "the figures of a full run (scripts/validation_doc.sh)", "none");
+  std::string out = "MAPE per dataset over every case, as scripts/validation_doc.sh last recorded it:\n";
+  for (const auto& d : builtin_validation_suite()) {
+    if (!doc["all"].contains(d.name)) throw InputError(baseline_path, "all." + d.name, "the dataset's recorded figures", "none");
+    const json::Reader r(doc["all"][d.name], baseline_path, "all." + d.name);
+    DatasetScore s;
+    s.mape = r.number("mape", {0, 1e9, "", false});
+    s.compared = static_cast<int>(r.integer("compared", 0, 1000000));
+    s.max_seq_equal = static_cast<int>(r.integer("max_seq_equal", 0, 1000000));
+    s.max_seq_total = static_cast<int>(r.integer("max_seq_total", 0, 1000000));
+    s.not_simulated = static_cast<int>(r.integer("not_simulated", 0, 1000000));
+    out += "- " + d.name + " (" + d.title + "): " + summary_text(s) + ".\n";
+  }
+  return out + "\nEvery prediction carries an error bar from the published runs nearest it (docs/validation.md, Error bars); " +
+         coverage_text(coverage(builtin_error_records())) + ".\n";
+}
+
 }  // namespace
 
 // --gpu-profile and --collectives: every case of the user's datasets timed on them (a calibrated profile against
@@ -255,6 +276,8 @@ int run_validate(const std::vector<std::string>& args) {
       ("write-baseline", po::value<std::string>()->value_name("path"), "record this run's figures per dataset (for --fast or all cases)")
       ("write-error-bars", po::value<std::string>()->value_name("path"),
        "record every step case's signed step-time error and what it was (validation/error_bars.json: the error bars of simulate, plan and the GUI)")
+      ("accuracy-summary", po::value<std::string>()->value_name("baseline"),
+       "print the README's accuracy section from a recorded baseline's full run and the built-in error bars, simulating nothing")
       ("markdown", po::bool_switch(), "print Markdown tables (docs/validation.md is made of them)")
       ("json", po::bool_switch(), "print the results as JSON")
       ("gpu-profile", po::value<std::string>()->value_name("name|path"),
@@ -269,6 +292,10 @@ int run_validate(const std::vector<std::string>& args) {
     return 0;
   }
   check_output_flags(vm, {"write-baseline", "write-error-bars"});
+  if (vm.count("accuracy-summary")) {
+    std::cout << accuracy_summary(vm["accuracy-summary"].as<std::string>());
+    return 0;
+  }
   const bool fast = vm["fast"].as<bool>();
   const std::string mode = fast ? "fast" : "all";
   std::optional<Json> baseline;

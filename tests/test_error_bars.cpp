@@ -1,5 +1,5 @@
 // The error bar on every prediction (app/error_bars.hpp): the documented rule (same family, the distance, the
-// nearest kMaxCases, no bar below kMinCases, the 10th-90th percentiles), the sign of a figure's step-time error,
+// nearest kMaxCases, no bar below kMinCases, the cases' range), the sign of a figure's step-time error,
 // the leave-one-out coverage, the recorded table against what validate computes, and the bar in simulate's and
 // plan's output.
 #include <gtest/gtest.h>
@@ -49,7 +49,7 @@ TEST(ErrorBars, OnlyNearCasesOfTheSameFamilyCount) {
   const app::ErrorBar bar = app::error_bar(kind("megatron", 8192, 1024), records);
   EXPECT_EQ(bar.cases, 5);
   EXPECT_DOUBLE_EQ(bar.median, -0.2);
-  EXPECT_DOUBLE_EQ(bar.low, -0.4);  // nearest rank of 5: the 1st and the 5th
+  EXPECT_DOUBLE_EQ(bar.low, -0.4);  // the range of the 5
   EXPECT_DOUBLE_EQ(bar.high, 0.0);
   EXPECT_EQ(bar.datasets, std::vector<std::string>{"d"});
   EXPECT_NE(bar.text().find("5 published runs"), std::string::npos) << bar.text();

@@ -139,6 +139,18 @@ TEST(ReadmeExamples, TheExtractorFindsTheKnownExamples) {
   }
 }
 
+// The accuracy section is generated from validate's recorded figures, never typed by hand.
+TEST(ReadmeExamples, TheAccuracySectionIsWhatValidateRecorded) {
+  const std::string readme = read_file(std::string(TRAINYARD_SOURCE_DIR) + "/README.md");
+  const std::string begin = "<!-- accuracy:begin -->\n", end = "<!-- accuracy:end -->";
+  const auto b = readme.find(begin), e = readme.find(end);
+  ASSERT_NE(b, std::string::npos);
+  ASSERT_NE(e, std::string::npos);
+  const auto r = run_cli("validate --accuracy-summary " + std::string(TRAINYARD_SOURCE_DIR) + "/validation/baseline.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(readme.substr(b + begin.size(), e - b - begin.size()), r.out) << "run scripts/validation_doc.sh";
+}
+
 TEST_P(ReadmeExample, ExitsZero) {
   TempDir dir;
   const ExampleRun r = run_example(GetParam(), dir);
