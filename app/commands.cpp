@@ -617,7 +617,7 @@ sim::Algorithm collective_algorithm_from_flag(const std::string& text) {
 }  // namespace
 
 sim::CollectiveBenchmark collective_from_flags(const po::variables_map& vm) {
-  for (const char* flag : {"graph", "plan", "strategy", "model", "seq", "global-batch", "tokens-per-step", "lengths", "trace"}) {
+  for (const char* flag : {"graph", "plan", "strategy", "model", "seq", "global-batch", "tokens-per-step", "lengths", "trace", "batch-sequences"}) {
     if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --collective", "given");
   }
   if (!vm.count("hw")) throw InputError("--hw", "value", "a node profile with --collective", "nothing");
@@ -725,7 +725,8 @@ int run_simulate(const std::vector<std::string>& args) {
             "       trainyard simulate --plan FILE [--trace FILE] [--json]\n"
             "       trainyard simulate --strategy NAME --model M --hw NODE [--nodes N] --seq S\n"
             "                          (--global-batch B | --tokens-per-step T) [scheme flags] [--trace FILE] [--json]\n"
-            "       trainyard simulate --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] --tokens-per-step T\n"
+            "       trainyard simulate --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
+            "                          [--batching packing|padding|ffd-padded]\n"
             "                          [--static SCHEME:k=v,...] [--switch UPPER=SCHEME:k=v,...;...] [--groups LIST] [--json]\n"
             "       trainyard simulate --collective OP --bytes SIZE --hw NODE [--nodes N] [--algorithm ring|tree|direct] [--json]",
             options, positional, vm)) {
@@ -743,7 +744,7 @@ int run_simulate(const std::vector<std::string>& args) {
   if (vm.count("collective")) return run_simulate_collective(vm);
   if (vm.count("bytes")) throw InputError("--bytes", "value", "only with --collective", "given");
   if (vm.count("lengths")) return run_simulate_lengths(vm);
-  for (const char* flag : {"static", "switch", "groups", "max-len", "threads"}) {
+  for (const char* flag : {"static", "switch", "groups", "max-len", "threads", "batch-sequences"}) {
     if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
   SimulationSetup setup = setup_simulation(vm);

@@ -32,18 +32,24 @@ struct LengthsRun {
   std::optional<sim::Cluster> cluster;
   planner::LengthSource source;
   std::vector<std::int64_t> lengths;
-  std::int64_t tokens = 0;  // --tokens-per-step
+  std::int64_t tokens = 0;     // the mini-batch's trained positions (--tokens-per-step, or the documents drawn)
+  std::int64_t documents = 0;  // --batch-sequences (0: --tokens-per-step)
   std::int64_t max_len = 0;
   std::optional<planner::HotSpaSetting> setting;
 };
 
 // Model and cluster.
 void load_hardware(const po::variables_map& vm, LengthsRun& run) {
-  for (const char* flag : {"model", "hw", "tokens-per-step"}) {
+  for (const char* flag : {"model", "hw"}) {
     if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value with --lengths", "nothing");
   }
+  if (vm.count("tokens-per-step") == vm.count("batch-sequences")) {
+    throw InputError("--tokens-per-step/--batch-sequences", "value", "exactly one of them with --lengths",
+                     vm.count("tokens-per-step") ? "both" : "neither");
+  }
   if (vm.count("global-batch") || vm.count("seq")) {
-    throw InputError("--seq/--global-batch", "value", "none with --lengths (the lengths and --tokens-per-step set the mini-batch)", "given");
+    throw InputError("--seq/--global-batch", "value",
+                     "none with --lengths (the lengths and --tokens-per-step or --batch-sequences set the mini-batch)", "given");
   }
   run.model = model::load_model(vm["model"].as<std::string>(), "--model");
   hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
@@ -65,13 +71,30 @@ void check_minibatch_size(const planner::LengthSource& source, std::int64_t toke
                                  "sequences at most");
 }
 
+// --batch-sequences N documents (HotSPa's artifact), or --tokens-per-step T tokens of documents cut into pieces.
+void draw_minibatch(const po::variables_map& vm, LengthsRun& run) {
+  const auto seed = vm["seed"].as<std::uint64_t>();
+  if (vm.count("batch-sequences")) {
+    run.documents = vm["batch-sequences"].as<std::int64_t>();
+    constexpr double kBytesPerDocument = 4 * sizeof(std::int64_t);  // the draw, the groups, their merges
+    const auto documents = static_cast<double>(run.documents);
+    planner::require_within_budget({documents, documents * kBytesPerDocument}, memory_budget(vm), "a mini-batch of documents",
+                                   "fewer --batch-sequences", "documents at most");
+    run.lengths = planner::sample_documents(run.source, run.documents, run.max_len, seed);
+    run.tokens = 0;
+    for (auto l : run.lengths) run.tokens += l;
+    return;
+  }
+  run.tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
+  check_minibatch_size(run.source, run.tokens, memory_budget(vm));
+  run.lengths = planner::sample_minibatch(run.source, run.tokens, run.max_len, seed);
+}
+
 // The mini-batch and the setting.
 void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
   run.source = planner::load_lengths(vm["lengths"].as<std::string>());
   run.max_len = max_len;
-  run.tokens = parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step");
-  check_minibatch_size(run.source, run.tokens, memory_budget(vm));
-  run.lengths = planner::sample_minibatch(run.source, run.tokens, max_len, vm["seed"].as<std::uint64_t>());
+  draw_minibatch(vm, run);
   run.setting.emplace(planner::HotSpaSetting{run.model, *run.cluster, model::precision_policy(vm["precision"].as<std::string>())});
   run.setting->batching = planner::parse_batching(vm["batching"].as<std::string>());
   run.setting->micro_batch_tokens = parse_token_count(vm["micro-batch-tokens"].as<std::string>(), "--micro-batch-tokens");
@@ -83,9 +106,10 @@ void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
 
 void print_header(const LengthsRun& run) {
   std::cout << "lengths: " << run.source.origin << ": " << run.source.description << "\n"
-            << "mini-batch: " << run.lengths.size() << " sequences, " << format_tokens(run.tokens) << " tokens, longest "
-            << format_tokens(*std::max_element(run.lengths.begin(), run.lengths.end())) << " (documents cut at " << format_tokens(run.max_len)
-            << "), " << planner::to_string(run.setting->batching) << "\n"
+            << "mini-batch: " << run.lengths.size() << (run.documents ? " documents, " : " sequences, ") << format_tokens(run.tokens)
+            << " tokens, longest " << format_tokens(*std::max_element(run.lengths.begin(), run.lengths.end())) << " (documents cut at "
+            << format_tokens(run.max_len) << (run.documents ? ", the rest dropped" : ", the rest in pieces") << "), "
+            << planner::to_string(run.setting->batching) << "\n"
             << "model " << run.model.name << " on " << run.cluster->nodes << " x " << run.cluster->node.name << " (" << run.cluster->gpus()
             << " GPUs)\n\n";
 }
@@ -94,6 +118,7 @@ nlohmann::json header_json(const LengthsRun& run) {
   return {{"lengths", run.source.origin},
           {"description", run.source.description},
           {"sequences", run.lengths.size()},
+          {"tokens", run.tokens},
           {"max_len", run.max_len},
           {"model", run.model.name},
           {"gpus", run.cluster->gpus()},
@@ -115,7 +140,11 @@ void add_lengths_options(po::options_description& options, bool plan) {
       ("max-len", po::value<std::string>()->value_name("tokens"), "with --lengths: longest sequence; longer documents are cut (default: the last group bound)")
       ("groups", po::value<std::string>()->value_name("list"), plan ? "with --lengths: candidate group bounds (default: powers of two from 1K to --max-len)"
                                                                     : "with --lengths: the length groups to break the time down by, e.g. 1K,4K,8K,16K,32K")
-      ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding"), "with --lengths: packed rows with per-document masks, or one padded row per sequence")
+      ("batch-sequences", po::value<std::int64_t>()->value_name("int"),
+       "with --lengths: a mini-batch of this many documents, each cut at --max-len (instead of --tokens-per-step; HotSPa's artifact: 512)")
+      ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding|ffd-padded"),
+       "with --lengths: packed rows with per-document masks, one padded row per sequence, or HotSPa's artifact: first-fit decreasing "
+       "into rows padded to the group's bound, causal over the whole row, one row per micro-batch, rows past a multiple of dp x micro-batch dropped")
       ("micro-batch-tokens", po::value<std::string>()->default_value("16K")->value_name("tokens"), "with --lengths: micro-batch size for strategies that give none");
   // clang-format on
   if (!plan) {

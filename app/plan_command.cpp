@@ -163,7 +163,7 @@ int run_plan(const std::vector<std::string>& args) {
             "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
             "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
             "       [--json] [--out plan.json] [--trace best.json] [--explain]\n"
-            "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] --tokens-per-step T\n"
+            "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
             "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json]",
             options, positional, vm)) {
     return 0;
@@ -178,7 +178,7 @@ int run_plan(const std::vector<std::string>& args) {
     }
     return run_plan_lengths(vm, planner::schemes_from_list(vm["strategies"].as<std::string>()));
   }
-  for (const char* flag : {"groups", "max-len", "seed"}) {
+  for (const char* flag : {"groups", "max-len", "seed", "batch-sequences"}) {
     if (vm.count(flag) && !vm[flag].defaulted()) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
   check_output_flags(vm, {"out", "trace"});  // before the search, so a bad path does not cost its result

@@ -425,7 +425,9 @@ int run_run(const std::vector<std::string>& args) {
       ("nodes", po::value<int>()->value_name("int"), "with --lengths: nodes of --hw's node (default 1)")
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "with --lengths: the mini-batch's tokens")
       ("max-len", po::value<std::string>()->value_name("tokens"), "with --lengths: longest sequence (default: the last group bound)")
-      ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding"), "with --lengths: rows packed or padded")
+      ("batch-sequences", po::value<std::int64_t>()->value_name("int"), "with --lengths: the mini-batch's documents (instead of --tokens-per-step)")
+      ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding|ffd-padded"),
+       "with --lengths: rows packed, padded, or packed first-fit decreasing into padded rows (simulate --help)")
       ("micro-batch-tokens", po::value<std::string>()->default_value("16K")->value_name("tokens"), "with --lengths: micro-batch size for strategies that give none")
       ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "with --lengths: precision policy");
   // clang-format on
@@ -446,7 +448,7 @@ int run_run(const std::vector<std::string>& args) {
     if (vm.count("plan")) throw InputError("--plan", "value", "none with --lengths (--switch gives the groups' strategies)", "given");
     return run_switched(vm, device);
   }
-  for (const char* flag : {"switch", "model", "nodes", "tokens-per-step", "max-len"}) {
+  for (const char* flag : {"switch", "model", "nodes", "tokens-per-step", "batch-sequences", "max-len"}) {
     if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none without --lengths (the plan file gives it)", "given");
   }
   if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file (or --lengths with --switch)", "nothing");

@@ -53,6 +53,7 @@ DatasetScore score(const std::vector<CaseResult>& results) {
       continue;
     }
     for (const auto& c : r.comparisons) {
+      if (!c.counted) continue;  // a calibration figure
       if (c.metric == "max_seq") {
         ++s.max_seq_total;
         if (c.predicted == c.published) ++s.max_seq_equal;
@@ -69,13 +70,14 @@ DatasetScore score(const std::vector<CaseResult>& results) {
 std::string format_figure(const std::string& metric, double value) {
   if (metric == "max_seq") return format_tokens(static_cast<std::int64_t>(value));
   if (metric == "mfu") return format_fixed(100 * value, 1) + "%";
+  if (metric == "speedup") return format_fixed(value, 2) + "x";
   return format_fixed(value, value >= 100 ? 0 : value >= 10 ? 1 : 2);
 }
 
 // "equal"/"differs" for a max length, the signed relative error otherwise.
 std::string error_text(const Comparison& c) {
   if (c.metric == "max_seq") return c.predicted == c.published ? "equal" : "differs";
-  return format_fixed(100 * c.relative_error(), 1) + "%";
+  return format_fixed(100 * c.relative_error(), 1) + "%" + (c.counted ? "" : " (calibration)");
 }
 
 // "MAPE 24.4% over 45 figures; max length equal in 7 of 10; 1 case(s) not simulated"
@@ -148,7 +150,11 @@ Json results_json(const ValidationDataset& d, const std::vector<CaseResult>& res
     if (!r.remark.empty()) c["remark"] = r.remark;
     Json figures = Json::array();
     for (const auto& f : r.comparisons) {
-      figures.push_back({{"metric", f.metric}, {"published", f.published}, {"predicted", f.predicted}, {"relative_error", f.relative_error()}});
+      figures.push_back({{"metric", f.metric},
+                         {"published", f.published},
+                         {"predicted", f.predicted},
+                         {"relative_error", f.relative_error()},
+                         {"counted", f.counted}});
     }
     c["figures"] = figures;
     cases.push_back(c);
@@ -204,6 +210,7 @@ void add_error_records(const ValidationDataset& d, const std::vector<CaseResult>
   for (const auto& r : results) {
     if (!r.kind || !r.error.empty()) continue;
     for (const auto& c : r.comparisons) {
+      if (!c.counted) continue;  // a calibration figure says nothing of the model's error
       if (const auto e = step_time_error(c.metric, c.published, c.predicted)) records.push_back({d.name, r.name, c.metric, *r.kind, *e});
     }
   }
@@ -323,8 +330,9 @@ int run_validate(const std::vector<std::string>& args) {
     return results;
   };
   for (const auto& d : datasets) {
-    const std::vector<CaseResult> results = run_cases(d);
+    std::vector<CaseResult> results = run_cases(d);
     if (results.empty()) continue;
+    add_speedups(d, results, vm.count("memory-budget") ? memory_budget(vm) : 0);
     const DatasetScore s = score(results);
     scores[d.name] = s;
     add_error_records(d, results, records);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <boost/algorithm/string/join.hpp>
 #include <boost/program_options.hpp>
@@ -26,7 +27,8 @@ namespace po = boost::program_options;
 using Json = nlohmann::json;
 
 const std::vector<std::string> kValidationMetrics = {"step_s",  "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",     "peak_hbm_gib",
-                                                     "max_seq", "busbw_gbps",           "algbw_gbps",     "time_us", "attention_tflops"};
+                                                     "max_seq", "busbw_gbps",           "algbw_gbps",     "time_us", "attention_tflops",
+                                                     "speedup"};
 
 namespace {
 
@@ -71,6 +73,8 @@ ValidationCase parse_case(const json::Reader& r) {
   c.name = r.string("name");
   c.fast = r.has("fast") && r.boolean("fast");
   if (r.has("note")) c.note = r.string("note");
+  if (r.has("speedup_over")) c.speedup_over = r.string("speedup_over");
+  if (r.has("calibration")) c.calibration = r.string("calibration");
   if (r.has("simulate") == r.has("attention"))
     r.fail("simulate", "exactly one of \"simulate\" (flags) or \"attention\" (a kernel shape)", "both or neither");
   if (r.has("simulate")) c.simulate = string_list(r, "simulate");
@@ -97,7 +101,7 @@ ValidationCase parse_case(const json::Reader& r) {
     if (std::find(kValidationMetrics.begin(), kValidationMetrics.end(), metric) == kValidationMetrics.end()) {
       published.fail(metric,
                      "one of the validation metrics (step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, peak_hbm_gib, max_seq, "
-                     "busbw_gbps, algbw_gbps, time_us, attention_tflops)",
+                     "busbw_gbps, algbw_gbps, time_us, attention_tflops, speedup)",
                      "\"" + metric + "\"");
     }
     c.published[metric] = metric == "max_seq" ? static_cast<double>(tokens_field(published, metric))
@@ -106,6 +110,9 @@ ValidationCase parse_case(const json::Reader& r) {
   published.finish();
   if (c.published.empty()) r.fail("published", "at least one figure", "none");
   if (c.published.count("max_seq") && !c.scan) r.fail("published", "max_seq only with \"scan_seq\"", "max_seq");
+  if (c.published.count("speedup") != (c.speedup_over.empty() ? 0u : 1u)) {
+    r.fail("speedup_over", "a \"speedup_over\" case exactly when \"published\" has a speedup", c.speedup_over.empty() ? "none" : "no speedup");
+  }
   r.finish();
   return c;
 }
@@ -135,6 +142,18 @@ ValidationReading parse_reading(const json::Reader& r) {
   if (reading.replace.empty() && !reading.convention) r.fail("replace", "flag values to replace, or a \"flop_convention\"", "neither");
   r.finish();
   return reading;
+}
+
+// speedup_over names another case of the dataset that publishes step_s.
+void check_speedup_references(const ValidationDataset& d) {
+  for (const auto& c : d.cases) {
+    if (c.speedup_over.empty()) continue;
+    const auto other = std::find_if(d.cases.begin(), d.cases.end(), [&](const ValidationCase& o) { return o.name == c.speedup_over; });
+    if (other == d.cases.end() || other->name == c.name || !other->published.count("step_s")) {
+      throw InputError(d.origin, "case '" + c.name + "'.speedup_over", "another case of the dataset that publishes step_s",
+                       "\"" + c.speedup_over + "\"");
+    }
+  }
 }
 
 }  // namespace
@@ -176,6 +195,7 @@ ValidationDataset parse_validation_dataset(const Json& document, const std::stri
       if (d.cases[i].name == d.cases[j].name) throw InputError(origin, "cases", "distinct case names", "\"" + d.cases[i].name + "\" twice");
     }
   }
+  check_speedup_references(d);
   r.finish();
   return d;
 }
@@ -211,8 +231,11 @@ po::variables_map simulate_flags(const std::vector<std::string>& args) {
 PredictionKind minibatch_kind(const po::variables_map& vm) {
   const hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
   const double gpus = static_cast<double>(node.gpu_count()) * (vm.count("nodes") ? vm["nodes"].as<int>() : 1);
-  const double tokens = vm.count("tokens-per-step") ? static_cast<double>(parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step")) : 0;
   const double seq = vm.count("max-len") ? static_cast<double>(parse_token_count(vm["max-len"].as<std::string>(), "--max-len")) : 0;
+  // Its tokens: --tokens-per-step, or for a batch of --batch-sequences documents their most, each of the longest length.
+  const double tokens = vm.count("tokens-per-step") ? static_cast<double>(parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step"))
+                        : vm.count("batch-sequences") ? static_cast<double>(vm["batch-sequences"].as<std::int64_t>()) * seq
+                                                      : 0;
   return prediction_kind("hotspa", node.gpu.name, vm.count("stack") ? vm["stack"].as<std::string>() : std::string(stacks::kDefaultStack), seq,
                          tokens / gpus);
 }
@@ -421,7 +444,41 @@ CaseResult run_case(const ValidationDataset& d, const ValidationCase& c, std::in
   } catch (const po::error& e) {
     r.error = d.origin + ": case '" + c.name + "': simulate flags: " + e.what();
   }
+  if (!c.calibration.empty()) {
+    for (auto& comparison : r.comparisons) comparison.counted = false;
+    r.remark += (r.remark.empty() ? "" : "; ") + std::string("calibration, not in the MAPE: ") + c.calibration;
+  }
   return r;
+}
+
+namespace {
+
+std::optional<double> predicted_step_s(const CaseResult& r) {
+  for (const auto& c : r.comparisons) {
+    if (c.metric == "step_s") return c.predicted;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void add_speedups(const ValidationDataset& d, std::vector<CaseResult>& results, std::int64_t budget_bytes) {
+  std::map<std::string, std::optional<double>> step_s;  // by case name: the ones run here and those run for a speedup
+  for (const auto& r : results) step_s[r.name] = predicted_step_s(r);
+  for (auto& r : results) {
+    const auto c = std::find_if(d.cases.begin(), d.cases.end(), [&](const ValidationCase& x) { return x.name == r.name; });
+    if (c == d.cases.end() || c->speedup_over.empty() || !r.error.empty()) continue;
+    if (!step_s.count(c->speedup_over)) {
+      const auto other = std::find_if(d.cases.begin(), d.cases.end(), [&](const ValidationCase& x) { return x.name == c->speedup_over; });
+      step_s[c->speedup_over] = predicted_step_s(run_case(d, *other, budget_bytes));
+    }
+    const std::optional<double> over = step_s[c->speedup_over], own = predicted_step_s(r);
+    if (!over || !own) {
+      r.remark += (r.remark.empty() ? "" : "; ") + std::string("no speedup: '") + c->speedup_over + "' was not predicted";
+      continue;
+    }
+    r.comparisons.push_back({"speedup", c->published.at("speedup"), *over / *own, c->calibration.empty()});
+  }
 }
 
 }  // namespace trainyard::app

@@ -50,6 +50,11 @@ struct ValidationCase {
   std::optional<SeqScan> scan;
   std::map<std::string, double> published;  // metric -> the published figure (kValidationMetrics)
   std::string note;                         // what the source leaves unstated and what was assumed
+  // "speedup_over": the case (same dataset, publishing step_s) whose step_s over this case's is the "speedup" figure.
+  std::string speedup_over;
+  // "calibration": why this case's figures were used to fit an input (e.g. a length distribution); they are
+  // printed beside the checks but left out of the MAPE.
+  std::string calibration;
 };
 
 // Another reasonable reading of what a source leaves unstated (the testbed's NIC, the FLOP convention of its
@@ -78,13 +83,14 @@ struct ValidationDataset {
 ValidationDataset under_reading(const ValidationDataset& dataset, const ValidationReading& reading);
 
 // The figures a case may publish: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, peak_hbm_gib, max_seq,
-// busbw_gbps, algbw_gbps, time_us (collectives), attention_tflops (kernels).
+// busbw_gbps, algbw_gbps, time_us (collectives), attention_tflops (kernels), speedup (with "speedup_over").
 extern const std::vector<std::string> kValidationMetrics;
 
 struct Comparison {
   std::string metric;
   double published = 0;
   double predicted = 0;
+  bool counted = true;  // false: a calibration figure (ValidationCase::calibration), not in the MAPE
   double relative_error() const { return (predicted - published) / published; }
 };
 
@@ -103,5 +109,8 @@ std::vector<ValidationDataset> load_validation_files(const std::vector<std::stri
 // Predicts the case; a configuration trainyard cannot build (an InputError) or a predicted out-of-memory
 // comes back as CaseResult::error rather than an exception.
 CaseResult run_case(const ValidationDataset& dataset, const ValidationCase& c, std::int64_t budget_bytes);
+// The "speedup" figures of the cases in `results` that have speedup_over: the named case's predicted step_s over
+// this one's (that case is run here when `results` lacks it, e.g. under validate --only).
+void add_speedups(const ValidationDataset& dataset, std::vector<CaseResult>& results, std::int64_t budget_bytes);
 
 }  // namespace trainyard::app

@@ -245,7 +245,9 @@ std::string switch_text(const std::vector<GroupPlan>& plans) {
 }
 
 PlanSpec with_micro_batch(const HotSpaSetting& s, PlanSpec spec, std::int64_t row_len) {
-  const std::int64_t mb = std::max<std::int64_t>(1, s.micro_batch_tokens / std::max<std::int64_t>(1, row_len));
+  // ffd-padded: each packed row is one micro-batch (the artifact's micro_batch_size = 1, "already packed").
+  const std::int64_t mb =
+      s.batching == Batching::ffd_padded ? 1 : std::max<std::int64_t>(1, s.micro_batch_tokens / std::max<std::int64_t>(1, row_len));
   scheme_named(spec.scheme).set_micro_batch(spec, mb);
   return spec;
 }
@@ -285,14 +287,17 @@ struct Minibatch {
   }
 };
 
-Minibatch cut_minibatch(const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans, const std::string& origin) {
+// Empty groups are skipped, except under ffd-padded: the artifact runs every bucket, an empty one on dummy rows.
+Minibatch cut_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans,
+                        const std::string& origin) {
+  if (lengths.empty()) throw InputError(origin, "lengths", "at least one sequence", "an empty mini-batch");
   std::vector<std::int64_t> bounds;
   for (const auto& p : plans) bounds.push_back(p.upper);
   Minibatch mb{group_lengths(lengths, bounds), {}, plans, origin};
+  const bool run_empty = s.batching == Batching::ffd_padded;
   for (std::size_t i = 0; i < mb.all.size(); ++i) {
-    if (!mb.all[i].lengths.empty()) mb.used.push_back(i);
+    if (run_empty || !mb.all[i].lengths.empty()) mb.used.push_back(i);
   }
-  if (mb.used.empty()) throw InputError(origin, "lengths", "at least one sequence", "an empty mini-batch");
   return mb;
 }
 
@@ -383,7 +388,7 @@ void add_switches(const HotSpaSetting& s, const SwitchPlans& switches, const std
 
 MinibatchResult run_minibatch(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans,
                               const std::string& origin) {
-  const Minibatch mb = cut_minibatch(lengths, plans, origin);
+  const Minibatch mb = cut_minibatch(s, lengths, plans, origin);
   const SwitchPlans switches = plan_switches(s, mb);
   MinibatchResult out;
   const std::vector<double> prefetch_end = simulate_groups(s, mb, switches, out);
@@ -399,7 +404,7 @@ sim::TaskGraph without_optimizer(const sim::TaskGraph& step) {
 
 std::vector<ExecutableGroup> minibatch_groups(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const std::vector<GroupPlan>& plans,
                                               const std::string& origin) {
-  const Minibatch mb = cut_minibatch(lengths, plans, origin);
+  const Minibatch mb = cut_minibatch(s, lengths, plans, origin);
   std::vector<ExecutableGroup> out(mb.size());
   for (std::size_t k = 0; k < mb.size(); ++k) {
     mb.in_group(k, [&] {
@@ -426,6 +431,7 @@ MinibatchResult run_static(const HotSpaSetting& s, const std::vector<std::int64_
   std::sort(all.lengths.begin(), all.lengths.end(), std::greater<>());
   const GroupResult whole = run_group(s, all, plans.back(), true);
   r.total_s = whole.time_s;
+  r.whole_rows = whole.rows.workload.global_batch;
   if (!whole.fits && r.fits) {
     r.fits = false;
     r.failure = "the whole mini-batch (" + spec.scheme + " " + whole.spec.summary() + "): " + whole.failure;
@@ -762,6 +768,8 @@ Json minibatch_json(const MinibatchResult& r, const sim::Cluster& cluster) {
                       {"sequences", g.sequences},
                       {"tokens", g.tokens},
                       {"rows", g.rows.workload.global_batch},
+                      {"packed_rows", g.rows.packed_rows},
+                      {"dropped_rows", g.rows.dropped_rows},
                       {"row_len", g.rows.workload.seq_len},
                       {"fill", g.rows.fill},
                       {"attention_density", g.rows.attention_density},
@@ -782,8 +790,10 @@ Json minibatch_json(const MinibatchResult& r, const sim::Cluster& cluster) {
                         {"params_overlapped", s.params_overlapped},
                         {"exposed_s", s.exposed_s}});
   }
-  return {{"groups", groups}, {"switches", switches}, {"others_s", r.others_s}, {"total_s", r.total_s},
-          {"fits", r.fits},   {"failure", r.failure}, {"mfu", r.mfu(cluster)}};
+  Json out = {{"groups", groups}, {"switches", switches}, {"others_s", r.others_s}, {"total_s", r.total_s},
+              {"fits", r.fits},   {"failure", r.failure}, {"mfu", r.mfu(cluster)}};
+  if (r.whole_rows > 0) out["whole_rows"] = r.whole_rows;
+  return out;
 }
 
 }  // namespace trainyard::planner

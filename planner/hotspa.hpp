@@ -29,7 +29,8 @@ struct HotSpaSetting {
   model::PrecisionPolicy precision;
   Batching batching = Batching::packing;
   double hbm_headroom = 0.05;
-  // Strategies given without a micro-batch get the largest that keeps a micro-batch within this many tokens.
+  // Strategies given without a micro-batch get the largest that keeps a micro-batch within this many tokens
+  // (ffd-padded: one row, as the artifact runs them).
   std::int64_t micro_batch_tokens = 16384;
   int threads = 0;  // 0: all cores
   // Memory for the group graphs in flight (0: common/memory_budget.hpp's default): a group whose graph alone would
@@ -91,6 +92,7 @@ struct MinibatchResult {
   std::vector<SwitchResult> switches;
   double others_s = 0;  // the switches
   double total_s = 0;
+  std::int64_t whole_rows = 0;  // run_static: the rows of the whole mini-batch's run, which gives total_s (else 0)
   bool fits = true;
   std::string failure;  // the first group that does not fit, and why
   double mfu(const sim::Cluster& cluster) const;

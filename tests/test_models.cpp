@@ -10,8 +10,8 @@
 namespace trainyard::model {
 
 TEST(Models, AllBuiltinsLoad) {
-  const std::vector<std::string> expected = {"gpt-13b",   "gpt-2.7b",    "gpt-30b",    "gpt-6.7b",  "llama-32b",   "llama2-13b", "llama2-70b",
-                                             "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "llama3.2-1b", "llama3.2-3b"};
+  const std::vector<std::string> expected = {"gpt-13b",    "gpt-2.7b",   "gpt-30b",    "gpt-6.7b",   "hotspa-32b",  "llama-32b",  "llama2-13b",
+                                             "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "llama3.2-1b", "llama3.2-3b"};
   EXPECT_EQ(builtin_model_names(), expected);
   for (const auto& name : expected) {
     SCOPED_TRACE(name);
@@ -49,6 +49,14 @@ TEST(Models, HandComputedLlama3_8b) {
   EXPECT_DOUBLE_EQ(m.attention_flops_per_token_fwd(8192, false), 4.0 * 8192 * 4096 * 32);
   EXPECT_DOUBLE_EQ(m.attention_flops_per_token_fwd(8192, true), 4.0 * 4096.5 * 4096 * 32);
   EXPECT_DOUBLE_EQ(m.training_flops_per_token(8192, true), 3 * (m.dense_flops_per_token_fwd() + m.attention_flops_per_token_fwd(8192, true)));
+}
+
+// HotSPa's artifact's 32B (llama_hot_switch.sh): head dim 6656 / 64 = 104, no biases, untied head, SwiGLU.
+TEST(Models, HotSpaArtifact32b) {
+  const ModelConfig m = load_model("hotspa-32b");
+  EXPECT_EQ(m.head_dim, 104);
+  const double h = 6656, f = 17920, v = 30592;
+  EXPECT_DOUBLE_EQ(m.params(), 60 * (4 * h * h + 3 * h * f + 2 * h) + 2 * v * h + h);
 }
 
 TEST(Models, TiedEmbeddingsHaveNoSeparateHead) {

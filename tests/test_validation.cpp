@@ -66,6 +66,14 @@ TEST(Validation, BadDatasetsNameTheFileAndTheField) {
   doc = minimal_dataset();
   doc["cases"][0]["unstated"] = {{"micro-batch", {"1", "2"}}};  // not a flag
   EXPECT_NE(error(doc).find("unstated.micro-batch"), std::string::npos);
+
+  doc = minimal_dataset();
+  doc["cases"][0]["published"] = {{"speedup", 1.5}};  // a speedup names the case it is over
+  EXPECT_NE(error(doc).find("speedup_over"), std::string::npos);
+  doc["cases"][0]["speedup_over"] = "nowhere";
+  EXPECT_NE(error(doc).find("nowhere"), std::string::npos);
+  doc["cases"][0]["speedup_over"] = "c";  // not itself
+  EXPECT_NE(error(doc).find("speedup_over"), std::string::npos);
 }
 
 // A source that tuned options it does not state: every combination is simulated, the fastest that fits is
@@ -194,6 +202,38 @@ TEST(ValidationCli, MixedLengthCasesPredictWhatSimulateLengthsPrints) {
   EXPECT_EQ(figure["metric"], "step_s");
   EXPECT_DOUBLE_EQ(figure["predicted"].get<double>(), total_s);
   EXPECT_GT(total_s, 0);
+}
+
+// A case's "speedup" is the named case's predicted step_s over its own; a "calibration" case's figures are printed
+// but left out of the MAPE.
+TEST(ValidationCli, SpeedupsAreRatiosOfPredictionsAndCalibrationIsNotCounted) {
+  const std::string common =
+      R"("--lengths", "dist:github", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--tokens-per-step", "64K", "--max-len", "8K", "--seed", "1")";
+  test::TempDir dir;
+  const std::string cases = dir.write("cases.json", R"({"schema": "trainyard.validation.v1", "dataset": "speedups", "title": "t", "source": "s",
+    "flop_convention": {"causal_attention_halved": true, "recompute_counted": false, "input_embedding_counted": false, "text": "x"},
+    "cases": [{"name": "static", "calibration": "fits the lengths", "simulate": [)" + common +
+                                                        R"(, "--static", "megatron:tp=8"], "published": {"step_s": 1.0}},
+              {"name": "switched", "speedup_over": "static", "simulate": [)" + common +
+                                                        R"(, "--switch", "1K=megatron:dp=8,distributed_optimizer=true;8K=megatron:tp=8"],
+               "published": {"step_s": 2.0, "speedup": 1.25}}]})");
+  const auto r = test::run_cli("validate --cases " + cases + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json d = Json::parse(r.out)[0];
+  const Json st = d["cases"][0]["figures"][0], sw = d["cases"][1]["figures"];
+  EXPECT_FALSE(st["counted"].get<bool>());
+  ASSERT_EQ(sw.size(), 2u);
+  EXPECT_EQ(sw[1]["metric"], "speedup");
+  EXPECT_DOUBLE_EQ(sw[1]["predicted"].get<double>(), st["predicted"].get<double>() / sw[0]["predicted"].get<double>());
+  EXPECT_EQ(d["compared"].get<int>(), 2);  // the switched step_s and speedup; not the calibration
+  const double mape = (std::abs(sw[0]["relative_error"].get<double>()) + std::abs(sw[1]["relative_error"].get<double>())) / 2;
+  EXPECT_DOUBLE_EQ(d["mape"].get<double>(), mape);
+  // Under --only the case a speedup is over is run for it.
+  const auto only = test::run_cli("validate --cases " + cases + " --only switched --json");
+  ASSERT_EQ(only.exit_code, 0) << only.err;
+  const Json alone = Json::parse(only.out)[0]["cases"];
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_DOUBLE_EQ(alone[0]["figures"][1]["predicted"].get<double>(), sw[1]["predicted"].get<double>());
 }
 
 TEST(ValidationCli, WriteBaselineRecordsEachDataset) {
