@@ -19,7 +19,7 @@ namespace trainyard::app {
 
 // What a prediction is, as far as its expected error goes.
 struct PredictionKind {
-  std::string family;          // scheme_family(): megatron, zero (ZeRO/FSDP, Ulysses, ring attention, FPDT), ringtrack, hotspa
+  std::string family;          // scheme_family(): the scheme registry's family (megatron, zero, ringtrack), or hotspa
   std::string gpu_generation;  // gpu_generation(): ampere, hopper, ada, cpu, other
   std::string stack;
   double seq_tokens = 0;

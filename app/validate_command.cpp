@@ -216,11 +216,6 @@ void add_error_records(const ValidationDataset& d, const std::vector<CaseResult>
   }
 }
 
-Json coverage_json(const Coverage& c) {
-  return {{"covered", c.covered}, {"with_bar", c.with_bar}, {"without_bar", c.without_bar},
-          {"fraction", c.with_bar ? static_cast<double>(c.covered) / c.with_bar : 0.0}};
-}
-
 // "error bars: the bar left out of its own case covers 41 of 52 published step figures (79%); 3 have no bar"
 std::string coverage_text(const Coverage& c) {
   std::string out = "error bars (each case left out of its own): cover " + std::to_string(c.covered) + " of " + std::to_string(c.with_bar) +
@@ -347,11 +342,8 @@ int run_validate(const std::vector<std::string>& args) {
   }
   if (scores.empty()) throw InputError("--only", "value", "a dataset name or part of a case name that exists", "\"" + only + "\"");
   const Coverage covered = coverage(records);
-  if (vm["json"].as<bool>()) {
-    std::cout << Json{{"datasets", out}, {"error_bar_coverage", coverage_json(covered)}}.dump(2) << "\n";
-  } else {
-    std::cout << coverage_text(covered) << "\n";
-  }
+  if (vm["json"].as<bool>()) std::cout << out.dump(2) << "\n";
+  else std::cout << coverage_text(covered) << "\n";
   if (vm.count("write-error-bars")) {
     write_file_atomically(vm["write-error-bars"].as<std::string>(), std::string_view(error_records_json(records).dump(2) + "\n"));
   }

@@ -105,6 +105,13 @@ class ZeroBuilder {
   void backward_layer(std::int64_t l, const std::string& tag, std::vector<sim::TaskId>& saved);
   void reduce_layer_gradients(const std::string& prefix, std::int64_t l, bool last_mb);
   void embeddings(const std::string& name, bool backward);
+  // The stack's rotary tables at the whole sequence's length (StackProfile::rotary_tables), per GPU: those kept
+  // through the micro-batch and those kept through its forward (empty where the stack has none).
+  struct RotaryAllocs {
+    std::vector<sim::TaskId> step, forward;
+  };
+  RotaryAllocs rotary_tables(const std::string& tag);
+  void release(const std::vector<sim::TaskId>& allocs, const std::string& name);
   void optimizer_step();
   // Each group's layer emitter over the GPUs' chains (`last_`), its tasks at layer `l` of the group's sequence.
   void run_groups(std::int64_t l, const std::function<void(LayerEmitter&, std::vector<sim::TaskId>&)>& emit);
@@ -145,7 +152,8 @@ class ZeroBuilder {
     return {op, sim::Algorithm::ring, zero_group_, rounded(bytes, ring), ring > gpus_ ? ring : 0};
   }
   const LayerSplit split_;
-  double full_acts_ = 0;  // a layer's activations while it runs (FPDT: a few chunks' worth)
+  double full_acts_ = 0;  // a layer's activations while its forward runs (FPDT: its chunks and whole-share tensors)
+  double recomputed_acts_ = 0;  // a checkpointed layer's activations while its recompute and backward run
   double fpdt_host_ = 0;  // FPDT: its attention tensors waiting in host DRAM
   double ckpt_ = 0;       // a checkpoint: the layer input
   double layer_params_ = 0, all_params_ = 0;
@@ -182,6 +190,13 @@ ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
       split_(zero_layer_split(in, p)),
       last_(static_cast<std::size_t>(in.cluster.gpus()), -1) {
   full_acts_ = split_.fpdt_chunks > 1 ? fpdt_working_bytes(model_, split_) : layer_activation_bytes(model_, split_, Recompute::none).total();
+  recomputed_acts_ = full_acts_;
+  if (split_.fpdt_chunks > 1) {  // the tensors of the GPU's whole share the stack's FPDT holds at once
+    const auto& whole = in.cluster.stack.fpdt_full_length;
+    const double tensor = 2.0 * static_cast<double>(split_.local_tokens() * model_.hidden);  // bf16
+    full_acts_ = std::max(full_acts_, whole.forward_tensors.value * tensor);
+    recomputed_acts_ = std::max(recomputed_acts_, whole.backward_tensors.value * tensor);
+  }
   fpdt_host_ = split_.fpdt_chunks > 1
                    ? static_cast<double>(split_.local_tokens()) *
                          (2.0 * static_cast<double>(2 * model_.q_dim() + 2 * model_.kv_dim()) + 4.0 * static_cast<double>(model_.q_dim()))
@@ -220,8 +235,10 @@ sim::TaskGraph ZeroBuilder::build() {
     mb_ = mb;
     const std::string tag = "mb" + std::to_string(mb);
     std::vector<std::vector<sim::TaskId>> saved(static_cast<std::size_t>(model_.layers));  // per layer, per GPU
+    const RotaryAllocs rotary = rotary_tables(tag);
     embeddings("F " + tag + " embedding", false);
     forward_pass(tag, saved);
+    release(rotary.forward, tag + " fp32 rotary tables");
     const auto loss_begin = static_cast<sim::TaskId>(g_.size());
     loss(tag);
     after_reduction(model_.layers, loss_begin);
@@ -232,6 +249,7 @@ sim::TaskGraph ZeroBuilder::build() {
     embeddings("B " + tag + " embedding", true);
     after_reduction(model_.layers + 1, embedding_begin);
     reduce_resident_gradients("B " + tag + " embedding", counts.embedding, mb == mbs - 1, embedding);
+    release(rotary.step, tag + " rotary tables");
   }
   optimizer_step();
   return std::move(g_);
@@ -270,6 +288,28 @@ std::vector<sim::TaskId> ZeroBuilder::all_last() const {
     if (id >= 0) deps.push_back(id);
   }
   return deps;
+}
+
+ZeroBuilder::RotaryAllocs ZeroBuilder::rotary_tables(const std::string& tag) {
+  const auto& tables = in_.cluster.stack.rotary_tables;
+  const double per_token = static_cast<double>(in_.workload.seq_len * model_.head_dim);
+  RotaryAllocs out;
+  const auto alloc_each = [&](double bytes, const std::string& what, std::vector<sim::TaskId>& ids) {
+    if (bytes <= 0) return;
+    for (int gpu = 0; gpu < gpus_; ++gpu) {
+      std::vector<sim::TaskId> deps;
+      if (last_[gpu] >= 0) deps.push_back(last_[gpu]);
+      ids.push_back(g_.alloc(tag + " " + what, gpu, sim::Pool::hbm, rounded(bytes, 1), what, deps));
+      last_[gpu] = ids.back();
+    }
+  };
+  alloc_each(tables.step_bytes_per_token_dim.value * per_token, "rotary tables (bf16)", out.step);
+  alloc_each(tables.forward_bytes_per_token_dim.value * per_token, "rotary tables (fp32)", out.forward);
+  return out;
+}
+
+void ZeroBuilder::release(const std::vector<sim::TaskId>& allocs, const std::string& name) {
+  for (std::size_t gpu = 0; gpu < allocs.size(); ++gpu) g_.free(name + " release", allocs[gpu], std::vector<sim::TaskId>{last_[gpu]});
 }
 
 void ZeroBuilder::embeddings(const std::string& name, bool backward) {
@@ -466,7 +506,7 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
                      op_at(sim::OpCode::input, l, gpu));
     }
     // The recomputed layer's activations exist only while its backward runs.
-    transient[gpu] = g_.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm, rounded(full_acts_, 1), "recomputed " + prefix,
+    transient[gpu] = g_.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm, rounded(recomputed_acts_, 1), "recomputed " + prefix,
                               std::vector<sim::TaskId>{at});
     at = transient[gpu];
   }

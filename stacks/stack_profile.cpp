@@ -137,6 +137,18 @@ StackProfile parse_stack(const json::Json& document, const std::string& origin) 
     s.checkpoint_offload.source = c.source("source", sources);
     c.finish();
   }
+  if (top.has("fpdt_full_length")) {
+    const json::Reader f = top.object("fpdt_full_length");
+    s.fpdt_full_length.forward_tensors = f.figure("forward_tensors", Bound{0, 100, "tensors"}, sources);
+    s.fpdt_full_length.backward_tensors = f.figure("backward_tensors", Bound{0, 100, "tensors"}, sources);
+    f.finish();
+  }
+  if (top.has("rotary_tables")) {
+    const json::Reader r = top.object("rotary_tables");
+    s.rotary_tables.step_bytes_per_token_dim = r.figure("step_bytes_per_token_dim", Bound{0, 65536, "bytes"}, sources);
+    s.rotary_tables.forward_bytes_per_token_dim = r.figure("forward_bytes_per_token_dim", Bound{0, 65536, "bytes"}, sources);
+    r.finish();
+  }
   if (top.has("zero_overlap_comm")) {
     const json::Reader z = top.object("zero_overlap_comm");
     for (std::size_t stage = 0; stage < s.zero_overlap_comm.by_stage.size(); ++stage) {

@@ -86,6 +86,20 @@ struct StackProfile {
     json::Source source;
     bool overlaps(int stage) const { return by_stage.at(static_cast<std::size_t>(stage)); }
   } zero_overlap_comm;
+  // FPDT as the stack's code runs it: the tensors of a GPU's whole share of the sequence (tokens x hidden, bf16) a
+  // layer holds at once, at the peak of its forward and of its recompute-and-backward, beside the chunked
+  // attention and FFN buffers. Optional in a stack file: absent (0) means only chunks are held.
+  struct FpdtFullLength {
+    Figure forward_tensors{0, "", {}, ""};
+    Figure backward_tensors{0, "", {}, ""};
+  } fpdt_full_length;
+  // Rotary position tables built at the whole sequence's length on every GPU: bytes per token of the sequence and
+  // head_dim element, held through the step (the bf16 cos and sin) and during the forward only (their fp32
+  // originals). Optional in a stack file: absent (0) means tables of a GPU's tokens, counted with the activations.
+  struct RotaryTables {
+    Figure step_bytes_per_token_dim{0, "", {}, ""};
+    Figure forward_bytes_per_token_dim{0, "", {}, ""};
+  } rotary_tables;
   struct Host {
     Figure dispatch_us_per_kernel;       // host time to issue one kernel (framework, dispatcher, driver launch)
     bool sync_before_optimizer = false;  // the host waits for the GPU before the optimizer (e.g. grad-norm .item())

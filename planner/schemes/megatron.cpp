@@ -198,6 +198,7 @@ Scheme megatron_scheme() {
   return {
       .name = "megatron",
       .description = "Megatron-LM TP/PP/DP/SP with selective or full recompute",
+      .family = "megatron",
       .flags = {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch", "sequence-parallel",
                 "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"},
       .required_flags = {},

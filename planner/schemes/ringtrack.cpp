@@ -152,6 +152,7 @@ Scheme ringtrack_scheme() {
   return {
       .name = "ringtrack",
       .description = "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch",
+      .family = "ringtrack",
       .flags = {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"},
       .required_flags = {},
       .run_refusal = [](const StepInputs&, const PlanSpec&, int) { return std::string(); },

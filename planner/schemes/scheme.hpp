@@ -65,6 +65,9 @@ struct Param {
 struct Scheme {
   std::string name;
   std::string description;  // one line, for help texts and the GUI
+  // The family of published runs that give its predictions their error bar (app/error_bars.hpp): schemes that
+  // run on the same framework machinery share one (the ZeRO family: zero, Ulysses, ring attention, FPDT).
+  std::string family;
   // The scheme flags `simulate --strategy NAME` takes (without "--"); the other schemes' flags are refused.
   std::vector<std::string> flags;
   struct RequiredFlag {

@@ -140,6 +140,7 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
   return {
       .name = std::move(name),
       .description = std::move(description),
+      .family = "zero",
       .flags = std::move(flags),
       .required_flags = {},
       .run_refusal = nullptr,
