@@ -48,8 +48,8 @@ namespace {
 double distance(const PredictionKind& a, const PredictionKind& b) {
   const auto log_ratio = [](double x, double y) { return x > 0 && y > 0 ? std::abs(std::log2(x / y)) : 0.0; };
   // The sequence and the work per GPU move together at a fixed GPU count: their mean, so one doubling costs 1.
-  return (log_ratio(a.seq_tokens, b.seq_tokens) + log_ratio(a.tokens_per_gpu, b.tokens_per_gpu)) / 2 + (a.gpu_generation != b.gpu_generation ? 1 : 0) +
-         (a.stack != b.stack ? 1 : 0);
+  return (log_ratio(a.seq_tokens, b.seq_tokens) + log_ratio(a.tokens_per_gpu, b.tokens_per_gpu)) / 2 +
+         (a.gpu_generation != b.gpu_generation ? 1 : 0) + (a.stack != b.stack ? 1 : 0);
 }
 
 // The nearest-rank percentile of sorted values.

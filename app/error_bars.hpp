@@ -26,10 +26,9 @@ struct PredictionKind {
   double tokens_per_gpu = 0;  // tokens of one step per GPU: the work each GPU has
 };
 
-std::string scheme_family(const std::string& scheme);   // --strategy name, or "hotspa" for a mini-batch of mixed lengths
-std::string gpu_generation(const std::string& gpu);     // by the GPU profile's name
-PredictionKind prediction_kind(const std::string& scheme, const std::string& gpu, const std::string& stack, double seq_tokens,
-                               double tokens_per_gpu);
+std::string scheme_family(const std::string& scheme);  // --strategy name, or "hotspa" for a mini-batch of mixed lengths
+std::string gpu_generation(const std::string& gpu);    // by the GPU profile's name
+PredictionKind prediction_kind(const std::string& scheme, const std::string& gpu, const std::string& stack, double seq_tokens, double tokens_per_gpu);
 
 // One published figure of the suite: trainyard's signed relative error on the step time it implies (negative:
 // the prediction was faster than the run).

@@ -115,14 +115,10 @@ void print_header(const LengthsRun& run) {
 }
 
 nlohmann::json header_json(const LengthsRun& run) {
-  return {{"lengths", run.source.origin},
-          {"description", run.source.description},
-          {"sequences", run.lengths.size()},
-          {"tokens", run.tokens},
-          {"max_len", run.max_len},
-          {"model", run.model.name},
-          {"gpus", run.cluster->gpus()},
-          {"batching", planner::to_string(run.setting->batching)}};
+  return {{"lengths", run.source.origin},    {"description", run.source.description},
+          {"sequences", run.lengths.size()}, {"tokens", run.tokens},
+          {"max_len", run.max_len},          {"model", run.model.name},
+          {"gpus", run.cluster->gpus()},     {"batching", planner::to_string(run.setting->batching)}};
 }
 
 void print_failure(const std::string& what, const planner::MinibatchResult& r) {

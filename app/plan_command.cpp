@@ -319,7 +319,8 @@ int run_plan(const std::vector<std::string>& args) {
   const double rate = elapsed > 0 ? static_cast<double>(report.simulated) / elapsed : 0;
   if (as_json) {
     Json ranked = Json::array(), per_scheme = Json::array();
-    for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) ranked.push_back(plan_json(report.ranked[i], bar_of(report.ranked[i], workload.seq_len)));
+    for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i)
+      ranked.push_back(plan_json(report.ranked[i], bar_of(report.ranked[i], workload.seq_len)));
     for (const auto& p : report.best_of_scheme) {
       per_scheme.push_back(plan_json(p, bar_of(p, workload.seq_len)));
       per_scheme.back()["gap"] = p.gap;
@@ -350,9 +351,9 @@ int run_plan(const std::vector<std::string>& args) {
   std::cout << "plans for " << model.name << " at " << format_tokens(workload.seq_len) << " tokens x " << workload.global_batch << " per step on "
             << nodes << " x " << cluster.node.name << ", objective " << vm["objective"].as<std::string>()
             << (report.interrupted ? " (interrupted: best found so far)" : "") << "\n\n";
-  TextTable table({"rank", "scheme", "parameters", "step", "tokens/s", "MFU", "peak HBM/GPU", "peak DRAM/node", "bottleneck",
-                   "published runs like this"},
-                  {true, false, false, true, true, true, true, true, false, false});
+  TextTable table(
+      {"rank", "scheme", "parameters", "step", "tokens/s", "MFU", "peak HBM/GPU", "peak DRAM/node", "bottleneck", "published runs like this"},
+      {true, false, false, true, true, true, true, true, false, false});
   for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) {
     add_plan_row(table, std::to_string(i + 1), report.ranked[i], bar_of(report.ranked[i], workload.seq_len));
   }

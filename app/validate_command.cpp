@@ -100,7 +100,8 @@ std::string reading_text(const ReadingScore& r) {
   return out + ": " + summary_text(r.score);
 }
 
-void print_text(const ValidationDataset& d, const std::vector<CaseResult>& results, const DatasetScore& s, const std::vector<ReadingScore>& readings) {
+void print_text(const ValidationDataset& d, const std::vector<CaseResult>& results, const DatasetScore& s,
+                const std::vector<ReadingScore>& readings) {
   std::cout << d.name << ": " << d.title << "\n  source: " << d.source << "\n";
   for (const auto& r : results) {
     if (!r.error.empty()) {
@@ -139,10 +140,15 @@ void print_markdown(const ValidationDataset& d, const std::vector<CaseResult>& r
 }
 
 Json score_json(const DatasetScore& s) {
-  return {{"mape", s.mape}, {"compared", s.compared}, {"max_seq_equal", s.max_seq_equal}, {"max_seq_total", s.max_seq_total}, {"not_simulated", s.not_simulated}};
+  return {{"mape", s.mape},
+          {"compared", s.compared},
+          {"max_seq_equal", s.max_seq_equal},
+          {"max_seq_total", s.max_seq_total},
+          {"not_simulated", s.not_simulated}};
 }
 
-Json results_json(const ValidationDataset& d, const std::vector<CaseResult>& results, const DatasetScore& s, const std::vector<ReadingScore>& readings) {
+Json results_json(const ValidationDataset& d, const std::vector<CaseResult>& results, const DatasetScore& s,
+                  const std::vector<ReadingScore>& readings) {
   Json cases = Json::array();
   for (const auto& r : results) {
     Json c = {{"name", r.name}};

@@ -233,7 +233,8 @@ PredictionKind minibatch_kind(const po::variables_map& vm) {
   const double gpus = static_cast<double>(node.gpu_count()) * (vm.count("nodes") ? vm["nodes"].as<int>() : 1);
   const double seq = vm.count("max-len") ? static_cast<double>(parse_token_count(vm["max-len"].as<std::string>(), "--max-len")) : 0;
   // Its tokens: --tokens-per-step, or for a batch of --batch-sequences documents their most, each of the longest length.
-  const double tokens = vm.count("tokens-per-step") ? static_cast<double>(parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step"))
+  const double tokens = vm.count("tokens-per-step")
+                            ? static_cast<double>(parse_token_count(vm["tokens-per-step"].as<std::string>(), "--tokens-per-step"))
                         : vm.count("batch-sequences") ? static_cast<double>(vm["batch-sequences"].as<std::int64_t>()) * seq
                                                       : 0;
   return prediction_kind("hotspa", node.gpu.name, vm.count("stack") ? vm["stack"].as<std::string>() : std::string(stacks::kDefaultStack), seq,
@@ -298,7 +299,7 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
     return p;
   }
   p.completed = true;
-  const SimulationSetup::Step& step = *setup.step;                                     // --strategy runs always have it
+  const SimulationSetup::Step& step = *setup.step;  // --strategy runs always have it
   p.kind = prediction_kind(vm["strategy"].as<std::string>(), setup.cluster->node.gpu.name, setup.cluster->stack.name,
                            static_cast<double>(step.workload.seq_len), static_cast<double>(step.workload.tokens()) / step.gpus);
   const double gpus = step.gpus, step_s = static_cast<double>(result.step_ns) * 1e-9;  // the whole step's GPUs

@@ -97,8 +97,8 @@ struct Comparison {
 struct CaseResult {
   std::string name;
   std::vector<Comparison> comparisons;
-  std::string error;   // not empty: the case could not be predicted (says why)
-  std::string remark;  // e.g. where a --seq scan had to stop short of its end, and why
+  std::string error;                   // not empty: the case could not be predicted (says why)
+  std::string remark;                  // e.g. where a --seq scan had to stop short of its end, and why
   std::optional<PredictionKind> kind;  // a training step's: what its error bar is looked up by (app/error_bars.hpp)
 };
 

@@ -60,17 +60,17 @@ class ChunkChart : public QChartView {
   // (app/error_bars.hpp): the predicted step over 1 + the bar's high and low errors. No band without a bar.
   void set_error_bar(const std::string& scheme, const app::ErrorBar& bar);
   QList<QPointF> band(const std::string& scheme, bool upper) const;  // the band's edge, (chunk, seconds)
-  int points(const std::string& scheme) const;             // MFU points shown (flat lines count 1)
-  QList<QPointF> misses(const std::string& scheme) const;  // (chunk, 0) of the chunks that do not fit
+  int points(const std::string& scheme) const;                       // MFU points shown (flat lines count 1)
+  QList<QPointF> misses(const std::string& scheme) const;            // (chunk, 0) of the chunks that do not fit
   int left_out() const { return left_out_.count(); }
 
  private:
   struct Series {
     QLineSeries* mfu = nullptr;
     QLineSeries* step = nullptr;
-    QScatterSeries* markers = nullptr;  // on the MFU points
-    QScatterSeries* misses = nullptr;   // hollow, on the axis
-    QAreaSeries* band = nullptr;        // the error bar's band around the step time (none: no bar)
+    QScatterSeries* markers = nullptr;   // on the MFU points
+    QScatterSeries* misses = nullptr;    // hollow, on the axis
+    QAreaSeries* band = nullptr;         // the error bar's band around the step time (none: no bar)
     double band_low = 1, band_high = 1;  // the step's factors at the band's edges
     int points = 0;
   };

@@ -246,8 +246,8 @@ std::string switch_text(const std::vector<GroupPlan>& plans) {
 
 PlanSpec with_micro_batch(const HotSpaSetting& s, PlanSpec spec, std::int64_t row_len) {
   // ffd-padded: each packed row is one micro-batch (the artifact's micro_batch_size = 1, "already packed").
-  const std::int64_t mb =
-      s.batching == Batching::ffd_padded ? 1 : std::max<std::int64_t>(1, s.micro_batch_tokens / std::max<std::int64_t>(1, row_len));
+  const std::int64_t mb = s.batching == Batching::ffd_padded ? 1
+                                                             : std::max<std::int64_t>(1, s.micro_batch_tokens / std::max<std::int64_t>(1, row_len));
   scheme_named(spec.scheme).set_micro_batch(spec, mb);
   return spec;
 }

@@ -182,7 +182,8 @@ std::vector<std::int64_t> sample_documents(const LengthSource& source, std::int6
     // Near-empty documents are redrawn, as sample_minibatch does; a document must train on one position at least.
     const std::int64_t shortest = source.kind == LengthSource::Kind::lognormal ? kMinDocumentTokens : kLabelShiftTokens + 1;
     if (doc < shortest) {
-      if (++redraws > 1'000'000) throw InputError(source.origin, "lengths", "documents of at least " + std::to_string(shortest) + " tokens", "none drawn");
+      if (++redraws > 1'000'000)
+        throw InputError(source.origin, "lengths", "documents of at least " + std::to_string(shortest) + " tokens", "none drawn");
       continue;
     }
     positions.push_back(std::min(doc, max_len + kLabelShiftTokens) - kLabelShiftTokens);

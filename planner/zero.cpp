@@ -152,10 +152,10 @@ class ZeroBuilder {
     return {op, sim::Algorithm::ring, zero_group_, rounded(bytes, ring), ring > gpus_ ? ring : 0};
   }
   const LayerSplit split_;
-  double full_acts_ = 0;  // a layer's activations while its forward runs (FPDT: its chunks and whole-share tensors)
+  double full_acts_ = 0;        // a layer's activations while its forward runs (FPDT: its chunks and whole-share tensors)
   double recomputed_acts_ = 0;  // a checkpointed layer's activations while its recompute and backward run
-  double fpdt_host_ = 0;  // FPDT: its attention tensors waiting in host DRAM
-  double ckpt_ = 0;       // a checkpoint: the layer input
+  double fpdt_host_ = 0;        // FPDT: its attention tensors waiting in host DRAM
+  double ckpt_ = 0;             // a checkpoint: the layer input
   double layer_params_ = 0, all_params_ = 0;
   std::int64_t s_ = 0, h_ = 0;
   double copy_out_bytes_ = 0;          // the stack's copy of a gathered layer's parameters (FSDP2)

@@ -117,9 +117,8 @@ TEST(ErrorBarsCli, TheRecordedTableIsWhatValidateComputes) {
   const auto& recorded = app::builtin_error_records();
   ASSERT_FALSE(fast.empty());
   for (const auto& f : fast) {
-    const auto it = std::find_if(recorded.begin(), recorded.end(), [&](const ErrorRecord& e) {
-      return e.dataset == f.dataset && e.case_name == f.case_name && e.metric == f.metric;
-    });
+    const auto it = std::find_if(recorded.begin(), recorded.end(),
+                                 [&](const ErrorRecord& e) { return e.dataset == f.dataset && e.case_name == f.case_name && e.metric == f.metric; });
     ASSERT_NE(it, recorded.end()) << f.dataset << ": " << f.case_name << " is not in validation/error_bars.json: run scripts/validation_doc.sh";
     EXPECT_NEAR(it->step_error, f.step_error, 1e-9) << f.dataset << ": " << f.case_name << ": run scripts/validation_doc.sh";
     EXPECT_EQ(it->kind.family, f.kind.family);
@@ -134,7 +133,8 @@ TEST(ErrorBarsCli, SimulateAndPlanCarryTheBar) {
   const Json bar = Json::parse(sim.out)["error_bar"];
   ASSERT_TRUE(bar.contains("cases")) << bar.dump();
   EXPECT_FALSE(bar["text"].get<std::string>().empty());
-  const auto text = test::run_cli("simulate --strategy megatron --tp 8 --model llama3-8b --hw osc-ascend-a100x4 --nodes 2 --global-batch 1 --stack deepspeed --seq 32K");
+  const auto text = test::run_cli(
+      "simulate --strategy megatron --tp 8 --model llama3-8b --hw osc-ascend-a100x4 --nodes 2 --global-batch 1 --stack deepspeed --seq 32K");
   EXPECT_NE(text.out.find("error bar"), std::string::npos) << text.out;
   const auto plan = test::run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --strategies megatron --top 2 --json");
   ASSERT_EQ(plan.exit_code, 0) << plan.err;

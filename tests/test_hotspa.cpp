@@ -154,7 +154,7 @@ TEST(HotSpa, FfdPaddedRowsCostTheirBoundAndPackingSharesThem) {
   };
   const std::string dp1 = "megatron:dp=1,tp=8";
   const double one_full_row = seconds({4096}, dp1);
-  EXPECT_DOUBLE_EQ(seconds({100}, dp1), one_full_row);                       // padding: the row's bound is computed
+  EXPECT_DOUBLE_EQ(seconds({100}, dp1), one_full_row);                      // padding: the row's bound is computed
   EXPECT_DOUBLE_EQ(seconds({800, 800, 800, 800, 800}, dp1), one_full_row);  // packed into one row
   const double five_rows = seconds({4096, 4096, 4096, 4096, 4096}, dp1);
   EXPECT_GT(five_rows, 2 * one_full_row);
@@ -379,7 +379,8 @@ TEST(HotSpaCli, SimulateAndPlanWithLengths) {
 // HotSPa's artifact: --batch-sequences documents, --batching ffd-padded; the static total is the whole batch's rows.
 TEST(HotSpaCli, DocumentBatchesPackedIntoPaddedRows) {
   const std::string flags = "simulate --lengths dist:github --model llama3.2-1b --hw dgx-a100 --max-len 8K ";
-  const auto r = test::run_cli(flags + "--batching ffd-padded --batch-sequences 64 --static megatron:tp=8 --switch '2K=megatron:dp=8;8K=megatron:tp=8' --json");
+  const auto r = test::run_cli(
+      flags + "--batching ffd-padded --batch-sequences 64 --static megatron:tp=8 --switch '2K=megatron:dp=8;8K=megatron:tp=8' --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["sequences"].get<int>(), 64);
@@ -388,10 +389,10 @@ TEST(HotSpaCli, DocumentBatchesPackedIntoPaddedRows) {
   EXPECT_EQ(short_group["rows"].get<int>() % 8, 0);  // dp 8: the rows past a multiple of 8 dropped
   EXPECT_EQ(short_group["packed_rows"].get<int>() - short_group["dropped_rows"].get<int>(),
             short_group["row_len"].get<int>() == 2048 ? short_group["rows"].get<int>() : 0);
-  for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
-           {"--batching ffd-padded --batch-sequences 64 --tokens-per-step 64K", "exactly one"},
-           {"--batching ffd-padded --batch-sequences 0", "a positive number of documents"},
-           {"--batch-sequences 64 --batching ffd", "ffd-padded"}}) {
+  for (const auto& [args, expected] :
+       std::vector<std::pair<std::string, std::string>>{{"--batching ffd-padded --batch-sequences 64 --tokens-per-step 64K", "exactly one"},
+                                                        {"--batching ffd-padded --batch-sequences 0", "a positive number of documents"},
+                                                        {"--batch-sequences 64 --batching ffd", "ffd-padded"}}) {
     const auto e = test::run_cli(flags + args + " --static megatron:tp=8");
     EXPECT_EQ(e.exit_code, 2) << args;
     EXPECT_NE(e.err.find(expected), std::string::npos) << e.err;

@@ -12,10 +12,20 @@ using test::source_json;
 using test::TempDir;
 
 TEST(HwProfiles, AllBuiltinNamesArePresent) {
-  const std::vector<std::string> gpus = {"a100-40gb-sxm", "a100-80gb-pcie", "a100-80gb-sxm", "a800-80gb-sxm", "cpu-device",
-                                         "h100-pcie",     "h100-sxm",       "h100-sxm-96gb-500w", "h200-sxm", "l40s", "rtx-4090"};
-  const std::vector<std::string> nodes = {"dgx-a100", "dgx-h100", "grand-teton-h100", "hgx-a800", "hgx-h200", "lab-h100", "lab-h200",
-                                          "osc-ascend-a100x4", "osc-ascend-a100x4-4nic", "osc-ascend-a100x4-hdr100", "pcie-4090x8", "pcie-a100x4"};
+  const std::vector<std::string> gpus = {"a100-40gb-sxm", "a100-80gb-pcie",     "a100-80gb-sxm", "a800-80gb-sxm", "cpu-device", "h100-pcie",
+                                         "h100-sxm",      "h100-sxm-96gb-500w", "h200-sxm",      "l40s",          "rtx-4090"};
+  const std::vector<std::string> nodes = {"dgx-a100",
+                                          "dgx-h100",
+                                          "grand-teton-h100",
+                                          "hgx-a800",
+                                          "hgx-h200",
+                                          "lab-h100",
+                                          "lab-h200",
+                                          "osc-ascend-a100x4",
+                                          "osc-ascend-a100x4-4nic",
+                                          "osc-ascend-a100x4-hdr100",
+                                          "pcie-4090x8",
+                                          "pcie-a100x4"};
   EXPECT_EQ(builtin_gpu_names(), gpus);
   EXPECT_EQ(builtin_node_names(), nodes);
 }

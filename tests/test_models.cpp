@@ -10,8 +10,8 @@
 namespace trainyard::model {
 
 TEST(Models, AllBuiltinsLoad) {
-  const std::vector<std::string> expected = {"gpt-13b",    "gpt-2.7b",   "gpt-30b",    "gpt-6.7b",   "hotspa-32b",  "llama-32b",  "llama2-13b",
-                                             "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b", "llama3.2-1b", "llama3.2-3b"};
+  const std::vector<std::string> expected = {"gpt-13b",    "gpt-2.7b",  "gpt-30b",     "gpt-6.7b",   "hotspa-32b", "llama-32b",   "llama2-13b",
+                                             "llama2-70b", "llama2-7b", "llama3-405b", "llama3-70b", "llama3-8b",  "llama3.2-1b", "llama3.2-3b"};
   EXPECT_EQ(builtin_model_names(), expected);
   for (const auto& name : expected) {
     SCOPED_TRACE(name);

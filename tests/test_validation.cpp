@@ -212,9 +212,11 @@ TEST(ValidationCli, SpeedupsAreRatiosOfPredictionsAndCalibrationIsNotCounted) {
   test::TempDir dir;
   const std::string cases = dir.write("cases.json", R"({"schema": "trainyard.validation.v1", "dataset": "speedups", "title": "t", "source": "s",
     "flop_convention": {"causal_attention_halved": true, "recompute_counted": false, "input_embedding_counted": false, "text": "x"},
-    "cases": [{"name": "static", "calibration": "fits the lengths", "simulate": [)" + common +
+    "cases": [{"name": "static", "calibration": "fits the lengths", "simulate": [)" +
+                                                        common +
                                                         R"(, "--static", "megatron:tp=8"], "published": {"step_s": 1.0}},
-              {"name": "switched", "speedup_over": "static", "simulate": [)" + common +
+              {"name": "switched", "speedup_over": "static", "simulate": [)" +
+                                                        common +
                                                         R"(, "--switch", "1K=megatron:dp=8,distributed_optimizer=true;8K=megatron:tp=8"],
                "published": {"step_s": 2.0, "speedup": 1.25}}]})");
   const auto r = test::run_cli("validate --cases " + cases + " --json");
