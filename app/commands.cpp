@@ -805,7 +805,8 @@ int run_simulate(const std::vector<std::string>& args) {
       std::cout << "\nas " << cluster->stack.name << " logs it: MFU " << format_fixed(100 * logged->mfu, 1) << "%, "
                 << format_fixed(logged->tflops_per_gpu, 1) << " TFLOP/s per GPU (attention "
                 << (c.causal_attention_halved ? "causal-halved" : "over the full square") << ", recompute "
-                << (c.recompute_counted ? "counted" : "not counted") << ")\n";
+                << (c.recompute_counted ? "counted" : "not counted")
+                << (c.formula == model::FlopFormula::parameters ? "" : "; " + model::to_string(c.formula) + "'s formula") << ")\n";
     }
     if (bar) std::cout << "error bar      " << bar->text() << " (docs/validation.md, Error bars)\n";
   }

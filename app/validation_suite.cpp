@@ -117,14 +117,6 @@ ValidationCase parse_case(const json::Reader& r) {
   return c;
 }
 
-model::FlopConvention parse_flop_convention(const json::Reader& conv) {
-  model::FlopConvention c;
-  c.causal_attention_halved = conv.boolean("causal_attention_halved");
-  c.recompute_counted = conv.boolean("recompute_counted");
-  c.input_embedding_counted = conv.boolean("input_embedding_counted");
-  return c;
-}
-
 ValidationReading parse_reading(const json::Reader& r) {
   ValidationReading reading;
   reading.name = r.string("name");
@@ -135,7 +127,7 @@ ValidationReading parse_reading(const json::Reader& r) {
   }
   if (r.has("flop_convention")) {
     const json::Reader conv = r.object("flop_convention");
-    reading.convention = parse_flop_convention(conv);
+    reading.convention = model::parse_flop_convention(conv);
     reading.convention_text = conv.string("text");
     conv.finish();
   }
@@ -182,7 +174,7 @@ ValidationDataset parse_validation_dataset(const Json& document, const std::stri
   d.title = r.string("title");
   d.source = r.string("source");
   const json::Reader conv = r.object("flop_convention");
-  d.convention = parse_flop_convention(conv);
+  d.convention = model::parse_flop_convention(conv);
   if (conv.has("peak_tflops")) d.peak_tflops = conv.number("peak_tflops", {1, 1e6, "TFLOP/s", false});
   d.convention_text = conv.string("text");
   conv.finish();

@@ -1,6 +1,7 @@
 #include "models/model.hpp"
 
 #include <charconv>
+#include <cmath>
 
 #include "common/error.hpp"
 #include "common/units.hpp"
@@ -46,7 +47,51 @@ double ModelConfig::training_flops_per_token(std::int64_t seq_len, bool causal) 
   return 3 * (dense_flops_per_token_fwd() + attention_flops_per_token_fwd(seq_len, causal));
 }
 
+namespace {
+
+// Megatron-DeepSpeed's throughput_calculator per token (FlopFormula), `passes` forwards: 3, or 4 with recompute.
+double megatron_deepspeed_flops_per_token(const ModelConfig& m, std::int64_t seq_len, FlopFormula formula, double passes) {
+  const double h = static_cast<double>(m.hidden), l = static_cast<double>(m.layers);
+  const double s = static_cast<double>(seq_len), v = static_cast<double>(m.vocab);
+  if (formula == FlopFormula::megatron_deepspeed_2023) return 24 * passes * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
+  const double g = static_cast<double>(m.heads / m.kv_heads), f = m.activation == Activation::swiglu ? 3 : 2;
+  const double projections = l * (2 + std::floor(2 / g)) * h * h, scores = 2 * l * h * s;
+  const double mlp = l * f * static_cast<double>(m.ffn_hidden) * h, logits = v * h;
+  return 2 * passes * (projections + scores + mlp + logits);  // multiply-adds to FLOPs
+}
+
+}  // namespace
+
+std::string to_string(FlopFormula formula) {
+  switch (formula) {
+    case FlopFormula::parameters: return "parameters";
+    case FlopFormula::megatron_deepspeed_2023: return "megatron-deepspeed-2023";
+    case FlopFormula::megatron_deepspeed_2024: return "megatron-deepspeed-2024";
+  }
+  return "parameters";
+}
+
+FlopConvention parse_flop_convention(const json::Reader& r) {
+  FlopConvention c;
+  c.causal_attention_halved = r.boolean("causal_attention_halved");
+  c.recompute_counted = r.boolean("recompute_counted");
+  c.input_embedding_counted = r.boolean("input_embedding_counted");
+  if (!r.has("formula")) return c;
+  const std::string formula = r.choice("formula", {"parameters", "megatron-deepspeed-2023", "megatron-deepspeed-2024"});
+  c.formula = formula == "megatron-deepspeed-2023"   ? FlopFormula::megatron_deepspeed_2023
+              : formula == "megatron-deepspeed-2024" ? FlopFormula::megatron_deepspeed_2024
+                                                     : FlopFormula::parameters;
+  if (c.formula != FlopFormula::parameters && (c.causal_attention_halved || !c.recompute_counted || c.input_embedding_counted)) {
+    r.fail("formula", "with causal_attention_halved false, recompute_counted true and input_embedding_counted false (what " + formula + " counts)",
+           "\"" + formula + "\" with other switches");
+  }
+  return c;
+}
+
 double convention_flops_per_token(const ModelConfig& model, std::int64_t seq_len, const FlopConvention& convention, bool full_recompute) {
+  if (convention.formula != FlopFormula::parameters) {
+    return megatron_deepspeed_flops_per_token(model, seq_len, convention.formula, full_recompute ? 4 : 3);
+  }
   const bool causal = convention.causal_attention_halved;
   const double forward = model.dense_flops_per_token_fwd() + model.attention_flops_per_token_fwd(seq_len, causal);
   double flops = 3 * forward;

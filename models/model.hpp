@@ -72,13 +72,26 @@ struct ModelConfig {
 // (Megatron-LM since March 2025, FlashAttention's kernel benchmarks) or not (torchtitan, Narayanan et al. 2021);
 // the recomputed forward counted (Narayanan et al. 2021, BLOOM) or not; the input embedding counted as a
 // vocab x hidden matrix (torchtitan before May 2024) or not.
+// Some frameworks print a formula of their own instead (`formula`): Megatron-DeepSpeed's throughput_calculator
+// (megatron/utils.py) before its commit b7b2d5e (2024-08-19), 24 c B s L h^2 (1 + s/6h + V/16Lh) with c = 3, or 4
+// with activation checkpointing (a GPT with a 4h MLP), and after it, per GEMM in multiply-adds: L (2 + 2 // g) h^2
+// for the projections (g = heads / kv heads, integer division as its code does), 2 L h s for the attention
+// scores, L f F h for the MLP (f = 3 with SwiGLU), V h for the logits; 3 forwards, 4 with full recompute.
+// Both count attention over the full square and the recomputed forward; the switches above must say so.
+enum class FlopFormula { parameters, megatron_deepspeed_2023, megatron_deepspeed_2024 };
 struct FlopConvention {
   bool causal_attention_halved = true;
   bool recompute_counted = false;        // with full recomputation: one more forward per step
   bool input_embedding_counted = false;  // 6 FLOPs per embedding weight per token
+  FlopFormula formula = FlopFormula::parameters;
 };
+// A convention from a JSON object (causal_attention_halved, recompute_counted, input_embedding_counted, and an
+// optional formula: "parameters", "megatron-deepspeed-2023" or "megatron-deepspeed-2024"); InputError names the field.
+FlopConvention parse_flop_convention(const json::Reader& r);
+std::string to_string(FlopFormula formula);
 // Training FLOPs per token under `convention`: 3x the forward (dense + attention), plus the recomputed forward
-// when the run recomputes everything and the convention counts it, plus the embedding term when counted.
+// when the run recomputes everything and the convention counts it, plus the embedding term when counted; or the
+// framework's own formula.
 double convention_flops_per_token(const ModelConfig& model, std::int64_t seq_len, const FlopConvention& convention, bool full_recompute);
 
 ModelConfig parse_model(const json::Json& document, const std::string& origin);

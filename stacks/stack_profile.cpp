@@ -62,10 +62,7 @@ ElementwiseCost parse_elementwise(const json::Reader& parent, std::string_view k
 
 model::FlopConvention parse_convention(const json::Reader& parent, const json::Sources& sources, json::Source& source) {
   const json::Reader r = parent.object("mfu_convention");
-  model::FlopConvention c;
-  c.causal_attention_halved = r.boolean("causal_attention_halved");
-  c.recompute_counted = r.boolean("recompute_counted");
-  c.input_embedding_counted = r.boolean("input_embedding_counted");
+  const model::FlopConvention c = model::parse_flop_convention(r);
   source = r.source("source", sources);
   r.finish();
   return c;

@@ -83,6 +83,35 @@ TEST(Models, MegatronFormulaAgreesForAGptShape) {
   EXPECT_NEAR(ours / m.megatron_flops_per_token(4096), 1.0, 1e-9);
 }
 
+TEST(Models, MegatronDeepSpeedFormulasAsItsLogCountsThem) {
+  // Llama 3 8B at 4M tokens with activation checkpointing, by hand from megatron/utils.py throughput_calculator.
+  const ModelConfig m = load_model("llama3-8b");
+  const double h = 4096, l = 32, s = 4194304, v = 128256, ffn = 14336;
+  FlopConvention c{false, true, false, FlopFormula::megatron_deepspeed_2023};
+  EXPECT_DOUBLE_EQ(convention_flops_per_token(m, 4194304, c, true), 24 * 4 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)));
+  EXPECT_DOUBLE_EQ(convention_flops_per_token(m, 4194304, c, false), 24 * 3 * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)));
+  c.formula = FlopFormula::megatron_deepspeed_2024;
+  // g = 32 / 8 = 4: 2 // 4 = 0, so the K/V projections drop out as its integer division drops them.
+  const double macs = l * 2 * h * h + 2 * l * h * s + l * 3 * ffn * h + v * h;
+  EXPECT_DOUBLE_EQ(convention_flops_per_token(m, 4194304, c, true), 2 * 4 * macs);
+}
+
+TEST(Models, AFormulaNeedsTheSwitchesItCountsBy) {
+  const auto parse = [](const std::string& text) {
+    const json::Json doc = json::Json::parse(text);
+    return parse_flop_convention(json::Reader(doc, "c.json"));
+  };
+  EXPECT_EQ(parse(R"({"causal_attention_halved": false, "recompute_counted": true, "input_embedding_counted": false,
+                       "formula": "megatron-deepspeed-2024"})")
+                .formula,
+            FlopFormula::megatron_deepspeed_2024);
+  const std::string error = test::error_of([&] {
+    parse(R"({"causal_attention_halved": true, "recompute_counted": true, "input_embedding_counted": false, "formula": "megatron-deepspeed-2023"})");
+  });
+  EXPECT_NE(error.find("formula"), std::string::npos) << error;
+  EXPECT_NE(error.find("c.json"), std::string::npos) << error;
+}
+
 TEST(Models, ModelStateBytes) {
   const ModelConfig m = load_model("llama3-8b");
   const auto bytes = model_state_bytes(m, precision_policy("bf16-mixed"));
