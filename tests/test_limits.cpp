@@ -273,9 +273,9 @@ TEST(Interrupt, PlanStopsWith130AndLeavesNoTemporaryFiles) {
 }
 
 TEST(Interrupt, LengthsSearchStopsWith130) {
-  // A search of about 30 s here (the refit GitHub lengths made the 1B one finish inside 1.5 s).
-  const LimitedRun r = run_limited({"plan", "--lengths", "dist:github", "--model", "llama3-8b", "--hw", "dgx-a100", "--nodes", "2",
-                                    "--tokens-per-step", "16M", "--max-len", "32K", "--threads", "1"},
+  // A search of about 18 s here, of many short simulations (at 4M tokens the refit GitHub lengths finish inside 1.5 s).
+  const LimitedRun r = run_limited({"plan", "--lengths", "dist:github", "--model", "llama3.2-1b", "--hw", "dgx-a100", "--tokens-per-step", "64M",
+                                    "--max-len", "32K", "--threads", "1"},
                                    60, 1.5);
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_LT(r.seconds, 20);
