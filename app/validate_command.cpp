@@ -222,7 +222,7 @@ void add_error_records(const ValidationDataset& d, const std::vector<CaseResult>
   }
 }
 
-// "error bars: the bar left out of its own case covers 41 of 52 published step figures (79%); 3 have no bar"
+// "error bars (each case left out of its own): cover 37 of 47 published step figures (79%); 4 have no validated case near them"
 std::string coverage_text(const Coverage& c) {
   std::string out = "error bars (each case left out of its own): cover " + std::to_string(c.covered) + " of " + std::to_string(c.with_bar) +
                     " published step figures";

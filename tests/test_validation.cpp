@@ -154,6 +154,48 @@ TEST(Validation, CollectivesPickNcclsProtocolAndNvlsWhereTheSwitchReduces) {
   EXPECT_THROW(sim::benchmark_collective(a100, sim::CollectiveOp::all_reduce, sim::Algorithm::ring, 4), InputError);
 }
 
+TEST(Validation, AReadingReplacesFlagValuesOrTheConvention) {
+  Json doc = minimal_dataset();
+  doc["readings"] = Json::parse(R"([{"name": "other node", "replace": {"dgx-a100": "dgx-h100"}},
+    {"name": "full square", "flop_convention": {"causal_attention_halved": false, "recompute_counted": false,
+                                                "input_embedding_counted": false, "text": "full"}}])");
+  const app::ValidationDataset d = app::parse_validation_dataset(doc, "r.json");
+  ASSERT_EQ(d.readings.size(), 2u);
+  const app::ValidationDataset other = app::under_reading(d, d.readings[0]);
+  EXPECT_EQ(other.cases[0].simulate.back(), "dgx-h100");
+  EXPECT_EQ(other.name, d.name);
+  EXPECT_TRUE(other.convention.causal_attention_halved);
+  const app::ValidationDataset full = app::under_reading(d, d.readings[1]);
+  EXPECT_FALSE(full.convention.causal_attention_halved);
+  EXPECT_EQ(full.convention_text, "full");
+  EXPECT_EQ(full.cases[0].simulate.back(), "dgx-a100");
+  doc["readings"] = Json::parse(R"([{"name": "nothing"}])");
+  const std::string error = test::error_of([&] { app::parse_validation_dataset(doc, "r.json"); });
+  EXPECT_NE(error.find("r.json"), std::string::npos) << error;
+  EXPECT_NE(error.find("replace"), std::string::npos) << error;
+}
+
+TEST(ValidationCli, EveryReadingIsReportedBesideTheDatasetsOwn) {
+  Json doc = minimal_dataset();
+  doc["readings"] = Json::parse(R"([{"name": "an H100 node", "replace": {"dgx-a100": "dgx-h100"}}])");
+  doc["cases"][0]["fast"] = true;
+  test::TempDir dir;
+  const std::string cases = dir.write("cases.json", doc.dump());
+  const auto r = test::run_cli("validate --cases " + cases + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json out = Json::parse(r.out);
+  ASSERT_TRUE(out[0].contains("readings"));
+  ASSERT_EQ(out[0]["readings"].size(), 1u);
+  EXPECT_EQ(out[0]["readings"][0]["reading"], "an H100 node");
+  EXPECT_EQ(out[0]["readings"][0]["compared"], 1);
+  EXPECT_NE(out[0]["readings"][0]["mape"], out[0]["mape"]);  // the H100 node's busbw differs from the A100's
+  const auto text = test::run_cli("validate --cases " + cases);
+  EXPECT_NE(text.out.find("under the reading \"an H100 node\""), std::string::npos) << text.out;
+  const auto fast = test::run_cli("validate --cases " + cases + " --fast");  // CI's run holds the dataset's own reading
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  EXPECT_EQ(fast.out.find("under the reading"), std::string::npos) << fast.out;
+}
+
 TEST(ValidationCli, SimulateCollectivePrintsNcclTestsFigures) {
   const auto r = test::run_cli("simulate --collective all-reduce --bytes 1G --hw dgx-a100 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
