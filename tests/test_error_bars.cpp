@@ -138,7 +138,9 @@ TEST(ErrorBarsCli, SimulateAndPlanCarryTheBar) {
   EXPECT_NE(text.out.find("error bar"), std::string::npos) << text.out;
   const auto plan = test::run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --strategies megatron --top 2 --json");
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  for (const auto& row : Json::parse(plan.out)["ranked"]) EXPECT_TRUE(row.contains("error_bar")) << row.dump();
+  const Json ranked = Json::parse(plan.out)["ranked"];
+  ASSERT_FALSE(ranked.empty());
+  for (const auto& row : ranked) EXPECT_TRUE(row.contains("error_bar")) << row.dump();
 }
 
 }  // namespace
