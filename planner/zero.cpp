@@ -528,13 +528,16 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
   release_gather(gather_index, prefix);
 }
 
-// Gradients are reduce-scattered every micro-batch (stages 2-3) or all-reduced once, after the last (0-1).
+// Gradients are reduced every micro-batch (stages 2-3) or once, after the last (0-1): reduce-scattered where the
+// optimizer states are sharded (stages 1-3: each GPU steps its shard, as ZeRO's Pos moves the data-parallel volume,
+// Rajbhandari et al. 2020 section 7, and DeepSpeed's stage 1 and Megatron's distributed optimizer run), all-reduced
+// at stage 0.
 bool ZeroBuilder::reduces_after(bool last_mb) const { return gpus_ > 1 && (p_.stage >= 2 || last_mb); }
 
 // The reduction of `params` parameters' gradients over every GPU, once each GPU's work so far is done.
 sim::TaskId ZeroBuilder::reduce_gradients(const std::string& prefix, double params, const sim::Op& carries) {
-  const auto op = p_.stage >= 2 ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
-  const sim::TaskId reduce = g_.set_op(g_.collective(prefix + (p_.stage >= 2 ? " reduce-scatter grads" : " all-reduce grads"),
+  const auto op = p_.stage >= 1 ? sim::CollectiveOp::reduce_scatter : sim::CollectiveOp::all_reduce;
+  const sim::TaskId reduce = g_.set_op(g_.collective(prefix + (p_.stage >= 1 ? " reduce-scatter grads" : " all-reduce grads"),
                                                      over_everyone(op, reduce_bytes_per_param_ * params), all_last(), kReduceStream),
                                        carries);
   reductions_.push_back(reduce);
