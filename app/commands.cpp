@@ -112,8 +112,7 @@ LoggedMfu logged_mfu(const SimulationSetup::Step& step, const sim::SimResult& re
 }
 
 ErrorBar step_error_bar(const SimulationSetup::Step& step, const sim::Cluster& cluster) {
-  return error_bar(prediction_kind(step.scheme, cluster.node.gpu.name, cluster.stack.name, static_cast<double>(step.workload.seq_len),
-                                   static_cast<double>(step.workload.tokens()) / step.gpus));
+  return error_bar(step_kind(step.scheme, cluster, step.workload, step.gpus));
 }
 
 stacks::StackProfile stack_from_flags(const po::variables_map& vm) {

@@ -36,6 +36,11 @@ PredictionKind prediction_kind(const std::string& scheme, const std::string& gpu
   return {scheme_family(scheme), gpu_generation(gpu), stack, seq_tokens, tokens_per_gpu};
 }
 
+PredictionKind step_kind(const std::string& scheme, const sim::Cluster& cluster, const planner::Workload& workload, int gpus) {
+  return prediction_kind(scheme, cluster.node.gpu.name, cluster.stack.name, static_cast<double>(workload.seq_len),
+                         static_cast<double>(workload.tokens()) / gpus);
+}
+
 std::optional<double> step_time_error(const std::string& metric, double published, double predicted) {
   if (published <= 0 || predicted <= 0) return std::nullopt;
   if (metric == "step_s") return predicted / published - 1;

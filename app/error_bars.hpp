@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/step.hpp"
+
 namespace trainyard::app {
 
 // What a prediction is, as far as its expected error goes.
@@ -29,6 +31,9 @@ struct PredictionKind {
 std::string scheme_family(const std::string& scheme);  // --strategy name, or "hotspa" for a mini-batch of mixed lengths
 std::string gpu_generation(const std::string& gpu);    // by the GPU profile's name
 PredictionKind prediction_kind(const std::string& scheme, const std::string& gpu, const std::string& stack, double seq_tokens, double tokens_per_gpu);
+// A step of `workload` on the cluster's GPU and stack, its tokens over `gpus` (the whole step's: a symmetry
+// reduction simulates fewer than it has).
+PredictionKind step_kind(const std::string& scheme, const sim::Cluster& cluster, const planner::Workload& workload, int gpus);
 
 // One published figure of the suite: trainyard's signed relative error on the step time it implies (negative:
 // the prediction was faster than the run).

@@ -211,8 +211,7 @@ int run_plan(const std::vector<std::string>& args) {
   const planner::StepInputs inputs{model, cluster, workload, model::precision_policy(precision)};
   // Each plan's error bar: how far trainyard was off on the published runs most like it (app/error_bars.hpp).
   const auto bar_of = [&](const planner::RankedPlan& p, std::int64_t seq) {
-    const double tokens = static_cast<double>(seq) * static_cast<double>(workload.global_batch);
-    return error_bar(prediction_kind(p.spec.scheme, cluster.node.gpu.name, cluster.stack.name, static_cast<double>(seq), tokens / cluster.gpus()));
+    return error_bar(step_kind(p.spec.scheme, cluster, {seq, workload.global_batch}, cluster.gpus()));
   };
   const planner::Objective objective = planner::parse_objective(vm["objective"].as<std::string>());
   const bool as_json = vm["json"].as<bool>();

@@ -292,8 +292,7 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
   }
   p.completed = true;
   const SimulationSetup::Step& step = *setup.step;  // --strategy runs always have it
-  p.kind = prediction_kind(vm["strategy"].as<std::string>(), setup.cluster->node.gpu.name, setup.cluster->stack.name,
-                           static_cast<double>(step.workload.seq_len), static_cast<double>(step.workload.tokens()) / step.gpus);
+  p.kind = step_kind(step.scheme, *setup.cluster, step.workload, step.gpus);
   const double gpus = step.gpus, step_s = static_cast<double>(result.step_ns) * 1e-9;  // the whole step's GPUs
   const double tokens = static_cast<double>(step.workload.tokens());
   const LoggedMfu logged = logged_mfu(step, result, d.convention);  // in the source's own convention

@@ -44,10 +44,7 @@ planner::StepInputs Setup::at(std::int64_t seq_len) const {
 }
 
 app::ErrorBar error_bar_of(const Setup& setup, const std::string& scheme) {
-  const planner::StepInputs step = setup.at(setup.inputs.seq_len);
-  return app::error_bar(app::prediction_kind(scheme, setup.cluster.node.gpu.name, setup.cluster.stack.name,
-                                             static_cast<double>(step.workload.seq_len),
-                                             static_cast<double>(step.workload.tokens()) / setup.cluster.gpus()));
+  return app::error_bar(app::step_kind(scheme, setup.cluster, setup.at(setup.inputs.seq_len).workload, setup.cluster.gpus()));
 }
 
 void check_sequence_control_length(std::int64_t seq_len, const std::string& origin, const std::string& field, const std::string& as_given) {

@@ -292,7 +292,7 @@ std::vector<sim::TaskId> ZeroBuilder::all_last() const {
 
 ZeroBuilder::RotaryAllocs ZeroBuilder::rotary_tables(const std::string& tag) {
   const auto& tables = in_.cluster.stack.rotary_tables;
-  const double per_token = static_cast<double>(in_.workload.seq_len * model_.head_dim);
+  const double elements = static_cast<double>(in_.workload.seq_len * model_.head_dim);  // per table, of the whole sequence
   RotaryAllocs out;
   const auto alloc_each = [&](double bytes, const std::string& what, std::vector<sim::TaskId>& ids) {
     if (bytes <= 0) return;
@@ -303,8 +303,8 @@ ZeroBuilder::RotaryAllocs ZeroBuilder::rotary_tables(const std::string& tag) {
       last_[gpu] = ids.back();
     }
   };
-  alloc_each(tables.step_bytes_per_token_dim.value * per_token, "rotary tables (bf16)", out.step);
-  alloc_each(tables.forward_bytes_per_token_dim.value * per_token, "rotary tables (fp32)", out.forward);
+  alloc_each(tables.step_bytes_per_token_dim.value * elements, "rotary tables (bf16)", out.step);
+  alloc_each(tables.forward_bytes_per_token_dim.value * elements, "rotary tables (fp32)", out.forward);
   return out;
 }
 
