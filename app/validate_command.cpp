@@ -347,9 +347,8 @@ int run_validate(const std::vector<std::string>& args) {
     else print_text(d, results, s, readings);
   }
   if (scores.empty()) throw InputError("--only", "value", "a dataset name or part of a case name that exists", "\"" + only + "\"");
-  const Coverage covered = coverage(records);
   if (vm["json"].as<bool>()) std::cout << out.dump(2) << "\n";
-  else std::cout << coverage_text(covered) << "\n";
+  else std::cout << coverage_text(coverage(records)) << "\n";
   if (vm.count("write-error-bars")) {
     write_file_atomically(vm["write-error-bars"].as<std::string>(), std::string_view(error_records_json(records).dump(2) + "\n"));
   }
