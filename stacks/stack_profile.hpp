@@ -17,8 +17,8 @@ namespace trainyard::stacks {
 
 // The help text of the --stack NAME|PATH option (stacks/frameworks/), default megatron-lm.
 inline constexpr const char* kStackFlagHelp =
-    "software stack the step runs under: megatron-lm (default), megatron-lm-unfused, deepspeed, torchtitan, trainyard, or a "
-    "stack file (docs/stacks.md)";
+    "software stack the step runs under: megatron-lm (default), megatron-lm-unfused, megatron-lm-gpt3-2022, deepspeed, "
+    "torchtitan, torchtitan-compile, trainyard, or a stack file (docs/stacks.md)";
 
 using json::Figure;
 

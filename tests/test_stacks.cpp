@@ -20,7 +20,7 @@ namespace {
 
 TEST(Stacks, EveryBuiltInLoadsAndTheDefaultIsMegatron) {
   const std::vector<std::string> names = stacks::stack_names();
-  for (const char* expected : {"deepspeed", "megatron-lm", "megatron-lm-unfused", "torchtitan", "trainyard"}) {
+  for (const char* expected : {"deepspeed", "megatron-lm", "megatron-lm-unfused", "torchtitan", "torchtitan-compile", "trainyard"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   }
   for (const auto& name : names) {
