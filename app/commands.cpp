@@ -496,6 +496,11 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
       } catch (const InputError& e) {
         throw planner::plan_file_error(origin, e);
       }
+      if (vm["estimate"].as<bool>()) {
+        setup.estimate = planner::analytic_estimate(full, loaded.plan.spec, 0);
+        setup.cluster = std::move(loaded.cluster);
+        return setup;
+      }
       if (auto reduced = reduce_step(vm, full, loaded.plan.spec, loaded.cluster, setup)) {
         loaded.plan.spec = reduced->spec;
         loaded.plan.workload = reduced->workload;
@@ -568,6 +573,10 @@ SimulationSetup setup_simulation(const po::variables_map& vm) {
     planner::PlanSpec spec = scheme->from_flags(flags, *cluster);
     spec.scheme = strategy;
     planner::check_plan(inputs, spec);
+    if (vm["estimate"].as<bool>()) {
+      setup.estimate = planner::analytic_estimate(inputs, spec, 0);  // simulate's own test: out of HBM or not
+      return setup;
+    }
     planner::Workload simulated = workload;
     if (auto reduced = reduce_step(vm, inputs, spec, cluster, setup)) {  // `inputs` refers to the old cluster from here
       spec = reduced->spec;
@@ -700,6 +709,7 @@ po::options_description simulate_options() {
       ("ring-order", po::value<std::string>()->value_name("list"), "ringtrack: ring positions in order, e.g. 0,2,1,3 (default: chosen from the topology)")
       ("trace", po::value<std::string>()->value_name("path"), "write a Chrome trace JSON (open in Perfetto)")
       ("json", po::bool_switch(), "print metrics as JSON")
+      ("estimate", po::bool_switch(), "with --strategy or --plan: the analytic estimate (closed form, nothing built or simulated; labelled as an estimate) instead of the simulation")
       ("threads", po::value<int>()->value_name("int"), "with --lengths: simulation threads (0: all cores)")
       ("collective", po::value<std::string>()->value_name("op"), "one collective over all GPUs of --hw x --nodes, as nccl-tests runs it: all-reduce, all-gather, reduce-scatter, all-to-all or broadcast")
       ("bytes", po::value<std::string>()->value_name("size"), "with --collective: the buffer per GPU (nccl-tests' size), e.g. 1M, 8G")
@@ -714,6 +724,34 @@ po::options_description simulate_options() {
   add_trace_options(options);
   return options;
 }
+
+namespace {
+
+// --estimate: the analytic figures, each marked as an estimate on screen and `provisional` in JSON.
+int print_estimate(const planner::StepEstimate& e, const std::string& origin, bool as_json) {
+  if (as_json) {
+    const Json out = {{"estimate",
+                       {{"provisional", true},
+                        {"method", "analytic (planner/analytic.hpp): closed form, not simulated"},
+                        {"origin", origin},
+                        {"step_s", e.step_s},
+                        {"mfu", e.mfu},
+                        {"peak_hbm_bytes", e.hbm_bytes},
+                        {"peak_dram_bytes", e.dram_bytes},
+                        {"fits", e.fits}}}};
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "ESTIMATE of " << origin << " (analytic, not simulated; without --estimate the simulator's figures)\n"
+            << "step time      ~" << format_fixed(e.step_s * 1e3, 1) << " ms (estimate)\n"
+            << "MFU            ~" << format_fixed(100 * e.mfu, 1) << "% (estimate)\n"
+            << "peak HBM       ~" << format_bytes(e.hbm_bytes) << " per GPU, tensors (estimate)\n"
+            << "peak DRAM      ~" << format_bytes(e.dram_bytes) << " per node (estimate)\n"
+            << "fits           " << (e.fits ? "yes" : "no") << " (estimate)\n";
+  return 0;
+}
+
+}  // namespace
 
 int run_simulate(const std::vector<std::string>& args) {
   po::options_description options = simulate_options();
@@ -746,7 +784,14 @@ int run_simulate(const std::vector<std::string>& args) {
   for (const char* flag : {"static", "switch", "groups", "max-len", "threads", "batch-sequences"}) {
     if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
+  if (vm["estimate"].as<bool>()) {
+    if (!vm.count("strategy") && !vm.count("plan")) throw InputError("--estimate", "value", "only with --strategy or --plan", "given");
+    for (const char* flag : {"trace", "gpu-profile", "collectives"}) {
+      if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --estimate (nothing is simulated)", "given");
+    }
+  }
   SimulationSetup setup = setup_simulation(vm);
+  if (setup.estimate) return print_estimate(*setup.estimate, setup.origin, vm["json"].as<bool>());
   const std::optional<sim::Cluster>& cluster = setup.cluster;
   sim::TaskGraph& graph = setup.graph;
   const std::string& origin = setup.origin;

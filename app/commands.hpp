@@ -9,6 +9,7 @@
 #include "app/error_bars.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "hwprofiles/node.hpp"
+#include "planner/analytic.hpp"
 #include "planner/hotspa.hpp"
 #include "planner/plan.hpp"
 #include "planner/schemes/scheme.hpp"
@@ -121,6 +122,9 @@ struct SimulationSetup {
   int tp_ranks = 0;
   int simulated_tp_ranks = 0;
   std::string symmetry_note;
+  // --estimate: the analytic estimate of the whole step (planner/analytic.hpp), printed instead of a simulation;
+  // nothing was built.
+  std::optional<planner::StepEstimate> estimate;
 };
 // The MFU and TFLOP/s per GPU the stack's own log would print for this step (stacks::StackProfile::mfu_convention).
 struct LoggedMfu {
