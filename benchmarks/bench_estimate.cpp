@@ -56,10 +56,12 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 int main(int argc, char** argv) {
   int stride = 7;
   double max_tasks = 400000;
+  std::FILE* rows = nullptr;  // --rows FILE: one CSV row per configuration, for looking into the misses
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--stride") stride = std::max(1, std::atoi(argv[i + 1]));
     if (flag == "--max-tasks") max_tasks = std::atof(argv[i + 1]);
+    if (flag == "--rows") rows = std::fopen(argv[i + 1], "w");
   }
   std::map<std::string, Errors> by_scheme;
   for (const CorpusInput& c : kCorpus) {
@@ -78,12 +80,19 @@ int main(int argc, char** argv) {
       const planner::PlanMetrics sim = planner::measure(planner::simulate_plan_step(in, spec), in, 0.05);
       e.simulate_s += seconds_since(t0);
       ++e.compared;
+      if (rows != nullptr) {
+        std::fprintf(rows, "%s,%s,%s,%lld,%s,%d,%d,%.6f,%.6f,%.0f,%lld,%.6f,%.6f,%.6f\n", c.model.c_str(), c.node.c_str(), spec.scheme.c_str(),
+                     static_cast<long long>(c.seq_len), planner::scheme_named(spec.scheme).summary(spec).c_str(), est.fits ? 1 : 0, sim.fits ? 1 : 0,
+                     est.step_s, sim.step_s, est.hbm_bytes, static_cast<long long>(sim.peak_hbm_bytes), sim.compute_s, sim.exposed_transfer_s,
+                     sim.bubble_s);
+      }
       if (est.fits == sim.fits) ++e.fit_agree;
       if (!sim.fits || sim.step_s <= 0) continue;
       e.step.push_back(std::abs(est.step_s - sim.step_s) / sim.step_s);
       e.hbm.push_back(std::abs(est.hbm_bytes - static_cast<double>(sim.peak_hbm_bytes)) / static_cast<double>(sim.peak_hbm_bytes));
     }
   }
+  if (rows != nullptr) std::fclose(rows);
   std::printf("%-15s %8s %10s %10s %10s %10s %8s %12s %12s\n", "scheme", "configs", "step p50", "step p90", "hbm p50", "hbm p90", "fits",
               "estimate ms", "simulate ms");
   for (const auto& [scheme, e] : by_scheme) {

@@ -179,6 +179,28 @@ class ZeroBuilder {
   std::map<std::pair<std::int64_t, int>, sim::TaskId> checkpoint_d2h_;  // (layer, GPU): the copy of its offloaded checkpoint
 };
 
+}  // namespace
+
+ZeroLayerBytes zero_layer_bytes(const StepInputs& in, const ZeroParams& p) {
+  const model::ModelConfig& m = in.model;
+  const LayerSplit split = zero_layer_split(in, p);
+  ZeroLayerBytes b;
+  b.forward = split.fpdt_chunks > 1 ? fpdt_working_bytes(m, split) : layer_activation_bytes(m, split, Recompute::none).total();
+  b.recomputed = b.forward;
+  b.checkpoint = layer_activation_bytes(m, split, Recompute::full).total();
+  if (split.fpdt_chunks <= 1) return b;
+  // The tensors of the GPU's whole share the stack's FPDT holds at once.
+  const auto& whole = in.cluster.stack.fpdt_full_length;
+  const double tensor = 2.0 * static_cast<double>(split.local_tokens() * m.hidden);  // bf16
+  b.forward = std::max(b.forward, whole.forward_tensors.value * tensor);
+  b.recomputed = std::max(b.recomputed, whole.backward_tensors.value * tensor);
+  b.fpdt_host = static_cast<double>(split.local_tokens()) *
+                (2.0 * static_cast<double>(2 * m.q_dim() + 2 * m.kv_dim()) + 4.0 * static_cast<double>(m.q_dim()));
+  return b;
+}
+
+namespace {
+
 ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
     : in_(in),
       p_(p),
@@ -189,19 +211,11 @@ ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
       n_(p.whole_gpus(in.cluster.gpus())),
       split_(zero_layer_split(in, p)),
       last_(static_cast<std::size_t>(in.cluster.gpus()), -1) {
-  full_acts_ = split_.fpdt_chunks > 1 ? fpdt_working_bytes(model_, split_) : layer_activation_bytes(model_, split_, Recompute::none).total();
-  recomputed_acts_ = full_acts_;
-  if (split_.fpdt_chunks > 1) {  // the tensors of the GPU's whole share the stack's FPDT holds at once
-    const auto& whole = in.cluster.stack.fpdt_full_length;
-    const double tensor = 2.0 * static_cast<double>(split_.local_tokens() * model_.hidden);  // bf16
-    full_acts_ = std::max(full_acts_, whole.forward_tensors.value * tensor);
-    recomputed_acts_ = std::max(recomputed_acts_, whole.backward_tensors.value * tensor);
-  }
-  fpdt_host_ = split_.fpdt_chunks > 1
-                   ? static_cast<double>(split_.local_tokens()) *
-                         (2.0 * static_cast<double>(2 * model_.q_dim() + 2 * model_.kv_dim()) + 4.0 * static_cast<double>(model_.q_dim()))
-                   : 0;
-  ckpt_ = layer_activation_bytes(model_, split_, Recompute::full).total();
+  const ZeroLayerBytes layer = zero_layer_bytes(in, p);
+  full_acts_ = layer.forward;
+  recomputed_acts_ = layer.recomputed;
+  fpdt_host_ = layer.fpdt_host;
+  ckpt_ = layer.checkpoint;
   layer_params_ = model_.param_counts().per_layer();
   all_params_ = model_.params();
   s_ = split_.local_tokens();

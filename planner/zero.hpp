@@ -62,6 +62,14 @@ struct ZeroStateBytes {
   double weights = 0, host_weights = 0, grads = 0, optimizer = 0;
 };
 ZeroStateBytes zero_state_bytes(const StepInputs& in, const ZeroParams& p);
+// What one GPU allocates per layer (bytes), as the builder allocates it and the analytic estimate counts it:
+// `forward` the activations a layer holds while its forward runs (FPDT: its working chunks, or the stack's
+// whole-share tensors when more), `recomputed` those of a checkpointed layer while its backward runs, `checkpoint`
+// the layer input a checkpointed layer keeps, `fpdt_host` FPDT's host buffers of one layer (q, k, v, o, lse).
+struct ZeroLayerBytes {
+  double forward = 0, recomputed = 0, checkpoint = 0, fpdt_host = 0;
+};
+ZeroLayerBytes zero_layer_bytes(const StepInputs& in, const ZeroParams& p);
 sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p);
 
 }  // namespace trainyard::planner

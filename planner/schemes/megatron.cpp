@@ -211,6 +211,7 @@ Scheme megatron_scheme() {
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_megatron(in, spec.megatron); },
       .enumerate = enumerate_megatron,
       .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return megatron_bounds(ctx, spec.megatron); },
+      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return megatron_estimate(ctx, spec.megatron); },
       .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(megatron_tasks(in, spec.megatron)); },
       .search_cost = [](const StepInputs& in, const PlanSpec&) { return static_cast<double>(in.model.layers); },
       .recomputed_layer_share = [](const PlanSpec& spec, std::int64_t) { return spec.megatron.recompute == Recompute::full ? 1.0 : 0.0; },

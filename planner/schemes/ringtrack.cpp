@@ -173,6 +173,7 @@ Scheme ringtrack_scheme() {
       .build = build_ringtrack_step,
       .enumerate = enumerate_ringtrack,
       .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return ringtrack_bounds(ctx, spec.ringtrack); },
+      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return ringtrack_estimate(ctx, spec.ringtrack); },
       .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(ringtrack_tasks(in, spec.ringtrack)); },
       .search_cost =
           [](const StepInputs& in, const PlanSpec& spec) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_reader.hpp"
+#include "planner/analytic.hpp"
 #include "planner/bounds.hpp"
 #include "planner/engines/launch.hpp"
 #include "planner/estimate.hpp"
@@ -100,6 +101,8 @@ struct Scheme {
   void (*enumerate)(const StepInputs& in, const AddPlan& add);
   // The scheme's share of the search's lower bounds (planner/bounds.hpp).
   SchemeBounds (*bounds)(const BoundContext& ctx, const PlanSpec& spec);
+  // The scheme's share of the analytic estimate of the step (planner/analytic.hpp): time, memory, in closed form.
+  SchemeEstimate (*analytic)(const BoundContext& ctx, const PlanSpec& spec);
   // The graph's size, counted from the parameters (planner/estimate.hpp).
   GraphEstimate (*estimate)(const StepInputs& in, const PlanSpec& spec);
   // What simulating it costs, roughly (visits or attention blocks): the search orders candidates whose bounds tie by it.

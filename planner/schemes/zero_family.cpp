@@ -152,6 +152,7 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_zero(in, spec.zero); },
       .enumerate = nullptr,  // each member's own
       .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return zero_bounds(ctx, spec.zero); },
+      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return zero_estimate(ctx, spec.zero); },
       .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(zero_tasks(in, spec.zero)); },
       .search_cost =
           [](const StepInputs& in, const PlanSpec& spec) {
