@@ -856,7 +856,7 @@ sim::TaskId emit_loss(sim::TaskGraph& g, sim::DeviceId gpu, const std::string& t
     piece(sim::OpCode::head_dgrad, c0, c);
     at = g.gemm(name + " lm_head wgrad", gpu, {hidden, vocab_shard, c, hw::Dtype::bf16}, std::vector<sim::TaskId>{at});
     piece(sim::OpCode::head_wgrad, c0, c);
-    g.free(name + " free logits", logits, std::vector<sim::TaskId>{at});
+    at = g.free(name + " free logits", logits, std::vector<sim::TaskId>{at});  // what follows waits for it, as in vocab_parallel_loss
   }
   return at;
 }

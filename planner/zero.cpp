@@ -470,7 +470,10 @@ void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::int64_t l, st
     // allocation; with OC the checkpoint is copied to host DRAM and released on the GPU once copied.
     const sim::TaskId keep = g_.alloc(prefix + " checkpoint", gpu, sim::Pool::hbm, rounded(ckpt_, 1), "checkpoint " + prefix,
                                       std::vector<sim::TaskId>{done});
-    g_.free(prefix + " drop activations", alloc, std::vector<sim::TaskId>{keep});
+    // The next layer starts once this one's activations are traded for the checkpoint (PyTorch frees them as the
+    // checkpointed forward returns), so that its allocations never overlap them.
+    const sim::TaskId drop = g_.free(prefix + " drop activations", alloc, std::vector<sim::TaskId>{keep});
+    last_[gpu] = drop;
     if (!p_.offload_activations) {
       saved[gpu] = keep;
       continue;
@@ -478,7 +481,7 @@ void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::int64_t l, st
     const sim::TaskId host_copy = g_.alloc(prefix + " host checkpoint", host_of(gpu), sim::Pool::dram, rounded(ckpt_, 1),
                                            "offloaded checkpoint " + prefix, std::vector<sim::TaskId>{keep});
     const sim::TaskId d2h = g_.set_op(g_.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt_, 1), offload_.pinned},
-                                              std::vector<sim::TaskId>{host_copy}),
+                                              std::vector<sim::TaskId>{host_copy, drop}),
                                       op_at(sim::OpCode::input, l, gpu));
     if (offload_.blocking) last_[gpu] = d2h;  // the next layer waits for the copy
     checkpoint_d2h_[{l, gpu}] = d2h;          // the backward's copy back reads what it wrote
@@ -534,10 +537,11 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
   after_reduction(l, begin);
   needs_gather(gather, begin);
   release_host_buffers(host_buffers, prefix);
+  // The next layer's backward starts once this one's activations are freed (no overlap of the two).
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     const sim::TaskId done = last_[gpu];
     if (transient[gpu] >= 0) g_.free(prefix + " free recomputed", transient[gpu], std::vector<sim::TaskId>{done});
-    g_.free(prefix + " free saved", saved[gpu], std::vector<sim::TaskId>{done});
+    last_[gpu] = g_.free(prefix + " free saved", saved[gpu], std::vector<sim::TaskId>{done});
   }
   release_gather(gather_index, prefix);
 }
