@@ -26,6 +26,105 @@ double attention_seconds(const BoundContext& ctx, double recompute_share) {
   return ctx.attention_s(fwd, false) * (1 + recompute_share) + ctx.attention_s(fwd, true);
 }
 
+// Per-GPU rates the estimate moves bytes at, GB/s per direction: within a node (NVLink at the rate NCCL reaches,
+// else PCIe), across nodes (the node's NICs shared by its GPUs, never above the in-node rate), and to and from
+// host DRAM (the GPU's pinned-copy rate, shared by the GPUs behind one PCIe switch).
+struct Rates {
+  double intra = 0, inter = 0, pcie = 0;
+};
+Rates rates_of(const sim::Cluster& cluster) {
+  const hw::NodeProfile& node = cluster.node;
+  const auto& sustained = node.gpu.sustained;
+  Rates r;
+  r.pcie = std::min(sustained.pcie_h2d_gbps.value, sustained.pcie_d2h_gbps.value);
+  const int switches = node.count(hw::VertexType::pcie_switch);
+  if (switches > 0) r.pcie /= std::max(1.0, static_cast<double>(node.gpu_count()) / switches);
+  r.intra = sustained.nvlink_gbps_per_direction.value > 0 ? sustained.nvlink_gbps_per_direction.value : r.pcie;
+  const double nic = node.nic_gbps_per_gpu();
+  r.inter = nic > 0 ? std::min(r.intra, nic) : r.intra;
+  return r;
+}
+// A group of `size` consecutive GPUs (every `stride`-th) is within one node unless it is longer than a node.
+double group_gbps(const BoundContext& ctx, const Rates& r, int size, int stride = 1) {
+  const int per_node = ctx.in.cluster.topology.gpus_per_node();
+  return ctx.in.cluster.nodes > 1 && size * stride > per_node ? r.inter : r.intra;
+}
+double seconds(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) : 0; }
+
+// One layer's attention time on one GPU, per micro-batch: forward (or a recomputed forward) and backward.
+struct LayerAttention {
+  double forward = 0, backward = 0;
+};
+LayerAttention layer_attention(const BoundContext& ctx, double layers, double micro_batches) {
+  const double fwd = ctx.in.model.attention_flops_per_token_fwd(ctx.in.workload.seq_len, true) * ctx.tokens / ctx.gpus / layers / micro_batches;
+  return {ctx.attention_s(fwd, false), ctx.attention_s(fwd, true)};
+}
+
+// Context parallelism's K/V ring beside the attention blocks it feeds: each of the cp - 1 passes of a layer's
+// forward moves a rank's K and V, backward also their fp32 gradients; what the attention does not cover waits.
+double ring_exposed_s(const BoundContext& ctx, const Rates& r, int cp, int stride, double kv_elements, double layers, double micro_batches,
+                      bool recompute) {
+  if (cp <= 1) return 0;
+  const double gbps = group_gbps(ctx, r, cp, stride);
+  const LayerAttention attention = layer_attention(ctx, layers, micro_batches);
+  const double forward = seconds((cp - 1) * 2 * kv_elements * 2, gbps), backward = seconds((cp - 1) * (2 * kv_elements * 2 + 2 * kv_elements * 4), gbps);
+  const double per_layer = std::max(0.0, forward - attention.forward) * (recompute ? 2 : 1) + std::max(0.0, backward - attention.backward);
+  return per_layer * layers * micro_batches;
+}
+
+// The ZeRO family's waits: Ulysses' all-to-alls (on the compute stream's path), ring attention's K/V passes, FPDT's
+// chunk copies and offloaded checkpoints beyond what the layer's compute covers, stage 3's gathers beyond the
+// layer they prefetch for, the gradient reductions (all of them where the stack does not overlap them, else what
+// a layer's backward does not cover), and the optimizer step after the backward (on the GPU, or on the host over
+// host DRAM with the node's GPUs in turn).
+double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense_s) {
+  const StepInputs& in = ctx.in;
+  const model::ModelConfig& m = in.model;
+  const Rates r = rates_of(in.cluster);
+  const LayerSplit split = zero_layer_split(in, z);
+  const auto mbs = static_cast<double>(zero_micro_batches(in, z));
+  const bool recompute = ctx.dense_recompute > 0;
+  const double passes = recompute ? 3 : 2;  // forward, backward, and the recomputed forward
+  const auto tokens = static_cast<double>(split.local_tokens());
+  const LayerAttention attention = layer_attention(ctx, ctx.layers, mbs);
+  const double layer_s = dense_s / ctx.layers / mbs / passes + (attention.forward + attention.backward) / 2;  // one pass of one layer
+  double exposed = 0;
+  if (z.sp > 1) {
+    const double bytes = 2 * tokens * static_cast<double>(2 * m.q_dim() + 2 * m.kv_dim()) * (z.sp - 1) / z.sp;
+    exposed += seconds(bytes, group_gbps(ctx, r, z.sp)) * passes * ctx.layers * mbs;
+  }
+  exposed += ring_exposed_s(ctx, r, z.cp, z.sp, tokens * static_cast<double>(m.kv_dim()), ctx.layers, mbs, recompute);
+  if (split.fpdt_chunks > 1) {
+    const double forward = seconds(fpdt_copy_bytes(m, split, false), r.pcie), backward = seconds(fpdt_copy_bytes(m, split, true), r.pcie);
+    exposed += (std::max(0.0, forward - attention.forward) * (recompute ? 2 : 1) + std::max(0.0, backward - attention.backward)) * ctx.layers * mbs;
+  }
+  const double n = z.whole_gpus(in.cluster.gpus());
+  const double everyone = group_gbps(ctx, r, static_cast<int>(n));
+  if (z.offload_activations) {
+    const double copy = seconds(zero_layer_bytes(in, z).checkpoint, r.pcie);
+    const double waited = in.cluster.stack.checkpoint_offload.blocking ? copy : std::max(0.0, copy - layer_s);
+    exposed += 2 * waited * ctx.layers * mbs;  // out after the forward, back before the backward
+  }
+  if (z.stage == 3 && n > 1) {
+    const double gather = seconds(in.precision.weight_bytes * ctx.layer_params * (n - 1) / n, everyone);
+    exposed += std::max(0.0, gather - layer_s) * 2 * ctx.layers * mbs;
+  }
+  if (n > 1) {
+    const double reduce_bytes_per_param =
+        in.cluster.stack.gradient_reduce_bytes.value > 0 ? in.cluster.stack.gradient_reduce_bytes.value : in.precision.grad_bytes;
+    const double ring = z.stage == 0 ? 2 * (n - 1) / n : (n - 1) / n;  // all-reduce, or reduce-scatter
+    const double reduce = seconds(reduce_bytes_per_param * ctx.layer_params * ring, everyone);
+    const double rounds = z.stage >= 2 ? mbs : 1;  // stages 2-3 reduce every micro-batch, 0-1 after the last
+    exposed += (in.cluster.stack.zero_overlap_comm.overlaps(z.stage) ? std::max(0.0, reduce - layer_s) : reduce) * ctx.layers * rounds;
+  }
+  const double shard = z.stage >= 1 ? ctx.all_params / n : ctx.all_params;
+  const double optimizer_bytes = shard * kAdamBytesPerParam;
+  exposed += z.offload_optimizer
+                 ? seconds(optimizer_bytes * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_gbps())
+                 : seconds(optimizer_bytes, in.cluster.node.gpu.hbm_gbps.value * in.cluster.node.gpu.sustained.hbm_efficiency.value);
+  return exposed;
+}
+
 }  // namespace
 
 // ZeRO family: the HBM peak is the largest of three moments the builder's allocations pass through, over the
@@ -40,6 +139,7 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   e.dense_s = b.dense_s;
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
+  e.exposed_s = zero_exposed_s(ctx, z, b.dense_s);
   const ZeroStateBytes states = zero_state_bytes(in, z);
   const ZeroLayerBytes layer = zero_layer_bytes(in, z);
   const LayerSplit split = zero_layer_split(in, z);
