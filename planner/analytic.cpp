@@ -125,6 +125,11 @@ double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense
   return exposed;
 }
 
+// One layer's attention on GPU 0, one micro-batch: forward, the recomputed forward when `recompute`, backward.
+double layer_attention_s(const StepInputs& in, const LayerSplit& split, bool recompute) {
+  return layer_compute_seconds(in, split, recompute, true) - dense_layer_seconds(in, split, recompute);
+}
+
 }  // namespace
 
 // ZeRO family: the HBM peak is the largest of three moments the builder's allocations pass through, over the
@@ -140,6 +145,7 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
   e.exposed_s = zero_exposed_s(ctx, z, b.dense_s);
+  e.attention_s = layer_attention_s(in, zero_layer_split(in, z), ctx.dense_recompute > 0) * ctx.layers * static_cast<double>(zero_micro_batches(in, z));
   const ZeroStateBytes states = zero_state_bytes(in, z);
   const ZeroLayerBytes layer = zero_layer_bytes(in, z);
   const LayerSplit split = zero_layer_split(in, z);
@@ -179,10 +185,12 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
   e.paced_s = b.paced_s;
   const auto mbs = static_cast<double>(megatron_micro_batches(in, p));
   e.bubble_fraction = static_cast<double>(p.pp - 1) / (static_cast<double>(p.vpp) * mbs);
+  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(in.model.layers, p);
+  const auto busiest_stage_layers = static_cast<double>(*std::max_element(stage_layers.begin(), stage_layers.end()));
+  e.attention_s = layer_attention_s(in, megatron_layer_split(in, p), ctx.dense_recompute > 0) * busiest_stage_layers * mbs;
   const LayerSplit split = megatron_layer_split(in, p);
   const double kept_per_layer = layer_activation_bytes(in.model, split, p.recompute).total();
   const double working = p.recompute == Recompute::full ? layer_activation_bytes(in.model, split, Recompute::none).total() : 0;
-  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(in.model.layers, p);
   const model::ParamCounts counts = in.model.param_counts();
   const double states_per_param = megatron_state_bytes_per_param(in.precision, p);
   const double layer_params = counts.per_layer() / p.tp;
@@ -223,7 +231,7 @@ SchemeEstimate ringtrack_estimate(const BoundContext& ctx, const RingTrackParams
 StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, double hbm_headroom) {
   const BoundContext ctx(in, spec);
   const SchemeEstimate own = scheme_named(spec.scheme).analytic(ctx, spec);
-  const double compute_s = own.dense_s + attention_seconds(ctx, own.attention_recompute);
+  const double compute_s = own.dense_s + (own.attention_s >= 0 ? own.attention_s : attention_seconds(ctx, own.attention_recompute));
   StepEstimate e;
   e.step_s = std::max(compute_s * (1 + own.bubble_fraction) + own.exposed_s, own.paced_s);
   e.hbm_bytes = own.hbm_bytes;

@@ -16,6 +16,9 @@ namespace trainyard::planner {
 // One scheme's part of the estimate. The step is max(compute + exposed + bubble, paced).
 struct SchemeEstimate {
   double dense_s = 0;              // the busiest GPU's dense ops (as SchemeBounds::dense_s), LM head included
+  // The busiest GPU's attention: its calls as the scheme's emitter makes them (< 0: every FLOP at the profile's
+  // best rate, with `attention_recompute` of the layers' forward again, as the search's lower bound counts it).
+  double attention_s = -1;
   double attention_recompute = 0;  // the share of layers whose attention forward runs again
   double exposed_s = 0;            // time the compute stream waits on transfers the schedule does not hide
   double bubble_fraction = 0;      // pipeline fill and drain, as a fraction of the busiest GPU's compute

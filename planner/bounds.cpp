@@ -31,12 +31,12 @@ double BoundContext::attention_s(double flops, bool backward) const {
   return (backward ? 2.5 * flops : flops) / (peak_flops * compute.attention_best_fraction(backward, head_dim));
 }
 
-double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute) {
+double layer_compute_seconds(const StepInputs& in, const LayerSplit& split, bool recompute, bool attention) {
   sim::TaskGraph g;
   std::vector<sim::DeviceId> ranks;
   for (int r = 0; r < split.tp * split.ulysses * split.cp; ++r) ranks.push_back(r);
   LayerEmitter emitter(g, in.model, split, ranks);
-  emitter.set_attention_hook([](const std::string&, bool, std::vector<sim::TaskId>&, bool) {});
+  if (!attention) emitter.set_attention_hook([](const std::string&, bool, std::vector<sim::TaskId>&, bool) {});
   std::vector<sim::TaskId> last(ranks.size(), -1);
   emitter.forward("F", last);
   if (recompute) emitter.forward("R", last, true);
@@ -49,6 +49,10 @@ double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool r
     }
   }
   return ns * 1e-9;
+}
+
+double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute) {
+  return layer_compute_seconds(in, split, recompute, false);
 }
 
 // --- ring-track ------------------------------------------------------------------------------------------------

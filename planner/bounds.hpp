@@ -45,6 +45,9 @@ struct SchemeBounds {
 // and, with `recompute`, the forward again. Exact for these ops: the very tasks the builders emit, timed by the
 // simulator's own cost model.
 double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute);
+// The same with the layer's attention as its emitter runs it (ring passes' blocks, FPDT's chunk pairs, Ulysses'
+// head group), timed by the same cost model: what the analytic estimate counts (planner/analytic.hpp).
+double layer_compute_seconds(const StepInputs& in, const LayerSplit& split, bool recompute, bool attention);
 
 SchemeBounds ringtrack_bounds(const BoundContext& c, const RingTrackParams& p);
 SchemeBounds megatron_bounds(const BoundContext& c, const MegatronParams& p);
