@@ -125,6 +125,46 @@ double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense
   return exposed;
 }
 
+// Megatron's waits on the busiest stage: TP's collectives (on the compute stream's path unless they overlap their
+// GEMMs), CP's K/V exchange beyond the attention it feeds (the ring's passes; all-gather and all-to-all exchanges
+// wait whole), offloaded checkpoints, the data-parallel gradient reduction beyond the last micro-batch's backward,
+// the optimizer step, and the distributed optimizer's all-gather of the updated weights.
+double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, double stage_layers, double stage_params, double dense_s) {
+  const StepInputs& in = ctx.in;
+  const model::ModelConfig& m = in.model;
+  const Rates r = rates_of(in.cluster);
+  const LayerSplit split = megatron_layer_split(in, p);
+  const auto mbs = static_cast<double>(megatron_micro_batches(in, p));
+  const bool recompute = p.recompute == Recompute::full;
+  const double passes = recompute ? 3 : 2;
+  const double layer_s = dense_s / stage_layers / mbs / passes;  // one pass of one layer's dense ops
+  double exposed = 0;
+  if (p.tp > 1 && !p.tp_comm_overlap) exposed += seconds(tp_bytes_per_layer_forward(m, split), group_gbps(ctx, r, p.tp)) * passes * stage_layers * mbs;
+  const double kv_elements = static_cast<double>(split.local_tokens()) * static_cast<double>(std::max<std::int64_t>(1, m.kv_heads / p.tp) * m.head_dim);
+  if (p.cp_comm == CpComm::p2p) {
+    exposed += ring_exposed_s(ctx, r, p.cp, p.tp, kv_elements, stage_layers, mbs, p.recompute != Recompute::none);
+  } else if (p.cp > 1) {
+    const double exchange = seconds((p.cp - 1) * 2 * kv_elements * 2, group_gbps(ctx, r, p.cp, p.tp));
+    exposed += exchange * (passes + 1) * stage_layers * mbs;  // backward also returns dK, dV
+  }
+  if (p.offload_activations) {
+    const double copy = seconds(layer_activation_bytes(m, split, p.recompute).total(), r.pcie);
+    const double waited = in.cluster.stack.checkpoint_offload.blocking ? copy : std::max(0.0, copy - layer_s);
+    exposed += 2 * waited * stage_layers * mbs;
+  }
+  const int dp = p.whole_dp() * p.whole_cp();
+  const double dp_gbps = group_gbps(ctx, r, dp, p.tp * p.pp);
+  if (dp > 1) {
+    const double ring = p.distributed_optimizer ? static_cast<double>(dp - 1) / dp : 2.0 * (dp - 1) / dp;
+    const double reduce = seconds(in.precision.grad_bytes * stage_params * ring, dp_gbps);
+    exposed += std::max(0.0, reduce - dense_s / mbs * 2 / passes);  // beside the last micro-batch's backward
+    if (p.distributed_optimizer) exposed += seconds(in.precision.weight_bytes * stage_params * (dp - 1) / dp, dp_gbps);
+  }
+  const double shard = p.distributed_optimizer ? stage_params / dp : stage_params;
+  exposed += seconds(shard * kAdamBytesPerParam, in.cluster.node.gpu.hbm_gbps.value * in.cluster.node.gpu.sustained.hbm_efficiency.value);
+  return exposed;
+}
+
 // One layer's attention on GPU 0, one micro-batch: forward, the recomputed forward when `recompute`, backward.
 double layer_attention_s(const StepInputs& in, const LayerSplit& split, bool recompute) {
   return layer_compute_seconds(in, split, recompute, true) - dense_layer_seconds(in, split, recompute);
@@ -188,6 +228,10 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
   const std::vector<std::int64_t> stage_layers = megatron_stage_layers(in.model.layers, p);
   const auto busiest_stage_layers = static_cast<double>(*std::max_element(stage_layers.begin(), stage_layers.end()));
   e.attention_s = layer_attention_s(in, megatron_layer_split(in, p), ctx.dense_recompute > 0) * busiest_stage_layers * mbs;
+  const model::ParamCounts param_counts = in.model.param_counts();
+  const double busiest_stage_params =
+      param_counts.per_layer() / p.tp * busiest_stage_layers + static_cast<double>(in.model.vocab * in.model.hidden) / p.tp;
+  e.exposed_s = megatron_exposed_s(ctx, p, busiest_stage_layers, busiest_stage_params, b.dense_s);
   const LayerSplit split = megatron_layer_split(in, p);
   const double kept_per_layer = layer_activation_bytes(in.model, split, p.recompute).total();
   const double working = p.recompute == Recompute::full ? layer_activation_bytes(in.model, split, Recompute::none).total() : 0;
