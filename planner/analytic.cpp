@@ -67,7 +67,8 @@ double ring_exposed_s(const BoundContext& ctx, const Rates& r, int cp, int strid
   if (cp <= 1) return 0;
   const double gbps = group_gbps(ctx, r, cp, stride);
   const LayerAttention attention = layer_attention(ctx, layers, micro_batches);
-  const double forward = seconds((cp - 1) * 2 * kv_elements * 2, gbps), backward = seconds((cp - 1) * (2 * kv_elements * 2 + 2 * kv_elements * 4), gbps);
+  const double forward = seconds((cp - 1) * 2 * kv_elements * 2, gbps),
+               backward = seconds((cp - 1) * (2 * kv_elements * 2 + 2 * kv_elements * 4), gbps);
   const double per_layer = std::max(0.0, forward - attention.forward) * (recompute ? 2 : 1) + std::max(0.0, backward - attention.backward);
   return per_layer * layers * micro_batches;
 }
@@ -110,8 +111,8 @@ double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense
     exposed += std::max(0.0, gather - layer_s) * 2 * ctx.layers * mbs;
   }
   if (n > 1) {
-    const double reduce_bytes_per_param =
-        in.cluster.stack.gradient_reduce_bytes.value > 0 ? in.cluster.stack.gradient_reduce_bytes.value : in.precision.grad_bytes;
+    const double reduce_bytes_per_param = in.cluster.stack.gradient_reduce_bytes.value > 0 ? in.cluster.stack.gradient_reduce_bytes.value
+                                                                                           : in.precision.grad_bytes;
     const double ring = z.stage == 0 ? 2 * (n - 1) / n : (n - 1) / n;  // all-reduce, or reduce-scatter
     const double reduce = seconds(reduce_bytes_per_param * ctx.layer_params * ring, everyone);
     const double rounds = z.stage >= 2 ? mbs : 1;  // stages 2-3 reduce every micro-batch, 0-1 after the last
@@ -119,9 +120,8 @@ double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense
   }
   const double shard = z.stage >= 1 ? ctx.all_params / n : ctx.all_params;
   const double optimizer_bytes = shard * kAdamBytesPerParam;
-  exposed += z.offload_optimizer
-                 ? seconds(optimizer_bytes * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_gbps())
-                 : seconds(optimizer_bytes, in.cluster.node.gpu.hbm_gbps.value * in.cluster.node.gpu.sustained.hbm_efficiency.value);
+  exposed += z.offload_optimizer ? seconds(optimizer_bytes * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_gbps())
+                                 : seconds(optimizer_bytes, in.cluster.node.gpu.hbm_gbps.value * in.cluster.node.gpu.sustained.hbm_efficiency.value);
   return exposed;
 }
 
@@ -139,8 +139,10 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
   const double passes = recompute ? 3 : 2;
   const double layer_s = dense_s / stage_layers / mbs / passes;  // one pass of one layer's dense ops
   double exposed = 0;
-  if (p.tp > 1 && !p.tp_comm_overlap) exposed += seconds(tp_bytes_per_layer_forward(m, split), group_gbps(ctx, r, p.tp)) * passes * stage_layers * mbs;
-  const double kv_elements = static_cast<double>(split.local_tokens()) * static_cast<double>(std::max<std::int64_t>(1, m.kv_heads / p.tp) * m.head_dim);
+  if (p.tp > 1 && !p.tp_comm_overlap)
+    exposed += seconds(tp_bytes_per_layer_forward(m, split), group_gbps(ctx, r, p.tp)) * passes * stage_layers * mbs;
+  const double kv_elements = static_cast<double>(split.local_tokens()) *
+                             static_cast<double>(std::max<std::int64_t>(1, m.kv_heads / p.tp) * m.head_dim);
   if (p.cp_comm == CpComm::p2p) {
     exposed += ring_exposed_s(ctx, r, p.cp, p.tp, kv_elements, stage_layers, mbs, p.recompute != Recompute::none);
   } else if (p.cp > 1) {
@@ -185,7 +187,8 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
   e.exposed_s = zero_exposed_s(ctx, z, b.dense_s);
-  e.attention_s = layer_attention_s(in, zero_layer_split(in, z), ctx.dense_recompute > 0) * ctx.layers * static_cast<double>(zero_micro_batches(in, z));
+  e.attention_s = layer_attention_s(in, zero_layer_split(in, z), ctx.dense_recompute > 0) * ctx.layers *
+                  static_cast<double>(zero_micro_batches(in, z));
   const ZeroStateBytes states = zero_state_bytes(in, z);
   const ZeroLayerBytes layer = zero_layer_bytes(in, z);
   const LayerSplit split = zero_layer_split(in, z);
@@ -229,8 +232,8 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
   const auto busiest_stage_layers = static_cast<double>(*std::max_element(stage_layers.begin(), stage_layers.end()));
   e.attention_s = layer_attention_s(in, megatron_layer_split(in, p), ctx.dense_recompute > 0) * busiest_stage_layers * mbs;
   const model::ParamCounts param_counts = in.model.param_counts();
-  const double busiest_stage_params =
-      param_counts.per_layer() / p.tp * busiest_stage_layers + static_cast<double>(in.model.vocab * in.model.hidden) / p.tp;
+  const double busiest_stage_params = param_counts.per_layer() / p.tp * busiest_stage_layers +
+                                      static_cast<double>(in.model.vocab * in.model.hidden) / p.tp;
   e.exposed_s = megatron_exposed_s(ctx, p, busiest_stage_layers, busiest_stage_params, b.dense_s);
   const LayerSplit split = megatron_layer_split(in, p);
   const double kept_per_layer = layer_activation_bytes(in.model, split, p.recompute).total();
@@ -260,13 +263,16 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
   return e;
 }
 
+// Ring-track: its bounds' compute and critical path, its host copies at the rate a GPU gets when it shares its
+// PCIe switch; its memory is still its bounds' (HBM 24% low at the median: not yet the builder's own peaks).
 SchemeEstimate ringtrack_estimate(const BoundContext& ctx, const RingTrackParams& p) {
   const SchemeBounds b = ringtrack_bounds(ctx, p);
+  const Rates r = rates_of(ctx.in.cluster);
   SchemeEstimate e;
   e.dense_s = b.dense_s;
   e.attention_recompute = b.attention_recompute;
-  e.exposed_s = b.serial_copy_s;
-  e.paced_s = b.paced_s;
+  e.exposed_s = seconds(b.ring_copies.serial_h2d, r.pcie);
+  e.paced_s = std::max(b.paced_s, seconds(std::max(b.ring_copies.h2d, b.ring_copies.d2h), r.pcie));
   e.hbm_bytes = b.hbm_bytes;
   e.dram_bytes = b.dram_bytes;
   return e;

@@ -15,7 +15,7 @@ namespace trainyard::planner {
 
 // One scheme's part of the estimate. The step is max(compute + exposed + bubble, paced).
 struct SchemeEstimate {
-  double dense_s = 0;              // the busiest GPU's dense ops (as SchemeBounds::dense_s), LM head included
+  double dense_s = 0;  // the busiest GPU's dense ops (as SchemeBounds::dense_s), LM head included
   // The busiest GPU's attention: its calls as the scheme's emitter makes them (< 0: every FLOP at the profile's
   // best rate, with `attention_recompute` of the layers' forward again, as the search's lower bound counts it).
   double attention_s = -1;

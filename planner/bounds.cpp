@@ -182,22 +182,21 @@ double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const 
 // for every later chunk (forward and backward), the dK/dV accumulators read and written in backward, the
 // activations out and back, streamed weights. With one prefetch buffer, `serial_copy_s` gets the copies the
 // compute stream must wait for.
-double ring_copy_s(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r, double& serial_copy_s) {
+RingCopyBytes ring_copy_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const auto& pol = ctx.in.precision;
-  const auto& gpu = ctx.in.cluster.node.gpu;
   const double pairs = r.C * (r.C - 1) / 2;  // (chunk, earlier chunk) pairs per layer
   const double kv_chunk = r.kv_token * r.c;
-  double h2d = 0, d2h = 0;
+  RingCopyBytes b;
   if (p.kv == Placement::dram) {
-    h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (r.C - 1)) * r.acc_chunk;
-    d2h += r.C * kv_chunk + pairs * r.acc_chunk;
+    b.h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (r.C - 1)) * r.acc_chunk;
+    b.d2h += r.C * kv_chunk + pairs * r.acc_chunk;
   }
   const double out_token = p.acts == ActivationPolicy::dram ? r.kept_token : p.acts == ActivationPolicy::recompute ? r.ckpt_token : 0;
-  h2d += out_token * ctx.seq_len;
-  d2h += out_token * ctx.seq_len;
+  b.h2d += out_token * ctx.seq_len;
+  b.d2h += out_token * ctx.seq_len;
   if (p.weights == WeightPolicy::stream) {
-    h2d += 2 * r.C * pol.weight_bytes * ctx.layer_params;
-    d2h += r.C * pol.grad_bytes * ctx.layer_params;
+    b.h2d += 2 * r.C * pol.weight_bytes * ctx.layer_params;
+    b.d2h += r.C * pol.grad_bytes * ctx.layer_params;
   }
   // One prefetch buffer: a block's copy cannot start before the previous block's attention is done, and the
   // compute stream's next task is the attention that needs it, so every block after a visit's first is copied
@@ -209,10 +208,22 @@ double ring_copy_s(const BoundContext& ctx, const RingTrackParams& p, const Ring
       chunks_after_first += std::max(0.0, k - span);
       if (k < r.C - 1) with_accumulators += std::max(0.0, k - span);
     }
-    serial_copy_s = r.sequences * r.most * (2 * chunks_after_first * kv_chunk + with_accumulators * r.acc_chunk) /
-                    (gpu.sustained.pcie_h2d_gbps.value * 1e9);
+    b.serial_h2d = 2 * chunks_after_first * kv_chunk + with_accumulators * r.acc_chunk;
   }
-  return r.sequences * r.most * std::max(h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9), d2h / (gpu.sustained.pcie_d2h_gbps.value * 1e9));
+  const double per_step = r.sequences * r.most;  // the busiest GPU's visits of a layer, times its layers
+  b.h2d *= per_step;
+  b.d2h *= per_step;
+  b.serial_h2d *= per_step;
+  return b;
+}
+
+// The copies of the GPU with the most layers at its copy engines' sustained rates: K/V of earlier chunks re-read
+// for every later chunk (forward and backward), the dK/dV accumulators read and written in backward, the
+// activations out and back, streamed weights; `serial_copy_s` gets the copies the compute stream must wait for.
+double ring_copy_s(const BoundContext& ctx, const RingCopyBytes& b, double& serial_copy_s) {
+  const auto& gpu = ctx.in.cluster.node.gpu;
+  serial_copy_s = b.serial_h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9);
+  return std::max(b.h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9), b.d2h / (gpu.sustained.pcie_d2h_gbps.value * 1e9));
 }
 
 // Per visit at the best efficiencies: the train's critical path (chunk by chunk through layer 0, chunk C-1
@@ -265,7 +276,8 @@ SchemeBounds ringtrack_bounds(const BoundContext& ctx, const RingTrackParams& p)
               dense_layer_seconds(ctx.in, split, ctx.dense_recompute > 0);
   b.hbm_bytes = ring_hbm_bytes(ctx, p, r);
   b.dram_bytes = ring_dram_bytes(ctx, p, r);
-  b.paced_s = std::max(ring_copy_s(ctx, p, r, b.serial_copy_s), ring_path_s(ctx, p, r));
+  b.ring_copies = ring_copy_bytes(ctx, p, r);
+  b.paced_s = std::max(ring_copy_s(ctx, b.ring_copies, b.serial_copy_s), ring_path_s(ctx, p, r));
   return b;
 }
 

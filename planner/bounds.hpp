@@ -32,6 +32,11 @@ struct BoundContext {
   double attention_s(double flops, bool backward) const;
 };
 
+// Ring-track: the busiest GPU's host copies per step, bytes each way, and those its compute stream waits for.
+struct RingCopyBytes {
+  double h2d = 0, d2h = 0, serial_h2d = 0;
+};
+
 struct SchemeBounds {
   double dense_s = 0;              // the busiest GPU's dense ops (the builders' own tasks, timed)
   double attention_recompute = 0;  // the share of layers whose attention forward runs again
@@ -39,6 +44,7 @@ struct SchemeBounds {
   double dram_bytes = 0;           // per node
   double paced_s = 0;              // how the work is paced: copy engines, critical paths, idle turns
   double serial_copy_s = 0;        // copies during which the busiest GPU's compute stream must wait
+  RingCopyBytes ring_copies;       // ring-track only
 };
 
 // Seconds GPU 0's compute stream spends on one layer's dense ops (everything but attention): forward, backward
