@@ -12,6 +12,7 @@
 #include "planner/analytic.hpp"
 #include "planner/hotspa.hpp"
 #include "planner/plan.hpp"
+#include "planner/search.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/step.hpp"
 #include "sim/collective_bench.hpp"
@@ -47,6 +48,8 @@ int run_simulate_lengths(const boost::program_options::variables_map& vm);
 // `why_not` gets the failure when a group does not fit.
 double simulate_minibatch_seconds(const boost::program_options::variables_map& vm, std::string& why_not);
 int run_plan_lengths(const boost::program_options::variables_map& vm, const std::vector<std::string>& schemes);
+// app/plan_estimate_command.cpp: `plan --estimate-only`, every figure labelled an estimate (JSON: "provisional").
+int run_plan_estimate_only(const planner::StepInputs& in, const planner::SearchOptions& search, bool as_json);
 // `run --lengths --switch`: the mini-batch drawn as simulate --lengths draws it, on --hw's nodes under the trainyard
 // stack (the executor's) with --gpu-profile's GPU and --collectives' library when given; its non-empty groups built under their strategies
 // (planner::minibatch_groups, graphs not finalized), and when `predict` the mini-batch simulated there. Attention

@@ -152,7 +152,8 @@ int run_plan(const std::vector<std::string>& args) {
       ("json", po::bool_switch(), "print the result as JSON")
       ("out", po::value<std::string>()->value_name("path"), "write the best plan to a plan file (trainyard simulate --plan runs it)")
       ("trace", po::value<std::string>()->value_name("path"), "write the best plan's Chrome trace")
-      ("explain", po::bool_switch(), "the winner's step-time breakdown and why each other scheme's best loses");
+      ("explain", po::bool_switch(), "the winner's step-time breakdown and why each other scheme's best loses")
+      ("estimate-only", po::bool_switch(), "rank by the analytic estimate alone, nothing simulated (every figure labelled an estimate; no --out or --trace)");
   // clang-format on
   add_lengths_options(options, true);
   add_trace_options(options);
@@ -162,7 +163,7 @@ int run_plan(const std::vector<std::string>& args) {
   if (parse(args,
             "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
             "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
-            "       [--json] [--out plan.json] [--trace best.json] [--explain]\n"
+            "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only]\n"
             "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
             "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json]",
             options, positional, vm)) {
@@ -231,6 +232,13 @@ int run_plan(const std::vector<std::string>& args) {
     const std::string device = vm["executable"].as<std::string>();
     if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
     keep_runnable(search, device);
+  }
+  if (vm["estimate-only"].as<bool>()) {
+    for (const char* flag : {"out", "trace", "explain"}) {
+      if (vm.count(flag) && !vm[flag].defaulted())
+        throw InputError(std::string("--") + flag, "value", "none with --estimate-only (plan files and traces hold simulated figures)", "given");
+    }
+    return run_plan_estimate_only(inputs, search, as_json);
   }
   // A progress line on a terminal only (not with --json; nothing when stderr is piped): common/progress.hpp.
   Progress progress("bounds", !as_json);

@@ -292,4 +292,55 @@ StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, doubl
   return e;
 }
 
+std::vector<EstimatedPlan> rank_by_estimate(const StepInputs& in, const SearchOptions& options) {
+  std::vector<EstimatedPlan> ranked;
+  for (PlanSpec& spec : enumerate_plans(in, options.schemes)) {
+    if (options.runnable && !options.runnable(in, spec)) continue;
+    const StepEstimate e = analytic_estimate(in, spec, options.hbm_headroom);
+    if (e.fits) ranked.push_back({std::move(spec), e});
+  }
+  const bool by_memory = options.objective == Objective::min_hbm;
+  std::sort(ranked.begin(), ranked.end(), [by_memory](const EstimatedPlan& a, const EstimatedPlan& b) {
+    const double ka = by_memory ? a.estimate.hbm_bytes : a.estimate.step_s, kb = by_memory ? b.estimate.hbm_bytes : b.estimate.step_s;
+    if (ka != kb) return ka < kb;
+    if (a.spec.scheme != b.spec.scheme) return a.spec.scheme < b.spec.scheme;
+    return a.spec.summary() < b.spec.summary();
+  });
+  return ranked;
+}
+
+std::optional<EstimatedMaxSeq> max_sequence_by_estimate(const StepInputs& in, const std::string& scheme, const SearchOptions& options) {
+  SearchOptions one = options;
+  one.schemes = {scheme};
+  one.objective = Objective::throughput;
+  const auto best_at = [&](std::int64_t k) -> std::optional<EstimatedPlan> {
+    const StepInputs probe{in.model, in.cluster, {k * 1024, in.workload.global_batch}, in.precision};
+    std::vector<EstimatedPlan> ranked = rank_by_estimate(probe, one);
+    if (ranked.empty()) return std::nullopt;
+    return std::move(ranked.front());
+  };
+  constexpr std::int64_t kMostK = std::int64_t{1} << 22;  // 4G tokens: beyond any GPU's memory
+  std::optional<EstimatedPlan> best = best_at(1);
+  if (!best) return std::nullopt;
+  std::int64_t fits = 1, fails = 0;
+  while (fails == 0 && fits < kMostK && !(options.cancel && options.cancel->load())) {
+    if (auto longer = best_at(fits * 2)) {
+      fits *= 2;
+      best = std::move(longer);
+    } else {
+      fails = fits * 2;
+    }
+  }
+  while (fails > fits + 1 && !(options.cancel && options.cancel->load())) {
+    const std::int64_t mid = fits + (fails - fits) / 2;
+    if (auto at = best_at(mid)) {
+      fits = mid;
+      best = std::move(at);
+    } else {
+      fails = mid;
+    }
+  }
+  return EstimatedMaxSeq{fits * 1024, std::move(*best)};
+}
+
 }  // namespace trainyard::planner

@@ -8,24 +8,14 @@
 // Each scheme's registry entry gives its share (`analytic`, a SchemeEstimate), reusing the byte counts its builder
 // allocates (zero_layer_bytes, layer_activation_bytes, the state bytes) and the per-layer dense time its tasks take
 // (dense_layer_seconds); analytic_estimate adds what every scheme shares (attention, the fit verdict, MFU).
+#include <optional>
+#include <vector>
+
 #include "planner/bounds.hpp"
 #include "planner/plan.hpp"
+#include "planner/search.hpp"
 
 namespace trainyard::planner {
-
-// One scheme's part of the estimate. The step is max(compute + exposed + bubble, paced).
-struct SchemeEstimate {
-  double dense_s = 0;  // the busiest GPU's dense ops (as SchemeBounds::dense_s), LM head included
-  // The busiest GPU's attention: its calls as the scheme's emitter makes them (< 0: every FLOP at the profile's
-  // best rate, with `attention_recompute` of the layers' forward again, as the search's lower bound counts it).
-  double attention_s = -1;
-  double attention_recompute = 0;  // the share of layers whose attention forward runs again
-  double exposed_s = 0;            // time the compute stream waits on transfers the schedule does not hide
-  double bubble_fraction = 0;      // pipeline fill and drain, as a fraction of the busiest GPU's compute
-  double paced_s = 0;              // the pace copies or critical paths set on their own: a floor
-  double hbm_bytes = 0;            // the fullest GPU's peak, tensors only
-  double dram_bytes = 0;           // the fullest node's host DRAM
-};
 
 struct StepEstimate {
   double step_s = 0;
@@ -36,6 +26,22 @@ struct StepEstimate {
 };
 
 StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, double hbm_headroom);
+
+// `plan --estimate-only`: every configuration the search would enumerate (options.schemes, options.runnable),
+// estimated; those the estimate says fit, best first by options.objective (throughput: step time; min_hbm: peak
+// HBM), ties by scheme and summary so the order never depends on anything else.
+struct EstimatedPlan {
+  PlanSpec spec;
+  StepEstimate estimate;
+};
+std::vector<EstimatedPlan> rank_by_estimate(const StepInputs& in, const SearchOptions& options);
+// The longest sequence (a multiple of 1K tokens: doubling, then bisection) at which the estimate says some
+// configuration of `scheme` fits, with the fastest such; nullopt when not even 1K does. No simulation.
+struct EstimatedMaxSeq {
+  std::int64_t seq_len = 0;
+  EstimatedPlan plan;
+};
+std::optional<EstimatedMaxSeq> max_sequence_by_estimate(const StepInputs& in, const std::string& scheme, const SearchOptions& options);
 
 // The schemes' shares (their registry entries' `analytic`).
 SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z);

@@ -47,6 +47,20 @@ struct SchemeBounds {
   RingCopyBytes ring_copies;       // ring-track only
 };
 
+// One scheme's part of the analytic estimate (planner/analytic.hpp). The step is max(compute + exposed + bubble, paced).
+struct SchemeEstimate {
+  double dense_s = 0;  // the busiest GPU's dense ops (as SchemeBounds::dense_s), LM head included
+  // The busiest GPU's attention: its calls as the scheme's emitter makes them (< 0: every FLOP at the profile's
+  // best rate, with `attention_recompute` of the layers' forward again, as the search's lower bound counts it).
+  double attention_s = -1;
+  double attention_recompute = 0;  // the share of layers whose attention forward runs again
+  double exposed_s = 0;            // time the compute stream waits on transfers the schedule does not hide
+  double bubble_fraction = 0;      // pipeline fill and drain, as a fraction of the busiest GPU's compute
+  double paced_s = 0;              // the pace copies or critical paths set on their own: a floor
+  double hbm_bytes = 0;            // the fullest GPU's peak, tensors only
+  double dram_bytes = 0;           // the fullest node's host DRAM
+};
+
 // Seconds GPU 0's compute stream spends on one layer's dense ops (everything but attention): forward, backward
 // and, with `recompute`, the forward again. Exact for these ops: the very tasks the builders emit, timed by the
 // simulator's own cost model.

@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 
+#include "planner/analytic.hpp"
 #include "planner/engines/writers.hpp"
 #include "planner/megatron.hpp"
 #include "planner/schemes/scheme.hpp"

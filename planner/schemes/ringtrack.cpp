@@ -3,6 +3,7 @@
 
 #include "common/error.hpp"
 #include "common/units.hpp"
+#include "planner/analytic.hpp"
 #include "planner/ringtrack.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"

@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_reader.hpp"
-#include "planner/analytic.hpp"
 #include "planner/bounds.hpp"
 #include "planner/engines/launch.hpp"
 #include "planner/estimate.hpp"

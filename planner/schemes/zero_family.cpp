@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "common/units.hpp"
+#include "planner/analytic.hpp"
 #include "planner/search.hpp"
 #include "planner/zero.hpp"
 
