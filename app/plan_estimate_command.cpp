@@ -85,8 +85,9 @@ int max_seq_by_estimate(const planner::StepInputs& in, const planner::SearchOpti
     out.push_back(j);
   }
   if (as_json) {
-    std::cout << Json{{"objective", "max-seq"}, {"estimate_only", true}, {"provisional", true}, {"interrupted", interrupted()}, {"schemes", out}}.dump(2)
-              << "\n";
+    std::cout
+        << Json{{"objective", "max-seq"}, {"estimate_only", true}, {"provisional", true}, {"interrupted", interrupted()}, {"schemes", out}}.dump(2)
+        << "\n";
   } else {
     std::cout << kEstimateLabel << "\n\n";
     table.print(std::cout);

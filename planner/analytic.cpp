@@ -167,9 +167,33 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
   return exposed;
 }
 
-// One layer's attention on GPU 0, one micro-batch: forward, the recomputed forward when `recompute`, backward.
-double layer_attention_s(const StepInputs& in, const LayerSplit& split, bool recompute) {
-  return layer_compute_seconds(in, split, recompute, true) - dense_layer_seconds(in, split, recompute);
+// The embedding's forward and backward and the LM head with the loss, for one micro-batch of `tokens` on GPU 0 over
+// a vocabulary shard: their tasks as the builders emit them (emit_embedding, emit_loss), timed by the cost model.
+// Not at the best GEMM rate, as the search's bound takes them: for a 1B model with a 128K vocabulary the head is
+// a fifth of the FLOPs.
+double ends_seconds(const StepInputs& in, std::int64_t tokens, std::int64_t vocab_shard, double chunk_tokens = 0) {
+  sim::TaskGraph g;
+  LossMemory memory = loss_memory(in.cluster.stack);
+  if (chunk_tokens > 0) memory.chunk_tokens = static_cast<std::int64_t>(chunk_tokens);
+  sim::TaskId at = emit_embedding(g, 0, "est", tokens, in.model.hidden, false, -1, {});
+  at = emit_loss(g, 0, "est", tokens, in.model.hidden, vocab_shard, at, {}, memory);
+  emit_embedding(g, 0, "est", tokens, in.model.hidden, true, at, {});
+  const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
+  double ns = 0;
+  for (const auto& t : g.tasks()) {
+    if (t.stream.kind == sim::StreamKind::compute) ns += static_cast<double>(compute.duration_ns(t));
+  }
+  return ns * 1e-9;
+}
+
+// One layer on GPU 0, one micro-batch (forward, the recomputed forward when `recompute`, backward): its attention's
+// time, and the host's time to issue all its kernels.
+struct LayerExtras {
+  double attention_s = 0, issue_s = 0;
+};
+LayerExtras layer_extras(const StepInputs& in, const LayerSplit& split, bool recompute) {
+  const LayerCompute whole = layer_compute(in, split, recompute, true);
+  return {whole.seconds - dense_layer_seconds(in, split, recompute), whole.kernels * in.cluster.stack.host.dispatch_us_per_kernel.value * 1e-6};
 }
 
 }  // namespace
@@ -183,15 +207,19 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   const StepInputs& in = ctx.in;
   const SchemeBounds b = zero_bounds(ctx, z);
   SchemeEstimate e;
-  e.dense_s = b.dense_s;
+  const LayerSplit split = zero_layer_split(in, z);
+  const auto mbs = static_cast<double>(zero_micro_batches(in, z));
+  const double loss_chunk = split.fpdt_chunks > 1 ? std::max(1.0, static_cast<double>(split.local_tokens()) / split.fpdt_chunks) : 0;
+  e.dense_s = b.dense_s - ctx.head_s + mbs * ends_seconds(in, split.local_tokens(), in.model.vocab, loss_chunk);
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
-  e.exposed_s = zero_exposed_s(ctx, z, b.dense_s);
-  e.attention_s = layer_attention_s(in, zero_layer_split(in, z), ctx.dense_recompute > 0) * ctx.layers *
-                  static_cast<double>(zero_micro_batches(in, z));
+  e.exposed_s = zero_exposed_s(ctx, z, b.dense_s - ctx.head_s);
+  const LayerExtras extras = layer_extras(in, split, ctx.dense_recompute > 0);
+  const double layer_visits = ctx.layers * mbs;
+  e.attention_s = extras.attention_s * layer_visits;
+  e.host_s = extras.issue_s * layer_visits;
   const ZeroStateBytes states = zero_state_bytes(in, z);
   const ZeroLayerBytes layer = zero_layer_bytes(in, z);
-  const LayerSplit split = zero_layer_split(in, z);
   const double resident = (states.weights - states.host_weights) + (z.offload_grads ? 0 : states.grads) +
                           (z.offload_optimizer ? 0 : states.optimizer);
   const std::int64_t layers = in.model.layers;
@@ -206,7 +234,6 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   const double rotary = tables.step_bytes_per_token_dim.value * table_elements;
   const double rotary_forward = tables.forward_bytes_per_token_dim.value * table_elements;
   const auto tokens = static_cast<double>(split.local_tokens());
-  const double loss_chunk = split.fpdt_chunks > 1 ? std::max(1.0, tokens / static_cast<double>(split.fpdt_chunks)) : 0;
   const double logits = logits_bytes(in.cluster.stack, tokens, static_cast<double>(in.model.vocab), loss_chunk);
   const double last_forward = kept - kept_last + layer.forward + (last_checkpointed ? layer.checkpoint : 0) + rotary_forward;
   const double at_loss = kept + logits;
@@ -223,19 +250,22 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
   const StepInputs& in = ctx.in;
   const SchemeBounds b = megatron_bounds(ctx, p);
   SchemeEstimate e;
-  e.dense_s = b.dense_s + ctx.head_s * p.pp;  // the LM head on the last stage's GPUs alone
+  const LayerSplit split = megatron_layer_split(in, p);
+  const auto mbs = static_cast<double>(megatron_micro_batches(in, p));
+  // The embedding on the first stage, the LM head and the loss on the last: with one stage, both on every GPU.
+  e.dense_s = b.dense_s + mbs * ends_seconds(in, split.local_tokens(), (in.model.vocab + p.tp - 1) / p.tp);
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
-  const auto mbs = static_cast<double>(megatron_micro_batches(in, p));
   e.bubble_fraction = static_cast<double>(p.pp - 1) / (static_cast<double>(p.vpp) * mbs);
   const std::vector<std::int64_t> stage_layers = megatron_stage_layers(in.model.layers, p);
   const auto busiest_stage_layers = static_cast<double>(*std::max_element(stage_layers.begin(), stage_layers.end()));
-  e.attention_s = layer_attention_s(in, megatron_layer_split(in, p), ctx.dense_recompute > 0) * busiest_stage_layers * mbs;
+  const LayerExtras extras = layer_extras(in, megatron_layer_split(in, p), ctx.dense_recompute > 0);
+  e.attention_s = extras.attention_s * busiest_stage_layers * mbs;
+  e.host_s = extras.issue_s * busiest_stage_layers * mbs;
   const model::ParamCounts param_counts = in.model.param_counts();
   const double busiest_stage_params = param_counts.per_layer() / p.tp * busiest_stage_layers +
                                       static_cast<double>(in.model.vocab * in.model.hidden) / p.tp;
   e.exposed_s = megatron_exposed_s(ctx, p, busiest_stage_layers, busiest_stage_params, b.dense_s);
-  const LayerSplit split = megatron_layer_split(in, p);
   const double kept_per_layer = layer_activation_bytes(in.model, split, p.recompute).total();
   const double working = p.recompute == Recompute::full ? layer_activation_bytes(in.model, split, Recompute::none).total() : 0;
   const model::ParamCounts counts = in.model.param_counts();
@@ -283,7 +313,7 @@ StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, doubl
   const SchemeEstimate own = scheme_named(spec.scheme).analytic(ctx, spec);
   const double compute_s = own.dense_s + (own.attention_s >= 0 ? own.attention_s : attention_seconds(ctx, own.attention_recompute));
   StepEstimate e;
-  e.step_s = std::max(compute_s * (1 + own.bubble_fraction) + own.exposed_s, own.paced_s);
+  e.step_s = std::max({compute_s * (1 + own.bubble_fraction) + own.exposed_s, own.paced_s, own.host_s});
   e.hbm_bytes = own.hbm_bytes;
   e.dram_bytes = own.dram_bytes;
   const double flops = in.model.training_flops_per_token(in.workload.seq_len, true) * ctx.tokens;

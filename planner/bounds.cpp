@@ -31,7 +31,7 @@ double BoundContext::attention_s(double flops, bool backward) const {
   return (backward ? 2.5 * flops : flops) / (peak_flops * compute.attention_best_fraction(backward, head_dim));
 }
 
-double layer_compute_seconds(const StepInputs& in, const LayerSplit& split, bool recompute, bool attention) {
+LayerCompute layer_compute(const StepInputs& in, const LayerSplit& split, bool recompute, bool attention) {
   sim::TaskGraph g;
   std::vector<sim::DeviceId> ranks;
   for (int r = 0; r < split.tp * split.ulysses * split.cp; ++r) ranks.push_back(r);
@@ -41,18 +41,19 @@ double layer_compute_seconds(const StepInputs& in, const LayerSplit& split, bool
   emitter.forward("F", last);
   if (recompute) emitter.forward("R", last, true);
   emitter.backward("B", last);
-  double ns = 0;
+  LayerCompute out;
   const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
   for (const auto& t : g.tasks()) {
     if (t.device == 0 && t.stream.kind == sim::StreamKind::compute) {
-      ns += static_cast<double>(compute.duration_ns(t));
+      out.seconds += static_cast<double>(compute.duration_ns(t)) * 1e-9;
+      out.kernels += compute.kernels(t);
     }
   }
-  return ns * 1e-9;
+  return out;
 }
 
 double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute) {
-  return layer_compute_seconds(in, split, recompute, false);
+  return layer_compute(in, split, recompute, false).seconds;
 }
 
 // --- ring-track ------------------------------------------------------------------------------------------------

@@ -59,15 +59,21 @@ struct SchemeEstimate {
   double paced_s = 0;              // the pace copies or critical paths set on their own: a floor
   double hbm_bytes = 0;            // the fullest GPU's peak, tensors only
   double dram_bytes = 0;           // the fullest node's host DRAM
+  double host_s = 0;               // the host's time to issue the busiest GPU's kernels (the stack's dispatch cost): a floor
 };
 
 // Seconds GPU 0's compute stream spends on one layer's dense ops (everything but attention): forward, backward
 // and, with `recompute`, the forward again. Exact for these ops: the very tasks the builders emit, timed by the
 // simulator's own cost model.
 double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute);
-// The same with the layer's attention as its emitter runs it (ring passes' blocks, FPDT's chunk pairs, Ulysses'
-// head group), timed by the same cost model: what the analytic estimate counts (planner/analytic.hpp).
-double layer_compute_seconds(const StepInputs& in, const LayerSplit& split, bool recompute, bool attention);
+// The same, with the layer's attention as its emitter runs it when `attention` (ring passes' blocks, FPDT's chunk
+// pairs, Ulysses' head group), and the kernels GPU 0's host issues for them: what the analytic estimate counts
+// (planner/analytic.hpp).
+struct LayerCompute {
+  double seconds = 0;
+  double kernels = 0;
+};
+LayerCompute layer_compute(const StepInputs& in, const LayerSplit& split, bool recompute, bool attention);
 
 SchemeBounds ringtrack_bounds(const BoundContext& c, const RingTrackParams& p);
 SchemeBounds megatron_bounds(const BoundContext& c, const MegatronParams& p);
