@@ -42,6 +42,8 @@ struct DatasetScore {
   int max_seq_equal = 0;
   int max_seq_total = 0;
   int not_simulated = 0;
+  double estimate_mape = 0;  // the analytic estimate's, over the figures it gives (a step's, but its max length)
+  int estimate_compared = 0;
 };
 
 DatasetScore score(const std::vector<CaseResult>& results) {
@@ -60,10 +62,15 @@ DatasetScore score(const std::vector<CaseResult>& results) {
       } else {
         sum += std::abs(c.relative_error());
         ++s.compared;
+        if (c.has_estimate()) {
+          s.estimate_mape += std::abs(c.estimate_error());
+          ++s.estimate_compared;
+        }
       }
     }
   }
   s.mape = s.compared ? sum / s.compared : 0;
+  if (s.estimate_compared) s.estimate_mape /= s.estimate_compared;
   return s;
 }
 
@@ -85,6 +92,10 @@ std::string summary_text(const DatasetScore& s) {
   std::string out = "MAPE " + format_fixed(100 * s.mape, 1) + "% over " + std::to_string(s.compared) + " figures";
   if (s.max_seq_total) out += "; max length equal in " + std::to_string(s.max_seq_equal) + " of " + std::to_string(s.max_seq_total);
   if (s.not_simulated) out += "; " + std::to_string(s.not_simulated) + " case(s) not simulated";
+  if (s.estimate_compared) {
+    out += "; the analytic estimate (not simulated): MAPE " + format_fixed(100 * s.estimate_mape, 1) + "% over " +
+           std::to_string(s.estimate_compared) + " of them";
+  }
   return out;
 }
 
@@ -144,7 +155,8 @@ Json score_json(const DatasetScore& s) {
           {"compared", s.compared},
           {"max_seq_equal", s.max_seq_equal},
           {"max_seq_total", s.max_seq_total},
-          {"not_simulated", s.not_simulated}};
+          {"not_simulated", s.not_simulated},
+          {"estimate", {{"provisional", true}, {"mape", s.estimate_mape}, {"compared", s.estimate_compared}}}};
 }
 
 Json results_json(const ValidationDataset& d, const std::vector<CaseResult>& results, const DatasetScore& s,

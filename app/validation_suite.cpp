@@ -261,17 +261,45 @@ double attention_tflops(const AttentionShape& a) {
   return flops / ns * 1e-3;  // FLOP/ns = GFLOP/s
 }
 
-void compare(CaseResult& r, const ValidationCase& c, const std::string& metric, double predicted) {
+void compare(CaseResult& r, const ValidationCase& c, const std::string& metric, double predicted,
+             double estimated = std::numeric_limits<double>::quiet_NaN()) {
   const auto it = c.published.find(metric);
-  if (it != c.published.end()) r.comparisons.push_back({metric, it->second, predicted});
+  if (it == c.published.end()) return;
+  Comparison comparison{metric, it->second, predicted};
+  comparison.estimated = estimated;
+  r.comparisons.push_back(comparison);
 }
 
 struct StepPrediction {
   bool completed = false;
   std::string why;  // when not completed
   std::map<std::string, double> figures;
+  std::map<std::string, double> estimated;  // the same figures by the analytic estimate
   std::optional<PredictionKind> kind;
+  void compare_all(CaseResult& r, const ValidationCase& c) const {
+    for (const auto& [metric, value] : figures) {
+      const auto e = estimated.find(metric);
+      compare(r, c, metric, value, e == estimated.end() ? std::numeric_limits<double>::quiet_NaN() : e->second);
+    }
+  }
 };
+
+// A step's figures by the analytic estimate (simulate --estimate on the same flags), in the source's convention.
+std::map<std::string, double> estimated_figures(const ValidationDataset& d, std::vector<std::string> args) {
+  args.push_back("--estimate");
+  const SimulationSetup setup = setup_simulation(simulate_flags(args));
+  const planner::StepEstimate& e = *setup.estimate;
+  const SimulationSetup::Step& step = *setup.step;
+  const double tokens = static_cast<double>(step.workload.tokens());
+  const double flops = model::convention_flops_per_token(step.model, step.workload.seq_len, d.convention, step.full_recompute) * tokens;
+  const double tflops_per_gpu = flops / e.step_s / step.gpus * 1e-12;
+  const double peak_tflops = d.peak_tflops > 0 ? d.peak_tflops : setup.cluster->node.gpu.peak_tflops(hw::Dtype::bf16);
+  return {{"step_s", e.step_s},
+          {"tokens_per_s_per_gpu", tokens / e.step_s / step.gpus},
+          {"tflops_per_gpu", tflops_per_gpu},
+          {"mfu", tflops_per_gpu / peak_tflops},
+          {"peak_hbm_gib", setup.cluster->stack.reserved_bytes(e.hbm_bytes) / static_cast<double>(std::int64_t{1} << 30)}};
+}
 
 StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::string>& args) {
   const po::variables_map vm = simulate_flags(args);
@@ -305,6 +333,7 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
                {"mfu", logged.tflops_per_gpu / peak_tflops},
                // What the framework reserves (its allocator's view, as memory reports print it), not the tensors alone.
                {"peak_hbm_gib", result.hbm_reserved_bytes(static_cast<double>(peak_hbm)) / static_cast<double>(std::int64_t{1} << 30)}};
+  p.estimated = estimated_figures(d, args);
   return p;
 }
 
@@ -372,7 +401,7 @@ void run_tuned_step_case(const ValidationDataset& d, const ValidationCase& c, co
     r.remark = "unstated options chosen as the fastest that fits: " + best_flags + " (" + std::to_string(tried) + " tried, " +
                std::to_string(failed) + " did not build or fit)";
   }
-  for (const auto& [metric, value] : best->figures) compare(r, c, metric, value);
+  best->compare_all(r, c);
   r.kind = best->kind;
 }
 
@@ -399,7 +428,7 @@ void run_step_case(const ValidationDataset& d, const ValidationCase& c, const st
     return;
   }
   compare(r, c, "max_seq", static_cast<double>(best_seq));
-  for (const auto& [metric, value] : best->figures) compare(r, c, metric, value);
+  best->compare_all(r, c);
   r.kind = best->kind;
 }
 

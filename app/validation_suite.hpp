@@ -1,4 +1,6 @@
 #pragma once
+#include <cmath>
+#include <limits>
 // The public validation suite (validation/datasets/*.json, schema trainyard.validation.v1; docs/validation.md): published
 // measurements and how to predict each with trainyard. Loading checks every field (errors name the file and
 // the field); running a case simulates it and states the prediction in the source's own terms.
@@ -91,7 +93,12 @@ struct Comparison {
   double published = 0;
   double predicted = 0;
   bool counted = true;  // false: a calibration figure (ValidationCase::calibration), not in the MAPE
+  // The analytic estimate's figure (planner/analytic.hpp), where it gives one (a step's figures but its max
+  // length); NaN otherwise.
+  double estimated = std::numeric_limits<double>::quiet_NaN();
   double relative_error() const { return (predicted - published) / published; }
+  bool has_estimate() const { return !std::isnan(estimated); }
+  double estimate_error() const { return (estimated - published) / published; }
 };
 
 struct CaseResult {

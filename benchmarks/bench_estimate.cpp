@@ -35,7 +35,7 @@ const std::vector<CorpusInput> kCorpus = {
     {"llama3-8b", "dgx-a100", 1, 1 << 20, 1},    {"llama3-8b", "dgx-a100", 1, 256 << 10, 1}, {"llama3-8b", "dgx-a100", 1, 32 << 10, 8},
     {"gpt-2.7b", "dgx-a100", 1, 128 << 10, 2},   {"llama3-8b", "hgx-h200", 1, 512 << 10, 1}, {"llama3-70b", "dgx-h100", 2, 128 << 10, 2},
     {"llama3.2-3b", "dgx-h100", 1, 64 << 10, 4}, {"llama2-13b", "dgx-a100", 2, 64 << 10, 4}, {"llama3.2-1b", "dgx-a100", 1, 64 << 10, 2},
-    {"llama3.2-1b", "dgx-a100", 1, 8 << 10, 16},
+    {"llama3.2-1b", "dgx-a100", 1, 8 << 10, 16}, {"llama3-8b", "dgx-h100", 4, 16 << 10, 32},
 };
 
 struct Errors {

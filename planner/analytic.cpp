@@ -30,7 +30,7 @@ double attention_seconds(const BoundContext& ctx, double recompute_share) {
 // else PCIe), across nodes (the node's NICs shared by its GPUs, never above the in-node rate), and to and from
 // host DRAM (the GPU's pinned-copy rate, shared by the GPUs behind one PCIe switch).
 struct Rates {
-  double intra = 0, inter = 0, pcie = 0;
+  double intra = 0, inter = 0, pcie = 0, nic = 0;
 };
 Rates rates_of(const sim::Cluster& cluster) {
   const hw::NodeProfile& node = cluster.node;
@@ -40,14 +40,20 @@ Rates rates_of(const sim::Cluster& cluster) {
   const int switches = node.count(hw::VertexType::pcie_switch);
   if (switches > 0) r.pcie /= std::max(1.0, static_cast<double>(node.gpu_count()) / switches);
   r.intra = sustained.nvlink_gbps_per_direction.value > 0 ? sustained.nvlink_gbps_per_direction.value : r.pcie;
-  const double nic = node.nic_gbps_per_gpu();
-  r.inter = nic > 0 ? std::min(r.intra, nic) : r.intra;
+  r.nic = node.nic_gbps_per_gpu();
+  r.inter = r.nic > 0 ? std::min(r.intra, r.nic) : r.intra;
   return r;
 }
-// A group of `size` consecutive GPUs (every `stride`-th) is within one node unless it is longer than a node.
-double group_gbps(const BoundContext& ctx, const Rates& r, int size, int stride = 1) {
+// A group of `size` consecutive GPUs (every `stride`-th) is within one node unless it is longer than a node. Across
+// nodes, a GPU's own transfers (all-to-all, ring passes) cross at its NIC's rate; a ring collective (all-gather,
+// reduce-scatter, all-reduce) enters each node once and runs one channel per NIC, so its members on a node share
+// their NICs (nccl-tests' multi-node busbw: about the node's NIC total, up to NVLink's rate).
+double group_gbps(const BoundContext& ctx, const Rates& r, int size, int stride = 1, bool ring_collective = false) {
   const int per_node = ctx.in.cluster.topology.gpus_per_node();
-  return ctx.in.cluster.nodes > 1 && size * stride > per_node ? r.inter : r.intra;
+  if (ctx.in.cluster.nodes <= 1 || size * stride <= per_node) return r.intra;
+  if (!ring_collective || r.nic <= 0) return r.inter;
+  const double members_per_node = std::max(1, per_node / stride);
+  return std::min(r.intra, r.nic * members_per_node);
 }
 double seconds(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) : 0; }
 
@@ -100,23 +106,33 @@ double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense
     exposed += (std::max(0.0, forward - attention.forward) * (recompute ? 2 : 1) + std::max(0.0, backward - attention.backward)) * ctx.layers * mbs;
   }
   const double n = z.whole_gpus(in.cluster.gpus());
-  const double everyone = group_gbps(ctx, r, static_cast<int>(n));
+  const double everyone = group_gbps(ctx, r, static_cast<int>(n), 1, true);
   if (z.offload_activations) {
     const double copy = seconds(zero_layer_bytes(in, z).checkpoint, r.pcie);
     const double waited = in.cluster.stack.checkpoint_offload.blocking ? copy : std::max(0.0, copy - layer_s);
     exposed += 2 * waited * ctx.layers * mbs;  // out after the forward, back before the backward
   }
-  if (z.stage == 3 && n > 1) {
-    const double gather = seconds(in.precision.weight_bytes * ctx.layer_params * (n - 1) / n, everyone);
-    exposed += std::max(0.0, gather - layer_s) * 2 * ctx.layers * mbs;
-  }
+  // Stage 3's gathers and the gradient reductions queue on the links beside the passes they overlap: a pass waits
+  // for what its layers' compute does not cover, and for the one layer's transfer that nothing can cover (the first
+  // gather, the last reduction).
+  const double gather = z.stage == 3 && n > 1 ? seconds(in.precision.weight_bytes * ctx.layer_params * (n - 1) / n, everyone) : 0;
+  double reduce = 0;
   if (n > 1) {
     const double reduce_bytes_per_param = in.cluster.stack.gradient_reduce_bytes.value > 0 ? in.cluster.stack.gradient_reduce_bytes.value
                                                                                            : in.precision.grad_bytes;
     const double ring = z.stage == 0 ? 2 * (n - 1) / n : (n - 1) / n;  // all-reduce, or reduce-scatter
-    const double reduce = seconds(reduce_bytes_per_param * ctx.layer_params * ring, everyone);
-    const double rounds = z.stage >= 2 ? mbs : 1;  // stages 2-3 reduce every micro-batch, 0-1 after the last
-    exposed += (in.cluster.stack.zero_overlap_comm.overlaps(z.stage) ? std::max(0.0, reduce - layer_s) : reduce) * ctx.layers * rounds;
+    reduce = seconds(reduce_bytes_per_param * ctx.layer_params * ring, everyone);
+  }
+  const bool overlapped = in.cluster.stack.zero_overlap_comm.overlaps(z.stage);
+  const double reducing_passes = z.stage >= 2 ? mbs : 1;  // stages 2-3 reduce every micro-batch, 0-1 after the last
+  const auto queued = [&](double per_layer, double times) {
+    return times * (std::max(0.0, ctx.layers * (per_layer - layer_s)) + std::min(per_layer, layer_s));
+  };
+  exposed += queued(gather, mbs);  // forward
+  if (overlapped) {
+    exposed += queued(gather + reduce, reducing_passes) + queued(gather, mbs - reducing_passes);  // backward
+  } else {
+    exposed += queued(gather, mbs) + reduce * ctx.layers * reducing_passes;
   }
   const double shard = z.stage >= 1 ? ctx.all_params / n : ctx.all_params;
   const double optimizer_bytes = shard * kAdamBytesPerParam;
@@ -140,7 +156,7 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
   const double layer_s = dense_s / stage_layers / mbs / passes;  // one pass of one layer's dense ops
   double exposed = 0;
   if (p.tp > 1 && !p.tp_comm_overlap)
-    exposed += seconds(tp_bytes_per_layer_forward(m, split), group_gbps(ctx, r, p.tp)) * passes * stage_layers * mbs;
+    exposed += seconds(tp_bytes_per_layer_forward(m, split), group_gbps(ctx, r, p.tp, 1, true)) * passes * stage_layers * mbs;
   const double kv_elements = static_cast<double>(split.local_tokens()) *
                              static_cast<double>(std::max<std::int64_t>(1, m.kv_heads / p.tp) * m.head_dim);
   if (p.cp_comm == CpComm::p2p) {
@@ -155,7 +171,7 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
     exposed += 2 * waited * stage_layers * mbs;
   }
   const int dp = p.whole_dp() * p.whole_cp();
-  const double dp_gbps = group_gbps(ctx, r, dp, p.tp * p.pp);
+  const double dp_gbps = group_gbps(ctx, r, dp, p.tp * p.pp, true);
   if (dp > 1) {
     const double ring = p.distributed_optimizer ? static_cast<double>(dp - 1) / dp : 2.0 * (dp - 1) / dp;
     const double reduce = seconds(in.precision.grad_bytes * stage_params * ring, dp_gbps);
