@@ -1,7 +1,10 @@
 #include "planner/analytic.hpp"
 
 #include <algorithm>
+#include <optional>
 
+#include "common/memory_budget.hpp"
+#include "planner/estimate.hpp"
 #include "planner/megatron.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"
@@ -207,9 +210,17 @@ double ends_seconds(const StepInputs& in, std::int64_t tokens, std::int64_t voca
 struct LayerExtras {
   double attention_s = 0, issue_s = 0;
 };
-LayerExtras layer_extras(const StepInputs& in, const LayerSplit& split, bool recompute) {
+// A layer's attention is emitted only up to this many blocks a side (FPDT's chunks, CP's ranks: the blocks grow
+// as their square); beyond, the estimate takes every attention FLOP at the profile's best rate, as the bound does,
+// so that no length makes it slow or large.
+constexpr int kMostEmittedBlocks = 64;
+
+// nullopt: too many blocks to emit (kMostEmittedBlocks).
+std::optional<LayerExtras> layer_extras(const StepInputs& in, const LayerSplit& split, bool recompute) {
+  if (split.fpdt_chunks > kMostEmittedBlocks || split.cp > kMostEmittedBlocks) return std::nullopt;
   const LayerCompute whole = layer_compute(in, split, recompute, true);
-  return {whole.seconds - dense_layer_seconds(in, split, recompute), whole.kernels * in.cluster.stack.host.dispatch_us_per_kernel.value * 1e-6};
+  return LayerExtras{whole.seconds - dense_layer_seconds(in, split, recompute),
+                     whole.kernels * in.cluster.stack.host.dispatch_us_per_kernel.value * 1e-6};
 }
 
 }  // namespace
@@ -230,10 +241,11 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
   e.exposed_s = zero_exposed_s(ctx, z, b.dense_s - ctx.head_s);
-  const LayerExtras extras = layer_extras(in, split, ctx.dense_recompute > 0);
-  const double layer_visits = ctx.layers * mbs;
-  e.attention_s = extras.attention_s * layer_visits;
-  e.host_s = extras.issue_s * layer_visits;
+  if (const auto extras = layer_extras(in, split, ctx.dense_recompute > 0)) {
+    const double layer_visits = ctx.layers * mbs;
+    e.attention_s = extras->attention_s * layer_visits;
+    e.host_s = extras->issue_s * layer_visits;
+  }
   const ZeroStateBytes states = zero_state_bytes(in, z);
   const ZeroLayerBytes layer = zero_layer_bytes(in, z);
   const double resident = (states.weights - states.host_weights) + (z.offload_grads ? 0 : states.grads) +
@@ -275,9 +287,10 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
   e.bubble_fraction = static_cast<double>(p.pp - 1) / (static_cast<double>(p.vpp) * mbs);
   const std::vector<std::int64_t> stage_layers = megatron_stage_layers(in.model.layers, p);
   const auto busiest_stage_layers = static_cast<double>(*std::max_element(stage_layers.begin(), stage_layers.end()));
-  const LayerExtras extras = layer_extras(in, megatron_layer_split(in, p), ctx.dense_recompute > 0);
-  e.attention_s = extras.attention_s * busiest_stage_layers * mbs;
-  e.host_s = extras.issue_s * busiest_stage_layers * mbs;
+  if (const auto extras = layer_extras(in, split, ctx.dense_recompute > 0)) {
+    e.attention_s = extras->attention_s * busiest_stage_layers * mbs;
+    e.host_s = extras->issue_s * busiest_stage_layers * mbs;
+  }
   const model::ParamCounts param_counts = in.model.param_counts();
   const double busiest_stage_params = param_counts.per_layer() / p.tp * busiest_stage_layers +
                                       static_cast<double>(in.model.vocab * in.model.hidden) / p.tp;
@@ -339,9 +352,13 @@ StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, doubl
 }
 
 std::vector<EstimatedPlan> rank_by_estimate(const StepInputs& in, const SearchOptions& options) {
+  // As the search: a plan whose graph would not fit the memory budget is left out (it could never be simulated
+  // here, and the bounds the estimate starts from grow with the graph).
+  const auto budget = static_cast<double>(options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes());
   std::vector<EstimatedPlan> ranked;
   for (PlanSpec& spec : enumerate_plans(in, options.schemes)) {
     if (options.runnable && !options.runnable(in, spec)) continue;
+    if (estimate_plan(in, spec).bytes > budget) continue;
     const StepEstimate e = analytic_estimate(in, spec, options.hbm_headroom);
     if (e.fits) ranked.push_back({std::move(spec), e});
   }
@@ -366,9 +383,12 @@ std::optional<EstimatedMaxSeq> max_sequence_by_estimate(const StepInputs& in, co
     return std::move(ranked.front());
   };
   constexpr std::int64_t kMostK = std::int64_t{1} << 22;  // 4G tokens: beyond any GPU's memory
-  std::optional<EstimatedPlan> best = best_at(1);
-  if (!best) return std::nullopt;
+  // The shortest power of two that fits (some schemes have no valid configuration at the shortest lengths: FPDT's
+  // chunks), then doubling and bisection above it.
   std::int64_t fits = 1, fails = 0;
+  std::optional<EstimatedPlan> best = best_at(fits);
+  while (!best && fits < kMostK && !(options.cancel && options.cancel->load())) best = best_at(fits *= 2);
+  if (!best) return std::nullopt;
   while (fails == 0 && fits < kMostK && !(options.cancel && options.cancel->load())) {
     if (auto longer = best_at(fits * 2)) {
       fits *= 2;
