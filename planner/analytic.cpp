@@ -82,11 +82,42 @@ double ring_exposed_s(const BoundContext& ctx, const Rates& r, int cp, int strid
   return per_layer * layers * micro_batches;
 }
 
+// The ZeRO family's model states' waits. Stage 3's gathers and the gradient reductions queue on the links beside
+// the passes they overlap: a pass waits for what its layers' compute does not cover, and for the one layer's
+// transfer nothing can cover (the first gather, the last reduction); a stack that does not overlap its reductions
+// waits for all of them. Then the optimizer step (on the GPU, or on the host over host DRAM with the node's GPUs in
+// turn).
+double zero_state_waits(const BoundContext& ctx, const ZeroParams& z, const Rates& r, double mbs, double layer_s) {
+  const StepInputs& in = ctx.in;
+  const double n = z.whole_gpus(in.cluster.gpus());
+  const double everyone = group_gbps(ctx, r, static_cast<int>(n), 1, true);
+  const double gather = z.stage == 3 && n > 1 ? seconds(in.precision.weight_bytes * ctx.layer_params * (n - 1) / n, everyone) : 0;
+  double reduce = 0;
+  if (n > 1) {
+    const double reduce_bytes_per_param = in.cluster.stack.gradient_reduce_bytes.value > 0 ? in.cluster.stack.gradient_reduce_bytes.value
+                                                                                           : in.precision.grad_bytes;
+    const double ring = z.stage == 0 ? 2 * (n - 1) / n : (n - 1) / n;  // all-reduce, or reduce-scatter
+    reduce = seconds(reduce_bytes_per_param * ctx.layer_params * ring, everyone);
+  }
+  const double reducing_passes = z.stage >= 2 ? mbs : 1;  // stages 2-3 reduce every micro-batch, 0-1 after the last
+  const auto queued = [&](double per_layer, double times) {
+    return times * (std::max(0.0, ctx.layers * (per_layer - layer_s)) + std::min(per_layer, layer_s));
+  };
+  double exposed = queued(gather, mbs);  // forward
+  if (in.cluster.stack.zero_overlap_comm.overlaps(z.stage)) {
+    exposed += queued(gather + reduce, reducing_passes) + queued(gather, mbs - reducing_passes);  // backward
+  } else {
+    exposed += queued(gather, mbs) + reduce * ctx.layers * reducing_passes;
+  }
+  const double shard = z.stage >= 1 ? ctx.all_params / n : ctx.all_params;
+  const double optimizer_bytes = shard * kAdamBytesPerParam;
+  exposed += z.offload_optimizer ? seconds(optimizer_bytes * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_gbps())
+                                 : seconds(optimizer_bytes, in.cluster.node.gpu.hbm_gbps.value * in.cluster.node.gpu.sustained.hbm_efficiency.value);
+  return exposed;
+}
+
 // The ZeRO family's waits: Ulysses' all-to-alls (on the compute stream's path), ring attention's K/V passes, FPDT's
-// chunk copies and offloaded checkpoints beyond what the layer's compute covers, stage 3's gathers beyond the
-// layer they prefetch for, the gradient reductions (all of them where the stack does not overlap them, else what
-// a layer's backward does not cover), and the optimizer step after the backward (on the GPU, or on the host over
-// host DRAM with the node's GPUs in turn).
+// chunk copies and offloaded checkpoints beyond what the layer's compute covers, and the model states' (above).
 double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense_s) {
   const StepInputs& in = ctx.in;
   const model::ModelConfig& m = in.model;
@@ -108,39 +139,12 @@ double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense
     const double forward = seconds(fpdt_copy_bytes(m, split, false), r.pcie), backward = seconds(fpdt_copy_bytes(m, split, true), r.pcie);
     exposed += (std::max(0.0, forward - attention.forward) * (recompute ? 2 : 1) + std::max(0.0, backward - attention.backward)) * ctx.layers * mbs;
   }
-  const double n = z.whole_gpus(in.cluster.gpus());
-  const double everyone = group_gbps(ctx, r, static_cast<int>(n), 1, true);
   if (z.offload_activations) {
     const double copy = seconds(zero_layer_bytes(in, z).checkpoint, r.pcie);
     const double waited = in.cluster.stack.checkpoint_offload.blocking ? copy : std::max(0.0, copy - layer_s);
     exposed += 2 * waited * ctx.layers * mbs;  // out after the forward, back before the backward
   }
-  // Stage 3's gathers and the gradient reductions queue on the links beside the passes they overlap: a pass waits
-  // for what its layers' compute does not cover, and for the one layer's transfer that nothing can cover (the first
-  // gather, the last reduction).
-  const double gather = z.stage == 3 && n > 1 ? seconds(in.precision.weight_bytes * ctx.layer_params * (n - 1) / n, everyone) : 0;
-  double reduce = 0;
-  if (n > 1) {
-    const double reduce_bytes_per_param = in.cluster.stack.gradient_reduce_bytes.value > 0 ? in.cluster.stack.gradient_reduce_bytes.value
-                                                                                           : in.precision.grad_bytes;
-    const double ring = z.stage == 0 ? 2 * (n - 1) / n : (n - 1) / n;  // all-reduce, or reduce-scatter
-    reduce = seconds(reduce_bytes_per_param * ctx.layer_params * ring, everyone);
-  }
-  const bool overlapped = in.cluster.stack.zero_overlap_comm.overlaps(z.stage);
-  const double reducing_passes = z.stage >= 2 ? mbs : 1;  // stages 2-3 reduce every micro-batch, 0-1 after the last
-  const auto queued = [&](double per_layer, double times) {
-    return times * (std::max(0.0, ctx.layers * (per_layer - layer_s)) + std::min(per_layer, layer_s));
-  };
-  exposed += queued(gather, mbs);  // forward
-  if (overlapped) {
-    exposed += queued(gather + reduce, reducing_passes) + queued(gather, mbs - reducing_passes);  // backward
-  } else {
-    exposed += queued(gather, mbs) + reduce * ctx.layers * reducing_passes;
-  }
-  const double shard = z.stage >= 1 ? ctx.all_params / n : ctx.all_params;
-  const double optimizer_bytes = shard * kAdamBytesPerParam;
-  exposed += z.offload_optimizer ? seconds(optimizer_bytes * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_gbps())
-                                 : seconds(optimizer_bytes, in.cluster.node.gpu.hbm_gbps.value * in.cluster.node.gpu.sustained.hbm_efficiency.value);
+  exposed += zero_state_waits(ctx, z, r, mbs, layer_s);
   return exposed;
 }
 
