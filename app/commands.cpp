@@ -778,17 +778,17 @@ int run_simulate(const std::vector<std::string>& args) {
       if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --graph, --plan or --strategy", "given");
     }
   }
-  if (vm.count("collective")) return run_simulate_collective(vm);
-  if (vm.count("bytes")) throw InputError("--bytes", "value", "only with --collective", "given");
-  if (vm.count("lengths")) return run_simulate_lengths(vm);
-  for (const char* flag : {"static", "switch", "groups", "max-len", "threads", "batch-sequences"}) {
-    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
-  }
   if (vm["estimate"].as<bool>()) {
     if (!vm.count("strategy") && !vm.count("plan")) throw InputError("--estimate", "value", "only with --strategy or --plan", "given");
     for (const char* flag : {"trace", "gpu-profile", "collectives"}) {
       if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none with --estimate (nothing is simulated)", "given");
     }
+  }
+  if (vm.count("collective")) return run_simulate_collective(vm);
+  if (vm.count("bytes")) throw InputError("--bytes", "value", "only with --collective", "given");
+  if (vm.count("lengths")) return run_simulate_lengths(vm);
+  for (const char* flag : {"static", "switch", "groups", "max-len", "threads", "batch-sequences"}) {
+    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
   SimulationSetup setup = setup_simulation(vm);
   if (setup.estimate) return print_estimate(*setup.estimate, setup.origin, vm["json"].as<bool>());

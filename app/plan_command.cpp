@@ -170,6 +170,8 @@ int run_plan(const std::vector<std::string>& args) {
     return 0;
   }
   if (vm.count("lengths")) {
+    if (vm["estimate-only"].as<bool>())
+      throw InputError("--estimate-only", "value", "none with --lengths (no estimate of hot switching yet)", "given");
     for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
       if (vm.count(flag))
         throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");

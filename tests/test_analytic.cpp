@@ -123,6 +123,9 @@ TEST(Analytic, PlanEstimateOnlyLabelsEveryFigureAndWritesNoPlan) {
   const auto refused = test::run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --estimate-only --out /tmp/trainyard-estimate-plan.json");
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.err.find("--estimate-only"), std::string::npos) << refused.err;
+  const auto lengths = test::run_cli("plan --lengths dist:commoncrawl --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --estimate-only");
+  EXPECT_NE(lengths.exit_code, 0);
+  EXPECT_NE(lengths.err.find("--estimate-only"), std::string::npos) << lengths.err;
 }
 
 }  // namespace
