@@ -45,7 +45,8 @@ int run_compare(const std::vector<std::string>& args) {
                        : traces::compare_with_engine(predicted, traces::read_each(traces::kineto_files(measured_path), traces::read_kineto_file),
                                                      classes);
     if (as_json) {
-      std::cout << traces::engine_comparison_json(c).dump(2) << "\n";
+      // Kernel names from an Nsight export are raw bytes, not always UTF-8: replaced, never an abort.
+      std::cout << traces::engine_comparison_json(c).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
       std::cout << c.predicted_origin << " (simulated) against " << c.measured_origin << " (an engine's profiler trace)\n";
       traces::print_engine_comparison(std::cout, c);

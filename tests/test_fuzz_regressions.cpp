@@ -49,6 +49,17 @@ TEST(FuzzRegressions, EveryFoundInputIsACleanInputError) {
   }
 }
 
+// Inputs the fuzzers found that are valid after the fix (tests/data/fuzz-loads/<target>/): they load and report,
+// and never throw (an Nsight export whose kernel names are not UTF-8 once aborted `compare --json`).
+TEST(FuzzRegressions, FoundInputsThatAreValidLoad) {
+  const auto inputs = inputs_under(fs::path(TRAINYARD_TEST_DATA_DIR) / "fuzz-loads");
+  ASSERT_FALSE(inputs.empty());
+  for (const auto& [path, load] : inputs) {
+    SCOPED_TRACE(path.string());
+    EXPECT_NO_THROW(load(test::read_file(path.string())));
+  }
+}
+
 TEST(FuzzRegressions, EveryFuzzTargetHasASeedCorpusThatLoads) {
   const fs::path corpus = fs::path(TRAINYARD_SOURCE_DIR) / "tests" / "fuzz" / "corpus";
   for (const auto& [target, load] : loaders()) EXPECT_TRUE(fs::is_directory(corpus / target)) << target;

@@ -107,7 +107,7 @@ inline void compare_with_one_task(const traces::RankTrace& rank) {
   const traces::KernelClassifier classes;
   const traces::EngineComparison c = traces::compare_with_engine(predicted, {rank}, classes);
   traces::print_engine_comparison(null_stream(), c);
-  (void)traces::engine_comparison_json(c).dump();
+  (void)traces::engine_comparison_json(c).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // as compare --json dumps it
 }
 
 // An engine's profiler trace (a Kineto file, plain or gzip: zlib tells), read and compared with a one-task step.
