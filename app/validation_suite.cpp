@@ -284,21 +284,28 @@ struct StepPrediction {
   }
 };
 
+// A step's figures as the datasets name them, from its time, its TFLOP/s per GPU in the source's convention and
+// the HBM the framework reserves (its allocator's view, as memory reports print it, not the tensors alone).
+std::map<std::string, double> step_figures(const ValidationDataset& d, const SimulationSetup& setup, double step_s, double tflops_per_gpu,
+                                           double reserved_bytes) {
+  const SimulationSetup::Step& step = *setup.step;  // --strategy runs always have it
+  const double peak_tflops = d.peak_tflops > 0 ? d.peak_tflops : setup.cluster->node.gpu.peak_tflops(hw::Dtype::bf16);
+  return {{"step_s", step_s},
+          {"tokens_per_s_per_gpu", static_cast<double>(step.workload.tokens()) / step_s / step.gpus},  // the whole step's GPUs
+          {"tflops_per_gpu", tflops_per_gpu},
+          {"mfu", tflops_per_gpu / peak_tflops},
+          {"peak_hbm_gib", reserved_bytes / static_cast<double>(std::int64_t{1} << 30)}};
+}
+
 // A step's figures by the analytic estimate (simulate --estimate on the same flags), in the source's convention.
 std::map<std::string, double> estimated_figures(const ValidationDataset& d, std::vector<std::string> args) {
   args.push_back("--estimate");
   const SimulationSetup setup = setup_simulation(simulate_flags(args));
   const planner::StepEstimate& e = *setup.estimate;
   const SimulationSetup::Step& step = *setup.step;
-  const double tokens = static_cast<double>(step.workload.tokens());
-  const double flops = model::convention_flops_per_token(step.model, step.workload.seq_len, d.convention, step.full_recompute) * tokens;
-  const double tflops_per_gpu = flops / e.step_s / step.gpus * 1e-12;
-  const double peak_tflops = d.peak_tflops > 0 ? d.peak_tflops : setup.cluster->node.gpu.peak_tflops(hw::Dtype::bf16);
-  return {{"step_s", e.step_s},
-          {"tokens_per_s_per_gpu", tokens / e.step_s / step.gpus},
-          {"tflops_per_gpu", tflops_per_gpu},
-          {"mfu", tflops_per_gpu / peak_tflops},
-          {"peak_hbm_gib", setup.cluster->stack.reserved_bytes(e.hbm_bytes) / static_cast<double>(std::int64_t{1} << 30)}};
+  const double flops = model::convention_flops_per_token(step.model, step.workload.seq_len, d.convention, step.full_recompute) *
+                       static_cast<double>(step.workload.tokens());
+  return step_figures(d, setup, e.step_s, flops / e.step_s / step.gpus * 1e-12, setup.cluster->stack.reserved_bytes(e.hbm_bytes));
 }
 
 StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::string>& args) {
@@ -321,18 +328,11 @@ StepPrediction predict_step(const ValidationDataset& d, const std::vector<std::s
   p.completed = true;
   const SimulationSetup::Step& step = *setup.step;  // --strategy runs always have it
   p.kind = step_kind(step.scheme, *setup.cluster, step.workload, step.gpus);
-  const double gpus = step.gpus, step_s = static_cast<double>(result.step_ns) * 1e-9;  // the whole step's GPUs
-  const double tokens = static_cast<double>(step.workload.tokens());
   const LoggedMfu logged = logged_mfu(step, result, d.convention);  // in the source's own convention
-  const double peak_tflops = d.peak_tflops > 0 ? d.peak_tflops : setup.cluster->node.gpu.peak_tflops(hw::Dtype::bf16);
   std::int64_t peak_hbm = 0;
   for (int g = 0; g < result.gpus; ++g) peak_hbm = std::max(peak_hbm, result.pools[g].peak_bytes);  // HBM pools first
-  p.figures = {{"step_s", step_s},
-               {"tokens_per_s_per_gpu", tokens / step_s / gpus},
-               {"tflops_per_gpu", logged.tflops_per_gpu},
-               {"mfu", logged.tflops_per_gpu / peak_tflops},
-               // What the framework reserves (its allocator's view, as memory reports print it), not the tensors alone.
-               {"peak_hbm_gib", result.hbm_reserved_bytes(static_cast<double>(peak_hbm)) / static_cast<double>(std::int64_t{1} << 30)}};
+  p.figures = step_figures(d, setup, static_cast<double>(result.step_ns) * 1e-9, logged.tflops_per_gpu,
+                           result.hbm_reserved_bytes(static_cast<double>(peak_hbm)));
   p.estimated = estimated_figures(d, args);
   return p;
 }

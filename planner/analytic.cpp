@@ -14,19 +14,10 @@ namespace trainyard::planner {
 
 namespace {
 
-// The loss's logits buffer one GPU holds at once: `tokens` of its share in chunks of the stack's (emit_loss).
-double logits_bytes(const stacks::StackProfile& stack, double tokens, double vocab_shard, double chunk_tokens = 0) {
-  LossMemory memory = loss_memory(stack);
-  if (chunk_tokens > 0) memory.chunk_tokens = static_cast<std::int64_t>(chunk_tokens);
+// The loss's logits buffer one GPU holds at once: `tokens` of its share in `memory`'s chunks (emit_loss).
+double logits_bytes(const LossMemory& memory, double tokens, double vocab_shard) {
   const double chunk = memory.chunk_tokens > 0 ? std::min(tokens, static_cast<double>(memory.chunk_tokens)) : tokens;
   return chunk * vocab_shard * memory.bytes_per_logit;
-}
-
-// The busiest GPU's attention: every FLOP at the best efficiency the profile reaches, per GPU (forward, the share
-// of layers whose attention runs again, backward), as the search's lower bound counts it.
-double attention_seconds(const BoundContext& ctx, double recompute_share) {
-  const double fwd = ctx.in.model.attention_flops_per_token_fwd(ctx.in.workload.seq_len, true) * ctx.tokens / ctx.gpus;
-  return ctx.attention_s(fwd, false) * (1 + recompute_share) + ctx.attention_s(fwd, true);
 }
 
 // Per-GPU rates the estimate moves bytes at, GB/s per direction: within a node (NVLink at the rate NCCL reaches,
@@ -59,6 +50,12 @@ double group_gbps(const BoundContext& ctx, const Rates& r, int size, int stride 
   return std::min(r.intra, r.nic * members_per_node);
 }
 double seconds(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) : 0; }
+
+// The optimizer step over `params` on GPU 0, timed as the simulator times the builders' OptimizerStep task.
+double optimizer_seconds(const StepInputs& in, double params) {
+  const sim::Task step(0, {sim::StreamKind::compute, 0}, false, sim::OptimizerStep{static_cast<std::int64_t>(params * kAdamBytesPerParam)});
+  return static_cast<double>(sim::ComputeModel(in.cluster.node, in.cluster.stack).duration_ns(step)) * 1e-9;
+}
 
 // One layer's attention time on one GPU, per micro-batch: forward (or a recomputed forward) and backward.
 struct LayerAttention {
@@ -110,9 +107,8 @@ double zero_state_waits(const BoundContext& ctx, const ZeroParams& z, const Rate
     exposed += queued(gather, mbs) + reduce * ctx.layers * reducing_passes;
   }
   const double shard = z.stage >= 1 ? ctx.all_params / n : ctx.all_params;
-  const double optimizer_bytes = shard * kAdamBytesPerParam;
-  exposed += z.offload_optimizer ? seconds(optimizer_bytes * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_gbps())
-                                 : seconds(optimizer_bytes, in.cluster.node.gpu.hbm_gbps.value * in.cluster.node.gpu.sustained.hbm_efficiency.value);
+  exposed += z.offload_optimizer ? seconds(shard * kAdamBytesPerParam * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_gbps())
+                                 : optimizer_seconds(in, shard);
   return exposed;
 }
 
@@ -185,8 +181,7 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
     exposed += std::max(0.0, reduce - dense_s / mbs * 2 / passes);  // beside the last micro-batch's backward
     if (p.distributed_optimizer) exposed += seconds(in.precision.weight_bytes * stage_params * (dp - 1) / dp, dp_gbps);
   }
-  const double shard = p.distributed_optimizer ? stage_params / dp : stage_params;
-  exposed += seconds(shard * kAdamBytesPerParam, in.cluster.node.gpu.hbm_gbps.value * in.cluster.node.gpu.sustained.hbm_efficiency.value);
+  exposed += optimizer_seconds(in, p.distributed_optimizer ? stage_params / dp : stage_params);
   return exposed;
 }
 
@@ -194,19 +189,12 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
 // a vocabulary shard: their tasks as the builders emit them (emit_embedding, emit_loss), timed by the cost model.
 // Not at the best GEMM rate, as the search's bound takes them: for a 1B model with a 128K vocabulary the head is
 // a fifth of the FLOPs.
-double ends_seconds(const StepInputs& in, std::int64_t tokens, std::int64_t vocab_shard, double chunk_tokens = 0) {
+double ends_seconds(const StepInputs& in, std::int64_t tokens, std::int64_t vocab_shard, const LossMemory& memory) {
   sim::TaskGraph g;
-  LossMemory memory = loss_memory(in.cluster.stack);
-  if (chunk_tokens > 0) memory.chunk_tokens = static_cast<std::int64_t>(chunk_tokens);
   sim::TaskId at = emit_embedding(g, 0, "est", tokens, in.model.hidden, false, -1, {});
   at = emit_loss(g, 0, "est", tokens, in.model.hidden, vocab_shard, at, {}, memory);
   emit_embedding(g, 0, "est", tokens, in.model.hidden, true, at, {});
-  const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
-  double ns = 0;
-  for (const auto& t : g.tasks()) {
-    if (t.stream.kind == sim::StreamKind::compute) ns += static_cast<double>(compute.duration_ns(t));
-  }
-  return ns * 1e-9;
+  return gpu0_compute(in, g).seconds;
 }
 
 // One layer on GPU 0, one micro-batch (forward, the recomputed forward when `recompute`, backward): its attention's
@@ -240,8 +228,8 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   SchemeEstimate e;
   const LayerSplit split = zero_layer_split(in, z);
   const auto mbs = static_cast<double>(zero_micro_batches(in, z));
-  const double loss_chunk = split.fpdt_chunks > 1 ? std::max(1.0, static_cast<double>(split.local_tokens()) / split.fpdt_chunks) : 0;
-  e.dense_s = b.dense_s - ctx.head_s + mbs * ends_seconds(in, split.local_tokens(), in.model.vocab, loss_chunk);
+  const LossMemory loss = zero_loss_memory(in, z);
+  e.dense_s = b.dense_s - ctx.head_s + mbs * ends_seconds(in, split.local_tokens(), in.model.vocab, loss);
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
   e.exposed_s = zero_exposed_s(ctx, z, b.dense_s - ctx.head_s);
@@ -265,8 +253,7 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   const double table_elements = ctx.seq_len * static_cast<double>(in.model.head_dim);
   const double rotary = tables.step_bytes_per_token_dim.value * table_elements;
   const double rotary_forward = tables.forward_bytes_per_token_dim.value * table_elements;
-  const auto tokens = static_cast<double>(split.local_tokens());
-  const double logits = logits_bytes(in.cluster.stack, tokens, static_cast<double>(in.model.vocab), loss_chunk);
+  const double logits = logits_bytes(loss, static_cast<double>(split.local_tokens()), static_cast<double>(in.model.vocab));
   const double last_forward = kept - kept_last + layer.forward + (last_checkpointed ? layer.checkpoint : 0) + rotary_forward;
   const double at_loss = kept + logits;
   const double last_backward = kept + (last_checkpointed ? layer.recomputed : 0);
@@ -285,7 +272,9 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
   const LayerSplit split = megatron_layer_split(in, p);
   const auto mbs = static_cast<double>(megatron_micro_batches(in, p));
   // The embedding on the first stage, the LM head and the loss on the last: with one stage, both on every GPU.
-  e.dense_s = b.dense_s + mbs * ends_seconds(in, split.local_tokens(), (in.model.vocab + p.tp - 1) / p.tp);
+  const std::int64_t vocab_shard = (in.model.vocab + p.tp - 1) / p.tp;
+  const LossMemory loss = loss_memory(in.cluster.stack);
+  e.dense_s = b.dense_s + mbs * ends_seconds(in, split.local_tokens(), vocab_shard, loss);
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
   e.bubble_fraction = static_cast<double>(p.pp - 1) / (static_cast<double>(p.vpp) * mbs);
@@ -295,15 +284,13 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
     e.attention_s = extras->attention_s * busiest_stage_layers * mbs;
     e.host_s = extras->issue_s * busiest_stage_layers * mbs;
   }
-  const model::ParamCounts param_counts = in.model.param_counts();
-  const double busiest_stage_params = param_counts.per_layer() / p.tp * busiest_stage_layers +
-                                      static_cast<double>(in.model.vocab * in.model.hidden) / p.tp;
+  const model::ParamCounts counts = in.model.param_counts();
+  const double layer_params = counts.per_layer() / p.tp;
+  const double busiest_stage_params = layer_params * busiest_stage_layers + static_cast<double>(in.model.vocab * in.model.hidden) / p.tp;
   e.exposed_s = megatron_exposed_s(ctx, p, busiest_stage_layers, busiest_stage_params, b.dense_s);
   const double kept_per_layer = layer_activation_bytes(in.model, split, p.recompute).total();
   const double working = p.recompute == Recompute::full ? layer_activation_bytes(in.model, split, Recompute::none).total() : 0;
-  const model::ParamCounts counts = in.model.param_counts();
   const double states_per_param = megatron_state_bytes_per_param(in.precision, p);
-  const double layer_params = counts.per_layer() / p.tp;
   const double total_chunks = mbs * p.vpp;
   double hbm = 0, offloaded = 0;
   for (int stage = 0; stage < p.pp; ++stage) {
@@ -315,9 +302,7 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
                                         : std::min<double>(2.0 * (p.pp - stage - 1) + (p.vpp - 1.0) * p.pp + 1, total_chunks);
     const double chunk_layers = static_cast<double>(stage_layers[static_cast<std::size_t>(stage)]) / p.vpp;
     const double acts = in_flight * chunk_layers * kept_per_layer;
-    const double logits = last ? logits_bytes(in.cluster.stack, static_cast<double>(split.local_tokens()),
-                                              static_cast<double>((in.model.vocab + p.tp - 1) / p.tp))
-                               : 0;
+    const double logits = last ? logits_bytes(loss, static_cast<double>(split.local_tokens()), static_cast<double>(vocab_shard)) : 0;
     hbm = std::max(hbm, params * states_per_param + (p.offload_activations ? 0 : acts) + working + logits);
     offloaded = std::max(offloaded, p.offload_activations ? acts : 0);
   }
@@ -344,7 +329,7 @@ SchemeEstimate ringtrack_estimate(const BoundContext& ctx, const RingTrackParams
 StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, double hbm_headroom) {
   const BoundContext ctx(in, spec);
   const SchemeEstimate own = scheme_named(spec.scheme).analytic(ctx, spec);
-  const double compute_s = own.dense_s + (own.attention_s >= 0 ? own.attention_s : attention_seconds(ctx, own.attention_recompute));
+  const double compute_s = own.dense_s + (own.attention_s >= 0 ? own.attention_s : ctx.best_attention_s(own.attention_recompute));
   StepEstimate e;
   e.step_s = std::max({compute_s * (1 + own.bubble_fraction) + own.exposed_s, own.paced_s, own.host_s});
   e.hbm_bytes = own.hbm_bytes;

@@ -41,6 +41,10 @@ LayerCompute layer_compute(const StepInputs& in, const LayerSplit& split, bool r
   emitter.forward("F", last);
   if (recompute) emitter.forward("R", last, true);
   emitter.backward("B", last);
+  return gpu0_compute(in, g);
+}
+
+LayerCompute gpu0_compute(const StepInputs& in, const sim::TaskGraph& g) {
   LayerCompute out;
   const sim::ComputeModel compute(in.cluster.node, in.cluster.stack);
   for (const auto& t : g.tasks()) {
@@ -50,6 +54,11 @@ LayerCompute layer_compute(const StepInputs& in, const LayerSplit& split, bool r
     }
   }
   return out;
+}
+
+double BoundContext::best_attention_s(double recompute_share) const {
+  const double fwd = in.model.attention_flops_per_token_fwd(in.workload.seq_len, true) * tokens / gpus;
+  return attention_s(fwd, false) * (1 + recompute_share) + attention_s(fwd, true);
 }
 
 double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool recompute) {
@@ -179,10 +188,9 @@ double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const 
   return host_per_ring * node_share;
 }
 
-// The copies of the GPU with the most layers at its copy engines' sustained rates: K/V of earlier chunks re-read
-// for every later chunk (forward and backward), the dK/dV accumulators read and written in backward, the
-// activations out and back, streamed weights. With one prefetch buffer, `serial_copy_s` gets the copies the
-// compute stream must wait for.
+// The bytes the GPU with the most layers copies to and from host DRAM per step: K/V of earlier chunks re-read for
+// every later chunk (forward and backward), the dK/dV accumulators read and written in backward, the activations
+// out and back, streamed weights; with one prefetch buffer, `serial_h2d` the copies the compute stream must wait for.
 RingCopyBytes ring_copy_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const auto& pol = ctx.in.precision;
   const double pairs = r.C * (r.C - 1) / 2;  // (chunk, earlier chunk) pairs per layer
@@ -218,9 +226,7 @@ RingCopyBytes ring_copy_bytes(const BoundContext& ctx, const RingTrackParams& p,
   return b;
 }
 
-// The copies of the GPU with the most layers at its copy engines' sustained rates: K/V of earlier chunks re-read
-// for every later chunk (forward and backward), the dK/dV accumulators read and written in backward, the
-// activations out and back, streamed weights; `serial_copy_s` gets the copies the compute stream must wait for.
+// Those copies at the copy engines' sustained rates; `serial_copy_s` gets the time the compute stream waits.
 double ring_copy_s(const BoundContext& ctx, const RingCopyBytes& b, double& serial_copy_s) {
   const auto& gpu = ctx.in.cluster.node.gpu;
   serial_copy_s = b.serial_h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9);

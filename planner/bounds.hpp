@@ -30,6 +30,9 @@ struct BoundContext {
   BoundContext(const StepInputs& inputs, const PlanSpec& spec);
   // Seconds of one attention pass over `flops` at the best efficiency the profile reaches.
   double attention_s(double flops, bool backward) const;
+  // The step's attention per GPU at that rate: forward, the `recompute_share` of layers whose forward runs again,
+  // and backward (every FLOP spread evenly over the GPUs).
+  double best_attention_s(double recompute_share) const;
 };
 
 // Ring-track: the busiest GPU's host copies per step, bytes each way, and those its compute stream waits for.
@@ -74,6 +77,8 @@ struct LayerCompute {
   double kernels = 0;
 };
 LayerCompute layer_compute(const StepInputs& in, const LayerSplit& split, bool recompute, bool attention);
+// GPU 0's compute-stream tasks of a scratch graph, timed by the simulator's cost model.
+LayerCompute gpu0_compute(const StepInputs& in, const sim::TaskGraph& g);
 
 SchemeBounds ringtrack_bounds(const BoundContext& c, const RingTrackParams& p);
 SchemeBounds megatron_bounds(const BoundContext& c, const MegatronParams& p);

@@ -81,14 +81,7 @@ std::vector<PlanSpec> enumerate_plans(const StepInputs& in, const std::vector<st
 Bounds lower_bounds(const StepInputs& in, const PlanSpec& spec) {
   const BoundContext ctx(in, spec);
   const SchemeBounds own = scheme_named(spec.scheme).bounds(ctx, spec);
-  // Attention: every FLOP at the best efficiency the profile reaches, the per-GPU mean (forward, the share of
-  // layers whose attention runs again, and backward).
-  const double attn_fwd = in.model.attention_flops_per_token_fwd(in.workload.seq_len, true) * ctx.tokens;
-  const auto head_dim = static_cast<double>(in.model.head_dim);
-  const double attention_s = (attn_fwd * (1 + own.attention_recompute) / ctx.compute.attention_best_fraction(false, head_dim) +
-                              attn_fwd * 2.5 / ctx.compute.attention_best_fraction(true, head_dim)) /
-                             (ctx.peak_flops * ctx.gpus);
-  const double compute_s = own.dense_s + attention_s;
+  const double compute_s = own.dense_s + ctx.best_attention_s(own.attention_recompute);
   Bounds b;
   b.hbm_bytes = own.hbm_bytes;
   b.dram_bytes = own.dram_bytes;

@@ -152,10 +152,7 @@ class ZeroBuilder {
     return {op, sim::Algorithm::ring, zero_group_, rounded(bytes, ring), ring > gpus_ ? ring : 0};
   }
   const LayerSplit split_;
-  double full_acts_ = 0;        // a layer's activations while its forward runs (FPDT: its chunks and whole-share tensors)
-  double recomputed_acts_ = 0;  // a checkpointed layer's activations while its recompute and backward run
-  double fpdt_host_ = 0;        // FPDT: its attention tensors waiting in host DRAM
-  double ckpt_ = 0;             // a checkpoint: the layer input
+  ZeroLayerBytes layer_bytes_;  // what a layer allocates: activations, recomputed set, checkpoint, FPDT host buffers
   double layer_params_ = 0, all_params_ = 0;
   std::int64_t s_ = 0, h_ = 0;
   double copy_out_bytes_ = 0;          // the stack's copy of a gathered layer's parameters (FSDP2)
@@ -199,6 +196,13 @@ ZeroLayerBytes zero_layer_bytes(const StepInputs& in, const ZeroParams& p) {
   return b;
 }
 
+LossMemory zero_loss_memory(const StepInputs& in, const ZeroParams& p) {
+  LossMemory memory = loss_memory(in.cluster.stack);
+  const LayerSplit split = zero_layer_split(in, p);
+  if (split.fpdt_chunks > 1) memory.chunk_tokens = std::max<std::int64_t>(1, split.local_tokens() / split.fpdt_chunks);
+  return memory;
+}
+
 namespace {
 
 ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
@@ -211,11 +215,7 @@ ZeroBuilder::ZeroBuilder(const StepInputs& in, const ZeroParams& p)
       n_(p.whole_gpus(in.cluster.gpus())),
       split_(zero_layer_split(in, p)),
       last_(static_cast<std::size_t>(in.cluster.gpus()), -1) {
-  const ZeroLayerBytes layer = zero_layer_bytes(in, p);
-  full_acts_ = layer.forward;
-  recomputed_acts_ = layer.recomputed;
-  fpdt_host_ = layer.fpdt_host;
-  ckpt_ = layer.checkpoint;
+  layer_bytes_ = zero_layer_bytes(in, p);
   layer_params_ = model_.param_counts().per_layer();
   all_params_ = model_.params();
   s_ = split_.local_tokens();
@@ -415,12 +415,12 @@ void ZeroBuilder::copy_in_grads(const std::string& name) {
 // FPDT keeps a layer's attention tensors (q, k, v, o, lse, and in backward dO, dq) in host DRAM while the layer runs.
 std::vector<sim::TaskId> ZeroBuilder::fpdt_host_buffers(const std::string& name) {
   std::vector<sim::TaskId> ids;
-  if (fpdt_host_ <= 0) return ids;
+  if (layer_bytes_.fpdt_host <= 0) return ids;
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     std::vector<sim::TaskId> after;
     if (last_[gpu] >= 0) after.push_back(last_[gpu]);
-    ids.push_back(
-        g_.alloc(name + " FPDT host buffers", host_of(gpu), sim::Pool::dram, rounded(fpdt_host_, 1), "FPDT attention tensors " + name, after));
+    ids.push_back(g_.alloc(name + " FPDT host buffers", host_of(gpu), sim::Pool::dram, rounded(layer_bytes_.fpdt_host, 1),
+                           "FPDT attention tensors " + name, after));
   }
   return ids;
 }
@@ -446,7 +446,7 @@ void ZeroBuilder::forward_pass(const std::string& tag, std::vector<std::vector<s
       std::vector<sim::TaskId> deps;
       if (last_[gpu] >= 0) deps.push_back(last_[gpu]);
       // Every layer's forward holds its full activations; with checkpointing only until the layer ends.
-      saved[l].push_back(g_.alloc(prefix + " activations", gpu, sim::Pool::hbm, rounded(full_acts_, 1), "activations " + prefix, deps));
+      saved[l].push_back(g_.alloc(prefix + " activations", gpu, sim::Pool::hbm, rounded(layer_bytes_.forward, 1), "activations " + prefix, deps));
       last_[gpu] = saved[l].back();
     }
     const std::vector<sim::TaskId> host_buffers = fpdt_host_buffers(prefix);
@@ -468,7 +468,7 @@ void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::int64_t l, st
     const sim::TaskId done = last_[gpu];
     // Trade the full activations for the checkpoint (the layer input): free them, keep a checkpoint-sized
     // allocation; with OC the checkpoint is copied to host DRAM and released on the GPU once copied.
-    const sim::TaskId keep = g_.alloc(prefix + " checkpoint", gpu, sim::Pool::hbm, rounded(ckpt_, 1), "checkpoint " + prefix,
+    const sim::TaskId keep = g_.alloc(prefix + " checkpoint", gpu, sim::Pool::hbm, rounded(layer_bytes_.checkpoint, 1), "checkpoint " + prefix,
                                       std::vector<sim::TaskId>{done});
     // The next layer starts once this one's activations are traded for the checkpoint (PyTorch frees them as the
     // checkpointed forward returns), so that its allocations never overlap them.
@@ -478,11 +478,12 @@ void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::int64_t l, st
       saved[gpu] = keep;
       continue;
     }
-    const sim::TaskId host_copy = g_.alloc(prefix + " host checkpoint", host_of(gpu), sim::Pool::dram, rounded(ckpt_, 1),
+    const sim::TaskId host_copy = g_.alloc(prefix + " host checkpoint", host_of(gpu), sim::Pool::dram, rounded(layer_bytes_.checkpoint, 1),
                                            "offloaded checkpoint " + prefix, std::vector<sim::TaskId>{keep});
-    const sim::TaskId d2h = g_.set_op(g_.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(ckpt_, 1), offload_.pinned},
-                                              std::vector<sim::TaskId>{host_copy, drop}),
-                                      op_at(sim::OpCode::input, l, gpu));
+    const sim::TaskId d2h = g_.set_op(
+        g_.copy(prefix + " D2H checkpoint", gpu, {sim::Copy::Direction::d2h, rounded(layer_bytes_.checkpoint, 1), offload_.pinned},
+                std::vector<sim::TaskId>{host_copy, drop}),
+        op_at(sim::OpCode::input, l, gpu));
     if (offload_.blocking) last_[gpu] = d2h;  // the next layer waits for the copy
     checkpoint_d2h_[{l, gpu}] = d2h;          // the backward's copy back reads what it wrote
     g_.free(prefix + " release checkpoint", keep, std::vector<sim::TaskId>{d2h});
@@ -493,8 +494,7 @@ void ZeroBuilder::checkpoint_layer(const std::string& prefix, std::int64_t l, st
 // LM head and loss, forward and backward fused per chunk. FPDT computes the loss in its sequence chunks
 // (DeepSpeed's FPDT_LogitsLoss); the others as the stack does.
 void ZeroBuilder::loss(const std::string& tag) {
-  LossMemory memory = loss_memory(in_.cluster.stack);
-  if (split_.fpdt_chunks > 1) memory.chunk_tokens = std::max<std::int64_t>(1, s_ / split_.fpdt_chunks);
+  const LossMemory memory = zero_loss_memory(in_, p_);
   for (int gpu = 0; gpu < gpus_; ++gpu) {
     auto& at = last_[gpu];
     at = emit_loss(g_, gpu, tag, s_, h_, model_.vocab, at, op_at(sim::OpCode::none, model_.layers, gpu), memory);
@@ -518,12 +518,12 @@ void ZeroBuilder::backward_layer(std::int64_t l, const std::string& tag, std::ve
   for (int gpu = 0; gpu < gpus_ && checkpoint; ++gpu) {
     auto& at = last_[gpu];
     if (p_.offload_activations) {
-      at = g_.set_op(g_.copy(prefix + " H2D checkpoint", gpu, {sim::Copy::Direction::h2d, rounded(ckpt_, 1), offload_.pinned},
+      at = g_.set_op(g_.copy(prefix + " H2D checkpoint", gpu, {sim::Copy::Direction::h2d, rounded(layer_bytes_.checkpoint, 1), offload_.pinned},
                              std::vector<sim::TaskId>{at, checkpoint_d2h_.at({l, gpu})}),
                      op_at(sim::OpCode::input, l, gpu));
     }
     // The recomputed layer's activations exist only while its backward runs.
-    transient[gpu] = g_.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm, rounded(recomputed_acts_, 1), "recomputed " + prefix,
+    transient[gpu] = g_.alloc(prefix + " recomputed activations", gpu, sim::Pool::hbm, rounded(layer_bytes_.recomputed, 1), "recomputed " + prefix,
                               std::vector<sim::TaskId>{at});
     at = transient[gpu];
   }

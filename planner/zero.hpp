@@ -70,6 +70,9 @@ struct ZeroLayerBytes {
   double forward = 0, recomputed = 0, checkpoint = 0, fpdt_host = 0;
 };
 ZeroLayerBytes zero_layer_bytes(const StepInputs& in, const ZeroParams& p);
+// The loss's logits as the family holds them: the stack's way, or FPDT's sequence chunks (DeepSpeed's
+// FPDT_LogitsLoss).
+LossMemory zero_loss_memory(const StepInputs& in, const ZeroParams& p);
 sim::TaskGraph build_zero(const StepInputs& in, const ZeroParams& p);
 
 }  // namespace trainyard::planner
