@@ -27,6 +27,16 @@ struct StepEstimate {
 
 StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, double hbm_headroom);
 
+// The most the estimate has been measured above the simulator for a scheme, as a fraction of the simulation
+// (estimate / simulation - 1, over the fitting configurations of bench_estimate's corpus, rounded up; held by
+// test_analytic on its own corpus). The search prunes a candidate only where its estimate, divided by (1 + margin),
+// cannot beat the plans found: the estimate's measured error says when the simulator need not confirm.
+struct EstimateMargin {
+  double step = 0;  // of the step time
+  double hbm = 0;   // of the peak HBM per GPU
+};
+EstimateMargin estimate_margin(const std::string& scheme);
+
 // `plan --estimate-only`: every configuration the search would enumerate (options.schemes, options.runnable),
 // estimated; those the estimate says fit, best first by options.objective (throughput: step time; min_hbm: peak
 // HBM), ties by scheme and summary so the order never depends on anything else.

@@ -9,6 +9,7 @@
 #include "common/memory_budget.hpp"
 #include "common/thread_pool.hpp"
 #include "common/units.hpp"
+#include "planner/analytic.hpp"
 #include "planner/bounds.hpp"
 #include "planner/estimate.hpp"
 #include "planner/no_fit.hpp"
@@ -18,7 +19,10 @@ namespace trainyard::planner {
 
 namespace {
 
-constexpr std::size_t kWave = 8;  // candidates simulated between pruning decisions (fixed: determinism)
+// Candidates simulated between pruning decisions (fixed, not the thread count: determinism). A search that stops at
+// the first plan that fits (max_sequence's probes) takes smaller waves: most of its probes end with the first.
+constexpr std::size_t kWave = 8, kFirstFitWave = 2;
+std::size_t wave_size(const SearchOptions& o) { return o.stop_at_first_fit ? kFirstFitWave : kWave; }
 constexpr std::int64_t kMinChunk = 1024, kMaxChunk = 256 * 1024;
 
 }  // namespace
@@ -198,6 +202,7 @@ namespace {
 
 double objective_key(Objective o, const PlanMetrics& m) { return o == Objective::min_hbm ? static_cast<double>(m.peak_hbm_bytes) : m.step_s; }
 double bound_key(Objective o, const Bounds& b) { return o == Objective::min_hbm ? b.hbm_bytes : b.step_s; }
+double estimate_key(Objective o, const StepEstimate& e) { return o == Objective::min_hbm ? e.hbm_bytes : e.step_s; }
 
 bool cancelled(const SearchOptions& o) { return o.cancel && o.cancel->load(); }
 
@@ -205,22 +210,57 @@ struct Candidate {
   std::size_t index;
   Bounds bounds;
   double size;  // visits or attention blocks the graph has, roughly: what simulating it costs
+  // The objective by the estimate (0 when not pruning by it), and the least the simulation can report: the bound,
+  // or the estimate less its measured margin where that is higher and the search prunes by the estimate.
+  double estimate = 0, floor = 0;
+  bool floor_by_estimate = false;
 };
+
+// A bounded candidate's estimate and floor for the objective (search.hpp, prune_by_estimate).
+Candidate with_estimate(const StepInputs& in, const SearchOptions& options, const PlanSpec& spec, Candidate c) {
+  c.floor = bound_key(options.objective, c.bounds);
+  if (!options.prune_by_estimate) return c;
+  const StepEstimate e = analytic_estimate(in, spec, options.hbm_headroom);
+  const EstimateMargin margin = estimate_margin(spec.scheme);
+  c.estimate = estimate_key(options.objective, e);
+  const double estimate_floor = c.estimate / (1 + (options.objective == Objective::min_hbm ? margin.hbm : margin.step));
+  if (estimate_floor > c.floor) {
+    c.floor = estimate_floor;
+    c.floor_by_estimate = true;
+  }
+  return c;
+}
 
 // What the waves have found so far: the pruning decisions of the next wave read it.
 struct WaveState {
   std::vector<double> found;                     // objective keys of fitting plans, sorted
   std::map<std::string, double> scheme_best;     // objective key of each scheme's best so far
-  std::map<std::string, double> scheme_skipped;  // the best bound among each scheme's skipped candidates
+  std::map<std::string, double> scheme_skipped;  // the best floor among each scheme's skipped candidates
   std::vector<RankedPlan> fitting;
+  // Pruning by the estimate, checked on these inputs: per scheme, the most its estimate was above a simulated plan
+  // that fits (as a fraction of the simulation), and the candidates (positions in `alive`) the estimate alone ruled
+  // out. A scheme whose estimate erred further than its measured margin has those simulated after all.
+  std::map<std::string, double> worst_over;
+  std::vector<std::size_t> deferred;
 };
 
-// Best bound first; among equal bounds the cheaper simulation first, then the smaller memory bound (the likelier
-// to fit: a scheme's plans can only be skipped once one of them fits).
-void sort_by_bound(std::vector<Candidate>& alive, Objective objective) {
+bool estimate_trusted(const WaveState& state, const std::string& scheme, Objective objective) {
+  const auto it = state.worst_over.find(scheme);
+  const EstimateMargin margin = estimate_margin(scheme);
+  return it == state.worst_over.end() || it->second <= (objective == Objective::min_hbm ? margin.hbm : margin.step);
+}
+
+void note_skipped(WaveState& state, const std::string& scheme, double floor) {
+  auto [it, inserted] = state.scheme_skipped.emplace(scheme, floor);
+  if (!inserted) it->second = std::min(it->second, floor);
+}
+
+// Best estimate first (all 0 when not pruning by it), then best floor; among equal ones the cheaper simulation first,
+// then the smaller memory bound (the likelier to fit: a scheme's plans can only be skipped once one of them fits).
+void sort_candidates(std::vector<Candidate>& alive) {
   std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
-    const double ka = bound_key(objective, a.bounds), kb = bound_key(objective, b.bounds);
-    if (ka != kb) return ka < kb;
+    if (a.estimate != b.estimate) return a.estimate < b.estimate;
+    if (a.floor != b.floor) return a.floor < b.floor;
     if (a.size != b.size) return a.size < b.size;
     return a.bounds.hbm_bytes < b.bounds.hbm_bytes;
   });
@@ -257,42 +297,54 @@ std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOpti
       continue;
     }
     // The search cost only orders candidates whose bounds tie; nothing is decided on it.
-    alive.push_back({i, b, scheme_named(specs[i].scheme).search_cost(in, specs[i])});
+    alive.push_back(with_estimate(in, options, specs[i], {i, b, scheme_named(specs[i].scheme).search_cost(in, specs[i])}));
   }
   if (options.bounds_progress) options.bounds_progress(specs.size(), specs.size());
-  sort_by_bound(alive, options.objective);
+  sort_candidates(alive);
   return alive;
 }
 
-// The wave starting at alive[start], decided from the results of earlier waves only: the positions in `alive` to
-// simulate; the others are pruned (counted, and their bounds kept in scheme_skipped).
+// The wave of `order` (positions in `alive`) starting at order[start], decided from the results of earlier waves
+// only: the positions to simulate. The others are pruned (counted, and their floors kept in scheme_skipped), or,
+// when only the estimate rules them out, deferred (WaveState). `by_estimate` false: the bounds alone decide.
 std::vector<std::size_t> choose_wave(const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
-                                     std::size_t start, WaveState& state, SearchReport& report) {
+                                     const std::vector<std::size_t>& order, std::size_t start, bool by_estimate, WaveState& state,
+                                     SearchReport& report) {
   const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
   std::vector<std::size_t> wave;
-  for (std::size_t i = start; i < std::min(alive.size(), start + kWave); ++i) {
-    const double key = bound_key(options.objective, alive[i].bounds);
-    const std::string& scheme = specs[alive[i].index].scheme;
-    const bool beaten_overall = state.found.size() >= top && key >= state.found[top - 1];
+  for (std::size_t o = start; o < std::min(order.size(), start + wave_size(options)); ++o) {
+    const Candidate& c = alive[order[o]];
+    const std::string& scheme = specs[c.index].scheme;
+    const double bound = bound_key(options.objective, c.bounds);
+    const bool estimate = by_estimate && c.floor_by_estimate && estimate_trusted(state, scheme, options.objective);
+    const double floor = estimate ? c.floor : bound;
+    const bool beaten_overall = state.found.size() >= top && floor >= state.found[top - 1];
     const bool scheme_has_plan = state.scheme_best.count(scheme) > 0;
-    if (options.prune && beaten_overall && scheme_has_plan) {
-      ++report.pruned_time;
-      auto [it, inserted] = state.scheme_skipped.emplace(scheme, key);
-      if (!inserted) it->second = std::min(it->second, key);
+    if (!options.prune || !beaten_overall || !scheme_has_plan) {
+      wave.push_back(order[o]);
+    } else if (estimate && bound < state.found[top - 1]) {
+      state.deferred.push_back(order[o]);
     } else {
-      wave.push_back(i);
+      ++report.pruned_time;
+      note_skipped(state, scheme, floor);
     }
   }
   return wave;
 }
 
+// A simulated candidate, with the estimate's objective (0 when not pruning by it).
+struct Simulated {
+  RankedPlan plan;
+  double estimate = 0;
+};
+
 // Simulates a wave's candidates on the pool, as many at once as fit in the budget together (the answer does not
-// depend on it). A candidate whose built graph SearchOptions::runnable_graph refuses is not simulated: its entry
-// stays empty and its spec goes to `refused`.
-std::vector<RankedPlan> simulate_wave(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
-                                      const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave,
-                                      const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool, std::vector<PlanSpec>& refused) {
-  std::vector<RankedPlan> results(wave.size());
+// depend on it). A candidate whose built graph SearchOptions::runnable_graph refuses is not simulated: its spec goes
+// to `refused`.
+std::vector<Simulated> simulate_wave(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
+                                     const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave,
+                                     const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool, std::vector<PlanSpec>& refused) {
+  std::vector<Simulated> results(wave.size());
   std::vector<char> runnable(wave.size(), 1);
   pool.for_each(
       wave.size(),
@@ -306,10 +358,10 @@ std::vector<RankedPlan> simulate_wave(const StepInputs& in, const SearchOptions&
           runnable[w] = 0;
           return;
         }
-        results[w] = {spec, measure(simulate_built(graph, in, options.cancel), in, options.hbm_headroom), c.bounds};
+        results[w] = {{spec, measure(simulate_built(graph, in, options.cancel), in, options.hbm_headroom), c.bounds}, c.estimate};
       },
       options.cancel);
-  std::vector<RankedPlan> simulated;
+  std::vector<Simulated> simulated;
   for (std::size_t w = 0; w < wave.size(); ++w) {
     if (runnable[w]) {
       simulated.push_back(std::move(results[w]));
@@ -320,14 +372,19 @@ std::vector<RankedPlan> simulate_wave(const StepInputs& in, const SearchOptions&
   return simulated;
 }
 
-// A wave's results into the state (the plans that fit) and the report (the misses).
-void record_wave(std::vector<RankedPlan>& results, Objective objective, WaveState& state, SearchReport& report) {
-  for (auto& r : results) {
+// A wave's results into the state (the plans that fit, and how far above them the estimate was) and the report
+// (the misses).
+void record_wave(std::vector<Simulated>& results, Objective objective, WaveState& state, SearchReport& report) {
+  for (auto& [r, estimate] : results) {
     if (r.metrics.fits) {
       const double key = objective_key(objective, r.metrics);
       state.found.insert(std::upper_bound(state.found.begin(), state.found.end(), key), key);
       auto [it, inserted] = state.scheme_best.emplace(r.spec.scheme, key);
       if (!inserted) it->second = std::min(it->second, key);
+      if (estimate > 0 && key > 0) {
+        double& worst = state.worst_over.emplace(r.spec.scheme, 0.0).first->second;
+        worst = std::max(worst, estimate / key - 1);
+      }
       state.fitting.push_back(std::move(r));
     } else {
       report.simulated_misses.push_back(r.spec);
@@ -336,33 +393,58 @@ void record_wave(std::vector<RankedPlan>& results, Objective objective, WaveStat
   }
 }
 
-// The simulations, wave by wave, pruning between waves (search.hpp).
-void run_waves(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
-               const std::vector<double>& graph_bytes, std::int64_t budget, WaveState& state, SearchReport& report) {
-  ThreadPool pool(options.threads);
-  MemoryGate own_gate(static_cast<double>(budget));
-  MemoryGate& gate = options.memory_gate != nullptr ? *options.memory_gate : own_gate;
-  for (std::size_t start = 0; start < alive.size(); start += kWave) {
+// The waves over `order` (positions in `alive`; search.hpp). False when interrupted or done (stop_at_first_fit).
+bool run_waves_over(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
+                    const std::vector<std::size_t>& order, bool by_estimate, const std::vector<double>& graph_bytes, MemoryGate& gate,
+                    ThreadPool& pool, WaveState& state, SearchReport& report) {
+  for (std::size_t start = 0; start < order.size(); start += wave_size(options)) {
     if (cancelled(options)) {
       report.interrupted = true;
-      break;
+      return false;
     }
-    const std::vector<std::size_t> wave = choose_wave(options, specs, alive, start, state, report);
+    const std::vector<std::size_t> wave = choose_wave(options, specs, alive, order, start, by_estimate, state, report);
     std::vector<PlanSpec> refused;
-    std::vector<RankedPlan> results = simulate_wave(in, options, specs, alive, wave, graph_bytes, gate, pool, refused);
+    std::vector<Simulated> results = simulate_wave(in, options, specs, alive, wave, graph_bytes, gate, pool, refused);
     for (const PlanSpec& spec : refused) ++report.not_runnable_by_scheme[spec.scheme];
     // Ctrl-C: the wave's simulations that finished stay in the report (the best so far); those cut short or never
     // started are dropped.
     const bool stopped = cancelled(options);
     if (stopped) {
       report.interrupted = true;
-      std::erase_if(results, [](const RankedPlan& r) { return r.spec.scheme.empty() || r.metrics.failure == "cancelled"; });
+      std::erase_if(results, [](const Simulated& r) { return r.plan.spec.scheme.empty() || r.plan.metrics.failure == "cancelled"; });
     }
     report.simulated += results.size();
     record_wave(results, options.objective, state, report);
-    if (stopped || (options.stop_at_first_fit && !state.fitting.empty())) break;
-    if (options.progress) options.progress(std::min(alive.size(), start + kWave) + report.pruned_memory, specs.size());
+    if (stopped || (options.stop_at_first_fit && !state.fitting.empty())) return false;
+    if (options.progress) options.progress(std::min(order.size(), start + wave_size(options)) + report.pruned_memory, specs.size());
   }
+  return true;
+}
+
+// The simulations, wave by wave, pruning between waves; then the candidates the estimate alone ruled out, either
+// skipped (its error on these inputs stayed within its measured margin) or simulated after all (it did not).
+void run_waves(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
+               const std::vector<double>& graph_bytes, std::int64_t budget, WaveState& state, SearchReport& report) {
+  ThreadPool pool(options.threads);
+  MemoryGate own_gate(static_cast<double>(budget));
+  MemoryGate& gate = options.memory_gate != nullptr ? *options.memory_gate : own_gate;
+  std::vector<std::size_t> order(alive.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (!run_waves_over(in, options, specs, alive, order, options.prune_by_estimate, graph_bytes, gate, pool, state, report)) return;
+  std::vector<std::size_t> again;
+  for (std::size_t pos : state.deferred) {
+    const std::string& scheme = specs[alive[pos].index].scheme;
+    if (estimate_trusted(state, scheme, options.objective)) {
+      ++report.pruned_time;
+      ++report.pruned_estimate;
+      note_skipped(state, scheme, alive[pos].floor);
+    } else {
+      again.push_back(pos);
+    }
+  }
+  SearchOptions quiet = options;  // the progress already counted these
+  quiet.progress = nullptr;
+  run_waves_over(in, quiet, specs, alive, again, false, graph_bytes, gate, pool, state, report);
 }
 
 // The fitting plans, best first, into the report, with each scheme's best and how far the candidates skipped for it
@@ -447,68 +529,168 @@ std::optional<PlanSpec> quick_plan(const StepInputs& in, const std::string& sche
   return best_fitting ? best_fitting : least_hbm;
 }
 
-std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string& scheme, const SearchOptions& options) {
-  SearchOptions probe = options;
-  probe.schemes = {scheme};
-  probe.objective = Objective::min_hbm;
-  probe.top = 1;
-  probe.progress = nullptr;
-  probe.bounds_progress = nullptr;
-  probe.refuse_over_budget = false;
-  probe.stop_at_first_fit = true;
-  // A configuration that did not fit at some length is not tried at longer ones: its memory only grows with the
-  // sequence. Keyed by its summary, with the shortest length it missed at.
-  std::map<std::string, std::int64_t> missed_at;
-  std::int64_t probing = 0;
-  auto missed_by = [&](const PlanSpec& spec, std::int64_t seq) {
-    const auto it = missed_at.find(spec.summary());
-    return it != missed_at.end() && it->second <= seq;
-  };
-  probe.known_not_to_fit = [&](const PlanSpec& spec) { return missed_by(spec, probing); };
-  std::map<std::int64_t, bool> over_budget_at;  // per probed length: nothing fit, and some candidate was too large
-  // At most 16 doublings (1K to 64M) and 16 halvings of the gap.
-  constexpr std::size_t kMostProbes = 32;
-  std::size_t probes = 0;
-  // Whether some configuration fits at `seq`; nullopt when the scheme has no valid configuration there at all
-  // (FPDT below its smallest chunk, say), which does not end the doubling. A length where every candidate is too
-  // large for the memory budget counts as not fitting (and says so).
-  auto fits_at = [&](std::int64_t seq) -> std::optional<bool> {
-    const StepInputs at{in.model, in.cluster, {seq, in.workload.global_batch}, in.precision};
-    probing = seq;
-    SearchReport r = search(at, probe);
-    for (const PlanSpec& miss : r.simulated_misses) {
-      auto [it, inserted] = missed_at.emplace(miss.summary(), seq);
-      if (!inserted) it->second = std::min(it->second, seq);
-    }
-    if (options.progress) options.progress(++probes, kMostProbes);
-    if (r.enumerated == 0) return std::nullopt;
-    over_budget_at[seq] = r.ranked.empty() && r.over_budget > 0;
-    return !r.ranked.empty();
-  };
-  constexpr std::int64_t kStep = 1024, kLimit = std::int64_t{64} << 20, kResolutionDivisor = 64;
+namespace {
+
+// False when the estimate shows the plan cannot fit even if it errs on the high side by its measured margin.
+bool may_fit_by_estimate(const StepInputs& in, const PlanSpec& spec, double hbm_headroom) {
+  const StepEstimate e = analytic_estimate(in, spec, hbm_headroom);
+  const double slack = 1 + estimate_margin(spec.scheme).hbm;
+  return e.hbm_bytes / slack <= usable_hbm_bytes(in.cluster, hbm_headroom) && e.dram_bytes / slack <= in.cluster.node.host_dram_bytes.value;
+}
+
+// Whether the estimate's HBM stayed within its measured margin above the simulator on these simulated plans.
+bool memory_estimate_held(const StepInputs& in, const std::vector<RankedPlan>& simulated, double hbm_headroom) {
+  return std::all_of(simulated.begin(), simulated.end(), [&](const RankedPlan& p) {
+    const double over = analytic_estimate(in, p.spec, hbm_headroom).hbm_bytes / static_cast<double>(p.metrics.peak_hbm_bytes) - 1;
+    return over <= estimate_margin(p.spec.scheme).hbm;
+  });
+}
+
+// Whether some configuration fits at a length: nullopt when the scheme has no valid configuration there at all (FPDT
+// below its smallest chunk, say), which does not end the doubling.
+using FitsAt = std::function<std::optional<bool>(std::int64_t seq)>;
+
+// The fitting length found and the shortest length above it shown not to (0: none; good 0: not even the shortest).
+struct Bracket {
   std::int64_t good = 0, bad = 0;
+};
+
+// Doubling from 1K, then bisection to within 1/64 of the length (at least 1K): beyond that, the probes near the
+// limit, where every candidate must be simulated to show that none fits, cost more than the answer gains. The
+// probes it makes depend only on the answers `fits` gives, so two `fits` that agree give the same bracket.
+Bracket bracket_longest(const FitsAt& fits_at, const SearchOptions& options) {
+  constexpr std::int64_t kStep = 1024, kLimit = std::int64_t{64} << 20, kResolutionDivisor = 64;
+  Bracket b;
   for (std::int64_t seq = kStep; seq <= kLimit; seq *= 2) {
     if (cancelled(options)) break;
     const auto fits = fits_at(seq);
     if (!fits) continue;
     if (!*fits) {
-      if (good == 0) return std::nullopt;  // the shortest length it can run does not fit
-      bad = seq;
+      if (b.good == 0) return {};  // the shortest length it can run does not fit
+      b.bad = seq;
       break;
     }
-    good = seq;
+    b.good = seq;
   }
-  if (good == 0) return std::nullopt;
-  // To within 1/64 of the length (at least 1K): beyond that, the probes near the limit, where every candidate must
-  // be simulated to show that none fits, cost more than the answer gains.
-  while (bad != 0 && bad - good > std::max(kStep, good / kResolutionDivisor)) {
+  if (b.good == 0) return {};
+  while (b.bad != 0 && b.bad - b.good > std::max(kStep, b.good / kResolutionDivisor)) {
     if (cancelled(options)) break;
-    const std::int64_t mid = (good + bad) / 2 / kStep * kStep;
-    if (mid <= good) break;
-    (fits_at(mid).value_or(false) ? good : bad) = mid;
+    const std::int64_t mid = (b.good + b.bad) / 2 / kStep * kStep;
+    if (mid <= b.good) break;
+    (fits_at(mid).value_or(false) ? b.good : b.bad) = mid;
   }
+  return b;
+}
+
+// The estimate's answer for a length: some configuration within the memory budget that the estimate says fits.
+std::optional<bool> fits_by_estimate(const StepInputs& in, const SearchOptions& probe) {
+  SearchOptions one = probe;
+  one.objective = Objective::min_hbm;
+  const std::vector<PlanSpec> specs = enumerate_plans(in, probe.schemes);
+  if (specs.empty()) return std::nullopt;
+  return !rank_by_estimate(in, one).empty();
+}
+
+}  // namespace
+
+namespace {
+
+// max_sequence's probes: whether some configuration of one scheme fits at a length, by the simulator (each length
+// searched once) or by the estimate, with what the simulated probes learnt.
+class SequenceProbes {
+ public:
+  SequenceProbes(const StepInputs& in, const std::string& scheme, const SearchOptions& options) : in_(in), options_(options), probe_(options) {
+    probe_.schemes = {scheme};
+    probe_.objective = Objective::min_hbm;
+    probe_.top = 1;
+    probe_.progress = nullptr;
+    probe_.bounds_progress = nullptr;
+    probe_.refuse_over_budget = false;
+    probe_.stop_at_first_fit = true;
+    // Pruning by the estimate, a candidate whose estimated memory, less the estimate's measured margin, exceeds
+    // what the GPU or node has is not simulated either: near and above the longest length, where every candidate
+    // must be shown not to fit, this leaves the simulator only the close calls.
+    probe_.known_not_to_fit = [this](const PlanSpec& spec) {
+      return missed_by(spec, probing_->workload.seq_len) ||
+             (options_.prune_by_estimate && !may_fit_by_estimate(*probing_, spec, options_.hbm_headroom));
+    };
+  }
+
+  StepInputs at(std::int64_t seq) const { return StepInputs{in_.model, in_.cluster, {seq, in_.workload.global_batch}, in_.precision}; }
+
+  // A configuration that did not fit at some length is not tried at longer ones: its memory only grows with the
+  // sequence.
+  bool missed_by(const PlanSpec& spec, std::int64_t seq) const {
+    const auto it = missed_at_.find(spec.summary());
+    return it != missed_at_.end() && it->second <= seq;
+  }
+
+  // By the simulator. A length where every candidate is too large for the memory budget counts as not fitting (and
+  // over_budget_at says so).
+  std::optional<bool> simulated(std::int64_t seq) {
+    if (const auto known = simulated_at_.find(seq); known != simulated_at_.end()) return known->second;
+    const StepInputs at_seq = at(seq);
+    probing_ = &at_seq;
+    SearchReport r = search(at_seq, probe_);
+    for (const PlanSpec& miss : r.simulated_misses) {
+      auto [it, inserted] = missed_at_.emplace(miss.summary(), seq);
+      if (!inserted) it->second = std::min(it->second, seq);
+    }
+    count_probe();
+    std::optional<bool> fits;
+    if (r.enumerated > 0) {
+      over_budget_at_[seq] = r.ranked.empty() && r.over_budget > 0;
+      fits = !r.ranked.empty();
+    }
+    if (!r.interrupted) simulated_at_[seq] = fits;
+    return fits;
+  }
+
+  std::optional<bool> estimated(std::int64_t seq) {
+    count_probe();
+    return fits_by_estimate(at(seq), probe_);
+  }
+
+  bool over_budget_at(std::int64_t seq) const {
+    const auto it = over_budget_at_.find(seq);
+    return it != over_budget_at_.end() && it->second;
+  }
+
+ private:
+  void count_probe() {
+    // At most 16 doublings (1K to 64M) and 16 halvings of the gap, by the estimate and then by the simulator.
+    constexpr std::size_t kMostProbes = 64;
+    if (options_.progress) options_.progress(++probes_, kMostProbes);
+  }
+
+  const StepInputs& in_;
+  const SearchOptions& options_;
+  SearchOptions probe_;
+  const StepInputs* probing_ = &in_;               // the inputs at the length being probed
+  std::map<std::string, std::int64_t> missed_at_;  // a configuration's summary: the shortest length it missed at
+  std::map<std::int64_t, bool> over_budget_at_;    // nothing fit, and some candidate was too large
+  std::map<std::int64_t, std::optional<bool>> simulated_at_;
+  std::size_t probes_ = 0;
+};
+
+}  // namespace
+
+std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string& scheme, const SearchOptions& options) {
+  SequenceProbes probes(in, scheme, options);
+  const FitsAt simulated = [&](std::int64_t seq) { return probes.simulated(seq); };
+  // Bisection on the estimate, the simulator confirming the two lengths that bound the answer. Since a longer
+  // sequence never needs less memory, every other probe's answer follows from theirs: when both agree, the
+  // simulator's own bisection would have made the same probes and found the same answer. When not, it runs.
+  Bracket b;
+  if (options.prune_by_estimate) {
+    const Bracket guess = bracket_longest([&](std::int64_t seq) { return probes.estimated(seq); }, options);
+    const bool confirmed = guess.good > 0 && simulated(guess.good).value_or(false) && (guess.bad == 0 || simulated(guess.bad) == false);
+    if (confirmed) b = guess;
+  }
+  if (b.good == 0) b = bracket_longest(simulated, options);
+  if (b.good == 0) return std::nullopt;
   // The best throughput plan at that length.
-  const StepInputs at{in.model, in.cluster, {good, in.workload.global_batch}, in.precision};
+  const StepInputs at = probes.at(b.good);
   SearchOptions best = options;
   best.schemes = {scheme};
   best.objective = Objective::throughput;
@@ -517,10 +699,17 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   best.bounds_progress = nullptr;
   best.refuse_over_budget = false;
   best.cancel = nullptr;  // one search at a length known to fit: finish it, so an interrupted probe still has a plan
-  best.known_not_to_fit = [&](const PlanSpec& spec) { return missed_by(spec, good); };  // the probes simulated them
+  best.known_not_to_fit = [&](const PlanSpec& spec) { return probes.missed_by(spec, b.good); };  // the probes simulated them
   SearchReport r = search(at, best);
+  if (options.prune_by_estimate && !memory_estimate_held(at, r.ranked, options.hbm_headroom)) {
+    // The estimate erred on these inputs beyond its measured margin, so its "does not fit" may have been wrong: the
+    // simulator alone decides.
+    SearchOptions exact = options;
+    exact.prune_by_estimate = false;
+    return max_sequence(in, scheme, exact);
+  }
   if (r.ranked.empty()) return std::nullopt;
-  return MaxSeqResult{good, r.ranked.front(), bad != 0 && over_budget_at[bad]};
+  return MaxSeqResult{b.good, r.ranked.front(), b.bad != 0 && probes.over_budget_at(b.bad)};
 }
 
 }  // namespace trainyard::planner

@@ -6,7 +6,10 @@
 // (so the top k are exact) and its scheme already has a plan that fits; for each skipped candidate its bound is
 // remembered, so the report can say how far each scheme's best shown plan can be from its true best.
 //
-// Determinism: candidates are visited in order of their time lower bound (ties: enumeration order) in waves of
+// With SearchOptions::prune_by_estimate, the analytic estimate orders the candidates and prunes beside the bounds:
+// a candidate is skipped when the estimate, less its measured margin, cannot beat the k-th plan found.
+//
+// Determinism: candidates are visited in order of their estimate (or bound; ties: enumeration order) in waves of
 // a fixed size; pruning decisions are taken between waves from the results of whole waves, so the plans
 // simulated, the counts and the ranking are the same for any number of threads.
 #include <atomic>
@@ -101,6 +104,10 @@ struct SearchOptions {
   // simulation finished.
   const std::atomic<bool>* cancel = nullptr;
   bool prune = true;  // false: simulate every candidate (tests compare the two)
+  // True: candidates are visited best estimate first, and a candidate is also skipped where the analytic estimate,
+  // less the most it has been measured above the simulator (planner/analytic.hpp, estimate_margin), cannot beat the
+  // k-th plan found. Exact as long as the estimate errs no further than measured; false: the sound bounds alone.
+  bool prune_by_estimate = true;
   // Memory for the graphs in flight (0: common/memory_budget.hpp's default). A candidate whose graph alone would
   // not fit is skipped (counted in over_budget); a wave runs as many simulations at once as fit together. When no
   // plan fits and some candidates were skipped so, search() throws InputError (--memory-budget) with the smallest
@@ -136,7 +143,8 @@ struct SearchReport {
   // Per scheme: its candidate that missed by the least (planner/no_fit.hpp says why a scheme has no plan).
   std::map<std::string, RankedPlan> closest_miss_by_scheme;
   std::size_t enumerated = 0, pruned_memory = 0, pruned_time = 0, simulated = 0;
-  std::size_t over_budget = 0;  // candidates skipped: their graph would exceed the memory budget
+  std::size_t pruned_estimate = 0;  // of pruned_time: those only the estimate (with its measured margin) ruled out
+  std::size_t over_budget = 0;      // candidates skipped: their graph would exceed the memory budget
   double smallest_over_budget_bytes = 0;
   std::map<std::string, std::size_t> enumerated_by_scheme;    // valid configurations per scheme
   std::map<std::string, std::size_t> not_runnable_by_scheme;  // valid ones SearchOptions::runnable left out
