@@ -153,6 +153,8 @@ int run_plan(const std::vector<std::string>& args) {
       ("out", po::value<std::string>()->value_name("path"), "write the best plan to a plan file (trainyard simulate --plan runs it)")
       ("trace", po::value<std::string>()->value_name("path"), "write the best plan's Chrome trace")
       ("explain", po::bool_switch(), "the winner's step-time breakdown and why each other scheme's best loses")
+      ("bounds-only", po::bool_switch(),
+       "prune by the sound lower bounds alone, not also by the analytic estimate within its measured margin (slower; exact whatever the estimate's error)")
       ("estimate-only", po::bool_switch(), "rank by the analytic estimate alone, nothing simulated (every figure labelled an estimate; no --out or --trace)");
   // clang-format on
   add_lengths_options(options, true);
@@ -163,7 +165,7 @@ int run_plan(const std::vector<std::string>& args) {
   if (parse(args,
             "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
             "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
-            "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only]\n"
+            "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only | --bounds-only]\n"
             "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
             "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json]",
             options, positional, vm)) {
@@ -172,6 +174,8 @@ int run_plan(const std::vector<std::string>& args) {
   if (vm.count("lengths")) {
     if (vm["estimate-only"].as<bool>())
       throw InputError("--estimate-only", "value", "none with --lengths (no estimate of hot switching yet)", "given");
+    if (vm["bounds-only"].as<bool>())
+      throw InputError("--bounds-only", "value", "none with --lengths (its search prunes by the bounds alone already)", "given");
     for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
       if (vm.count(flag))
         throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
@@ -229,6 +233,7 @@ int run_plan(const std::vector<std::string>& args) {
   search.top = top;
   search.threads = threads;
   search.cancel = &interrupt_flag();
+  search.prune_by_estimate = !vm["bounds-only"].as<bool>();
   search.memory_budget_bytes = std::max<std::int64_t>(1, budget - static_cast<std::int64_t>(cluster_bytes));  // what the cluster leaves
   if (vm.count("executable")) {
     const std::string device = vm["executable"].as<std::string>();
@@ -249,6 +254,13 @@ int run_plan(const std::vector<std::string>& args) {
     progress.set_phase("simulating");
     progress.update(done, total, "plans");
   };
+  // On a terminal, the estimate's ranking at once (labelled), while the simulator confirms; never in --json or a pipe.
+  if (!as_json && objective != planner::Objective::max_seq && Progress::stderr_is_terminal()) {
+    search.estimated = [&](const std::vector<planner::ProvisionalPlan>& plans) {
+      progress.finish();
+      print_provisional(std::cerr, plans, static_cast<double>(workload.tokens()));
+    };
+  }
   const auto started = std::chrono::steady_clock::now();
 
   if (objective == planner::Objective::max_seq) {
@@ -344,6 +356,7 @@ int run_plan(const std::vector<std::string>& args) {
              {"enumerated", report.enumerated},
              {"pruned_memory", report.pruned_memory},
              {"pruned_time", report.pruned_time},
+             {"pruned_by_estimate", report.pruned_estimate},
              {"simulated", report.simulated},
              {"over_budget", report.over_budget},
              {"interrupted", report.interrupted}};
@@ -378,8 +391,8 @@ int run_plan(const std::vector<std::string>& args) {
   std::cout << kBarLegend;
   for (const auto& p : report.best_of_scheme) {
     if (p.gap > 0) {
-      std::cout << p.spec.scheme << ": the best of its simulated plans; by the bounds, none of its skipped plans can be more than "
-                << format_fixed(100 * p.gap, 1) << "% better\n";
+      std::cout << p.spec.scheme << ": the best of its simulated plans; by the bounds" << (report.pruned_estimate ? " and the estimate's margin" : "")
+                << ", none of its skipped plans can be more than " << format_fixed(100 * p.gap, 1) << "% better\n";
     }
   }
   for (const auto& s : planner::schemes_without_fit(report, search.schemes)) {
@@ -387,7 +400,8 @@ int run_plan(const std::vector<std::string>& args) {
   }
   std::cout << "\n"
             << report.enumerated << " plans enumerated, " << report.pruned_memory << " pruned by memory bounds, " << report.pruned_time
-            << " by time bounds, "
+            << " by time bounds"
+            << (report.pruned_estimate ? " (" + std::to_string(report.pruned_estimate) + " by the estimate within its measured margin)" : "") << ", "
             << (report.over_budget ? std::to_string(report.over_budget) + " too large for the memory budget (--memory-budget), " : "")
             << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s (" << format_fixed(rate, 1) << " plans/s)\n";
   if (vm["explain"].as<bool>()) explain(std::cout, report);

@@ -97,6 +97,19 @@ int max_seq_by_estimate(const planner::StepInputs& in, const planner::SearchOpti
 
 }  // namespace
 
+void print_provisional(std::ostream& out, const std::vector<planner::ProvisionalPlan>& plans, double tokens_per_step) {
+  if (plans.empty()) return;
+  out << "ESTIMATE while the simulator confirms (provisional: the analytic estimate alone; the simulated table follows)\n";
+  TextTable table({"rank", "scheme", "plan", "step (est.)", "tokens/s (est.)", "peak HBM/GPU (est.)"}, {true, false, false, true, true, true});
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const planner::ProvisionalPlan& p = plans[i];
+    table.add_row({std::to_string(i + 1), p.spec.scheme, p.spec.summary(), "~" + format_fixed(p.step_s, 3) + " s",
+                   "~" + format_number(std::round(tokens_per_step / p.step_s)), "~" + format_bytes(p.hbm_bytes)});
+  }
+  table.print(out);
+  out << "\n";
+}
+
 int run_plan_estimate_only(const planner::StepInputs& in, const planner::SearchOptions& search, bool as_json) {
   return search.objective == planner::Objective::max_seq ? max_seq_by_estimate(in, search, as_json) : ranked_by_estimate(in, search, as_json);
 }

@@ -214,6 +214,7 @@ struct Candidate {
   // or the estimate less its measured margin where that is higher and the search prunes by the estimate.
   double estimate = 0, floor = 0;
   bool floor_by_estimate = false;
+  double estimated_step_s = 0, estimated_hbm_bytes = 0;  // the estimate's own figures
 };
 
 // A bounded candidate's estimate and floor for the objective (search.hpp, prune_by_estimate).
@@ -223,6 +224,8 @@ Candidate with_estimate(const StepInputs& in, const SearchOptions& options, cons
   const StepEstimate e = analytic_estimate(in, spec, options.hbm_headroom);
   const EstimateMargin margin = estimate_margin(spec.scheme);
   c.estimate = estimate_key(options.objective, e);
+  c.estimated_step_s = e.step_s;
+  c.estimated_hbm_bytes = e.hbm_bytes;
   const double estimate_floor = c.estimate / (1 + (options.objective == Objective::min_hbm ? margin.hbm : margin.step));
   if (estimate_floor > c.floor) {
     c.floor = estimate_floor;
@@ -266,6 +269,18 @@ void sort_candidates(std::vector<Candidate>& alive) {
   });
 }
 
+// The first `top` candidates by the estimate among those it says fit.
+std::vector<ProvisionalPlan> provisional_top(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
+                                             const std::vector<Candidate>& alive) {
+  const double hbm_usable = usable_hbm_bytes(in.cluster, options.hbm_headroom);
+  std::vector<ProvisionalPlan> top;
+  for (const Candidate& c : alive) {
+    if (top.size() >= static_cast<std::size_t>(std::max(1, options.top))) break;
+    if (c.estimated_hbm_bytes <= hbm_usable) top.push_back({specs[c.index], c.estimated_step_s, c.estimated_hbm_bytes});
+  }
+  return top;
+}
+
 // The bounds phase: each spec's graph size (into graph_bytes) and bounds. Specs too large for the budget, and (when
 // pruning) those whose memory bounds cannot fit, are counted in the report and left out; the rest come back sorted by
 // bound. Cancelled: report.interrupted, and nothing.
@@ -301,6 +316,7 @@ std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOpti
   }
   if (options.bounds_progress) options.bounds_progress(specs.size(), specs.size());
   sort_candidates(alive);
+  if (options.estimated && options.prune_by_estimate) options.estimated(provisional_top(in, options, specs, alive));
   return alive;
 }
 

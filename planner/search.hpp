@@ -92,6 +92,12 @@ struct RankedPlan {
   double gap = 0;
 };
 
+// A candidate as the analytic estimate sees it, before any simulation (SearchOptions::estimated): provisional.
+struct ProvisionalPlan {
+  PlanSpec spec;
+  double step_s = 0, hbm_bytes = 0;  // by the estimate
+};
+
 struct SearchOptions {
   std::vector<std::string> schemes = scheme_names();
   Objective objective = Objective::throughput;  // throughput or min_hbm (max_seq: max_sequence below)
@@ -108,6 +114,9 @@ struct SearchOptions {
   // less the most it has been measured above the simulator (planner/analytic.hpp, estimate_margin), cannot beat the
   // k-th plan found. Exact as long as the estimate errs no further than measured; false: the sound bounds alone.
   bool prune_by_estimate = true;
+  // With prune_by_estimate: called once the bounds phase is done with the `top` candidates the estimate ranks first
+  // among those that may fit (a terminal shows them at once, labelled, while the simulator confirms).
+  std::function<void(const std::vector<ProvisionalPlan>&)> estimated;
   // Memory for the graphs in flight (0: common/memory_budget.hpp's default). A candidate whose graph alone would
   // not fit is skipped (counted in over_budget); a wave runs as many simulations at once as fit together. When no
   // plan fits and some candidates were skipped so, search() throws InputError (--memory-budget) with the smallest

@@ -22,6 +22,7 @@ namespace {
 
 struct Agreement {
   std::vector<double> step, hbm;
+  double most_step_over = -1, most_hbm_over = -1;  // the most the estimate was above the simulation (a fraction)
   int compared = 0, fits_agree = 0;
 };
 
@@ -47,6 +48,8 @@ void add_agreement(std::map<std::string, Agreement>& out, const std::string& mod
     if (!s.fits) continue;
     a.step.push_back(std::abs(e.step_s - s.step_s) / s.step_s);
     a.hbm.push_back(std::abs(e.hbm_bytes - static_cast<double>(s.peak_hbm_bytes)) / static_cast<double>(s.peak_hbm_bytes));
+    a.most_step_over = std::max(a.most_step_over, e.step_s / s.step_s - 1);
+    a.most_hbm_over = std::max(a.most_hbm_over, e.hbm_bytes / static_cast<double>(s.peak_hbm_bytes) - 1);
   }
 }
 
@@ -70,6 +73,10 @@ TEST(Analytic, AgreesWithTheSimulatorAsRecorded) {
     if (scheme != "ringtrack") {
       EXPECT_LE(median(a.hbm), 0.02) << scheme << " HBM";
     }
+    // The search prunes by the estimate within these margins (planner/estimate_margin.cpp): held here too.
+    const planner::EstimateMargin margin = planner::estimate_margin(scheme);
+    EXPECT_LE(a.most_step_over, margin.step) << scheme << ": the estimate's step above the simulation by more than its margin";
+    EXPECT_LE(a.most_hbm_over, margin.hbm) << scheme << ": the estimate's HBM above the simulation by more than its margin";
   }
 }
 
@@ -126,6 +133,23 @@ TEST(Analytic, PlanEstimateOnlyLabelsEveryFigureAndWritesNoPlan) {
   const auto lengths = test::run_cli("plan --lengths dist:commoncrawl --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --estimate-only");
   EXPECT_NE(lengths.exit_code, 0);
   EXPECT_NE(lengths.err.find("--estimate-only"), std::string::npos) << lengths.err;
+}
+
+// plan prunes by the estimate by default and says how many; --bounds-only turns it off; --lengths refuses it.
+TEST(Analytic, PlanSaysWhatTheEstimatePruned) {
+  const auto r = test::run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --top 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  const auto bounds = test::run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --top 3 --json --bounds-only");
+  ASSERT_EQ(bounds.exit_code, 0) << bounds.err;
+  const auto exact = nlohmann::json::parse(bounds.out);
+  EXPECT_GT(doc.at("pruned_by_estimate").get<std::size_t>(), 0u);
+  EXPECT_EQ(exact.at("pruned_by_estimate").get<std::size_t>(), 0u);
+  ASSERT_EQ(doc.at("ranked").size(), exact.at("ranked").size());
+  for (std::size_t i = 0; i < doc.at("ranked").size(); ++i) EXPECT_EQ(doc.at("ranked")[i].at("summary"), exact.at("ranked")[i].at("summary"));
+  const auto lengths = test::run_cli("plan --lengths dist:commoncrawl --model llama3.2-1b --hw dgx-a100 --tokens-per-step 64K --bounds-only");
+  EXPECT_NE(lengths.exit_code, 0);
+  EXPECT_NE(lengths.err.find("--bounds-only"), std::string::npos) << lengths.err;
 }
 
 }  // namespace

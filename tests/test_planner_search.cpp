@@ -337,4 +337,49 @@ TEST(Search, MaxSequenceIsTheLongestThatFits) {
   EXPECT_EQ(direct.ranked.front().metrics.step_s, best->plan.metrics.step_s);
 }
 
+// The estimate prunes beside the bounds on a real model and node: the same top plans and per-scheme bests as the
+// bounds alone and as no pruning at all, with fewer simulations than the bounds alone.
+TEST(Search, PruningByTheEstimateKeepsTheAnswer) {
+  const model::ModelConfig m = model::load_model("llama3.2-1b");
+  const sim::Cluster c(hw::load_node("dgx-a100"), 1);
+  const StepInputs in{m, c, {32 * 1024, 1}, model::precision_policy("bf16-mixed")};
+  SearchOptions estimate;
+  estimate.top = 3;
+  SearchOptions bounds = estimate;
+  bounds.prune_by_estimate = false;
+  SearchOptions full = bounds;
+  full.prune = false;
+  const SearchReport a = search(in, estimate), b = search(in, bounds), f = search(in, full);
+  ASSERT_GE(f.ranked.size(), 3u);
+  EXPECT_GT(a.pruned_estimate, 0u) << "the estimate pruned nothing";
+  EXPECT_EQ(b.pruned_estimate, 0u);
+  EXPECT_LT(a.simulated, b.simulated);
+  const auto top3 = [](const SearchReport& r) { return summaries({r.ranked.begin(), r.ranked.begin() + 3}); };
+  EXPECT_EQ(top3(a), top3(f));
+  EXPECT_EQ(top3(b), top3(f));
+  ASSERT_EQ(a.best_of_scheme.size(), f.best_of_scheme.size());
+  for (std::size_t i = 0; i < a.best_of_scheme.size(); ++i) {
+    const double shown = a.best_of_scheme[i].metrics.step_s, truth = f.best_of_scheme[i].metrics.step_s;
+    EXPECT_GE(truth, shown * (1 - a.best_of_scheme[i].gap) * (1 - 1e-12)) << a.best_of_scheme[i].spec.scheme;
+  }
+}
+
+// max-seq bracketed by the estimate and confirmed by the simulator gives the simulator's own bisection's answer.
+TEST(Search, MaxSequenceByTheEstimateEqualsTheSimulators) {
+  const model::ModelConfig m = model::load_model("llama3.2-1b");
+  const sim::Cluster c(hw::load_node("dgx-a100"), 1);
+  const StepInputs in{m, c, {32 * 1024, 1}, model::precision_policy("bf16-mixed")};
+  for (const std::string scheme : {"ulysses", "megatron"}) {
+    SearchOptions estimate;
+    SearchOptions exact = estimate;
+    exact.prune_by_estimate = false;
+    const auto a = max_sequence(in, scheme, estimate), b = max_sequence(in, scheme, exact);
+    ASSERT_TRUE(a && b) << scheme;
+    EXPECT_EQ(a->seq_len, b->seq_len) << scheme;
+    EXPECT_EQ(a->plan.spec.summary(), b->plan.spec.summary()) << scheme;
+    EXPECT_EQ(a->plan.metrics.step_s, b->plan.metrics.step_s) << scheme;
+    EXPECT_EQ(a->limited_by_budget, b->limited_by_budget) << scheme;
+  }
+}
+
 }  // namespace trainyard::planner
