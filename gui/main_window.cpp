@@ -470,9 +470,13 @@ void MainWindow::row_selected() {
   const auto rows = table_->selectionModel()->selectedRows();
   if (rows.isEmpty()) return;
   const auto row = static_cast<std::size_t>(rows.front().row());
-  if (row >= ranked_.size()) return;
-  set_panel(ranked_[row].spec);
-  select_plan(ranked_[row].spec, true);
+  if (row < ranked_.size()) {
+    set_panel(ranked_[row].spec);
+    select_plan(ranked_[row].spec, true);
+  } else if (ranked_.empty() && row < provisional_.size()) {
+    set_panel(provisional_[row].spec);
+    select_plan(provisional_[row].spec, true);
+  }
 }
 
 // --- work ------------------------------------------------------------------------------------------------------
@@ -614,8 +618,18 @@ void MainWindow::start_search() {
               this,
               [this, cancel, done, total] {
                 if (cancel->load()) return;
-                search_progress_ = QString("search: %1/%2 plans simulated").arg(done).arg(total);
+                search_progress_ = QString("search: %1/%2 plans simulated").arg(done).arg(total) +
+                                   (provisional_.empty() ? "" : "; table ranked by the estimate (provisional)");
                 update_status();
+              },
+              Qt::QueuedConnection);
+        };
+        // The estimate's ranking as soon as the bounds are done, drawn as provisional until the simulated one lands.
+        options.estimated = [this, cancel](const std::vector<planner::ProvisionalPlan>& plans) {
+          QMetaObject::invokeMethod(
+              this,
+              [this, cancel, plans] {
+                if (!cancel->load()) show_provisional(plans);
               },
               Qt::QueuedConnection);
         };
@@ -638,8 +652,43 @@ std::vector<planner::PlanSpec> MainWindow::preferred_plans() const {
   return out;
 }
 
+void MainWindow::fill_table_row(int row, const QStringList& cells, const QString& tooltip) {
+  for (int c = 0; c < cells.size(); ++c) {
+    auto* item = new QTableWidgetItem(cells[c]);
+    item->setToolTip(tooltip.isEmpty() ? cells[c] : cells[c] + "\n" + tooltip);
+    table_->setItem(row, c, item);
+  }
+}
+
+void MainWindow::show_provisional(const std::vector<planner::ProvisionalPlan>& plans) {
+  if (!setup_) return;
+  ranked_.clear();
+  provisional_ = plans;
+  const auto tokens = static_cast<double>(setup_->at(setup_->inputs.seq_len).workload.tokens());
+  const QSignalBlocker block(table_);
+  table_->setRowCount(static_cast<int>(plans.size()));
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const auto& p = plans[i];
+    const QStringList cells{"~" + QString::number(i + 1),
+                            QString::fromStdString(p.spec.scheme),
+                            "~" + QString::number(p.step_s, 'g', 4) + " s (est.)",
+                            "~" + QString::number(std::round(tokens / p.step_s), 'f', 0),
+                            "~" + QString::number(100 * p.mfu, 'f', 1) + "%",
+                            "~" + QString::fromStdString(format_bytes(p.hbm_bytes)),
+                            "",
+                            "estimate",
+                            "",
+                            QString::fromStdString(p.spec.summary())};
+    fill_table_row(static_cast<int>(i), cells, "ESTIMATE (provisional): the analytic estimate, before the simulator confirms");
+  }
+  search_progress_ = "search: table ranked by the estimate (provisional), the simulator confirming";
+  update_status();
+  emit chart_updated(6);
+}
+
 void MainWindow::show_ranked(const planner::SearchReport& report) {
   ranked_ = report.ranked;
+  provisional_.clear();
   // The charts redraw each scheme with its best plan instead of the bounds' quick pick.
   best_of_scheme_.clear();
   for (const auto& best : report.best_of_scheme) best_of_scheme_.push_back(best.spec);
@@ -665,11 +714,7 @@ void MainWindow::show_ranked(const planner::SearchReport& report) {
                             QString::fromStdString(m.bottleneck),
                             QString::fromStdString(error_bar_of(*setup_, p.spec.scheme).short_text()),
                             QString::fromStdString(p.spec.summary())};
-    for (int c = 0; c < cells.size(); ++c) {
-      auto* item = new QTableWidgetItem(cells[c]);
-      item->setToolTip(cells[c]);
-      table_->setItem(static_cast<int>(i), c, item);
-    }
+    fill_table_row(static_cast<int>(i), cells, "");
   }
   table_->resizeColumnsToContents();  // every cell in full; the view scrolls sideways where the plans are long
   fit_table_width();

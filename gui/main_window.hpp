@@ -56,10 +56,13 @@ class MainWindow : public QMainWindow {
   bool save_trace(const QString& path);
   bool open_measured(const QString& path);
   bool save_chart(QWidget* chart, const QString& path);  // .png or .svg
+  // The search's estimate ranking (SearchOptions::estimated), shown while it simulates: every row marked "~" and
+  // "(est.)" until the simulated ranking replaces it.
+  void show_provisional(const std::vector<planner::ProvisionalPlan>& plans);
 
  signals:
   // New data reached a chart: 1 (chunk sweep), 2 (memory vs length), 3 (the selected plan: charts 3 and 4),
-  // 5 (the ranked table). The benchmark times the controls with it.
+  // 5 (the ranked table), 6 (the ranked table by the estimate, provisional). The benchmark times the controls with it.
   void chart_updated(int chart);
 
  private:
@@ -86,6 +89,7 @@ class MainWindow : public QMainWindow {
   void show_detail();
   void show_comparison();  // the compare tab and the timeline's overlay: the selected plan against the measured trace
   void show_ranked(const planner::SearchReport& report);
+  void fill_table_row(int row, const QStringList& cells, const QString& tooltip);
   void fit_table_width();  // the middle row's split, so the table's figures are in view
   void show_error(const QString& text);
   void clear_error();
@@ -99,7 +103,8 @@ class MainWindow : public QMainWindow {
   std::shared_ptr<const TimelineRows> measured_rows_;
   void drop_detail();  // frees the old plan's graph and result on a worker: freeing a large one takes long
   std::vector<planner::RankedPlan> ranked_;
-  std::vector<planner::PlanSpec> best_of_scheme_;  // the last search's best plan of each scheme
+  std::vector<planner::ProvisionalPlan> provisional_;  // the table's rows while ranked_ is empty and a search runs
+  std::vector<planner::PlanSpec> best_of_scheme_;      // the last search's best plan of each scheme
   // What the charts draw for each scheme: the selected plan, then the search's best of the scheme.
   std::vector<planner::PlanSpec> preferred_plans() const;
   // The user picked or edited the selected plan: it stays selected while valid, and the search's winner does not

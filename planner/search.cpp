@@ -214,7 +214,7 @@ struct Candidate {
   // or the estimate less its measured margin where that is higher and the search prunes by the estimate.
   double estimate = 0, floor = 0;
   bool floor_by_estimate = false;
-  double estimated_step_s = 0, estimated_hbm_bytes = 0;  // the estimate's own figures
+  double estimated_step_s = 0, estimated_hbm_bytes = 0, estimated_mfu = 0;  // the estimate's own figures
 };
 
 // A bounded candidate's estimate and floor for the objective (search.hpp, prune_by_estimate).
@@ -226,6 +226,7 @@ Candidate with_estimate(const StepInputs& in, const SearchOptions& options, cons
   c.estimate = estimate_key(options.objective, e);
   c.estimated_step_s = e.step_s;
   c.estimated_hbm_bytes = e.hbm_bytes;
+  c.estimated_mfu = e.mfu;
   const double estimate_floor = c.estimate / (1 + (options.objective == Objective::min_hbm ? margin.hbm : margin.step));
   if (estimate_floor > c.floor) {
     c.floor = estimate_floor;
@@ -276,7 +277,7 @@ std::vector<ProvisionalPlan> provisional_top(const StepInputs& in, const SearchO
   std::vector<ProvisionalPlan> top;
   for (const Candidate& c : alive) {
     if (top.size() >= static_cast<std::size_t>(std::max(1, options.top))) break;
-    if (c.estimated_hbm_bytes <= hbm_usable) top.push_back({specs[c.index], c.estimated_step_s, c.estimated_hbm_bytes});
+    if (c.estimated_hbm_bytes <= hbm_usable) top.push_back({specs[c.index], c.estimated_step_s, c.estimated_hbm_bytes, c.estimated_mfu});
   }
   return top;
 }

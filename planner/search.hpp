@@ -95,7 +95,7 @@ struct RankedPlan {
 // A candidate as the analytic estimate sees it, before any simulation (SearchOptions::estimated): provisional.
 struct ProvisionalPlan {
   PlanSpec spec;
-  double step_s = 0, hbm_bytes = 0;  // by the estimate
+  double step_s = 0, hbm_bytes = 0, mfu = 0;  // by the estimate
 };
 
 struct SearchOptions {

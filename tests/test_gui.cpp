@@ -15,6 +15,7 @@
 #include "gui/what_if.hpp"
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
+#include "planner/search.hpp"
 
 using namespace trainyard;
 using namespace trainyard::gui;
@@ -205,6 +206,34 @@ class GuiTest : public QObject {
     QCOMPARE(w.setup()->inputs.seq_len, std::int64_t{32768});
     QCOMPARE(w.memory_chart()->points("ringtrack"), 6);  // 4K .. 128K
     QCOMPARE(w.plan_table()->rowCount() > 0, true);
+  }
+
+  // The estimate's ranking, shown while the search simulates, is marked in every row; picking one of its rows
+  // selects that plan; the simulated ranking replaces it.
+  void the_provisional_table_is_labelled() {
+    MainWindow w(small_inputs());
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    planner::SearchOptions options;
+    options.schemes = w.setup()->inputs.schemes;
+    options.top = 3;
+    std::vector<planner::ProvisionalPlan> plans;
+    options.estimated = [&](const std::vector<planner::ProvisionalPlan>& p) { plans = p; };
+    planner::search(w.setup()->at(w.setup()->inputs.seq_len), options);
+    QVERIFY(plans.size() >= 2);
+    w.show_provisional(plans);
+    QTableWidget* table = w.plan_table();
+    QCOMPARE(table->rowCount(), static_cast<int>(plans.size()));
+    for (int row = 0; row < table->rowCount(); ++row) {
+      QVERIFY(table->item(row, 0)->text().startsWith("~"));
+      QVERIFY2(table->item(row, 2)->text().contains("(est.)"), qPrintable(table->item(row, 2)->text()));
+      QVERIFY(table->item(row, 2)->toolTip().contains("ESTIMATE"));
+    }
+    table->selectRow(1);
+    QCOMPARE(QString::fromStdString(w.selected_plan()->summary()), QString::fromStdString(plans[1].spec.summary()));
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    w.recompute_now();  // a new search: its simulated ranking replaces the estimate's
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    for (int row = 0; row < table->rowCount(); ++row) QVERIFY(!table->item(row, 0)->text().startsWith("~"));
   }
 
   void selecting_a_row_updates_charts_three_and_four() {
