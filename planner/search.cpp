@@ -355,35 +355,43 @@ struct Simulated {
   double estimate = 0;
 };
 
-// Simulates a wave's candidates on the pool, as many at once as fit in the budget together (the answer does not
-// depend on it). A candidate whose built graph SearchOptions::runnable_graph refuses is not simulated: its spec goes
-// to `refused`.
+// Simulates `specs` on the pool, as many at once as fit in the budget together (the answer does not depend on
+// it). nullopt where SearchOptions::runnable_graph refuses the built graph.
+WaveResults simulate_on(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
+                        const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool) {
+  WaveResults results(specs.size());
+  pool.for_each(
+      specs.size(),
+      [&](std::size_t w) {
+        const MemoryGate::Hold hold(gate, graph_bytes[w]);
+        if (options.before_simulate) options.before_simulate(specs[w]);
+        sim::TaskGraph graph = build_plan(in, specs[w]);
+        if (options.runnable_graph && !options.runnable_graph(in, specs[w], graph)) return;
+        results[w] = measure(simulate_built(graph, in, options.cancel), in, options.hbm_headroom);
+      },
+      options.cancel);
+  return results;
+}
+
+// A wave's candidates simulated, here or on the farm; those refused by runnable_graph go to `refused`, those a
+// Ctrl-C left unsimulated are dropped.
 std::vector<Simulated> simulate_wave(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
                                      const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave,
                                      const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool, std::vector<PlanSpec>& refused) {
-  std::vector<Simulated> results(wave.size());
-  std::vector<char> runnable(wave.size(), 1);
-  pool.for_each(
-      wave.size(),
-      [&](std::size_t w) {
-        const Candidate& c = alive[wave[w]];
-        const PlanSpec& spec = specs[c.index];
-        const MemoryGate::Hold hold(gate, graph_bytes[c.index]);
-        if (options.before_simulate) options.before_simulate(spec);
-        sim::TaskGraph graph = build_plan(in, spec);
-        if (options.runnable_graph && !options.runnable_graph(in, spec, graph)) {
-          runnable[w] = 0;
-          return;
-        }
-        results[w] = {{spec, measure(simulate_built(graph, in, options.cancel), in, options.hbm_headroom), c.bounds}, c.estimate};
-      },
-      options.cancel);
+  std::vector<PlanSpec> wave_specs;
+  std::vector<double> wave_bytes;
+  for (std::size_t pos : wave) {
+    wave_specs.push_back(specs[alive[pos].index]);
+    wave_bytes.push_back(graph_bytes[alive[pos].index]);
+  }
+  const WaveResults results = options.farm ? options.farm(in, wave_specs) : simulate_on(in, options, wave_specs, wave_bytes, gate, pool);
   std::vector<Simulated> simulated;
   for (std::size_t w = 0; w < wave.size(); ++w) {
-    if (runnable[w]) {
-      simulated.push_back(std::move(results[w]));
-    } else {
-      refused.push_back(specs[alive[wave[w]].index]);
+    const Candidate& c = alive[wave[w]];
+    if (results[w]) {
+      simulated.push_back({{wave_specs[w], *results[w], c.bounds}, c.estimate});
+    } else if (!cancelled(options)) {
+      refused.push_back(wave_specs[w]);
     }
   }
   return simulated;
@@ -428,7 +436,7 @@ bool run_waves_over(const StepInputs& in, const SearchOptions& options, const st
     const bool stopped = cancelled(options);
     if (stopped) {
       report.interrupted = true;
-      std::erase_if(results, [](const Simulated& r) { return r.plan.spec.scheme.empty() || r.plan.metrics.failure == "cancelled"; });
+      std::erase_if(results, [](const Simulated& r) { return r.plan.metrics.failure == "cancelled"; });
     }
     report.simulated += results.size();
     record_wave(results, options.objective, state, report);
@@ -523,6 +531,53 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   rank_fitting(state, options.objective, report);
   refuse_if_only_over_budget(report, options, budget);
   return report;
+}
+
+WaveResults simulate_here(const StepInputs& in, const std::vector<PlanSpec>& specs, const SearchOptions& options) {
+  const std::int64_t budget = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
+  ThreadPool pool(options.threads);
+  MemoryGate own_gate(static_cast<double>(budget));
+  MemoryGate& gate = options.memory_gate != nullptr ? *options.memory_gate : own_gate;
+  std::vector<double> graph_bytes;
+  for (const PlanSpec& spec : specs) graph_bytes.push_back(std::min(estimate_plan(in, spec).bytes, static_cast<double>(budget)));
+  return simulate_on(in, options, specs, graph_bytes, gate, pool);
+}
+
+nlohmann::json metrics_record(const PlanMetrics& m) {
+  nlohmann::json j = metrics_json(m);
+  j["failure"] = m.failure;
+  j["shortfall_bytes"] = m.shortfall_bytes;
+  j["short_of"] = m.short_of;
+  j["bound_only"] = m.bound_only;
+  return j;
+}
+
+PlanMetrics metrics_from_record(const nlohmann::json& j, const std::string& origin) {
+  try {
+    PlanMetrics m;
+    m.fits = j.at("fits").get<bool>();
+    for (auto [field, value] : {std::pair{"step_s", &m.step_s},
+                                {"tokens_per_s", &m.tokens_per_s},
+                                {"mfu", &m.mfu},
+                                {"hfu", &m.hfu},
+                                {"compute_s", &m.compute_s},
+                                {"exposed_transfer_s", &m.exposed_transfer_s},
+                                {"bubble_s", &m.bubble_s},
+                                {"recompute_s", &m.recompute_s}})
+      *value = j.at(field).get<double>();
+    m.peak_hbm_bytes = j.at("peak_hbm_bytes").get<std::int64_t>();
+    m.peak_dram_bytes = j.at("peak_dram_bytes").get<std::int64_t>();
+    m.shortfall_bytes = j.at("shortfall_bytes").get<std::int64_t>();
+    m.bottleneck = j.at("bottleneck").get<std::string>();
+    m.busiest_link = j.at("busiest_link").get<std::string>();
+    m.failure = j.at("failure").get<std::string>();
+    m.short_of = j.at("short_of").get<std::string>();
+    m.bound_only = j.at("bound_only").get<bool>();
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(origin, "metrics",
+                     "a simulated plan's metrics (every field of plan --json's, and failure, shortfall_bytes, short_of, bound_only)", e.what());
+  }
 }
 
 std::optional<PlanSpec> quick_plan(const StepInputs& in, const std::string& scheme, double hbm_headroom) {

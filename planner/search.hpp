@@ -98,6 +98,13 @@ struct ProvisionalPlan {
   double step_s = 0, hbm_bytes = 0, mfu = 0;  // by the estimate
 };
 
+struct SearchOptions;
+// Each spec's simulated metrics, in order; nullopt where SearchOptions::runnable_graph refused its graph.
+using WaveResults = std::vector<std::optional<PlanMetrics>>;
+// Where a wave's simulations run when not on this process's threads: other MPI ranks (app/plan_farm.hpp), or a
+// file of earlier results first (--resume). Called on the search's thread with a wave's specs.
+using SimulationFarm = std::function<WaveResults(const StepInputs&, const std::vector<PlanSpec>&)>;
+
 struct SearchOptions {
   std::vector<std::string> schemes = scheme_names();
   Objective objective = Objective::throughput;  // throughput or min_hbm (max_seq: max_sequence below)
@@ -139,6 +146,8 @@ struct SearchOptions {
   // its built graph passes this too: checked on the graph the simulation builds, so nothing is built twice and
   // nothing the bounds pruned is built. Called on the worker threads.
   std::function<bool(const StepInputs&, const PlanSpec&, const sim::TaskGraph&)> runnable_graph;
+  // Set: the waves' simulations go there instead of this process's threads (the answer does not depend on it).
+  SimulationFarm farm;
   // Called on the worker thread before each simulation (tests inject failures here).
   std::function<void(const PlanSpec&)> before_simulate;
 };
@@ -162,6 +171,13 @@ struct SearchReport {
 };
 
 SearchReport search(const StepInputs& in, const SearchOptions& options);
+
+// Simulates `specs` on this process's threads as a search's wave does (options' threads, memory budget, cancel,
+// runnable_graph, before_simulate): what a farm's workers run.
+WaveResults simulate_here(const StepInputs& in, const std::vector<PlanSpec>& specs, const SearchOptions& options);
+// PlanMetrics in full and back, doubles exact (a farm's messages, --resume's file); InputError naming `origin`.
+nlohmann::json metrics_record(const PlanMetrics& m);
+PlanMetrics metrics_from_record(const nlohmann::json& j, const std::string& origin);
 
 // The longest sequence (a multiple of 1K tokens, found by doubling then bisection) at which `scheme` has a
 // plan that fits, with that plan; nullopt when not even 1K tokens fit. options.progress gets (probes done, the
