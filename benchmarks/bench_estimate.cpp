@@ -2,7 +2,9 @@
 // A100/H100/H200 nodes, short to long sequences. Prints, per scheme, how many configurations were compared and the
 // median and 90th-percentile |estimate - simulation| / simulation of the step time and the peak HBM, the share on
 // which both say the same about fitting, and the estimate's and the simulator's time per configuration.
-//   bench_estimate [--stride N] [--max-tasks T]   (every Nth enumerated configuration; graphs above T tasks skipped)
+//   bench_estimate [--stride N] [--max-tasks T] [--scheme NAME] [--rows FILE]
+//   (every Nth enumerated configuration; graphs above T tasks skipped; NAME: that scheme's of them alone, the same
+//   configurations as without it; FILE: one CSV row per configuration)
 // Not a Google Benchmark: one pass over the corpus is the measurement (benchmarks/results/estimate.md).
 #include <algorithm>
 #include <chrono>
@@ -58,11 +60,13 @@ int main(int argc, char** argv) {
   int stride = 7;
   double max_tasks = 400000;
   std::FILE* rows = nullptr;  // --rows FILE: one CSV row per configuration, for looking into the misses
+  std::string only;           // --scheme NAME
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--stride") stride = std::max(1, std::atoi(argv[i + 1]));
     if (flag == "--max-tasks") max_tasks = std::atof(argv[i + 1]);
     if (flag == "--rows") rows = std::fopen(argv[i + 1], "w");
+    if (flag == "--scheme") only = argv[i + 1];
   }
   std::map<std::string, Errors> by_scheme;
   for (const CorpusInput& c : kCorpus) {
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
     const std::vector<planner::PlanSpec> specs = planner::enumerate_plans(in, planner::scheme_names());
     for (std::size_t i = 0; i < specs.size(); i += static_cast<std::size_t>(stride)) {
       const planner::PlanSpec& spec = specs[i];
+      if (!only.empty() && spec.scheme != only) continue;
       if (planner::estimate_plan(in, spec).tasks > max_tasks) continue;
       Errors& e = by_scheme[spec.scheme];
       auto t0 = Clock::now();

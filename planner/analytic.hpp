@@ -56,7 +56,8 @@ std::optional<EstimatedMaxSeq> max_sequence_by_estimate(const StepInputs& in, co
 // The schemes' shares (their registry entries' `analytic`).
 SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z);
 SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& p);
-// Ring-track: its lower bounds for now (planner/bounds.hpp), which the copy pacing dominates.
+// Ring-track: its visits as the builder emits them, the train's idle turns, the copies' pace and the tail; the
+// fullest GPU's memory at the builder's own peaks (the bound's byte counts, planner/bounds.hpp).
 SchemeEstimate ringtrack_estimate(const BoundContext& ctx, const RingTrackParams& p);
 
 }  // namespace trainyard::planner

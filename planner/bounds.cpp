@@ -67,21 +67,6 @@ double dense_layer_seconds(const StepInputs& in, const LayerSplit& split, bool r
 
 // --- ring-track ------------------------------------------------------------------------------------------------
 
-namespace {
-
-// Ring-track's sizes every part of its bound uses.
-struct RingSizes {
-  std::vector<int> positions;  // the ring position of each stage
-  std::vector<int> owned;      // layers per ring position
-  double most = 0;             // the most layers any position holds
-  double c = 0, C = 0;         // chunk tokens; chunks per sequence
-  double sequences = 0;        // per replica
-  double kv_token = 0;         // K and V bytes per token (bf16)
-  double kept_token = 0;       // activations kept per token besides K/V
-  double ckpt_token = 0;       // a recompute checkpoint per token
-  double acc_chunk = 0;        // a chunk's fp32 dK/dV accumulators
-};
-
 RingSizes ring_sizes(const BoundContext& ctx, const RingTrackParams& p) {
   const auto& m = ctx.in.model;
   RingSizes r;
@@ -100,14 +85,11 @@ RingSizes ring_sizes(const BoundContext& ctx, const RingTrackParams& p) {
   return r;
 }
 
-// Per ring position, the most bytes beyond the model states, when one of its layers starts its backward (the last
-// chunk first): the K/V and kept activations (when they stay in HBM) of every chunk whose backward visit has not
-// run yet; the dK/dV accumulators (K/V in HBM) of every layer between its first and last backward visit; and what
-// that visit allocates (the chunk's fp32 dK/dV, its activations brought back, K/V and stream buffers from DRAM).
-// The visit order is the builder's own (train_schedule), so this holds for the graph that will be simulated.
-std::vector<double> ring_held_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
-  const auto& m = ctx.in.model;
-  const double per_chunk = (p.kv == Placement::hbm ? r.kv_token * r.c : 0) + (p.acts == ActivationPolicy::hbm ? r.kept_token * r.c : 0);
+namespace {
+
+// What a layer's backward visit allocates besides what ring_kept_bytes counts: the chunk's fp32 dK/dV, its
+// activations brought back, K/V and stream buffers from DRAM.
+double ring_visit_bytes(const RingTrackParams& p, const RingSizes& r) {
   double visit_extra = r.acc_chunk + (p.acts == ActivationPolicy::hbm ? 0 : r.kept_token * r.c);
   if (p.kv == Placement::dram && r.C > 1) {
     const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / r.c));
@@ -116,10 +98,18 @@ std::vector<double> ring_held_bytes(const BoundContext& ctx, const RingTrackPara
     visit_extra += r.kv_token * r.c +
                    std::min<double>(p.prefetch, std::ceil((r.C - 1) / span)) * std::min(span, r.C - 1.0) * (r.kv_token * r.c + r.acc_chunk);
   }
+  return visit_extra;
+}
+
+}  // namespace
+
+std::vector<double> ring_kept_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+  const auto& m = ctx.in.model;
+  const double per_chunk = (p.kv == Placement::hbm ? r.kv_token * r.c : 0) + (p.acts == ActivationPolicy::hbm ? r.kept_token * r.c : 0);
   std::vector<double> held(static_cast<std::size_t>(p.ring), 0);
   if (per_chunk <= 0 || r.C <= 1) {
     for (int pos = 0; pos < p.ring; ++pos) {
-      if (r.owned[pos] > 0) held[pos] = r.owned[pos] * r.C * per_chunk + visit_extra;
+      if (r.owned[pos] > 0) held[pos] = r.owned[pos] * r.C * per_chunk;
     }
     return held;
   }
@@ -146,34 +136,39 @@ std::vector<double> ring_held_bytes(const BoundContext& ctx, const RingTrackPara
       chunks_held += static_cast<double>(last - std::lower_bound(first, last, start));
       accumulators += at[o * chunks_n + chunks_n - 1] <= start && at[o * chunks_n] >= start;
     }
-    const double bytes = chunks_held * per_chunk + (p.kv == Placement::hbm ? accumulators * (r.C - 1) * r.acc_chunk : 0) + visit_extra;
+    const double bytes = chunks_held * per_chunk + (p.kv == Placement::hbm ? accumulators * (r.C - 1) * r.acc_chunk : 0);
     held[pos] = std::max(held[pos], bytes);
   }
   return held;
 }
 
-// HBM of the fullest GPU: its model states (by where weights and states live) and ring_held_bytes.
-double ring_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+double ring_state_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r, int pos) {
   const auto& m = ctx.in.model;
   const auto& pol = ctx.in.precision;
-  const std::vector<double> held = ring_held_bytes(ctx, p, r);
-  const int head_pos = r.positions.back();
   const double head_params = static_cast<double>(m.vocab * m.hidden) + ctx.params.final_norm;
+  const double layers = r.owned[pos] * ctx.layer_params;
+  const double extra = (pos == 0 ? ctx.params.embedding : 0) + (pos == r.positions.back() ? head_params : 0);
+  return pol.weight_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
+         pol.grad_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
+         (p.states == Placement::hbm ? ctx.states_per_param * (layers + extra) : 0);
+}
+
+namespace {
+
+// HBM of the fullest GPU: its model states, what it keeps for the backward (ring_kept_bytes) and what the visit
+// allocates (ring_visit_bytes).
+double ring_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+  const std::vector<double> kept = ring_kept_bytes(ctx, p, r);
+  const double visit = ring_visit_bytes(p, r);
   double hbm = 0;
   for (int pos = 0; pos < p.ring; ++pos) {
-    const double layers = r.owned[pos] * ctx.layer_params;
-    const double extra = (pos == 0 ? ctx.params.embedding : 0) + (pos == head_pos ? head_params : 0);
-    const double states = pol.weight_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
-                          pol.grad_bytes * ((p.weights == WeightPolicy::resident ? layers : 0) + extra) +
-                          (p.states == Placement::hbm ? ctx.states_per_param * (layers + extra) : 0);
-    hbm = std::max(hbm, states + held[pos]);
+    hbm = std::max(hbm, ring_state_hbm_bytes(ctx, p, r, pos) + kept[pos] + (r.owned[pos] > 0 ? visit : 0));
   }
   return hbm;
 }
 
-// Host DRAM of one node at the turn from forward to backward: everything of every layer that lives there, and,
-// when K/V live in DRAM, the first backward visit's dK/dV accumulators for the earlier chunks. Whole rings per node
-// (a ring spanning nodes: no bound, to stay below the truth).
+}  // namespace
+
 double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const auto& pol = ctx.in.precision;
   const double S = ctx.seq_len, L = ctx.layers;
@@ -187,6 +182,8 @@ double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const 
   if (p.weights == WeightPolicy::stream) host_per_ring += pol.weight_bytes * L * ctx.layer_params;
   return host_per_ring * node_share;
 }
+
+namespace {
 
 // The bytes the GPU with the most layers copies to and from host DRAM per step: K/V of earlier chunks re-read for
 // every later chunk (forward and backward), the dK/dV accumulators read and written in backward, the activations

@@ -81,6 +81,31 @@ LayerCompute layer_compute(const StepInputs& in, const LayerSplit& split, bool r
 LayerCompute gpu0_compute(const StepInputs& in, const sim::TaskGraph& g);
 
 SchemeBounds ringtrack_bounds(const BoundContext& c, const RingTrackParams& p);
+
+// Ring-track's sizes its bound and its estimate use (the builder's own: RingTrackBuilder's kv_chunk_, kept_, ...).
+struct RingSizes {
+  std::vector<int> positions;  // the ring position of each stage
+  std::vector<int> owned;      // layers per ring position
+  double most = 0;             // the most layers any position holds
+  double c = 0, C = 0;         // chunk tokens; chunks per sequence
+  double sequences = 0;        // per replica
+  double kv_token = 0;         // K and V bytes per token (bf16)
+  double kept_token = 0;       // activations kept per token besides K/V
+  double ckpt_token = 0;       // a recompute checkpoint per token
+  double acc_chunk = 0;        // a chunk's fp32 dK/dV accumulators
+};
+RingSizes ring_sizes(const BoundContext& ctx, const RingTrackParams& p);
+// Per ring position, the most bytes it keeps for the backward when one of its layers starts its backward (the last
+// chunk first): the K/V and kept activations (when they stay in HBM) of every chunk whose backward visit has not
+// run yet, and the dK/dV accumulators (K/V in HBM) of every layer between its first and last backward visit. The
+// visit order is the builder's own (train_schedule), so this holds for the graph that will be simulated.
+std::vector<double> ring_kept_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r);
+// Host DRAM of one node at the turn from forward to backward: everything of every layer that lives there, and,
+// when K/V live in DRAM, the first backward visit's dK/dV accumulators for the earlier chunks. Whole rings per node
+// (a ring spanning nodes: no bound, to stay below the truth).
+double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r);
+// The model states ring position `pos` holds in HBM (by where weights and states live).
+double ring_state_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r, int pos);
 SchemeBounds megatron_bounds(const BoundContext& c, const MegatronParams& p);
 SchemeBounds zero_bounds(const BoundContext& c, const ZeroParams& z);
 

@@ -54,15 +54,15 @@ void add_agreement(std::map<std::string, Agreement>& out, const std::string& mod
 }
 
 // The levels benchmarks/results/estimate.md records, on a corpus of small models (2.2-2.8% measured for the first
-// four): Megatron, ZeRO, Ulysses and ring attention within 5% on the step at the median, FPDT within 15%, ring-track
-// within 25%; the HBM peak within 2% except ring-track's (still its lower bound's: not held); "fits" agreeing on 90%.
+// four, 2.6% for ring-track): Megatron, ZeRO, Ulysses, ring attention and ring-track within 5% on the step at the
+// median, FPDT within 15%; the HBM peak within 2% (ring-track 0.2% measured); "fits" agreeing on 90%.
 TEST(Analytic, AgreesWithTheSimulatorAsRecorded) {
   std::map<std::string, Agreement> all;
   add_agreement(all, "llama3.2-1b", 64 * 1024, 2, 3);
   add_agreement(all, "llama3.2-1b", 8 * 1024, 16, 3);
   add_agreement(all, "gpt-2.7b", 128 * 1024, 1, 7);
   const std::map<std::string, double> step_within = {{"megatron", 0.05},       {"zero", 0.05}, {"ulysses", 0.05},
-                                                     {"ring-attention", 0.05}, {"fpdt", 0.15}, {"ringtrack", 0.25}};
+                                                     {"ring-attention", 0.05}, {"fpdt", 0.15}, {"ringtrack", 0.05}};
   for (const auto& [scheme, within] : step_within) {
     const Agreement& a = all[scheme];
     ASSERT_GE(a.step.size(), 3u) << scheme << ": too few fitting configurations compared";
@@ -70,9 +70,7 @@ TEST(Analytic, AgreesWithTheSimulatorAsRecorded) {
     std::cout << scheme << ": step median " << median(a.step) << ", HBM median " << median(a.hbm) << ", fits agree " << a.fits_agree << " of "
               << a.compared << "\n";
     EXPECT_LE(median(a.step), within) << scheme << " step, " << a.step.size() << " configurations";
-    if (scheme != "ringtrack") {
-      EXPECT_LE(median(a.hbm), 0.02) << scheme << " HBM";
-    }
+    EXPECT_LE(median(a.hbm), 0.02) << scheme << " HBM";
     // The search prunes by the estimate within these margins (planner/estimate_margin.cpp): held here too.
     const planner::EstimateMargin margin = planner::estimate_margin(scheme);
     EXPECT_LE(a.most_step_over, margin.step) << scheme << ": the estimate's step above the simulation by more than its margin";
