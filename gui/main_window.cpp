@@ -21,6 +21,7 @@
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
+#include "planner/analytic.hpp"
 #include "sim/report.hpp"
 
 namespace trainyard::gui {
@@ -594,11 +595,37 @@ void MainWindow::show_detail() {
   emit chart_updated(3);
 }
 
+// The estimate's ranking of the same candidates (planner/analytic.hpp), ahead of every other job: drawn as
+// provisional until the simulated ranking lands.
+void MainWindow::start_estimate() {
+  jobs_.restart("estimate");
+  auto setup = setup_;
+  jobs_.submit<std::vector<planner::ProvisionalPlan>>(
+      "estimate", 10,
+      [setup] {
+        planner::SearchOptions options;
+        options.schemes = setup->inputs.schemes;
+        options.objective = setup->inputs.objective;
+        options.hbm_headroom = setup->inputs.hbm_headroom;
+        std::vector<planner::ProvisionalPlan> top;
+        for (auto& p : planner::rank_by_estimate(setup->at(setup->inputs.seq_len), options)) {
+          if (top.size() == 10) break;
+          top.push_back({std::move(p.spec), p.estimate.step_s, p.estimate.hbm_bytes, p.estimate.mfu});
+        }
+        return top;
+      },
+      [this](std::vector<planner::ProvisionalPlan> plans) {
+        if (jobs_.pending("search") > 0) show_provisional(plans);  // not once the simulated ranking is in
+      },
+      [this](const std::string& e) { show_error(QString("estimate: ") + QString::fromStdString(e)); });
+}
+
 void MainWindow::start_search() {
   auto cancel = jobs_.restart("search");
   search_progress_.clear();
   if (!setup_) return;
   auto setup = setup_;
+  start_estimate();
   search_progress_ = "search: starting";
   jobs_.submit<planner::SearchReport>(
       "search", 0,
@@ -621,15 +648,6 @@ void MainWindow::start_search() {
                 search_progress_ = QString("search: %1/%2 plans simulated").arg(done).arg(total) +
                                    (provisional_.empty() ? "" : "; table ranked by the estimate (provisional)");
                 update_status();
-              },
-              Qt::QueuedConnection);
-        };
-        // The estimate's ranking as soon as the bounds are done, drawn as provisional until the simulated one lands.
-        options.estimated = [this, cancel](const std::vector<planner::ProvisionalPlan>& plans) {
-          QMetaObject::invokeMethod(
-              this,
-              [this, cancel, plans] {
-                if (!cancel->load()) show_provisional(plans);
               },
               Qt::QueuedConnection);
         };

@@ -86,6 +86,7 @@ class MainWindow : public QMainWindow {
   void start_memory_chart(const std::string& scheme);
   void start_selected_plan();
   void start_search();
+  void start_estimate();
   void show_detail();
   void show_comparison();  // the compare tab and the timeline's overlay: the selected plan against the measured trace
   void show_ranked(const planner::SearchReport& report);

@@ -209,29 +209,19 @@ bool cancelled(const SearchOptions& o) { return o.cancel && o.cancel->load(); }
 struct Candidate {
   std::size_t index;
   Bounds bounds;
-  double size;  // visits or attention blocks the graph has, roughly: what simulating it costs
-  // The objective by the estimate (0 when not pruning by it), and the least the simulation can report: the bound,
-  // or the estimate less its measured margin where that is higher and the search prunes by the estimate.
-  double estimate = 0, floor = 0;
-  bool floor_by_estimate = false;
+  double size;          // visits or attention blocks the graph has, roughly: what simulating it costs
+  double estimate = 0;  // the objective by the estimate (0 when not pruning by it)
   double estimated_step_s = 0, estimated_hbm_bytes = 0, estimated_mfu = 0;  // the estimate's own figures
 };
 
-// A bounded candidate's estimate and floor for the objective (search.hpp, prune_by_estimate).
+// A bounded candidate with its estimate (search.hpp, prune_by_estimate).
 Candidate with_estimate(const StepInputs& in, const SearchOptions& options, const PlanSpec& spec, Candidate c) {
-  c.floor = bound_key(options.objective, c.bounds);
   if (!options.prune_by_estimate) return c;
   const StepEstimate e = analytic_estimate(in, spec, options.hbm_headroom);
-  const EstimateMargin margin = estimate_margin(spec.scheme);
   c.estimate = estimate_key(options.objective, e);
   c.estimated_step_s = e.step_s;
   c.estimated_hbm_bytes = e.hbm_bytes;
   c.estimated_mfu = e.mfu;
-  const double estimate_floor = c.estimate / (1 + (options.objective == Objective::min_hbm ? margin.hbm : margin.step));
-  if (estimate_floor > c.floor) {
-    c.floor = estimate_floor;
-    c.floor_by_estimate = true;
-  }
   return c;
 }
 
@@ -241,17 +231,40 @@ struct WaveState {
   std::map<std::string, double> scheme_best;     // objective key of each scheme's best so far
   std::map<std::string, double> scheme_skipped;  // the best floor among each scheme's skipped candidates
   std::vector<RankedPlan> fitting;
-  // Pruning by the estimate, checked on these inputs: per scheme, the most its estimate was above a simulated plan
-  // that fits (as a fraction of the simulation), and the candidates (positions in `alive`) the estimate alone ruled
-  // out. A scheme whose estimate erred further than its measured margin has those simulated after all.
-  std::map<std::string, double> worst_over;
+  // Pruning by the estimate, measured on these inputs: per scheme, how far above each simulated plan that fits
+  // the estimate was (estimate / simulation - 1), and the candidates (positions in `alive`) the estimate alone
+  // ruled out, decided again once the waves are done (run_waves).
+  std::map<std::string, std::vector<double>> over;
   std::vector<std::size_t> deferred;
 };
 
-bool estimate_trusted(const WaveState& state, const std::string& scheme, Objective objective) {
-  const auto it = state.worst_over.find(scheme);
-  const EstimateMargin margin = estimate_margin(scheme);
-  return it == state.worst_over.end() || it->second <= (objective == Objective::min_hbm ? margin.hbm : margin.step);
+// The estimate's error measured on the plans a search simulates replaces the corpus's once there are this many of a
+// scheme, with this much added (the next plan may err a little further than any seen).
+constexpr std::size_t kMarginSample = 8;
+constexpr double kMarginSlack = 0.02;
+
+// How far above the simulation the estimate is taken to err for `scheme` on these inputs (a fraction); nullopt
+// when it is not to be trusted here. The corpus's margin (estimate_margin) until kMarginSample plans of the scheme
+// were simulated, then the most it was above them plus kMarginSlack where that is less; not trusted once it was
+// above one of them by more than the corpus's margin.
+std::optional<double> margin_here(const WaveState& state, const std::string& scheme, Objective objective) {
+  const EstimateMargin m = estimate_margin(scheme);
+  const double corpus = objective == Objective::min_hbm ? m.hbm : m.step;
+  const auto it = state.over.find(scheme);
+  if (it == state.over.end()) return corpus;
+  const double worst = *std::max_element(it->second.begin(), it->second.end());
+  if (worst > corpus) return std::nullopt;
+  if (it->second.size() < kMarginSample) return corpus;
+  return std::min(corpus, std::max(worst, 0.0) + kMarginSlack);
+}
+
+// The least the simulation of `c` can report: its bound, or, pruning by the estimate, the estimate less its margin
+// here where that is higher.
+double floor_of(const Candidate& c, const std::string& scheme, Objective objective, bool by_estimate, const WaveState& state) {
+  const double bound = bound_key(objective, c.bounds);
+  if (!by_estimate || c.estimate <= 0) return bound;
+  const auto margin = margin_here(state, scheme, objective);
+  return margin ? std::max(bound, c.estimate / (1 + *margin)) : bound;
 }
 
 void note_skipped(WaveState& state, const std::string& scheme, double floor) {
@@ -259,12 +272,13 @@ void note_skipped(WaveState& state, const std::string& scheme, double floor) {
   if (!inserted) it->second = std::min(it->second, floor);
 }
 
-// Best estimate first (all 0 when not pruning by it), then best floor; among equal ones the cheaper simulation first,
+// Best estimate first (all 0 when not pruning by it), then best bound; among equal ones the cheaper simulation first,
 // then the smaller memory bound (the likelier to fit: a scheme's plans can only be skipped once one of them fits).
-void sort_candidates(std::vector<Candidate>& alive) {
+void sort_candidates(std::vector<Candidate>& alive, Objective objective) {
   std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
     if (a.estimate != b.estimate) return a.estimate < b.estimate;
-    if (a.floor != b.floor) return a.floor < b.floor;
+    const double ka = bound_key(objective, a.bounds), kb = bound_key(objective, b.bounds);
+    if (ka != kb) return ka < kb;
     if (a.size != b.size) return a.size < b.size;
     return a.bounds.hbm_bytes < b.bounds.hbm_bytes;
   });
@@ -316,7 +330,7 @@ std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOpti
     alive.push_back(with_estimate(in, options, specs[i], {i, b, scheme_named(specs[i].scheme).search_cost(in, specs[i])}));
   }
   if (options.bounds_progress) options.bounds_progress(specs.size(), specs.size());
-  sort_candidates(alive);
+  sort_candidates(alive, options.objective);
   if (options.estimated && options.prune_by_estimate) options.estimated(provisional_top(in, options, specs, alive));
   return alive;
 }
@@ -333,13 +347,12 @@ std::vector<std::size_t> choose_wave(const SearchOptions& options, const std::ve
     const Candidate& c = alive[order[o]];
     const std::string& scheme = specs[c.index].scheme;
     const double bound = bound_key(options.objective, c.bounds);
-    const bool estimate = by_estimate && c.floor_by_estimate && estimate_trusted(state, scheme, options.objective);
-    const double floor = estimate ? c.floor : bound;
+    const double floor = floor_of(c, scheme, options.objective, by_estimate, state);
     const bool beaten_overall = state.found.size() >= top && floor >= state.found[top - 1];
     const bool scheme_has_plan = state.scheme_best.count(scheme) > 0;
     if (!options.prune || !beaten_overall || !scheme_has_plan) {
       wave.push_back(order[o]);
-    } else if (estimate && bound < state.found[top - 1]) {
+    } else if (bound < state.found[top - 1]) {
       state.deferred.push_back(order[o]);
     } else {
       ++report.pruned_time;
@@ -406,10 +419,7 @@ void record_wave(std::vector<Simulated>& results, Objective objective, WaveState
       state.found.insert(std::upper_bound(state.found.begin(), state.found.end(), key), key);
       auto [it, inserted] = state.scheme_best.emplace(r.spec.scheme, key);
       if (!inserted) it->second = std::min(it->second, key);
-      if (estimate > 0 && key > 0) {
-        double& worst = state.worst_over.emplace(r.spec.scheme, 0.0).first->second;
-        worst = std::max(worst, estimate / key - 1);
-      }
+      if (estimate > 0 && key > 0) state.over[r.spec.scheme].push_back(estimate / key - 1);
       state.fitting.push_back(std::move(r));
     } else {
       report.simulated_misses.push_back(r.spec);
@@ -456,13 +466,16 @@ void run_waves(const StepInputs& in, const SearchOptions& options, const std::ve
   std::vector<std::size_t> order(alive.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   if (!run_waves_over(in, options, specs, alive, order, options.prune_by_estimate, graph_bytes, gate, pool, state, report)) return;
+  // The estimate's margin as measured over all the waves decides again: within it, skipped; else simulated.
+  const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
   std::vector<std::size_t> again;
   for (std::size_t pos : state.deferred) {
     const std::string& scheme = specs[alive[pos].index].scheme;
-    if (estimate_trusted(state, scheme, options.objective)) {
+    const double floor = floor_of(alive[pos], scheme, options.objective, true, state);
+    if (state.found.size() >= top && floor >= state.found[top - 1]) {
       ++report.pruned_time;
       ++report.pruned_estimate;
-      note_skipped(state, scheme, alive[pos].floor);
+      note_skipped(state, scheme, floor);
     } else {
       again.push_back(pos);
     }

@@ -22,7 +22,7 @@ namespace {
 
 struct Agreement {
   std::vector<double> step, hbm;
-  double most_step_over = -1, most_hbm_over = -1;  // the most the estimate was above the simulation (a fraction)
+  std::vector<double> step_over, hbm_over;  // estimate / simulation - 1, signed
   int compared = 0, fits_agree = 0;
 };
 
@@ -48,8 +48,8 @@ void add_agreement(std::map<std::string, Agreement>& out, const std::string& mod
     if (!s.fits) continue;
     a.step.push_back(std::abs(e.step_s - s.step_s) / s.step_s);
     a.hbm.push_back(std::abs(e.hbm_bytes - static_cast<double>(s.peak_hbm_bytes)) / static_cast<double>(s.peak_hbm_bytes));
-    a.most_step_over = std::max(a.most_step_over, e.step_s / s.step_s - 1);
-    a.most_hbm_over = std::max(a.most_hbm_over, e.hbm_bytes / static_cast<double>(s.peak_hbm_bytes) - 1);
+    a.step_over.push_back(e.step_s / s.step_s - 1);
+    a.hbm_over.push_back(e.hbm_bytes / static_cast<double>(s.peak_hbm_bytes) - 1);
   }
 }
 
@@ -71,10 +71,14 @@ TEST(Analytic, AgreesWithTheSimulatorAsRecorded) {
               << a.compared << "\n";
     EXPECT_LE(median(a.step), within) << scheme << " step, " << a.step.size() << " configurations";
     EXPECT_LE(median(a.hbm), 0.02) << scheme << " HBM";
-    // The search prunes by the estimate within these margins (planner/estimate_margin.cpp): held here too.
+    // The search prunes by the estimate within these margins (planner/estimate_margin.cpp: the 99th percentile of
+    // the over-estimates measured by bench_estimate): on this corpus too, at most 2% of the plans beyond them.
     const planner::EstimateMargin margin = planner::estimate_margin(scheme);
-    EXPECT_LE(a.most_step_over, margin.step) << scheme << ": the estimate's step above the simulation by more than its margin";
-    EXPECT_LE(a.most_hbm_over, margin.hbm) << scheme << ": the estimate's HBM above the simulation by more than its margin";
+    const auto share_beyond = [](const std::vector<double>& over, double limit) {
+      return static_cast<double>(std::count_if(over.begin(), over.end(), [&](double o) { return o > limit; })) / static_cast<double>(over.size());
+    };
+    EXPECT_LE(share_beyond(a.step_over, margin.step), 0.02) << scheme << ": the estimate's step above the simulation beyond its margin";
+    EXPECT_LE(share_beyond(a.hbm_over, margin.hbm), 0.02) << scheme << ": the estimate's HBM above the simulation beyond its margin";
   }
 }
 
