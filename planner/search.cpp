@@ -296,38 +296,67 @@ std::vector<ProvisionalPlan> provisional_top(const StepInputs& in, const SearchO
   return top;
 }
 
-// The bounds phase: each spec's graph size (into graph_bytes) and bounds. Specs too large for the budget, and (when
-// pruning) those whose memory bounds cannot fit, are counted in the report and left out; the rest come back sorted by
-// bound. Cancelled: report.interrupted, and nothing.
+// One spec screened in the bounds phase (on any thread): its graph's size, then why it was left out, or its candidate.
+struct Screened {
+  enum class Verdict { over_budget, known_miss, memory_miss, alive } verdict = Verdict::over_budget;
+  Bounds bounds;
+  Candidate candidate{};
+};
+
+Screened screen(const StepInputs& in, const SearchOptions& options, const PlanSpec& spec, std::size_t index, std::int64_t budget,
+                double& graph_bytes) {
+  Screened out;
+  // Too large to build here: skipped before its bounds (whose cost grows with the graph's) are computed.
+  graph_bytes = estimate_plan(in, spec).bytes;
+  if (graph_bytes > static_cast<double>(budget)) return out;
+  out.verdict = Screened::Verdict::known_miss;
+  if (options.known_not_to_fit && options.known_not_to_fit(spec)) return out;
+  out.bounds = lower_bounds(in, spec);
+  out.verdict = Screened::Verdict::memory_miss;
+  if (options.prune &&
+      (out.bounds.hbm_bytes > usable_hbm_bytes(in.cluster, options.hbm_headroom) || out.bounds.dram_bytes > in.cluster.node.host_dram_bytes.value))
+    return out;
+  out.verdict = Screened::Verdict::alive;
+  // The search cost only orders candidates whose bounds tie; nothing is decided on it.
+  out.candidate = with_estimate(in, options, spec, {index, out.bounds, scheme_named(spec.scheme).search_cost(in, spec)});
+  return out;
+}
+
+// The bounds phase, on the pool: each spec's graph size (into graph_bytes), bounds and estimate. Specs too large for
+// the budget, and (when pruning) those whose memory bounds cannot fit, are counted in the report (in spec order, so
+// the same for any thread count) and left out; the rest come back sorted (sort_candidates). Cancelled:
+// report.interrupted, and nothing.
 std::vector<Candidate> bounded_candidates(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, std::int64_t budget,
-                                          std::vector<double>& graph_bytes, SearchReport& report) {
+                                          ThreadPool& pool, std::vector<double>& graph_bytes, SearchReport& report) {
+  std::vector<Screened> screened(specs.size());
+  std::atomic<std::size_t> done{0};
+  pool.for_each(
+      specs.size(),
+      [&](std::size_t i) {
+        screened[i] = screen(in, options, specs[i], i, budget, graph_bytes[i]);
+        const std::size_t n = ++done;
+        if (options.bounds_progress && n % 16 == 0) options.bounds_progress(n, specs.size());
+      },
+      options.cancel);
+  if (cancelled(options)) {
+    report.interrupted = true;
+    return {};
+  }
   const double hbm_usable = usable_hbm_bytes(in.cluster, options.hbm_headroom);
   const double dram_capacity = in.cluster.node.host_dram_bytes.value;
   std::vector<Candidate> alive;
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (options.bounds_progress && i % 16 == 0) options.bounds_progress(i, specs.size());
-    if (cancelled(options)) {
-      report.interrupted = true;
-      return {};
+    switch (screened[i].verdict) {
+      case Screened::Verdict::over_budget:
+        if (report.over_budget++ == 0 || graph_bytes[i] < report.smallest_over_budget_bytes) report.smallest_over_budget_bytes = graph_bytes[i];
+        break;
+      case Screened::Verdict::known_miss: ++report.pruned_memory; break;
+      case Screened::Verdict::memory_miss:
+        ++report.pruned_memory;
+        note_miss(report, bound_miss(specs[i], screened[i].bounds, hbm_usable, dram_capacity));
+        break;
+      case Screened::Verdict::alive: alive.push_back(screened[i].candidate); break;
     }
-    // Too large to build here: skipped before its bounds (whose cost grows with the graph's) are computed.
-    graph_bytes[i] = estimate_plan(in, specs[i]).bytes;
-    if (graph_bytes[i] > static_cast<double>(budget)) {
-      if (report.over_budget++ == 0 || graph_bytes[i] < report.smallest_over_budget_bytes) report.smallest_over_budget_bytes = graph_bytes[i];
-      continue;
-    }
-    if (options.known_not_to_fit && options.known_not_to_fit(specs[i])) {
-      ++report.pruned_memory;
-      continue;
-    }
-    const Bounds b = lower_bounds(in, specs[i]);
-    if (options.prune && (b.hbm_bytes > hbm_usable || b.dram_bytes > dram_capacity)) {
-      ++report.pruned_memory;
-      note_miss(report, bound_miss(specs[i], b, hbm_usable, dram_capacity));
-      continue;
-    }
-    // The search cost only orders candidates whose bounds tie; nothing is decided on it.
-    alive.push_back(with_estimate(in, options, specs[i], {i, b, scheme_named(specs[i].scheme).search_cost(in, specs[i])}));
   }
   if (options.bounds_progress) options.bounds_progress(specs.size(), specs.size());
   sort_candidates(alive, options.objective);
@@ -459,8 +488,7 @@ bool run_waves_over(const StepInputs& in, const SearchOptions& options, const st
 // The simulations, wave by wave, pruning between waves; then the candidates the estimate alone ruled out, either
 // skipped (its error on these inputs stayed within its measured margin) or simulated after all (it did not).
 void run_waves(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
-               const std::vector<double>& graph_bytes, std::int64_t budget, WaveState& state, SearchReport& report) {
-  ThreadPool pool(options.threads);
+               const std::vector<double>& graph_bytes, std::int64_t budget, ThreadPool& pool, WaveState& state, SearchReport& report) {
   MemoryGate own_gate(static_cast<double>(budget));
   MemoryGate& gate = options.memory_gate != nullptr ? *options.memory_gate : own_gate;
   std::vector<std::size_t> order(alive.size());
@@ -537,10 +565,11 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   for (const auto& spec : specs) ++report.enumerated_by_scheme[spec.scheme];
   const std::int64_t budget = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
   std::vector<double> graph_bytes(specs.size(), 0);
-  const std::vector<Candidate> alive = bounded_candidates(in, options, specs, budget, graph_bytes, report);
+  ThreadPool pool(options.threads);
+  const std::vector<Candidate> alive = bounded_candidates(in, options, specs, budget, pool, graph_bytes, report);
   if (report.interrupted) return report;
   WaveState state;
-  run_waves(in, options, specs, alive, graph_bytes, budget, state, report);
+  run_waves(in, options, specs, alive, graph_bytes, budget, pool, state, report);
   rank_fitting(state, options.objective, report);
   refuse_if_only_over_budget(report, options, budget);
   return report;

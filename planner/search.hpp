@@ -138,6 +138,7 @@ struct SearchOptions {
   bool stop_at_first_fit = false;
   // Candidates for which this says true are left out as known not to fit (counted in pruned_memory):
   // max_sequence's probes skip the configurations that did not fit at a shorter length.
+  // Called on the worker threads of the bounds phase.
   std::function<bool(const PlanSpec&)> known_not_to_fit;
   // When set, only the candidates for which it returns true are enumerated (`plan --executable`: the plans the
   // chosen executor runs). Given the inputs, which max_sequence's probes change.
