@@ -7,8 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
+#include "app/plan_farm.hpp"
 #include "app/report.hpp"
 #include "backend/executor.hpp"
+#include "backend/mpi_communicator.hpp"
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
@@ -158,6 +160,7 @@ int run_plan(const std::vector<std::string>& args) {
       ("estimate-only", po::bool_switch(), "rank by the analytic estimate alone, nothing simulated (every figure labelled an estimate; no --out or --trace)");
   // clang-format on
   add_lengths_options(options, true);
+  add_farm_options(options);
   add_trace_options(options);
   add_memory_budget_option(options);
   po::positional_options_description positional;
@@ -176,6 +179,8 @@ int run_plan(const std::vector<std::string>& args) {
       throw InputError("--estimate-only", "value", "none with --lengths (no estimate of hot switching yet)", "given");
     if (vm["bounds-only"].as<bool>())
       throw InputError("--bounds-only", "value", "none with --lengths (its search prunes by the bounds alone already)", "given");
+    if (vm.count("resume") || !vm["rank-timeout"].defaulted() || backend::MpiSession::world_size_from_environment() > 1)
+      throw InputError("--lengths", "value", "one process without --resume (the hot-switching search is not spread over MPI ranks yet)", "given");
     for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
       if (vm.count(flag))
         throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
@@ -239,6 +244,32 @@ int run_plan(const std::vector<std::string>& args) {
     const std::string device = vm["executable"].as<std::string>();
     if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
     keep_runnable(search, device);
+  }
+  // Under mpirun, rank 0 searches and the other ranks simulate its waves; --resume reuses earlier results.
+  const double rank_timeout_s = vm["rank-timeout"].as<double>();
+  if (!(rank_timeout_s > 0 && rank_timeout_s <= 86400))
+    throw InputError("--rank-timeout", "value", "seconds in (0, 86400]", format_number(rank_timeout_s));
+  const planner::SearchOptions local = search;  // how this rank simulates its share
+  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(std::chrono::milliseconds(static_cast<std::int64_t>(rank_timeout_s * 1000)));
+  if (ranks && !ranks->root()) {
+    try {
+      return ranks->serve(inputs, local);
+    } catch (const std::exception& e) {
+      ranks->abort_after(e);
+    }
+  }
+  if (ranks) search.farm = ranks->farm(local);
+  std::optional<ResumeFile> resume;
+  if (vm.count("resume")) {
+    const std::string key = model_name + " on " + std::to_string(nodes) + " x " + hw_name + ", stack " + cluster.stack.name + ", " + precision +
+                            ", HBM headroom " + format_number(headroom) +
+                            (vm.count("executable") ? ", executable " + vm["executable"].as<std::string>() : "");
+    resume.emplace(vm["resume"].as<std::string>(), key);
+    if (!search.farm)
+      search.farm = [local](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
+        return planner::simulate_here(in, specs, local);
+      };
+    search.farm = resume->wrap(search.farm);
   }
   if (vm["estimate-only"].as<bool>()) {
     for (const char* flag : {"out", "trace", "explain"}) {
@@ -403,7 +434,9 @@ int run_plan(const std::vector<std::string>& args) {
             << " by time bounds"
             << (report.pruned_estimate ? " (" + std::to_string(report.pruned_estimate) + " by the estimate within its measured margin)" : "") << ", "
             << (report.over_budget ? std::to_string(report.over_budget) + " too large for the memory budget (--memory-budget), " : "")
-            << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s (" << format_fixed(rate, 1) << " plans/s)\n";
+            << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s (" << format_fixed(rate, 1) << " plans/s)"
+            << (resume ? ", " + std::to_string(resume->reused()) + " of them taken from --resume " + vm["resume"].as<std::string>() : "")
+            << (ranks ? " on " + std::to_string(ranks->size()) + " MPI ranks" : "") << "\n";
   if (vm["explain"].as<bool>()) explain(std::cout, report);
   if (vm.count("out") && !report.interrupted)
     std::cout << "\nplan written to " << vm["out"].as<std::string>() << " (run it: trainyard simulate --plan " << vm["out"].as<std::string>()

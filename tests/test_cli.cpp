@@ -618,3 +618,47 @@ TEST(Cli, CompareReadsNsightSystemsExports) {
 }
 
 }  // namespace trainyard::app
+
+namespace trainyard {
+namespace {
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+void write_lines(const std::string& path, const std::vector<std::string>& lines, const std::string& tail) {
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& line : lines) out << line << "\n";
+  out << tail;
+}
+
+// --resume: a search that stopped part way (its file holding some of the plans, the last line cut short by the
+// kill) picks up where it stopped and answers as the whole search did; another search's file is refused by name.
+TEST(Cli, PlanResumesAnInterruptedSearch) {
+  const test::TempDir dir;
+  const std::string file = (dir.path() / "search.jsonl").string();
+  const std::string args = "plan --model llama3.2-1b --hw dgx-a100 --seq 32K --top 5 --json";
+  const auto whole = test::run_cli(args);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const auto first = test::run_cli(args + " --resume " + file);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(first.out, whole.out);
+  const std::vector<std::string> lines = lines_of(file);
+  ASSERT_GT(lines.size(), 4u);  // the inputs, then one line per simulated plan
+  const std::vector<std::string> half(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(lines.size() / 2));
+  write_lines(file, half, lines[lines.size() / 2].substr(0, 40));  // as a killed run leaves it
+  const auto resumed = test::run_cli(args + " --resume " + file);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(resumed.out, whole.out);
+  EXPECT_GE(lines_of(file).size(), lines.size());
+  const auto other = test::run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --hbm-headroom 0.1 --resume " + file);
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("search.jsonl"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("inputs"), std::string::npos) << other.err;
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,238 @@
+#include "app/plan_farm.hpp"
+
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/mpi_communicator.hpp"
+#include "common/error.hpp"
+#include "common/interrupt.hpp"
+#include "common/units.hpp"
+
+using Json = nlohmann::json;
+
+namespace trainyard::app {
+
+namespace {
+
+constexpr int kWaveTag = 7101, kResultTag = 7102;  // rank 0 -> a rank: a wave's share (or stop); back: its metrics
+
+std::vector<std::byte> bytes_of(const Json& j) {
+  const std::string text = j.dump();
+  const auto* first = reinterpret_cast<const std::byte*>(text.data());
+  return {first, first + text.size()};
+}
+
+Json json_of(const std::vector<std::byte>& bytes, const std::string& origin) {
+  try {
+    return Json::parse(reinterpret_cast<const char*>(bytes.data()), reinterpret_cast<const char*>(bytes.data()) + bytes.size());
+  } catch (const Json::exception& e) {
+    throw InputError(origin, "message", "JSON", e.what());
+  }
+}
+
+Json plans_json(const std::vector<planner::PlanSpec>& specs) {
+  Json plans = Json::array();
+  for (const auto& spec : specs) plans.push_back({{"scheme", spec.scheme}, {"parameters", planner::parameters_json(spec)}});
+  return plans;
+}
+
+Json results_json(const planner::WaveResults& results) {
+  Json out = Json::array();
+  for (const auto& r : results) out.push_back(r ? planner::metrics_record(*r) : Json(nullptr));
+  return out;
+}
+
+std::optional<planner::PlanMetrics> result_of(const Json& j, const std::string& origin) {
+  if (j.is_null()) return std::nullopt;
+  return planner::metrics_from_record(j, origin);
+}
+
+planner::PlanMetrics cancelled_metrics() {
+  planner::PlanMetrics m;
+  m.failure = "cancelled";
+  return m;
+}
+
+}  // namespace
+
+// --- MPI ---------------------------------------------------------------------------------------------------------
+
+PlanFarm::PlanFarm(std::unique_ptr<backend::MpiSession> session, std::unique_ptr<backend::MpiCommunicator> comm)
+    : session_(std::move(session)), comm_(std::move(comm)) {}
+
+std::unique_ptr<PlanFarm> PlanFarm::join(std::chrono::milliseconds rank_timeout) {
+  if (!backend::MpiSession::launched_by_mpirun() || backend::MpiSession::world_size_from_environment() < 2) return nullptr;
+  auto session = std::make_unique<backend::MpiSession>();
+  auto comm = std::make_unique<backend::MpiCommunicator>(rank_timeout);
+  return std::unique_ptr<PlanFarm>(new PlanFarm(std::move(session), std::move(comm)));
+}
+
+PlanFarm::~PlanFarm() {
+  // After Ctrl-C (mpirun passes it to every rank) the others stop by themselves.
+  if (!root() || stopped_ || interrupted()) return;
+  try {
+    for (int r = 1; r < size(); ++r) comm_->send(r, kWaveTag, bytes_of({{"stop", true}}));
+  } catch (const std::exception& e) {
+    std::cerr << "warning: telling the other ranks to stop: " << e.what() << "\n";
+  }
+}
+
+bool PlanFarm::root() const { return comm_->rank() == 0; }
+int PlanFarm::size() const { return comm_->size(); }
+
+void PlanFarm::abort_after(const std::exception& error) { backend::MpiSession::abort_all_after(error, comm_->rank(), comm_->size()); }
+
+planner::SimulationFarm PlanFarm::farm(const planner::SearchOptions& local) {
+  return [this, local](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
+    const auto n = static_cast<std::size_t>(size());
+    std::vector<std::vector<std::size_t>> shares(n);  // round-robin: the wave is sorted, so each gets a like mix
+    for (std::size_t i = 0; i < specs.size(); ++i) shares[i % n].push_back(i);
+    const auto pick = [&](const std::vector<std::size_t>& share) {
+      std::vector<planner::PlanSpec> out;
+      for (std::size_t i : share) out.push_back(specs[i]);
+      return out;
+    };
+    for (std::size_t r = 1; r < n; ++r) {
+      if (shares[r].empty()) continue;
+      const Json wave{
+          {"stop", false}, {"seq_len", in.workload.seq_len}, {"global_batch", in.workload.global_batch}, {"plans", plans_json(pick(shares[r]))}};
+      comm_->send(static_cast<int>(r), kWaveTag, bytes_of(wave));
+    }
+    planner::WaveResults out(specs.size(), cancelled_metrics());
+    const planner::WaveResults own = planner::simulate_here(in, pick(shares[0]), local);
+    for (std::size_t k = 0; k < own.size(); ++k) out[shares[0][k]] = own[k];
+    for (std::size_t r = 1; r < n; ++r) {
+      if (shares[r].empty()) continue;
+      const std::string origin = "rank " + std::to_string(r) + "'s results";
+      std::vector<std::byte> reply;
+      try {
+        reply = comm_->recv(static_cast<int>(r), kResultTag);
+      } catch (const backend::CommError& e) {
+        if (interrupted()) return out;  // Ctrl-C: what finished stands, the rest is dropped as cancelled
+        abort_after(e);                 // a rank that stopped answering: every rank ends now (unwinding would wait on it in MPI_Finalize)
+      }
+      const Json results = json_of(reply, origin);
+      if (!results.is_array() || results.size() != shares[r].size())
+        throw InputError(origin, "results", std::to_string(shares[r].size()) + " entries", results.dump().substr(0, 80));
+      for (std::size_t k = 0; k < results.size(); ++k) out[shares[r][k]] = result_of(results[k], origin);
+    }
+    return out;
+  };
+}
+
+int PlanFarm::serve(const planner::StepInputs& base, const planner::SearchOptions& local) {
+  const std::string origin = "rank 0's wave";
+  for (;;) {
+    std::vector<std::byte> message;
+    try {
+      message = comm_->recv(0, kWaveTag);
+    } catch (const backend::CommError&) {
+      if (interrupted()) return kInterruptedExitCode;
+      continue;  // rank 0 is still busy (its bounds, its own share); were it gone, mpirun would end this rank
+    }
+    const Json wave = json_of(message, origin);
+    if (wave.at("stop").get<bool>()) return 0;
+    const planner::StepInputs at{
+        base.model, base.cluster, {wave.at("seq_len").get<std::int64_t>(), wave.at("global_batch").get<std::int64_t>()}, base.precision};
+    std::vector<planner::PlanSpec> specs;
+    for (const auto& p : wave.at("plans")) specs.push_back(planner::parse_parameters(p.at("scheme").get<std::string>(), p.at("parameters"), origin));
+    comm_->send(0, kResultTag, bytes_of(results_json(planner::simulate_here(at, specs, local))));
+  }
+}
+
+// --- --resume ----------------------------------------------------------------------------------------------------
+
+ResumeFile::ResumeFile(std::string path, std::string inputs_key) : path_(std::move(path)), inputs_key_(std::move(inputs_key)) {
+  const bool exists = std::filesystem::exists(path_);
+  if (exists) load();
+  out_.open(path_, std::ios::app);
+  if (!out_) throw InputError("--resume", "value", "a file this process can write", "\"" + path_ + "\"");
+  if (!exists) out_ << Json{{"trainyard.plan_resume", 1}, {"inputs", inputs_key_}}.dump() << "\n" << std::flush;
+}
+
+std::string ResumeFile::key(const planner::StepInputs& in, const planner::PlanSpec& spec) {
+  return std::to_string(in.workload.seq_len) + "|" + std::to_string(in.workload.global_batch) + "|" + spec.scheme + "|" +
+         planner::parameters_json(spec).dump();
+}
+
+void ResumeFile::load() {
+  std::ifstream file(path_);
+  std::string line;
+  std::size_t number = 0;
+  while (std::getline(file, line)) {
+    ++number;
+    Json j;
+    try {
+      j = Json::parse(line);
+    } catch (const Json::exception&) {
+      if (file.peek() == std::ifstream::traits_type::eof()) break;  // the last line cut short by a killed run: dropped
+      throw InputError(path_, "line " + std::to_string(number), "one JSON object per line (a --resume file)", line.substr(0, 60));
+    }
+    const std::string origin = path_ + ":" + std::to_string(number);
+    if (number == 1) {
+      if (!j.is_object() || !j.contains("inputs") || j.at("inputs") != inputs_key_)
+        throw InputError(path_, "inputs", "the results of a search on these inputs (" + inputs_key_ + ")", j.dump().substr(0, 120));
+      continue;
+    }
+    try {
+      const planner::PlanSpec spec = planner::parse_parameters(j.at("scheme").get<std::string>(), j.at("parameters"), origin);
+      std::string k = std::to_string(j.at("seq_len").get<std::int64_t>()) + "|" + std::to_string(j.at("global_batch").get<std::int64_t>()) + "|" +
+                      spec.scheme + "|" + planner::parameters_json(spec).dump();
+      results_[std::move(k)] = result_of(j.at("metrics"), origin);
+    } catch (const Json::exception& e) {
+      throw InputError(origin, "plan", "seq_len, global_batch, scheme, parameters and metrics", e.what());
+    }
+  }
+}
+
+void ResumeFile::append(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::optional<planner::PlanMetrics>& m) {
+  out_ << Json{{"seq_len", in.workload.seq_len},
+               {"global_batch", in.workload.global_batch},
+               {"scheme", spec.scheme},
+               {"parameters", planner::parameters_json(spec)},
+               {"metrics", m ? planner::metrics_record(*m) : Json(nullptr)}}
+              .dump()
+       << "\n";
+}
+
+planner::SimulationFarm ResumeFile::wrap(planner::SimulationFarm inner) {
+  return [this, inner = std::move(inner)](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
+    planner::WaveResults out(specs.size());
+    std::vector<planner::PlanSpec> missing;
+    std::vector<std::size_t> where;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const auto found = results_.find(key(in, specs[i]));
+      if (found != results_.end()) {
+        out[i] = found->second;
+        ++reused_;
+      } else {
+        missing.push_back(specs[i]);
+        where.push_back(i);
+      }
+    }
+    if (missing.empty()) return out;
+    const planner::WaveResults fresh = inner(in, missing);
+    for (std::size_t k = 0; k < fresh.size(); ++k) {
+      out[where[k]] = fresh[k];
+      if (fresh[k] && fresh[k]->failure == "cancelled") continue;  // not a result: simulated again next time
+      results_[key(in, missing[k])] = fresh[k];
+      append(in, missing[k], fresh[k]);
+    }
+    out_.flush();
+    return out;
+  };
+}
+
+void add_farm_options(boost::program_options::options_description& options) {
+  // clang-format off
+  options.add_options()
+      ("rank-timeout", boost::program_options::value<double>()->default_value(600)->value_name("seconds"),
+       "under mpirun: how long rank 0 waits for another rank's simulations before ending the run with an error naming it")
+      ("resume", boost::program_options::value<std::string>()->value_name("path"),
+       "keep every simulated plan's metrics in this file and reuse those already there (an interrupted search picks up where it stopped)");
+  // clang-format on
+}
+
+}  // namespace trainyard::app

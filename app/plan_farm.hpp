@@ -1,0 +1,83 @@
+#pragma once
+// The plan search spread over MPI ranks, and resumable (planner::SimulationFarm).
+//
+// Under `mpirun -np N trainyard plan ...` every rank parses the same command line; rank 0 runs the search and, for
+// each wave, deals the candidates out round-robin (its own share included), sends each other rank its share as one
+// message (the length, the batch and each plan's scheme and parameters), simulates its own on its threads, then
+// gathers the metrics and carries on exactly as one process would: the same waves, the same pruning, the same
+// answer. The other ranks only serve waves until rank 0 says stop. Every wait of rank 0 is bounded by --rank-timeout
+// (a rank that stops answering ends the run with an error naming it: backend/mpi_communicator.hpp); a rank that
+// dies ends the run through mpirun.
+//
+// --resume FILE keeps every simulated plan's metrics in FILE (one JSON line each, appended as waves finish, the
+// first line naming the inputs); a search given a FILE that exists takes the plans found there instead of
+// simulating them again, so an interrupted search picks up where it stopped.
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "planner/search.hpp"
+
+namespace trainyard::backend {
+class MpiSession;
+class MpiCommunicator;
+}  // namespace trainyard::backend
+
+namespace trainyard::app {
+
+class PlanFarm {
+ public:
+  // Joins the ranks when this process was started by mpirun with more than one rank (nullopt otherwise). A
+  // collective call: every rank makes it.
+  static std::unique_ptr<PlanFarm> join(std::chrono::milliseconds rank_timeout);
+  ~PlanFarm();  // rank 0: tells the others to stop
+  PlanFarm(const PlanFarm&) = delete;
+  PlanFarm& operator=(const PlanFarm&) = delete;
+
+  bool root() const;
+  int size() const;
+  // Rank 0's farm for SearchOptions::farm: `local` are the options this rank simulates its share with.
+  planner::SimulationFarm farm(const planner::SearchOptions& local);
+  // The other ranks: simulate the waves rank 0 sends (with `local`, under `base`'s model and cluster) until it
+  // says stop; returns the exit code.
+  int serve(const planner::StepInputs& base, const planner::SearchOptions& local);
+  // An error on any rank ends every rank (MPI_Abort), after printing it.
+  [[noreturn]] void abort_after(const std::exception& error);
+
+ private:
+  PlanFarm(std::unique_ptr<backend::MpiSession> session, std::unique_ptr<backend::MpiCommunicator> comm);
+  std::unique_ptr<backend::MpiSession> session_;
+  std::unique_ptr<backend::MpiCommunicator> comm_;
+  bool stopped_ = false;
+};
+
+// --resume FILE around a farm (or this process's threads): plans already in FILE are not simulated again, and
+// every new result is appended. `inputs_key` names what the results depend on besides the length and the batch
+// (model, node, nodes, stack, precision, headroom, executable); a FILE written for other inputs is refused.
+class ResumeFile {
+ public:
+  ResumeFile(std::string path, std::string inputs_key);
+  planner::SimulationFarm wrap(planner::SimulationFarm inner);
+  std::size_t reused() const { return reused_; }
+  std::size_t loaded() const { return results_.size(); }
+
+ private:
+  static std::string key(const planner::StepInputs& in, const planner::PlanSpec& spec);
+  void load();
+  void append(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::optional<planner::PlanMetrics>& m);
+
+  std::string path_, inputs_key_;
+  std::map<std::string, std::optional<planner::PlanMetrics>> results_;
+  std::ofstream out_;
+  std::size_t reused_ = 0;
+};
+
+// plan's --rank-timeout and --resume.
+void add_farm_options(boost::program_options::options_description& options);
+
+}  // namespace trainyard::app

@@ -1,0 +1,25 @@
+#!/bin/bash
+# A rank that stops answering ends an MPI plan search with an error naming it, not a hang (app/plan_farm.hpp):
+# rank 1 is frozen (SIGSTOP) a second into the search; rank 0 must give up after --rank-timeout and end every rank.
+# Usage: plan_rank_stalls.sh TRAINYARD MPIEXEC
+set -uo pipefail
+trainyard=$1 mpiexec=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+timeout 120 "$mpiexec" -np 2 --oversubscribe "$trainyard" plan --model llama3-8b --hw dgx-a100 --seq 1M --rank-timeout 3 \
+  > "$dir/out" 2> "$dir/err" &
+run=$!
+sleep 1
+frozen=""
+for pid in $(pgrep -f "$trainyard plan"); do
+  if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=1$"; then
+    kill -STOP "$pid" && frozen=$pid
+  fi
+done
+wait "$run"
+rc=$?
+cat "$dir/err"
+[ -n "$frozen" ] || { echo "FAIL: rank 1 was not found to freeze"; exit 1; }
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { echo "FAIL: exit code $rc (124: it hung until the timeout)"; exit 1; }
+grep -q "receive from rank 1" "$dir/err" || { echo "FAIL: the error does not name rank 1"; exit 1; }
+echo "PASS: ended with exit code $rc, naming rank 1"
