@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 
 #include "common/error.hpp"
 #include "common/units.hpp"
@@ -125,7 +128,9 @@ std::vector<int> layers_per_position(const std::vector<int>& stage_positions, in
   return out;
 }
 
-TrainSchedule train_schedule(const model::ModelConfig& model, const RingTrackParams& p, std::int64_t seq_len) {
+namespace {
+
+TrainSchedule make_train_schedule(const model::ModelConfig& model, const RingTrackParams& p, std::int64_t seq_len) {
   const int L = static_cast<int>(model.layers);
   const int C = static_cast<int>(seq_len / p.chunk);
   const double c = static_cast<double>(p.chunk);
@@ -143,6 +148,29 @@ TrainSchedule train_schedule(const model::ModelConfig& model, const RingTrackPar
     return 2 * (dense_flops + attention_flops(k)) + (recompute ? dense_flops : 0);
   });
   return t;
+}
+
+}  // namespace
+
+// The search asks for the same schedule once per candidate that differs only in placements and prefetch (its bounds,
+// its estimate, its builder): the schedules made are kept, keyed by everything make_train_schedule reads, a few
+// hundred at most (a search's lengths and chunkings), under a lock since the bounds phase runs on many threads.
+TrainSchedule train_schedule(const model::ModelConfig& model, const RingTrackParams& p, std::int64_t seq_len) {
+  using Key = std::tuple<std::int64_t, double, std::int64_t, std::int64_t, std::int64_t, int, int, std::int64_t, bool, std::int64_t>;
+  const Key key{model.layers, model.param_counts().per_layer(),      model.q_dim(), model.vocab, model.hidden, p.ring, p.block,
+                p.chunk,      p.acts == ActivationPolicy::recompute, seq_len};
+  static std::mutex mutex;
+  static std::map<Key, std::shared_ptr<const TrainSchedule>> made;
+  constexpr std::size_t kMostKept = 512;
+  {
+    const std::lock_guard lock(mutex);
+    if (const auto it = made.find(key); it != made.end()) return *it->second;
+  }
+  auto schedule = std::make_shared<const TrainSchedule>(make_train_schedule(model, p, seq_len));
+  const std::lock_guard lock(mutex);
+  if (made.size() >= kMostKept) made.clear();
+  made.emplace(key, schedule);
+  return *schedule;
 }
 
 // --- checks ----------------------------------------------------------------------------------------------------
