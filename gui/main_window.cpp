@@ -346,6 +346,7 @@ void MainWindow::recompute_all() {
     }
   }
   if (low == 0) low = 1024, high = 256 * 1024;
+  start_estimate();  // first, so that a worker takes it before any chart point
   chunk_chart_->reset(schemes, low, high);
   for (const auto& scheme : schemes) chunk_chart_->set_error_bar(scheme, error_bar_of(*setup_, scheme));
   memory_chart_->reset(schemes, memory_sweep_lengths(setup_->inputs.seq_len), setup_->cluster.node.gpu.hbm_bytes.value,
@@ -615,7 +616,8 @@ void MainWindow::start_estimate() {
         return top;
       },
       [this](std::vector<planner::ProvisionalPlan> plans) {
-        if (jobs_.pending("search") > 0) show_provisional(plans);  // not once the simulated ranking is in
+        // Not once the simulated ranking of these inputs is in (the search channel restarts with the estimate's).
+        if (jobs_.pending("search") > 0) show_provisional(plans);
       },
       [this](const std::string& e) { show_error(QString("estimate: ") + QString::fromStdString(e)); });
 }
@@ -625,7 +627,6 @@ void MainWindow::start_search() {
   search_progress_.clear();
   if (!setup_) return;
   auto setup = setup_;
-  start_estimate();
   search_progress_ = "search: starting";
   jobs_.submit<planner::SearchReport>(
       "search", 0,
