@@ -709,17 +709,25 @@ std::optional<bool> fits_by_estimate(const StepInputs& in, const SearchOptions& 
 
 namespace {
 
+// One of max_sequence's own searches: one scheme, its best plan only, quiet, never refusing for the memory budget.
+SearchOptions inner_search(const SearchOptions& options, const std::string& scheme, Objective objective) {
+  SearchOptions o = options;
+  o.schemes = {scheme};
+  o.objective = objective;
+  o.top = 1;
+  o.progress = nullptr;
+  o.bounds_progress = nullptr;
+  o.estimated = nullptr;
+  o.refuse_over_budget = false;
+  return o;
+}
+
 // max_sequence's probes: whether some configuration of one scheme fits at a length, by the simulator (each length
 // searched once) or by the estimate, with what the simulated probes learnt.
 class SequenceProbes {
  public:
-  SequenceProbes(const StepInputs& in, const std::string& scheme, const SearchOptions& options) : in_(in), options_(options), probe_(options) {
-    probe_.schemes = {scheme};
-    probe_.objective = Objective::min_hbm;
-    probe_.top = 1;
-    probe_.progress = nullptr;
-    probe_.bounds_progress = nullptr;
-    probe_.refuse_over_budget = false;
+  SequenceProbes(const StepInputs& in, const std::string& scheme, const SearchOptions& options)
+      : in_(in), options_(options), probe_(inner_search(options, scheme, Objective::min_hbm)) {
     probe_.stop_at_first_fit = true;
     // Pruning by the estimate, a candidate whose estimated memory, less the estimate's measured margin, exceeds
     // what the GPU or node has is not simulated either: near and above the longest length, where every candidate
@@ -805,13 +813,7 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   if (b.good == 0) return std::nullopt;
   // The best throughput plan at that length.
   const StepInputs at = probes.at(b.good);
-  SearchOptions best = options;
-  best.schemes = {scheme};
-  best.objective = Objective::throughput;
-  best.top = 1;
-  best.progress = nullptr;
-  best.bounds_progress = nullptr;
-  best.refuse_over_budget = false;
+  SearchOptions best = inner_search(options, scheme, Objective::throughput);
   best.cancel = nullptr;  // one search at a length known to fit: finish it, so an interrupted probe still has a plan
   best.known_not_to_fit = [&](const PlanSpec& spec) { return probes.missed_by(spec, b.good); };  // the probes simulated them
   SearchReport r = search(at, best);
