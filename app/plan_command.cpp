@@ -168,7 +168,8 @@ int run_plan(const std::vector<std::string>& args) {
   if (parse(args,
             "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
             "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
-            "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only | --bounds-only]\n"
+            "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only | --bounds-only] [--resume FILE]\n"
+            "       (under mpirun -np N: the simulations spread over the N ranks, the same answer; --rank-timeout 600)\n"
             "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
             "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json]",
             options, positional, vm)) {

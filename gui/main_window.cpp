@@ -616,7 +616,7 @@ void MainWindow::start_estimate() {
         return top;
       },
       [this](std::vector<planner::ProvisionalPlan> plans) {
-        // Not once the simulated ranking of these inputs is in (the search channel restarts with the estimate's).
+        // Only while the simulated ranking of these inputs is still to come (it never gives way to the estimate).
         if (jobs_.pending("search") > 0) show_provisional(plans);
       },
       [this](const std::string& e) { show_error(QString("estimate: ") + QString::fromStdString(e)); });
