@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/memory_budget.hpp"
+#include "common/thread_pool.hpp"
 #include "planner/estimate.hpp"
 #include "planner/megatron.hpp"
 #include "planner/schemes/scheme.hpp"
@@ -723,12 +724,19 @@ std::vector<EstimatedPlan> rank_by_estimate(const StepInputs& in, const SearchOp
   // As the search: a plan whose graph would not fit the memory budget is left out (it could never be simulated
   // here, and the bounds the estimate starts from grow with the graph).
   const auto budget = static_cast<double>(options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes());
+  std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
+  if (options.runnable) std::erase_if(specs, [&](const PlanSpec& spec) { return !options.runnable(in, spec); });
+  // On options.threads (each candidate's estimate on its own); kept in enumeration order, then sorted.
+  std::vector<std::optional<StepEstimate>> estimates(specs.size());
+  parallel_for(
+      specs.size(), options.threads,
+      [&](std::size_t i) {
+        if (estimate_plan(in, specs[i]).bytes <= budget) estimates[i] = analytic_estimate(in, specs[i], options.hbm_headroom);
+      },
+      options.cancel);
   std::vector<EstimatedPlan> ranked;
-  for (PlanSpec& spec : enumerate_plans(in, options.schemes)) {
-    if (options.runnable && !options.runnable(in, spec)) continue;
-    if (estimate_plan(in, spec).bytes > budget) continue;
-    const StepEstimate e = analytic_estimate(in, spec, options.hbm_headroom);
-    if (e.fits) ranked.push_back({std::move(spec), e});
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (estimates[i] && estimates[i]->fits) ranked.push_back({std::move(specs[i]), *estimates[i]});
   }
   const bool by_memory = options.objective == Objective::min_hbm;
   std::sort(ranked.begin(), ranked.end(), [by_memory](const EstimatedPlan& a, const EstimatedPlan& b) {
