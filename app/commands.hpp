@@ -51,7 +51,7 @@ int run_plan_lengths(const boost::program_options::variables_map& vm, const std:
 // app/plan_estimate_command.cpp: `plan --estimate-only`, every figure labelled an estimate (JSON: "provisional").
 int run_plan_estimate_only(const planner::StepInputs& in, const planner::SearchOptions& search, bool as_json);
 // The estimate's first plans, shown while the simulator confirms them (plan on a terminal): labelled provisional.
-void print_provisional(std::ostream& out, const std::vector<planner::ProvisionalPlan>& plans, double tokens_per_step);
+void print_provisional(std::ostream& out, const std::vector<planner::EstimatedPlan>& plans, double tokens_per_step);
 // `run --lengths --switch`: the mini-batch drawn as simulate --lengths draws it, on --hw's nodes under the trainyard
 // stack (the executor's) with --gpu-profile's GPU and --collectives' library when given; its non-empty groups built under their strategies
 // (planner::minibatch_groups, graphs not finalized), and when `predict` the mini-batch simulated there. Attention

@@ -288,7 +288,7 @@ int run_plan(const std::vector<std::string>& args) {
   };
   // On a terminal, the estimate's ranking at once (labelled), while the simulator confirms; never in --json or a pipe.
   if (!as_json && objective != planner::Objective::max_seq && Progress::stderr_is_terminal()) {
-    search.estimated = [&](const std::vector<planner::ProvisionalPlan>& plans) {
+    search.estimated = [&](const std::vector<planner::EstimatedPlan>& plans) {
       progress.finish();
       print_provisional(std::cerr, plans, static_cast<double>(workload.tokens()));
     };

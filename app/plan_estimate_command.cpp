@@ -41,6 +41,18 @@ std::vector<std::string> estimate_cells(const planner::EstimatedPlan& p, double 
           "~" + format_bytes(e.hbm_bytes), "~" + format_bytes(e.dram_bytes)};
 }
 
+// The first `shown` plans as a table, every figure marked an estimate.
+void print_estimated_table(std::ostream& out, const std::vector<planner::EstimatedPlan>& ranked, std::size_t shown, double tokens) {
+  TextTable table({"rank", "scheme", "plan", "step (est.)", "tokens/s (est.)", "MFU (est.)", "peak HBM/GPU (est.)", "peak DRAM/node (est.)"},
+                  {true, false, false, true, true, true, true, true});
+  for (std::size_t i = 0; i < std::min(shown, ranked.size()); ++i) {
+    std::vector<std::string> row{std::to_string(i + 1), ranked[i].spec.scheme, ranked[i].spec.summary()};
+    for (auto& cell : estimate_cells(ranked[i], tokens)) row.push_back(std::move(cell));
+    table.add_row(std::move(row));
+  }
+  table.print(out);
+}
+
 int ranked_by_estimate(const planner::StepInputs& in, const planner::SearchOptions& search, bool as_json) {
   const std::vector<planner::EstimatedPlan> ranked = planner::rank_by_estimate(in, search);
   const auto tokens = static_cast<double>(in.workload.tokens());
@@ -56,14 +68,7 @@ int ranked_by_estimate(const planner::StepInputs& in, const planner::SearchOptio
     return 1;
   }
   std::cout << kEstimateLabel << "\n\n";
-  TextTable table({"rank", "scheme", "plan", "step (est.)", "tokens/s (est.)", "MFU (est.)", "peak HBM/GPU (est.)", "peak DRAM/node (est.)"},
-                  {true, false, false, true, true, true, true, true});
-  for (std::size_t i = 0; i < shown; ++i) {
-    std::vector<std::string> row{std::to_string(i + 1), ranked[i].spec.scheme, ranked[i].spec.summary()};
-    for (auto& cell : estimate_cells(ranked[i], tokens)) row.push_back(std::move(cell));
-    table.add_row(std::move(row));
-  }
-  table.print(std::cout);
+  print_estimated_table(std::cout, ranked, shown, tokens);
   return 0;
 }
 
@@ -97,16 +102,10 @@ int max_seq_by_estimate(const planner::StepInputs& in, const planner::SearchOpti
 
 }  // namespace
 
-void print_provisional(std::ostream& out, const std::vector<planner::ProvisionalPlan>& plans, double tokens_per_step) {
+void print_provisional(std::ostream& out, const std::vector<planner::EstimatedPlan>& plans, double tokens_per_step) {
   if (plans.empty()) return;
   out << "ESTIMATE while the simulator confirms (provisional: the analytic estimate alone; the simulated table follows)\n";
-  TextTable table({"rank", "scheme", "plan", "step (est.)", "tokens/s (est.)", "peak HBM/GPU (est.)"}, {true, false, false, true, true, true});
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    const planner::ProvisionalPlan& p = plans[i];
-    table.add_row({std::to_string(i + 1), p.spec.scheme, p.spec.summary(), "~" + format_fixed(p.step_s, 3) + " s",
-                   "~" + format_number(std::round(tokens_per_step / p.step_s)), "~" + format_bytes(p.hbm_bytes)});
-  }
-  table.print(out);
+  print_estimated_table(out, plans, plans.size(), tokens_per_step);
   out << "\n";
 }
 

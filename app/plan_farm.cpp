@@ -152,9 +152,8 @@ ResumeFile::ResumeFile(std::string path, std::string inputs_key) : path_(std::mo
   if (!exists) out_ << Json{{"trainyard.plan_resume", 1}, {"inputs", inputs_key_}}.dump() << "\n" << std::flush;
 }
 
-std::string ResumeFile::key(const planner::StepInputs& in, const planner::PlanSpec& spec) {
-  return std::to_string(in.workload.seq_len) + "|" + std::to_string(in.workload.global_batch) + "|" + spec.scheme + "|" +
-         planner::parameters_json(spec).dump();
+std::string ResumeFile::key(std::int64_t seq_len, std::int64_t global_batch, const planner::PlanSpec& spec) {
+  return std::to_string(seq_len) + "|" + std::to_string(global_batch) + "|" + spec.scheme + "|" + planner::parameters_json(spec).dump();
 }
 
 void ResumeFile::load() {
@@ -178,9 +177,7 @@ void ResumeFile::load() {
     }
     try {
       const planner::PlanSpec spec = planner::parse_parameters(j.at("scheme").get<std::string>(), j.at("parameters"), origin);
-      std::string k = std::to_string(j.at("seq_len").get<std::int64_t>()) + "|" + std::to_string(j.at("global_batch").get<std::int64_t>()) + "|" +
-                      spec.scheme + "|" + planner::parameters_json(spec).dump();
-      results_[std::move(k)] = result_of(j.at("metrics"), origin);
+      results_[key(j.at("seq_len").get<std::int64_t>(), j.at("global_batch").get<std::int64_t>(), spec)] = result_of(j.at("metrics"), origin);
     } catch (const Json::exception& e) {
       throw InputError(origin, "plan", "seq_len, global_batch, scheme, parameters and metrics", e.what());
     }
@@ -203,7 +200,7 @@ planner::SimulationFarm ResumeFile::wrap(planner::SimulationFarm inner) {
     std::vector<planner::PlanSpec> missing;
     std::vector<std::size_t> where;
     for (std::size_t i = 0; i < specs.size(); ++i) {
-      const auto found = results_.find(key(in, specs[i]));
+      const auto found = results_.find(key(in.workload.seq_len, in.workload.global_batch, specs[i]));
       if (found != results_.end()) {
         out[i] = found->second;
         ++reused_;
@@ -217,7 +214,7 @@ planner::SimulationFarm ResumeFile::wrap(planner::SimulationFarm inner) {
     for (std::size_t k = 0; k < fresh.size(); ++k) {
       out[where[k]] = fresh[k];
       if (fresh[k] && fresh[k]->failure == "cancelled") continue;  // not a result: simulated again next time
-      results_[key(in, missing[k])] = fresh[k];
+      results_[key(in.workload.seq_len, in.workload.global_batch, missing[k])] = fresh[k];
       append(in, missing[k], fresh[k]);
     }
     out_.flush();

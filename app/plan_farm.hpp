@@ -67,7 +67,7 @@ class ResumeFile {
   std::size_t loaded() const { return results_.size(); }
 
  private:
-  static std::string key(const planner::StepInputs& in, const planner::PlanSpec& spec);
+  static std::string key(std::int64_t seq_len, std::int64_t global_batch, const planner::PlanSpec& spec);
   void load();
   void append(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::optional<planner::PlanMetrics>& m);
 

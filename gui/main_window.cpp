@@ -601,21 +601,18 @@ void MainWindow::show_detail() {
 void MainWindow::start_estimate() {
   jobs_.restart("estimate");
   auto setup = setup_;
-  jobs_.submit<std::vector<planner::ProvisionalPlan>>(
+  jobs_.submit<std::vector<planner::EstimatedPlan>>(
       "estimate", 10,
       [setup] {
         planner::SearchOptions options;
         options.schemes = setup->inputs.schemes;
         options.objective = setup->inputs.objective;
         options.hbm_headroom = setup->inputs.hbm_headroom;
-        std::vector<planner::ProvisionalPlan> top;
-        for (auto& p : planner::rank_by_estimate(setup->at(setup->inputs.seq_len), options)) {
-          if (top.size() == 10) break;
-          top.push_back({std::move(p.spec), p.estimate.step_s, p.estimate.hbm_bytes, p.estimate.mfu});
-        }
-        return top;
+        std::vector<planner::EstimatedPlan> ranked = planner::rank_by_estimate(setup->at(setup->inputs.seq_len), options);
+        if (ranked.size() > 10) ranked.resize(10);
+        return ranked;
       },
-      [this](std::vector<planner::ProvisionalPlan> plans) {
+      [this](std::vector<planner::EstimatedPlan> plans) {
         // Only while the simulated ranking of these inputs is still to come (it never gives way to the estimate).
         if (jobs_.pending("search") > 0) show_provisional(plans);
       },
@@ -679,7 +676,7 @@ void MainWindow::fill_table_row(int row, const QStringList& cells, const QString
   }
 }
 
-void MainWindow::show_provisional(const std::vector<planner::ProvisionalPlan>& plans) {
+void MainWindow::show_provisional(const std::vector<planner::EstimatedPlan>& plans) {
   if (!setup_) return;
   ranked_.clear();
   provisional_ = plans;
@@ -687,17 +684,17 @@ void MainWindow::show_provisional(const std::vector<planner::ProvisionalPlan>& p
   const QSignalBlocker block(table_);
   table_->setRowCount(static_cast<int>(plans.size()));
   for (std::size_t i = 0; i < plans.size(); ++i) {
-    const auto& p = plans[i];
+    const planner::StepEstimate& e = plans[i].estimate;
     const QStringList cells{"~" + QString::number(i + 1),
-                            QString::fromStdString(p.spec.scheme),
-                            "~" + QString::number(p.step_s, 'g', 4) + " s (est.)",
-                            "~" + QString::number(std::round(tokens / p.step_s), 'f', 0),
-                            "~" + QString::number(100 * p.mfu, 'f', 1) + "%",
-                            "~" + QString::fromStdString(format_bytes(p.hbm_bytes)),
-                            "",
+                            QString::fromStdString(plans[i].spec.scheme),
+                            "~" + QString::number(e.step_s, 'g', 4) + " s (est.)",
+                            "~" + QString::number(std::round(tokens / e.step_s), 'f', 0),
+                            "~" + QString::number(100 * e.mfu, 'f', 1) + "%",
+                            "~" + QString::fromStdString(format_bytes(e.hbm_bytes)),
+                            "~" + QString::fromStdString(format_bytes(e.dram_bytes)),
                             "estimate",
                             "",
-                            QString::fromStdString(p.spec.summary())};
+                            QString::fromStdString(plans[i].spec.summary())};
     fill_table_row(static_cast<int>(i), cells, "ESTIMATE (provisional): the analytic estimate, before the simulator confirms");
   }
   search_progress_ = "search: table ranked by the estimate (provisional), the simulator confirming";

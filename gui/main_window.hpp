@@ -58,7 +58,7 @@ class MainWindow : public QMainWindow {
   bool save_chart(QWidget* chart, const QString& path);  // .png or .svg
   // The search's estimate ranking (SearchOptions::estimated), shown while it simulates: every row marked "~" and
   // "(est.)" until the simulated ranking replaces it.
-  void show_provisional(const std::vector<planner::ProvisionalPlan>& plans);
+  void show_provisional(const std::vector<planner::EstimatedPlan>& plans);
 
  signals:
   // New data reached a chart: 1 (chunk sweep), 2 (memory vs length), 3 (the selected plan: charts 3 and 4),
@@ -104,8 +104,8 @@ class MainWindow : public QMainWindow {
   std::shared_ptr<const TimelineRows> measured_rows_;
   void drop_detail();  // frees the old plan's graph and result on a worker: freeing a large one takes long
   std::vector<planner::RankedPlan> ranked_;
-  std::vector<planner::ProvisionalPlan> provisional_;  // the table's rows while ranked_ is empty and a search runs
-  std::vector<planner::PlanSpec> best_of_scheme_;      // the last search's best plan of each scheme
+  std::vector<planner::EstimatedPlan> provisional_;  // the table's rows while ranked_ is empty and a search runs
+  std::vector<planner::PlanSpec> best_of_scheme_;    // the last search's best plan of each scheme
   // What the charts draw for each scheme: the selected plan, then the search's best of the scheme.
   std::vector<planner::PlanSpec> preferred_plans() const;
   // The user picked or edited the selected plan: it stays selected while valid, and the search's winner does not

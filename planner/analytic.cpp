@@ -721,10 +721,13 @@ StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, doubl
 }
 
 std::vector<EstimatedPlan> rank_by_estimate(const StepInputs& in, const SearchOptions& options) {
+  return rank_estimated(in, enumerate_plans(in, options.schemes), options);
+}
+
+std::vector<EstimatedPlan> rank_estimated(const StepInputs& in, std::vector<PlanSpec> specs, const SearchOptions& options) {
   // As the search: a plan whose graph would not fit the memory budget is left out (it could never be simulated
   // here, and the bounds the estimate starts from grow with the graph).
   const auto budget = static_cast<double>(options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes());
-  std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
   if (options.runnable) std::erase_if(specs, [&](const PlanSpec& spec) { return !options.runnable(in, spec); });
   // On options.threads (each candidate's estimate on its own); kept in enumeration order, then sorted.
   std::vector<std::optional<StepEstimate>> estimates(specs.size());

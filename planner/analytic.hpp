@@ -17,14 +17,7 @@
 
 namespace trainyard::planner {
 
-struct StepEstimate {
-  double step_s = 0;
-  double hbm_bytes = 0;   // the fullest GPU's peak, tensors only (as PlanMetrics::peak_hbm_bytes)
-  double dram_bytes = 0;  // the fullest node's host DRAM
-  double mfu = 0;         // trainyard's convention (models/model.hpp), of the bf16 peak
-  bool fits = false;      // HBM within what the stack can allocate after `hbm_headroom`, DRAM within the node's
-};
-
+// StepEstimate and EstimatedPlan are in planner/search.hpp: the search carries them too.
 StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, double hbm_headroom);
 
 // The most the estimate has been measured above the simulator for a scheme, as a fraction of the simulation
@@ -40,11 +33,9 @@ EstimateMargin estimate_margin(const std::string& scheme);
 // `plan --estimate-only`: every configuration the search would enumerate (options.schemes, options.runnable),
 // estimated; those the estimate says fit, best first by options.objective (throughput: step time; min_hbm: peak
 // HBM), ties by scheme and summary so the order never depends on anything else.
-struct EstimatedPlan {
-  PlanSpec spec;
-  StepEstimate estimate;
-};
 std::vector<EstimatedPlan> rank_by_estimate(const StepInputs& in, const SearchOptions& options);
+// The same over `specs` (already enumerated; options.runnable still applies).
+std::vector<EstimatedPlan> rank_estimated(const StepInputs& in, std::vector<PlanSpec> specs, const SearchOptions& options);
 // The longest sequence (a multiple of 1K tokens: doubling, then bisection) at which the estimate says some
 // configuration of `scheme` fits, with the fastest such; nullopt when not even 1K does. No simulation.
 struct EstimatedMaxSeq {

@@ -209,21 +209,12 @@ bool cancelled(const SearchOptions& o) { return o.cancel && o.cancel->load(); }
 struct Candidate {
   std::size_t index;
   Bounds bounds;
-  double size;          // visits or attention blocks the graph has, roughly: what simulating it costs
-  double estimate = 0;  // the objective by the estimate (0 when not pruning by it)
-  double estimated_step_s = 0, estimated_hbm_bytes = 0, estimated_mfu = 0;  // the estimate's own figures
+  double size;                            // visits or attention blocks the graph has, roughly: what simulating it costs
+  std::optional<StepEstimate> estimated;  // when pruning by the estimate
 };
 
-// A bounded candidate with its estimate (search.hpp, prune_by_estimate).
-Candidate with_estimate(const StepInputs& in, const SearchOptions& options, const PlanSpec& spec, Candidate c) {
-  if (!options.prune_by_estimate) return c;
-  const StepEstimate e = analytic_estimate(in, spec, options.hbm_headroom);
-  c.estimate = estimate_key(options.objective, e);
-  c.estimated_step_s = e.step_s;
-  c.estimated_hbm_bytes = e.hbm_bytes;
-  c.estimated_mfu = e.mfu;
-  return c;
-}
+// The candidate's objective by the estimate; 0 when it has none (so that those sort together).
+double estimate_of(const Candidate& c, Objective o) { return c.estimated ? estimate_key(o, *c.estimated) : 0; }
 
 // What the waves have found so far: the pruning decisions of the next wave read it.
 struct WaveState {
@@ -231,10 +222,14 @@ struct WaveState {
   std::map<std::string, double> scheme_best;     // objective key of each scheme's best so far
   std::map<std::string, double> scheme_skipped;  // the best floor among each scheme's skipped candidates
   std::vector<RankedPlan> fitting;
-  // Pruning by the estimate, measured on these inputs: per scheme, how far above each simulated plan that fits
-  // the estimate was (estimate / simulation - 1), and the candidates (positions in `alive`) the estimate alone
-  // ruled out, decided again once the waves are done (run_waves).
-  std::map<std::string, std::vector<double>> over;
+  // Pruning by the estimate, measured on these inputs: per scheme, how many simulated plans that fit it was
+  // compared with and the most it was above one of them (estimate / simulation - 1); and the candidates (positions
+  // in `alive`) the estimate alone ruled out, decided again once the waves are done (run_waves).
+  struct Seen {
+    std::size_t plans = 0;
+    double most_over = 0;
+  };
+  std::map<std::string, Seen> over;
   std::vector<std::size_t> deferred;
 };
 
@@ -252,19 +247,19 @@ std::optional<double> margin_here(const WaveState& state, const std::string& sch
   const double corpus = objective == Objective::min_hbm ? m.hbm : m.step;
   const auto it = state.over.find(scheme);
   if (it == state.over.end()) return corpus;
-  const double worst = *std::max_element(it->second.begin(), it->second.end());
-  if (worst > corpus) return std::nullopt;
-  if (it->second.size() < kMarginSample) return corpus;
-  return std::min(corpus, std::max(worst, 0.0) + kMarginSlack);
+  const WaveState::Seen& seen = it->second;
+  if (seen.most_over > corpus) return std::nullopt;
+  if (seen.plans < kMarginSample) return corpus;
+  return std::min(corpus, std::max(seen.most_over, 0.0) + kMarginSlack);
 }
 
 // The least the simulation of `c` can report: its bound, or, pruning by the estimate, the estimate less its margin
 // here where that is higher.
 double floor_of(const Candidate& c, const std::string& scheme, Objective objective, bool by_estimate, const WaveState& state) {
   const double bound = bound_key(objective, c.bounds);
-  if (!by_estimate || c.estimate <= 0) return bound;
+  if (!by_estimate || !c.estimated) return bound;
   const auto margin = margin_here(state, scheme, objective);
-  return margin ? std::max(bound, c.estimate / (1 + *margin)) : bound;
+  return margin ? std::max(bound, estimate_of(c, objective) / (1 + *margin)) : bound;
 }
 
 void note_skipped(WaveState& state, const std::string& scheme, double floor) {
@@ -276,7 +271,8 @@ void note_skipped(WaveState& state, const std::string& scheme, double floor) {
 // then the smaller memory bound (the likelier to fit: a scheme's plans can only be skipped once one of them fits).
 void sort_candidates(std::vector<Candidate>& alive, Objective objective) {
   std::stable_sort(alive.begin(), alive.end(), [&](const Candidate& a, const Candidate& b) {
-    if (a.estimate != b.estimate) return a.estimate < b.estimate;
+    const double ea = estimate_of(a, objective), eb = estimate_of(b, objective);
+    if (ea != eb) return ea < eb;
     const double ka = bound_key(objective, a.bounds), kb = bound_key(objective, b.bounds);
     if (ka != kb) return ka < kb;
     if (a.size != b.size) return a.size < b.size;
@@ -285,15 +281,22 @@ void sort_candidates(std::vector<Candidate>& alive, Objective objective) {
 }
 
 // The first `top` candidates by the estimate among those it says fit.
-std::vector<ProvisionalPlan> provisional_top(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
-                                             const std::vector<Candidate>& alive) {
+std::vector<EstimatedPlan> provisional_top(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
+                                           const std::vector<Candidate>& alive) {
   const double hbm_usable = usable_hbm_bytes(in.cluster, options.hbm_headroom);
-  std::vector<ProvisionalPlan> top;
+  std::vector<EstimatedPlan> top;
   for (const Candidate& c : alive) {
     if (top.size() >= static_cast<std::size_t>(std::max(1, options.top))) break;
-    if (c.estimated_hbm_bytes <= hbm_usable) top.push_back({specs[c.index], c.estimated_step_s, c.estimated_hbm_bytes, c.estimated_mfu});
+    if (c.estimated && c.estimated->hbm_bytes <= hbm_usable) top.push_back({specs[c.index], *c.estimated});
   }
   return top;
+}
+
+// False when the estimate `e` of a plan of `scheme` shows it cannot fit even if it errs on the high side by its
+// measured margin.
+bool may_fit_by_estimate(const StepInputs& in, const std::string& scheme, const StepEstimate& e, double hbm_headroom) {
+  const double slack = 1 + estimate_margin(scheme).hbm;
+  return e.hbm_bytes / slack <= usable_hbm_bytes(in.cluster, hbm_headroom) && e.dram_bytes / slack <= in.cluster.node.host_dram_bytes.value;
 }
 
 // One spec screened in the bounds phase (on any thread): its graph's size, then why it was left out, or its candidate.
@@ -316,9 +319,12 @@ Screened screen(const StepInputs& in, const SearchOptions& options, const PlanSp
   if (options.prune &&
       (out.bounds.hbm_bytes > usable_hbm_bytes(in.cluster, options.hbm_headroom) || out.bounds.dram_bytes > in.cluster.node.host_dram_bytes.value))
     return out;
-  out.verdict = Screened::Verdict::alive;
   // The search cost only orders candidates whose bounds tie; nothing is decided on it.
-  out.candidate = with_estimate(in, options, spec, {index, out.bounds, scheme_named(spec.scheme).search_cost(in, spec)});
+  out.candidate = {index, out.bounds, scheme_named(spec.scheme).search_cost(in, spec), std::nullopt};
+  if (options.prune_by_estimate) out.candidate.estimated = analytic_estimate(in, spec, options.hbm_headroom);
+  const bool estimated_miss = options.prune_memory_by_estimate && out.candidate.estimated &&
+                              !may_fit_by_estimate(in, spec.scheme, *out.candidate.estimated, options.hbm_headroom);
+  out.verdict = estimated_miss ? Screened::Verdict::known_miss : Screened::Verdict::alive;
   return out;
 }
 
@@ -431,7 +437,7 @@ std::vector<Simulated> simulate_wave(const StepInputs& in, const SearchOptions& 
   for (std::size_t w = 0; w < wave.size(); ++w) {
     const Candidate& c = alive[wave[w]];
     if (results[w]) {
-      simulated.push_back({{wave_specs[w], *results[w], c.bounds}, c.estimate});
+      simulated.push_back({{wave_specs[w], *results[w], c.bounds}, estimate_of(c, options.objective)});
     } else if (!cancelled(options)) {
       refused.push_back(wave_specs[w]);
     }
@@ -448,7 +454,10 @@ void record_wave(std::vector<Simulated>& results, Objective objective, WaveState
       state.found.insert(std::upper_bound(state.found.begin(), state.found.end(), key), key);
       auto [it, inserted] = state.scheme_best.emplace(r.spec.scheme, key);
       if (!inserted) it->second = std::min(it->second, key);
-      if (estimate > 0 && key > 0) state.over[r.spec.scheme].push_back(estimate / key - 1);
+      if (estimate > 0 && key > 0) {
+        WaveState::Seen& seen = state.over[r.spec.scheme];
+        seen.most_over = seen.plans++ == 0 ? estimate / key - 1 : std::max(seen.most_over, estimate / key - 1);
+      }
       state.fitting.push_back(std::move(r));
     } else {
       report.simulated_misses.push_back(r.spec);
@@ -645,13 +654,6 @@ std::optional<PlanSpec> quick_plan(const StepInputs& in, const std::string& sche
 
 namespace {
 
-// False when the estimate shows the plan cannot fit even if it errs on the high side by its measured margin.
-bool may_fit_by_estimate(const StepInputs& in, const PlanSpec& spec, double hbm_headroom) {
-  const StepEstimate e = analytic_estimate(in, spec, hbm_headroom);
-  const double slack = 1 + estimate_margin(spec.scheme).hbm;
-  return e.hbm_bytes / slack <= usable_hbm_bytes(in.cluster, hbm_headroom) && e.dram_bytes / slack <= in.cluster.node.host_dram_bytes.value;
-}
-
 // Whether the estimate's HBM stayed within its measured margin above the simulator on these simulated plans.
 bool memory_estimate_held(const StepInputs& in, const std::vector<RankedPlan>& simulated, double hbm_headroom) {
   return std::all_of(simulated.begin(), simulated.end(), [&](const RankedPlan& p) {
@@ -698,16 +700,10 @@ Bracket bracket_longest(const FitsAt& fits_at, const SearchOptions& options) {
 
 // The estimate's answer for a length: some configuration within the memory budget that the estimate says fits.
 std::optional<bool> fits_by_estimate(const StepInputs& in, const SearchOptions& probe) {
-  SearchOptions one = probe;
-  one.objective = Objective::min_hbm;
-  const std::vector<PlanSpec> specs = enumerate_plans(in, probe.schemes);
+  std::vector<PlanSpec> specs = enumerate_plans(in, probe.schemes);
   if (specs.empty()) return std::nullopt;
-  return !rank_by_estimate(in, one).empty();
+  return !rank_estimated(in, std::move(specs), probe).empty();
 }
-
-}  // namespace
-
-namespace {
 
 // One of max_sequence's own searches: one scheme, its best plan only, quiet, never refusing for the memory budget.
 SearchOptions inner_search(const SearchOptions& options, const std::string& scheme, Objective objective) {
@@ -729,13 +725,8 @@ class SequenceProbes {
   SequenceProbes(const StepInputs& in, const std::string& scheme, const SearchOptions& options)
       : in_(in), options_(options), probe_(inner_search(options, scheme, Objective::min_hbm)) {
     probe_.stop_at_first_fit = true;
-    // Pruning by the estimate, a candidate whose estimated memory, less the estimate's measured margin, exceeds
-    // what the GPU or node has is not simulated either: near and above the longest length, where every candidate
-    // must be shown not to fit, this leaves the simulator only the close calls.
-    probe_.known_not_to_fit = [this](const PlanSpec& spec) {
-      return missed_by(spec, probing_->workload.seq_len) ||
-             (options_.prune_by_estimate && !may_fit_by_estimate(*probing_, spec, options_.hbm_headroom));
-    };
+    probe_.prune_memory_by_estimate = true;  // takes effect with prune_by_estimate
+    probe_.known_not_to_fit = [this](const PlanSpec& spec) { return missed_by(spec, probing_seq_); };
   }
 
   StepInputs at(std::int64_t seq) const { return StepInputs{in_.model, in_.cluster, {seq, in_.workload.global_batch}, in_.precision}; }
@@ -751,9 +742,8 @@ class SequenceProbes {
   // over_budget_at says so).
   std::optional<bool> simulated(std::int64_t seq) {
     if (const auto known = simulated_at_.find(seq); known != simulated_at_.end()) return known->second;
-    const StepInputs at_seq = at(seq);
-    probing_ = &at_seq;
-    SearchReport r = search(at_seq, probe_);
+    probing_seq_ = seq;
+    SearchReport r = search(at(seq), probe_);
     for (const PlanSpec& miss : r.simulated_misses) {
       auto [it, inserted] = missed_at_.emplace(miss.summary(), seq);
       if (!inserted) it->second = std::min(it->second, seq);
@@ -788,7 +778,7 @@ class SequenceProbes {
   const StepInputs& in_;
   const SearchOptions& options_;
   SearchOptions probe_;
-  const StepInputs* probing_ = &in_;               // the inputs at the length being probed
+  std::int64_t probing_seq_ = 0;                   // the length being probed
   std::map<std::string, std::int64_t> missed_at_;  // a configuration's summary: the shortest length it missed at
   std::map<std::int64_t, bool> over_budget_at_;    // nothing fit, and some candidate was too large
   std::map<std::int64_t, std::optional<bool>> simulated_at_;

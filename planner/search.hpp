@@ -92,10 +92,17 @@ struct RankedPlan {
   double gap = 0;
 };
 
-// A candidate as the analytic estimate sees it, before any simulation (SearchOptions::estimated): provisional.
-struct ProvisionalPlan {
+// A plan's step by the analytic estimate (planner/analytic.hpp): provisional wherever it is shown.
+struct StepEstimate {
+  double step_s = 0;
+  double hbm_bytes = 0;   // the fullest GPU's peak, tensors only (as PlanMetrics::peak_hbm_bytes)
+  double dram_bytes = 0;  // the fullest node's host DRAM
+  double mfu = 0;         // trainyard's convention (models/model.hpp), of the bf16 peak
+  bool fits = false;      // HBM within what the stack can allocate after `hbm_headroom`, DRAM within the node's
+};
+struct EstimatedPlan {
   PlanSpec spec;
-  double step_s = 0, hbm_bytes = 0, mfu = 0;  // by the estimate
+  StepEstimate estimate;
 };
 
 struct SearchOptions;
@@ -123,7 +130,7 @@ struct SearchOptions {
   bool prune_by_estimate = true;
   // With prune_by_estimate: called once the bounds phase is done with the `top` candidates the estimate ranks first
   // among those that may fit (a terminal shows them at once, labelled, while the simulator confirms).
-  std::function<void(const std::vector<ProvisionalPlan>&)> estimated;
+  std::function<void(const std::vector<EstimatedPlan>&)> estimated;
   // Memory for the graphs in flight (0: common/memory_budget.hpp's default). A candidate whose graph alone would
   // not fit is skipped (counted in over_budget); a wave runs as many simulations at once as fit together. When no
   // plan fits and some candidates were skipped so, search() throws InputError (--memory-budget) with the smallest
@@ -140,6 +147,10 @@ struct SearchOptions {
   // max_sequence's probes skip the configurations that did not fit at a shorter length.
   // Called on the worker threads of the bounds phase.
   std::function<bool(const PlanSpec&)> known_not_to_fit;
+  // With prune_by_estimate: a candidate whose estimated memory, less the estimate's measured margin, exceeds what
+  // the GPU or node has is left out as known not to fit too (max_sequence's probes: near and above the longest
+  // length, where every candidate must be shown not to fit, the simulator gets only the close calls).
+  bool prune_memory_by_estimate = false;
   // When set, only the candidates for which it returns true are enumerated (`plan --executable`: the plans the
   // chosen executor runs). Given the inputs, which max_sequence's probes change.
   std::function<bool(const StepInputs&, const PlanSpec&)> runnable;

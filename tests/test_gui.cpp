@@ -216,8 +216,8 @@ class GuiTest : public QObject {
     planner::SearchOptions options;
     options.schemes = w.setup()->inputs.schemes;
     options.top = 3;
-    std::vector<planner::ProvisionalPlan> plans;
-    options.estimated = [&](const std::vector<planner::ProvisionalPlan>& p) { plans = p; };
+    std::vector<planner::EstimatedPlan> plans;
+    options.estimated = [&](const std::vector<planner::EstimatedPlan>& p) { plans = p; };
     planner::search(w.setup()->at(w.setup()->inputs.seq_len), options);
     QVERIFY(plans.size() >= 2);
     w.show_provisional(plans);
