@@ -5,13 +5,23 @@
 set -uo pipefail
 trainyard=$1 mpiexec=$2
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+frozen=""
+trap 'rm -rf "$dir"; [ -z "$frozen" ] || kill -KILL "$frozen" 2>/dev/null' EXIT
 timeout 120 "$mpiexec" -np 2 --oversubscribe "$trainyard" plan --model llama3-8b --hw dgx-a100 --seq 1M --rank-timeout 3 \
   > "$dir/out" 2> "$dir/err" &
 run=$!
 sleep 1
+# Only this run's ranks (descendants of its timeout): ctest may run another test's plan ranks beside this one, and
+# freezing one of those hangs that test (it did in CI).
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
 frozen=""
-for pid in $(pgrep -f "$trainyard plan"); do
+for pid in $(descendants "$run"); do
   if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=1$"; then
     kill -STOP "$pid" && frozen=$pid
   fi
