@@ -1,7 +1,9 @@
 // The analytic estimate (planner/analytic.hpp) against the simulator on a corpus of configurations: every scheme,
 // A100/H100/H200 nodes, short to long sequences. Prints, per scheme, how many configurations were compared and the
-// median and 90th-percentile |estimate - simulation| / simulation of the step time and the peak HBM, the share on
-// which both say the same about fitting, and the estimate's and the simulator's time per configuration.
+// median and 90th-percentile |estimate - simulation| / simulation of the step time, the peak HBM and the peak host
+// DRAM (configurations that keep something there), the share on which both say the same about fitting, the largest
+// estimate / simulation - 1 of each (the measured margins, planner/estimate_margin.cpp), and the estimate's and the
+// simulator's time per configuration.
 //   bench_estimate [--stride N] [--max-tasks T] [--scheme NAME] [--rows FILE]
 //   (every Nth enumerated configuration; graphs above T tasks skipped; NAME: that scheme's of them alone, the same
 //   configurations as without it; FILE: one CSV row per configuration)
@@ -41,7 +43,8 @@ const std::vector<CorpusInput> kCorpus = {
 };
 
 struct Errors {
-  std::vector<double> step, hbm;
+  std::vector<double> step, hbm, dram;           // |estimate - simulation| / simulation
+  std::vector<double> step_over, hbm_over, dram_over;  // estimate / simulation - 1
   int fit_agree = 0, compared = 0;
   double estimate_s = 0, simulate_s = 0;
 };
@@ -87,25 +90,33 @@ int main(int argc, char** argv) {
       e.simulate_s += seconds_since(t0);
       ++e.compared;
       if (rows != nullptr) {
-        std::fprintf(rows, "%s,%s,%s,%lld,%s,%d,%d,%.6f,%.6f,%.0f,%lld,%.6f,%.6f,%.6f\n", c.model.c_str(), c.node.c_str(), spec.scheme.c_str(),
+        std::fprintf(rows, "%s,%s,%s,%lld,%s,%d,%d,%.6f,%.6f,%.0f,%lld,%.6f,%.6f,%.6f,%.0f,%lld\n", c.model.c_str(), c.node.c_str(), spec.scheme.c_str(),
                      static_cast<long long>(c.seq_len), planner::scheme_named(spec.scheme).summary(spec).c_str(), est.fits ? 1 : 0, sim.fits ? 1 : 0,
                      est.step_s, sim.step_s, est.hbm_bytes, static_cast<long long>(sim.peak_hbm_bytes), sim.compute_s, sim.exposed_transfer_s,
-                     sim.bubble_s);
+                     sim.bubble_s, est.dram_bytes, static_cast<long long>(sim.peak_dram_bytes));
       }
       if (est.fits == sim.fits) ++e.fit_agree;
       if (!sim.fits || sim.step_s <= 0) continue;
+      const double sim_hbm = static_cast<double>(sim.peak_hbm_bytes), sim_dram = static_cast<double>(sim.peak_dram_bytes);
       e.step.push_back(std::abs(est.step_s - sim.step_s) / sim.step_s);
-      e.hbm.push_back(std::abs(est.hbm_bytes - static_cast<double>(sim.peak_hbm_bytes)) / static_cast<double>(sim.peak_hbm_bytes));
+      e.hbm.push_back(std::abs(est.hbm_bytes - sim_hbm) / sim_hbm);
+      e.step_over.push_back(est.step_s / sim.step_s - 1);
+      e.hbm_over.push_back(est.hbm_bytes / sim_hbm - 1);
+      if (sim_dram > 0) {
+        e.dram.push_back(std::abs(est.dram_bytes - sim_dram) / sim_dram);
+        e.dram_over.push_back(est.dram_bytes / sim_dram - 1);
+      }
     }
   }
   if (rows != nullptr) std::fclose(rows);
-  std::printf("%-15s %8s %10s %10s %10s %10s %8s %12s %12s\n", "scheme", "configs", "step p50", "step p90", "hbm p50", "hbm p90", "fits",
-              "estimate ms", "simulate ms");
+  std::printf("%-15s %8s %9s %9s %9s %9s %9s %9s %8s %26s %12s %12s\n", "scheme", "configs", "step p50", "step p90", "hbm p50", "hbm p90",
+              "dram p50", "dram p90", "fits", "most over (step/hbm/dram)", "estimate ms", "simulate ms");
   for (const auto& [scheme, e] : by_scheme) {
-    std::printf("%-15s %8d %9.1f%% %9.1f%% %9.1f%% %9.1f%% %7.1f%% %12.3f %12.1f\n", scheme.c_str(), e.compared, 100 * percentile(e.step, 0.5),
-                100 * percentile(e.step, 0.9), 100 * percentile(e.hbm, 0.5), 100 * percentile(e.hbm, 0.9),
-                100.0 * e.fit_agree / std::max(1, e.compared), 1e3 * e.estimate_s / std::max(1, e.compared),
-                1e3 * e.simulate_s / std::max(1, e.compared));
+    std::printf("%-15s %8d %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %7.1f%% %8.1f%% %7.1f%% %7.1f%% %12.3f %12.1f\n", scheme.c_str(), e.compared,
+                100 * percentile(e.step, 0.5), 100 * percentile(e.step, 0.9), 100 * percentile(e.hbm, 0.5), 100 * percentile(e.hbm, 0.9),
+                100 * percentile(e.dram, 0.5), 100 * percentile(e.dram, 0.9), 100.0 * e.fit_agree / std::max(1, e.compared),
+                100 * percentile(e.step_over, 1), 100 * percentile(e.hbm_over, 1), 100 * percentile(e.dram_over, 1),
+                1e3 * e.estimate_s / std::max(1, e.compared), 1e3 * e.simulate_s / std::max(1, e.compared));
   }
   return 0;
 }

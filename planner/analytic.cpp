@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "common/memory_budget.hpp"
@@ -189,16 +190,25 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
   return exposed;
 }
 
-// The embedding's forward and backward and the LM head with the loss, for one micro-batch of `tokens` on GPU 0 over
-// a vocabulary shard: their tasks as the builders emit them (emit_embedding, emit_loss), timed by the cost model.
-// Not at the best GEMM rate, as the search's bound takes them: for a 1B model with a 128K vocabulary the head is
-// a fifth of the FLOPs.
-double ends_seconds(const StepInputs& in, std::int64_t tokens, std::int64_t vocab_shard, const LossMemory& memory) {
+// The embedding's forward and backward, and the LM head with the loss, for one micro-batch of `tokens` on GPU 0
+// over a vocabulary shard: their tasks as the builders emit them (emit_embedding, emit_loss), timed by the cost
+// model. Not at the best GEMM rate, as the search's bound takes them: for a 1B model with a 128K vocabulary the
+// head is a fifth of the FLOPs.
+double embedding_seconds(const StepInputs& in, std::int64_t tokens) {
   sim::TaskGraph g;
-  sim::TaskId at = emit_embedding(g, 0, "est", tokens, in.model.hidden, false, -1, {});
-  at = emit_loss(g, 0, "est", tokens, in.model.hidden, vocab_shard, at, {}, memory);
+  const sim::TaskId at = emit_embedding(g, 0, "est", tokens, in.model.hidden, false, -1, {});
   emit_embedding(g, 0, "est", tokens, in.model.hidden, true, at, {});
   return gpu0_compute(in, g).seconds;
+}
+
+double head_seconds(const StepInputs& in, std::int64_t tokens, std::int64_t vocab_shard, const LossMemory& memory) {
+  sim::TaskGraph g;
+  emit_loss(g, 0, "est", tokens, in.model.hidden, vocab_shard, -1, {}, memory);
+  return gpu0_compute(in, g).seconds;
+}
+
+double ends_seconds(const StepInputs& in, std::int64_t tokens, std::int64_t vocab_shard, const LossMemory& memory) {
+  return embedding_seconds(in, tokens) + head_seconds(in, tokens, vocab_shard, memory);
 }
 
 // One layer on GPU 0, one micro-batch (forward, the recomputed forward when `recompute`, backward): its attention's
@@ -266,37 +276,69 @@ SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z) {
   return e;
 }
 
-// Megatron: every stage's GPU keeps the activations of the micro-batches in flight under 1F1B (the first stage
-// the most: pp of them, or the interleaved schedule's warm-up plus one) beside its states; the last stage also
-// holds the loss's logits. The pipeline idles (pp - 1) / (vpp x micro-batches) of the busiest stage's time.
+// The fullest node's host DRAM: the builder numbers GPUs stage by stage (dp x cp x tp of them each), so a node
+// holds the GPUs of one stage, or of several consecutive ones.
+double megatron_node_dram_bytes(const StepInputs& in, const MegatronParams& p, const std::vector<double>& per_stage_gpu_bytes) {
+  const int per_node = in.cluster.topology.gpus_per_node(), stage_gpus = p.dp * p.cp * p.tp;
+  double most = 0;
+  for (int first = 0; first < in.cluster.gpus(); first += per_node) {
+    double node = 0;
+    for (int gpu = first; gpu < first + per_node && gpu < in.cluster.gpus(); ++gpu) node += per_stage_gpu_bytes[static_cast<std::size_t>(gpu / stage_gpus)];
+    most = std::max(most, node);
+  }
+  return most;
+}
+
+// Megatron: one micro-batch on each pipeline stage takes its layers, the embedding on the first stage, the LM head
+// and the loss on the last (with one stage, both). 1F1B runs the busiest stage's micro-batches back to back and
+// every other stage's once around them (the fill and the drain, divided by vpp when interleaved). Every stage's GPU
+// keeps the activations of the micro-batches in flight (the first stage the most: pp of them, or the interleaved
+// schedule's warm-up plus one) beside its states; the last stage also holds the loss's logits.
 SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& p) {
   const StepInputs& in = ctx.in;
   const SchemeBounds b = megatron_bounds(ctx, p);
   SchemeEstimate e;
   const LayerSplit split = megatron_layer_split(in, p);
   const auto mbs = static_cast<double>(megatron_micro_batches(in, p));
-  // The embedding on the first stage, the LM head and the loss on the last: with one stage, both on every GPU.
   const std::int64_t vocab_shard = (in.model.vocab + p.tp - 1) / p.tp;
+  const double layer_dense_s = dense_layer_seconds(in, split, ctx.dense_recompute > 0);
+  const std::optional<LayerExtras> extras = layer_extras(in, split, ctx.dense_recompute > 0);
+  const double embedding_s = embedding_seconds(in, split.local_tokens());
   const LossMemory loss = loss_memory(in.cluster.stack);
-  e.dense_s = b.dense_s + mbs * ends_seconds(in, split.local_tokens(), vocab_shard, loss);
+  const double head_s = head_seconds(in, split.local_tokens(), vocab_shard, loss);
+  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(in.model.layers, p);
+  const auto stage_dense_s = [&](std::size_t s) {
+    return static_cast<double>(stage_layers[s]) * layer_dense_s + (s == 0 ? embedding_s : 0) + (s + 1 == stage_layers.size() ? head_s : 0);
+  };
+  std::size_t busiest = 0;
+  double all_stages_s = 0, busiest_s = 0;
+  for (std::size_t s = 0; s < stage_layers.size(); ++s) {
+    const double stage_s = stage_dense_s(s) + static_cast<double>(stage_layers[s]) * (extras ? extras->attention_s : 0);
+    all_stages_s += stage_s;
+    if (stage_s > busiest_s) {
+      busiest_s = stage_s;
+      busiest = s;
+    }
+  }
+  const auto busiest_stage_layers = static_cast<double>(stage_layers[busiest]);
+  e.dense_s = mbs * stage_dense_s(busiest);
   e.attention_recompute = b.attention_recompute;
   e.paced_s = b.paced_s;
-  e.bubble_fraction = static_cast<double>(p.pp - 1) / (static_cast<double>(p.vpp) * mbs);
-  const std::vector<std::int64_t> stage_layers = megatron_stage_layers(in.model.layers, p);
-  const auto busiest_stage_layers = static_cast<double>(*std::max_element(stage_layers.begin(), stage_layers.end()));
-  if (const auto extras = layer_extras(in, split, ctx.dense_recompute > 0)) {
+  e.bubble_fraction = busiest_s > 0 ? (all_stages_s - busiest_s) / (static_cast<double>(p.vpp) * mbs * busiest_s) : 0;
+  if (extras) {
     e.attention_s = extras->attention_s * busiest_stage_layers * mbs;
     e.host_s = extras->issue_s * busiest_stage_layers * mbs;
   }
   const model::ParamCounts counts = in.model.param_counts();
   const double layer_params = counts.per_layer() / p.tp;
   const double busiest_stage_params = layer_params * busiest_stage_layers + static_cast<double>(in.model.vocab * in.model.hidden) / p.tp;
-  e.exposed_s = megatron_exposed_s(ctx, p, busiest_stage_layers, busiest_stage_params, b.dense_s);
+  e.exposed_s = megatron_exposed_s(ctx, p, busiest_stage_layers, busiest_stage_params, mbs * busiest_stage_layers * layer_dense_s);
   const double kept_per_layer = layer_activation_bytes(in.model, split, p.recompute).total();
   const double working = p.recompute == Recompute::full ? layer_activation_bytes(in.model, split, Recompute::none).total() : 0;
   const double states_per_param = megatron_state_bytes_per_param(in.precision, p);
   const double total_chunks = mbs * p.vpp;
-  double hbm = 0, offloaded = 0;
+  double hbm = 0;
+  std::vector<double> offloaded(static_cast<std::size_t>(p.pp), 0);  // per GPU of each stage
   for (int stage = 0; stage < p.pp; ++stage) {
     double params = layer_params * static_cast<double>(stage_layers[static_cast<std::size_t>(stage)]);
     if (stage == 0) params += counts.embedding / p.tp;
@@ -308,10 +350,10 @@ SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& 
     const double acts = in_flight * chunk_layers * kept_per_layer;
     const double logits = last ? logits_bytes(loss, static_cast<double>(split.local_tokens()), static_cast<double>(vocab_shard)) : 0;
     hbm = std::max(hbm, params * states_per_param + (p.offload_activations ? 0 : acts) + working + logits);
-    offloaded = std::max(offloaded, p.offload_activations ? acts : 0);
+    offloaded[static_cast<std::size_t>(stage)] = p.offload_activations ? acts : 0;
   }
   e.hbm_bytes = hbm;
-  e.dram_bytes = offloaded * in.cluster.topology.gpus_per_node();
+  e.dram_bytes = megatron_node_dram_bytes(in, p, offloaded);
   return e;
 }
 
@@ -680,6 +722,43 @@ double ring_estimate_hbm(const BoundContext& ctx, const RingTrackParams& p, cons
   return hbm;
 }
 
+// Host DRAM of a node. At the end of the forward it holds what the bound counts (ring_dram_bytes, less its one
+// layer's dK/dV accumulators) with the fp32 dK/dV accumulators (K/V in DRAM) of every ring position's first backward
+// layer: the builder allocates a layer's accumulators for the earlier chunks a visit ahead of its first backward
+// visit (the last chunk) and frees them after its last; each backward visit frees its chunk's K/V and checkpoint
+// there as it ends. Swept over the builder's visit order (train_schedule, one sequence consistent with every GPU's
+// clock). A ring spanning nodes leaves each node its GPUs' share.
+double ring_estimate_dram(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+  const int per_node = ctx.in.cluster.topology.gpus_per_node();
+  const double accumulators = p.kv == Placement::dram && r.C > 1 ? r.acc_chunk * (r.C - 1) : 0;
+  const double freed_per_visit = (p.kv == Placement::dram ? r.kv_token * r.c : 0) +
+                                 (p.acts == ActivationPolicy::dram ? r.kept_token * r.c : p.acts == ActivationPolicy::recompute ? r.ckpt_token * r.c : 0);
+  double now = ring_host_bytes_per_ring(ctx, p, r) - accumulators, most = now + accumulators;
+  if (freed_per_visit > 0 || accumulators > 0) {
+    const TrainSchedule schedule = train_schedule(ctx.in.model, p, ctx.in.workload.seq_len);
+    const int layers = static_cast<int>(ctx.in.model.layers), last_chunk = static_cast<int>(r.C) - 1;
+    // Per position, its backward visits (the head's too: a layer after it on its GPU waits for it) as indices in
+    // the order.
+    std::vector<std::vector<std::size_t>> visits(static_cast<std::size_t>(p.ring));
+    const auto position = [&](const Visit& v) { return static_cast<std::size_t>(schedule.stage_position[static_cast<std::size_t>(v.stage)]); };
+    for (std::size_t i = 0; i < schedule.backward.size(); ++i) visits[position(schedule.backward[i])].push_back(i);
+    const auto opens = [&](std::size_t i) { return schedule.backward[i].stage < layers && schedule.backward[i].chunk == last_chunk; };
+    for (const auto& own : visits) now += !own.empty() && opens(own.front()) ? accumulators : 0;
+    most = std::max(most, now);
+    std::vector<std::size_t> next(visits.size(), 0);
+    for (std::size_t i = 0; i < schedule.backward.size(); ++i) {
+      const Visit& v = schedule.backward[i];
+      const std::size_t pos = position(v);
+      if (v.stage < layers) now -= freed_per_visit + (v.chunk == 0 ? accumulators : 0);
+      const std::size_t after = ++next[pos];  // this position's next visit: its accumulators come as this one ends
+      if (after < visits[pos].size() && opens(visits[pos][after])) now += accumulators;
+      most = std::max(most, now);
+    }
+  }
+  const double rings_per_node = p.ring <= per_node ? static_cast<double>(per_node / p.ring) : static_cast<double>(per_node) / p.ring;
+  return most * rings_per_node;
+}
+
 }  // namespace
 
 // Ring-track: the train of visits on each ring position (visit by visit, with the K/V streaming's waits), the
@@ -702,7 +781,7 @@ SchemeEstimate ringtrack_estimate(const BoundContext& ctx, const RingTrackParams
   e.attention_s = slowest.attention_s;
   e.exposed_s = train_s - slowest.dense_s - slowest.attention_s + ring_tail_s(ctx, p, r, backward_s);
   e.hbm_bytes = ring_estimate_hbm(ctx, p, r, layer);
-  e.dram_bytes = ring_dram_bytes(ctx, p, r);
+  e.dram_bytes = ring_estimate_dram(ctx, p, r);
   return e;
 }
 

@@ -27,6 +27,7 @@ StepEstimate analytic_estimate(const StepInputs& in, const PlanSpec& spec, doubl
 struct EstimateMargin {
   double step = 0;  // of the step time
   double hbm = 0;   // of the peak HBM per GPU
+  double dram = 0;  // of the peak host DRAM per node
 };
 EstimateMargin estimate_margin(const std::string& scheme);
 

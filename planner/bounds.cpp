@@ -169,18 +169,22 @@ double ring_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const R
 
 }  // namespace
 
-double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
+double ring_host_bytes_per_ring(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const auto& pol = ctx.in.precision;
   const double S = ctx.seq_len, L = ctx.layers;
+  double host = 0;
+  if (p.kv == Placement::dram) host += r.kv_token * S * L + r.acc_chunk * (r.C - 1);
+  if (p.acts == ActivationPolicy::dram) host += r.kept_token * S * L;
+  if (p.acts == ActivationPolicy::recompute) host += r.ckpt_token * S * L;
+  if (p.states == Placement::dram) host += (ctx.states_per_param + pol.grad_bytes) * (L * ctx.layer_params + ctx.resident_params);
+  if (p.weights == WeightPolicy::stream) host += pol.weight_bytes * L * ctx.layer_params;
+  return host;
+}
+
+double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const int per_node = ctx.in.cluster.topology.gpus_per_node();
-  const double node_share = p.ring <= per_node ? static_cast<double>(per_node / p.ring) : 0;
-  double host_per_ring = 0;
-  if (p.kv == Placement::dram) host_per_ring += r.kv_token * S * L + 2 * r.kv_token * r.c * (r.C - 1);
-  if (p.acts == ActivationPolicy::dram) host_per_ring += r.kept_token * S * L;
-  if (p.acts == ActivationPolicy::recompute) host_per_ring += r.ckpt_token * S * L;
-  if (p.states == Placement::dram) host_per_ring += (ctx.states_per_param + pol.grad_bytes) * (L * ctx.layer_params + ctx.resident_params);
-  if (p.weights == WeightPolicy::stream) host_per_ring += pol.weight_bytes * L * ctx.layer_params;
-  return host_per_ring * node_share;
+  const double rings_per_node = p.ring <= per_node ? static_cast<double>(per_node / p.ring) : 0;
+  return ring_host_bytes_per_ring(ctx, p, r) * rings_per_node;
 }
 
 namespace {

@@ -104,6 +104,8 @@ std::vector<double> ring_kept_bytes(const BoundContext& ctx, const RingTrackPara
 // when K/V live in DRAM, the first backward visit's dK/dV accumulators for the earlier chunks. Whole rings per node
 // (a ring spanning nodes: no bound, to stay below the truth).
 double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r);
+// What one ring keeps in host DRAM at that turn (ring_dram_bytes before the rings per node).
+double ring_host_bytes_per_ring(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r);
 // The model states ring position `pos` holds in HBM (by where weights and states live).
 double ring_state_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r, int pos);
 SchemeBounds megatron_bounds(const BoundContext& c, const MegatronParams& p);

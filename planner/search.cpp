@@ -295,8 +295,9 @@ std::vector<EstimatedPlan> provisional_top(const StepInputs& in, const SearchOpt
 // False when the estimate `e` of a plan of `scheme` shows it cannot fit even if it errs on the high side by its
 // measured margin.
 bool may_fit_by_estimate(const StepInputs& in, const std::string& scheme, const StepEstimate& e, double hbm_headroom) {
-  const double slack = 1 + estimate_margin(scheme).hbm;
-  return e.hbm_bytes / slack <= usable_hbm_bytes(in.cluster, hbm_headroom) && e.dram_bytes / slack <= in.cluster.node.host_dram_bytes.value;
+  const EstimateMargin margin = estimate_margin(scheme);
+  return e.hbm_bytes / (1 + margin.hbm) <= usable_hbm_bytes(in.cluster, hbm_headroom) &&
+         e.dram_bytes / (1 + margin.dram) <= in.cluster.node.host_dram_bytes.value;
 }
 
 // One spec screened in the bounds phase (on any thread): its graph's size, then why it was left out, or its candidate.
@@ -654,11 +655,14 @@ std::optional<PlanSpec> quick_plan(const StepInputs& in, const std::string& sche
 
 namespace {
 
-// Whether the estimate's HBM stayed within its measured margin above the simulator on these simulated plans.
+// Whether the estimate's HBM and DRAM stayed within their measured margins above the simulator on these simulated
+// plans.
 bool memory_estimate_held(const StepInputs& in, const std::vector<RankedPlan>& simulated, double hbm_headroom) {
   return std::all_of(simulated.begin(), simulated.end(), [&](const RankedPlan& p) {
-    const double over = analytic_estimate(in, p.spec, hbm_headroom).hbm_bytes / static_cast<double>(p.metrics.peak_hbm_bytes) - 1;
-    return over <= estimate_margin(p.spec.scheme).hbm;
+    const StepEstimate e = analytic_estimate(in, p.spec, hbm_headroom);
+    const EstimateMargin margin = estimate_margin(p.spec.scheme);
+    const auto dram = static_cast<double>(p.metrics.peak_dram_bytes);
+    return e.hbm_bytes / static_cast<double>(p.metrics.peak_hbm_bytes) - 1 <= margin.hbm && (dram <= 0 || e.dram_bytes / dram - 1 <= margin.dram);
   });
 }
 
@@ -806,6 +810,7 @@ std::optional<MaxSeqResult> max_sequence(const StepInputs& in, const std::string
   SearchOptions best = inner_search(options, scheme, Objective::throughput);
   best.cancel = nullptr;  // one search at a length known to fit: finish it, so an interrupted probe still has a plan
   best.known_not_to_fit = [&](const PlanSpec& spec) { return probes.missed_by(spec, b.good); };  // the probes simulated them
+  best.prune_memory_by_estimate = true;  // as the probes: near the limit most candidates do not fit
   SearchReport r = search(at, best);
   if (options.prune_by_estimate && !memory_estimate_held(at, r.ranked, options.hbm_headroom)) {
     // The estimate erred on these inputs beyond its measured margin, so its "does not fit" may have been wrong: the

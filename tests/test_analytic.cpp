@@ -22,7 +22,7 @@ namespace {
 
 struct Agreement {
   std::vector<double> step, hbm;
-  std::vector<double> step_over, hbm_over;  // estimate / simulation - 1, signed
+  std::vector<double> step_over, hbm_over, dram_over;  // estimate / simulation - 1, signed (DRAM: where the plan keeps some)
   int compared = 0, fits_agree = 0;
 };
 
@@ -50,6 +50,7 @@ void add_agreement(std::map<std::string, Agreement>& out, const std::string& mod
     a.hbm.push_back(std::abs(e.hbm_bytes - static_cast<double>(s.peak_hbm_bytes)) / static_cast<double>(s.peak_hbm_bytes));
     a.step_over.push_back(e.step_s / s.step_s - 1);
     a.hbm_over.push_back(e.hbm_bytes / static_cast<double>(s.peak_hbm_bytes) - 1);
+    if (s.peak_dram_bytes > 0) a.dram_over.push_back(e.dram_bytes / static_cast<double>(s.peak_dram_bytes) - 1);
   }
 }
 
@@ -79,6 +80,9 @@ TEST(Analytic, AgreesWithTheSimulatorAsRecorded) {
     };
     EXPECT_LE(share_beyond(a.step_over, margin.step), 0.02) << scheme << ": the estimate's step above the simulation beyond its margin";
     EXPECT_LE(share_beyond(a.hbm_over, margin.hbm), 0.02) << scheme << ": the estimate's HBM above the simulation beyond its margin";
+    if (!a.dram_over.empty()) {
+      EXPECT_LE(share_beyond(a.dram_over, margin.dram), 0.02) << scheme << ": the estimate's DRAM above the simulation beyond its margin";
+    }
   }
 }
 
