@@ -16,6 +16,7 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // The legend's key for hollow markers (chart 2's sit at what the step needed when it ran out: gui/README.md).
 const QString kMiss = "does not fit";
+const QString kEstimated = "faded: estimate, until simulated";
 
 QChart* new_chart(const QString& title) {
   auto* chart = new QChart();
@@ -53,13 +54,23 @@ QScatterSeries* new_markers(QChart* chart, const QString& name, const SchemeStyl
   return s;
 }
 
-// The legend: one entry per scheme (its filled marker, in its colour) and one saying what hollow markers mean.
-void set_legend(QChart* chart, const std::map<std::string, QScatterSeries*>& scheme_markers, const QString& hollow_meaning) {
+// The analytic estimate's provisional points: the scheme's marker, smaller and faded.
+QScatterSeries* new_estimate_markers(QChart* chart, const QString& name, SchemeStyle style, const std::vector<QAbstractAxis*>& axes) {
+  style.color.setAlpha(70);
+  style.marker_size *= 0.8;
+  QScatterSeries* s = new_markers(chart, name, style, false, axes);
+  s->setPen(QPen(style.color));
+  return s;
+}
+
+// The legend: one entry per scheme (its filled marker, in its colour) and the keys saying what hollow and faded
+// markers mean.
+void set_legend(QChart* chart, const std::map<std::string, QScatterSeries*>& scheme_markers) {
   chart->legend()->setMarkerShape(QLegend::MarkerShapeFromSeries);
   for (auto* marker : chart->legend()->markers()) {
     bool shown = false;
     for (const auto& [scheme, series] : scheme_markers) shown = shown || marker->series() == series;
-    marker->setVisible(shown || marker->label() == hollow_meaning);
+    marker->setVisible(shown || marker->label() == kMiss || marker->label() == kEstimated);
   }
 }
 
@@ -67,7 +78,7 @@ void set_legend(QChart* chart, const std::map<std::string, QScatterSeries*>& sch
 // a dashed one (the second), and markers and hollow "does not fit" markers on the first measure's points.
 struct SchemeSeries {
   QLineSeries *solid = nullptr, *dashed = nullptr;
-  QScatterSeries *markers = nullptr, *misses = nullptr;
+  QScatterSeries *markers = nullptr, *misses = nullptr, *estimated = nullptr;
 };
 SchemeSeries add_scheme_series(QChart* c, const std::string& scheme, std::size_t index, std::size_t schemes, const QString& first,
                                const std::vector<QAbstractAxis*>& first_axes, const QString& second, const std::vector<QAbstractAxis*>& second_axes) {
@@ -78,12 +89,24 @@ SchemeSeries add_scheme_series(QChart* c, const std::string& scheme, std::size_t
   s.dashed = new_line(c, name + " " + second, style.color, Qt::DashLine, style.line_width, second_axes);
   s.markers = new_markers(c, name, style, false, first_axes);
   s.misses = new_markers(c, name + " does not fit", style, true, first_axes);
+  s.estimated = new_estimate_markers(c, name + " (estimate)", style, first_axes);
   return s;
 }
 
-// A legend-only series explaining hollow markers.
-void add_hollow_key(QChart* chart, const QString& meaning, const std::vector<QAbstractAxis*>& axes) {
-  new_markers(chart, meaning, {QColor(Qt::darkGray), QScatterSeries::MarkerShapeCircle, 2, 8}, true, axes);
+// Legend-only series explaining hollow and faded markers.
+void add_marker_keys(QChart* chart, const std::vector<QAbstractAxis*>& axes) {
+  const SchemeStyle key{QColor(Qt::darkGray), QScatterSeries::MarkerShapeCircle, 2, 8};
+  new_markers(chart, kMiss, key, true, axes);
+  new_estimate_markers(chart, kEstimated, key, axes);
+}
+
+// Removes the points of `series` at `x` (every point when x is 0: a plan without a chunk spans the axis).
+void remove_at(QXYSeries* series, double x) {
+  QList<QPointF> kept;
+  for (const QPointF& p : series->points()) {
+    if (x > 0 && p.x() != x) kept.push_back(p);
+  }
+  if (kept.size() != series->count()) series->replace(kept);
 }
 
 // Empties a chart for a new set of series and axes.
@@ -213,17 +236,18 @@ void ChunkChart::reset(const std::vector<std::string>& schemes, std::int64_t min
   for (std::size_t i = 0; i < schemes.size(); ++i) {
     const auto added = add_scheme_series(c, schemes[i], i, schemes.size(), "MFU", {x_, mfu_axis_}, "step", {x_, step_axis_});
     legend[schemes[i]] = added.markers;
-    series_[schemes[i]] = {added.solid, added.dashed, added.markers, added.misses};
+    series_[schemes[i]] = {added.solid, added.dashed, added.markers, added.misses, added.estimated};
   }
-  add_hollow_key(c, kMiss, {x_, mfu_axis_});
-  set_legend(c, legend, kMiss);
+  add_marker_keys(c, {x_, mfu_axis_});
+  set_legend(c, legend);
 }
 
 void ChunkChart::clear_scheme(const std::string& scheme) {
   left_out_.clear(scheme);
   const auto it = series_.find(scheme);
   if (it == series_.end()) return;
-  for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.mfu, it->second.step, it->second.markers, it->second.misses}) s->clear();
+  for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.mfu, it->second.step, it->second.markers, it->second.misses, it->second.estimated})
+    s->clear();
   if (it->second.band) {
     it->second.band->upperSeries()->clear();
     it->second.band->lowerSeries()->clear();
@@ -273,6 +297,8 @@ void ChunkChart::add_point(const Point& p) {
     return;
   }
   Series& s = it->second;
+  if (p.provisional) return add_estimate(s, p);
+  remove_at(s.estimated, static_cast<double>(p.x));
   if (!p.metrics.fits) {
     if (p.x > 0) insert_sorted(s.misses, {static_cast<double>(p.x), 0});
     return;
@@ -297,6 +323,24 @@ void ChunkChart::add_point(const Point& p) {
   ++s.points;
   step_max_s_ = std::max(step_max_s_, step);
   step_axis_->setRange(0, step_max_s_ * 1.1);
+}
+
+// A provisional point: the estimate's MFU (0 when it says the plan does not fit), unless the simulated point is in.
+void ChunkChart::add_estimate(Series& s, const Point& p) {
+  const double x = static_cast<double>(p.x), mfu = p.metrics.fits ? 100 * p.metrics.mfu : 0;
+  const auto simulated_at = [&](const QXYSeries* series) {
+    const QList<QPointF> points = series->points();
+    return std::any_of(points.begin(), points.end(), [&](QPointF q) { return p.x == 0 || q.x() == x; });
+  };
+  if (simulated_at(s.markers) || simulated_at(s.misses)) return;
+  remove_at(s.estimated, x);
+  if (p.x > 0) insert_sorted(s.estimated, {x, mfu});
+  else s.estimated->replace(QList<QPointF>{{static_cast<double>(min_chunk_), mfu}, {static_cast<double>(max_chunk_), mfu}});
+}
+
+int ChunkChart::estimated_points(const std::string& scheme) const {
+  const auto it = series_.find(scheme);
+  return it == series_.end() ? 0 : static_cast<int>(it->second.estimated->count());
 }
 
 int ChunkChart::points(const std::string& scheme) const {
@@ -341,9 +385,9 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
   for (std::size_t i = 0; i < schemes.size(); ++i) {
     const auto added = add_scheme_series(c, schemes[i], i, schemes.size(), "HBM", {x_, y_}, "DRAM", {x_, y_});
     legend[schemes[i]] = added.markers;
-    series_[schemes[i]] = {added.solid, added.dashed, added.markers, added.misses};
+    series_[schemes[i]] = {added.solid, added.dashed, added.markers, added.misses, added.estimated};
   }
-  add_hollow_key(c, kMiss, {x_, y_});
+  add_marker_keys(c, {x_, y_});
   hbm_capacity_ = new_line(c, "HBM size", Qt::black, Qt::SolidLine, 2, {x_, y_});
   dram_capacity_ = new_line(c, "DRAM size", Qt::black, Qt::DashDotLine, 2, {x_, y_});
   // Without inputs (an error is shown) there are no capacities to draw.
@@ -353,14 +397,15 @@ void MemoryChart::reset(const std::vector<std::string>& schemes, const std::vect
   y_min_ = hbm_capacity_bytes > 0 ? hbm_capacity_bytes / kGiB / 8 : 1;
   y_max_ = dram_capacity_bytes > 0 ? dram_capacity_bytes / kGiB * 2 : 1024;
   set_log_range(y_, y_min_, y_max_);
-  set_legend(c, legend, kMiss);
+  set_legend(c, legend);
 }
 
 void MemoryChart::clear_scheme(const std::string& scheme) {
   left_out_.clear(scheme);
   const auto it = series_.find(scheme);
   if (it == series_.end()) return;
-  for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.hbm, it->second.dram, it->second.markers, it->second.misses}) s->clear();
+  for (QXYSeries* s : std::initializer_list<QXYSeries*>{it->second.hbm, it->second.dram, it->second.markers, it->second.misses, it->second.estimated})
+    s->clear();
   it->second.missed_lengths = 0;
 }
 
@@ -374,6 +419,17 @@ void MemoryChart::add_point(const Point& p) {
   const double x = static_cast<double>(p.x);
   const double hbm = static_cast<double>(p.hbm_needed_bytes) / kGiB, dram = static_cast<double>(p.dram_needed_bytes) / kGiB;
   Series& s = it->second;
+  if (p.provisional) {  // the estimate's HBM and DRAM, unless the simulated point is in
+    const QList<QPointF> done = s.hbm->points() + s.misses->points();
+    if (std::none_of(done.begin(), done.end(), [&](QPointF q) { return q.x() == x; })) {
+      remove_at(s.estimated, x);
+      for (double v : {hbm, dram}) {
+        if (v > 0) insert_sorted(s.estimated, {x, v});
+      }
+    }
+    return;
+  }
+  remove_at(s.estimated, x);
   if (p.metrics.fits) {
     if (hbm > 0) insert_sorted(s.hbm, {x, hbm}), insert_sorted(s.markers, {x, hbm});
     if (dram > 0) insert_sorted(s.dram, {x, dram});
@@ -387,6 +443,11 @@ void MemoryChart::add_point(const Point& p) {
     if (v > 0) y_min_ = std::min(y_min_, v / 1.5), y_max_ = std::max(y_max_, v * 1.5);
   }
   set_log_range(y_, y_min_, y_max_);
+}
+
+int MemoryChart::estimated_points(const std::string& scheme) const {
+  const auto it = series_.find(scheme);
+  return it == series_.end() ? 0 : static_cast<int>(it->second.estimated->count());
 }
 
 int MemoryChart::points(const std::string& scheme) const {

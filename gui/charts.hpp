@@ -31,7 +31,8 @@ SchemeStyle scheme_style(const std::string& scheme, std::size_t index, std::size
 
 // Chart 1: MFU (solid, left axis, filled markers) and step time (dashed, right axis) against the chunk length, one
 // colour and marker shape per scheme; schemes without a chunk are flat lines across the range; chunks that do
-// not fit are the scheme's marker drawn hollow on the axis.
+// not fit are the scheme's marker drawn hollow on the axis. Until a point is simulated, the analytic estimate's
+// (Point::provisional) stands in for it as the scheme's marker, smaller and faded (MFU only, no line).
 // The points a chart could not draw (Point::skipped: a graph too large to simulate here, or no valid plan),
 // counted per scheme and said under the chart's title, so that a gap in a curve is not read as the scheme's limit.
 class LeftOutPoints {
@@ -61,6 +62,7 @@ class ChunkChart : public QChartView {
   void set_error_bar(const std::string& scheme, const app::ErrorBar& bar);
   QList<QPointF> band(const std::string& scheme, bool upper) const;  // the band's edge, (chunk, seconds)
   int points(const std::string& scheme) const;                       // MFU points shown (flat lines count 1)
+  int estimated_points(const std::string& scheme) const;             // provisional points still shown
   QList<QPointF> misses(const std::string& scheme) const;            // (chunk, 0) of the chunks that do not fit
   int left_out() const { return left_out_.count(); }
 
@@ -70,11 +72,13 @@ class ChunkChart : public QChartView {
     QLineSeries* step = nullptr;
     QScatterSeries* markers = nullptr;   // on the MFU points
     QScatterSeries* misses = nullptr;    // hollow, on the axis
+    QScatterSeries* estimated = nullptr;  // faded: the estimate's MFU where nothing is simulated yet
     QAreaSeries* band = nullptr;         // the error bar's band around the step time (none: no bar)
     double band_low = 1, band_high = 1;  // the step's factors at the band's edges
     int points = 0;
   };
   void add_to_band(Series& s, const QPointF& step_point);
+  void add_estimate(Series& s, const Point& p);
   QLogValueAxis* x_ = nullptr;
   QValueAxis* mfu_axis_ = nullptr;
   QValueAxis* step_axis_ = nullptr;
@@ -87,7 +91,8 @@ class ChunkChart : public QChartView {
 // Chart 2: peak HBM per GPU (solid, filled markers) and peak DRAM per node (dashed) against the sequence length,
 // per scheme, with the two capacities as horizontal lines: where a curve crosses its line, that scheme stops
 // fitting. The lines join the lengths that fit; a length that does not fit is the scheme's marker drawn hollow
-// at what the step needed when it ran out (at least that much), for HBM and DRAM.
+// at what the step needed when it ran out (at least that much), for HBM and DRAM. Until a length is simulated,
+// the estimate's HBM and DRAM stand in for it as faded markers.
 class MemoryChart : public QChartView {
   Q_OBJECT
  public:
@@ -97,6 +102,7 @@ class MemoryChart : public QChartView {
   void clear_scheme(const std::string& scheme);
   void add_point(const Point& p);
   int points(const std::string& scheme) const;                 // HBM points shown for the scheme
+  int estimated_points(const std::string& scheme) const;       // provisional HBM and DRAM points still shown
   QList<QPointF> hbm_points(const std::string& scheme) const;  // (length, GiB) of the lengths that fit, by length
   QList<QPointF> misses(const std::string& scheme) const;      // (length, GiB needed) of those that do not, HBM and DRAM
   int total_points() const;
@@ -108,6 +114,7 @@ class MemoryChart : public QChartView {
     QLineSeries* dram = nullptr;
     QScatterSeries* markers = nullptr;  // on the HBM points
     QScatterSeries* misses = nullptr;   // hollow
+    QScatterSeries* estimated = nullptr;  // faded: the estimate's HBM and DRAM where nothing is simulated yet
     int missed_lengths = 0;
   };
   QLogValueAxis* x_ = nullptr;

@@ -1,5 +1,7 @@
 #include "gui/main_window.hpp"
 
+#include <set>
+
 #include <QBuffer>
 #include <QFileDialog>
 #include <QFormLayout>
@@ -303,6 +305,7 @@ void MainWindow::recompute_all() {
   jobs_.restart("search");
   ranked_.clear();
   best_of_scheme_.clear();
+  chart_estimates_ = {};
   table_->setRowCount(0);
   drop_detail();
   try {
@@ -346,12 +349,19 @@ void MainWindow::recompute_all() {
     }
   }
   if (low == 0) low = 1024, high = 256 * 1024;
-  start_estimate();  // first, so that a worker takes it before any chart point
   chunk_chart_->reset(schemes, low, high);
   for (const auto& scheme : schemes) chunk_chart_->set_error_bar(scheme, error_bar_of(*setup_, scheme));
   memory_chart_->reset(schemes, memory_sweep_lengths(setup_->inputs.seq_len), setup_->cluster.node.gpu.hbm_bytes.value,
                        setup_->cluster.node.host_dram_bytes.value);
-  for (const auto& scheme : schemes) {
+  start_estimate(pick);
+  update_status();
+}
+
+// The simulations of a set of inputs: the chart points, the selected plan (or the quick pick of `pick`'s scheme
+// first) and the search. Started once the estimate is drawn, so that it has every core until then.
+void MainWindow::start_simulations(const std::string& pick) {
+  if (!setup_) return;
+  for (const auto& scheme : setup_->inputs.schemes) {
     if (selected_ || scheme != pick) {
       start_chunk_chart(scheme);
       start_memory_chart(scheme);
@@ -487,6 +497,7 @@ void MainWindow::start_chunk_chart(const std::string& scheme) {
   const std::string channel = chart_channel("chunk", scheme);
   const auto cancel = jobs_.restart(channel);
   chunk_chart_->clear_scheme(scheme);
+  show_chart_estimates(scheme);
   if (!setup_) return;
   auto setup = setup_;
   const auto preferred = preferred_plans();
@@ -518,6 +529,7 @@ void MainWindow::start_memory_chart(const std::string& scheme) {
   const std::string channel = chart_channel("memory", scheme);
   const auto cancel = jobs_.restart(channel);
   memory_chart_->clear_scheme(scheme);
+  show_chart_estimates(scheme);
   if (!setup_) return;
   auto setup = setup_;
   const auto preferred = preferred_plans();
@@ -596,27 +608,59 @@ void MainWindow::show_detail() {
   emit chart_updated(3);
 }
 
-// The estimate's ranking of the same candidates (planner/analytic.hpp), ahead of every other job: drawn as
-// provisional until the simulated ranking lands.
-void MainWindow::start_estimate() {
+// The estimate's ranking of the same candidates (planner/analytic.hpp), and charts 1 and 2 from the estimate for
+// the panel's plan and the estimate's best of each scheme, before any simulation starts (start_simulations): drawn
+// as provisional until the simulated ranking and points land.
+struct MainWindow::Estimated {
+  std::vector<planner::EstimatedPlan> top;
+  ChartEstimates charts;
+};
+
+void MainWindow::start_estimate(const std::string& pick) {
   jobs_.restart("estimate");
   auto setup = setup_;
-  jobs_.submit<std::vector<planner::EstimatedPlan>>(
+  std::vector<planner::PlanSpec> preferred;
+  if (selected_) preferred.push_back(*selected_);
+  jobs_.submit<Estimated>(
       "estimate", 10,
-      [setup] {
+      [setup, preferred]() mutable {
         planner::SearchOptions options;
         options.schemes = setup->inputs.schemes;
         options.objective = setup->inputs.objective;
         options.hbm_headroom = setup->inputs.hbm_headroom;
-        std::vector<planner::EstimatedPlan> ranked = planner::rank_by_estimate(setup->at(setup->inputs.seq_len), options);
-        if (ranked.size() > 10) ranked.resize(10);
-        return ranked;
+        Estimated out;
+        out.top = planner::rank_by_estimate(setup->at(setup->inputs.seq_len), options);
+        std::set<std::string> seen;  // the ranking is best first: each scheme's first is its best
+        for (const auto& plan : out.top) {
+          if (seen.insert(plan.spec.scheme).second) preferred.push_back(plan.spec);
+        }
+        if (out.top.size() > 10) out.top.resize(10);
+        out.charts = estimate_charts(*setup, preferred);
+        return out;
       },
-      [this](std::vector<planner::EstimatedPlan> plans) {
+      [this, pick](Estimated e) {
+        start_simulations(pick);
         // Only while the simulated ranking of these inputs is still to come (it never gives way to the estimate).
-        if (jobs_.pending("search") > 0) show_provisional(plans);
+        if (jobs_.pending("search") > 0) show_provisional(e.top);
+        chart_estimates_ = std::move(e.charts);
+        for (const auto& scheme : planner::scheme_names()) show_chart_estimates(scheme);
+        emit chart_updated(7);
       },
-      [this](const std::string& e) { show_error(QString("estimate: ") + QString::fromStdString(e)); });
+      [this, pick](const std::string& e) {
+        start_simulations(pick);
+        show_error(QString("estimate: ") + QString::fromStdString(e));
+      });
+}
+
+// A chart keeps a provisional point only until the simulated one of the same scheme and x is in, and shows one
+// once however often it is given (charts.hpp).
+void MainWindow::show_chart_estimates(const std::string& scheme) {
+  for (const Point& p : chart_estimates_.chunk) {
+    if (p.scheme == scheme) chunk_chart_->add_point(p);
+  }
+  for (const Point& p : chart_estimates_.memory) {
+    if (p.scheme == scheme) memory_chart_->add_point(p);
+  }
 }
 
 void MainWindow::start_search() {

@@ -62,7 +62,8 @@ class MainWindow : public QMainWindow {
 
  signals:
   // New data reached a chart: 1 (chunk sweep), 2 (memory vs length), 3 (the selected plan: charts 3 and 4),
-  // 5 (the ranked table), 6 (the ranked table by the estimate, provisional). The benchmark times the controls with it.
+  // 5 (the ranked table), 6 (the ranked table by the estimate, provisional), 7 (charts 1 and 2 by the estimate,
+  // provisional). The benchmark times the controls with it.
   void chart_updated(int chart);
 
  private:
@@ -86,7 +87,10 @@ class MainWindow : public QMainWindow {
   void start_memory_chart(const std::string& scheme);
   void start_selected_plan();
   void start_search();
-  void start_estimate();
+  struct Estimated;  // the estimate job's answer
+  void start_estimate(const std::string& pick);
+  void start_simulations(const std::string& pick);
+  void show_chart_estimates(const std::string& scheme);  // the kept provisional points of one scheme, again
   void show_detail();
   void show_comparison();  // the compare tab and the timeline's overlay: the selected plan against the measured trace
   void show_ranked(const planner::SearchReport& report);
@@ -105,6 +109,7 @@ class MainWindow : public QMainWindow {
   void drop_detail();  // frees the old plan's graph and result on a worker: freeing a large one takes long
   std::vector<planner::RankedPlan> ranked_;
   std::vector<planner::EstimatedPlan> provisional_;  // the table's rows while ranked_ is empty and a search runs
+  ChartEstimates chart_estimates_;                   // charts 1 and 2 by the estimate for these inputs
   std::vector<planner::PlanSpec> best_of_scheme_;    // the last search's best plan of each scheme
   // What the charts draw for each scheme: the selected plan, then the search's best of the scheme.
   std::vector<planner::PlanSpec> preferred_plans() const;

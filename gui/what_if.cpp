@@ -9,6 +9,7 @@
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
+#include "planner/analytic.hpp"
 #include "planner/estimate.hpp"
 #include "sim/report.hpp"
 
@@ -137,28 +138,82 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
   return p;
 }
 
-std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme, const std::vector<planner::PlanSpec>& preferred,
-                                            double hbm_headroom) {
-  std::optional<planner::PlanSpec> spec;
+namespace {
+
+// The first of `preferred` that is of `scheme` and valid at this step.
+std::optional<planner::PlanSpec> first_valid(const planner::StepInputs& in, const std::string& scheme, const std::vector<planner::PlanSpec>& preferred) {
   for (const auto& p : preferred) {
-    if (p.scheme != scheme || spec) continue;
+    if (p.scheme != scheme) continue;
     try {
       planner::check_plan(in, p);
-      spec = p;
+      return p;
     } catch (const InputError&) {
       // not valid at this length (a batch the degrees do not divide, say): the next choice
     }
   }
-  if (!spec) spec = planner::quick_plan(in, scheme, hbm_headroom);
-  if (!spec || !has_chunk(scheme)) return spec;
+  return std::nullopt;
+}
+
+// `spec` with a chunk the charts can use at this length (see chart_plan).
+std::optional<planner::PlanSpec> with_chart_chunk(const planner::StepInputs& in, std::optional<planner::PlanSpec> spec) {
+  if (!spec || !has_chunk(spec->scheme)) return spec;
   const std::int64_t S = in.workload.seq_len;
   // The chunk must divide this length and keep the graph small enough; otherwise the nearest one that does.
-  const std::vector<std::int64_t> chunks = chunk_sweep(scheme, S);
+  const std::vector<std::int64_t> chunks = chunk_sweep(spec->scheme, S);
   if (chunks.empty()) return std::nullopt;
   const std::int64_t chunk = chunk_of(*spec);
   if (std::find(chunks.begin(), chunks.end(), chunk) != chunks.end()) return spec;
   const auto above = std::lower_bound(chunks.begin(), chunks.end(), chunk);
   return with_chunk(*spec, above == chunks.end() ? chunks.back() : *above);
+}
+
+}  // namespace
+
+std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const std::string& scheme, const std::vector<planner::PlanSpec>& preferred,
+                                            double hbm_headroom) {
+  std::optional<planner::PlanSpec> spec = first_valid(in, scheme, preferred);
+  if (!spec) spec = planner::quick_plan(in, scheme, hbm_headroom);
+  return with_chart_chunk(in, spec);
+}
+
+Point estimate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x) {
+  Point p;
+  p.scheme = spec.scheme;
+  p.x = x;
+  p.summary = spec.summary();
+  p.provisional = true;
+  const planner::StepEstimate e = planner::analytic_estimate(in, spec, hbm_headroom);
+  p.metrics.fits = e.fits;
+  p.metrics.step_s = e.step_s;
+  p.metrics.mfu = e.mfu;
+  p.metrics.tokens_per_s = e.step_s > 0 ? static_cast<double>(in.workload.tokens()) / e.step_s : 0;
+  p.metrics.peak_hbm_bytes = static_cast<std::int64_t>(e.hbm_bytes);
+  p.metrics.peak_dram_bytes = static_cast<std::int64_t>(e.dram_bytes);
+  p.hbm_needed_bytes = p.metrics.peak_hbm_bytes;
+  p.dram_needed_bytes = p.metrics.peak_dram_bytes;
+  return p;
+}
+
+ChartEstimates estimate_charts(const Setup& setup, const std::vector<planner::PlanSpec>& preferred) {
+  ChartEstimates out;
+  const double headroom = setup.inputs.hbm_headroom;
+  const planner::StepInputs at_seq = setup.at(setup.inputs.seq_len);
+  for (const auto& scheme : setup.inputs.schemes) {
+    const std::optional<planner::PlanSpec> spec = with_chart_chunk(at_seq, first_valid(at_seq, scheme, preferred));
+    if (spec) {
+      std::vector<std::int64_t> chunks = chunk_sweep(scheme, setup.inputs.seq_len);
+      if (chunks.empty()) chunks.push_back(0);
+      for (std::int64_t c : chunks) {
+        const planner::PlanSpec point = c > 0 ? with_chunk(*spec, c) : *spec;
+        if (first_valid(at_seq, scheme, {point})) out.chunk.push_back(estimate_point(at_seq, point, headroom, c));
+      }
+    }
+    for (std::int64_t length : memory_sweep_lengths(setup.inputs.seq_len)) {
+      const planner::StepInputs in = setup.at(length);
+      if (const auto here = with_chart_chunk(in, first_valid(in, scheme, preferred))) out.memory.push_back(estimate_point(in, *here, headroom, length));
+    }
+  }
+  return out;
 }
 
 PlanDetail simulate_plan_detail(std::shared_ptr<const Setup> setup, const planner::PlanSpec& spec, const std::atomic<bool>* cancel) {

@@ -80,6 +80,7 @@ struct Point {
   // needed at that moment (at least this much, then).
   std::int64_t hbm_needed_bytes = 0, dram_needed_bytes = 0;
   bool out_of_memory = false;
+  bool provisional = false;  // from the analytic estimate, not simulated: drawn as such until the simulated point comes
 };
 // What every graph the GUI builds holds while it is built and simulated (chart points, the selected plan, the
 // plan search): one budget for all of them, common/memory_budget.hpp's default.
@@ -88,6 +89,17 @@ MemoryGate& graph_memory_gate();
 // `cancel` (optional) stops the simulation early once set; the point is then of no use.
 Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x,
                      const std::atomic<bool>* cancel = nullptr);
+
+// A chart point from the analytic estimate (planner/analytic.hpp), marked provisional; nothing is built or simulated.
+Point estimate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x);
+
+// Every chart point of charts 1 and 2 from the estimate, for the configurations of `preferred` (the parameter
+// panel's plan, then the estimate's best of each scheme): the simulated points replace them as they come. A scheme
+// or length where none of `preferred` is valid gets no provisional point (its simulated one still comes).
+struct ChartEstimates {
+  std::vector<Point> chunk, memory;  // chart 1's, chart 2's
+};
+ChartEstimates estimate_charts(const Setup& setup, const std::vector<planner::PlanSpec>& preferred);
 
 // The configuration the charts draw for `scheme` at a step: the first of `preferred` that is of that scheme and
 // valid there (the window passes the parameter panel's plan, then the search's best of each scheme), else the

@@ -236,6 +236,49 @@ class GuiTest : public QObject {
     for (int row = 0; row < table->rowCount(); ++row) QVERIFY(!table->item(row, 0)->text().startsWith("~"));
   }
 
+  // Charts 1 and 2 show the estimate's points first, faded, each replaced by its simulated point when that comes.
+  void the_charts_show_the_estimate_until_simulated() {
+    MainWindow w(small_inputs());
+    const std::vector<std::string> schemes = small_inputs().schemes;
+    const auto estimated = [&] {
+      int n = 0;
+      for (const auto& scheme : schemes) n += w.chunk_chart()->estimated_points(scheme) + w.memory_chart()->estimated_points(scheme);
+      return n;
+    };
+    int shown = -1;
+    QObject::connect(&w, &MainWindow::chart_updated, [&](int chart) {
+      if (chart == 7 && shown < 0) shown = estimated();
+    });
+    QVERIFY(w.jobs().wait_idle(kWaitMs));
+    QVERIFY2(shown > 0, "no provisional chart point was drawn");
+    for (const auto& scheme : schemes) {
+      QVERIFY(w.chunk_chart()->points(scheme) > 0);
+      QVERIFY(w.memory_chart()->points(scheme) > 0);
+    }
+    QCOMPARE(estimated(), 0);  // every point was simulated here, so none is left provisional
+
+    // The chart itself: a provisional point gives way to the simulated one and never comes back over it.
+    ChunkChart chart;
+    chart.reset({"ringtrack"}, 1024, 8192);
+    Point p;
+    p.scheme = "ringtrack";
+    p.x = 4096;
+    p.metrics.fits = true;
+    p.metrics.mfu = 0.4;
+    p.metrics.step_s = 1;
+    p.provisional = true;
+    chart.add_point(p);
+    chart.add_point(p);
+    QCOMPARE(chart.estimated_points("ringtrack"), 1);
+    Point simulated = p;
+    simulated.provisional = false;
+    chart.add_point(simulated);
+    QCOMPARE(chart.estimated_points("ringtrack"), 0);
+    chart.add_point(p);
+    QCOMPARE(chart.estimated_points("ringtrack"), 0);
+    QCOMPARE(chart.points("ringtrack"), 1);
+  }
+
   void selecting_a_row_updates_charts_three_and_four() {
     MainWindow w(small_inputs());
     QVERIFY(w.jobs().wait_idle(kWaitMs));
