@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "app/commands.hpp"
+#include "app/plan_farm.hpp"
 #include "backend/executor.hpp"
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
@@ -300,6 +301,20 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   options.bounds = bounds;
   options.per_group = vm["per-group"].as<int>();
   if (options.per_group < 1) throw InputError("--per-group", "value", "a positive integer", std::to_string(options.per_group));
+  // Under mpirun, rank 0 searches and the other ranks simulate its range jobs (app/plan_farm.hpp).
+  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(rank_timeout(vm));
+  std::optional<planner::RangeSimulator> simulator;
+  if (ranks) {
+    simulator.emplace(*run.setting, run.lengths, options);
+    if (!ranks->root()) {
+      try {
+        return ranks->serve_ranges(*simulator);
+      } catch (const std::exception& e) {
+        ranks->abort_after(e);
+      }
+    }
+    options.farm = ranks->range_farm(*simulator);
+  }
   const bool json = vm["json"].as<bool>();
   // On a terminal only; nothing when stderr is piped (common/progress.hpp).
   Progress progress("HotSPa search", !json);

@@ -180,8 +180,7 @@ int run_plan(const std::vector<std::string>& args) {
       throw InputError("--estimate-only", "value", "none with --lengths (no estimate of hot switching yet)", "given");
     if (vm["bounds-only"].as<bool>())
       throw InputError("--bounds-only", "value", "none with --lengths (its search prunes by the bounds alone already)", "given");
-    if (vm.count("resume") || !vm["rank-timeout"].defaulted() || backend::MpiSession::world_size_from_environment() > 1)
-      throw InputError("--lengths", "value", "one process without --resume (the hot-switching search is not spread over MPI ranks yet)", "given");
+    if (vm.count("resume")) throw InputError("--resume", "value", "none with --lengths (its results are not kept yet)", "given");
     for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
       if (vm.count(flag))
         throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
@@ -247,11 +246,8 @@ int run_plan(const std::vector<std::string>& args) {
     keep_runnable(search, device);
   }
   // Under mpirun, rank 0 searches and the other ranks simulate its waves; --resume reuses earlier results.
-  const double rank_timeout_s = vm["rank-timeout"].as<double>();
-  if (!(rank_timeout_s > 0 && rank_timeout_s <= 86400))
-    throw InputError("--rank-timeout", "value", "seconds in (0, 86400]", format_number(rank_timeout_s));
   const planner::SearchOptions local = search;  // how this rank simulates its share
-  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(std::chrono::milliseconds(static_cast<std::int64_t>(rank_timeout_s * 1000)));
+  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(rank_timeout(vm));
   if (ranks && !ranks->root()) {
     try {
       return ranks->serve(inputs, local);

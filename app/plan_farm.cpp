@@ -32,18 +32,6 @@ Json json_of(const std::vector<std::byte>& bytes, const std::string& origin) {
   }
 }
 
-Json plans_json(const std::vector<planner::PlanSpec>& specs) {
-  Json plans = Json::array();
-  for (const auto& spec : specs) plans.push_back({{"scheme", spec.scheme}, {"parameters", planner::parameters_json(spec)}});
-  return plans;
-}
-
-Json results_json(const planner::WaveResults& results) {
-  Json out = Json::array();
-  for (const auto& r : results) out.push_back(r ? planner::metrics_record(*r) : Json(nullptr));
-  return out;
-}
-
 std::optional<planner::PlanMetrics> result_of(const Json& j, const std::string& origin) {
   if (j.is_null()) return std::nullopt;
   return planner::metrics_from_record(j, origin);
@@ -84,45 +72,47 @@ int PlanFarm::size() const { return comm_->size(); }
 
 void PlanFarm::abort_after(const std::exception& error) { backend::MpiSession::abort_all_after(error, comm_->rank(), comm_->size()); }
 
-planner::SimulationFarm PlanFarm::farm(const planner::SearchOptions& local) {
-  return [this, local](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
-    const auto n = static_cast<std::size_t>(size());
-    std::vector<std::vector<std::size_t>> shares(n);  // round-robin: the wave is sorted, so each gets a like mix
-    for (std::size_t i = 0; i < specs.size(); ++i) shares[i % n].push_back(i);
-    const auto pick = [&](const std::vector<std::size_t>& share) {
-      std::vector<planner::PlanSpec> out;
-      for (std::size_t i : share) out.push_back(specs[i]);
-      return out;
-    };
-    for (std::size_t r = 1; r < n; ++r) {
-      if (shares[r].empty()) continue;
-      const Json wave{
-          {"stop", false}, {"seq_len", in.workload.seq_len}, {"global_batch", in.workload.global_batch}, {"plans", plans_json(pick(shares[r]))}};
-      comm_->send(static_cast<int>(r), kWaveTag, bytes_of(wave));
-    }
-    planner::WaveResults out(specs.size(), cancelled_metrics());
-    const planner::WaveResults own = planner::simulate_here(in, pick(shares[0]), local);
-    for (std::size_t k = 0; k < own.size(); ++k) out[shares[0][k]] = own[k];
-    for (std::size_t r = 1; r < n; ++r) {
-      if (shares[r].empty()) continue;
-      const std::string origin = "rank " + std::to_string(r) + "'s results";
-      std::vector<std::byte> reply;
-      try {
-        reply = comm_->recv(static_cast<int>(r), kResultTag);
-      } catch (const backend::CommError& e) {
-        if (interrupted()) return out;  // Ctrl-C: what finished stands, the rest is dropped as cancelled
-        abort_after(e);                 // a rank that stopped answering: every rank ends now (unwinding would wait on it in MPI_Finalize)
-      }
-      const Json results = json_of(reply, origin);
-      if (!results.is_array() || results.size() != shares[r].size())
-        throw InputError(origin, "results", std::to_string(shares[r].size()) + " entries", results.dump().substr(0, 80));
-      for (std::size_t k = 0; k < results.size(); ++k) out[shares[r][k]] = result_of(results[k], origin);
-    }
+std::vector<std::optional<Json>> PlanFarm::deal(const Json& header, const std::vector<Json>& items, const Work& work) {
+  const auto n = static_cast<std::size_t>(size());
+  std::vector<std::vector<std::size_t>> shares(n);  // round-robin: a wave is sorted, so each gets a like mix
+  for (std::size_t i = 0; i < items.size(); ++i) shares[i % n].push_back(i);
+  const auto pick = [&](const std::vector<std::size_t>& share) {
+    std::vector<Json> out;
+    for (std::size_t i : share) out.push_back(items[i]);
     return out;
   };
+  for (std::size_t r = 1; r < n; ++r) {
+    if (shares[r].empty()) continue;
+    comm_->send(static_cast<int>(r), kWaveTag, bytes_of({{"stop", false}, {"header", header}, {"items", pick(shares[r])}}));
+  }
+  std::vector<std::optional<Json>> out(items.size());
+  try {
+    comm_->deliver_sends();  // before this rank computes: a large share moves only while its sender calls MPI
+  } catch (const backend::CommError& e) {
+    if (interrupted()) return std::vector<std::optional<Json>>(items.size());
+    abort_after(e);
+  }
+  const std::vector<Json> own = work(header, pick(shares[0]));
+  for (std::size_t k = 0; k < own.size(); ++k) out[shares[0][k]] = own[k];
+  for (std::size_t r = 1; r < n; ++r) {
+    if (shares[r].empty()) continue;
+    const std::string origin = "rank " + std::to_string(r) + "'s results";
+    std::vector<std::byte> reply;
+    try {
+      reply = comm_->recv(static_cast<int>(r), kResultTag);
+    } catch (const backend::CommError& e) {
+      if (interrupted()) return out;  // Ctrl-C: what finished stands, the rest is dropped as unanswered
+      abort_after(e);                 // a rank that stopped answering: every rank ends now (unwinding would wait on it in MPI_Finalize)
+    }
+    const Json results = json_of(reply, origin);
+    if (!results.is_array() || results.size() != shares[r].size())
+      throw InputError(origin, "results", std::to_string(shares[r].size()) + " entries", results.dump().substr(0, 80));
+    for (std::size_t k = 0; k < results.size(); ++k) out[shares[r][k]] = results[k];
+  }
+  return out;
 }
 
-int PlanFarm::serve(const planner::StepInputs& base, const planner::SearchOptions& local) {
+int PlanFarm::serve_with(const Work& work) {
   const std::string origin = "rank 0's wave";
   for (;;) {
     std::vector<std::byte> message;
@@ -134,12 +124,77 @@ int PlanFarm::serve(const planner::StepInputs& base, const planner::SearchOption
     }
     const Json wave = json_of(message, origin);
     if (wave.at("stop").get<bool>()) return 0;
-    const planner::StepInputs at{
-        base.model, base.cluster, {wave.at("seq_len").get<std::int64_t>(), wave.at("global_batch").get<std::int64_t>()}, base.precision};
-    std::vector<planner::PlanSpec> specs;
-    for (const auto& p : wave.at("plans")) specs.push_back(planner::parse_parameters(p.at("scheme").get<std::string>(), p.at("parameters"), origin));
-    comm_->send(0, kResultTag, bytes_of(results_json(planner::simulate_here(at, specs, local))));
+    comm_->send(0, kResultTag, bytes_of(Json(work(wave.at("header"), wave.at("items").get<std::vector<Json>>()))));
   }
+}
+
+// --- the plan search: a wave's plans at one length and batch -------------------------------------------------------
+
+namespace {
+
+std::vector<Json> simulate_plans(const planner::StepInputs& base, const planner::SearchOptions& local, const Json& header, const std::vector<Json>& items) {
+  const std::string origin = "rank 0's wave";
+  const planner::StepInputs at{
+      base.model, base.cluster, {header.at("seq_len").get<std::int64_t>(), header.at("global_batch").get<std::int64_t>()}, base.precision};
+  std::vector<planner::PlanSpec> specs;
+  for (const auto& p : items) specs.push_back(planner::parse_parameters(p.at("scheme").get<std::string>(), p.at("parameters"), origin));
+  std::vector<Json> out;
+  for (const auto& r : planner::simulate_here(at, specs, local)) out.push_back(r ? planner::metrics_record(*r) : Json(nullptr));
+  return out;
+}
+
+}  // namespace
+
+planner::SimulationFarm PlanFarm::farm(const planner::SearchOptions& local) {
+  return [this, local](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
+    std::vector<Json> items;
+    for (const auto& spec : specs) items.push_back({{"scheme", spec.scheme}, {"parameters", planner::parameters_json(spec)}});
+    const Json header{{"seq_len", in.workload.seq_len}, {"global_batch", in.workload.global_batch}};
+    const auto results = deal(header, items, [&](const Json& h, const std::vector<Json>& share) { return simulate_plans(in, local, h, share); });
+    planner::WaveResults out;
+    for (const auto& r : results) out.push_back(!r ? std::optional<planner::PlanMetrics>(cancelled_metrics()) : result_of(*r, "another rank's results"));
+    return out;
+  };
+}
+
+int PlanFarm::serve(const planner::StepInputs& base, const planner::SearchOptions& local) {
+  return serve_with([&](const Json& header, const std::vector<Json>& items) { return simulate_plans(base, local, header, items); });
+}
+
+// --- the hot-switching search's range phase ------------------------------------------------------------------------
+
+namespace {
+
+std::vector<Json> simulate_ranges(const planner::RangeSimulator& local, const std::vector<Json>& items) {
+  const std::string origin = "rank 0's range jobs";
+  std::vector<planner::RangeJob> jobs;
+  for (const auto& j : items) {
+    jobs.push_back({j.at("i").get<std::size_t>(), j.at("j").get<std::size_t>(),
+                    planner::parse_parameters(j.at("scheme").get<std::string>(), j.at("parameters"), origin)});
+  }
+  std::vector<Json> out;
+  for (const auto& g : local.run(jobs)) out.push_back(planner::group_result_record(g));
+  return out;
+}
+
+}  // namespace
+
+planner::RangeFarm PlanFarm::range_farm(const planner::RangeSimulator& local) {
+  return [this, &local](const std::vector<planner::RangeJob>& jobs) {
+    std::vector<Json> items;
+    for (const auto& job : jobs) items.push_back({{"i", job.i}, {"j", job.j}, {"scheme", job.spec.scheme}, {"parameters", planner::parameters_json(job.spec)}});
+    const auto results = deal(Json::object(), items, [&](const Json&, const std::vector<Json>& share) { return simulate_ranges(local, share); });
+    std::vector<planner::GroupResult> out;
+    for (const auto& r : results) {
+      // Unanswered (Ctrl-C): a group that did not fit, which the search drops as it stops on the flag.
+      out.push_back(r ? planner::group_result_from_record(*r, "another rank's results") : planner::GroupResult{});
+    }
+    return out;
+  };
+}
+
+int PlanFarm::serve_ranges(const planner::RangeSimulator& local) {
+  return serve_with([&](const Json&, const std::vector<Json>& items) { return simulate_ranges(local, items); });
 }
 
 // --- --resume ----------------------------------------------------------------------------------------------------
@@ -220,6 +275,12 @@ planner::SimulationFarm ResumeFile::wrap(planner::SimulationFarm inner) {
     out_.flush();
     return out;
   };
+}
+
+std::chrono::milliseconds rank_timeout(const boost::program_options::variables_map& vm) {
+  const double seconds = vm["rank-timeout"].as<double>();
+  if (!(seconds > 0 && seconds <= 86400)) throw InputError("--rank-timeout", "value", "seconds in (0, 86400]", format_number(seconds));
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
 
 void add_farm_options(boost::program_options::options_description& options) {

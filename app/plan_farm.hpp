@@ -1,11 +1,12 @@
 #pragma once
-// The plan search spread over MPI ranks, and resumable (planner::SimulationFarm).
+// The plan search spread over MPI ranks, and resumable (planner::SimulationFarm, planner::RangeFarm).
 //
 // Under `mpirun -np N trainyard plan ...` every rank parses the same command line; rank 0 runs the search and, for
 // each wave, deals the candidates out round-robin (its own share included), sends each other rank its share as one
-// message (the length, the batch and each plan's scheme and parameters), simulates its own on its threads, then
-// gathers the metrics and carries on exactly as one process would: the same waves, the same pruning, the same
-// answer. The other ranks only serve waves until rank 0 says stop. Every wait of rank 0 is bounded by --rank-timeout
+// message (the length, the batch and each plan's scheme and parameters; with --lengths, each range job's groups
+// and plan), simulates its own on its threads, then gathers the results and carries on exactly as one process
+// would: the same waves, the same pruning, the same answer. The other ranks only serve waves until rank 0 says
+// stop. Every wait of rank 0 is bounded by --rank-timeout
 // (a rank that stops answering ends the run with an error naming it: backend/mpi_communicator.hpp); a rank that
 // dies ends the run through mpirun.
 //
@@ -14,6 +15,7 @@
 // simulating them again, so an interrupted search picks up where it stopped.
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +23,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include "planner/hotspa.hpp"
 #include "planner/search.hpp"
 
 namespace trainyard::backend {
@@ -46,10 +51,21 @@ class PlanFarm {
   // The other ranks: simulate the waves rank 0 sends (with `local`, under `base`'s model and cluster) until it
   // says stop; returns the exit code.
   int serve(const planner::StepInputs& base, const planner::SearchOptions& local);
+  // The same for the hot-switching search's range phase (HotSpaSearchOptions::farm), every rank simulating with
+  // a RangeSimulator prepared from the same inputs.
+  planner::RangeFarm range_farm(const planner::RangeSimulator& local);
+  int serve_ranges(const planner::RangeSimulator& local);
   // An error on any rank ends every rank (MPI_Abort), after printing it.
   [[noreturn]] void abort_after(const std::exception& error);
 
  private:
+  // What a rank makes of its share of a wave: one result per item, in order.
+  using Work = std::function<std::vector<nlohmann::json>(const nlohmann::json& header, const std::vector<nlohmann::json>& items)>;
+  // Rank 0: `items` dealt round-robin, each other rank sent `header` and its share, this rank's share done with
+  // `work`; the results in the items' order (nullopt: not answered, the run interrupted).
+  std::vector<std::optional<nlohmann::json>> deal(const nlohmann::json& header, const std::vector<nlohmann::json>& items, const Work& work);
+  // The other ranks: `work` on each wave until rank 0 says stop; returns the exit code.
+  int serve_with(const Work& work);
   PlanFarm(std::unique_ptr<backend::MpiSession> session, std::unique_ptr<backend::MpiCommunicator> comm);
   std::unique_ptr<backend::MpiSession> session_;
   std::unique_ptr<backend::MpiCommunicator> comm_;
@@ -79,5 +95,7 @@ class ResumeFile {
 
 // plan's --rank-timeout and --resume.
 void add_farm_options(boost::program_options::options_description& options);
+// --rank-timeout, checked.
+std::chrono::milliseconds rank_timeout(const boost::program_options::variables_map& vm);
 
 }  // namespace trainyard::app

@@ -224,6 +224,16 @@ void MpiCommunicator::send(int dst, int tag, std::span<const std::byte> bytes) {
   reap_sends();
 }
 
+void MpiCommunicator::deliver_sends() {
+  Lock lock(mutex_);
+  poll(
+      [&] {
+        reap_sends();
+        return sends_.empty();
+      },
+      "delivery of " + std::to_string(sends_.size()) + " sends", "a receiver stopped, or the ranks do not agree on the order of their messages", lock);
+}
+
 std::vector<std::byte> MpiCommunicator::recv(int src, int tag) {
   const std::string what = "receive from rank " + std::to_string(src) + " (tag " + std::to_string(tag) + ")";
   if (src < 0 || src >= size_ || src == rank_) throw TRAINYARD_COMM_ERROR(who() + ": " + what + ": no such peer");

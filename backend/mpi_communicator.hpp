@@ -56,6 +56,10 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   void send(int dst, int tag, std::span<const std::byte> bytes) override;
   std::vector<std::byte> recv(int src, int tag) override;
+  // Until every send this rank started has been delivered (bounded by the timeout, like every wait). A large
+  // message moves only while its sender calls MPI, so a rank about to compute for long without calling MPI
+  // (app/plan_farm.cpp: rank 0's own share of a wave) delivers first, or the receivers wait for it.
+  void deliver_sends();
   void all_reduce_sum(std::span<const int> group, std::span<float> data) override;
   void all_reduce_sum(std::span<const int> group, std::span<double> data) override;
   void broadcast(std::span<const int> group, int root, std::span<float> data) override;

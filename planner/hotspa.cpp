@@ -572,10 +572,24 @@ void add_round_jobs(const RangeCandidates& c, const std::vector<bool>& range_fit
   }
 }
 
-// The candidate groups simulated round by round (see Job); the jobs come back ordered by i.
+// Range jobs simulated here, each on one thread of the setting's (as many at once as the memory budget allows).
+std::vector<GroupResult> simulate_jobs_here(const HotSpaSearch& h, const std::vector<RangeJob>& jobs, SearchProgress* progress) {
+  std::vector<GroupResult> out(jobs.size());
+  ThreadPool pool(h.s.threads);
+  pool.for_each(
+      jobs.size(),
+      [&](std::size_t n) {
+        HotSpaSetting one = h.s;
+        one.threads = 1;
+        out[n] = run_group(one, merged(h, jobs[n].i, jobs[n].j), {h.bounds[jobs[n].j - 1], jobs[n].spec, false, 0}, false);
+        if (progress) progress->tick();
+      },
+      h.s.cancel, parallel_within(h.budget_bytes, h.largest_bytes));
+  return out;
+}
+
+// The candidate groups simulated round by round (see Job), here or on options.farm; the jobs come back ordered by i.
 std::vector<Job> simulate_ranges(const HotSpaSearch& h, const RangeCandidates& c, SearchProgress& progress) {
-  const HotSpaSetting& s = h.s;
-  ThreadPool pool(s.threads);
   std::vector<Job> jobs;
   std::vector<bool> range_fits(c.ranges.size(), false);
   for (std::size_t round = 0; round < kTries; ++round) {
@@ -583,17 +597,15 @@ std::vector<Job> simulate_ranges(const HotSpaSearch& h, const RangeCandidates& c
     add_round_jobs(c, range_fits, round, h.per_group, jobs);
     if (jobs.size() == first) break;
     progress.total += jobs.size() - first;
-    pool.for_each(
-        jobs.size() - first,
-        [&](std::size_t n) {
-          Job& job = jobs[first + n];
-          HotSpaSetting one = s;
-          one.threads = 1;
-          job.result = run_group(one, merged(h, job.i, job.j), {h.bounds[job.j - 1], job.spec, false, 0}, false);
-          progress.tick();
-        },
-        s.cancel, parallel_within(h.budget_bytes, h.largest_bytes));
-    throw_if_cancelled(s);
+    std::vector<RangeJob> wave;
+    for (std::size_t k = first; k < jobs.size(); ++k) wave.push_back({jobs[k].i, jobs[k].j, jobs[k].spec});
+    const std::vector<GroupResult> results = h.options.farm ? h.options.farm(wave) : simulate_jobs_here(h, wave, &progress);
+    TRAINYARD_CHECK(results.size() == wave.size(), "the range farm answered every job");
+    for (std::size_t k = 0; k < wave.size(); ++k) {
+      jobs[first + k].result = results[k];
+      if (h.options.farm) progress.tick();
+    }
+    throw_if_cancelled(h.s);
     for (std::size_t k = first; k < jobs.size(); ++k) range_fits[jobs[k].range] = range_fits[jobs[k].range] || jobs[k].result.fits;
   }
   // The shortest path below needs jobs ordered by i.
@@ -725,6 +737,70 @@ HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::
     report.best_switched = plans;
   }
   return report;
+}
+
+struct RangeSimulator::Prepared {
+  Prepared(HotSpaSetting setting, std::vector<std::int64_t> lengths_in, HotSpaSearchOptions options_in)
+      : s(std::move(setting)), lengths(std::move(lengths_in)), options(std::move(options_in)), h(prepare_search(s, lengths, options)) {}
+  HotSpaSetting s;
+  std::vector<std::int64_t> lengths;
+  HotSpaSearchOptions options;
+  HotSpaSearch h;  // refers to the three above
+};
+
+RangeSimulator::RangeSimulator(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const HotSpaSearchOptions& options)
+    : prepared_(std::make_unique<Prepared>(s, lengths, options)) {}
+RangeSimulator::~RangeSimulator() = default;
+
+std::vector<GroupResult> RangeSimulator::run(const std::vector<RangeJob>& jobs) const { return simulate_jobs_here(prepared_->h, jobs, nullptr); }
+
+Json group_result_record(const GroupResult& g) {
+  const GroupRows& r = g.rows;
+  return {{"lo", g.lo},
+          {"hi", g.hi},
+          {"sequences", g.sequences},
+          {"tokens", g.tokens},
+          {"rows",
+           {{"seq_len", r.workload.seq_len},
+            {"global_batch", r.workload.global_batch},
+            {"attention_density", r.attention_density},
+            {"fill", r.fill},
+            {"sequences", r.sequences},
+            {"packed_rows", r.packed_rows},
+            {"dropped_rows", r.dropped_rows}}},
+          {"scheme", g.spec.scheme},
+          {"parameters", parameters_json(g.spec)},
+          {"fits", g.fits},
+          {"failure", g.failure},
+          {"time_s", g.time_s},
+          {"peak_hbm_bytes", g.peak_hbm_bytes},
+          {"model_flops", g.model_flops}};
+}
+
+GroupResult group_result_from_record(const Json& j, const std::string& origin) {
+  try {
+    GroupResult g;
+    g.lo = j.at("lo").get<std::int64_t>();
+    g.hi = j.at("hi").get<std::int64_t>();
+    g.sequences = j.at("sequences").get<std::int64_t>();
+    g.tokens = j.at("tokens").get<std::int64_t>();
+    const Json& r = j.at("rows");
+    g.rows.workload = {r.at("seq_len").get<std::int64_t>(), r.at("global_batch").get<std::int64_t>()};
+    g.rows.attention_density = r.at("attention_density").get<double>();
+    g.rows.fill = r.at("fill").get<double>();
+    g.rows.sequences = r.at("sequences").get<std::int64_t>();
+    g.rows.packed_rows = r.at("packed_rows").get<std::int64_t>();
+    g.rows.dropped_rows = r.at("dropped_rows").get<std::int64_t>();
+    g.spec = parse_parameters(j.at("scheme").get<std::string>(), j.at("parameters"), origin);
+    g.fits = j.at("fits").get<bool>();
+    g.failure = j.at("failure").get<std::string>();
+    g.time_s = j.at("time_s").get<double>();
+    g.peak_hbm_bytes = j.at("peak_hbm_bytes").get<std::int64_t>();
+    g.model_flops = j.at("model_flops").get<double>();
+    return g;
+  } catch (const Json::exception& e) {
+    throw InputError(origin, "group result", "every field of a simulated length group (planner/hotspa.hpp)", e.what());
+  }
 }
 
 std::string table3(const MinibatchResult& st, const MinibatchResult& sw) {

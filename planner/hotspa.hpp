@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -131,11 +132,22 @@ GroupResult run_group(const HotSpaSetting& s, const LengthGroup& group, const Gr
 // with the best time bounds; group bounds and strategies then come from a shortest path over the bounds that
 // counts a switch between neighbouring groups. The best static plan is the best of `per_group` whole-range
 // configurations, each run on the finest groups.
+// One simulation of the search's range phase: the lengths between bounds i and j (indices into the search's
+// bounds, j exclusive) run with `spec`.
+struct RangeJob {
+  std::size_t i = 0, j = 0;
+  PlanSpec spec;
+};
+// Where the range phase's simulations run (app/plan_farm.hpp spreads them over MPI ranks): the results in the
+// order of the jobs.
+using RangeFarm = std::function<std::vector<GroupResult>(const std::vector<RangeJob>& jobs)>;
+
 struct HotSpaSearchOptions {
   std::vector<std::string> schemes = scheme_names();
   std::vector<std::int64_t> bounds;
   int per_group = 3;
   std::function<void(std::size_t done, std::size_t total)> progress;
+  RangeFarm farm;  // null: here, on the setting's threads
 };
 struct HotSpaSearchReport {
   std::vector<GroupPlan> best_static, best_switched;  // the static one: one plan per finest group, all the same
@@ -143,6 +155,23 @@ struct HotSpaSearchReport {
   std::size_t simulated = 0;
 };
 HotSpaSearchReport search_hotspa(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const HotSpaSearchOptions& options);
+
+// The range phase's simulations of a search on these inputs, run here as search_hotspa runs them (a farm's other
+// ranks use it): prepared once, then any number of jobs.
+class RangeSimulator {
+ public:
+  RangeSimulator(const HotSpaSetting& s, const std::vector<std::int64_t>& lengths, const HotSpaSearchOptions& options);
+  ~RangeSimulator();
+  std::vector<GroupResult> run(const std::vector<RangeJob>& jobs) const;
+
+ private:
+  struct Prepared;
+  std::unique_ptr<Prepared> prepared_;
+};
+
+// A group's result as JSON and back, every field (a farm's message); `origin` names the message in errors.
+nlohmann::json group_result_record(const GroupResult& g);
+GroupResult group_result_from_record(const nlohmann::json& j, const std::string& origin);
 
 // Static beside hot-switched in the seed's Table 3 form: one row per static group (each run alone), the switched
 // plan's time on the first row of each of its groups with the speedup over those rows, "Others", and the totals.

@@ -1,6 +1,6 @@
 #!/bin/bash
-# The plan search spread over N MPI ranks answers byte for byte as one process (app/plan_farm.hpp): a ranked search
-# and a max-seq search, as --json. Usage: plan_ranks_identical.sh TRAINYARD MPIEXEC N
+# The plan search spread over N MPI ranks answers byte for byte as one process (app/plan_farm.hpp): a ranked search,
+# a max-seq search and a hot-switching search (--lengths), as --json. Usage: plan_ranks_identical.sh TRAINYARD MPIEXEC N
 set -euo pipefail
 trainyard=$1 mpiexec=$2 ranks=$3
 dir=$(mktemp -d)
@@ -19,4 +19,5 @@ check() {
 }
 check ranked --model llama3.2-1b --hw dgx-a100 --seq 32K --top 5
 check max-seq --model llama3.2-1b --hw dgx-a100 --seq 32K --objective max-seq --strategies ulysses,megatron
+check lengths --lengths dist:commoncrawl --model llama3-8b --hw dgx-a100 --tokens-per-step 512K --max-len 64K
 echo "PASS"

@@ -306,6 +306,33 @@ TEST(HotSpa, TheSearchKeepsToWhatTheExecutorsRun) {
   EXPECT_NE(refused.failure.find("--executable"), std::string::npos) << refused.failure;
 }
 
+// A farm (app/plan_farm.hpp) gets the same search: its range jobs, run by a RangeSimulator prepared from the same
+// inputs and carried as records, give the answer the search gives alone.
+TEST(HotSpa, AFarmOfRangeJobsGivesTheSameSearch) {
+  const model::ModelConfig tiny = model::load_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256");
+  const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
+  planner::HotSpaSetting s{tiny, cluster, model::precision_policy("bf16-mixed")};
+  s.micro_batch_tokens = 64;
+  const std::vector<std::int64_t> lengths = {12, 20, 24, 16, 28, 30, 50, 60, 64, 40};
+  planner::HotSpaSearchOptions options;
+  options.bounds = {32, 64};
+  const auto alone = planner::search_hotspa(s, lengths, options);
+  const planner::RangeSimulator simulator(s, lengths, options);
+  std::size_t farmed = 0;
+  options.farm = [&](const std::vector<planner::RangeJob>& jobs) {
+    std::vector<planner::GroupResult> out;
+    for (const auto& g : simulator.run(jobs)) out.push_back(planner::group_result_from_record(planner::group_result_record(g), "test"));
+    farmed += jobs.size();
+    return out;
+  };
+  const auto via_farm = planner::search_hotspa(s, lengths, options);
+  EXPECT_GT(farmed, 0u);  // the range phase went through the farm
+  EXPECT_EQ(via_farm.simulated, alone.simulated);
+  EXPECT_EQ(planner::minibatch_json(via_farm.switched_result, cluster), planner::minibatch_json(alone.switched_result, cluster));
+  EXPECT_EQ(planner::switch_text(via_farm.best_switched), planner::switch_text(alone.best_switched));
+  EXPECT_THROW(planner::group_result_from_record(nlohmann::json{{"lo", 1}}, "rank 1's results"), InputError);
+}
+
 TEST(HotSpa, StrategiesParseWithErrorsNamingTheKey) {
   const PlanSpec p = strategy("megatron:tp=2,pp=2", 16);
   EXPECT_EQ(p.megatron.dp, 4);
