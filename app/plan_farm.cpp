@@ -132,7 +132,8 @@ int PlanFarm::serve_with(const Work& work) {
 
 namespace {
 
-std::vector<Json> simulate_plans(const planner::StepInputs& base, const planner::SearchOptions& local, const Json& header, const std::vector<Json>& items) {
+std::vector<Json> simulate_plans(const planner::StepInputs& base, const planner::SearchOptions& local, const Json& header,
+                                 const std::vector<Json>& items) {
   const std::string origin = "rank 0's wave";
   const planner::StepInputs at{
       base.model, base.cluster, {header.at("seq_len").get<std::int64_t>(), header.at("global_batch").get<std::int64_t>()}, base.precision};
@@ -152,7 +153,8 @@ planner::SimulationFarm PlanFarm::farm(const planner::SearchOptions& local) {
     const Json header{{"seq_len", in.workload.seq_len}, {"global_batch", in.workload.global_batch}};
     const auto results = deal(header, items, [&](const Json& h, const std::vector<Json>& share) { return simulate_plans(in, local, h, share); });
     planner::WaveResults out;
-    for (const auto& r : results) out.push_back(!r ? std::optional<planner::PlanMetrics>(cancelled_metrics()) : result_of(*r, "another rank's results"));
+    for (const auto& r : results)
+      out.push_back(!r ? std::optional<planner::PlanMetrics>(cancelled_metrics()) : result_of(*r, "another rank's results"));
     return out;
   };
 }
@@ -182,7 +184,8 @@ std::vector<Json> simulate_ranges(const planner::RangeSimulator& local, const st
 planner::RangeFarm PlanFarm::range_farm(const planner::RangeSimulator& local) {
   return [this, &local](const std::vector<planner::RangeJob>& jobs) {
     std::vector<Json> items;
-    for (const auto& job : jobs) items.push_back({{"i", job.i}, {"j", job.j}, {"scheme", job.spec.scheme}, {"parameters", planner::parameters_json(job.spec)}});
+    for (const auto& job : jobs)
+      items.push_back({{"i", job.i}, {"j", job.j}, {"scheme", job.spec.scheme}, {"parameters", planner::parameters_json(job.spec)}});
     const auto results = deal(Json::object(), items, [&](const Json&, const std::vector<Json>& share) { return simulate_ranges(local, share); });
     std::vector<planner::GroupResult> out;
     for (const auto& r : results) {
@@ -283,14 +286,13 @@ std::chrono::milliseconds rank_timeout(const boost::program_options::variables_m
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
 
-void add_farm_options(boost::program_options::options_description& options) {
-  // clang-format off
-  options.add_options()
-      ("rank-timeout", boost::program_options::value<double>()->default_value(600)->value_name("seconds"),
-       "under mpirun: how long rank 0 waits for another rank's simulations before ending the run with an error naming it")
-      ("resume", boost::program_options::value<std::string>()->value_name("path"),
-       "keep every simulated plan's metrics in this file and reuse those already there (an interrupted search picks up where it stopped)");
-  // clang-format on
+void add_farm_options(boost::program_options::options_description& options, bool with_resume) {
+  options.add_options()("rank-timeout", boost::program_options::value<double>()->default_value(600)->value_name("seconds"),
+                        "under mpirun: how long rank 0 waits for another rank's simulations before ending the run with an error naming it");
+  if (!with_resume) return;
+  options.add_options()(
+      "resume", boost::program_options::value<std::string>()->value_name("path"),
+      "keep every simulated plan's metrics in this file and reuse those already there (an interrupted search picks up where it stopped)");
 }
 
 }  // namespace trainyard::app

@@ -55,17 +55,19 @@ class PlanFarm {
   // a RangeSimulator prepared from the same inputs.
   planner::RangeFarm range_farm(const planner::RangeSimulator& local);
   int serve_ranges(const planner::RangeSimulator& local);
-  // An error on any rank ends every rank (MPI_Abort), after printing it.
-  [[noreturn]] void abort_after(const std::exception& error);
 
- private:
-  // What a rank makes of its share of a wave: one result per item, in order.
+  // Any work as JSON (validate's cases use it): what a rank makes of its share of a wave, one result per item, in
+  // order.
   using Work = std::function<std::vector<nlohmann::json>(const nlohmann::json& header, const std::vector<nlohmann::json>& items)>;
   // Rank 0: `items` dealt round-robin, each other rank sent `header` and its share, this rank's share done with
   // `work`; the results in the items' order (nullopt: not answered, the run interrupted).
   std::vector<std::optional<nlohmann::json>> deal(const nlohmann::json& header, const std::vector<nlohmann::json>& items, const Work& work);
   // The other ranks: `work` on each wave until rank 0 says stop; returns the exit code.
   int serve_with(const Work& work);
+  // An error on any rank ends every rank (MPI_Abort), after printing it.
+  [[noreturn]] void abort_after(const std::exception& error);
+
+ private:
   PlanFarm(std::unique_ptr<backend::MpiSession> session, std::unique_ptr<backend::MpiCommunicator> comm);
   std::unique_ptr<backend::MpiSession> session_;
   std::unique_ptr<backend::MpiCommunicator> comm_;
@@ -93,8 +95,8 @@ class ResumeFile {
   std::size_t reused_ = 0;
 };
 
-// plan's --rank-timeout and --resume.
-void add_farm_options(boost::program_options::options_description& options);
+// plan's --rank-timeout and --resume (validate takes --rank-timeout alone).
+void add_farm_options(boost::program_options::options_description& options, bool with_resume = true);
 // --rank-timeout, checked.
 std::chrono::milliseconds rank_timeout(const boost::program_options::variables_map& vm);
 

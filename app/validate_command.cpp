@@ -20,6 +20,7 @@
 
 #include "app/commands.hpp"
 #include "app/error_bars.hpp"
+#include "app/plan_farm.hpp"
 #include "app/validation_suite.hpp"
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
@@ -305,6 +306,7 @@ int run_validate(const std::vector<std::string>& args) {
       ("collectives", po::value<std::string>()->value_name("name|path"), "with --cases: the collective library's costs (e.g. one calibrate wrote)");
   // clang-format on
   add_memory_budget_option(options);
+  add_farm_options(options, false);
   po::positional_options_description positional;
   po::variables_map vm;
   if (parse(args, "trainyard validate [--fast] [--only NAME] [--cases FILE]... [--baseline FILE] [--write-baseline FILE] [--markdown | --json]",
@@ -312,6 +314,8 @@ int run_validate(const std::vector<std::string>& args) {
     return 0;
   }
   check_output_flags(vm, {"write-baseline", "write-error-bars"});
+  // Under mpirun, rank 0 runs validate and the other ranks predict its cases (app/plan_farm.hpp).
+  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(rank_timeout(vm));
   if (vm.count("accuracy-summary")) {
     std::cout << accuracy_summary(vm["accuracy-summary"].as<std::string>());
     return 0;
@@ -328,31 +332,65 @@ int run_validate(const std::vector<std::string>& args) {
                                                               : builtin_validation_suite();
   with_calibration(vm, datasets);
   const std::string only = vm.count("only") ? vm["only"].as<std::string>() : "";
+  const std::int64_t budget = vm.count("memory-budget") ? memory_budget(vm) : 0;
+  // A share of a dataset's cases (header: the dataset and the reading; items: the cases' indices), predicted here.
+  const PlanFarm::Work predict = [&](const Json& header, const std::vector<Json>& items) {
+    const auto d = std::find_if(datasets.begin(), datasets.end(), [&](const ValidationDataset& x) { return x.name == header.at("dataset"); });
+    if (d == datasets.end()) throw InputError("rank 0's cases", "dataset", "one this rank loaded", header.dump());
+    ValidationDataset read = *d;
+    for (const auto& reading : d->readings) {
+      if (reading.name == header.at("reading")) read = under_reading(*d, reading);
+    }
+    std::vector<Json> out;
+    for (const Json& i : items) out.push_back(case_result_record(run_case(read, read.cases.at(i.get<std::size_t>()), budget)));
+    return out;
+  };
+  if (ranks && !ranks->root()) {
+    try {
+      return ranks->serve_with(predict);
+    } catch (const std::exception& e) {
+      ranks->abort_after(e);
+    }
+  }
 
   std::map<std::string, DatasetScore> scores;
   std::vector<ErrorRecord> records;
   Json out = Json::array();
-  const auto run_cases = [&](const ValidationDataset& d) {
-    std::vector<CaseResult> results;
-    for (const auto& c : d.cases) {
+  // The cases of `d` (under `reading`, "" for its own) that this run takes, predicted here or on the ranks.
+  const auto run_cases = [&](const ValidationDataset& d, const std::string& reading) {
+    std::vector<Json> chosen;
+    for (std::size_t i = 0; i < d.cases.size(); ++i) {
+      const ValidationCase& c = d.cases[i];
       if (fast && !c.fast) continue;
       if (!only.empty() && d.name != only && c.name.find(only) == std::string::npos) continue;
-      throw_if_interrupted();
-      results.push_back(run_case(d, c, vm.count("memory-budget") ? memory_budget(vm) : 0));
+      chosen.push_back(i);
+    }
+    const Json header{{"dataset", d.name}, {"reading", reading}};
+    std::vector<CaseResult> results;
+    if (!ranks) {
+      for (const Json& i : chosen) {
+        throw_if_interrupted();
+        results.push_back(run_case(d, d.cases[i.get<std::size_t>()], budget));
+      }
+      return results;
+    }
+    for (const auto& r : ranks->deal(header, chosen, predict)) {
+      if (!r) throw Interrupted();
+      results.push_back(case_result_from_record(*r, "another rank's case"));
     }
     return results;
   };
   for (const auto& d : datasets) {
-    std::vector<CaseResult> results = run_cases(d);
+    std::vector<CaseResult> results = run_cases(d, "");
     if (results.empty()) continue;
-    add_speedups(d, results, vm.count("memory-budget") ? memory_budget(vm) : 0);
+    add_speedups(d, results, budget);
     const DatasetScore s = score(results);
     scores[d.name] = s;
     add_error_records(d, results, records);
     // The other readings of what the source leaves unstated (not with --fast: CI holds the dataset's own reading).
     std::vector<ReadingScore> readings;
     for (const auto& reading : fast ? std::vector<ValidationReading>{} : d.readings) {
-      readings.push_back({reading, score(run_cases(under_reading(d, reading)))});
+      readings.push_back({reading, score(run_cases(under_reading(d, reading), reading.name))});
     }
     if (vm["json"].as<bool>()) out.push_back(results_json(d, results, s, readings));
     else if (vm["markdown"].as<bool>()) print_markdown(d, results, s, readings);

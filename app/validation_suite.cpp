@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 
 #include <boost/algorithm/string/join.hpp>
@@ -433,6 +434,55 @@ void run_step_case(const ValidationDataset& d, const ValidationCase& c, const st
 }
 
 }  // namespace
+
+namespace {
+
+// JSON has no NaN or infinity: they travel as null and come back as NaN.
+nlohmann::json number_record(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+double number_from_record(const nlohmann::json& j) { return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : j.get<double>(); }
+
+}  // namespace
+
+nlohmann::json case_result_record(const CaseResult& r) {
+  nlohmann::json comparisons = nlohmann::json::array();
+  for (const Comparison& c : r.comparisons) {
+    comparisons.push_back({{"metric", c.metric},
+                           {"published", number_record(c.published)},
+                           {"predicted", number_record(c.predicted)},
+                           {"counted", c.counted},
+                           {"estimated", number_record(c.estimated)}});
+  }
+  nlohmann::json out{{"name", r.name}, {"comparisons", comparisons}, {"error", r.error}, {"remark", r.remark}, {"kind", nullptr}};
+  if (r.kind) {
+    const PredictionKind& k = *r.kind;
+    out["kind"] = {{"family", k.family},
+                   {"gpu_generation", k.gpu_generation},
+                   {"stack", k.stack},
+                   {"seq_tokens", k.seq_tokens},
+                   {"tokens_per_gpu", k.tokens_per_gpu}};  // finite: lengths and token counts
+  }
+  return out;
+}
+
+CaseResult case_result_from_record(const nlohmann::json& j, const std::string& origin) {
+  try {
+    CaseResult r;
+    r.name = j.at("name").get<std::string>();
+    for (const auto& c : j.at("comparisons")) {
+      r.comparisons.push_back({c.at("metric").get<std::string>(), number_from_record(c.at("published")), number_from_record(c.at("predicted")),
+                               c.at("counted").get<bool>(), number_from_record(c.at("estimated"))});
+    }
+    r.error = j.at("error").get<std::string>();
+    r.remark = j.at("remark").get<std::string>();
+    if (const auto& k = j.at("kind"); !k.is_null()) {
+      r.kind = PredictionKind{k.at("family").get<std::string>(), k.at("gpu_generation").get<std::string>(), k.at("stack").get<std::string>(),
+                              k.at("seq_tokens").get<double>(), k.at("tokens_per_gpu").get<double>()};
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(origin, "case result", "every field of a validation case's result (app/validation_suite.hpp)", e.what());
+  }
+}
 
 CaseResult run_case(const ValidationDataset& d, const ValidationCase& c, std::int64_t budget_bytes) {
   CaseResult r;

@@ -116,6 +116,10 @@ std::vector<ValidationDataset> load_validation_files(const std::vector<std::stri
 // Predicts the case; a configuration trainyard cannot build (an InputError) or a predicted out-of-memory
 // comes back as CaseResult::error rather than an exception.
 CaseResult run_case(const ValidationDataset& dataset, const ValidationCase& c, std::int64_t budget_bytes);
+// A case's result as JSON and back, every field (validate under mpirun carries them from rank to rank); `origin`
+// names the message in errors.
+nlohmann::json case_result_record(const CaseResult& r);
+CaseResult case_result_from_record(const nlohmann::json& j, const std::string& origin);
 // The "speedup" figures of the cases in `results` that have speedup_over: the named case's predicted step_s over
 // this one's (that case is run here when `results` lacks it, e.g. under validate --only).
 void add_speedups(const ValidationDataset& dataset, std::vector<CaseResult>& results, std::int64_t budget_bytes);

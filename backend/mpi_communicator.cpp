@@ -231,7 +231,8 @@ void MpiCommunicator::deliver_sends() {
         reap_sends();
         return sends_.empty();
       },
-      "delivery of " + std::to_string(sends_.size()) + " sends", "a receiver stopped, or the ranks do not agree on the order of their messages", lock);
+      "delivery of " + std::to_string(sends_.size()) + " sends", "a receiver stopped, or the ranks do not agree on the order of their messages",
+      lock);
 }
 
 std::vector<std::byte> MpiCommunicator::recv(int src, int tag) {

@@ -43,7 +43,7 @@ const std::vector<CorpusInput> kCorpus = {
 };
 
 struct Errors {
-  std::vector<double> step, hbm, dram;           // |estimate - simulation| / simulation
+  std::vector<double> step, hbm, dram;                 // |estimate - simulation| / simulation
   std::vector<double> step_over, hbm_over, dram_over;  // estimate / simulation - 1
   int fit_agree = 0, compared = 0;
   double estimate_s = 0, simulate_s = 0;
@@ -90,10 +90,10 @@ int main(int argc, char** argv) {
       e.simulate_s += seconds_since(t0);
       ++e.compared;
       if (rows != nullptr) {
-        std::fprintf(rows, "%s,%s,%s,%lld,%s,%d,%d,%.6f,%.6f,%.0f,%lld,%.6f,%.6f,%.6f,%.0f,%lld\n", c.model.c_str(), c.node.c_str(), spec.scheme.c_str(),
-                     static_cast<long long>(c.seq_len), planner::scheme_named(spec.scheme).summary(spec).c_str(), est.fits ? 1 : 0, sim.fits ? 1 : 0,
-                     est.step_s, sim.step_s, est.hbm_bytes, static_cast<long long>(sim.peak_hbm_bytes), sim.compute_s, sim.exposed_transfer_s,
-                     sim.bubble_s, est.dram_bytes, static_cast<long long>(sim.peak_dram_bytes));
+        std::fprintf(rows, "%s,%s,%s,%lld,%s,%d,%d,%.6f,%.6f,%.0f,%lld,%.6f,%.6f,%.6f,%.0f,%lld\n", c.model.c_str(), c.node.c_str(),
+                     spec.scheme.c_str(), static_cast<long long>(c.seq_len), planner::scheme_named(spec.scheme).summary(spec).c_str(),
+                     est.fits ? 1 : 0, sim.fits ? 1 : 0, est.step_s, sim.step_s, est.hbm_bytes, static_cast<long long>(sim.peak_hbm_bytes),
+                     sim.compute_s, sim.exposed_transfer_s, sim.bubble_s, est.dram_bytes, static_cast<long long>(sim.peak_dram_bytes));
       }
       if (est.fits == sim.fits) ++e.fit_agree;
       if (!sim.fits || sim.step_s <= 0) continue;
@@ -109,11 +109,11 @@ int main(int argc, char** argv) {
     }
   }
   if (rows != nullptr) std::fclose(rows);
-  std::printf("%-15s %8s %9s %9s %9s %9s %9s %9s %8s %26s %12s %12s\n", "scheme", "configs", "step p50", "step p90", "hbm p50", "hbm p90",
-              "dram p50", "dram p90", "fits", "most over (step/hbm/dram)", "estimate ms", "simulate ms");
+  std::printf("%-15s %8s %9s %9s %9s %9s %9s %9s %8s %26s %12s %12s\n", "scheme", "configs", "step p50", "step p90", "hbm p50", "hbm p90", "dram p50",
+              "dram p90", "fits", "most over (step/hbm/dram)", "estimate ms", "simulate ms");
   for (const auto& [scheme, e] : by_scheme) {
-    std::printf("%-15s %8d %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %7.1f%% %8.1f%% %7.1f%% %7.1f%% %12.3f %12.1f\n", scheme.c_str(), e.compared,
-                100 * percentile(e.step, 0.5), 100 * percentile(e.step, 0.9), 100 * percentile(e.hbm, 0.5), 100 * percentile(e.hbm, 0.9),
+    std::printf("%-15s %8d %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %7.1f%% %8.1f%% %7.1f%% %7.1f%% %12.3f %12.1f\n", scheme.c_str(),
+                e.compared, 100 * percentile(e.step, 0.5), 100 * percentile(e.step, 0.9), 100 * percentile(e.hbm, 0.5), 100 * percentile(e.hbm, 0.9),
                 100 * percentile(e.dram, 0.5), 100 * percentile(e.dram, 0.9), 100.0 * e.fit_agree / std::max(1, e.compared),
                 100 * percentile(e.step_over, 1), 100 * percentile(e.hbm_over, 1), 100 * percentile(e.dram_over, 1),
                 1e3 * e.estimate_s / std::max(1, e.compared), 1e3 * e.simulate_s / std::max(1, e.compared));

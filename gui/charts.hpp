@@ -70,11 +70,11 @@ class ChunkChart : public QChartView {
   struct Series {
     QLineSeries* mfu = nullptr;
     QLineSeries* step = nullptr;
-    QScatterSeries* markers = nullptr;   // on the MFU points
-    QScatterSeries* misses = nullptr;    // hollow, on the axis
+    QScatterSeries* markers = nullptr;    // on the MFU points
+    QScatterSeries* misses = nullptr;     // hollow, on the axis
     QScatterSeries* estimated = nullptr;  // faded: the estimate's MFU where nothing is simulated yet
-    QAreaSeries* band = nullptr;         // the error bar's band around the step time (none: no bar)
-    double band_low = 1, band_high = 1;  // the step's factors at the band's edges
+    QAreaSeries* band = nullptr;          // the error bar's band around the step time (none: no bar)
+    double band_low = 1, band_high = 1;   // the step's factors at the band's edges
     int points = 0;
   };
   void add_to_band(Series& s, const QPointF& step_point);
@@ -112,8 +112,8 @@ class MemoryChart : public QChartView {
   struct Series {
     QLineSeries* hbm = nullptr;
     QLineSeries* dram = nullptr;
-    QScatterSeries* markers = nullptr;  // on the HBM points
-    QScatterSeries* misses = nullptr;   // hollow
+    QScatterSeries* markers = nullptr;    // on the HBM points
+    QScatterSeries* misses = nullptr;     // hollow
     QScatterSeries* estimated = nullptr;  // faded: the estimate's HBM and DRAM where nothing is simulated yet
     int missed_lengths = 0;
   };

@@ -141,7 +141,8 @@ Point simulate_point(const planner::StepInputs& in, const planner::PlanSpec& spe
 namespace {
 
 // The first of `preferred` that is of `scheme` and valid at this step.
-std::optional<planner::PlanSpec> first_valid(const planner::StepInputs& in, const std::string& scheme, const std::vector<planner::PlanSpec>& preferred) {
+std::optional<planner::PlanSpec> first_valid(const planner::StepInputs& in, const std::string& scheme,
+                                             const std::vector<planner::PlanSpec>& preferred) {
   for (const auto& p : preferred) {
     if (p.scheme != scheme) continue;
     try {
@@ -210,7 +211,8 @@ ChartEstimates estimate_charts(const Setup& setup, const std::vector<planner::Pl
     }
     for (std::int64_t length : memory_sweep_lengths(setup.inputs.seq_len)) {
       const planner::StepInputs in = setup.at(length);
-      if (const auto here = with_chart_chunk(in, first_valid(in, scheme, preferred))) out.memory.push_back(estimate_point(in, *here, headroom, length));
+      if (const auto here = with_chart_chunk(in, first_valid(in, scheme, preferred)))
+        out.memory.push_back(estimate_point(in, *here, headroom, length));
     }
   }
   return out;

@@ -35,6 +35,27 @@ TEST(Validation, EveryBuiltInDatasetLoads) {
   }
 }
 
+// validate under mpirun carries each case's result between ranks as a record: every field comes back, a missing
+// estimate (NaN) included, and a record short of a field is an error naming its origin.
+TEST(Validation, ACaseResultRecordReadsBackWhole) {
+  app::CaseResult r;
+  r.name = "a case";
+  r.comparisons.push_back({"step_s", 2.5, 2.25, true});
+  r.comparisons.push_back({"mfu", 0.4, 0.38, false, 0.41});
+  r.error = "";
+  r.remark = "stopped short";
+  r.kind = app::PredictionKind{"megatron", "hopper", "megatron-lm", 8192, 4096};
+  const app::CaseResult back = app::case_result_from_record(app::case_result_record(r), "test");
+  EXPECT_EQ(app::case_result_record(back), app::case_result_record(r));
+  ASSERT_EQ(back.comparisons.size(), 2u);
+  EXPECT_FALSE(back.comparisons[0].has_estimate());
+  EXPECT_DOUBLE_EQ(back.comparisons[1].estimated, 0.41);
+  EXPECT_FALSE(back.comparisons[1].counted);
+  ASSERT_TRUE(back.kind.has_value());
+  EXPECT_EQ(back.kind->gpu_generation, "hopper");
+  EXPECT_THROW(app::case_result_from_record(nlohmann::json{{"name", "x"}}, "rank 1's case"), InputError);
+}
+
 TEST(Validation, BadDatasetsNameTheFileAndTheField) {
   const auto error = [](const Json& doc) { return test::error_of([&] { app::parse_validation_dataset(doc, "bad.json"); }); };
   Json doc = minimal_dataset();
