@@ -357,20 +357,32 @@ void MainWindow::recompute_all() {
   update_status();
 }
 
-// The simulations of a set of inputs: the chart points, the selected plan (or the quick pick of `pick`'s scheme
-// first) and the search. Started once the estimate is drawn, so that it has every core until then.
+// The simulations of a set of inputs, started once the estimate is drawn (so that it has every core until then):
+// the selected plan (or the quick pick of `pick`'s scheme first) with its scheme's chart points, and the search.
+// The other schemes' chart points start when the search has their best plans (show_ranked), the estimate's
+// standing in for them until then: simulated before, they were simulated again with those plans, and the search
+// waited for the cores they took.
 void MainWindow::start_simulations(const std::string& pick) {
   if (!setup_) return;
-  for (const auto& scheme : setup_->inputs.schemes) {
-    if (selected_ || scheme != pick) {
-      start_chunk_chart(scheme);
-      start_memory_chart(scheme);
-    }
+  if (selected_) {
+    start_chunk_chart(selected_->scheme);
+    start_memory_chart(selected_->scheme);
+    start_selected_plan();
+  } else {
+    pick_quick_plan(pick, false);
   }
-  if (selected_) start_selected_plan();
-  else pick_quick_plan(pick, false);
   start_search();
   update_status();
+}
+
+// Every scheme's chart points but the selected plan's scheme (select_plan draws that one).
+void MainWindow::start_other_charts() {
+  if (!setup_) return;
+  for (const auto& scheme : setup_->inputs.schemes) {
+    if (selected_ && scheme == selected_->scheme) continue;
+    start_chunk_chart(scheme);
+    start_memory_chart(scheme);
+  }
 }
 
 void MainWindow::pick_quick_plan(const std::string& scheme, bool by_user) {
@@ -677,8 +689,8 @@ void MainWindow::start_search() {
         options.objective = setup->inputs.objective;
         options.hbm_headroom = setup->inputs.hbm_headroom;
         options.top = 10;
-        // One core fewer than the machine has: the charts' points keep a worker while the search runs.
-        options.threads = std::max(1, QThread::idealThreadCount() - 1);
+        // Every core: only the selected plan and its scheme's chart points run beside it (start_simulations).
+        options.threads = std::max(1, QThread::idealThreadCount());
         options.cancel = cancel.get();
         options.memory_gate = &graph_memory_gate();  // with the chart points: one budget for the window
         // Posted to the window (events to a destroyed window are dropped; the runner stops the search first).
@@ -702,6 +714,7 @@ void MainWindow::start_search() {
       [this](const std::string& e) {
         search_progress_.clear();
         show_error(QString("search: ") + QString::fromStdString(e));
+        start_other_charts();  // with the quick picks, as without a search
       });
 }
 
@@ -752,12 +765,7 @@ void MainWindow::show_ranked(const planner::SearchReport& report) {
   // The charts redraw each scheme with its best plan instead of the bounds' quick pick.
   best_of_scheme_.clear();
   for (const auto& best : report.best_of_scheme) best_of_scheme_.push_back(best.spec);
-  const std::string selected_scheme = selected_ ? selected_->scheme : "";
-  for (const auto& scheme : setup_->inputs.schemes) {
-    if (scheme == selected_scheme) continue;  // drawn with the selected plan (select_plan below redraws it if it changes)
-    start_chunk_chart(scheme);
-    start_memory_chart(scheme);
-  }
+  start_other_charts();  // the selected plan's scheme is drawn with it (select_plan below redraws it if it changes)
   if (ranked_.size() > 10) ranked_.resize(10);
   const QSignalBlocker block(table_);
   table_->setRowCount(static_cast<int>(ranked_.size()));

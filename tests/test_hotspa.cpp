@@ -283,14 +283,24 @@ TEST(HotSpa, SwitchingLosesWhenTheShortGroupIsSmall) {
 
 // plan --lengths --executable: the search considers only strategies `runnable` accepts, and a group whose graph
 // `runnable_graph` refuses does not fit.
-TEST(HotSpa, TheSearchKeepsToWhatTheExecutorsRun) {
-  const model::ModelConfig tiny = model::load_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256");
-  const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
-  planner::HotSpaSetting s{tiny, cluster, model::precision_policy("bf16-mixed")};
-  s.micro_batch_tokens = 64;
+// A search that runs in milliseconds: a tiny model on one H100 node, ten documents, two bounds.
+struct TinySearch {
+  TinySearch() {
+    setting.micro_batch_tokens = 64;
+    options.bounds = {32, 64};
+  }
+  const model::ModelConfig model = model::load_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256");
+  const sim::Cluster cluster{hw::load_node("lab-h100"), 1};
+  planner::HotSpaSetting setting{model, cluster, model::precision_policy("bf16-mixed")};
   const std::vector<std::int64_t> lengths = {12, 20, 24, 16, 28, 30, 50, 60, 64, 40};
   planner::HotSpaSearchOptions options;
-  options.bounds = {32, 64};
+};
+
+TEST(HotSpa, TheSearchKeepsToWhatTheExecutorsRun) {
+  TinySearch t;
+  planner::HotSpaSetting& s = t.setting;
+  const auto& lengths = t.lengths;
+  const auto& options = t.options;
   const auto free_choice = planner::search_hotspa(s, lengths, options);
   ASSERT_FALSE(free_choice.best_switched.empty());
   const std::string picked = free_choice.best_switched.back().spec.scheme;
@@ -309,13 +319,11 @@ TEST(HotSpa, TheSearchKeepsToWhatTheExecutorsRun) {
 // A farm (app/plan_farm.hpp) gets the same search: its range jobs, run by a RangeSimulator prepared from the same
 // inputs and carried as records, give the answer the search gives alone.
 TEST(HotSpa, AFarmOfRangeJobsGivesTheSameSearch) {
-  const model::ModelConfig tiny = model::load_model("custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256");
-  const sim::Cluster cluster(hw::load_node("lab-h100"), 1);
-  planner::HotSpaSetting s{tiny, cluster, model::precision_policy("bf16-mixed")};
-  s.micro_batch_tokens = 64;
-  const std::vector<std::int64_t> lengths = {12, 20, 24, 16, 28, 30, 50, 60, 64, 40};
-  planner::HotSpaSearchOptions options;
-  options.bounds = {32, 64};
+  TinySearch t;
+  const planner::HotSpaSetting& s = t.setting;
+  const auto& lengths = t.lengths;
+  planner::HotSpaSearchOptions& options = t.options;
+  const sim::Cluster& cluster = t.cluster;
   const auto alone = planner::search_hotspa(s, lengths, options);
   const planner::RangeSimulator simulator(s, lengths, options);
   std::size_t farmed = 0;
