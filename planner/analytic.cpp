@@ -117,6 +117,45 @@ double zero_state_waits(const BoundContext& ctx, const ZeroParams& z, const Rate
   return exposed;
 }
 
+// FPDT's attention of one layer on one rank, ordered as LayerEmitter::fpdt_attention orders it: the compute
+// stream's blocks (a diagonal block half a full one's work), the H2D and D2H copy engines each in order, two
+// buffers for the blocks' inputs. The time beyond the blocks' own, forward and backward.
+struct FpdtWaits {
+  double forward = 0, backward = 0;
+};
+FpdtWaits fpdt_waits(const LayerAttention& attention, int u, const FpdtCopySizes& sizes, double gbps) {
+  const double blocks = u * u / 2.0;  // u diagonal blocks of half a full one's work and u (u - 1) / 2 full ones
+  const double kv = seconds(sizes.kv_bytes, gbps), pair_in = seconds(sizes.pair_in_bytes, gbps);
+  const auto two_back = [](const std::vector<double>& ends) { return ends.size() >= 2 ? ends[ends.size() - 2] : 0.0; };
+  FpdtWaits w;
+  // Forward: every chunk's K/V go out at the start, in order; chunk i's queries attend to themselves, then to each
+  // earlier chunk j, whose K/V come back once out and once the block two back has freed a buffer.
+  double full = attention.forward / blocks, compute = 0, h2d = 0;
+  for (int i = 0; i < u; ++i) {
+    std::vector<double> ends{compute += full / 2};
+    for (int j = 0; j < i; ++j) {
+      h2d = std::max({h2d, (j + 1) * kv, two_back(ends)}) + kv;
+      compute = std::max(compute, h2d) + full;
+      ends.push_back(compute);
+    }
+  }
+  w.forward = compute - attention.forward;
+  // Backward: kv chunk i comes in after the previous block, then for each query chunk j >= i its inputs, once the
+  // block two back has freed a buffer (dq goes out on the other engine, which no block waits for).
+  full = attention.backward / blocks, compute = 0, h2d = 0;
+  for (int i = u - 1; i >= 0; --i) {
+    h2d = std::max(h2d, compute) + kv;
+    std::vector<double> ends;
+    for (int j = i; j < u; ++j) {
+      h2d = std::max(h2d, two_back(ends)) + pair_in;
+      compute = std::max(compute, h2d) + (j == i ? full / 2 : full);
+      ends.push_back(compute);
+    }
+  }
+  w.backward = compute - attention.backward;
+  return w;
+}
+
 // The ZeRO family's waits: Ulysses' all-to-alls (on the compute stream's path), ring attention's K/V passes, FPDT's
 // chunk copies and offloaded checkpoints beyond what the layer's compute covers, and the model states' (above).
 double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense_s) {
@@ -137,8 +176,8 @@ double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense
   }
   exposed += ring_exposed_s(ctx, r, z.cp, z.sp, tokens * static_cast<double>(m.kv_dim()), ctx.layers, mbs, recompute);
   if (split.fpdt_chunks > 1) {
-    const double forward = seconds(fpdt_copy_bytes(m, split, false), r.pcie), backward = seconds(fpdt_copy_bytes(m, split, true), r.pcie);
-    exposed += (std::max(0.0, forward - attention.forward) * (recompute ? 2 : 1) + std::max(0.0, backward - attention.backward)) * ctx.layers * mbs;
+    const FpdtWaits w = fpdt_waits(attention, split.fpdt_chunks, fpdt_copy_sizes(m, split), r.pcie);
+    exposed += (w.forward * (recompute ? 2 : 1) + w.backward) * ctx.layers * mbs;
   }
   if (z.offload_activations) {
     const double copy = seconds(zero_layer_bytes(in, z).checkpoint, r.pcie);

@@ -504,17 +504,19 @@ FpdtChunk fpdt_chunk(const model::ModelConfig& m, const LayerSplit& split) {
 }
 }  // namespace
 
+FpdtCopySizes fpdt_copy_sizes(const model::ModelConfig& m, const LayerSplit& split) {
+  const auto c = fpdt_chunk(m, split);
+  return {c.tokens * 2 * c.kv * kBf16, c.tokens * (3 * c.q * kBf16 + c.q * 4) + c.tokens * 4, c.tokens * c.q * 4};
+}
+
 double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, bool backward) {
   if (split.fpdt_chunks <= 1) return 0;
-  const auto c = fpdt_chunk(m, split);
+  const FpdtCopySizes c = fpdt_copy_sizes(m, split);
   const double u = split.fpdt_chunks;
-  const double kv_chunk = c.tokens * 2 * c.kv * kBf16;
-  if (!backward) return u * kv_chunk + u * (u - 1) / 2 * kv_chunk;  // each chunk out once, earlier ones back in
+  if (!backward) return u * c.kv_bytes + u * (u - 1) / 2 * c.kv_bytes;  // each chunk out once, earlier ones back in
   // Backward: each kv chunk in once; per (kv chunk i, q chunk j >= i) pair q, o, dO (bf16), lse and dq (fp32) in
   // and dq out.
-  const double per_pair_in = c.tokens * (3 * c.q * kBf16 + c.q * 4) + c.tokens * 4;
-  const double per_pair_out = c.tokens * c.q * 4;
-  return u * kv_chunk + u * (u + 1) / 2 * (per_pair_in + per_pair_out);
+  return u * c.kv_bytes + u * (u + 1) / 2 * (c.pair_in_bytes + c.pair_out_bytes);
 }
 
 // FPDT attention (seed 002; design.md 3.2). Forward: chunk i's K/V go to host DRAM as soon as they exist; its
@@ -533,9 +535,10 @@ void LayerEmitter::fpdt_attention(const std::string& name, bool backward, std::v
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
   const auto head_dim = static_cast<std::int32_t>(model_.head_dim);
-  const auto kv_bytes = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * 2 * c.kv * kBf16));
-  const auto pair_in = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * (3 * c.q * kBf16 + c.q * 4) + c.tokens * 4));
-  const auto pair_out = std::max<std::int64_t>(1, static_cast<std::int64_t>(c.tokens * c.q * 4));
+  const FpdtCopySizes sizes = fpdt_copy_sizes(model_, split_);
+  const auto kv_bytes = std::max<std::int64_t>(1, static_cast<std::int64_t>(sizes.kv_bytes));
+  const auto pair_in = std::max<std::int64_t>(1, static_cast<std::int64_t>(sizes.pair_in_bytes));
+  const auto pair_out = std::max<std::int64_t>(1, static_cast<std::int64_t>(sizes.pair_out_bytes));
   // Rank r's op on its head group of the chunks (after the Ulysses exchange, it holds that group of every chunk).
   auto in_head_group = [&](sim::Op o, std::size_t r) {
     if (shards > 1) {

@@ -124,6 +124,13 @@ double cp_gathered_kv_bytes(const model::ModelConfig& m, const LayerSplit& split
 double fpdt_working_bytes(const model::ModelConfig& m, const LayerSplit& split);
 // Bytes one GPU copies to or from host DRAM for one layer's FPDT attention (forward or backward).
 double fpdt_copy_bytes(const model::ModelConfig& m, const LayerSplit& split, bool backward);
+// The size of each of those copies (LayerEmitter::fpdt_attention): a chunk's K/V (out in forward, back in for each
+// later chunk, and once in backward), and per (kv chunk, query chunk) pair of the backward, q, o, dO, lse and dq in
+// and dq out.
+struct FpdtCopySizes {
+  double kv_bytes = 0, pair_in_bytes = 0, pair_out_bytes = 0;
+};
+FpdtCopySizes fpdt_copy_sizes(const model::ModelConfig& m, const LayerSplit& split);
 
 // Emits tasks into a graph for one group of ranks doing the same ops on their shards: tensor-parallel ranks
 // (split.tp of them), Ulysses ranks (split.ulysses), context-parallel ranks (split.cp), or cp x tp ranks

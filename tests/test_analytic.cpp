@@ -55,15 +55,15 @@ void add_agreement(std::map<std::string, Agreement>& out, const std::string& mod
 }
 
 // The levels benchmarks/results/estimate.md records, on a corpus of small models (2.2-2.8% measured for the first
-// four, 2.6% for ring-track): Megatron, ZeRO, Ulysses, ring attention and ring-track within 5% on the step at the
-// median, FPDT within 15%; the HBM peak within 2% (ring-track 0.2% measured); "fits" agreeing on 90%.
+// four, 2.6% for ring-track, 2.2% for FPDT): every scheme within 5% on the step at the median; the HBM peak within
+// 2% (ring-track 0.2% measured); "fits" agreeing on 90%.
 TEST(Analytic, AgreesWithTheSimulatorAsRecorded) {
   std::map<std::string, Agreement> all;
   add_agreement(all, "llama3.2-1b", 64 * 1024, 2, 3);
   add_agreement(all, "llama3.2-1b", 8 * 1024, 16, 3);
   add_agreement(all, "gpt-2.7b", 128 * 1024, 1, 7);
   const std::map<std::string, double> step_within = {{"megatron", 0.05},       {"zero", 0.05}, {"ulysses", 0.05},
-                                                     {"ring-attention", 0.05}, {"fpdt", 0.15}, {"ringtrack", 0.05}};
+                                                     {"ring-attention", 0.05}, {"fpdt", 0.05}, {"ringtrack", 0.05}};
   for (const auto& [scheme, within] : step_within) {
     const Agreement& a = all[scheme];
     ASSERT_GE(a.step.size(), 3u) << scheme << ": too few fitting configurations compared";
