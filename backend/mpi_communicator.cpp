@@ -226,13 +226,15 @@ void MpiCommunicator::send(int dst, int tag, std::span<const std::byte> bytes) {
 
 void MpiCommunicator::deliver_sends() {
   Lock lock(mutex_);
+  reap_sends();
+  std::string what;  // the sends still in flight, each naming its receiver
+  for (const auto& p : sends_) what += (what.empty() ? "" : ", ") + p->what;
   poll(
       [&] {
         reap_sends();
         return sends_.empty();
       },
-      "delivery of " + std::to_string(sends_.size()) + " sends", "a receiver stopped, or the ranks do not agree on the order of their messages",
-      lock);
+      "delivery of the " + what, "a receiver stopped, or the ranks do not agree on the order of their messages", lock);
 }
 
 std::vector<std::byte> MpiCommunicator::recv(int src, int tag) {
