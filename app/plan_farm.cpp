@@ -1,7 +1,9 @@
 #include "app/plan_farm.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +11,7 @@
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
 #include "common/units.hpp"
+#include "planner/estimate.hpp"
 
 using Json = nlohmann::json;
 
@@ -72,10 +75,35 @@ int PlanFarm::size() const { return comm_->size(); }
 
 void PlanFarm::abort_after(const std::exception& error) { backend::MpiSession::abort_all_after(error, comm_->rank(), comm_->size()); }
 
-std::vector<std::optional<Json>> PlanFarm::deal(const Json& header, const std::vector<Json>& items, const Work& work) {
+namespace {
+
+// Each rank's items (indices, ascending): round-robin without costs (a wave is sorted, so each gets a like mix);
+// with them, the costliest first to the rank with the least cost so far (ties to the lowest rank).
+std::vector<std::vector<std::size_t>> shares_of(std::size_t items, std::size_t ranks, const std::vector<double>& costs) {
+  std::vector<std::vector<std::size_t>> shares(ranks);
+  if (costs.size() != items) {
+    for (std::size_t i = 0; i < items; ++i) shares[i % ranks].push_back(i);
+    return shares;
+  }
+  std::vector<std::size_t> order(items);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> load(ranks, 0);
+  for (std::size_t i : order) {
+    const auto r = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[r] += costs[i];
+    shares[r].push_back(i);
+  }
+  for (auto& share : shares) std::sort(share.begin(), share.end());
+  return shares;
+}
+
+}  // namespace
+
+std::vector<std::optional<Json>> PlanFarm::deal(const Json& header, const std::vector<Json>& items, const Work& work,
+                                                const std::vector<double>& costs) {
   const auto n = static_cast<std::size_t>(size());
-  std::vector<std::vector<std::size_t>> shares(n);  // round-robin: a wave is sorted, so each gets a like mix
-  for (std::size_t i = 0; i < items.size(); ++i) shares[i % n].push_back(i);
+  const std::vector<std::vector<std::size_t>> shares = shares_of(items.size(), n, costs);
   const auto pick = [&](const std::vector<std::size_t>& share) {
     std::vector<Json> out;
     for (std::size_t i : share) out.push_back(items[i]);
@@ -149,9 +177,14 @@ std::vector<Json> simulate_plans(const planner::StepInputs& base, const planner:
 planner::SimulationFarm PlanFarm::farm(const planner::SearchOptions& local) {
   return [this, local](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
     std::vector<Json> items;
-    for (const auto& spec : specs) items.push_back({{"scheme", spec.scheme}, {"parameters", planner::parameters_json(spec)}});
+    std::vector<double> tasks;  // a simulation's cost grows with its graph's tasks
+    for (const auto& spec : specs) {
+      items.push_back({{"scheme", spec.scheme}, {"parameters", planner::parameters_json(spec)}});
+      tasks.push_back(planner::estimate_plan(in, spec).tasks);
+    }
     const Json header{{"seq_len", in.workload.seq_len}, {"global_batch", in.workload.global_batch}};
-    const auto results = deal(header, items, [&](const Json& h, const std::vector<Json>& share) { return simulate_plans(in, local, h, share); });
+    const auto results = deal(
+        header, items, [&](const Json& h, const std::vector<Json>& share) { return simulate_plans(in, local, h, share); }, tasks);
     planner::WaveResults out;
     for (const auto& r : results)
       out.push_back(!r ? std::optional<planner::PlanMetrics>(cancelled_metrics()) : result_of(*r, "another rank's results"));

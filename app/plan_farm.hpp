@@ -59,9 +59,11 @@ class PlanFarm {
   // Any work as JSON (validate's cases use it): what a rank makes of its share of a wave, one result per item, in
   // order.
   using Work = std::function<std::vector<nlohmann::json>(const nlohmann::json& header, const std::vector<nlohmann::json>& items)>;
-  // Rank 0: `items` dealt round-robin, each other rank sent `header` and its share, this rank's share done with
-  // `work`; the results in the items' order (nullopt: not answered, the run interrupted).
-  std::vector<std::optional<nlohmann::json>> deal(const nlohmann::json& header, const std::vector<nlohmann::json>& items, const Work& work);
+  // Rank 0: `items` dealt out, each other rank sent `header` and its share, this rank's share done with `work`;
+  // the results in the items' order (nullopt: not answered, the run interrupted). With `costs` (one per item, in
+  // any unit), the costliest first, each to the rank with the least so far; without, round-robin.
+  std::vector<std::optional<nlohmann::json>> deal(const nlohmann::json& header, const std::vector<nlohmann::json>& items, const Work& work,
+                                                  const std::vector<double>& costs = {});
   // The other ranks: `work` on each wave until rank 0 says stop; returns the exit code.
   int serve_with(const Work& work);
   // An error on any rank ends every rank (MPI_Abort), after printing it.
