@@ -10,7 +10,6 @@
 #include "app/plan_farm.hpp"
 #include "app/report.hpp"
 #include "backend/executor.hpp"
-#include "backend/mpi_communicator.hpp"
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "common/interrupt.hpp"

@@ -19,7 +19,7 @@ namespace trainyard::app {
 
 namespace {
 
-constexpr int kWaveTag = 7101, kResultTag = 7102;  // rank 0 -> a rank: a wave's share (or stop); back: its metrics
+constexpr int kWaveTag = 7101, kResultTag = 7102;  // rank 0 -> a rank: a wave's share (or stop); back: its results
 
 std::vector<std::byte> bytes_of(const Json& j) {
   const std::string text = j.dump();
@@ -62,7 +62,7 @@ std::unique_ptr<PlanFarm> PlanFarm::join(std::chrono::milliseconds rank_timeout)
 
 PlanFarm::~PlanFarm() {
   // After Ctrl-C (mpirun passes it to every rank) the others stop by themselves.
-  if (!root() || stopped_ || interrupted()) return;
+  if (!root() || interrupted()) return;
   try {
     for (int r = 1; r < size(); ++r) comm_->send(r, kWaveTag, bytes_of({{"stop", true}}));
   } catch (const std::exception& e) {
@@ -166,7 +166,7 @@ std::vector<Json> simulate_plans(const planner::StepInputs& base, const planner:
   const planner::StepInputs at{
       base.model, base.cluster, {header.at("seq_len").get<std::int64_t>(), header.at("global_batch").get<std::int64_t>()}, base.precision};
   std::vector<planner::PlanSpec> specs;
-  for (const auto& p : items) specs.push_back(planner::parse_parameters(p.at("scheme").get<std::string>(), p.at("parameters"), origin));
+  for (const auto& p : items) specs.push_back(planner::plan_spec_from_record(p, origin));
   std::vector<Json> out;
   for (const auto& r : planner::simulate_here(at, specs, local)) out.push_back(r ? planner::metrics_record(*r) : Json(nullptr));
   return out;
@@ -179,7 +179,7 @@ planner::SimulationFarm PlanFarm::farm(const planner::SearchOptions& local) {
     std::vector<Json> items;
     std::vector<double> tasks;  // a simulation's cost grows with its graph's tasks
     for (const auto& spec : specs) {
-      items.push_back({{"scheme", spec.scheme}, {"parameters", planner::parameters_json(spec)}});
+      items.push_back(planner::plan_spec_record(spec));
       tasks.push_back(planner::estimate_plan(in, spec).tasks);
     }
     const Json header{{"seq_len", in.workload.seq_len}, {"global_batch", in.workload.global_batch}};
@@ -204,8 +204,7 @@ std::vector<Json> simulate_ranges(const planner::RangeSimulator& local, const st
   const std::string origin = "rank 0's range jobs";
   std::vector<planner::RangeJob> jobs;
   for (const auto& j : items) {
-    jobs.push_back({j.at("i").get<std::size_t>(), j.at("j").get<std::size_t>(),
-                    planner::parse_parameters(j.at("scheme").get<std::string>(), j.at("parameters"), origin)});
+    jobs.push_back({j.at("i").get<std::size_t>(), j.at("j").get<std::size_t>(), planner::plan_spec_from_record(j, origin)});
   }
   std::vector<Json> out;
   for (const auto& g : local.run(jobs)) out.push_back(planner::group_result_record(g));
@@ -217,8 +216,12 @@ std::vector<Json> simulate_ranges(const planner::RangeSimulator& local, const st
 planner::RangeFarm PlanFarm::range_farm(const planner::RangeSimulator& local) {
   return [this, &local](const std::vector<planner::RangeJob>& jobs) {
     std::vector<Json> items;
-    for (const auto& job : jobs)
-      items.push_back({{"i", job.i}, {"j", job.j}, {"scheme", job.spec.scheme}, {"parameters", planner::parameters_json(job.spec)}});
+    for (const auto& job : jobs) {
+      Json item = planner::plan_spec_record(job.spec);
+      item["i"] = job.i;
+      item["j"] = job.j;
+      items.push_back(std::move(item));
+    }
     const auto results = deal(Json::object(), items, [&](const Json&, const std::vector<Json>& share) { return simulate_ranges(local, share); });
     std::vector<planner::GroupResult> out;
     for (const auto& r : results) {
@@ -267,7 +270,7 @@ void ResumeFile::load() {
       continue;
     }
     try {
-      const planner::PlanSpec spec = planner::parse_parameters(j.at("scheme").get<std::string>(), j.at("parameters"), origin);
+      const planner::PlanSpec spec = planner::plan_spec_from_record(j, origin);
       results_[key(j.at("seq_len").get<std::int64_t>(), j.at("global_batch").get<std::int64_t>(), spec)] = result_of(j.at("metrics"), origin);
     } catch (const Json::exception& e) {
       throw InputError(origin, "plan", "seq_len, global_batch, scheme, parameters and metrics", e.what());
@@ -276,13 +279,11 @@ void ResumeFile::load() {
 }
 
 void ResumeFile::append(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::optional<planner::PlanMetrics>& m) {
-  out_ << Json{{"seq_len", in.workload.seq_len},
-               {"global_batch", in.workload.global_batch},
-               {"scheme", spec.scheme},
-               {"parameters", planner::parameters_json(spec)},
-               {"metrics", m ? planner::metrics_record(*m) : Json(nullptr)}}
-              .dump()
-       << "\n";
+  Json line = planner::plan_spec_record(spec);
+  line["seq_len"] = in.workload.seq_len;
+  line["global_batch"] = in.workload.global_batch;
+  line["metrics"] = m ? planner::metrics_record(*m) : Json(nullptr);
+  out_ << line.dump() << "\n";
 }
 
 planner::SimulationFarm ResumeFile::wrap(planner::SimulationFarm inner) {

@@ -73,7 +73,6 @@ class PlanFarm {
   PlanFarm(std::unique_ptr<backend::MpiSession> session, std::unique_ptr<backend::MpiCommunicator> comm);
   std::unique_ptr<backend::MpiSession> session_;
   std::unique_ptr<backend::MpiCommunicator> comm_;
-  bool stopped_ = false;
 };
 
 // --resume FILE around a farm (or this process's threads): plans already in FILE are not simulated again, and

@@ -314,8 +314,6 @@ int run_validate(const std::vector<std::string>& args) {
     return 0;
   }
   check_output_flags(vm, {"write-baseline", "write-error-bars"});
-  // Under mpirun, rank 0 runs validate and the other ranks predict its cases (app/plan_farm.hpp).
-  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(rank_timeout(vm));
   if (vm.count("accuracy-summary")) {
     std::cout << accuracy_summary(vm["accuracy-summary"].as<std::string>());
     return 0;
@@ -333,6 +331,9 @@ int run_validate(const std::vector<std::string>& args) {
   with_calibration(vm, datasets);
   const std::string only = vm.count("only") ? vm["only"].as<std::string>() : "";
   const std::int64_t budget = vm.count("memory-budget") ? memory_budget(vm) : 0;
+  // Under mpirun, rank 0 runs validate and the other ranks predict its cases (app/plan_farm.hpp). (Every rank
+  // loaded the same datasets above.)
+  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(rank_timeout(vm));
   // A share of a dataset's cases (header: the dataset and the reading; items: the cases' indices), predicted here.
   const PlanFarm::Work predict = [&](const Json& header, const std::vector<Json>& items) {
     const auto d = std::find_if(datasets.begin(), datasets.end(), [&](const ValidationDataset& x) { return x.name == header.at("dataset"); });

@@ -100,7 +100,13 @@ void add_marker_keys(QChart* chart, const std::vector<QAbstractAxis*>& axes) {
   new_estimate_markers(chart, kEstimated, key, axes);
 }
 
-// Removes the points of `series` at `x` (every point when x is 0: a plan without a chunk spans the axis).
+// Whether `series` has a point at `x` (any point when x is 0: a plan without a chunk spans the axis).
+bool has_point_at(const QXYSeries* series, double x) {
+  const QList<QPointF> points = series->points();
+  return std::any_of(points.begin(), points.end(), [&](QPointF p) { return x == 0 || p.x() == x; });
+}
+
+// Removes the points of `series` at `x` (every point when x is 0, as has_point_at).
 void remove_at(QXYSeries* series, double x) {
   QList<QPointF> kept;
   for (const QPointF& p : series->points()) {
@@ -328,11 +334,7 @@ void ChunkChart::add_point(const Point& p) {
 // A provisional point: the estimate's MFU (0 when it says the plan does not fit), unless the simulated point is in.
 void ChunkChart::add_estimate(Series& s, const Point& p) {
   const double x = static_cast<double>(p.x), mfu = p.metrics.fits ? 100 * p.metrics.mfu : 0;
-  const auto simulated_at = [&](const QXYSeries* series) {
-    const QList<QPointF> points = series->points();
-    return std::any_of(points.begin(), points.end(), [&](QPointF q) { return p.x == 0 || q.x() == x; });
-  };
-  if (simulated_at(s.markers) || simulated_at(s.misses)) return;
+  if (has_point_at(s.markers, x) || has_point_at(s.misses, x)) return;
   remove_at(s.estimated, x);
   if (p.x > 0) insert_sorted(s.estimated, {x, mfu});
   else s.estimated->replace(QList<QPointF>{{static_cast<double>(min_chunk_), mfu}, {static_cast<double>(max_chunk_), mfu}});
@@ -420,8 +422,7 @@ void MemoryChart::add_point(const Point& p) {
   const double hbm = static_cast<double>(p.hbm_needed_bytes) / kGiB, dram = static_cast<double>(p.dram_needed_bytes) / kGiB;
   Series& s = it->second;
   if (p.provisional) {  // the estimate's HBM and DRAM, unless the simulated point is in
-    const QList<QPointF> done = s.hbm->points() + s.misses->points();
-    if (std::none_of(done.begin(), done.end(), [&](QPointF q) { return q.x() == x; })) {
+    if (!has_point_at(s.hbm, x) && !has_point_at(s.misses, x)) {
       remove_at(s.estimated, x);
       for (double v : {hbm, dram}) {
         if (v > 0) insert_sorted(s.estimated, {x, v});

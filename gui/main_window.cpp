@@ -30,6 +30,15 @@ namespace trainyard::gui {
 
 namespace {
 
+// A scheme's kept provisional points, given to its chart again after the chart cleared the scheme: a chart keeps
+// one only until the simulated point of the same x is in, and shows it once however often it is given (charts.hpp).
+template <typename Chart>
+void show_estimates(Chart* chart, const std::vector<Point>& estimates, const std::string& scheme) {
+  for (const Point& p : estimates) {
+    if (p.scheme == scheme) chart->add_point(p);
+  }
+}
+
 // The slider's positions are the powers of two of the control's range (kMinSeqLen .. kMaxSeqLen, widened down to a
 // shorter length the window is given).
 int seq_log2(std::int64_t tokens) { return static_cast<int>(std::lround(std::log2(static_cast<double>(std::max<std::int64_t>(1, tokens))))); }
@@ -509,7 +518,7 @@ void MainWindow::start_chunk_chart(const std::string& scheme) {
   const std::string channel = chart_channel("chunk", scheme);
   const auto cancel = jobs_.restart(channel);
   chunk_chart_->clear_scheme(scheme);
-  show_chart_estimates(scheme);
+  show_estimates(chunk_chart_, chart_estimates_.chunk, scheme);
   if (!setup_) return;
   auto setup = setup_;
   const auto preferred = preferred_plans();
@@ -518,12 +527,10 @@ void MainWindow::start_chunk_chart(const std::string& scheme) {
       [this, setup, scheme, channel, cancel](std::optional<planner::PlanSpec> spec) {
         if (!spec) return;
         const double headroom = setup->inputs.hbm_headroom;
-        std::vector<std::int64_t> chunks = chunk_sweep(scheme, setup->inputs.seq_len);
-        if (chunks.empty()) chunks.push_back(0);
+        const auto points = chunk_points(*spec, setup->inputs.seq_len);
         // Longest chunks first: the fewest tasks, so the first points come soonest.
-        for (auto it = chunks.rbegin(); it != chunks.rend(); ++it) {
-          const std::int64_t c = *it;
-          const planner::PlanSpec point = c > 0 ? with_chunk(*spec, c) : *spec;
+        for (auto it = points.rbegin(); it != points.rend(); ++it) {
+          const auto& [c, point] = *it;
           jobs_.submit<Point>(
               channel, 4,
               [setup, point, headroom, c, cancel] { return simulate_point(setup->at(setup->inputs.seq_len), point, headroom, c, cancel.get()); },
@@ -541,7 +548,7 @@ void MainWindow::start_memory_chart(const std::string& scheme) {
   const std::string channel = chart_channel("memory", scheme);
   const auto cancel = jobs_.restart(channel);
   memory_chart_->clear_scheme(scheme);
-  show_chart_estimates(scheme);
+  show_estimates(memory_chart_, chart_estimates_.memory, scheme);
   if (!setup_) return;
   auto setup = setup_;
   const auto preferred = preferred_plans();
@@ -655,24 +662,14 @@ void MainWindow::start_estimate(const std::string& pick) {
         // Only while the simulated ranking of these inputs is still to come (it never gives way to the estimate).
         if (jobs_.pending("search") > 0) show_provisional(e.top);
         chart_estimates_ = std::move(e.charts);
-        for (const auto& scheme : planner::scheme_names()) show_chart_estimates(scheme);
+        for (const Point& p : chart_estimates_.chunk) chunk_chart_->add_point(p);
+        for (const Point& p : chart_estimates_.memory) memory_chart_->add_point(p);
         emit chart_updated(7);
       },
       [this, pick](const std::string& e) {
         start_simulations(pick);
         show_error(QString("estimate: ") + QString::fromStdString(e));
       });
-}
-
-// A chart keeps a provisional point only until the simulated one of the same scheme and x is in, and shows one
-// once however often it is given (charts.hpp).
-void MainWindow::show_chart_estimates(const std::string& scheme) {
-  for (const Point& p : chart_estimates_.chunk) {
-    if (p.scheme == scheme) chunk_chart_->add_point(p);
-  }
-  for (const Point& p : chart_estimates_.memory) {
-    if (p.scheme == scheme) memory_chart_->add_point(p);
-  }
 }
 
 void MainWindow::start_search() {

@@ -91,7 +91,6 @@ class MainWindow : public QMainWindow {
   void start_estimate(const std::string& pick);
   void start_simulations(const std::string& pick);
   void start_other_charts();
-  void show_chart_estimates(const std::string& scheme);  // the kept provisional points of one scheme, again
   void show_detail();
   void show_comparison();  // the compare tab and the timeline's overlay: the selected plan against the measured trace
   void show_ranked(const planner::SearchReport& report);

@@ -177,6 +177,13 @@ std::optional<planner::PlanSpec> chart_plan(const planner::StepInputs& in, const
   return with_chart_chunk(in, spec);
 }
 
+std::vector<std::pair<std::int64_t, planner::PlanSpec>> chunk_points(const planner::PlanSpec& spec, std::int64_t seq_len) {
+  std::vector<std::pair<std::int64_t, planner::PlanSpec>> out;
+  for (std::int64_t c : chunk_sweep(spec.scheme, seq_len)) out.emplace_back(c, with_chunk(spec, c));
+  if (out.empty()) out.emplace_back(0, spec);
+  return out;
+}
+
 Point estimate_point(const planner::StepInputs& in, const planner::PlanSpec& spec, double hbm_headroom, std::int64_t x) {
   Point p;
   p.scheme = spec.scheme;
@@ -202,10 +209,7 @@ ChartEstimates estimate_charts(const Setup& setup, const std::vector<planner::Pl
   for (const auto& scheme : setup.inputs.schemes) {
     const std::optional<planner::PlanSpec> spec = with_chart_chunk(at_seq, first_valid(at_seq, scheme, preferred));
     if (spec) {
-      std::vector<std::int64_t> chunks = chunk_sweep(scheme, setup.inputs.seq_len);
-      if (chunks.empty()) chunks.push_back(0);
-      for (std::int64_t c : chunks) {
-        const planner::PlanSpec point = c > 0 ? with_chunk(*spec, c) : *spec;
+      for (const auto& [c, point] : chunk_points(*spec, setup.inputs.seq_len)) {
         if (first_valid(at_seq, scheme, {point})) out.chunk.push_back(estimate_point(at_seq, point, headroom, c));
       }
     }

@@ -63,6 +63,9 @@ planner::PlanSpec with_chunk(planner::PlanSpec spec, std::int64_t chunk);
 // Chart 1's chunk lengths for a scheme: the planner's candidates (planner::chunk_sizes), less those whose step
 // graph is too large to simulate interactively (see too_large_to_simulate). Empty for schemes without a chunk.
 std::vector<std::int64_t> chunk_sweep(const std::string& scheme, std::int64_t seq_len);
+// Chart 1's points of `spec` at `seq_len`: (chunk, the plan with that chunk) per chunk of chunk_sweep, shortest
+// first; (0, spec) for a scheme without a chunk.
+std::vector<std::pair<std::int64_t, planner::PlanSpec>> chunk_points(const planner::PlanSpec& spec, std::int64_t seq_len);
 
 // Why a plan's task graph is too large for the charts' sweeps (empty when it is not): ring-track with more than
 // 1024 chunks per sequence (the planner's shortest chunk is 1K), FPDT with more than 128 (its chunk pairs grow

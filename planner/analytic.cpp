@@ -771,9 +771,7 @@ double ring_estimate_hbm(const BoundContext& ctx, const RingTrackParams& p, cons
 double ring_estimate_dram(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const int per_node = ctx.in.cluster.topology.gpus_per_node();
   const double accumulators = p.kv == Placement::dram && r.C > 1 ? r.acc_chunk * (r.C - 1) : 0;
-  const double freed_per_visit = (p.kv == Placement::dram ? r.kv_token * r.c : 0) + (p.acts == ActivationPolicy::dram        ? r.kept_token * r.c
-                                                                                     : p.acts == ActivationPolicy::recompute ? r.ckpt_token * r.c
-                                                                                                                             : 0);
+  const double freed_per_visit = (p.kv == Placement::dram ? r.kv_token * r.c : 0) + ring_host_acts_token(p, r) * r.c;
   double now = ring_host_bytes_per_ring(ctx, p, r) - accumulators, most = now + accumulators;
   if (freed_per_visit > 0 || accumulators > 0) {
     const TrainSchedule schedule = train_schedule(ctx.in.model, p, ctx.in.workload.seq_len);

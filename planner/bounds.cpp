@@ -169,13 +169,16 @@ double ring_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const R
 
 }  // namespace
 
+double ring_host_acts_token(const RingTrackParams& p, const RingSizes& r) {
+  return p.acts == ActivationPolicy::dram ? r.kept_token : p.acts == ActivationPolicy::recompute ? r.ckpt_token : 0;
+}
+
 double ring_host_bytes_per_ring(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const auto& pol = ctx.in.precision;
   const double S = ctx.seq_len, L = ctx.layers;
   double host = 0;
   if (p.kv == Placement::dram) host += r.kv_token * S * L + r.acc_chunk * (r.C - 1);
-  if (p.acts == ActivationPolicy::dram) host += r.kept_token * S * L;
-  if (p.acts == ActivationPolicy::recompute) host += r.ckpt_token * S * L;
+  host += ring_host_acts_token(p, r) * S * L;
   if (p.states == Placement::dram) host += (ctx.states_per_param + pol.grad_bytes) * (L * ctx.layer_params + ctx.resident_params);
   if (p.weights == WeightPolicy::stream) host += pol.weight_bytes * L * ctx.layer_params;
   return host;
@@ -201,7 +204,7 @@ RingCopyBytes ring_copy_bytes(const BoundContext& ctx, const RingTrackParams& p,
     b.h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (r.C - 1)) * r.acc_chunk;
     b.d2h += r.C * kv_chunk + pairs * r.acc_chunk;
   }
-  const double out_token = p.acts == ActivationPolicy::dram ? r.kept_token : p.acts == ActivationPolicy::recompute ? r.ckpt_token : 0;
+  const double out_token = ring_host_acts_token(p, r);
   b.h2d += out_token * ctx.seq_len;
   b.d2h += out_token * ctx.seq_len;
   if (p.weights == WeightPolicy::stream) {

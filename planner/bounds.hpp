@@ -95,6 +95,9 @@ struct RingSizes {
   double acc_chunk = 0;        // a chunk's fp32 dK/dV accumulators
 };
 RingSizes ring_sizes(const BoundContext& ctx, const RingTrackParams& p);
+// What a token of a layer leaves in host DRAM for the backward by the activation policy: its kept activations
+// (acts dram), its recompute checkpoint (acts recompute), or nothing (acts hbm).
+double ring_host_acts_token(const RingTrackParams& p, const RingSizes& r);
 // Per ring position, the most bytes it keeps for the backward when one of its layers starts its backward (the last
 // chunk first): the K/V and kept activations (when they stay in HBM) of every chunk whose backward visit has not
 // run yet, and the dK/dV accumulators (K/V in HBM) of every layer between its first and last backward visit. The

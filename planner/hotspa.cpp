@@ -768,8 +768,7 @@ Json group_result_record(const GroupResult& g) {
             {"sequences", r.sequences},
             {"packed_rows", r.packed_rows},
             {"dropped_rows", r.dropped_rows}}},
-          {"scheme", g.spec.scheme},
-          {"parameters", parameters_json(g.spec)},
+          {"plan", plan_spec_record(g.spec)},
           {"fits", g.fits},
           {"failure", g.failure},
           {"time_s", g.time_s},
@@ -791,7 +790,7 @@ GroupResult group_result_from_record(const Json& j, const std::string& origin) {
     g.rows.sequences = r.at("sequences").get<std::int64_t>();
     g.rows.packed_rows = r.at("packed_rows").get<std::int64_t>();
     g.rows.dropped_rows = r.at("dropped_rows").get<std::int64_t>();
-    g.spec = parse_parameters(j.at("scheme").get<std::string>(), j.at("parameters"), origin);
+    g.spec = plan_spec_from_record(j.at("plan"), origin);
     g.fits = j.at("fits").get<bool>();
     g.failure = j.at("failure").get<std::string>();
     g.time_s = j.at("time_s").get<double>();

@@ -604,6 +604,12 @@ nlohmann::json metrics_record(const PlanMetrics& m) {
   return j;
 }
 
+nlohmann::json plan_spec_record(const PlanSpec& spec) { return {{"scheme", spec.scheme}, {"parameters", parameters_json(spec)}}; }
+
+PlanSpec plan_spec_from_record(const nlohmann::json& j, const std::string& origin) {
+  return parse_parameters(j.at("scheme").get<std::string>(), j.at("parameters"), origin);
+}
+
 PlanMetrics metrics_from_record(const nlohmann::json& j, const std::string& origin) {
   try {
     PlanMetrics m;

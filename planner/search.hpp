@@ -190,6 +190,10 @@ WaveResults simulate_here(const StepInputs& in, const std::vector<PlanSpec>& spe
 // PlanMetrics in full and back, doubles exact (a farm's messages, --resume's file); InputError naming `origin`.
 nlohmann::json metrics_record(const PlanMetrics& m);
 PlanMetrics metrics_from_record(const nlohmann::json& j, const std::string& origin);
+// A plan as JSON ({"scheme", "parameters"}, as plan files name them) and back, for the records that carry plans
+// (app/plan_farm.hpp's messages and --resume lines, HotSPa's group results); `origin` names the record in errors.
+nlohmann::json plan_spec_record(const PlanSpec& spec);
+PlanSpec plan_spec_from_record(const nlohmann::json& j, const std::string& origin);
 
 // The longest sequence (a multiple of 1K tokens, found by doubling then bisection) at which `scheme` has a
 // plan that fits, with that plan; nullopt when not even 1K tokens fit. options.progress gets (probes done, the
