@@ -66,4 +66,12 @@ void MemoryGate::release(double bytes) {
   freed_.notify_all();
 }
 
+void MemoryGate::give_back(double bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    held_bytes_ -= bytes;
+  }
+  freed_.notify_all();
+}
+
 }  // namespace trainyard

@@ -25,6 +25,7 @@ class MemoryGate {
   explicit MemoryGate(double budget_bytes) : budget_bytes_(budget_bytes) {}
   void acquire(double bytes);
   void release(double bytes);
+  void give_back(double bytes);  // part of a hold, which stays held
   double budget_bytes() const { return budget_bytes_; }
 
   // Holds `bytes` of the gate for its lifetime.
@@ -32,6 +33,12 @@ class MemoryGate {
    public:
     Hold(MemoryGate& gate, double bytes) : gate_(gate), bytes_(bytes) { gate_.acquire(bytes_); }
     ~Hold() { gate_.release(bytes_); }
+    // Holds less from now on (never more): once a job knows what it really needs, the rest goes to the waiters.
+    void shrink_to(double bytes) {
+      if (bytes >= bytes_) return;
+      gate_.give_back(bytes_ - bytes);
+      bytes_ = bytes;
+    }
     Hold(const Hold&) = delete;
     Hold& operator=(const Hold&) = delete;
 

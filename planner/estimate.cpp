@@ -94,6 +94,10 @@ double ringtrack_tasks(const StepInputs& in, const RingTrackParams& p) {
 
 GraphEstimate estimate_tasks(double tasks) { return {tasks, tasks * kBytesPerTask}; }
 
+double built_graph_bytes(const sim::TaskGraph& graph) {
+  return static_cast<double>(graph.memory_bytes()) + kEngineBytesPerTask * static_cast<double>(graph.size());
+}
+
 GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec) { return scheme_named(spec.scheme).estimate(in, spec); }
 
 double cluster_bytes(const hw::NodeProfile& node, int nodes) {

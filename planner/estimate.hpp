@@ -28,6 +28,13 @@ struct GraphEstimate {
 // changes what the searches simulate; benchmarks/results/sim.md says what each byte is.
 inline constexpr double kBytesPerTask = 400;
 
+// What the engine keeps per task while it simulates (timings, blocking counters, events, flows): 47.2 B measured on
+// ring-track's 1M-token steps (benchmarks/results/sim.md, bench_ringtrack), 56 B before; taken as 96 for the schemes
+// whose collectives start more flows per task. Once a graph is built, the search holds its written bytes plus this
+// for each task instead of the estimate (built_graph_bytes).
+inline constexpr double kEngineBytesPerTask = 96;
+double built_graph_bytes(const sim::TaskGraph& graph);
+
 GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec);
 // The schemes' own task counts (their registry entries' `estimate`).
 double zero_tasks(const StepInputs& in, const ZeroParams& z);

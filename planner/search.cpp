@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
 
 #include "common/error.hpp"
 #include "common/memory_budget.hpp"
@@ -404,19 +405,106 @@ struct Simulated {
   double estimate = 0;
 };
 
+// One candidate built and simulated, holding its graph's bytes in the gate; nullopt where
+// SearchOptions::runnable_graph refuses the built graph.
+std::optional<PlanMetrics> simulate_one(const StepInputs& in, const SearchOptions& options, const PlanSpec& spec, double graph_bytes,
+                                        MemoryGate& gate) {
+  MemoryGate::Hold hold(gate, graph_bytes);
+  if (options.before_simulate) options.before_simulate(spec);
+  sim::TaskGraph graph = build_plan(in, spec);
+  hold.shrink_to(built_graph_bytes(graph));  // the estimate has room for a graph twice this size
+  if (options.runnable_graph && !options.runnable_graph(in, spec, graph)) return std::nullopt;
+  return measure(simulate_built(graph, in, options.cancel), in, options.hbm_headroom);
+}
+
 // Simulates `specs` on the pool, as many at once as fit in the budget together (the answer does not depend on
 // it). nullopt where SearchOptions::runnable_graph refuses the built graph.
 WaveResults simulate_on(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
                         const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool) {
   WaveResults results(specs.size());
   pool.for_each(
-      specs.size(),
-      [&](std::size_t w) {
-        const MemoryGate::Hold hold(gate, graph_bytes[w]);
-        if (options.before_simulate) options.before_simulate(specs[w]);
-        sim::TaskGraph graph = build_plan(in, specs[w]);
-        if (options.runnable_graph && !options.runnable_graph(in, specs[w], graph)) return;
-        results[w] = measure(simulate_built(graph, in, options.cancel), in, options.hbm_headroom);
+      specs.size(), [&](std::size_t w) { results[w] = simulate_one(in, options, specs[w], graph_bytes[w], gate); }, options.cancel);
+  return results;
+}
+
+// Simulations done ahead of their wave, by position in `alive`. A wave ends when its slowest simulation does,
+// and the threads that finish first would wait for it; instead each takes one of the candidates the next wave
+// would hold as the search stands (choose_wave on a copy of the state). The next wave is still chosen from the
+// finished wave's results and takes only its own members' results from here, so what is simulated, counted and
+// answered is the same as without it; a result no wave takes is dropped. An error is kept and rethrown by the
+// wave that takes it, as if it had been thrown there.
+class Lookahead {
+ public:
+  bool has(std::size_t pos) {
+    std::lock_guard lock(mutex_);
+    return done_.count(pos) > 0;
+  }
+  void put(std::size_t pos, std::optional<PlanMetrics> result, std::exception_ptr error) {
+    std::lock_guard lock(mutex_);
+    done_[pos] = {std::move(result), std::move(error)};
+  }
+  // The result for `pos` if it was simulated ahead (removed from here), rethrowing its error.
+  std::optional<std::optional<PlanMetrics>> take(std::size_t pos) {
+    std::lock_guard lock(mutex_);
+    const auto it = done_.find(pos);
+    if (it == done_.end()) return std::nullopt;
+    Done d = std::move(it->second);
+    done_.erase(it);
+    if (d.error) std::rethrow_exception(d.error);
+    return std::move(d.result);
+  }
+
+ private:
+  struct Done {
+    std::optional<PlanMetrics> result;
+    std::exception_ptr error;
+  };
+  std::mutex mutex_;
+  std::map<std::size_t, Done> done_;
+};
+
+// The wave's candidates (positions in `alive`) on the pool, taking those simulated ahead from `ahead`; the threads
+// left without a wave simulation to start simulate `next` ahead (Lookahead).
+WaveResults simulate_wave_here(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
+                               const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave, const std::vector<std::size_t>& next,
+                               const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool, Lookahead& ahead) {
+  WaveResults results(wave.size());
+  std::vector<std::size_t> todo;  // indices into `wave`
+  for (std::size_t w = 0; w < wave.size(); ++w) {
+    if (auto done = ahead.take(wave[w])) {
+      results[w] = std::move(*done);
+    } else {
+      todo.push_back(w);
+    }
+  }
+  std::vector<std::size_t> extra;
+  for (std::size_t pos : next) {
+    if (!ahead.has(pos)) extra.push_back(pos);
+  }
+  std::atomic<std::size_t> unfinished{todo.size()};
+  pool.for_each(
+      todo.size() + extra.size(),
+      [&](std::size_t i) {
+        if (i < todo.size()) {  // for_each hands these out first
+          const std::size_t index = alive[wave[todo[i]]].index;
+          try {
+            results[todo[i]] = simulate_one(in, options, specs[index], graph_bytes[index], gate);
+          } catch (...) {
+            --unfinished;
+            throw;
+          }
+          --unfinished;
+          return;
+        }
+        if (unfinished.load() == 0) return;  // the wave is done: nothing more starts on its account
+        const std::size_t pos = extra[i - todo.size()];
+        const std::size_t index = alive[pos].index;
+        try {
+          std::optional<PlanMetrics> r = simulate_one(in, options, specs[index], graph_bytes[index], gate);
+          if (!(r && r->failure == "cancelled")) ahead.put(pos, std::move(r), nullptr);
+        } catch (...) {
+          ahead.put(pos, std::nullopt, std::current_exception());
+        }
       },
       options.cancel);
   return results;
@@ -425,15 +513,13 @@ WaveResults simulate_on(const StepInputs& in, const SearchOptions& options, cons
 // A wave's candidates simulated, here or on the farm; those refused by runnable_graph go to `refused`, those a
 // Ctrl-C left unsimulated are dropped.
 std::vector<Simulated> simulate_wave(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs,
-                                     const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave,
-                                     const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool, std::vector<PlanSpec>& refused) {
+                                     const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave, const std::vector<std::size_t>& next,
+                                     const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool, Lookahead& ahead,
+                                     std::vector<PlanSpec>& refused) {
   std::vector<PlanSpec> wave_specs;
-  std::vector<double> wave_bytes;
-  for (std::size_t pos : wave) {
-    wave_specs.push_back(specs[alive[pos].index]);
-    wave_bytes.push_back(graph_bytes[alive[pos].index]);
-  }
-  const WaveResults results = options.farm ? options.farm(in, wave_specs) : simulate_on(in, options, wave_specs, wave_bytes, gate, pool);
+  for (std::size_t pos : wave) wave_specs.push_back(specs[alive[pos].index]);
+  const WaveResults results = options.farm ? options.farm(in, wave_specs)
+                                           : simulate_wave_here(in, options, specs, alive, wave, next, graph_bytes, gate, pool, ahead);
   std::vector<Simulated> simulated;
   for (std::size_t w = 0; w < wave.size(); ++w) {
     const Candidate& c = alive[wave[w]];
@@ -470,15 +556,21 @@ void record_wave(std::vector<Simulated>& results, Objective objective, WaveState
 // The waves over `order` (positions in `alive`; search.hpp). False when interrupted or done (stop_at_first_fit).
 bool run_waves_over(const StepInputs& in, const SearchOptions& options, const std::vector<PlanSpec>& specs, const std::vector<Candidate>& alive,
                     const std::vector<std::size_t>& order, bool by_estimate, const std::vector<double>& graph_bytes, MemoryGate& gate,
-                    ThreadPool& pool, WaveState& state, SearchReport& report) {
+                    ThreadPool& pool, Lookahead& ahead, WaveState& state, SearchReport& report) {
   for (std::size_t start = 0; start < order.size(); start += wave_size(options)) {
     if (cancelled(options)) {
       report.interrupted = true;
       return false;
     }
     const std::vector<std::size_t> wave = choose_wave(options, specs, alive, order, start, by_estimate, state, report);
+    std::vector<std::size_t> next;  // the next wave as the search stands now, for the threads left idle
+    if (!options.farm && pool.size() > 1) {
+      WaveState now = state;
+      SearchReport scratch;
+      next = choose_wave(options, specs, alive, order, start + wave_size(options), by_estimate, now, scratch);
+    }
     std::vector<PlanSpec> refused;
-    std::vector<Simulated> results = simulate_wave(in, options, specs, alive, wave, graph_bytes, gate, pool, refused);
+    std::vector<Simulated> results = simulate_wave(in, options, specs, alive, wave, next, graph_bytes, gate, pool, ahead, refused);
     for (const PlanSpec& spec : refused) ++report.not_runnable_by_scheme[spec.scheme];
     // Ctrl-C: the wave's simulations that finished stay in the report (the best so far); those cut short or never
     // started are dropped.
@@ -503,7 +595,8 @@ void run_waves(const StepInputs& in, const SearchOptions& options, const std::ve
   MemoryGate& gate = options.memory_gate != nullptr ? *options.memory_gate : own_gate;
   std::vector<std::size_t> order(alive.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  if (!run_waves_over(in, options, specs, alive, order, options.prune_by_estimate, graph_bytes, gate, pool, state, report)) return;
+  Lookahead ahead;
+  if (!run_waves_over(in, options, specs, alive, order, options.prune_by_estimate, graph_bytes, gate, pool, ahead, state, report)) return;
   // The estimate's margin as measured over all the waves decides again: within it, skipped; else simulated.
   const std::size_t top = static_cast<std::size_t>(std::max(1, options.top));
   std::vector<std::size_t> again;
@@ -520,7 +613,7 @@ void run_waves(const StepInputs& in, const SearchOptions& options, const std::ve
   }
   SearchOptions quiet = options;  // the progress already counted these
   quiet.progress = nullptr;
-  run_waves_over(in, quiet, specs, alive, again, false, graph_bytes, gate, pool, state, report);
+  run_waves_over(in, quiet, specs, alive, again, false, graph_bytes, gate, pool, ahead, state, report);
 }
 
 // The fitting plans, best first, into the report, with each scheme's best and how far the candidates skipped for it

@@ -1,6 +1,7 @@
 #include "planner/transformer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "common/error.hpp"
@@ -143,12 +144,13 @@ LayerEmitter::LayerEmitter(sim::TaskGraph& graph, const model::ModelConfig& mode
 void LayerEmitter::each_rank(const std::string& name, const sim::TaskParams& params, std::vector<sim::TaskId>& last, bool recompute,
                              sim::OpCode code) {
   for (std::size_t r = 0; r < ranks_.size(); ++r) {
-    std::vector<sim::TaskId> deps;
-    if (last[r] >= 0) deps.push_back(last[r]);
-    if (!join_.empty() && join_[r] >= 0) deps.push_back(join_[r]);
+    std::array<sim::TaskId, 2> deps{};  // no allocation: this runs for nearly every task of a step
+    std::size_t dep_count = 0;
+    if (last[r] >= 0) deps[dep_count++] = last[r];
+    if (!join_.empty() && join_[r] >= 0) deps[dep_count++] = join_[r];
     sim::Op o = op(code);
     o.chunk = chunk_of(r);
-    last[r] = graph_.add(name, {ranks_[r], {sim::StreamKind::compute, 0}, recompute, params, o}, deps);
+    last[r] = graph_.add(name, {ranks_[r], {sim::StreamKind::compute, 0}, recompute, params, o}, std::span(deps.data(), dep_count));
   }
   join_.clear();
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -177,6 +178,26 @@ TEST(MemoryGate, HoldersTogetherStayWithinTheBudgetAndAnOversizeJobRunsAlone) {
   EXPECT_EQ(ran, static_cast<int>(sizes.size()));
   EXPECT_LE(most_held_together, 10);
   EXPECT_FALSE(oversize_shared);
+}
+
+TEST(MemoryGate, AShrunkHoldLetsAWaiterIn) {
+  // A job that holds 8 of 10 units keeps a job of 5 waiting until it shrinks its hold to 4 (a search's graph, once
+  // built, holds its real bytes instead of the estimate).
+  MemoryGate gate(10);
+  std::atomic<bool> second_in{false};
+  std::optional<MemoryGate::Hold> first(std::in_place, gate, 8);
+  std::thread waiter([&] {
+    const MemoryGate::Hold second(gate, 5);
+    second_in = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(second_in.load()) << "8 + 5 units were held together against a budget of 10";
+  first->shrink_to(12);  // never grows
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(second_in.load()) << "shrink_to grew the hold or released it";
+  first->shrink_to(4);
+  waiter.join();
+  EXPECT_TRUE(second_in.load());
 }
 
 }  // namespace trainyard
