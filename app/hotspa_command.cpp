@@ -105,6 +105,22 @@ void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
   run.setting->cancel = &interrupt_flag();
 }
 
+// What a --resume file's range results depend on besides each job's groups and plan: the hardware, the model and
+// precision, the drawn mini-batch (its lengths, hashed: FNV-1a over their decimal text) and how it is grouped.
+std::string lengths_inputs_key(const po::variables_map& vm, const LengthsRun& run, const std::vector<std::int64_t>& bounds) {
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const std::int64_t length : run.lengths) {
+    for (const char c : std::to_string(length) + ",") hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  }
+  std::string groups;
+  for (const std::int64_t b : bounds) groups += (groups.empty() ? "" : ",") + std::to_string(b);
+  const planner::HotSpaSetting& s = *run.setting;
+  return "--lengths " + run.model.name + " on " + std::to_string(run.cluster->nodes) + " x " + run.cluster->node.name + ", " +
+         vm["precision"].as<std::string>() + ", HBM headroom " + format_number(s.hbm_headroom) + ", " + std::string(planner::to_string(s.batching)) +
+         ", micro-batch tokens " + std::to_string(s.micro_batch_tokens) + ", " + std::to_string(run.lengths.size()) + " lengths hashed " +
+         std::to_string(hash) + ", groups " + groups + (vm.count("executable") ? ", executable " + vm["executable"].as<std::string>() : "");
+}
+
 void print_header(const LengthsRun& run) {
   std::cout << "lengths: " << run.source.origin << ": " << run.source.description << "\n"
             << "mini-batch: " << run.lengths.size() << (run.documents ? " documents, " : " sequences, ") << format_tokens(run.tokens)
@@ -315,6 +331,13 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
     }
     options.farm = ranks->range_farm(*simulator);
   }
+  std::optional<ResumeFile> resume;
+  if (vm.count("resume")) {
+    resume.emplace(vm["resume"].as<std::string>(), lengths_inputs_key(vm, run, bounds));
+    if (!simulator) simulator.emplace(*run.setting, run.lengths, options);
+    if (!options.farm) options.farm = [&here = *simulator](const std::vector<planner::RangeJob>& jobs) { return here.run(jobs); };
+    options.farm = resume->wrap_ranges(options.farm);
+  }
   const bool json = vm["json"].as<bool>();
   // On a terminal only; nothing when stderr is piped (common/progress.hpp).
   Progress progress("HotSPa search", !json);
@@ -325,6 +348,7 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   if (json) {
     nlohmann::json out = header_json(run);
     out["simulated"] = report.simulated;
+    if (resume) out["reused_from_resume"] = resume->reused();
     if (!report.best_static.empty()) out["static"] = planner::minibatch_json(report.static_result, *run.cluster);
     if (!report.best_switched.empty()) {
       out["switched"] = planner::minibatch_json(report.switched_result, *run.cluster);
@@ -347,7 +371,8 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   std::cout << "best static: " << report.best_static.front().spec.scheme << " " << report.best_static.front().spec.summary() << "\n"
             << "best hot-switched: " << planner::describe(report.best_switched) << "\n"
             << "  as run --lengths takes it: --switch \"" << planner::switch_text(report.best_switched) << "\"\n"
-            << report.simulated << " group simulations\n\n"
+            << report.simulated << " group simulations"
+            << (resume ? " (" + std::to_string(resume->reused()) + " taken from --resume " + vm["resume"].as<std::string>() + ")" : "") << "\n\n"
             << planner::table3(report.static_result, report.switched_result);
   print_failure("hot-switched", report.switched_result);
   return 0;

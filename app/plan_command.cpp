@@ -170,7 +170,7 @@ int run_plan(const std::vector<std::string>& args) {
             "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only | --bounds-only] [--resume FILE]\n"
             "       (under mpirun -np N: the simulations spread over the N ranks, the same answer; --rank-timeout 600)\n"
             "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
-            "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json]",
+            "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json] [--resume FILE]",
             options, positional, vm)) {
     return 0;
   }
@@ -179,7 +179,6 @@ int run_plan(const std::vector<std::string>& args) {
       throw InputError("--estimate-only", "value", "none with --lengths (no estimate of hot switching yet)", "given");
     if (vm["bounds-only"].as<bool>())
       throw InputError("--bounds-only", "value", "none with --lengths (its search prunes by the bounds alone already)", "given");
-    if (vm.count("resume")) throw InputError("--resume", "value", "none with --lengths (its results are not kept yet)", "given");
     for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
       if (vm.count(flag))
         throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");

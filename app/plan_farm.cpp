@@ -240,42 +240,64 @@ int PlanFarm::serve_ranges(const planner::RangeSimulator& local) {
 
 ResumeFile::ResumeFile(std::string path, std::string inputs_key) : path_(std::move(path)), inputs_key_(std::move(inputs_key)) {
   const bool exists = std::filesystem::exists(path_);
-  if (exists) load();
+  const std::uintmax_t whole_bytes = exists ? load() : 0;
+  // A line a killed run cut short is dropped from the file too, so that what is appended starts a line of its own.
+  if (exists && whole_bytes < std::filesystem::file_size(path_)) std::filesystem::resize_file(path_, whole_bytes);
   out_.open(path_, std::ios::app);
   if (!out_) throw InputError("--resume", "value", "a file this process can write", "\"" + path_ + "\"");
-  if (!exists) out_ << Json{{"trainyard.plan_resume", 1}, {"inputs", inputs_key_}}.dump() << "\n" << std::flush;
+  if (whole_bytes == 0) out_ << Json{{"trainyard.plan_resume", 1}, {"inputs", inputs_key_}}.dump() << "\n" << std::flush;
 }
 
 std::string ResumeFile::key(std::int64_t seq_len, std::int64_t global_batch, const planner::PlanSpec& spec) {
   return std::to_string(seq_len) + "|" + std::to_string(global_batch) + "|" + spec.scheme + "|" + planner::parameters_json(spec).dump();
 }
 
-void ResumeFile::load() {
-  std::ifstream file(path_);
+// The bytes of the file's whole lines: those up to a last line cut short (or to the end).
+std::uintmax_t ResumeFile::load() {
+  std::ifstream file(path_, std::ios::binary);
   std::string line;
   std::size_t number = 0;
+  std::uintmax_t whole_bytes = 0;
   while (std::getline(file, line)) {
     ++number;
+    const bool ended = !file.eof();  // the line had its newline: a run writes each line whole, newline last
     Json j;
     try {
+      if (!ended) throw Json::parse_error::create(101, line.size(), "no newline", nullptr);
       j = Json::parse(line);
     } catch (const Json::exception&) {
       if (file.peek() == std::ifstream::traits_type::eof()) break;  // the last line cut short by a killed run: dropped
       throw InputError(path_, "line " + std::to_string(number), "one JSON object per line (a --resume file)", line.substr(0, 60));
     }
+    whole_bytes += line.size() + 1;
     const std::string origin = path_ + ":" + std::to_string(number);
     if (number == 1) {
       if (!j.is_object() || !j.contains("inputs") || j.at("inputs") != inputs_key_)
         throw InputError(path_, "inputs", "the results of a search on these inputs (" + inputs_key_ + ")", j.dump().substr(0, 120));
       continue;
     }
-    try {
-      const planner::PlanSpec spec = planner::plan_spec_from_record(j, origin);
-      results_[key(j.at("seq_len").get<std::int64_t>(), j.at("global_batch").get<std::int64_t>(), spec)] = result_of(j.at("metrics"), origin);
-    } catch (const Json::exception& e) {
-      throw InputError(origin, "plan", "seq_len, global_batch, scheme, parameters and metrics", e.what());
-    }
+    load_line(j, origin);
   }
+  return whole_bytes;
+}
+
+// A plan's metrics (seq_len, global_batch, plan, metrics), or with --lengths a range job's group (i, j, plan, group).
+void ResumeFile::load_line(const Json& j, const std::string& origin) {
+  try {
+    const planner::PlanSpec spec = planner::plan_spec_from_record(j, origin);
+    if (j.contains("group")) {
+      range_results_[range_key(j.at("i").get<std::size_t>(), j.at("j").get<std::size_t>(), spec)] = planner::group_result_from_record(j.at("group"),
+                                                                                                                                      origin);
+    } else {
+      results_[key(j.at("seq_len").get<std::int64_t>(), j.at("global_batch").get<std::int64_t>(), spec)] = result_of(j.at("metrics"), origin);
+    }
+  } catch (const Json::exception& e) {
+    throw InputError(origin, "plan", "seq_len, global_batch, scheme, parameters and metrics (or i, j, scheme, parameters and group)", e.what());
+  }
+}
+
+std::string ResumeFile::range_key(std::size_t i, std::size_t j, const planner::PlanSpec& spec) {
+  return std::to_string(i) + "-" + std::to_string(j) + "|" + spec.scheme + "|" + planner::parameters_json(spec).dump();
 }
 
 void ResumeFile::append(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::optional<planner::PlanMetrics>& m) {
@@ -308,6 +330,42 @@ planner::SimulationFarm ResumeFile::wrap(planner::SimulationFarm inner) {
       if (fresh[k] && fresh[k]->failure == "cancelled") continue;  // not a result: simulated again next time
       results_[key(in.workload.seq_len, in.workload.global_batch, missing[k])] = fresh[k];
       append(in, missing[k], fresh[k]);
+    }
+    out_.flush();
+    return out;
+  };
+}
+
+void ResumeFile::append_range(const planner::RangeJob& job, const planner::GroupResult& g) {
+  Json line = planner::plan_spec_record(job.spec);
+  line["i"] = job.i;
+  line["j"] = job.j;
+  line["group"] = planner::group_result_record(g);
+  out_ << line.dump() << "\n";
+}
+
+planner::RangeFarm ResumeFile::wrap_ranges(planner::RangeFarm inner) {
+  return [this, inner = std::move(inner)](const std::vector<planner::RangeJob>& jobs) {
+    std::vector<planner::GroupResult> out(jobs.size());
+    std::vector<planner::RangeJob> missing;
+    std::vector<std::size_t> where;
+    for (std::size_t k = 0; k < jobs.size(); ++k) {
+      const auto found = range_results_.find(range_key(jobs[k].i, jobs[k].j, jobs[k].spec));
+      if (found != range_results_.end()) {
+        out[k] = found->second;
+        ++reused_;
+      } else {
+        missing.push_back(jobs[k]);
+        where.push_back(k);
+      }
+    }
+    if (missing.empty()) return out;
+    const std::vector<planner::GroupResult> fresh = inner(missing);
+    for (std::size_t k = 0; k < fresh.size(); ++k) {
+      out[where[k]] = fresh[k];
+      if (fresh[k].spec.scheme.empty()) continue;  // not answered (Ctrl-C): simulated again next time
+      range_results_[range_key(missing[k].i, missing[k].j, missing[k].spec)] = fresh[k];
+      append_range(missing[k], fresh[k]);
     }
     out_.flush();
     return out;

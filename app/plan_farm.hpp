@@ -14,6 +14,7 @@
 // first line naming the inputs); a search given a FILE that exists takes the plans found there instead of
 // simulating them again, so an interrupted search picks up where it stopped.
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -78,20 +79,27 @@ class PlanFarm {
 // --resume FILE around a farm (or this process's threads): plans already in FILE are not simulated again, and
 // every new result is appended. `inputs_key` names what the results depend on besides the length and the batch
 // (model, node, nodes, stack, precision, headroom, executable); a FILE written for other inputs is refused.
+// With --lengths, the range phase's group results are kept the same way (wrap_ranges), keyed by the job's groups
+// (i, j) and plan; `inputs_key` then also names the drawn mini-batch and the group bounds.
 class ResumeFile {
  public:
   ResumeFile(std::string path, std::string inputs_key);
   planner::SimulationFarm wrap(planner::SimulationFarm inner);
+  planner::RangeFarm wrap_ranges(planner::RangeFarm inner);
   std::size_t reused() const { return reused_; }
-  std::size_t loaded() const { return results_.size(); }
+  std::size_t loaded() const { return results_.size() + range_results_.size(); }
 
  private:
   static std::string key(std::int64_t seq_len, std::int64_t global_batch, const planner::PlanSpec& spec);
-  void load();
+  static std::string range_key(std::size_t i, std::size_t j, const planner::PlanSpec& spec);
+  std::uintmax_t load();
+  void load_line(const nlohmann::json& j, const std::string& origin);
   void append(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::optional<planner::PlanMetrics>& m);
+  void append_range(const planner::RangeJob& job, const planner::GroupResult& g);
 
   std::string path_, inputs_key_;
   std::map<std::string, std::optional<planner::PlanMetrics>> results_;
+  std::map<std::string, planner::GroupResult> range_results_;
   std::ofstream out_;
   std::size_t reused_ = 0;
 };

@@ -654,9 +654,50 @@ TEST(Cli, PlanResumesAnInterruptedSearch) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_EQ(resumed.out, whole.out);
   EXPECT_GE(lines_of(file).size(), lines.size());
+  const auto again = test::run_cli(args + " --resume " + file);  // the file the resumed run left is whole
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, whole.out);
   const auto other = test::run_cli("plan --model llama3.2-1b --hw dgx-a100 --seq 32K --hbm-headroom 0.1 --resume " + file);
   EXPECT_EQ(other.exit_code, 2);
   EXPECT_NE(other.err.find("search.jsonl"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("inputs"), std::string::npos) << other.err;
+}
+
+// --resume with --lengths: the range phase's group results are kept and reused (a file cut short as a killed run
+// leaves it included), the answer is the same as the whole search's, and a file written for another mini-batch is
+// refused by name.
+TEST(Cli, PlanLengthsResumesItsRangeJobs) {
+  const test::TempDir dir;
+  const std::string file = (dir.path() / "lengths.jsonl").string();
+  const std::string args = "plan --lengths dist:github --model llama3.2-1b --hw dgx-a100 --tokens-per-step 256K --max-len 16K --json";
+  const auto answer = [](const std::string& out) {
+    nlohmann::json j = nlohmann::json::parse(out);
+    const std::size_t reused = j.value("reused_from_resume", std::size_t{0});
+    j.erase("reused_from_resume");
+    return std::pair{j.dump(), reused};
+  };
+  const auto whole = test::run_cli(args);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const auto first = test::run_cli(args + " --resume " + file);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(answer(first.out).first, answer(whole.out).first);
+  EXPECT_EQ(answer(first.out).second, 0u);
+  const std::vector<std::string> lines = lines_of(file);
+  ASSERT_GT(lines.size(), 4u);  // the inputs, then one line per range job
+  const std::size_t kept = lines.size() / 2;
+  write_lines(file, std::vector<std::string>(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(kept)), lines[kept].substr(0, 40));
+  const auto resumed = test::run_cli(args + " --resume " + file);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(answer(resumed.out).first, answer(whole.out).first);
+  EXPECT_EQ(answer(resumed.out).second, kept - 1);  // every kept job's line but the inputs' line
+  EXPECT_EQ(lines_of(file).size(), lines.size());
+  const auto again = test::run_cli(args + " --resume " + file);  // the file the resumed run left is whole
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(answer(again.out).second, lines.size() - 1);
+  const auto other = test::run_cli(
+      "plan --lengths dist:github --model llama3.2-1b --hw dgx-a100 --tokens-per-step 256K --max-len 16K --seed 7 --resume " + file);
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("lengths.jsonl"), std::string::npos) << other.err;
   EXPECT_NE(other.err.find("inputs"), std::string::npos) << other.err;
 }
 
