@@ -105,21 +105,21 @@ std::string function_name(const std::string& head) {
   return head.substr(start, end - start);
 }
 
-// Definitions of functions at namespace level (free functions and out-of-class members) with their length in
-// lines from the signature's opening brace to the closing one.
+// Definitions of functions at namespace level and in class bodies (free functions, members defined in or out of
+// their class) with their length in lines from the signature's opening brace to the closing one.
 std::vector<Function> functions_in(const fs::path& path) {
   const std::string text = code_only(read(path));
   std::vector<Function> out;
   struct Open {
-    bool definition;  // a function at namespace level (else a namespace, a class, an initializer...)
+    bool definition;  // a function (else a namespace, a class body, an initializer...)
     int line;
-    std::string name;
+    std::string name;  // the function's; "namespace" or "type" for those bodies
   };
   std::vector<Open> stack;
   std::string head;  // the code since the last ';', '{' or '}'
   int line = 1;
-  auto at_namespace_level = [&] {
-    return std::all_of(stack.begin(), stack.end(), [](const Open& o) { return !o.definition && o.name == "namespace"; });
+  auto outside_functions = [&] {
+    return std::all_of(stack.begin(), stack.end(), [](const Open& o) { return !o.definition && (o.name == "namespace" || o.name == "type"); });
   };
   for (char c : text) {
     if (c == '\n') ++line;
@@ -127,9 +127,12 @@ std::vector<Function> functions_in(const fs::path& path) {
       Open open{false, line, ""};
       static const std::regex kNamespace(R"(\bnamespace\s*[\w:]*\s*$)");
       static const std::regex kType(R"(\b(struct|class|union|enum)\b[^()]*$)");
+      const bool outside = outside_functions();
       if (std::regex_search(head, kNamespace)) {
         open.name = "namespace";
-      } else if (at_namespace_level() && !std::regex_search(head, kType)) {
+      } else if (outside && std::regex_search(head, kType)) {
+        open.name = "type";
+      } else if (outside) {
         open.name = function_name(head);
         open.definition = !open.name.empty();
       }
@@ -230,37 +233,64 @@ TEST(Structure, TheLineCounterFindsFunctionsAndSkipsCommentsAndStrings) {
                          "int g(int x) {\n  // }\n  const char* s = \"}\";\n  return x;\n}\n"
                          "int h() { return '}'; }\n}  // namespace a\n";
   const auto found = functions_in(path);
-  ASSERT_EQ(found.size(), 2U);
-  EXPECT_EQ(found[0].name, "g");
-  EXPECT_EQ(found[0].lines, 5);
-  EXPECT_EQ(found[1].name, "h");
-  EXPECT_EQ(found[1].lines, 1);
+  ASSERT_EQ(found.size(), 3U);
+  EXPECT_EQ(found[0].name, "f");  // defined in its class's body
+  EXPECT_EQ(found[0].lines, 1);
+  EXPECT_EQ(found[1].name, "g");
+  EXPECT_EQ(found[1].lines, 5);
+  EXPECT_EQ(found[2].name, "h");
+  EXPECT_EQ(found[2].lines, 1);
 }
 
-// No function in sim/ or planner/ over kMaxLines, but for those listed below (none today; a function listed to be
-// split may not grow meanwhile). The longest are printed whatever happens.
+// No function in sim/, planner/, backend/, app/ or gui/ over kMaxLines, but for those listed below by file and
+// name (issue 44: the list may only shrink; a function listed to be split may not grow meanwhile). The longest
+// are printed whatever happens.
 constexpr int kMaxLines = 80;
-const std::map<std::string, int> kNotYetSplit = {};
+const std::map<std::string, int> kNotYetSplit = {
+    {"app/plan_command.cpp run_plan", 307},
+    {"backend/dataflow.cpp plan_dataflow", 269},
+    {"backend/reference_step.cpp compute", 246},
+    {"backend/executor.cpp compute", 219},
+    {"backend/schedule.cpp make_schedule", 145},
+    {"app/commands.cpp setup_simulation", 138},
+    {"app/validate_command.cpp run_validate", 125},
+    {"backend/calibration.cpp calibrated_profile", 121},
+    {"app/run_command.cpp run_measured", 115},
+    {"app/commands.cpp run_simulate", 112},
+    {"app/run_command.cpp run_run", 110},
+    {"app/commands.cpp run_show", 103},
+    {"backend/executor.cpp run", 97},
+    {"backend/calibrate_gpu.cpp measure_copies", 96},
+    {"app/hotspa_command.cpp run_plan_lengths", 88},
+    {"app/run_command.cpp run_on_cpu", 85},
+    {"gui/main.cpp main", 84},
+};
 
-TEST(Structure, FunctionsInSimAndPlannerAreShort) {
+TEST(Structure, FunctionsAreShort) {
   std::vector<Function> all;
-  for (const auto& path : sources({"sim", "planner"})) {
+  for (const auto& path : sources({"sim", "planner", "backend", "app", "gui"})) {
     for (auto& f : functions_in(path)) all.push_back(std::move(f));
   }
   ASSERT_GT(all.size(), 100U) << "the counter found too few functions to be trusted";
   std::sort(all.begin(), all.end(), [](const Function& a, const Function& b) { return a.lines > b.lines; });
-  std::cout << "longest functions in sim/ and planner/:\n";
+  std::cout << "longest functions:\n";
   for (std::size_t i = 0; i < std::min<std::size_t>(10, all.size()); ++i) {
     std::cout << "  " << all[i].lines << " lines  " << all[i].name << "  (" << all[i].where << ")\n";
   }
+  std::set<std::string> seen_listed;
   for (const auto& f : all) {
     if (f.lines <= kMaxLines) continue;
-    const auto listed = kNotYetSplit.find(f.name);
+    const std::string key = f.where.substr(0, f.where.find(':')) + " " + f.name;
+    const auto listed = kNotYetSplit.find(key);
     if (listed == kNotYetSplit.end()) {
-      ADD_FAILURE() << f.name << " (" << f.where << ") has " << f.lines << " lines, over " << kMaxLines << ": split it";
+      ADD_FAILURE() << "{\"" << key << "\", " << f.lines << "}: " << f.where << " has " << f.lines << " lines, over " << kMaxLines << ": split it";
     } else {
+      seen_listed.insert(key);
       EXPECT_LE(f.lines, listed->second) << f.name << " (" << f.where << ") grew; it is listed to be split, not to grow";
     }
+  }
+  for (const auto& [key, lines] : kNotYetSplit) {
+    EXPECT_TRUE(seen_listed.count(key)) << key << " is listed but no longer over " << kMaxLines << " lines (or gone): take it off the list";
   }
 }
 
