@@ -129,9 +129,8 @@ void explain(std::ostream& out, const planner::SearchReport& report) {
   }
 }
 
-}  // namespace
-
-int run_plan(const std::vector<std::string>& args) {
+// The command line's options (--lengths and the farm's included).
+po::options_description plan_options() {
   po::options_description options("plan options");
   // clang-format off
   options.add_options()
@@ -162,32 +161,26 @@ int run_plan(const std::vector<std::string>& args) {
   add_farm_options(options);
   add_trace_options(options);
   add_memory_budget_option(options);
-  po::positional_options_description positional;
-  po::variables_map vm;
-  if (parse(args,
-            "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
-            "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
-            "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only | --bounds-only] [--resume FILE]\n"
-            "       (under mpirun -np N: the simulations spread over the N ranks, the same answer; --rank-timeout 600)\n"
-            "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
-            "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json] [--resume FILE]",
-            options, positional, vm)) {
-    return 0;
+  return options;
+}
+
+// plan --lengths: the hot-switching search, which takes only some of plan's flags.
+int run_lengths_plan(const po::variables_map& vm) {
+  if (vm["estimate-only"].as<bool>()) throw InputError("--estimate-only", "value", "none with --lengths (no estimate of hot switching yet)", "given");
+  if (vm["bounds-only"].as<bool>())
+    throw InputError("--bounds-only", "value", "none with --lengths (its search prunes by the bounds alone already)", "given");
+  for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
+    if (vm.count(flag))
+      throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
   }
-  if (vm.count("lengths")) {
-    if (vm["estimate-only"].as<bool>())
-      throw InputError("--estimate-only", "value", "none with --lengths (no estimate of hot switching yet)", "given");
-    if (vm["bounds-only"].as<bool>())
-      throw InputError("--bounds-only", "value", "none with --lengths (its search prunes by the bounds alone already)", "given");
-    for (const char* flag : {"out", "trace", "trace-gpus", "trace-window", "trace-counters"}) {
-      if (vm.count(flag))
-        throw InputError(std::string("--") + flag, "value", "none with --lengths (no plan file format for hot switching yet)", "given");
-    }
-    if (vm["explain"].as<bool>() || vm["objective"].as<std::string>() != "throughput") {
-      throw InputError("--objective/--explain", "value", "throughput and no --explain with --lengths", "given");
-    }
-    return run_plan_lengths(vm, planner::schemes_from_list(vm["strategies"].as<std::string>()));
+  if (vm["explain"].as<bool>() || vm["objective"].as<std::string>() != "throughput") {
+    throw InputError("--objective/--explain", "value", "throughput and no --explain with --lengths", "given");
   }
+  return run_plan_lengths(vm, planner::schemes_from_list(vm["strategies"].as<std::string>()));
+}
+
+// The flags of a plan search on one length, checked before anything is loaded.
+void check_search_flags(const po::variables_map& vm) {
   for (const char* flag : {"groups", "max-len", "seed", "batch-sequences"}) {
     if (vm.count(flag) && !vm[flag].defaulted()) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
@@ -201,209 +194,195 @@ int run_plan(const std::vector<std::string>& args) {
   if (top < 1) throw InputError("--top", "value", "a positive integer", std::to_string(top));
   const int threads = vm["threads"].as<int>();
   if (threads < 0 || threads > 1024) throw InputError("--threads", "value", "0 (all cores) to 1024", std::to_string(threads));
-  const std::string model_name = vm["model"].as<std::string>(), hw_name = vm["hw"].as<std::string>();
-  const model::ModelConfig model = model::load_model(model_name, "--model");
-  hw::NodeProfile node = hw::load_node(hw_name, "--hw");
-  const int nodes = vm["nodes"].as<int>();
-  check_node_count(nodes, node);
-  const std::int64_t budget = memory_budget(vm);
-  planner::require_cluster_within_budget(node, nodes, budget);  // before the cluster is built: it grows with --nodes
-  const double cluster_bytes = planner::cluster_bytes(node, nodes);
-  const sim::Cluster cluster(std::move(node), nodes, stack_from_flags(vm));
-  const std::optional<TraceRequest> trace = trace_request(vm, cluster.gpus());
-  planner::Workload workload;
-  if (vm.count("global-batch") || vm.count("tokens-per-step")) {
-    workload = workload_from_flags(vm);
-  } else {
-    workload.seq_len = parse_token_count(vm["seq"].as<std::string>(), "--seq");
-  }
-  const std::string precision = vm["precision"].as<std::string>();
-  const planner::StepInputs inputs{model, cluster, workload, model::precision_policy(precision)};
-  // Each plan's error bar: how far trainyard was off on the published runs most like it (app/error_bars.hpp).
-  const auto bar_of = [&](const planner::RankedPlan& p, std::int64_t seq) {
-    return error_bar(step_kind(p.spec.scheme, cluster, {seq, workload.global_batch}, cluster.gpus()));
-  };
   const planner::Objective objective = planner::parse_objective(vm["objective"].as<std::string>());
-  const bool as_json = vm["json"].as<bool>();
   if (objective == planner::Objective::max_seq && (vm.count("out") || vm.count("trace"))) {
     throw InputError("--out/--trace", "value", "none with --objective max-seq (each scheme gets its own length)", "given");
   }
+}
 
+// A search on one length as the command line gives it: what its results are printed and written against.
+struct PlanRun {
+  const po::variables_map& vm;
+  const model::ModelConfig& model;
+  const sim::Cluster& cluster;
+  planner::Workload workload;
+  planner::StepInputs inputs;  // refers to `model` and `cluster`
+  int top = 10;
+  bool as_json = false;
+  // Each plan's error bar: how far trainyard was off on the published runs most like it (app/error_bars.hpp).
+  ErrorBar bar_of(const planner::RankedPlan& p, std::int64_t seq) const {
+    return error_bar(step_kind(p.spec.scheme, cluster, {seq, workload.global_batch}, cluster.gpus()));
+  }
+  std::string model_name() const { return vm["model"].as<std::string>(); }
+  std::string hw_name() const { return vm["hw"].as<std::string>(); }
+  int nodes() const { return vm["nodes"].as<int>(); }
+};
+
+planner::Workload workload_of(const po::variables_map& vm) {
+  if (vm.count("global-batch") || vm.count("tokens-per-step")) return workload_from_flags(vm);
+  planner::Workload workload;
+  workload.seq_len = parse_token_count(vm["seq"].as<std::string>(), "--seq");
+  return workload;
+}
+
+planner::SearchOptions search_options(const po::variables_map& vm, std::int64_t memory_budget_bytes) {
   planner::SearchOptions search;
   search.schemes = planner::schemes_from_list(vm["strategies"].as<std::string>());
-  search.objective = objective;
-  search.hbm_headroom = headroom;
-  search.top = top;
-  search.threads = threads;
+  search.objective = planner::parse_objective(vm["objective"].as<std::string>());
+  search.hbm_headroom = vm["hbm-headroom"].as<double>();
+  search.top = vm["top"].as<int>();
+  search.threads = vm["threads"].as<int>();
   search.cancel = &interrupt_flag();
   search.prune_by_estimate = !vm["bounds-only"].as<bool>();
-  search.memory_budget_bytes = std::max<std::int64_t>(1, budget - static_cast<std::int64_t>(cluster_bytes));  // what the cluster leaves
+  search.memory_budget_bytes = memory_budget_bytes;
   if (vm.count("executable")) {
     const std::string device = vm["executable"].as<std::string>();
     if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
     keep_runnable(search, device);
   }
-  // Under mpirun, rank 0 searches and the other ranks simulate its waves; --resume reuses earlier results.
-  const planner::SearchOptions local = search;  // how this rank simulates its share
-  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(rank_timeout(vm));
-  if (ranks && !ranks->root()) {
-    try {
-      return ranks->serve(inputs, local);
-    } catch (const std::exception& e) {
-      ranks->abort_after(e);
-    }
-  }
-  if (ranks) search.farm = ranks->farm(local);
-  std::optional<ResumeFile> resume;
-  if (vm.count("resume")) {
-    const std::string key = model_name + " on " + std::to_string(nodes) + " x " + hw_name + ", stack " + cluster.stack.name + ", " + precision +
-                            ", HBM headroom " + format_number(headroom) +
-                            (vm.count("executable") ? ", executable " + vm["executable"].as<std::string>() : "");
-    resume.emplace(vm["resume"].as<std::string>(), key);
-    if (!search.farm)
-      search.farm = [local](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
-        return planner::simulate_here(in, specs, local);
-      };
-    search.farm = resume->wrap(search.farm);
-  }
-  if (vm["estimate-only"].as<bool>()) {
-    for (const char* flag : {"out", "trace", "explain"}) {
-      if (vm.count(flag) && !vm[flag].defaulted())
-        throw InputError(std::string("--") + flag, "value", "none with --estimate-only (plan files and traces hold simulated figures)", "given");
-    }
-    return run_plan_estimate_only(inputs, search, as_json);
-  }
-  // A progress line on a terminal only (not with --json; nothing when stderr is piped): common/progress.hpp.
-  Progress progress("bounds", !as_json);
-  search.bounds_progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "plans"); };
-  search.progress = [&](std::size_t done, std::size_t total) {
-    progress.set_phase("simulating");
-    progress.update(done, total, "plans");
-  };
-  // On a terminal, the estimate's ranking at once (labelled), while the simulator confirms; never in --json or a pipe.
-  if (!as_json && objective != planner::Objective::max_seq && Progress::stderr_is_terminal()) {
-    search.estimated = [&](const std::vector<planner::EstimatedPlan>& plans) {
-      progress.finish();
-      print_provisional(std::cerr, plans, static_cast<double>(workload.tokens()));
+  return search;
+}
+
+// --resume FILE around the search's simulations (or the farm's), keyed by the inputs its results depend on.
+// `resume` is the caller's: the search's farm refers to it.
+void open_resume(const PlanRun& run, const planner::SearchOptions& local, planner::SearchOptions& search, std::optional<ResumeFile>& resume) {
+  const po::variables_map& vm = run.vm;
+  if (!vm.count("resume")) return;
+  const std::string key = run.model_name() + " on " + std::to_string(run.nodes()) + " x " + run.hw_name() + ", stack " + run.cluster.stack.name +
+                          ", " + vm["precision"].as<std::string>() + ", HBM headroom " + format_number(vm["hbm-headroom"].as<double>()) +
+                          (vm.count("executable") ? ", executable " + vm["executable"].as<std::string>() : "");
+  resume.emplace(vm["resume"].as<std::string>(), key);
+  if (!search.farm)
+    search.farm = [local](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
+      return planner::simulate_here(in, specs, local);
     };
-  }
-  const auto started = std::chrono::steady_clock::now();
+  search.farm = resume->wrap(search.farm);
+}
 
-  if (objective == planner::Objective::max_seq) {
-    Json out = Json::array();
-    TextTable table({"scheme", "max length", "plan", "MFU there", "peak HBM/GPU", "peak DRAM/node", "published runs like this"},
-                    {false, true, false, true, true, true, false});
-    for (const auto& scheme : search.schemes) {
-      if (interrupted()) break;
-      progress.set_phase("longest sequence for " + scheme);
-      search.progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "probes"); };
-      const auto best = planner::max_sequence(inputs, scheme, search);
-      if (!best) {
-        table.add_row({scheme, "< 1K", "no plan fits", "", "", "", ""});
-        out.push_back({{"scheme", scheme}, {"max_seq_len", nullptr}});
-        continue;
-      }
-      const auto& m = best->plan.metrics;
-      table.add_row({scheme, format_tokens(best->seq_len) + (best->limited_by_budget ? " (budget)" : ""), best->plan.spec.summary(),
-                     format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
-                     format_bytes(static_cast<double>(m.peak_dram_bytes)), bar_of(best->plan, best->seq_len).short_text()});
-      Json j = plan_json(best->plan, bar_of(best->plan, best->seq_len));
-      j["max_seq_len"] = best->seq_len;
-      j["limited_by_budget"] = best->limited_by_budget;
-      out.push_back(j);
+// --objective max-seq: each scheme's longest sequence, one search after another.
+int run_max_seq(const PlanRun& run, planner::SearchOptions search, Progress& progress) {
+  Json out = Json::array();
+  TextTable table({"scheme", "max length", "plan", "MFU there", "peak HBM/GPU", "peak DRAM/node", "published runs like this"},
+                  {false, true, false, true, true, true, false});
+  for (const auto& scheme : search.schemes) {
+    if (interrupted()) break;
+    progress.set_phase("longest sequence for " + scheme);
+    search.progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "probes"); };
+    const auto best = planner::max_sequence(run.inputs, scheme, search);
+    if (!best) {
+      table.add_row({scheme, "< 1K", "no plan fits", "", "", "", ""});
+      out.push_back({{"scheme", scheme}, {"max_seq_len", nullptr}});
+      continue;
     }
-    progress.finish();
-    if (as_json) {
-      std::cout << Json{{"objective", "max-seq"}, {"interrupted", interrupted()}, {"schemes", out}}.dump(2) << "\n";
-    } else {
-      std::cout << "longest trainable sequence per scheme (multiples of 1K tokens), " << model.name << " on " << nodes << " x " << cluster.node.name
-                << (interrupted() ? " (interrupted: partial)" : "") << "\n\n";
-      table.print(std::cout);
-      std::cout << kBarLegend;
-    }
-    return interrupted() ? kInterruptedExitCode : 0;
+    const auto& m = best->plan.metrics;
+    table.add_row({scheme, format_tokens(best->seq_len) + (best->limited_by_budget ? " (budget)" : ""), best->plan.spec.summary(),
+                   format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
+                   format_bytes(static_cast<double>(m.peak_dram_bytes)), run.bar_of(best->plan, best->seq_len).short_text()});
+    Json j = plan_json(best->plan, run.bar_of(best->plan, best->seq_len));
+    j["max_seq_len"] = best->seq_len;
+    j["limited_by_budget"] = best->limited_by_budget;
+    out.push_back(j);
   }
-
-  const planner::SearchReport report = planner::search(inputs, search);
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   progress.finish();
-
-  if (report.ranked.empty()) {
-    std::string miss = "no plan fits " + model.name + " at " + format_tokens(workload.seq_len) + " tokens on " + std::to_string(nodes) + " x " +
-                       cluster.node.name;
-    if (report.closest_miss) miss += "; closest miss: " + planner::describe_miss(*report.closest_miss);
-    const auto schemes = planner::schemes_without_fit(report, search.schemes);
-    if (as_json) {
-      Json why = Json::array();
-      for (const auto& s : schemes) why.push_back(no_fit_json(s));
-      std::cout << Json{{"fits", false}, {"message", miss}, {"enumerated", report.enumerated}, {"schemes", why}}.dump(2) << "\n";
-    }
-    std::cerr << "error: " << miss << (report.interrupted ? " (search interrupted)" : "") << "\n";
-    for (const auto& s : schemes) std::cerr << "  " << s.reason() << "\n";
-    return report.interrupted ? kInterruptedExitCode : 1;
+  if (run.as_json) {
+    std::cout << Json{{"objective", "max-seq"}, {"interrupted", interrupted()}, {"schemes", out}}.dump(2) << "\n";
+  } else {
+    std::cout << "longest trainable sequence per scheme (multiples of 1K tokens), " << run.model.name << " on " << run.nodes() << " x "
+              << run.cluster.node.name << (interrupted() ? " (interrupted: partial)" : "") << "\n\n";
+    table.print(std::cout);
+    std::cout << kBarLegend;
   }
+  return interrupted() ? kInterruptedExitCode : 0;
+}
+
+// No plan fits: why, per scheme (exit 1; 130 when interrupted).
+int print_no_fit(const PlanRun& run, const planner::SearchReport& report, const std::vector<std::string>& schemes_searched) {
+  std::string miss = "no plan fits " + run.model.name + " at " + format_tokens(run.workload.seq_len) + " tokens on " + std::to_string(run.nodes()) +
+                     " x " + run.cluster.node.name;
+  if (report.closest_miss) miss += "; closest miss: " + planner::describe_miss(*report.closest_miss);
+  const auto schemes = planner::schemes_without_fit(report, schemes_searched);
+  if (run.as_json) {
+    Json why = Json::array();
+    for (const auto& s : schemes) why.push_back(no_fit_json(s));
+    std::cout << Json{{"fits", false}, {"message", miss}, {"enumerated", report.enumerated}, {"schemes", why}}.dump(2) << "\n";
+  }
+  std::cerr << "error: " << miss << (report.interrupted ? " (search interrupted)" : "") << "\n";
+  for (const auto& s : schemes) std::cerr << "  " << s.reason() << "\n";
+  return report.interrupted ? kInterruptedExitCode : 1;
+}
+
+// --out and --trace of the best plan; neither from an interrupted search, whose best is not its answer.
+void write_best(const PlanRun& run, const planner::SearchReport& report, const std::optional<TraceRequest>& trace) {
+  const po::variables_map& vm = run.vm;
   const auto& best = report.ranked.front();
-  // An interrupted search's best is not its answer: no plan file or trace from it.
   if (report.interrupted && (vm.count("out") || vm.count("trace"))) std::cerr << "interrupted: --out and --trace not written\n";
   if (vm.count("out") && !report.interrupted) {
     planner::PlanFile file;
-    file.model = model_name;
-    file.hw = hw_name;
-    file.nodes = nodes;
-    file.workload = workload;
-    file.precision = precision;
+    file.model = run.model_name();
+    file.hw = run.hw_name();
+    file.nodes = run.nodes();
+    file.workload = run.workload;
+    file.precision = vm["precision"].as<std::string>();
     file.stack = vm.count("stack") ? vm["stack"].as<std::string>() : std::string(stacks::kDefaultStack);
     file.spec = best.spec;
     file.predicted = planner::metrics_json(best.metrics);
     write_file_atomically(vm["out"].as<std::string>(), [&](std::ostream& out) { out << planner::plan_file_json(file).dump(2) << "\n"; });
   }
   if (trace && !report.interrupted) {
-    sim::TaskGraph graph = planner::build_plan(inputs, best.spec);
+    sim::TaskGraph graph = planner::build_plan(run.inputs, best.spec);
     graph.finalize();
-    const sim::SimResult r = sim::simulate(graph, cluster);
-    write_trace(*trace, r, graph, cluster);
+    const sim::SimResult r = sim::simulate(graph, run.cluster);
+    write_trace(*trace, r, graph, run.cluster);
   }
-  const double rate = elapsed > 0 ? static_cast<double>(report.simulated) / elapsed : 0;
-  if (as_json) {
-    Json ranked = Json::array(), per_scheme = Json::array();
-    for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i)
-      ranked.push_back(plan_json(report.ranked[i], bar_of(report.ranked[i], workload.seq_len)));
+}
+
+int print_ranked_json(const PlanRun& run, const planner::SearchReport& report) {
+  const auto& best = report.ranked.front();
+  Json ranked = Json::array(), per_scheme = Json::array();
+  for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(run.top); ++i)
+    ranked.push_back(plan_json(report.ranked[i], run.bar_of(report.ranked[i], run.workload.seq_len)));
+  for (const auto& p : report.best_of_scheme) {
+    per_scheme.push_back(plan_json(p, run.bar_of(p, run.workload.seq_len)));
+    per_scheme.back()["gap"] = p.gap;
+  }
+  Json out{{"model", run.model_name()},
+           {"hw", run.hw_name()},
+           {"nodes", run.nodes()},
+           {"workload", {{"seq_len", run.workload.seq_len}, {"global_batch", run.workload.global_batch}}},
+           {"objective", run.vm["objective"].as<std::string>()},
+           {"ranked", ranked},
+           {"best_of_scheme", per_scheme},
+           {"enumerated", report.enumerated},
+           {"pruned_memory", report.pruned_memory},
+           {"pruned_time", report.pruned_time},
+           {"pruned_by_estimate", report.pruned_estimate},
+           {"simulated", report.simulated},
+           {"over_budget", report.over_budget},
+           {"interrupted", report.interrupted}};
+  if (run.vm["explain"].as<bool>()) {
+    Json reasons = Json::array();
     for (const auto& p : report.best_of_scheme) {
-      per_scheme.push_back(plan_json(p, bar_of(p, workload.seq_len)));
-      per_scheme.back()["gap"] = p.gap;
+      if (p.spec.scheme != best.spec.scheme) reasons.push_back({{"scheme", p.spec.scheme}, {"reason", reason(best, p)}});
     }
-    Json out{{"model", model_name},
-             {"hw", hw_name},
-             {"nodes", nodes},
-             {"workload", {{"seq_len", workload.seq_len}, {"global_batch", workload.global_batch}}},
-             {"objective", vm["objective"].as<std::string>()},
-             {"ranked", ranked},
-             {"best_of_scheme", per_scheme},
-             {"enumerated", report.enumerated},
-             {"pruned_memory", report.pruned_memory},
-             {"pruned_time", report.pruned_time},
-             {"pruned_by_estimate", report.pruned_estimate},
-             {"simulated", report.simulated},
-             {"over_budget", report.over_budget},
-             {"interrupted", report.interrupted}};
-    if (vm["explain"].as<bool>()) {
-      Json reasons = Json::array();
-      for (const auto& p : report.best_of_scheme) {
-        if (p.spec.scheme != best.spec.scheme) reasons.push_back({{"scheme", p.spec.scheme}, {"reason", reason(best, p)}});
-      }
-      out["explain"] = reasons;
-    }
-    std::cout << out.dump(2) << "\n";
-    return report.interrupted ? kInterruptedExitCode : 0;
+    out["explain"] = reasons;
   }
-  std::cout << "plans for " << model.name << " at " << format_tokens(workload.seq_len) << " tokens x " << workload.global_batch << " per step on "
-            << nodes << " x " << cluster.node.name << ", objective " << vm["objective"].as<std::string>()
+  std::cout << out.dump(2) << "\n";
+  return report.interrupted ? kInterruptedExitCode : 0;
+}
+
+// The ranked table, the best of each scheme, what was pruned and simulated, and --explain.
+void print_ranked_text(const PlanRun& run, const planner::SearchReport& report, const std::vector<std::string>& schemes_searched, double elapsed,
+                       const std::optional<ResumeFile>& resume, int ranks) {
+  const po::variables_map& vm = run.vm;
+  const double rate = elapsed > 0 ? static_cast<double>(report.simulated) / elapsed : 0;
+  std::cout << "plans for " << run.model.name << " at " << format_tokens(run.workload.seq_len) << " tokens x " << run.workload.global_batch
+            << " per step on " << run.nodes() << " x " << run.cluster.node.name << ", objective " << vm["objective"].as<std::string>()
             << (report.interrupted ? " (interrupted: best found so far)" : "") << "\n\n";
   TextTable table(
       {"rank", "scheme", "parameters", "step", "tokens/s", "MFU", "peak HBM/GPU", "peak DRAM/node", "bottleneck", "published runs like this"},
       {true, false, false, true, true, true, true, true, false, false});
-  for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(top); ++i) {
-    add_plan_row(table, std::to_string(i + 1), report.ranked[i], bar_of(report.ranked[i], workload.seq_len));
+  for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(run.top); ++i) {
+    add_plan_row(table, std::to_string(i + 1), report.ranked[i], run.bar_of(report.ranked[i], run.workload.seq_len));
   }
   // The best plan of every scheme, even when it is not in the top k.
   for (const auto& p : report.best_of_scheme) {
@@ -411,7 +390,7 @@ int run_plan(const std::vector<std::string>& args) {
     const auto rank = static_cast<std::size_t>(
         std::find_if(report.ranked.begin(), report.ranked.end(), [&](const auto& r) { return r.spec.scheme == p.spec.scheme; }) -
         report.ranked.begin());
-    if (rank >= static_cast<std::size_t>(top)) add_plan_row(table, std::to_string(rank + 1), p, bar_of(p, workload.seq_len));
+    if (rank >= static_cast<std::size_t>(run.top)) add_plan_row(table, std::to_string(rank + 1), p, run.bar_of(p, run.workload.seq_len));
   }
   table.print(std::cout);
   std::cout << kBarLegend;
@@ -421,7 +400,7 @@ int run_plan(const std::vector<std::string>& args) {
                 << ", none of its skipped plans can be more than " << format_fixed(100 * p.gap, 1) << "% better\n";
     }
   }
-  for (const auto& s : planner::schemes_without_fit(report, search.schemes)) {
+  for (const auto& s : planner::schemes_without_fit(report, schemes_searched)) {
     if (s.configurations == 0 || !report.interrupted) std::cout << s.reason() << "\n";
   }
   std::cout << "\n"
@@ -431,11 +410,93 @@ int run_plan(const std::vector<std::string>& args) {
             << (report.over_budget ? std::to_string(report.over_budget) + " too large for the memory budget (--memory-budget), " : "")
             << report.simulated << " simulated in " << format_fixed(elapsed, 1) << " s (" << format_fixed(rate, 1) << " plans/s)"
             << (resume ? ", " + std::to_string(resume->reused()) + " of them taken from --resume " + vm["resume"].as<std::string>() : "")
-            << (ranks ? " on " + std::to_string(ranks->size()) + " MPI ranks" : "") << "\n";
+            << (ranks > 1 ? " on " + std::to_string(ranks) + " MPI ranks" : "") << "\n";
   if (vm["explain"].as<bool>()) explain(std::cout, report);
   if (vm.count("out") && !report.interrupted)
     std::cout << "\nplan written to " << vm["out"].as<std::string>() << " (run it: trainyard simulate --plan " << vm["out"].as<std::string>()
               << ")\n";
+}
+
+}  // namespace
+
+int run_plan(const std::vector<std::string>& args) {
+  po::options_description options = plan_options();
+  po::positional_options_description positional;
+  po::variables_map vm;
+  if (parse(args,
+            "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
+            "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
+            "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only | --bounds-only] [--resume FILE]\n"
+            "       (under mpirun -np N: the simulations spread over the N ranks, the same answer; --rank-timeout 600)\n"
+            "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
+            "       [--max-len 32K] [--groups LIST] [--strategies all|LIST] [--per-group 3] [--executable cpu|gpu] [--json] [--resume FILE]",
+            options, positional, vm)) {
+    return 0;
+  }
+  if (vm.count("lengths")) return run_lengths_plan(vm);
+  check_search_flags(vm);
+  const model::ModelConfig model = model::load_model(vm["model"].as<std::string>(), "--model");
+  hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
+  const int nodes = vm["nodes"].as<int>();
+  check_node_count(nodes, node);
+  const std::int64_t budget = memory_budget(vm);
+  planner::require_cluster_within_budget(node, nodes, budget);  // before the cluster is built: it grows with --nodes
+  const double cluster_bytes = planner::cluster_bytes(node, nodes);
+  const sim::Cluster cluster(std::move(node), nodes, stack_from_flags(vm));
+  const std::optional<TraceRequest> trace = trace_request(vm, cluster.gpus());
+  const planner::Workload workload = workload_of(vm);
+  const PlanRun run{vm,
+                    model,
+                    cluster,
+                    workload,
+                    {model, cluster, workload, model::precision_policy(vm["precision"].as<std::string>())},
+                    vm["top"].as<int>(),
+                    vm["json"].as<bool>()};
+  // What the cluster leaves of the budget.
+  planner::SearchOptions search = search_options(vm, std::max<std::int64_t>(1, budget - static_cast<std::int64_t>(cluster_bytes)));
+  // Under mpirun, rank 0 searches and the other ranks simulate its waves; --resume reuses earlier results.
+  const planner::SearchOptions local = search;  // how this rank simulates its share
+  const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(rank_timeout(vm));
+  if (ranks && !ranks->root()) {
+    try {
+      return ranks->serve(run.inputs, local);
+    } catch (const std::exception& e) {
+      ranks->abort_after(e);
+    }
+  }
+  if (ranks) search.farm = ranks->farm(local);
+  std::optional<ResumeFile> resume;
+  open_resume(run, local, search, resume);
+  if (vm["estimate-only"].as<bool>()) {
+    for (const char* flag : {"out", "trace", "explain"}) {
+      if (vm.count(flag) && !vm[flag].defaulted())
+        throw InputError(std::string("--") + flag, "value", "none with --estimate-only (plan files and traces hold simulated figures)", "given");
+    }
+    return run_plan_estimate_only(run.inputs, search, run.as_json);
+  }
+  // A progress line on a terminal only (not with --json; nothing when stderr is piped): common/progress.hpp.
+  Progress progress("bounds", !run.as_json);
+  search.bounds_progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "plans"); };
+  search.progress = [&](std::size_t done, std::size_t total) {
+    progress.set_phase("simulating");
+    progress.update(done, total, "plans");
+  };
+  if (search.objective == planner::Objective::max_seq) return run_max_seq(run, search, progress);
+  // On a terminal, the estimate's ranking at once (labelled), while the simulator confirms; never in --json or a pipe.
+  if (!run.as_json && Progress::stderr_is_terminal()) {
+    search.estimated = [&](const std::vector<planner::EstimatedPlan>& plans) {
+      progress.finish();
+      print_provisional(std::cerr, plans, static_cast<double>(workload.tokens()));
+    };
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const planner::SearchReport report = planner::search(run.inputs, search);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  progress.finish();
+  if (report.ranked.empty()) return print_no_fit(run, report, search.schemes);
+  write_best(run, report, trace);
+  if (run.as_json) return print_ranked_json(run, report);
+  print_ranked_text(run, report, search.schemes, elapsed, resume, ranks ? ranks->size() : 1);
   return report.interrupted ? kInterruptedExitCode : 0;
 }
 

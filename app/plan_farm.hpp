@@ -84,6 +84,9 @@ class PlanFarm {
 class ResumeFile {
  public:
   ResumeFile(std::string path, std::string inputs_key);
+  // Not moved: the farms wrap() and wrap_ranges() return refer to this object.
+  ResumeFile(const ResumeFile&) = delete;
+  ResumeFile& operator=(const ResumeFile&) = delete;
   planner::SimulationFarm wrap(planner::SimulationFarm inner);
   planner::RangeFarm wrap_ranges(planner::RangeFarm inner);
   std::size_t reused() const { return reused_; }
