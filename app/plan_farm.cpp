@@ -308,29 +308,47 @@ void ResumeFile::append(const planner::StepInputs& in, const planner::PlanSpec& 
   out_ << line.dump() << "\n";
 }
 
+namespace {
+
+// The results of `items`: those `known` holds under their key from there (counted in `reused`), the others from one
+// call of `run` on them together; `keep(item, result)` is called on each new one.
+template <class Item, class Result, class KeyOf, class Run, class Keep>
+std::vector<Result> known_or_run(const std::vector<Item>& items, const std::map<std::string, Result>& known, KeyOf key_of, Run run, Keep keep,
+                                 std::size_t& reused) {
+  std::vector<Result> out(items.size());
+  std::vector<Item> missing;
+  std::vector<std::size_t> where;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto found = known.find(key_of(items[i]));
+    if (found != known.end()) {
+      out[i] = found->second;
+      ++reused;
+    } else {
+      missing.push_back(items[i]);
+      where.push_back(i);
+    }
+  }
+  if (missing.empty()) return out;
+  const std::vector<Result> fresh = run(missing);
+  for (std::size_t k = 0; k < fresh.size(); ++k) {
+    out[where[k]] = fresh[k];
+    keep(missing[k], fresh[k]);
+  }
+  return out;
+}
+
+}  // namespace
+
 planner::SimulationFarm ResumeFile::wrap(planner::SimulationFarm inner) {
   return [this, inner = std::move(inner)](const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs) {
-    planner::WaveResults out(specs.size());
-    std::vector<planner::PlanSpec> missing;
-    std::vector<std::size_t> where;
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      const auto found = results_.find(key(in.workload.seq_len, in.workload.global_batch, specs[i]));
-      if (found != results_.end()) {
-        out[i] = found->second;
-        ++reused_;
-      } else {
-        missing.push_back(specs[i]);
-        where.push_back(i);
-      }
-    }
-    if (missing.empty()) return out;
-    const planner::WaveResults fresh = inner(in, missing);
-    for (std::size_t k = 0; k < fresh.size(); ++k) {
-      out[where[k]] = fresh[k];
-      if (fresh[k] && fresh[k]->failure == "cancelled") continue;  // not a result: simulated again next time
-      results_[key(in.workload.seq_len, in.workload.global_batch, missing[k])] = fresh[k];
-      append(in, missing[k], fresh[k]);
-    }
+    const auto key_of = [&](const planner::PlanSpec& spec) { return key(in.workload.seq_len, in.workload.global_batch, spec); };
+    const auto keep = [&](const planner::PlanSpec& spec, const std::optional<planner::PlanMetrics>& m) {
+      if (m && m->failure == "cancelled") return;  // not a result: simulated again next time
+      results_[key_of(spec)] = m;
+      append(in, spec, m);
+    };
+    planner::WaveResults out = known_or_run(
+        specs, results_, key_of, [&](const std::vector<planner::PlanSpec>& missing) { return inner(in, missing); }, keep, reused_);
     out_.flush();
     return out;
   };
@@ -346,27 +364,13 @@ void ResumeFile::append_range(const planner::RangeJob& job, const planner::Group
 
 planner::RangeFarm ResumeFile::wrap_ranges(planner::RangeFarm inner) {
   return [this, inner = std::move(inner)](const std::vector<planner::RangeJob>& jobs) {
-    std::vector<planner::GroupResult> out(jobs.size());
-    std::vector<planner::RangeJob> missing;
-    std::vector<std::size_t> where;
-    for (std::size_t k = 0; k < jobs.size(); ++k) {
-      const auto found = range_results_.find(range_key(jobs[k].i, jobs[k].j, jobs[k].spec));
-      if (found != range_results_.end()) {
-        out[k] = found->second;
-        ++reused_;
-      } else {
-        missing.push_back(jobs[k]);
-        where.push_back(k);
-      }
-    }
-    if (missing.empty()) return out;
-    const std::vector<planner::GroupResult> fresh = inner(missing);
-    for (std::size_t k = 0; k < fresh.size(); ++k) {
-      out[where[k]] = fresh[k];
-      if (fresh[k].spec.scheme.empty()) continue;  // not answered (Ctrl-C): simulated again next time
-      range_results_[range_key(missing[k].i, missing[k].j, missing[k].spec)] = fresh[k];
-      append_range(missing[k], fresh[k]);
-    }
+    const auto key_of = [](const planner::RangeJob& job) { return range_key(job.i, job.j, job.spec); };
+    const auto keep = [&](const planner::RangeJob& job, const planner::GroupResult& g) {
+      if (g.spec.scheme.empty()) return;  // not answered (Ctrl-C): simulated again next time
+      range_results_[key_of(job)] = g;
+      append_range(job, g);
+    };
+    std::vector<planner::GroupResult> out = known_or_run(jobs, range_results_, key_of, inner, keep, reused_);
     out_.flush();
     return out;
   };
