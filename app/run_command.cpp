@@ -60,6 +60,35 @@ constexpr double kLossTolerance = 2e-3;      // relative
 constexpr double kGradientTolerance = 0.03;  // of each gradient block's largest entry (backend::max_gradient_difference)
 constexpr float kMaxLearningRate = 1.0f;
 
+// The verdict of every --check: a step's loss and gradients against the step it is checked with (the CPU
+// reference, the unchunked step, the groups' unchunked steps). One set of JSON keys; the older per-case names
+// ("unchunked_loss"; "gpu_loss" and "cpu_loss") are still written beside them for one release.
+struct CheckVerdict {
+  double loss = 0, reference_loss = 0;
+  double gradient_error = 0;              // of each block's largest entry, the worst block (NaN: a slice never delivered)
+  std::string loss_name, reference_name;  // how the text names the two steps: "GPU", "CPU reference"
+  bool worst_block = true;                // the text says the gradient error is the worst block's
+
+  double loss_error() const { return std::abs(loss - reference_loss) / std::abs(reference_loss); }
+  bool pass() const { return loss_error() <= kLossTolerance && gradient_error <= kGradientTolerance; }
+  Json json() const {
+    return {{"loss", loss},
+            {"reference_loss", reference_loss},
+            {"loss_relative_error", loss_error()},
+            {"gradient_max_error_relative_per_block", gradient_error},
+            {"loss_tolerance", kLossTolerance},
+            {"gradient_tolerance", kGradientTolerance},
+            {"pass", pass()}};
+  }
+  void print_loss_and_gradients(std::ostream& out) const {
+    out << "loss           " << format_fixed(loss, 6) << " " << loss_name << ", " << format_fixed(reference_loss, 6) << " " << reference_name
+        << ": relative error " << loss_error() << " (tolerance " << kLossTolerance << ")\n"
+        << "gradients      largest difference " << gradient_error << " of the block's largest entry" << (worst_block ? ", worst block" : "")
+        << " (tolerance " << kGradientTolerance << ")\n";
+  }
+  void print_result(std::ostream& out) const { out << "check          " << (pass() ? "PASS" : "FAIL") << "\n"; }
+};
+
 // What `--check` compares the plan's step with: the scheme's own step without chunks or offload, or for schemes
 // without one the plain data-parallel step (planner::Scheme::unchunked).
 planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len) {
@@ -268,23 +297,17 @@ int run_measured(const LoadedPlan& l, const std::string& origin, const po::varia
     backend::ModelState on_gpu(l.model, seed);
     executor.download(on_gpu);
     const auto r = backend::run_reference_step(graph, state, gpn, tokens);
-    const double loss_error = std::abs(g.loss - r.loss) / std::abs(r.loss);
-    const double grad_error = backend::max_gradient_difference(on_gpu, state);
-    const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
-    out["check"] = {{"gpu_loss", g.loss},
-                    {"cpu_loss", r.loss},
-                    {"loss_relative_error", loss_error},
-                    {"gradient_max_error_relative_per_block", grad_error},
-                    {"pass", pass}};
+    const CheckVerdict verdict{g.loss, r.loss, backend::max_gradient_difference(on_gpu, state), "GPU", "CPU reference", false};
+    out["check"] = verdict.json();
+    out["check"]["gpu_loss"] = g.loss;  // the older names, for one release
+    out["check"]["cpu_loss"] = r.loss;
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
-      std::cout << "loss           " << format_fixed(g.loss, 6) << " GPU, " << format_fixed(r.loss, 6) << " CPU reference: relative error "
-                << loss_error << " (tolerance " << kLossTolerance << ")\n"
-                << "gradients      largest difference " << grad_error << " of the block's largest entry (tolerance " << kGradientTolerance << ")\n"
-                << "check          " << (pass ? "PASS" : "FAIL") << "\n";
+      verdict.print_loss_and_gradients(std::cout);
+      verdict.print_result(std::cout);
     }
-    return pass ? 0 : 1;
+    return verdict.pass() ? 0 : 1;
   }
 
   std::string csv = "step,loss,seconds\n";  // --loss-curve: every step, the warm-up ones too
@@ -559,24 +582,16 @@ int check_switched(const SwitchedMinibatch& sm, const po::variables_map& vm, bac
   for (std::size_t k = 0; k < plain.size(); ++k) runs.push_back({&plain[k], tokens[k]});
   backend::ModelState reference(sm.model, vm["seed"].as<std::uint64_t>());
   const double expected = backend::hotspa_reference_step(runs, reference, gpn, 1, false, {});
-  const double loss_error = std::abs(r.loss - expected) / std::abs(expected);
-  const double grad_error = backend::max_gradient_difference(state, reference);  // NaN (a slice never delivered) fails below
-  const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
-  out["check"] = {{"loss", r.loss},
-                  {"unchunked_loss", expected},
-                  {"loss_relative_error", loss_error},
-                  {"gradient_max_error_relative_per_block", grad_error},
-                  {"pass", pass}};
+  const CheckVerdict verdict{r.loss, expected, backend::max_gradient_difference(state, reference), "switched groups", "the groups' unchunked steps"};
+  out["check"] = verdict.json();
+  out["check"]["unchunked_loss"] = expected;  // the older name, for one release
   if (vm["json"].as<bool>()) {
     std::cout << out.dump(2) << "\n";
   } else {
-    std::cout << "loss           " << format_fixed(r.loss, 6) << " switched groups, " << format_fixed(expected, 6)
-              << " the groups' unchunked steps: relative error " << loss_error << " (tolerance " << kLossTolerance << ")\n"
-              << "gradients      largest difference " << grad_error << " of the block's largest entry, worst block (tolerance " << kGradientTolerance
-              << ")\n"
-              << "check          " << (pass ? "PASS" : "FAIL") << "\n";
+    verdict.print_loss_and_gradients(std::cout);
+    verdict.print_result(std::cout);
   }
-  return pass ? 0 : 1;
+  return verdict.pass() ? 0 : 1;
 }
 
 // The last mini-batch of run --lengths against the prediction: each group's step (rank 0's device timing: its first
@@ -755,35 +770,25 @@ int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variabl
     const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)", nullptr,
                                                        memory_budget(vm));
     const auto b = backend::run_reference_step(plain_graph, plain, gpus_per_node, tokens);
-    const double loss_error = std::abs(a.loss - b.loss) / std::abs(b.loss);
-    const double grad_error = backend::max_gradient_difference(chunked, plain);
-    const bool pass = loss_error <= kLossTolerance && grad_error <= kGradientTolerance;
-    out["check"] = {{"loss", a.loss},
-                    {"unchunked_loss", b.loss},
-                    {"loss_relative_error", loss_error},
-                    {"gradient_max_error_relative_per_block", grad_error},
-                    {"loss_tolerance", kLossTolerance},
-                    {"gradient_tolerance", kGradientTolerance},
-                    {"reads_checked", a.reads_checked},
-                    {"race_checked", a.race_checked},
-                    {"pass", pass}};
     const bool own = static_cast<bool>(planner::scheme_named(l.plan.spec.scheme).unchunked);  // else the plain data-parallel step
+    const CheckVerdict verdict{a.loss, b.loss, backend::max_gradient_difference(chunked, plain), own ? "chunked" : "this plan",
+                               own ? "unchunked" : "plain data-parallel step"};
+    out["check"] = verdict.json();
+    out["check"]["unchunked_loss"] = b.loss;  // the older name, for one release
+    out["check"]["reads_checked"] = a.reads_checked;
+    out["check"]["race_checked"] = a.race_checked;
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
       std::cout << "plan           " << l.plan.spec.summary() << " (" << graph.size() << " tasks, CPU reference executor"
-                << (comm != nullptr ? ", " + std::to_string(comm->size()) + " ranks" : std::string()) << ")\n"
-                << "loss           " << format_fixed(a.loss, 6) << (own ? " chunked, " : " this plan, ") << format_fixed(b.loss, 6)
-                << (own ? " unchunked" : " plain data-parallel step") << ": relative error " << loss_error << " (tolerance " << kLossTolerance
-                << ")\n"
-                << "gradients      largest difference " << grad_error << " of the block's largest entry, worst block (tolerance "
-                << kGradientTolerance << ")\n"
-                << "dataflow       " << a.reads_checked << " reads checked" << (comm != nullptr ? " on rank 0" : "")
+                << (comm != nullptr ? ", " + std::to_string(comm->size()) + " ranks" : std::string()) << ")\n";
+      verdict.print_loss_and_gradients(std::cout);
+      std::cout << "dataflow       " << a.reads_checked << " reads checked" << (comm != nullptr ? " on rank 0" : "")
                 << ": every tensor where the plan put it, latest, "
-                << (a.race_checked ? "and ordered by the graph" : "(order not checked: graph too large)") << "\n"
-                << "check          " << (pass ? "PASS" : "FAIL") << "\n";
+                << (a.race_checked ? "and ordered by the graph" : "(order not checked: graph too large)") << "\n";
+      verdict.print_result(std::cout);
     }
-    return pass ? 0 : 1;
+    return verdict.pass() ? 0 : 1;
   }
 
   backend::ModelState state(l.model, seed);
