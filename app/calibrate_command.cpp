@@ -1,6 +1,6 @@
 // `trainyard calibrate --out hwprofiles/measured/NAME.json [--device gpu|cpu] [--base GPU] [--quick]`: measures the
-// GPU at hand (backend/calibrate_gpu.hpp) or the executor's CPU device (backend/calibrate_device.hpp), fits the
-// profile's sustained figures from the points (backend/calibration.hpp) and writes a profile the simulator loads
+// GPU at hand (calibrate/calibrate_gpu.hpp) or the executor's CPU device (calibrate/calibrate_device.hpp), fits the
+// profile's sustained figures from the points (calibrate/calibration.hpp) and writes a profile the simulator loads
 // (`run --gpu-profile`). For a GPU: built without CUDA, or run without a usable GPU, it says so and exits.
 #include <chrono>
 #include <filesystem>
@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "app/commands.hpp"
-#include "backend/calibrate_device.hpp"
-#include "backend/calibrate_peers.hpp"
-#include "backend/calibration.hpp"
 #include "backend/cpu_device.hpp"
 #include "backend/mpi_communicator.hpp"
-#include "backend/trace_calibration.hpp"
+#include "calibrate/calibrate_device.hpp"
+#include "calibrate/calibrate_peers.hpp"
+#include "calibrate/calibration.hpp"
+#include "calibrate/trace_calibration.hpp"
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "common/text_table.hpp"
@@ -26,8 +26,8 @@
 #include "traces/kineto.hpp"
 #include "traces/nsys.hpp"
 #ifdef TRAINYARD_HAVE_CUDA
-#include "backend/calibrate_gpu.hpp"
 #include "backend/device_info.hpp"
+#include "calibrate/calibrate_gpu.hpp"
 #endif
 
 namespace po = boost::program_options;
@@ -73,7 +73,7 @@ int finish(const backend::Measurements& m, const LoadedDocument& base, const hw:
   return 0;
 }
 
-// Under mpirun: the ranks' messages and collectives too (backend/calibrate_peers.hpp), written as the GPU
+// Under mpirun: the ranks' messages and collectives too (calibrate/calibrate_peers.hpp), written as the GPU
 // profile's link and, beside it, a node profile of the run's ranks and a collective library.
 void write_peer_profiles(const backend::Measurements& m, const backend::PeerMeasurements& peers, const LoadedDocument& base,
                          const hw::GpuProfile& before, const std::string& out) {
@@ -168,7 +168,7 @@ void print_trace_calibration(std::ostream& out, const hw::GpuProfile& before, co
   for (const auto& w : fits.warnings) out << "warning: " << w << "\n";
 }
 
-// --from-trace: the curves fitted from an engine's profiler traces (backend/trace_calibration.hpp), from the
+// --from-trace: the curves fitted from an engine's profiler traces (calibrate/trace_calibration.hpp), from the
 // built-in profile of the GPU the traces name unless --base says otherwise. Nothing is written unless the profile
 // (and the collective library, where fitted) load.
 int calibrate_from_traces(const std::vector<std::string>& args, const std::vector<std::string>& paths, std::optional<LoadedDocument> base,

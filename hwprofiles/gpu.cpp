@@ -202,7 +202,7 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
                                                      sources);
   }
   sustained.finish();
-  // What `trainyard calibrate` measured and fitted (backend/calibration.hpp): a record for people, not read here.
+  // What `trainyard calibrate` measured and fitted (calibrate/calibration.hpp): a record for people, not read here.
   if (top.has("calibration") && !top.raw("calibration").is_object()) {
     top.fail("calibration", "an object (the record trainyard calibrate writes)", json::describe(top.raw("calibration")));
   }

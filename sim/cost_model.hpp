@@ -37,7 +37,7 @@ ComputeCost compute_cost(const TaskParams& params);
 
 stacks::ElementwiseClass elementwise_class(OpCode code);
 
-// The parts of the compute model calibrate --from-trace inverts (backend/trace_calibration.hpp):
+// The parts of the compute model calibrate --from-trace inverts (calibrate/trace_calibration.hpp):
 // - a GEMM's useful share of the tiles its waves compute (1 below one full wave); its time is
 //   FLOPs / (peak x gemm.at(FLOPs) x gemm_wave_efficiency);
 // - a fused attention kernel's work: the key positions its query blocks run over (times the mask's density) and

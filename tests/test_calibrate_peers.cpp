@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "backend/calibrate_peers.hpp"
+#include "calibrate/calibrate_peers.hpp"
 #include "common/atomic_file.hpp"
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"

@@ -1,4 +1,4 @@
-// `trainyard calibrate`'s plain C++ half (backend/calibration.hpp), on synthetic measurements made from known
+// `trainyard calibrate`'s plain C++ half (calibrate/calibration.hpp), on synthetic measurements made from known
 // curves with seeded noise: the fits recover the curves, the written profile loads back through hw::parse_gpu
 // and the simulator's tables and costs give the fitted values, and bad inputs fail clearly without leaving a
 // file. The GPU measurements themselves are tested in test_gpu_calibration.cpp (skipped without a GPU).
@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/calibration.hpp"
-#include "backend/trace_calibration.hpp"
+#include "calibrate/calibration.hpp"
+#include "calibrate/trace_calibration.hpp"
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "sim/collectives.hpp"
@@ -445,7 +445,7 @@ TEST(CalibrationCli, WithoutAGpuItSaysSoAndWritesNothing) {
   EXPECT_NE(help.out.find("--quick"), std::string::npos);
 }
 
-// ---- calibrate --from-trace (backend/trace_calibration.hpp) ------------------------------------------------------
+// ---- calibrate --from-trace (calibrate/trace_calibration.hpp) ------------------------------------------------------
 
 namespace {
 

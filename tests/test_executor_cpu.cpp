@@ -7,10 +7,10 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/calibrate_device.hpp"
 #include "backend/cpu_device.hpp"
 #include "backend/executor.hpp"
 #include "backend/reference_step.hpp"
+#include "calibrate/calibrate_device.hpp"
 #include "common/error.hpp"
 #include "planner/megatron.hpp"
 #include "planner/ringtrack.hpp"

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <random>
 
-#include "backend/calibrate_gpu.hpp"
-#include "backend/calibration.hpp"
+#include "calibrate/calibrate_gpu.hpp"
+#include "calibrate/calibration.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "tests/gpu_support.hpp"
 

@@ -8,13 +8,13 @@
 #include <numeric>
 #include <optional>
 
-#include "backend/calibrate_peers.hpp"
 #include "backend/cpu_device.hpp"
 #include "backend/executor.hpp"
 #include "backend/hotspa_step.hpp"
 #include "backend/model_state.hpp"
 #include "backend/mpi_communicator.hpp"
 #include "backend/reference_step.hpp"
+#include "calibrate/calibrate_peers.hpp"
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "planner/hotspa.hpp"

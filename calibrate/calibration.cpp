@@ -1,4 +1,4 @@
-#include "backend/calibration.hpp"
+#include "calibrate/calibration.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -98,7 +98,7 @@ double attention_flops(const SweepPlan& plan, const AttentionCase& c, bool backw
 }
 
 double estimated_seconds(const SweepPlan& plan, const hw::GpuProfile& gpu) {
-  // The protocol of backend/calibrate_gpu.cpp: warm-up calls, one call to estimate, then `repeats` trials of
+  // The protocol of calibrate/calibrate_gpu.cpp: warm-up calls, one call to estimate, then `repeats` trials of
   // n = clamp(trial_seconds / call, 1, max_calls_per_trial) calls, each trial synchronised (~50 us).
   const double trial_overhead_s = 50e-6;
   const auto point = [&](double call_s) {

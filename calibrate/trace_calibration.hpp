@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/calibrate_peers.hpp"
-#include "backend/calibration.hpp"
+#include "calibrate/calibrate_peers.hpp"
+#include "calibrate/calibration.hpp"
 #include "common/json_reader.hpp"
 #include "hwprofiles/gpu.hpp"
 #include "sim/task_graph.hpp"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/calibration.hpp"
+#include "calibrate/calibration.hpp"
 #include "backend/communicator.hpp"
 #include "backend/device.hpp"
 #include "common/json_reader.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// The two device helpers `trainyard calibrate` times with (backend/calibrate_kernels.cu): a kernel that holds a
+// The two device helpers `trainyard calibrate` times with (calibrate/calibrate_kernels.cu): a kernel that holds a
 // stream until the host says go, so that a trial's calls are all enqueued before the first one starts and the
 // host's enqueue cost stays out of the timing (the method of NVIDIA's nvbench), and an empty kernel whose cost
 // back to back is the launch overhead.

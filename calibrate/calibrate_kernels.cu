@@ -1,4 +1,4 @@
-#include "backend/calibrate_kernels.hpp"
+#include "calibrate/calibrate_kernels.hpp"
 
 #include "kernels/kernels.hpp"
 

@@ -1,4 +1,4 @@
-#include "backend/calibrate_device.hpp"
+#include "calibrate/calibrate_device.hpp"
 
 #include <unistd.h>
 

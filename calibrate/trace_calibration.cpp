@@ -1,4 +1,4 @@
-#include "backend/trace_calibration.hpp"
+#include "calibrate/trace_calibration.hpp"
 
 #include <algorithm>
 #include <array>

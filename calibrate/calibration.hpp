@@ -1,7 +1,7 @@
 #pragma once
 // `trainyard calibrate`, its plain C++ half: the sweep to measure, what the GPU measurements record, the least-
 // squares fits (Eigen) that turn them into a GPU profile's sustained figures, and writing that profile. No CUDA
-// here (backend/calibrate_gpu.hpp measures), so the fits and the profile are built and tested everywhere.
+// here (calibrate/calibrate_gpu.hpp measures), so the fits and the profile are built and tested everywhere.
 //
 // The two curves fitted:
 //  - a transfer of x bytes, or x kernels back to back:   t(x) = fixed_s + x * per_unit_s

@@ -1,5 +1,5 @@
 #pragma once
-// `trainyard calibrate --device cpu`: times the sweep of backend/calibration.hpp through the executor's Device
+// `trainyard calibrate --device cpu`: times the sweep of calibrate/calibration.hpp through the executor's Device
 // interface (device.hpp) on the CPU device, so the profile it writes describes the kernels, copies and queueing
 // the executor really uses there; fitting and writing are calibration.hpp's, as for a GPU.
 //
@@ -14,7 +14,7 @@
 #include <ostream>
 #include <string>
 
-#include "backend/calibration.hpp"
+#include "calibrate/calibration.hpp"
 #include "backend/device.hpp"
 
 namespace trainyard::backend {

@@ -1,4 +1,4 @@
-#include "backend/calibrate_gpu.hpp"
+#include "calibrate/calibrate_gpu.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -12,7 +12,7 @@
 #include <memory>
 #include <optional>
 
-#include "backend/calibrate_kernels.hpp"
+#include "calibrate/calibrate_kernels.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "kernels/gemm.hpp"

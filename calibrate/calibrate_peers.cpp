@@ -1,4 +1,4 @@
-#include "backend/calibrate_peers.hpp"
+#include "calibrate/calibrate_peers.hpp"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/calibrate_device.hpp"
+#include "calibrate/calibrate_device.hpp"
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
 #include "common/units.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// `trainyard calibrate`, its CUDA half: times the sweep of backend/calibration.hpp on one GPU and returns the
+// `trainyard calibrate`, its CUDA half: times the sweep of calibrate/calibration.hpp on one GPU and returns the
 // points; fitting them and writing the profile is the plain C++ half's business.
 //
 // How a point is timed: `warmup_calls` untimed calls (module loading, cuBLASLt's heuristics, page mapping),
@@ -11,7 +11,7 @@
 #include <ostream>
 #include <string>
 
-#include "backend/calibration.hpp"
+#include "calibrate/calibration.hpp"
 #include "backend/device_info.hpp"
 
 namespace trainyard::backend {
