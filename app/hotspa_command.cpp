@@ -289,8 +289,10 @@ int run_simulate_lengths(const po::variables_map& vm) {
   return (st && !st->fits) || (sw && !sw->fits) ? 1 : 0;
 }
 
-int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>& schemes) {
-  const std::int64_t max_len = parse_token_count(vm.count("max-len") ? vm["max-len"].as<std::string>() : "32K", "--max-len");
+namespace {
+
+// --groups, or powers of two from 1K up to --max-len; the last bound is --max-len.
+std::vector<std::int64_t> group_bounds(const po::variables_map& vm, std::int64_t max_len) {
   std::vector<std::int64_t> bounds;
   if (vm.count("groups")) {
     bounds = token_list(vm["groups"].as<std::string>(), "--groups");
@@ -300,18 +302,66 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   }
   if (bounds.back() != max_len)
     throw InputError("--groups", "value", "a last bound equal to --max-len (" + format_tokens(max_len) + ")", format_tokens(bounds.back()));
+  return bounds;
+}
+
+// --executable: only the groups `run --lengths` takes on this device, one rank per GPU.
+void keep_runnable_groups(const po::variables_map& vm, LengthsRun& run) {
+  if (!vm.count("executable")) return;
+  const std::string device = vm["executable"].as<std::string>();
+  if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
+  run.setting->runnable = [device](const planner::StepInputs& in, const planner::PlanSpec& spec) {
+    return run_refusal(in, spec, device, in.cluster.gpus()).empty();
+  };
+  const int ranks = run.cluster->gpus();
+  run.setting->runnable_graph = [ranks](const sim::TaskGraph& graph) { return !backend::executor_refusal(graph, ranks); };
+}
+
+void print_search_json(const LengthsRun& run, const planner::HotSpaSearchReport& report, const std::optional<ResumeFile>& resume) {
+  nlohmann::json out = header_json(run);
+  out["simulated"] = report.simulated;
+  if (resume) out["reused_from_resume"] = resume->reused();
+  if (!report.best_static.empty()) out["static"] = planner::minibatch_json(report.static_result, *run.cluster);
+  if (!report.best_switched.empty()) {
+    out["switched"] = planner::minibatch_json(report.switched_result, *run.cluster);
+    out["switch"] = planner::switch_text(report.best_switched);
+  }
+  std::cout << out.dump(2) << "\n";
+}
+
+// The best static and hot-switched plans and the seed's Table 3; exit 1 when either has none.
+int print_search_text(const po::variables_map& vm, const LengthsRun& run, const planner::HotSpaSearchReport& report,
+                      const std::optional<ResumeFile>& resume) {
+  print_header(run);
+  if (report.best_static.empty() || report.best_switched.empty()) {
+    const bool no_static = report.best_static.empty();
+    const std::string& why = (no_static ? report.static_result : report.switched_result).failure;
+    std::cout << "no " << (no_static ? "static" : "hot-switched") << " plan fits"
+              << (!why.empty() ? ": the best-bounded candidate's " + why
+                  : no_static  ? " (no configuration passed the memory bounds)"
+                               : " (no chain of groups that fit covers every length)")
+              << "\n";
+    return 1;
+  }
+  std::cout << "best static: " << report.best_static.front().spec.scheme << " " << report.best_static.front().spec.summary() << "\n"
+            << "best hot-switched: " << planner::describe(report.best_switched) << "\n"
+            << "  as run --lengths takes it: --switch \"" << planner::switch_text(report.best_switched) << "\"\n"
+            << report.simulated << " group simulations"
+            << (resume ? " (" + std::to_string(resume->reused()) + " taken from --resume " + vm["resume"].as<std::string>() + ")" : "") << "\n\n"
+            << planner::table3(report.static_result, report.switched_result);
+  print_failure("hot-switched", report.switched_result);
+  return 0;
+}
+
+}  // namespace
+
+int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>& schemes) {
+  const std::int64_t max_len = parse_token_count(vm.count("max-len") ? vm["max-len"].as<std::string>() : "32K", "--max-len");
+  const std::vector<std::int64_t> bounds = group_bounds(vm, max_len);
   LengthsRun run;
   load_hardware(vm, run);
   load(vm, run, max_len);
-  if (vm.count("executable")) {  // run --lengths on this device, one rank per GPU: its refusals, per group
-    const std::string device = vm["executable"].as<std::string>();
-    if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
-    run.setting->runnable = [device](const planner::StepInputs& in, const planner::PlanSpec& spec) {
-      return run_refusal(in, spec, device, in.cluster.gpus()).empty();
-    };
-    const int ranks = run.cluster->gpus();
-    run.setting->runnable_graph = [ranks](const sim::TaskGraph& graph) { return !backend::executor_refusal(graph, ranks); };
-  }
+  keep_runnable_groups(vm, run);
   planner::HotSpaSearchOptions options;
   options.schemes = schemes;
   options.bounds = bounds;
@@ -331,7 +381,7 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
     }
     options.farm = ranks->range_farm(*simulator);
   }
-  std::optional<ResumeFile> resume;
+  std::optional<ResumeFile> resume;  // the farm refers to it
   if (vm.count("resume")) {
     resume.emplace(vm["resume"].as<std::string>(), lengths_inputs_key(vm, run, bounds));
     if (!simulator) simulator.emplace(*run.setting, run.lengths, options);
@@ -344,38 +394,9 @@ int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>
   options.progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "group simulations"); };
   const planner::HotSpaSearchReport report = planner::search_hotspa(*run.setting, run.lengths, options);
   progress.finish();
-  const bool found = !report.best_static.empty() && !report.best_switched.empty();
-  if (json) {
-    nlohmann::json out = header_json(run);
-    out["simulated"] = report.simulated;
-    if (resume) out["reused_from_resume"] = resume->reused();
-    if (!report.best_static.empty()) out["static"] = planner::minibatch_json(report.static_result, *run.cluster);
-    if (!report.best_switched.empty()) {
-      out["switched"] = planner::minibatch_json(report.switched_result, *run.cluster);
-      out["switch"] = planner::switch_text(report.best_switched);
-    }
-    std::cout << out.dump(2) << "\n";
-    return found ? 0 : 1;
-  }
-  print_header(run);
-  if (!found) {
-    const bool no_static = report.best_static.empty();
-    const std::string& why = (no_static ? report.static_result : report.switched_result).failure;
-    std::cout << "no " << (no_static ? "static" : "hot-switched") << " plan fits"
-              << (!why.empty() ? ": the best-bounded candidate's " + why
-                  : no_static  ? " (no configuration passed the memory bounds)"
-                               : " (no chain of groups that fit covers every length)")
-              << "\n";
-    return 1;
-  }
-  std::cout << "best static: " << report.best_static.front().spec.scheme << " " << report.best_static.front().spec.summary() << "\n"
-            << "best hot-switched: " << planner::describe(report.best_switched) << "\n"
-            << "  as run --lengths takes it: --switch \"" << planner::switch_text(report.best_switched) << "\"\n"
-            << report.simulated << " group simulations"
-            << (resume ? " (" + std::to_string(resume->reused()) + " taken from --resume " + vm["resume"].as<std::string>() + ")" : "") << "\n\n"
-            << planner::table3(report.static_result, report.switched_result);
-  print_failure("hot-switched", report.switched_result);
-  return 0;
+  if (!json) return print_search_text(vm, run, report, resume);
+  print_search_json(run, report, resume);
+  return !report.best_static.empty() && !report.best_switched.empty() ? 0 : 1;
 }
 
 }  // namespace trainyard::app

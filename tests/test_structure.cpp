@@ -272,7 +272,6 @@ const std::map<std::string, int> kNotYetSplit = {
     {"app/run_command.cpp run_run", 110},
     {"backend/executor.cpp run", 97},
     {"calibrate/calibrate_gpu.cpp measure_copies", 96},
-    {"app/hotspa_command.cpp run_plan_lengths", 88},
     {"gui/main.cpp main", 84},
 };
 
