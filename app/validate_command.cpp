@@ -286,7 +286,9 @@ void with_calibration(const po::variables_map& vm, std::vector<ValidationDataset
   }
 }
 
-int run_validate(const std::vector<std::string>& args) {
+namespace {
+
+po::options_description validate_options() {
   po::options_description options("validate options");
   // clang-format off
   options.add_options()
@@ -307,6 +309,86 @@ int run_validate(const std::vector<std::string>& args) {
   // clang-format on
   add_memory_budget_option(options);
   add_farm_options(options, false);
+  return options;
+}
+
+std::optional<Json> load_baseline(const po::variables_map& vm, const std::string& mode) {
+  if (!vm.count("baseline")) return std::nullopt;
+  const std::string path = vm["baseline"].as<std::string>();
+  const Json doc = json::parse(read_input_file(path, kJsonFileCapBytes, "a baseline JSON file"), path);
+  return doc.contains(mode) ? doc[mode] : Json::object();
+}
+
+// A share of a dataset's cases (header: the dataset and the reading; items: the cases' indices), predicted here:
+// what each rank under mpirun does with rank 0's messages.
+PlanFarm::Work case_predictor(const std::vector<ValidationDataset>& datasets, std::int64_t budget) {
+  return [&datasets, budget](const Json& header, const std::vector<Json>& items) {
+    const auto d = std::find_if(datasets.begin(), datasets.end(), [&](const ValidationDataset& x) { return x.name == header.at("dataset"); });
+    if (d == datasets.end()) throw InputError("rank 0's cases", "dataset", "one this rank loaded", header.dump());
+    ValidationDataset read = *d;
+    for (const auto& reading : d->readings) {
+      if (reading.name == header.at("reading")) read = under_reading(*d, reading);
+    }
+    std::vector<Json> out;
+    for (const Json& i : items) out.push_back(case_result_record(run_case(read, read.cases.at(i.get<std::size_t>()), budget)));
+    return out;
+  };
+}
+
+// Which cases this run takes (--fast, --only) and where they are predicted: here, or dealt to the ranks.
+struct CaseRunner {
+  bool fast = false;
+  std::string only;
+  std::int64_t budget = 0;
+  PlanFarm* ranks = nullptr;
+  PlanFarm::Work predict;
+
+  // The cases of `d` (under `reading`, "" for its own) that this run takes, predicted.
+  std::vector<CaseResult> run(const ValidationDataset& d, const std::string& reading) const {
+    std::vector<Json> chosen;
+    for (std::size_t i = 0; i < d.cases.size(); ++i) {
+      const ValidationCase& c = d.cases[i];
+      if (fast && !c.fast) continue;
+      if (!only.empty() && d.name != only && c.name.find(only) == std::string::npos) continue;
+      chosen.push_back(i);
+    }
+    std::vector<CaseResult> results;
+    if (ranks == nullptr) {
+      for (const Json& i : chosen) {
+        throw_if_interrupted();
+        results.push_back(run_case(d, d.cases[i.get<std::size_t>()], budget));
+      }
+      return results;
+    }
+    for (const auto& r : ranks->deal(Json{{"dataset", d.name}, {"reading", reading}}, chosen, predict)) {
+      if (!r) throw Interrupted();
+      results.push_back(case_result_from_record(*r, "another rank's case"));
+    }
+    return results;
+  }
+};
+
+// After the datasets: the coverage, the files asked for, and the verdict against --baseline (exit 1 when worse).
+int finish_validate(const po::variables_map& vm, const std::string& mode, const std::map<std::string, DatasetScore>& scores,
+                    const std::vector<ErrorRecord>& records, const Json& out, const std::optional<Json>& baseline) {
+  if (vm["json"].as<bool>()) std::cout << out.dump(2) << "\n";
+  else std::cout << coverage_text(coverage(records)) << "\n";
+  if (vm.count("write-error-bars")) {
+    write_file_atomically(vm["write-error-bars"].as<std::string>(), std::string_view(error_records_json(records).dump(2) + "\n"));
+  }
+  if (vm.count("write-baseline")) write_baseline(vm["write-baseline"].as<std::string>(), mode, scores);
+  if (baseline) {
+    const auto worse = regressions(*baseline, scores, vm["baseline"].as<std::string>());
+    for (const auto& line : worse) std::cerr << "validate: worse than the baseline: " << line << "\n";
+    if (!worse.empty()) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_validate(const std::vector<std::string>& args) {
+  po::options_description options = validate_options();
   po::positional_options_description positional;
   po::variables_map vm;
   if (parse(args, "trainyard validate [--fast] [--only NAME] [--cases FILE]... [--baseline FILE] [--write-baseline FILE] [--markdown | --json]",
@@ -320,69 +402,27 @@ int run_validate(const std::vector<std::string>& args) {
   }
   const bool fast = vm["fast"].as<bool>();
   const std::string mode = fast ? "fast" : "all";
-  std::optional<Json> baseline;
-  if (vm.count("baseline")) {
-    const std::string path = vm["baseline"].as<std::string>();
-    const Json doc = json::parse(read_input_file(path, kJsonFileCapBytes, "a baseline JSON file"), path);
-    baseline = doc.contains(mode) ? doc[mode] : Json::object();
-  }
+  const std::optional<Json> baseline = load_baseline(vm, mode);
   std::vector<ValidationDataset> datasets = vm.count("cases") ? load_validation_files(vm["cases"].as<std::vector<std::string>>())
                                                               : builtin_validation_suite();
   with_calibration(vm, datasets);
-  const std::string only = vm.count("only") ? vm["only"].as<std::string>() : "";
   const std::int64_t budget = vm.count("memory-budget") ? memory_budget(vm) : 0;
   // Under mpirun, rank 0 runs validate and the other ranks predict its cases (app/plan_farm.hpp). (Every rank
   // loaded the same datasets above.)
   const std::unique_ptr<PlanFarm> ranks = PlanFarm::join(rank_timeout(vm));
-  // A share of a dataset's cases (header: the dataset and the reading; items: the cases' indices), predicted here.
-  const PlanFarm::Work predict = [&](const Json& header, const std::vector<Json>& items) {
-    const auto d = std::find_if(datasets.begin(), datasets.end(), [&](const ValidationDataset& x) { return x.name == header.at("dataset"); });
-    if (d == datasets.end()) throw InputError("rank 0's cases", "dataset", "one this rank loaded", header.dump());
-    ValidationDataset read = *d;
-    for (const auto& reading : d->readings) {
-      if (reading.name == header.at("reading")) read = under_reading(*d, reading);
-    }
-    std::vector<Json> out;
-    for (const Json& i : items) out.push_back(case_result_record(run_case(read, read.cases.at(i.get<std::size_t>()), budget)));
-    return out;
-  };
+  const CaseRunner cases{fast, vm.count("only") ? vm["only"].as<std::string>() : "", budget, ranks.get(), case_predictor(datasets, budget)};
   if (ranks && !ranks->root()) {
     try {
-      return ranks->serve_with(predict);
+      return ranks->serve_with(cases.predict);
     } catch (const std::exception& e) {
       ranks->abort_after(e);
     }
   }
-
   std::map<std::string, DatasetScore> scores;
   std::vector<ErrorRecord> records;
   Json out = Json::array();
-  // The cases of `d` (under `reading`, "" for its own) that this run takes, predicted here or on the ranks.
-  const auto run_cases = [&](const ValidationDataset& d, const std::string& reading) {
-    std::vector<Json> chosen;
-    for (std::size_t i = 0; i < d.cases.size(); ++i) {
-      const ValidationCase& c = d.cases[i];
-      if (fast && !c.fast) continue;
-      if (!only.empty() && d.name != only && c.name.find(only) == std::string::npos) continue;
-      chosen.push_back(i);
-    }
-    const Json header{{"dataset", d.name}, {"reading", reading}};
-    std::vector<CaseResult> results;
-    if (!ranks) {
-      for (const Json& i : chosen) {
-        throw_if_interrupted();
-        results.push_back(run_case(d, d.cases[i.get<std::size_t>()], budget));
-      }
-      return results;
-    }
-    for (const auto& r : ranks->deal(header, chosen, predict)) {
-      if (!r) throw Interrupted();
-      results.push_back(case_result_from_record(*r, "another rank's case"));
-    }
-    return results;
-  };
   for (const auto& d : datasets) {
-    std::vector<CaseResult> results = run_cases(d, "");
+    std::vector<CaseResult> results = cases.run(d, "");
     if (results.empty()) continue;
     add_speedups(d, results, budget);
     const DatasetScore s = score(results);
@@ -391,25 +431,14 @@ int run_validate(const std::vector<std::string>& args) {
     // The other readings of what the source leaves unstated (not with --fast: CI holds the dataset's own reading).
     std::vector<ReadingScore> readings;
     for (const auto& reading : fast ? std::vector<ValidationReading>{} : d.readings) {
-      readings.push_back({reading, score(run_cases(under_reading(d, reading), reading.name))});
+      readings.push_back({reading, score(cases.run(under_reading(d, reading), reading.name))});
     }
     if (vm["json"].as<bool>()) out.push_back(results_json(d, results, s, readings));
     else if (vm["markdown"].as<bool>()) print_markdown(d, results, s, readings);
     else print_text(d, results, s, readings);
   }
-  if (scores.empty()) throw InputError("--only", "value", "a dataset name or part of a case name that exists", "\"" + only + "\"");
-  if (vm["json"].as<bool>()) std::cout << out.dump(2) << "\n";
-  else std::cout << coverage_text(coverage(records)) << "\n";
-  if (vm.count("write-error-bars")) {
-    write_file_atomically(vm["write-error-bars"].as<std::string>(), std::string_view(error_records_json(records).dump(2) + "\n"));
-  }
-  if (vm.count("write-baseline")) write_baseline(vm["write-baseline"].as<std::string>(), mode, scores);
-  if (baseline) {
-    const auto worse = regressions(*baseline, scores, vm["baseline"].as<std::string>());
-    for (const auto& line : worse) std::cerr << "validate: worse than the baseline: " << line << "\n";
-    if (!worse.empty()) return 1;
-  }
-  return 0;
+  if (scores.empty()) throw InputError("--only", "value", "a dataset name or part of a case name that exists", "\"" + cases.only + "\"");
+  return finish_validate(vm, mode, scores, records, out, baseline);
 }
 
 }  // namespace trainyard::app

@@ -266,7 +266,6 @@ const std::map<std::string, int> kNotYetSplit = {
     {"backend/reference_step.cpp compute", 246},
     {"backend/executor.cpp compute", 219},
     {"backend/schedule.cpp make_schedule", 145},
-    {"app/validate_command.cpp run_validate", 125},
     {"calibrate/calibration.cpp calibrated_profile", 121},
     {"app/run_command.cpp run_measured", 109},
     {"app/run_command.cpp run_run", 110},
