@@ -253,87 +253,14 @@ void merge_ranks(backend::MeasuredStep& step, const sim::TaskGraph& graph, backe
   step.scratch_peak_bytes = static_cast<std::int64_t>(at(highest, 2 * n + 2));
 }
 
-// The executor on `device` (the CUDA device, or the CPU device: streams as threads): steps measured with the
-// device's events against the simulator's prediction, or with --check (GPU) one step against the CPU reference.
-// With `comm`, one rank per GPU (data parallelism): rank 0 reports the ranks' merged timeline.
-int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, sim::TaskGraph plan_graph, backend::Device& device,
-                 const std::string& label, bool cpu_can_check, backend::Communicator* comm) {
-  const bool check = vm["check"].as<bool>();
-  if (check && !cpu_can_check) {
-    throw InputError(
-        origin, "model",
-        "a small model for --check (the CPU reference runs the same step; at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)",
-        "a larger one");
-  }
-  const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
-  const PredictedStep step = predict_step(l, origin, vm, std::move(plan_graph));
-  const sim::TaskGraph& graph = step.graph;
-  const sim::Cluster& predicting = step.cluster;
+// The measured steps beside the prediction: JSON, or the text and the per-class comparison.
+int report_measured(const po::variables_map& vm, const PredictedStep& step, const backend::MeasuredStep& last, const sim::SimResult& measured,
+                    const sim::Comparison& comparison, Json& out) {
   const sim::SimResult& predicted = step.result;
-  const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
-  const int gpn = l.cluster->topology.gpus_per_node();
-  backend::ModelState state(l.model, seed);
-  backend::ExecutorOptions options;
-  options.run_optimizer = !check;
-  options.adam.lr = vm["lr"].as<float>();
-  options.comm = comm;
-  options.comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
-  backend::Executor executor(device, graph, state, gpn, predicted.timing, options);
-  executor.upload(state);
-  const bool as_json = vm["json"].as<bool>(), root = comm == nullptr || comm->rank() == 0;
-  Json out = {{"plan", origin}, {"device", label}, {"executor", "schedule"}, {"summary", l.plan.spec.summary()}};
-  const StepTokens step_tokens(l, vm);
-  auto run_step = [&](int s) {  // step s (0-based), AdamW's t = s + 1
-    backend::MeasuredStep m = executor.run_step(step_tokens(s), s + 1);
-    if (comm != nullptr) merge_ranks(m, graph, *comm, gpn);
-    return m;
-  };
-  if (comm != nullptr) out["ranks"] = comm->size();
-
-  if (check) {
-    TRAINYARD_CHECK(comm == nullptr, "--check on GPU ranks is refused before");
-    const auto tokens = step_tokens(0);
-    const backend::MeasuredStep g = executor.run_step(tokens);
-    backend::ModelState on_gpu(l.model, seed);
-    executor.download(on_gpu);
-    const auto r = backend::run_reference_step(graph, state, gpn, tokens);
-    const CheckVerdict verdict{g.loss, r.loss, backend::max_gradient_difference(on_gpu, state), "GPU", "CPU reference", false};
-    out["check"] = verdict.json();
-    out["check"]["gpu_loss"] = g.loss;  // the older names, for one release
-    out["check"]["cpu_loss"] = r.loss;
-    if (as_json) {
-      std::cout << out.dump(2) << "\n";
-    } else {
-      verdict.print_loss_and_gradients(std::cout);
-      verdict.print_result(std::cout);
-    }
-    return verdict.pass() ? 0 : 1;
-  }
-
-  std::string csv = "step,loss,seconds\n";  // --loss-curve: every step, the warm-up ones too
-  for (int s = 0; s < warmup; ++s) {
-    const backend::MeasuredStep w = run_step(s);
-    csv += std::to_string(s + 1) + "," + format_fixed(w.loss, 6) + "," + format_fixed(static_cast<double>(w.step_ns) * 1e-9, 6) + "\n";
-  }
-  backend::MeasuredStep last;
-  Json measured_steps = Json::array();
-  for (int s = 0; s < steps; ++s) {
-    if (interrupted()) throw Interrupted();
-    last = run_step(warmup + s);
-    measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
-    csv += std::to_string(warmup + s + 1) + "," + format_fixed(last.loss, 6) + "," + format_fixed(static_cast<double>(last.step_ns) * 1e-9, 6) + "\n";
-    if (!as_json && root)
-      std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2)
-                << " ms\n";
-  }
-  if (!root) return 0;
-  if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
-  const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
-  if (const auto trace = trace_request(vm, l.cluster->gpus())) write_trace(*trace, measured, graph, *l.cluster, "measured");
-  const sim::Comparison comparison = sim::compare(sim::to_timeline(predicted, graph, "simulated"), sim::to_timeline(measured, graph, "measured"));
+  const sim::Cluster& predicting = step.cluster;
+  const bool as_json = vm["json"].as<bool>();
   const double step_s = static_cast<double>(last.step_ns) * 1e-9;
   const double exposed = static_cast<double>(measured.exposed_transfer_ns.empty() ? 0 : measured.exposed_transfer_ns.front());
-  out["steps"] = measured_steps;
   out["measured"] = {{"step_ns", last.step_ns},
                      {"tokens_per_s", static_cast<double>(last.tokens) / step_s},
                      {"mfu", measured.mfu()},
@@ -365,6 +292,92 @@ int run_measured(const LoadedPlan& l, const std::string& origin, const po::varia
             << format_bytes(static_cast<double>(predicted.pools.front().peak_bytes)) << ")\n\n";
   sim::print_comparison(std::cout, comparison);
   return 0;
+}
+
+// --check on the GPU: one step against the CPU reference on the same weights and tokens.
+int check_against_reference(const LoadedPlan& l, backend::Executor& executor, backend::ModelState& state, const sim::TaskGraph& graph,
+                            const std::vector<std::vector<std::int32_t>>& tokens, std::uint64_t seed, bool as_json, Json& out) {
+  const backend::MeasuredStep g = executor.run_step(tokens);
+  backend::ModelState on_gpu(l.model, seed);
+  executor.download(on_gpu);
+  const auto r = backend::run_reference_step(graph, state, l.cluster->topology.gpus_per_node(), tokens);
+  const CheckVerdict verdict{g.loss, r.loss, backend::max_gradient_difference(on_gpu, state), "GPU", "CPU reference", false};
+  out["check"] = verdict.json();
+  out["check"]["gpu_loss"] = g.loss;  // the older names, for one release
+  out["check"]["cpu_loss"] = r.loss;
+  if (as_json) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    verdict.print_loss_and_gradients(std::cout);
+    verdict.print_result(std::cout);
+  }
+  return verdict.pass() ? 0 : 1;
+}
+
+// The executor on `device` (the CUDA device, or the CPU device: streams as threads): steps measured with the
+// device's events against the simulator's prediction, or with --check (GPU) one step against the CPU reference.
+// With `comm`, one rank per GPU (data parallelism): rank 0 reports the ranks' merged timeline.
+int run_measured(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, sim::TaskGraph plan_graph, backend::Device& device,
+                 const std::string& label, bool cpu_can_check, backend::Communicator* comm) {
+  const bool check = vm["check"].as<bool>();
+  if (check && !cpu_can_check) {
+    throw InputError(
+        origin, "model",
+        "a small model for --check (the CPU reference runs the same step; at most " + format_fixed(kCpuStepFlopLimit / 1e9, 0) + " GFLOP per step)",
+        "a larger one");
+  }
+  const int warmup = vm["warmup"].as<int>(), steps = vm["steps"].as<int>();
+  const PredictedStep step = predict_step(l, origin, vm, std::move(plan_graph));
+  const sim::TaskGraph& graph = step.graph;
+  const sim::SimResult& predicted = step.result;
+  const std::uint64_t seed = vm["seed"].as<std::uint64_t>();
+  const int gpn = l.cluster->topology.gpus_per_node();
+  backend::ModelState state(l.model, seed);
+  backend::ExecutorOptions options;
+  options.run_optimizer = !check;
+  options.adam.lr = vm["lr"].as<float>();
+  options.comm = comm;
+  options.comm_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(vm["comm-timeout"].as<double>() * 1000));
+  backend::Executor executor(device, graph, state, gpn, predicted.timing, options);
+  executor.upload(state);
+  const bool as_json = vm["json"].as<bool>(), root = comm == nullptr || comm->rank() == 0;
+  Json out = {{"plan", origin}, {"device", label}, {"executor", "schedule"}, {"summary", l.plan.spec.summary()}};
+  const StepTokens step_tokens(l, vm);
+  auto run_step = [&](int s) {  // step s (0-based), AdamW's t = s + 1
+    backend::MeasuredStep m = executor.run_step(step_tokens(s), s + 1);
+    if (comm != nullptr) merge_ranks(m, graph, *comm, gpn);
+    return m;
+  };
+  if (comm != nullptr) out["ranks"] = comm->size();
+
+  if (check) {
+    TRAINYARD_CHECK(comm == nullptr, "--check on GPU ranks is refused before");
+    return check_against_reference(l, executor, state, graph, step_tokens(0), seed, as_json, out);
+  }
+
+  std::string csv = "step,loss,seconds\n";  // --loss-curve: every step, the warm-up ones too
+  for (int s = 0; s < warmup; ++s) {
+    const backend::MeasuredStep w = run_step(s);
+    csv += std::to_string(s + 1) + "," + format_fixed(w.loss, 6) + "," + format_fixed(static_cast<double>(w.step_ns) * 1e-9, 6) + "\n";
+  }
+  backend::MeasuredStep last;
+  Json measured_steps = Json::array();
+  for (int s = 0; s < steps; ++s) {
+    if (interrupted()) throw Interrupted();
+    last = run_step(warmup + s);
+    measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
+    csv += std::to_string(warmup + s + 1) + "," + format_fixed(last.loss, 6) + "," + format_fixed(static_cast<double>(last.step_ns) * 1e-9, 6) + "\n";
+    if (!as_json && root)
+      std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2)
+                << " ms\n";
+  }
+  if (!root) return 0;
+  out["steps"] = measured_steps;
+  if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
+  const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
+  if (const auto trace = trace_request(vm, l.cluster->gpus())) write_trace(*trace, measured, graph, *l.cluster, "measured");
+  const sim::Comparison comparison = sim::compare(sim::to_timeline(predicted, graph, "simulated"), sim::to_timeline(measured, graph, "measured"));
+  return report_measured(vm, step, last, measured, comparison, out);
 }
 
 // Every number and file flag, before any work: a bad one must not cost a training run or its results.
@@ -415,117 +428,6 @@ std::unique_ptr<backend::Device> make_rank_device(const std::string& kind, int r
 void fall_back_to_reference(const po::variables_map& vm, const backend::ExecutorRefusal& refusal, bool root);
 
 }  // namespace
-
-int run_run(const std::vector<std::string>& args) {
-  po::options_description options("run options");
-  // clang-format off
-  options.add_options()
-      ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
-      ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
-       "gpu: the executor on the CUDA device (one GPU; under mpirun one rank per GPU, NCCL not yet run on GPUs); cpu: small models only, the same executor on the CPU device (streams as threads) "
-       "where it runs the plan (under mpirun -np N one rank per GPU, sends and collectives over MPI), else the CPU reference executor (several GPUs on one process, FPDT; no timing)")
-      ("warmup", po::value<int>()->default_value(1)->value_name("int"), "the executor: steps run before the measured ones (not measured)")
-      ("trace", po::value<std::string>()->value_name("path"), "the executor: write the last measured step as a Chrome trace (trainyard compare reads it)")
-      ("gpu-profile", po::value<std::string>()->value_name("name|path"),
-       "the executor: predict with this device profile (e.g. one `trainyard calibrate` wrote here) instead of the plan node's GPU; the prediction always uses the trainyard stack")
-      ("hw", po::value<std::string>()->value_name("name|path"),
-       "the executor: predict on this node profile instead of the plan's (e.g. the NAME-node.json `mpirun -np N trainyard calibrate --device cpu` wrote); with --lengths: the cluster's node")
-      ("collectives", po::value<std::string>()->value_name("name|path"),
-       "the executor: predict collectives with this library (e.g. the NAME-mpi.json calibrate wrote) instead of NCCL's")
-      ("steps", po::value<int>()->default_value(1)->value_name("int"), "optimizer steps to run (AdamW after each)")
-      ("check", po::bool_switch(), "compare the plan's loss and gradients with the unchunked step on the same weights and tokens")
-      ("text", po::value<std::string>()->value_name("path"), "train on this file's bytes (byte-level tokens; the model's vocab must be >= 256); default: random tokens")
-      ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("int"), "seed of the weights (and of random tokens)")
-      ("lr", po::value<float>()->default_value(1e-3f)->value_name("float"), "AdamW learning rate")
-      ("loss-curve", po::value<std::string>()->value_name("path"), "write step,loss,seconds as CSV")
-      ("json", po::bool_switch(), "print the result as JSON")
-      ("comm-timeout", po::value<double>()->default_value(300)->value_name("seconds"),
-       "under mpirun: the longest any rank waits for a message or a collective before the run stops with an error")
-      ("lengths", po::value<std::string>()->value_name("dist:NAME|FILE"),
-       "instead of --plan: HotSPa, a mini-batch of these lengths (as simulate --lengths draws it) run group by group under --switch's strategies, the states switched between them")
-      ("switch", po::value<std::string>()->value_name("UPPER=SCHEME:k=v,...;..."), "with --lengths: each length group's strategy")
-      ("model", po::value<std::string>()->value_name("name|path"), "with --lengths: the model")
-      ("nodes", po::value<int>()->value_name("int"), "with --lengths: nodes of --hw's node (default 1)")
-      ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "with --lengths: the mini-batch's tokens")
-      ("max-len", po::value<std::string>()->value_name("tokens"), "with --lengths: longest sequence (default: the last group bound)")
-      ("batch-sequences", po::value<std::int64_t>()->value_name("int"), "with --lengths: the mini-batch's documents (instead of --tokens-per-step)")
-      ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding|ffd-padded"),
-       "with --lengths: rows packed, padded, or packed first-fit decreasing into padded rows (simulate --help)")
-      ("micro-batch-tokens", po::value<std::string>()->default_value("16K")->value_name("tokens"), "with --lengths: micro-batch size for strategies that give none")
-      ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "with --lengths: precision policy");
-  // clang-format on
-  add_memory_budget_option(options);
-  add_trace_options(options);
-  po::positional_options_description positional;
-  po::variables_map vm;
-  if (parse(args,
-            "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--gpu-profile P] "
-            "[--hw NODE] [--collectives LIB] [--loss-curve FILE] [--comm-timeout S] [--json]",
-            options, positional, vm)) {
-    return 0;
-  }
-  const std::string device = vm["device"].as<std::string>();
-  if (device != "gpu" && device != "cpu") throw InputError("--device", "value", "gpu or cpu", "\"" + device + "\"");
-  check_run_flags(vm, device);
-  if (vm.count("lengths")) {
-    if (vm.count("plan")) throw InputError("--plan", "value", "none with --lengths (--switch gives the groups' strategies)", "given");
-    return run_switched(vm, device);
-  }
-  for (const char* flag : {"switch", "model", "nodes", "tokens-per-step", "batch-sequences", "max-len"}) {
-    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none without --lengths (the plan file gives it)", "given");
-  }
-  if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file (or --lengths with --switch)", "nothing");
-  const std::string origin = vm["plan"].as<std::string>();
-
-  const LoadedPlan l = load_plan(origin, memory_budget(vm));
-  const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload, model::precision_policy(l.plan.precision, origin + ": field 'precision'")};
-  if (const std::string needs = run_refusal(inputs, l.plan.spec, device, backend::MpiSession::world_size_from_environment()); !needs.empty()) {
-    throw InputError(origin, "plan", needs, l.plan.spec.scheme + ": " + l.plan.spec.summary());
-  }
-  if (vm.count("text") && l.model.vocab < 256) {
-    throw InputError(origin, "model", "a vocab of at least 256 for byte-level --text", std::to_string(l.model.vocab));
-  }
-  if (device == "gpu" && !backend::MpiSession::launched_by_mpirun())
-    return run_on_gpu(l, origin, vm, run_refusal(inputs, l.plan.spec, "cpu").empty());
-  backend::MpiSession mpi;
-  if (!mpi.active()) {
-    // The executor on the CPU device where it runs the plan (timed, as on a GPU); else the reference, untimed.
-    if (!vm["check"].as<bool>()) {
-      sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
-      const auto refusal = backend::executor_refusal(graph);
-      if (!refusal) {
-        const auto cpu = backend::make_cpu_device();
-        return run_measured(l, origin, vm, std::move(graph), *cpu, "cpu", true);
-      }
-      fall_back_to_reference(vm, *refusal, true);
-    }
-    return run_on_cpu(l, origin, vm, nullptr);
-  }
-  const double timeout_s = vm["comm-timeout"].as<double>();
-  backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
-  try {
-    // The executor, one rank per GPU, where it runs the plan (data parallelism so far); else the reference, untimed
-    // (on GPUs: refused).
-    if (!vm["check"].as<bool>() || device == "gpu") {
-      sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
-      const auto refusal = backend::executor_refusal(graph, comm.size());
-      if (refusal && device == "gpu") {
-        throw InputError("the plan's task graph", refusal->task, refusal->expected + " (on GPU ranks)", refusal->found);
-      }
-      if (vm["check"].as<bool>()) throw InputError("--check", "value", "--device cpu under mpirun (GPU ranks: not written)", "given");
-      if (!refusal) {
-        const auto rank_device = make_rank_device(device, comm.rank());
-        return run_measured(l, origin, vm, std::move(graph), *rank_device, device, false, &comm);
-      }
-      fall_back_to_reference(vm, *refusal, comm.rank() == 0);
-    }
-    return run_on_cpu(l, origin, vm, &comm);
-  } catch (const std::exception& e) {
-    if (comm.size() == 1) throw;
-    // The other ranks may be waiting on this one: end them all rather than leave them to their timeouts.
-    backend::MpiSession::abort_all_after(e, comm.rank(), comm.size());
-  }
-}
 
 namespace {
 
@@ -824,5 +726,138 @@ int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variabl
 }
 
 }  // namespace
+
+namespace {
+
+po::options_description run_options() {
+  po::options_description options("run options");
+  // clang-format off
+  options.add_options()
+      ("plan", po::value<std::string>()->value_name("path"), "plan file (trainyard plan --out, or written by hand: examples/)")
+      ("device", po::value<std::string>()->default_value("gpu")->value_name("gpu|cpu"),
+       "gpu: the executor on the CUDA device (one GPU; under mpirun one rank per GPU, NCCL not yet run on GPUs); cpu: small models only, the same executor on the CPU device (streams as threads) "
+       "where it runs the plan (under mpirun -np N one rank per GPU, sends and collectives over MPI), else the CPU reference executor (several GPUs on one process, FPDT; no timing)")
+      ("warmup", po::value<int>()->default_value(1)->value_name("int"), "the executor: steps run before the measured ones (not measured)")
+      ("trace", po::value<std::string>()->value_name("path"), "the executor: write the last measured step as a Chrome trace (trainyard compare reads it)")
+      ("gpu-profile", po::value<std::string>()->value_name("name|path"),
+       "the executor: predict with this device profile (e.g. one `trainyard calibrate` wrote here) instead of the plan node's GPU; the prediction always uses the trainyard stack")
+      ("hw", po::value<std::string>()->value_name("name|path"),
+       "the executor: predict on this node profile instead of the plan's (e.g. the NAME-node.json `mpirun -np N trainyard calibrate --device cpu` wrote); with --lengths: the cluster's node")
+      ("collectives", po::value<std::string>()->value_name("name|path"),
+       "the executor: predict collectives with this library (e.g. the NAME-mpi.json calibrate wrote) instead of NCCL's")
+      ("steps", po::value<int>()->default_value(1)->value_name("int"), "optimizer steps to run (AdamW after each)")
+      ("check", po::bool_switch(), "compare the plan's loss and gradients with the unchunked step on the same weights and tokens")
+      ("text", po::value<std::string>()->value_name("path"), "train on this file's bytes (byte-level tokens; the model's vocab must be >= 256); default: random tokens")
+      ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("int"), "seed of the weights (and of random tokens)")
+      ("lr", po::value<float>()->default_value(1e-3f)->value_name("float"), "AdamW learning rate")
+      ("loss-curve", po::value<std::string>()->value_name("path"), "write step,loss,seconds as CSV")
+      ("json", po::bool_switch(), "print the result as JSON")
+      ("comm-timeout", po::value<double>()->default_value(300)->value_name("seconds"),
+       "under mpirun: the longest any rank waits for a message or a collective before the run stops with an error")
+      ("lengths", po::value<std::string>()->value_name("dist:NAME|FILE"),
+       "instead of --plan: HotSPa, a mini-batch of these lengths (as simulate --lengths draws it) run group by group under --switch's strategies, the states switched between them")
+      ("switch", po::value<std::string>()->value_name("UPPER=SCHEME:k=v,...;..."), "with --lengths: each length group's strategy")
+      ("model", po::value<std::string>()->value_name("name|path"), "with --lengths: the model")
+      ("nodes", po::value<int>()->value_name("int"), "with --lengths: nodes of --hw's node (default 1)")
+      ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "with --lengths: the mini-batch's tokens")
+      ("max-len", po::value<std::string>()->value_name("tokens"), "with --lengths: longest sequence (default: the last group bound)")
+      ("batch-sequences", po::value<std::int64_t>()->value_name("int"), "with --lengths: the mini-batch's documents (instead of --tokens-per-step)")
+      ("batching", po::value<std::string>()->default_value("packing")->value_name("packing|padding|ffd-padded"),
+       "with --lengths: rows packed, padded, or packed first-fit decreasing into padded rows (simulate --help)")
+      ("micro-batch-tokens", po::value<std::string>()->default_value("16K")->value_name("tokens"), "with --lengths: micro-batch size for strategies that give none")
+      ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "with --lengths: precision policy");
+  // clang-format on
+  add_memory_budget_option(options);
+  add_trace_options(options);
+  return options;
+}
+
+// The plan file, refused by name when this device (at this many MPI ranks) does not run it.
+LoadedPlan load_runnable_plan(const po::variables_map& vm, const std::string& device, const std::string& origin) {
+  LoadedPlan l = load_plan(origin, memory_budget(vm));
+  const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload, model::precision_policy(l.plan.precision, origin + ": field 'precision'")};
+  if (const std::string needs = run_refusal(inputs, l.plan.spec, device, backend::MpiSession::world_size_from_environment()); !needs.empty()) {
+    throw InputError(origin, "plan", needs, l.plan.spec.scheme + ": " + l.plan.spec.summary());
+  }
+  if (vm.count("text") && l.model.vocab < 256) {
+    throw InputError(origin, "model", "a vocab of at least 256 for byte-level --text", std::to_string(l.model.vocab));
+  }
+  return l;
+}
+
+// One process on the CPU: the executor on the CPU device where it runs the plan (timed, as on a GPU); else the
+// reference, untimed.
+int run_in_this_process(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm) {
+  if (!vm["check"].as<bool>()) {
+    sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+    const auto refusal = backend::executor_refusal(graph);
+    if (!refusal) {
+      const auto cpu = backend::make_cpu_device();
+      return run_measured(l, origin, vm, std::move(graph), *cpu, "cpu", true);
+    }
+    fall_back_to_reference(vm, *refusal, true);
+  }
+  return run_on_cpu(l, origin, vm, nullptr);
+}
+
+// Under mpirun: the executor, one rank per GPU, where it runs the plan; else the reference, untimed (on GPUs:
+// refused). An error on one rank ends them all rather than leave them to their timeouts.
+int run_on_ranks(const LoadedPlan& l, const std::string& origin, const po::variables_map& vm, const std::string& device) {
+  const double timeout_s = vm["comm-timeout"].as<double>();
+  backend::MpiCommunicator comm(std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
+  try {
+    if (!vm["check"].as<bool>() || device == "gpu") {
+      sim::TaskGraph graph = build_plan_step(l, l.plan.spec, origin, nullptr, memory_budget(vm));
+      const auto refusal = backend::executor_refusal(graph, comm.size());
+      if (refusal && device == "gpu") {
+        throw InputError("the plan's task graph", refusal->task, refusal->expected + " (on GPU ranks)", refusal->found);
+      }
+      if (vm["check"].as<bool>()) throw InputError("--check", "value", "--device cpu under mpirun (GPU ranks: not written)", "given");
+      if (!refusal) {
+        const auto rank_device = make_rank_device(device, comm.rank());
+        return run_measured(l, origin, vm, std::move(graph), *rank_device, device, false, &comm);
+      }
+      fall_back_to_reference(vm, *refusal, comm.rank() == 0);
+    }
+    return run_on_cpu(l, origin, vm, &comm);
+  } catch (const std::exception& e) {
+    if (comm.size() == 1) throw;
+    backend::MpiSession::abort_all_after(e, comm.rank(), comm.size());
+  }
+}
+
+}  // namespace
+
+int run_run(const std::vector<std::string>& args) {
+  po::options_description options = run_options();
+  po::positional_options_description positional;
+  po::variables_map vm;
+  if (parse(args,
+            "trainyard run --plan FILE [--device gpu|cpu] [--warmup N] [--steps N] [--check] [--text FILE] [--trace FILE] [--gpu-profile P] "
+            "[--hw NODE] [--collectives LIB] [--loss-curve FILE] [--comm-timeout S] [--json]",
+            options, positional, vm)) {
+    return 0;
+  }
+  const std::string device = vm["device"].as<std::string>();
+  if (device != "gpu" && device != "cpu") throw InputError("--device", "value", "gpu or cpu", "\"" + device + "\"");
+  check_run_flags(vm, device);
+  if (vm.count("lengths")) {
+    if (vm.count("plan")) throw InputError("--plan", "value", "none with --lengths (--switch gives the groups' strategies)", "given");
+    return run_switched(vm, device);
+  }
+  for (const char* flag : {"switch", "model", "nodes", "tokens-per-step", "batch-sequences", "max-len"}) {
+    if (vm.count(flag)) throw InputError(std::string("--") + flag, "value", "none without --lengths (the plan file gives it)", "given");
+  }
+  if (!vm.count("plan")) throw InputError("--plan", "value", "a plan file (or --lengths with --switch)", "nothing");
+  const std::string origin = vm["plan"].as<std::string>();
+  const LoadedPlan l = load_runnable_plan(vm, device, origin);
+  if (device == "gpu" && !backend::MpiSession::launched_by_mpirun()) {
+    const planner::StepInputs inputs{l.model, *l.cluster, l.plan.workload, model::precision_policy(l.plan.precision)};
+    return run_on_gpu(l, origin, vm, run_refusal(inputs, l.plan.spec, "cpu").empty());
+  }
+  backend::MpiSession mpi;
+  if (!mpi.active()) return run_in_this_process(l, origin, vm);
+  return run_on_ranks(l, origin, vm, device);
+}
 
 }  // namespace trainyard::app

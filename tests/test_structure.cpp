@@ -267,8 +267,6 @@ const std::map<std::string, int> kNotYetSplit = {
     {"backend/executor.cpp compute", 219},
     {"backend/schedule.cpp make_schedule", 145},
     {"calibrate/calibration.cpp calibrated_profile", 121},
-    {"app/run_command.cpp run_measured", 109},
-    {"app/run_command.cpp run_run", 110},
     {"backend/executor.cpp run", 97},
     {"calibrate/calibrate_gpu.cpp measure_copies", 96},
     {"gui/main.cpp main", 84},
