@@ -40,9 +40,7 @@ trainyard::gui::WhatIfInputs inputs_from(const po::variables_map& vm) {
   return in;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+po::options_description gui_options() {
   po::options_description options("trainyard-gui options");
   // clang-format off
   options.add_options()
@@ -64,6 +62,45 @@ int main(int argc, char** argv) {
       ("height", po::value<int>()->default_value(1000)->value_name("px"), "window height")
       ("timeout", po::value<int>()->default_value(600)->value_name("s"), "--screenshot: the longest wait for the charts");
   // clang-format on
+  return options;
+}
+
+// --measured without --screenshot: opened once the selected plan is simulated (nothing pending), so the overlay has
+// a prediction to compare with.
+void open_measured_when_simulated(trainyard::gui::MainWindow& window, const QString& measured) {
+  auto opened = std::make_shared<bool>(false);
+  QObject::connect(&window.jobs(), &trainyard::gui::JobRunner::pending_changed, &window, [&window, measured, opened](int pending) {
+    if (pending > 0 || *opened) return;
+    *opened = true;
+    window.open_measured(measured);
+  });
+}
+
+// --screenshot: once every chart is complete, the window as a PNG; exit 1 when it is not or the window shows an error.
+int take_screenshot(const po::variables_map& vm, trainyard::gui::MainWindow& window) {
+  if (!window.jobs().wait_idle(vm["timeout"].as<int>() * 1000)) {
+    std::cerr << "error: --screenshot: the charts were not complete after --timeout " << vm["timeout"].as<int>() << " s\n";
+    return 1;
+  }
+  if (vm.count("measured")) window.open_measured(QString::fromStdString(vm["measured"].as<std::string>()));
+  QApplication::processEvents();
+  const QString path = QString::fromStdString(vm["screenshot"].as<std::string>());
+  if (!window.save_chart(&window, path)) {
+    std::cerr << "error: " << window.error_text().toStdString() << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << path.toStdString() << "\n";
+  if (!window.error_text().isEmpty()) {
+    std::cerr << "error shown in the window: " << window.error_text().toStdString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const po::options_description options = gui_options();
   po::variables_map vm;
   trainyard::gui::WhatIfInputs inputs;
   try {
@@ -95,34 +132,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   window.show();
-  if (!screenshot) {
-    if (vm.count("measured")) {
-      // Once the selected plan is simulated (nothing pending), so the overlay has a prediction to compare with.
-      const QString measured = QString::fromStdString(vm["measured"].as<std::string>());
-      auto opened = std::make_shared<bool>(false);
-      QObject::connect(&window.jobs(), &trainyard::gui::JobRunner::pending_changed, &window, [&window, measured, opened](int pending) {
-        if (pending > 0 || *opened) return;
-        *opened = true;
-        window.open_measured(measured);
-      });
-    }
-    return QApplication::exec();
-  }
-  if (!window.jobs().wait_idle(vm["timeout"].as<int>() * 1000)) {
-    std::cerr << "error: --screenshot: the charts were not complete after --timeout " << vm["timeout"].as<int>() << " s\n";
-    return 1;
-  }
-  if (vm.count("measured")) window.open_measured(QString::fromStdString(vm["measured"].as<std::string>()));
-  QApplication::processEvents();
-  const QString path = QString::fromStdString(vm["screenshot"].as<std::string>());
-  if (!window.save_chart(&window, path)) {
-    std::cerr << "error: " << window.error_text().toStdString() << "\n";
-    return 1;
-  }
-  std::cout << "wrote " << path.toStdString() << "\n";
-  if (!window.error_text().isEmpty()) {
-    std::cerr << "error shown in the window: " << window.error_text().toStdString() << "\n";
-    return 1;
-  }
-  return 0;
+  if (screenshot) return take_screenshot(vm, window);
+  if (vm.count("measured")) open_measured_when_simulated(window, QString::fromStdString(vm["measured"].as<std::string>()));
+  return QApplication::exec();
 }
