@@ -526,17 +526,21 @@ Json saturating_json(const SaturatingFit& fit, std::size_t dropped) {
           {"points_launch_bound_left_out", dropped}};
 }
 
-Json calibrated_profile(const Json& base_document, const std::string& name, const Measurements& m, const CalibrationFits& fits) {
-  Json doc = base_document;
-  const std::string date = m.started_utc.substr(0, std::min<std::size_t>(10, m.started_utc.size()));
-  const std::string time = m.started_utc.size() >= 19 ? m.started_utc.substr(11, 8) + " UTC" : m.started_utc;
-  const std::string device = m.device.describe();
-  const auto measured = [&](const std::string& basis) { return measured_source(date, m.command, device, "started " + time + "; " + basis); };
+namespace {
+
+// A profile source for what this calibration measured: the date, command, device and start time, with `basis`.
+struct MeasuredSource {
+  std::string date, time, command, device;
+  Json operator()(const std::string& basis) const { return measured_source(date, command, device, "started " + time + "; " + basis); }
+};
+
+// The sources of the kernels', copies' and launches' figures.
+void add_measured_sources(Json& doc, const Measurements& m, const CalibrationFits& fits, const MeasuredSource& measured) {
+  Json& sources = doc["sources"];
   const double peak_tflops = doc["peak_dense_tflops"]["bf16"]["value"].get<double>();
   const std::string efficiency = "; e = FLOPs / (bf16 peak " + format_fixed(peak_tflops, 1) +
                                  " TFLOP/s x (time per call - kernel_launch_ns)), FLOPs in the simulator's convention";
   const auto dropped = [](std::size_t n) { return n == 0 ? std::string() : "; " + std::to_string(n) + " launch-bound point(s) left out"; };
-  Json& sources = doc["sources"];
   sources["calib_gemm"] = measured("cuBLASLt bf16 GEMMs (kernels::Gemm: fp32 accumulation, bf16 C) on " + std::to_string(m.gemm.size()) +
                                    " shapes of " + flops_range(m.gemm) + "; " + m.method + efficiency + dropped(fits.gemm_dropped) + "; " +
                                    describe_curve(fits.gemm) + kCurveTableBasis);
@@ -556,7 +560,11 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
       "kernel, host launch rate hidden as the executor's queued work hides it); t = fixed + kernels x "
       "per_kernel fitted by least squares on relative error over " +
       std::to_string(fits.launch.points) + " counts; " + m.method);
+}
 
+// The sustained figures the simulator reads, each naming its source; elementwise and optimizer rates where measured.
+void set_sustained(Json& doc, const Measurements& m, const CalibrationFits& fits, const MeasuredSource& measured) {
+  Json& sources = doc["sources"];
   Json& sustained = doc["sustained"];
   sustained["gemm_efficiency"] = {
       {"value", fits.gemm_efficiency},
@@ -589,10 +597,11 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
       {"value", fits.kernel_launch_ns},
       {"source", "calib_launch"},
       {"note", "host-bound launch rate (nothing queued ahead): " + format_fixed(fits.launch_host.per_unit_s * 1e9, 0) + " ns per kernel"}};
+}
 
-  doc["name"] = name;
-  doc["description"] = doc["description"].get<std::string>() + ", calibrated on " + m.device.name + " " + date;
-  doc["calibration"] = {
+// The record for people (not read by the simulator): the device, the sweep, every point and every fit.
+Json calibration_record(const Measurements& m, const CalibrationFits& fits) {
+  return {
       {"tool", "trainyard calibrate"},
       {"command", m.command},
       {"sweep", m.sweep},
@@ -643,7 +652,20 @@ Json calibrated_profile(const Json& base_document, const std::string& name, cons
         {"d2d", linear_json(fits.d2d, true)},
         {"elementwise", fits.elementwise ? linear_json(*fits.elementwise, true) : Json()},
         {"optimizer", fits.optimizer ? linear_json(*fits.optimizer, true) : Json()}}}};
+}
 
+}  // namespace
+
+Json calibrated_profile(const Json& base_document, const std::string& name, const Measurements& m, const CalibrationFits& fits) {
+  Json doc = base_document;
+  const std::string date = m.started_utc.substr(0, std::min<std::size_t>(10, m.started_utc.size()));
+  const std::string time = m.started_utc.size() >= 19 ? m.started_utc.substr(11, 8) + " UTC" : m.started_utc;
+  const MeasuredSource measured{date, time, m.command, m.device.describe()};
+  add_measured_sources(doc, m, fits, measured);
+  set_sustained(doc, m, fits, measured);
+  doc["name"] = name;
+  doc["description"] = doc["description"].get<std::string>() + ", calibrated on " + m.device.name + " " + date;
+  doc["calibration"] = calibration_record(m, fits);
   drop_unreferenced_sources(doc);
   return doc;
 }
