@@ -459,15 +459,23 @@ struct Executor::Impl {
     TRAINYARD_CHECK(!token_ids.empty(), "a step has at least one sequence");
     const std::int64_t seq_len = static_cast<std::int64_t>(token_ids.front().size()) - 1;
     const std::int64_t total = seq_len * static_cast<std::int64_t>(token_ids.size());
-    // Token ids and the loss's per-row weights, before the step's timing starts.
-    std::vector<std::int32_t> flat;
-    // Checked here because a kernel would read or write out of bounds instead (the CPU reference checks the same).
+    prepare_step(checked_tokens(token_ids, seq_len), total);  // before the step's timing starts
+    submit_schedule(seq_len, optimizer_step);
+    dev.synchronize();
+    return collect(total);
+  }
+
+  // The step's token ids, flat, checked here because a kernel would read or write out of bounds instead (the CPU
+  // reference checks the same); with tensor parallelism in this rank's vocabulary shard, -1 for another's (the
+  // embedding gives a zero row, the loss no target logit; kernels/reference.hpp).
+  std::vector<std::int32_t> checked_tokens(std::span<const std::vector<std::int32_t>> token_ids, std::int64_t seq_len) const {
     if (static_cast<int>(token_ids.size()) != sequences) {
       throw InputError("the step's tokens", "sequences", std::to_string(sequences) + " (the graph's)", std::to_string(token_ids.size()));
     }
     if (seq_len < c || seq_len % c != 0) {
       throw InputError("the step's tokens", "sequence length", "a multiple of the chunk (" + std::to_string(c) + ")", std::to_string(seq_len));
     }
+    std::vector<std::int32_t> flat;
     for (const auto& s : token_ids) {
       TRAINYARD_CHECK(static_cast<std::int64_t>(s.size()) == seq_len + 1, "every sequence has seq_len + 1 tokens");
       for (std::int32_t id : s) {
@@ -476,9 +484,13 @@ struct Executor::Impl {
       }
       flat.insert(flat.end(), s.begin(), s.end());
     }
-    // Tensor parallelism: ids in this rank's vocabulary shard, -1 for another's (the embedding gives a zero row, the
-    // loss no target logit; kernels/reference.hpp).
     for (std::int32_t& id : flat) id = shards == 1 ? id : id / m.vocab == shard ? static_cast<std::int32_t>(id % m.vocab) : -1;
+    return flat;
+  }
+
+  // The token ids and the loss's per-row weights on the device, the losses NaN (a row no task wrote shows), the
+  // gradients zero, the step's bookkeeping cleared; then every rank's origin as close together as one barrier's exit.
+  void prepare_step(const std::vector<std::int32_t>& flat, std::int64_t total) {
     const auto flat_bytes = static_cast<std::int64_t>(flat.size() * sizeof(std::int32_t));
     if (static_cast<std::int64_t>(flat.size()) > tokens_capacity) {
       dev.release(tokens);
@@ -496,16 +508,18 @@ struct Executor::Impl {
     dev.upload(tokens, flat.data(), flat_bytes);
     const std::vector<float> weights(static_cast<std::size_t>(c), 1.0f / static_cast<float>(total));
     dev.upload(dloss, weights.data(), static_cast<std::int64_t>(weights.size() * sizeof(float)));
-    dev.fill(losses, 0xFF, loss_bytes);  // NaN: a row no task wrote shows
+    dev.fill(losses, 0xFF, loss_bytes);
     for (const auto& p : params) dev.fill(p.grad, 0, p.n * static_cast<std::int64_t>(sizeof(float)));
     reduced_once.clear();
     gradients_on_host.clear();
     weights_from_host.clear();
     dev.reset_scratch_peak();
     dev.synchronize();
-    if (ranks() > 1) opt.comm->barrier();  // the ranks' origins as close together as one barrier's exit
+    if (ranks() > 1) opt.comm->barrier();
+  }
 
-    // Everything starts after `origin`; then the schedule, step by step.
+  // Everything starts after `origin`; then the schedule, step by step, each between its begin and end events.
+  void submit_schedule(std::int64_t seq_len, int optimizer_step) {
     dev.record(origin, streams.front());
     for (std::size_t s = 1; s < streams.size(); ++s) dev.wait(streams[s], origin);
     std::set<int> updated_groups;
@@ -522,8 +536,10 @@ struct Executor::Impl {
       execute(id, tensors, stream, seq_len, optimizer_step, updated_groups);
       dev.record(end[id], stream);
     }
-    dev.synchronize();
+  }
 
+  // The finished step: each task's times from its events (the step starts at its first task), the loss, the memory.
+  MeasuredStep collect(std::int64_t total) {
     MeasuredStep r;
     r.tokens = total;
     r.timing.assign(g.size(), {});
@@ -536,13 +552,13 @@ struct Executor::Impl {
       first = first < 0 ? t.start_ns : std::min(first, t.start_ns);
       last = std::max(last, t.end_ns);
     }
-    for (auto& t : r.timing) {  // the step starts at its first task
+    for (auto& t : r.timing) {
       if (t.start_ns >= 0) t.start_ns -= first, t.end_ns -= first;
     }
     r.step_ns = last - std::max<std::int64_t>(first, 0);
     r.first_task_ns = std::max<std::int64_t>(first, 0);
     std::vector<float> loss(static_cast<std::size_t>(total));
-    dev.download(loss.data(), losses, loss_bytes);
+    dev.download(loss.data(), losses, total * static_cast<std::int64_t>(sizeof(float)));
     r.loss = step_loss(loss);
     r.arena_bytes = flow.device_arena_bytes;
     r.live_peak_bytes = flow.device_peak_bytes;
