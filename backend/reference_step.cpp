@@ -34,10 +34,10 @@ struct GroupState {
   bool updated = false;
 };
 
-class Interpreter {
+class ReferenceStep {
  public:
-  Interpreter(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node, std::span<const std::vector<std::int32_t>> tokens,
-              const ReferenceOptions& options)
+  ReferenceStep(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node, std::span<const std::vector<std::int32_t>> tokens,
+                const ReferenceOptions& options)
       : g_(graph),
         s_(state),
         m_(state.model()),
@@ -968,7 +968,7 @@ class Interpreter {
 
 ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node,
                                    std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options) {
-  return Interpreter(graph, state, gpus_per_node, tokens, options).run();
+  return ReferenceStep(graph, state, gpus_per_node, tokens, options).run();
 }
 
 void gather_to_rank0(const sim::TaskGraph& graph, ModelState& state, Communicator& comm) {

@@ -5,6 +5,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/ringtrack.hpp"
+#include "sim/engine.hpp"
 
 namespace {
 

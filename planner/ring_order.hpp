@@ -3,7 +3,7 @@
 // ring is as fast as its slowest hop with hops that share a link direction sharing its bandwidth.
 #include <vector>
 
-#include "sim/engine.hpp"
+#include "sim/cluster.hpp"
 
 namespace trainyard::planner {
 

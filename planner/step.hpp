@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "models/model.hpp"
+#include "sim/cluster.hpp"
 #include "sim/cost_model.hpp"
-#include "sim/engine.hpp"
 
 namespace trainyard::planner {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "models/model.hpp"
-#include "sim/engine.hpp"
+#include "sim/cluster.hpp"
 #include "sim/task_graph.hpp"
 
 namespace trainyard::planner {

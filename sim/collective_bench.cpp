@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "sim/engine.hpp"
 
 namespace trainyard::sim {
 

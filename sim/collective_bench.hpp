@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "sim/engine.hpp"
+#include "sim/cluster.hpp"
 #include "sim/task_graph.hpp"
 
 namespace trainyard::sim {

@@ -16,16 +16,6 @@
 
 namespace trainyard::sim {
 
-Cluster::Cluster(hw::NodeProfile node_profile, int node_count, stacks::StackProfile stack_profile, int devices_per_node_)
-    : node(std::move(node_profile)),
-      nodes(node_count),
-      topology(node, node_count),
-      stack(std::move(stack_profile)),
-      devices_per_node(devices_per_node_ > 0 ? devices_per_node_ : topology.gpus_per_node()) {
-  TRAINYARD_CHECK(devices_per_node <= topology.gpus_per_node(), "devices_per_node " + std::to_string(devices_per_node) + " exceeds the node's " +
-                                                                    std::to_string(topology.gpus_per_node()) + " GPUs");
-}
-
 double SimResult::mfu() const { return step_ns > 0 ? model_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0; }
 double SimResult::hfu() const { return step_ns > 0 ? hardware_flops / (static_cast<double>(step_ns) * 1e-9 * gpus * peak_flops_per_gpu) : 0; }
 
