@@ -101,4 +101,14 @@ class Reader {
 // How a JSON value is shown in an error: numbers and strings as written, other types by name.
 std::string describe(const Json& value);
 
+// The opening every profile file shares (GPU, node, model, stack, collective library): its schema, checked (a
+// file of another kind is refused by name), then its name and description; the profile's origin is the file.
+template <class Profile>
+void read_header(const Reader& r, std::string_view schema, Profile& profile) {
+  r.expect_string("schema", schema);
+  profile.origin = r.origin();
+  profile.name = r.string("name");
+  profile.description = r.string("description");
+}
+
 }  // namespace trainyard::json

@@ -140,11 +140,8 @@ std::map<std::string, AttentionKernel> parse_attention_kernels(const json::Reade
 GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   using json::Bound;
   json::Reader top(document, origin);
-  top.expect_string("schema", "trainyard.gpu.v1");
   GpuProfile gpu;
-  gpu.origin = origin;
-  gpu.name = top.string("name");
-  gpu.description = top.string("description");
+  json::read_header(top, "trainyard.gpu.v1", gpu);
   const json::Sources sources = top.sources("sources");
 
   json::Reader peaks = top.object("peak_dense_tflops");

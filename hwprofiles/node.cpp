@@ -98,11 +98,8 @@ bool endpoints_ok(LinkType link, VertexType a, VertexType b) {
 NodeProfile parse_node(const json::Json& document, const std::string& origin, GpuLoader load_gpu) {
   using json::Bound;
   json::Reader top(document, origin);
-  top.expect_string("schema", "trainyard.node.v1");
   NodeProfile node;
-  node.origin = origin;
-  node.name = top.string("name");
-  node.description = top.string("description");
+  json::read_header(top, "trainyard.node.v1", node);
   const json::Sources sources = top.sources("sources");
   const std::string gpu_ref = top.string("gpu");
   try {

@@ -134,11 +134,8 @@ void read_shape(const json::Reader& r, ModelConfig& m) {
 
 ModelConfig parse_model(const json::Json& document, const std::string& origin) {
   json::Reader r(document, origin);
-  r.expect_string("schema", "trainyard.model.v1");
   ModelConfig m;
-  m.origin = origin;
-  m.name = r.string("name");
-  m.description = r.string("description");
+  json::read_header(r, "trainyard.model.v1", m);
   m.source = r.string("source");
   read_shape(r, m);
   r.finish();

@@ -44,11 +44,8 @@ const Catalog& catalog() {
 
 CollectiveLibrary parse_collective_library(const json::Json& document, const std::string& origin) {
   const json::Reader r(document, origin);
-  r.expect_string("schema", "trainyard.collectives.v1");
   CollectiveLibrary lib;
-  lib.origin = origin;
-  lib.name = r.string("name");
-  lib.description = r.string("description");
+  json::read_header(r, "trainyard.collectives.v1", lib);
   const json::Sources sources = r.sources("sources");
   for (const auto& p : r.objects("protocols")) lib.protocols.push_back(parse_protocol(p, sources));
   if (r.has("nvls")) {

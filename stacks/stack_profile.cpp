@@ -93,11 +93,8 @@ double StackProfile::reserved_bytes(double allocated_bytes) const {
 StackProfile parse_stack(const json::Json& document, const std::string& origin) {
   using json::Bound;
   const json::Reader top(document, origin);
-  top.expect_string("schema", "trainyard.stack.v1");
   StackProfile s;
-  s.origin = origin;
-  s.name = top.string("name");
-  s.description = top.string("description");
+  json::read_header(top, "trainyard.stack.v1", s);
   const json::Sources sources = top.sources("sources");
 
   const json::Reader attention = top.object("attention");
