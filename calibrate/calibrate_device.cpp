@@ -160,13 +160,8 @@ void measure_attention(Sweep& s) {
   SweepBuffer qb(s.d_, q * 2, 0x3C), kb(s.d_, kv * 2, 0x3C), vb(s.d_, kv * 2, 0x3C), ob(s.d_, q * 2, 0), dob(s.d_, q * 2, 0x3C);
   SweepBuffer lse(s.d_, rows * 4, 0), delta(s.d_, rows * 4, 0), dq(s.d_, q * 4, 0), dk(s.d_, kv * 4, 0), dv(s.d_, kv * 4, 0);
   for (const auto& c : plan.attention) {
-    kernels::AttentionShape a;
-    a.q_len = a.kv_len = c.length;
-    a.heads = plan.attention_heads;
-    a.kv_heads = plan.attention_kv_heads;
-    a.head_dim = plan.attention_head_dim;
-    a.causal = c.causal;
-    const std::string label = "attention " + std::to_string(c.length) + (c.causal ? " causal" : " full");
+    const kernels::AttentionShape a = attention_shape(plan, c);
+    const std::string label = attention_label(c);
     const auto forward = [&] {
       s.d_.attention_forward(s.stream_, a, qb.as<bf16_bits>(), kb.as<bf16_bits>(), vb.as<bf16_bits>(), ob.as<bf16_bits>(), lse.as<float>());
     };
@@ -308,12 +303,7 @@ SweepPlan cpu_sweep() {
 
 Measurements measure_on_device(const SweepPlan& plan, Device& device, const std::string& description, const std::string& command,
                                std::ostream* progress) {
-  Measurements m;
-  m.started_utc = utc_now();
-  m.command = command;
-  m.sweep = plan.name;
-  m.attention_shape = std::to_string(plan.attention_heads) + " heads, " + std::to_string(plan.attention_kv_heads) + " K/V heads, head_dim " +
-                      std::to_string(plan.attention_head_dim);
+  Measurements m = start_measurements(plan, command);
   m.method = "the device's events around n back-to-back calls on one stream (n sized from one timed call so a trial lasts about " +
              format_number(plan.trial_seconds * 1e3) + " ms, at most " + std::to_string(plan.max_calls_per_trial) + "), " +
              std::to_string(plan.warmup_calls) + " warm-up calls excluded, median of " + std::to_string(plan.repeats) + " trials";

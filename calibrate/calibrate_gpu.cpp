@@ -255,13 +255,8 @@ void measure_attention(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
   Trials trials(stream, &blocker);
   bool forward_on = true, backward_on = true;
   for (const auto& c : cases) {
-    kernels::AttentionShape s;
-    s.q_len = s.kv_len = c.length;
-    s.heads = plan.attention_heads;
-    s.kv_heads = plan.attention_kv_heads;
-    s.head_dim = plan.attention_head_dim;
-    s.causal = c.causal;
-    const std::string label = "attention " + std::to_string(c.length) + (c.causal ? " causal" : " full");
+    const kernels::AttentionShape s = attention_shape(plan, c);
+    const std::string label = attention_label(c);
     const auto forward = [&] {
       kernels::attention_forward(s, q_.as<bf16_bits>(), k_.as<bf16_bits>(), v_.as<bf16_bits>(), o_.as<bf16_bits>(), lse_.as<float>(), stream);
     };
@@ -410,12 +405,7 @@ std::string version_string(int v) { return std::to_string(v / 1000) + "." + std:
 }  // namespace
 
 Measurements measure_on_gpu(const SweepPlan& plan, const CudaDevice& device, int visible_gpus, const std::string& command, std::ostream* progress) {
-  Measurements m;
-  m.started_utc = utc_now();
-  m.command = command;
-  m.sweep = plan.name;
-  m.attention_shape = std::to_string(plan.attention_heads) + " heads, " + std::to_string(plan.attention_kv_heads) + " K/V heads, head_dim " +
-                      std::to_string(plan.attention_head_dim);
+  Measurements m = start_measurements(plan, command);
   m.method = "CUDA events around n back-to-back calls (n sized from one timed call so a trial lasts about " +
              format_number(plan.trial_seconds * 1e3) + " ms, at most " + std::to_string(plan.max_calls_per_trial) +
              "), enqueued behind a blocking kernel (pageable copies: not), " + std::to_string(plan.warmup_calls) +

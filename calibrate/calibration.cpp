@@ -86,6 +86,28 @@ SweepPlan quick_sweep() {
 
 double gemm_flops(const GemmShape& shape) { return sim::compute_cost(sim::Gemm{shape.m, shape.n, shape.k, hw::Dtype::bf16}).hardware_flops; }
 
+kernels::AttentionShape attention_shape(const SweepPlan& plan, const AttentionCase& c) {
+  kernels::AttentionShape a;
+  a.q_len = a.kv_len = c.length;
+  a.heads = plan.attention_heads;
+  a.kv_heads = plan.attention_kv_heads;
+  a.head_dim = plan.attention_head_dim;
+  a.causal = c.causal;
+  return a;
+}
+
+std::string attention_label(const AttentionCase& c) { return "attention " + std::to_string(c.length) + (c.causal ? " causal" : " full"); }
+
+Measurements start_measurements(const SweepPlan& plan, const std::string& command) {
+  Measurements m;
+  m.started_utc = utc_now();
+  m.command = command;
+  m.sweep = plan.name;
+  m.attention_shape = std::to_string(plan.attention_heads) + " heads, " + std::to_string(plan.attention_kv_heads) + " K/V heads, head_dim " +
+                      std::to_string(plan.attention_head_dim);
+  return m;
+}
+
 double attention_flops(const SweepPlan& plan, const AttentionCase& c, bool backward) {
   sim::Attention a;
   a.q_len = a.kv_len = c.length;

@@ -29,6 +29,7 @@
 
 #include "common/json_reader.hpp"
 #include "hwprofiles/gpu.hpp"
+#include "kernels/reference.hpp"
 
 namespace trainyard::backend {
 
@@ -128,6 +129,11 @@ struct Measurements {
 // The sweeps' small helpers (the CUDA and the CPU device's measurements share them).
 double median_of(std::vector<double> values);  // InternalError for none
 std::string utc_now();                         // "2026-03-01T12:34:56Z"
+// A sweep's record before its first point: started now (utc_now), by `command`, the plan's name and attention shape.
+Measurements start_measurements(const SweepPlan& plan, const std::string& command);
+// One case's shape as the attention kernels take it, and its label in the measurement records (both sweeps).
+kernels::AttentionShape attention_shape(const SweepPlan& plan, const AttentionCase& c);
+std::string attention_label(const AttentionCase& c);
 
 // ---- fits ------------------------------------------------------------------------------------------------
 
