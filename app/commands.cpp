@@ -10,6 +10,7 @@
 #include "common/error.hpp"
 #include "common/memory_budget.hpp"
 #include "common/units.hpp"
+#include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
@@ -102,6 +103,13 @@ ErrorBar step_error_bar(const SimulationSetup::Step& step, const sim::Cluster& c
 
 stacks::StackProfile stack_from_flags(const po::variables_map& vm) {
   return vm.count("stack") ? stacks::load_stack(vm["stack"].as<std::string>(), "--stack") : stacks::default_stack();
+}
+
+sim::Cluster load_cluster(const po::variables_map& vm, const std::string& hw, const std::string& hw_field, int nodes) {
+  hw::NodeProfile node = hw::load_node(hw, hw_field);
+  check_node_count(nodes, node);
+  planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
+  return sim::Cluster(std::move(node), nodes, stack_from_flags(vm));
 }
 
 LoadedPlan load_plan(const std::string& path, std::int64_t budget_bytes) {

@@ -140,6 +140,9 @@ LoggedMfu logged_mfu(const SimulationSetup::Step& step, const sim::SimResult& re
 // The error bar of this step's prediction: how far trainyard was off on the published runs most like it.
 ErrorBar step_error_bar(const SimulationSetup::Step& step, const sim::Cluster& cluster);
 stacks::StackProfile stack_from_flags(const boost::program_options::variables_map& vm);
+// The cluster of `nodes` nodes of the profile `hw` (`hw_field` names it in errors) under --stack, refused before it
+// is built when over --memory-budget (it grows with the nodes).
+sim::Cluster load_cluster(const boost::program_options::variables_map& vm, const std::string& hw, const std::string& hw_field, int nodes);
 SimulationSetup setup_simulation(const boost::program_options::variables_map& vm);
 // simulate --collective OP --bytes S --hw NODE [--nodes N] [--algorithm A]: the lone collective, simulated.
 sim::CollectiveBenchmark collective_from_flags(const boost::program_options::variables_map& vm);

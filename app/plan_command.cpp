@@ -436,13 +436,9 @@ int run_plan(const std::vector<std::string>& args) {
   if (vm.count("lengths")) return run_lengths_plan(vm);
   check_search_flags(vm);
   const model::ModelConfig model = model::load_model(vm["model"].as<std::string>(), "--model");
-  hw::NodeProfile node = hw::load_node(vm["hw"].as<std::string>(), "--hw");
-  const int nodes = vm["nodes"].as<int>();
-  check_node_count(nodes, node);
+  const sim::Cluster cluster = load_cluster(vm, vm["hw"].as<std::string>(), "--hw", vm["nodes"].as<int>());
   const std::int64_t budget = memory_budget(vm);
-  planner::require_cluster_within_budget(node, nodes, budget);  // before the cluster is built: it grows with --nodes
-  const double cluster_bytes = planner::cluster_bytes(node, nodes);
-  const sim::Cluster cluster(std::move(node), nodes, stack_from_flags(vm));
+  const double cluster_bytes = planner::cluster_bytes(cluster.node, cluster.nodes);
   const std::optional<TraceRequest> trace = trace_request(vm, cluster.gpus());
   const planner::Workload workload = workload_of(vm);
   const PlanRun run{vm,

@@ -96,15 +96,6 @@ void refuse_step_flags(const po::variables_map& vm, const std::string& mode) {
   }
 }
 
-// The cluster of `nodes` nodes of the profile `hw` (`hw_field` names it in errors) under --stack, refused before it
-// is built when over the memory budget (it grows with the nodes).
-void load_cluster(const po::variables_map& vm, const std::string& hw, const std::string& hw_field, int nodes, SimulationSetup& setup) {
-  hw::NodeProfile node = hw::load_node(hw, hw_field);
-  check_node_count(nodes, node);
-  planner::require_cluster_within_budget(node, nodes, memory_budget(vm));
-  setup.cluster.emplace(std::move(node), nodes, stack_from_flags(vm));
-}
-
 SimulationSetup from_plan(const po::variables_map& vm) {
   if (vm.count("hw") || vm.count("nodes")) throw InputError("--hw/--nodes", "value", "none with --plan (the plan names its hardware)", "given");
   if (vm.count("stack")) throw InputError("--stack", "value", "none with --plan (the plan names its stack)", "given");
@@ -152,7 +143,7 @@ SimulationSetup from_graph(const po::variables_map& vm) {
   else if (doc.hw) hw_name = *doc.hw;
   else throw InputError("--hw", "value", "a node profile (the graph file names none)", "nothing");
   const int nodes = vm.count("nodes") ? vm["nodes"].as<int>() : doc.nodes.value_or(1);
-  load_cluster(vm, hw_name, vm.count("hw") ? "--hw" : setup.origin + ": field 'hw'", nodes, setup);
+  setup.cluster.emplace(load_cluster(vm, hw_name, vm.count("hw") ? "--hw" : setup.origin + ": field 'hw'", nodes));
   setup.graph = std::move(doc.graph);
   sim::validate(setup.graph, setup.cluster->gpus(), setup.cluster->nodes, setup.origin);
   return setup;
@@ -193,7 +184,7 @@ SimulationSetup from_strategy(const po::variables_map& vm) {
   SimulationSetup setup;
   setup.origin = "--strategy " + strategy;
   const model::ModelConfig model = model::load_model(vm["model"].as<std::string>(), "--model");
-  load_cluster(vm, vm["hw"].as<std::string>(), "--hw", vm.count("nodes") ? vm["nodes"].as<int>() : 1, setup);
+  setup.cluster.emplace(load_cluster(vm, vm["hw"].as<std::string>(), "--hw", vm.count("nodes") ? vm["nodes"].as<int>() : 1));
   std::optional<sim::Cluster>& cluster = setup.cluster;
   const planner::Workload workload = workload_from_flags(vm);
   const planner::FlagValues flags = flag_values(vm);
