@@ -469,26 +469,26 @@ WaveResults simulate_wave_here(const StepInputs& in, const SearchOptions& option
                                const std::vector<Candidate>& alive, const std::vector<std::size_t>& wave, const std::vector<std::size_t>& next,
                                const std::vector<double>& graph_bytes, MemoryGate& gate, ThreadPool& pool, Lookahead& ahead) {
   WaveResults results(wave.size());
-  std::vector<std::size_t> todo;  // indices into `wave`
+  std::vector<std::size_t> to_simulate;  // indices into `wave`
   for (std::size_t w = 0; w < wave.size(); ++w) {
     if (auto done = ahead.take(wave[w])) {
       results[w] = std::move(*done);
     } else {
-      todo.push_back(w);
+      to_simulate.push_back(w);
     }
   }
   std::vector<std::size_t> extra;
   for (std::size_t pos : next) {
     if (!ahead.has(pos)) extra.push_back(pos);
   }
-  std::atomic<std::size_t> unfinished{todo.size()};
+  std::atomic<std::size_t> unfinished{to_simulate.size()};
   pool.for_each(
-      todo.size() + extra.size(),
+      to_simulate.size() + extra.size(),
       [&](std::size_t i) {
-        if (i < todo.size()) {  // for_each hands these out first
-          const std::size_t index = alive[wave[todo[i]]].index;
+        if (i < to_simulate.size()) {  // for_each hands these out first
+          const std::size_t index = alive[wave[to_simulate[i]]].index;
           try {
-            results[todo[i]] = simulate_one(in, options, specs[index], graph_bytes[index], gate);
+            results[to_simulate[i]] = simulate_one(in, options, specs[index], graph_bytes[index], gate);
           } catch (...) {
             --unfinished;
             throw;
@@ -497,7 +497,7 @@ WaveResults simulate_wave_here(const StepInputs& in, const SearchOptions& option
           return;
         }
         if (unfinished.load() == 0) return;  // the wave is done: nothing more starts on its account
-        const std::size_t pos = extra[i - todo.size()];
+        const std::size_t pos = extra[i - to_simulate.size()];
         const std::size_t index = alive[pos].index;
         try {
           std::optional<PlanMetrics> r = simulate_one(in, options, specs[index], graph_bytes[index], gate);
