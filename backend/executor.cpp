@@ -9,6 +9,7 @@
 
 #include "backend/dataflow.hpp"
 #include "backend/device.hpp"
+#include "backend/device_ops.hpp"
 #include "backend/parameter_groups.hpp"
 #include "backend/schedule.hpp"
 #include "common/error.hpp"
@@ -17,21 +18,6 @@
 namespace trainyard::backend {
 
 namespace {
-
-// A parameter's device copies; weights bf16, the rest fp32.
-struct DeviceParameter {
-  std::string name;
-  std::int64_t n = 0;
-  bool decays = true;  // Parameter::decays
-  bf16_bits* weight = nullptr;
-  float *master = nullptr, *m = nullptr, *v = nullptr;  // pinned host memory where the optimizer runs on the host
-  float* grad = nullptr;                                // in its group's gradient buffer (GroupGradients)
-  float* last_sum = nullptr;                            // a group reduced several times a step: in its group's last reduced gradient (else null)
-  // The optimizer on the host: in its group's pinned copies of the gradients and of the updated weights.
-  float* host_grad = nullptr;
-  bf16_bits* host_weight = nullptr;
-  bool weights_on_host = false;  // ZeRO-Infinity: the host's copy is the parameter's weights; the device's a transient one
-};
 
 // A parameter group's gradients in one buffer, its parameters' one after another in ModelState's order, so that a
 // reduction of the group (one task of the graph) is one all-reduce, as frameworks reduce a bucket.
@@ -43,11 +29,6 @@ struct GroupGradients {
   float* host_grad = nullptr;
   bf16_bits* host_weight = nullptr;
 };
-
-template <typename T>
-T* offset(void* base, std::int64_t bytes) {
-  return reinterpret_cast<T*>(static_cast<char*>(base) + bytes);
-}
 
 }  // namespace
 
@@ -128,15 +109,6 @@ std::optional<ExecutorRefusal> executor_refusal(const sim::TaskGraph& g, int ran
   }
   return std::nullopt;
 }
-
-namespace {
-// Sequence parallelism's ops between the TP regions, which work on a rank's own rows of the chunk.
-bool sequence_local(sim::OpCode code) {
-  using enum sim::OpCode;
-  return code == norm1 || code == residual1 || code == norm2 || code == residual2 || code == residual2_bwd || code == norm2_bwd ||
-         code == residual1_bwd || code == norm1_bwd;
-}
-}  // namespace
 
 struct Executor::Impl {
   Device& dev;
@@ -442,18 +414,11 @@ struct Executor::Impl {
   }
 
   // --- the step ------------------------------------------------------------------------------------------------
-  void* where(int instance) const {
-    const Instance& i = flow.instances[instance];
-    return sim::is_host(i.place) ? offset<void>(pinned, i.host_offset_bytes) : offset<void>(arena, i.device_offset_bytes);
-  }
-  template <typename T>
-  T* ptr(const TaskTensors& t, std::size_t use) const {
-    return static_cast<T*>(where(t.instances.at(use)));
-  }
+  TensorMemory memory() const { return {&flow, arena, pinned}; }
+  void* where(int instance) const { return memory().at(instance); }
 
   // A layer's parameters, in ModelState's per-layer order.
-  enum LayerParam { norm1, wqkv, wo, norm2, wup, wdown };
-  const DeviceParameter& layer(int l, int k) const { return params[layer_param[l * 6 + k]]; }
+  const DeviceParameter& layer(int l, LayerWeight w) const { return params[layer_param[l * kLayerWeights + static_cast<int>(w)]]; }
 
   MeasuredStep run(std::span<const std::vector<std::int32_t>> token_ids, int optimizer_step) {
     TRAINYARD_CHECK(!token_ids.empty(), "a step has at least one sequence");
@@ -582,19 +547,6 @@ struct Executor::Impl {
       }
     }
     return {waits.begin(), waits.end()};  // only tasks with a stream touch tensors, so each has an end event
-  }
-
-  kernels::AttentionShape pair(const sim::Op& op, int kv_chunk) const {
-    kernels::AttentionShape s;
-    s.q_len = static_cast<int>(c);
-    s.kv_len = static_cast<int>(c);
-    s.heads = static_cast<int>(m.heads / std::max<int>(1, op.head_groups));
-    s.kv_heads = static_cast<int>(m.kv_heads / std::max<int>(1, op.head_groups));
-    s.head_dim = static_cast<int>(m.head_dim);
-    s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
-    s.q_offset = op.chunk * c;
-    s.kv_offset = kv_chunk * c;
-    return s;
   }
 
   template <typename T>
@@ -841,7 +793,7 @@ struct Executor::Impl {
   // Sequence parallelism: the norms' weight gradients, each rank's over its own rows, summed over the TP group.
   void sum_norm_gradients(const sim::Op& op, const std::vector<int>& ranks, int stream) {
     for (int l = op.kv_first; l <= op.kv_last; ++l) {
-      for (int k : {norm1, norm2}) dev.all_reduce_sum(stream, *opt.comm, ranks, layer(l, k).grad, m.hidden);
+      for (LayerWeight w : {LayerWeight::norm1, LayerWeight::norm2}) dev.all_reduce_sum(stream, *opt.comm, ranks, layer(l, w).grad, m.hidden);
     }
     if (op.row_begin == 1) dev.all_reduce_sum(stream, *opt.comm, ranks, params[final_norm].grad, m.hidden);
   }
@@ -913,237 +865,31 @@ struct Executor::Impl {
     }
   }
 
-  // The task's tensors by name (the op table's entry, ops.hpp), as the type the kernels take: asking for a
-  // tensor the entry does not name, or with another dtype, throws before anything is enqueued.
-  template <typename T>
-  static constexpr DType dtype_of = std::is_same_v<T, float> ? DType::fp32 : DType::bf16;
-  template <typename T>
-  const T* input(const OpTensors& t, Role role, int kv_chunk = -1) const {
-    return static_cast<const T*>(where(t.read(role, dtype_of<T>, kv_chunk)));
-  }
-  template <typename T>
-  T* output(const OpTensors& t, Role role, int kv_chunk = -1) const {
-    return static_cast<T*>(where(t.write(role, dtype_of<T>, kv_chunk)));
-  }
-
+  // One chunk (pair) of a compute task, through its op's function (device_ops.hpp).
   void compute(const sim::Op& op, const OpTensors& t, int stream, std::int64_t seq_len) {
-    using sim::OpCode;
-    std::optional<model::ModelConfig> group;  // Ulysses' attention: one head group's widths
-    if (op.head_groups > 0) group = model_of(op, m);
-    const model::ModelConfig& mm = group ? *group : m;
-    const int C = static_cast<int>(c), h = static_cast<int>(m.hidden), q = static_cast<int>(mm.q_dim()), kv = static_cast<int>(mm.kv_dim()),
-              f = static_cast<int>(m.ffn_hidden), vocab = static_cast<int>(m.vocab), H = static_cast<int>(mm.heads),
-              KV = static_cast<int>(mm.kv_heads), D = static_cast<int>(m.head_dim);
-    const std::int64_t cq = static_cast<std::int64_t>(C) * q, ckv = static_cast<std::int64_t>(C) * kv, cf = static_cast<std::int64_t>(C) * f;
-    auto bf16_in = [&](Role r, int j = -1) { return input<bf16_bits>(t, r, j); };
-    auto bf16_out = [&](Role r) { return output<bf16_bits>(t, r); };
-    auto fp32_in = [&](Role r, int j = -1) { return input<float>(t, r, j); };
-    auto fp32_out = [&](Role r, int j = -1) { return output<float>(t, r, j); };
-    // y = x W^T, dx = dy W, dW += dy^T x (W [out][in]; see kernels/gemm.hpp).
-    auto forward = [&](int rows, int in, int out, const bf16_bits* x, const bf16_bits* w, bf16_bits* y, float beta = 0) {
-      dev.gemm(stream, rows, out, in, x, false, w, true, y, false, 1, beta);
-    };
-    auto dgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* w, bf16_bits* dx, float beta = 0) {
-      dev.gemm(stream, rows, in, out, dy, false, w, false, dx, false, 1, beta);
-    };
-    auto wgrad = [&](int rows, int in, int out, const bf16_bits* dy, const bf16_bits* x, float* dw) {
-      dev.gemm(stream, out, in, rows, dy, true, x, false, dw, true, 1, 1);
-    };
-    // The rows of the chunk this rank computes: all, or under sequence parallelism its own between the TP regions.
-    const bool own_rows = sequence_parallel && sequence_local(op.code);
-    const int R = own_rows ? C / shards : C;
-    const std::int64_t own_at = own_rows ? static_cast<std::int64_t>(shard) * R * h : 0, rh = static_cast<std::int64_t>(R) * h;
-    auto own_in = [&](Role r) { return bf16_in(r) + own_at; };
-    auto own_out = [&](Role r) { return bf16_out(r) + own_at; };
-    auto copy = [&](const bf16_bits* from, bf16_bits* to) { dev.copy(stream, to, from, rh * 2); };
-    const std::int32_t* seq_tokens = tokens + static_cast<std::int64_t>(op.seq) * (seq_len + 1) + static_cast<std::int64_t>(op.chunk) * c;
-    const bool head = op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad;
-    const int l = op.layer;
-    auto lp = [&](int k) -> const DeviceParameter& { return layer(l, k); };
-    const std::int64_t qh = static_cast<std::int64_t>(q) * h, kvh = static_cast<std::int64_t>(kv) * h, fh = static_cast<std::int64_t>(f) * h;
-    const float eps = static_cast<float>(m.norm_epsilon), rope_theta = static_cast<float>(m.rope_theta.value_or(0));
-    if (!head && (l < 0 || l >= m.layers) && op.code != OpCode::embed && op.code != OpCode::embed_bwd) {
-      throw InternalError("op " + std::string(sim::to_string(op.code)) + " on layer " + std::to_string(l), __FILE__, __LINE__);
+    DeviceOpArgs a;
+    a.dev = &dev;
+    a.stream = stream;
+    a.op = &op;
+    a.tensors = &t;
+    a.memory = memory();
+    a.model = &m;
+    a.chunk_tokens = c;
+    a.shard = shard;
+    a.shards = shards;
+    a.sequence_parallel = sequence_parallel;
+    if (op.layer >= 0 && op.layer < m.layers) {
+      for (int k = 0; k < kLayerWeights; ++k) a.layer[k] = &layer(op.layer, static_cast<LayerWeight>(k));
     }
-
-    switch (op.code) {
-      // ---- forward ------------------------------------------------------------------------------------------
-      case OpCode::embed: dev.embedding_forward(stream, C, h, params[embedding].weight, seq_tokens, bf16_out(Role::x)); return;
-      case OpCode::norm1: dev.rmsnorm_forward(stream, R, h, eps, own_in(Role::x), lp(norm1).weight, own_out(Role::n1)); return;
-      case OpCode::norm2: dev.rmsnorm_forward(stream, R, h, eps, own_in(Role::h1), lp(norm2).weight, own_out(Role::n2)); return;
-      case OpCode::qkv:
-        forward(C, h, q, bf16_in(Role::n1), lp(wqkv).weight, bf16_out(Role::q));
-        forward(C, h, kv, bf16_in(Role::n1), lp(wqkv).weight + qh, bf16_out(Role::k));
-        forward(C, h, kv, bf16_in(Role::n1), lp(wqkv).weight + qh + kvh, bf16_out(Role::v));
-        return;
-      case OpCode::rope:
-        dev.rope(stream, C, H, D, op.chunk * c, rope_theta, false, bf16_out(Role::q));
-        dev.rope(stream, C, KV, D, op.chunk * c, rope_theta, false, bf16_out(Role::k));
-        return;
-      case OpCode::attn: {  // pair by pair into the running state, the diagonal first as the reference's single call covers it
-        float* o_run = fp32_out(Role::o_run);
-        float* lse = fp32_out(Role::lse);
-        if (starts_accumulation(op)) {  // an empty running state: zero output, and an lse so low (-1.7e38) its merge weight is 0
-          dev.fill(stream, o_run, 0, cq * 4);
-          dev.fill(stream, lse, 0xFE, static_cast<std::int64_t>(H) * C * 4);
-        }
-        auto* o_part = scratch<bf16_bits>(cq, stream);
-        auto* lse_part = scratch<float>(static_cast<std::int64_t>(H) * C, stream);
-        for (int j = op.kv_last; j >= op.kv_first; --j) {
-          dev.attention_forward(stream, pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), o_part, lse_part);
-          dev.attention_merge(stream, C, H, D, o_run, lse, o_part, lse_part);
-        }
-        release(o_part, stream);
-        release(lse_part, stream);
-        dev.to_bf16(stream, o_run, bf16_out(Role::o), cq);
-        return;
-      }
-      case OpCode::attn_merge: dev.to_bf16(stream, fp32_in(Role::o_run), bf16_out(Role::o), cq); return;
-      case OpCode::proj: forward(C, q, h, bf16_in(Role::o), lp(wo).weight, bf16_out(Role::p)); return;
-      case OpCode::residual1: dev.add(stream, rh, own_in(Role::x), own_in(Role::p), own_out(Role::h1)); return;
-      case OpCode::residual2: dev.add(stream, rh, own_in(Role::h1), own_in(Role::mo), own_out(Role::x)); return;
-      case OpCode::mlp_up:  // gate and up halves
-        forward(C, h, f, bf16_in(Role::n2), lp(wup).weight, bf16_out(Role::gu));
-        forward(C, h, f, bf16_in(Role::n2), lp(wup).weight + fh, bf16_out(Role::gu) + cf);
-        return;
-      case OpCode::act: dev.swiglu_forward(stream, cf, bf16_in(Role::gu), bf16_in(Role::gu) + cf, bf16_out(Role::a)); return;
-      case OpCode::mlp_down: forward(C, f, h, bf16_in(Role::a), lp(wdown).weight, bf16_out(Role::mo)); return;
-
-      // ---- backward -----------------------------------------------------------------------------------------
-      case OpCode::residual2_bwd:  // the output's gradient flows into the MLP branch and the residual
-        copy(own_in(Role::dx), own_out(Role::dm));
-        copy(own_in(Role::dx), own_out(Role::dh1));
-        return;
-      case OpCode::mlp_down_dgrad: dgrad(C, f, h, bf16_in(Role::dm), lp(wdown).weight, bf16_out(Role::da)); return;
-      case OpCode::mlp_down_wgrad: wgrad(C, f, h, bf16_in(Role::dm), bf16_in(Role::a), lp(wdown).grad); return;
-      case OpCode::act_bwd:
-        dev.swiglu_backward(stream, cf, bf16_in(Role::gu), bf16_in(Role::gu) + cf, bf16_in(Role::da), bf16_out(Role::dgu), bf16_out(Role::dgu) + cf);
-        return;
-      case OpCode::mlp_up_dgrad:  // dn2 = dgate Wg + dup Wu (the second GEMM adds to the first's bf16 result)
-        dgrad(C, h, f, bf16_in(Role::dgu), lp(wup).weight, bf16_out(Role::dn2));
-        dgrad(C, h, f, bf16_in(Role::dgu) + cf, lp(wup).weight + fh, bf16_out(Role::dn2), 1);
-        return;
-      case OpCode::mlp_up_wgrad:
-        wgrad(C, h, f, bf16_in(Role::dgu), bf16_in(Role::n2), lp(wup).grad);
-        wgrad(C, h, f, bf16_in(Role::dgu) + cf, bf16_in(Role::n2), lp(wup).grad + fh);
-        return;
-      case OpCode::norm2_bwd: {  // dh1 += norm2's input gradient
-        auto* dx = scratch<bf16_bits>(rh, stream);
-        dev.rmsnorm_backward(stream, R, h, eps, own_in(Role::h1), lp(norm2).weight, own_in(Role::dn2), dx, lp(norm2).grad);
-        dev.add(stream, rh, dx, own_out(Role::dh1), own_out(Role::dh1));
-        release(dx, stream);
-        return;
-      }
-      case OpCode::residual1_bwd: copy(own_in(Role::dh1), own_out(Role::dp)); return;
-      case OpCode::proj_dgrad: dgrad(C, q, h, bf16_in(Role::dp), lp(wo).weight, bf16_out(Role::d_o)); return;
-      case OpCode::proj_wgrad: wgrad(C, q, h, bf16_in(Role::dp), bf16_in(Role::o), lp(wo).grad); return;
-      case OpCode::attn_bwd: {
-        float* dq = fp32_out(Role::dq);
-        float* delta = fp32_out(Role::delta);
-        if (starts_accumulation(op)) {  // the diagonal starts dQ and computes D = rowsum(dO * O)
-          dev.fill(stream, dq, 0, cq * 4);
-          dev.attention_backward_prep(stream, C, H, D, bf16_in(Role::o), bf16_in(Role::d_o), delta);
-        }
-        for (int j = op.kv_first; j <= op.kv_last; ++j) {
-          float* dkv = fp32_out(Role::dkv, j);
-          dev.attention_backward(stream, pair(op, j), bf16_in(Role::q), bf16_in(Role::k, j), bf16_in(Role::v, j), bf16_in(Role::d_o),
-                                 fp32_in(Role::lse), delta, dq, dkv, dkv + ckv);
-        }
-        return;
-      }
-      case OpCode::dkv_add:  // the ring's dK | dV for a chunk into this rank's own (zeroed first where it had none)
-        for (int j = op.kv_first; j <= op.kv_last; ++j) dev.axpy_f32(stream, 2 * ckv, 1.0f, fp32_in(Role::dkv_in, j), fp32_out(Role::dkv, j));
-        return;
-      case OpCode::rope_bwd: {  // dQKV (bf16 dQ | dK | dV) from the fp32 dQ and dK | dV, then RoPE undone on dQ and dK
-        bf16_bits* dqkv = bf16_out(Role::dqkv);
-        dev.to_bf16(stream, fp32_in(Role::dq), dqkv, cq);
-        dev.to_bf16(stream, fp32_in(Role::dkv), dqkv + cq, 2 * ckv);
-        dev.rope(stream, C, H, D, op.chunk * c, rope_theta, true, dqkv);
-        dev.rope(stream, C, KV, D, op.chunk * c, rope_theta, true, dqkv + cq);
-        return;
-      }
-      case OpCode::qkv_dgrad: {  // dn1 = dQ Wq + dK Wk + dV Wv
-        const bf16_bits* d = bf16_in(Role::dqkv);
-        dgrad(C, h, q, d, lp(wqkv).weight, bf16_out(Role::dn1));
-        dgrad(C, h, kv, d + cq, lp(wqkv).weight + qh, bf16_out(Role::dn1), 1);
-        dgrad(C, h, kv, d + cq + ckv, lp(wqkv).weight + qh + kvh, bf16_out(Role::dn1), 1);
-        return;
-      }
-      case OpCode::qkv_wgrad: {
-        const bf16_bits* d = bf16_in(Role::dqkv);
-        wgrad(C, h, q, d, bf16_in(Role::n1), lp(wqkv).grad);
-        wgrad(C, h, kv, d + cq, bf16_in(Role::n1), lp(wqkv).grad + qh);
-        wgrad(C, h, kv, d + cq + ckv, bf16_in(Role::n1), lp(wqkv).grad + qh + kvh);
-        return;
-      }
-      case OpCode::norm1_bwd:  // dx = norm1's input gradient + the residual's dh1
-        dev.rmsnorm_backward(stream, R, h, eps, own_in(Role::x), lp(norm1).weight, own_in(Role::dn1), own_out(Role::dx), lp(norm1).grad);
-        dev.add(stream, rh, own_out(Role::dx), own_in(Role::dh1), own_out(Role::dx));
-        return;
-      case OpCode::embed_bwd: dev.embedding_backward(stream, C, h, seq_tokens, bf16_in(Role::dx), params[embedding].grad); return;
-
-      // ---- the LM head on rows [row_begin, row_end) of the chunk --------------------------------------------
-      case OpCode::head_logits: {
-        const int rows = op.row_end - op.row_begin;
-        const bf16_bits* x = bf16_in(Role::x) + static_cast<std::int64_t>(op.row_begin) * h;
-        dev.rmsnorm_forward(stream, rows, h, eps, x, params[final_norm].weight, bf16_out(Role::nf));
-        forward(rows, h, vocab, bf16_out(Role::nf), params[lm_head].weight, bf16_out(Role::logits));
-        return;
-      }
-      case OpCode::head_xent: {
-        const int rows = op.row_end - op.row_begin;
-        const std::int32_t* targets = seq_tokens + op.row_begin + 1;
-        float* loss = losses + static_cast<std::int64_t>(op.seq) * seq_len + static_cast<std::int64_t>(op.chunk) * c + op.row_begin;
-        auto* lse = scratch<float>(rows, stream);
-        dev.cross_entropy_forward(stream, rows, vocab, bf16_in(Role::logits), targets, loss, lse);
-        dev.cross_entropy_backward(stream, rows, vocab, bf16_in(Role::logits), targets, lse, dloss, bf16_out(Role::dlogits));
-        release(lse, stream);
-        return;
-      }
-      case OpCode::head_dgrad: {  // fills rows [row_begin, row_end) of dx
-        const int rows = op.row_end - op.row_begin;
-        auto* dnf = scratch<bf16_bits>(static_cast<std::int64_t>(rows) * h, stream);
-        dgrad(rows, h, vocab, bf16_in(Role::dlogits), params[lm_head].weight, dnf);
-        const std::int64_t at = static_cast<std::int64_t>(op.row_begin) * h;
-        dev.rmsnorm_backward(stream, rows, h, eps, bf16_in(Role::x) + at, params[final_norm].weight, dnf, bf16_out(Role::dx) + at,
-                             params[final_norm].grad);
-        release(dnf, stream);
-        return;
-      }
-      case OpCode::head_wgrad: wgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), bf16_in(Role::nf), params[lm_head].grad); return;
-
-      // ---- the vocab-parallel LM head (tensor parallelism): `vocab` is this rank's shard, token ids its own -----
-      case OpCode::head_xent_shard: {  // this shard's block of the statistics: its lse, then the loss against its target logit
-        const int rows = op.row_end - op.row_begin;
-        float* block = fp32_out(Role::xstats) + static_cast<std::int64_t>(shard) * 2 * rows;
-        dev.cross_entropy_forward(stream, rows, vocab, bf16_in(Role::logits), seq_tokens + op.row_begin + 1, block + rows, block);
-        return;
-      }
-      case OpCode::head_xent_merge: {
-        const int rows = op.row_end - op.row_begin;
-        float* loss = losses + static_cast<std::int64_t>(op.seq) * seq_len + static_cast<std::int64_t>(op.chunk) * c + op.row_begin;
-        auto* lse = scratch<float>(rows, stream);
-        dev.vocab_parallel_merge(stream, rows, shards, fp32_in(Role::xstats), loss, lse);
-        dev.cross_entropy_backward(stream, rows, vocab, bf16_in(Role::logits), seq_tokens + op.row_begin + 1, lse, dloss, bf16_out(Role::dlogits));
-        release(lse, stream);
-        return;
-      }
-      case OpCode::head_dgrad_shard:
-        dgrad(op.row_end - op.row_begin, h, vocab, bf16_in(Role::dlogits), params[lm_head].weight, bf16_out(Role::dnf));
-        return;
-      case OpCode::head_norm_bwd: {  // fills rows [row_begin, row_end) of dx from the summed dNF (under SP: this rank's of them)
-        const int first = sequence_parallel ? std::max(op.row_begin, shard * C / shards) : op.row_begin;
-        const int past = sequence_parallel ? std::min(op.row_end, (shard + 1) * C / shards) : op.row_end;
-        if (past <= first) return;
-        const std::int64_t row = static_cast<std::int64_t>(first) * h;
-        dev.rmsnorm_backward(stream, past - first, h, eps, bf16_in(Role::x) + row, params[final_norm].weight,
-                             bf16_in(Role::dnf) + static_cast<std::int64_t>(first - op.row_begin) * h, bf16_out(Role::dx) + row,
-                             params[final_norm].grad);
-        return;
-      }
-      default: break;
-    }
-    throw InternalError("op " + std::string(sim::to_string(op.code)) + " is not one the executor runs", __FILE__, __LINE__);
+    auto parameter = [&](int i) { return i >= 0 ? &params[i] : nullptr; };
+    a.embedding = parameter(embedding);
+    a.final_norm = parameter(final_norm);
+    a.lm_head = parameter(lm_head);
+    const std::int64_t chunk_start = static_cast<std::int64_t>(op.chunk) * c;
+    a.tokens = tokens + static_cast<std::int64_t>(op.seq) * (seq_len + 1) + chunk_start;
+    a.losses = losses + static_cast<std::int64_t>(op.seq) * seq_len + chunk_start;
+    a.dloss = dloss;
+    run_device_op(a);
   }
 
   // --- states between host and device ----------------------------------------------------------------------------

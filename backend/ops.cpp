@@ -163,6 +163,22 @@ const OpSpec& op_spec(sim::OpCode code) {
   return *table_by_code()[static_cast<std::size_t>(code)];
 }
 
+const LinearSpec* linear_spec(sim::OpCode code) {
+  using enum Role;
+  // clang-format off
+  static const LinearSpec kLinears[] = {
+      {OpCode::qkv, OpCode::qkv_dgrad, OpCode::qkv_wgrad, LayerWeight::wqkv, n1, dn1, {q, k, v}, dqkv, Width::hidden, {Width::q, Width::kv, Width::kv}},
+      {OpCode::proj, OpCode::proj_dgrad, OpCode::proj_wgrad, LayerWeight::wo, o, d_o, {p}, dp, Width::q, {Width::hidden}},
+      {OpCode::mlp_up, OpCode::mlp_up_dgrad, OpCode::mlp_up_wgrad, LayerWeight::wup, n2, dn2, {gu}, dgu, Width::hidden, {Width::ffn, Width::ffn}},
+      {OpCode::mlp_down, OpCode::mlp_down_dgrad, OpCode::mlp_down_wgrad, LayerWeight::wdown, a, da, {mo}, dm, Width::ffn, {Width::hidden}},
+  };
+  // clang-format on
+  for (const LinearSpec& l : kLinears) {
+    if (code == l.forward || code == l.dgrad || code == l.wgrad) return &l;
+  }
+  return nullptr;
+}
+
 bool starts_accumulation(const sim::Op& op) {
   switch (op.code) {
     case OpCode::attn:
@@ -456,7 +472,9 @@ int OpTensors::find(Role role, DType dtype, bool writes, int kv_chunk) const {
                         __FILE__, __LINE__);
   }
   TRAINYARD_CHECK(!slots_.empty(), "OpTensors built without slots answers use() only");
-  return slots_[&u - uses_.data()];
+  const auto i = static_cast<std::size_t>(&u - uses_.data());
+  if (looked_up_) looked_up_->push_back(i);
+  return slots_[i];
 }
 
 }  // namespace trainyard::backend

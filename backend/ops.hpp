@@ -101,6 +101,26 @@ bool is_compute_op(sim::OpCode code);
 // True for the task that starts what its siblings continue (see When).
 bool starts_accumulation(const sim::Op& op);
 
+// A layer's weights, in ModelState's per-layer order (LayerParameters: norm1, wqkv, wo, norm2, wup, wdown).
+enum class LayerWeight : std::uint8_t { norm1, wqkv, wo, norm2, wup, wdown };
+constexpr int kLayerWeights = 6;
+
+// The layer's four linear maps y = x W^T (W [out][in]), read by both executors from here: the forward, the input
+// gradient dx = dy W and the weight gradient dW += dy^T x. W's rows and y's columns come in blocks (qkv: Q, K, V;
+// mlp_up: gate, up), which the CUDA executor runs as one GEMM each; `y` names one tensor per block, or one tensor
+// holding every block.
+struct LinearSpec {
+  sim::OpCode forward, dgrad, wgrad;
+  LayerWeight weight;
+  Role x, dx;              // the forward's input and its gradient
+  std::vector<Role> y;     // the forward's output(s)
+  Role dy;                 // the output's gradient, every block in one tensor
+  Width in;                // x's row width
+  std::vector<Width> out;  // the blocks' widths
+};
+// The entry whose forward, dgrad or wgrad is `code`, or null.
+const LinearSpec* linear_spec(sim::OpCode code);
+
 struct Use {
   Key key;
   Access access = Access::read;
@@ -181,6 +201,8 @@ class OpTensors {
   int write(Role role, DType dtype, int kv_chunk = -1) const { return find(role, dtype, true, kv_chunk); }
   // The tensor itself (for the CPU reference, which addresses its values by Key).
   const Use& use(Role role, int kv_chunk = -1, bool writes = false) const;
+  // Every lookup that passes appends the index of its use here (a test's view of what an executor touched).
+  void record_lookups(std::vector<std::size_t>* into) { looked_up_ = into; }
 
  private:
   int find(Role role, DType dtype, bool writes, int kv_chunk) const;
@@ -188,6 +210,7 @@ class OpTensors {
   const sim::Op& op_;
   std::span<const Use> uses_;
   std::span<const int> slots_;
+  std::vector<std::size_t>* looked_up_ = nullptr;
 };
 
 }  // namespace trainyard::backend

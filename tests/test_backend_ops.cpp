@@ -3,14 +3,12 @@
 // reading its source: every tensor it asks an op for is one the op's entry names, with the entry's dtype.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <regex>
 #include <set>
-#include <sstream>
 #include <tuple>
 
+#include "backend/cpu_device.hpp"
+#include "backend/device_ops.hpp"
 #include "backend/model_state.hpp"
 #include "backend/ops.hpp"
 #include "common/error.hpp"
@@ -227,74 +225,120 @@ TEST(OpTensors, FindsTensorsByNameAndRefusesWhatTheEntryDoesNotName) {
   }
 }
 
-// The CUDA executor asks for its tensors as bf16_in / bf16_out / fp32_in / fp32_out(Role::...) inside one
-// `case OpCode::...:` block per op. Each ask must be one the op's entry allows; each tensor of the entry must
-// be used. (On a GPU the same asks are checked again at run time by OpTensors.)
-TEST(OpTable, TheCudaExecutorsAccessesMatchTheTable) {
-  std::ifstream in(std::filesystem::path(TRAINYARD_SOURCE_DIR) / "backend/executor.cpp");
-  ASSERT_TRUE(in) << "backend/executor.cpp";
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string source = text.str();
-  const auto begin = source.find("void compute(const sim::Op& op, const OpTensors& t");
-  ASSERT_NE(begin, std::string::npos) << "the executor's compute function";
-  const std::string body = source.substr(begin, source.find("\n  }\n", begin) - begin);
+// The CUDA executor's ops (device_ops.cpp), each run once on the CPU device in every form the table gives it (the
+// starting and continuing attention pair and LM head piece): every tensor an op asks for passes OpTensors' check
+// (its entry names it, with that dtype, writable where written), and every tensor of its entry is asked for.
+namespace {
 
-  std::map<std::string, OpCode> code_of;
-  for (int c = static_cast<int>(OpCode::embed); c <= static_cast<int>(OpCode::head_wgrad); ++c) {
-    code_of[std::string(sim::to_string(static_cast<OpCode>(c)))] = static_cast<OpCode>(c);
+// A buffer on the device for each of `uses`, laid out one after another as the dataflow plan would.
+struct OpBuffers {
+  DataflowPlan flow;
+  void* arena = nullptr;
+  std::vector<int> slots;
+  OpBuffers(Device& dev, const std::vector<Use>& uses) {
+    std::int64_t at = 0;
+    for (const Use& u : uses) {
+      Instance i;
+      i.key = u.key;
+      i.dtype = u.dtype;
+      i.bytes = u.elements * dtype_bytes(u.dtype);
+      i.device_offset_bytes = at;
+      at += i.bytes;
+      slots.push_back(static_cast<int>(flow.instances.size()));
+      flow.instances.push_back(i);
+    }
+    arena = dev.allocate(std::max<std::int64_t>(at, 1));
+    dev.fill(arena, 0, std::max<std::int64_t>(at, 1));
   }
-  std::map<std::string, Role> role_of;
-  for (int r = 0; r <= static_cast<int>(Role::xstats); ++r) {
-    static const char* names[] = {"x",  "n1",  "q",      "k",    "v",   "o_run", "o",   "lse",    "p",       "h1",  "n2",
-                                  "gu", "a",   "mo",     "dm",   "dh1", "da",    "dgu", "dn2",    "dp",      "d_o", "delta",
-                                  "dq", "dkv", "dkv_in", "dqkv", "dn1", "dx",    "nf",  "logits", "dlogits", "dnf", "xstats"};
-    static_assert(std::size(names) == static_cast<std::size_t>(Role::xstats) + 1);
-    role_of[names[r]] = static_cast<Role>(r);
-  }
+};
 
-  // Split the body into case blocks: the labels of a block share its accesses.
-  // own_in / own_out: bf16 rows of the chunk (a rank's own under sequence parallelism).
-  const std::regex label(R"(case OpCode::(\w+):)"), access(R"((bf16|fp32|own)_(in|out)\(Role::(\w+))");
-  std::map<OpCode, std::set<std::pair<Role, bool>>> asked;  // op -> (role, writes)
-  std::vector<OpCode> current;
-  bool block_has_code = false;
-  std::istringstream lines(body);
-  int accesses = 0;
-  for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, label)) {
-      ASSERT_TRUE(code_of.count(m[1])) << "unknown op " << m[1];
-      if (block_has_code) current.clear();
-      current.push_back(code_of[m[1]]);
-      block_has_code = false;
-    }
-    for (auto it = std::sregex_iterator(line.begin(), line.end(), access); it != std::sregex_iterator(); ++it) {
-      const std::string role = (*it)[3];
-      ASSERT_TRUE(role_of.count(role)) << "unknown role " << role;
-      const DType dtype = (*it)[1] == "fp32" ? DType::fp32 : DType::bf16;
-      const bool writes = (*it)[2] == "out";
-      ASSERT_FALSE(current.empty()) << line;
-      for (OpCode op : current) {
-        bool allowed = false;
-        for (const TensorSpec& s : op_spec(op).tensors) {
-          if (s.role == role_of[role] && s.dtype == dtype && (!writes || s.access != Access::read)) allowed = true;
-        }
-        EXPECT_TRUE(allowed) << sim::to_string(op) << " asks for " << role << " as " << (*it)[1] << (writes ? " output" : " input")
-                             << ", which its op table entry does not allow";
-        asked[op].insert({role_of[role], writes});
-      }
-      ++accesses;
-    }
-    if (line.find("return") != std::string::npos || line.find("kernels::") != std::string::npos) block_has_code = true;
-  }
-  EXPECT_GT(accesses, 60);
+DeviceParameter device_parameter(Device& dev, std::int64_t n) {
+  DeviceParameter p;
+  p.n = n;
+  p.weight = static_cast<bf16_bits*>(dev.allocate(n * 2));
+  p.grad = static_cast<float*>(dev.allocate(n * 4));
+  dev.fill(p.weight, 0, n * 2);
+  dev.fill(p.grad, 0, n * 4);
+  return p;
+}
+
+// Each compute op at layer 0 (the LM head's at the head), chunk 1 of 2, in each of its forms.
+std::vector<sim::Op> every_op_form(const model::ModelConfig& m, std::int32_t chunk_tokens) {
+  std::vector<sim::Op> forms;
   for (int c = static_cast<int>(OpCode::embed); c <= static_cast<int>(OpCode::head_wgrad); ++c) {
     const auto code = static_cast<OpCode>(c);
-    for (const TensorSpec& s : op_spec(code).tensors) {
-      const bool used = asked[code].count({s.role, false}) || asked[code].count({s.role, true});
-      EXPECT_TRUE(used) << sim::to_string(code) << "'s " << to_string(s.role) << " is in the op table but the executor never touches it";
+    sim::Op op{code, 0, 0, 1};
+    if (op.is_lm_head()) {
+      op.layer = static_cast<std::int32_t>(m.layers);
+      for (auto [begin, end] : {std::pair{0, chunk_tokens / 2}, std::pair{chunk_tokens / 2, chunk_tokens}}) {
+        op.row_begin = begin;
+        op.row_end = end;
+        forms.push_back(op);
+      }
+    } else if (code == OpCode::attn || code == OpCode::attn_bwd) {
+      forms.push_back(attention_pair(code, 1, 0, 1));  // the diagonal's pair: starts the accumulators
+      forms.push_back(attention_pair(code, 1, 0, 0));
+    } else if (code == OpCode::dkv_add) {
+      forms.push_back(attention_pair(code, 1, 0, 1));
+    } else {
+      forms.push_back(op);
     }
+  }
+  return forms;
+}
+
+}  // namespace
+
+TEST(OpTable, TheExecutorsOpsTouchEveryTensorOfTheirEntry) {
+  const auto m = test::tiny_model();
+  const std::int32_t c = 8;
+  const auto dev = make_cpu_device();
+  const int stream = dev->create_stream();
+  const std::int64_t h = m.hidden, f = m.ffn_hidden;
+  const std::int64_t sizes[kLayerWeights] = {h, (m.q_dim() + 2 * m.kv_dim()) * h, h * m.q_dim(), h, 2 * f * h, h * f};
+  std::vector<DeviceParameter> layer;
+  for (std::int64_t n : sizes) layer.push_back(device_parameter(*dev, n));
+  DeviceParameter embedding = device_parameter(*dev, m.vocab * h), final_norm = device_parameter(*dev, h),
+                  lm_head = device_parameter(*dev, m.vocab * h);
+  const std::vector<std::int32_t> tokens(2 * c + 1, 3);
+  std::vector<float> losses(2 * c), dloss(c, 1.0f / (2 * c));
+
+  int forms = 0;
+  for (const sim::Op& op : every_op_form(m, c)) {
+    const std::vector<Use> uses = compute_uses(op, m, c);
+    OpBuffers buffers(*dev, uses);
+    OpTensors tensors(op, uses, buffers.slots);
+    std::vector<std::size_t> looked_up;
+    tensors.record_lookups(&looked_up);
+    DeviceOpArgs a;
+    a.dev = dev.get();
+    a.stream = stream;
+    a.op = &op;
+    a.tensors = &tensors;
+    a.memory = {&buffers.flow, buffers.arena, nullptr};
+    a.model = &m;
+    a.chunk_tokens = c;
+    for (int k = 0; k < kLayerWeights; ++k) a.layer[k] = &layer[k];
+    a.embedding = &embedding;
+    a.final_norm = &final_norm;
+    a.lm_head = &lm_head;
+    a.tokens = tokens.data() + op.chunk * c;
+    a.losses = losses.data() + op.chunk * c;
+    a.dloss = dloss.data();
+    ASSERT_NO_THROW(run_device_op(a)) << sim::to_string(op.code) << ": an ask its entry does not allow";
+    dev->synchronize();
+    for (std::size_t i = 0; i < uses.size(); ++i) {
+      EXPECT_TRUE(std::find(looked_up.begin(), looked_up.end(), i) != looked_up.end())
+          << sim::to_string(op.code) << "'s " << describe(uses[i].key) << " is in the op table but the executor never touches it";
+    }
+    dev->release(buffers.arena);
+    ++forms;
+  }
+  EXPECT_GE(forms, 34) << "every compute op, the attention pairs and head pieces in both forms";
+  for (DeviceParameter* p : {&embedding, &final_norm, &lm_head}) layer.push_back(*p);
+  for (DeviceParameter& p : layer) {
+    dev->release(p.weight);
+    dev->release(p.grad);
   }
 }
 
