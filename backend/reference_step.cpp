@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <sstream>
 
 #include "backend/parameter_groups.hpp"
+#include "backend/reference_ops.hpp"
 #include "common/error.hpp"
 
 namespace trainyard::backend {
@@ -34,7 +34,7 @@ struct GroupState {
   bool updated = false;
 };
 
-class ReferenceStep {
+class ReferenceStep : private ReferenceTask {
  public:
   ReferenceStep(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node, std::span<const std::vector<std::int32_t>> tokens,
                 const ReferenceOptions& options)
@@ -275,8 +275,6 @@ class ReferenceStep {
   }
 
   bool exists(const Key& key) const { return latest_.count(key) > 0; }
-  float eps() const { return static_cast<float>(m_.norm_epsilon); }
-  float rope_theta() const { return static_cast<float>(m_.rope_theta.value_or(0)); }  // ModelState refuses a model without one
 
   // The compute task being run, its tensors found by name through the op table (ops.hpp): a tensor its entry
   // does not name fails at once.
@@ -285,10 +283,13 @@ class ReferenceStep {
     sim::DeviceId gpu = 0;
     std::vector<Use> uses;
   };
-  const std::vector<float>& in(Role role, int kv_chunk = -1) { return read(current_.id, current_.gpu, named_->use(role, kv_chunk).key); }
-  void out(Role role, std::vector<float> data, int kv_chunk = -1) {
+  // ReferenceTask: what the running op (reference_ops.cpp) reads, writes and checks.
+  const std::vector<float>& in(Role role, int kv_chunk = -1) override { return read(current_.id, current_.gpu, named_->use(role, kv_chunk).key); }
+  void out(Role role, std::vector<float> data, int kv_chunk = -1) override {
     write(current_.id, current_.gpu, named_->use(role, kv_chunk, true).key, std::move(data));
   }
+  bool holds(Role role, int kv_chunk) const override { return exists(named_->use(role, kv_chunk).key); }
+  [[noreturn]] void fail(const std::string& what) const override { fail(current_.id, what); }
 
   // A new value of `key` at `where` (a new version unless `version` carries a copy's).
   std::vector<float>& write(sim::TaskId task, sim::DeviceId where, const Key& key, std::vector<float> data, std::int64_t version = 0) {
@@ -338,36 +339,8 @@ class ReferenceStep {
     }
   }
 
-  // --- numerics ------------------------------------------------------------------------------------------------
-  void round(std::vector<float>& x) const {
-    if (!opt_.emulate_bf16) return;
-    for (float& v : x) v = kernels::round_bf16(v);
-  }
-  std::vector<float> rounded(std::vector<float> x) const {
-    round(x);
-    return x;
-  }
-
-  // y[rows][out] = x[rows][in] W^T, W [out][in].
-  static std::vector<float> linear(const std::vector<float>& x, const std::vector<float>& w, std::int64_t rows, std::int64_t in, std::int64_t out) {
-    std::vector<float> y(static_cast<std::size_t>(rows * out));
-    kernels::gemm_ref(static_cast<int>(rows), static_cast<int>(out), static_cast<int>(in), x, false, w, true, y, 1, 0);
-    return y;
-  }
-  // dx[rows][in] = dy[rows][out] W.
-  static std::vector<float> linear_dgrad(const std::vector<float>& dy, const std::vector<float>& w, std::int64_t rows, std::int64_t in,
-                                         std::int64_t out) {
-    std::vector<float> dx(static_cast<std::size_t>(rows * in));
-    kernels::gemm_ref(static_cast<int>(rows), static_cast<int>(in), static_cast<int>(out), dy, false, w, false, dx, 1, 0);
-    return dx;
-  }
-  // dW[out][in] += dy^T x.
-  static void linear_wgrad(const std::vector<float>& dy, const std::vector<float>& x, std::vector<float>& dw, std::int64_t rows, std::int64_t in,
-                           std::int64_t out) {
-    kernels::gemm_ref(static_cast<int>(out), static_cast<int>(in), static_cast<int>(rows), dy, true, x, false, dw, 1, 1);
-  }
-
-  void expect_gemm(sim::TaskId id, std::int64_t m, std::int64_t n, std::int64_t k) const {
+  void expect_gemm(std::int64_t m, std::int64_t n, std::int64_t k) const override {
+    const sim::TaskId id = current_.id;
     const auto* gemm = std::get_if<sim::Gemm>(&g_.task(id).params);
     if (!gemm) fail(id, "expected a GEMM task for op " + std::string(sim::to_string(g_.task(id).op.code)));
     if (gemm->m != m || gemm->n != n || gemm->k != k) {
@@ -376,7 +349,8 @@ class ReferenceStep {
     }
   }
 
-  void grad_written(int group, sim::TaskId id) {
+  void wrote_gradients(int group) override {
+    const sim::TaskId id = current_.id;
     GroupState& state = groups_[group];
     const auto reduced = state.last_reduction.find(g_.task(id).device);
     if (reduced != state.last_reduction.end() && !ordered(reduced->second, id)) {
@@ -385,31 +359,11 @@ class ReferenceStep {
     state.grad_writers.push_back(id);
   }
 
-  std::int32_t token(int seq, std::int64_t position) const {
-    const auto& t = tokens_[seq];
-    TRAINYARD_CHECK(position >= 0 && position < static_cast<std::int64_t>(t.size()), "token position inside the sequence");
-    const std::int32_t id = t[position];
-    TRAINYARD_CHECK(id >= 0 && id < m_.vocab, "token id inside the vocabulary");
-    return id;
-  }
-
-  kernels::AttentionShape attention_shape(const sim::Op& op) const {
-    kernels::AttentionShape s;
-    s.q_len = static_cast<int>(c_);
-    s.kv_len = static_cast<int>(c_ * (op.kv_last - op.kv_first + 1));
-    s.heads = static_cast<int>(m_.heads / std::max<int>(1, op.head_groups));
-    s.kv_heads = static_cast<int>(m_.kv_heads / std::max<int>(1, op.head_groups));
-    s.head_dim = static_cast<int>(m_.head_dim);
-    s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
-    s.q_offset = op.chunk * c_;
-    s.kv_offset = op.kv_first * c_;
-    return s;
-  }
-
-  void expect_attention(sim::TaskId id, const sim::Op& op) const {
+  void expect_attention(const sim::Op& op) const override {
+    const sim::TaskId id = current_.id;
     const auto* a = std::get_if<sim::Attention>(&g_.task(id).params);
     if (!a) fail(id, "expected an attention task");
-    const auto s = attention_shape(op);
+    const auto s = reference_attention_shape(op, m_, c_);
     const bool lengths_differ = expanded_task_tokens_ < 0 && (a->q_len != s.q_len || a->kv_len != s.kv_len);  // see expect_pairs
     const int sequences = g_.task(id).op.seq_count;  // the graph folds a micro-batch's sequences into its heads
     if (lengths_differ || a->heads != s.heads * sequences || a->kv_heads != s.kv_heads * sequences || a->head_dim != s.head_dim) {
@@ -417,18 +371,6 @@ class ReferenceStep {
                    std::to_string(s.q_len) + " x " + std::to_string(s.kv_len));
     }
     if (op.kv_first < 0 || op.kv_last < op.kv_first || op.kv_last > op.chunk) fail(id, "attends to chunks outside 0..its own");
-  }
-
-  // K and V of chunks kv_first..kv_last of a layer, one after another.
-  std::pair<std::vector<float>, std::vector<float>> gather_kv(const sim::Op& op) {
-    std::vector<float> k, v;
-    for (int j = op.kv_first; j <= op.kv_last; ++j) {
-      const auto& kj = in(Role::k, j);
-      k.insert(k.end(), kj.begin(), kj.end());
-      const auto& vj = in(Role::v, j);
-      v.insert(v.end(), vj.begin(), vj.end());
-    }
-    return {std::move(k), std::move(v)};
   }
 
   void run_task(sim::TaskId id) {
@@ -486,7 +428,7 @@ class ReferenceStep {
     const std::vector<sim::Op> ops = chunk_ops(op, c_);
     if (ops.size() == 1) return compute(id, t.device, ops.front());  // a piece of a zigzag or run rebased into its chunk
     // A zigzag, run (FPDT), micro-batch or Ulysses op, one chunk (pair) at a time; a GEMM's task spans all its chunks' rows.
-    const bool head = op.code >= sim::OpCode::head_logits && op.code <= sim::OpCode::head_wgrad;
+    const bool head = op.is_lm_head();
     expanded_task_tokens_ = head ? op.row_end - op.row_begin : static_cast<std::int64_t>(covered_chunks(op).size()) * c_ * op.seq_count;
     if (op.code == sim::OpCode::attn || op.code == sim::OpCode::attn_bwd) expect_pairs(id, ops);
     for (const sim::Op& one : ops) compute(id, t.device, one);
@@ -506,8 +448,6 @@ class ReferenceStep {
       fail(id, "the graph's attention covers " + std::to_string(graph_pairs) + " query-key pairs but its chunk pairs " + std::to_string(op_pairs));
     }
   }
-  // The token rows of the running task's GEMM: `rows` (the op's), or a zigzag or run task's (all its chunks).
-  std::int64_t task_tokens(std::int64_t rows) const { return expanded_task_tokens_ >= 0 ? expanded_task_tokens_ : rows; }
 
   // --- Ulysses' all-to-alls ----------------------------------------------------------------------------------
   // Head group g's columns of every row and block, out of `all` (to_group) or into it.
@@ -622,13 +562,8 @@ class ReferenceStep {
     }
   }
 
+  // One chunk (pair) of a compute task, checked against the graph's coordinates, then its op (reference_ops.cpp).
   void compute(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
-    using sim::OpCode;
-    std::optional<model::ModelConfig> group;  // Ulysses' attention: one head group's widths
-    if (op.head_groups > 0) group = model_of(op, m_);
-    const model::ModelConfig& mm = group ? *group : m_;
-    const std::int64_t c = c_, h = m_.hidden, q = mm.q_dim(), kv = mm.kv_dim(), f = m_.ffn_hidden;
-    const int H = static_cast<int>(mm.heads), D = static_cast<int>(m_.head_dim);
     current_ = {id, gpu, compute_uses(op, m_, c_)};
     named_.emplace(op, current_.uses);
     if (op.layer < 0 || op.chunk < 0 || op.seq < 0) fail(id, "an op without its coordinates");
@@ -636,305 +571,21 @@ class ReferenceStep {
       throw InputError("the step's tokens", "sequences", "at least " + std::to_string(op.seq + 1) + " (the graph's sequences)",
                        std::to_string(tokens_.size()));
     }
-    if (op.layer > m_.layers || (op.layer == m_.layers) != (op.code >= OpCode::head_logits && op.code <= OpCode::head_wgrad)) {
+    if (op.layer > m_.layers || (op.layer == m_.layers) != op.is_lm_head()) {
       fail(id, "layer " + std::to_string(op.layer) + " out of range for op " + std::string(sim::to_string(op.code)));
     }
-    LayerParameters* layer = op.layer < m_.layers ? &s_.layers()[op.layer] : nullptr;
-    // The layer's four linear maps y = x W^T (W [out][in]): forward (qkv's, which splits its output, is below), the
-    // input gradient dx = dy W and the weight gradient dW += dy^T x (each *_wgrad code follows its *_dgrad).
-    struct Linear {
-      OpCode forward, dgrad;
-      Role x, y, dy, dx;
-      Parameter LayerParameters::*w;
-      std::int64_t in, out;
-    };
-    const Linear linears[] = {
-        {OpCode::qkv, OpCode::qkv_dgrad, Role::n1, Role::q, Role::dqkv, Role::dn1, &LayerParameters::wqkv, h, q + 2 * kv},
-        {OpCode::proj, OpCode::proj_dgrad, Role::o, Role::p, Role::dp, Role::d_o, &LayerParameters::wo, q, h},
-        {OpCode::mlp_up, OpCode::mlp_up_dgrad, Role::n2, Role::gu, Role::dgu, Role::dn2, &LayerParameters::wup, h, 2 * f},
-        {OpCode::mlp_down, OpCode::mlp_down_dgrad, Role::a, Role::mo, Role::dm, Role::da, &LayerParameters::wdown, f, h},
-    };
-    for (const Linear& l : linears) {
-      if (op.code == l.forward && op.code != OpCode::qkv) {
-        expect_gemm(id, task_tokens(c), l.out, l.in);
-        out(l.y, rounded(linear(in(l.x), (layer->*l.w).weight, c, l.in, l.out)));
-        return;
-      }
-      if (op.code == l.dgrad) {
-        expect_gemm(id, task_tokens(c), l.in, l.out);
-        out(l.dx, rounded(linear_dgrad(in(l.dy), (layer->*l.w).weight, c, l.in, l.out)));
-        return;
-      }
-      if (op.code == static_cast<OpCode>(static_cast<int>(l.dgrad) + 1)) {
-        expect_gemm(id, l.in, l.out, task_tokens(c));
-        linear_wgrad(in(l.dy), in(l.x), (layer->*l.w).grad, c, l.in, l.out);
-        grad_written(op.layer, id);
-        return;
-      }
-    }
-    switch (op.code) {
-      // ---- forward -------------------------------------------------------------------------------------------
-      case OpCode::embed: {
-        std::vector<float> x(static_cast<std::size_t>(c * h));
-        const auto& e = s_.embedding().weight;
-        for (std::int64_t r = 0; r < c; ++r) {
-          const std::int64_t row = token(op.seq, op.chunk * c + r);
-          std::copy_n(e.begin() + row * h, h, x.begin() + r * h);
-        }
-        out(Role::x, std::move(x));
-        return;
-      }
-      case OpCode::norm1:
-      case OpCode::norm2: {
-        const bool first = op.code == OpCode::norm1;
-        const auto& x = in(first ? Role::x : Role::h1);
-        std::vector<float> y(x.size());
-        kernels::rmsnorm_forward_ref(static_cast<int>(c), static_cast<int>(h), eps(), x, (first ? layer->norm1 : layer->norm2).weight, y);
-        out(first ? Role::n1 : Role::n2, rounded(std::move(y)));
-        return;
-      }
-      case OpCode::qkv: {
-        expect_gemm(id, task_tokens(c), q + 2 * kv, h);
-        const auto y = linear(in(Role::n1), layer->wqkv.weight, c, h, q + 2 * kv);
-        std::vector<float> qs, ks, vs;
-        for (std::int64_t r = 0; r < c; ++r) {
-          const auto row = y.begin() + r * (q + 2 * kv);
-          qs.insert(qs.end(), row, row + q);
-          ks.insert(ks.end(), row + q, row + q + kv);
-          vs.insert(vs.end(), row + q + kv, row + q + 2 * kv);
-        }
-        out(Role::q, rounded(std::move(qs)));
-        out(Role::k, rounded(std::move(ks)));
-        out(Role::v, rounded(std::move(vs)));
-        return;
-      }
-      case OpCode::rope: {
-        std::vector<float> qs = in(Role::q), ks = in(Role::k);
-        kernels::rope_ref(static_cast<int>(c), H, D, op.chunk * c, rope_theta(), false, qs);
-        kernels::rope_ref(static_cast<int>(c), static_cast<int>(m_.kv_heads), D, op.chunk * c, rope_theta(), false, ks);
-        out(Role::q, rounded(std::move(qs)));
-        out(Role::k, rounded(std::move(ks)));
-        return;
-      }
-      case OpCode::attn: {
-        expect_attention(id, op);
-        const auto shape = attention_shape(op);
-        const auto [k, v] = gather_kv(op);
-        std::vector<float> o_part(static_cast<std::size_t>(c * q)), lse_part(static_cast<std::size_t>(H * c));
-        kernels::attention_forward_ref(shape, in(Role::q), k, v, o_part, lse_part);
-        round(o_part);  // partials are written in bf16
-        std::vector<float> o_run(o_part.size(), 0.0f), lse(lse_part.size(), -std::numeric_limits<float>::infinity());
-        if (!starts_accumulation(op)) {  // not the diagonal (which comes first): fold into the running state
-          o_run = in(Role::o_run);
-          lse = in(Role::lse);
-        }
-        kernels::attention_merge_ref(static_cast<int>(c), H, D, o_run, lse, o_part, lse_part);
-        out(Role::o, rounded(o_run));
-        out(Role::o_run, std::move(o_run));
-        out(Role::lse, std::move(lse));
-        return;
-      }
-      case OpCode::attn_merge: out(Role::o, rounded(in(Role::o_run))); return;
-      case OpCode::residual1:
-      case OpCode::residual2: {
-        const bool first = op.code == OpCode::residual1;
-        std::vector<float> y = in(first ? Role::x : Role::h1);
-        const auto& branch = in(first ? Role::p : Role::mo);
-        for (std::size_t i = 0; i < y.size(); ++i) y[i] += branch[i];
-        round(y);
-        if (first) {
-          out(Role::h1, std::move(y));
-        } else {  // the next layer's input (layer L's: the final hidden state)
-          out(Role::x, std::move(y));
-        }
-        return;
-      }
-      case OpCode::act: {
-        std::vector<float> gate, up;
-        split_gate_up(in(Role::gu), gate, up);
-        std::vector<float> a(gate.size());
-        kernels::swiglu_forward_ref(gate, up, a);
-        out(Role::a, rounded(std::move(a)));
-        return;
-      }
-
-      // ---- backward ------------------------------------------------------------------------------------------
-      case OpCode::residual2_bwd: {  // the output's gradient flows into the MLP branch and the residual
-        std::vector<float> g = in(Role::dx);
-        out(Role::dm, g);
-        out(Role::dh1, std::move(g));
-        return;
-      }
-      case OpCode::act_bwd: {
-        std::vector<float> gate, up;
-        split_gate_up(in(Role::gu), gate, up);
-        std::vector<float> d_gate(gate.size()), d_up(up.size());
-        kernels::swiglu_backward_ref(gate, up, in(Role::da), d_gate, d_up);
-        std::vector<float> dgu(static_cast<std::size_t>(c * 2 * f));
-        for (std::int64_t r = 0; r < c; ++r) {
-          std::copy_n(d_gate.begin() + r * f, f, dgu.begin() + r * 2 * f);
-          std::copy_n(d_up.begin() + r * f, f, dgu.begin() + r * 2 * f + f);
-        }
-        out(Role::dgu, rounded(std::move(dgu)));
-        return;
-      }
-      case OpCode::norm2_bwd:
-      case OpCode::norm1_bwd: {
-        const bool second = op.code == OpCode::norm2_bwd;
-        const auto& x = in(second ? Role::h1 : Role::x);
-        std::vector<float> dx(x.size());
-        Parameter& w = second ? layer->norm2 : layer->norm1;
-        kernels::rmsnorm_backward_ref(static_cast<int>(c), static_cast<int>(h), eps(), x, w.weight, in(second ? Role::dn2 : Role::dn1), dx, w.grad);
-        grad_written(op.layer, id);
-        const auto& skip = in(Role::dh1);  // the residual's share of the gradient
-        for (std::size_t i = 0; i < dx.size(); ++i) dx[i] += skip[i];
-        out(second ? Role::dh1 : Role::dx, rounded(std::move(dx)));
-        return;
-      }
-      case OpCode::residual1_bwd: out(Role::dp, in(Role::dh1)); return;
-      case OpCode::attn_bwd: {
-        expect_attention(id, op);
-        const auto shape = attention_shape(op);
-        const auto [k, v] = gather_kv(op);
-        std::vector<float> dq(static_cast<std::size_t>(c * q), 0.0f), delta(static_cast<std::size_t>(H * c));
-        if (starts_accumulation(op)) {  // the diagonal comes first: it starts dQ and computes D = rowsum(dO * O)
-          kernels::attention_backward_prep_ref(static_cast<int>(c), H, D, in(Role::o), in(Role::d_o), delta);
-        } else {
-          dq = in(Role::dq);
-          delta = in(Role::delta);
-        }
-        const std::size_t chunk_kv = static_cast<std::size_t>(c * kv);
-        std::vector<float> dk(k.size(), 0.0f), dv(v.size(), 0.0f);
-        kernels::attention_backward_ref(shape, in(Role::q), k, v, in(Role::d_o), in(Role::lse), delta, dq, dk, dv);
-        for (int j = op.kv_first; j <= op.kv_last; ++j) {  // add into each chunk's fp32 accumulator
-          std::vector<float> sum = exists(named_->use(Role::dkv, j).key) ? in(Role::dkv, j) : std::vector<float>(2 * chunk_kv, 0.0f);
-          const std::size_t at = static_cast<std::size_t>(j - op.kv_first) * chunk_kv;
-          for (std::size_t i = 0; i < chunk_kv; ++i) {
-            sum[i] += dk[at + i];
-            sum[chunk_kv + i] += dv[at + i];
-          }
-          out(Role::dkv, std::move(sum), j);
-        }
-        out(Role::dq, std::move(dq));
-        out(Role::delta, std::move(delta));
-        return;
-      }
-      case OpCode::dkv_add: {  // a ring-attention rank's own share of dK | dV plus what the ring brought
-        for (int j = op.kv_first; j <= op.kv_last; ++j) {
-          const Key own = named_->use(Role::dkv, j).key;
-          std::vector<float> sum = in(Role::dkv_in, j);
-          if (exists(own)) {
-            const auto& mine = in(Role::dkv, j);
-            for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += mine[i];
-          }
-          out(Role::dkv, std::move(sum), j);
-        }
-        return;
-      }
-      case OpCode::rope_bwd: {  // undo RoPE on dQ and this chunk's (now complete) dK; dV passes through
-        std::vector<float> dq = in(Role::dq);
-        const auto& acc = in(Role::dkv);
-        const std::size_t chunk_kv = static_cast<std::size_t>(c * kv);
-        std::vector<float> dk(acc.begin(), acc.begin() + static_cast<std::ptrdiff_t>(chunk_kv));
-        kernels::rope_ref(static_cast<int>(c), H, D, op.chunk * c, rope_theta(), true, dq);
-        kernels::rope_ref(static_cast<int>(c), static_cast<int>(m_.kv_heads), D, op.chunk * c, rope_theta(), true, dk);
-        std::vector<float> dqkv(static_cast<std::size_t>(c * (q + 2 * kv)));
-        for (std::int64_t r = 0; r < c; ++r) {
-          auto row = dqkv.begin() + r * (q + 2 * kv);
-          std::copy_n(dq.begin() + r * q, q, row);
-          std::copy_n(dk.begin() + r * kv, kv, row + q);
-          std::copy_n(acc.begin() + static_cast<std::ptrdiff_t>(chunk_kv) + r * kv, kv, row + q + kv);
-        }
-        out(Role::dqkv, rounded(std::move(dqkv)));
-        return;
-      }
-      case OpCode::embed_bwd: {
-        const auto& dx = in(Role::dx);
-        auto& de = s_.embedding().grad;
-        for (std::int64_t r = 0; r < c; ++r) {
-          const std::int64_t row = token(op.seq, op.chunk * c + r);
-          for (std::int64_t i = 0; i < h; ++i) de[row * h + i] += dx[r * h + i];
-        }
-        grad_written(kEmbeddingGroup, id);
-        return;
-      }
-
-      // ---- the LM head: final norm, logits, cross-entropy and their backward, on rows [first, last) --------
-      case OpCode::head_logits:
-      case OpCode::head_xent:
-      case OpCode::head_dgrad:
-      case OpCode::head_wgrad: return head(id, op);
-      default: break;
-    }
-    fail(id, "op " + std::string(sim::to_string(op.code)) + " is not one the executor runs");
-  }
-
-  void split_gate_up(const std::vector<float>& gu, std::vector<float>& gate, std::vector<float>& up) const {
-    const std::int64_t f = m_.ffn_hidden;
-    const std::int64_t rows = static_cast<std::int64_t>(gu.size()) / (2 * f);
-    gate.resize(static_cast<std::size_t>(rows * f));
-    up.resize(static_cast<std::size_t>(rows * f));
-    for (std::int64_t r = 0; r < rows; ++r) {
-      std::copy_n(gu.begin() + r * 2 * f, f, gate.begin() + r * f);
-      std::copy_n(gu.begin() + r * 2 * f + f, f, up.begin() + r * f);
-    }
-  }
-
-  void head(sim::TaskId id, const sim::Op& op) {
-    using sim::OpCode;
-    const std::int64_t h = m_.hidden, vocab = m_.vocab;
-    const std::int64_t first = op.row_begin, rows = op.row_end - op.row_begin;
-    if (first < 0 || rows <= 0 || op.row_end > c_) fail(id, "LM head rows outside the chunk");
-    auto hidden_rows = [&]() {
-      const auto& x = in(Role::x);
-      return std::vector<float>(x.begin() + first * h, x.begin() + (first + rows) * h);
-    };
-    Parameter& w = s_.lm_head();
-    const int head_group = m_.tied_embeddings ? kEmbeddingGroup : kHeadGroup;
-    switch (op.code) {
-      case OpCode::head_logits: {
-        expect_gemm(id, task_tokens(rows), vocab, h);
-        std::vector<float> nf(static_cast<std::size_t>(rows * h));
-        kernels::rmsnorm_forward_ref(static_cast<int>(rows), static_cast<int>(h), eps(), hidden_rows(), s_.final_norm().weight, nf);
-        round(nf);
-        out(Role::logits, rounded(linear(nf, w.weight, rows, h, vocab)));  // bf16, as the GPU's loss kernels read them
-        out(Role::nf, std::move(nf));
-        return;
-      }
-      case OpCode::head_xent: {
-        const auto& logits = in(Role::logits);
-        std::vector<std::int32_t> targets(static_cast<std::size_t>(rows));
-        for (std::int64_t r = 0; r < rows; ++r) targets[r] = token(op.seq, op.chunk * c_ + first + r + 1);
-        std::vector<float> loss(static_cast<std::size_t>(rows)), lse(static_cast<std::size_t>(rows));
-        kernels::cross_entropy_forward_ref(static_cast<int>(rows), static_cast<int>(vocab), logits, targets, loss, lse);
-        for (float l : loss) loss_sum_ += l;
-        loss_rows_ += rows;
-        // The step's loss is the mean over all its tokens: each token's loss has weight 1 / tokens.
-        const std::vector<float> dloss(static_cast<std::size_t>(rows), 1.0f / static_cast<float>(total_tokens_));
-        std::vector<float> dlogits(logits.size());
-        kernels::cross_entropy_backward_ref(static_cast<int>(rows), static_cast<int>(vocab), logits, targets, lse, dloss, dlogits);
-        out(Role::dlogits, rounded(std::move(dlogits)));
-        return;
-      }
-      case OpCode::head_dgrad: {
-        expect_gemm(id, task_tokens(rows), h, vocab);
-        const auto dnf = rounded(linear_dgrad(in(Role::dlogits), w.weight, rows, h, vocab));
-        std::vector<float> dx_rows(static_cast<std::size_t>(rows * h));
-        kernels::rmsnorm_backward_ref(static_cast<int>(rows), static_cast<int>(h), eps(), hidden_rows(), s_.final_norm().weight, dnf, dx_rows,
-                                      s_.final_norm().grad);
-        grad_written(kHeadGroup, id);
-        std::vector<float> dx = starts_accumulation(op) ? std::vector<float>(static_cast<std::size_t>(c_ * h), 0.0f) : in(Role::dx);
-        std::copy(dx_rows.begin(), dx_rows.end(), dx.begin() + first * h);
-        out(Role::dx, rounded(std::move(dx)));
-        return;
-      }
-      case OpCode::head_wgrad:
-        expect_gemm(id, h, vocab, task_tokens(rows));
-        linear_wgrad(in(Role::dlogits), in(Role::nf), w.grad, rows, h, vocab);
-        grad_written(head_group, id);
-        return;
-      default: fail(id, "not an LM head op");
-    }
+    ReferenceOpArgs a;
+    a.op = &op;
+    a.task = this;
+    a.state = &s_;
+    a.chunk_tokens = c_;
+    a.task_rows = expanded_task_tokens_;
+    a.tokens = tokens_;
+    a.step_tokens = total_tokens_;
+    a.emulate_bf16 = opt_.emulate_bf16;
+    a.loss_sum = &loss_sum_;
+    a.loss_rows = &loss_rows_;
+    run_reference_op(a);
   }
 
   const sim::TaskGraph& g_;
@@ -953,7 +604,7 @@ class ReferenceStep {
   std::vector<std::vector<std::uint64_t>> ancestors_;
   std::map<std::pair<sim::DeviceId, Key>, Slot> store_;
   std::map<Key, std::int64_t> latest_;
-  std::int64_t expanded_task_tokens_ = -1;  // see task_tokens
+  std::int64_t expanded_task_tokens_ = -1;  // a zigzag, run or micro-batch task's GEMM rows (ReferenceOpArgs::task_rows); -1 outside one
   std::map<int, GroupState> groups_;
   // Each reduced parameter's last sum over each set of ranks (reduce_gradients): a reduction over other ranks (the
   // tied embeddings' pair after the data-parallel one) sums the values themselves.
