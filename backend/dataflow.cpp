@@ -96,185 +96,38 @@ Key arrival(const sim::Op& op, Key key) {
   return key;
 }
 
-DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node,
-                           int rank) {
-  DataflowPlan plan;
-  std::map<std::pair<sim::DeviceId, Key>, int> live;  // what each place holds now
-  plan.releases.assign(order.size(), {});
-  auto host_of = [&](sim::DeviceId gpu) { return sim::host_device(gpu / gpus_per_node); };
+namespace {
 
-  auto touch = [&](int instance, int position) {
-    auto& acc = plan.instances[instance].accessors;
-    if (acc.empty() || acc.back() != position) acc.push_back(position);
-  };
-  auto find = [&](sim::DeviceId place, const Key& key) {
-    auto it = live.find({place, key});
-    return it == live.end() ? -1 : it->second;
-  };
-  auto create = [&](sim::DeviceId place, const Key& key, std::int64_t elements, DType dtype) {
-    Instance inst{key, place, dtype, elements * dtype_bytes(dtype), {}, -1, -1, -1, {}};
-    if (sim::is_host(place)) {
-      inst.host_offset_bytes = plan.host_bytes;
-      plan.host_bytes += (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+// plan_dataflow's walk: one method per kind of task, each adding the task's instances to `step_` (the task at
+// `position_` of the order) and creating, finding and releasing what each place holds.
+class DataflowPlanner {
+ public:
+  DataflowPlanner(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node, int rank)
+      : g_(graph), order_(order), model_(model), gpn_(gpus_per_node), rank_(rank) {
+    plan_.releases.assign(order.size(), {});
+  }
+
+  DataflowPlan run() {
+    for (std::size_t pos = 0; pos < order_.size(); ++pos) plan_.steps.push_back(plan_task(static_cast<int>(pos)));
+    // What no free dropped is released after its last access.
+    for (const auto& [where, instance] : live_) {
+      const auto& acc = plan_.instances[instance].accessors;
+      if (!acc.empty()) release(instance, acc.back());
     }
-    plan.instances.push_back(std::move(inst));
-    const int id = static_cast<int>(plan.instances.size()) - 1;
-    live[{place, key}] = id;
-    return id;
-  };
-  auto release = [&](int instance, int position) {
-    Instance& inst = plan.instances[instance];
-    inst.release_after = position;
-    plan.releases[position].push_back(instance);
-  };
+    find_device_peak();
+    place_in_arenas();
+    return std::move(plan_);
+  }
 
-  for (std::size_t pos = 0; pos < order.size(); ++pos) {
-    const int position = static_cast<int>(pos);
-    const sim::TaskId id = order[pos];
-    const sim::Task& t = graph.task(id);
-    TaskTensors step{id, {}, {}, {}};
-    auto need = [&](sim::DeviceId place, const Key& key) {
-      const int found = find(place, key);
-      if (found < 0) {
-        throw InternalError(task_name(graph, id) + " reads " + describe(key) + " on " + sim::device_name(place) +
-                                ", which does not hold it (run the plan with --device cpu --check on a small model to find the missing copy)",
-                            __FILE__, __LINE__);
-      }
-      return found;
-    };
-    auto remote = [&](sim::DeviceId place) { return rank >= 0 && !sim::is_host(place) && place != rank; };
-    // A send between ranks: this rank's side of it.
-    auto across_ranks = [&](sim::DeviceId from, sim::DeviceId to) {
-      for (const Key& key : content(t.op)) {
-        if (remote(to)) {  // sending: what it carries must be here
-          int src = find(from, key);
-          if (src < 0 && key.role == Role::dkv) {  // nothing added yet: zeros, so that the message is what the receiver expects
-            const TensorShape shape = chunk_tensor(key.role, model_of(t.op, model), graph.chunk_tokens());
-            src = create(from, key, shape.elements, shape.dtype);
-            step.zero_first.push_back(src);
-          }
-          if (src < 0) need(from, key);
-          touch(src, position);
-          step.instances.insert(step.instances.end(), {src, -1});
-        } else {  // receiving
-          const Key delivered = arrival(t.op, key);
-          int dst = find(to, delivered);
-          if (dst < 0) {
-            const TensorShape shape = chunk_tensor(delivered.role, model_of(t.op, model), graph.chunk_tokens());
-            dst = create(to, delivered, shape.elements, shape.dtype);
-          }
-          touch(dst, position);
-          step.instances.insert(step.instances.end(), {-1, dst});
-        }
-      }
-    };
-    auto move = [&](sim::DeviceId from, sim::DeviceId to) {
-      if (remote(from) || remote(to)) return across_ranks(from, to);
-      for (const Key& key : content(t.op)) {
-        const int src = find(from, key);
-        if (src < 0 && key.role == Role::dkv) {  // an accumulator nothing has added to yet is zero: nothing to move...
-          int dst = -1;
-          if (const Key delivered = arrival(t.op, key); delivered.role == Role::dkv_in) {  // ...but a ring's is added in: zeros
-            const TensorShape shape = chunk_tensor(delivered.role, model_of(t.op, model), graph.chunk_tokens());
-            dst = find(to, delivered);
-            if (dst < 0) dst = create(to, delivered, shape.elements, shape.dtype);
-            step.zero_first.push_back(dst);
-            touch(dst, position);
-          }
-          step.instances.insert(step.instances.end(), {-1, dst});
-          continue;
-        }
-        if (src < 0) need(from, key);
-        const Instance& s = plan.instances[src];
-        const Key delivered = arrival(t.op, key);
-        int dst = find(to, delivered);
-        if (dst < 0) dst = create(to, delivered, s.bytes / dtype_bytes(s.dtype), s.dtype);
-        touch(src, position);
-        touch(dst, position);
-        step.instances.insert(step.instances.end(), {src, dst});
-      }
-    };
-    // Ulysses' all-to-all, this rank's side: per tensor, what it sends (its chunks' heads, or its head group of
-    // every member's chunks), then what it receives, each in member and chunk order (member_chunks).
-    auto exchange_heads = [&] {
-      TRAINYARD_CHECK(rank >= 0, "Ulysses' all-to-alls are planned one rank at a time");
-      const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
-      const auto at = std::find(members.begin(), members.end(), rank);
-      if (at == members.end()) return;
-      const auto me = static_cast<std::int32_t>(at - members.begin()), groups = static_cast<std::int32_t>(members.size());
-      for (const HeadsExchanged& e : heads_exchanged(t.op.code)) {
-        const std::int64_t whole = graph.chunk_tokens() * e.blocks * width_elements(e.row, model);
-        auto key = [&](std::int32_t chunk, std::int32_t heads) { return Key{e.role, t.op.seq, t.op.layer, chunk, 0, heads}; };
-        std::vector<Key> mine, theirs;  // this rank's chunks' heads; its head group of every member's chunks
-        for (std::int32_t chunk : member_chunks(t.op, me)) mine.push_back(key(chunk, 0));
-        for (std::int32_t i = 0; i < groups; ++i) {
-          for (std::int32_t chunk : member_chunks(t.op, i)) theirs.push_back(key(chunk, me + 1));
-        }
-        const bool to_groups = to_head_groups(t.op.code);
-        const std::vector<Key>& sent = to_groups ? mine : theirs;
-        const std::vector<Key>& received = to_groups ? theirs : mine;
-        for (const Key& k : sent) {
-          const int src = need(rank, k);
-          touch(src, position);
-          step.instances.push_back(src);
-        }
-        for (const Key& k : received) {
-          int dst = find(rank, k);
-          if (dst < 0) dst = create(rank, k, k.heads > 0 ? whole / groups : whole, e.dtype);
-          touch(dst, position);
-          step.instances.push_back(dst);
-        }
-      }
-    };
-    // All-gather context parallelism, this rank's side (member i holds member_chunks(op, i)): the gather sends K
-    // and V of its chunks and receives every other member's, member by member; the reduce-scatter sends each other
-    // member its dK | dV of that member's chunks (zeros where nothing was added) and adds what it receives into its own.
-    auto cp_exchange = [&] {
-      TRAINYARD_CHECK(rank >= 0, "all-gather context parallelism is planned one rank at a time");
-      const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
-      const auto at = std::find(members.begin(), members.end(), rank);
-      if (at == members.end()) return;
-      const auto me = static_cast<std::int32_t>(at - members.begin());
-      const bool gather = t.op.code == sim::OpCode::cp_gather_kv;
-      const std::vector<Role> roles = gather ? std::vector<Role>{Role::k, Role::v} : std::vector<Role>{Role::dkv};
-      auto each = [&](std::int32_t member, auto&& visit) {
-        for (std::int32_t chunk : member_chunks(t.op, member)) {
-          for (Role r : roles) visit(Key{r, t.op.seq, t.op.layer, chunk});
-        }
-      };
-      auto take = [&](const Key& k, bool zeroed_if_new) {
-        int inst = find(rank, k);
-        if (inst < 0) {
-          const TensorShape shape = chunk_tensor(k.role, model, graph.chunk_tokens());
-          inst = create(rank, k, shape.elements, shape.dtype);
-          if (zeroed_if_new) step.zero_first.push_back(inst);
-        }
-        touch(inst, position);
-        step.instances.push_back(inst);
-      };
-      auto mine = [&](const Key& k) {
-        const int inst = need(rank, k);
-        touch(inst, position);
-        step.instances.push_back(inst);
-      };
-      if (gather) each(me, mine);
-      for (std::int32_t i = 0; i < static_cast<std::int32_t>(members.size()); ++i) {
-        if (i != me) each(i, [&](const Key& k) { take(k, !gather); });
-      }
-      if (!gather) each(me, mine);
-    };
+ private:
+  TaskTensors plan_task(int position) {
+    position_ = position;
+    id_ = order_[static_cast<std::size_t>(position)];
+    const sim::Task& t = task();
+    step_ = TaskTensors{id_, {}, {}, {}};
     switch (t.kind()) {
       case sim::TaskKind::alloc: break;
-      case sim::TaskKind::free: {
-        const sim::Task& alloc = graph.task(std::get<sim::Free>(t.params).alloc);
-        for (const Key& key : content(alloc.op)) {
-          auto it = live.find({alloc.device, key});
-          if (it == live.end()) continue;
-          release(it->second, position);
-          live.erase(it);
-        }
-        break;
-      }
+      case sim::TaskKind::free: free_allocation(g_.task(std::get<sim::Free>(t.params).alloc)); break;
       case sim::TaskKind::copy:
         if (t.op.code != sim::OpCode::states) {
           const bool h2d = std::get<sim::Copy>(t.params).direction == sim::Copy::Direction::h2d;
@@ -287,84 +140,258 @@ DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::Tas
       case sim::TaskKind::collective:  // model states, Ulysses' all-to-alls, or tensor parallelism's sums in place
         if (is_heads_exchange(t.op.code)) exchange_heads();
         if (t.op.code == sim::OpCode::cp_gather_kv || t.op.code == sim::OpCode::cp_scatter_dkv) cp_exchange();
-        if (is_tensor_parallel_collective(t.op.code)) {
-          const auto& members = graph.groups()[std::get<sim::Collective>(t.params).group];
-          for (sim::DeviceId member : members) {
-            if (rank >= 0 && member != rank) continue;
-            for (const Key& key : tensor_parallel_keys(t.op, graph.chunk_tokens())) {
-              const int inst = need(member, key);
-              touch(inst, position);
-              step.instances.push_back(inst);
-            }
-          }
-        }
+        if (is_tensor_parallel_collective(t.op.code)) tensor_parallel();
         break;
       default:
         if (t.op.code == sim::OpCode::states || t.op.code == sim::OpCode::optimizer || t.op.code == sim::OpCode::host_grad_sum) break;
-        step.uses = compute_uses(t.op, model, graph.chunk_tokens());
-        for (const Use& u : step.uses) {
-          int inst = find(t.device, u.key);
-          switch (u.access) {
-            case Access::read:
-            case Access::update: inst = need(t.device, u.key); break;
-            case Access::write:
-              if (inst < 0) {
-                inst = create(t.device, u.key, u.elements, u.dtype);
-                if (u.zeroed) step.zero_first.push_back(inst);
-              }
-              break;
-            case Access::accumulate:
-              if (inst < 0) {
-                inst = create(t.device, u.key, u.elements, u.dtype);
-                step.zero_first.push_back(inst);
-              }
-              break;
-          }
-          touch(inst, position);
-          step.instances.push_back(inst);
-        }
+        compute();
         break;
     }
-    plan.steps.push_back(std::move(step));
+    return std::move(step_);
   }
-  // What no free dropped is released after its last access.
-  for (const auto& [where, instance] : live) {
-    const auto& acc = plan.instances[instance].accessors;
-    if (!acc.empty()) release(instance, acc.back());
+
+  const sim::Task& task() const { return g_.task(id_); }
+  sim::DeviceId host_of(sim::DeviceId gpu) const { return sim::host_device(gpu / gpn_); }
+  bool remote(sim::DeviceId place) const { return rank_ >= 0 && !sim::is_host(place) && place != rank_; }
+  TensorShape shape_of(Role role) const { return chunk_tensor(role, model_of(task().op, model_), g_.chunk_tokens()); }
+
+  // --- what each place holds ----------------------------------------------------------------------------------
+  void touch(int instance) {
+    auto& acc = plan_.instances[instance].accessors;
+    if (acc.empty() || acc.back() != position_) acc.push_back(position_);
   }
+  // Touched by the running task, as its next instance.
+  void use(int instance) {
+    touch(instance);
+    step_.instances.push_back(instance);
+  }
+  int find(sim::DeviceId place, const Key& key) const {
+    auto it = live_.find({place, key});
+    return it == live_.end() ? -1 : it->second;
+  }
+  int need(sim::DeviceId place, const Key& key) const {
+    const int found = find(place, key);
+    if (found < 0) {
+      throw InternalError(task_name(g_, id_) + " reads " + describe(key) + " on " + sim::device_name(place) +
+                              ", which does not hold it (run the plan with --device cpu --check on a small model to find the missing copy)",
+                          __FILE__, __LINE__);
+    }
+    return found;
+  }
+  int create(sim::DeviceId place, const Key& key, std::int64_t elements, DType dtype) {
+    Instance inst{key, place, dtype, elements * dtype_bytes(dtype), {}, -1, -1, -1, {}};
+    if (sim::is_host(place)) {
+      inst.host_offset_bytes = plan_.host_bytes;
+      plan_.host_bytes += (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+    }
+    plan_.instances.push_back(std::move(inst));
+    const int id = static_cast<int>(plan_.instances.size()) - 1;
+    live_[{place, key}] = id;
+    return id;
+  }
+  // What `place` holds of `key`, or a new instance there (listed to be zeroed first when `zeroed`).
+  int find_or_create(sim::DeviceId place, const Key& key, TensorShape shape, bool zeroed = false) {
+    int inst = find(place, key);
+    if (inst < 0) {
+      inst = create(place, key, shape.elements, shape.dtype);
+      if (zeroed) step_.zero_first.push_back(inst);
+    }
+    return inst;
+  }
+  void release(int instance, int position) {
+    plan_.instances[instance].release_after = position;
+    plan_.releases[static_cast<std::size_t>(position)].push_back(instance);
+  }
+
+  // --- one method per kind of task ----------------------------------------------------------------------------
+  void free_allocation(const sim::Task& alloc) {
+    for (const Key& key : content(alloc.op)) {
+      auto it = live_.find({alloc.device, key});
+      if (it == live_.end()) continue;
+      release(it->second, position_);
+      live_.erase(it);
+    }
+  }
+
+  // A copy or a send: (source, destination) pairs of what it carries.
+  void move(sim::DeviceId from, sim::DeviceId to) {
+    if (remote(from) || remote(to)) return across_ranks(from, to);
+    const sim::Op& op = task().op;
+    for (const Key& key : content(op)) {
+      const int src = find(from, key);
+      const Key delivered = arrival(op, key);
+      if (src < 0 && key.role == Role::dkv) {  // an accumulator nothing has added to yet is zero: nothing to move...
+        int dst = -1;
+        if (delivered.role == Role::dkv_in) {  // ...but a ring's is added in: zeros
+          dst = find(to, delivered);
+          if (dst < 0) dst = create(to, delivered, shape_of(delivered.role).elements, shape_of(delivered.role).dtype);
+          step_.zero_first.push_back(dst);
+          touch(dst);
+        }
+        step_.instances.insert(step_.instances.end(), {-1, dst});
+        continue;
+      }
+      if (src < 0) need(from, key);
+      const Instance& s = plan_.instances[src];
+      int dst = find(to, delivered);
+      if (dst < 0) dst = create(to, delivered, s.bytes / dtype_bytes(s.dtype), s.dtype);
+      touch(src);
+      touch(dst);
+      step_.instances.insert(step_.instances.end(), {src, dst});
+    }
+  }
+
+  // A send between ranks: this rank's side of it.
+  void across_ranks(sim::DeviceId from, sim::DeviceId to) {
+    const sim::Op& op = task().op;
+    for (const Key& key : content(op)) {
+      if (remote(to)) {  // sending: what it carries must be here
+        int src = find(from, key);
+        if (src < 0 && key.role == Role::dkv) src = find_or_create(from, key, shape_of(key.role), true);  // zeros, as the receiver expects
+        if (src < 0) need(from, key);
+        touch(src);
+        step_.instances.insert(step_.instances.end(), {src, -1});
+      } else {  // receiving
+        const Key delivered = arrival(op, key);
+        const int dst = find_or_create(to, delivered, shape_of(delivered.role));
+        touch(dst);
+        step_.instances.insert(step_.instances.end(), {-1, dst});
+      }
+    }
+  }
+
+  // This rank's index in the running collective's group, or -1 when it is not a member.
+  std::int32_t member_index() const {
+    const auto& members = g_.groups()[std::get<sim::Collective>(task().params).group];
+    const auto at = std::find(members.begin(), members.end(), rank_);
+    return at == members.end() ? -1 : static_cast<std::int32_t>(at - members.begin());
+  }
+  std::int32_t group_size() const { return static_cast<std::int32_t>(g_.groups()[std::get<sim::Collective>(task().params).group].size()); }
+
+  // Ulysses' all-to-all, this rank's side: per tensor, what it sends (its chunks' heads, or its head group of
+  // every member's chunks), then what it receives, each in member and chunk order (member_chunks).
+  void exchange_heads() {
+    TRAINYARD_CHECK(rank_ >= 0, "Ulysses' all-to-alls are planned one rank at a time");
+    const std::int32_t me = member_index(), groups = group_size();
+    if (me < 0) return;
+    const sim::Op& op = task().op;
+    for (const HeadsExchanged& e : heads_exchanged(op.code)) {
+      const std::int64_t whole = g_.chunk_tokens() * e.blocks * width_elements(e.row, model_);
+      auto key = [&](std::int32_t chunk, std::int32_t heads) { return Key{e.role, op.seq, op.layer, chunk, 0, heads}; };
+      std::vector<Key> mine, theirs;  // this rank's chunks' heads; its head group of every member's chunks
+      for (std::int32_t chunk : member_chunks(op, me)) mine.push_back(key(chunk, 0));
+      for (std::int32_t i = 0; i < groups; ++i) {
+        for (std::int32_t chunk : member_chunks(op, i)) theirs.push_back(key(chunk, me + 1));
+      }
+      const bool to_groups = to_head_groups(op.code);
+      for (const Key& k : to_groups ? mine : theirs) use(need(rank_, k));
+      for (const Key& k : to_groups ? theirs : mine) use(find_or_create(rank_, k, {k.heads > 0 ? whole / groups : whole, e.dtype}));
+    }
+  }
+
+  // All-gather context parallelism, this rank's side (member i holds member_chunks(op, i)): the gather sends K
+  // and V of its chunks and receives every other member's, member by member; the reduce-scatter sends each other
+  // member its dK | dV of that member's chunks (zeros where nothing was added) and adds what it receives into its own.
+  void cp_exchange() {
+    TRAINYARD_CHECK(rank_ >= 0, "all-gather context parallelism is planned one rank at a time");
+    const std::int32_t me = member_index();
+    if (me < 0) return;
+    const sim::Op& op = task().op;
+    const bool gather = op.code == sim::OpCode::cp_gather_kv;
+    const std::vector<Role> roles = gather ? std::vector<Role>{Role::k, Role::v} : std::vector<Role>{Role::dkv};
+    auto each = [&](std::int32_t member, auto&& visit) {
+      for (std::int32_t chunk : member_chunks(op, member)) {
+        for (Role r : roles) visit(Key{r, op.seq, op.layer, chunk});
+      }
+    };
+    auto mine = [&](const Key& k) { use(need(rank_, k)); };
+    if (gather) each(me, mine);
+    for (std::int32_t i = 0; i < group_size(); ++i) {
+      if (i != me) each(i, [&](const Key& k) { use(find_or_create(rank_, k, chunk_tensor(k.role, model_, g_.chunk_tokens()), !gather)); });
+    }
+    if (!gather) each(me, mine);
+  }
+
+  // Tensor parallelism's sums and gathers work in place on what each member holds.
+  void tensor_parallel() {
+    for (sim::DeviceId member : g_.groups()[std::get<sim::Collective>(task().params).group]) {
+      if (rank_ >= 0 && member != rank_) continue;
+      for (const Key& key : tensor_parallel_keys(task().op, g_.chunk_tokens())) use(need(member, key));
+    }
+  }
+
+  // A compute op: its table entry's tensors (compute_uses), in order.
+  void compute() {
+    const sim::Task& t = task();
+    step_.uses = compute_uses(t.op, model_, g_.chunk_tokens());
+    for (const Use& u : step_.uses) {
+      int inst = find(t.device, u.key);
+      switch (u.access) {
+        case Access::read:
+        case Access::update: inst = need(t.device, u.key); break;
+        case Access::write: inst = find_or_create(t.device, u.key, {u.elements, u.dtype}, u.zeroed); break;
+        case Access::accumulate: inst = find_or_create(t.device, u.key, {u.elements, u.dtype}, true); break;
+      }
+      use(inst);
+    }
+  }
+
+  // --- after the walk ---------------------------------------------------------------------------------------------
   // The device high-water mark: each instance is live from its first access to its release.
-  std::map<sim::DeviceId, std::vector<std::int64_t>> delta;
-  for (const Instance& inst : plan.instances) {
-    if (sim::is_host(inst.place) || inst.accessors.empty()) continue;
-    auto& d = delta.try_emplace(inst.place, order.size() + 1, 0).first->second;
-    d[inst.accessors.front()] += inst.bytes;
-    d[static_cast<std::size_t>(inst.release_after) + 1] -= inst.bytes;
+  void find_device_peak() {
+    std::map<sim::DeviceId, std::vector<std::int64_t>> delta;
+    for (const Instance& inst : plan_.instances) {
+      if (sim::is_host(inst.place) || inst.accessors.empty()) continue;
+      auto& d = delta.try_emplace(inst.place, order_.size() + 1, 0).first->second;
+      d[inst.accessors.front()] += inst.bytes;
+      d[static_cast<std::size_t>(inst.release_after) + 1] -= inst.bytes;
+    }
+    for (const auto& [place, d] : delta) {
+      std::int64_t live_bytes = 0;
+      for (std::int64_t change : d) plan_.device_peak_bytes = std::max(plan_.device_peak_bytes, live_bytes += change);
+    }
   }
-  for (const auto& [place, d] : delta) {
-    std::int64_t live_bytes = 0;
-    for (std::int64_t change : d) plan.device_peak_bytes = std::max(plan.device_peak_bytes, live_bytes += change);
-  }
+
   // Offsets in each GPU's arena.
-  std::map<sim::DeviceId, std::vector<int>> on_gpu;
-  for (std::size_t i = 0; i < plan.instances.size(); ++i) {
-    if (!sim::is_host(plan.instances[i].place)) on_gpu[plan.instances[i].place].push_back(static_cast<int>(i));
-  }
-  for (const auto& [gpu, ids] : on_gpu) {
-    std::vector<Lifetime> lifetimes;
-    for (int i : ids) {
-      const Instance& inst = plan.instances[i];
-      lifetimes.push_back(
-          {inst.accessors.front(), inst.release_after + 1, (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment, -1});
+  void place_in_arenas() {
+    std::map<sim::DeviceId, std::vector<int>> on_gpu;
+    for (std::size_t i = 0; i < plan_.instances.size(); ++i) {
+      if (!sim::is_host(plan_.instances[i].place)) on_gpu[plan_.instances[i].place].push_back(static_cast<int>(i));
     }
-    std::vector<std::vector<int>> reuses;
-    plan.device_arena_bytes = std::max(plan.device_arena_bytes, place_lifetimes(lifetimes, &reuses));
-    for (std::size_t k = 0; k < ids.size(); ++k) {
-      Instance& inst = plan.instances[ids[k]];
-      inst.device_offset_bytes = lifetimes[k].offset;
-      for (int r : reuses[k]) inst.reuses.push_back(ids[r]);
+    for (const auto& [gpu, ids] : on_gpu) {
+      std::vector<Lifetime> lifetimes;
+      for (int i : ids) {
+        const Instance& inst = plan_.instances[i];
+        lifetimes.push_back(
+            {inst.accessors.front(), inst.release_after + 1, (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment, -1});
+      }
+      std::vector<std::vector<int>> reuses;
+      plan_.device_arena_bytes = std::max(plan_.device_arena_bytes, place_lifetimes(lifetimes, &reuses));
+      for (std::size_t k = 0; k < ids.size(); ++k) {
+        Instance& inst = plan_.instances[ids[k]];
+        inst.device_offset_bytes = lifetimes[k].offset;
+        for (int r : reuses[k]) inst.reuses.push_back(ids[r]);
+      }
     }
   }
-  return plan;
+
+  const sim::TaskGraph& g_;
+  std::span<const sim::TaskId> order_;
+  const model::ModelConfig& model_;
+  int gpn_, rank_;
+  DataflowPlan plan_;
+  std::map<std::pair<sim::DeviceId, Key>, int> live_;  // what each place holds now
+  // The task being planned: its position in the order, its id and its instances so far.
+  int position_ = 0;
+  sim::TaskId id_ = 0;
+  TaskTensors step_;
+};
+
+}  // namespace
+
+DataflowPlan plan_dataflow(const sim::TaskGraph& graph, std::span<const sim::TaskId> order, const model::ModelConfig& model, int gpus_per_node,
+                           int rank) {
+  return DataflowPlanner(graph, order, model, gpus_per_node, rank).run();
 }
 
 }  // namespace trainyard::backend

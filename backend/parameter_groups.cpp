@@ -26,7 +26,7 @@ std::vector<int> groups_used(const sim::Task& t, const model::ModelConfig& m) {
   using sim::OpCode;
   const OpCode code = t.op.code;
   if (code == OpCode::embed || code == OpCode::embed_bwd) return {kEmbeddingGroup};
-  if (code >= OpCode::head_logits && code <= OpCode::head_wgrad) {
+  if (t.op.is_lm_head() && t.kind() != sim::TaskKind::collective) {  // the vocab-parallel collectives sum, they use no weights
     if (m.tied_embeddings) return {kHeadGroup, kEmbeddingGroup};
     return {kHeadGroup};
   }
