@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "calibrate/sweep_timer.hpp"
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
 #include "common/units.hpp"
@@ -22,10 +23,11 @@ namespace {
 // The gate (see calibrate_device.hpp): a fill of this many bytes per call queued, within these bounds.
 constexpr std::int64_t kGateBytesPerCall = 16 << 10, kGateMinBytes = 1 << 20, kGateMaxBytes = 64 << 20;
 
+// The CPU device's side of the timing (sweep_timer.hpp drives it): trials on the sweep's stream behind a gate.
 class Sweep {
  public:
   Sweep(const SweepPlan& plan, Measurements& m, Device& d, std::ostream* progress)
-      : plan_(plan), m_(m), d_(d), progress_(progress), start_(std::chrono::steady_clock::now()), gate_(d, kGateMaxBytes, 0) {
+      : plan_(plan), m_(m), d_(d), timer_(plan, m, progress, [&d] { d.synchronize(); }), gate_(d, kGateMaxBytes, 0) {
     gate_stream_ = d.create_stream();
     gate_event_ = d.create_event();
     stream_ = d.create_stream();
@@ -56,16 +58,8 @@ class Sweep {
     return d_.elapsed_ms(begin_, end_) * 1e-3 / calls;
   }
 
-  // The median seconds per call; nullopt when one call takes longer than the plan allows.
   std::optional<double> point(const std::function<void()>& call) {
-    for (int i = 0; i < plan_.warmup_calls; ++i) call();
-    d_.synchronize();
-    const double one = trial(call, 1);
-    if (one > plan_.max_call_seconds) return std::nullopt;
-    const int calls = static_cast<int>(std::clamp(std::ceil(plan_.trial_seconds / std::max(one, 1e-9)), 1.0, double(plan_.max_calls_per_trial)));
-    std::vector<double> per_call;
-    for (int r = 0; r < plan_.repeats; ++r) per_call.push_back(trial(call, calls));
-    return median_of(per_call);
+    return timer_.point([this](const std::function<void()>& c, int calls) { return trial(c, calls); }, call);
   }
 
   // H2D on the sweep's stream and D2H on a second one that starts with it: seconds per copy of each.
@@ -84,34 +78,17 @@ class Sweep {
     return {d_.elapsed_ms(begin_, end_) * 1e-3 / calls, d_.elapsed_ms(begin_, end_second_) * 1e-3 / calls};
   }
 
-  void skip(const std::string& what) {
-    m_.skipped.push_back(what + ": one call took longer than " + format_number(plan_.max_call_seconds) + " s; larger ones skipped");
-  }
-  void report(const std::string& line) {
-    if (progress_) *progress_ << "calibrate: " << line << " (" << format_fixed(elapsed(), 1) << " s)" << std::endl;
-  }
-  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  void skip(const std::string& what) { timer_.skip(what); }
+  void report(const std::string& line) { timer_.report(line); }
+  double elapsed() const { return timer_.elapsed(); }
 
   const SweepPlan& plan_;
   Measurements& m_;
   Device& d_;
-  std::ostream* progress_;
-  std::chrono::steady_clock::time_point start_;
+  SweepTimer timer_;
   SweepBuffer gate_;
   int gate_stream_ = 0, gate_event_ = 0, stream_ = 0, second_ = 0, begin_ = 0, end_ = 0, end_second_ = 0;
 };
-
-std::string rate_range(const std::vector<KernelPoint>& points) {
-  double lo = 1e300, hi = 0;
-  for (const auto& p : points) lo = std::min(lo, p.flops / p.seconds), hi = std::max(hi, p.flops / p.seconds);
-  return std::to_string(points.size()) + " points, " + format_fixed(lo * 1e-9, 2) + " to " + format_fixed(hi * 1e-9, 2) + " GFLOP/s";
-}
-
-std::string bandwidth(const std::vector<CopyPoint>& points) {
-  double hi = 0;
-  for (const auto& p : points) hi = std::max(hi, p.bytes / p.seconds);
-  return "up to " + format_fixed(hi * 1e-9, 1) + " GB/s";
-}
 
 void measure_launch(Sweep& s) {
   // An empty fill is the device's empty kernel: queued, woken, done.
@@ -147,7 +124,7 @@ void measure_gemm(Sweep& s) {
     }
     s.m_.gemm.push_back({label, gemm_flops(g), *time});
   }
-  s.report("GEMM: " + rate_range(s.m_.gemm));
+  s.report("GEMM: " + rate_range(s.m_.gemm, "GFLOP/s"));
 }
 
 void measure_attention(Sweep& s) {
@@ -183,7 +160,7 @@ void measure_attention(Sweep& s) {
     }
     s.m_.attention_bwd.push_back({label + " bwd", attention_flops(plan, c, true), *bwd});
   }
-  s.report("attention forward: " + rate_range(s.m_.attention_fwd) + "; backward: " + rate_range(s.m_.attention_bwd));
+  s.report("attention forward: " + rate_range(s.m_.attention_fwd, "GFLOP/s") + "; backward: " + rate_range(s.m_.attention_bwd, "GFLOP/s"));
 }
 
 void measure_copies(Sweep& s) {
@@ -215,19 +192,16 @@ void measure_copies(Sweep& s) {
     }
   }
   for (std::int64_t bytes : plan.copy_bytes) {
-    const auto [h2d_one, d2h_one] = s.both_ways(dev_a.as<void>(), host_a.as<void>(), host_b.as<void>(), dev_b.as<void>(), bytes, 1);
-    const int calls = static_cast<int>(
-        std::clamp(std::ceil(plan.trial_seconds / std::max(std::max(h2d_one, d2h_one), 1e-9)), 1.0, double(plan.max_calls_per_trial)));
-    std::vector<double> h2d, d2h;
-    for (int r = 0; r < plan.repeats; ++r) {
-      const auto [x, y] = s.both_ways(dev_a.as<void>(), host_a.as<void>(), host_b.as<void>(), dev_b.as<void>(), bytes, calls);
-      h2d.push_back(x);
-      d2h.push_back(y);
+    const auto both = s.timer_.two_way_point(
+        [&](int calls) { return s.both_ways(dev_a.as<void>(), host_a.as<void>(), host_b.as<void>(), dev_b.as<void>(), bytes, calls); });
+    if (!both) {
+      s.skip("copies both ways of " + format_bytes(static_cast<double>(bytes)));
+      break;
     }
-    s.m_.h2d_both.push_back({static_cast<double>(bytes), median_of(h2d)});
-    s.m_.d2h_both.push_back({static_cast<double>(bytes), median_of(d2h)});
+    s.m_.h2d_both.push_back({static_cast<double>(bytes), both->first});
+    s.m_.d2h_both.push_back({static_cast<double>(bytes), both->second});
   }
-  s.report("copies: H2D " + bandwidth(s.m_.h2d_pinned) + ", D2H " + bandwidth(s.m_.d2h_pinned) + ", device to device " + bandwidth(s.m_.d2d));
+  s.report("copies: H2D " + bandwidth_range(s.m_.h2d_pinned) + ", D2H " + bandwidth_range(s.m_.d2h_pinned) + ", device to device " + bandwidth_range(s.m_.d2d));
 }
 
 // The elementwise kernels the executor runs, each at every size: the bytes the simulator counts for the op (what
@@ -268,7 +242,7 @@ void measure_elementwise(Sweep& s) {
     }
     s.m_.optimizer.push_back({static_cast<double>(n) * sim::kAdamBytesPerParam, *time});
   }
-  s.report("elementwise: " + bandwidth(s.m_.elementwise) + ", AdamW " + bandwidth(s.m_.optimizer));
+  s.report("elementwise: " + bandwidth_range(s.m_.elementwise) + ", AdamW " + bandwidth_range(s.m_.optimizer));
 }
 
 }  // namespace

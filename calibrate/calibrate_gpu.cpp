@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "calibrate/calibrate_kernels.hpp"
+#include "calibrate/sweep_timer.hpp"
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "kernels/gemm.hpp"
@@ -149,65 +150,14 @@ class Trials {
   Event start_, stop_;
 };
 
-class Sweep {
- public:
-  Sweep(const SweepPlan& plan, Measurements& m, std::ostream* progress)
-      : plan_(plan), m_(m), progress_(progress), start_(std::chrono::steady_clock::now()) {}
-
-  int calls_per_trial(double call_s) const {
-    const double n = std::ceil(plan_.trial_seconds / std::max(call_s, 1e-9));
-    return static_cast<int>(std::clamp(n, 1.0, static_cast<double>(plan_.max_calls_per_trial)));
-  }
-
-  // The median seconds per call; nullopt when one call takes longer than the plan allows.
-  std::optional<double> point(Trials& trials, cudaStream_t stream, const std::function<void()>& call) {
-    for (int i = 0; i < plan_.warmup_calls; ++i) call();
-    TRAINYARD_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const double one = trials.run(call, 1);
-    if (one > plan_.max_call_seconds) return std::nullopt;
-    const int calls = calls_per_trial(one);
-    std::vector<double> per_call;
-    for (int r = 0; r < plan_.repeats; ++r) per_call.push_back(trials.run(call, calls));
-    return median_of(per_call);
-  }
-
-  void skip(const std::string& what, const std::string& why) { m_.skipped.push_back(what + ": " + why); }
-
-  void report(const std::string& line) {
-    if (progress_) *progress_ << "calibrate: " << line << " (" << format_fixed(elapsed(), 1) << " s)" << std::endl;
-  }
-  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
-  const SweepPlan& plan() const { return plan_; }
-  Measurements& measurements() { return m_; }
-
- private:
-  const SweepPlan& plan_;
-  Measurements& m_;
-  std::ostream* progress_;
-  std::chrono::steady_clock::time_point start_;
-};
-
-std::string too_slow(double limit_s) { return "one call took longer than " + format_number(limit_s) + " s; larger ones skipped"; }
-
-std::string throughput_range(const std::vector<KernelPoint>& points) {
-  if (points.empty()) return "no points";
-  double lo = 1e300, hi = 0;
-  for (const auto& p : points) {
-    lo = std::min(lo, p.flops / p.seconds);
-    hi = std::max(hi, p.flops / p.seconds);
-  }
-  return std::to_string(points.size()) + " points, " + format_fixed(lo * 1e-12, 1) + " to " + format_fixed(hi * 1e-12, 1) + " TFLOP/s";
-}
-
-std::string bandwidth_range(const std::vector<CopyPoint>& points) {
-  double hi = 0;
-  for (const auto& p : points) hi = std::max(hi, p.bytes / p.seconds);
-  return "up to " + format_fixed(hi * 1e-9, 1) + " GB/s";
+// A point timed by the sweep's one driver (sweep_timer.hpp) with these trials on `stream`.
+std::optional<double> point(SweepTimer& sweep, Trials& trials, const std::function<void()>& call) {
+  return sweep.point([&](const std::function<void()>& c, int calls) { return trials.run(c, calls); }, call);
 }
 
 // ---- the series ------------------------------------------------------------------------------------------
 
-void measure_gemm(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
+void measure_gemm(SweepTimer& sweep, cudaStream_t stream, Blocker& blocker) {
   auto shapes = sweep.plan().gemm;
   std::stable_sort(shapes.begin(), shapes.end(), [](const auto& a, const auto& b) { return gemm_flops(a) < gemm_flops(b); });
   std::size_t a_elems = 1, b_elems = 1, c_elems = 1;
@@ -227,19 +177,19 @@ void measure_gemm(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
   };
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const GemmShape s = shapes[i];
-    const auto time = sweep.point(trials, stream, [&] {
+    const auto time = point(sweep, trials, [&] {
       gemm.run(s.m, s.n, s.k, a.as<bf16_bits>(), s.transpose_a, b.as<bf16_bits>(), s.transpose_b, c.as<void>(), false, 1.0f, 0.0f, stream);
     });
     if (!time) {
-      for (std::size_t j = i; j < shapes.size(); ++j) sweep.skip(label(shapes[j]), too_slow(sweep.plan().max_call_seconds));
+      for (std::size_t j = i; j < shapes.size(); ++j) sweep.skip(label(shapes[j]));
       break;
     }
     sweep.measurements().gemm.push_back({label(s), gemm_flops(s), *time});
   }
-  sweep.report("GEMM (cuBLASLt bf16): " + throughput_range(sweep.measurements().gemm));
+  sweep.report("GEMM (cuBLASLt bf16): " + rate_range(sweep.measurements().gemm, "TFLOP/s"));
 }
 
-void measure_attention(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
+void measure_attention(SweepTimer& sweep, cudaStream_t stream, Blocker& blocker) {
   const SweepPlan& plan = sweep.plan();
   auto cases = plan.attention;
   std::stable_sort(cases.begin(), cases.end(),
@@ -261,17 +211,17 @@ void measure_attention(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
       kernels::attention_forward(s, q_.as<bf16_bits>(), k_.as<bf16_bits>(), v_.as<bf16_bits>(), o_.as<bf16_bits>(), lse_.as<float>(), stream);
     };
     if (forward_on) {
-      if (const auto time = sweep.point(trials, stream, forward)) {
+      if (const auto time = point(sweep, trials, forward)) {
         sweep.measurements().attention_fwd.push_back({label + " fwd", attention_flops(plan, c, false), *time});
       } else {
         forward_on = false;
-        sweep.skip(label + " forward", too_slow(plan.max_call_seconds));
+        sweep.skip(label + " forward");
       }
     }
     if (backward_on) {
       forward();  // o and lse of this shape, then D, as the backward reads them
       kernels::attention_backward_prep(c.length, s.heads, s.head_dim, o_.as<bf16_bits>(), do_.as<bf16_bits>(), delta_.as<float>(), stream);
-      const auto time = sweep.point(trials, stream, [&] {
+      const auto time = point(sweep, trials, [&] {
         kernels::attention_backward(s, q_.as<bf16_bits>(), k_.as<bf16_bits>(), v_.as<bf16_bits>(), do_.as<bf16_bits>(), lse_.as<float>(),
                                     delta_.as<float>(), dq_.as<float>(), dk_.as<float>(), dv_.as<float>(), stream);
       });
@@ -279,15 +229,15 @@ void measure_attention(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
         sweep.measurements().attention_bwd.push_back({label + " bwd", attention_flops(plan, c, true), *time});
       } else {
         backward_on = false;
-        sweep.skip(label + " backward", too_slow(plan.max_call_seconds));
+        sweep.skip(label + " backward");
       }
     }
   }
-  sweep.report("attention forward: " + throughput_range(sweep.measurements().attention_fwd) +
-               "; backward: " + throughput_range(sweep.measurements().attention_bwd));
+  sweep.report("attention forward: " + rate_range(sweep.measurements().attention_fwd, "TFLOP/s") +
+               "; backward: " + rate_range(sweep.measurements().attention_bwd, "TFLOP/s"));
 }
 
-void measure_launch(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
+void measure_launch(SweepTimer& sweep, cudaStream_t stream, Blocker& blocker) {
   launch_empty_kernel(stream);  // module loading
   TRAINYARD_CUDA_CHECK(cudaStreamSynchronize(stream));
   Trials behind(stream, &blocker), alone(stream, nullptr);
@@ -303,20 +253,37 @@ void measure_launch(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
                std::to_string(gpu.back().kernels) + " back to back)");
 }
 
-void measure_copies(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
-  const SweepPlan& plan = sweep.plan();
-  Measurements& m = sweep.measurements();
-  std::int64_t host_max = 1, device_max = 1;
-  for (auto b : plan.copy_bytes) host_max = std::max(host_max, b);
-  for (auto b : plan.d2d_bytes) device_max = std::max(device_max, b);
-  device_max = std::max(device_max, host_max);
-  const auto z = [](std::int64_t x) { return static_cast<std::size_t>(x); };
-  PinnedMemory pinned_src(z(host_max)), pinned_dst(z(host_max));
-  std::unique_ptr<std::byte[]> pageable(new std::byte[z(host_max)]);
-  std::memset(pageable.get(), 0x3C, z(host_max));
-  DeviceMemory dev_a(z(device_max), 0x3C), dev_b(z(device_max), 0x3C);
-  Trials behind(stream, &blocker), alone(stream, nullptr);
+// The sweep's copy buffers: pinned and pageable host memory and two device buffers, each as large as the
+// largest copy of the plan.
+struct CopyBuffers {
+  static std::int64_t host_max(const SweepPlan& plan) {
+    std::int64_t most = 1;
+    for (auto b : plan.copy_bytes) most = std::max(most, b);
+    return most;
+  }
+  static std::int64_t device_max(const SweepPlan& plan) {
+    std::int64_t most = host_max(plan);
+    for (auto b : plan.d2d_bytes) most = std::max(most, b);
+    return most;
+  }
+  explicit CopyBuffers(const SweepPlan& plan)
+      : pinned_src(z(host_max(plan))),
+        pinned_dst(z(host_max(plan))),
+        pageable(new std::byte[z(host_max(plan))]),
+        dev_a(z(device_max(plan)), 0x3C),
+        dev_b(z(device_max(plan)), 0x3C) {
+    std::memset(pageable.get(), 0x3C, z(host_max(plan)));
+  }
+  static std::size_t z(std::int64_t x) { return static_cast<std::size_t>(x); }
+  PinnedMemory pinned_src, pinned_dst;
+  std::unique_ptr<std::byte[]> pageable;
+  DeviceMemory dev_a, dev_b;
+};
 
+// H2D and D2H, pinned (behind the blocker) and pageable (not: a pageable copy is staged by the host), one direction at a time.
+void measure_one_way_copies(SweepTimer& sweep, cudaStream_t stream, Blocker& blocker, CopyBuffers& b) {
+  Measurements& m = sweep.measurements();
+  Trials behind(stream, &blocker), alone(stream, nullptr);
   struct Series {
     const char* name;
     std::vector<CopyPoint>* out;
@@ -326,71 +293,81 @@ void measure_copies(Sweep& sweep, cudaStream_t stream, Blocker& blocker) {
     cudaMemcpyKind kind;
   };
   const Series series[] = {
-      {"h2d pinned", &m.h2d_pinned, &behind, dev_a.as<void>(), pinned_src.get(), cudaMemcpyHostToDevice},
-      {"d2h pinned", &m.d2h_pinned, &behind, pinned_dst.get(), dev_b.as<void>(), cudaMemcpyDeviceToHost},
-      {"h2d pageable", &m.h2d_pageable, &alone, dev_a.as<void>(), pageable.get(), cudaMemcpyHostToDevice},
-      {"d2h pageable", &m.d2h_pageable, &alone, pageable.get(), dev_b.as<void>(), cudaMemcpyDeviceToHost},
+      {"h2d pinned", &m.h2d_pinned, &behind, b.dev_a.as<void>(), b.pinned_src.get(), cudaMemcpyHostToDevice},
+      {"d2h pinned", &m.d2h_pinned, &behind, b.pinned_dst.get(), b.dev_b.as<void>(), cudaMemcpyDeviceToHost},
+      {"h2d pageable", &m.h2d_pageable, &alone, b.dev_a.as<void>(), b.pageable.get(), cudaMemcpyHostToDevice},
+      {"d2h pageable", &m.d2h_pageable, &alone, b.pageable.get(), b.dev_b.as<void>(), cudaMemcpyDeviceToHost},
   };
   for (const auto& s : series) {
-    for (std::int64_t bytes : plan.copy_bytes) {
-      const auto time = sweep.point(*s.trials, stream, [&] { TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(s.dst, s.src, z(bytes), s.kind, stream)); });
+    for (std::int64_t bytes : sweep.plan().copy_bytes) {
+      const auto time = point(sweep, *s.trials, [&] { TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(s.dst, s.src, CopyBuffers::z(bytes), s.kind, stream)); });
       if (!time) {
-        sweep.skip(std::string(s.name) + " copy of " + format_bytes(static_cast<double>(bytes)), too_slow(plan.max_call_seconds));
+        sweep.skip(std::string(s.name) + " copy of " + format_bytes(static_cast<double>(bytes)));
         break;
       }
       s.out->push_back({static_cast<double>(bytes), *time});
     }
   }
+}
 
-  // Both directions at once: H2D on `stream`, D2H on a second stream that starts with it.
-  Stream second;
-  Event start, stop_h2d, stop_d2h;
-  const auto both = [&](std::int64_t bytes, int calls) {
+// Both directions at once: H2D on `stream`, D2H on a second stream that starts with it.
+class TwoWayCopies {
+ public:
+  TwoWayCopies(cudaStream_t stream, Blocker& blocker, CopyBuffers& b) : stream_(stream), blocker_(blocker), b_(b) {}
+  // Seconds per copy of each direction, `calls` copies each way.
+  std::pair<double, double> run(std::int64_t bytes, int calls) {
     for (int attempt = 0; attempt < 4; ++attempt) {
-      blocker.hold(stream);
-      TRAINYARD_CUDA_CHECK(cudaEventRecord(start.get(), stream));
-      TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(second.get(), start.get(), 0));
+      blocker_.hold(stream_);
+      TRAINYARD_CUDA_CHECK(cudaEventRecord(start_.get(), stream_));
+      TRAINYARD_CUDA_CHECK(cudaStreamWaitEvent(second_.get(), start_.get(), 0));
       for (int i = 0; i < calls; ++i) {
-        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(dev_a.as<void>(), pinned_src.get(), z(bytes), cudaMemcpyHostToDevice, stream));
-        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(pinned_dst.get(), dev_b.as<void>(), z(bytes), cudaMemcpyDeviceToHost, second.get()));
+        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b_.dev_a.as<void>(), b_.pinned_src.get(), CopyBuffers::z(bytes), cudaMemcpyHostToDevice, stream_));
+        TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b_.pinned_dst.get(), b_.dev_b.as<void>(), CopyBuffers::z(bytes), cudaMemcpyDeviceToHost, second_.get()));
       }
-      TRAINYARD_CUDA_CHECK(cudaEventRecord(stop_h2d.get(), stream));
-      TRAINYARD_CUDA_CHECK(cudaEventRecord(stop_d2h.get(), second.get()));
-      blocker.release();
-      TRAINYARD_CUDA_CHECK(cudaEventSynchronize(stop_h2d.get()));
-      TRAINYARD_CUDA_CHECK(cudaEventSynchronize(stop_d2h.get()));
-      if (blocker.timed_out()) {
+      TRAINYARD_CUDA_CHECK(cudaEventRecord(stop_h2d_.get(), stream_));
+      TRAINYARD_CUDA_CHECK(cudaEventRecord(stop_d2h_.get(), second_.get()));
+      blocker_.release();
+      TRAINYARD_CUDA_CHECK(cudaEventSynchronize(stop_h2d_.get()));
+      TRAINYARD_CUDA_CHECK(cudaEventSynchronize(stop_d2h_.get()));
+      if (blocker_.timed_out()) {
         calls = std::max(1, calls / 2);
         continue;
       }
-      return std::pair{elapsed_s(start, stop_h2d) / calls, elapsed_s(start, stop_d2h) / calls};
+      return {elapsed_s(start_, stop_h2d_) / calls, elapsed_s(start_, stop_d2h_) / calls};
     }
     throw InternalError("the blocking kernel timed out four times while enqueueing copies in both directions", __FILE__, __LINE__);
-  };
-  for (std::int64_t bytes : plan.copy_bytes) {
-    for (int i = 0; i < plan.warmup_calls; ++i) both(bytes, 1);
-    const auto [h2d_one, d2h_one] = both(bytes, 1);
-    if (std::max(h2d_one, d2h_one) > plan.max_call_seconds) {
-      sweep.skip("copies both ways of " + format_bytes(static_cast<double>(bytes)), too_slow(plan.max_call_seconds));
-      break;
-    }
-    const int calls = sweep.calls_per_trial(std::max(h2d_one, d2h_one));
-    std::vector<double> h2d, d2h;
-    for (int r = 0; r < plan.repeats; ++r) {
-      const auto [a, b] = both(bytes, calls);
-      h2d.push_back(a);
-      d2h.push_back(b);
-    }
-    m.h2d_both.push_back({static_cast<double>(bytes), median_of(h2d)});
-    m.d2h_both.push_back({static_cast<double>(bytes), median_of(d2h)});
   }
 
+ private:
+  cudaStream_t stream_;
+  Blocker& blocker_;
+  CopyBuffers& b_;
+  Stream second_;
+  Event start_, stop_h2d_, stop_d2h_;
+};
+
+void measure_copies(SweepTimer& sweep, cudaStream_t stream, Blocker& blocker) {
+  const SweepPlan& plan = sweep.plan();
+  Measurements& m = sweep.measurements();
+  CopyBuffers b(plan);
+  measure_one_way_copies(sweep, stream, blocker, b);
+  TwoWayCopies two_way(stream, blocker, b);
+  for (std::int64_t bytes : plan.copy_bytes) {
+    const auto both = sweep.two_way_point([&](int calls) { return two_way.run(bytes, calls); });
+    if (!both) {
+      sweep.skip("copies both ways of " + format_bytes(static_cast<double>(bytes)));
+      break;
+    }
+    m.h2d_both.push_back({static_cast<double>(bytes), both->first});
+    m.d2h_both.push_back({static_cast<double>(bytes), both->second});
+  }
+  Trials behind(stream, &blocker);
   for (std::int64_t bytes : plan.d2d_bytes) {
-    const auto time = sweep.point(behind, stream, [&] {
-      TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(dev_b.as<void>(), dev_a.as<void>(), z(bytes), cudaMemcpyDeviceToDevice, stream));
+    const auto time = point(sweep, behind, [&] {
+      TRAINYARD_CUDA_CHECK(cudaMemcpyAsync(b.dev_b.as<void>(), b.dev_a.as<void>(), CopyBuffers::z(bytes), cudaMemcpyDeviceToDevice, stream));
     });
     if (!time) {
-      sweep.skip("device-to-device copy of " + format_bytes(static_cast<double>(bytes)), too_slow(plan.max_call_seconds));
+      sweep.skip("device-to-device copy of " + format_bytes(static_cast<double>(bytes)));
       break;
     }
     m.d2d.push_back({static_cast<double>(bytes), *time});
@@ -433,10 +410,10 @@ Measurements measure_on_gpu(const SweepPlan& plan, const CudaDevice& device, int
                     : "not measured: " + std::to_string(visible_gpus) +
                           " GPUs visible, but trainyard calibrate does not link NCCL yet (the executor's multi-GPU part is not written yet)";
 
-  Sweep sweep(plan, m, progress);
+  Stream stream;
+  SweepTimer sweep(plan, m, progress, [&stream] { TRAINYARD_CUDA_CHECK(cudaStreamSynchronize(stream.get())); });
   sweep.report("sweep '" + plan.name + "' on " + d.describe());
   {
-    Stream stream;
     Blocker blocker;
     measure_launch(sweep, stream.get(), blocker);
     measure_gemm(sweep, stream.get(), blocker);
