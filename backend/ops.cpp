@@ -180,19 +180,9 @@ const LinearSpec* linear_spec(sim::OpCode code) {
 }
 
 bool starts_accumulation(const sim::Op& op) {
-  switch (op.code) {
-    case OpCode::attn:
-    case OpCode::attn_bwd: return op.kv_last == op.chunk;  // the diagonal pair runs first
-    case OpCode::head_logits:
-    case OpCode::head_xent:
-    case OpCode::head_xent_shard:
-    case OpCode::head_xent_merge:
-    case OpCode::head_dgrad:
-    case OpCode::head_dgrad_shard:
-    case OpCode::head_norm_bwd:
-    case OpCode::head_wgrad: return op.row_begin == 0;
-    default: return true;
-  }
+  if (op.code == OpCode::attn || op.code == OpCode::attn_bwd) return op.kv_last == op.chunk;  // the diagonal pair runs first
+  if (op.is_lm_head()) return op.row_begin == 0;
+  return true;
 }
 
 TensorShape chunk_tensor(Role role, const model::ModelConfig& m, std::int64_t chunk_tokens) {
@@ -358,6 +348,17 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
   const bool kv_op = op.code == OpCode::attn || op.code == OpCode::attn_bwd || op.code == OpCode::dkv_add || op.code == OpCode::kv ||
                      op.code == OpCode::dkv || op.code == OpCode::dkv_pass || op.code == OpCode::kv_dkv;
   TRAINYARD_CHECK(!kv_op || op.zigzag > 0, "an attention op or a K/V move covers one query chunk or a zigzag pair, not a run");
+  if (op.is_lm_head()) {  // rows [row_begin, row_end) of the covered chunks laid end to end
+    TRAINYARD_CHECK(chunk_tokens > 0, "an LM-head piece over several chunks needs the chunk's rows");
+    const auto rows = static_cast<std::int32_t>(chunk_tokens);
+    for (std::size_t k = 0; k < covered.size(); ++k) {
+      const auto start = static_cast<std::int32_t>(k) * rows;
+      if (op.row_begin < start + rows && op.row_end > start) {
+        add(covered[k], -1, std::max(op.row_begin, start) - start, std::min(op.row_end, start + rows) - start);
+      }
+    }
+    return out;
+  }
   switch (op.code) {
     case OpCode::attn:
     case OpCode::attn_bwd:
@@ -375,26 +376,6 @@ std::vector<sim::Op> chunk_ops(const sim::Op& op, std::int64_t chunk_tokens) {
     case OpCode::kv_dkv:
       for (std::int32_t j : kv_list) add(op.chunk, j, -1, -1);
       return out;
-    case OpCode::head_logits:
-    case OpCode::head_xent:
-    case OpCode::head_xent_shard:
-    case OpCode::head_xent_merge:
-    case OpCode::head_dgrad:
-    case OpCode::head_dgrad_shard:
-    case OpCode::head_norm_bwd:
-    case OpCode::head_wgrad:
-    case OpCode::tp_sum_dnf:
-    case OpCode::tp_gather_xent: {  // rows [row_begin, row_end) of the covered chunks laid end to end
-      TRAINYARD_CHECK(chunk_tokens > 0, "an LM-head piece over several chunks needs the chunk's rows");
-      const auto rows = static_cast<std::int32_t>(chunk_tokens);
-      for (std::size_t k = 0; k < covered.size(); ++k) {
-        const auto start = static_cast<std::int32_t>(k) * rows;
-        if (op.row_begin < start + rows && op.row_end > start) {
-          add(covered[k], -1, std::max(op.row_begin, start) - start, std::min(op.row_end, start + rows) - start);
-        }
-      }
-      return out;
-    }
     default:
       for (std::int32_t chunk : covered) add(chunk, -1, -1, -1);
       return out;

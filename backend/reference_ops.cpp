@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 #include "common/error.hpp"
 
@@ -142,13 +143,25 @@ std::pair<std::vector<float>, std::vector<float>> gather_kv(const Args& a) {
   }
   return {std::move(k), std::move(v)};
 }
+// What both attention directions start from, once the graph's attention is checked against the op: the op's
+// head group's widths and its K/V chunks laid end to end.
+struct AttentionInputs {
+  model::ModelConfig mm;
+  std::int64_t c;
+  int H, D;
+  std::vector<float> k, v;
+};
+AttentionInputs attention_inputs(const Args& a) {
+  a.task->expect_attention(*a.op);
+  AttentionInputs in{model_of(*a.op, model(a)), chunk(a), 0, 0, {}, {}};
+  in.H = static_cast<int>(in.mm.heads);
+  in.D = static_cast<int>(in.mm.head_dim);
+  std::tie(in.k, in.v) = gather_kv(a);
+  return in;
+}
 void attention(const Args& a) {
   const sim::Op& op = *a.op;
-  const model::ModelConfig mm = model_of(op, model(a));
-  const std::int64_t c = chunk(a);
-  const int H = static_cast<int>(mm.heads), D = static_cast<int>(mm.head_dim);
-  a.task->expect_attention(op);
-  const auto [k, v] = gather_kv(a);
+  const auto [mm, c, H, D, k, v] = attention_inputs(a);
   std::vector<float> o_part(static_cast<std::size_t>(c * mm.q_dim())), lse_part(static_cast<std::size_t>(H * c));
   kernels::attention_forward_ref(reference_attention_shape(op, model(a), c), a.task->in(Role::q), k, v, o_part, lse_part);
   o_part = rounded(a, std::move(o_part));  // partials are written in bf16
@@ -225,11 +238,7 @@ void add_to_accumulators(const Args& a, const std::vector<float>& dk, const std:
 }
 void attention_bwd(const Args& a) {
   const sim::Op& op = *a.op;
-  const model::ModelConfig mm = model_of(op, model(a));
-  const std::int64_t c = chunk(a);
-  const int H = static_cast<int>(mm.heads), D = static_cast<int>(mm.head_dim);
-  a.task->expect_attention(op);
-  const auto [k, v] = gather_kv(a);
+  const auto [mm, c, H, D, k, v] = attention_inputs(a);
   std::vector<float> dq(static_cast<std::size_t>(c * mm.q_dim()), 0.0f), delta(static_cast<std::size_t>(H * c));
   if (starts_accumulation(op)) {  // the diagonal comes first: it starts dQ and computes D = rowsum(dO * O)
     kernels::attention_backward_prep_ref(static_cast<int>(c), H, D, a.task->in(Role::o), a.task->in(Role::d_o), delta);
