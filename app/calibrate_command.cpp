@@ -51,10 +51,10 @@ void print_summary(std::ostream& out, const hw::GpuProfile& before, const hw::Gp
                    percent(after.sustained.attention_bwd.at(flops))});
   }
   table.add_row({"HBM efficiency", percent(before.sustained.hbm_efficiency.value), percent(after.sustained.hbm_efficiency.value)});
-  table.add_row({"H2D pinned", format_fixed(before.sustained.pcie_h2d_gbps.value, 1) + " GB/s",
-                 format_fixed(after.sustained.pcie_h2d_gbps.value, 1) + " GB/s"});
-  table.add_row({"D2H pinned", format_fixed(before.sustained.pcie_d2h_gbps.value, 1) + " GB/s",
-                 format_fixed(after.sustained.pcie_d2h_gbps.value, 1) + " GB/s"});
+  table.add_row({"H2D pinned", format_fixed(before.sustained.pcie_h2d_GBps.value, 1) + " GB/s",
+                 format_fixed(after.sustained.pcie_h2d_GBps.value, 1) + " GB/s"});
+  table.add_row({"D2H pinned", format_fixed(before.sustained.pcie_d2h_GBps.value, 1) + " GB/s",
+                 format_fixed(after.sustained.pcie_d2h_GBps.value, 1) + " GB/s"});
   table.add_row({"kernel launch", format_fixed(before.sustained.kernel_launch_ns.value, 0) + " ns",
                  format_fixed(after.sustained.kernel_launch_ns.value, 0) + " ns"});
   table.print(out);
@@ -89,7 +89,7 @@ void write_peer_profiles(const backend::Measurements& m, const backend::PeerMeas
   write_file_atomically(node_path, std::string_view(node.dump(2) + "\n"));
   write_file_atomically(library_path, std::string_view(library.dump(2) + "\n"));
   std::cout << "ranks: " << peers.transport << " (" << format_fixed(peers.duration_s, 1) << " s, every rank's sweep at once before): messages "
-            << format_fixed(peer_fits.p2p.fixed_s * 1e6, 1) << " us + " << format_fixed(peer_fits.link_gbps, 2) << " GB/s; collectives "
+            << format_fixed(peer_fits.p2p.fixed_s * 1e6, 1) << " us + " << format_fixed(peer_fits.link_GBps, 2) << " GB/s; collectives "
             << format_fixed(peer_fits.base_latency_us, 1) << " us + " << format_fixed(peer_fits.step_latency_us, 1) << " us per step at "
             << format_fixed(100 * peer_fits.efficiency, 0) << "% of that rate (rms error "
             << format_fixed(100 * peer_fits.collective_rms_relative_error, 1) << "%)\n"

@@ -31,8 +31,8 @@ void list_gpus(bool as_json, Json& out) {
       continue;
     }
     table.add_row({gpu.name, format_fixed(gpu.peak_tflops(hw::Dtype::bf16), 1), format_bytes(gpu.hbm_bytes.value),
-                   format_fixed(gpu.hbm_gbps.value, 0), "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value),
-                   format_fixed(gpu.nvlink_gbps_per_direction.value, 0), gpu.description});
+                   format_fixed(gpu.hbm_GBps.value, 0), "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value),
+                   format_fixed(gpu.nvlink_GBps_per_direction.value, 0), gpu.description});
   }
   if (!as_json) {
     std::cout << "GPUs\n";
@@ -51,7 +51,7 @@ void list_nodes(bool as_json, Json& out) {
     }
     const bool nvlink = node.count(hw::VertexType::nvswitch) > 0;
     table.add_row({node.name, std::to_string(node.gpu_count()) + "x " + node.gpu.name, format_bytes(node.host_dram_bytes.value),
-                   format_fixed(node.host_dram_gbps(), 1), nvlink ? "NVSwitch" : "none", format_fixed(node.nic_gbps_per_gpu(), 1), node.description});
+                   format_fixed(node.host_dram_GBps(), 1), nvlink ? "NVSwitch" : "none", format_fixed(node.nic_GBps_per_gpu(), 1), node.description});
   }
   if (!as_json) {
     std::cout << "nodes\n";

@@ -57,20 +57,20 @@ Json gpu_json(const hw::GpuProfile& gpu) {
       {"origin", gpu.origin},
       {"peak_dense_tflops", peaks},
       {"hbm_bytes", figure_json(gpu.hbm_bytes)},
-      {"hbm_GBps", figure_json(gpu.hbm_gbps)},
+      {"hbm_GBps", figure_json(gpu.hbm_GBps)},
       {"sm_count", figure_json(gpu.sm_count)},
       {"pcie_generation", figure_json(gpu.pcie_generation)},
       {"pcie_lanes", figure_json(gpu.pcie_lanes)},
-      {"nvlink_GBps_per_direction", figure_json(gpu.nvlink_gbps_per_direction)},
+      {"nvlink_GBps_per_direction", figure_json(gpu.nvlink_GBps_per_direction)},
       {"sustained",
        {{"gemm_efficiency", figure_json(gpu.sustained.gemm_efficiency)},
         {"hbm_efficiency", figure_json(gpu.sustained.hbm_efficiency)},
-        {"pcie_h2d_GBps", figure_json(gpu.sustained.pcie_h2d_gbps)},
-        {"pcie_d2h_GBps", figure_json(gpu.sustained.pcie_d2h_gbps)},
-        {"nvlink_GBps_per_direction", figure_json(gpu.sustained.nvlink_gbps_per_direction)}}},
+        {"pcie_h2d_GBps", figure_json(gpu.sustained.pcie_h2d_GBps)},
+        {"pcie_d2h_GBps", figure_json(gpu.sustained.pcie_d2h_GBps)},
+        {"nvlink_GBps_per_direction", figure_json(gpu.sustained.nvlink_GBps_per_direction)}}},
       {"derived",
        {{"bf16_peak_tflops", gpu.peak_tflops(hw::Dtype::bf16)},
-        {"pcie_raw_GBps_per_direction", gpu.pcie_raw_gbps_per_direction()},
+        {"pcie_raw_GBps_per_direction", gpu.pcie_raw_GBps_per_direction()},
         {"ridge_flop_per_byte_bf16", gpu.ridge_flop_per_byte(hw::Dtype::bf16)}}},
   };
 }
@@ -83,23 +83,23 @@ void print_gpu(std::ostream& out, const hw::GpuProfile& gpu) {
     add_figure(table, "peak dense " + std::string(hw::to_string(d)), f, format_fixed(f.value, 1) + " TFLOP/s");
   }
   add_figure(table, "HBM capacity", gpu.hbm_bytes, format_bytes(gpu.hbm_bytes.value));
-  add_figure(table, "HBM bandwidth", gpu.hbm_gbps, format_fixed(gpu.hbm_gbps.value, 0) + " GB/s");
+  add_figure(table, "HBM bandwidth", gpu.hbm_GBps, format_fixed(gpu.hbm_GBps.value, 0) + " GB/s");
   add_figure(table, "SMs", gpu.sm_count, format_number(gpu.sm_count.value));
   add_figure(table, "PCIe", gpu.pcie_generation, "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value));
-  add_figure(table, "NVLink per direction", gpu.nvlink_gbps_per_direction,
-             gpu.nvlink_gbps_per_direction.value > 0 ? format_fixed(gpu.nvlink_gbps_per_direction.value, 0) + " GB/s" : "none");
+  add_figure(table, "NVLink per direction", gpu.nvlink_GBps_per_direction,
+             gpu.nvlink_GBps_per_direction.value > 0 ? format_fixed(gpu.nvlink_GBps_per_direction.value, 0) + " GB/s" : "none");
   add_figure(table, "sustained GEMM", gpu.sustained.gemm_efficiency, format_fixed(100 * gpu.sustained.gemm_efficiency.value, 0) + "% of bf16 peak");
   add_figure(table, "sustained HBM", gpu.sustained.hbm_efficiency, format_fixed(100 * gpu.sustained.hbm_efficiency.value, 0) + "% of HBM bandwidth");
-  add_figure(table, "sustained H2D (pinned)", gpu.sustained.pcie_h2d_gbps, format_fixed(gpu.sustained.pcie_h2d_gbps.value, 1) + " GB/s");
-  add_figure(table, "sustained D2H (pinned)", gpu.sustained.pcie_d2h_gbps, format_fixed(gpu.sustained.pcie_d2h_gbps.value, 1) + " GB/s");
-  if (gpu.sustained.nvlink_gbps_per_direction.value > 0) {
-    add_figure(table, "NVLink data rate", gpu.sustained.nvlink_gbps_per_direction,
-               format_fixed(gpu.sustained.nvlink_gbps_per_direction.value, 1) + " GB/s per direction (simulated)");
+  add_figure(table, "sustained H2D (pinned)", gpu.sustained.pcie_h2d_GBps, format_fixed(gpu.sustained.pcie_h2d_GBps.value, 1) + " GB/s");
+  add_figure(table, "sustained D2H (pinned)", gpu.sustained.pcie_d2h_GBps, format_fixed(gpu.sustained.pcie_d2h_GBps.value, 1) + " GB/s");
+  if (gpu.sustained.nvlink_GBps_per_direction.value > 0) {
+    add_figure(table, "NVLink data rate", gpu.sustained.nvlink_GBps_per_direction,
+               format_fixed(gpu.sustained.nvlink_GBps_per_direction.value, 1) + " GB/s per direction (simulated)");
   }
   table.print(out);
   out << "\nderived\n"
       << "  bf16 dense peak      " << format_fixed(gpu.peak_tflops(hw::Dtype::bf16), 1) << " TFLOP/s\n"
-      << "  PCIe per direction   " << format_fixed(gpu.pcie_raw_gbps_per_direction(), 1) << " GB/s raw\n"
+      << "  PCIe per direction   " << format_fixed(gpu.pcie_raw_GBps_per_direction(), 1) << " GB/s raw\n"
       << "  ridge point (bf16)   " << format_fixed(gpu.ridge_flop_per_byte(hw::Dtype::bf16), 0) << " FLOP/byte of HBM traffic\n";
 }
 
@@ -107,7 +107,7 @@ Json node_json(const hw::NodeProfile& node, int nodes) {
   Json vertices = Json::array();
   for (const auto& v : node.vertices) {
     Json j = {{"id", v.id}, {"type", hw::to_string(v.type)}};
-    if (v.nic_gbps_per_direction) j["GBps_per_direction"] = figure_json(*v.nic_gbps_per_direction);
+    if (v.nic_GBps_per_direction) j["GBps_per_direction"] = figure_json(*v.nic_GBps_per_direction);
     vertices.push_back(j);
   }
   Json links = Json::array();
@@ -134,10 +134,10 @@ Json node_json(const hw::NodeProfile& node, int nodes) {
       {"pcie_peer_to_peer", node.pcie_peer_to_peer},
       {"topology", {{"vertices", vertices}, {"links", links}}},
       {"derived",
-       {{"host_dram_GBps", node.host_dram_gbps()},
-        {"nic_GBps_per_gpu", node.nic_gbps_per_gpu()},
+       {{"host_dram_GBps", node.host_dram_GBps()},
+        {"nic_GBps_per_gpu", node.nic_GBps_per_gpu()},
         {"gpu0_to_host_route", topo.describe(host_route)},
-        {"gpu0_to_host_bottleneck_GBps", host_route.bottleneck_gbps}}},
+        {"gpu0_to_host_bottleneck_GBps", host_route.bottleneck_GBps}}},
       {"cluster",
        {{"nodes", nodes},
         {"gpus", gpus},
@@ -155,23 +155,23 @@ void print_node(std::ostream& out, const hw::NodeProfile& node, int nodes) {
   table.add_row({"GPUs", std::to_string(n) + " x " + gpu.name});
   table.add_row({"bf16 dense peak", format_fixed(gpu.peak_tflops(hw::Dtype::bf16), 1) + " TFLOP/s per GPU, " +
                                         format_fixed(n * gpu.peak_tflops(hw::Dtype::bf16), 0) + " per node"});
-  table.add_row({"HBM", format_bytes(gpu.hbm_bytes.value) + " at " + format_fixed(gpu.hbm_gbps.value, 0) + " GB/s per GPU"});
+  table.add_row({"HBM", format_bytes(gpu.hbm_bytes.value) + " at " + format_fixed(gpu.hbm_GBps.value, 0) + " GB/s per GPU"});
   table.add_row({"ridge point (bf16)", format_fixed(gpu.ridge_flop_per_byte(hw::Dtype::bf16), 0) + " FLOP/byte"});
   table.add_row({"PCIe per GPU", "Gen" + format_number(gpu.pcie_generation.value) + " x" + format_number(gpu.pcie_lanes.value) + ": " +
-                                     format_fixed(gpu.pcie_raw_gbps_per_direction(), 1) + " GB/s per direction raw; sustained H2D " +
-                                     format_fixed(gpu.sustained.pcie_h2d_gbps.value, 1) + ", D2H " +
-                                     format_fixed(gpu.sustained.pcie_d2h_gbps.value, 1) + " GB/s"});
+                                     format_fixed(gpu.pcie_raw_GBps_per_direction(), 1) + " GB/s per direction raw; sustained H2D " +
+                                     format_fixed(gpu.sustained.pcie_h2d_GBps.value, 1) + ", D2H " +
+                                     format_fixed(gpu.sustained.pcie_d2h_GBps.value, 1) + " GB/s"});
   const bool nvlink = node.count(hw::VertexType::nvswitch) > 0 ||
                       std::any_of(node.links.begin(), node.links.end(), [](const hw::LinkSpec& l) { return l.type == hw::LinkType::nvlink; });
-  table.add_row({"NVLink", nvlink ? format_fixed(gpu.nvlink_gbps_per_direction.value, 0) + " GB/s per direction per GPU" +
+  table.add_row({"NVLink", nvlink ? format_fixed(gpu.nvlink_GBps_per_direction.value, 0) + " GB/s per direction per GPU" +
                                         (node.count(hw::VertexType::nvswitch) ? " (NVSwitch)" : "")
                                   : "none"});
   table.add_row({"PCIe peer-to-peer", node.pcie_peer_to_peer ? "yes" : "no (GPU-to-GPU copies go through host memory)"});
-  table.add_row({"host DRAM", format_bytes(node.host_dram_bytes.value) + " at " + format_fixed(node.host_dram_gbps(), 1) + " GB/s (" +
+  table.add_row({"host DRAM", format_bytes(node.host_dram_bytes.value) + " at " + format_fixed(node.host_dram_GBps(), 1) + " GB/s (" +
                                   std::to_string(node.count(hw::VertexType::host_memory)) + " socket(s))"});
   const int nics = node.count(hw::VertexType::nic);
   table.add_row({"NICs", nics == 0 ? "none (single node only)"
-                                   : std::to_string(nics) + ", " + format_fixed(node.nic_gbps_per_gpu(), 1) + " GB/s per direction per GPU"});
+                                   : std::to_string(nics) + ", " + format_fixed(node.nic_GBps_per_gpu(), 1) + " GB/s per direction per GPU"});
   hw::Topology topo(node, 1);
   const auto gpu0 = topo.gpu(0, 0);
   table.add_row({"gpu0 to host", topo.describe(topo.route(gpu0, *topo.nearest_host_memory(gpu0)))});

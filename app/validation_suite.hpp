@@ -85,7 +85,7 @@ struct ValidationDataset {
 ValidationDataset under_reading(const ValidationDataset& dataset, const ValidationReading& reading);
 
 // The figures a case may publish: step_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, peak_hbm_gib, max_seq,
-// busbw_gbps, algbw_gbps, time_us (collectives), attention_tflops (kernels), speedup (with "speedup_over").
+// busbw_GBps, algbw_GBps, time_us (collectives), attention_tflops (kernels), speedup (with "speedup_over").
 extern const std::vector<std::string> kValidationMetrics;
 
 struct Comparison {

@@ -169,7 +169,7 @@ Json points_json(const std::vector<CopyPoint>& points) {
 }
 
 std::string describe_collective_fit(const PeerFits& f) {
-  return "t = base + steps x step + bytes sent / (efficiency x " + format_fixed(f.link_gbps, 2) + " GB/s) over the simulator's ring " +
+  return "t = base + steps x step + bytes sent / (efficiency x " + format_fixed(f.link_GBps, 2) + " GB/s) over the simulator's ring " +
          "(all-reduce 2(n-1) steps, all-to-all n-1), least squares on relative error: base " + format_fixed(f.base_latency_us, 2) + " us, step " +
          format_fixed(f.step_latency_us, 2) + " us, efficiency " + format_fixed(f.efficiency, 3) + ", rms error " +
          format_fixed(100 * f.collective_rms_relative_error, 1) + "% over " + std::to_string(f.collective_points) + " points";
@@ -231,7 +231,7 @@ PeerFits fit_peers(const PeerMeasurements& m) {
   std::vector<std::pair<double, double>> p2p;
   for (const auto& p : m.p2p) p2p.emplace_back(p.bytes, p.seconds);
   f.p2p = fit_linear_cost(p2p, "p2p");
-  f.link_gbps = 1e-9 / f.p2p.per_unit_s;
+  f.link_GBps = 1e-9 / f.p2p.per_unit_s;
   f.hop_latency_ns = std::max(0.0, f.p2p.fixed_s) * 1e9 / 2;
   if (f.p2p.fixed_s < 0) f.warnings.push_back("the messages' fitted latency was negative; taken as 0");
 
@@ -286,9 +286,9 @@ void add_peer_link(Json& gpu_document, const PeerMeasurements& m, const PeerFits
   gpu_document["sources"]["calib_peers"] = measured_source(
       today(), command, m.transport,
       "messages of " + format_bytes(m.p2p.front().bytes) + " to " + format_bytes(m.p2p.back().bytes) + " between ranks 0 and 1; " + m.method +
-          "; t = latency + bytes / rate, least squares on relative error: rate " + format_fixed(fits.link_gbps, 2) + " GB/s, latency " +
+          "; t = latency + bytes / rate, least squares on relative error: rate " + format_fixed(fits.link_GBps, 2) + " GB/s, latency " +
           format_fixed(fits.p2p.fixed_s * 1e6, 2) + " us, rms error " + format_fixed(100 * fits.p2p.rms_relative_error, 1) + "%");
-  gpu_document["nvlink_GBps_per_direction"] = {{"value", fits.link_gbps},
+  gpu_document["nvlink_GBps_per_direction"] = {{"value", fits.link_GBps},
                                                {"source", "calib_peers"},
                                                {"note", "not NVLink: the rate of the CPU device's messages between ranks (" + m.transport +
                                                             "), the link the simulator's node gives each rank"}};
@@ -300,7 +300,7 @@ void add_peer_link(Json& gpu_document, const PeerMeasurements& m, const PeerFits
       {"duration_s", m.duration_s},
       {"points", {{"p2p", points_json(m.p2p)}, {"all_reduce", points_json(m.all_reduce)}, {"all_to_all", points_json(m.all_to_all)}}},
       {"fits",
-       {{"p2p", {{"fixed_s", fits.p2p.fixed_s}, {"per_unit_s", fits.p2p.per_unit_s}, {"gbps", fits.link_gbps}}},
+       {{"p2p", {{"fixed_s", fits.p2p.fixed_s}, {"per_unit_s", fits.p2p.per_unit_s}, {"gbps", fits.link_GBps}}},
         {"collectives", describe_collective_fit(fits)}}},
       {"warnings", fits.warnings}};
 }
@@ -312,7 +312,7 @@ Json peer_node_profile(const std::string& name, const std::string& gpu_file, con
   const double dram_bytes = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * static_cast<double>(page_bytes) : 0;
   if (!(dram_bytes >= 1073741824.0)) throw InputError("calibrate: this machine's memory could not be read (sysconf(_SC_PHYS_PAGES))");
   // The device's memory traffic as its own calibration measured it (copies inside the device: read + write).
-  const double memory_gbps = gpu_document["hbm_GBps"]["value"].get<double>() * gpu_document["sustained"]["hbm_efficiency"]["value"].get<double>();
+  const double memory_GBps = gpu_document["hbm_GBps"]["value"].get<double>() * gpu_document["sustained"]["hbm_efficiency"]["value"].get<double>();
   Json vertices = Json::array(
       {{{"id", "cpu0"}, {"type", "root_complex"}}, {{"id", "dram0"}, {"type", "host_memory"}}, {{"id", "mpi"}, {"type", "nvswitch"}}});
   Json links = Json::array();
@@ -322,11 +322,11 @@ Json peer_node_profile(const std::string& name, const std::string& gpu_file, con
     links.push_back({{"a", gpu}, {"b", "cpu0"}, {"type", "pcie"}, {"generation", 5}, {"lanes", 16}});
     links.push_back({{"a", gpu}, {"b", "mpi"}, {"type", "nvlink"}});
   }
-  links.push_back({{"a", "cpu0"}, {"b", "dram0"}, {"type", "dram"}, {"GBps", {{"value", memory_gbps}, {"source", "calib_memory"}}}});
+  links.push_back({{"a", "cpu0"}, {"b", "dram0"}, {"type", "dram"}, {"GBps", {{"value", memory_GBps}, {"source", "calib_memory"}}}});
   const std::string link_basis = "the CPU device's messages between ranks 0 and 1 (" + m.transport + "), " + format_bytes(m.p2p.front().bytes) +
                                  " to " + format_bytes(m.p2p.back().bytes) + "; " + m.method + "; t = latency + bytes / rate: latency " +
                                  format_fixed(fits.p2p.fixed_s * 1e6, 2) + " us (half on each of a message's two links), rate " +
-                                 format_fixed(fits.link_gbps, 2) + " GB/s (the GPU profile's nvlink_GBps_per_direction)";
+                                 format_fixed(fits.link_GBps, 2) + " GB/s (the GPU profile's nvlink_GBps_per_direction)";
   Json doc = {{"schema", "trainyard.node.v1"},
               {"name", name},
               {"description", "this machine as the executor's CPU device sees it under mpirun -np " + std::to_string(m.ranks) + ": " +

@@ -44,7 +44,7 @@ PeerMeasurements measure_peers(Device& device, Communicator& comm, const std::st
 
 struct PeerFits {
   LinearCostFit p2p;
-  double link_gbps = 0;       // 1e-9 / p2p.per_unit_s
+  double link_GBps = 0;       // 1e-9 / p2p.per_unit_s
   double hop_latency_ns = 0;  // p2p.fixed_s / 2: a message crosses a rank's link to the switch and the peer's
   double base_latency_us = 0, step_latency_us = 0, efficiency = 1;
   double collective_rms_relative_error = 0;

@@ -140,7 +140,7 @@ double estimated_seconds(const SweepPlan& plan, const hw::GpuProfile& gpu) {
       total += point(flops / (peak * table.at(flops)) + launch_s);
     }
   }
-  const double h2d = gpu.sustained.pcie_h2d_gbps.value * 1e9, d2h = gpu.sustained.pcie_d2h_gbps.value * 1e9;
+  const double h2d = gpu.sustained.pcie_h2d_GBps.value * 1e9, d2h = gpu.sustained.pcie_d2h_GBps.value * 1e9;
   for (std::int64_t bytes : plan.copy_bytes) {
     const double b = static_cast<double>(bytes), latency_s = 10e-6;
     // Pinned each way, both at once, pageable each way (the simulator's assumption: half the pinned rate).
@@ -148,7 +148,7 @@ double estimated_seconds(const SweepPlan& plan, const hw::GpuProfile& gpu) {
              point(latency_s + 2 * b / d2h);
   }
   for (std::int64_t bytes : plan.d2d_bytes) {
-    total += point(5e-6 + 2 * static_cast<double>(bytes) / (gpu.hbm_gbps.value * 1e9 * gpu.sustained.hbm_efficiency.value));
+    total += point(5e-6 + 2 * static_cast<double>(bytes) / (gpu.hbm_GBps.value * 1e9 * gpu.sustained.hbm_efficiency.value));
   }
   for (int count : plan.launch_counts) total += 2 * (plan.repeats + 1) * (count * launch_s + trial_overhead_s);  // GPU and host
   return total;
@@ -361,14 +361,14 @@ CalibrationFits fit_calibration(const Measurements& m, const hw::GpuProfile& bas
     }
     throw InputError(base.origin, field_name, expected + " (is this the right base profile? see --base)", "a measured " + format_fixed(measured, 3));
   };
-  const double raw_pcie = base.pcie_raw_gbps_per_direction();
+  const double raw_pcie = base.pcie_raw_GBps_per_direction();
   const std::string pcie_limit = "at most the raw PCIe Gen" + format_number(base.pcie_generation.value) + " x" +
                                  format_number(base.pcie_lanes.value) + " rate of " + format_fixed(raw_pcie, 1) + " GB/s";
-  fits.pcie_h2d_gbps = within(1e-9 / fits.h2d_pinned.per_unit_s, raw_pcie, "pcie_generation", pcie_limit);
-  fits.pcie_d2h_gbps = within(1e-9 / fits.d2h_pinned.per_unit_s, raw_pcie, "pcie_generation", pcie_limit);
-  const double hbm_gbps = 2e-9 / fits.d2d.per_unit_s;
-  fits.hbm_efficiency = within(hbm_gbps, base.hbm_gbps.value, "hbm_GBps", "at least the device-to-device copy's HBM traffic (read + write)") /
-                        base.hbm_gbps.value;
+  fits.pcie_h2d_GBps = within(1e-9 / fits.h2d_pinned.per_unit_s, raw_pcie, "pcie_generation", pcie_limit);
+  fits.pcie_d2h_GBps = within(1e-9 / fits.d2h_pinned.per_unit_s, raw_pcie, "pcie_generation", pcie_limit);
+  const double hbm_GBps = 2e-9 / fits.d2d.per_unit_s;
+  fits.hbm_efficiency = within(hbm_GBps, base.hbm_GBps.value, "hbm_GBps", "at least the device-to-device copy's HBM traffic (read + write)") /
+                        base.hbm_GBps.value;
 
   const double peak = base.peak_tflops(hw::Dtype::bf16) * 1e12, launch_s = fits.launch.per_unit_s;
   const auto kernel_fit = [&](const std::vector<KernelPoint>& points, const std::string& what, std::size_t& dropped) {
@@ -597,10 +597,10 @@ void set_sustained(Json& doc, const Measurements& m, const CalibrationFits& fits
       {"source", "calib_hbm"},
       {"note", format_fixed(fits.hbm_efficiency * doc["hbm_GBps"]["value"].get<double>(), 0) + " GB/s of HBM traffic in device-to-device copies"}};
   const auto rate = [](const LinearCostFit& fit) { return format_fixed(1e-9 / fit.per_unit_s, 1) + " GB/s"; };
-  sustained["pcie_h2d_GBps"] = {{"value", fits.pcie_h2d_gbps},
+  sustained["pcie_h2d_GBps"] = {{"value", fits.pcie_h2d_GBps},
                                 {"source", "calib_pcie"},
                                 {"note", "pinned; pageable " + rate(fits.h2d_pageable) + "; with D2H at the same time " + rate(fits.h2d_both)}};
-  sustained["pcie_d2h_GBps"] = {{"value", fits.pcie_d2h_gbps},
+  sustained["pcie_d2h_GBps"] = {{"value", fits.pcie_d2h_GBps},
                                 {"source", "calib_pcie"},
                                 {"note", "pinned; pageable " + rate(fits.d2h_pageable) + "; with H2D at the same time " + rate(fits.d2h_both)}};
   sustained["efficiency_by_flops"] = {{"gemm", {{"source", "calib_gemm"}, {"points", efficiency_table_json(fits.gemm)}}},

@@ -174,8 +174,8 @@ struct CalibrationFits {
   // The profile's figures.
   double kernel_launch_ns = 0;
   double gemm_efficiency = 0;                   // the GEMM curve at the largest GEMM measured
-  double hbm_efficiency = 0;                    // 2 x the device-to-device copy rate / the profile's hbm_gbps
-  double pcie_h2d_gbps = 0, pcie_d2h_gbps = 0;  // pinned
+  double hbm_efficiency = 0;                    // 2 x the device-to-device copy rate / the profile's hbm_GBps
+  double pcie_h2d_GBps = 0, pcie_d2h_GBps = 0;  // pinned
   std::vector<std::string> warnings;            // e.g. efficiencies above 1 clipped
 };
 // Fits every series. Throws InputError when a series is missing or unusable, and when a figure contradicts the

@@ -316,17 +316,17 @@ void fit_attention(const TracePoints& points, const hw::GpuProfile& base, TraceF
 
 // Collectives: the GPUs' NVLink where the base profile has it (a group inside a node), else its PCIe link.
 void fit_collectives(const TracePoints& points, const hw::GpuProfile& base, TraceFits& fits) {
-  const bool nvlink = base.nvlink_data_gbps() > 0;
-  fits.link_gbps = nvlink ? base.nvlink_data_gbps() : base.pcie_raw_gbps_per_direction();
-  fits.link = nvlink ? "NVLink, " + format_fixed(fits.link_gbps, 1) + " GB/s per direction (a group inside one node)"
-                     : "PCIe, " + format_fixed(fits.link_gbps, 1) + " GB/s per direction";
+  const bool nvlink = base.nvlink_data_GBps() > 0;
+  fits.link_GBps = nvlink ? base.nvlink_data_GBps() : base.pcie_raw_GBps_per_direction();
+  fits.link = nvlink ? "NVLink, " + format_fixed(fits.link_GBps, 1) + " GB/s per direction (a group inside one node)"
+                     : "PCIe, " + format_fixed(fits.link_GBps, 1) + " GB/s per direction";
   std::vector<CollectiveRow> rows;
   for (const auto& c : points.collectives) {
     const std::optional<sim::CollectiveOp> op = collective_op(c.collective);
     if (!op || c.group_size < 2 || !(c.seconds > 0)) continue;  // trace_points keeps none of these; a hand-made point may
     const auto bytes = static_cast<std::int64_t>(c.bytes);
     rows.push_back({static_cast<double>(sim::collective_steps(*op, sim::Algorithm::ring, c.group_size)),
-                    sim::bytes_sent_per_rank(*op, sim::Algorithm::ring, c.group_size, bytes) / (fits.link_gbps * 1e9), c.seconds});
+                    sim::bytes_sent_per_rank(*op, sim::Algorithm::ring, c.group_size, bytes) / (fits.link_GBps * 1e9), c.seconds});
   }
   if (rows.size() >= 3) {
     fits.collectives = fit_collective_costs(rows, points.origins.empty() ? "--from-trace" : points.origins.front(), "collective kernels");
@@ -374,7 +374,8 @@ Json collective_points_json(const TracePoints& points) {
                    {"bytes", c.bytes},
                    {"seconds", c.seconds},
                    {"calls", c.calls},
-                   {"busbw_gbps", sent / c.seconds * 1e-9}});  // nccl-tests' bus bandwidth: what one rank sends per second
+                   {"busbw_GBps", sent / c.seconds * 1e-9},    // nccl-tests' bus bandwidth: what one rank sends per second
+                   {"busbw_gbps", sent / c.seconds * 1e-9}});  // the old spelling, kept for one release (docs/taskgraph.md, "Renamed keys")
   }
   return out;
 }

@@ -87,7 +87,7 @@ struct TraceFits {
   double gemm_efficiency = 0;         // the GEMM curve at the largest GEMM seen
   std::vector<AttentionKernelFit> attention;
   std::optional<CollectiveCostFit> collectives;  // none: too few sizes
-  double link_gbps = 0;                          // the rate the collective fit assumed
+  double link_GBps = 0;                          // the rate the collective fit assumed
   std::string link;                              // which link that is, in words
   std::vector<std::string> notes, warnings;
 };

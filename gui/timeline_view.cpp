@@ -198,10 +198,10 @@ void TimelineView::paintEvent(QPaintEvent*) {
     auto bar = [&](double t0, double t1, double load) {
       if (load <= 0 || t1 < view_start_ns_ || t0 > view_end_ns_) return;
       const double x0 = std::max(static_cast<double>(kLabelWidth), x_at(t0)), x1 = std::min(static_cast<double>(width()), x_at(t1));
-      const double h = (kLinkRowHeight - 3) * std::min(1.0, load / std::max(link.capacity_gbps, 1e-9));
+      const double h = (kLinkRowHeight - 3) * std::min(1.0, load / std::max(link.capacity_GBps, 1e-9));
       p.fillRect(QRectF(x0, y + kLinkRowHeight - 1 - h, std::max(1.0, x1 - x0), h), QColor(0xff, 0x7f, 0x0e));
     };
-    for (const auto& sample : link.load_gbps) {
+    for (const auto& sample : link.load_GBps) {
       const double t = static_cast<double>(sample.time_ns);
       bar(from, t, level);
       from = t;

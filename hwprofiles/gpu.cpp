@@ -17,7 +17,7 @@ std::string_view to_string(Dtype dtype) {
   return "?";
 }
 
-double pcie_gbps_per_direction(int generation, int lanes) {
+double pcie_GBps_per_direction(int generation, int lanes) {
   // Transfer rate per lane in GT/s and encoding efficiency, PCI Express Base Specifications 1.0-6.0.
   double gtps = 0, encoding = 128.0 / 130.0;
   switch (generation) {
@@ -66,11 +66,11 @@ double EfficiencyTable::best() const {
 
 double AttentionKernel::Pass::ceiling(double head_dim) const { return interpolate_in_log(ceiling_by_head_dim, head_dim); }
 
-double GpuProfile::pcie_raw_gbps_per_direction() const {
-  return pcie_gbps_per_direction(static_cast<int>(pcie_generation.value), static_cast<int>(pcie_lanes.value));
+double GpuProfile::pcie_raw_GBps_per_direction() const {
+  return pcie_GBps_per_direction(static_cast<int>(pcie_generation.value), static_cast<int>(pcie_lanes.value));
 }
 
-double GpuProfile::ridge_flop_per_byte(Dtype dtype) const { return peak_tflops(dtype) * 1e12 / (hbm_gbps.value * 1e9); }
+double GpuProfile::ridge_flop_per_byte(Dtype dtype) const { return peak_tflops(dtype) * 1e12 / (hbm_GBps.value * 1e9); }
 
 namespace {
 
@@ -153,11 +153,11 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   gpu.hbm_bytes = top.figure("hbm_bytes", Bound{1073741824.0, 17592186044416.0, "bytes", true, true}, sources);
   refuse_old_bandwidth_key(top, "hbm_gbps", "hbm_GBps");
   refuse_old_bandwidth_key(top, "nvlink_gbps_per_direction", "nvlink_GBps_per_direction");
-  gpu.hbm_gbps = top.figure("hbm_GBps", Bound{50, 100000, "GB/s"}, sources);
+  gpu.hbm_GBps = top.figure("hbm_GBps", Bound{50, 100000, "GB/s"}, sources);
   gpu.sm_count = top.figure("sm_count", Bound{1, 10000, "SMs", true}, sources);
   gpu.pcie_generation = top.figure("pcie_generation", Bound{1, 6, "", true}, sources);
   gpu.pcie_lanes = top.figure("pcie_lanes", Bound{1, 32, "lanes", true}, sources);
-  gpu.nvlink_gbps_per_direction = top.figure("nvlink_GBps_per_direction", Bound{0, 10000, "GB/s"}, sources);
+  gpu.nvlink_GBps_per_direction = top.figure("nvlink_GBps_per_direction", Bound{0, 10000, "GB/s"}, sources);
 
   json::Reader sustained = top.object("sustained");
   // Down to 0.01%: the CPU device's profile (cpu-device.json) measures plain loops against a nominal peak, and in
@@ -169,8 +169,8 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
                                          std::pair{"nvlink_gbps_per_direction", "nvlink_GBps_per_direction"}}) {
     refuse_old_bandwidth_key(sustained, old_key, new_key);
   }
-  gpu.sustained.pcie_h2d_gbps = sustained.figure("pcie_h2d_GBps", Bound{0.1, 1000, "GB/s"}, sources);
-  gpu.sustained.pcie_d2h_gbps = sustained.figure("pcie_d2h_GBps", Bound{0.1, 1000, "GB/s"}, sources);
+  gpu.sustained.pcie_h2d_GBps = sustained.figure("pcie_h2d_GBps", Bound{0.1, 1000, "GB/s"}, sources);
+  gpu.sustained.pcie_d2h_GBps = sustained.figure("pcie_d2h_GBps", Bound{0.1, 1000, "GB/s"}, sources);
   json::Reader tables = sustained.object("efficiency_by_flops");
   gpu.sustained.gemm = parse_table(tables, "gemm", sources);
   gpu.sustained.attention_fwd = parse_table(tables, "attention_fwd", sources);
@@ -178,16 +178,16 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   tables.finish();
   gpu.sustained.kernel_launch_ns = sustained.figure("kernel_launch_ns", Bound{0, 1e6, "ns"}, sources);
   if (sustained.has("nvlink_GBps_per_direction")) {
-    gpu.sustained.nvlink_gbps_per_direction = sustained.figure("nvlink_GBps_per_direction", Bound{0, 10000, "GB/s"}, sources);
-    if (gpu.sustained.nvlink_gbps_per_direction.value > gpu.nvlink_gbps_per_direction.value) {
+    gpu.sustained.nvlink_GBps_per_direction = sustained.figure("nvlink_GBps_per_direction", Bound{0, 10000, "GB/s"}, sources);
+    if (gpu.sustained.nvlink_GBps_per_direction.value > gpu.nvlink_GBps_per_direction.value) {
       sustained.fail("nvlink_GBps_per_direction",
-                     "at most the datasheet's nvlink_GBps_per_direction (" + format_fixed(gpu.nvlink_gbps_per_direction.value, 1) + " GB/s)",
-                     format_fixed(gpu.sustained.nvlink_gbps_per_direction.value, 1));
+                     "at most the datasheet's nvlink_GBps_per_direction (" + format_fixed(gpu.nvlink_GBps_per_direction.value, 1) + " GB/s)",
+                     format_fixed(gpu.sustained.nvlink_GBps_per_direction.value, 1));
     }
   }
   gpu.sustained.attention_kernels = parse_attention_kernels(sustained, sources);
   for (auto [key, figure] :
-       {std::pair{"elementwise_GBps", &gpu.sustained.elementwise_gbps}, std::pair{"optimizer_GBps", &gpu.sustained.optimizer_gbps}}) {
+       {std::pair{"elementwise_GBps", &gpu.sustained.elementwise_GBps}, std::pair{"optimizer_GBps", &gpu.sustained.optimizer_GBps}}) {
     if (sustained.has(key)) *figure = sustained.figure(key, Bound{1e-3, 100000, "GB/s"}, sources);
   }
   if (sustained.has("gemm_tile_rows") || sustained.has("gemm_tile_cols")) {
@@ -206,9 +206,9 @@ GpuProfile parse_gpu(const json::Json& document, const std::string& origin) {
   top.finish();
 
   // A sustained copy rate above the link's raw rate is a unit or transcription mistake.
-  const double raw = gpu.pcie_raw_gbps_per_direction();
-  const std::pair<const char*, double> copies[] = {{"pcie_h2d_GBps", gpu.sustained.pcie_h2d_gbps.value},
-                                                   {"pcie_d2h_GBps", gpu.sustained.pcie_d2h_gbps.value}};
+  const double raw = gpu.pcie_raw_GBps_per_direction();
+  const std::pair<const char*, double> copies[] = {{"pcie_h2d_GBps", gpu.sustained.pcie_h2d_GBps.value},
+                                                   {"pcie_d2h_GBps", gpu.sustained.pcie_d2h_GBps.value}};
   for (const auto& [key, value] : copies) {
     if (value > raw) {
       sustained.fail(key,

@@ -16,7 +16,7 @@ using json::Figure;
 
 // Raw PCIe bandwidth per direction in GB/s for a generation and lane count (after line encoding:
 // 8b/10b for Gen1-2, 128b/130b for Gen3-5), e.g. Gen4 x16 = 31.5 GB/s.
-double pcie_gbps_per_direction(int generation, int lanes);
+double pcie_GBps_per_direction(int generation, int lanes);
 
 // Profile keys of bandwidths say their unit: GB/s, gigabytes per second, as `_GBps`. The keys before that
 // spelling (`_gbps`, which reads as gigabits: a 400 Gb/s NIC typed as 400 would be 8x too fast) are refused with
@@ -57,16 +57,16 @@ struct GpuProfile {
   std::string origin;                       // the file it came from
   std::array<Figure, 4> peak_dense_tflops;  // indexed by Dtype
   Figure hbm_bytes;
-  Figure hbm_gbps;
+  Figure hbm_GBps;
   Figure sm_count;
   Figure pcie_generation;
   Figure pcie_lanes;
-  Figure nvlink_gbps_per_direction;  // 0: no NVLink
+  Figure nvlink_GBps_per_direction;  // 0: no NVLink
   struct Sustained {
     Figure gemm_efficiency;  // fraction of the bf16 dense peak that large GEMMs reach
-    Figure hbm_efficiency;   // fraction of hbm_gbps that streaming kernels reach
-    Figure pcie_h2d_gbps;    // pinned host-to-device copies
-    Figure pcie_d2h_gbps;    // pinned device-to-host copies
+    Figure hbm_efficiency;   // fraction of hbm_GBps that streaming kernels reach
+    Figure pcie_h2d_GBps;    // pinned host-to-device copies
+    Figure pcie_d2h_GBps;    // pinned device-to-host copies
     EfficiencyTable gemm;    // by the call's FLOPs
     EfficiencyTable attention_fwd;
     EfficiencyTable attention_bwd;
@@ -80,11 +80,11 @@ struct GpuProfile {
     Figure collective_ctas;
     // The data rate NVLink transfers reach per direction (protocol overhead off the signalling rate); when the
     // profile has none (value 0) the datasheet rate is used.
-    Figure nvlink_gbps_per_direction;
+    Figure nvlink_GBps_per_direction;
     // The rates the device's elementwise kernels (norms, RoPE, activations, residuals, the loss) and its optimizer
     // step move the bytes the simulator counts for them, where they run slower than streaming copies (the CPU
-    // device's reference loops, as `calibrate --device cpu` measures them). 0 (absent): hbm_gbps x hbm_efficiency.
-    Figure elementwise_gbps, optimizer_gbps;
+    // device's reference loops, as `calibrate --device cpu` measures them). 0 (absent): hbm_GBps x hbm_efficiency.
+    Figure elementwise_GBps, optimizer_GBps;
     // Published fused attention kernels by implementation name ("flash2", "flash3", "cudnn"); a stack's
     // attention runs on the first of its implementations found here, else on the `attention_*` tables above.
     std::map<std::string, AttentionKernel> attention_kernels;
@@ -92,10 +92,10 @@ struct GpuProfile {
 
   double peak_tflops(Dtype dtype) const { return peak_dense_tflops[static_cast<int>(dtype)].value; }
   // The NVLink rate links are simulated at: the sustained figure where the profile has one, else the datasheet's.
-  double nvlink_data_gbps() const {
-    return sustained.nvlink_gbps_per_direction.value > 0 ? sustained.nvlink_gbps_per_direction.value : nvlink_gbps_per_direction.value;
+  double nvlink_data_GBps() const {
+    return sustained.nvlink_GBps_per_direction.value > 0 ? sustained.nvlink_GBps_per_direction.value : nvlink_GBps_per_direction.value;
   }
-  double pcie_raw_gbps_per_direction() const;
+  double pcie_raw_GBps_per_direction() const;
   // Arithmetic intensity (FLOP per HBM byte) above which a kernel is compute-bound at peak.
   double ridge_flop_per_byte(Dtype dtype) const;
 };

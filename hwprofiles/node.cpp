@@ -40,7 +40,7 @@ int NodeProfile::count(VertexType type) const {
 
 int NodeProfile::gpu_count() const { return count(VertexType::gpu); }
 
-double NodeProfile::host_dram_gbps() const {
+double NodeProfile::host_dram_GBps() const {
   double total = 0;
   for (const auto& link : links) {
     if (link.type == LinkType::dram) total += link.gbps_per_direction;
@@ -55,10 +55,10 @@ const VertexSpec* NodeProfile::find_vertex(std::string_view id) const {
   return nullptr;
 }
 
-double NodeProfile::nic_gbps_per_gpu() const {
+double NodeProfile::nic_GBps_per_gpu() const {
   double total = 0;
   for (const auto& v : vertices) {
-    if (v.nic_gbps_per_direction) total += v.nic_gbps_per_direction->value;
+    if (v.nic_GBps_per_direction) total += v.nic_GBps_per_direction->value;
   }
   return gpu_count() > 0 ? total / gpu_count() : 0;
 }
@@ -121,7 +121,7 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
     if (!ids.insert(spec.id).second) v.fail("id", "an id not used by another vertex", "\"" + spec.id + "\" again");
     if (spec.type == VertexType::nic) {
       refuse_old_bandwidth_key(v, "gbps_per_direction", "GBps_per_direction");
-      spec.nic_gbps_per_direction = v.figure("GBps_per_direction", Bound{0.1, 1000, "GB/s (200 Gb/s = 25 GB/s)"}, sources);
+      spec.nic_GBps_per_direction = v.figure("GBps_per_direction", Bound{0.1, 1000, "GB/s (200 Gb/s = 25 GB/s)"}, sources);
     }
     v.finish();
     node.vertices.push_back(std::move(spec));
@@ -155,14 +155,14 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
       case LinkType::pcie: {
         link.pcie_generation = static_cast<int>(l.integer("generation", 1, 6));
         link.pcie_lanes = static_cast<int>(l.integer("lanes", 1, 32));
-        link.gbps_per_direction = pcie_gbps_per_direction(link.pcie_generation, link.pcie_lanes);
+        link.gbps_per_direction = pcie_GBps_per_direction(link.pcie_generation, link.pcie_lanes);
         break;
       }
       case LinkType::nvlink:
-        if (node.gpu.nvlink_gbps_per_direction.value <= 0) {
+        if (node.gpu.nvlink_GBps_per_direction.value <= 0) {
           l.fail("type", "no nvlink links: GPU profile \"" + node.gpu.name + "\" has nvlink_GBps_per_direction 0", "\"nvlink\"");
         }
-        link.gbps_per_direction = node.gpu.nvlink_data_gbps();
+        link.gbps_per_direction = node.gpu.nvlink_data_GBps();
         break;
       case LinkType::dram:
         refuse_old_bandwidth_key(l, "gbps", "GBps");

@@ -18,7 +18,7 @@ std::string_view to_string(LinkType type);
 struct VertexSpec {
   std::string id;
   VertexType type = VertexType::gpu;
-  std::optional<Figure> nic_gbps_per_direction;  // NICs only
+  std::optional<Figure> nic_GBps_per_direction;  // NICs only
 };
 
 struct LinkSpec {
@@ -48,10 +48,10 @@ struct NodeProfile {
 
   int gpu_count() const;
   int count(VertexType type) const;
-  double host_dram_gbps() const;  // sum over the sockets' DRAM links
+  double host_dram_GBps() const;  // sum over the sockets' DRAM links
   const VertexSpec* find_vertex(std::string_view id) const;
   // The per-GPU NIC rate (mean over NICs, GB/s per direction); 0 without NICs.
-  double nic_gbps_per_gpu() const;
+  double nic_GBps_per_gpu() const;
 };
 
 // `load_gpu` resolves the node's "gpu" field (a built-in name, or a .json path relative to the node file).

@@ -85,7 +85,7 @@ Topology::Topology(const NodeProfile& node, int node_count)
     if (node_count > 1) {
       for (const auto& v : node.vertices) {
         if (v.type != VertexType::nic) continue;
-        graph->add_link(local(v.id), fabric, make_link(LinkType::network, v.nic_gbps_per_direction->value, true, latency(LinkType::network)));
+        graph->add_link(local(v.id), fabric, make_link(LinkType::network, v.nic_GBps_per_direction->value, true, latency(LinkType::network)));
       }
     }
   }
@@ -200,7 +200,7 @@ std::optional<Route> Topology::try_route(VertexId from, VertexId to) const {
   if (from != to && predecessor[to] == to) return std::nullopt;
 
   Route route;
-  route.bottleneck_gbps = std::numeric_limits<double>::infinity();
+  route.bottleneck_GBps = std::numeric_limits<double>::infinity();
   for (VertexId v = to; v != from; v = predecessor[v]) {
     const VertexId u = predecessor[v];
     // Among parallel links between u and v take the cheapest, as Dijkstra did.
@@ -214,11 +214,11 @@ std::optional<Route> Topology::try_route(VertexId from, VertexId to) const {
     }
     route.links.insert(route.links.begin(), g[best].index);
     route.vertices.insert(route.vertices.begin(), v);
-    route.bottleneck_gbps = std::min(route.bottleneck_gbps, g[best].gbps_per_direction);
+    route.bottleneck_GBps = std::min(route.bottleneck_GBps, g[best].gbps_per_direction);
     route.latency_ns += g[best].latency_ns;
   }
   route.vertices.insert(route.vertices.begin(), from);
-  if (route.links.empty()) route.bottleneck_gbps = 0;
+  if (route.links.empty()) route.bottleneck_GBps = 0;
   return route;
 }
 
@@ -245,7 +245,7 @@ std::optional<VertexId> Topology::nearest_host_memory(VertexId gpu) const {
 std::string Topology::describe(const Route& route) const {
   std::string out;
   for (VertexId v : route.vertices) out += (out.empty() ? "" : " -> ") + name(v);
-  out += " (" + format_fixed(route.bottleneck_gbps, 1) + " GB/s, " + std::to_string(route.latency_ns) + " ns)";
+  out += " (" + format_fixed(route.bottleneck_GBps, 1) + " GB/s, " + std::to_string(route.latency_ns) + " ns)";
   return out;
 }
 

@@ -37,7 +37,7 @@ using VertexId = std::size_t;
 struct Route {
   std::vector<VertexId> vertices;  // from .. to
   std::vector<int> links;          // TopoLink::index of each hop; links[i] joins vertices[i] and vertices[i + 1]
-  double bottleneck_gbps = 0;
+  double bottleneck_GBps = 0;
   std::int64_t latency_ns = 0;
 };
 

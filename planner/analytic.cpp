@@ -35,11 +35,11 @@ Rates rates_of(const sim::Cluster& cluster) {
   const hw::NodeProfile& node = cluster.node;
   const auto& sustained = node.gpu.sustained;
   Rates r;
-  r.pcie = std::min(sustained.pcie_h2d_gbps.value, sustained.pcie_d2h_gbps.value);
+  r.pcie = std::min(sustained.pcie_h2d_GBps.value, sustained.pcie_d2h_GBps.value);
   const int switches = node.count(hw::VertexType::pcie_switch);
   if (switches > 0) r.pcie /= std::max(1.0, static_cast<double>(node.gpu_count()) / switches);
-  r.intra = sustained.nvlink_gbps_per_direction.value > 0 ? sustained.nvlink_gbps_per_direction.value : r.pcie;
-  r.nic = node.nic_gbps_per_gpu();
+  r.intra = sustained.nvlink_GBps_per_direction.value > 0 ? sustained.nvlink_GBps_per_direction.value : r.pcie;
+  r.nic = node.nic_GBps_per_gpu();
   r.inter = r.nic > 0 ? std::min(r.intra, r.nic) : r.intra;
   return r;
 }
@@ -47,7 +47,7 @@ Rates rates_of(const sim::Cluster& cluster) {
 // nodes, a GPU's own transfers (all-to-all, ring passes) cross at its NIC's rate; a ring collective (all-gather,
 // reduce-scatter, all-reduce) enters each node once and runs one channel per NIC, so its members on a node share
 // their NICs (nccl-tests' multi-node busbw: about the node's NIC total, up to NVLink's rate).
-double group_gbps(const BoundContext& ctx, const Rates& r, int size, int stride = 1, bool ring_collective = false) {
+double group_GBps(const BoundContext& ctx, const Rates& r, int size, int stride = 1, bool ring_collective = false) {
   const int per_node = ctx.in.cluster.topology.gpus_per_node();
   if (ctx.in.cluster.nodes <= 1 || size * stride <= per_node) return r.intra;
   if (!ring_collective || r.nic <= 0) return r.inter;
@@ -76,7 +76,7 @@ LayerAttention layer_attention(const BoundContext& ctx, double layers, double mi
 double ring_exposed_s(const BoundContext& ctx, const Rates& r, int cp, int stride, double kv_elements, double layers, double micro_batches,
                       bool recompute) {
   if (cp <= 1) return 0;
-  const double gbps = group_gbps(ctx, r, cp, stride);
+  const double gbps = group_GBps(ctx, r, cp, stride);
   const LayerAttention attention = layer_attention(ctx, layers, micro_batches);
   const double forward = seconds((cp - 1) * 2 * kv_elements * 2, gbps),
                backward = seconds((cp - 1) * (2 * kv_elements * 2 + 2 * kv_elements * 4), gbps);
@@ -92,7 +92,7 @@ double ring_exposed_s(const BoundContext& ctx, const Rates& r, int cp, int strid
 double zero_state_waits(const BoundContext& ctx, const ZeroParams& z, const Rates& r, double mbs, double layer_s) {
   const StepInputs& in = ctx.in;
   const double n = z.whole_gpus(in.cluster.gpus());
-  const double everyone = group_gbps(ctx, r, static_cast<int>(n), 1, true);
+  const double everyone = group_GBps(ctx, r, static_cast<int>(n), 1, true);
   const double gather = z.stage == 3 && n > 1 ? seconds(in.precision.weight_bytes * ctx.layer_params * (n - 1) / n, everyone) : 0;
   double reduce = 0;
   if (n > 1) {
@@ -112,7 +112,7 @@ double zero_state_waits(const BoundContext& ctx, const ZeroParams& z, const Rate
     exposed += queued(gather, mbs) + reduce * ctx.layers * reducing_passes;
   }
   const double shard = z.stage >= 1 ? ctx.all_params / n : ctx.all_params;
-  exposed += z.offload_optimizer ? seconds(shard * kAdamBytesPerParam * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_gbps())
+  exposed += z.offload_optimizer ? seconds(shard * kAdamBytesPerParam * in.cluster.topology.gpus_per_node(), in.cluster.node.host_dram_GBps())
                                  : optimizer_seconds(in, shard);
   return exposed;
 }
@@ -172,7 +172,7 @@ double zero_exposed_s(const BoundContext& ctx, const ZeroParams& z, double dense
   double exposed = 0;
   if (z.sp > 1) {
     const double bytes = 2 * tokens * static_cast<double>(2 * m.q_dim() + 2 * m.kv_dim()) * (z.sp - 1) / z.sp;
-    exposed += seconds(bytes, group_gbps(ctx, r, z.sp)) * passes * ctx.layers * mbs;
+    exposed += seconds(bytes, group_GBps(ctx, r, z.sp)) * passes * ctx.layers * mbs;
   }
   exposed += ring_exposed_s(ctx, r, z.cp, z.sp, tokens * static_cast<double>(m.kv_dim()), ctx.layers, mbs, recompute);
   if (split.fpdt_chunks > 1) {
@@ -203,13 +203,13 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
   const double layer_s = dense_s / stage_layers / mbs / passes;  // one pass of one layer's dense ops
   double exposed = 0;
   if (p.tp > 1 && !p.tp_comm_overlap)
-    exposed += seconds(tp_bytes_per_layer_forward(m, split), group_gbps(ctx, r, p.tp, 1, true)) * passes * stage_layers * mbs;
+    exposed += seconds(tp_bytes_per_layer_forward(m, split), group_GBps(ctx, r, p.tp, 1, true)) * passes * stage_layers * mbs;
   const double kv_elements = static_cast<double>(split.local_tokens()) *
                              static_cast<double>(std::max<std::int64_t>(1, m.kv_heads / p.tp) * m.head_dim);
   if (p.cp_comm == CpComm::p2p) {
     exposed += ring_exposed_s(ctx, r, p.cp, p.tp, kv_elements, stage_layers, mbs, p.recompute != Recompute::none);
   } else if (p.cp > 1) {
-    const double exchange = seconds((p.cp - 1) * 2 * kv_elements * 2, group_gbps(ctx, r, p.cp, p.tp));
+    const double exchange = seconds((p.cp - 1) * 2 * kv_elements * 2, group_GBps(ctx, r, p.cp, p.tp));
     exposed += exchange * (passes + 1) * stage_layers * mbs;  // backward also returns dK, dV
   }
   if (p.offload_activations) {
@@ -218,12 +218,12 @@ double megatron_exposed_s(const BoundContext& ctx, const MegatronParams& p, doub
     exposed += 2 * waited * stage_layers * mbs;
   }
   const int dp = p.whole_dp() * p.whole_cp();
-  const double dp_gbps = group_gbps(ctx, r, dp, p.tp * p.pp, true);
+  const double dp_GBps = group_GBps(ctx, r, dp, p.tp * p.pp, true);
   if (dp > 1) {
     const double ring = p.distributed_optimizer ? static_cast<double>(dp - 1) / dp : 2.0 * (dp - 1) / dp;
-    const double reduce = seconds(in.precision.grad_bytes * stage_params * ring, dp_gbps);
+    const double reduce = seconds(in.precision.grad_bytes * stage_params * ring, dp_GBps);
     exposed += std::max(0.0, reduce - dense_s / mbs * 2 / passes);  // beside the last micro-batch's backward
-    if (p.distributed_optimizer) exposed += seconds(in.precision.weight_bytes * stage_params * (dp - 1) / dp, dp_gbps);
+    if (p.distributed_optimizer) exposed += seconds(in.precision.weight_bytes * stage_params * (dp - 1) / dp, dp_GBps);
   }
   exposed += optimizer_seconds(in, p.distributed_optimizer ? stage_params / dp : stage_params);
   return exposed;
@@ -416,15 +416,15 @@ HostCopyRates shared_host_rates(const hw::NodeProfile& node) {
     return v != nullptr && v->type == type;
   };
   std::map<std::string, std::string> parent;  // a GPU's switch (or root complex), a switch's root complex
-  std::map<std::string, double> uplink_gbps, dram_gbps;
+  std::map<std::string, double> uplink_GBps, dram_GBps;
   for (const hw::LinkSpec& l : node.links) {
     for (const auto& [child, up] : {std::pair{l.a, l.b}, std::pair{l.b, l.a}}) {
       const bool gpu_up = is(child, hw::VertexType::gpu) && (is(up, hw::VertexType::pcie_switch) || is(up, hw::VertexType::root_complex));
       if (l.type == hw::LinkType::pcie && (gpu_up || (is(child, hw::VertexType::pcie_switch) && is(up, hw::VertexType::root_complex)))) {
         parent[child] = up;
-        uplink_gbps[child] = l.gbps_per_direction;
+        uplink_GBps[child] = l.gbps_per_direction;
       }
-      if (l.type == hw::LinkType::dram && is(child, hw::VertexType::root_complex)) dram_gbps[child] = l.gbps_per_direction;
+      if (l.type == hw::LinkType::dram && is(child, hw::VertexType::root_complex)) dram_GBps[child] = l.gbps_per_direction;
     }
   }
   std::map<std::string, int> behind;  // GPUs behind each switch and root complex
@@ -439,10 +439,10 @@ HostCopyRates shared_host_rates(const hw::NodeProfile& node) {
     const bool switched = is(up, hw::VertexType::pcie_switch);
     const std::string root = switched && parent.count(up) ? parent[up] : up;
     const std::string& link = switched ? up : child;  // the link its copies share with the GPUs behind it
-    if (uplink_gbps.count(link) && uplink_gbps[link] > 0) share = std::min(share, uplink_gbps[link] / (switched ? behind[up] : 1));
-    if (dram_gbps.count(root)) share = std::min(share, dram_gbps[root] / (2.0 * behind[root]));
+    if (uplink_GBps.count(link) && uplink_GBps[link] > 0) share = std::min(share, uplink_GBps[link] / (switched ? behind[up] : 1));
+    if (dram_GBps.count(root)) share = std::min(share, dram_GBps[root] / (2.0 * behind[root]));
   }
-  return {std::min(sustained.pcie_h2d_gbps.value, share), std::min(sustained.pcie_d2h_gbps.value, share)};
+  return {std::min(sustained.pcie_h2d_GBps.value, share), std::min(sustained.pcie_d2h_GBps.value, share)};
 }
 
 // One visit of a layer by one chunk on its GPU: its compute stream's time (the waits for streamed K/V included), the
@@ -685,7 +685,7 @@ double ring_host_stream_end_s(const BoundContext& ctx, const RingTrackParams& p,
   const StepInputs& in = ctx.in;
   const double node_replicas = std::max(1, in.cluster.topology.gpus_per_node() / p.ring);
   const double sum_bytes = 3 * in.precision.grad_bytes * ctx.layer_params;  // the sum read, the visit's added, the sum written
-  const double replica_s = ctx.layers * r.C * r.sequences * sum_bytes / (in.cluster.node.host_dram_gbps() * 1e9);
+  const double replica_s = ctx.layers * r.C * r.sequences * sum_bytes / (in.cluster.node.host_dram_GBps() * 1e9);
   const double first_forward_s = layer.forward.time_s + (ctx.layers - 1) * layer.last_forward_s;
   return std::max(train_s, first_forward_s + replica_s) + (node_replicas - 1) * replica_s;
 }
@@ -706,7 +706,7 @@ double ring_tail_s(const BoundContext& ctx, const RingTrackParams& p, const Ring
   const bool stream = p.weights == WeightPolicy::stream;
   double tail = 0;
   if (replicas > 1) {
-    const double gbps = group_gbps(ctx, rates_of(in.cluster), replicas, p.ring, true), ring = 2.0 * (replicas - 1) / replicas;
+    const double gbps = group_GBps(ctx, rates_of(in.cluster), replicas, p.ring, true), ring = 2.0 * (replicas - 1) / replicas;
     const double layer_s = seconds(ring * pol.grad_bytes * ctx.layer_params, gbps),
                  embedding_s = seconds(ring * pol.grad_bytes * ctx.params.embedding, gbps);
     // Streamed weights: every all-reduce waits for all the host's sums (ring_host_stream_end_s), so none is hidden.
@@ -717,9 +717,9 @@ double ring_tail_s(const BoundContext& ctx, const RingTrackParams& p, const Ring
   double host_steps_bytes = 0;
   for (int g = 0; g < std::min(per_node, ctx.gpus); ++g) host_steps_bytes += params_of(g % p.ring) * kAdamBytesPerParam;
   const int last = (std::min(per_node, ctx.gpus) - 1) % p.ring;
-  return tail + seconds(pol.grad_bytes * (stream ? resident_of(0) : params_of(0)), sustained.pcie_d2h_gbps.value) +
-         host_steps_bytes / (in.cluster.node.host_dram_gbps() * 1e9) +
-         seconds(pol.weight_bytes * (stream ? resident_of(last) : params_of(last)), sustained.pcie_h2d_gbps.value);
+  return tail + seconds(pol.grad_bytes * (stream ? resident_of(0) : params_of(0)), sustained.pcie_d2h_GBps.value) +
+         host_steps_bytes / (in.cluster.node.host_dram_GBps() * 1e9) +
+         seconds(pol.weight_bytes * (stream ? resident_of(last) : params_of(last)), sustained.pcie_h2d_GBps.value);
 }
 
 // The fullest GPU's HBM: its model states and what it keeps for the backward (the bound's rules), then the largest

@@ -233,8 +233,8 @@ RingCopyBytes ring_copy_bytes(const BoundContext& ctx, const RingTrackParams& p,
 // Those copies at the copy engines' sustained rates; `serial_copy_s` gets the time the compute stream waits.
 double ring_copy_s(const BoundContext& ctx, const RingCopyBytes& b, double& serial_copy_s) {
   const auto& gpu = ctx.in.cluster.node.gpu;
-  serial_copy_s = b.serial_h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9);
-  return std::max(b.h2d / (gpu.sustained.pcie_h2d_gbps.value * 1e9), b.d2h / (gpu.sustained.pcie_d2h_gbps.value * 1e9));
+  serial_copy_s = b.serial_h2d / (gpu.sustained.pcie_h2d_GBps.value * 1e9);
+  return std::max(b.h2d / (gpu.sustained.pcie_h2d_GBps.value * 1e9), b.d2h / (gpu.sustained.pcie_d2h_GBps.value * 1e9));
 }
 
 // Per visit at the best efficiencies: the train's critical path (chunk by chunk through layer 0, chunk C-1

@@ -27,7 +27,7 @@ class HopScorer {
     std::vector<RingHop> out;
     for (std::size_t i = 0; i < n; ++i) {
       const hw::Route& r = route(order[i], order[(i + 1) % n]);
-      double gbps = r.bottleneck_gbps;
+      double gbps = r.bottleneck_GBps;
       for (std::size_t j = 0; j < r.links.size(); ++j) gbps = std::min(gbps, topo.link(r.links[j]).gbps_per_direction / load_[key(r, j)]);
       out.push_back({order[i], order[(i + 1) % n], gbps});
     }
@@ -109,12 +109,12 @@ std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<
     order.push_back(at);
     while (!left.empty()) {
       std::size_t pick = 0;
-      double pick_gbps = -1;
+      double pick_GBps = -1;
       for (std::size_t i = 0; i < left.size(); ++i) {
         const double gbps = scorer.hops({at, left[i]}).front().gbps;
-        if (gbps > pick_gbps) {
+        if (gbps > pick_GBps) {
           pick = i;
-          pick_gbps = gbps;
+          pick_GBps = gbps;
         }
       }
       at = left[pick];

@@ -40,8 +40,8 @@ CollectiveBenchmark benchmark_collective(const Cluster& cluster, CollectiveOp op
   CollectiveBenchmark b{op, algorithm, "", bytes, n, result.step_ns, 0, 0};
   TRAINYARD_CHECK(result.collective_protocols.size() == 1, "one collective, one protocol");
   b.protocol = result.protocol_names[result.collective_protocols.front().second];
-  b.algbw_gbps = static_cast<double>(bytes) / static_cast<double>(result.step_ns);  // bytes per ns = GB/s
-  b.busbw_gbps = b.algbw_gbps * busbw_factor(op, n);
+  b.algbw_GBps = static_cast<double>(bytes) / static_cast<double>(result.step_ns);  // bytes per ns = GB/s
+  b.busbw_GBps = b.algbw_GBps * busbw_factor(op, n);
   return b;
 }
 

@@ -19,8 +19,8 @@ struct CollectiveBenchmark {
   std::int64_t bytes = 0;
   int ranks = 0;
   std::int64_t time_ns = 0;
-  double algbw_gbps = 0;
-  double busbw_gbps = 0;
+  double algbw_GBps = 0;
+  double busbw_GBps = 0;
 };
 
 // nccl-tests' bus-bandwidth factor for `op` over n ranks.

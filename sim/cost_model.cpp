@@ -156,7 +156,7 @@ double ComputeModel::attention_ns(const Task& task, const ComputeCost& c) const 
     const double gemm_flops = 2.0 * scores * a.head_dim;
     const double gemm_ns = gemms * gemm_flops / (peak_per_ns * gpu.sustained.gemm.at(gemm_flops));
     const double passes = a.backward ? stack_->attention.softmax_passes_backward.value : stack_->attention.softmax_passes_forward.value;
-    return gemm_ns + 2 * scores * passes / (gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value);
+    return gemm_ns + 2 * scores * passes / (gpu.hbm_GBps.value * gpu.sustained.hbm_efficiency.value);
   }
   const hw::EfficiencyTable& table = a.backward ? gpu.sustained.attention_bwd : gpu.sustained.attention_fwd;
   return c.hardware_flops / (peak_per_ns * table.at(c.hardware_flops));
@@ -190,7 +190,7 @@ std::int64_t ComputeModel::duration_ns(const Task& task) const {
   // Work in ns directly (1 GB/s = 1 byte/ns, 1 TFLOP/s = 1000 FLOP/ns) so that round figures stay exact.
   if (is_host(task.device)) {
     TRAINYARD_CHECK(task.kind() == TaskKind::optimizer, "only optimizer steps run on a host");
-    return checked_ns(task, std::ceil(c.hbm_bytes / node_->host_dram_gbps()));
+    return checked_ns(task, std::ceil(c.hbm_bytes / node_->host_dram_GBps()));
   }
   double compute_ns = 0, hbm_bytes = c.hbm_bytes;
   if (task.kind() == TaskKind::attention) {
@@ -202,12 +202,12 @@ std::int64_t ComputeModel::duration_ns(const Task& task) const {
   if (task.kind() == TaskKind::elementwise) {
     if (const stacks::ElementwiseCost* e = stack_->elementwise(elementwise_class(task.op.code))) hbm_bytes *= e->hbm_passes.value;
   }
-  double memory_gbps = gpu.hbm_gbps.value * gpu.sustained.hbm_efficiency.value;
-  const double own_gbps = task.kind() == TaskKind::elementwise ? gpu.sustained.elementwise_gbps.value
-                          : task.kind() == TaskKind::optimizer ? gpu.sustained.optimizer_gbps.value
+  double memory_GBps = gpu.hbm_GBps.value * gpu.sustained.hbm_efficiency.value;
+  const double own_GBps = task.kind() == TaskKind::elementwise ? gpu.sustained.elementwise_GBps.value
+                          : task.kind() == TaskKind::optimizer ? gpu.sustained.optimizer_GBps.value
                                                                : 0;
-  if (own_gbps > 0) memory_gbps = own_gbps;  // measured for these kernels (calibrate --device cpu)
-  const double memory_ns = hbm_bytes / memory_gbps;
+  if (own_GBps > 0) memory_GBps = own_GBps;  // measured for these kernels (calibrate --device cpu)
+  const double memory_ns = hbm_bytes / memory_GBps;
   const double launch_ns = kernels(task) * gpu.sustained.kernel_launch_ns.value;
   return checked_ns(task, std::ceil(std::max(compute_ns, memory_ns)) + launch_ns);
 }

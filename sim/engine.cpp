@@ -394,7 +394,7 @@ void Engine::collect_links() {
       const std::string name = link.full_duplex ? (dir == 0 ? topo_.name(lo) + "->" + topo_.name(hi) : topo_.name(hi) + "->" + topo_.name(lo))
                                                 : topo_.name(lo) + "<->" + topo_.name(hi);
       LinkUsage usage{name, link.type, link.gbps_per_direction, network_.bytes_moved(r), network_.busy_ns(r), {}};
-      if (auto s = link_samples_.find(r); s != link_samples_.end()) usage.load_gbps = std::move(s->second);
+      if (auto s = link_samples_.find(r); s != link_samples_.end()) usage.load_GBps = std::move(s->second);
       result_.links.push_back(std::move(usage));
     }
   }
@@ -475,7 +475,7 @@ void Engine::launch(TaskId t) {
       const bool h2d = c.direction == Copy::Direction::h2d;
       const auto& sustained = cluster_.node.gpu.sustained;
       // Pageable copies are staged through a pinned bounce buffer by the driver: about half the pinned rate.
-      const double cap = (h2d ? sustained.pcie_h2d_gbps.value : sustained.pcie_d2h_gbps.value) * (c.pinned ? 1.0 : 0.5);
+      const double cap = (h2d ? sustained.pcie_h2d_GBps.value : sustained.pcie_d2h_GBps.value) * (c.pinned ? 1.0 : 0.5);
       start_flow(t, copy_route(task.device, h2d), static_cast<double>(c.bytes), cap);
       break;
     }
@@ -677,23 +677,23 @@ double Engine::choose_protocol(const Collective& c, CollectiveState& state) {
   step_transfers_.clear();
   collective_step(c.op, c.algorithm, static_cast<int>(members.size()), simulated_bytes(c), 0, step_transfers_);
   stacks::LinkClass link_class = stacks::LinkClass::nvlink;
-  double bottleneck_gbps = std::numeric_limits<double>::infinity();
+  double bottleneck_GBps = std::numeric_limits<double>::infinity();
   for (const Transfer& tr : step_transfers_) {
     const DeviceId a = members[tr.src_rank], b = members[tr.dst_rank];
     const RouteResources& r = member_route(c, a, b);
-    for (std::int32_t res : r.resources) bottleneck_gbps = std::min(bottleneck_gbps, network_.capacity(res));
+    for (std::int32_t res : r.resources) bottleneck_GBps = std::min(bottleneck_GBps, network_.capacity(res));
     const bool across_nodes = cluster_.node_of(a) != cluster_.node_of(b) || (a == b && c.ring_across_nodes);
     const stacks::LinkClass cls = across_nodes ? stacks::LinkClass::network : crosses_nvlink(r) ? stacks::LinkClass::nvlink : stacks::LinkClass::pcie;
     link_class = std::max(link_class, cls);
   }
-  const double bandwidth_gbps = bottleneck_gbps * static_cast<double>(std::max<std::size_t>(1, state.channels.size()));
+  const double bandwidth_GBps = bottleneck_GBps * static_cast<double>(std::max<std::size_t>(1, state.channels.size()));
   const auto pattern = c.algorithm == Algorithm::tree ? stacks::Pattern::tree : stacks::Pattern::ring;
   const double bytes = bytes_sent_per_rank(c.op, c.algorithm, n, c.bytes);
   double best_ns = std::numeric_limits<double>::infinity();
   const auto& protocols = library_.protocols;
   for (std::size_t i = 0; i < protocols.size(); ++i) {
     const auto& p = protocols[i];
-    const double ns = p.base_ns(pattern) + state.steps * p.step_ns(pattern, link_class) + bytes / (p.efficiency.value * bandwidth_gbps);
+    const double ns = p.base_ns(pattern) + state.steps * p.step_ns(pattern, link_class) + bytes / (p.efficiency.value * bandwidth_GBps);
     if (ns < best_ns) {
       best_ns = ns;
       protocol_index_ = static_cast<int>(i);
@@ -720,17 +720,17 @@ void Engine::consider_nvls(const Collective& c, CollectiveState& state, double p
   if (c.op != CollectiveOp::all_reduce || c.ring_across_nodes || !library_.nvls || cluster_.node.nvlink_sharp.value <= 0) return;
   const auto& members = graph_.groups()[c.group];  // under symmetry, the built members of a ring of ring_ranks
   std::optional<hw::VertexId> shared;
-  double link_gbps = std::numeric_limits<double>::infinity();
+  double link_GBps = std::numeric_limits<double>::infinity();
   for (DeviceId m : members) {
     if (cluster_.node_of(m) != cluster_.node_of(members.front())) return;
     const auto sw = nvlink_switch_of(gpu_vertex(m));
     if (!sw || (shared && *sw != *shared)) return;
     shared = sw;
-    for (std::int32_t res : route(gpu_vertex(m), *sw).resources) link_gbps = std::min(link_gbps, network_.capacity(res));
+    for (std::int32_t res : route(gpu_vertex(m), *sw).resources) link_GBps = std::min(link_GBps, network_.capacity(res));
   }
   const double n = c.ring_ranks > 0 ? c.ring_ranks : static_cast<double>(members.size());
   const double wire_bytes = static_cast<double>(c.bytes) * (1 + 1 / n) / library_.nvls->efficiency.value;
-  const double nvls_ns = 1e3 * library_.nvls->latency_us.value + wire_bytes / link_gbps;
+  const double nvls_ns = 1e3 * library_.nvls->latency_us.value + wire_bytes / link_GBps;
   if (nvls_ns >= predicted_ns) return;
   state.nvls_switch = shared;
   state.nvls_wire_bytes = wire_bytes;

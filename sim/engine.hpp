@@ -47,10 +47,10 @@ struct PoolUsage {
 struct LinkUsage {
   std::string name;  // "sw0->cpu0" (per direction) or "cpu0<->dram0" (shared)
   hw::LinkType type = hw::LinkType::pcie;
-  double capacity_gbps = 0;
+  double capacity_GBps = 0;
   double bytes = 0;
   std::int64_t busy_ns = 0;  // time with at least one flow
-  std::vector<Sample> load_gbps;
+  std::vector<Sample> load_GBps;
 };
 
 struct StreamUsage {

@@ -72,7 +72,7 @@ json::Json compute_classes_json(const SimResult& r, const Cluster& cluster) {
     const bool flops = k == static_cast<std::size_t>(TaskKind::gemm) || k == static_cast<std::size_t>(TaskKind::attention);
     json::Json entry = {{"tasks", c.tasks}, {"busy_ns", c.busy_ns}, {"model_flops", c.model_flops}, {"hbm_bytes", c.hbm_bytes}};
     if (busy_s > 0) {
-      entry["efficiency"] = flops ? c.model_flops / (busy_s * r.peak_flops_per_gpu) : c.hbm_bytes / (busy_s * cluster.node.gpu.hbm_gbps.value * 1e9);
+      entry["efficiency"] = flops ? c.model_flops / (busy_s * r.peak_flops_per_gpu) : c.hbm_bytes / (busy_s * cluster.node.gpu.hbm_GBps.value * 1e9);
       entry["efficiency_of"] = flops ? "bf16 dense peak (model FLOPs)" : "HBM bandwidth (bytes the fused op would move)";
     }
     out[std::string(to_string(static_cast<TaskKind>(k)))] = entry;
@@ -138,10 +138,11 @@ json::Json metrics_json(const SimResult& r, const TaskGraph& graph, const Cluste
   Json links = Json::array();
   for (const auto& l : r.links) {
     links.push_back({{"link", l.name},
-                     {"capacity_gbps", l.capacity_gbps},
+                     {"capacity_GBps", l.capacity_GBps},
+                     {"capacity_gbps", l.capacity_GBps},  // the old spelling, kept for one release (docs/taskgraph.md, "Renamed keys")
                      {"bytes", l.bytes},
                      {"busy", fraction(l.busy_ns, r.step_ns)},
-                     {"utilization", r.step_ns > 0 ? l.bytes / (l.capacity_gbps * static_cast<double>(r.step_ns)) : 0}});
+                     {"utilization", r.step_ns > 0 ? l.bytes / (l.capacity_GBps * static_cast<double>(r.step_ns)) : 0}});
   }
   out["links"] = links;
   return out;
@@ -200,8 +201,8 @@ void print_metrics(std::ostream& out, const SimResult& r, const TaskGraph& graph
     TextTable table({"link", "GB/s", "bytes", "busy", "utilization"}, {false, true, true, true, true});
     for (std::size_t i = 0; i < links.size() && i < 10; ++i) {
       const auto* l = links[i];
-      table.add_row({l->name, format_fixed(l->capacity_gbps, 1), format_bytes(l->bytes), pct(l->busy_ns),
-                     format_fixed(100 * (r.step_ns > 0 ? l->bytes / (l->capacity_gbps * static_cast<double>(r.step_ns)) : 0), 1) + "%"});
+      table.add_row({l->name, format_fixed(l->capacity_GBps, 1), format_bytes(l->bytes), pct(l->busy_ns),
+                     format_fixed(100 * (r.step_ns > 0 ? l->bytes / (l->capacity_GBps * static_cast<double>(r.step_ns)) : 0), 1) + "%"});
     }
     table.print(out);
   }
@@ -323,7 +324,7 @@ std::vector<TraceEvent> trace_events(const SimResult& r, const TaskGraph& graph,
   }
   for (const auto& l : r.links) {
     const auto bytes = kSampleBytes + static_cast<std::int64_t>(l.name.size());
-    window_samples(l.load_gbps, keep, [&](std::int64_t ns, double) { events.push_back({ns, bytes}); });
+    window_samples(l.load_GBps, keep, [&](std::int64_t ns, double) { events.push_back({ns, bytes}); });
   }
   return events;
 }
@@ -406,7 +407,7 @@ void write_chrome_trace(std::ostream& out, const SimResult& r, const TaskGraph& 
     }
     for (const auto& l : r.links) {
       const std::string head = "{\"ph\":\"C\",\"name\":" + Json(l.name).dump() + ",\"pid\":" + std::to_string(kLinksPid) + ",\"ts\":";
-      window_samples(l.load_gbps, keep,
+      window_samples(l.load_GBps, keep,
                      [&](std::int64_t ns, double value) { emit(head + us(ns) + ",\"args\":{\"GB/s\":" + format_fixed(value, 3) + "}}"); });
     }
   }

@@ -49,7 +49,7 @@ PeerMeasurements exact_points(const PeerTruth& t) {
 TEST(PeerFit, RecoversTheLinkAndTheCollectiveCostsFromExactPoints) {
   const PeerTruth t;
   const PeerFits f = fit_peers(exact_points(t));
-  EXPECT_NEAR(f.link_gbps, t.gbps, 1e-6 * t.gbps);
+  EXPECT_NEAR(f.link_GBps, t.gbps, 1e-6 * t.gbps);
   EXPECT_NEAR(f.hop_latency_ns, t.fixed_s * 1e9 / 2, 1e-3);
   EXPECT_NEAR(f.base_latency_us, t.base_s * 1e6, 1e-3);
   EXPECT_NEAR(f.step_latency_us, t.step_s * 1e6, 1e-3);
@@ -114,8 +114,8 @@ TEST(PeerProfiles, NodeAndLibraryLoadAndTheSimulatorPredictsTheMeasuredTimes) {
   const hw::NodeProfile node = hw::load_node(peer_node_path(gpu_path), "--hw");
   EXPECT_EQ(node.gpu_count(), t.ranks);
   EXPECT_EQ(node.gpu.name, "cpu-test");
-  EXPECT_NEAR(node.gpu.nvlink_data_gbps(), t.gbps, 1e-6);
-  EXPECT_EQ(node.gpu.nvlink_gbps_per_direction.source.kind, json::Source::Kind::measured);
+  EXPECT_NEAR(node.gpu.nvlink_data_GBps(), t.gbps, 1e-6);
+  EXPECT_EQ(node.gpu.nvlink_GBps_per_direction.source.kind, json::Source::Kind::measured);
   EXPECT_EQ(node.latency_ns.at(hw::LinkType::nvlink).source.kind, json::Source::Kind::measured);
   const stacks::CollectiveLibrary library = stacks::parse_collective_library(peer_collective_library("cpu-test-mpi", m, f, "the command"), "test");
   ASSERT_EQ(library.protocols.size(), 1u);

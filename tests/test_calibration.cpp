@@ -50,8 +50,8 @@ std::vector<double> log_spaced(double lo, double hi, int n) {
 struct Truth {
   SaturatingCurve gemm{0.74, 2e9, 0.9}, attention_fwd{0.55, 6e9, 1.2}, attention_bwd{0.42, 1.5e10, 1.0};
   double launch_s = 2.2e-6, host_launch_s = 4.5e-6;
-  double h2d_gbps = 52.0, d2h_gbps = 53.5, h2d_pageable_gbps = 21.0, d2h_pageable_gbps = 18.0, h2d_both_gbps = 47.0, d2h_both_gbps = 49.0,
-         d2d_gbps = 1450.0;  // d2d: bytes copied per second (HBM traffic is twice that)
+  double h2d_GBps = 52.0, d2h_GBps = 53.5, h2d_pageable_GBps = 21.0, d2h_pageable_GBps = 18.0, h2d_both_GBps = 47.0, d2h_both_GBps = 49.0,
+         d2d_GBps = 1450.0;  // d2d: bytes copied per second (HBM traffic is twice that)
   double copy_latency_s = 9e-6;
 };
 
@@ -88,13 +88,13 @@ Measurements synthetic(const Truth& truth, double sigma, std::uint32_t seed, dou
       out.push_back({b, (truth.copy_latency_s + b / (gbps * 1e9)) * noise()});
     }
   };
-  copies(m.h2d_pinned, plan.copy_bytes, truth.h2d_gbps);
-  copies(m.d2h_pinned, plan.copy_bytes, truth.d2h_gbps);
-  copies(m.h2d_pageable, plan.copy_bytes, truth.h2d_pageable_gbps);
-  copies(m.d2h_pageable, plan.copy_bytes, truth.d2h_pageable_gbps);
-  copies(m.h2d_both, plan.copy_bytes, truth.h2d_both_gbps);
-  copies(m.d2h_both, plan.copy_bytes, truth.d2h_both_gbps);
-  copies(m.d2d, plan.d2d_bytes, truth.d2d_gbps);
+  copies(m.h2d_pinned, plan.copy_bytes, truth.h2d_GBps);
+  copies(m.d2h_pinned, plan.copy_bytes, truth.d2h_GBps);
+  copies(m.h2d_pageable, plan.copy_bytes, truth.h2d_pageable_GBps);
+  copies(m.d2h_pageable, plan.copy_bytes, truth.d2h_pageable_GBps);
+  copies(m.h2d_both, plan.copy_bytes, truth.h2d_both_GBps);
+  copies(m.d2h_both, plan.copy_bytes, truth.d2h_both_GBps);
+  copies(m.d2d, plan.d2d_bytes, truth.d2d_GBps);
   return m;
 }
 
@@ -203,9 +203,9 @@ TEST(CalibrationProfile, WrittenProfileLoadsAndTheSimulatorGetsTheFittedValues) 
 
   // The scalar figures.
   EXPECT_NEAR(gpu.sustained.kernel_launch_ns.value, truth.launch_s * 1e9, 0.03 * truth.launch_s * 1e9);
-  EXPECT_NEAR(gpu.sustained.pcie_h2d_gbps.value, truth.h2d_gbps, 0.02 * truth.h2d_gbps);
-  EXPECT_NEAR(gpu.sustained.pcie_d2h_gbps.value, truth.d2h_gbps, 0.02 * truth.d2h_gbps);
-  EXPECT_NEAR(gpu.sustained.hbm_efficiency.value, 2 * truth.d2d_gbps / 3350.0, 0.02);
+  EXPECT_NEAR(gpu.sustained.pcie_h2d_GBps.value, truth.h2d_GBps, 0.02 * truth.h2d_GBps);
+  EXPECT_NEAR(gpu.sustained.pcie_d2h_GBps.value, truth.d2h_GBps, 0.02 * truth.d2h_GBps);
+  EXPECT_NEAR(gpu.sustained.hbm_efficiency.value, 2 * truth.d2d_GBps / 3350.0, 0.02);
   double largest_gemm = 0;
   for (const auto& p : m.gemm) largest_gemm = std::max(largest_gemm, p.flops);
   EXPECT_DOUBLE_EQ(gpu.sustained.gemm_efficiency.value, fits.gemm.curve.at(largest_gemm));
@@ -213,8 +213,8 @@ TEST(CalibrationProfile, WrittenProfileLoadsAndTheSimulatorGetsTheFittedValues) 
 
   // Every calibrated figure says it was measured, when, by what, on which device, and how it was fitted; the
   // datasheet figures keep their sources; the estimates the measurements replaced are gone.
-  for (const hw::Figure* f : {&gpu.sustained.gemm_efficiency, &gpu.sustained.hbm_efficiency, &gpu.sustained.pcie_h2d_gbps,
-                              &gpu.sustained.pcie_d2h_gbps, &gpu.sustained.kernel_launch_ns}) {
+  for (const hw::Figure* f : {&gpu.sustained.gemm_efficiency, &gpu.sustained.hbm_efficiency, &gpu.sustained.pcie_h2d_GBps,
+                              &gpu.sustained.pcie_d2h_GBps, &gpu.sustained.kernel_launch_ns}) {
     EXPECT_EQ(f->source.kind, json::Source::Kind::measured) << f->source_id;
     EXPECT_EQ(f->source.date, "2026-03-01");
     EXPECT_EQ(f->source.command, m.command);
@@ -258,17 +258,17 @@ TEST(CalibrationProfile, WrittenProfileLoadsAndTheSimulatorGetsTheFittedValues) 
 TEST(CalibrationProfile, ElementwiseAndOptimizerRatesWhereMeasuredTimeThoseTasks) {
   test::TempDir dir;
   Measurements m = synthetic(Truth{}, 0.0, 7);
-  const double elementwise_gbps = 0.5, optimizer_gbps = 2.0;
+  const double elementwise_GBps = 0.5, optimizer_GBps = 2.0;
   for (double bytes : {16e3, 64e3, 256e3, 1e6}) {
-    m.elementwise.push_back({bytes, 3e-6 + bytes / (elementwise_gbps * 1e9)});
-    m.optimizer.push_back({30 * bytes, 1e-6 + 30 * bytes / (optimizer_gbps * 1e9)});
+    m.elementwise.push_back({bytes, 3e-6 + bytes / (elementwise_GBps * 1e9)});
+    m.optimizer.push_back({30 * bytes, 1e-6 + 30 * bytes / (optimizer_GBps * 1e9)});
   }
   const std::string out = (dir.path() / "with-elementwise.json").string();
   write_calibrated_profile(m, h100_document(), "h100-sxm", out);
   const hw::GpuProfile gpu = hw::load_gpu(out, "--gpu");
-  EXPECT_NEAR(gpu.sustained.elementwise_gbps.value, elementwise_gbps, 1e-6);
-  EXPECT_NEAR(gpu.sustained.optimizer_gbps.value, optimizer_gbps, 1e-6);
-  EXPECT_EQ(gpu.sustained.elementwise_gbps.source.kind, json::Source::Kind::measured);
+  EXPECT_NEAR(gpu.sustained.elementwise_GBps.value, elementwise_GBps, 1e-6);
+  EXPECT_NEAR(gpu.sustained.optimizer_GBps.value, optimizer_GBps, 1e-6);
+  EXPECT_EQ(gpu.sustained.elementwise_GBps.source.kind, json::Source::Kind::measured);
 
   hw::NodeProfile node = hw::load_node("dgx-h100");
   const auto duration_s = [&](const hw::GpuProfile& profile, sim::TaskParams params) {
@@ -279,15 +279,15 @@ TEST(CalibrationProfile, ElementwiseAndOptimizerRatesWhereMeasuredTimeThoseTasks
     return static_cast<double>(sim::ComputeModel(node, stacks::default_stack()).duration_ns(task)) * 1e-9 -
            profile.sustained.kernel_launch_ns.value * 1e-9;
   };
-  EXPECT_NEAR(duration_s(gpu, sim::Elementwise{500'000, 500'000}), 1e6 / (elementwise_gbps * 1e9), 1e-8);
-  EXPECT_NEAR(duration_s(gpu, sim::OptimizerStep{30'000'000}), 3e7 / (optimizer_gbps * 1e9), 1e-8);
+  EXPECT_NEAR(duration_s(gpu, sim::Elementwise{500'000, 500'000}), 1e6 / (elementwise_GBps * 1e9), 1e-8);
+  EXPECT_NEAR(duration_s(gpu, sim::OptimizerStep{30'000'000}), 3e7 / (optimizer_GBps * 1e9), 1e-8);
   // Without the series (a GPU's sweep): no such figures, and elementwise work streams at the HBM rate.
   const std::string plain = (dir.path() / "plain.json").string();
   write_calibrated_profile(synthetic(Truth{}, 0.0, 7), h100_document(), "h100-sxm", plain);
   const hw::GpuProfile gpu_plain = hw::load_gpu(plain, "--gpu");
-  EXPECT_EQ(gpu_plain.sustained.elementwise_gbps.value, 0);
+  EXPECT_EQ(gpu_plain.sustained.elementwise_GBps.value, 0);
   EXPECT_NEAR(duration_s(gpu_plain, sim::Elementwise{500'000, 500'000}),
-              1e6 / (gpu_plain.hbm_gbps.value * gpu_plain.sustained.hbm_efficiency.value * 1e9), 1e-8);
+              1e6 / (gpu_plain.hbm_GBps.value * gpu_plain.sustained.hbm_efficiency.value * 1e9), 1e-8);
 }
 
 TEST(CalibrationProfile, BadMeasurementsFailClearlyAndWriteNothing) {
@@ -322,7 +322,7 @@ TEST(CalibrationProfile, BadMeasurementsFailClearlyAndWriteNothing) {
   expect_failure(flat, "field 'h2d_pinned': expected times that grow with the size");
   // Faster than the base profile's PCIe link allows: the wrong base profile.
   Truth fast;
-  fast.h2d_gbps = 80;
+  fast.h2d_GBps = 80;
   expect_failure(synthetic(fast, 1e-6, 1), "at most the raw PCIe Gen5 x16 rate of 63.0 GB/s");
 
   // An existing profile is left as it was when a later run fails.
@@ -532,7 +532,7 @@ TEST(TraceCalibration, TheProfilePredictsTheTracedCallsBack) {
 // NCCL kernels made from a known link model (NVLink of the H100 profile) give it back, and the library loads.
 TEST(TraceCalibration, CollectivesRecoverTheLinkModelTheyWereMadeWith) {
   const hw::GpuProfile gpu = hw::load_gpu("h100-sxm");
-  const double rate = gpu.nvlink_data_gbps() * 1e9, base_s = 20e-6, step_s = 4e-6, efficiency = 0.8;
+  const double rate = gpu.nvlink_data_GBps() * 1e9, base_s = 20e-6, step_s = 4e-6, efficiency = 0.8;
   traces::RankTrace r;
   r.origin = "nccl.json";
   r.device_name = "NVIDIA H100 80GB HBM3";

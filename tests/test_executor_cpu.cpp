@@ -312,7 +312,7 @@ TEST(CpuCalibration, AShortSweepMeasuresEverySeriesAndWritesAProfileTheSimulator
   const double fitted_rate = fitted.sustained.gemm.at(m.gemm.back().flops) * fitted.peak_tflops(hw::Dtype::bf16) * 1e12;
   EXPECT_GT(fitted_rate, slowest / 2);
   EXPECT_LT(fitted_rate, fastest * 2);
-  EXPECT_GT(fitted.sustained.pcie_h2d_gbps.value, 0.1);
+  EXPECT_GT(fitted.sustained.pcie_h2d_GBps.value, 0.1);
 }
 
 }  // namespace trainyard::backend

@@ -38,7 +38,7 @@ TEST(HwProfiles, EveryBuiltinGpuLoadsWithSourcedFigures) {
     EXPECT_GE(gpu.peak_tflops(Dtype::bf16), gpu.peak_tflops(Dtype::tf32));
     EXPECT_GT(gpu.peak_tflops(Dtype::tf32), 0);
     EXPECT_FALSE(gpu.hbm_bytes.source_id.empty());
-    EXPECT_LE(gpu.sustained.pcie_h2d_gbps.value, gpu.pcie_raw_gbps_per_direction());
+    EXPECT_LE(gpu.sustained.pcie_h2d_GBps.value, gpu.pcie_raw_GBps_per_direction());
   }
 }
 
@@ -46,14 +46,14 @@ TEST(HwProfiles, DatasheetFiguresOfKnownGpus) {
   const GpuProfile h100 = load_gpu("h100-sxm");
   EXPECT_DOUBLE_EQ(h100.peak_tflops(Dtype::bf16), 989.4);
   EXPECT_DOUBLE_EQ(h100.hbm_bytes.value, 80.0 * 1024 * 1024 * 1024);
-  EXPECT_DOUBLE_EQ(h100.hbm_gbps.value, 3350);
-  EXPECT_DOUBLE_EQ(h100.nvlink_gbps_per_direction.value, 450);
+  EXPECT_DOUBLE_EQ(h100.hbm_GBps.value, 3350);
+  EXPECT_DOUBLE_EQ(h100.nvlink_GBps_per_direction.value, 450);
   EXPECT_EQ(h100.peak_dense_tflops[0].source.kind, json::Source::Kind::datasheet);
   EXPECT_EQ(h100.sustained.gemm_efficiency.source.kind, json::Source::Kind::estimate);
   // Ridge point: 989.4e12 / 3350e9 = 295 FLOP/byte.
   EXPECT_NEAR(h100.ridge_flop_per_byte(Dtype::bf16), 295.3, 0.1);
   EXPECT_DOUBLE_EQ(load_gpu("a100-80gb-sxm").peak_tflops(Dtype::bf16), 312);
-  EXPECT_DOUBLE_EQ(load_gpu("rtx-4090").nvlink_gbps_per_direction.value, 0);
+  EXPECT_DOUBLE_EQ(load_gpu("rtx-4090").nvlink_GBps_per_direction.value, 0);
 }
 
 TEST(HwProfiles, EfficiencyTablesInterpolateInLogFlops) {
@@ -68,9 +68,9 @@ TEST(HwProfiles, EfficiencyTablesInterpolateInLogFlops) {
 }
 
 TEST(HwProfiles, PcieRates) {
-  EXPECT_NEAR(pcie_gbps_per_direction(4, 16), 31.5, 0.01);
-  EXPECT_NEAR(pcie_gbps_per_direction(5, 16), 63.02, 0.01);  // 32 GT/s x 128/130 x 16 lanes / 8
-  EXPECT_NEAR(pcie_gbps_per_direction(3, 16), 15.75, 0.01);
+  EXPECT_NEAR(pcie_GBps_per_direction(4, 16), 31.5, 0.01);
+  EXPECT_NEAR(pcie_GBps_per_direction(5, 16), 63.02, 0.01);  // 32 GT/s x 128/130 x 16 lanes / 8
+  EXPECT_NEAR(pcie_GBps_per_direction(3, 16), 15.75, 0.01);
 }
 
 TEST(HwProfiles, BuiltinNodesMatchTheirDescriptions) {
@@ -79,9 +79,9 @@ TEST(HwProfiles, BuiltinNodesMatchTheirDescriptions) {
   EXPECT_EQ(dgx.gpu.name, "a100-80gb-sxm");
   EXPECT_EQ(dgx.count(VertexType::pcie_switch), 4);
   EXPECT_EQ(dgx.count(VertexType::nic), 8);
-  EXPECT_DOUBLE_EQ(dgx.nic_gbps_per_gpu(), 25.0);  // HDR 200 Gb/s
+  EXPECT_DOUBLE_EQ(dgx.nic_GBps_per_gpu(), 25.0);  // HDR 200 Gb/s
   EXPECT_DOUBLE_EQ(dgx.host_dram_bytes.value, 2.0 * 1024 * 1024 * 1024 * 1024);
-  EXPECT_DOUBLE_EQ(load_node("dgx-h100").nic_gbps_per_gpu(), 50.0);  // NDR 400 Gb/s
+  EXPECT_DOUBLE_EQ(load_node("dgx-h100").nic_GBps_per_gpu(), 50.0);  // NDR 400 Gb/s
   EXPECT_EQ(load_node("pcie-a100x4").gpu_count(), 4);
   EXPECT_EQ(load_node("pcie-a100x4").count(VertexType::nvswitch), 0);
   EXPECT_FALSE(load_node("pcie-4090x8").pcie_peer_to_peer);

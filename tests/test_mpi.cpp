@@ -772,7 +772,7 @@ TEST(Mpi, PeerMeasurementsTimeEverySizeOnRankZeroAndFit) {
   }
   EXPECT_LT(m.p2p.front().seconds, m.p2p.back().seconds);  // 64 B against 16 MiB
   const PeerFits f = fit_peers(m);
-  EXPECT_GT(f.link_gbps, 0.0);
+  EXPECT_GT(f.link_GBps, 0.0);
   EXPECT_GT(f.efficiency, 0.0);
   EXPECT_LE(f.efficiency, 1.0);
 }

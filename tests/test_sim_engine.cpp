@@ -19,7 +19,7 @@ namespace trainyard::sim {
 
 namespace {
 
-const double kPcie = hw::pcie_gbps_per_direction(4, 16);  // 31.5077 GB/s = bytes/ns
+const double kPcie = hw::pcie_GBps_per_direction(4, 16);  // 31.5077 GB/s = bytes/ns
 
 Cluster tiny(int nodes = 1) { return Cluster(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), nodes, test::ideal_stack()); }
 

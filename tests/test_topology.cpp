@@ -22,7 +22,7 @@ TEST(Topology, DgxA100GpuToHostGoesThroughItsSwitch) {
   ASSERT_TRUE(host.has_value());
   const Route r = topo.route(gpu0, *host);
   EXPECT_EQ(names(topo, r), (std::vector<std::string>{"gpu0", "sw0", "cpu0", "dram0"}));
-  EXPECT_NEAR(r.bottleneck_gbps, 31.5, 0.01);  // Gen4 x16
+  EXPECT_NEAR(r.bottleneck_GBps, 31.5, 0.01);  // Gen4 x16
   // gpu7 sits on the other socket.
   EXPECT_EQ(topo.name(*topo.nearest_host_memory(topo.gpu(0, 7))), "dram1");
 }
@@ -31,7 +31,7 @@ TEST(Topology, GpuToGpuPrefersNvlinkOverASharedSwitch) {
   const Topology topo(load_node("dgx-a100"), 1);
   const Route r = topo.route(topo.gpu(0, 0), topo.gpu(0, 1));  // also share PCIe switch sw0
   EXPECT_EQ(names(topo, r), (std::vector<std::string>{"gpu0", "nvswitch", "gpu1"}));
-  EXPECT_DOUBLE_EQ(r.bottleneck_gbps, 240);  // NVLink's data rate (NCCL: 12 lanes x 20 GB/s), not the 300 signalled
+  EXPECT_DOUBLE_EQ(r.bottleneck_GBps, 240);  // NVLink's data rate (NCCL: 12 lanes x 20 GB/s), not the 300 signalled
 }
 
 // Between nodes each GPU uses its own NIC, as NCCL pairs them: on DGX A100 two GPUs and two NICs share each PCIe
@@ -83,7 +83,7 @@ TEST(Topology, ClusterJoinsNodesThroughNicsAndFabric) {
   EXPECT_TRUE(path[4] == "n1.nic0" || path[4] == "n1.nic1") << path[4];
   EXPECT_EQ(path[5], "n1.sw0");
   EXPECT_EQ(path[6], "n1.gpu0");
-  EXPECT_DOUBLE_EQ(r.bottleneck_gbps, 50);  // NDR 400 Gb/s
+  EXPECT_DOUBLE_EQ(r.bottleneck_GBps, 50);  // NDR 400 Gb/s
   EXPECT_GT(r.latency_ns, 0);
 }
 

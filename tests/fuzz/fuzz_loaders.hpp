@@ -42,7 +42,7 @@ inline void load_node_profile(std::string_view text) {
   const hw::NodeProfile node = hw::parse_node(json::parse(text, "fuzz-node.json"), "fuzz-node.json", &builtin_gpu);
   const hw::Topology topology(node, node.count(hw::VertexType::nic) > 0 ? 2 : 1);
   (void)topology.gpu_count();
-  (void)node.nic_gbps_per_gpu();
+  (void)node.nic_GBps_per_gpu();
 }
 
 // Model file (models/*.json, --model path.json) with the derived figures `show` prints.
