@@ -53,6 +53,17 @@ std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::
   return order;
 }
 
+void check_sequence_length(const sim::TaskGraph& graph, std::int64_t sequence_tokens) {
+  if (graph.chunk_tokens() <= 0 || graph.sequence_tokens() <= 0) {
+    throw InputError("the plan's task graph", "chunk and sequence length", "both set by the graph's builder (ring-track, Megatron, ZeRO)",
+                     "chunk " + std::to_string(graph.chunk_tokens()) + ", sequence " + std::to_string(graph.sequence_tokens()));
+  }
+  if (sequence_tokens != graph.sequence_tokens()) {
+    throw InputError("the step's tokens", "sequence length", std::to_string(graph.sequence_tokens()) + " tokens, the graph's sequence",
+                     std::to_string(sequence_tokens));
+  }
+}
+
 std::vector<Key> content(const sim::Op& op) {
   if (op.zigzag > 0 || op.chunk_count > 1 || op.seq_count > 1) {  // moves carry no LM-head pieces, so no chunk size is needed
     std::vector<Key> keys;
@@ -178,8 +189,8 @@ class DataflowPlanner {
     }
     return found;
   }
-  int create(sim::DeviceId place, const Key& key, std::int64_t elements, DType dtype) {
-    Instance inst{key, place, dtype, elements * dtype_bytes(dtype), {}, -1, -1, -1, {}};
+  int create(sim::DeviceId place, const Key& key, std::int64_t elements, ElementType dtype) {
+    Instance inst{key, place, dtype, elements * element_bytes(dtype), {}, -1, -1, -1, {}};
     if (sim::is_host(place)) {
       inst.host_offset_bytes = plan_.host_bytes;
       plan_.host_bytes += (inst.bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
@@ -234,7 +245,7 @@ class DataflowPlanner {
       if (src < 0) need(from, key);
       const Instance& s = plan_.instances[src];
       int dst = find(to, delivered);
-      if (dst < 0) dst = create(to, delivered, s.bytes / dtype_bytes(s.dtype), s.dtype);
+      if (dst < 0) dst = create(to, delivered, s.bytes / element_bytes(s.dtype), s.dtype);
       touch(src);
       touch(dst);
       step_.instances.insert(step_.instances.end(), {src, dst});

@@ -22,6 +22,10 @@ namespace trainyard::backend {
 // task's predecessors in that sense. Throws InternalError on a cycle.
 std::vector<sim::TaskId> stream_ordered_order(const sim::TaskGraph& graph, std::vector<std::vector<sim::TaskId>>* preds = nullptr);
 
+// InputError unless the step's token ids are sequences of the graph's length (TaskGraph::sequence_tokens) and the
+// graph says its chunk length: an executor runs a graph only on the sequences it was built for.
+void check_sequence_length(const sim::TaskGraph& graph, std::int64_t sequence_tokens);
+
 // The tensors a copy, send or allocation covers (empty for model states and for ops that are not moves).
 std::vector<Key> content(const sim::Op& op);
 // What `key` (of content(op)) becomes where a move of `op` delivers it: itself, except that a ring attention's
@@ -32,7 +36,7 @@ Key arrival(const sim::Op& op, Key key);
 struct Instance {
   Key key;
   sim::DeviceId place = 0;
-  DType dtype = DType::bf16;
+  ElementType dtype = ElementType::bf16;
   std::int64_t bytes = 0;
   std::vector<int> accessors;             // positions in the order that read or write it
   int release_after = -1;                 // position after which its bytes may be reused (see plan_dataflow)

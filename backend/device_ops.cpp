@@ -19,7 +19,7 @@ using Args = DeviceOpArgs;
 
 // The sizes an op's kernels take, for its model: this rank's, or a Ulysses head group's (model_of).
 struct Dims {
-  int C, h, q, kv, f, vocab, H, KV, D;
+  int chunk_tokens, h, q, kv, f, vocab, H, KV, D;
   std::int64_t cq, ckv, cf;
   float eps, rope_theta;
 };
@@ -27,7 +27,7 @@ Dims dims(const Args& a) {
   const model::ModelConfig mm = model_of(*a.op, *a.model);
   const model::ModelConfig& m = *a.model;
   Dims d{};
-  d.C = static_cast<int>(a.chunk_tokens);
+  d.chunk_tokens = static_cast<int>(a.chunk_tokens);
   d.h = static_cast<int>(m.hidden);
   d.q = static_cast<int>(mm.q_dim());
   d.kv = static_cast<int>(mm.kv_dim());
@@ -36,9 +36,9 @@ Dims dims(const Args& a) {
   d.H = static_cast<int>(mm.heads);
   d.KV = static_cast<int>(mm.kv_heads);
   d.D = static_cast<int>(m.head_dim);
-  d.cq = static_cast<std::int64_t>(d.C) * d.q;
-  d.ckv = static_cast<std::int64_t>(d.C) * d.kv;
-  d.cf = static_cast<std::int64_t>(d.C) * d.f;
+  d.cq = static_cast<std::int64_t>(d.chunk_tokens) * d.q;
+  d.ckv = static_cast<std::int64_t>(d.chunk_tokens) * d.kv;
+  d.cf = static_cast<std::int64_t>(d.chunk_tokens) * d.f;
   d.eps = static_cast<float>(m.norm_epsilon);
   d.rope_theta = static_cast<float>(m.rope_theta.value_or(0));
   return d;
@@ -65,7 +65,7 @@ bool sequence_local(OpCode code) {
 // The rows of the chunk this rank computes (all, or under sequence parallelism its own) and where they start.
 struct OwnRows {
   int rows;
-  std::int64_t at;     // elements into a [C][hidden] tensor
+  std::int64_t at;     // elements into a [chunk_tokens][hidden] tensor
   std::int64_t count;  // rows x hidden
   const bf16_bits* in(const Args& a, Role r) const { return a.in<bf16_bits>(r) + at; }
   bf16_bits* out(const Args& a, Role r) const { return a.out<bf16_bits>(r) + at; }
@@ -73,7 +73,7 @@ struct OwnRows {
 OwnRows own_rows(const Args& a) {
   const Dims d = dims(a);
   const bool own = a.sequence_parallel && sequence_local(a.op->code);
-  const int R = own ? d.C / a.shards : d.C;
+  const int R = own ? d.chunk_tokens / a.shards : d.chunk_tokens;
   const std::int64_t at = own ? static_cast<std::int64_t>(a.shard) * R * d.h : 0;
   return {R, at, static_cast<std::int64_t>(R) * d.h};
 }
@@ -102,14 +102,14 @@ void linear(const Args& a) {
   std::int64_t columns = 0;  // the block's first column of y (row of W)
   for (std::size_t b = 0; b < l.out.size(); ++b) {
     const int out = static_cast<int>(width_elements(l.out[b], mm));
-    const std::int64_t w_at = columns * in, y_at = static_cast<std::int64_t>(d.C) * columns;
+    const std::int64_t w_at = columns * in, y_at = static_cast<std::int64_t>(d.chunk_tokens) * columns;
     if (a.op->code == l.forward) {
       bf16_bits* y = l.y.size() > 1 ? a.out<bf16_bits>(l.y[b]) : a.out<bf16_bits>(l.y.front()) + y_at;
-      forward(a, d.C, in, out, a.in<bf16_bits>(l.x), w.weight + w_at, y);
+      forward(a, d.chunk_tokens, in, out, a.in<bf16_bits>(l.x), w.weight + w_at, y);
     } else if (a.op->code == l.dgrad) {  // the blocks' input gradients add up (each after the first adds to the bf16 result)
-      dgrad(a, d.C, in, out, a.in<bf16_bits>(l.dy) + y_at, w.weight + w_at, a.out<bf16_bits>(l.dx), b > 0 ? 1.0f : 0.0f);
+      dgrad(a, d.chunk_tokens, in, out, a.in<bf16_bits>(l.dy) + y_at, w.weight + w_at, a.out<bf16_bits>(l.dx), b > 0 ? 1.0f : 0.0f);
     } else {
-      wgrad(a, d.C, in, out, a.in<bf16_bits>(l.dy) + y_at, a.in<bf16_bits>(l.x), w.grad + w_at);
+      wgrad(a, d.chunk_tokens, in, out, a.in<bf16_bits>(l.dy) + y_at, a.in<bf16_bits>(l.x), w.grad + w_at);
     }
     columns += out;
   }
@@ -118,7 +118,7 @@ void linear(const Args& a) {
 // ---- forward ------------------------------------------------------------------------------------------------
 void embed(const Args& a) {
   const Dims d = dims(a);
-  a.dev->embedding_forward(a.stream, d.C, d.h, a.embedding->weight, a.tokens, a.out<bf16_bits>(Role::x));
+  a.dev->embedding_forward(a.stream, d.chunk_tokens, d.h, a.embedding->weight, a.tokens, a.out<bf16_bits>(Role::x));
 }
 void norm(const Args& a) {
   const Dims d = dims(a);
@@ -130,8 +130,8 @@ void norm(const Args& a) {
 void rope(const Args& a) {
   const Dims d = dims(a);
   const std::int64_t offset = a.op->chunk * a.chunk_tokens;
-  a.dev->rope(a.stream, d.C, d.H, d.D, offset, d.rope_theta, false, a.out<bf16_bits>(Role::q));
-  a.dev->rope(a.stream, d.C, d.KV, d.D, offset, d.rope_theta, false, a.out<bf16_bits>(Role::k));
+  a.dev->rope(a.stream, d.chunk_tokens, d.H, d.D, offset, d.rope_theta, false, a.out<bf16_bits>(Role::q));
+  a.dev->rope(a.stream, d.chunk_tokens, d.KV, d.D, offset, d.rope_theta, false, a.out<bf16_bits>(Role::k));
 }
 // Pair by pair into the running state, the diagonal first as the reference's single call covers it.
 void attention(const Args& a) {
@@ -141,14 +141,14 @@ void attention(const Args& a) {
   float* lse = a.out<float>(Role::lse);
   if (starts_accumulation(op)) {  // an empty running state: zero output, and an lse so low (-1.7e38) its merge weight is 0
     a.dev->fill(a.stream, o_run, 0, d.cq * 4);
-    a.dev->fill(a.stream, lse, 0xFE, static_cast<std::int64_t>(d.H) * d.C * 4);
+    a.dev->fill(a.stream, lse, 0xFE, static_cast<std::int64_t>(d.H) * d.chunk_tokens * 4);
   }
   auto* o_part = a.scratch<bf16_bits>(d.cq);
-  auto* lse_part = a.scratch<float>(static_cast<std::int64_t>(d.H) * d.C);
+  auto* lse_part = a.scratch<float>(static_cast<std::int64_t>(d.H) * d.chunk_tokens);
   for (int j = op.kv_last; j >= op.kv_first; --j) {
     a.dev->attention_forward(a.stream, pair(a, j), a.in<bf16_bits>(Role::q), a.in<bf16_bits>(Role::k, j), a.in<bf16_bits>(Role::v, j), o_part,
                              lse_part);
-    a.dev->attention_merge(a.stream, d.C, d.H, d.D, o_run, lse, o_part, lse_part);
+    a.dev->attention_merge(a.stream, d.chunk_tokens, d.H, d.D, o_run, lse, o_part, lse_part);
   }
   a.release(o_part);
   a.release(lse_part);
@@ -204,7 +204,7 @@ void attention_bwd(const Args& a) {
   float* delta = a.out<float>(Role::delta);
   if (starts_accumulation(op)) {  // the diagonal starts dQ and computes D = rowsum(dO * O)
     a.dev->fill(a.stream, dq, 0, d.cq * 4);
-    a.dev->attention_backward_prep(a.stream, d.C, d.H, d.D, a.in<bf16_bits>(Role::o), a.in<bf16_bits>(Role::d_o), delta);
+    a.dev->attention_backward_prep(a.stream, d.chunk_tokens, d.H, d.D, a.in<bf16_bits>(Role::o), a.in<bf16_bits>(Role::d_o), delta);
   }
   for (int j = op.kv_first; j <= op.kv_last; ++j) {
     float* dkv = a.out<float>(Role::dkv, j);
@@ -223,12 +223,12 @@ void rope_bwd(const Args& a) {  // dQKV (bf16 dQ | dK | dV) from the fp32 dQ and
   bf16_bits* dqkv = a.out<bf16_bits>(Role::dqkv);
   a.dev->to_bf16(a.stream, a.in<float>(Role::dq), dqkv, d.cq);
   a.dev->to_bf16(a.stream, a.in<float>(Role::dkv), dqkv + d.cq, 2 * d.ckv);
-  a.dev->rope(a.stream, d.C, d.H, d.D, offset, d.rope_theta, true, dqkv);
-  a.dev->rope(a.stream, d.C, d.KV, d.D, offset, d.rope_theta, true, dqkv + d.cq);
+  a.dev->rope(a.stream, d.chunk_tokens, d.H, d.D, offset, d.rope_theta, true, dqkv);
+  a.dev->rope(a.stream, d.chunk_tokens, d.KV, d.D, offset, d.rope_theta, true, dqkv + d.cq);
 }
 void embed_bwd(const Args& a) {
   const Dims d = dims(a);
-  a.dev->embedding_backward(a.stream, d.C, d.h, a.tokens, a.in<bf16_bits>(Role::dx), a.embedding->grad);
+  a.dev->embedding_backward(a.stream, d.chunk_tokens, d.h, a.tokens, a.in<bf16_bits>(Role::dx), a.embedding->grad);
 }
 
 // ---- the LM head on rows [row_begin, row_end) of the chunk ----------------------------------------------------
@@ -284,8 +284,8 @@ void head_dgrad_shard(const Args& a) {
 void head_norm_bwd(const Args& a) {  // fills rows [row_begin, row_end) of dx from the summed dNF (under SP: this rank's of them)
   const Dims d = dims(a);
   const sim::Op& op = *a.op;
-  const int first = a.sequence_parallel ? std::max(op.row_begin, a.shard * d.C / a.shards) : op.row_begin;
-  const int past = a.sequence_parallel ? std::min(op.row_end, (a.shard + 1) * d.C / a.shards) : op.row_end;
+  const int first = a.sequence_parallel ? std::max(op.row_begin, a.shard * d.chunk_tokens / a.shards) : op.row_begin;
+  const int past = a.sequence_parallel ? std::min(op.row_end, (a.shard + 1) * d.chunk_tokens / a.shards) : op.row_end;
   if (past <= first) return;
   const std::int64_t row = static_cast<std::int64_t>(first) * d.h;
   a.dev->rmsnorm_backward(a.stream, past - first, d.h, d.eps, a.in<bf16_bits>(Role::x) + row, a.final_norm->weight,

@@ -60,7 +60,7 @@ struct DeviceOpArgs {
   // The op's tensors by name, as the type the kernels take: one the entry does not name, or names with another
   // dtype, throws before anything is enqueued.
   template <typename T>
-  static constexpr DType dtype_of = std::is_same_v<T, float> ? DType::fp32 : DType::bf16;
+  static constexpr ElementType dtype_of = std::is_same_v<T, float> ? ElementType::fp32 : ElementType::bf16;
   template <typename T>
   const T* in(Role role, int kv_chunk = -1) const {
     return static_cast<const T*>(memory.at(tensors->read(role, dtype_of<T>, kv_chunk)));

@@ -117,12 +117,12 @@ struct Executor::Impl {
   model::ModelConfig m;       // what this rank's tensors and weights hold: the model, or its tensor-parallel shard
   int shards = 1, shard = 0;  // tensor parallelism: this rank holds shard `shard` of `shards`
   // Sequence parallelism (its all-gathers carry ops): between the TP regions this rank holds rows
-  // [shard * c / shards, (shard + 1) * c / shards) of each chunk. Its tensors keep the chunk's full size; the ops
+  // [shard * chunk_tokens / shards, (shard + 1) * chunk_tokens / shards) of each chunk. Its tensors keep the chunk's full size; the ops
   // there (norms, residuals and their backwards, the final norm's) touch only those rows.
   bool sequence_parallel = false;
   // Tensor parallelism: per shard index, per parameter (ModelState::all() order), that shard of it.
   std::vector<std::vector<ShardLayout>> shard_layouts;
-  std::int64_t c;
+  std::int64_t chunk_tokens;  // the graph's (TaskGraph::chunk_tokens)
   int gpn;
   ExecutorOptions opt;
   RankSchedule sched;
@@ -160,7 +160,7 @@ struct Executor::Impl {
 
   Impl(Device& device, const sim::TaskGraph& graph, ModelState& shapes, int gpus_per_node, std::span<const sim::TaskTiming> predicted,
        const ExecutorOptions& options)
-      : dev(device), g(graph), full(shapes.model()), m(shapes.model()), c(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
+      : dev(device), g(graph), full(shapes.model()), m(shapes.model()), chunk_tokens(graph.chunk_tokens()), gpn(gpus_per_node), opt(options) {
     refuse_what_is_not_written();
     if (g.tensor_shards() > 1) {
       shards = g.tensor_shards();
@@ -170,7 +170,8 @@ struct Executor::Impl {
       const auto& tasks = g.tasks();
       sequence_parallel = std::any_of(tasks.begin(), tasks.end(), [](const sim::Task& t) { return t.op.code == sim::OpCode::tp_gather_n1; });
     }
-    if (c <= 0) throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
+    if (chunk_tokens <= 0)
+      throw InputError("the plan's task graph", "chunk length", "one chunk length for the whole graph (set by its builder)", "none");
     for (const sim::Task& t : g.tasks()) sequences = std::max(sequences, t.op.seq + t.op.seq_count);
     sched = make_schedule(g, rank(), gpn, predicted);
     flow = plan_dataflow(g, sched.order, m, gpn, ranks() > 1 ? rank() : -1);
@@ -395,7 +396,7 @@ struct Executor::Impl {
       }
     }
     losses = device_alloc<float>(1);  // sized per step
-    dloss = device_alloc<float>(c);
+    dloss = device_alloc<float>(chunk_tokens);
 
     arena = dev.allocate(flow.device_arena_bytes);
     pinned = dev.allocate_pinned(flow.host_bytes);
@@ -437,9 +438,7 @@ struct Executor::Impl {
     if (static_cast<int>(token_ids.size()) != sequences) {
       throw InputError("the step's tokens", "sequences", std::to_string(sequences) + " (the graph's)", std::to_string(token_ids.size()));
     }
-    if (seq_len < c || seq_len % c != 0) {
-      throw InputError("the step's tokens", "sequence length", "a multiple of the chunk (" + std::to_string(c) + ")", std::to_string(seq_len));
-    }
+    check_sequence_length(g, seq_len);
     std::vector<std::int32_t> flat;
     for (const auto& s : token_ids) {
       TRAINYARD_CHECK(static_cast<std::int64_t>(s.size()) == seq_len + 1, "every sequence has seq_len + 1 tokens");
@@ -471,7 +470,7 @@ struct Executor::Impl {
       losses_capacity = total;
     }
     dev.upload(tokens, flat.data(), flat_bytes);
-    const std::vector<float> weights(static_cast<std::size_t>(c), 1.0f / static_cast<float>(total));
+    const std::vector<float> weights(static_cast<std::size_t>(chunk_tokens), 1.0f / static_cast<float>(total));
     dev.upload(dloss, weights.data(), static_cast<std::int64_t>(weights.size() * sizeof(float)));
     dev.fill(losses, 0xFF, loss_bytes);
     for (const auto& p : params) dev.fill(p.grad, 0, p.n * static_cast<std::int64_t>(sizeof(float)));
@@ -603,12 +602,12 @@ struct Executor::Impl {
     if (task.kind() != sim::TaskKind::gemm && task.kind() != sim::TaskKind::attention && task.kind() != sim::TaskKind::elementwise) {
       return;  // nothing to run for this kind (validated by executor_refusal)
     }
-    const std::vector<sim::Op> ops = chunk_ops(op, c);
+    const std::vector<sim::Op> ops = chunk_ops(op, chunk_tokens);
     if (ops.size() == 1) return compute(ops.front(), OpTensors(ops.front(), t.uses, t.instances), stream, seq_len);  // (rebased into its chunk)
     // A zigzag, run, micro-batch or Ulysses op: one chunk (pair) at a time, each over its share of the uses (compute_uses' order).
     std::size_t at = 0;
     for (const sim::Op& one : ops) {
-      const std::size_t n = compute_uses(one, m, c).size();
+      const std::size_t n = compute_uses(one, m, chunk_tokens).size();
       compute(one, OpTensors(one, std::span(t.uses).subspan(at, n), std::span(t.instances).subspan(at, n)), stream, seq_len);
       at += n;
     }
@@ -696,7 +695,7 @@ struct Executor::Impl {
     std::size_t at = 0;
     auto next = [&] { return static_cast<char*>(where(t.instances[at++])); };
     for (const HeadsExchanged& e : heads_exchanged(task.op.code)) {
-      const std::int64_t row_bytes = width_elements(e.row, m) * dtype_bytes(e.dtype), part = row_bytes / peers, rows = c * e.blocks;
+      const std::int64_t row_bytes = width_elements(e.row, m) * element_bytes(e.dtype), part = row_bytes / peers, rows = chunk_tokens * e.blocks;
       const std::int64_t piece = part * rows, block = chunks * piece;  // one chunk's head group; one member's share
       std::vector<char*> scratch_blocks;
       auto fresh = [&] { return scratch_blocks.emplace_back(scratch<char>(block, stream)); };
@@ -874,7 +873,7 @@ struct Executor::Impl {
     a.tensors = &t;
     a.memory = memory();
     a.model = &m;
-    a.chunk_tokens = c;
+    a.chunk_tokens = chunk_tokens;
     a.shard = shard;
     a.shards = shards;
     a.sequence_parallel = sequence_parallel;
@@ -885,7 +884,7 @@ struct Executor::Impl {
     a.embedding = parameter(embedding);
     a.final_norm = parameter(final_norm);
     a.lm_head = parameter(lm_head);
-    const std::int64_t chunk_start = static_cast<std::int64_t>(op.chunk) * c;
+    const std::int64_t chunk_start = static_cast<std::int64_t>(op.chunk) * chunk_tokens;
     a.tokens = tokens + static_cast<std::int64_t>(op.seq) * (seq_len + 1) + chunk_start;
     a.losses = losses + static_cast<std::int64_t>(op.seq) * seq_len + chunk_start;
     a.dloss = dloss;

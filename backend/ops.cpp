@@ -26,7 +26,7 @@ static_assert(std::size(kRoleNames) == static_cast<std::size_t>(Role::xstats) + 
 
 using sim::OpCode;
 constexpr auto R = Access::read, W = Access::write, U = Access::update;
-constexpr auto f32 = DType::fp32, b16 = DType::bf16;
+constexpr auto f32 = ElementType::fp32, b16 = ElementType::bf16;
 constexpr auto kv_chunks = Place::kv_chunks, next_layer = Place::next_layer, piece = Place::head_piece;
 constexpr auto starting = When::starting, continuing = When::continuing;
 constexpr auto HID = Width::hidden, Q = Width::q, KV = Width::kv, QKV = Width::qkv, DKV = Width::dkv, FFN = Width::ffn, GU = Width::gate_up,
@@ -444,12 +444,12 @@ const Use& OpTensors::use(Role role, int kv_chunk, bool writes) const {
   return u;
 }
 
-int OpTensors::find(Role role, DType dtype, bool writes, int kv_chunk) const {
+int OpTensors::find(Role role, ElementType dtype, bool writes, int kv_chunk) const {
   const Use& u = use(role, kv_chunk, writes);
   if (u.dtype != dtype) {
     throw InternalError("op " + std::string(sim::to_string(op_.code)) + "'s " + std::string(to_string(role)) + " is " +
-                            (u.dtype == DType::bf16 ? "bf16" : "fp32") + " in the op table but is accessed as " +
-                            (dtype == DType::bf16 ? "bf16" : "fp32"),
+                            (u.dtype == ElementType::bf16 ? "bf16" : "fp32") + " in the op table but is accessed as " +
+                            (dtype == ElementType::bf16 ? "bf16" : "fp32"),
                         __FILE__, __LINE__);
   }
   TRAINYARD_CHECK(!slots_.empty(), "OpTensors built without slots answers use() only");

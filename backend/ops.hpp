@@ -46,8 +46,10 @@ struct Key {
 
 std::string describe(const Key& k);  // "Q of layer 3 chunk 1 (sequence 0)"
 
-enum class DType : std::uint8_t { bf16, fp32 };
-constexpr std::int64_t dtype_bytes(DType t) { return t == DType::bf16 ? 2 : 4; }
+// What one element of a tensor is stored as in the executors' memory. Not hw::Dtype, which names the math precision
+// the simulator's peak tables are for (tf32 is a math mode, not a storage type).
+enum class ElementType : std::uint8_t { bf16, fp32 };
+constexpr std::int64_t element_bytes(ElementType t) { return t == ElementType::bf16 ? 2 : 4; }
 
 // read: must exist. write: a new value (an existing buffer at that place is overwritten). update: read and then
 // written in place. accumulate: added to in place, starting from zero where nothing has added yet.
@@ -83,7 +85,7 @@ struct TensorSpec {
   Role role;
   Access access;
   Width width;
-  DType dtype = DType::bf16;
+  ElementType dtype = ElementType::bf16;
   Place place = Place::chunk;
   When when = When::always;
   bool zeroed = false;  // a new buffer is zeroed before the op (the LM head's pieces fill dx's rows one by one)
@@ -125,7 +127,7 @@ struct Use {
   Key key;
   Access access = Access::read;
   std::int64_t elements = 0;  // the tensor's size in the executors' layout
-  DType dtype = DType::bf16;
+  ElementType dtype = ElementType::bf16;
   bool zeroed = false;
 };
 
@@ -137,7 +139,7 @@ struct HeadsExchanged {
   Role role;
   int blocks;
   Width row;
-  DType dtype;
+  ElementType dtype;
 };
 bool is_heads_exchange(sim::OpCode code);
 // Tensor parallelism's collectives (sim::OpCode::tp_sum_*, tp_gather_*): the tensor each works on in place (a
@@ -186,7 +188,7 @@ std::vector<Use> compute_uses(const sim::Op& op, const model::ModelConfig& model
 // its elements and dtype, for a tensor that arrives from another rank. InternalError for a role no entry names.
 struct TensorShape {
   std::int64_t elements = 0;
-  DType dtype = DType::bf16;
+  ElementType dtype = ElementType::bf16;
 };
 TensorShape chunk_tensor(Role role, const model::ModelConfig& model, std::int64_t chunk_tokens);
 
@@ -197,15 +199,15 @@ TensorShape chunk_tensor(Role role, const model::ModelConfig& model, std::int64_
 class OpTensors {
  public:
   OpTensors(const sim::Op& op, std::span<const Use> uses, std::span<const int> slots = {});
-  int read(Role role, DType dtype, int kv_chunk = -1) const { return find(role, dtype, false, kv_chunk); }
-  int write(Role role, DType dtype, int kv_chunk = -1) const { return find(role, dtype, true, kv_chunk); }
+  int read(Role role, ElementType dtype, int kv_chunk = -1) const { return find(role, dtype, false, kv_chunk); }
+  int write(Role role, ElementType dtype, int kv_chunk = -1) const { return find(role, dtype, true, kv_chunk); }
   // The tensor itself (for the CPU reference, which addresses its values by Key).
   const Use& use(Role role, int kv_chunk = -1, bool writes = false) const;
   // Every lookup that passes appends the index of its use here (a test's view of what an executor touched).
   void record_lookups(std::vector<std::size_t>* into) { looked_up_ = into; }
 
  private:
-  int find(Role role, DType dtype, bool writes, int kv_chunk) const;
+  int find(Role role, ElementType dtype, bool writes, int kv_chunk) const;
   std::size_t index(Role role, int kv_chunk) const;
   const sim::Op& op_;
   std::span<const Use> uses_;

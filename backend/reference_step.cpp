@@ -41,7 +41,7 @@ class ReferenceStep : private ReferenceTask {
       : g_(graph),
         s_(state),
         m_(state.model()),
-        c_(graph.chunk_tokens()),
+        chunk_tokens_(graph.chunk_tokens()),
         gpn_(gpus_per_node),
         tokens_(tokens),
         opt_(options),
@@ -54,10 +54,7 @@ class ReferenceStep : private ReferenceTask {
   ReferenceResult run() {
     const auto order = stream_ordered_order(g_, &preds_);
     check_annotated();
-    if (c_ <= 0 || seq_len_ % c_ != 0) {
-      throw InputError("the step's tokens", "sequence length", "a multiple of the graph's chunk length (" + std::to_string(c_) + " tokens)",
-                       std::to_string(seq_len_));
-    }
+    check_sequence_length(g_, seq_len_);
     if (static_cast<std::int64_t>(g_.size()) <= opt_.race_check_max_tasks) build_ancestors(order);
     find_owners();
     if (comm_) {
@@ -247,7 +244,8 @@ class ReferenceStep : private ReferenceTask {
   void zeros_for_nothing_added(sim::TaskId task, sim::DeviceId to, const sim::Op& op, const Key& key) {
     const Key delivered = arrival(op, key);
     if (delivered.role != Role::dkv_in) return;
-    write(task, to, delivered, std::vector<float>(static_cast<std::size_t>(chunk_tensor(delivered.role, model_of(op, m_), c_).elements), 0.0f));
+    write(task, to, delivered,
+          std::vector<float>(static_cast<std::size_t>(chunk_tensor(delivered.role, model_of(op, m_), chunk_tokens_).elements), 0.0f));
   }
 
   // --- tensors and the dataflow checks ----------------------------------------------------------------------------
@@ -363,7 +361,7 @@ class ReferenceStep : private ReferenceTask {
     const sim::TaskId id = current_.id;
     const auto* a = std::get_if<sim::Attention>(&g_.task(id).params);
     if (!a) fail(id, "expected an attention task");
-    const auto s = reference_attention_shape(op, m_, c_);
+    const auto s = reference_attention_shape(op, m_, chunk_tokens_);
     const bool lengths_differ = expanded_task_tokens_ < 0 && (a->q_len != s.q_len || a->kv_len != s.kv_len);  // see expect_pairs
     const int sequences = g_.task(id).op.seq_count;  // the graph folds a micro-batch's sequences into its heads
     if (lengths_differ || a->heads != s.heads * sequences || a->kv_heads != s.kv_heads * sequences || a->head_dim != s.head_dim) {
@@ -425,11 +423,11 @@ class ReferenceStep : private ReferenceTask {
     }
     if (sim::is_host(t.device)) fail(id, "a host task the executor does not know");
     if (!mine(t.device)) return;
-    const std::vector<sim::Op> ops = chunk_ops(op, c_);
+    const std::vector<sim::Op> ops = chunk_ops(op, chunk_tokens_);
     if (ops.size() == 1) return compute(id, t.device, ops.front());  // a piece of a zigzag or run rebased into its chunk
     // A zigzag, run (FPDT), micro-batch or Ulysses op, one chunk (pair) at a time; a GEMM's task spans all its chunks' rows.
     const bool head = op.is_lm_head();
-    expanded_task_tokens_ = head ? op.row_end - op.row_begin : static_cast<std::int64_t>(covered_chunks(op).size()) * c_ * op.seq_count;
+    expanded_task_tokens_ = head ? op.row_end - op.row_begin : static_cast<std::int64_t>(covered_chunks(op).size()) * chunk_tokens_ * op.seq_count;
     if (op.code == sim::OpCode::attn || op.code == sim::OpCode::attn_bwd) expect_pairs(id, ops);
     for (const sim::Op& one : ops) compute(id, t.device, one);
     expanded_task_tokens_ = -1;
@@ -442,9 +440,9 @@ class ReferenceStep : private ReferenceTask {
     if (!a) fail(id, "expected an attention task");
     const double graph_pairs = static_cast<double>(a->q_len) * static_cast<double>(a->kv_len) * (a->causal ? 0.5 : 1.0);
     double op_pairs = 0;
-    for (const sim::Op& one : ops) op_pairs += static_cast<double>(c_ * c_) * (one.kv_first == one.chunk ? 0.5 : 1.0);
-    op_pairs /= std::max<int>(1, g_.task(id).op.seq_count);                  // the graph folds a micro-batch's sequences into its heads
-    if (std::abs(graph_pairs - op_pairs) > 0.5 * static_cast<double>(c_)) {  // causal diagonals: within a row's half
+    for (const sim::Op& one : ops) op_pairs += static_cast<double>(chunk_tokens_ * chunk_tokens_) * (one.kv_first == one.chunk ? 0.5 : 1.0);
+    op_pairs /= std::max<int>(1, g_.task(id).op.seq_count);                             // the graph folds a micro-batch's sequences into its heads
+    if (std::abs(graph_pairs - op_pairs) > 0.5 * static_cast<double>(chunk_tokens_)) {  // causal diagonals: within a row's half
       fail(id, "the graph's attention covers " + std::to_string(graph_pairs) + " query-key pairs but its chunk pairs " + std::to_string(op_pairs));
     }
   }
@@ -452,7 +450,7 @@ class ReferenceStep : private ReferenceTask {
   // --- Ulysses' all-to-alls ----------------------------------------------------------------------------------
   // Head group g's columns of every row and block, out of `all` (to_group) or into it.
   void head_slice(const HeadsExchanged& e, int groups, int g, std::vector<float>& all, std::vector<float>& part, bool to_group) const {
-    const std::int64_t width = width_elements(e.row, m_), w = width / groups, rows = c_ * e.blocks;
+    const std::int64_t width = width_elements(e.row, m_), w = width / groups, rows = chunk_tokens_ * e.blocks;
     if (to_group) part.assign(static_cast<std::size_t>(rows * w), 0.0f);
     for (std::int64_t r = 0; r < rows; ++r) {
       float* whole = all.data() + r * width + g * w;
@@ -473,7 +471,7 @@ class ReferenceStep : private ReferenceTask {
     const bool to_heads = to_head_groups(op.code);
     auto key = [&](Role role, int chunk, int heads) { return Key{role, op.seq, op.layer, chunk, 0, heads}; };
     for (const HeadsExchanged& e : heads_exchanged(op.code)) {
-      const auto piece = static_cast<std::size_t>(c_ * e.blocks * width_elements(e.row, m_) / groups);  // one chunk's head group
+      const auto piece = static_cast<std::size_t>(chunk_tokens_ * e.blocks * width_elements(e.row, m_) / groups);  // one chunk's head group
       // blocks[from][to]: what member `from` sends member `to`, a head group of each chunk in turn
       std::vector<std::vector<std::vector<float>>> blocks(static_cast<std::size_t>(groups),
                                                           std::vector<std::vector<float>>(static_cast<std::size_t>(groups)));
@@ -564,7 +562,7 @@ class ReferenceStep : private ReferenceTask {
 
   // One chunk (pair) of a compute task, checked against the graph's coordinates, then its op (reference_ops.cpp).
   void compute(sim::TaskId id, sim::DeviceId gpu, const sim::Op& op) {
-    current_ = {id, gpu, compute_uses(op, m_, c_)};
+    current_ = {id, gpu, compute_uses(op, m_, chunk_tokens_)};
     named_.emplace(op, current_.uses);
     if (op.layer < 0 || op.chunk < 0 || op.seq < 0) fail(id, "an op without its coordinates");
     if (op.seq >= static_cast<int>(tokens_.size())) {
@@ -578,7 +576,7 @@ class ReferenceStep : private ReferenceTask {
     a.op = &op;
     a.task = this;
     a.state = &s_;
-    a.chunk_tokens = c_;
+    a.chunk_tokens = chunk_tokens_;
     a.task_rows = expanded_task_tokens_;
     a.tokens = tokens_;
     a.step_tokens = total_tokens_;
@@ -591,7 +589,7 @@ class ReferenceStep : private ReferenceTask {
   const sim::TaskGraph& g_;
   ModelState& s_;
   const model::ModelConfig& m_;
-  std::int64_t c_;
+  std::int64_t chunk_tokens_;
   int gpn_;
   std::span<const std::vector<std::int32_t>> tokens_;
   ReferenceOptions opt_;

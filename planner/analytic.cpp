@@ -472,7 +472,7 @@ class RingVisits {
   const RingTrackParams& p_;
   sim::ComputeModel compute_;
   HostCopyRates rates_;
-  int C_ = 0, span_ = 1;
+  int chunk_count_ = 0, span_ = 1;
   double kv_chunk_ = 0, acc_chunk_ = 0, kept_ = 0, checkpoint_ = 0, weights_ = 0, grads_ = 0;
   double dense_fwd_s_ = 0, dense_bwd_s_ = 0, recompute_s_ = 0;
   double before_attention_ = 0;                         // the share of a layer's dense FLOPs before its attention (norm, QKV, RoPE)
@@ -482,16 +482,16 @@ class RingVisits {
 RingVisits::RingVisits(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r)
     : in_(ctx.in), p_(p), compute_(ctx.in.cluster.node, ctx.in.cluster.stack), rates_(shared_host_rates(ctx.in.cluster.node)) {
   const model::ModelConfig& m = in_.model;
-  C_ = static_cast<int>(r.C);
+  chunk_count_ = static_cast<int>(r.chunk_count);
   span_ = static_cast<int>(std::max<std::int64_t>(1, (p.kv_block_tokens + p.chunk - 1) / p.chunk));
-  kv_chunk_ = r.kv_token * r.c;
+  kv_chunk_ = r.kv_token * r.chunk_tokens;
   acc_chunk_ = r.acc_chunk;
-  kept_ = r.kept_token * r.c;
-  checkpoint_ = r.ckpt_token * r.c;
+  kept_ = r.kept_token * r.chunk_tokens;
+  checkpoint_ = r.ckpt_token * r.chunk_tokens;
   weights_ = in_.precision.weight_bytes * ctx.layer_params;
   grads_ = in_.precision.grad_bytes * ctx.layer_params;
   LayerSplit split;
-  split.seq_len = p.chunk;
+  split.sequence_tokens = p.chunk;
   const double both = dense_layer_seconds(in_, split, false);
   dense_fwd_s_ = dense_layer_seconds(in_, split, true) - both;
   dense_bwd_s_ = both - dense_fwd_s_;
@@ -516,7 +516,7 @@ double RingVisits::attention_call_s(std::int64_t kv_len, bool causal, bool backw
 // engines and the attention take turns, max(A, R, W, (A + R + W) / prefetch). The first block's copy began with
 // the visit, `ready_s` before its diagonal block ended.
 double RingVisits::streamed_s(int k, bool backward, double ready_s, RingVisit& v) const {
-  const bool accumulated = backward && k < C_ - 1;  // the last chunk writes the accumulators first
+  const bool accumulated = backward && k < chunk_count_ - 1;  // the last chunk writes the accumulators first
   double time_s = 0;
   // The blocks are alike but the last (fewer chunks): one timing per size, `count` of them.
   const auto add = [&](int chunks, double count, bool first) {
@@ -577,7 +577,7 @@ RingVisit RingVisits::backward(int k) const {
     v.attention_s += attention_call_s(p_.chunk * k, false, true);
     time_s = v.dense_s + v.attention_s;
   } else if (k > 0) {
-    const double own_in = k < C_ - 1 ? acc_chunk_ : 0;  // this chunk's dK/dV, accumulated by the later chunks
+    const double own_in = k < chunk_count_ - 1 ? acc_chunk_ : 0;  // this chunk's dK/dV, accumulated by the later chunks
     v.h2d_bytes += own_in;
     const double ready_s = recompute_s_ + dense_bwd_s_ * (1 - before_attention_) + diagonal_s - seconds(own_in, rates_.h2d);
     time_s += streamed_s(k, true, ready_s, v);
@@ -652,7 +652,7 @@ RingPosition ring_position(const BoundContext& ctx, const RingSizes& r, const Ri
   const HostCopyRates& rates = layer.rates;
   const int L = static_cast<int>(ctx.in.model.layers), head = r.positions.back();
   const auto [first, deepest] = layer_range(r, L, pos);
-  const double owned = r.owned[pos], embedding = pos == r.positions[0] ? r.C : 0, loss = pos == head ? r.C : 0;
+  const double owned = r.owned[pos], embedding = pos == r.positions[0] ? r.chunk_count : 0, loss = pos == head ? r.chunk_count : 0;
   if (owned == 0 && loss == 0) return {};
   const double ends_s = embedding * (ends.embedding_forward_s + ends.embedding_backward_s) + loss * ends.loss_s;
   const double turn = pos == head ? 0 : (L - 1 - deepest) * (layer.last_forward_s + layer.last_backward_s) + ends.loss_s;
@@ -685,7 +685,7 @@ double ring_host_stream_end_s(const BoundContext& ctx, const RingTrackParams& p,
   const StepInputs& in = ctx.in;
   const double node_replicas = std::max(1, in.cluster.topology.gpus_per_node() / p.ring);
   const double sum_bytes = 3 * in.precision.grad_bytes * ctx.layer_params;  // the sum read, the visit's added, the sum written
-  const double replica_s = ctx.layers * r.C * r.sequences * sum_bytes / (in.cluster.node.host_dram_GBps() * 1e9);
+  const double replica_s = ctx.layers * r.chunk_count * r.sequences * sum_bytes / (in.cluster.node.host_dram_GBps() * 1e9);
   const double first_forward_s = layer.forward.time_s + (ctx.layers - 1) * layer.last_forward_s;
   return std::max(train_s, first_forward_s + replica_s) + (node_replicas - 1) * replica_s;
 }
@@ -733,14 +733,14 @@ double ring_estimate_hbm(const BoundContext& ctx, const RingTrackParams& p, cons
   const HostCopyRates& rates = layer.rates;
   const std::vector<double> kept = ring_kept_bytes(ctx, p, r);
   const bool kv_dram = p.kv == Placement::dram, acts_out = p.acts != ActivationPolicy::hbm, stream = p.weights == WeightPolicy::stream;
-  const double kv_chunk = r.kv_token * r.c, acts_chunk = r.kept_token * r.c;
-  const double span = std::max(1.0, std::ceil(static_cast<double>(p.kv_block_tokens) / r.c)), earlier = r.C - 1;
+  const double kv_chunk = r.kv_token * r.chunk_tokens, acts_chunk = r.kept_token * r.chunk_tokens;
+  const double span = std::max(1.0, std::ceil(static_cast<double>(p.kv_block_tokens) / r.chunk_tokens)), earlier = r.chunk_count - 1;
   const double buffered_chunks = kv_dram && earlier > 0 ? std::min<double>(p.prefetch, std::ceil(earlier / span)) * std::min(span, earlier) : 0;
   const double ahead = (acts_out ? acts_chunk : 0) + (kv_dram ? kv_chunk : 0) + (stream ? ctx.in.precision.weight_bytes * ctx.layer_params : 0);
   const double backward = r.acc_chunk + 2 * ahead + 2 * buffered_chunks * (kv_chunk + r.acc_chunk);
   const double out_per_visit = (kv_dram ? kv_chunk : 0) + (acts_out ? acts_chunk : 0);
   const double visit_forward = out_per_visit + buffered_chunks * kv_chunk + (stream ? 2 * ctx.in.precision.weight_bytes * ctx.layer_params : 0);
-  const double logits = logits_bytes(LossMemory{}, r.c, static_cast<double>(ctx.in.model.vocab));
+  const double logits = logits_bytes(LossMemory{}, r.chunk_tokens, static_cast<double>(ctx.in.model.vocab));
   const int head = r.positions.back();
   double hbm = 0;
   for (int pos = 0; pos < p.ring; ++pos) {
@@ -749,14 +749,15 @@ double ring_estimate_hbm(const BoundContext& ctx, const RingTrackParams& p, cons
     const auto [first, deepest] = layer_range(r, static_cast<int>(ctx.layers), pos);
     const double forward_s = std::max(owned * layer.forward.paced_s, layer.forward.time_s + (deepest - first) * layer.last_forward_s);
     const double out_s = seconds(owned * layer.forward.d2h_bytes, rates.d2h);
-    double waiting = out_s > forward_s ? owned * r.C * (1 - forward_s / out_s) * out_per_visit : 0;
+    double waiting = out_s > forward_s ? owned * r.chunk_count * (1 - forward_s / out_s) * out_per_visit : 0;
     // With K/V in DRAM a visit streams its layer's earlier chunks, whose K/V wait in the same in-order copy queue:
     // the queue drains up to the layer's previous visit. Between two visits of a layer its GPU runs the layers of its
     // block (all of them on a ring of one) and one visit of each other chunk in the train, at most its layers.
     const double run = p.ring == 1 ? ctx.layers : p.block;
-    if (kv_dram && r.C > 1) waiting = std::min(waiting, std::min(owned, std::max(run, r.C)) * out_per_visit);
+    if (kv_dram && r.chunk_count > 1) waiting = std::min(waiting, std::min(owned, std::max(run, r.chunk_count)) * out_per_visit);
     double moment = owned > 0 ? std::max(backward, waiting + visit_forward) : 0;
-    if (pos == head) moment = std::max(moment, logits + ahead) + (acts_out ? 0 : 2 * r.C * r.c * static_cast<double>(ctx.in.model.hidden));
+    if (pos == head)
+      moment = std::max(moment, logits + ahead) + (acts_out ? 0 : 2 * r.chunk_count * r.chunk_tokens * static_cast<double>(ctx.in.model.hidden));
     hbm = std::max(hbm, ring_state_hbm_bytes(ctx, p, r, pos) + kept[pos] + moment);
   }
   return hbm;
@@ -770,12 +771,12 @@ double ring_estimate_hbm(const BoundContext& ctx, const RingTrackParams& p, cons
 // clock). A ring spanning nodes leaves each node its GPUs' share.
 double ring_estimate_dram(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const int per_node = ctx.in.cluster.topology.gpus_per_node();
-  const double accumulators = p.kv == Placement::dram && r.C > 1 ? r.acc_chunk * (r.C - 1) : 0;
-  const double freed_per_visit = (p.kv == Placement::dram ? r.kv_token * r.c : 0) + ring_host_acts_token(p, r) * r.c;
+  const double accumulators = p.kv == Placement::dram && r.chunk_count > 1 ? r.acc_chunk * (r.chunk_count - 1) : 0;
+  const double freed_per_visit = (p.kv == Placement::dram ? r.kv_token * r.chunk_tokens : 0) + ring_host_acts_token(p, r) * r.chunk_tokens;
   double now = ring_host_bytes_per_ring(ctx, p, r) - accumulators, most = now + accumulators;
   if (freed_per_visit > 0 || accumulators > 0) {
     const TrainSchedule schedule = train_schedule(ctx.in.model, p, ctx.in.workload.seq_len);
-    const int layers = static_cast<int>(ctx.in.model.layers), last_chunk = static_cast<int>(r.C) - 1;
+    const int layers = static_cast<int>(ctx.in.model.layers), last_chunk = static_cast<int>(r.chunk_count) - 1;
     // Per position, its backward visits (the head's too: a layer after it on its GPU waits for it) as indices in
     // the order.
     std::vector<std::vector<std::size_t>> visits(static_cast<std::size_t>(p.ring));
@@ -806,14 +807,15 @@ double ring_estimate_dram(const BoundContext& ctx, const RingTrackParams& p, con
 SchemeEstimate ringtrack_estimate(const BoundContext& ctx, const RingTrackParams& p) {
   const RingSizes r = ring_sizes(ctx, p);
   const RingVisits visits(ctx, p, r);
-  const RingLayer layer = ring_layer(visits, static_cast<int>(r.C));
+  const RingLayer layer = ring_layer(visits, static_cast<int>(r.chunk_count));
   const RingEnds ends = ring_ends(ctx.in, p.chunk);
   RingPosition slowest;
   for (int pos = 0; pos < p.ring; ++pos) {
     const RingPosition at = ring_position(ctx, r, layer, ends, pos);
     if (at.train_s > slowest.train_s) slowest = at;
   }
-  const double train_s = ring_host_stream_end_s(ctx, p, r, layer, std::max(slowest.train_s, r.sequences * ring_chain_s(ctx, layer, ends, r.C)));
+  const double train_s = ring_host_stream_end_s(ctx, p, r, layer,
+                                                std::max(slowest.train_s, r.sequences * ring_chain_s(ctx, layer, ends, r.chunk_count)));
   const double backward_s = r.owned[0] * layer.backward.paced_s;
   SchemeEstimate e;
   e.dense_s = slowest.dense_s;

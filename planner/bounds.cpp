@@ -73,15 +73,15 @@ RingSizes ring_sizes(const BoundContext& ctx, const RingTrackParams& p) {
   r.positions = stage_positions(m.layers, p);
   r.owned = layers_per_position(r.positions, p.ring);
   r.most = *std::max_element(r.owned.begin(), r.owned.end());
-  r.c = static_cast<double>(p.chunk);
-  r.C = ctx.seq_len / r.c;
+  r.chunk_tokens = static_cast<double>(p.chunk);
+  r.chunk_count = ctx.seq_len / r.chunk_tokens;
   r.sequences = ctx.tokens / ctx.seq_len / (ctx.gpus / p.ring);
   r.kv_token = 4.0 * static_cast<double>(m.kv_dim());
   LayerSplit split;
-  split.seq_len = p.chunk;
-  r.kept_token = layer_activation_bytes(m, split, Recompute::none).total() / r.c - r.kv_token;
+  split.sequence_tokens = p.chunk;
+  r.kept_token = layer_activation_bytes(m, split, Recompute::none).total() / r.chunk_tokens - r.kv_token;
   r.ckpt_token = 2.0 * static_cast<double>(m.hidden + m.q_dim()) + 4.0 * static_cast<double>(m.heads);
-  r.acc_chunk = 2 * r.kv_token * r.c;
+  r.acc_chunk = 2 * r.kv_token * r.chunk_tokens;
   return r;
 }
 
@@ -90,13 +90,13 @@ namespace {
 // What a layer's backward visit allocates besides what ring_kept_bytes counts: the chunk's fp32 dK/dV, its
 // activations brought back, K/V and stream buffers from DRAM.
 double ring_visit_bytes(const RingTrackParams& p, const RingSizes& r) {
-  double visit_extra = r.acc_chunk + (p.acts == ActivationPolicy::hbm ? 0 : r.kept_token * r.c);
-  if (p.kv == Placement::dram && r.C > 1) {
-    const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / r.c));
+  double visit_extra = r.acc_chunk + (p.acts == ActivationPolicy::hbm ? 0 : r.kept_token * r.chunk_tokens);
+  if (p.kv == Placement::dram && r.chunk_count > 1) {
+    const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / r.chunk_tokens));
     // The last chunk's backward streams its C - 1 earlier chunks in blocks of at most `span` (buffers are sized for
     // the visit's largest block: fewer chunks than a block when the sequence is shorter).
-    visit_extra += r.kv_token * r.c +
-                   std::min<double>(p.prefetch, std::ceil((r.C - 1) / span)) * std::min(span, r.C - 1.0) * (r.kv_token * r.c + r.acc_chunk);
+    visit_extra += r.kv_token * r.chunk_tokens + std::min<double>(p.prefetch, std::ceil((r.chunk_count - 1) / span)) *
+                                                     std::min(span, r.chunk_count - 1.0) * (r.kv_token * r.chunk_tokens + r.acc_chunk);
   }
   return visit_extra;
 }
@@ -105,16 +105,17 @@ double ring_visit_bytes(const RingTrackParams& p, const RingSizes& r) {
 
 std::vector<double> ring_kept_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const auto& m = ctx.in.model;
-  const double per_chunk = (p.kv == Placement::hbm ? r.kv_token * r.c : 0) + (p.acts == ActivationPolicy::hbm ? r.kept_token * r.c : 0);
+  const double per_chunk = (p.kv == Placement::hbm ? r.kv_token * r.chunk_tokens : 0) +
+                           (p.acts == ActivationPolicy::hbm ? r.kept_token * r.chunk_tokens : 0);
   std::vector<double> held(static_cast<std::size_t>(p.ring), 0);
-  if (per_chunk <= 0 || r.C <= 1) {
+  if (per_chunk <= 0 || r.chunk_count <= 1) {
     for (int pos = 0; pos < p.ring; ++pos) {
-      if (r.owned[pos] > 0) held[pos] = r.owned[pos] * r.C * per_chunk;
+      if (r.owned[pos] > 0) held[pos] = r.owned[pos] * r.chunk_count * per_chunk;
     }
     return held;
   }
   const TrainSchedule schedule = train_schedule(m, p, ctx.in.workload.seq_len);
-  const auto layers_n = static_cast<std::size_t>(m.layers), chunks_n = static_cast<std::size_t>(r.C);
+  const auto layers_n = static_cast<std::size_t>(m.layers), chunks_n = static_cast<std::size_t>(r.chunk_count);
   std::vector<std::size_t> at(layers_n * chunks_n, 0);  // position of B(l, j) in the backward order
   for (std::size_t i = 0; i < schedule.backward.size(); ++i) {
     const Visit& v = schedule.backward[i];
@@ -136,7 +137,7 @@ std::vector<double> ring_kept_bytes(const BoundContext& ctx, const RingTrackPara
       chunks_held += static_cast<double>(last - std::lower_bound(first, last, start));
       accumulators += at[o * chunks_n + chunks_n - 1] <= start && at[o * chunks_n] >= start;
     }
-    const double bytes = chunks_held * per_chunk + (p.kv == Placement::hbm ? accumulators * (r.C - 1) * r.acc_chunk : 0);
+    const double bytes = chunks_held * per_chunk + (p.kv == Placement::hbm ? accumulators * (r.chunk_count - 1) * r.acc_chunk : 0);
     held[pos] = std::max(held[pos], bytes);
   }
   return held;
@@ -177,7 +178,7 @@ double ring_host_bytes_per_ring(const BoundContext& ctx, const RingTrackParams& 
   const auto& pol = ctx.in.precision;
   const double S = ctx.seq_len, L = ctx.layers;
   double host = 0;
-  if (p.kv == Placement::dram) host += r.kv_token * S * L + r.acc_chunk * (r.C - 1);
+  if (p.kv == Placement::dram) host += r.kv_token * S * L + r.acc_chunk * (r.chunk_count - 1);
   host += ring_host_acts_token(p, r) * S * L;
   if (p.states == Placement::dram) host += (ctx.states_per_param + pol.grad_bytes) * (L * ctx.layer_params + ctx.resident_params);
   if (p.weights == WeightPolicy::stream) host += pol.weight_bytes * L * ctx.layer_params;
@@ -197,29 +198,29 @@ namespace {
 // out and back, streamed weights; with one prefetch buffer, `serial_h2d` the copies the compute stream must wait for.
 RingCopyBytes ring_copy_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const auto& pol = ctx.in.precision;
-  const double pairs = r.C * (r.C - 1) / 2;  // (chunk, earlier chunk) pairs per layer
-  const double kv_chunk = r.kv_token * r.c;
+  const double pairs = r.chunk_count * (r.chunk_count - 1) / 2;  // (chunk, earlier chunk) pairs per layer
+  const double kv_chunk = r.kv_token * r.chunk_tokens;
   RingCopyBytes b;
   if (p.kv == Placement::dram) {
-    b.h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (r.C - 1)) * r.acc_chunk;
-    b.d2h += r.C * kv_chunk + pairs * r.acc_chunk;
+    b.h2d += 2 * pairs * kv_chunk + std::max(0.0, pairs - (r.chunk_count - 1)) * r.acc_chunk;
+    b.d2h += r.chunk_count * kv_chunk + pairs * r.acc_chunk;
   }
   const double out_token = ring_host_acts_token(p, r);
   b.h2d += out_token * ctx.seq_len;
   b.d2h += out_token * ctx.seq_len;
   if (p.weights == WeightPolicy::stream) {
-    b.h2d += 2 * r.C * pol.weight_bytes * ctx.layer_params;
-    b.d2h += r.C * pol.grad_bytes * ctx.layer_params;
+    b.h2d += 2 * r.chunk_count * pol.weight_bytes * ctx.layer_params;
+    b.d2h += r.chunk_count * pol.grad_bytes * ctx.layer_params;
   }
   // One prefetch buffer: a block's copy cannot start before the previous block's attention is done, and the
   // compute stream's next task is the attention that needs it, so every block after a visit's first is copied
   // while that GPU computes nothing.
   if (p.kv == Placement::dram && p.prefetch == 1) {
-    const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / r.c));
+    const double span = std::max(1.0, std::ceil(static_cast<double>(kKvBlockTokens) / r.chunk_tokens));
     double chunks_after_first = 0, with_accumulators = 0;  // per layer, over the visits
-    for (double k = 0; k < r.C; ++k) {
+    for (double k = 0; k < r.chunk_count; ++k) {
       chunks_after_first += std::max(0.0, k - span);
-      if (k < r.C - 1) with_accumulators += std::max(0.0, k - span);
+      if (k < r.chunk_count - 1) with_accumulators += std::max(0.0, k - span);
     }
     b.serial_h2d = 2 * chunks_after_first * kv_chunk + with_accumulators * r.acc_chunk;
   }
@@ -244,12 +245,12 @@ double ring_copy_s(const BoundContext& ctx, const RingCopyBytes& b, double& seri
 double ring_path_s(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r) {
   const auto& m = ctx.in.model;
   LayerSplit visit_split;
-  visit_split.seq_len = p.chunk;
+  visit_split.sequence_tokens = p.chunk;
   const double both = dense_layer_seconds(ctx.in, visit_split, false);
   const double fwd = dense_layer_seconds(ctx.in, visit_split, true) - both;
   const double bwd = both - fwd;
   const double rec = p.acts == ActivationPolicy::recompute ? fwd : 0;
-  const double c = r.c, C = r.C, L = ctx.layers;
+  const double c = r.chunk_tokens, C = r.chunk_count, L = ctx.layers;  // the seed's notation: L layers, C chunks of c tokens
   auto attention_visit = [&](double k, bool backward) {
     return ctx.attention_s(4 * static_cast<double>(m.q_dim()) * (k * c * c + c * c / 2), backward);
   };
@@ -282,7 +283,7 @@ SchemeBounds ringtrack_bounds(const BoundContext& ctx, const RingTrackParams& p)
   SchemeBounds b;
   b.attention_recompute = 0;  // ring-track's recompute leaves attention out
   LayerSplit split;
-  split.seq_len = p.chunk;
+  split.sequence_tokens = p.chunk;
   b.dense_s = r.most * (ctx.seq_len / static_cast<double>(p.chunk)) * (ctx.tokens / ctx.seq_len / (ctx.gpus / p.ring)) *
               dense_layer_seconds(ctx.in, split, ctx.dense_recompute > 0);
   b.hbm_bytes = ring_hbm_bytes(ctx, p, r);

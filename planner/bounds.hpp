@@ -87,7 +87,8 @@ struct RingSizes {
   std::vector<int> positions;  // the ring position of each stage
   std::vector<int> owned;      // layers per ring position
   double most = 0;             // the most layers any position holds
-  double c = 0, C = 0;         // chunk tokens; chunks per sequence
+  double chunk_tokens = 0;     // a chunk's tokens
+  double chunk_count = 0;      // chunks per sequence
   double sequences = 0;        // per replica
   double kv_token = 0;         // K and V bytes per token (bf16)
   double kept_token = 0;       // activations kept per token besides K/V

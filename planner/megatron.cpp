@@ -350,6 +350,7 @@ sim::TaskGraph MegatronBuilder::build() {
   g_.reserve(static_cast<std::size_t>(megatron_tasks(in_, p_)));
   g_.set_tensor_shards(p_.tp);                 // GPU g holds TP shard g % tp: gpu_of puts a TP group's ranks side by side
   g_.set_chunk_tokens(split_.chunk_tokens());  // one chunk per sequence, a rank's share of it; zigzag (CP): two, each half of it
+  g_.set_sequence_tokens(in_.workload.seq_len);
   model_states();
   for (int d = 0; d < p_.dp; ++d) {
     for (int stage = 0; stage < p_.pp; ++stage) walk_stage(d, stage);

@@ -132,8 +132,8 @@ namespace {
 
 TrainSchedule make_train_schedule(const model::ModelConfig& model, const RingTrackParams& p, std::int64_t seq_len) {
   const int L = static_cast<int>(model.layers);
-  const int C = static_cast<int>(seq_len / p.chunk);
-  const double c = static_cast<double>(p.chunk);
+  const int chunk_count = static_cast<int>(seq_len / p.chunk);
+  const double c = static_cast<double>(p.chunk);  // the chunk's tokens
   TrainSchedule t;
   t.stage_position = stage_positions(model.layers, p);
   // Visit costs for ordering the train, in FLOPs: the dense ops of a chunk, its attention against itself and the
@@ -142,8 +142,8 @@ TrainSchedule make_train_schedule(const model::ModelConfig& model, const RingTra
   const double dense_flops = 2 * model.param_counts().per_layer() * c;
   auto attention_flops = [&](int k) { return 4.0 * c * c * (k + 0.5) * static_cast<double>(model.q_dim()); };
   const bool recompute = p.acts == ActivationPolicy::recompute;
-  t.forward = train_order(L, C, t.stage_position, p.ring, false, [&](int, int k) { return dense_flops + attention_flops(k); });
-  t.backward = train_order(L + 1, C, t.stage_position, p.ring, true, [&](int s, int k) {
+  t.forward = train_order(L, chunk_count, t.stage_position, p.ring, false, [&](int, int k) { return dense_flops + attention_flops(k); });
+  t.backward = train_order(L + 1, chunk_count, t.stage_position, p.ring, true, [&](int s, int k) {
     if (s == L) return 6 * c * static_cast<double>(model.vocab * model.hidden);
     return 2 * (dense_flops + attention_flops(k)) + (recompute ? dense_flops : 0);
   });
@@ -288,7 +288,7 @@ class RingTrackBuilder {
   const RingTrackParams& p_;
   const model::ModelConfig& model_;
   const model::PrecisionPolicy& pol_;
-  const int gpus_, P_, replicas_, L_, C_;
+  const int gpus_, P_, replicas_, L_, chunk_count_;
   const std::int64_t c_, h_, sequences_;
   LayerSplit chunk_split_;
   double kv_chunk_ = 0;    // K and V of one chunk
@@ -321,7 +321,7 @@ RingTrackBuilder::RingTrackBuilder(const StepInputs& in, const RingTrackParams& 
       P_(p.ring),
       replicas_(in.cluster.gpus() / p.ring),
       L_(static_cast<int>(in.model.layers)),
-      C_(static_cast<int>(in.workload.seq_len / p.chunk)),
+      chunk_count_(static_cast<int>(in.workload.seq_len / p.chunk)),
       c_(p.chunk),
       h_(in.model.hidden),
       sequences_(in.workload.global_batch / (in.cluster.gpus() / p.ring)),
@@ -334,7 +334,7 @@ RingTrackBuilder::RingTrackBuilder(const StepInputs& in, const RingTrackParams& 
       layer_done_(static_cast<std::size_t>(gpus_), std::vector<sim::TaskId>(static_cast<std::size_t>(L_ + 2), -1)),
       grads_ready_(static_cast<std::size_t>(gpus_)),
       reduced_(static_cast<std::size_t>(gpus_)) {
-  chunk_split_.seq_len = c_;
+  chunk_split_.sequence_tokens = c_;
   const ActivationBytes acts = layer_activation_bytes(model_, chunk_split_, Recompute::none);
   kv_chunk_ = kBf16 * 2 * static_cast<double>(c_ * model_.kv_dim());
   acc_chunk_ = kFp32 * 2 * static_cast<double>(c_ * model_.kv_dim());
@@ -362,6 +362,7 @@ RingTrackBuilder::RingTrackBuilder(const StepInputs& in, const RingTrackParams& 
 RingTrackPlan RingTrackBuilder::build() {
   g_.reserve(static_cast<std::size_t>(ringtrack_tasks(in_, p_)));
   g_.set_chunk_tokens(p_.chunk);
+  g_.set_sequence_tokens(in_.workload.seq_len);
   choose_rings();
   for (int r = 0; r < replicas_; ++r) {
     model_states(r);
@@ -372,10 +373,11 @@ RingTrackPlan RingTrackBuilder::build() {
               static_cast<std::int32_t>(r * sequences_ + seq),
               sequences_ > 1 ? " s" + std::to_string(seq) : "",
               seq == sequences_ - 1,
-              std::vector<std::vector<Saved>>(static_cast<std::size_t>(L_ + 1), std::vector<Saved>(static_cast<std::size_t>(C_))),
+              std::vector<std::vector<Saved>>(static_cast<std::size_t>(L_ + 1), std::vector<Saved>(static_cast<std::size_t>(chunk_count_))),
               std::vector<sim::TaskId>(static_cast<std::size_t>(L_), -1),
               std::vector<std::vector<sim::TaskId>>(static_cast<std::size_t>(L_)),
-              std::vector<std::vector<sim::TaskId>>(static_cast<std::size_t>(L_ + 1), std::vector<sim::TaskId>(static_cast<std::size_t>(C_), -1))};
+              std::vector<std::vector<sim::TaskId>>(static_cast<std::size_t>(L_ + 1),
+                                                    std::vector<sim::TaskId>(static_cast<std::size_t>(chunk_count_), -1))};
       for (const Visit& v : schedule_.forward) forward_visit(t, v);
       for (const Visit& v : schedule_.backward) backward_visit(t, v);
     }
@@ -610,10 +612,10 @@ void RingTrackBuilder::backward_visit(Train& t, const Visit& visit) {
   const auto [wbuf, wcopy] = weights_in(gpu, l, v.name);
   std::vector<sim::TaskId> ready = ids({input, wcopy});
   for (sim::TaskId id : reload(t, v, sv, reuse)) ready.push_back(id);
-  if (k == C_ - 1 && C_ > 1) {  // dK/dV of every earlier chunk accumulate over this layer's backward
+  if (k == chunk_count_ - 1 && chunk_count_ > 1) {  // dK/dV of every earlier chunk accumulate over this layer's backward
     t.accumulators[l] = g_.set_op(g_.alloc(v.name + " dkv accumulators", kv_dram_ ? v.host : gpu, kv_dram_ ? sim::Pool::dram : sim::Pool::hbm,
-                                           bytes(acc_chunk_ * (C_ - 1)), "fp32 dK/dV accumulators", ids({v.prev})),
-                                  t.kv(sim::OpCode::dkv, l, k, 0, C_ - 2));
+                                           bytes(acc_chunk_ * (chunk_count_ - 1)), "fp32 dK/dV accumulators", ids({v.prev})),
+                                  t.kv(sim::OpCode::dkv, l, k, 0, chunk_count_ - 2));
   }
   std::vector<sim::TaskId> stream_buffers;
   // The chunk's own fp32 dK/dV (finished in this visit) and, with K/V in DRAM, the stream buffers.
@@ -671,7 +673,7 @@ void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskI
   const int l = v.l, k = v.k;
   auto& written = t.acc_written[l];
   sim::TaskId acc_in = -1;
-  if (kv_dram_ && k < C_ - 1) {
+  if (kv_dram_ && k < chunk_count_ - 1) {
     acc_in = g_.set_op(g_.copy(an + " H2D dkv C" + std::to_string(k), v.gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk_), true},
                                ids({own_acc, written.empty() ? -1 : written[k / span_]})),
                        t.kv(sim::OpCode::dkv, l, k, k, k));
@@ -702,7 +704,7 @@ void RingTrackBuilder::backward_attention(Train& t, const VisitAt& v, sim::TaskI
         g_.copy(an + " H2D kv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(kv_chunk_ * (j1 - j0)), true}, deps),
         t.kv(sim::OpCode::kv, l, k, j0, j1 - 1));
     std::vector<sim::TaskId> block_deps{last[0], kv_in};
-    if (k < C_ - 1) {  // read-modify-write of the accumulators (the last chunk writes them first)
+    if (k < chunk_count_ - 1) {  // read-modify-write of the accumulators (the last chunk writes them first)
       if (static_cast<std::size_t>(b) < written.size()) deps.push_back(written[b]);
       block_deps.push_back(g_.set_op(g_.copy(an + " H2D dkv " + range, v.gpu, {sim::Copy::Direction::h2d, bytes(acc_chunk_ * (j1 - j0)), true}, deps),
                                      t.kv(sim::OpCode::dkv, l, k, j0, j1 - 1)));

@@ -81,7 +81,7 @@ ActivationBytes layer_activation_bytes(const model::ModelConfig& m, const LayerS
   if (recompute == Recompute::none && split.score_bytes > 0) {
     // Each GPU's heads see the whole sequence (Ulysses gathers it): heads/(t*u) x b x S x S scores.
     const double local_heads = static_cast<double>(m.heads) / (t * split.ulysses);
-    const double seq = static_cast<double>(split.seq_len);
+    const double seq = static_cast<double>(split.sequence_tokens);
     a.attention += split.score_bytes * local_heads * static_cast<double>(split.sequences) * seq * seq;
   }
   return a;
@@ -181,10 +181,10 @@ void LayerEmitter::attention(const std::string& name, bool backward, std::vector
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / shards);  // batch folded into heads
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * local_kv_heads(model_, shards));
   const auto before = static_cast<sim::TaskId>(graph_.size());
-  each_rank(
-      name,
-      sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
-      last, recompute, backward ? sim::OpCode::attn_bwd : sim::OpCode::attn);
+  each_rank(name,
+            sim::Attention{split_.sequence_tokens, split_.sequence_tokens, heads, std::min(kv_heads, heads),
+                           static_cast<std::int32_t>(model_.head_dim), true, backward},
+            last, recompute, backward ? sim::OpCode::attn_bwd : sim::OpCode::attn);
   for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()); ++id) {
     sim::Op o = graph_.task(id).op;
     o.kv_first = o.kv_last = o.chunk;  // the whole causal square: its own chunk
@@ -402,7 +402,8 @@ void LayerEmitter::allgather_attention(const std::string& name, bool backward, s
   // local queries x the whole sequence, half of it unmasked on average: 1/cp of the causal pairs
   const auto before = static_cast<sim::TaskId>(graph_.size());
   each_rank(name,
-            sim::Attention{local, split_.seq_len / 2, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false, backward},
+            sim::Attention{local, split_.sequence_tokens / 2, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), false,
+                           backward},
             last, recompute, sim::OpCode::none);
   for (std::size_t r = 0; r < ranks_.size() && executable; ++r) {  // the rank's queries against every K/V chunk not wholly masked
     const sim::Op at = on_rank(at_, r);
@@ -455,10 +456,10 @@ void LayerEmitter::a2a_attention(const std::string& name, bool backward, std::ve
   const auto heads = static_cast<std::int32_t>(split_.sequences * model_.heads / (split_.tp * cp));
   const auto kv_heads = static_cast<std::int32_t>(split_.sequences * std::max<std::int64_t>(1, local_kv_heads(model_, split_.tp) / cp));
   const auto before = static_cast<sim::TaskId>(graph_.size());
-  each_rank(
-      name,
-      sim::Attention{split_.seq_len, split_.seq_len, heads, std::min(kv_heads, heads), static_cast<std::int32_t>(model_.head_dim), true, backward},
-      last, recompute, executable_heads_split() > 0 ? (backward ? sim::OpCode::attn_bwd : sim::OpCode::attn) : sim::OpCode::none);
+  each_rank(name,
+            sim::Attention{split_.sequence_tokens, split_.sequence_tokens, heads, std::min(kv_heads, heads),
+                           static_cast<std::int32_t>(model_.head_dim), true, backward},
+            last, recompute, executable_heads_split() > 0 ? (backward ? sim::OpCode::attn_bwd : sim::OpCode::attn) : sim::OpCode::none);
   for (auto id = before; id < static_cast<sim::TaskId>(graph_.size()) && executable_heads_split() > 0; ++id) {
     graph_.set_op(id, head_group_op(graph_.task(id).op, id - before));
   }

@@ -30,7 +30,9 @@ std::optional<CpComm> cp_comm_named(std::string_view name);
 // The slice of a layer's work one GPU does for one micro-batch.
 struct LayerSplit {
   std::int64_t sequences = 1;  // micro-batch size b
-  std::int64_t seq_len = 0;    // tokens per sequence S
+  // Tokens per sequence S the layer pass sees: the sequence (or, in ring-track, one chunk, which it builds as a
+  // sequence of its own: its attention against earlier chunks is added by the builder).
+  std::int64_t sequence_tokens = 0;
   int tp = 1;
   bool sequence_parallel = false;
   bool dropout = false;              // GPT-3-style dropout masks (Korthikanti et al.); the built-in models train without
@@ -51,7 +53,7 @@ struct LayerSplit {
   bool tp_comm_overlap = false;      // with sequence_parallel: TP all-gathers and reduce-scatters run beside their GEMMs
   int tp_ranks = 0;                  // symmetry reduction: the TP ranks built of each group (0: tp), standing for all tp;
                                      // their collectives run as the whole group's ring
-  std::int64_t tokens() const { return sequences * seq_len; }
+  std::int64_t tokens() const { return sequences * sequence_tokens; }
   std::int64_t local_tokens() const { return tokens() / (ulysses * cp); }
   int built_cp() const { return cp_ranks > 0 ? cp_ranks : cp; }
   int built_tp() const { return tp_ranks > 0 ? tp_ranks : tp; }

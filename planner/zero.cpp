@@ -242,6 +242,7 @@ sim::TaskGraph ZeroBuilder::build() {
   const std::int64_t mbs = zero_micro_batches(in_, p_);
   mbs_ = mbs;
   g_.set_chunk_tokens(split_.chunk_tokens());  // one chunk per sequence, a rank's share of it; zigzag: two, each half of it
+  g_.set_sequence_tokens(in_.workload.seq_len);
   const model::ParamCounts counts = model_.param_counts();
   // What each reduction carries, for the executors (sim::Op::gradients).
   const sim::Op head = sim::Op::gradients(0, -1, true, false), embedding = sim::Op::gradients(0, -1, false, true);

@@ -418,6 +418,7 @@ TaskId append(TaskGraph& into, const TaskGraph& from) {
   const auto label_offset = static_cast<std::int32_t>(into.labels().size());
   // One chunk length for the whole graph, or none (0) when the parts differ: the executors then refuse it.
   into.set_chunk_tokens(into.size() == 0 || into.chunk_tokens() == from.chunk_tokens() ? from.chunk_tokens() : 0);
+  into.set_sequence_tokens(into.size() == 0 || into.sequence_tokens() == from.sequence_tokens() ? from.sequence_tokens() : 0);
   into.set_tensor_shards(into.size() == 0 || into.tensor_shards() == from.tensor_shards() ? from.tensor_shards() : 0);
   for (const auto& g : from.groups()) into.add_group(g);
   for (const auto& l : from.labels()) into.add_label(l);
@@ -459,6 +460,7 @@ TaskGraph without_tasks(const TaskGraph& graph, const std::function<bool(const T
   std::vector<TaskId> new_id(n, -1);
   TaskGraph out;
   out.set_chunk_tokens(graph.chunk_tokens());
+  out.set_sequence_tokens(graph.sequence_tokens());
   out.set_tensor_shards(graph.tensor_shards());
   for (const auto& g : graph.groups()) out.add_group(g);
   for (const auto& l : graph.labels()) out.add_label(l);

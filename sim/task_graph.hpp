@@ -352,6 +352,10 @@ class TaskGraph {
   // builders that annotate their tasks; 0 otherwise. The executors size every tensor from it.
   void set_chunk_tokens(std::int64_t tokens) { chunk_tokens_ = tokens; }
   std::int64_t chunk_tokens() const { return chunk_tokens_; }
+  // The tokens of each sequence the step trains on (Op::seq counts sequences of this length), set beside the chunk
+  // length by the same builders; 0 otherwise. The executors take token ids of exactly this length (plus the target).
+  void set_sequence_tokens(std::int64_t tokens) { sequence_tokens_ = tokens; }
+  std::int64_t sequence_tokens() const { return sequence_tokens_; }
   // Tensor parallelism, set by builders that annotate it: each layer's weights, the embedding and the LM head are
   // split into this many shards, GPU g holding shard g % shards (a TP group is consecutive GPUs); 1: none; 0: parts of an appended graph differ (the
   // executors refuse it).
@@ -387,6 +391,7 @@ class TaskGraph {
   HugePageVector<TaskId> succ_;
   HugePageVector<std::int32_t> pred_count_;
   std::int64_t chunk_tokens_ = 0;
+  std::int64_t sequence_tokens_ = 0;
   int tensor_shards_ = 1;
   bool finalized_ = false;
 };

@@ -49,6 +49,7 @@ inline sim::TaskGraph rebuilt(const sim::TaskGraph& graph, const std::function<v
                               const std::function<bool(sim::TaskId, sim::TaskId)>& keep) {
   sim::TaskGraph out;
   out.set_chunk_tokens(graph.chunk_tokens());
+  out.set_sequence_tokens(graph.sequence_tokens());
   for (const auto& members : graph.groups()) out.add_group(members);
   for (const auto& label : graph.labels()) out.add_label(label);
   for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(graph.size()); ++id) {

@@ -59,7 +59,7 @@ TEST(OpTable, AttentionExpandsItsKvRangeAndStartsOnlyOnTheDiagonal) {
   const auto diagonal = compute_uses(attention_pair(OpCode::attn, 2, 2, 2), m, chunk);
   EXPECT_EQ(roles(diagonal), (std::vector<Role>{Role::q, Role::k, Role::v, Role::o_run, Role::lse, Role::o}));
   EXPECT_EQ(diagonal[3].access, Access::write);
-  EXPECT_EQ(diagonal[3].dtype, DType::fp32);
+  EXPECT_EQ(diagonal[3].dtype, ElementType::fp32);
   EXPECT_EQ(diagonal[3].elements, chunk * m.q_dim());
   EXPECT_EQ(diagonal[4].elements, chunk * m.heads);
 
@@ -205,19 +205,19 @@ TEST(OpTensors, FindsTensorsByNameAndRefusesWhatTheEntryDoesNotName) {
   std::vector<int> slots;
   for (std::size_t i = 0; i < uses.size(); ++i) slots.push_back(100 + static_cast<int>(i));
   const OpTensors named(op, uses, slots);
-  EXPECT_EQ(named.read(Role::q, DType::bf16), 100);
-  EXPECT_EQ(named.read(Role::k, DType::bf16, 1), 102);
-  EXPECT_EQ(named.read(Role::v, DType::bf16, 0), 103);
-  EXPECT_EQ(named.write(Role::o_run, DType::fp32), 105);
-  EXPECT_THROW(named.read(Role::d_o, DType::bf16), InternalError);    // not an attention forward's tensor
-  EXPECT_THROW(named.read(Role::k, DType::bf16, 2), InternalError);   // outside the K/V range
-  EXPECT_THROW(named.read(Role::o_run, DType::bf16), InternalError);  // fp32 in the table
-  EXPECT_THROW(named.write(Role::q, DType::bf16), InternalError);     // read-only in the table
-  const OpTensors by_key(op, uses);                                   // the CPU reference's form: tensors by key, no executor slots
+  EXPECT_EQ(named.read(Role::q, ElementType::bf16), 100);
+  EXPECT_EQ(named.read(Role::k, ElementType::bf16, 1), 102);
+  EXPECT_EQ(named.read(Role::v, ElementType::bf16, 0), 103);
+  EXPECT_EQ(named.write(Role::o_run, ElementType::fp32), 105);
+  EXPECT_THROW(named.read(Role::d_o, ElementType::bf16), InternalError);    // not an attention forward's tensor
+  EXPECT_THROW(named.read(Role::k, ElementType::bf16, 2), InternalError);   // outside the K/V range
+  EXPECT_THROW(named.read(Role::o_run, ElementType::bf16), InternalError);  // fp32 in the table
+  EXPECT_THROW(named.write(Role::q, ElementType::bf16), InternalError);     // read-only in the table
+  const OpTensors by_key(op, uses);                                         // the CPU reference's form: tensors by key, no executor slots
   EXPECT_EQ(by_key.use(Role::k, 1).key.chunk, 1);
-  EXPECT_THROW(by_key.read(Role::q, DType::bf16), InternalError);
+  EXPECT_THROW(by_key.read(Role::q, ElementType::bf16), InternalError);
   try {
-    named.read(Role::dq, DType::fp32);
+    named.read(Role::dq, ElementType::fp32);
     FAIL() << "an unnamed tensor passed";
   } catch (const InternalError& e) {
     EXPECT_NE(std::string(e.what()).find("attn"), std::string::npos) << e.what();
@@ -241,7 +241,7 @@ struct OpBuffers {
       Instance i;
       i.key = u.key;
       i.dtype = u.dtype;
-      i.bytes = u.elements * dtype_bytes(u.dtype);
+      i.bytes = u.elements * element_bytes(u.dtype);
       i.device_offset_bytes = at;
       at += i.bytes;
       slots.push_back(static_cast<int>(flow.instances.size()));

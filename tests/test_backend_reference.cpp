@@ -17,6 +17,7 @@
 #include "planner/ringtrack.hpp"
 #include "planner/zero.hpp"
 #include "tests/backend_fixtures.hpp"
+#include "tests/test_support.hpp"
 
 namespace trainyard::backend {
 
@@ -82,6 +83,21 @@ TEST(ReferenceStep, ChunkedOffloadedRingTrackMatchesTheUnchunkedStep) {
   }
   // Near log(vocab) for random weights: the step computes a real loss.
   EXPECT_NEAR(plain.result.loss, std::log(61.0), 0.2);
+}
+
+// A graph runs only on the sequences it was built for: tokens of another length, even a multiple of the chunk, are
+// refused by name (TaskGraph::sequence_tokens), as is a graph whose builder did not say its length.
+TEST(ReferenceStep, RunsOnlyOnSequencesOfTheGraphsLength) {
+  const auto m = tiny_model();
+  const Step step = ringtrack_step(m, one_gpu(), 64, 1, chunked_offloaded());
+  EXPECT_EQ(step.graph.sequence_tokens(), 64);
+  EXPECT_NO_THROW(run(step, m, random_windows(m.vocab, 64, 1, 3)));
+  const std::string longer = test::error_of([&] { run(step, m, random_windows(m.vocab, 128, 1, 3)); });
+  EXPECT_NE(longer.find("64 tokens, the graph's sequence"), std::string::npos) << longer;
+  Step unsaid{step.graph, step.chunk, step.gpus_per_node};
+  unsaid.graph.set_sequence_tokens(0);
+  const std::string none = test::error_of([&] { run(unsaid, m, random_windows(m.vocab, 64, 1, 3)); });
+  EXPECT_NE(none.find("chunk and sequence length"), std::string::npos) << none;
 }
 
 TEST(ReferenceStep, WithoutBf16RoundingChunkingChangesNothingButSummationOrder) {
@@ -420,6 +436,7 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
     const sim::TaskGraph good = planner::build_ringtrack(in, p).graph;
     sim::TaskGraph broken;
     broken.set_chunk_tokens(good.chunk_tokens());
+    broken.set_sequence_tokens(good.sequence_tokens());
     sim::TaskId removed = -1;
     for (sim::TaskId id = 0; id < static_cast<sim::TaskId>(good.size()); ++id) {
       const auto& t = good.task(id);
@@ -450,6 +467,7 @@ TEST(ReferenceStep, APlanThatLacksACopyOrOrdersAReadByChanceIsCaught) {
     const sim::TaskGraph good = planner::build_ringtrack(in, p).graph;
     sim::TaskGraph broken;
     broken.set_chunk_tokens(good.chunk_tokens());
+    broken.set_sequence_tokens(good.sequence_tokens());
     for (const auto& t : good.tasks()) broken.add(good.name_of(t), t);
     int dropped = 0;
     for (const auto& [a, b] : good.edges()) {

@@ -432,19 +432,24 @@ namespace trainyard::sim {
 TEST(TaskGraph, TheChunkLengthSurvivesCopiesAndMergesOnlyWhenItAgrees) {
   TaskGraph a, b, c;
   a.set_chunk_tokens(4096);
+  a.set_sequence_tokens(16384);
   a.gemm("a", 0, {16, 16, 16});
   b.set_chunk_tokens(4096);
+  b.set_sequence_tokens(16384);
   b.gemm("b", 0, {16, 16, 16});
   c.set_chunk_tokens(8192);
   c.gemm("c", 0, {16, 16, 16});
   EXPECT_EQ(without_tasks(a, [](const Task&) { return false; }).chunk_tokens(), 4096);
+  EXPECT_EQ(without_tasks(a, [](const Task&) { return false; }).sequence_tokens(), 16384);
   TaskGraph merged;
   append(merged, a);
   EXPECT_EQ(merged.chunk_tokens(), 4096);
   append(merged, b);
   EXPECT_EQ(merged.chunk_tokens(), 4096);
+  EXPECT_EQ(merged.sequence_tokens(), 16384);
   append(merged, c);
   EXPECT_EQ(merged.chunk_tokens(), 0);
+  EXPECT_EQ(merged.sequence_tokens(), 0);
 }
 
 }  // namespace trainyard::sim
