@@ -112,7 +112,7 @@ Json node_json(const hw::NodeProfile& node, int nodes) {
   }
   Json links = Json::array();
   for (const auto& l : node.links) {
-    Json j = {{"a", l.a}, {"b", l.b}, {"type", hw::to_string(l.type)}, {"GBps_per_direction", l.gbps_per_direction}, {"full_duplex", l.full_duplex}};
+    Json j = {{"a", l.a}, {"b", l.b}, {"type", hw::to_string(l.type)}, {"GBps_per_direction", l.GBps_per_direction}, {"full_duplex", l.full_duplex}};
     if (l.type == hw::LinkType::pcie) {
       j["generation"] = l.pcie_generation;
       j["lanes"] = l.pcie_lanes;

@@ -436,7 +436,9 @@ void print_simulation_json(const SimulationSetup& setup, const sim::SimResult& r
   if (setup.ring) {
     out["ring_order"] = setup.ring->rings;
     Json hops = Json::array();
-    for (const auto& hop : setup.ring->hops) hops.push_back({{"from", hop.from}, {"to", hop.to}, {"gbps", hop.gbps}});
+    for (const auto& hop : setup.ring->hops) {  // "gbps": the old spelling, kept for one release (docs/taskgraph.md, "Renamed keys")
+      hops.push_back({{"from", hop.from}, {"to", hop.to}, {"GBps", hop.GBps}, {"gbps", hop.GBps}});
+    }
     out["ring_hops"] = hops;
   }
   std::cout << out.dump(2) << "\n";

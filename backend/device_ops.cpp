@@ -78,18 +78,11 @@ OwnRows own_rows(const Args& a) {
   return {R, at, static_cast<std::int64_t>(R) * d.h};
 }
 
+// The op's query chunk against K/V chunk `kv_chunk` alone.
 kernels::AttentionShape pair(const Args& a, int kv_chunk) {
-  const sim::Op& op = *a.op;
-  kernels::AttentionShape s;
-  s.q_len = static_cast<int>(a.chunk_tokens);
-  s.kv_len = static_cast<int>(a.chunk_tokens);
-  s.heads = static_cast<int>(a.model->heads / std::max<int>(1, op.head_groups));
-  s.kv_heads = static_cast<int>(a.model->kv_heads / std::max<int>(1, op.head_groups));
-  s.head_dim = static_cast<int>(a.model->head_dim);
-  s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
-  s.q_offset = op.chunk * a.chunk_tokens;
-  s.kv_offset = kv_chunk * a.chunk_tokens;
-  return s;
+  sim::Op one = *a.op;
+  one.kv_first = one.kv_last = kv_chunk;
+  return attention_shape(one, *a.model, a.chunk_tokens);
 }
 
 // ---- the layer's linear maps, one GEMM per block of W's rows (LinearSpec) ---------------------------------------

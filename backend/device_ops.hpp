@@ -47,7 +47,7 @@ struct DeviceOpArgs {
   const model::ModelConfig* model = nullptr;  // this rank's: the model, or its tensor-parallel shard
   std::int64_t chunk_tokens = 0;
   // Tensor parallelism: this rank holds shard `shard` of `shards`. Under sequence parallelism it also holds rows
-  // [shard * c / shards, (shard + 1) * c / shards) of each chunk between the TP regions, where the ops
+  // [shard * chunk_tokens / shards, (shard + 1) * chunk_tokens / shards) of each chunk between the TP regions, where the ops
   // (norms, residuals and their backwards, the final norm's) touch only those rows.
   int shard = 0, shards = 1;
   bool sequence_parallel = false;

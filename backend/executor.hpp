@@ -89,7 +89,8 @@ class Executor {
   void upload(const ModelState& state);    // weights, master weights and moments
   void download(ModelState& state) const;  // gradients, weights, master weights and moments
 
-  // One step on `tokens` (seq_len + 1 ids per sequence); waits for the device. `optimizer_step` is AdamW's t.
+  // One step on `tokens` (per sequence the graph's TaskGraph::sequence_tokens + 1 ids; another length is an
+  // InputError); waits for the device. `optimizer_step` is AdamW's t.
   MeasuredStep run_step(std::span<const std::vector<std::int32_t>> tokens, int optimizer_step = 1);
 
  private:

@@ -75,7 +75,7 @@ struct Executor::Impl {
   std::set<int> gradients_on_host;                      // during a step: the groups whose gradients a copy took to the host
   std::set<int> weights_from_host;                      // during a step: the streamed groups whose weights a copy brought in
   std::set<int> streamed;                               // groups whose weights are copied in from the host when used (ZeRO-Infinity)
-  std::vector<int> layer_param;                         // layer * 6 + k: index into params (norm1, wqkv, wo, norm2, wup, wdown)
+  std::vector<int> layer_param;                         // layer * kLayerWeights + LayerWeight: index into params
   int embedding = -1, final_norm = -1, lm_head = -1;
   std::int32_t* tokens = nullptr;
   std::int64_t tokens_capacity = 0, losses_capacity = 0;

@@ -60,8 +60,8 @@ void Executor::Impl::allocate(ModelState& shapes) {
   }
   // Index the parameters by their place in the model (ModelState's names: "L3 wqkv", "embedding", ...).
   auto index_of = [&](const Parameter& p) { return static_cast<int>(std::find(all.begin(), all.end(), &p) - all.begin()); };
-  for (const auto& layer : shapes.layers()) {
-    for (const Parameter* p : {&layer.norm1, &layer.wqkv, &layer.wo, &layer.norm2, &layer.wup, &layer.wdown}) layer_param.push_back(index_of(*p));
+  for (auto& layer : shapes.layers()) {
+    for (const Parameter* p : layer.in_order()) layer_param.push_back(index_of(*p));
   }
   embedding = index_of(shapes.embedding());
   final_norm = index_of(shapes.final_norm());

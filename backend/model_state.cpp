@@ -81,8 +81,8 @@ std::vector<Parameter*> ModelState::group(int group) {
     return {&final_norm_, &lm_head_};
   }
   TRAINYARD_CHECK(group >= 0 && group < static_cast<int>(layers_.size()), "parameter group out of range");
-  auto& l = layers_[group];
-  return {&l.norm1, &l.wqkv, &l.wo, &l.norm2, &l.wup, &l.wdown};
+  const auto in_order = layers_[group].in_order();
+  return {in_order.begin(), in_order.end()};
 }
 
 std::int64_t ShardLayout::elements() const {

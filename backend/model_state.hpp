@@ -2,6 +2,7 @@
 // The model's parameters with real values, for the executors: bf16 weights (held as floats rounded to bf16),
 // their fp32 gradients, and the fp32 master weights and AdamW moments. Layouts are the ones the layer's GEMMs use
 // (row-major [out][in], y = x W^T): see the per-tensor comments.
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -32,6 +33,8 @@ struct LayerParameters {
   Parameter norm2;  // [hidden]
   Parameter wup;    // [2 ffn][hidden]: the gate rows, then the up rows
   Parameter wdown;  // [hidden][ffn]
+  // The layer's parameters in their one order, which the optimizer's groups and the executors' LayerWeight follow.
+  std::array<Parameter*, 6> in_order() { return {&norm1, &wqkv, &wo, &norm2, &wup, &wdown}; }
 };
 
 // Parameter groups, as the optimizer sees them: one per layer, the embedding, the head (final norm and LM head).

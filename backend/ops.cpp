@@ -272,6 +272,19 @@ std::vector<std::int32_t> member_chunks(const sim::Op& op, std::int32_t member) 
   return covered_chunks(held);
 }
 
+kernels::AttentionShape attention_shape(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens) {
+  kernels::AttentionShape s;
+  s.q_len = static_cast<int>(chunk_tokens);
+  s.kv_len = static_cast<int>(chunk_tokens * (op.kv_last - op.kv_first + 1));
+  s.heads = static_cast<int>(model.heads / std::max<int>(1, op.head_groups));
+  s.kv_heads = static_cast<int>(model.kv_heads / std::max<int>(1, op.head_groups));
+  s.head_dim = static_cast<int>(model.head_dim);
+  s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
+  s.q_offset = op.chunk * chunk_tokens;
+  s.kv_offset = op.kv_first * chunk_tokens;
+  return s;
+}
+
 model::ModelConfig model_of(const sim::Op& op, const model::ModelConfig& model) {
   if (op.head_groups == 0 || op.is_lm_head()) return model;
   model::ModelConfig group = model;

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/reference.hpp"
 #include "models/model.hpp"
 #include "sim/task_graph.hpp"
 
@@ -157,6 +158,10 @@ std::vector<std::int32_t> covered_chunks(const sim::Op& op);
 // parallelism) that chunk's mirror too; with a run (FPDT), the member's run of chunk_count chunks.
 std::vector<std::int32_t> member_chunks(const sim::Op& op, std::int32_t member);
 std::int64_t width_elements(Width w, const model::ModelConfig& model);
+
+// An attention op's shape for the kernels: its query chunk against its K/V chunks kv_first..kv_last laid end to
+// end, causal with absolute offsets, in its head group (heads / head_groups).
+kernels::AttentionShape attention_shape(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens);
 
 // The model as an op's tensors see it: a Ulysses attention op's has heads / head_groups query heads and
 // kv_heads / head_groups K/V heads; any other op's is `model`.

@@ -9,19 +9,6 @@
 
 namespace trainyard::backend {
 
-kernels::AttentionShape reference_attention_shape(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens) {
-  kernels::AttentionShape s;
-  s.q_len = static_cast<int>(chunk_tokens);
-  s.kv_len = static_cast<int>(chunk_tokens * (op.kv_last - op.kv_first + 1));
-  s.heads = static_cast<int>(model.heads / std::max<int>(1, op.head_groups));
-  s.kv_heads = static_cast<int>(model.kv_heads / std::max<int>(1, op.head_groups));
-  s.head_dim = static_cast<int>(model.head_dim);
-  s.causal = true;  // with absolute offsets: earlier chunks are wholly visible
-  s.q_offset = op.chunk * chunk_tokens;
-  s.kv_offset = op.kv_first * chunk_tokens;
-  return s;
-}
-
 namespace {
 
 using sim::OpCode;
@@ -50,10 +37,8 @@ std::int32_t token(const Args& a, std::int64_t position) {
   return id;
 }
 
-Parameter& weight_of(LayerParameters& l, LayerWeight w) {
-  Parameter* const all[kLayerWeights] = {&l.norm1, &l.wqkv, &l.wo, &l.norm2, &l.wup, &l.wdown};
-  return *all[static_cast<int>(w)];
-}
+static_assert(std::tuple_size_v<decltype(std::declval<LayerParameters&>().in_order())> == kLayerWeights, "LayerWeight counts in_order()");
+Parameter& weight_of(LayerParameters& l, LayerWeight w) { return *l.in_order()[static_cast<std::size_t>(w)]; }
 
 // y[rows][out] = x[rows][in] W^T, W [out][in].
 std::vector<float> times_transposed(const std::vector<float>& x, const std::vector<float>& w, std::int64_t rows, std::int64_t in, std::int64_t out) {
@@ -163,7 +148,7 @@ void attention(const Args& a) {
   const sim::Op& op = *a.op;
   const auto [mm, c, H, D, k, v] = attention_inputs(a);
   std::vector<float> o_part(static_cast<std::size_t>(c * mm.q_dim())), lse_part(static_cast<std::size_t>(H * c));
-  kernels::attention_forward_ref(reference_attention_shape(op, model(a), c), a.task->in(Role::q), k, v, o_part, lse_part);
+  kernels::attention_forward_ref(attention_shape(op, model(a), c), a.task->in(Role::q), k, v, o_part, lse_part);
   o_part = rounded(a, std::move(o_part));  // partials are written in bf16
   std::vector<float> o_run(o_part.size(), 0.0f), lse(lse_part.size(), -std::numeric_limits<float>::infinity());
   if (!starts_accumulation(op)) {  // not the diagonal (which comes first): fold into the running state
@@ -247,8 +232,8 @@ void attention_bwd(const Args& a) {
     delta = a.task->in(Role::delta);
   }
   std::vector<float> dk(k.size(), 0.0f), dv(v.size(), 0.0f);
-  kernels::attention_backward_ref(reference_attention_shape(op, model(a), c), a.task->in(Role::q), k, v, a.task->in(Role::d_o), a.task->in(Role::lse),
-                                  delta, dq, dk, dv);
+  kernels::attention_backward_ref(attention_shape(op, model(a), c), a.task->in(Role::q), k, v, a.task->in(Role::d_o), a.task->in(Role::lse), delta,
+                                  dq, dk, dv);
   add_to_accumulators(a, dk, dv, static_cast<std::size_t>(c * mm.kv_dim()));
   a.task->out(Role::dq, std::move(dq));
   a.task->out(Role::delta, std::move(delta));

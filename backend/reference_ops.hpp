@@ -48,7 +48,4 @@ struct ReferenceOpArgs {
 // Runs args.op; the task's fail() for an op the reference does not run.
 void run_reference_op(const ReferenceOpArgs& args);
 
-// The attention op's shape for the kernels (its K/V chunks laid end to end), in its head group (model_of).
-kernels::AttentionShape reference_attention_shape(const sim::Op& op, const model::ModelConfig& model, std::int64_t chunk_tokens);
-
 }  // namespace trainyard::backend

@@ -361,7 +361,7 @@ class ReferenceStep : private ReferenceTask {
     const sim::TaskId id = current_.id;
     const auto* a = std::get_if<sim::Attention>(&g_.task(id).params);
     if (!a) fail(id, "expected an attention task");
-    const auto s = reference_attention_shape(op, m_, chunk_tokens_);
+    const auto s = attention_shape(op, m_, chunk_tokens_);
     const bool lengths_differ = expanded_task_tokens_ < 0 && (a->q_len != s.q_len || a->kv_len != s.kv_len);  // see expect_pairs
     const int sequences = g_.task(id).op.seq_count;  // the graph folds a micro-batch's sequences into its heads
     if (lengths_differ || a->heads != s.heads * sequences || a->kv_heads != s.kv_heads * sequences || a->head_dim != s.head_dim) {

@@ -62,9 +62,9 @@ struct ReferenceResult {
 };
 
 // Runs the step of `graph` (finalized or not) on `state`: gradients are zeroed first and hold the step's sums
-// (divided by the step's token count, as the loss is) afterwards. `tokens[s]` holds sequence s's seq_len + 1 token
-// ids (inputs, then the next-token targets). The graph says its chunk length (TaskGraph::chunk_tokens); its GEMM
-// and attention shapes are checked against it.
+// (divided by the step's token count, as the loss is) afterwards. `tokens[s]` holds sequence s's token ids, the
+// graph's TaskGraph::sequence_tokens of them, then the next-token target (another length is an InputError). The
+// graph says its chunk length (TaskGraph::chunk_tokens); its GEMM and attention shapes are checked against it.
 ReferenceResult run_reference_step(const sim::TaskGraph& graph, ModelState& state, int gpus_per_node,
                                    std::span<const std::vector<std::int32_t>> tokens, const ReferenceOptions& options = {});
 

@@ -300,7 +300,7 @@ void add_peer_link(Json& gpu_document, const PeerMeasurements& m, const PeerFits
       {"duration_s", m.duration_s},
       {"points", {{"p2p", points_json(m.p2p)}, {"all_reduce", points_json(m.all_reduce)}, {"all_to_all", points_json(m.all_to_all)}}},
       {"fits",
-       {{"p2p", {{"fixed_s", fits.p2p.fixed_s}, {"per_unit_s", fits.p2p.per_unit_s}, {"gbps", fits.link_GBps}}},
+       {{"p2p", {{"fixed_s", fits.p2p.fixed_s}, {"per_unit_s", fits.p2p.per_unit_s}, {"GBps", fits.link_GBps}, {"gbps", fits.link_GBps}}},
         {"collectives", describe_collective_fit(fits)}}},
       {"warnings", fits.warnings}};
 }

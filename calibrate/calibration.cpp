@@ -456,7 +456,10 @@ std::string bytes_range(const std::vector<CopyPoint>& points) {
 
 Json copy_points_json(const std::vector<CopyPoint>& points) {
   Json out = Json::array();
-  for (const auto& p : points) out.push_back({{"bytes", p.bytes}, {"seconds", p.seconds}, {"gbps", p.bytes / p.seconds * 1e-9}});
+  for (const auto& p : points) {  // "gbps": the old spelling, kept for one release (docs/taskgraph.md, "Renamed keys")
+    const double GBps = p.bytes / p.seconds * 1e-9;
+    out.push_back({{"bytes", p.bytes}, {"seconds", p.seconds}, {"GBps", GBps}, {"gbps", GBps}});
+  }
   return out;
 }
 
@@ -474,7 +477,8 @@ Json linear_json(const LinearCostFit& fit, bool bytes) {
               {"rms_relative_error", fit.rms_relative_error},
               {"points", fit.points}};
   if (bytes) {
-    out["gbps"] = 1e-9 / fit.per_unit_s;
+    out["GBps"] = 1e-9 / fit.per_unit_s;
+    out["gbps"] = out["GBps"];  // the old spelling, kept for one release (docs/taskgraph.md, "Renamed keys")
   } else {
     out["ns_per_kernel"] = fit.per_unit_s * 1e9;
   }

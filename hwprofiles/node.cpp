@@ -43,7 +43,7 @@ int NodeProfile::gpu_count() const { return count(VertexType::gpu); }
 double NodeProfile::host_dram_GBps() const {
   double total = 0;
   for (const auto& link : links) {
-    if (link.type == LinkType::dram) total += link.gbps_per_direction;
+    if (link.type == LinkType::dram) total += link.GBps_per_direction;
   }
   return total;
 }
@@ -155,25 +155,25 @@ NodeProfile parse_node(const json::Json& document, const std::string& origin, Gp
       case LinkType::pcie: {
         link.pcie_generation = static_cast<int>(l.integer("generation", 1, 6));
         link.pcie_lanes = static_cast<int>(l.integer("lanes", 1, 32));
-        link.gbps_per_direction = pcie_GBps_per_direction(link.pcie_generation, link.pcie_lanes);
+        link.GBps_per_direction = pcie_GBps_per_direction(link.pcie_generation, link.pcie_lanes);
         break;
       }
       case LinkType::nvlink:
         if (node.gpu.nvlink_GBps_per_direction.value <= 0) {
           l.fail("type", "no nvlink links: GPU profile \"" + node.gpu.name + "\" has nvlink_GBps_per_direction 0", "\"nvlink\"");
         }
-        link.gbps_per_direction = node.gpu.nvlink_data_GBps();
+        link.GBps_per_direction = node.gpu.nvlink_data_GBps();
         break;
       case LinkType::dram:
         refuse_old_bandwidth_key(l, "gbps", "GBps");
-        link.gbps = l.figure("GBps", Bound{1, 100000, "GB/s (reads and writes together)"}, sources);
-        link.gbps_per_direction = link.gbps->value;
+        link.GBps = l.figure("GBps", Bound{1, 100000, "GB/s (reads and writes together)"}, sources);
+        link.GBps_per_direction = link.GBps->value;
         link.full_duplex = false;
         break;
       case LinkType::socket:
         refuse_old_bandwidth_key(l, "gbps_per_direction", "GBps_per_direction");
-        link.gbps = l.figure("GBps_per_direction", Bound{1, 100000, "GB/s"}, sources);
-        link.gbps_per_direction = link.gbps->value;
+        link.GBps = l.figure("GBps_per_direction", Bound{1, 100000, "GB/s"}, sources);
+        link.GBps_per_direction = link.GBps->value;
         break;
       case LinkType::network: break;
     }

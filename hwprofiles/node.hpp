@@ -27,8 +27,8 @@ struct LinkSpec {
   LinkType type = LinkType::pcie;
   int pcie_generation = 0;        // pcie links
   int pcie_lanes = 0;             // pcie links
-  std::optional<Figure> gbps;     // dram: total of both directions; socket: per direction
-  double gbps_per_direction = 0;  // resolved for every link type (dram: the shared total)
+  std::optional<Figure> GBps;     // dram: total of both directions; socket: per direction
+  double GBps_per_direction = 0;  // resolved for every link type (dram: the shared total)
   bool full_duplex = true;        // DRAM bandwidth is shared by reads and writes
 };
 

@@ -25,8 +25,8 @@ static_assert(std::is_same_v<TopologyGraph::vertex_descriptor, VertexId>);
 
 constexpr double kHopCost = 1e-6;  // breaks ties between equally fast routes in favour of fewer hops
 
-TopoLink make_link(LinkType type, double gbps, bool full_duplex, std::int64_t latency_ns) {
-  return TopoLink{type, gbps, full_duplex, latency_ns, 1.0 / gbps + kHopCost, -1};
+TopoLink make_link(LinkType type, double GBps, bool full_duplex, std::int64_t latency_ns) {
+  return TopoLink{type, GBps, full_duplex, latency_ns, 1.0 / GBps + kHopCost, -1};
 }
 
 bool endpoint_only(VertexType type) { return type == VertexType::gpu || type == VertexType::host_memory; }
@@ -79,7 +79,7 @@ Topology::Topology(const NodeProfile& node, int node_count)
       TRAINYARD_CHECK(false, "link to unknown vertex " + id);
     };
     for (const auto& l : node.links) {
-      graph->add_link(local(l.a), local(l.b), make_link(l.type, l.gbps_per_direction, l.full_duplex, latency(l.type)));
+      graph->add_link(local(l.a), local(l.b), make_link(l.type, l.GBps_per_direction, l.full_duplex, latency(l.type)));
     }
     for (int g = 0; g < gpus_per_node_; ++g) gpus_[n].push_back(local("gpu" + std::to_string(g)));
     if (node_count > 1) {
@@ -214,7 +214,7 @@ std::optional<Route> Topology::try_route(VertexId from, VertexId to) const {
     }
     route.links.insert(route.links.begin(), g[best].index);
     route.vertices.insert(route.vertices.begin(), v);
-    route.bottleneck_GBps = std::min(route.bottleneck_GBps, g[best].gbps_per_direction);
+    route.bottleneck_GBps = std::min(route.bottleneck_GBps, g[best].GBps_per_direction);
     route.latency_ns += g[best].latency_ns;
   }
   route.vertices.insert(route.vertices.begin(), from);

@@ -24,7 +24,7 @@ struct TopoVertex {
 
 struct TopoLink {
   LinkType type = LinkType::pcie;
-  double gbps_per_direction = 0;
+  double GBps_per_direction = 0;
   bool full_duplex = true;
   std::int64_t latency_ns = 0;
   double route_cost = 0;  // seconds per GB plus a small per-hop term: the fastest route wins

@@ -54,7 +54,7 @@ double group_GBps(const BoundContext& ctx, const Rates& r, int size, int stride 
   const double members_per_node = std::max(1, per_node / stride);
   return std::min(r.intra, r.nic * members_per_node);
 }
-double seconds(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e9) : 0; }
+double seconds(double bytes, double GBps) { return GBps > 0 ? bytes / (GBps * 1e9) : 0; }
 
 // The optimizer step over `params` on GPU 0, timed as the simulator times the builders' OptimizerStep task.
 double optimizer_seconds(const StepInputs& in, double params) {
@@ -76,10 +76,10 @@ LayerAttention layer_attention(const BoundContext& ctx, double layers, double mi
 double ring_exposed_s(const BoundContext& ctx, const Rates& r, int cp, int stride, double kv_elements, double layers, double micro_batches,
                       bool recompute) {
   if (cp <= 1) return 0;
-  const double gbps = group_GBps(ctx, r, cp, stride);
+  const double GBps = group_GBps(ctx, r, cp, stride);
   const LayerAttention attention = layer_attention(ctx, layers, micro_batches);
-  const double forward = seconds((cp - 1) * 2 * kv_elements * 2, gbps),
-               backward = seconds((cp - 1) * (2 * kv_elements * 2 + 2 * kv_elements * 4), gbps);
+  const double forward = seconds((cp - 1) * 2 * kv_elements * 2, GBps),
+               backward = seconds((cp - 1) * (2 * kv_elements * 2 + 2 * kv_elements * 4), GBps);
   const double per_layer = std::max(0.0, forward - attention.forward) * (recompute ? 2 : 1) + std::max(0.0, backward - attention.backward);
   return per_layer * layers * micro_batches;
 }
@@ -123,9 +123,9 @@ double zero_state_waits(const BoundContext& ctx, const ZeroParams& z, const Rate
 struct FpdtWaits {
   double forward = 0, backward = 0;
 };
-FpdtWaits fpdt_waits(const LayerAttention& attention, int u, const FpdtCopySizes& sizes, double gbps) {
+FpdtWaits fpdt_waits(const LayerAttention& attention, int u, const FpdtCopySizes& sizes, double GBps) {
   const double blocks = u * u / 2.0;  // u diagonal blocks of half a full one's work and u (u - 1) / 2 full ones
-  const double kv = seconds(sizes.kv_bytes, gbps), pair_in = seconds(sizes.pair_in_bytes, gbps);
+  const double kv = seconds(sizes.kv_bytes, GBps), pair_in = seconds(sizes.pair_in_bytes, GBps);
   const auto two_back = [](const std::vector<double>& ends) { return ends.size() >= 2 ? ends[ends.size() - 2] : 0.0; };
   FpdtWaits w;
   // Forward: every chunk's K/V go out at the start, in order; chunk i's queries attend to themselves, then to each
@@ -422,9 +422,9 @@ HostCopyRates shared_host_rates(const hw::NodeProfile& node) {
       const bool gpu_up = is(child, hw::VertexType::gpu) && (is(up, hw::VertexType::pcie_switch) || is(up, hw::VertexType::root_complex));
       if (l.type == hw::LinkType::pcie && (gpu_up || (is(child, hw::VertexType::pcie_switch) && is(up, hw::VertexType::root_complex)))) {
         parent[child] = up;
-        uplink_GBps[child] = l.gbps_per_direction;
+        uplink_GBps[child] = l.GBps_per_direction;
       }
-      if (l.type == hw::LinkType::dram && is(child, hw::VertexType::root_complex)) dram_GBps[child] = l.gbps_per_direction;
+      if (l.type == hw::LinkType::dram && is(child, hw::VertexType::root_complex)) dram_GBps[child] = l.GBps_per_direction;
     }
   }
   std::map<std::string, int> behind;  // GPUs behind each switch and root complex
@@ -706,9 +706,9 @@ double ring_tail_s(const BoundContext& ctx, const RingTrackParams& p, const Ring
   const bool stream = p.weights == WeightPolicy::stream;
   double tail = 0;
   if (replicas > 1) {
-    const double gbps = group_GBps(ctx, rates_of(in.cluster), replicas, p.ring, true), ring = 2.0 * (replicas - 1) / replicas;
-    const double layer_s = seconds(ring * pol.grad_bytes * ctx.layer_params, gbps),
-                 embedding_s = seconds(ring * pol.grad_bytes * ctx.params.embedding, gbps);
+    const double GBps = group_GBps(ctx, rates_of(in.cluster), replicas, p.ring, true), ring = 2.0 * (replicas - 1) / replicas;
+    const double layer_s = seconds(ring * pol.grad_bytes * ctx.layer_params, GBps),
+                 embedding_s = seconds(ring * pol.grad_bytes * ctx.params.embedding, GBps);
     // Streamed weights: every all-reduce waits for all the host's sums (ring_host_stream_end_s), so none is hidden.
     tail += std::max(layer_s + embedding_s, r.owned[0] * layer_s + embedding_s - (stream ? 0 : backward_s));
   }

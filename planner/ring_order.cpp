@@ -27,9 +27,9 @@ class HopScorer {
     std::vector<RingHop> out;
     for (std::size_t i = 0; i < n; ++i) {
       const hw::Route& r = route(order[i], order[(i + 1) % n]);
-      double gbps = r.bottleneck_GBps;
-      for (std::size_t j = 0; j < r.links.size(); ++j) gbps = std::min(gbps, topo.link(r.links[j]).gbps_per_direction / load_[key(r, j)]);
-      out.push_back({order[i], order[(i + 1) % n], gbps});
+      double GBps = r.bottleneck_GBps;
+      for (std::size_t j = 0; j < r.links.size(); ++j) GBps = std::min(GBps, topo.link(r.links[j]).GBps_per_direction / load_[key(r, j)]);
+      out.push_back({order[i], order[(i + 1) % n], GBps});
     }
     return out;
   }
@@ -70,11 +70,11 @@ std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<
   auto score = [&](const std::vector<int>& order) {
     Score s;
     const auto hops = scorer.hops(order);
-    s.slowest = hops.front().gbps;
+    s.slowest = hops.front().GBps;
     for (const auto& h : hops) {
-      s.slowest = std::min(s.slowest, h.gbps);
+      s.slowest = std::min(s.slowest, h.GBps);
       s.crossings += h.from / per_node != h.to / per_node;
-      s.seconds_per_gb += 1.0 / h.gbps;
+      s.seconds_per_gb += 1.0 / h.GBps;
     }
     return s;
   };
@@ -111,10 +111,10 @@ std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<
       std::size_t pick = 0;
       double pick_GBps = -1;
       for (std::size_t i = 0; i < left.size(); ++i) {
-        const double gbps = scorer.hops({at, left[i]}).front().gbps;
-        if (gbps > pick_GBps) {
+        const double GBps = scorer.hops({at, left[i]}).front().GBps;
+        if (GBps > pick_GBps) {
           pick = i;
-          pick_GBps = gbps;
+          pick_GBps = GBps;
         }
       }
       at = left[pick];

@@ -15,7 +15,7 @@ std::vector<int> best_ring_order(const sim::Cluster& cluster, const std::vector<
 
 struct RingHop {
   int from = 0, to = 0;  // cluster GPU indices
-  double gbps = 0;       // bandwidth of the hop with every hop of the ring active at once
+  double GBps = 0;       // bandwidth of the hop with every hop of the ring active at once
 };
 // The hops of a cyclic order, with the shared-bandwidth rule above.
 std::vector<RingHop> ring_hops(const sim::Cluster& cluster, const std::vector<int>& order);

@@ -104,8 +104,8 @@ std::string RingTrackPlan::describe() const {
   const auto& ring = rings.front();
   for (std::size_t i = 0; i < ring.size(); ++i) out << (i ? " -> " : "") << "gpu" << ring[i];
   if (ring.size() > 1) {
-    double slowest = hops.front().gbps;
-    for (const auto& h : hops) slowest = std::min(slowest, h.gbps);
+    double slowest = hops.front().GBps;
+    for (const auto& h : hops) slowest = std::min(slowest, h.GBps);
     out << " -> gpu" << ring.front() << " (slowest hop " << format_fixed(slowest, 1) << " GB/s)";
   }
   if (rings.size() > 1) out << "; " << rings.size() << " data-parallel replicas of this ring";

@@ -64,8 +64,8 @@ class Engine {
     std::vector<double> caps(static_cast<std::size_t>(2 * topo_.link_count()));
     for (int l = 0; l < topo_.link_count(); ++l) {
       const auto& link = topo_.link(l);
-      caps[2 * link.index] = link.gbps_per_direction;  // 1 GB/s = 1 byte/ns
-      caps[2 * link.index + 1] = link.gbps_per_direction;
+      caps[2 * link.index] = link.GBps_per_direction;  // 1 GB/s = 1 byte/ns
+      caps[2 * link.index + 1] = link.GBps_per_direction;
     }
     return caps;
   }
@@ -393,7 +393,7 @@ void Engine::collect_links() {
       const auto lo = std::min(a, b), hi = std::max(a, b);
       const std::string name = link.full_duplex ? (dir == 0 ? topo_.name(lo) + "->" + topo_.name(hi) : topo_.name(hi) + "->" + topo_.name(lo))
                                                 : topo_.name(lo) + "<->" + topo_.name(hi);
-      LinkUsage usage{name, link.type, link.gbps_per_direction, network_.bytes_moved(r), network_.busy_ns(r), {}};
+      LinkUsage usage{name, link.type, link.GBps_per_direction, network_.bytes_moved(r), network_.busy_ns(r), {}};
       if (auto s = link_samples_.find(r); s != link_samples_.end()) usage.load_GBps = std::move(s->second);
       result_.links.push_back(std::move(usage));
     }

@@ -21,14 +21,14 @@ namespace {
 
 struct PeerTruth {
   int ranks = 4;
-  double fixed_s = 20e-6, gbps = 2.0;                      // one message
+  double fixed_s = 20e-6, GBps = 2.0;                      // one message
   double base_s = 5e-6, step_s = 30e-6, efficiency = 0.8;  // a collective
 };
 
 double collective_seconds(const PeerTruth& t, sim::CollectiveOp op, double bytes) {
   const auto b = static_cast<std::int64_t>(bytes);
   return t.base_s + sim::collective_steps(op, sim::Algorithm::ring, t.ranks) * t.step_s +
-         sim::bytes_sent_per_rank(op, sim::Algorithm::ring, t.ranks, b) / (t.efficiency * t.gbps * 1e9);
+         sim::bytes_sent_per_rank(op, sim::Algorithm::ring, t.ranks, b) / (t.efficiency * t.GBps * 1e9);
 }
 
 PeerMeasurements exact_points(const PeerTruth& t) {
@@ -36,7 +36,7 @@ PeerMeasurements exact_points(const PeerTruth& t) {
   m.ranks = t.ranks;
   m.transport = "test transport";
   m.method = "made from known costs";
-  for (std::int64_t b : peer_message_bytes()) m.p2p.push_back({double(b), t.fixed_s + double(b) / (t.gbps * 1e9)});
+  for (std::int64_t b : peer_message_bytes()) m.p2p.push_back({double(b), t.fixed_s + double(b) / (t.GBps * 1e9)});
   for (std::int64_t b : peer_collective_bytes()) {
     m.all_reduce.push_back({double(b), collective_seconds(t, sim::CollectiveOp::all_reduce, double(b))});
     m.all_to_all.push_back({double(b), collective_seconds(t, sim::CollectiveOp::all_to_all, double(b))});
@@ -49,7 +49,7 @@ PeerMeasurements exact_points(const PeerTruth& t) {
 TEST(PeerFit, RecoversTheLinkAndTheCollectiveCostsFromExactPoints) {
   const PeerTruth t;
   const PeerFits f = fit_peers(exact_points(t));
-  EXPECT_NEAR(f.link_GBps, t.gbps, 1e-6 * t.gbps);
+  EXPECT_NEAR(f.link_GBps, t.GBps, 1e-6 * t.GBps);
   EXPECT_NEAR(f.hop_latency_ns, t.fixed_s * 1e9 / 2, 1e-3);
   EXPECT_NEAR(f.base_latency_us, t.base_s * 1e6, 1e-3);
   EXPECT_NEAR(f.step_latency_us, t.step_s * 1e6, 1e-3);
@@ -114,7 +114,7 @@ TEST(PeerProfiles, NodeAndLibraryLoadAndTheSimulatorPredictsTheMeasuredTimes) {
   const hw::NodeProfile node = hw::load_node(peer_node_path(gpu_path), "--hw");
   EXPECT_EQ(node.gpu_count(), t.ranks);
   EXPECT_EQ(node.gpu.name, "cpu-test");
-  EXPECT_NEAR(node.gpu.nvlink_data_GBps(), t.gbps, 1e-6);
+  EXPECT_NEAR(node.gpu.nvlink_data_GBps(), t.GBps, 1e-6);
   EXPECT_EQ(node.gpu.nvlink_GBps_per_direction.source.kind, json::Source::Kind::measured);
   EXPECT_EQ(node.latency_ns.at(hw::LinkType::nvlink).source.kind, json::Source::Kind::measured);
   const stacks::CollectiveLibrary library = stacks::parse_collective_library(peer_collective_library("cpu-test-mpi", m, f, "the command"), "test");
@@ -133,7 +133,7 @@ TEST(PeerProfiles, NodeAndLibraryLoadAndTheSimulatorPredictsTheMeasuredTimes) {
   };
   sim::TaskGraph send;
   send.send("message", 1, 2, static_cast<std::int64_t>(message_bytes));
-  EXPECT_NEAR(predicted_s(std::move(send)) / (t.fixed_s + message_bytes / (t.gbps * 1e9)), 1.0, 1e-3);
+  EXPECT_NEAR(predicted_s(std::move(send)) / (t.fixed_s + message_bytes / (t.GBps * 1e9)), 1.0, 1e-3);
   for (auto op : {sim::CollectiveOp::all_reduce, sim::CollectiveOp::all_to_all}) {
     sim::TaskGraph g;
     g.collective("collective", {op, sim::Algorithm::ring, g.add_group({0, 1, 2, 3}), static_cast<std::int64_t>(collective_bytes)});

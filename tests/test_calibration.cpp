@@ -82,10 +82,10 @@ Measurements synthetic(const Truth& truth, double sigma, std::uint32_t seed, dou
     m.launch.push_back({count, (3e-6 + count * truth.launch_s) * noise()});
     m.launch_host.push_back({count, (3e-6 + count * truth.host_launch_s) * noise()});
   }
-  const auto copies = [&](std::vector<CopyPoint>& out, const std::vector<std::int64_t>& sizes, double gbps) {
+  const auto copies = [&](std::vector<CopyPoint>& out, const std::vector<std::int64_t>& sizes, double GBps) {
     for (std::int64_t bytes : sizes) {
       const double b = static_cast<double>(bytes);
-      out.push_back({b, (truth.copy_latency_s + b / (gbps * 1e9)) * noise()});
+      out.push_back({b, (truth.copy_latency_s + b / (GBps * 1e9)) * noise()});
     }
   };
   copies(m.h2d_pinned, plan.copy_bytes, truth.h2d_GBps);

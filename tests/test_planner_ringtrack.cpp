@@ -200,11 +200,11 @@ TEST(RingTrack, RingOrderAvoidsTheSlowHops) {
   const sim::Cluster c(hw::load_node(kData + "/ring-node.json"), 1, test::ideal_stack());
   const std::vector<int> naive{0, 1, 2, 3};
   double naive_slowest = 1e9;
-  for (const auto& hop : ring_hops(c, naive)) naive_slowest = std::min(naive_slowest, hop.gbps);
+  for (const auto& hop : ring_hops(c, naive)) naive_slowest = std::min(naive_slowest, hop.GBps);
   const auto best = best_ring_order(c, naive);
   EXPECT_EQ(best, (std::vector<int>{0, 2, 1, 3}));
   double best_slowest = 1e9;
-  for (const auto& hop : ring_hops(c, best)) best_slowest = std::min(best_slowest, hop.gbps);
+  for (const auto& hop : ring_hops(c, best)) best_slowest = std::min(best_slowest, hop.GBps);
   EXPECT_DOUBLE_EQ(best_slowest, 100);  // every hop on an NVLink bridge
   // The naive ring sends 0->1 and 2->3 over the shared switch: 31.5 GB/s PCIe links.
   EXPECT_LT(naive_slowest, 40);
