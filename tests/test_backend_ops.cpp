@@ -225,6 +225,40 @@ TEST(OpTensors, FindsTensorsByNameAndRefusesWhatTheEntryDoesNotName) {
   }
 }
 
+// The LinearSpec table says nothing the op table contradicts: each map's forward reads x at the input width and
+// writes its blocks, and its dgrad and wgrad read dy as wide as the blocks together (on a model whose widths all
+// differ: hidden 40, q 32, kv 16, ffn 48).
+TEST(OpTable, TheLinearMapsAgreeWithTheirOpEntries) {
+  const auto m = model::parse_custom_model("custom:layers=2,hidden=40,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=61");
+  auto width_of = [&](OpCode code, Role role) -> std::int64_t {
+    for (const TensorSpec& t : op_spec(code).tensors) {
+      if (t.role == role) return width_elements(t.width, m);
+    }
+    return -1;
+  };
+  int maps = 0;
+  for (int c = static_cast<int>(OpCode::embed); c <= static_cast<int>(OpCode::head_wgrad); ++c) {
+    const auto code = static_cast<OpCode>(c);
+    const LinearSpec* l = linear_spec(code);
+    if (l == nullptr || code != l->forward) continue;
+    ++maps;
+    SCOPED_TRACE(std::string(sim::to_string(code)));
+    std::int64_t blocks = 0, outputs = 0;
+    for (Width w : l->out) blocks += width_elements(w, m);
+    for (Role r : l->y) outputs += width_of(l->forward, r);
+    const std::int64_t in = width_elements(l->in, m);
+    EXPECT_EQ(width_of(l->forward, l->x), in);
+    EXPECT_EQ(outputs, blocks);
+    EXPECT_EQ(width_of(l->dgrad, l->dy), blocks);
+    EXPECT_EQ(width_of(l->dgrad, l->dx), in);
+    EXPECT_EQ(width_of(l->wgrad, l->dy), blocks);
+    EXPECT_EQ(width_of(l->wgrad, l->x), in);
+    EXPECT_EQ(linear_spec(l->dgrad), l);
+    EXPECT_EQ(linear_spec(l->wgrad), l);
+  }
+  EXPECT_EQ(maps, 4);
+}
+
 // The CUDA executor's ops (device_ops.cpp), each run once on the CPU device in every form the table gives it (the
 // starting and continuing attention pair and LM head piece): every tensor an op asks for passes OpTensors' check
 // (its entry names it, with that dtype, writable where written), and every tensor of its entry is asked for.
