@@ -235,7 +235,10 @@ class DataflowPlanner {
         int dst = -1;
         if (delivered.role == Role::dkv_in) {  // ...but a ring's is added in: zeros
           dst = find(to, delivered);
-          if (dst < 0) dst = create(to, delivered, shape_of(delivered.role).elements, shape_of(delivered.role).dtype);
+          if (dst < 0) {
+            const TensorShape shape = shape_of(delivered.role);
+            dst = create(to, delivered, shape.elements, shape.dtype);
+          }
           step_.zero_first.push_back(dst);
           touch(dst);
         }

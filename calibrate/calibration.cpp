@@ -436,21 +436,24 @@ std::string describe_rate(const LinearCostFit& fit) {
          std::to_string(fit.points) + " sizes";
 }
 
-std::string flops_range(const std::vector<KernelPoint>& points) {
+// The smallest and largest `field` of the points (infinity and 0 for none).
+template <typename Point>
+std::pair<double, double> extent(const std::vector<Point>& points, double Point::*field) {
   double lo = std::numeric_limits<double>::infinity(), hi = 0;
   for (const auto& p : points) {
-    lo = std::min(lo, p.flops);
-    hi = std::max(hi, p.flops);
+    lo = std::min(lo, p.*field);
+    hi = std::max(hi, p.*field);
   }
+  return {lo, hi};
+}
+
+std::string flops_range(const std::vector<KernelPoint>& points) {
+  const auto [lo, hi] = extent(points, &KernelPoint::flops);
   return format_flops(lo) + " to " + format_flops(hi);
 }
 
 std::string bytes_range(const std::vector<CopyPoint>& points) {
-  double lo = std::numeric_limits<double>::infinity(), hi = 0;
-  for (const auto& p : points) {
-    lo = std::min(lo, p.bytes);
-    hi = std::max(hi, p.bytes);
-  }
+  const auto [lo, hi] = extent(points, &CopyPoint::bytes);
   return format_bytes(lo) + " to " + format_bytes(hi);
 }
 
