@@ -93,10 +93,9 @@ struct CheckVerdict {
 // without one the plain data-parallel step (planner::Scheme::unchunked).
 planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len) {
   const planner::Scheme& scheme = planner::scheme_named(spec.scheme);
-  if (scheme.unchunked) return scheme.unchunked(spec, seq_len);
-  planner::PlanSpec plain;
-  plain.scheme = "ringtrack";  // rings of one GPU: data parallelism alone
-  return planner::scheme_named(plain.scheme).unchunked(plain, seq_len);
+  if (scheme.run && scheme.run->unchunked) return scheme.run->unchunked(spec, seq_len);
+  const planner::Scheme& ringtrack = planner::scheme_named("ringtrack");  // rings of one GPU: data parallelism alone
+  return ringtrack.run->unchunked(ringtrack.blank(), seq_len);
 }
 
 }  // namespace
@@ -104,14 +103,14 @@ planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len)
 std::string run_refusal(const planner::StepInputs& in, const planner::PlanSpec& spec, const std::string& device, int ranks) {
   const planner::Scheme& scheme = planner::scheme_named(spec.scheme);
   const bool cpu = device == "cpu";
-  if (!scheme.run_refusal) {
+  if (!scheme.run) {
     std::string runnable;
     for (const auto& name : planner::scheme_names()) {
-      if (planner::scheme_named(name).run_refusal) runnable += (runnable.empty() ? "" : " or ") + name;
+      if (planner::scheme_named(name).run) runnable += (runnable.empty() ? "" : " or ") + name;
     }
     return "scheme " + runnable + " (the schemes whose tasks say what they compute, so far)";
   }
-  if (std::string needs = scheme.run_refusal(in, spec, ranks); !needs.empty()) return needs + " to run with real tensors";
+  if (std::string needs = scheme.run->refusal(in, spec, ranks); !needs.empty()) return needs + " to run with real tensors";
   if (cpu) {
     const double flops = in.model.training_flops_per_token(in.workload.seq_len, true) * static_cast<double>(in.workload.tokens());
     if (flops > kCpuStepFlopLimit) {
@@ -672,7 +671,8 @@ int run_on_cpu(const LoadedPlan& l, const std::string& origin, const po::variabl
     const sim::TaskGraph plain_graph = build_plan_step(l, unchunked(l.plan.spec, workload.seq_len), origin + " (unchunked)", nullptr,
                                                        memory_budget(vm));
     const auto b = backend::run_reference_step(plain_graph, plain, gpus_per_node, tokens);
-    const bool own = static_cast<bool>(planner::scheme_named(l.plan.spec.scheme).unchunked);  // else the plain data-parallel step
+    const auto& run = planner::scheme_named(l.plan.spec.scheme).run;
+    const bool own = run && run->unchunked;  // else the plain data-parallel step
     const CheckVerdict verdict{a.loss, b.loss, backend::max_gradient_difference(chunked, plain), own ? "chunked" : "this plan",
                                own ? "unchunked" : "plain data-parallel step"};
     out["check"] = verdict.json();

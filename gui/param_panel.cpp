@@ -130,10 +130,9 @@ void ParamPanel::show_scheme(const std::string& scheme) {
 }
 
 planner::PlanSpec ParamPanel::spec(const std::string& scheme) const {
-  planner::PlanSpec out;
-  out.scheme = scheme;
   const auto it = controls_.find(scheme);
-  if (it == controls_.end()) return out;
+  if (it == controls_.end()) return planner::PlanSpec{scheme, {}};  // no such scheme: nothing to set (the caller refuses it)
+  planner::PlanSpec out = planner::scheme_named(scheme).blank();
   for (const Control& c : it->second) c.param->set(out, value(c));
   return out;
 }

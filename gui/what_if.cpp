@@ -65,13 +65,13 @@ std::vector<std::int64_t> memory_sweep_lengths(std::int64_t seq_len) {
 
 bool has_chunk(const std::string& scheme) {
   const planner::Scheme* s = planner::find_scheme(scheme);
-  return s != nullptr && s->chunk_of != nullptr;
+  return s != nullptr && s->chunk.has_value();
 }
 
-std::int64_t chunk_of(const planner::PlanSpec& spec) { return has_chunk(spec.scheme) ? planner::scheme_named(spec.scheme).chunk_of(spec) : 0; }
+std::int64_t chunk_of(const planner::PlanSpec& spec) { return has_chunk(spec.scheme) ? planner::scheme_named(spec.scheme).chunk->tokens(spec) : 0; }
 
 planner::PlanSpec with_chunk(planner::PlanSpec spec, std::int64_t chunk) {
-  if (has_chunk(spec.scheme)) planner::scheme_named(spec.scheme).set_chunk(spec, chunk);
+  if (has_chunk(spec.scheme)) planner::scheme_named(spec.scheme).chunk->set_tokens(spec, chunk);
   return spec;
 }
 
@@ -79,7 +79,7 @@ std::string too_large_to_simulate(const planner::PlanSpec& spec, std::int64_t se
   const std::int64_t chunk = chunk_of(spec);
   if (chunk <= 0) return "";
   const std::int64_t chunks = seq_len / chunk;
-  const std::int64_t limit = planner::scheme_named(spec.scheme).interactive_chunks;
+  const std::int64_t limit = planner::scheme_named(spec.scheme).chunk->interactive_chunks;
   if (chunks <= limit) return "";
   return std::to_string(chunks) + " chunks per sequence: more than the " + std::to_string(limit) +
          " the charts sweep (the selected plan and trainyard simulate run it)";
@@ -88,8 +88,7 @@ std::string too_large_to_simulate(const planner::PlanSpec& spec, std::int64_t se
 std::vector<std::int64_t> chunk_sweep(const std::string& scheme, std::int64_t seq_len) {
   std::vector<std::int64_t> out;
   if (!has_chunk(scheme)) return out;
-  planner::PlanSpec probe;
-  probe.scheme = scheme;
+  const planner::PlanSpec probe = planner::scheme_named(scheme).blank();
   for (std::int64_t c : planner::chunk_sizes(seq_len)) {
     if (too_large_to_simulate(with_chunk(probe, c), seq_len).empty()) out.push_back(c);
   }

@@ -167,10 +167,9 @@ PlanSpec parse_strategy(const std::string& text, const std::string& origin, int 
   const std::string scheme = text.substr(0, colon);
   const Scheme* entry = find_scheme(scheme);
   if (entry == nullptr) throw InputError(origin, "scheme", "one of " + scheme_list() + " (e.g. megatron:tp=8,pp=2)", "\"" + text + "\"");
+  if (!entry->hotspa) throw InputError(origin, "scheme", "a scheme HotSPa switches between", "\"" + scheme + "\" (it has no HotSPa facet)");
   if (micro_batch_given) *micro_batch_given = false;
-  PlanSpec defaults;
-  defaults.scheme = scheme;
-  Json params = params_json(*entry, defaults);
+  Json params = params_json(*entry, entry->blank());
   std::vector<std::string> given;
   if (colon != std::string::npos) {
     for (const std::string& item : split_commas(text.substr(colon + 1))) {
@@ -198,7 +197,7 @@ PlanSpec parse_strategy(const std::string& text, const std::string& origin, int 
       if (micro_batch_given && key == "micro_batch") *micro_batch_given = true;
     }
   }
-  entry->complete_strategy(params, given, gpus);
+  entry->hotspa->complete_strategy(params, given, gpus);
   return parse_parameters(scheme, params, origin);
 }
 
@@ -248,11 +247,11 @@ PlanSpec with_micro_batch(const HotSpaSetting& s, PlanSpec spec, std::int64_t ro
   // ffd-padded: each packed row is one micro-batch (the artifact's micro_batch_size = 1, "already packed").
   const std::int64_t mb = s.batching == Batching::ffd_padded ? 1
                                                              : std::max<std::int64_t>(1, s.micro_batch_tokens / std::max<std::int64_t>(1, row_len));
-  scheme_named(spec.scheme).set_micro_batch(spec, mb);
+  hotspa_facet(spec).set_micro_batch(spec, mb);
   return spec;
 }
 
-std::int64_t row_multiple(const PlanSpec& spec, int gpus) { return scheme_named(spec.scheme).row_multiple(spec, gpus); }
+std::int64_t row_multiple(const PlanSpec& spec, int gpus) { return hotspa_facet(spec).row_multiple(spec, gpus); }
 
 double MinibatchResult::mfu(const sim::Cluster& cluster) const {
   double flops = 0;
@@ -491,7 +490,8 @@ std::vector<PlanSpec> candidates(HotSpaSearch& h, const LengthGroup& g, std::int
   throw_if_cancelled(s);
   std::vector<std::string> schemes;
   for (const auto& name : h.options.schemes) {
-    if (row_len >= scheme_named(name).hotspa_min_row_tokens) schemes.push_back(name);
+    const Scheme& scheme = scheme_named(name);
+    if (scheme.hotspa && row_len >= scheme.hotspa->min_row_tokens) schemes.push_back(name);  // HotSPa switches between schemes with the facet
   }
   const Workload probe{row_len, std::int64_t{s.cluster.gpus()} * 64};
   std::map<std::string, std::pair<double, PlanSpec>> ranked;

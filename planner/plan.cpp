@@ -37,10 +37,10 @@ sim::TaskGraph build_plan(const StepInputs& in, const PlanSpec& spec, RingTrackP
 Json parameters_json(const PlanSpec& spec) { return params_json(scheme_named(spec.scheme), spec); }
 
 PlanSpec parse_parameters(const std::string& scheme, const Json& parameters, const std::string& origin) {
-  PlanSpec spec;
-  spec.scheme = scheme;
+  const Scheme& entry = scheme_named(scheme, origin, "scheme");
+  PlanSpec spec = entry.blank();
   const json::Reader r(parameters, origin, "parameters");
-  read_params(scheme_named(scheme, origin, "scheme"), r, spec);
+  read_params(entry, r, spec);
   r.finish();
   return spec;
 }

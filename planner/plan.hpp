@@ -3,6 +3,7 @@
 // (trainyard.plan.v1), `simulate --plan` and the executor rebuild the same task graph from them.
 #include <optional>
 #include <string>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
@@ -15,11 +16,29 @@
 
 namespace trainyard::planner {
 
+// Each scheme's parameters, one struct per scheme: MegatronParams for "megatron", ZeroParams for the ZeRO family
+// ("zero", "ulysses", "ring-attention", "fpdt": one builder), RingTrackParams for "ringtrack". A new scheme with a
+// struct of its own adds it to this list and touches no other scheme's.
+using SchemeParams = std::variant<MegatronParams, ZeroParams, RingTrackParams>;
+
 struct PlanSpec {
-  std::string scheme;         // a registered scheme's name (planner/schemes/scheme.hpp)
-  MegatronParams megatron;    // scheme "megatron"
-  ZeroParams zero;            // schemes "zero", "ulysses", "ring-attention", "fpdt"
-  RingTrackParams ringtrack;  // scheme "ringtrack"
+  std::string scheme;   // a registered scheme's name (planner/schemes/scheme.hpp)
+  SchemeParams params;  // the struct of that scheme (Scheme::defaults says which)
+
+  // The scheme's parameters; InternalError when the plan holds another scheme's struct (a caller's bug: each
+  // scheme's code reads only its own).
+  template <typename P>
+  P& as() {
+    P* p = std::get_if<P>(&params);
+    TRAINYARD_CHECK(p != nullptr, "the plan of scheme \"" + scheme + "\" read as another scheme's parameters");
+    return *p;
+  }
+  template <typename P>
+  const P& as() const {
+    const P* p = std::get_if<P>(&params);
+    TRAINYARD_CHECK(p != nullptr, "the plan of scheme \"" + scheme + "\" read as another scheme's parameters");
+    return *p;
+  }
 
   std::string summary() const;  // the key parameters in a few words: "ring 8, chunk 16K, kv dram, ..."
   // The share of a model's `layers` whose whole forward runs again in backward (full recompute, checkpointing);

@@ -113,7 +113,7 @@ namespace {
 
 StateLayout layout(const StepInputs& in, const PlanSpec& spec, bool gradients) {
   check_plan(in, spec);
-  return scheme_named(spec.scheme).layout(in, spec, gradients);
+  return hotspa_facet(spec).layout(in, spec, gradients);
 }
 
 // The holders of the shard of `unit` that contains the point x.

@@ -60,7 +60,7 @@ std::string node_gpus_not_independent(const hw::Topology& topo) {
 }  // namespace
 
 std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
-  const MegatronParams& p = spec.megatron;
+  const MegatronParams& p = spec.as<MegatronParams>();
   const int per_node = in.cluster.topology.gpus_per_node();
   // Context-parallel ranks: identical under Megatron's load-balanced split when each one's TP group fills
   // whole nodes (the cp ranks then meet only at the fabric).
@@ -89,7 +89,7 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
   }
   ReducedStep out;
   out.spec = spec;
-  MegatronParams& r = out.spec.megatron;
+  MegatronParams& r = out.spec.as<MegatronParams>();
   if (dp_reduces) {
     r.dp = dp_built;
     r.dp_represented = p.dp;
@@ -116,7 +116,7 @@ std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, con
 }
 
 std::optional<ReducedStep> reduce_zero_family_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not) {
-  const ZeroParams& z = spec.zero;
+  const ZeroParams& z = spec.as<ZeroParams>();
   const int per_node = in.cluster.topology.gpus_per_node(), gpus = in.cluster.gpus();
   const int group = z.sp * z.cp;
   // A unit: whole nodes holding whole sequence-parallel groups, so two units share nothing but the fabric.
@@ -129,7 +129,7 @@ std::optional<ReducedStep> reduce_zero_family_by_symmetry(const StepInputs& in, 
   if (units <= kBuilt) return not_reduced(why_not, std::to_string(units) + " units of " + std::to_string(unit) + " GPUs: nothing to reduce");
   ReducedStep out;
   out.spec = spec;
-  out.spec.zero.gpus_represented = gpus;
+  out.spec.as<ZeroParams>().gpus_represented = gpus;
   out.nodes = kBuilt * unit / per_node;
   out.workload = in.workload;
   out.workload.global_batch = in.workload.global_batch / units * kBuilt;  // a multiple of a unit's groups (check_zero)

@@ -15,6 +15,7 @@
 #include "planner/analytic.hpp"
 #include "planner/estimate.hpp"
 #include "planner/search.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "test_support.hpp"
 
 namespace trainyard {
@@ -91,11 +92,10 @@ TEST(Analytic, ZeroFamilyPeakIsTheBuildersOwn) {
   const model::ModelConfig m = model::load_model("llama3.2-1b");
   const sim::Cluster cluster(hw::load_node("dgx-a100"), 1);
   const planner::StepInputs in{m, cluster, {64 * 1024, 2}, model::precision_policy("bf16-mixed")};
-  planner::PlanSpec spec;
-  spec.scheme = "ulysses";
-  spec.zero.stage = 3;
-  spec.zero.sp = 8;
-  spec.zero.activation_checkpointing = true;
+  planner::PlanSpec spec = planner::scheme_named("ulysses").blank();
+  spec.as<planner::ZeroParams>().stage = 3;
+  spec.as<planner::ZeroParams>().sp = 8;
+  spec.as<planner::ZeroParams>().activation_checkpointing = true;
   const planner::StepEstimate e = planner::analytic_estimate(in, spec, 0.05);
   const planner::PlanMetrics s = planner::measure(planner::simulate_plan_step(in, spec), in, 0.05);
   ASSERT_TRUE(s.fits);

@@ -103,19 +103,17 @@ const std::string& file_text(const EngineLaunch& l, const std::string& name) {
 }
 
 PlanSpec megatron(int tp, int pp, int dp, int cp = 1) {
-  PlanSpec s;
-  s.scheme = "megatron";
-  s.megatron.tp = tp;
-  s.megatron.pp = pp;
-  s.megatron.dp = dp;
-  s.megatron.cp = cp;
-  s.megatron.sequence_parallel = tp > 1;
+  PlanSpec s = planner::scheme_named("megatron").blank();
+  s.as<planner::MegatronParams>().tp = tp;
+  s.as<planner::MegatronParams>().pp = pp;
+  s.as<planner::MegatronParams>().dp = dp;
+  s.as<planner::MegatronParams>().cp = cp;
+  s.as<planner::MegatronParams>().sequence_parallel = tp > 1;
   return s;
 }
 PlanSpec zero_family(const std::string& scheme, int stage) {
-  PlanSpec s;
-  s.scheme = scheme;
-  s.zero.stage = stage;
+  PlanSpec s = planner::scheme_named(scheme).blank();
+  s.as<planner::ZeroParams>().stage = stage;
   return s;
 }
 
@@ -123,9 +121,9 @@ TEST(Export, MegatronLmGetsTheParallelismModelAndBatchOfThePlan) {
   const auto names = known("megatron-lm");
   const Rig rig = llama8b();
   PlanSpec tp_pp = megatron(4, 2, 2);
-  tp_pp.megatron.vpp = 2;
-  tp_pp.megatron.distributed_optimizer = true;
-  tp_pp.megatron.recompute = planner::Recompute::full;
+  tp_pp.as<planner::MegatronParams>().vpp = 2;
+  tp_pp.as<planner::MegatronParams>().distributed_optimizer = true;
+  tp_pp.as<planner::MegatronParams>().recompute = planner::Recompute::full;
   const EngineLaunch a = planner::export_plan(rig.in(), tp_pp, "megatron");
   expect_known_options(a, names);
   EXPECT_EQ(value_of(a, "--tensor-model-parallel-size"), "4");
@@ -143,8 +141,8 @@ TEST(Export, MegatronLmGetsTheParallelismModelAndBatchOfThePlan) {
   EXPECT_EQ(a.env[0], (std::pair<std::string, std::string>{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}));
 
   PlanSpec hcp = megatron(1, 1, 2, 8);  // all-to-alls in groups of 2, the ring over 4 groups
-  hcp.megatron.cp_comm = planner::CpComm::a2a_p2p;
-  hcp.megatron.cp_a2a = 2;
+  hcp.as<planner::MegatronParams>().cp_comm = planner::CpComm::a2a_p2p;
+  hcp.as<planner::MegatronParams>().cp_a2a = 2;
   const EngineLaunch b = planner::export_plan(rig.in(), hcp, "megatron");
   expect_known_options(b, names);
   EXPECT_EQ(value_of(b, "--cp-comm-type"), "a2a+p2p");
@@ -160,8 +158,8 @@ TEST(Export, MegatronLmGetsTheParallelismModelAndBatchOfThePlan) {
   const EngineLaunch plain = planner::export_plan(rig.in(), megatron(1, 1, 16), "megatron");
   EXPECT_TRUE(plain.env.empty());  // no TP or CP: nothing to assert
   PlanSpec offloaded = megatron(1, 1, 16);
-  offloaded.megatron.recompute = planner::Recompute::full;
-  offloaded.megatron.offload_activations = true;
+  offloaded.as<planner::MegatronParams>().recompute = planner::Recompute::full;
+  offloaded.as<planner::MegatronParams>().offload_activations = true;
   const std::string refused = test::error_of([&] { planner::export_plan(rig.in(), offloaded, "megatron"); });
   EXPECT_NE(refused.find("offload_activations"), std::string::npos) << refused;
   EXPECT_NE(refused.find("megatron"), std::string::npos) << refused;
@@ -171,12 +169,12 @@ TEST(Export, DeepSpeedGetsZeroOffloadAndSequenceParallelismInItsConfig) {
   const auto names = known("deepspeed");
   const Rig rig = llama8b();
   PlanSpec fpdt = zero_family("fpdt", 3);
-  fpdt.zero.sp = 8;
-  fpdt.zero.fpdt_chunk = 65536;
-  fpdt.zero.micro_batch = 1;
-  fpdt.zero.activation_checkpointing = true;
-  fpdt.zero.offload_optimizer = true;
-  fpdt.zero.offload_params = true;
+  fpdt.as<planner::ZeroParams>().sp = 8;
+  fpdt.as<planner::ZeroParams>().fpdt_chunk = 65536;
+  fpdt.as<planner::ZeroParams>().micro_batch = 1;
+  fpdt.as<planner::ZeroParams>().activation_checkpointing = true;
+  fpdt.as<planner::ZeroParams>().offload_optimizer = true;
+  fpdt.as<planner::ZeroParams>().offload_params = true;
   const planner::StepInputs in{rig.model, rig.cluster, {262144, 4}, rig.precision};
   const EngineLaunch l = planner::export_plan(in, fpdt, "deepspeed");
   expect_known_options(l, names);
@@ -195,13 +193,13 @@ TEST(Export, DeepSpeedGetsZeroOffloadAndSequenceParallelismInItsConfig) {
   EXPECT_EQ(config["zero_optimization"]["offload_optimizer"]["device"], "cpu");
 
   PlanSpec grads_alone = zero_family("zero", 2);
-  grads_alone.zero.offload_grads = true;
+  grads_alone.as<planner::ZeroParams>().offload_grads = true;
   const std::string refused = test::error_of([&] { planner::export_plan(rig.in(), grads_alone, "deepspeed"); });
   EXPECT_NE(refused.find("offload"), std::string::npos) << refused;
   EXPECT_NE(refused.find("deepspeed"), std::string::npos) << refused;
   PlanSpec ring = zero_family("ring-attention", 3);
-  ring.zero.cp = 4;
-  ring.zero.zigzag = true;
+  ring.as<planner::ZeroParams>().cp = 4;
+  ring.as<planner::ZeroParams>().zigzag = true;
   EXPECT_NE(test::error_of([&] { planner::export_plan(rig.in(), ring, "deepspeed"); }).find("scheme"), std::string::npos);
 }
 
@@ -210,10 +208,10 @@ TEST(Export, TorchtitanGetsATomlOfItsOwnKeysOrNamesWhatItLacks) {
   Rig rig = llama8b();
   rig.precision = model::precision_policy("bf16-mixed-fp32-grads");  // torchtitan reduces gradients in fp32
   PlanSpec ring = zero_family("ring-attention", 3);
-  ring.zero.cp = 4;
-  ring.zero.zigzag = true;
-  ring.zero.activation_checkpointing = true;
-  ring.zero.checkpoint_every = 2;
+  ring.as<planner::ZeroParams>().cp = 4;
+  ring.as<planner::ZeroParams>().zigzag = true;
+  ring.as<planner::ZeroParams>().activation_checkpointing = true;
+  ring.as<planner::ZeroParams>().checkpoint_every = 2;
   const EngineLaunch l = planner::export_plan(rig.in(), ring, "torchtitan");
   expect_known_options(l, names);
   const auto keys = toml_keys(file_text(l, "train.toml"));
@@ -258,9 +256,8 @@ TEST(Export, EverySchemeNamesEnginesThatExistAndRingTrackHasNone) {
     }
   }
   EXPECT_TRUE(planner::scheme_named("ringtrack").exports.empty());
-  PlanSpec ring;
-  ring.scheme = "ringtrack";
-  ring.ringtrack.ring = 8;
+  PlanSpec ring = planner::scheme_named("ringtrack").blank();
+  ring.as<planner::RingTrackParams>().ring = 8;
   for (const auto& engine : planner::engines()) {
     const std::string refused = test::error_of([&] { planner::export_plan(rig.in(), ring, engine.name); });
     EXPECT_NE(refused.find("ringtrack"), std::string::npos) << refused;
@@ -272,7 +269,7 @@ TEST(Export, EverySchemeNamesEnginesThatExistAndRingTrackHasNone) {
 TEST(Export, TheLaunchScriptIsBashThatLaunchesEveryNode) {
   const Rig rig = llama8b(2);
   PlanSpec ulysses = zero_family("ulysses", 2);
-  ulysses.zero.sp = 8;
+  ulysses.as<planner::ZeroParams>().sp = 8;
   const EngineLaunch l = planner::export_plan(rig.in(), ulysses, "deepspeed");
   const std::string script = planner::launch_script(l, rig.cluster);
   EXPECT_NE(script.find("--num_nodes 2 --num_gpus 8"), std::string::npos) << script;

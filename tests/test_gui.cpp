@@ -16,6 +16,7 @@
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
 #include "planner/search.hpp"
+#include "planner/schemes/scheme.hpp"
 
 using namespace trainyard;
 using namespace trainyard::gui;
@@ -97,9 +98,8 @@ class GuiTest : public QObject {
     QVERIFY(chunk_sweep("ringtrack", std::int64_t{1} << 21).front() == 2048);
     QCOMPARE(chunk_sweep("fpdt", std::int64_t{1} << 20).front(), std::int64_t{8192});  // 128 chunks
     QVERIFY(chunk_sweep("zero", std::int64_t{1} << 20).empty());
-    planner::PlanSpec fpdt;
-    fpdt.scheme = "fpdt";
-    fpdt.zero.fpdt_chunk = 4096;
+    planner::PlanSpec fpdt = planner::scheme_named("fpdt").blank();
+    fpdt.as<planner::ZeroParams>().fpdt_chunk = 4096;
     QVERIFY(!too_large_to_simulate(fpdt, std::int64_t{1} << 20).empty());
     QVERIFY(too_large_to_simulate(with_chunk(fpdt, 8192), std::int64_t{1} << 20).empty());
   }
@@ -107,10 +107,9 @@ class GuiTest : public QObject {
   void chart_plan_prefers_the_given_plans_where_valid() {
     const Setup setup(small_inputs());
     const planner::StepInputs in = setup.at(65536);
-    planner::PlanSpec mine;
-    mine.scheme = "ringtrack";
-    mine.ringtrack.chunk = 8192;
-    mine.ringtrack.acts = planner::ActivationPolicy::recompute;
+    planner::PlanSpec mine = planner::scheme_named("ringtrack").blank();
+    mine.as<planner::RingTrackParams>().chunk = 8192;
+    mine.as<planner::RingTrackParams>().acts = planner::ActivationPolicy::recompute;
     const auto kept = chart_plan(in, "ringtrack", {mine}, 0.05);
     QVERIFY(kept.has_value());
     QCOMPARE(kept->summary(), mine.summary());
@@ -130,8 +129,7 @@ class GuiTest : public QObject {
     in.stack = "torchtitan";
     const Setup setup(in);
     QCOMPARE(setup.cluster.stack.name, std::string("torchtitan"));
-    planner::PlanSpec spec;
-    spec.scheme = "zero";
+    planner::PlanSpec spec = planner::scheme_named("zero").blank();
     QCOMPARE(plan_file(setup, spec, nullptr).stack, std::string("torchtitan"));
     in.stack = "no-such-stack";
     QVERIFY_THROWS_EXCEPTION(InputError, Setup{in});
@@ -141,8 +139,7 @@ class GuiTest : public QObject {
     const Setup setup(small_inputs());
     planner::StepInputs in = setup.at(65536);
     in.workload.global_batch = std::int64_t{1} << 24;  // millions of micro-batches: an estimate of many GiB
-    planner::PlanSpec spec;
-    spec.scheme = "zero";
+    planner::PlanSpec spec = planner::scheme_named("zero").blank();
     QVERIFY(planner::estimate_plan(in, spec).bytes > graph_memory_gate().budget_bytes());
     const Point p = simulate_point(in, spec, 0.05, 65536);
     QVERIFY2(p.skipped.find("over the window's memory budget") != std::string::npos, p.skipped.c_str());
@@ -153,8 +150,7 @@ class GuiTest : public QObject {
     WhatIfInputs big = small_inputs();
     big.model = "llama3-8b";
     const Setup setup(big);
-    planner::PlanSpec spec;
-    spec.scheme = "zero";  // whole model states and a 64K activation set on one 80 GB GPU: does not fit
+    planner::PlanSpec spec = planner::scheme_named("zero").blank();  // whole model states and a 64K activation set on one 80 GB GPU: does not fit
     const Point p = simulate_point(setup.at(65536), spec, 0.05, 65536);
     QVERIFY(p.skipped.empty());
     QVERIFY(!p.metrics.fits);
@@ -549,9 +545,8 @@ class GuiTest : public QObject {
     // Megatron's CP, distributed optimizer and TP overlap included (the hand-made panel had no controls for them).
     ParamPanel panel;
     panel.set_ranges(64, 32);
-    planner::PlanSpec megatron;
-    megatron.scheme = "megatron";
-    auto& m = megatron.megatron;
+    planner::PlanSpec megatron = planner::scheme_named("megatron").blank();
+    auto& m = megatron.as<planner::MegatronParams>();
     m.tp = 4;
     m.pp = 2;
     m.dp = 2;
@@ -563,19 +558,17 @@ class GuiTest : public QObject {
     m.sequence_parallel = m.tp_comm_overlap = m.distributed_optimizer = true;
     m.recompute = planner::Recompute::selective;
     m.first_stage_layers = 7;
-    planner::PlanSpec ulysses;
-    ulysses.scheme = "ulysses";
-    ulysses.zero.sp = 8;
-    ulysses.zero.stage = 3;
-    ulysses.zero.offload_params = ulysses.zero.offload_grads = true;
-    ulysses.zero.activation_checkpointing = true;
-    ulysses.zero.checkpoint_every = 2;
-    planner::PlanSpec ring;
-    ring.scheme = "ringtrack";
-    ring.ringtrack.ring = 8;
-    ring.ringtrack.block = 3;
-    ring.ringtrack.acts = planner::ActivationPolicy::recompute;
-    ring.ringtrack.states = planner::Placement::dram;
+    planner::PlanSpec ulysses = planner::scheme_named("ulysses").blank();
+    ulysses.as<planner::ZeroParams>().sp = 8;
+    ulysses.as<planner::ZeroParams>().stage = 3;
+    ulysses.as<planner::ZeroParams>().offload_params = ulysses.as<planner::ZeroParams>().offload_grads = true;
+    ulysses.as<planner::ZeroParams>().activation_checkpointing = true;
+    ulysses.as<planner::ZeroParams>().checkpoint_every = 2;
+    planner::PlanSpec ring = planner::scheme_named("ringtrack").blank();
+    ring.as<planner::RingTrackParams>().ring = 8;
+    ring.as<planner::RingTrackParams>().block = 3;
+    ring.as<planner::RingTrackParams>().acts = planner::ActivationPolicy::recompute;
+    ring.as<planner::RingTrackParams>().states = planner::Placement::dram;
     for (const planner::PlanSpec& spec : {megatron, ulysses, ring}) {
       panel.set(spec);
       QCOMPARE(planner::parameters_json(panel.spec(spec.scheme)).dump(), planner::parameters_json(spec).dump());

@@ -343,8 +343,8 @@ TEST(HotSpa, AFarmOfRangeJobsGivesTheSameSearch) {
 
 TEST(HotSpa, StrategiesParseWithErrorsNamingTheKey) {
   const PlanSpec p = strategy("megatron:tp=2,pp=2", 16);
-  EXPECT_EQ(p.megatron.dp, 4);
-  EXPECT_EQ(strategy("ulysses:sp=8", 8).zero.sp, 8);
+  EXPECT_EQ(p.as<planner::MegatronParams>().dp, 4);
+  EXPECT_EQ(strategy("ulysses:sp=8", 8).as<planner::ZeroParams>().sp, 8);
   try {
     strategy("megatron:tensor=2", 8);
     FAIL() << "no error";
@@ -353,7 +353,7 @@ TEST(HotSpa, StrategiesParseWithErrorsNamingTheKey) {
   }
   EXPECT_THROW(strategy("hotspa", 8), InputError);
   // 0 only where it means "not set" (a plan file's value, copied): a count of 0 GPUs is refused, not divided by.
-  EXPECT_EQ(strategy("megatron:cp_a2a=0,first_stage_layers=0", 8).megatron.dp, 8);
+  EXPECT_EQ(strategy("megatron:cp_a2a=0,first_stage_layers=0", 8).as<planner::MegatronParams>().dp, 8);
   EXPECT_THROW(strategy("megatron:tp=0", 8), InputError);
   EXPECT_THROW(strategy("megatron:pp=0", 8), InputError);
   const auto plans = planner::parse_group_plans("4K=megatron:dp=8;32K=megatron:tp=8,micro_batch=2", "--switch", 8);

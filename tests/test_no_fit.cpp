@@ -5,6 +5,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/no_fit.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "test_support.hpp"
 
 namespace trainyard::planner {
@@ -12,8 +13,7 @@ namespace trainyard::planner {
 namespace {
 
 PlanSpec megatron() {
-  PlanSpec spec;
-  spec.scheme = "megatron";
+  PlanSpec spec = scheme_named("megatron").blank();
   return spec;
 }
 

@@ -9,6 +9,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/search.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "test_support.hpp"
 
 namespace trainyard::planner {
@@ -63,7 +64,7 @@ TEST(Search, MegatronSearchCoversContextParallelismAndUnevenStages) {
   const StepInputs in{m, c, {16384, 4}, model::precision_policy("bf16-mixed")};
   int uneven = 0, cp = 0;
   for (const auto& spec : enumerate_plans(in, {"megatron"})) {
-    const auto& p = spec.megatron;
+    const auto& p = spec.as<MegatronParams>();
     if (p.pp == 4) {
       EXPECT_EQ(p.first_stage_layers, 1) << spec.summary();
       EXPECT_EQ(p.last_stage_layers, 1) << spec.summary();
@@ -119,12 +120,11 @@ TEST(Search, RingTrackBoundsHoldWhereKvBlocksStreamThroughOneBuffer) {
   for (const std::int64_t chunk : {1024, 4096}) {
     std::map<int, double> bound;
     for (int prefetch : {1, 2}) {
-      PlanSpec spec;
-      spec.scheme = "ringtrack";
-      spec.ringtrack.ring = 4;
-      spec.ringtrack.chunk = chunk;
-      spec.ringtrack.prefetch = prefetch;
-      spec.ringtrack.acts = ActivationPolicy::recompute;
+      PlanSpec spec = scheme_named("ringtrack").blank();
+      spec.as<RingTrackParams>().ring = 4;
+      spec.as<RingTrackParams>().chunk = chunk;
+      spec.as<RingTrackParams>().prefetch = prefetch;
+      spec.as<RingTrackParams>().acts = ActivationPolicy::recompute;
       const Bounds b = lower_bounds(in, spec);
       sim::TaskGraph g = build_plan(in, spec);
       g.finalize();
@@ -270,14 +270,13 @@ TEST(PlanFile, RoundTripsEveryScheme) {
 
 TEST(PlanFile, RoundTripsMegatronContextParallelCommTypes) {
   for (CpComm comm : {CpComm::p2p, CpComm::all_gather, CpComm::a2a, CpComm::a2a_p2p}) {
-    PlanSpec spec;
-    spec.scheme = "megatron";
-    spec.megatron.cp = 4;
-    spec.megatron.cp_comm = comm;
-    spec.megatron.cp_a2a = comm == CpComm::a2a_p2p ? 2 : 0;
+    PlanSpec spec = scheme_named("megatron").blank();
+    spec.as<MegatronParams>().cp = 4;
+    spec.as<MegatronParams>().cp_comm = comm;
+    spec.as<MegatronParams>().cp_a2a = comm == CpComm::a2a_p2p ? 2 : 0;
     const PlanSpec back = parse_parameters("megatron", parameters_json(spec), "test");
-    EXPECT_EQ(back.megatron.cp_comm, comm) << to_string(comm);
-    EXPECT_EQ(back.megatron.cp_a2a, spec.megatron.cp_a2a) << to_string(comm);
+    EXPECT_EQ(back.as<MegatronParams>().cp_comm, comm) << to_string(comm);
+    EXPECT_EQ(back.as<MegatronParams>().cp_a2a, spec.as<MegatronParams>().cp_a2a) << to_string(comm);
     EXPECT_EQ(back.summary(), spec.summary());
   }
 }

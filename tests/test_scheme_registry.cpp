@@ -8,6 +8,7 @@
 #include <set>
 
 #include "hwprofiles/catalog.hpp"
+#include "planner/hotspa.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/schemes/zero_family.hpp"
 #include "planner/search.hpp"
@@ -18,12 +19,11 @@ namespace {
 
 Scheme test_scheme() {
   Scheme s = zero_family_scheme("test-zero1", "ZeRO-1 only, for the registry test", {});
-  s.summary = [](const PlanSpec& spec) { return zero_family_summary(spec.zero, ", test"); };
+  s.summary = [](const PlanSpec& spec) { return zero_family_summary(spec.as<ZeroParams>(), ", test"); };
   s.enumerate = [](const StepInputs&, const AddPlan& add) {
-    PlanSpec spec;
-    spec.scheme = "test-zero1";
-    spec.zero.stage = 1;
-    add(spec);
+    ZeroParams z;
+    z.stage = 1;
+    add(PlanSpec{"test-zero1", z});
   };
   return s;
 }
@@ -47,7 +47,7 @@ TEST(SchemeRegistry, ANewSchemeIsOneEntryAndOneRegistration) {
   // Plan files write and read it.
   const PlanSpec back = parse_parameters("test-zero1", parameters_json(specs[0]), "test");
   EXPECT_EQ(back.scheme, "test-zero1");
-  EXPECT_EQ(back.zero.stage, 1);
+  EXPECT_EQ(back.as<ZeroParams>().stage, 1);
   // A name can be registered once.
   EXPECT_NE(test::error_of([] { register_scheme(test_scheme()); }).find("a name no scheme has yet"), std::string::npos);
 }
@@ -62,14 +62,16 @@ TEST(SchemeRegistry, AnUnknownSchemeIsRefusedNamingTheKnownOnes) {
     const Scheme& s = scheme_named(name);
     EXPECT_FALSE(s.description.empty()) << name;
     EXPECT_FALSE(s.flags.empty()) << name;
-    EXPECT_TRUE(s.summary && s.check && s.build && s.enumerate && s.bounds && s.estimate && s.search_cost && s.recomputed_layer_share && s.layout &&
-                s.set_micro_batch && s.row_multiple && s.complete_strategy)
+    EXPECT_TRUE(s.from_flags && s.summary && s.check && s.build && s.enumerate && s.bounds && s.analytic && s.estimate && s.search_cost &&
+                s.recomputed_layer_share)
         << name;
-    EXPECT_EQ(s.chunk_of == nullptr, s.set_chunk == nullptr) << name;
+    // A facet, where a scheme has one, is whole.
+    EXPECT_TRUE(!s.run || s.run->refusal) << name;
+    EXPECT_TRUE(!s.hotspa || (s.hotspa->layout && s.hotspa->set_micro_batch && s.hotspa->row_multiple && s.hotspa->complete_strategy)) << name;
+    EXPECT_TRUE(!s.chunk || (s.chunk->tokens && s.chunk->set_tokens && s.chunk->interactive_chunks > 0)) << name;
     // Each parameter described whole, once: a value it writes reads back unchanged.
     ASSERT_FALSE(s.params.empty()) << name;
-    PlanSpec spec;
-    spec.scheme = name;
+    PlanSpec spec = s.blank();
     const nlohmann::json before = params_json(s, spec);
     std::set<std::string> keys;
     for (const Param& p : s.params) {
@@ -87,6 +89,32 @@ TEST(SchemeRegistry, AnUnknownSchemeIsRefusedNamingTheKnownOnes) {
     }
     EXPECT_EQ(params_json(s, spec), before) << name;
   }
+}
+
+// A plan holds its own scheme's parameter struct and no other's: a read of another's is a bug, caught where it
+// happens instead of returning some other scheme's defaults.
+TEST(SchemeRegistry, APlanHoldsOnlyItsOwnSchemesParameters) {
+  const PlanSpec ring = scheme_named("ringtrack").blank();
+  EXPECT_EQ(ring.as<RingTrackParams>().ring, RingTrackParams{}.ring);
+  EXPECT_THROW((void)ring.as<MegatronParams>(), InternalError);
+  for (const auto& name : scheme_names()) {
+    const PlanSpec spec = scheme_named(name).blank();
+    EXPECT_EQ(spec.scheme, name);
+    EXPECT_EQ(spec.params.index(), scheme_named(name).defaults.index()) << name;
+  }
+}
+
+// HotSPa switches between the schemes that have its facet; a strategy string naming one without it is refused
+// by name, not crashed on.
+TEST(SchemeRegistry, HotSpaRefusesASchemeWithoutItsFacet) {
+  Scheme s = zero_family_scheme("test-no-hotspa", "ZeRO without HotSPa hooks, for the registry test", {});
+  s.summary = [](const PlanSpec&) { return std::string("test"); };
+  s.enumerate = [](const StepInputs&, const AddPlan&) {};
+  s.hotspa = std::nullopt;
+  register_scheme(s);
+  const std::string error = test::error_of([] { parse_strategy("test-no-hotspa:zero_stage=1", "--static", 8); });
+  EXPECT_NE(error.find("no HotSPa facet"), std::string::npos) << error;
+  EXPECT_NE(error.find("--static"), std::string::npos) << error;
 }
 
 }  // namespace

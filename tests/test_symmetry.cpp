@@ -7,6 +7,7 @@
 #include "models/catalog.hpp"
 #include "planner/plan.hpp"
 #include "planner/symmetry.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "test_support.hpp"
 
 namespace trainyard::planner {
@@ -52,19 +53,17 @@ void expect_reduction_exact(const std::string& node_name, int nodes, const Workl
 }
 
 PlanSpec megatron(int tp, int pp, int dp) {
-  PlanSpec spec;
-  spec.scheme = "megatron";
-  spec.megatron.tp = tp;
-  spec.megatron.pp = pp;
-  spec.megatron.dp = dp;
-  spec.megatron.bucket_params = 20e6;
+  PlanSpec spec = scheme_named("megatron").blank();
+  spec.as<MegatronParams>().tp = tp;
+  spec.as<MegatronParams>().pp = pp;
+  spec.as<MegatronParams>().dp = dp;
+  spec.as<MegatronParams>().bucket_params = 20e6;
   return spec;
 }
 
 PlanSpec zero_family(const std::string& scheme, int stage) {
-  PlanSpec spec;
-  spec.scheme = scheme;
-  spec.zero.stage = stage;
+  PlanSpec spec = scheme_named(scheme).blank();
+  spec.as<ZeroParams>().stage = stage;
   return spec;
 }
 
@@ -76,22 +75,22 @@ TEST(Symmetry, MegatronDataParallelReplicasReduceExactly) {
   // full recompute with checkpoints offloaded to host DRAM (TP ranks then all built: they share PCIe).
   expect_reduction_exact("dgx-a100", 8, {2048, 16}, megatron(8, 2, 4));
   PlanSpec dist = megatron(8, 2, 8);
-  dist.megatron.distributed_optimizer = true;
-  dist.megatron.sequence_parallel = true;
-  dist.megatron.recompute = Recompute::selective;
+  dist.as<MegatronParams>().distributed_optimizer = true;
+  dist.as<MegatronParams>().sequence_parallel = true;
+  dist.as<MegatronParams>().recompute = Recompute::selective;
   expect_reduction_exact("dgx-a100", 16, {2048, 32}, dist);
   PlanSpec offload = megatron(8, 1, 4);
-  offload.megatron.recompute = Recompute::full;
-  offload.megatron.offload_activations = true;
+  offload.as<MegatronParams>().recompute = Recompute::full;
+  offload.as<MegatronParams>().offload_activations = true;
   expect_reduction_exact("dgx-a100", 4, {4096, 8}, offload);
   // H100 nodes (NVLS inside the node, SMs shared with collectives), interleaved pipeline, CP 2 across nodes.
   PlanSpec cp = megatron(8, 2, 3);
-  cp.megatron.cp = 2;
-  cp.megatron.vpp = 2;
+  cp.as<MegatronParams>().cp = 2;
+  cp.as<MegatronParams>().vpp = 2;
   expect_reduction_exact("dgx-h100", 12, {8192, 6}, cp);
   // DP 2 on H100 nodes: the one replica built all-reduces through its rail NIC, never as NVLS inside its node.
   PlanSpec two = megatron(8, 2, 2);
-  two.megatron.sequence_parallel = true;
+  two.as<MegatronParams>().sequence_parallel = true;
   expect_reduction_exact("dgx-h100", 4, {4096, 8}, two);
 }
 
@@ -99,16 +98,16 @@ TEST(Symmetry, MegatronContextParallelRanksReduceExactly) {
   // TP 8 fills an H100 node, so CP ranks meet only at the fabric: CP 4 with ring passes, CP 3 with all-gathered
   // K/V (the reduction keeps 2 ranks, whose exchanges run as the whole ring's), and CP 3 with DP 3 both reduced.
   PlanSpec p2p = megatron(8, 1, 2);
-  p2p.megatron.cp = 4;
+  p2p.as<MegatronParams>().cp = 4;
   expect_reduction_exact("dgx-h100", 8, {16384, 4}, p2p);
   PlanSpec gathered = megatron(8, 2, 1);
-  gathered.megatron.cp = 3;
-  gathered.megatron.cp_comm = planner::CpComm::all_gather;
-  gathered.megatron.sequence_parallel = true;
+  gathered.as<MegatronParams>().cp = 3;
+  gathered.as<MegatronParams>().cp_comm = planner::CpComm::all_gather;
+  gathered.as<MegatronParams>().sequence_parallel = true;
   expect_reduction_exact("dgx-h100", 6, {12288, 4}, gathered);
   PlanSpec both = megatron(8, 1, 3);
-  both.megatron.cp = 3;
-  both.megatron.distributed_optimizer = true;
+  both.as<MegatronParams>().cp = 3;
+  both.as<MegatronParams>().distributed_optimizer = true;
   expect_reduction_exact("dgx-a100", 9, {12288, 6}, both);
 }
 
@@ -118,13 +117,13 @@ TEST(Symmetry, MegatronTensorParallelRanksReduceToOneExactly) {
   // GEMMs as the whole group's; pipeline sends on each GPU's own rail.
   expect_reduction_exact("dgx-a100", 2, {2048, 8}, megatron(8, 2, 1));
   PlanSpec overlap = megatron(8, 2, 2);
-  overlap.megatron.sequence_parallel = true;
-  overlap.megatron.tp_comm_overlap = true;
-  overlap.megatron.vpp = 2;
+  overlap.as<MegatronParams>().sequence_parallel = true;
+  overlap.as<MegatronParams>().tp_comm_overlap = true;
+  overlap.as<MegatronParams>().vpp = 2;
   expect_reduction_exact("dgx-h100", 4, {4096, 8}, overlap);
   PlanSpec cp = megatron(8, 1, 1);
-  cp.megatron.cp = 2;
-  cp.megatron.recompute = Recompute::full;
+  cp.as<MegatronParams>().cp = 2;
+  cp.as<MegatronParams>().recompute = Recompute::full;
   expect_reduction_exact("dgx-h100", 2, {16384, 2}, cp);
 }
 
@@ -133,15 +132,15 @@ TEST(Symmetry, ZeroStagesReduceByNodesExactly) {
   expect_reduction_exact("dgx-a100", 4, {2048, 64}, zero_family("zero", 0));
   expect_reduction_exact("dgx-a100", 3, {2048, 48}, zero_family("zero", 1));
   PlanSpec stage2 = zero_family("zero", 2);
-  stage2.zero.micro_batch = 2;
+  stage2.as<ZeroParams>().micro_batch = 2;
   expect_reduction_exact("dgx-h100", 4, {2048, 128}, stage2);
   PlanSpec stage3 = zero_family("zero", 3);
-  stage3.zero.activation_checkpointing = true;
+  stage3.as<ZeroParams>().activation_checkpointing = true;
   expect_reduction_exact("dgx-a100", 6, {2048, 48}, stage3);
   // Offload of everything: the host optimizer step, gradient and parameter copies, checkpoints in host DRAM.
   PlanSpec offload = zero_family("zero", 3);
-  offload.zero.offload_optimizer = offload.zero.offload_grads = offload.zero.offload_params = true;
-  offload.zero.offload_activations = true;
+  offload.as<ZeroParams>().offload_optimizer = offload.as<ZeroParams>().offload_grads = offload.as<ZeroParams>().offload_params = true;
+  offload.as<ZeroParams>().offload_activations = true;
   expect_reduction_exact("dgx-a100", 4, {4096, 32}, offload);
 }
 
@@ -149,19 +148,19 @@ TEST(Symmetry, SequenceParallelSchemesReduceByNodesExactly) {
   // Ulysses of 8 (a node) and of 16 (two nodes: a unit of two nodes, four units), ring attention of 8 with zigzag
   // and of 4 (two groups a node), FPDT's chunked attention with its host traffic.
   PlanSpec ulysses = zero_family("ulysses", 3);
-  ulysses.zero.sp = 8;
+  ulysses.as<ZeroParams>().sp = 8;
   expect_reduction_exact("dgx-a100", 3, {32768, 3}, ulysses);
-  ulysses.zero.sp = 16;
+  ulysses.as<ZeroParams>().sp = 16;
   expect_reduction_exact("dgx-h100", 8, {32768, 4}, ulysses);
   PlanSpec ring = zero_family("ring-attention", 2);
-  ring.zero.cp = 8;
-  ring.zero.zigzag = true;
+  ring.as<ZeroParams>().cp = 8;
+  ring.as<ZeroParams>().zigzag = true;
   expect_reduction_exact("dgx-a100", 4, {32768, 4}, ring);
-  ring.zero.cp = 4;
+  ring.as<ZeroParams>().cp = 4;
   expect_reduction_exact("dgx-h100", 3, {16384, 6}, ring);
   PlanSpec fpdt = zero_family("fpdt", 3);
-  fpdt.zero.sp = 8;
-  fpdt.zero.fpdt_chunk = 16384;
+  fpdt.as<ZeroParams>().sp = 8;
+  fpdt.as<ZeroParams>().fpdt_chunk = 16384;
   expect_reduction_exact("dgx-a100", 3, {65536, 3}, fpdt);
 }
 
@@ -173,26 +172,25 @@ TEST(Symmetry, SaysWhyAPlanIsNotReduced) {
   EXPECT_FALSE(reduce_by_symmetry(in, megatron(4, 1, 4), &why).has_value());  // two replicas per node
   EXPECT_NE(why.find("whole nodes"), std::string::npos) << why;
   PlanSpec offload = megatron(8, 1, 2);  // the TP ranks' checkpoints share PCIe to host DRAM
-  offload.megatron.recompute = Recompute::full;
-  offload.megatron.offload_activations = true;
+  offload.as<MegatronParams>().recompute = Recompute::full;
+  offload.as<MegatronParams>().offload_activations = true;
   EXPECT_FALSE(reduce_by_symmetry(in, offload, &why).has_value());
   EXPECT_NE(why.find("nothing to reduce, and TP ranks are not: checkpoints are offloaded"), std::string::npos) << why;
   const sim::Cluster pcie(hw::load_node("pcie-a100x4"), 2);  // no NVSwitch: a TP ring's hops differ by rank
   EXPECT_FALSE(reduce_by_symmetry({m, pcie, {2048, 16}, in.precision}, megatron(4, 1, 2), &why).has_value());
   EXPECT_NE(why.find("do not meet at one NVSwitch"), std::string::npos) << why;
   PlanSpec narrow_cp = megatron(4, 1, 1);  // CP ranks of TP 4 would share nodes
-  narrow_cp.megatron.cp = 4;
+  narrow_cp.as<MegatronParams>().cp = 4;
   EXPECT_FALSE(reduce_by_symmetry(in, narrow_cp, &why).has_value());
   EXPECT_NE(why.find("whole nodes"), std::string::npos) << why;
   EXPECT_FALSE(reduce_by_symmetry(in, zero_family("zero", 1), &why).has_value());  // two nodes
   EXPECT_NE(why.find("nothing to reduce"), std::string::npos) << why;
   const sim::Cluster three_nodes(hw::load_node("dgx-a100"), 3);
   PlanSpec odd_group = zero_family("ring-attention", 0);  // groups of 12 GPUs straddle nodes of 8
-  odd_group.zero.cp = 12;
+  odd_group.as<ZeroParams>().cp = 12;
   EXPECT_FALSE(reduce_by_symmetry({m, three_nodes, {24576, 2}, in.precision}, odd_group, &why).has_value());
   EXPECT_NE(why.find("share node links"), std::string::npos) << why;
-  PlanSpec ringtrack;
-  ringtrack.scheme = "ringtrack";
+  PlanSpec ringtrack = scheme_named("ringtrack").blank();
   EXPECT_FALSE(reduce_by_symmetry(in, ringtrack, &why).has_value());
   EXPECT_NE(why.find("ringtrack steps are not reduced by symmetry yet (only "), std::string::npos) << why;
   EXPECT_NE(why.find("megatron"), std::string::npos) << why;

@@ -87,7 +87,7 @@ void add_sequence_parallelism(const StepInputs& in, const ZeroParams& z, EngineL
 }  // namespace
 
 EngineLaunch deepspeed_launch(const StepInputs& in, const PlanSpec& spec) {
-  const ZeroParams& z = spec.zero;
+  const ZeroParams& z = spec.as<ZeroParams>();
   EngineLaunch l;
   l.engine = deepspeed().name;
   l.launcher = "deepspeed";

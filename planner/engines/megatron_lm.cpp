@@ -77,7 +77,7 @@ void add_recompute(const MegatronParams& p, EngineLaunch& l) {
 }  // namespace
 
 EngineLaunch megatron_lm_launch(const StepInputs& in, const PlanSpec& spec) {
-  const MegatronParams& p = spec.megatron;
+  const MegatronParams& p = spec.as<MegatronParams>();
   EngineLaunch l;
   l.engine = megatron_lm().name;
   l.launcher = "torchrun";

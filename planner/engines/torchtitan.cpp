@@ -129,7 +129,7 @@ EngineLaunch launch_of(Toml& toml) {
 }  // namespace
 
 EngineLaunch torchtitan_megatron_launch(const StepInputs& in, const PlanSpec& spec) {
-  const MegatronParams& p = spec.megatron;
+  const MegatronParams& p = spec.as<MegatronParams>();
   const Engine& e = torchtitan();
   if (p.dp > 1 && (p.tp > 1 || p.pp > 1 || p.cp > 1)) {
     refuse_export(e, "dp", "1 with tp, pp or cp (torchtitan replicates data-parallel ranks (DDP) only alone; its FSDP shards the parameters too)",
@@ -181,7 +181,7 @@ EngineLaunch torchtitan_megatron_launch(const StepInputs& in, const PlanSpec& sp
 }
 
 EngineLaunch torchtitan_zero_launch(const StepInputs& in, const PlanSpec& spec) {
-  const ZeroParams& z = spec.zero;
+  const ZeroParams& z = spec.as<ZeroParams>();
   const Engine& e = torchtitan();
   if (z.sp > 1) refuse_export(e, "sp", "1 (torchtitan has no Ulysses)", std::to_string(z.sp));
   if (z.fpdt_chunk > 0) refuse_export(e, "chunk", "0 (torchtitan has no FPDT)", std::to_string(z.fpdt_chunk));

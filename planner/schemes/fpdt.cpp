@@ -6,35 +6,44 @@
 
 namespace trainyard::planner {
 
+namespace {
+
+// What the executors run (LayerSplit::executable_fpdt): each sp rank's tokens a whole number of chunks, the heads
+// split evenly over sp.
+std::string fpdt_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
+  if (std::string needs = zero_family_run_refusal(in, spec, ranks); !needs.empty()) return needs;
+  const ZeroParams& p = spec.as<ZeroParams>();
+  const std::int64_t share = in.workload.seq_len / p.sp;
+  if (in.workload.seq_len / p.fpdt_chunk > 255) return "at most 255 FPDT chunks (" + std::to_string(in.workload.seq_len / p.fpdt_chunk) + ")";
+  if (share % p.fpdt_chunk != 0) {
+    return "an FPDT chunk dividing each sp rank's share of the sequence (" + format_tokens(share) + " tokens, chunk " +
+           format_tokens(p.fpdt_chunk) + ")";
+  }
+  if (in.model.heads % p.sp != 0 || in.model.kv_heads % p.sp != 0) {
+    return "an sp dividing the model's heads and K/V heads (" + std::to_string(in.model.heads) + ", " + std::to_string(in.model.kv_heads) + ")";
+  }
+  return std::string();
+}
+
+}  // namespace
+
 Scheme fpdt_scheme() {
   Scheme s = zero_family_scheme("fpdt", "FPDT: Ulysses + sequence chunking + host offload, double-buffered", {"sp", "chunk"});
   s.summary = [](const PlanSpec& spec) {
-    return zero_family_summary(spec.zero, ", sp " + std::to_string(spec.zero.sp) + ", chunk " + format_tokens(spec.zero.fpdt_chunk));
+    const ZeroParams& z = spec.as<ZeroParams>();
+    return zero_family_summary(z, ", sp " + std::to_string(z.sp) + ", chunk " + format_tokens(z.fpdt_chunk));
   };
   s.from_flags = [](const FlagValues& flags, const sim::Cluster&) {
     PlanSpec spec = zero_family_from_flags(flags);
-    spec.zero.fpdt_chunk = parse_token_count(flags.text("chunk").value_or("64K"), "--chunk");  // FPDT's default chunk
+    spec.as<ZeroParams>().fpdt_chunk = parse_token_count(flags.text("chunk").value_or("64K"), "--chunk");  // FPDT's default chunk
     return spec;
   };
-  // What the executors run (LayerSplit::executable_fpdt): each sp rank's tokens a whole number of chunks, the heads
-  // split evenly over sp.
-  s.run_refusal = [](const StepInputs& in, const PlanSpec& spec, int ranks) {
-    if (std::string needs = zero_family_run_refusal(in, spec, ranks); !needs.empty()) return needs;
-    const ZeroParams& p = spec.zero;
-    const std::int64_t share = in.workload.seq_len / p.sp;
-    if (in.workload.seq_len / p.fpdt_chunk > 255) return "at most 255 FPDT chunks (" + std::to_string(in.workload.seq_len / p.fpdt_chunk) + ")";
-    if (share % p.fpdt_chunk != 0) {
-      return "an FPDT chunk dividing each sp rank's share of the sequence (" + format_tokens(share) + " tokens, chunk " +
-             format_tokens(p.fpdt_chunk) + ")";
-    }
-    if (in.model.heads % p.sp != 0 || in.model.kv_heads % p.sp != 0) {
-      return "an sp dividing the model's heads and K/V heads (" + std::to_string(in.model.heads) + ", " + std::to_string(in.model.kv_heads) + ")";
-    }
-    return std::string();
+  s.run = RunFacet{.refusal = fpdt_run_refusal, .unchunked = nullptr};  // --check: the plain data-parallel step
+  s.chunk = ChunkFacet{
+      .tokens = [](const PlanSpec& spec) { return spec.as<ZeroParams>().fpdt_chunk; },
+      .set_tokens = [](PlanSpec& spec, std::int64_t tokens) { spec.as<ZeroParams>().fpdt_chunk = tokens; },
+      .interactive_chunks = 128,
   };
-  s.chunk_of = [](const PlanSpec& spec) { return spec.zero.fpdt_chunk; };
-  s.set_chunk = [](PlanSpec& spec, std::int64_t tokens) { spec.zero.fpdt_chunk = tokens; };
-  s.interactive_chunks = 128;
   s.enumerate = [](const StepInputs& in, const AddPlan& add) {
     const std::int64_t S = in.workload.seq_len;
     for (int sp : divisors(in.cluster.gpus())) {

@@ -16,7 +16,7 @@ namespace trainyard::planner {
 namespace {
 
 std::string megatron_summary(const PlanSpec& spec) {
-  const auto& p = spec.megatron;
+  const auto& p = spec.as<MegatronParams>();
   const std::string uneven = p.first_stage_layers > 0 || p.last_stage_layers > 0
                                  ? ", stages " + std::to_string(p.first_stage_layers) + "/../" + std::to_string(p.last_stage_layers)
                                  : "";
@@ -29,26 +29,25 @@ std::string megatron_summary(const PlanSpec& spec) {
 
 std::vector<Param> megatron_params() {
   using B = Param::Bound;
-  constexpr auto M = &PlanSpec::megatron;
   constexpr int kMax = 1 << 20;
   return {
-      int_param("tp", "tp", M, &MegatronParams::tp, 1, kMax, B::gpus),
-      int_param("pp", "pp", M, &MegatronParams::pp, 1, kMax, B::gpus),
-      int_param("dp", "dp", M, &MegatronParams::dp, 1, kMax, B::gpus),
-      int_param("vpp", "vpp", M, &MegatronParams::vpp, 1, kMax, B::layers),
-      int_param("micro_batch", "micro-batch", M, &MegatronParams::micro_batch, 1, kMax),
-      bool_param("sequence_parallel", "sequence parallel", M, &MegatronParams::sequence_parallel),
-      enum_param("recompute", "recompute", M, &MegatronParams::recompute, {Recompute::none, Recompute::selective, Recompute::full}, to_string),
-      bool_param("offload_activations", "offload checkpoints", M, &MegatronParams::offload_activations),
+      int_param("tp", "tp", &MegatronParams::tp, 1, kMax, B::gpus),
+      int_param("pp", "pp", &MegatronParams::pp, 1, kMax, B::gpus),
+      int_param("dp", "dp", &MegatronParams::dp, 1, kMax, B::gpus),
+      int_param("vpp", "vpp", &MegatronParams::vpp, 1, kMax, B::layers),
+      int_param("micro_batch", "micro-batch", &MegatronParams::micro_batch, 1, kMax),
+      bool_param("sequence_parallel", "sequence parallel", &MegatronParams::sequence_parallel),
+      enum_param("recompute", "recompute", &MegatronParams::recompute, {Recompute::none, Recompute::selective, Recompute::full}, to_string),
+      bool_param("offload_activations", "offload checkpoints", &MegatronParams::offload_activations),
       // Optional from here on: plans written before these existed mean their defaults (off, cp 1, p2p, an even split).
-      optional(bool_param("distributed_optimizer", "distributed optimizer", M, &MegatronParams::distributed_optimizer)),
-      optional(bool_param("tp_comm_overlap", "TP comm overlap", M, &MegatronParams::tp_comm_overlap)),
-      optional(int_param("cp", "cp", M, &MegatronParams::cp, 1, kMax, B::gpus)),
+      optional(bool_param("distributed_optimizer", "distributed optimizer", &MegatronParams::distributed_optimizer)),
+      optional(bool_param("tp_comm_overlap", "TP comm overlap", &MegatronParams::tp_comm_overlap)),
+      optional(int_param("cp", "cp", &MegatronParams::cp, 1, kMax, B::gpus)),
       optional(
-          enum_param("cp_comm", "CP comm", M, &MegatronParams::cp_comm, {CpComm::p2p, CpComm::all_gather, CpComm::a2a, CpComm::a2a_p2p}, to_string)),
-      optional(int_param("cp_a2a", "CP a2a group", M, &MegatronParams::cp_a2a, 0, kMax, B::gpus)),
-      optional(int_param("first_stage_layers", "first stage layers", M, &MegatronParams::first_stage_layers, 0, kMax, B::layers)),
-      optional(int_param("last_stage_layers", "last stage layers", M, &MegatronParams::last_stage_layers, 0, kMax, B::layers)),
+          enum_param("cp_comm", "CP comm", &MegatronParams::cp_comm, {CpComm::p2p, CpComm::all_gather, CpComm::a2a, CpComm::a2a_p2p}, to_string)),
+      optional(int_param("cp_a2a", "CP a2a group", &MegatronParams::cp_a2a, 0, kMax, B::gpus)),
+      optional(int_param("first_stage_layers", "first stage layers", &MegatronParams::first_stage_layers, 0, kMax, B::layers)),
+      optional(int_param("last_stage_layers", "last stage layers", &MegatronParams::last_stage_layers, 0, kMax, B::layers)),
   };
 }
 
@@ -80,9 +79,8 @@ void enumerate_megatron_layout(const StepInputs& in, int tp, int cp, int pp, con
         for (bool oc : {false, true}) {
           if (oc && rc != Recompute::full) continue;
           for (std::int64_t mb : kSearchedMicroBatches) {
-            PlanSpec spec;
-            spec.scheme = "megatron";
-            auto& mp = spec.megatron;
+            PlanSpec spec{"megatron", MegatronParams{}};
+            auto& mp = spec.as<MegatronParams>();
             mp.tp = tp;
             mp.cp = cp;
             mp.pp = pp;
@@ -96,7 +94,7 @@ void enumerate_megatron_layout(const StepInputs& in, int tp, int cp, int pp, con
             mp.offload_activations = oc;
             add(spec);
             if (mp.dp * mp.cp > 1) {
-              spec.megatron.distributed_optimizer = true;
+              mp.distributed_optimizer = true;
               add(spec);
             }
           }
@@ -122,8 +120,8 @@ void enumerate_megatron(const StepInputs& in, const AddPlan& add) {
 }
 
 PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluster) {
-  PlanSpec spec;
-  MegatronParams& p = spec.megatron;
+  PlanSpec spec{"megatron", MegatronParams{}};
+  MegatronParams& p = spec.as<MegatronParams>();
   auto integer = [&](const char* flag, std::int64_t fallback) { return static_cast<int>(flags.integer(flag).value_or(fallback)); };
   p.tp = integer("tp", 1);
   p.pp = integer("pp", 1);
@@ -159,7 +157,7 @@ PlanSpec megatron_from_flags(const FlagValues& flags, const sim::Cluster& cluste
 // refuses them) context parallelism by all-gather and tensor parallelism, with or without
 // sequence parallelism (heads, K/V heads, the MLP and the vocabulary split evenly; with SP, each chunk's rows too).
 std::string megatron_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
-  const MegatronParams& p = spec.megatron;
+  const MegatronParams& p = spec.as<MegatronParams>();
   const bool executor_only = p.tp > 1 || (p.cp > 1 && p.cp_comm == CpComm::all_gather);
   if (executor_only && ranks != in.cluster.gpus()) {
     return "tp 1 and cp_comm p2p or a2a on one process (tensor parallelism and all-gather context parallelism run on the executor only, "
@@ -200,34 +198,38 @@ Scheme megatron_scheme() {
       .name = "megatron",
       .description = "Megatron-LM TP/PP/DP/SP with selective or full recompute",
       .family = "megatron",
+      .defaults = MegatronParams{},
+      .params = megatron_params(),
       .flags = {"tp", "pp", "dp", "cp", "cp-comm", "cp-a2a", "vpp", "first-stage-layers", "last-stage-layers", "micro-batch", "sequence-parallel",
                 "tp-comm-overlap", "distributed-optimizer", "recompute", "offload"},
       .required_flags = {},
-      .run_refusal = megatron_run_refusal,
-      .unchunked = nullptr,  // --check: the plain data-parallel step
-      .params = megatron_params(),
       .from_flags = megatron_from_flags,
       .summary = megatron_summary,
-      .check = [](const StepInputs& in, const PlanSpec& spec) { check_megatron(in, spec.megatron); },
-      .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_megatron(in, spec.megatron); },
+      .check = [](const StepInputs& in, const PlanSpec& spec) { check_megatron(in, spec.as<MegatronParams>()); },
+      .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_megatron(in, spec.as<MegatronParams>()); },
       .enumerate = enumerate_megatron,
-      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return megatron_bounds(ctx, spec.megatron); },
-      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return megatron_estimate(ctx, spec.megatron); },
-      .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(megatron_tasks(in, spec.megatron)); },
+      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return megatron_bounds(ctx, spec.as<MegatronParams>()); },
+      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return megatron_estimate(ctx, spec.as<MegatronParams>()); },
+      .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(megatron_tasks(in, spec.as<MegatronParams>())); },
       .search_cost = [](const StepInputs& in, const PlanSpec&) { return static_cast<double>(in.model.layers); },
-      .recomputed_layer_share = [](const PlanSpec& spec, std::int64_t) { return spec.megatron.recompute == Recompute::full ? 1.0 : 0.0; },
-      .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return megatron_layout(in, spec.megatron); },
-      .set_micro_batch = [](PlanSpec& spec, std::int64_t sequences) { spec.megatron.micro_batch = sequences; },
-      .row_multiple =
-          [](const PlanSpec& spec, int) {
-            const auto& p = spec.megatron;
-            return std::int64_t{p.dp} * p.micro_batch * (p.vpp > 1 ? p.pp : 1);
+      .recomputed_layer_share = [](const PlanSpec& spec, std::int64_t) { return spec.as<MegatronParams>().recompute == Recompute::full ? 1.0 : 0.0; },
+      .run = RunFacet{.refusal = megatron_run_refusal, .unchunked = nullptr},  // --check: the plain data-parallel step
+      .hotspa =
+          HotSpaFacet{
+              .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return megatron_layout(in, spec.as<MegatronParams>()); },
+              .set_micro_batch = [](PlanSpec& spec, std::int64_t sequences) { spec.as<MegatronParams>().micro_batch = sequences; },
+              .row_multiple =
+                  [](const PlanSpec& spec, int) {
+                    const auto& p = spec.as<MegatronParams>();
+                    return std::int64_t{p.dp} * p.micro_batch * (p.vpp > 1 ? p.pp : 1);
+                  },
+              .complete_strategy =
+                  [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
+                    if (std::find(given.begin(), given.end(), "dp") != given.end()) return;
+                    params["dp"] = std::max<std::int64_t>(1, gpus / (params["tp"].get<std::int64_t>() * params["pp"].get<std::int64_t>()));
+                  },
           },
-      .complete_strategy =
-          [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
-            if (std::find(given.begin(), given.end(), "dp") != given.end()) return;
-            params["dp"] = std::max<std::int64_t>(1, gpus / (params["tp"].get<std::int64_t>() * params["pp"].get<std::int64_t>()));
-          },
+      .chunk = std::nullopt,
       .reduce_by_symmetry = reduce_megatron_by_symmetry,
       .exports = {{"megatron", megatron_lm_launch}, {"torchtitan", torchtitan_megatron_launch}},
   };

@@ -118,6 +118,12 @@ void read_params(const Scheme& scheme, const json::Reader& r, PlanSpec& spec) {
   }
 }
 
+const HotSpaFacet& hotspa_facet(const PlanSpec& spec) {
+  const Scheme& s = scheme_named(spec.scheme);
+  TRAINYARD_CHECK(s.hotspa.has_value(), "scheme " + s.name + " has no HotSPa facet");
+  return *s.hotspa;
+}
+
 void register_scheme(const Scheme& scheme) {
   if (find_scheme(scheme.name) != nullptr) throw InputError("scheme", "name", "a name no scheme has yet", "\"" + scheme.name + "\"");
   registry().add(scheme);

@@ -9,7 +9,8 @@ Scheme ring_attention_scheme() {
   Scheme s = zero_family_scheme("ring-attention", "ring attention / context parallelism, zigzag causal balancing", {"cp", "zigzag"});
   s.required_flags = {{"cp", "a degree"}};
   s.summary = [](const PlanSpec& spec) {
-    return zero_family_summary(spec.zero, ", cp " + std::to_string(spec.zero.cp) + (spec.zero.zigzag ? " zigzag" : ""));
+    const ZeroParams& z = spec.as<ZeroParams>();
+    return zero_family_summary(z, ", cp " + std::to_string(z.cp) + (z.zigzag ? " zigzag" : ""));
   };
   s.enumerate = [](const StepInputs& in, const AddPlan& add) {
     for (int cp : divisors(in.cluster.gpus())) {
@@ -23,7 +24,7 @@ Scheme ring_attention_scheme() {
   };
   // Its tasks say what they compute (one chunk per cp rank, two with zigzag: planner/transformer.cpp's ring), so the
   // executors run it, one rank per GPU.
-  s.run_refusal = zero_family_run_refusal;
+  s.run = RunFacet{.refusal = zero_family_run_refusal, .unchunked = nullptr};  // --check: the plain data-parallel step
   s.exports = {{"torchtitan", torchtitan_zero_launch}};
   return s;
 }

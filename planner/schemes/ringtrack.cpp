@@ -17,7 +17,7 @@ std::string_view acts_name(ActivationPolicy a) { return a == ActivationPolicy::h
 std::string_view weights_name(WeightPolicy w) { return w == WeightPolicy::resident ? "resident" : "stream"; }
 
 std::string ringtrack_summary(const PlanSpec& spec) {
-  const auto& p = spec.ringtrack;
+  const auto& p = spec.as<RingTrackParams>();
   return "ring " + std::to_string(p.ring) + ", block " + std::to_string(p.block) + ", chunk " + format_tokens(p.chunk) + ", prefetch " +
          std::to_string(p.prefetch) + ", kv " + std::string(placement_name(p.kv)) + ", acts " + std::string(acts_name(p.acts)) + ", weights " +
          std::string(weights_name(p.weights)) + ", states " + std::string(placement_name(p.states));
@@ -30,9 +30,9 @@ Param ring_order_param() {
   p.label = "ring order";
   p.kind = Param::Kind::custom;
   p.in_panel = false;
-  p.get = [](const PlanSpec& spec) { return nlohmann::json(spec.ringtrack.ring_order); };
+  p.get = [](const PlanSpec& spec) { return nlohmann::json(spec.as<RingTrackParams>().ring_order); };
   p.read = [](const json::Reader& r, PlanSpec& spec) {
-    auto& rt = spec.ringtrack;
+    auto& rt = spec.as<RingTrackParams>();
     const nlohmann::json& order = r.raw("ring_order");
     if (!order.is_array() || !std::all_of(order.begin(), order.end(), [](const nlohmann::json& v) { return v.is_number_integer(); })) {
       r.fail("ring_order", "an array of ring positions (empty: chosen from the topology)", json::describe(order));
@@ -52,20 +52,19 @@ Param ring_order_param() {
 
 std::vector<Param> ringtrack_params() {
   using B = Param::Bound;
-  constexpr auto R = &PlanSpec::ringtrack;
   constexpr int kMax = 1 << 20;
-  Param chunk = hidden(member_param("chunk", "chunk", Param::Kind::tokens, R, &RingTrackParams::chunk));
+  Param chunk = hidden(member_param("chunk", "chunk", Param::Kind::tokens, &RingTrackParams::chunk));
   chunk.max = std::int64_t{1} << 40;
   return {
-      int_param("ring", "ring (GPUs)", R, &RingTrackParams::ring, 1, kMax, B::gpus),
-      int_param("block", "block (layers)", R, &RingTrackParams::block, 1, kMax, B::layers),
+      int_param("ring", "ring (GPUs)", &RingTrackParams::ring, 1, kMax, B::gpus),
+      int_param("block", "block (layers)", &RingTrackParams::block, 1, kMax, B::layers),
       chunk,
-      int_param("prefetch", "prefetch", R, &RingTrackParams::prefetch, 1, 8),
-      enum_param("kv", "K/V", R, &RingTrackParams::kv, {Placement::hbm, Placement::dram}, placement_name),
-      enum_param("acts", "activations", R, &RingTrackParams::acts, {ActivationPolicy::hbm, ActivationPolicy::dram, ActivationPolicy::recompute},
+      int_param("prefetch", "prefetch", &RingTrackParams::prefetch, 1, 8),
+      enum_param("kv", "K/V", &RingTrackParams::kv, {Placement::hbm, Placement::dram}, placement_name),
+      enum_param("acts", "activations", &RingTrackParams::acts, {ActivationPolicy::hbm, ActivationPolicy::dram, ActivationPolicy::recompute},
                  acts_name),
-      enum_param("weights", "weights", R, &RingTrackParams::weights, {WeightPolicy::resident, WeightPolicy::stream}, weights_name),
-      enum_param("states", "optimizer states", R, &RingTrackParams::states, {Placement::hbm, Placement::dram}, placement_name),
+      enum_param("weights", "weights", &RingTrackParams::weights, {WeightPolicy::resident, WeightPolicy::stream}, weights_name),
+      enum_param("states", "optimizer states", &RingTrackParams::states, {Placement::hbm, Placement::dram}, placement_name),
       ring_order_param(),
   };
 }
@@ -94,10 +93,7 @@ void enumerate_ringtrack(const StepInputs& in, const AddPlan& add) {
             for (ActivationPolicy acts : {ActivationPolicy::recompute, ActivationPolicy::dram, ActivationPolicy::hbm}) {
               for (auto [weights, states] : {std::pair{WeightPolicy::resident, Placement::hbm}, std::pair{WeightPolicy::resident, Placement::dram},
                                              std::pair{WeightPolicy::stream, Placement::dram}}) {
-                PlanSpec spec;
-                spec.scheme = "ringtrack";
-                spec.ringtrack = {ring, block, chunk, prefetch, kv, acts, weights, states, {}};
-                add(spec);
+                add(PlanSpec{"ringtrack", RingTrackParams{ring, block, chunk, prefetch, kv, acts, weights, states, {}}});
               }
             }
           }
@@ -108,7 +104,7 @@ void enumerate_ringtrack(const StepInputs& in, const AddPlan& add) {
 }
 
 sim::TaskGraph build_ringtrack_step(const StepInputs& in, const PlanSpec& spec, RingTrackPlan* rings) {
-  RingTrackPlan plan = build_ringtrack(in, spec.ringtrack);
+  RingTrackPlan plan = build_ringtrack(in, spec.as<RingTrackParams>());
   sim::TaskGraph graph = std::move(plan.graph);
   if (rings) *rings = std::move(plan);
   return graph;
@@ -124,8 +120,8 @@ PlanSpec ringtrack_from_flags(const FlagValues& flags, const sim::Cluster& clust
     }
     return value;
   };
-  PlanSpec spec;
-  RingTrackParams& p = spec.ringtrack;
+  PlanSpec spec{"ringtrack", RingTrackParams{}};
+  RingTrackParams& p = spec.as<RingTrackParams>();
   p.ring = static_cast<int>(flags.integer("ring").value_or(cluster.gpus()));
   p.block = static_cast<int>(flags.integer("block").value_or(1));
   p.chunk = parse_token_count(flags.text("chunk").value_or("16K"), "--chunk");
@@ -147,6 +143,18 @@ PlanSpec ringtrack_from_flags(const FlagValues& flags, const sim::Cluster& clust
   return spec;
 }
 
+// --check's plain step: the whole sequence as one chunk, everything in HBM.
+PlanSpec ringtrack_unchunked(const PlanSpec& spec, std::int64_t seq_len) {
+  PlanSpec plain = spec;
+  RingTrackParams& p = plain.as<RingTrackParams>();
+  p.chunk = seq_len;
+  p.kv = Placement::hbm;
+  p.acts = ActivationPolicy::hbm;
+  p.weights = WeightPolicy::resident;
+  p.states = Placement::hbm;
+  return plain;
+}
+
 }  // namespace
 
 Scheme ringtrack_scheme() {
@@ -154,44 +162,44 @@ Scheme ringtrack_scheme() {
       .name = "ringtrack",
       .description = "ring-track temporal pipeline: cyclic layer ring, chunk trains, DRAM prefetch",
       .family = "ringtrack",
+      .defaults = RingTrackParams{},
+      .params = ringtrack_params(),
       .flags = {"ring", "block", "chunk", "prefetch", "kv", "acts", "weights", "states", "ring-order"},
       .required_flags = {},
-      .run_refusal = [](const StepInputs&, const PlanSpec&, int) { return std::string(); },
-      .unchunked =
-          [](const PlanSpec& spec, std::int64_t seq_len) {
-            PlanSpec plain = spec;
-            plain.ringtrack.chunk = seq_len;
-            plain.ringtrack.kv = Placement::hbm;
-            plain.ringtrack.acts = ActivationPolicy::hbm;
-            plain.ringtrack.weights = WeightPolicy::resident;
-            plain.ringtrack.states = Placement::hbm;
-            return plain;
-          },
-      .params = ringtrack_params(),
       .from_flags = ringtrack_from_flags,
       .summary = ringtrack_summary,
-      .check = [](const StepInputs& in, const PlanSpec& spec) { check_ringtrack(in, spec.ringtrack); },
+      .check = [](const StepInputs& in, const PlanSpec& spec) { check_ringtrack(in, spec.as<RingTrackParams>()); },
       .build = build_ringtrack_step,
       .enumerate = enumerate_ringtrack,
-      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return ringtrack_bounds(ctx, spec.ringtrack); },
-      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return ringtrack_estimate(ctx, spec.ringtrack); },
-      .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(ringtrack_tasks(in, spec.ringtrack)); },
+      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return ringtrack_bounds(ctx, spec.as<RingTrackParams>()); },
+      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return ringtrack_estimate(ctx, spec.as<RingTrackParams>()); },
+      .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(ringtrack_tasks(in, spec.as<RingTrackParams>())); },
       .search_cost =
           [](const StepInputs& in, const PlanSpec& spec) {
-            return static_cast<double>(in.model.layers) * static_cast<double>(in.workload.seq_len) / static_cast<double>(spec.ringtrack.chunk);
+            return static_cast<double>(in.model.layers) * static_cast<double>(in.workload.seq_len) /
+                   static_cast<double>(spec.as<RingTrackParams>().chunk);
           },
-      .recomputed_layer_share = [](const PlanSpec& spec, std::int64_t) { return spec.ringtrack.acts == ActivationPolicy::recompute ? 1.0 : 0.0; },
-      .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return ringtrack_layout(in, spec.ringtrack); },
-      .set_micro_batch = [](PlanSpec&, std::int64_t) {},  // a replica's ring takes one sequence at a time
-      .row_multiple = [](const PlanSpec& spec, int gpus) -> std::int64_t { return gpus / std::max(1, spec.ringtrack.ring); },
-      .complete_strategy =
-          [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
-            if (std::find(given.begin(), given.end(), "ring") == given.end()) params["ring"] = gpus;  // one ring of every GPU
+      .recomputed_layer_share =
+          [](const PlanSpec& spec, std::int64_t) { return spec.as<RingTrackParams>().acts == ActivationPolicy::recompute ? 1.0 : 0.0; },
+      .run = RunFacet{.refusal = [](const StepInputs&, const PlanSpec&, int) { return std::string(); }, .unchunked = ringtrack_unchunked},
+      .hotspa =
+          HotSpaFacet{
+              .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return ringtrack_layout(in, spec.as<RingTrackParams>()); },
+              .set_micro_batch = [](PlanSpec&, std::int64_t) {},  // a replica's ring takes one sequence at a time
+              .row_multiple = [](const PlanSpec& spec,
+                                 int gpus) -> std::int64_t { return gpus / std::max(1, spec.as<RingTrackParams>().ring); },
+              .complete_strategy =
+                  [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
+                    if (std::find(given.begin(), given.end(), "ring") == given.end()) params["ring"] = gpus;  // one ring of every GPU
+                  },
+              .min_row_tokens = 65536,  // a ring pays off for long sequences only
           },
-      .hotspa_min_row_tokens = 65536,  // a ring pays off for long sequences only
-      .chunk_of = [](const PlanSpec& spec) { return spec.ringtrack.chunk; },
-      .set_chunk = [](PlanSpec& spec, std::int64_t tokens) { spec.ringtrack.chunk = tokens; },
-      .interactive_chunks = 1024,
+      .chunk =
+          ChunkFacet{
+              .tokens = [](const PlanSpec& spec) { return spec.as<RingTrackParams>().chunk; },
+              .set_tokens = [](PlanSpec& spec, std::int64_t tokens) { spec.as<RingTrackParams>().chunk = tokens; },
+              .interactive_chunks = 1024,
+          },
   };
 }
 

@@ -3,9 +3,9 @@
 // everything the rest of trainyard needs to know about it. The search, `simulate --strategy`, plan files, HotSPa's
 // strategy strings and the GUI loop over this table and never compare scheme names.
 //
-// Adding a scheme: write planner/schemes/NAME.cpp with a function returning its entry, and add that function to
-// the table in registry.cpp (or call register_scheme, as tests/test_scheme_registry.cpp does). A scheme whose
-// parameters fit none of PlanSpec's parameter structs also needs a member there.
+// Adding a scheme: write planner/schemes/NAME/scheme.cpp with a function returning its entry, and add that function
+// to the table in registry.cpp (or call register_scheme, as tests/test_scheme_registry.cpp does). A scheme whose
+// parameters fit none of the existing structs adds its own to planner/plan.hpp's SchemeParams.
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -62,12 +62,51 @@ struct Param {
   std::function<void(const json::Reader&, PlanSpec&)> read;   // custom only
 };
 
+// What `trainyard run` needs of a scheme (a facet: schemes without it have no plan that runs with real tensors).
+struct RunFacet {
+  // What `trainyard run` needs of this scheme's plan to run it with real tensors (its tasks say what they compute:
+  // sim::Op), for the plan's model and cluster, run as `ranks` processes (1: without mpirun). Empty: it runs; else
+  // the parameter and value it needs ("tp 1: ..."). On the CPU a graph the executor refuses
+  // (backend::executor_refusal) falls back to the untimed CPU reference; on GPUs it is refused.
+  std::function<std::string(const StepInputs&, const PlanSpec&, int ranks)> refusal;
+  // What `trainyard run --check` compares the plan's step with: the same plan without chunks or offload (given a
+  // sequence length). Null: the plainest step of the model, data parallelism alone (the ring-track entry's
+  // unchunked step with rings of one GPU), so that the scheme's sharding, pipelining and offload are checked.
+  std::function<PlanSpec(const PlanSpec&, std::int64_t seq_len)> unchunked;
+};
+
+// HotSPa's hooks (planner/hotspa.hpp; a facet: HotSPa switches between the schemes that have it).
+struct HotSpaFacet {
+  // Where parameters (gradients: false) or reduced gradients (true) sit, which a switch moves (planner/switching.hpp).
+  StateLayout (*layout)(const StepInputs& in, const PlanSpec& spec, bool gradients);
+  // A group's micro-batch in sequences, the row count its step needs a multiple of, and the parameters a
+  // strategy string may leave out, filled from the group's GPU count.
+  void (*set_micro_batch)(PlanSpec& spec, std::int64_t sequences);
+  std::int64_t (*row_multiple)(const PlanSpec& spec, int gpus);
+  void (*complete_strategy)(nlohmann::json& parameters, const std::vector<std::string>& given, int gpus);
+  std::int64_t min_row_tokens = 0;  // HotSPa's search tries the scheme for rows at least this long only
+};
+
+// The sequence chunk of schemes that have one (ring-track's chunk, FPDT's attention chunk), which the GUI's chunk
+// chart sweeps (a facet).
+struct ChunkFacet {
+  std::int64_t (*tokens)(const PlanSpec& spec);
+  void (*set_tokens)(PlanSpec& spec, std::int64_t tokens);
+  std::int64_t interactive_chunks = 0;  // the most chunks per sequence a GUI sweep builds (the graph grows with them, FPDT's quadratically)
+};
+
+// A scheme: a small core every scheme fills, and facets that the features some schemes take read (absent: the
+// feature passes the scheme by). One entry per scheme, in planner/schemes/NAME/.
 struct Scheme {
   std::string name;
   std::string description;  // one line, for help texts and the GUI
   // The family of published runs that give its predictions their error bar (app/error_bars.hpp): schemes that
   // run on the same framework machinery share one (the ZeRO family: zero, Ulysses, ring attention, FPDT).
   std::string family;
+  // Its parameter struct before any parameter is set: which of PlanSpec's alternatives the scheme's plans hold.
+  SchemeParams defaults;
+  // Every parameter, in the order a plan file's fields are checked.
+  std::vector<Param> params;
   // The scheme flags `simulate --strategy NAME` takes (without "--"); the other schemes' flags are refused.
   std::vector<std::string> flags;
   struct RequiredFlag {
@@ -75,18 +114,6 @@ struct Scheme {
     std::string expected;  // what the error asks for: "a degree"
   };
   std::vector<RequiredFlag> required_flags;  // of `flags`, the ones without a default
-  // What `trainyard run` needs of this scheme's plan to run it with real tensors (its tasks say what they compute:
-  // sim::Op), for the plan's model and cluster, run as `ranks` processes (1: without mpirun). Empty: it runs; else
-  // the parameter and value it needs ("tp 1: ..."). Null: no plan of the scheme runs. On the CPU a graph the
-  // executor refuses (backend::executor_refusal) falls back to the untimed CPU reference; on GPUs it is refused.
-  std::function<std::string(const StepInputs&, const PlanSpec&, int ranks)> run_refusal;
-  // What `trainyard run --check` compares the plan's step with: the same plan without chunks or offload (given a
-  // sequence length). Null: the plainest step of the model, data parallelism alone (the ring-track entry's
-  // unchunked step with rings of one GPU), so that the scheme's sharding, pipelining and offload are checked.
-  std::function<PlanSpec(const PlanSpec&, std::int64_t seq_len)> unchunked;
-
-  // Every parameter, in the order a plan file's fields are checked.
-  std::vector<Param> params;
   // The plan `simulate --strategy NAME` builds from the scheme's flags and their defaults (other schemes' flags
   // are refused before); InputError names the flag.
   PlanSpec (*from_flags)(const FlagValues& flags, const sim::Cluster& cluster);
@@ -108,27 +135,19 @@ struct Scheme {
   double (*search_cost)(const StepInputs& in, const PlanSpec& spec);
   // The share of `layers` whose whole forward runs again in backward (full recompute, checkpointing).
   double (*recomputed_layer_share)(const PlanSpec& spec, std::int64_t layers);
-  // Where parameters (gradients: false) or reduced gradients (true) sit (planner/switching.hpp).
-  StateLayout (*layout)(const StepInputs& in, const PlanSpec& spec, bool gradients);
 
-  // HotSPa (planner/hotspa.hpp): a group's micro-batch in sequences, the row count its step needs a multiple of,
-  // and the parameters a strategy string may leave out, filled from the group's GPU count.
-  void (*set_micro_batch)(PlanSpec& spec, std::int64_t sequences);
-  std::int64_t (*row_multiple)(const PlanSpec& spec, int gpus);
-  void (*complete_strategy)(nlohmann::json& parameters, const std::vector<std::string>& given, int gpus);
-  std::int64_t hotspa_min_row_tokens = 0;  // HotSPa's search tries the scheme for rows at least this long only
-
-  // The sequence chunk of schemes that have one (ring-track's chunk, FPDT's attention chunk), which the GUI's chunk
-  // chart sweeps; nullptr otherwise. `interactive_chunks`: the most chunks per sequence a GUI sweep builds (the
-  // graph grows with them, FPDT's quadratically).
-  std::int64_t (*chunk_of)(const PlanSpec& spec) = nullptr;
-  void (*set_chunk)(PlanSpec& spec, std::int64_t tokens) = nullptr;
-  std::int64_t interactive_chunks = 0;
+  // The facets.
+  std::optional<RunFacet> run;        // `trainyard run`
+  std::optional<HotSpaFacet> hotspa;  // `plan --lengths`, `simulate --lengths`
+  std::optional<ChunkFacet> chunk;    // the GUI's chunk chart
   // The step with identical ranks simulated once (planner/symmetry.hpp); nullptr: the scheme is not reduced.
   std::optional<ReducedStep> (*reduce_by_symmetry)(const StepInputs& in, const PlanSpec& spec, std::string* why_not) = nullptr;
   // `trainyard export --to ENGINE` (planner/engines/launch.hpp): the engines that run this scheme's plans, each with
   // its writer (planner/engines/writers.hpp); none: no engine has an equivalent (ring-track).
   std::vector<std::pair<std::string, EngineLaunch (*)(const StepInputs&, const PlanSpec&)>> exports = {};
+
+  // A plan of this scheme with its parameters' defaults.
+  PlanSpec blank() const { return PlanSpec{name, defaults}; }
 };
 
 // A plan file's "parameters" object from the entry's params, and back (the reader's unknown fields are the
@@ -136,43 +155,42 @@ struct Scheme {
 nlohmann::json params_json(const Scheme& scheme, const PlanSpec& spec);
 void read_params(const Scheme& scheme, const json::Reader& parameters, PlanSpec& spec);
 
-// Param helpers for the common kinds: `field` is a pointer to the member of the parameter struct `part` of PlanSpec
-// (e.g. param_int("tp", "tp", &PlanSpec::megatron, &MegatronParams::tp, 1, 1 << 20)).
+// Param helpers for the common kinds: `field` is a pointer to a member of the scheme's parameter struct
+// (e.g. int_param("tp", "tp", &MegatronParams::tp, 1, 1 << 20)).
 template <typename Part, typename T>
-Param member_param(std::string key, std::string label, Param::Kind kind, Part PlanSpec::*part, T Part::*field) {
+Param member_param(std::string key, std::string label, Param::Kind kind, T Part::*field) {
   Param p;
   p.key = std::move(key);
   p.label = std::move(label);
   p.kind = kind;
-  p.get = [part, field](const PlanSpec& spec) { return nlohmann::json((spec.*part).*field); };
-  p.set = [part, field](PlanSpec& spec, const nlohmann::json& v) { (spec.*part).*field = v.get<T>(); };
+  p.get = [field](const PlanSpec& spec) { return nlohmann::json(spec.as<Part>().*field); };
+  p.set = [field](PlanSpec& spec, const nlohmann::json& v) { spec.as<Part>().*field = v.get<T>(); };
   return p;
 }
 template <typename Part, typename T>
-Param int_param(std::string key, std::string label, Part PlanSpec::*part, T Part::*field, std::int64_t min, std::int64_t max,
-                Param::Bound gui_max = Param::Bound::fixed) {
-  Param p = member_param(std::move(key), std::move(label), Param::Kind::integer, part, field);
+Param int_param(std::string key, std::string label, T Part::*field, std::int64_t min, std::int64_t max, Param::Bound gui_max = Param::Bound::fixed) {
+  Param p = member_param(std::move(key), std::move(label), Param::Kind::integer, field);
   p.min = min;
   p.max = max;
   p.gui_max = gui_max;
   return p;
 }
 template <typename Part>
-Param bool_param(std::string key, std::string label, Part PlanSpec::*part, bool Part::*field) {
-  return member_param(std::move(key), std::move(label), Param::Kind::boolean, part, field);
+Param bool_param(std::string key, std::string label, bool Part::*field) {
+  return member_param(std::move(key), std::move(label), Param::Kind::boolean, field);
 }
 // An enum member taking `values`, each shown as name(value) (the enum's own spelling, as summaries print it).
 template <typename Part, typename E>
-Param enum_param(std::string key, std::string label, Part PlanSpec::*part, E Part::*field, std::vector<E> values, std::string_view (*name)(E)) {
+Param enum_param(std::string key, std::string label, E Part::*field, std::vector<E> values, std::string_view (*name)(E)) {
   Param p;
   p.key = std::move(key);
   p.label = std::move(label);
   p.kind = Param::Kind::choice;
   for (E v : values) p.choices.emplace_back(name(v));
-  p.get = [part, field, name](const PlanSpec& spec) { return nlohmann::json(std::string(name((spec.*part).*field))); };
-  p.set = [part, field, values, name](PlanSpec& spec, const nlohmann::json& v) {
+  p.get = [field, name](const PlanSpec& spec) { return nlohmann::json(std::string(name(spec.as<Part>().*field))); };
+  p.set = [field, values, name](PlanSpec& spec, const nlohmann::json& v) {
     const auto at = std::find_if(values.begin(), values.end(), [&](E e) { return name(e) == v.get<std::string>(); });
-    (spec.*part).*field = *at;  // v is one of the choices: read_params and the GUI give no other
+    spec.as<Part>().*field = *at;  // v is one of the choices: read_params and the GUI give no other
   };
   return p;
 }
@@ -197,6 +215,9 @@ std::vector<std::string> schemes_from_list(const std::string& text);
 const Scheme* find_scheme(std::string_view name);
 // The entry of `name`; InputError (`origin`, `field`) naming the schemes otherwise.
 const Scheme& scheme_named(std::string_view name, const std::string& origin = "scheme", const std::string& field = "value");
+// The HotSPa facet of the plan's scheme; InternalError for a scheme without one (parse_strategy and HotSPa's search
+// take no such scheme).
+const HotSpaFacet& hotspa_facet(const PlanSpec& spec);
 // Adds an entry after the built-in ones (tests' own schemes); InputError when the name is taken.
 void register_scheme(const Scheme& scheme);
 

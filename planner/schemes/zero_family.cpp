@@ -37,13 +37,12 @@ std::vector<std::array<bool, 3>> offload_sets(int stage) {
 // The family's parameters; the split's degrees and switches other members use are fixed in this one's panel.
 std::vector<Param> zero_family_params(const std::vector<std::string>& split_keys) {
   using B = Param::Bound;
-  constexpr auto Z = &PlanSpec::zero;
   constexpr int kMax = 1 << 20;
   auto split = [&](Param p) {
     p.in_panel = std::find(split_keys.begin(), split_keys.end(), p.key) != split_keys.end();
     return p;
   };
-  Param chunk = hidden(member_param("chunk", "chunk", Param::Kind::tokens, Z, &ZeroParams::fpdt_chunk));
+  Param chunk = hidden(member_param("chunk", "chunk", Param::Kind::tokens, &ZeroParams::fpdt_chunk));
   chunk.min = 0;
   chunk.max = std::int64_t{1} << 40;
   Param offload;
@@ -51,23 +50,23 @@ std::vector<Param> zero_family_params(const std::vector<std::string>& split_keys
   offload.label = "offload";
   offload.kind = Param::Kind::set;
   offload.choices = {"optimizer", "grads", "params", "acts"};
-  offload.get = [](const PlanSpec& spec) { return nlohmann::json(offload_list(spec.zero)); };
+  offload.get = [](const PlanSpec& spec) { return nlohmann::json(offload_list(spec.as<ZeroParams>())); };
   offload.set = [](PlanSpec& spec, const nlohmann::json& v) {
-    auto& z = spec.zero;
+    auto& z = spec.as<ZeroParams>();
     z.offload_optimizer = z.offload_grads = z.offload_params = z.offload_activations = false;
     const std::string list = v.get<std::string>();
     if (list == "none") return;
     for (const auto& item : split_commas(list)) set_offload(z, item);
   };
   return {
-      int_param("zero_stage", "ZeRO stage", Z, &ZeroParams::stage, 0, 3),
-      split(int_param("sp", "sp (Ulysses)", Z, &ZeroParams::sp, 1, kMax, B::gpus)),
-      split(int_param("cp", "cp (ring)", Z, &ZeroParams::cp, 1, kMax, B::gpus)),
-      split(bool_param("zigzag", "zigzag", Z, &ZeroParams::zigzag)),
+      int_param("zero_stage", "ZeRO stage", &ZeroParams::stage, 0, 3),
+      split(int_param("sp", "sp (Ulysses)", &ZeroParams::sp, 1, kMax, B::gpus)),
+      split(int_param("cp", "cp (ring)", &ZeroParams::cp, 1, kMax, B::gpus)),
+      split(bool_param("zigzag", "zigzag", &ZeroParams::zigzag)),
       chunk,
-      int_param("micro_batch", "micro-batch", Z, &ZeroParams::micro_batch, 1, kMax),
-      bool_param("activation_checkpointing", "activation checkpointing", Z, &ZeroParams::activation_checkpointing),
-      optional(int_param("checkpoint_every", "checkpoint every (layers)", Z, &ZeroParams::checkpoint_every, 1, 100000, B::layers)),
+      int_param("micro_batch", "micro-batch", &ZeroParams::micro_batch, 1, kMax),
+      bool_param("activation_checkpointing", "activation checkpointing", &ZeroParams::activation_checkpointing),
+      optional(int_param("checkpoint_every", "checkpoint every (layers)", &ZeroParams::checkpoint_every, 1, 100000, B::layers)),
       offload,
   };
 }
@@ -88,17 +87,15 @@ void zero_family_variants(const std::string& scheme, const ZeroParams& base, boo
       for (const auto& set : offload_sets(stage)) {
         for (int ac = require_ac ? 1 : 0; ac <= 1; ++ac) {
           for (int oc = 0; oc <= ac; ++oc) {
-            PlanSpec spec;
-            spec.scheme = scheme;
-            spec.zero = base;
-            spec.zero.micro_batch = mb;
-            spec.zero.stage = stage;
-            spec.zero.offload_optimizer = set[0];
-            spec.zero.offload_grads = set[1];
-            spec.zero.offload_params = set[2];
-            spec.zero.activation_checkpointing = ac == 1;
-            spec.zero.offload_activations = oc == 1;
-            add(spec);
+            ZeroParams z = base;
+            z.micro_batch = mb;
+            z.stage = stage;
+            z.offload_optimizer = set[0];
+            z.offload_grads = set[1];
+            z.offload_params = set[2];
+            z.activation_checkpointing = ac == 1;
+            z.offload_activations = oc == 1;
+            add(PlanSpec{scheme, z});
           }
         }
       }
@@ -107,8 +104,8 @@ void zero_family_variants(const std::string& scheme, const ZeroParams& base, boo
 }
 
 PlanSpec zero_family_from_flags(const FlagValues& flags) {
-  PlanSpec spec;
-  ZeroParams& p = spec.zero;
+  PlanSpec spec{"", ZeroParams{}};  // the caller names the scheme
+  ZeroParams& p = spec.as<ZeroParams>();
   p.stage = static_cast<int>(flags.integer("zero-stage").value_or(0));
   p.sp = static_cast<int>(flags.integer("sp").value_or(1));
   p.cp = static_cast<int>(flags.integer("cp").value_or(1));
@@ -128,7 +125,7 @@ PlanSpec zero_family_from_flags(const FlagValues& flags) {
 
 // Micro-batches of several sequences run where nothing exchanges a sequence's pieces (no Ulysses, CP or FPDT).
 std::string zero_family_run_refusal(const StepInputs&, const PlanSpec& spec, int) {
-  const ZeroParams& p = spec.zero;
+  const ZeroParams& p = spec.as<ZeroParams>();
   if (p.micro_batch == 1) return "";
   if (p.sp > 1 || p.cp > 1 || p.fpdt_chunk > 0) return "micro_batch 1 with Ulysses, ring attention or FPDT (their exchanges carry one sequence)";
   return p.micro_batch <= 255 ? "" : "a micro_batch of at most 255 sequences";
@@ -142,35 +139,43 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .name = std::move(name),
       .description = std::move(description),
       .family = "zero",
+      .defaults = ZeroParams{},
+      .params = zero_family_params(params_shown),
       .flags = std::move(flags),
       .required_flags = {},
-      .run_refusal = nullptr,
-      .unchunked = nullptr,  // --check: the plain data-parallel step
-      .params = zero_family_params(params_shown),
       .from_flags = [](const FlagValues& given, const sim::Cluster&) { return zero_family_from_flags(given); },
-      .summary = nullptr,  // each member's own: it names its split
-      .check = [](const StepInputs& in, const PlanSpec& spec) { check_zero(in, spec.zero); },
-      .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_zero(in, spec.zero); },
+      .summary = nullptr,     // each member's own: it names its split
+      .check = [](const StepInputs& in, const PlanSpec& spec) { check_zero(in, spec.as<ZeroParams>()); },
+      .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_zero(in, spec.as<ZeroParams>()); },
       .enumerate = nullptr,  // each member's own
-      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return zero_bounds(ctx, spec.zero); },
-      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return zero_estimate(ctx, spec.zero); },
-      .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(zero_tasks(in, spec.zero)); },
+      .bounds = [](const BoundContext& ctx, const PlanSpec& spec) { return zero_bounds(ctx, spec.as<ZeroParams>()); },
+      .analytic = [](const BoundContext& ctx, const PlanSpec& spec) { return zero_estimate(ctx, spec.as<ZeroParams>()); },
+      .estimate = [](const StepInputs& in, const PlanSpec& spec) { return estimate_tasks(zero_tasks(in, spec.as<ZeroParams>())); },
       .search_cost =
           [](const StepInputs& in, const PlanSpec& spec) {
             const double layers = static_cast<double>(in.model.layers), S = static_cast<double>(in.workload.seq_len);
-            if (spec.zero.fpdt_chunk <= 0) return layers;
-            const double u = S / static_cast<double>(spec.zero.fpdt_chunk);  // FPDT: chunk pairs per layer
+            const ZeroParams& z = spec.as<ZeroParams>();
+            if (z.fpdt_chunk <= 0) return layers;
+            const double u = S / static_cast<double>(z.fpdt_chunk);  // FPDT: chunk pairs per layer
             return layers * u * u;
           },
       .recomputed_layer_share =
           [](const PlanSpec& spec, std::int64_t layers) {
-            return static_cast<double>(spec.zero.checkpointed_layers(layers)) / static_cast<double>(layers);
+            return static_cast<double>(spec.as<ZeroParams>().checkpointed_layers(layers)) / static_cast<double>(layers);
           },
-      .layout = [](const StepInputs& in, const PlanSpec& spec, bool gradients) { return zero_layout(in, spec.zero, gradients); },
-      .set_micro_batch = [](PlanSpec& spec, std::int64_t sequences) { spec.zero.micro_batch = sequences; },
-      .row_multiple = [](const PlanSpec& spec,
-                         int gpus) { return std::int64_t{gpus / std::max(1, spec.zero.sp * spec.zero.cp)} * spec.zero.micro_batch; },
-      .complete_strategy = [](nlohmann::json&, const std::vector<std::string>&, int) {},
+      .run = std::nullopt,  // each member that runs sets its own
+      .hotspa =
+          HotSpaFacet{
+              .layout = [](const StepInputs& in, const PlanSpec& spec, bool gradients) { return zero_layout(in, spec.as<ZeroParams>(), gradients); },
+              .set_micro_batch = [](PlanSpec& spec, std::int64_t sequences) { spec.as<ZeroParams>().micro_batch = sequences; },
+              .row_multiple =
+                  [](const PlanSpec& spec, int gpus) {
+                    const ZeroParams& z = spec.as<ZeroParams>();
+                    return std::int64_t{gpus / std::max(1, z.sp * z.cp)} * z.micro_batch;
+                  },
+              .complete_strategy = [](nlohmann::json&, const std::vector<std::string>&, int) {},
+          },
+      .chunk = std::nullopt,
       .reduce_by_symmetry = reduce_zero_family_by_symmetry,
   };
 }
