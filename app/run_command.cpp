@@ -90,7 +90,7 @@ struct CheckVerdict {
 };
 
 // What `--check` compares the plan's step with: the scheme's own step without chunks or offload, or for schemes
-// without one the plain data-parallel step (planner::Scheme::unchunked).
+// without one the plain data-parallel step (planner::RunFacet::unchunked).
 planner::PlanSpec unchunked(const planner::PlanSpec& spec, std::int64_t seq_len) {
   const planner::Scheme& scheme = planner::scheme_named(spec.scheme);
   if (scheme.run && scheme.run->unchunked) return scheme.run->unchunked(spec, seq_len);

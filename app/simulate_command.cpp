@@ -16,7 +16,7 @@
 #include "models/catalog.hpp"
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/symmetry.hpp"
 #include "sim/collective_bench.hpp"

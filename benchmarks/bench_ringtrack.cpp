@@ -4,7 +4,7 @@
 
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 #include "sim/engine.hpp"
 
 namespace {

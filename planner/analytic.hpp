@@ -5,7 +5,8 @@
 // place that shows it labels it an estimate, and the simulator's figure replaces it. How far apart they are, per
 // scheme, is measured by benchmarks/bench_estimate.cpp (benchmarks/results/estimate.md) and held by a test.
 //
-// Each scheme's registry entry gives its share (`analytic`, a SchemeEstimate), reusing the byte counts its builder
+// Each scheme's registry entry gives its share (`analytic`, a SchemeEstimate: planner/schemes/NAME/analytic.cpp,
+// over the shared parts in planner/analytic_parts.hpp), reusing the byte counts its builder
 // allocates (zero_layer_bytes, layer_activation_bytes, the state bytes) and the per-layer dense time its tasks take
 // (dense_layer_seconds); analytic_estimate adds what every scheme shares (attention, the fit verdict, MFU).
 #include <optional>
@@ -44,12 +45,5 @@ struct EstimatedMaxSeq {
   EstimatedPlan plan;
 };
 std::optional<EstimatedMaxSeq> max_sequence_by_estimate(const StepInputs& in, const std::string& scheme, const SearchOptions& options);
-
-// The schemes' shares (their registry entries' `analytic`).
-SchemeEstimate zero_estimate(const BoundContext& ctx, const ZeroParams& z);
-SchemeEstimate megatron_estimate(const BoundContext& ctx, const MegatronParams& p);
-// Ring-track: its visits as the builder emits them, the train's idle turns, the copies' pace and the tail; the
-// fullest GPU's memory at the builder's own peaks (the bound's byte counts, planner/bounds.hpp).
-SchemeEstimate ringtrack_estimate(const BoundContext& ctx, const RingTrackParams& p);
 
 }  // namespace trainyard::planner

@@ -2,12 +2,9 @@
 // The plan search's lower bounds (Bounds, planner/search.hpp), never above what the simulation would report. The
 // part every scheme shares (attention and the LM head at their best efficiencies) is lower_bounds'; each scheme's
 // share (its busiest GPU's dense ops, the HBM and host DRAM it must hold, how copies and critical paths pace it)
-// is its registry entry's `bounds`, one of the functions below.
+// is its registry entry's `bounds` (planner/schemes/NAME/bounds.cpp).
 #include "models/model.hpp"
-#include "planner/megatron.hpp"
 #include "planner/plan.hpp"
-#include "planner/ringtrack.hpp"
-#include "planner/zero.hpp"
 #include "sim/cost_model.hpp"
 
 namespace trainyard::planner {
@@ -79,40 +76,5 @@ struct LayerCompute {
 LayerCompute layer_compute(const StepInputs& in, const LayerSplit& split, bool recompute, bool attention);
 // GPU 0's compute-stream tasks of a scratch graph, timed by the simulator's cost model.
 LayerCompute gpu0_compute(const StepInputs& in, const sim::TaskGraph& g);
-
-SchemeBounds ringtrack_bounds(const BoundContext& c, const RingTrackParams& p);
-
-// Ring-track's sizes its bound and its estimate use (the builder's own: RingTrackBuilder's kv_chunk_, kept_, ...).
-struct RingSizes {
-  std::vector<int> positions;  // the ring position of each stage
-  std::vector<int> owned;      // layers per ring position
-  double most = 0;             // the most layers any position holds
-  double chunk_tokens = 0;     // a chunk's tokens
-  double chunk_count = 0;      // chunks per sequence
-  double sequences = 0;        // per replica
-  double kv_token = 0;         // K and V bytes per token (bf16)
-  double kept_token = 0;       // activations kept per token besides K/V
-  double ckpt_token = 0;       // a recompute checkpoint per token
-  double acc_chunk = 0;        // a chunk's fp32 dK/dV accumulators
-};
-RingSizes ring_sizes(const BoundContext& ctx, const RingTrackParams& p);
-// What a token of a layer leaves in host DRAM for the backward by the activation policy: its kept activations
-// (acts dram), its recompute checkpoint (acts recompute), or nothing (acts hbm).
-double ring_host_acts_token(const RingTrackParams& p, const RingSizes& r);
-// Per ring position, the most bytes it keeps for the backward when one of its layers starts its backward (the last
-// chunk first): the K/V and kept activations (when they stay in HBM) of every chunk whose backward visit has not
-// run yet, and the dK/dV accumulators (K/V in HBM) of every layer between its first and last backward visit. The
-// visit order is the builder's own (train_schedule), so this holds for the graph that will be simulated.
-std::vector<double> ring_kept_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r);
-// Host DRAM of one node at the turn from forward to backward: everything of every layer that lives there, and,
-// when K/V live in DRAM, the first backward visit's dK/dV accumulators for the earlier chunks. Whole rings per node
-// (a ring spanning nodes: no bound, to stay below the truth).
-double ring_dram_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r);
-// What one ring keeps in host DRAM at that turn (ring_dram_bytes before the rings per node).
-double ring_host_bytes_per_ring(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r);
-// The model states ring position `pos` holds in HBM (by where weights and states live).
-double ring_state_hbm_bytes(const BoundContext& ctx, const RingTrackParams& p, const RingSizes& r, int pos);
-SchemeBounds megatron_bounds(const BoundContext& c, const MegatronParams& p);
-SchemeBounds zero_bounds(const BoundContext& c, const ZeroParams& z);
 
 }  // namespace trainyard::planner

@@ -36,10 +36,12 @@ inline constexpr double kEngineBytesPerTask = 96;
 double built_graph_bytes(const sim::TaskGraph& graph);
 
 GraphEstimate estimate_plan(const StepInputs& in, const PlanSpec& spec);
-// The schemes' own task counts (their registry entries' `estimate`).
-double zero_tasks(const StepInputs& in, const ZeroParams& z);
-double megatron_tasks(const StepInputs& in, const MegatronParams& p);
-double ringtrack_tasks(const StepInputs& in, const RingTrackParams& p);
+// What the schemes' own task counts (their registry entries' `estimate`, in planner/schemes/NAME/analytic.cpp) share:
+// tasks one rank emits for one layer (transformer.cpp): 6 elementwise ops and 4 GEMMs forward, 6 and 8 backward, the
+// attention, and about 4 buffers and collectives around them; emit_loss: 6 tasks per 8K tokens.
+inline constexpr double kForwardTasks = 10, kBackwardTasks = 14, kLayerExtra = 4;
+inline constexpr double kLossTokens = 8192, kLossTasks = 6;
+double loss_tasks(double tokens);
 GraphEstimate estimate_tasks(double tasks);  // bytes for a task count
 
 // Bytes a cluster of `nodes` such nodes holds before anything is built (hw::Topology keeps every node's vertices

@@ -15,15 +15,6 @@ namespace {
 using Json = nlohmann::json;
 }  // namespace
 
-bool set_offload(ZeroParams& z, const std::string& target) {
-  if (target == "optimizer") z.offload_optimizer = true;
-  else if (target == "grads") z.offload_grads = true;
-  else if (target == "params") z.offload_params = true;
-  else if (target == "acts") z.offload_activations = true;
-  else return false;
-  return true;
-}
-
 double PlanSpec::recomputed_layer_share(std::int64_t layers) const { return scheme_named(scheme).recomputed_layer_share(*this, layers); }
 
 std::string PlanSpec::summary() const { return scheme_named(scheme).summary(*this); }

@@ -10,9 +10,9 @@
 #include "common/error.hpp"
 #include "sim/engine.hpp"
 
-#include "planner/megatron.hpp"
-#include "planner/ringtrack.hpp"
-#include "planner/zero.hpp"
+#include "planner/schemes/megatron/megatron.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
+#include "planner/schemes/zero_family/zero.hpp"
 
 namespace trainyard::planner {
 
@@ -45,9 +45,6 @@ struct PlanSpec {
   // every other layer of the ZeRO family's every-n checkpointing counts, so the share is rounded down.
   double recomputed_layer_share(std::int64_t layers) const;
 };
-
-// Turns on one ZeRO offload target ("optimizer", "grads", "params" or "acts"); false for any other word.
-bool set_offload(ZeroParams& z, const std::string& target);
 
 // The scheme's own checks of its parameters against the inputs, without building anything (InputError names the flag).
 void check_plan(const StepInputs& in, const PlanSpec& spec);

@@ -10,8 +10,6 @@
 
 namespace trainyard::planner {
 
-namespace {
-
 int unit_count(const model::ModelConfig& m) { return static_cast<int>(m.layers) + (m.tied_embeddings ? 1 : 2); }
 
 // Every unit held whole by `holders(unit)`.
@@ -35,78 +33,6 @@ StateLayout sharded(const model::ModelConfig& m, int gpus) {
     layout.units.push_back(std::move(shards));
   }
   return layout;
-}
-
-}  // namespace
-
-StateLayout megatron_layout(const StepInputs& in, const MegatronParams& p) {
-  const auto& m = in.model;
-  const int L = static_cast<int>(m.layers);
-  // The stage of a layer: that of the virtual stage holding it (chunk v / pp on stage v % pp).
-  const std::vector<std::int64_t> first_layer = megatron_chunk_first_layers(m.layers, p);
-  auto stage_of_layer = [&](int layer) {
-    const auto v = std::upper_bound(first_layer.begin(), first_layer.end(), layer) - first_layer.begin() - 1;
-    return static_cast<int>(v % p.pp);
-  };
-  // (cp index, TP index t) of replica d: the same weights on every cp index.
-  auto gpu_of = [&](int stage, int d, int c, int t) { return ((stage * p.dp + d) * p.cp + c) * p.tp + t; };
-  auto stages_of = [&](int unit) {
-    if (unit < L) return std::vector<int>{stage_of_layer(unit)};
-    if (unit == L && m.tied_embeddings && p.pp > 1) return std::vector<int>{0, p.pp - 1};  // Megatron keeps both copies
-    return std::vector<int>{unit == L ? 0 : p.pp - 1};
-  };
-  StateLayout layout;
-  for (int u = 0; u < unit_count(m); ++u) {
-    std::vector<Shard> shards;
-    for (int t = 0; t < p.tp; ++t) {
-      Shard s{double(t) / p.tp, double(t + 1) / p.tp, {}};
-      for (int stage : stages_of(u)) {
-        for (int d = 0; d < p.dp; ++d) {
-          for (int c = 0; c < p.cp; ++c) s.holders.push_back(gpu_of(stage, d, c, t));
-        }
-      }
-      std::sort(s.holders.begin(), s.holders.end());
-      shards.push_back(std::move(s));
-    }
-    layout.units.push_back(std::move(shards));
-  }
-  return layout;
-}
-
-StateLayout ringtrack_layout(const StepInputs& in, const RingTrackParams& p) {
-  const auto& m = in.model;
-  const int L = static_cast<int>(m.layers);
-  const int P = p.ring, replicas = in.cluster.gpus() / p.ring;
-  const std::vector<int> position = stage_positions(m.layers, p);
-  std::vector<std::vector<int>> rings;
-  for (int r = 0; r < replicas; ++r) {
-    std::vector<int> members(static_cast<std::size_t>(P));
-    std::iota(members.begin(), members.end(), r * P);
-    if (p.ring_order.empty()) {
-      rings.push_back(best_ring_order(in.cluster, members));
-    } else {
-      std::vector<int> order;
-      for (int pos : p.ring_order) order.push_back(r * P + pos);
-      rings.push_back(order);
-    }
-  }
-  return whole(m, [&](int unit) {
-    // Layers at their stage's position; the embedding with layer 0; the LM head at the stop after the last layer.
-    const int pos = position[unit < L ? unit : unit == L ? 0 : L];
-    std::vector<sim::DeviceId> h;
-    for (const auto& ring : rings) h.push_back(ring[pos]);
-    return h;
-  });
-}
-
-StateLayout zero_layout(const StepInputs& in, const ZeroParams& z, bool gradients) {
-  const int gpus = in.cluster.gpus();
-  if ((!gradients && z.stage >= 3) || (gradients && z.stage >= 2)) return sharded(in.model, gpus);
-  return whole(in.model, [&](int) {
-    std::vector<sim::DeviceId> all(static_cast<std::size_t>(gpus));
-    std::iota(all.begin(), all.end(), 0);
-    return all;
-  });
 }
 
 namespace {

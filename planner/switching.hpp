@@ -3,6 +3,7 @@
 // to another's. A layout says, for every unit of the model (each layer, the embedding, the LM head), which GPUs
 // hold which fraction of it; the switch plan is the seed's Algorithm 1 over the slices where two layouts differ.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,13 @@ struct StateLayout {
 // parameters and stage 2 for gradients), ring-track (each layer on its ring position in every replica).
 // Offloaded copies in host DRAM are counted as their GPU's (the switch then also crosses PCIe, not modelled).
 StateLayout parameter_layout(const StepInputs& in, const PlanSpec& spec);
-// The schemes' own layouts (their registry entries' `layout`); gradients: where reduced gradients sit.
-StateLayout megatron_layout(const StepInputs& in, const MegatronParams& p);
-StateLayout ringtrack_layout(const StepInputs& in, const RingTrackParams& p);
-StateLayout zero_layout(const StepInputs& in, const ZeroParams& z, bool gradients);
 StateLayout gradient_layout(const StepInputs& in, const PlanSpec& spec);
+// What the schemes' own layouts (their HotSPa facets' `layout`, in planner/schemes/NAME/layout.cpp) are made of:
+// the units of a model (its layers, the embedding, the untied LM head), every unit held whole by `holders(unit)`,
+// or every unit cut into `gpus` equal shards, GPU g holding shard g (ZeRO's flat partition).
+int unit_count(const model::ModelConfig& m);
+StateLayout whole(const model::ModelConfig& m, const std::function<std::vector<sim::DeviceId>(int)>& holders);
+StateLayout sharded(const model::ModelConfig& m, int gpus);
 // Bytes of each unit at `bytes_per_param` (the layouts' unit order).
 std::vector<std::int64_t> unit_bytes(const model::ModelConfig& model, double bytes_per_param);
 

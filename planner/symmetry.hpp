@@ -41,9 +41,11 @@ struct ReducedStep {
 
 // The reduced step when the plan allows one, else nullopt with `why_not` (when given) saying why.
 std::optional<ReducedStep> reduce_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not = nullptr);
-// Megatron's reduction (its registry entry's `reduce_by_symmetry`).
-std::optional<ReducedStep> reduce_megatron_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not);
-// The ZeRO family's (zero, ulysses, ring-attention, fpdt).
-std::optional<ReducedStep> reduce_zero_family_by_symmetry(const StepInputs& in, const PlanSpec& spec, std::string* why_not);
+// What the schemes' reductions (their registry entries' `reduce_by_symmetry`, in planner/schemes/NAME/layout.cpp)
+// share: two members of a ring are built where one stands for many (a CP rank's K/V passes and a ZeRO ring's hops
+// between nodes need a peer, so every link's load stays symmetric), and the answer "not reduced", with `reason`
+// in `why_not` when the caller asked.
+inline constexpr int kBuilt = 2;
+std::optional<ReducedStep> not_reduced(std::string* why_not, const std::string& reason);
 
 }  // namespace trainyard::planner

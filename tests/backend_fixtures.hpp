@@ -6,7 +6,7 @@
 
 #include "hwprofiles/catalog.hpp"
 #include "models/model.hpp"
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 
 namespace trainyard::test {
 

@@ -14,8 +14,8 @@
 #include "models/catalog.hpp"
 #include "planner/analytic.hpp"
 #include "planner/estimate.hpp"
-#include "planner/search.hpp"
 #include "planner/schemes/scheme.hpp"
+#include "planner/search.hpp"
 #include "test_support.hpp"
 
 namespace trainyard {

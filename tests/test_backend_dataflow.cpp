@@ -13,8 +13,8 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/model.hpp"
-#include "planner/megatron.hpp"
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/megatron/megatron.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 #include "tests/backend_fixtures.hpp"
 
 namespace trainyard::backend {

@@ -13,9 +13,9 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/model.hpp"
-#include "planner/megatron.hpp"
-#include "planner/ringtrack.hpp"
-#include "planner/zero.hpp"
+#include "planner/schemes/megatron/megatron.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
+#include "planner/schemes/zero_family/zero.hpp"
 #include "tests/backend_fixtures.hpp"
 #include "tests/test_support.hpp"
 

@@ -11,7 +11,7 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 #include "sim/engine.hpp"
 #include "test_support.hpp"
 

@@ -9,7 +9,7 @@
 #include "backend/reference_step.hpp"
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 #include "tests/backend_fixtures.hpp"
 #include "tests/executor_checks.hpp"
 #include "tests/gpu_support.hpp"

@@ -15,8 +15,8 @@
 #include "gui/what_if.hpp"
 #include "planner/estimate.hpp"
 #include "planner/plan.hpp"
-#include "planner/search.hpp"
 #include "planner/schemes/scheme.hpp"
+#include "planner/search.hpp"
 
 using namespace trainyard;
 using namespace trainyard::gui;

@@ -18,9 +18,9 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "planner/hotspa.hpp"
-#include "planner/megatron.hpp"
-#include "planner/ringtrack.hpp"
-#include "planner/zero.hpp"
+#include "planner/schemes/megatron/megatron.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
+#include "planner/schemes/zero_family/zero.hpp"
 #include "tests/backend_fixtures.hpp"
 
 namespace trainyard::backend {

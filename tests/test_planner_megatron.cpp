@@ -8,7 +8,7 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "planner/megatron.hpp"
+#include "planner/schemes/megatron/megatron.hpp"
 #include "planner/transformer.hpp"
 #include "sim/collectives.hpp"
 #include "test_support.hpp"

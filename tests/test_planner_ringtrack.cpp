@@ -7,7 +7,7 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 #include "test_support.hpp"
 
 namespace trainyard::planner {

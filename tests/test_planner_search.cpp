@@ -8,8 +8,8 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "planner/search.hpp"
 #include "planner/schemes/scheme.hpp"
+#include "planner/search.hpp"
 #include "test_support.hpp"
 
 namespace trainyard::planner {

@@ -4,7 +4,7 @@
 #include "common/error.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "planner/zero.hpp"
+#include "planner/schemes/zero_family/zero.hpp"
 #include "sim/cost_model.hpp"
 #include "test_support.hpp"
 

@@ -10,7 +10,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "planner/hotspa.hpp"
 #include "planner/schemes/scheme.hpp"
-#include "planner/schemes/zero_family.hpp"
+#include "planner/schemes/zero_family/family.hpp"
 #include "planner/search.hpp"
 #include "tests/test_support.hpp"
 

@@ -8,9 +8,9 @@
 
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
-#include "planner/megatron.hpp"
+#include "planner/schemes/megatron/megatron.hpp"
+#include "planner/schemes/zero_family/zero.hpp"
 #include "planner/transformer.hpp"
-#include "planner/zero.hpp"
 #include "sim/engine.hpp"
 #include "stacks/stack_profile.hpp"
 #include "test_support.hpp"

@@ -173,6 +173,29 @@ TEST(Structure, SchemeNamesAreComparedOnlyInTheRegistry) {
   EXPECT_TRUE(found.empty());
 }
 
+TEST(Structure, ASchemesOwnCodeLivesInItsFolder) {
+  // planner/schemes/NAME/ holds a scheme's entry, builder, bounds, estimate, layout and symmetry; the planner's other
+  // files keep only what every scheme shares, so they name no scheme's parameter struct (plan.hpp lists them in
+  // SchemeParams), and no scheme's folder reaches into another's (issue 44, move 4).
+  const std::regex kParams(R"re(\b(MegatronParams|ZeroParams|RingTrackParams)\b)re");
+  const std::regex kInclude(R"re(#\s*include\s*"planner/schemes/(\w+)/)re");
+  std::vector<std::string> found;
+  for (const auto& path : sources({"planner"})) {
+    const std::string name = from_root(path);
+    const std::string text = read(path);
+    if (path.parent_path() == kRoot / "planner" && name != "planner/plan.hpp" && std::regex_search(code_only(text), kParams)) {
+      found.push_back(name + " names a scheme's parameter struct");
+    }
+    if (!name.starts_with("planner/schemes/") || path.parent_path() == kRoot / "planner/schemes") continue;
+    const std::string folder = path.parent_path().filename().string();
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), kInclude); it != std::sregex_iterator(); ++it) {
+      if ((*it)[1] != folder) found.push_back(name + " includes planner/schemes/" + (*it)[1].str() + "/");
+    }
+  }
+  for (const auto& f : found) ADD_FAILURE() << f;
+  EXPECT_TRUE(found.empty());
+}
+
 // Every header a source file pulls in, transitively: project headers ("dir/file.hpp") are followed, system ones
 // (<...>) listed.
 std::set<std::string> includes_of(const std::string& file) {

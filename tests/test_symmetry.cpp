@@ -6,8 +6,8 @@
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/plan.hpp"
-#include "planner/symmetry.hpp"
 #include "planner/schemes/scheme.hpp"
+#include "planner/symmetry.hpp"
 #include "test_support.hpp"
 
 namespace trainyard::planner {

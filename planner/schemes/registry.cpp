@@ -6,7 +6,7 @@
 
 namespace trainyard::planner {
 
-// The built-in entries, one file each in this folder.
+// The built-in entries, one folder each beside this file (NAME/NAME_scheme.cpp).
 Scheme ringtrack_scheme();
 Scheme fpdt_scheme();
 Scheme ulysses_scheme();

@@ -1,10 +1,10 @@
 #pragma once
-// The scheme registry: one entry per parallelisation scheme, each in its own file under planner/schemes/, holding
+// The scheme registry: one entry per parallelisation scheme, each in its own folder under planner/schemes/, holding
 // everything the rest of trainyard needs to know about it. The search, `simulate --strategy`, plan files, HotSPa's
 // strategy strings and the GUI loop over this table and never compare scheme names.
 //
-// Adding a scheme: write planner/schemes/NAME/scheme.cpp with a function returning its entry, and add that function
-// to the table in registry.cpp (or call register_scheme, as tests/test_scheme_registry.cpp does). A scheme whose
+// Adding a scheme: write planner/schemes/NAME/NAME_scheme.cpp with a function returning its entry, and add that
+// function to the table in registry.cpp (or call register_scheme, as tests/test_scheme_registry.cpp does). A scheme whose
 // parameters fit none of the existing structs adds its own to planner/plan.hpp's SchemeParams.
 #include <algorithm>
 #include <cstdint>
@@ -92,7 +92,8 @@ struct HotSpaFacet {
 struct ChunkFacet {
   std::int64_t (*tokens)(const PlanSpec& spec);
   void (*set_tokens)(PlanSpec& spec, std::int64_t tokens);
-  std::int64_t interactive_chunks = 0;  // the most chunks per sequence a GUI sweep builds (the graph grows with them, FPDT's quadratically)
+  // The most chunks per sequence a GUI sweep builds (the graph grows with them, FPDT's quadratically).
+  std::int64_t interactive_chunks = 0;
 };
 
 // A scheme: a small core every scheme fills, and facets that the features some schemes take read (absent: the

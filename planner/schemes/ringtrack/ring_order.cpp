@@ -1,4 +1,4 @@
-#include "planner/ring_order.hpp"
+#include "planner/schemes/ringtrack/ring_order.hpp"
 
 #include <algorithm>
 #include <map>

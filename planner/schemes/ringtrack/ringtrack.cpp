@@ -1,4 +1,4 @@
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/units.hpp"
 #include "planner/estimate.hpp"
+#include "planner/schemes/ringtrack/closed_form.hpp"
 #include "planner/transformer.hpp"
 
 namespace trainyard::planner {

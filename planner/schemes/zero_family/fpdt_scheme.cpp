@@ -1,7 +1,7 @@
 // FPDT: Ulysses with attention in chunks whose K/V (and backward's q, o, dO, dq) stream from host DRAM.
 #include "common/units.hpp"
 #include "planner/engines/writers.hpp"
-#include "planner/schemes/zero_family.hpp"
+#include "planner/schemes/zero_family/family.hpp"
 #include "planner/search.hpp"
 
 namespace trainyard::planner {
@@ -16,8 +16,8 @@ std::string fpdt_run_refusal(const StepInputs& in, const PlanSpec& spec, int ran
   const std::int64_t share = in.workload.seq_len / p.sp;
   if (in.workload.seq_len / p.fpdt_chunk > 255) return "at most 255 FPDT chunks (" + std::to_string(in.workload.seq_len / p.fpdt_chunk) + ")";
   if (share % p.fpdt_chunk != 0) {
-    return "an FPDT chunk dividing each sp rank's share of the sequence (" + format_tokens(share) + " tokens, chunk " +
-           format_tokens(p.fpdt_chunk) + ")";
+    return "an FPDT chunk dividing each sp rank's share of the sequence (" + format_tokens(share) + " tokens, chunk " + format_tokens(p.fpdt_chunk) +
+           ")";
   }
   if (in.model.heads % p.sp != 0 || in.model.kv_heads % p.sp != 0) {
     return "an sp dividing the model's heads and K/V heads (" + std::to_string(in.model.heads) + ", " + std::to_string(in.model.kv_heads) + ")";

@@ -1,4 +1,4 @@
-#include "planner/zero.hpp"
+#include "planner/schemes/zero_family/zero.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "planner/estimate.hpp"
+#include "planner/schemes/zero_family/closed_form.hpp"
 
 namespace trainyard::planner {
 

@@ -1,17 +1,27 @@
-#include "planner/schemes/zero_family.hpp"
+#include "planner/schemes/zero_family/family.hpp"
 
 #include <algorithm>
 #include <array>
 
 #include "common/error.hpp"
 #include "common/units.hpp"
-#include "planner/analytic.hpp"
+#include "planner/schemes/zero_family/closed_form.hpp"
+#include "planner/schemes/zero_family/zero.hpp"
 #include "planner/search.hpp"
-#include "planner/zero.hpp"
 
 namespace trainyard::planner {
 
 namespace {
+
+// Turns on one ZeRO offload target ("optimizer", "grads", "params" or "acts"); false for any other word.
+bool set_offload(ZeroParams& z, const std::string& target) {
+  if (target == "optimizer") z.offload_optimizer = true;
+  else if (target == "grads") z.offload_grads = true;
+  else if (target == "params") z.offload_params = true;
+  else if (target == "acts") z.offload_activations = true;
+  else return false;
+  return true;
+}
 
 std::string offload_list(const ZeroParams& z) {
   std::string out;
@@ -144,7 +154,7 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
       .flags = std::move(flags),
       .required_flags = {},
       .from_flags = [](const FlagValues& given, const sim::Cluster&) { return zero_family_from_flags(given); },
-      .summary = nullptr,     // each member's own: it names its split
+      .summary = nullptr,  // each member's own: it names its split
       .check = [](const StepInputs& in, const PlanSpec& spec) { check_zero(in, spec.as<ZeroParams>()); },
       .build = [](const StepInputs& in, const PlanSpec& spec, RingTrackPlan*) { return build_zero(in, spec.as<ZeroParams>()); },
       .enumerate = nullptr,  // each member's own

@@ -1,6 +1,6 @@
 #pragma once
-// What the ZeRO family (zero, ulysses, ring-attention, fpdt: planner/zero.hpp builds them all) shares: its
-// parameters (ZeroParams), their plan-file fields, and the variants the search tries on top of each scheme's split.
+// What the ZeRO family (zero, ulysses, ring-attention, fpdt: zero.hpp builds them all) shares: its parameters
+// (ZeroParams), their plan-file fields, and the variants the search tries on top of each scheme's split.
 #include <string>
 
 #include "planner/schemes/scheme.hpp"
@@ -16,7 +16,7 @@ PlanSpec zero_family_from_flags(const FlagValues& flags);
 void zero_family_variants(const std::string& scheme, const ZeroParams& base, bool require_ac, const AddPlan& add);
 // The entry's fields every member of the family has alike; each member names itself, its split and its search.
 Scheme zero_family_scheme(std::string name, std::string description, std::vector<std::string> split_flags);
-// Scheme::run_refusal of the ZeRO-family schemes the executors run (their builders annotate every task): a
+// RunFacet::refusal of the ZeRO-family schemes the executors run (their builders annotate every task): a
 // micro-batch of at most 255 sequences, and of one with Ulysses, ring attention or FPDT.
 std::string zero_family_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks);
 

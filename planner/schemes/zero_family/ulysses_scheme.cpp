@@ -1,6 +1,6 @@
 // DeepSpeed-Ulysses: the sequence split over sp GPUs, all-to-alls to a head split around attention, on ZeRO.
 #include "planner/engines/writers.hpp"
-#include "planner/schemes/zero_family.hpp"
+#include "planner/schemes/zero_family/family.hpp"
 #include "planner/search.hpp"
 
 namespace trainyard::planner {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/ring_order.hpp"
+#include "planner/schemes/ringtrack/ring_order.hpp"
 #include "planner/step.hpp"
 #include "sim/task_graph.hpp"
 

@@ -1,4 +1,4 @@
-#include "planner/megatron.hpp"
+#include "planner/schemes/megatron/megatron.hpp"
 
 #include <algorithm>
 #include <array>
@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "planner/estimate.hpp"
+#include "planner/schemes/megatron/closed_form.hpp"
 
 namespace trainyard::planner {
 

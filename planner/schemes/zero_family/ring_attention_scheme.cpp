@@ -1,6 +1,6 @@
 // Ring attention (context parallelism on ZeRO): K/V blocks passed round cp GPUs, zigzag-balanced where it splits.
 #include "planner/engines/writers.hpp"
-#include "planner/schemes/zero_family.hpp"
+#include "planner/schemes/zero_family/family.hpp"
 #include "planner/search.hpp"
 
 namespace trainyard::planner {

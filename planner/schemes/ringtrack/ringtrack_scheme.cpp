@@ -1,10 +1,10 @@
-// Ring-track: the cyclic layer ring with chunk trains and DRAM prefetch (planner/ringtrack.hpp builds it).
+// Ring-track: the cyclic layer ring with chunk trains and DRAM prefetch (ringtrack.hpp builds it; closed_form.hpp bounds and estimates it).
 #include <algorithm>
 
 #include "common/error.hpp"
 #include "common/units.hpp"
-#include "planner/analytic.hpp"
-#include "planner/ringtrack.hpp"
+#include "planner/schemes/ringtrack/closed_form.hpp"
+#include "planner/schemes/ringtrack/ringtrack.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"
 
@@ -179,15 +179,14 @@ Scheme ringtrack_scheme() {
             return static_cast<double>(in.model.layers) * static_cast<double>(in.workload.seq_len) /
                    static_cast<double>(spec.as<RingTrackParams>().chunk);
           },
-      .recomputed_layer_share =
-          [](const PlanSpec& spec, std::int64_t) { return spec.as<RingTrackParams>().acts == ActivationPolicy::recompute ? 1.0 : 0.0; },
+      .recomputed_layer_share = [](const PlanSpec& spec,
+                                   std::int64_t) { return spec.as<RingTrackParams>().acts == ActivationPolicy::recompute ? 1.0 : 0.0; },
       .run = RunFacet{.refusal = [](const StepInputs&, const PlanSpec&, int) { return std::string(); }, .unchunked = ringtrack_unchunked},
       .hotspa =
           HotSpaFacet{
               .layout = [](const StepInputs& in, const PlanSpec& spec, bool) { return ringtrack_layout(in, spec.as<RingTrackParams>()); },
               .set_micro_batch = [](PlanSpec&, std::int64_t) {},  // a replica's ring takes one sequence at a time
-              .row_multiple = [](const PlanSpec& spec,
-                                 int gpus) -> std::int64_t { return gpus / std::max(1, spec.as<RingTrackParams>().ring); },
+              .row_multiple = [](const PlanSpec& spec, int gpus) -> std::int64_t { return gpus / std::max(1, spec.as<RingTrackParams>().ring); },
               .complete_strategy =
                   [](nlohmann::json& params, const std::vector<std::string>& given, int gpus) {
                     if (std::find(given.begin(), given.end(), "ring") == given.end()) params["ring"] = gpus;  // one ring of every GPU

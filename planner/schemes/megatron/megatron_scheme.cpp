@@ -1,13 +1,13 @@
 // Megatron-LM: TP (with SP and TP overlap), PP (interleaved, uneven), DP (distributed optimizer), CP, recompute
-// and checkpoint offload (planner/megatron.hpp builds it).
+// and checkpoint offload (megatron.hpp builds it; closed_form.hpp bounds and estimates it).
 #include <algorithm>
 #include <utility>
 
 #include "common/error.hpp"
 
-#include "planner/analytic.hpp"
 #include "planner/engines/writers.hpp"
-#include "planner/megatron.hpp"
+#include "planner/schemes/megatron/closed_form.hpp"
+#include "planner/schemes/megatron/megatron.hpp"
 #include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"
 
