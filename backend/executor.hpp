@@ -19,10 +19,12 @@
 // reductions are the device's all-reduces and sends between GPUs the device's send/recv over the communicator (MPI
 // on the CPU device; NCCL on the CUDA device, written but not yet run). A group reduced again over the same ranks
 // (ZeRO-2/3, every micro-batch) sums only the shares added since its last reduction.
-// What it refuses (InputError, before anything runs; executor_refusal): on one rank, several GPUs; a parameter
-// group used on GPUs that no reduction joins; tasks on the host (a CPU optimizer) and moves of model states
-// (streamed weights, offloaded optimizer states): the weights, gradients, master weights and moments stay resident
-// in device memory.
+// What it refuses (InputError, before anything runs; executor_refusal): on one rank, several GPUs; under mpirun,
+// other than one rank per GPU; collectives on activations other than those it runs (Ulysses' all-to-alls, tensor
+// parallelism's sums and gathers, all-gather context parallelism's exchanges); host tasks other than the optimizer
+// step and the sums of streamed gradients; copies of model states that do not say which; offloaded gradients or
+// streamed weights without an optimizer step on the host; tensor parallelism over other than consecutive GPUs; a
+// parameter group used on GPUs that no reduction joins.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -44,8 +46,8 @@ struct ExecutorOptions {
   kernels::AdamW adam;
   // Several ranks, one per GPU of the graph (GPU g is rank g): this rank runs its GPU's share of the schedule, and
   // the graph's gradient reductions (sim::Op::gradients) sum the groups they carry over their members' ranks,
-  // queued on their streams like any other work. Data parallelism only so far: sends between GPUs are refused
-  // (executor_refusal). Null or one rank: the whole graph here.
+  // queued on their streams like any other work, and sends between GPUs go from the sender's stream to a receive
+  // stream of the receiver. Null or one rank: the whole graph here.
   Communicator* comm = nullptr;
   std::chrono::milliseconds comm_timeout{300000};  // the longest a device's collective may take (CUDA: NCCL)
 };

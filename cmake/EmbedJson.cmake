@@ -1,4 +1,4 @@
-# trainyard_embed_json(<out_cpp> <function_name> <base_dir> <files...>)
+# trainyard_embed_json(<out_cpp> <function_name> <files...>)
 # Generates a .cpp defining
 #   const std::vector<trainyard::EmbeddedFile>& <function_name>();
 # with each file's path (relative to the source root) and text, so the built-in profiles and models travel
