@@ -32,13 +32,21 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+void add_scheme_agreement(std::map<std::string, Agreement>& out, const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs,
+                          std::size_t stride);
+
 // Every `stride`-th configuration of every scheme (graphs of at most 60K tasks), estimated and simulated, added to
 // `out` per scheme.
 void add_agreement(std::map<std::string, Agreement>& out, const std::string& model_name, std::int64_t seq, std::int64_t batch, std::size_t stride) {
   const model::ModelConfig m = model::load_model(model_name);
   const sim::Cluster cluster(hw::load_node("dgx-a100"), 1);
   const planner::StepInputs in{m, cluster, {seq, batch}, model::precision_policy("bf16-mixed")};
-  const std::vector<planner::PlanSpec> specs = planner::enumerate_plans(in, planner::scheme_names());
+  // Sampled per scheme, so that configurations one scheme gains or loses leave the others' sample as it was.
+  for (const auto& scheme : planner::scheme_names()) add_scheme_agreement(out, in, planner::enumerate_plans(in, {scheme}), stride);
+}
+
+void add_scheme_agreement(std::map<std::string, Agreement>& out, const planner::StepInputs& in, const std::vector<planner::PlanSpec>& specs,
+                          std::size_t stride) {
   for (std::size_t i = 0; i < specs.size(); i += stride) {
     if (planner::estimate_plan(in, specs[i]).tasks > 60000) continue;
     const planner::StepEstimate e = planner::analytic_estimate(in, specs[i], 0.05);

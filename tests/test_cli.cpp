@@ -546,11 +546,13 @@ TEST(Cli, PlanExecutableKeepsOnlyPlansThatRunRuns) {
   ASSERT_FALSE(j["ranked"].empty());
   for (const auto& r : j["ranked"]) {
     const std::string scheme = r["scheme"];
-    EXPECT_TRUE(scheme == "ringtrack" || scheme == "megatron" || scheme == "zero" || scheme == "ring-attention" || scheme == "ulysses") << scheme;
+    EXPECT_TRUE(scheme == "ringtrack" || scheme == "megatron" || scheme == "zero" || scheme == "ring-attention" || scheme == "ulysses" ||
+                scheme == "fpdt")
+        << scheme;
     if (scheme == "megatron") {
       EXPECT_EQ(r["parameters"]["tp"], 1) << r["summary"];
     }
-    if (scheme == "ring-attention" || scheme == "ulysses" || (scheme == "megatron" && r["parameters"]["cp"] != 1)) {
+    if (scheme == "ring-attention" || scheme == "ulysses" || scheme == "fpdt" || (scheme == "megatron" && r["parameters"]["cp"] != 1)) {
       EXPECT_EQ(r["parameters"]["micro_batch"], 1) << r["summary"];
     }
   }

@@ -5,6 +5,7 @@
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
 #include "planner/schemes/zero_family/zero.hpp"
+#include "planner/search.hpp"
 #include "sim/cost_model.hpp"
 #include "test_support.hpp"
 
@@ -264,6 +265,34 @@ TEST(Fpdt, ChunkedAttentionDoesTheCausalWorkAndStreamsThroughHost) {
   const sim::SimResult r = run(g, c);
   ASSERT_TRUE(r.completed) << (r.oom ? r.oom->describe(g) : r.stuck);
   EXPECT_GT(r.pools[4].peak_bytes, 0);  // the attention tensors wait in host DRAM
+}
+
+// A chunk of at least the whole sequence is one chunk, as DeepSpeed's FPDT takes it: the step equals the one of a
+// chunk the sequence's length, and the search offers FPDT on sequences too short for two of its chunks (issue 45).
+TEST(Fpdt, AChunkOfAtLeastTheSequenceIsOneChunk) {
+  const model::ModelConfig m = model::parse_custom_model("custom:layers=2,hidden=512,heads=8,vocab=1024");
+  const sim::Cluster c(hw::load_node(std::string(TRAINYARD_TEST_DATA_DIR) + "/tiny-node.json"), 1, test::ideal_stack());
+  const StepInputs in{m, c, {16384, 4}, model::precision_policy("bf16-mixed")};
+  ZeroParams whole, longer;
+  whole.sp = longer.sp = 2;
+  whole.activation_checkpointing = longer.activation_checkpointing = true;
+  whole.fpdt_chunk = 16384;
+  longer.fpdt_chunk = 65536;
+  check_zero(in, longer);  // no InputError
+  EXPECT_EQ(zero_layer_split(in, longer).fpdt_chunks, 1);
+  sim::TaskGraph a = build_zero(in, whole), b = build_zero(in, longer);
+  ASSERT_EQ(a.size(), b.size());
+  const sim::SimResult ra = run(a, c), rb = run(b, c);
+  ASSERT_TRUE(ra.completed && rb.completed);
+  EXPECT_EQ(ra.step_ns, rb.step_ns);
+  // The search offers FPDT here, as one chunk (before: no configuration below 32K tokens).
+  const std::vector<PlanSpec> specs = enumerate_plans(in, {"fpdt"});
+  ASSERT_FALSE(specs.empty());
+  for (const PlanSpec& spec : specs) EXPECT_EQ(spec.as<ZeroParams>().fpdt_chunk, 16384);
+  // A chunk shorter than the sequence still has to divide it.
+  ZeroParams uneven = whole;
+  uneven.fpdt_chunk = 12288;
+  EXPECT_NE(test::error_of([&] { check_zero(in, uneven); }).find("--chunk"), std::string::npos);
 }
 
 }  // namespace trainyard::planner

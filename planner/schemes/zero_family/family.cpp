@@ -166,7 +166,7 @@ Scheme zero_family_scheme(std::string name, std::string description, std::vector
             const double layers = static_cast<double>(in.model.layers), S = static_cast<double>(in.workload.seq_len);
             const ZeroParams& z = spec.as<ZeroParams>();
             if (z.fpdt_chunk <= 0) return layers;
-            const double u = S / static_cast<double>(z.fpdt_chunk);  // FPDT: chunk pairs per layer
+            const double u = std::max(1.0, S / static_cast<double>(z.fpdt_chunk));  // FPDT: chunk pairs per layer
             return layers * u * u;
           },
       .recomputed_layer_share =

@@ -8,12 +8,15 @@ namespace trainyard::planner {
 
 namespace {
 
+constexpr std::int64_t kSmallestFpdtChunk = 16 * 1024;  // the search's smallest FPDT chunk (DeepSpeed's default: 64K)
+
 // What the executors run (LayerSplit::executable_fpdt): each sp rank's tokens a whole number of chunks, the heads
 // split evenly over sp.
 std::string fpdt_run_refusal(const StepInputs& in, const PlanSpec& spec, int ranks) {
   if (std::string needs = zero_family_run_refusal(in, spec, ranks); !needs.empty()) return needs;
   const ZeroParams& p = spec.as<ZeroParams>();
   const std::int64_t share = in.workload.seq_len / p.sp;
+  if (p.fpdt_chunk >= in.workload.seq_len) return std::string();  // one chunk: Ulysses' attention, nothing streamed
   if (in.workload.seq_len / p.fpdt_chunk > 255) return "at most 255 FPDT chunks (" + std::to_string(in.workload.seq_len / p.fpdt_chunk) + ")";
   if (share % p.fpdt_chunk != 0) {
     return "an FPDT chunk dividing each sp rank's share of the sequence (" + format_tokens(share) + " tokens, chunk " + format_tokens(p.fpdt_chunk) +
@@ -46,9 +49,14 @@ Scheme fpdt_scheme() {
   };
   s.enumerate = [](const StepInputs& in, const AddPlan& add) {
     const std::int64_t S = in.workload.seq_len;
+    // FPDT's chunks are tens of K tokens (default 64K); a sequence too short for two of them is one chunk.
+    std::vector<std::int64_t> chunks;
+    for (std::int64_t chunk : chunk_sizes(S)) {
+      if (chunk >= kSmallestFpdtChunk && chunk < S) chunks.push_back(chunk);
+    }
+    if (chunks.empty()) chunks.push_back(S);
     for (int sp : divisors(in.cluster.gpus())) {
-      for (std::int64_t chunk : chunk_sizes(S)) {
-        if (chunk < 16 * 1024 || chunk >= S) continue;  // FPDT's chunks are tens of K tokens (default 64K)
+      for (std::int64_t chunk : chunks) {
         ZeroParams base;
         base.sp = sp;
         base.fpdt_chunk = chunk;

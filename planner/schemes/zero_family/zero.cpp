@@ -46,8 +46,11 @@ void check_zero(const StepInputs& in, const ZeroParams& p) {
   if (p.checkpoint_every < 1 || p.checkpoint_every > m.layers) {
     fail("--recompute", "activation checkpoints every 1 to " + std::to_string(m.layers) + " layers", std::to_string(p.checkpoint_every));
   }
-  if (p.fpdt_chunk < 0 || (p.fpdt_chunk > 0 && (in.workload.seq_len % p.fpdt_chunk != 0 || p.fpdt_chunk % p.sp != 0))) {
-    fail("--chunk", "a chunk (global tokens) dividing the sequence length and divisible by sp", std::to_string(p.fpdt_chunk));
+  // A chunk of at least the whole sequence is one chunk (each GPU's share whole), as DeepSpeed's FPDT takes it.
+  const bool one_chunk = p.fpdt_chunk >= in.workload.seq_len;
+  if (p.fpdt_chunk < 0 || (p.fpdt_chunk > 0 && !one_chunk && (in.workload.seq_len % p.fpdt_chunk != 0 || p.fpdt_chunk % p.sp != 0))) {
+    fail("--chunk", "a chunk (global tokens) dividing the sequence length and divisible by sp, or at least the sequence (one chunk)",
+         std::to_string(p.fpdt_chunk));
   }
   if (p.fpdt_chunk > 0 && p.cp > 1) fail("--chunk", "no FPDT chunking with ring attention", std::to_string(p.fpdt_chunk));
   if (p.micro_batch < 1) fail("--micro-batch", "a positive integer", std::to_string(p.micro_batch));
@@ -81,7 +84,7 @@ LayerSplit zero_layer_split(const StepInputs& in, const ZeroParams& p) {
   split.ulysses = p.sp;
   split.cp = p.cp;
   split.zigzag = p.zigzag;
-  split.fpdt_chunks = p.fpdt_chunk > 0 ? static_cast<int>(in.workload.seq_len / p.fpdt_chunk) : 1;
+  split.fpdt_chunks = p.fpdt_chunk > 0 ? static_cast<int>(std::max<std::int64_t>(1, in.workload.seq_len / p.fpdt_chunk)) : 1;
   if (split.cp == 1 && split.fpdt_chunks == 1) split.score_bytes = stored_score_bytes(in.cluster);  // ring and FPDT attention are fused
   return split;
 }
