@@ -1,4 +1,5 @@
 // `trainyard plan`: the plan search on the command line (planner/search.hpp does the work).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,8 +19,10 @@
 #include "common/units.hpp"
 #include "hwprofiles/catalog.hpp"
 #include "models/catalog.hpp"
+#include "planner/engines/launch.hpp"
 #include "planner/estimate.hpp"
 #include "planner/no_fit.hpp"
+#include "planner/schemes/scheme.hpp"
 #include "planner/search.hpp"
 #include "sim/report.hpp"
 
@@ -46,14 +49,53 @@ void keep_runnable(planner::SearchOptions& search, const std::string& device) {
   };
 }
 
+// `plan --engine NAME`: the plans `trainyard export --to NAME` writes, each parameter expressed (with
+// --executable, the plans both keep), so the plan written exports as it is.
+const planner::Engine& engine_flag(const std::string& engine) {
+  const auto& known = planner::engines();
+  const auto it = std::find_if(known.begin(), known.end(), [&](const planner::Engine& e) { return e.name == engine; });
+  if (it == known.end()) throw InputError("--engine", "value", "megatron, deepspeed or torchtitan", "\"" + engine + "\"");
+  return *it;
+}
+
+void keep_exportable(planner::SearchOptions& search, const std::string& engine) {
+  engine_flag(engine);  // a known one
+  auto executable = search.runnable;
+  search.runnable = [executable, engine](const planner::StepInputs& in, const planner::PlanSpec& spec) {
+    if (executable && !executable(in, spec)) return false;
+    try {
+      planner::export_plan(in, spec, engine);
+      return true;
+    } catch (const InputError&) {
+      return false;  // the engine has no equivalent of the scheme, or of one of its parameters
+    }
+  };
+  search.runnable_keeps = (executable ? search.runnable_keeps + " and " : std::string()) + "`trainyard export --to " + engine + "` writes";
+}
+
+// --precision, or with --engine and no --precision the engine's own (torchtitan reduces gradients in fp32), so the
+// plan written exports as it is.
+std::string precision_flag(const po::variables_map& vm) {
+  if (vm.count("engine") && vm["precision"].defaulted()) return engine_flag(vm["engine"].as<std::string>()).precision;
+  return vm["precision"].as<std::string>();
+}
+
 std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
+
+// The engines `trainyard export` writes the scheme's plans for (none: only `trainyard run` runs them).
+Json engines_of(const std::string& scheme) {
+  Json out = Json::array();
+  for (const auto& [engine, writer] : planner::scheme_named(scheme).exports) out.push_back(engine);
+  return out;
+}
 
 Json plan_json(const planner::RankedPlan& p, const ErrorBar& bar) {
   return {{"scheme", p.spec.scheme},
           {"summary", p.spec.summary()},
           {"parameters", planner::parameters_json(p.spec)},
           {"metrics", planner::metrics_json(p.metrics)},
-          {"error_bar", bar.json()}};
+          {"error_bar", bar.json()},
+          {"engines", engines_of(p.spec.scheme)}};
 }
 
 // Why a scheme has no plan, for --json.
@@ -149,6 +191,8 @@ po::options_description plan_options() {
       ("threads", po::value<int>()->default_value(0)->value_name("int"), "simulation threads (0: all cores); the answer does not depend on it")
       ("executable", po::value<std::string>()->value_name("cpu|gpu"),
        "only plans `trainyard run --device cpu|gpu` runs (its executors do not run every scheme yet)")
+      ("engine", po::value<std::string>()->value_name("megatron|deepspeed|torchtitan"),
+       "only plans `trainyard export --to` this engine writes, every parameter expressed (the plan written exports as it is)")
       ("json", po::bool_switch(), "print the result as JSON")
       ("out", po::value<std::string>()->value_name("path"), "write the best plan to a plan file (trainyard simulate --plan runs it)")
       ("trace", po::value<std::string>()->value_name("path"), "write the best plan's Chrome trace")
@@ -176,6 +220,7 @@ int run_lengths_plan(const po::variables_map& vm) {
   if (vm["explain"].as<bool>() || vm["objective"].as<std::string>() != "throughput") {
     throw InputError("--objective/--explain", "value", "throughput and no --explain with --lengths", "given");
   }
+  if (vm.count("engine")) throw InputError("--engine", "value", "none with --lengths (no engine switches strategies within a step)", "given");
   return run_plan_lengths(vm, planner::schemes_from_list(vm["strategies"].as<std::string>()));
 }
 
@@ -240,6 +285,7 @@ planner::SearchOptions search_options(const po::variables_map& vm, std::int64_t 
     if (device != "cpu" && device != "gpu") throw InputError("--executable", "value", "cpu or gpu", "\"" + device + "\"");
     keep_runnable(search, device);
   }
+  if (vm.count("engine")) keep_exportable(search, vm["engine"].as<std::string>());
   return search;
 }
 
@@ -249,7 +295,7 @@ void open_resume(const PlanRun& run, const planner::SearchOptions& local, planne
   const po::variables_map& vm = run.vm;
   if (!vm.count("resume")) return;
   const std::string key = run.model_name() + " on " + std::to_string(run.nodes()) + " x " + run.hw_name() + ", stack " + run.cluster.stack.name +
-                          ", " + vm["precision"].as<std::string>() + ", HBM headroom " + format_number(vm["hbm-headroom"].as<double>()) +
+                          ", " + precision_flag(vm) + ", HBM headroom " + format_number(vm["hbm-headroom"].as<double>()) +
                           (vm.count("executable") ? ", executable " + vm["executable"].as<std::string>() : "");
   resume.emplace(vm["resume"].as<std::string>(), key);
   if (!search.farm)
@@ -322,7 +368,7 @@ void write_best(const PlanRun& run, const planner::SearchReport& report, const s
     file.hw = run.hw_name();
     file.nodes = run.nodes();
     file.workload = run.workload;
-    file.precision = vm["precision"].as<std::string>();
+    file.precision = precision_flag(vm);
     file.stack = vm.count("stack") ? vm["stack"].as<std::string>() : std::string(stacks::kDefaultStack);
     file.spec = best.spec;
     file.predicted = planner::metrics_json(best.metrics);
@@ -336,7 +382,7 @@ void write_best(const PlanRun& run, const planner::SearchReport& report, const s
   }
 }
 
-int print_ranked_json(const PlanRun& run, const planner::SearchReport& report) {
+int print_ranked_json(const PlanRun& run, const planner::SearchReport& report, const std::vector<std::string>& schemes_searched) {
   const auto& best = report.ranked.front();
   Json ranked = Json::array(), per_scheme = Json::array();
   for (std::size_t i = 0; i < report.ranked.size() && i < static_cast<std::size_t>(run.top); ++i)
@@ -345,6 +391,8 @@ int print_ranked_json(const PlanRun& run, const planner::SearchReport& report) {
     per_scheme.push_back(plan_json(p, run.bar_of(p, run.workload.seq_len)));
     per_scheme.back()["gap"] = p.gap;
   }
+  Json without_plan = Json::array();  // every other scheme's verdict, as the text prints it
+  for (const auto& s : planner::schemes_without_fit(report, schemes_searched)) without_plan.push_back(no_fit_json(s));
   Json out{{"model", run.model_name()},
            {"hw", run.hw_name()},
            {"nodes", run.nodes()},
@@ -352,6 +400,7 @@ int print_ranked_json(const PlanRun& run, const planner::SearchReport& report) {
            {"objective", run.vm["objective"].as<std::string>()},
            {"ranked", ranked},
            {"best_of_scheme", per_scheme},
+           {"schemes_without_plan", without_plan},
            {"enumerated", report.enumerated},
            {"pruned_memory", report.pruned_memory},
            {"pruned_time", report.pruned_time},
@@ -400,6 +449,11 @@ void print_ranked_text(const PlanRun& run, const planner::SearchReport& report, 
                 << ", none of its skipped plans can be more than " << format_fixed(100 * p.gap, 1) << "% better\n";
     }
   }
+  for (const auto& p : report.best_of_scheme) {
+    if (planner::scheme_named(p.spec.scheme).exports.empty()) {
+      std::cout << p.spec.scheme << ": no engine runs its plans (trainyard export has no equivalent to write; trainyard run runs them)\n";
+    }
+  }
   for (const auto& s : planner::schemes_without_fit(report, schemes_searched)) {
     if (s.configurations == 0 || !report.interrupted) std::cout << s.reason() << "\n";
   }
@@ -425,7 +479,8 @@ int run_plan(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (parse(args,
             "trainyard plan --model M --hw NODE [--nodes N] --seq S [--global-batch B | --tokens-per-step T]\n"
-            "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu]\n"
+            "       [--strategies all|LIST] [--objective throughput|max-seq|min-hbm] [--hbm-headroom 0.05] [--top 10] [--executable cpu|gpu] "
+            "[--engine E]\n"
             "       [--json] [--out plan.json] [--trace best.json] [--explain] [--estimate-only | --bounds-only] [--resume FILE]\n"
             "       (under mpirun -np N: the simulations spread over the N ranks, the same answer; --rank-timeout 600)\n"
             "       trainyard plan --lengths dist:NAME|FILE --model M --hw NODE [--nodes N] (--tokens-per-step T | --batch-sequences N)\n"
@@ -445,7 +500,7 @@ int run_plan(const std::vector<std::string>& args) {
                     model,
                     cluster,
                     workload,
-                    {model, cluster, workload, model::precision_policy(vm["precision"].as<std::string>())},
+                    {model, cluster, workload, model::precision_policy(precision_flag(vm))},
                     vm["top"].as<int>(),
                     vm["json"].as<bool>()};
   // What the cluster leaves of the budget.
@@ -491,7 +546,7 @@ int run_plan(const std::vector<std::string>& args) {
   progress.finish();
   if (report.ranked.empty()) return print_no_fit(run, report, search.schemes);
   write_best(run, report, trace);
-  if (run.as_json) return print_ranked_json(run, report);
+  if (run.as_json) return print_ranked_json(run, report, search.schemes);
   print_ranked_text(run, report, search.schemes, elapsed, resume, ranks ? ranks->size() : 1);
   return report.interrupted ? kInterruptedExitCode : 0;
 }

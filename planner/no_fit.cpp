@@ -62,7 +62,7 @@ std::string describe_miss(const RankedPlan& miss) { return miss.spec.scheme + " 
 
 std::string SchemeNoFit::reason() const {
   if (configurations == 0 && not_runnable > 0) {
-    return scheme + ": none of its " + std::to_string(not_runnable) + " configurations is one the executor asked for (--executable) runs";
+    return scheme + ": none of its " + std::to_string(not_runnable) + " configurations is one " + runnable_keeps;
   }
   if (configurations == 0) {
     return scheme +
@@ -83,7 +83,7 @@ std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const s
     const bool fits = std::any_of(report.best_of_scheme.begin(), report.best_of_scheme.end(),
                                   [&](const RankedPlan& p) { return p.spec.scheme == scheme; });
     if (fits) continue;
-    SchemeNoFit s{scheme, 0, 0, std::nullopt, report.interrupted};
+    SchemeNoFit s{scheme, 0, 0, report.runnable_keeps, std::nullopt, report.interrupted};
     if (const auto n = report.enumerated_by_scheme.find(scheme); n != report.enumerated_by_scheme.end()) s.configurations = n->second;
     if (const auto n = report.not_runnable_by_scheme.find(scheme); n != report.not_runnable_by_scheme.end()) s.not_runnable = n->second;
     if (const auto c = report.closest_miss_by_scheme.find(scheme); c != report.closest_miss_by_scheme.end()) s.closest = c->second;

@@ -25,7 +25,8 @@ std::string describe_miss(const RankedPlan& miss);
 struct SchemeNoFit {
   std::string scheme;
   std::size_t configurations = 0;     // valid configurations for these inputs
-  std::size_t not_runnable = 0;       // valid ones left out as the executor asked for does not run them
+  std::size_t not_runnable = 0;       // valid ones left out by SearchOptions::runnable (--executable, --engine)
+  std::string runnable_keeps;         // what it keeps (SearchOptions::runnable_keeps)
   std::optional<RankedPlan> closest;  // the one that missed by the least, when any was bounded or simulated
   bool interrupted = false;           // the search stopped early: not every configuration was tried
   std::string reason() const;         // one sentence, starting with the scheme

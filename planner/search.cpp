@@ -656,6 +656,7 @@ void refuse_if_only_over_budget(const SearchReport& report, const SearchOptions&
 // Bounds for every candidate, the simulations in waves, then the ranking.
 SearchReport search(const StepInputs& in, const SearchOptions& options) {
   SearchReport report;
+  report.runnable_keeps = options.runnable_keeps;
   std::vector<PlanSpec> specs = enumerate_plans(in, options.schemes);
   if (options.runnable) {
     std::erase_if(specs, [&](const PlanSpec& spec) {

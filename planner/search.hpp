@@ -154,6 +154,9 @@ struct SearchOptions {
   // When set, only the candidates for which it returns true are enumerated (`plan --executable`: the plans the
   // chosen executor runs). Given the inputs, which max_sequence's probes change.
   std::function<bool(const StepInputs&, const PlanSpec&)> runnable;
+  // What `runnable` keeps, as the reason a scheme without a kept configuration gives ("none of its 12
+  // configurations is one ..."): the executor's (--executable) by default, or an engine's (--engine).
+  std::string runnable_keeps = "the executor asked for (--executable) runs";
   // When set, a candidate the search is about to simulate is left out (counted in not_runnable_by_scheme) unless
   // its built graph passes this too: checked on the graph the simulation builds, so nothing is built twice and
   // nothing the bounds pruned is built. Called on the worker threads.
@@ -178,6 +181,7 @@ struct SearchReport {
   double smallest_over_budget_bytes = 0;
   std::map<std::string, std::size_t> enumerated_by_scheme;    // valid configurations per scheme
   std::map<std::string, std::size_t> not_runnable_by_scheme;  // valid ones SearchOptions::runnable left out
+  std::string runnable_keeps;                                 // SearchOptions::runnable_keeps
   std::vector<PlanSpec> simulated_misses;                     // the simulated candidates that did not fit
   bool interrupted = false;
 };

@@ -533,6 +533,40 @@ INSTANTIATE_TEST_SUITE_P(
 
 namespace trainyard::app {
 
+// `plan --engine E` keeps only the plans `trainyard export --to E` writes, and the plan it writes exports as it is,
+// precision included (torchtitan's default is fp32 gradient reductions). The schemes the engine has no equivalent
+// of say so, and --json carries every scheme's verdict and the engines of each scheme's best plan (issue 45).
+TEST(Cli, PlanEngineKeepsPlansThatEngineWritesAndTheWrittenPlanExports) {
+  test::TempDir dir;
+  const std::string inputs = "--model llama3-8b --hw dgx-a100 --seq 8K --global-batch 8 --top 50";
+  for (const std::string engine : {"megatron", "deepspeed", "torchtitan"}) {
+    const std::string out = (dir.path() / (engine + ".plan.json")).string();
+    const auto plan = run_cli("plan " + inputs + " --engine " + engine + " --json --out " + out);
+    ASSERT_EQ(plan.exit_code, 0) << engine << ": " << plan.err;
+    const auto j = nlohmann::json::parse(plan.out);
+    ASSERT_FALSE(j["ranked"].empty()) << engine;
+    for (const auto& r : j["ranked"]) {
+      const auto& engines = r["engines"];
+      EXPECT_NE(std::find(engines.begin(), engines.end(), engine), engines.end()) << engine << ": " << r["summary"];
+    }
+    bool named_the_filter = false;
+    for (const auto& s : j["schemes_without_plan"]) {
+      named_the_filter = named_the_filter || s["reason"].get<std::string>().find("trainyard export --to " + engine) != std::string::npos;
+    }
+    EXPECT_TRUE(named_the_filter) << engine << ": the schemes it has no equivalent of say so";
+    const auto exported = run_cli("export --plan " + out + " --to " + engine);
+    EXPECT_EQ(exported.exit_code, 0) << engine << ": " << exported.err;
+    if (engine == "torchtitan") {
+      EXPECT_EQ(nlohmann::json::parse(test::read_file(out))["precision"], "bf16-mixed-fp32-grads");
+    }
+  }
+  // Without --engine, a scheme no engine runs is named so under the table.
+  const auto text = run_cli("plan --model llama3-8b --hw dgx-a100 --seq 256K --strategies ringtrack --top 1");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("ringtrack: no engine runs its plans"), std::string::npos) << text.out;
+  EXPECT_NE(run_cli("plan " + inputs + " --engine nemo").err.find("--engine"), std::string::npos);
+}
+
 // `plan --executable cpu` never picks what `run --device cpu` refuses: every plan it lists is one the CPU executors
 // run (ring-track, Megatron without TP, the ZeRO family; one sequence per micro-batch with CP, Ulysses or ring
 // attention), and the best of them runs and passes --check; on GPUs TP and micro-batches of several sequences too.

@@ -65,6 +65,9 @@ struct Example {
   std::vector<std::string> commands;
 };
 
+// How a test's parameter is named in its output (gtest prints the bytes otherwise).
+void PrintTo(const Example& e, std::ostream* os) { *os << e.page << ": " << e.commands.front() << (e.commands.size() > 1 ? " ..." : ""); }
+
 std::vector<Example> examples_of(const std::string& page) {
   std::istringstream text(read_file(std::string(TRAINYARD_SOURCE_DIR) + "/" + page));
   std::vector<Example> out;

@@ -11,10 +11,13 @@ namespace trainyard::planner {
 
 const std::vector<Engine>& engines() {
   static const std::vector<Engine> all = {
-      {"megatron", "Megatron-LM pretrain_gpt.py under torchrun", "NVIDIA/Megatron-LM d98e8a64 (2026-08-22, after core_v0.16.1)"},
+      // Megatron-LM and DeepSpeed under --bf16 reduce bf16 gradients unless told otherwise; torchtitan's FSDP
+      // reduces them in fp32 (training.mixed_precision_reduce, "float32" its only value: torchtitan.cpp).
+      {"megatron", "Megatron-LM pretrain_gpt.py under torchrun", "NVIDIA/Megatron-LM d98e8a64 (2026-08-22, after core_v0.16.1)", "bf16-mixed"},
       {"deepspeed", "Megatron-DeepSpeed pretrain_gpt.py under the deepspeed launcher, with a DeepSpeed config",
-       "deepspeedai/Megatron-DeepSpeed 4efb479d (2025-07-16), deepspeedai/DeepSpeed 0.19.6 (edaa7221)"},
-      {"torchtitan", "torchtitan's train.py under torchrun, with a TOML job config", "pytorch/torchtitan v0.2.2 (73a0e697; the last TOML release)"},
+       "deepspeedai/Megatron-DeepSpeed 4efb479d (2025-07-16), deepspeedai/DeepSpeed 0.19.6 (edaa7221)", "bf16-mixed"},
+      {"torchtitan", "torchtitan's train.py under torchrun, with a TOML job config", "pytorch/torchtitan v0.2.2 (73a0e697; the last TOML release)",
+       "bf16-mixed-fp32-grads"},
   };
   return all;
 }

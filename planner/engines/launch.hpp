@@ -20,6 +20,9 @@ struct Engine {
   std::string name;     // --to's value: "megatron", "deepspeed", "torchtitan"
   std::string program;  // what runs: "Megatron-LM pretrain_gpt.py"
   std::string version;  // the version whose option names the writer uses
+  // The precision policy (models/precision.hpp) its runs take unless told otherwise: `plan --engine`'s default, so
+  // the plan it writes exports as it is.
+  std::string precision;
 };
 const std::vector<Engine>& engines();
 const Engine& engine_named(const std::string& name);  // InputError (--to) for another name
