@@ -179,7 +179,7 @@ po::options_description plan_options() {
       ("model", po::value<std::string>()->value_name("name|path|custom:..."), "model (required)")
       ("hw", po::value<std::string>()->value_name("name|path"), "node profile (required)")
       ("nodes", po::value<int>()->default_value(1)->value_name("int"), "number of nodes")
-      ("seq", po::value<std::string>()->value_name("tokens"), "sequence length (required), e.g. 256K, 1M")
+      ("seq", po::value<std::string>()->value_name("tokens"), "sequence length (required but with --objective max-seq), e.g. 256K, 1M")
       ("global-batch", po::value<std::int64_t>()->value_name("int"), "sequences per optimizer step (default 1)")
       ("tokens-per-step", po::value<std::string>()->value_name("tokens"), "tokens per optimizer step (instead of --global-batch)")
       ("precision", po::value<std::string>()->default_value("bf16-mixed")->value_name("name"), "precision policy of the model states")
@@ -230,8 +230,12 @@ void check_search_flags(const po::variables_map& vm) {
     if (vm.count(flag) && !vm[flag].defaulted()) throw InputError(std::string("--") + flag, "value", "only with --lengths", "--" + std::string(flag));
   }
   check_output_flags(vm, {"out", "trace"});  // before the search, so a bad path does not cost its result
+  const bool max_seq = planner::parse_objective(vm["objective"].as<std::string>()) == planner::Objective::max_seq;
   for (const char* flag : {"model", "hw", "seq"}) {
-    if (!vm.count(flag)) throw InputError(std::string("--") + flag, "value", "a value", "nothing");
+    if (!vm.count(flag) && !(max_seq && std::string(flag) == "seq")) throw InputError(std::string("--") + flag, "value", "a value", "nothing");
+  }
+  if (max_seq && !vm.count("seq") && vm.count("tokens-per-step")) {
+    throw InputError("--tokens-per-step", "value", "--global-batch with --objective max-seq (the length is what it finds)", "given");
   }
   const double headroom = vm["hbm-headroom"].as<double>();
   if (!(headroom >= 0 && headroom < 1)) throw InputError("--hbm-headroom", "value", "a fraction in [0, 1)", std::to_string(headroom));
@@ -264,8 +268,14 @@ struct PlanRun {
 };
 
 planner::Workload workload_of(const po::variables_map& vm) {
-  if (vm.count("global-batch") || vm.count("tokens-per-step")) return workload_from_flags(vm);
   planner::Workload workload;
+  if (!vm.count("seq")) {  // --objective max-seq: the length is what it finds; its probes start at 1K
+    workload.seq_len = 1024;
+    if (vm.count("global-batch")) workload.global_batch = vm["global-batch"].as<std::int64_t>();
+    if (workload.global_batch < 1) throw InputError("--global-batch", "value", "a positive integer", std::to_string(workload.global_batch));
+    return workload;
+  }
+  if (vm.count("global-batch") || vm.count("tokens-per-step")) return workload_from_flags(vm);
   workload.seq_len = parse_token_count(vm["seq"].as<std::string>(), "--seq");
   return workload;
 }
@@ -316,8 +326,13 @@ int run_max_seq(const PlanRun& run, planner::SearchOptions search, Progress& pro
     search.progress = [&](std::size_t done, std::size_t total) { progress.update(done, total, "probes"); };
     const auto best = planner::max_sequence(run.inputs, scheme, search);
     if (!best) {
-      table.add_row({scheme, "< 1K", "no plan fits", "", "", "", ""});
-      out.push_back({{"scheme", scheme}, {"max_seq_len", nullptr}});
+      // Not even 1K fits: say when the batch, not the length, is the cause.
+      const planner::StepInputs at_1k{run.inputs.model, run.inputs.cluster, {1024, run.workload.global_batch}, run.inputs.precision};
+      const bool valid = !planner::enumerate_plans(at_1k, {scheme}).empty();
+      const std::int64_t batch = valid ? 0 : planner::smallest_valid_global_batch(at_1k, scheme);
+      table.add_row({scheme, batch ? "none" : "< 1K",
+                     batch ? "no valid configuration with this batch: --global-batch " + std::to_string(batch) : "no plan fits", "", "", "", ""});
+      out.push_back({{"scheme", scheme}, {"max_seq_len", nullptr}, {"valid_global_batch", batch}});
       continue;
     }
     const auto& m = best->plan.metrics;
@@ -337,6 +352,11 @@ int run_max_seq(const PlanRun& run, planner::SearchOptions search, Progress& pro
               << run.cluster.node.name << (interrupted() ? " (interrupted: partial)" : "") << "\n\n";
     table.print(std::cout);
     std::cout << kBarLegend;
+    const bool budget = std::any_of(out.begin(), out.end(), [](const Json& j) { return j.value("limited_by_budget", false); });
+    if (budget) {
+      std::cout << "(budget): longer probes had no candidate within the memory budget, so the length is a lower bound (--memory-budget "
+                   "raises it)\n";
+    }
   }
   return interrupted() ? kInterruptedExitCode : 0;
 }

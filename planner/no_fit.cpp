@@ -60,14 +60,31 @@ std::string miss_details(const RankedPlan& miss) {
 
 std::string describe_miss(const RankedPlan& miss) { return miss.spec.scheme + " " + miss_details(miss); }
 
+std::int64_t smallest_valid_global_batch(const StepInputs& in, const std::string& scheme) {
+  // Only multiples of a divisor of the GPU count can split evenly over some data-parallel degree.
+  const std::int64_t batch = in.workload.global_batch;
+  std::vector<std::int64_t> tries;
+  for (int d : divisors(in.cluster.gpus())) tries.push_back((batch / d + 1) * d);
+  std::sort(tries.begin(), tries.end());
+  for (std::int64_t b : tries) {
+    const StepInputs more{in.model, in.cluster, {in.workload.seq_len, b}, in.precision};
+    if (!enumerate_plans(more, {scheme}).empty()) return b;
+  }
+  return 0;
+}
+
 std::string SchemeNoFit::reason() const {
   if (configurations == 0 && not_runnable > 0) {
     return scheme + ": none of its " + std::to_string(not_runnable) + " configurations is one " + runnable_keeps;
   }
+  if (configurations == 0 && valid_global_batch > 0) {
+    return scheme + ": no valid configuration with this batch: each of its data-parallel ranks takes whole sequences; --global-batch " +
+           std::to_string(valid_global_batch) + " gives it some";
+  }
   if (configurations == 0) {
     return scheme +
-           ": no valid configuration for this model, cluster and batch (e.g. fewer sequences per step than its "
-           "data-parallel ranks, or a sequence its chunks or heads do not divide)";
+           ": no valid configuration for this model, cluster and sequence (e.g. a sequence its chunks or heads do not divide; no larger "
+           "--global-batch helps)";
   }
   const std::string count = std::to_string(configurations) + " configuration" + (configurations == 1 ? "" : "s");
   if (interrupted) {
@@ -83,7 +100,8 @@ std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const s
     const bool fits = std::any_of(report.best_of_scheme.begin(), report.best_of_scheme.end(),
                                   [&](const RankedPlan& p) { return p.spec.scheme == scheme; });
     if (fits) continue;
-    SchemeNoFit s{scheme, 0, 0, report.runnable_keeps, std::nullopt, report.interrupted};
+    SchemeNoFit s{scheme, 0, 0, report.runnable_keeps, 0, std::nullopt, report.interrupted};
+    if (const auto b = report.valid_global_batch.find(scheme); b != report.valid_global_batch.end()) s.valid_global_batch = b->second;
     if (const auto n = report.enumerated_by_scheme.find(scheme); n != report.enumerated_by_scheme.end()) s.configurations = n->second;
     if (const auto n = report.not_runnable_by_scheme.find(scheme); n != report.not_runnable_by_scheme.end()) s.not_runnable = n->second;
     if (const auto c = report.closest_miss_by_scheme.find(scheme); c != report.closest_miss_by_scheme.end()) s.closest = c->second;

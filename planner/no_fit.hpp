@@ -22,14 +22,20 @@ void note_miss(SearchReport& report, RankedPlan miss);
 // "megatron (tp=8 ...): peak HBM 81 GB exceeds the 76 GB left after the HBM headroom; short by 5 GB of HBM per GPU"
 std::string describe_miss(const RankedPlan& miss);
 
+// The smallest global batch above `in`'s at which `scheme` has a valid configuration at `in`'s sequence length
+// (its data-parallel ranks each take whole sequences, so a step of fewer sequences than ranks has none); 0 when no
+// batch up to the next multiple of the cluster's GPUs gives it one (then the batch is not what stops it).
+std::int64_t smallest_valid_global_batch(const StepInputs& in, const std::string& scheme);
+
 struct SchemeNoFit {
   std::string scheme;
-  std::size_t configurations = 0;     // valid configurations for these inputs
-  std::size_t not_runnable = 0;       // valid ones left out by SearchOptions::runnable (--executable, --engine)
-  std::string runnable_keeps;         // what it keeps (SearchOptions::runnable_keeps)
-  std::optional<RankedPlan> closest;  // the one that missed by the least, when any was bounded or simulated
-  bool interrupted = false;           // the search stopped early: not every configuration was tried
-  std::string reason() const;         // one sentence, starting with the scheme
+  std::size_t configurations = 0;       // valid configurations for these inputs
+  std::size_t not_runnable = 0;         // valid ones left out by SearchOptions::runnable (--executable, --engine)
+  std::string runnable_keeps;           // what it keeps (SearchOptions::runnable_keeps)
+  std::int64_t valid_global_batch = 0;  // without valid configurations: the smallest batch that has some (0: none)
+  std::optional<RankedPlan> closest;    // the one that missed by the least, when any was bounded or simulated
+  bool interrupted = false;             // the search stopped early: not every configuration was tried
+  std::string reason() const;           // one sentence, starting with the scheme
 };
 // The schemes of `schemes` without a fitting plan in `report`, in that order.
 std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const std::vector<std::string>& schemes);

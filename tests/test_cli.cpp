@@ -567,6 +567,23 @@ TEST(Cli, PlanEngineKeepsPlansThatEngineWritesAndTheWrittenPlanExports) {
   EXPECT_NE(run_cli("plan " + inputs + " --engine nemo").err.find("--engine"), std::string::npos);
 }
 
+// A scheme without a valid configuration says what makes one valid: a step of fewer sequences than its
+// data-parallel ranks names the --global-batch that gives it some (Ulysses on 2 nodes, its sp capped by the K/V
+// heads); max-seq says so too instead of "< 1K", and needs no --seq (issue 45).
+TEST(Cli, ASchemeWithoutValidConfigurationsNamesTheBatchThatGivesItSome) {
+  const auto plan = run_cli("plan --model llama3-8b --hw dgx-a100 --nodes 2 --seq 64K --strategies ulysses,ringtrack --top 1");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("ulysses: no valid configuration with this batch"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("--global-batch 2 gives it some"), std::string::npos) << plan.out;
+  const auto longest = run_cli("plan --model llama3-8b --hw dgx-a100 --objective max-seq --strategies zero --json");
+  ASSERT_EQ(longest.exit_code, 0) << longest.err;
+  const auto j = nlohmann::json::parse(longest.out);
+  EXPECT_EQ(j["schemes"][0]["valid_global_batch"], 8) << longest.out;
+  // The batch it names does give it a plan.
+  const auto fixed = run_cli("plan --model llama3-8b --hw dgx-a100 --seq 4K --global-batch 8 --strategies zero --top 1 --json");
+  EXPECT_EQ(fixed.exit_code, 0) << fixed.err;
+}
+
 // `plan --executable cpu` never picks what `run --device cpu` refuses: every plan it lists is one the CPU executors
 // run (ring-track, Megatron without TP, the ZeRO family; one sequence per micro-batch with CP, Ulysses or ring
 // attention), and the best of them runs and passes --check; on GPUs TP and micro-batches of several sequences too.
