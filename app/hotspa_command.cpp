@@ -297,7 +297,8 @@ std::vector<std::int64_t> group_bounds(const po::variables_map& vm, std::int64_t
   if (vm.count("groups")) {
     bounds = token_list(vm["groups"].as<std::string>(), "--groups");
   } else {
-    for (std::int64_t b = 1024; b < max_len; b *= 2) bounds.push_back(b);
+    // Powers of two from 1K (from half the longest length when that is shorter, so a short one still has two groups).
+    for (std::int64_t b = std::max<std::int64_t>(1, std::min<std::int64_t>(1024, max_len / 2)); b < max_len; b *= 2) bounds.push_back(b);
     bounds.push_back(max_len);
   }
   if (bounds.back() != max_len)
@@ -355,8 +356,28 @@ int print_search_text(const po::variables_map& vm, const LengthsRun& run, const 
 
 }  // namespace
 
+namespace {
+
+// plan --lengths' longest sequence without --max-len: 32K, or for a lengths file (or histogram) whose longest
+// document is shorter, that length rounded up to a power of two, so the last group's rows are no longer than the
+// documents they hold (a 32K row for a file of 60-token documents fits nothing a tiny model's step can run).
+std::int64_t default_max_len(const std::string& lengths) {
+  constexpr std::int64_t kDefault = 32 * 1024;
+  const planner::LengthSource source = planner::load_lengths(lengths);
+  std::int64_t longest = 0;
+  for (const std::int64_t s : source.samples) longest = std::max(longest, s);
+  for (const auto& bin : source.bins) longest = std::max(longest, bin.max);
+  if (source.kind == planner::LengthSource::Kind::lognormal || longest <= 0) return kDefault;
+  std::int64_t len = 1;
+  while (len < longest) len *= 2;
+  return std::min(len, kDefault);
+}
+
+}  // namespace
+
 int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>& schemes) {
-  const std::int64_t max_len = parse_token_count(vm.count("max-len") ? vm["max-len"].as<std::string>() : "32K", "--max-len");
+  const std::int64_t max_len = vm.count("max-len") ? parse_token_count(vm["max-len"].as<std::string>(), "--max-len")
+                                                   : default_max_len(vm["lengths"].as<std::string>());
   const std::vector<std::int64_t> bounds = group_bounds(vm, max_len);
   LengthsRun run;
   load_hardware(vm, run);

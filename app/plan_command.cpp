@@ -80,7 +80,7 @@ std::string precision_flag(const po::variables_map& vm) {
   return vm["precision"].as<std::string>();
 }
 
-std::string seconds(double s) { return s >= 100 ? format_fixed(s, 0) + " s" : s >= 1 ? format_fixed(s, 2) + " s" : format_fixed(s * 1e3, 1) + " ms"; }
+std::string seconds(double s) { return format_seconds(s); }
 
 // The engines `trainyard export` writes the scheme's plans for (none: only `trainyard run` runs them).
 Json engines_of(const std::string& scheme) {

@@ -46,6 +46,14 @@ std::string format_number(double value) {
   return buf;
 }
 
+std::string format_seconds(double seconds) {
+  // Three significant figures in the largest unit that keeps the number at least 1 (whole seconds from 100 s).
+  const auto figures = [](double v, const char* unit) { return format_fixed(v, v >= 100 ? 0 : v >= 10 ? 1 : 2) + unit; };
+  if (seconds >= 1 || seconds == 0) return figures(seconds, " s");
+  if (seconds >= 1e-3) return figures(seconds * 1e3, " ms");
+  return figures(seconds * 1e6, " us");
+}
+
 std::string format_fixed(double value, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, value);

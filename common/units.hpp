@@ -19,5 +19,6 @@ std::string format_bytes(double bytes);          // binary units: "80.0 GiB", "2
 std::string format_count(double count);          // decimal: "8.03 B", "525.3 M", "4096"
 std::string format_tokens(std::int64_t tokens);  // binary: "1M", "256K", "5000"
 std::string format_flops(double flops);          // "1.23 PFLOP", "48.2 GFLOP"
+std::string format_seconds(double seconds);      // three figures at most: "680 s", "20.6 s", "1.25 s", "413 ms", "87.5 us"
 
 }  // namespace trainyard

@@ -803,12 +803,12 @@ GroupResult group_result_from_record(const Json& j, const std::string& origin) {
 }
 
 std::string table3(const MinibatchResult& st, const MinibatchResult& sw) {
-  TextTable t({"group", "sequences", "tokens", "static s", "hot-switched s", "speedup", "hot-switched strategy"},
+  TextTable t({"group", "sequences", "tokens", "static", "hot-switched", "speedup", "hot-switched strategy"},
               {false, true, true, true, true, true, false});
   std::vector<std::vector<std::string>> rows;
   for (const GroupResult& g : st.groups) {
     rows.push_back(
-        {range_name(g.lo, g.hi), std::to_string(g.sequences), format_tokens(g.tokens), g.fits ? format_fixed(g.time_s, 2) : "no fit", "", "", ""});
+        {range_name(g.lo, g.hi), std::to_string(g.sequences), format_tokens(g.tokens), g.fits ? format_seconds(g.time_s) : "no fit", "", "", ""});
   }
   // A switched group spans one or more static rows: its time goes on the first, the speedup against their sum.
   for (const GroupResult& h : sw.groups) {
@@ -821,14 +821,15 @@ std::string table3(const MinibatchResult& st, const MinibatchResult& sw) {
     }
     if (first < 0) continue;
     auto& row = rows[first];
-    row[4] = (h.fits ? format_fixed(h.time_s, 2) : "no fit") + " (" + range_name(h.lo, h.hi) + ")";
+    row[4] = (h.fits ? format_seconds(h.time_s) : "no fit") + " (" + range_name(h.lo, h.hi) + ")";
     row[5] = h.fits && static_s > 0 ? format_fixed(static_s / h.time_s, 2) + "x" : "-";
     row[6] = h.spec.scheme + " " + h.spec.summary();
   }
   for (auto& row : rows) t.add_row(std::move(row));
-  t.add_row({"Others", "", "", "-", format_fixed(sw.others_s, 2), "", std::to_string(sw.switches.size()) + " switches"});
+  t.add_row({"Others", "", "", "-", format_seconds(sw.others_s), "",
+             std::to_string(sw.switches.size()) + (sw.switches.size() == 1 ? " switch" : " switches")});
   const bool both = st.fits && sw.fits;
-  t.add_row({"Total", "", "", st.fits ? format_fixed(st.total_s, 2) : "no fit", sw.fits ? format_fixed(sw.total_s, 2) : "no fit",
+  t.add_row({"Total", "", "", st.fits ? format_seconds(st.total_s) : "no fit", sw.fits ? format_seconds(sw.total_s) : "no fit",
              both ? format_fixed(st.total_s / sw.total_s, 2) + "x" : "-", ""});
   std::ostringstream out;
   t.print(out);

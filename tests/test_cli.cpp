@@ -584,6 +584,20 @@ TEST(Cli, ASchemeWithoutValidConfigurationsNamesTheBatchThatGivesItSome) {
   EXPECT_EQ(fixed.exit_code, 0) << fixed.err;
 }
 
+// plan --lengths on the manuals' tiny HotSPa setting: without --max-len the longest sequence follows the lengths
+// file (64 for documents of at most 60 tokens, not 32K rows nothing fits), in two groups, and small times read in
+// ms and us (issue 45).
+TEST(Cli, PlanLengthsTakesItsLongestSequenceFromTheLengthsFile) {
+  const auto plan = run_cli(std::string("plan --lengths ") + TRAINYARD_SOURCE_DIR +
+                            "/examples/tiny-lengths.txt --model custom:layers=2,hidden=32,heads=4,kv_heads=2,head_dim=8,ffn_hidden=48,vocab=256 "
+                            "--hw pcie-a100x4 --tokens-per-step 512 --micro-batch-tokens 64 --executable cpu");
+  ASSERT_EQ(plan.exit_code, 0) << plan.out << plan.err;
+  EXPECT_NE(plan.out.find("documents cut at 64"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("best hot-switched:"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("32~64"), std::string::npos) << plan.out;
+  EXPECT_EQ(plan.out.find(" 0.00 "), std::string::npos) << "a small time printed as 0.00\n" << plan.out;
+}
+
 // `plan --executable cpu` never picks what `run --device cpu` refuses: every plan it lists is one the CPU executors
 // run (ring-track, Megatron without TP, the ZeRO family; one sequence per micro-batch with CP, Ulysses or ring
 // attention), and the best of them runs and passes --check; on GPUs TP and micro-batches of several sequences too.

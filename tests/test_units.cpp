@@ -35,6 +35,13 @@ TEST(Units, Formatting) {
   EXPECT_EQ(format_tokens(65536), "64K");
   EXPECT_EQ(format_tokens(5000), "5000");
   EXPECT_EQ(format_flops(48.2e9), "48.2 GFLOP");
+  // Seconds as the plan table shows them: three figures at most, in a unit that keeps small times readable.
+  EXPECT_EQ(format_seconds(680.4), "680 s");
+  EXPECT_EQ(format_seconds(20.63), "20.6 s");
+  EXPECT_EQ(format_seconds(1.254), "1.25 s");
+  EXPECT_EQ(format_seconds(0.4132), "413 ms");
+  EXPECT_EQ(format_seconds(0.00212), "2.12 ms");
+  EXPECT_EQ(format_seconds(87.5e-6), "87.5 us");
 }
 
 }  // namespace trainyard
