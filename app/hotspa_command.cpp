@@ -150,8 +150,10 @@ void add_lengths_options(po::options_description& options, bool plan) {
       ("lengths", po::value<std::string>()->value_name("dist:NAME|FILE"),
        "variable-length mini-batches: dist:commoncrawl, dist:github, a file of lengths (one per line) or a histogram JSON")
       ("seed", po::value<std::uint64_t>()->default_value(1)->value_name("int"), "with --lengths: the mini-batch's random seed")
-      ("max-len", po::value<std::string>()->value_name("tokens"), "with --lengths: longest sequence; longer documents are cut (default: the last group bound)")
-      ("groups", po::value<std::string>()->value_name("list"), plan ? "with --lengths: candidate group bounds (default: powers of two from 1K to --max-len)"
+      ("max-len", po::value<std::string>()->value_name("tokens"),
+       plan ? "with --lengths: longest sequence; longer documents are cut (default: a lengths file's longest document rounded up to a power of two, at most 32K; 32K for dist:)"
+            : "with --lengths: longest sequence; longer documents are cut (default: the last group bound)")
+      ("groups", po::value<std::string>()->value_name("list"), plan ? "with --lengths: candidate group bounds (default: powers of two from 1K, or from half of --max-len below 2K, to --max-len)"
                                                                     : "with --lengths: the length groups to break the time down by, e.g. 1K,4K,8K,16K,32K")
       ("batch-sequences", po::value<std::int64_t>()->value_name("int"),
        "with --lengths: a mini-batch of this many documents, each cut at --max-len (instead of --tokens-per-step; HotSPa's artifact: 512)")
