@@ -36,6 +36,7 @@ void list_gpus(bool as_json, Json& out) {
   }
   if (!as_json) {
     std::cout << "GPUs\n";
+    table.shorten_to_terminal(table.columns() - 1);  // the description
     table.print(std::cout);
   }
 }
@@ -55,6 +56,7 @@ void list_nodes(bool as_json, Json& out) {
   }
   if (!as_json) {
     std::cout << "nodes\n";
+    table.shorten_to_terminal(table.columns() - 1);  // the description
     table.print(std::cout);
   }
 }
@@ -73,6 +75,7 @@ void list_models(bool as_json, Json& out) {
   }
   if (!as_json) {
     std::cout << "models\n";
+    table.shorten_to_terminal(table.columns() - 1);  // the description
     table.print(std::cout);
   }
 }
@@ -90,6 +93,7 @@ void list_strategies(bool as_json, Json& out) {
   add("hotspa", "simulate --lengths ... --switch ..., plan --lengths ...", "HotSPa: per-length-group strategies with hot switching");
   if (!as_json) {
     std::cout << "strategies\n";
+    table.shorten_to_terminal(table.columns() - 1);  // the description
     table.print(std::cout);
   }
 }
@@ -110,6 +114,7 @@ void list_precisions(bool as_json, Json& out) {
   }
   if (!as_json) {
     std::cout << "precision policies\n";
+    table.shorten_to_terminal(table.columns() - 1);  // the description
     table.print(std::cout);
   }
 }

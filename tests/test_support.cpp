@@ -43,7 +43,8 @@ nlohmann::json source_json(const std::string& relative_path) {
 CliResult run_cli(const std::string& args) {
   TempDir dir;
   const auto out = dir.path() / "out", err = dir.path() / "err";
-  const std::string command = std::string(TRAINYARD_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
+  // COLUMNS cleared: output to a file is never fitted to a terminal, whatever the environment running the tests says.
+  const std::string command = "COLUMNS= " + std::string(TRAINYARD_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
   const int status = std::system(command.c_str());
   CliResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.hpp"
+#include "common/text_table.hpp"
 #include "common/units.hpp"
 
 namespace trainyard {
@@ -42,6 +43,28 @@ TEST(Units, Formatting) {
   EXPECT_EQ(format_seconds(0.4132), "413 ms");
   EXPECT_EQ(format_seconds(0.00212), "2.12 ms");
   EXPECT_EQ(format_seconds(87.5e-6), "87.5 us");
+}
+
+// A column that may be cut narrows to fit the width, its long cells ending in "..."; the other columns, the header
+// and the table without a width stay whole (issue 45: `list`'s descriptions on an 80-column terminal).
+TEST(TextTable, TheShortenedColumnFitsTheWidthAndTheOthersStayWhole) {
+  TextTable t({"name", "GiB", "description"}, {false, true, false});
+  t.add_row({"h100-sxm-80gb", "80", "NVIDIA H100 SXM5 80GB: datasheet figures, NVLink 4 at 450 GB/s per direction"});
+  t.add_row({"a100", "40", "short"});
+  t.shorten_to_terminal(2);
+  std::ostringstream fitted, whole;
+  t.print(fitted, 40);
+  t.print(whole, 0);
+  std::istringstream lines(fitted.str());
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 40U) << line;
+  EXPECT_NE(fitted.str().find("h100-sxm-80gb"), std::string::npos);
+  EXPECT_NE(fitted.str().find("...\n"), std::string::npos) << fitted.str();
+  EXPECT_NE(fitted.str().find("short"), std::string::npos);
+  EXPECT_NE(whole.str().find("450 GB/s per direction"), std::string::npos);
+  // Too narrow even with the column at its least: the column keeps 12 characters (or its header) and the row wraps.
+  std::ostringstream narrow;
+  t.print(narrow, 10);
+  EXPECT_NE(narrow.str().find("NVIDIA H1..."), std::string::npos) << narrow.str();
 }
 
 }  // namespace trainyard
