@@ -119,9 +119,9 @@ constexpr const char* kBarLegend =
 
 void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p, const ErrorBar& bar) {
   const auto& m = p.metrics;
-  table.add_row({rank, p.spec.scheme, p.spec.summary(), seconds(m.step_s), format_number(std::round(m.tokens_per_s)),
-                 format_fixed(100 * m.mfu, 1) + "%", format_bytes(static_cast<double>(m.peak_hbm_bytes)),
-                 format_bytes(static_cast<double>(m.peak_dram_bytes)), m.bottleneck, bar.short_text()});
+  table.add_row({rank, p.spec.scheme, p.spec.summary(), seconds(m.step_s), format_fixed(m.tokens_per_s, 0), format_fixed(100 * m.mfu, 1) + "%",
+                 format_bytes(static_cast<double>(m.peak_hbm_bytes)), format_bytes(static_cast<double>(m.peak_dram_bytes)), m.bottleneck,
+                 bar.short_text()});
 }
 
 // Why `other` loses to `winner`, in one sentence: the largest per-GPU difference among recompute, other

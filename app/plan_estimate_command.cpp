@@ -37,7 +37,7 @@ Json estimate_json(const planner::EstimatedPlan& p, double tokens) {
 
 std::vector<std::string> estimate_cells(const planner::EstimatedPlan& p, double tokens) {
   const planner::StepEstimate& e = p.estimate;
-  return {"~" + format_fixed(e.step_s, 3) + " s", "~" + format_number(std::round(tokens / e.step_s)), "~" + format_fixed(100 * e.mfu, 1) + "%",
+  return {"~" + format_seconds(e.step_s), "~" + format_fixed(tokens / e.step_s, 0), "~" + format_fixed(100 * e.mfu, 1) + "%",
           "~" + format_bytes(e.hbm_bytes), "~" + format_bytes(e.dram_bytes)};
 }
 
