@@ -396,6 +396,7 @@ int run_validate(const std::vector<std::string>& args) {
     return 0;
   }
   check_output_flags(vm, {"write-baseline", "write-error-bars"});
+  if (vm["markdown"].as<bool>() && vm["json"].as<bool>()) throw InputError("--markdown/--json", "value", "one of them", "both");
   if (vm.count("accuracy-summary")) {
     std::cout << accuracy_summary(vm["accuracy-summary"].as<std::string>());
     return 0;

@@ -159,6 +159,25 @@ class DuplicateKeyCheck : public nlohmann::json_sax<Json> {
 
 }  // namespace
 
+std::string parse_error_words(const std::string& what) {
+  // nlohmann: "[json.exception.parse_error.101] parse error at line 1, column 9: syntax error while parsing value -
+  // invalid literal; last read: 'tru'; expected ..."
+  std::string words = what;
+  if (const auto id = words.find("] "); words.rfind("[json.exception", 0) == 0 && id != std::string::npos) words = words.substr(id + 2);
+  if (words.rfind("parse error", 0) == 0) {
+    if (const auto colon = words.find(": "); colon != std::string::npos) words = words.substr(colon + 2);
+  }
+  if (const auto last = words.find("; last read"); last != std::string::npos) words = words.substr(0, last);
+  return words;
+}
+
+void refuse_plan_file(const Json& document, const std::string& origin, const std::string& expected) {
+  const auto format = document.is_object() ? document.find("format") : document.end();
+  if (format != document.end() && *format == "trainyard.plan.v1") {
+    throw InputError(origin, "format", expected, "a plan file (trainyard.plan.v1), which simulate --plan, run --plan and export --plan read");
+  }
+}
+
 Json parse(std::string_view text, const std::string& origin) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
     throw InputError(origin + ": the file is empty (expected a JSON document)");
@@ -174,10 +193,7 @@ Json parse(std::string_view text, const std::string& origin) {
     Json::sax_parse(text.begin(), text.end(), &check);
     return Json::parse(text.begin(), text.end());
   } catch (const Json::parse_error& e) {
-    // e.what() repeats the byte offset; keep only nlohmann's description after the last ": ".
-    std::string detail = e.what();
-    if (auto pos = detail.rfind(": "); pos != std::string::npos) detail = detail.substr(pos + 2);
-    throw InputError(origin + ":" + line_column(text, e.byte == 0 ? 0 : e.byte - 1) + ": malformed JSON: " + detail);
+    throw InputError(origin + ":" + line_column(text, e.byte == 0 ? 0 : e.byte - 1) + ": malformed JSON: " + parse_error_words(e.what()));
   } catch (const Json::out_of_range& e) {  // a number beyond a double's range, e.g. 1e999 (found by fuzzing)
     std::string detail = e.what();
     if (auto pos = detail.find("] "); pos != std::string::npos) detail = detail.substr(pos + 2);

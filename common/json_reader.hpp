@@ -21,6 +21,13 @@ using Json = nlohmann::json;
 // refused, naming the origin: empty text, a byte that is not UTF-8 text (a binary file), and a key repeated in
 // an object (nlohmann would keep the last one silently).
 Json parse(std::string_view text, const std::string& origin);
+// The JSON library's parse error in a few words ("syntax error while parsing object key - invalid string: missing
+// closing quote"), without its exception id, position and last token, which the caller says its own way.
+std::string parse_error_words(const std::string& what);
+// InputError when `document` is a trainyard plan file (format trainyard.plan.v1) where `expected` (e.g. "a task
+// graph") was asked for: a plan is the input readers most often get by mistake, and their own missing-field error
+// would not say what the file is.
+void refuse_plan_file(const Json& document, const std::string& origin, const std::string& expected);
 // Reads (at most `cap_bytes`, common/input_file.hpp) and parses a file; a missing or unreadable file, a directory
 // or a file over the cap is an InputError naming the path.
 Json parse_file(const std::string& path, std::uint64_t cap_bytes = kJsonFileCapBytes);

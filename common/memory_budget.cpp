@@ -36,6 +36,11 @@ std::int64_t parse_memory_size(const std::string& text, const std::string& flag)
     throw bad();
   }
   std::string suffix = text.substr(used);
+  // "1GB" could mean 10^9 or 2^30 bytes: refused rather than read one way silently (1G and 1GiB are binary).
+  if (suffix.size() == 2 && (suffix.back() == 'B' || suffix.back() == 'b') && std::string("KkMmGgTt").find(suffix[0]) != std::string::npos) {
+    throw InputError(flag, "value", "binary units, written 1" + suffix.substr(0, 1) + " or 1" + suffix.substr(0, 1) + "iB (or bytes: 1e9)",
+                     "\"" + text + "\" (decimal or binary?)");
+  }
   if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
   if (!suffix.empty() && (suffix.back() == 'i')) suffix.pop_back();
   double scale = 1;

@@ -62,6 +62,7 @@ const std::vector<std::string>& task_classes() {
 Timeline parse_timeline(const Json& document, const std::string& origin) {
   Timeline t;
   t.origin = origin;
+  json::refuse_plan_file(document, origin, "a timeline (simulate --trace or run --trace)");
   const json::Reader top(document, origin);
   const json::Reader other = top.object("otherData");
   other.expect_string("trainyard", "timeline.v1");

@@ -194,6 +194,7 @@ void parse_task(const json::Reader& r, const TaskIds& ids, const std::string& or
 }  // namespace
 
 GraphDocument parse_graph(const json::Json& document, const std::string& origin) {
+  json::refuse_plan_file(document, origin, "a task graph (trainyard.taskgraph.v1; docs/taskgraph.md)");
   json::Reader top(document, origin);
   top.expect_string("schema", "trainyard.taskgraph.v1");
   GraphDocument out;

@@ -524,6 +524,11 @@ INSTANTIATE_TEST_SUITE_P(
                  {"--recompute", "none, selective or full"}},
         CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --tp 2", {"--tp", "no scheme flags"}},
         CliError{"simulate --graph " TRAINYARD_TEST_DATA_DIR "/malformed.json --hw dgx-a100", {"malformed.json:5:"}},
+        // A plan file where a graph or a timeline is expected is named as a plan (issue 45).
+        CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json --hw dgx-a100", {"a task graph", "a plan file"}},
+        CliError{"compare " TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.predicted.json " TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json",
+                 {"a timeline", "a plan file"}},
+        CliError{"simulate --collective all-reduce --bytes 1GB --hw dgx-a100", {"--bytes", "1G or 1GiB"}},
         CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --hw lab-h100",
                  {"two-gpu-offload.json", "'send act L0 C0'.dst", "gpu0..gpu0"}},
         CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --nodes 2 --hw lab-h200", {"--nodes", "no NIC"}},

@@ -164,6 +164,11 @@ TEST(Limits, MemorySizesParse) {
   EXPECT_THROW(parse_memory_size("8X", "--memory-budget"), InputError);
   EXPECT_THROW(parse_memory_size("-1G", "--memory-budget"), InputError);
   EXPECT_THROW(parse_memory_size("1K", "--memory-budget"), InputError);  // below a MiB: surely a mistake
+  // "1GB" is decimal to some and binary to others: refused, naming both spellings that are not ambiguous (issue 45).
+  const std::string ambiguous = test::error_of([] { parse_memory_size("1GB", "--bytes"); });
+  EXPECT_NE(ambiguous.find("1G or 1GiB"), std::string::npos) << ambiguous;
+  EXPECT_NE(ambiguous.find("--bytes"), std::string::npos) << ambiguous;
+  EXPECT_EQ(parse_memory_size("1e9", "--bytes"), 1000000000);
   EXPECT_GT(default_memory_budget_bytes(), 0);
   EXPECT_LE(default_memory_budget_bytes(), kDefaultBudgetCapBytes);
 }

@@ -70,6 +70,9 @@ TEST(Kineto, BadTracesAreErrorsNamingTheFileAndWhere) {
   const std::string truncated = error("bad-truncated.json");
   EXPECT_NE(truncated.find("bad-truncated.json"), std::string::npos) << truncated;
   EXPECT_NE(truncated.find("byte "), std::string::npos) << truncated;
+  // In trainyard's words, not the JSON library's exception id (issue 45).
+  EXPECT_EQ(truncated.find("json.exception"), std::string::npos) << truncated;
+  EXPECT_NE(truncated.find("a file cut short"), std::string::npos) << truncated;
   const std::string missing = error("bad-missing-dur.json");
   EXPECT_NE(missing.find("traceEvents[5].dur"), std::string::npos) << missing;
   EXPECT_NE(error("bad-no-events.json").find("traceEvents"), std::string::npos);

@@ -231,6 +231,13 @@ TEST(ValidationCli, SimulateCollectivePrintsNcclTestsFigures) {
   EXPECT_NE(bad.err.find("--collective"), std::string::npos) << bad.err;
 }
 
+// Two output formats at once are refused, not one of them picked silently (issue 45).
+TEST(ValidationCli, MarkdownAndJsonTogetherAreRefused) {
+  const auto r = test::run_cli("validate --fast --markdown --json");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("--markdown/--json"), std::string::npos) << r.err;
+}
+
 // CI's check: the fast cases are no worse than validation/baseline.json records. A baseline recording better
 // figures than the model reaches must fail, so the check can fail.
 TEST(ValidationCli, FastCasesAreNoWorseThanTheBaselineAndABetterBaselineFails) {

@@ -98,7 +98,8 @@ class Walker : public nlohmann::json_sax<Json> {
   bool end_object() override { return close(); }
   bool end_array() override { return close(); }
   bool parse_error(std::size_t position, const std::string& last_token, const nlohmann::detail::exception& e) override {
-    throw InputError(out_.origin, "byte " + std::to_string(position), "JSON (" + std::string(e.what()) + ")", "\"" + last_token.substr(0, 80) + "\"");
+    throw InputError(out_.origin, "byte " + std::to_string(position), "well-formed JSON",
+                     json::parse_error_words(e.what()) + " at \"" + last_token.substr(0, 80) + "\" (a file cut short, or not JSON)");
   }
 
   bool saw_events() const { return saw_events_; }
