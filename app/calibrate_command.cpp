@@ -194,6 +194,11 @@ int calibrate_from_traces(const std::vector<std::string>& args, const std::vecto
     base = hw::load_gpu_document(*match, "--base");
   }
   const hw::GpuProfile before = hw::gpu_from_document(base->json, base->origin);
+  if (const auto match = backend::builtin_gpu_for_device(points.device_name); match && before.name != *match) {
+    // Said, not refused: a user may mean to carry one GPU's kernels onto a profile of another on purpose.
+    std::cerr << "warning: the traces ran on \"" << points.device_name << "\" (built-in profile " << *match << ") but --base is " << before.name
+              << ": their kernels' efficiencies are fitted against that profile's peaks\n";
+  }
   std::string command = "trainyard calibrate";
   for (const auto& a : args) command += " " + a;
   const backend::TraceFits fits = backend::fit_trace(points, before);

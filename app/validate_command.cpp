@@ -438,7 +438,11 @@ int run_validate(const std::vector<std::string>& args) {
     else if (vm["markdown"].as<bool>()) print_markdown(d, results, s, readings);
     else print_text(d, results, s, readings);
   }
-  if (scores.empty()) throw InputError("--only", "value", "a dataset name or part of a case name that exists", "\"" + cases.only + "\"");
+  if (scores.empty()) {
+    std::string names;
+    for (const auto& d : datasets) names += (names.empty() ? "" : ", ") + d.name;
+    throw InputError("--only", "value", "a dataset name (" + names + ") or part of a case name that exists", "\"" + cases.only + "\"");
+  }
   return finish_validate(vm, mode, scores, records, out, baseline);
 }
 

@@ -674,6 +674,12 @@ TEST(TraceCalibration, CliWritesAProfileTheSimulatorUses) {
   EXPECT_EQ(nsys.exit_code, 2);
   EXPECT_NE(nsys.err.find("records no op shapes"), std::string::npos) << nsys.err;
   EXPECT_FALSE(fs::exists(dir.path() / "n.json"));
+  // A base of another GPU than the traces' is said (issue 45); the traces' own is not.
+  EXPECT_EQ(r.err.find("warning: the traces ran on"), std::string::npos) << r.err;
+  const auto other = test::run_cli("calibrate --from-trace " + kRealTraces + "kineto-h1024-s4096.json.gz --base a100-80gb-sxm --out " +
+                                   (dir.path() / "a.json").string());
+  EXPECT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_NE(other.err.find("the traces ran on \"NVIDIA H200\""), std::string::npos) << other.err;
 }
 
 }  // namespace trainyard::backend

@@ -529,6 +529,7 @@ INSTANTIATE_TEST_SUITE_P(
         CliError{"compare " TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.predicted.json " TRAINYARD_SOURCE_DIR "/examples/tiny-ringtrack.plan.json",
                  {"a timeline", "a plan file"}},
         CliError{"simulate --collective all-reduce --bytes 1GB --hw dgx-a100", {"--bytes", "1G or 1GiB"}},
+        CliError{"validate --only no-such-dataset", {"--only", "nccl-tests", "torchtitan-h100"}},
         CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --hw lab-h100",
                  {"two-gpu-offload.json", "'send act L0 C0'.dst", "gpu0..gpu0"}},
         CliError{"simulate --graph " TRAINYARD_SOURCE_DIR "/examples/two-gpu-offload.json --nodes 2 --hw lab-h200", {"--nodes", "no NIC"}},
