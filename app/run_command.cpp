@@ -55,6 +55,11 @@ namespace {
 
 // The CPU references are plain loops: about a GFLOP/s. Larger steps would take minutes each.
 constexpr double kCpuStepFlopLimit = 5e9;
+// --loss-curve: the steps' CSV, written by rank 0 (also when Ctrl-C stops the run: the steps done).
+void write_loss_curve(const po::variables_map& vm, bool root, const std::string& csv) {
+  if (root && vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
+}
+
 // --check: the chunked step against the unchunked one, with bf16 storage in both (rounding differs with the cut).
 constexpr double kLossTolerance = 2e-3;      // relative
 constexpr double kGradientTolerance = 0.03;  // of each gradient block's largest entry (backend::max_gradient_difference)
@@ -361,18 +366,25 @@ int run_measured(const LoadedPlan& l, const std::string& origin, const po::varia
   }
   backend::MeasuredStep last;
   Json measured_steps = Json::array();
-  for (int s = 0; s < steps; ++s) {
-    if (interrupted()) throw Interrupted();
-    last = run_step(warmup + s);
-    measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
-    csv += std::to_string(warmup + s + 1) + "," + format_fixed(last.loss, 6) + "," + format_fixed(static_cast<double>(last.step_ns) * 1e-9, 6) + "\n";
-    if (!as_json && root)
-      std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2)
-                << " ms\n";
+  const auto write_curve = [&] { write_loss_curve(vm, root, csv); };
+  try {
+    for (int s = 0; s < steps; ++s) {
+      if (interrupted()) throw Interrupted();
+      last = run_step(warmup + s);
+      measured_steps.push_back({{"loss", last.loss}, {"step_ns", last.step_ns}});
+      csv += std::to_string(warmup + s + 1) + "," + format_fixed(last.loss, 6) + "," + format_fixed(static_cast<double>(last.step_ns) * 1e-9, 6) +
+             "\n";
+      if (!as_json && root)
+        std::cout << "step " << s + 1 << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(static_cast<double>(last.step_ns) * 1e-6, 2)
+                  << " ms\n";
+    }
+  } catch (const Interrupted&) {
+    write_curve();  // Ctrl-C (between steps or inside one): the steps done are written before the run stops
+    throw;
   }
   if (!root) return 0;
   out["steps"] = measured_steps;
-  if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
+  write_curve();
   const sim::SimResult measured = backend::measured_result(predicted, graph, last.timing, last.step_ns, last.peak_hbm_bytes());
   if (const auto trace = trace_request(vm, l.cluster->gpus())) write_trace(*trace, measured, graph, *l.cluster, "measured");
   const sim::Comparison comparison = sim::compare(sim::to_timeline(predicted, graph, "simulated"), sim::to_timeline(measured, graph, "measured"));
@@ -560,22 +572,30 @@ int train_switched(const SwitchedMinibatch& sm, const po::variables_map& vm, con
   Json steps = Json::array();
   backend::HotSpaStepResult last;
   double seconds = 0;
-  for (int s = 1; s <= vm["steps"].as<int>(); ++s) {
-    if (interrupted()) throw Interrupted();
-    const auto tokens = switched_tokens(sm, vm, text, s - 1);
-    const auto start = std::chrono::steady_clock::now();
-    last = backend::run_hotspa_step(device, switched_runs(sm, tokens), state, sm.cluster->topology.gpus_per_node(), s, o);
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    steps.push_back(
-        {{"loss", last.loss}, {"seconds", seconds}, {"switch_s", static_cast<double>(last.switch_ns) * 1e-9}, {"group_step_ns", last.group_step_ns}});
-    csv += std::to_string(s) + "," + format_fixed(last.loss, 6) + "," + format_fixed(seconds, 6) + "\n";
-    if (root && !as_json) {
-      std::cout << "mini-batch " << s << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(seconds * 1e3, 1) << " ms (switches "
-                << format_fixed(static_cast<double>(last.switch_ns) * 1e-6, 1) << " ms)\n";
+  const auto write_curve = [&] { write_loss_curve(vm, root, csv); };
+  try {
+    for (int s = 1; s <= vm["steps"].as<int>(); ++s) {
+      if (interrupted()) throw Interrupted();
+      const auto tokens = switched_tokens(sm, vm, text, s - 1);
+      const auto start = std::chrono::steady_clock::now();
+      last = backend::run_hotspa_step(device, switched_runs(sm, tokens), state, sm.cluster->topology.gpus_per_node(), s, o);
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      steps.push_back({{"loss", last.loss},
+                       {"seconds", seconds},
+                       {"switch_s", static_cast<double>(last.switch_ns) * 1e-9},
+                       {"group_step_ns", last.group_step_ns}});
+      csv += std::to_string(s) + "," + format_fixed(last.loss, 6) + "," + format_fixed(seconds, 6) + "\n";
+      if (root && !as_json) {
+        std::cout << "mini-batch " << s << "  loss " << format_fixed(last.loss, 4) << "  " << format_fixed(seconds * 1e3, 1) << " ms (switches "
+                  << format_fixed(static_cast<double>(last.switch_ns) * 1e-6, 1) << " ms)\n";
+      }
     }
+  } catch (const Interrupted&) {
+    write_curve();  // Ctrl-C (between mini-batches or inside one): the ones done are written before the run stops
+    throw;
   }
   if (!root) return 0;
-  if (vm.count("loss-curve")) write_file_atomically(vm["loss-curve"].as<std::string>(), [&](std::ostream& file) { file << csv; });
+  write_curve();
   out["steps"] = steps;
   report_switched(sm, last, seconds, as_json, out);
   return 0;

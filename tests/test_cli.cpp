@@ -401,6 +401,24 @@ TEST(Cli, PlanStopsCleanlyOnCtrlCWithTheBestFoundSoFar) {
   EXPECT_NE(text.find("rank"), std::string::npos) << text;
 }
 
+// Ctrl-C during training writes the loss curve of the steps done (issue 45): a long run stopped by SIGINT leaves a
+// CSV with its header and at least one step.
+TEST(Cli, RunStoppedByCtrlCWritesTheStepsDone) {
+  test::TempDir dir;
+  const auto curve = dir.path() / "loss.csv";
+  std::string text;
+  for (int seconds : {3, 10, 30}) {  // a loaded machine may not finish a step in the first wait
+    const std::string command = "timeout --foreground -s INT " + std::to_string(seconds) + " " + std::string(TRAINYARD_BINARY) + " run --plan " +
+                                TRAINYARD_SOURCE_DIR + "/examples/tiny-ringtrack.plan.json --device cpu --steps 100000 --loss-curve " +
+                                curve.string() + " >/dev/null 2>&1";
+    std::system(command.c_str());
+    text = std::filesystem::exists(curve) ? test::read_file(curve.string()) : std::string();
+    if (text.find('\n') != text.rfind('\n')) break;  // the header and a step
+  }
+  EXPECT_EQ(text.rfind("step,loss,seconds\n", 0), 0U) << text;
+  EXPECT_NE(text.find("\n1,"), std::string::npos) << "no step written:\n" << text;
+}
+
 TEST(Cli, PlanForAModelThatFitsNowhereExits1WithTheClosestMiss) {
   const auto r = run_cli("plan --model llama3-405b --hw lab-h100 --seq 8K");
   EXPECT_EQ(r.exit_code, 1);
