@@ -91,10 +91,24 @@ void draw_minibatch(const po::variables_map& vm, LengthsRun& run) {
   run.lengths = planner::sample_minibatch(run.source, run.tokens, run.max_len, seed);
 }
 
-// The mini-batch and the setting.
+// plan --lengths' longest sequence without --max-len: 32K, or for a lengths file (or histogram) whose longest
+// document is shorter, that length rounded up to a power of two, so the last group's rows are no longer than the
+// documents they hold (a 32K row for a file of 60-token documents fits nothing a tiny model's step can run).
+std::int64_t default_max_len(const planner::LengthSource& source) {
+  constexpr std::int64_t kDefault = 32 * 1024;
+  std::int64_t longest = 0;
+  for (const std::int64_t s : source.samples) longest = std::max(longest, s);
+  for (const auto& bin : source.bins) longest = std::max(longest, bin.max);
+  if (source.kind == planner::LengthSource::Kind::lognormal || longest <= 0) return kDefault;
+  std::int64_t len = 1;
+  while (len < longest) len *= 2;
+  return std::min(len, kDefault);
+}
+
+// The mini-batch and the setting; `max_len` 0: plan --lengths' default, from the lengths (default_max_len).
 void load(const po::variables_map& vm, LengthsRun& run, std::int64_t max_len) {
   run.source = planner::load_lengths(vm["lengths"].as<std::string>());
-  run.max_len = max_len;
+  run.max_len = max_len > 0 ? max_len : default_max_len(run.source);
   draw_minibatch(vm, run);
   run.setting.emplace(planner::HotSpaSetting{run.model, *run.cluster, model::precision_policy(vm["precision"].as<std::string>())});
   run.setting->batching = planner::parse_batching(vm["batching"].as<std::string>());
@@ -358,32 +372,11 @@ int print_search_text(const po::variables_map& vm, const LengthsRun& run, const 
 
 }  // namespace
 
-namespace {
-
-// plan --lengths' longest sequence without --max-len: 32K, or for a lengths file (or histogram) whose longest
-// document is shorter, that length rounded up to a power of two, so the last group's rows are no longer than the
-// documents they hold (a 32K row for a file of 60-token documents fits nothing a tiny model's step can run).
-std::int64_t default_max_len(const std::string& lengths) {
-  constexpr std::int64_t kDefault = 32 * 1024;
-  const planner::LengthSource source = planner::load_lengths(lengths);
-  std::int64_t longest = 0;
-  for (const std::int64_t s : source.samples) longest = std::max(longest, s);
-  for (const auto& bin : source.bins) longest = std::max(longest, bin.max);
-  if (source.kind == planner::LengthSource::Kind::lognormal || longest <= 0) return kDefault;
-  std::int64_t len = 1;
-  while (len < longest) len *= 2;
-  return std::min(len, kDefault);
-}
-
-}  // namespace
-
 int run_plan_lengths(const po::variables_map& vm, const std::vector<std::string>& schemes) {
-  const std::int64_t max_len = vm.count("max-len") ? parse_token_count(vm["max-len"].as<std::string>(), "--max-len")
-                                                   : default_max_len(vm["lengths"].as<std::string>());
-  const std::vector<std::int64_t> bounds = group_bounds(vm, max_len);
   LengthsRun run;
   load_hardware(vm, run);
-  load(vm, run, max_len);
+  load(vm, run, vm.count("max-len") ? parse_token_count(vm["max-len"].as<std::string>(), "--max-len") : 0);
+  const std::vector<std::int64_t> bounds = group_bounds(vm, run.max_len);
   keep_runnable_groups(vm, run);
   planner::HotSpaSearchOptions options;
   options.schemes = schemes;

@@ -80,8 +80,6 @@ std::string precision_flag(const po::variables_map& vm) {
   return vm["precision"].as<std::string>();
 }
 
-std::string seconds(double s) { return format_seconds(s); }
-
 // The engines `trainyard export` writes the scheme's plans for (none: only `trainyard run` runs them).
 Json engines_of(const std::string& scheme) {
   Json out = Json::array();
@@ -119,7 +117,7 @@ constexpr const char* kBarLegend =
 
 void add_plan_row(TextTable& table, const std::string& rank, const planner::RankedPlan& p, const ErrorBar& bar) {
   const auto& m = p.metrics;
-  table.add_row({rank, p.spec.scheme, p.spec.summary(), seconds(m.step_s), format_fixed(m.tokens_per_s, 0), format_fixed(100 * m.mfu, 1) + "%",
+  table.add_row({rank, p.spec.scheme, p.spec.summary(), format_seconds(m.step_s), format_fixed(m.tokens_per_s, 0), format_fixed(100 * m.mfu, 1) + "%",
                  format_bytes(static_cast<double>(m.peak_hbm_bytes)), format_bytes(static_cast<double>(m.peak_dram_bytes)), m.bottleneck,
                  bar.short_text()});
 }
@@ -136,14 +134,15 @@ std::string reason(const planner::RankedPlan& winner, const planner::RankedPlan&
   };
   const double dense_w = w.compute_s - w.recompute_s, dense_o = o.compute_s - o.recompute_s;
   std::vector<Part> parts{
-      {o.recompute_s - w.recompute_s, "it recomputes " + seconds(o.recompute_s) + " per GPU (HFU " + format_fixed(100 * o.hfu, 1) + "% vs MFU " +
-                                          format_fixed(100 * o.mfu, 1) + "%) against " + seconds(w.recompute_s)},
-      {dense_o - dense_w, "its kernels take longer: " + seconds(dense_o) + " of compute per GPU without recompute against " + seconds(dense_w) +
-                              " (smaller or less efficient calls)"},
-      {o.exposed_transfer_s - w.exposed_transfer_s, "it waits " + seconds(o.exposed_transfer_s) + " per GPU on transfers against " +
-                                                        seconds(w.exposed_transfer_s) +
+      {o.recompute_s - w.recompute_s, "it recomputes " + format_seconds(o.recompute_s) + " per GPU (HFU " + format_fixed(100 * o.hfu, 1) +
+                                          "% vs MFU " + format_fixed(100 * o.mfu, 1) + "%) against " + format_seconds(w.recompute_s)},
+      {dense_o - dense_w, "its kernels take longer: " + format_seconds(dense_o) + " of compute per GPU without recompute against " +
+                              format_seconds(dense_w) + " (smaller or less efficient calls)"},
+      {o.exposed_transfer_s - w.exposed_transfer_s, "it waits " + format_seconds(o.exposed_transfer_s) + " per GPU on transfers against " +
+                                                        format_seconds(w.exposed_transfer_s) +
                                                         (o.busiest_link.empty() ? "" : " (busiest link " + o.busiest_link + ")")},
-      {o.bubble_s - w.bubble_s, "its GPUs idle " + seconds(o.bubble_s) + " per GPU in pipeline bubbles or imbalance against " + seconds(w.bubble_s)},
+      {o.bubble_s - w.bubble_s,
+       "its GPUs idle " + format_seconds(o.bubble_s) + " per GPU in pipeline bubbles or imbalance against " + format_seconds(w.bubble_s)},
   };
   const auto worst = std::max_element(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.delta < b.delta; });
   return other.spec.scheme + " (" + other.spec.summary() + "): " + format_fixed(slower, 2) + "x the step time, mainly because " + worst->words + ".";
@@ -154,7 +153,7 @@ void explain(std::ostream& out, const planner::SearchReport& report) {
   const auto& m = win.metrics;
   out << "\nwhy " << win.spec.scheme << " (" << win.spec.summary() << ") wins\n";
   TextTable t({"per GPU, mean", "time", "share of step"}, {false, true, true});
-  auto row = [&](const std::string& what, double s) { t.add_row({what, seconds(s), format_fixed(100 * s / m.step_s, 1) + "%"}); };
+  auto row = [&](const std::string& what, double s) { t.add_row({what, format_seconds(s), format_fixed(100 * s / m.step_s, 1) + "%"}); };
   row("compute (model FLOPs)", m.compute_s - m.recompute_s);
   row("compute beyond model FLOPs (recompute)", m.recompute_s);
   row("exposed copies and communication", m.exposed_transfer_s);
@@ -328,8 +327,7 @@ int run_max_seq(const PlanRun& run, planner::SearchOptions search, Progress& pro
     if (!best) {
       // Not even 1K fits: say when the batch, not the length, is the cause.
       const planner::StepInputs at_1k{run.inputs.model, run.inputs.cluster, {1024, run.workload.global_batch}, run.inputs.precision};
-      const bool valid = !planner::enumerate_plans(at_1k, {scheme}).empty();
-      const std::int64_t batch = valid ? 0 : planner::smallest_valid_global_batch(at_1k, scheme);
+      const std::int64_t batch = planner::global_batch_needed(at_1k, scheme);
       table.add_row({scheme, batch ? "none" : "< 1K",
                      batch ? "no valid configuration with this batch: --global-batch " + std::to_string(batch) : "no plan fits", "", "", "", ""});
       out.push_back({{"scheme", scheme}, {"max_seq_len", nullptr}, {"valid_global_batch", batch}});
@@ -366,7 +364,7 @@ int print_no_fit(const PlanRun& run, const planner::SearchReport& report, const 
   std::string miss = "no plan fits " + run.model.name + " at " + format_tokens(run.workload.seq_len) + " tokens on " + std::to_string(run.nodes()) +
                      " x " + run.cluster.node.name;
   if (report.closest_miss) miss += "; closest miss: " + planner::describe_miss(*report.closest_miss);
-  const auto schemes = planner::schemes_without_fit(report, schemes_searched);
+  const auto schemes = planner::schemes_without_fit(report, schemes_searched, run.inputs);
   if (run.as_json) {
     Json why = Json::array();
     for (const auto& s : schemes) why.push_back(no_fit_json(s));
@@ -412,7 +410,7 @@ int print_ranked_json(const PlanRun& run, const planner::SearchReport& report, c
     per_scheme.back()["gap"] = p.gap;
   }
   Json without_plan = Json::array();  // every other scheme's verdict, as the text prints it
-  for (const auto& s : planner::schemes_without_fit(report, schemes_searched)) without_plan.push_back(no_fit_json(s));
+  for (const auto& s : planner::schemes_without_fit(report, schemes_searched, run.inputs)) without_plan.push_back(no_fit_json(s));
   Json out{{"model", run.model_name()},
            {"hw", run.hw_name()},
            {"nodes", run.nodes()},
@@ -474,7 +472,7 @@ void print_ranked_text(const PlanRun& run, const planner::SearchReport& report, 
       std::cout << p.spec.scheme << ": no engine runs its plans (trainyard export has no equivalent to write; trainyard run runs them)\n";
     }
   }
-  for (const auto& s : planner::schemes_without_fit(report, schemes_searched)) {
+  for (const auto& s : planner::schemes_without_fit(report, schemes_searched, run.inputs)) {
     if (s.configurations == 0 || !report.interrupted) std::cout << s.reason() << "\n";
   }
   std::cout << "\n"

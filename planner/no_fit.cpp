@@ -60,7 +60,8 @@ std::string miss_details(const RankedPlan& miss) {
 
 std::string describe_miss(const RankedPlan& miss) { return miss.spec.scheme + " " + miss_details(miss); }
 
-std::int64_t smallest_valid_global_batch(const StepInputs& in, const std::string& scheme) {
+std::int64_t global_batch_needed(const StepInputs& in, const std::string& scheme) {
+  if (!enumerate_plans(in, {scheme}).empty()) return 0;
   // Only multiples of a divisor of the GPU count can split evenly over some data-parallel degree.
   const std::int64_t batch = in.workload.global_batch;
   std::vector<std::int64_t> tries;
@@ -94,17 +95,17 @@ std::string SchemeNoFit::reason() const {
   return scheme + ": none of its " + count + " fits; closest " + miss_details(*closest);
 }
 
-std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const std::vector<std::string>& schemes) {
+std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const std::vector<std::string>& schemes, const StepInputs& in) {
   std::vector<SchemeNoFit> out;
   for (const auto& scheme : schemes) {
     const bool fits = std::any_of(report.best_of_scheme.begin(), report.best_of_scheme.end(),
                                   [&](const RankedPlan& p) { return p.spec.scheme == scheme; });
     if (fits) continue;
     SchemeNoFit s{scheme, 0, 0, report.runnable_keeps, 0, std::nullopt, report.interrupted};
-    if (const auto b = report.valid_global_batch.find(scheme); b != report.valid_global_batch.end()) s.valid_global_batch = b->second;
     if (const auto n = report.enumerated_by_scheme.find(scheme); n != report.enumerated_by_scheme.end()) s.configurations = n->second;
     if (const auto n = report.not_runnable_by_scheme.find(scheme); n != report.not_runnable_by_scheme.end()) s.not_runnable = n->second;
     if (const auto c = report.closest_miss_by_scheme.find(scheme); c != report.closest_miss_by_scheme.end()) s.closest = c->second;
+    if (s.configurations == 0 && s.not_runnable == 0) s.valid_global_batch = global_batch_needed(in, scheme);
     out.push_back(std::move(s));
   }
   return out;

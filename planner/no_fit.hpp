@@ -22,10 +22,10 @@ void note_miss(SearchReport& report, RankedPlan miss);
 // "megatron (tp=8 ...): peak HBM 81 GB exceeds the 76 GB left after the HBM headroom; short by 5 GB of HBM per GPU"
 std::string describe_miss(const RankedPlan& miss);
 
-// The smallest global batch above `in`'s at which `scheme` has a valid configuration at `in`'s sequence length
-// (its data-parallel ranks each take whole sequences, so a step of fewer sequences than ranks has none); 0 when no
-// batch up to the next multiple of the cluster's GPUs gives it one (then the batch is not what stops it).
-std::int64_t smallest_valid_global_batch(const StepInputs& in, const std::string& scheme);
+// When `scheme` has no valid configuration at `in`'s global batch but has one at a larger one (its data-parallel
+// ranks each take whole sequences, so a step of fewer sequences than ranks has none): the smallest such batch, up to
+// the next multiple of the cluster's GPUs. 0 when `in`'s batch has valid configurations or no larger one helps.
+std::int64_t global_batch_needed(const StepInputs& in, const std::string& scheme);
 
 struct SchemeNoFit {
   std::string scheme;
@@ -37,7 +37,7 @@ struct SchemeNoFit {
   bool interrupted = false;             // the search stopped early: not every configuration was tried
   std::string reason() const;           // one sentence, starting with the scheme
 };
-// The schemes of `schemes` without a fitting plan in `report`, in that order.
-std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const std::vector<std::string>& schemes);
+// The schemes of `schemes` without a fitting plan in `report` (a search on `in`), in that order.
+std::vector<SchemeNoFit> schemes_without_fit(const SearchReport& report, const std::vector<std::string>& schemes, const StepInputs& in);
 
 }  // namespace trainyard::planner

@@ -667,11 +667,6 @@ SearchReport search(const StepInputs& in, const SearchOptions& options) {
   }
   report.enumerated = specs.size();
   for (const auto& spec : specs) ++report.enumerated_by_scheme[spec.scheme];
-  for (const auto& scheme : options.schemes) {
-    if (report.enumerated_by_scheme.count(scheme) == 0 && report.not_runnable_by_scheme.count(scheme) == 0) {
-      if (const std::int64_t b = smallest_valid_global_batch(in, scheme)) report.valid_global_batch[scheme] = b;
-    }
-  }
   const std::int64_t budget = options.memory_budget_bytes > 0 ? options.memory_budget_bytes : default_memory_budget_bytes();
   std::vector<double> graph_bytes(specs.size(), 0);
   ThreadPool pool(options.threads);

@@ -182,10 +182,7 @@ struct SearchReport {
   std::map<std::string, std::size_t> enumerated_by_scheme;    // valid configurations per scheme
   std::map<std::string, std::size_t> not_runnable_by_scheme;  // valid ones SearchOptions::runnable left out
   std::string runnable_keeps;                                 // SearchOptions::runnable_keeps
-  // Per scheme without a valid configuration (none left out by `runnable` either): the smallest global batch that
-  // gives it some (planner/no_fit.hpp), the fix its no-plan reason names.
-  std::map<std::string, std::int64_t> valid_global_batch;
-  std::vector<PlanSpec> simulated_misses;  // the simulated candidates that did not fit
+  std::vector<PlanSpec> simulated_misses;                     // the simulated candidates that did not fit
   bool interrupted = false;
 };
 

@@ -57,7 +57,9 @@ TEST(NoFit, AnInterruptedSearchDoesNotClaimNothingFits) {
   report.interrupted = true;
   report.enumerated_by_scheme["megatron"] = 3;
   note_miss(report, bound_miss(megatron(), {90e9, 0, 1}, 76e9, 2e12));
-  const auto why = schemes_without_fit(report, {"megatron", "zero"});
+  const model::ModelConfig m = model::load_model("llama3.2-1b");
+  const sim::Cluster c(hw::load_node("lab-h100"), 1);
+  const auto why = schemes_without_fit(report, {"megatron", "zero"}, {m, c, {8192, 1}, model::precision_policy("bf16-mixed")});
   ASSERT_EQ(why.size(), 2u);
   EXPECT_NE(why[0].reason().find("not all tried (interrupted)"), std::string::npos) << why[0].reason();
   EXPECT_EQ(why[0].reason().find("fits"), std::string::npos) << why[0].reason();
@@ -71,7 +73,7 @@ TEST(NoFit, EachSchemeSaysWhy) {
   const StepInputs in{m, c, {8192, 1}, model::precision_policy("bf16-mixed")};
   const SearchReport r = search(in, {});
   ASSERT_TRUE(r.ranked.empty());
-  const auto why = schemes_without_fit(r, scheme_names());
+  const auto why = schemes_without_fit(r, scheme_names(), in);
   ASSERT_EQ(why.size(), scheme_names().size());
   for (const auto& s : why) {
     if (s.configurations == 0) {
